@@ -1,0 +1,43 @@
+"""specsim: will speculative decoding (SD) make my multimodal LLM faster, how, and by how much?
+
+Symbols, defined once here and used with these names everywhere in the package:
+
+- ``gamma`` (γ): draft tokens proposed per draft/verify block (integer ≥ 1).
+- ``tau`` (τ): block efficiency, the expected number of tokens emitted per block, the bonus
+  token included, so 1 ≤ τ ≤ γ+1.
+- ``alpha`` (α): i.i.d. per-token acceptance probability; then τ = (1 − α^(γ+1)) / (1 − α).
+- ``a_i``: survival, P(at least i of the γ drafts of a block are accepted); τ = 1 + Σ_{i≤γ} a_i.
+- ``beta`` (β_t): Σ_x min(p_t(x), q_t(x)), the acceptance probability at position t when sampling.
+- ``Tp``: one target forward over 1 new position with KV cache (ms), at a given context length.
+- ``Tq``: one draft forward over 1 new position with KV cache (ms); batch k for a k-member ensemble.
+- ``Tv(gamma)``: one target forward over the γ+1 new positions verification needs (the pending
+  last token plus γ drafts) with KV cache (ms).
+- ``c`` = Tq/Tp, ``v`` = v(γ) = Tv(γ)/Tp.
+- speedup(γ) = τ(γ) / (γ·c + v(γ)) for the decode phase (Leviathan et al. 2023, Eq. 2 of
+  seed 003 / IbED); v = 1 is the textbook (Leviathan) approximation, used only when asked for.
+
+Times are milliseconds everywhere. ``specsim`` imports numpy and scipy only (matplotlib lazily);
+measuring is ``calibrate``'s job, and a JSON profile (:mod:`specsim.profile`) sits between them.
+"""
+
+from specsim.errors import SpecsimError
+from specsim.theory import (
+    alpha_from_tau,
+    optimal_gamma,
+    speedup,
+    tau_from_histogram,
+    tau_from_survival,
+    tau_iid,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "SpecsimError",
+    "alpha_from_tau",
+    "optimal_gamma",
+    "speedup",
+    "tau_from_histogram",
+    "tau_from_survival",
+    "tau_iid",
+]

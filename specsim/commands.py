@@ -1,0 +1,212 @@
+"""The core subcommands: ``specsim predict``, ``specsim sweep``, ``specsim profiles``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from itertools import groupby
+
+from specsim.e2e import request_latency
+from specsim.errors import SpecsimError
+from specsim.predict import Prediction, predict, select_entries
+from specsim.profile import DEFAULT_PROFILE, Profile, load_profile, shipped_profiles
+from specsim.report import fmt, format_table, parse_int_list
+from specsim.sweep import sweep
+
+EXTRAPOLATED_MARK = "*"
+ASSUMED_MARK = "+"
+
+_SYMBOLS = ("tau: tokens per block (bonus included); c = Tq/Tp; v = Tv(gamma)/Tp; "
+            "speedup = tau / (gamma*c + v) for the decode phase")
+
+
+def register(sub, calibrate_sub) -> None:
+    """Add predict, sweep and profiles to the ``specsim`` parser."""
+    p = sub.add_parser("predict", help="predicted speedup at one gamma, per method and scenario",
+                       description="Predicted decode-phase speedup at one gamma. " + _SYMBOLS)
+    p.add_argument("--gamma", required=True, help="draft length gamma, an integer >= 1")
+    _common(p)
+    p.add_argument("--new-tokens", type=str, default=None,
+                   help="also show end-to-end request latency (ms) for this many output tokens "
+                        "(needs absolute latency tables in the profile)")
+    p.set_defaults(func=run_predict)
+
+    s = sub.add_parser("sweep", help="speedup per gamma and the best gamma per method and scenario",
+                       description="Speedup over a range of gamma and the best gamma. " + _SYMBOLS)
+    s.add_argument("--gamma", default="1-10", help="gammas: 1-10, or 1,2,4 (default 1-10)")
+    _common(s)
+    s.set_defaults(func=run_sweep)
+
+    pr = sub.add_parser("profiles", help="list the shipped profiles")
+    pr.add_argument("--json", action="store_true", help="machine-readable output")
+    pr.set_defaults(func=run_profiles)
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--profile", default=DEFAULT_PROFILE,
+                   help=f"shipped profile name or path to a profile JSON (default {DEFAULT_PROFILE}; "
+                        "see `specsim profiles`)")
+    p.add_argument("--method", action="append", default=None,
+                   help="drafting method code (repeatable), e.g. M, T, C, MT; default: all")
+    p.add_argument("--scenario", default=None,
+                   help="scenario name (e.g. ChartQA) or image-count group (1img, 2img, 5img); default: all")
+    p.add_argument("--textbook", action="store_true",
+                   help="use the textbook model instead of measured latency: v = Tv/Tp = 1 and i.i.d. alpha")
+    p.add_argument("--context-tokens", type=float, default=None,
+                   help="context length at which Tp, Tq are read (default: the profile's verify context)")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+
+
+def _gamma_arg(text: str) -> int:
+    try:
+        value = int(str(text).strip())
+    except ValueError:
+        raise SpecsimError(f"--gamma: expected an integer >= 1, got {text!r}") from None
+    if value < 1:
+        raise SpecsimError(f"--gamma: expected an integer >= 1, got {text!r}")
+    return value
+
+
+def _header(profile: Profile) -> str:
+    prov = profile.provenance
+    return (f"profile {profile.name}: target {prov.target}, draft {prov.draft}\n"
+            f"source: {prov.source}; device: {prov.device}")
+
+
+def _marks(p: Prediction) -> tuple[str, str]:
+    tau_mark = EXTRAPOLATED_MARK if p.extrapolated else ""
+    sp_mark = ASSUMED_MARK if ("assumed" in p.note or p.textbook) and p.speedup is not None else ""
+    return tau_mark, sp_mark
+
+
+def run_predict(args) -> int:
+    gamma = _gamma_arg(args.gamma)
+    new_tokens = None if args.new_tokens is None else _gamma_arg_named(args.new_tokens, "--new-tokens")
+    profile = load_profile(args.profile)
+    rows = predict(profile, gamma, methods=args.method, scenario=args.scenario, textbook=args.textbook,
+                   context_tokens=args.context_tokens)
+    e2e = _e2e_rows(profile, rows, args, new_tokens) if new_tokens else {}
+    if args.json:
+        out = []
+        for r in rows:
+            item = r.to_json()
+            if new_tokens:
+                item["end_to_end"] = e2e.get((r.method, r.scenario))
+            out.append(item)
+        print(json.dumps(out, indent=1))
+        return 0
+    print(_header(profile))
+    print(f"gamma = {gamma}" + ("  (textbook: v = 1, i.i.d. alpha)" if args.textbook else ""))
+    notes: dict[str, None] = {}
+    for (scenario, images), group in groupby(rows, key=lambda r: (r.scenario, r.images_per_prompt)):
+        group = list(group)
+        table = []
+        for r in group:
+            tau_mark, sp_mark = _marks(r)
+            row = [r.method, fmt(r.tau) + tau_mark, fmt(r.c), fmt(r.v), fmt(r.gamma_c_plus_v),
+                   (fmt(r.speedup, 2) + sp_mark) if r.speedup is not None else "n/a", fmt(r.tokens_per_s, 1)]
+            if new_tokens:
+                e = e2e.get((r.method, r.scenario))
+                row += [fmt(e["sd_total_ms"], 0) if e else "n/a", fmt(e["speedup"], 2) if e else "n/a"]
+            table.append(row)
+            if r.note:
+                notes[r.note] = None
+        headers = ["method", "tau", "c", "v", "g*c+v", "speedup", "tok/s"]
+        if new_tokens:
+            headers += [f"e2e ms ({new_tokens} tok)", "e2e speedup"]
+        print(f"\nscenario {scenario} ({images} image{'s' if images != 1 else ''})")
+        print(format_table(headers, table))
+    _print_notes(rows, notes, e2e_missing=[v for v in e2e.values() if isinstance(v, str)])
+    return 0
+
+
+def _gamma_arg_named(text: str, name: str) -> int:
+    try:
+        return _gamma_arg(text)
+    except SpecsimError:
+        raise SpecsimError(f"{name}: expected an integer >= 1, got {text!r}") from None
+
+
+def _e2e_rows(profile: Profile, rows, args, new_tokens: int) -> dict:
+    out: dict = {}
+    entries = {(e.method, e.scenario): e for e in select_entries(profile, args.method, args.scenario)}
+    for r in rows:
+        try:
+            out[(r.method, r.scenario)] = request_latency(profile, entries[(r.method, r.scenario)], r.gamma,
+                                                          new_tokens, context_tokens=args.context_tokens).to_json()
+        except SpecsimError as err:
+            out[(r.method, r.scenario)] = f"end-to-end latency not computable: {err}"
+    return out
+
+
+def _print_notes(rows, notes: dict, e2e_missing=()) -> None:
+    lines = []
+    if any(r.extrapolated for r in rows):
+        srcs = sorted({r.tau_source for r in rows if r.extrapolated})
+        lines.append(f"{EXTRAPOLATED_MARK} tau extrapolated from another gamma assuming i.i.d. acceptance "
+                     f"({', '.join(srcs)})")
+    if any(_marks(r)[1] for r in rows):
+        lines.append(f"{ASSUMED_MARK} speedup rests on an assumption stated below")
+    lines += [f"note: {n}" for n in notes]
+    lines += [f"note: {m}" for m in dict.fromkeys(e2e_missing)]
+    if all(r.tokens_per_s is None for r in rows):
+        lines.append("tok/s needs absolute Tp (ms); this profile has none")
+    if lines:
+        print("\n" + "\n".join(lines))
+
+
+def run_sweep(args) -> int:
+    gammas = parse_int_list(args.gamma, name="--gamma")
+    profile = load_profile(args.profile)
+    results = sweep(profile, gammas, methods=args.method, scenario=args.scenario, textbook=args.textbook,
+                    context_tokens=args.context_tokens)
+    if args.json:
+        print(json.dumps([r.to_json() for r in results], indent=1))
+        return 0
+    print(_header(profile))
+    print("speedup per gamma" + ("  (textbook: v = 1, i.i.d. alpha)" if args.textbook else ""))
+    notes: dict[str, None] = {}
+    all_rows = []
+    for (scenario, images), group in groupby(results, key=lambda r: (r.scenario, r.images_per_prompt)):
+        table = []
+        for res in group:
+            cells = []
+            for p in res.predictions:
+                all_rows.append(p)
+                tau_mark, sp_mark = _marks(p)
+                cells.append("n/a" if p.speedup is None else fmt(p.speedup, 2) + tau_mark + sp_mark)
+                if p.note:
+                    notes[p.note] = None
+            best = res.best
+            table.append([res.method, *cells, "n/a" if best is None else str(best.gamma),
+                          "n/a" if best is None else fmt(best.speedup, 2)])
+        print(f"\nscenario {scenario} ({images} image{'s' if images != 1 else ''})")
+        print(format_table(["method", *[f"g={g}" for g in gammas], "best g", "best"], table))
+    _print_notes(all_rows, notes)
+    return 0
+
+
+def run_profiles(args) -> int:
+    items = []
+    for name, path in shipped_profiles().items():
+        try:
+            prof = load_profile(str(path))
+        except SpecsimError as err:
+            print(f"specsim: warning: shipped profile {name} does not load: {err}", file=sys.stderr)
+            continue
+        methods = list(dict.fromkeys(a.method for a in prof.acceptance))
+        scenarios = list(dict.fromkeys(a.scenario for a in prof.acceptance))
+        items.append({"name": name, "source": prof.provenance.source, "device": prof.provenance.device,
+                      "target": prof.provenance.target, "draft": prof.provenance.draft,
+                      "methods": methods, "scenarios": scenarios, "path": str(path),
+                      "default": name == DEFAULT_PROFILE})
+    if args.json:
+        print(json.dumps(items, indent=1))
+        return 0
+    for it in items:
+        src = it["source"] if it["source"] == "measured" else "published"
+        extra = f"{len(it['methods'])} methods x {len(it['scenarios'])} scenarios" if it["methods"] else "latency only"
+        print(f"{it['name']}{' (default)' if it['default'] else ''}: {it['target']} / {it['draft']}; "
+              f"{src}; {it['device']}; {extra}")
+    return 0

@@ -1,0 +1,161 @@
+"""Devices for the roofline model: one JSON file per device, every number with its source.
+
+A device file holds memory bandwidth (bytes/s), dense BF16/FP16 peak FLOP/s (FP32 for CPUs), memory
+size (bytes) and an optional price per hour the user fills in. Each number is an object
+``{"value": ..., "source": "..."}`` so the datasheet (or measurement) behind it travels with it.
+The shipped catalog is ``specsim/hardware/catalog/*.json``; users pass their own files by path.
+The ``cpu`` entry has no numbers: they are measured on this machine when it is loaded.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from specsim.errors import SpecsimError
+
+SCHEMA_VERSION = 1
+CATALOG_DIR = Path(__file__).parent / "catalog"
+_NUMBERS = ("memory_bandwidth_bytes_per_s", "peak_flops_per_s", "memory_bytes")
+_KEYS = {"schema_version", "name", "display_name", "vendor", "kind", "measure", "price_per_hour_usd",
+         "notes", *_NUMBERS}
+_DTYPES = ("bf16", "fp16", "fp32", "fp8")
+
+
+@dataclass(frozen=True)
+class Device:
+    """One accelerator or CPU: bandwidth (bytes/s), dense peak FLOP/s, memory (bytes), sources."""
+
+    name: str
+    display_name: str
+    kind: str  # "gpu" | "cpu"
+    memory_bandwidth_bytes_per_s: float
+    peak_flops_per_s: float
+    memory_bytes: float
+    sources: dict[str, str] = field(default_factory=dict)  # field name -> where the number comes from
+    peak_flops_dtype: str = "bf16"
+    vendor: str = ""
+    price_per_hour_usd: float | None = None
+    notes: str = ""
+    schema_version: int = SCHEMA_VERSION
+
+    @property
+    def ridge_flops_per_byte(self) -> float:
+        """Arithmetic intensity (FLOP/byte) where compute and memory time are equal at peak."""
+        return self.peak_flops_per_s / self.memory_bandwidth_bytes_per_s
+
+    def to_json(self) -> dict:
+        out: dict[str, Any] = {"schema_version": self.schema_version, "name": self.name,
+                               "display_name": self.display_name, "vendor": self.vendor, "kind": self.kind}
+        for key in _NUMBERS:
+            out[key] = {"value": getattr(self, key), "source": self.sources.get(key, "")}
+        out["peak_flops_per_s"]["dtype"] = self.peak_flops_dtype
+        out["price_per_hour_usd"] = self.price_per_hour_usd
+        if self.notes:
+            out["notes"] = self.notes
+        return out
+
+    @classmethod
+    def from_json(cls, d: Any, where: str = "device") -> Device:
+        """Validate a device dict; every error names the field and the bad value."""
+        if not isinstance(d, dict):
+            raise SpecsimError(f"{where}: expected a JSON object, got {type(d).__name__}")
+        unknown = sorted(set(d) - _KEYS)
+        if unknown:
+            raise SpecsimError(f"{where}: unknown field {unknown[0]!r} (expected one of {sorted(_KEYS)})")
+        version = d.get("schema_version")
+        if version != SCHEMA_VERSION:
+            raise SpecsimError(f"{where}.schema_version: expected {SCHEMA_VERSION}, got {version!r}")
+        name = _text(d, "name", where)
+        kind = d.get("kind", "gpu")
+        if kind not in ("gpu", "cpu"):
+            raise SpecsimError(f"{where}.kind: expected 'gpu' or 'cpu', got {kind!r}")
+        values, sources = {}, {}
+        for key in _NUMBERS:
+            values[key], sources[key] = _quantity(d, key, where)
+        dtype = d["peak_flops_per_s"].get("dtype", "bf16")
+        if dtype not in _DTYPES:
+            raise SpecsimError(f"{where}.peak_flops_per_s.dtype: expected one of {list(_DTYPES)}, got {dtype!r}")
+        price = d.get("price_per_hour_usd")
+        if price is not None and (isinstance(price, bool) or not isinstance(price, (int, float)) or price < 0):
+            raise SpecsimError(f"{where}.price_per_hour_usd: expected null or a number >= 0, got {price!r}")
+        return cls(name=name, display_name=d.get("display_name") or name, kind=kind, sources=sources,
+                   peak_flops_dtype=dtype, vendor=str(d.get("vendor", "")),
+                   price_per_hour_usd=None if price is None else float(price),
+                   notes=str(d.get("notes", "")), **values)
+
+    def with_price(self, price_per_hour_usd: float | None) -> Device:
+        """A copy with the user's price per hour (USD); specsim never invents prices."""
+        return replace(self, price_per_hour_usd=price_per_hour_usd)
+
+
+def _text(d: dict, key: str, where: str) -> str:
+    value = d.get(key)
+    if not isinstance(value, str) or not value.strip():
+        raise SpecsimError(f"{where}.{key}: expected a non-empty string, got {value!r}")
+    return value
+
+
+def _quantity(d: dict, key: str, where: str) -> tuple[float, str]:
+    q = d.get(key)
+    if not isinstance(q, dict):
+        raise SpecsimError(f"{where}.{key}: expected {{\"value\": number, \"source\": \"...\"}}, got {q!r}")
+    value, source = q.get("value"), q.get("source")
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0 or value == float("inf"):
+        raise SpecsimError(f"{where}.{key}.value: expected a finite number > 0, got {value!r}")
+    if not isinstance(source, str) or not source.strip():
+        raise SpecsimError(f"{where}.{key}.source: expected the datasheet or measurement this number comes "
+                           f"from, got {source!r}")
+    return float(value), source
+
+
+def catalog_names() -> list[str]:
+    """Names of the shipped devices (file stems), ``cpu`` included."""
+    return sorted(p.stem for p in CATALOG_DIR.glob("*.json"))
+
+
+def _read(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except OSError as err:
+        raise SpecsimError(f"cannot read device file {str(path)!r}: {err.strerror}") from None
+    except json.JSONDecodeError as err:
+        raise SpecsimError(f"device file {str(path)!r} is not valid JSON (line {err.lineno}, column "
+                           f"{err.colno}: {err.msg})") from None
+
+
+def load_device(name_or_path: str) -> Device:
+    """A catalog name (``h100-sxm``, ``cpu``) or a path to a user device JSON file."""
+    path = CATALOG_DIR / f"{name_or_path}.json"
+    if not path.is_file():
+        path = Path(name_or_path)
+        if not (path.suffix == ".json" or os.sep in name_or_path or path.exists()):
+            raise SpecsimError(f"unknown device {name_or_path!r} (expected a path to a .json file or one of: "
+                               f"{', '.join(catalog_names())})")
+        if not path.is_file():
+            raise SpecsimError(f"device file {name_or_path!r} does not exist")
+    data = _read(path)
+    if isinstance(data, dict) and data.get("measure") is True:
+        from specsim.hardware.cpu import measured_cpu_device
+
+        return measured_cpu_device()
+    try:
+        return Device.from_json(data)
+    except SpecsimError as err:
+        raise SpecsimError(f"device file {path.name}: {err}") from None
+
+
+def load_devices(names_or_paths: list[str] | None = None, *, include_cpu: bool = True) -> list[Device]:
+    """Load several devices; None means the whole catalog (the measured CPU only if ``include_cpu``)."""
+    if not names_or_paths:
+        names_or_paths = [n for n in catalog_names() if include_cpu or n != "cpu"]
+    devices = [load_device(n) for n in names_or_paths]
+    seen: set[str] = set()
+    for dev in devices:
+        if dev.name in seen:
+            raise SpecsimError(f"device {dev.name!r} given twice")
+        seen.add(dev.name)
+    return devices

@@ -1,0 +1,575 @@
+"""The profile: the versioned JSON contract between ``calibrate`` (writes) and ``specsim`` (reads).
+
+A profile holds provenance, latency tables (ms), acceptance per drafting method and scenario, and
+the results of ``specsim check``. Every dataclass here is frozen and has ``to_json``/``from_json``;
+``from_json`` validates every field and raises :class:`SpecsimError` naming the field and the bad
+value. :func:`save_profile` writes atomically (temp file + rename).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from specsim.errors import SpecsimError
+
+SCHEMA_VERSION = 1
+
+
+# --------------------------------------------------------------------------- validation helpers
+def _req(d: dict, key: str, where: str) -> Any:
+    if not isinstance(d, dict):
+        raise SpecsimError(f"{where}: expected an object, got {_show(d)}")
+    if key not in d:
+        raise SpecsimError(f"{where}.{key}: missing")
+    return d[key]
+
+
+def _show(value: Any) -> str:
+    text = json.dumps(value) if not isinstance(value, str) else repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _num(value: Any, where: str, *, lo: float | None = None, hi: float | None = None,
+         lo_open: bool = False) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise SpecsimError(f"{where}: expected a finite number, got {_show(value)}")
+    if lo is not None and (value < lo or (lo_open and value == lo)):
+        raise SpecsimError(f"{where}: expected {'>' if lo_open else '>='} {lo}, got {_show(value)}")
+    if hi is not None and value > hi:
+        raise SpecsimError(f"{where}: expected <= {hi}, got {_show(value)}")
+    return float(value)
+
+
+def _int(value: Any, where: str, *, lo: int | None = None) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise SpecsimError(f"{where}: expected an integer, got {_show(value)}")
+    if lo is not None and value < lo:
+        raise SpecsimError(f"{where}: expected an integer >= {lo}, got {_show(value)}")
+    return value
+
+
+def _str(value: Any, where: str, *, allow_empty: bool = False) -> str:
+    if not isinstance(value, str) or (not allow_empty and not value.strip()):
+        raise SpecsimError(f"{where}: expected a non-empty string, got {_show(value)}")
+    return value
+
+
+def _list(value: Any, where: str, *, nonempty: bool = True) -> list:
+    if not isinstance(value, list) or (nonempty and not value):
+        raise SpecsimError(f"{where}: expected a {'non-empty ' if nonempty else ''}list, got {_show(value)}")
+    return value
+
+
+def _opt(d: dict, key: str, parse, where: str):
+    value = d.get(key)
+    return None if value is None else parse(value, f"{where}.{key}")
+
+
+def _check_keys(d: dict, allowed: set[str], where: str) -> None:
+    unknown = sorted(set(d) - allowed)
+    if unknown:
+        raise SpecsimError(f"{where}: unknown field {unknown[0]!r} (expected one of {sorted(allowed)})")
+
+
+def _drop_none(d: dict) -> dict:
+    return {k: v for k, v in d.items() if v is not None}
+
+
+# --------------------------------------------------------------------------- provenance
+@dataclass(frozen=True)
+class Provenance:
+    """Where a profile's numbers come from; ``source`` is ``measured`` or ``published: <citation>``."""
+
+    target: str
+    draft: str
+    device: str
+    dtype: str
+    date: str
+    source: str
+    software: dict[str, str] = field(default_factory=dict)
+    weights: str = "real"  # "real" | "random" (architecture-only latency) | "n/a" (published)
+    threads: int | None = None
+    notes: str = ""
+
+    def to_json(self) -> dict:
+        return _drop_none({
+            "target": self.target, "draft": self.draft, "device": self.device, "dtype": self.dtype,
+            "date": self.date, "source": self.source, "software": dict(self.software),
+            "weights": self.weights, "threads": self.threads, "notes": self.notes,
+        })
+
+    @classmethod
+    def from_json(cls, d: dict, where: str = "provenance") -> Provenance:
+        _check_keys(d if isinstance(d, dict) else {}, {"target", "draft", "device", "dtype", "date", "source",
+                                                       "software", "weights", "threads", "notes"}, where)
+        source = _str(_req(d, "source", where), f"{where}.source")
+        if source != "measured" and not source.startswith("published: "):
+            raise SpecsimError(f"{where}.source: expected 'measured' or 'published: <citation>', got {source!r}")
+        software = d.get("software", {})
+        if not isinstance(software, dict) or not all(isinstance(v, str) for v in software.values()):
+            raise SpecsimError(f"{where}.software: expected an object of name -> version strings, got {_show(software)}")
+        weights = d.get("weights", "real")
+        if weights not in ("real", "random", "n/a"):
+            raise SpecsimError(f"{where}.weights: expected 'real', 'random' or 'n/a', got {_show(weights)}")
+        return cls(
+            target=_str(_req(d, "target", where), f"{where}.target"),
+            draft=_str(_req(d, "draft", where), f"{where}.draft"),
+            device=_str(_req(d, "device", where), f"{where}.device"),
+            dtype=_str(_req(d, "dtype", where), f"{where}.dtype"),
+            date=_str(_req(d, "date", where), f"{where}.date"),
+            source=source,
+            software=dict(software),
+            weights=weights,
+            threads=_opt(d, "threads", lambda v, w: _int(v, w, lo=1), where),
+            notes=_str(d.get("notes", ""), f"{where}.notes", allow_empty=True),
+        )
+
+
+# --------------------------------------------------------------------------- latency
+@dataclass(frozen=True)
+class Curve:
+    """A measured table y_ms(x): x ascending (context tokens, prompt tokens, gamma or batch size).
+
+    ``halfwidth_ms`` is the 95% confidence half-width of each median, ``n`` the repeats behind it.
+    """
+
+    x: tuple[float, ...]
+    ms: tuple[float, ...]
+    halfwidth_ms: tuple[float, ...] | None = None
+    n: tuple[int, ...] | None = None
+
+    def to_json(self) -> dict:
+        return _drop_none({
+            "x": list(self.x), "ms": list(self.ms),
+            "halfwidth_ms": None if self.halfwidth_ms is None else list(self.halfwidth_ms),
+            "n": None if self.n is None else list(self.n),
+        })
+
+    @classmethod
+    def from_json(cls, d: dict, where: str) -> Curve:
+        _check_keys(d if isinstance(d, dict) else {}, {"x", "ms", "halfwidth_ms", "n"}, where)
+        xs = [_num(v, f"{where}.x[{i}]", lo=0) for i, v in enumerate(_list(_req(d, "x", where), f"{where}.x"))]
+        ms = [_num(v, f"{where}.ms[{i}]", lo=0, lo_open=True)
+              for i, v in enumerate(_list(_req(d, "ms", where), f"{where}.ms"))]
+        if len(xs) != len(ms):
+            raise SpecsimError(f"{where}: x has {len(xs)} values but ms has {len(ms)}")
+        if any(b <= a for a, b in zip(xs, xs[1:])):
+            raise SpecsimError(f"{where}.x: expected strictly increasing values, got {_show(xs)}")
+        hw = d.get("halfwidth_ms")
+        if hw is not None:
+            hw = [_num(v, f"{where}.halfwidth_ms[{i}]", lo=0) for i, v in enumerate(_list(hw, f"{where}.halfwidth_ms"))]
+            if len(hw) != len(xs):
+                raise SpecsimError(f"{where}.halfwidth_ms: expected {len(xs)} values, got {len(hw)}")
+        n = d.get("n")
+        if n is not None:
+            n = [_int(v, f"{where}.n[{i}]", lo=1) for i, v in enumerate(_list(n, f"{where}.n"))]
+            if len(n) != len(xs):
+                raise SpecsimError(f"{where}.n: expected {len(xs)} values, got {len(n)}")
+        return cls(tuple(xs), tuple(ms), None if hw is None else tuple(hw), None if n is None else tuple(n))
+
+
+@dataclass(frozen=True)
+class BlockCost:
+    """γ·c + v at one γ, known only as a ratio (e.g. derived from a paper's speedup table)."""
+
+    gamma: int
+    gamma_c_plus_v: float
+    derivation: str
+
+    def to_json(self) -> dict:
+        return {"gamma": self.gamma, "gamma_c_plus_v": self.gamma_c_plus_v, "derivation": self.derivation}
+
+    @classmethod
+    def from_json(cls, d: dict, where: str) -> BlockCost:
+        _check_keys(d if isinstance(d, dict) else {}, {"gamma", "gamma_c_plus_v", "derivation"}, where)
+        return cls(
+            gamma=_int(_req(d, "gamma", where), f"{where}.gamma", lo=1),
+            gamma_c_plus_v=_num(_req(d, "gamma_c_plus_v", where), f"{where}.gamma_c_plus_v", lo=0, lo_open=True),
+            derivation=_str(_req(d, "derivation", where), f"{where}.derivation"),
+        )
+
+
+_CURVES = (
+    "target_decode_ms_by_context",   # Tp vs context tokens
+    "draft_decode_ms_by_context",    # Tq vs context tokens, batch 1
+    "target_verify_ms_by_gamma",     # Tv(gamma) at verify_context_tokens
+    "target_prefill_ms_by_tokens",   # target prefill vs prompt tokens
+    "draft_prefill_ms_by_tokens",    # draft prefill vs prompt tokens
+    "draft_decode_ms_by_batch",      # Tq vs batch size (ensembles), at verify_context_tokens
+)
+
+
+@dataclass(frozen=True)
+class LatencySection:
+    """Measured latencies (ms). Every table is optional: what was not measured stays ``None``."""
+
+    target_decode_ms_by_context: Curve | None = None
+    draft_decode_ms_by_context: Curve | None = None
+    target_verify_ms_by_gamma: Curve | None = None
+    target_prefill_ms_by_tokens: Curve | None = None
+    draft_prefill_ms_by_tokens: Curve | None = None
+    draft_decode_ms_by_batch: Curve | None = None
+    verify_context_tokens: int | None = None
+    vision_encoder_ms_per_image: float | None = None
+    draft_vision_encoder_ms_per_image: float | None = None
+    captioner_ms_per_image: float | None = None
+    block_cost: BlockCost | None = None
+    provenance: Provenance | None = None  # when latency was measured apart from acceptance
+
+    def to_json(self) -> dict:
+        out: dict[str, Any] = {}
+        for name in _CURVES:
+            curve = getattr(self, name)
+            if curve is not None:
+                out[name] = curve.to_json()
+        for name in ("verify_context_tokens", "vision_encoder_ms_per_image",
+                     "draft_vision_encoder_ms_per_image", "captioner_ms_per_image"):
+            if getattr(self, name) is not None:
+                out[name] = getattr(self, name)
+        if self.block_cost is not None:
+            out["block_cost"] = self.block_cost.to_json()
+        if self.provenance is not None:
+            out["provenance"] = self.provenance.to_json()
+        return out
+
+    @classmethod
+    def from_json(cls, d: dict, where: str = "latency") -> LatencySection:
+        allowed = set(_CURVES) | {"verify_context_tokens", "vision_encoder_ms_per_image",
+                                  "draft_vision_encoder_ms_per_image", "captioner_ms_per_image",
+                                  "block_cost", "provenance"}
+        if not isinstance(d, dict):
+            raise SpecsimError(f"{where}: expected an object, got {_show(d)}")
+        _check_keys(d, allowed, where)
+        kwargs: dict[str, Any] = {name: _opt(d, name, Curve.from_json, where) for name in _CURVES}
+        gammas = kwargs["target_verify_ms_by_gamma"]
+        if gammas is not None:
+            for i, g in enumerate(gammas.x):
+                if g != int(g) or g < 1:
+                    raise SpecsimError(f"{where}.target_verify_ms_by_gamma.x[{i}]: expected an integer gamma >= 1, got {g}")
+        kwargs["verify_context_tokens"] = _opt(d, "verify_context_tokens", lambda v, w: _int(v, w, lo=1), where)
+        for name in ("vision_encoder_ms_per_image", "draft_vision_encoder_ms_per_image", "captioner_ms_per_image"):
+            kwargs[name] = _opt(d, name, lambda v, w: _num(v, w, lo=0), where)
+        kwargs["block_cost"] = _opt(d, "block_cost", BlockCost.from_json, where)
+        kwargs["provenance"] = _opt(d, "provenance", Provenance.from_json, where)
+        return cls(**kwargs)
+
+
+# --------------------------------------------------------------------------- acceptance
+@dataclass(frozen=True)
+class Trace:
+    """One prompt's teacher-forced acceptance trace over the target's own output.
+
+    ``match[t]`` is 1 when the draft's argmax at position t equals the target's token (greedy);
+    ``beta[t]`` = Σ_x min(p_t(x), q_t(x)) (sampling). Either may be absent, not both.
+    """
+
+    match: tuple[int, ...] | None = None
+    beta: tuple[float, ...] | None = None
+    prompt_id: str | None = None
+
+    def to_json(self) -> dict:
+        return _drop_none({
+            "prompt_id": self.prompt_id,
+            "match": None if self.match is None else list(self.match),
+            "beta": None if self.beta is None else list(self.beta),
+        })
+
+    @classmethod
+    def from_json(cls, d: dict, where: str) -> Trace:
+        _check_keys(d if isinstance(d, dict) else {}, {"match", "beta", "prompt_id"}, where)
+        match = d.get("match")
+        beta = d.get("beta")
+        if match is None and beta is None:
+            raise SpecsimError(f"{where}: expected 'match' and/or 'beta', got neither")
+        if match is not None:
+            match = _list(match, f"{where}.match", nonempty=False)
+            for i, m in enumerate(match):
+                if m not in (0, 1) or isinstance(m, float):
+                    raise SpecsimError(f"{where}.match[{i}]: expected 0 or 1, got {_show(m)}")
+        if beta is not None:
+            beta = [_num(b, f"{where}.beta[{i}]", lo=0, hi=1 + 1e-9)
+                    for i, b in enumerate(_list(beta, f"{where}.beta", nonempty=False))]
+        if match is not None and beta is not None and len(match) != len(beta):
+            raise SpecsimError(f"{where}: match has {len(match)} positions but beta has {len(beta)}")
+        return cls(
+            match=None if match is None else tuple(int(m) for m in match),
+            beta=None if beta is None else tuple(min(b, 1.0) for b in beta),
+            prompt_id=_opt(d, "prompt_id", _str, where),
+        )
+
+
+@dataclass(frozen=True)
+class MethodAcceptance:
+    """Acceptance of one drafting method in one scenario (task, images per prompt).
+
+    ``gamma`` is the γ τ was measured at (``None`` when τ is not given but traces are);
+    ``accepted_histogram[k]`` counts blocks that accepted exactly k drafts (length γ+1).
+    The cost fields say what the method pays: draft batch size (ensemble members), draft and target
+    prompt tokens (set-up prefill), and whether it runs the draft's vision encoder or a captioner.
+    """
+
+    method: str
+    scenario: str
+    images_per_prompt: int
+    task: str = ""
+    gamma: int | None = None
+    tau: float | None = None
+    accepted_histogram: tuple[int, ...] | None = None
+    traces: tuple[Trace, ...] = ()
+    draft_batch_size: int = 1
+    draft_prompt_tokens: float | None = None
+    target_prompt_tokens: float | None = None
+    uses_draft_vision: bool = False
+    captions_per_prompt: int = 0
+    weights: tuple[float, ...] | None = None  # ensemble member weights, if an ensemble
+    notes: str = ""
+
+    def to_json(self) -> dict:
+        return _drop_none({
+            "method": self.method, "scenario": self.scenario, "images_per_prompt": self.images_per_prompt,
+            "task": self.task or None, "gamma": self.gamma, "tau": self.tau,
+            "accepted_histogram": None if self.accepted_histogram is None else list(self.accepted_histogram),
+            "traces": [t.to_json() for t in self.traces] or None,
+            "draft_batch_size": self.draft_batch_size,
+            "draft_prompt_tokens": self.draft_prompt_tokens,
+            "target_prompt_tokens": self.target_prompt_tokens,
+            "uses_draft_vision": self.uses_draft_vision or None,
+            "captions_per_prompt": self.captions_per_prompt or None,
+            "weights": None if self.weights is None else list(self.weights),
+            "notes": self.notes or None,
+        })
+
+    @classmethod
+    def from_json(cls, d: dict, where: str) -> MethodAcceptance:
+        allowed = {"method", "scenario", "images_per_prompt", "task", "gamma", "tau", "accepted_histogram",
+                   "traces", "draft_batch_size", "draft_prompt_tokens", "target_prompt_tokens",
+                   "uses_draft_vision", "captions_per_prompt", "weights", "notes"}
+        if not isinstance(d, dict):
+            raise SpecsimError(f"{where}: expected an object, got {_show(d)}")
+        _check_keys(d, allowed, where)
+        gamma = _opt(d, "gamma", lambda v, w: _int(v, w, lo=1), where)
+        tau = _opt(d, "tau", lambda v, w: _num(v, w, lo=1), where)
+        if tau is not None:
+            if gamma is None:
+                raise SpecsimError(f"{where}.gamma: missing (tau={tau} needs the gamma it was measured at)")
+            if tau > gamma + 1 + 1e-9:
+                raise SpecsimError(f"{where}.tau: expected 1 <= tau <= gamma+1 = {gamma + 1}, got {tau}")
+        hist = d.get("accepted_histogram")
+        if hist is not None:
+            hist = [_int(v, f"{where}.accepted_histogram[{i}]", lo=0)
+                    for i, v in enumerate(_list(hist, f"{where}.accepted_histogram"))]
+            if gamma is None or len(hist) != gamma + 1:
+                raise SpecsimError(f"{where}.accepted_histogram: expected gamma+1 = "
+                                   f"{None if gamma is None else gamma + 1} counts, got {len(hist)}")
+            if sum(hist) == 0:
+                raise SpecsimError(f"{where}.accepted_histogram: expected at least one block, got all zeros")
+        traces = tuple(Trace.from_json(t, f"{where}.traces[{i}]")
+                       for i, t in enumerate(_list(d.get("traces", []), f"{where}.traces", nonempty=False)))
+        if tau is None and hist is None and not traces:
+            raise SpecsimError(f"{where}: expected tau, accepted_histogram or traces, got none")
+        weights = d.get("weights")
+        if weights is not None:
+            weights = tuple(_num(w, f"{where}.weights[{i}]", lo=0) for i, w in enumerate(_list(weights, f"{where}.weights")))
+        uses_vision = d.get("uses_draft_vision", False)
+        if not isinstance(uses_vision, bool):
+            raise SpecsimError(f"{where}.uses_draft_vision: expected true or false, got {_show(uses_vision)}")
+        return cls(
+            method=_str(_req(d, "method", where), f"{where}.method"),
+            scenario=_str(_req(d, "scenario", where), f"{where}.scenario"),
+            images_per_prompt=_int(_req(d, "images_per_prompt", where), f"{where}.images_per_prompt", lo=0),
+            task=_str(d.get("task", ""), f"{where}.task", allow_empty=True),
+            gamma=gamma, tau=tau,
+            accepted_histogram=None if hist is None else tuple(hist),
+            traces=traces,
+            draft_batch_size=_int(d.get("draft_batch_size", 1), f"{where}.draft_batch_size", lo=1),
+            draft_prompt_tokens=_opt(d, "draft_prompt_tokens", lambda v, w: _num(v, w, lo=0), where),
+            target_prompt_tokens=_opt(d, "target_prompt_tokens", lambda v, w: _num(v, w, lo=0), where),
+            uses_draft_vision=uses_vision,
+            captions_per_prompt=_int(d.get("captions_per_prompt", 0), f"{where}.captions_per_prompt", lo=0),
+            weights=weights,
+            notes=_str(d.get("notes", ""), f"{where}.notes", allow_empty=True),
+        )
+
+
+# --------------------------------------------------------------------------- checks
+@dataclass(frozen=True)
+class CheckRow:
+    """One ``specsim check`` result: predicted vs measured at one γ for one method and scenario."""
+
+    method: str
+    scenario: str
+    gamma: int
+    tau_predicted: float
+    tau_measured: float
+    speedup_predicted: float
+    speedup_measured: float
+    speedup_textbook: float | None = None
+    target_ms_per_token: float | None = None
+    sd_ms_per_token: float | None = None
+    prompts: int | None = None
+    new_tokens: int | None = None
+    notes: str = ""
+
+    def to_json(self) -> dict:
+        return _drop_none({k: getattr(self, k) for k in self.__dataclass_fields__} | {"notes": self.notes or None})
+
+    @classmethod
+    def from_json(cls, d: dict, where: str) -> CheckRow:
+        if not isinstance(d, dict):
+            raise SpecsimError(f"{where}: expected an object, got {_show(d)}")
+        _check_keys(d, set(cls.__dataclass_fields__), where)
+        pos = lambda v, w: _num(v, w, lo=0)  # noqa: E731
+        return cls(
+            method=_str(_req(d, "method", where), f"{where}.method"),
+            scenario=_str(_req(d, "scenario", where), f"{where}.scenario"),
+            gamma=_int(_req(d, "gamma", where), f"{where}.gamma", lo=1),
+            tau_predicted=_num(_req(d, "tau_predicted", where), f"{where}.tau_predicted", lo=1),
+            tau_measured=_num(_req(d, "tau_measured", where), f"{where}.tau_measured", lo=1),
+            speedup_predicted=pos(_req(d, "speedup_predicted", where), f"{where}.speedup_predicted"),
+            speedup_measured=pos(_req(d, "speedup_measured", where), f"{where}.speedup_measured"),
+            speedup_textbook=_opt(d, "speedup_textbook", pos, where),
+            target_ms_per_token=_opt(d, "target_ms_per_token", pos, where),
+            sd_ms_per_token=_opt(d, "sd_ms_per_token", pos, where),
+            prompts=_opt(d, "prompts", lambda v, w: _int(v, w, lo=1), where),
+            new_tokens=_opt(d, "new_tokens", lambda v, w: _int(v, w, lo=1), where),
+            notes=_str(d.get("notes", ""), f"{where}.notes", allow_empty=True),
+        )
+
+
+# --------------------------------------------------------------------------- profile
+@dataclass(frozen=True)
+class Profile:
+    """A whole profile: provenance, latency, acceptance entries and check results."""
+
+    provenance: Provenance
+    latency: LatencySection = field(default_factory=LatencySection)
+    acceptance: tuple[MethodAcceptance, ...] = ()
+    checks: tuple[CheckRow, ...] = ()
+    name: str = ""
+    description: str = ""
+    schema_version: int = SCHEMA_VERSION
+
+    def to_json(self) -> dict:
+        return {
+            "schema_version": self.schema_version,
+            "name": self.name,
+            "description": self.description,
+            "provenance": self.provenance.to_json(),
+            "latency": self.latency.to_json(),
+            "acceptance": [a.to_json() for a in self.acceptance],
+            "checks": [c.to_json() for c in self.checks],
+        }
+
+    @classmethod
+    def from_json(cls, d: dict) -> Profile:
+        if not isinstance(d, dict):
+            raise SpecsimError(f"profile: expected a JSON object, got {_show(d)}")
+        _check_keys(d, {"schema_version", "name", "description", "provenance", "latency", "acceptance", "checks"},
+                    "profile")
+        version = _req(d, "schema_version", "profile")
+        if version != SCHEMA_VERSION:
+            raise SpecsimError(f"profile.schema_version: expected {SCHEMA_VERSION}, got {_show(version)}")
+        acceptance = tuple(MethodAcceptance.from_json(a, f"acceptance[{i}]")
+                           for i, a in enumerate(_list(d.get("acceptance", []), "acceptance", nonempty=False)))
+        seen: set[tuple[str, str]] = set()
+        for i, a in enumerate(acceptance):
+            if (a.method, a.scenario) in seen:
+                raise SpecsimError(f"acceptance[{i}]: duplicate entry for method {a.method!r} in scenario {a.scenario!r}")
+            seen.add((a.method, a.scenario))
+        return cls(
+            provenance=Provenance.from_json(_req(d, "provenance", "profile")),
+            latency=LatencySection.from_json(d.get("latency", {})),
+            acceptance=acceptance,
+            checks=tuple(CheckRow.from_json(c, f"checks[{i}]")
+                         for i, c in enumerate(_list(d.get("checks", []), "checks", nonempty=False))),
+            name=_str(d.get("name", ""), "profile.name", allow_empty=True),
+            description=_str(d.get("description", ""), "profile.description", allow_empty=True),
+        )
+
+    def with_acceptance(self, entries: tuple[MethodAcceptance, ...] | list[MethodAcceptance]) -> Profile:
+        """A copy where ``entries`` replace any existing entry of the same (method, scenario)."""
+        keys = {(e.method, e.scenario) for e in entries}
+        kept = tuple(a for a in self.acceptance if (a.method, a.scenario) not in keys)
+        return replace(self, acceptance=kept + tuple(entries))
+
+    def with_checks(self, rows: tuple[CheckRow, ...] | list[CheckRow]) -> Profile:
+        """A copy where ``rows`` replace existing rows of the same (method, scenario, gamma)."""
+        keys = {(r.method, r.scenario, r.gamma) for r in rows}
+        kept = tuple(c for c in self.checks if (c.method, c.scenario, c.gamma) not in keys)
+        return replace(self, checks=kept + tuple(rows))
+
+
+# --------------------------------------------------------------------------- files
+PROFILES_DIR = Path(__file__).parent / "profiles"
+
+
+def write_json_atomic(path: str | os.PathLike, data: Any) -> Path:
+    """Write ``data`` as JSON to ``path`` via a temp file in the same folder and a rename."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            json.dump(data, fh, indent=1)
+            fh.write("\n")
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def save_profile(profile: Profile, path: str | os.PathLike) -> Path:
+    """Validate by round trip, then write atomically."""
+    data = profile.to_json()
+    Profile.from_json(json.loads(json.dumps(data)))
+    return write_json_atomic(path, data)
+
+
+def shipped_profiles() -> dict[str, Path]:
+    """Name (file stem) -> path of every profile shipped inside the package."""
+    return {p.stem: p for p in sorted(PROFILES_DIR.rglob("*.json"))}
+
+
+DEFAULT_PROFILE = "ibed-llava1.5-7b-68m"
+
+
+def resolve_profile_path(name_or_path: str) -> Path:
+    """A shipped profile name, or a path to a JSON file."""
+    shipped = shipped_profiles()
+    if name_or_path in shipped:
+        return shipped[name_or_path]
+    path = Path(name_or_path)
+    if path.suffix == ".json" or path.exists() or os.sep in name_or_path:
+        if not path.is_file():
+            raise SpecsimError(f"profile file {name_or_path!r} does not exist")
+        return path
+    raise SpecsimError(f"unknown profile {name_or_path!r} (expected a path to a .json file or one of: "
+                       f"{', '.join(shipped) or 'none shipped'})")
+
+
+def load_profile(name_or_path: str = DEFAULT_PROFILE) -> Profile:
+    """Load and validate a profile by shipped name or path."""
+    path = resolve_profile_path(name_or_path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as err:
+        raise SpecsimError(f"cannot read profile {str(path)!r}: {err.strerror}") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise SpecsimError(f"profile {str(path)!r} is not valid JSON (line {err.lineno}, column {err.colno}: "
+                           f"{err.msg}); truncated or malformed file?") from None
+    try:
+        profile = Profile.from_json(data)
+    except SpecsimError as err:
+        raise SpecsimError(f"profile {path.name}: {err}") from None
+    if not profile.name:
+        profile = replace(profile, name=path.stem)
+    return profile
