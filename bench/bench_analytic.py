@@ -1,0 +1,56 @@
+"""Benchmark: evaluations per second of the vectorised analytic core (goal >= 1e7/s).
+
+Run: python bench/bench_analytic.py [--points 1000000] [--repeats 5]
+Prints the median over repeats; no assertion (timings belong here, not in tests).
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import numpy as np
+
+from specsim.theory import optimal_gamma, speedup, tau_iid
+
+
+def _median_s(fn, repeats: int) -> float:
+    fn()  # warm-up
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return float(np.median(times))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--points", type=int, default=1_000_000)
+    ap.add_argument("--repeats", type=int, default=5)
+    args = ap.parse_args()
+    rng = np.random.default_rng(0)
+    n = args.points
+    gamma = rng.integers(1, 17, n)
+    alpha = rng.random(n)
+    c = rng.uniform(0.005, 0.5, n)
+    v = 1.0 + 0.05 * gamma
+
+    def full():
+        return speedup(tau_iid(alpha, gamma), gamma, c, v)
+
+    s = _median_s(full, args.repeats)
+    print(f"speedup(tau_iid(alpha, gamma), gamma, c, v) over {n:,} (gamma, alpha, c) points: "
+          f"{s * 1e3:.1f} ms -> {n / s:,.0f} evaluations/s")
+
+    side = int(np.sqrt(n / 16))
+    a_grid = np.linspace(0.01, 0.99, side)[None, :]
+    c_grid = np.geomspace(0.005, 0.5, side)[:, None]
+    s_opt = _median_s(lambda: optimal_gamma(a_grid, c_grid, gamma_max=16), args.repeats)
+    evals = side * side * 16
+    print(f"optimal_gamma over a {side}x{side} (alpha, c) grid, gamma 1..16: {s_opt * 1e3:.1f} ms -> "
+          f"{evals / s_opt:,.0f} speedup evaluations/s, {side * side / s_opt:,.0f} grid points/s")
+
+
+if __name__ == "__main__":
+    main()

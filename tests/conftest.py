@@ -1,0 +1,43 @@
+"""Shared fixtures: small synthetic profiles built from the dataclasses."""
+
+import pytest
+
+from specsim.profile import Curve, LatencySection, MethodAcceptance, Profile, Provenance
+
+
+def make_profile(**overrides) -> Profile:
+    """A measured-looking profile: Tp=10 ms, Tq=1 ms, Tv(γ)=10+2γ ms, two methods, one scenario."""
+    latency = LatencySection(
+        target_decode_ms_by_context=Curve((128.0, 1024.0), (10.0, 12.0)),
+        draft_decode_ms_by_context=Curve((128.0, 1024.0), (1.0, 1.2)),
+        target_verify_ms_by_gamma=Curve(tuple(float(g) for g in range(1, 9)),
+                                        tuple(10.0 + 2.0 * g for g in range(1, 9))),
+        verify_context_tokens=128,
+        target_prefill_ms_by_tokens=Curve((16.0, 1024.0), (20.0, 400.0)),
+        draft_prefill_ms_by_tokens=Curve((16.0, 1024.0), (2.0, 40.0)),
+        draft_decode_ms_by_batch=Curve((1.0, 2.0, 4.0), (1.0, 1.1, 1.3)),
+        vision_encoder_ms_per_image=30.0,
+        draft_vision_encoder_ms_per_image=30.0,
+        captioner_ms_per_image=15.0,
+    )
+    kwargs = dict(
+        name="synthetic",
+        provenance=Provenance(target="t", draft="d", device="test", dtype="float32", date="2026-01-01",
+                              source="measured", software={"numpy": "x"}, weights="random", threads=2),
+        latency=latency,
+        acceptance=(
+            MethodAcceptance(method="M", scenario="one", images_per_prompt=1, gamma=4, tau=2.5,
+                             accepted_histogram=(2, 1, 1, 0, 1), target_prompt_tokens=600,
+                             draft_prompt_tokens=600, uses_draft_vision=True),
+            MethodAcceptance(method="MT", scenario="one", images_per_prompt=1, gamma=4, tau=2.8,
+                             draft_batch_size=2, weights=(1.0, 1.0), target_prompt_tokens=600,
+                             draft_prompt_tokens=600, uses_draft_vision=True, captions_per_prompt=0),
+        ),
+    )
+    kwargs.update(overrides)
+    return Profile(**kwargs)
+
+
+@pytest.fixture
+def profile() -> Profile:
+    return make_profile()

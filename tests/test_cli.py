@@ -1,0 +1,95 @@
+"""The specsim CLI: outputs on the shipped profile, JSON keys, and one-line errors with exit 2."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from specsim.cli import main
+from specsim.profile import save_profile
+
+
+def run(capsys, *argv):
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_predict_table_has_every_method(capsys):
+    code, out, _ = run(capsys, "predict", "--gamma", "5")
+    assert code == 0
+    for method in ("M", "T", "C", "P", "MT", "MC", "MTC", "MTCP", "pool36", "C-BLIP2"):
+        assert f"\n  {method} " in out
+    assert "scenario ChartQA (1 image)" in out and "scenario VIST (5 images)" in out
+    assert "1.71" in out  # Table 1b, M on ChartQA
+
+
+def test_predict_json_keys(capsys):
+    code, out, _ = run(capsys, "predict", "--gamma", "5", "--json", "--method", "M", "--scenario", "5img")
+    rows = json.loads(out)
+    assert code == 0 and {r["scenario"] for r in rows} == {"PororoSV", "VIST"}
+    for key in ("method", "scenario", "gamma", "tau", "speedup", "extrapolated"):
+        assert key in rows[0]
+    assert rows[0]["speedup"] == pytest.approx(0.91, abs=0.01)
+
+
+def test_predict_other_gamma_marks_extrapolation(capsys):
+    code, out, _ = run(capsys, "predict", "--gamma", "3", "--method", "T", "--scenario", "Spot")
+    assert code == 0 and "*" in out and "n/a" in out and "Tv(gamma) unknown" in out
+
+
+def test_sweep_json(capsys, tmp_path, profile):
+    path = save_profile(profile, tmp_path / "p.json")
+    code, out, _ = run(capsys, "sweep", "--gamma", "1-8", "--profile", str(path), "--json")
+    rows = json.loads(out)
+    assert code == 0
+    assert {"method", "scenario", "best_gamma", "best_speedup"} <= set(rows[0])
+    assert 1 <= rows[0]["best_gamma"] <= 8
+
+
+def test_predict_measured_profile_with_e2e(capsys, tmp_path, profile):
+    path = save_profile(profile, tmp_path / "p.json")
+    code, out, _ = run(capsys, "predict", "--gamma", "4", "--profile", str(path), "--new-tokens", "64")
+    assert code == 0 and "e2e speedup" in out and "tok/s" in out
+
+
+def test_profiles_lists_shipped(capsys):
+    code, out, _ = run(capsys, "profiles")
+    assert code == 0 and "ibed-llava1.5-7b-68m (default)" in out
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["predict", "--gamma", "0"], "--gamma: expected an integer >= 1, got '0'"),
+    (["predict", "--gamma", "-2"], "--gamma: expected an integer >= 1, got '-2'"),
+    (["predict", "--gamma", "2.5"], "--gamma: expected an integer >= 1, got '2.5'"),
+    (["predict", "--gamma", "5", "--method", "Q"], "unknown method 'Q'"),
+    (["predict", "--gamma", "5", "--scenario", "Mars"], "unknown scenario 'Mars'"),
+    (["predict", "--gamma", "5", "--profile", "nope"], "unknown profile 'nope'"),
+    (["sweep", "--gamma", "3-1"], "--gamma: expected integers >= 1"),
+    (["predict", "--gamma", "5", "--new-tokens", "0"], "--new-tokens: expected an integer >= 1"),
+])
+def test_bad_inputs_exit_2_one_line(capsys, argv, message):
+    code, out, err = run(capsys, *argv)
+    assert code == 2
+    assert message in err
+    assert err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_malformed_and_truncated_profile_files(capsys, tmp_path, profile):
+    good = save_profile(profile, tmp_path / "p.json").read_text()
+    (tmp_path / "t.json").write_text(good[:100])
+    code, _, err = run(capsys, "predict", "--gamma", "4", "--profile", str(tmp_path / "t.json"))
+    assert code == 2 and "not valid JSON" in err
+    data = json.loads(good)
+    data["acceptance"][0]["gamma"] = "four"
+    (tmp_path / "m.json").write_text(json.dumps(data))
+    code, _, err = run(capsys, "predict", "--gamma", "4", "--profile", str(tmp_path / "m.json"))
+    assert code == 2 and "acceptance[0].gamma: expected an integer, got 'four'" in err
+
+
+def test_console_script_exit_status():
+    proc = subprocess.run([sys.executable, "-m", "specsim.cli", "predict", "--gamma", "x"],
+                          capture_output=True, text=True)
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == "specsim: error: --gamma: expected an integer >= 1, got 'x'"
