@@ -150,15 +150,11 @@ def predict_entry(profile: Profile, entry: MethodAcceptance, gamma: int, *, text
                   context_tokens=None) -> Prediction:
     """Predict one method × scenario at γ."""
     gamma = _check_gamma(gamma)
-    if textbook:
-        measured = _measured_tau(entry)
-        if measured is None:
-            tau, source = tau_with_source(entry, entry.gamma or gamma)
-            g0 = entry.gamma or gamma
-        else:
-            tau, g0 = measured, entry.gamma
-        tau = float(tau_iid(alpha_from_tau(tau, g0), gamma))
-        source = f"iid from gamma={g0}"
+    if textbook and entry.gamma is not None and entry.gamma != gamma:
+        # The textbook model carries τ from the measured γ with i.i.d. α, even when traces exist.
+        tau0, _ = tau_with_source(entry, entry.gamma)
+        tau = float(tau_iid(alpha_from_tau(tau0, entry.gamma), gamma))
+        source = f"iid from gamma={entry.gamma}"
     else:
         tau, source = tau_with_source(entry, gamma)
     cost, c, v, note = block_cost(profile.latency, gamma, context_tokens=context_tokens,
