@@ -1,0 +1,251 @@
+"""``specsim hardware``: rank devices for a target/draft pair; ``specsim calibrate cpu-device``.
+
+Numpy only at import (plug-in rule: no torch). Text tables by default, ``--json`` for machines.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from specsim.errors import SpecsimError
+from specsim.hardware.device import load_device, load_devices
+from specsim.hardware.fit import (
+    FitResult,
+    HoldoutResult,
+    fit_efficiency,
+    holdout,
+    points_from_latency,
+    short_context_split,
+)
+from specsim.hardware.model import ModelSpec, dtype_bytes, load_model_spec, load_pair
+from specsim.hardware.plan import (
+    DEFAULT_BATCHES,
+    MethodTau,
+    Plan,
+    plan_hardware,
+    ranking,
+    speedup_crossover_batch,
+)
+from specsim.hardware.roofline import Efficiency
+from specsim.profile import DEFAULT_PROFILE, Profile, load_profile, shipped_profiles, write_json_atomic
+from specsim.report import fmt, format_table, parse_int_list
+
+# The profile whose tau belongs to each preset pair, when the user names the pair but no profile.
+PAIR_PROFILES = {"llava-1.5-7b-68m": DEFAULT_PROFILE, "qwen2.5-coder-0.5b-1.5b": "qwen2.5-coder-0.5b-1.5b-cpu"}
+_DESC = ("Rank devices by predicted tokens/s and speculative-decoding speedup for a target/draft pair, using a "
+         "roofline latency model (time = max(FLOPs/(peak*eff_compute), bytes/(bandwidth*eff_memory)) + overhead) "
+         "and the profile's acceptance tau per method. speedup = tau/(gamma*c + v), c = Tq/Tp, v = Tv(gamma)/Tp, "
+         "best gamma per device; tokens/s are summed over the batch. Decode phase only.")
+
+
+def register(sub, calibrate_sub) -> None:
+    """Add ``specsim hardware`` and ``specsim calibrate cpu-device``."""
+    p = sub.add_parser("hardware", help="rank GPUs/CPUs for a target/draft pair (roofline + profile tau)",
+                       description=_DESC)
+    p.add_argument("--pair", default=None, help="preset pair: llava-1.5-7b-68m (default) or qwen2.5-coder-0.5b-1.5b")
+    p.add_argument("--target", default=None, help="target: calibrate preset name or HF config.json path")
+    p.add_argument("--draft", default=None, help="draft: calibrate preset name or HF config.json path")
+    p.add_argument("--dtype", default=None, help="weights/KV dtype for planning (default: bfloat16 or the config's)")
+    p.add_argument("--profile", default=None, help=f"profile for tau (default: the pair's, {DEFAULT_PROFILE})")
+    p.add_argument("--method", action="append", default=None, help="method code (repeatable) or 'all'; default: first")
+    p.add_argument("--scenario", default=None, help="profile scenario (default: its first)")
+    p.add_argument("--batch", action="append", default=None, help="batch sizes, e.g. 1,2,4 or 1-8 (default 1..64 x2)")
+    p.add_argument("--context", action="append", default=None, help="context tokens (default 1024,4096,8192)")
+    p.add_argument("--gamma-max", default="8", help="largest gamma tried (default 8)")
+    p.add_argument("--device", action="append", default=None, help="catalog name or device JSON (repeatable; "
+                   "default: the whole catalog incl. the measured CPU)")
+    p.add_argument("--fit-profile", default=None, help="fit efficiencies on this profile's measured latencies "
+                   "and use them on every device")
+    p.add_argument("--fit-device", default=None, help="device the fit profile was measured on (default: from "
+                   "its provenance, 'cpu' = this machine)")
+    p.add_argument("--fit-dtype", default=None, help="weights dtype of the fit profile's models (default: its "
+                   "provenance dtype, e.g. float32)")
+    p.add_argument("--validate", action="store_true", help="with --fit-profile: fit on short contexts / small "
+                   "gamma, report the error on the held-out points")
+    p.add_argument("--list-devices", action="store_true", help="list the catalog with sources and exit")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.add_argument("--plot", default=None, metavar="PNG", help="write speedup vs batch size per device")
+    p.set_defaults(func=run_hardware)
+
+    c = calibrate_sub.add_parser("cpu-device", help="measure this CPU (numpy) and write a device JSON file")
+    c.add_argument("--out", required=True, help="where to write the device JSON")
+    c.add_argument("--name", default="my-cpu", help="device name (default my-cpu)")
+    c.set_defaults(func=run_cpu_device)
+
+
+def run_cpu_device(args: argparse.Namespace) -> int:
+    from specsim.hardware.cpu import measure_cpu
+
+    dev = measure_cpu(args.name)
+    write_json_atomic(args.out, dev.to_json())
+    print(f"wrote {args.out}: {dev.memory_bandwidth_bytes_per_s / 1e9:.1f} GB/s, "
+          f"{dev.peak_flops_per_s / 1e9:.1f} GFLOP/s fp32, {dev.memory_bytes / 1e9:.1f} GB")
+    return 0
+
+
+def _ints(values: list[str] | None, default, name: str) -> list[int]:
+    if not values:
+        return list(default)
+    return sorted({x for text in values for x in parse_int_list(text, name=name)})
+
+
+def _models(args: argparse.Namespace) -> tuple[str | None, ModelSpec, ModelSpec]:
+    if args.pair and (args.target or args.draft):
+        raise SpecsimError("--pair: give either --pair or --target/--draft, not both")
+    if bool(args.target) != bool(args.draft):
+        raise SpecsimError("--target/--draft: give both (or --pair)")
+    pair = None
+    if args.target:
+        target_name, draft_name = args.target, args.draft
+    else:
+        pair = args.pair or "llava-1.5-7b-68m"
+        target_name, draft_name = load_pair(pair)
+    return pair, load_model_spec(target_name, dtype=args.dtype), load_model_spec(draft_name, dtype=args.dtype)
+
+
+def _methods(profile: Profile, args: argparse.Namespace, gamma_max: int) -> list[MethodTau]:
+    from specsim.predict import select_entries
+
+    wanted = None if not args.method or args.method == ["all"] else args.method
+    entries = select_entries(profile, wanted, args.scenario)
+    if args.scenario is None:
+        entries = [e for e in entries if e.scenario == entries[0].scenario]
+    if not args.method:
+        entries = entries[:1]
+    return [MethodTau.from_entry(e, range(1, gamma_max + 1)) for e in entries]
+
+
+def _fit_device_name(profile: Profile, given: str | None) -> str:
+    if given:
+        return given
+    device = profile.provenance.device.strip().lower()
+    if device.startswith("cpu"):
+        return "cpu"
+    from specsim.hardware.device import catalog_names
+
+    if device in catalog_names():
+        return device
+    raise SpecsimError(f"--fit-device: profile {profile.name!r} was measured on {profile.provenance.device!r}, "
+                       "which is not a catalog name; pass --fit-device NAME_OR_JSON")
+
+
+def _fit(args, target: ModelSpec, draft: ModelSpec) -> tuple[FitResult | HoldoutResult, list[str]]:
+    profile = load_profile(args.fit_profile)
+    dev = load_device(_fit_device_name(profile, args.fit_device))
+    dtype = args.fit_dtype or profile.provenance.dtype
+    try:
+        dtype_bytes(dtype)
+    except SpecsimError:
+        raise SpecsimError(f"--fit-dtype: profile {profile.name!r} has dtype {dtype!r}, which the roofline cannot "
+                           "size; pass --fit-dtype float32|bfloat16|float16|int8") from None
+    models = {"target": target.with_dtype(dtype), "draft": draft.with_dtype(dtype)}
+    points, skipped = points_from_latency(profile.latency)
+    source = f"fitted on profile {profile.name} ({len(points)} points, {dtype}) measured on {dev.name}"
+    if dev.kind == "cpu":
+        source += "; CPU overheads/efficiencies carried to GPUs are a rough guess"
+    if args.validate:
+        return holdout(points, models, dev, short_context_split(points), source=source), skipped
+    return fit_efficiency(points, models, dev, source=source), skipped
+
+
+def run_hardware(args: argparse.Namespace) -> int:
+    if args.list_devices:
+        return _list_devices(args)
+    pair, target, draft = _models(args)
+    gamma_max = parse_int_list(args.gamma_max, name="--gamma-max")[-1]
+    batches = _ints(args.batch, DEFAULT_BATCHES, "--batch")
+    contexts = _ints(args.context, (1024, 4096, 8192), "--context")
+    profile_name = args.profile or PAIR_PROFILES.get(pair or "", DEFAULT_PROFILE)
+    if args.profile is None and profile_name not in shipped_profiles():
+        raise SpecsimError(f"--profile: the default profile {profile_name!r} for pair {pair!r} is not shipped "
+                           "yet; pass --profile NAME_OR_PATH")
+    profile = load_profile(profile_name)
+    methods = _methods(profile, args, gamma_max)
+    devices = load_devices(args.device)
+    fit, notes = None, [f"tau from profile {profile.name} ({profile.provenance.source[:60]})"]
+    if args.fit_profile:
+        fit, skipped = _fit(args, target, draft)
+        notes += [f"fit: skipped {s}" for s in skipped]
+    efficiency = fit.fit.efficiency if isinstance(fit, HoldoutResult) else fit.efficiency if fit else Efficiency()
+    plan = plan_hardware(target, draft, devices, methods, efficiency=efficiency, batches=batches,
+                         contexts=contexts, notes=tuple(notes))
+    if args.plot:
+        from specsim.hardware.plots import plot_speedup_vs_batch
+
+        plot_speedup_vs_batch(plan, args.plot)
+    if args.json:
+        out = {"target": target.name, "draft": draft.name, "profile": profile.name, "plan": plan.to_json(),
+               "fit": None if fit is None else fit.to_json()}
+        json.dump(out, sys.stdout, indent=1)
+        print()
+        return 0
+    print(_text(plan, target, draft, fit))
+    return 0
+
+
+def _list_devices(args: argparse.Namespace) -> int:
+    devices = load_devices(args.device)
+    if args.json:
+        json.dump([d.to_json() for d in devices], sys.stdout, indent=1)
+        print()
+        return 0
+    rows = [[d.name, f"{d.memory_bandwidth_bytes_per_s / 1e9:.0f}", f"{d.peak_flops_per_s / 1e12:.1f}",
+             d.peak_flops_dtype, f"{d.memory_bytes / 1e9:.0f}", fmt(d.price_per_hour_usd, 2)] for d in devices]
+    print(format_table(["device", "GB/s", "TFLOP/s", "dtype", "GB", "$/h"], rows))
+    for d in devices:
+        print(f"{d.name}:")
+        for key, src in d.sources.items():
+            print(f"  {key}: {src}")
+    return 0
+
+
+def _describe(m: ModelSpec) -> str:
+    vision = f", vision tower {m.vision.params / 1e6:.0f}M ({m.vision.image_tokens} tokens/image)" if m.vision else ""
+    return f"{m.name} ({m.params / 1e9:.2f}B params, {m.dtype_bytes}-byte dtype{vision})"
+
+
+def _fit_text(fit: FitResult | HoldoutResult) -> list[str]:
+    f = fit.fit if isinstance(fit, HoldoutResult) else fit
+    e = f.efficiency
+    free = ", ".join(k for k, ok in f.constrained.items() if not ok)
+    lines = [f"fitted: compute {e.compute:.3f}, memory {e.memory:.3f}, overhead {e.overhead_ms:.3f} ms + "
+             f"{e.overhead_ms_per_layer:.4f} ms/layer on {f.device}; fit error rms {f.rms_rel_error:.1%}, "
+             f"max {f.max_abs_rel_error:.1%} over {len(f.rows)} points" + (f" (unconstrained: {free})" if free else "")]
+    if isinstance(fit, HoldoutResult):
+        lines.append(f"held-out: rms {fit.rms_rel_error:.1%}, max {fit.max_abs_rel_error:.1%} over "
+                     f"{len(fit.held_out)} points")
+        lines += [f"  {r.label}: measured {r.measured_ms:.2f} ms, predicted {r.predicted_ms:.2f} ms "
+                  f"({r.rel_error:+.1%})" for r in fit.held_out]
+    return lines
+
+
+def _text(plan: Plan, target: ModelSpec, draft: ModelSpec, fit) -> str:
+    lines = [f"target {_describe(target)}", f"draft  {_describe(draft)}"]
+    if fit is not None:
+        lines += _fit_text(fit)
+    lines.append("assumptions:")
+    lines += [f"  - {a}" for a in plan.assumptions]
+    batch, context = plan.batches[0], plan.contexts[0]
+    for method in plan.methods:
+        lines.append(f"\nmethod {method}: ranking at batch {batch}, context {context} tokens")
+        rows = [[str(i + 1), r.device, f"{r.target_tokens_per_s:.1f}", f"{r.sd_tokens_per_s:.1f}",
+                 f"{r.speedup:.2f}", str(r.best_gamma), f"{r.tau:.2f}" + ("*" if r.tau_source.startswith("iid") else ""),
+                 f"{r.c:.3f}", f"{r.v:.2f}", "compute" if r.target_compute_bound else "memory",
+                 "yes" if r.fits_memory else "NO", fmt(r.usd_per_million_tokens, 3)]
+                for i, r in enumerate(ranking(plan, method, batch=batch, context=context))]
+        lines.append(format_table(["#", "device", "target tok/s", "SD tok/s", "speedup", "best γ", "tau", "c", "v",
+                                   "target bound", "fits", "$/Mtok"], rows))
+        for ctx in plan.contexts:
+            lines.append(f"  best-γ speedup vs batch size, context {ctx} (! = does not fit in memory):")
+            table = []
+            for dev in plan.devices:
+                rs = sorted(plan.select(device=dev, method=method, context=ctx), key=lambda r: r.batch_size)
+                below = speedup_crossover_batch(plan, dev, method, ctx)
+                table.append([dev] + [f"{r.speedup:.2f}" + ("" if r.fits_memory else "!") for r in rs]
+                             + ["never" if below is None else f"batch {below}"])
+            lines.append(format_table(["device"] + [f"B={b}" for b in plan.batches] + ["speedup<1 from"], table,
+                                      indent="    "))
+    lines.append("\n* tau at this gamma is an i.i.d. extrapolation from the measured gamma")
+    return "\n".join(lines)

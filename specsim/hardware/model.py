@@ -1,0 +1,221 @@
+"""Model description for the roofline: sizes read from a HF ``config.json`` dict, pure JSON.
+
+Handles decoder-only text configs (llama, mistral, qwen2, ...) and LLaVA-style VLM configs
+(``text_config`` + ``vision_config``, CLIP-like tower, 2-layer MLP projector). Keys a config leaves
+out take the transformers defaults of its ``model_type`` (LLaVA configs on the Hub rely on them).
+No transformers import: calibrate presets are located with ``importlib.resources``.
+"""
+
+from __future__ import annotations
+
+import importlib.resources
+import json
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from specsim.errors import SpecsimError
+
+# transformers' defaults for keys a config may omit (LlamaConfig, Qwen2Config, CLIPVisionConfig).
+_TEXT_DEFAULTS: dict[str, dict[str, Any]] = {
+    "llama": {"hidden_size": 4096, "intermediate_size": 11008, "num_hidden_layers": 32,
+              "num_attention_heads": 32, "vocab_size": 32000, "tie_word_embeddings": False},
+    "mistral": {"hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32,
+                "num_attention_heads": 32, "num_key_value_heads": 8, "vocab_size": 32000,
+                "tie_word_embeddings": False},
+    "qwen2": {"hidden_size": 4096, "intermediate_size": 22016, "num_hidden_layers": 32,
+              "num_attention_heads": 32, "vocab_size": 151936, "tie_word_embeddings": False},
+}
+_VISION_DEFAULTS = {"hidden_size": 768, "intermediate_size": 3072, "num_hidden_layers": 12,
+                    "num_attention_heads": 12, "image_size": 224, "patch_size": 32}
+_DTYPE_BYTES = {"float32": 4, "fp32": 4, "float16": 2, "fp16": 2, "bfloat16": 2, "bf16": 2,
+                "float8": 1, "fp8": 1, "int8": 1}
+
+
+def dtype_bytes(name: str) -> int:
+    """Bytes per element of a dtype name (``bfloat16`` → 2)."""
+    key = str(name).lower().removeprefix("torch.")
+    if key not in _DTYPE_BYTES:
+        raise SpecsimError(f"dtype: expected one of {sorted(_DTYPE_BYTES)}, got {name!r}")
+    return _DTYPE_BYTES[key]
+
+
+@dataclass(frozen=True)
+class VisionSpec:
+    """A ViT image tower plus projector: runs once per image; ``image_tokens`` enter the LM."""
+
+    layers: int
+    hidden: int
+    intermediate: int
+    heads: int
+    patch_tokens: int  # tokens the tower processes per image (patches + CLS)
+    image_tokens: int  # tokens per image handed to the language model
+    projector_params: int
+
+    @property
+    def params(self) -> int:
+        """Tower (attention 4h², plain 2-matrix MLP) + projector parameters (biases ignored)."""
+        return self.layers * (4 * self.hidden**2 + 2 * self.hidden * self.intermediate) + self.projector_params
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """The sizes the roofline needs; ``dtype_bytes`` is per weight and per KV-cache element."""
+
+    name: str
+    layers: int
+    hidden: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    intermediate: int
+    vocab: int
+    dtype_bytes: int = 2
+    gated_mlp: bool = True  # SwiGLU: 3 matrices (llama, qwen2); False: 2 (gpt2-like)
+    tie_word_embeddings: bool = False
+    vision: VisionSpec | None = None
+
+    @property
+    def layer_params(self) -> int:
+        """Matmul weights of one decoder layer: Q, K, V, O projections and the MLP."""
+        q_out = self.heads * self.head_dim
+        kv_out = self.kv_heads * self.head_dim
+        attn = self.hidden * q_out + 2 * self.hidden * kv_out + q_out * self.hidden
+        mlp = (3 if self.gated_mlp else 2) * self.hidden * self.intermediate
+        return attn + mlp
+
+    @property
+    def embedding_params(self) -> int:
+        return self.vocab * self.hidden
+
+    @property
+    def text_params(self) -> int:
+        """Language-model parameters: layers + embedding (+ untied LM head); norms/biases ignored."""
+        head = 0 if self.tie_word_embeddings else self.embedding_params
+        return self.layers * self.layer_params + self.embedding_params + head
+
+    @property
+    def params(self) -> int:
+        """All parameters, vision tower and projector included."""
+        return self.text_params + (self.vision.params if self.vision else 0)
+
+    @property
+    def kv_bytes_per_token(self) -> int:
+        """KV-cache bytes one position adds: layers × KV heads × head dim × 2 (K and V) × dtype bytes."""
+        return self.layers * self.kv_heads * self.head_dim * 2 * self.dtype_bytes
+
+    def with_dtype(self, dtype: str | int) -> ModelSpec:
+        """A copy with weights and KV cache in another dtype (name or bytes)."""
+        return replace(self, dtype_bytes=dtype if isinstance(dtype, int) else dtype_bytes(dtype))
+
+
+def _get(cfg: dict, key: str, defaults: dict, where: str, *alt: str) -> Any:
+    for k in (key, *alt):
+        if cfg.get(k) is not None:
+            return cfg[k]
+    if key in defaults:
+        return defaults[key]
+    raise SpecsimError(f"{where}: missing {key!r} (model_type {cfg.get('model_type')!r} has no default for it)")
+
+
+def _pos_int(value: Any, where: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise SpecsimError(f"{where}: expected an integer >= 1, got {value!r}")
+    return value
+
+
+def _text_spec(cfg: dict, name: str, where: str) -> dict[str, Any]:
+    defaults = _TEXT_DEFAULTS.get(cfg.get("model_type", ""), {})
+    heads = _pos_int(_get(cfg, "num_attention_heads", defaults, where, "n_head"), f"{where}.num_attention_heads")
+    hidden = _pos_int(_get(cfg, "hidden_size", defaults, where, "n_embd", "d_model"), f"{where}.hidden_size")
+    kv = cfg.get("num_key_value_heads") or defaults.get("num_key_value_heads") or heads
+    head_dim = cfg.get("head_dim") or hidden // heads
+    inter = cfg.get("intermediate_size") or cfg.get("n_inner") or defaults.get("intermediate_size") or 4 * hidden
+    return {
+        "layers": _pos_int(_get(cfg, "num_hidden_layers", defaults, where, "n_layer"), f"{where}.num_hidden_layers"),
+        "hidden": hidden, "heads": heads, "kv_heads": _pos_int(kv, f"{where}.num_key_value_heads"),
+        "head_dim": _pos_int(head_dim, f"{where}.head_dim"),
+        "intermediate": _pos_int(inter, f"{where}.intermediate_size"),
+        "vocab": _pos_int(_get(cfg, "vocab_size", defaults, where), f"{where}.vocab_size"),
+        "gated_mlp": cfg.get("model_type") not in ("gpt2", "opt", "gpt_neox"),
+        "tie_word_embeddings": bool(cfg.get("tie_word_embeddings", defaults.get("tie_word_embeddings", True))),
+    }
+
+
+def _vision_spec(cfg: dict, lm_hidden: int, top: dict, where: str) -> VisionSpec:
+    get = lambda k: _pos_int(cfg.get(k) or _VISION_DEFAULTS[k], f"{where}.{k}")  # noqa: E731
+    hidden, grid = get("hidden_size"), get("image_size") // get("patch_size")
+    # LLaVA "default" feature selection drops CLS: grid² tokens reach the LM; the tower sees grid² + 1.
+    image_tokens = top.get("image_seq_length") or grid * grid
+    projector = hidden * lm_hidden + lm_hidden * lm_hidden  # 2-layer MLP (mlp2x_gelu)
+    return VisionSpec(layers=get("num_hidden_layers"), hidden=hidden, intermediate=get("intermediate_size"),
+                      heads=get("num_attention_heads"), patch_tokens=grid * grid + 1,
+                      image_tokens=_pos_int(image_tokens, f"{where}.image_seq_length"),
+                      projector_params=projector)
+
+
+def spec_from_config(cfg: dict, name: str = "model", *, dtype: str | None = None) -> ModelSpec:
+    """ModelSpec from a HF config dict (text or LLaVA-style); ``dtype`` overrides the config's."""
+    if not isinstance(cfg, dict):
+        raise SpecsimError(f"{name}: expected a config JSON object, got {type(cfg).__name__}")
+    text_cfg = cfg.get("text_config") if isinstance(cfg.get("text_config"), dict) else cfg
+    if text_cfg is not cfg and "model_type" not in text_cfg:
+        text_cfg = {**text_cfg, "model_type": "llama"}  # LlavaConfig's default text backbone
+    fields = _text_spec(text_cfg, name, f"{name}" + (".text_config" if text_cfg is not cfg else ""))
+    vision = None
+    if isinstance(cfg.get("vision_config"), dict):
+        vision = _vision_spec(cfg["vision_config"], fields["hidden"], cfg, f"{name}.vision_config")
+    dt = dtype or cfg.get("torch_dtype") or cfg.get("dtype") or text_cfg.get("torch_dtype") or "bfloat16"
+    return ModelSpec(name=name, dtype_bytes=dtype_bytes(dt), vision=vision, **fields)
+
+
+def presets_dir() -> Path | None:
+    """``calibrate/presets`` if the calibrate package is importable (it does not import torch)."""
+    try:
+        return Path(str(importlib.resources.files("calibrate") / "presets"))
+    except ModuleNotFoundError:
+        return None
+
+
+def preset_names() -> list[str]:
+    d = presets_dir()
+    return [] if d is None or not d.is_dir() else sorted(p.stem for p in d.glob("*.json") if p.stem != "pairs")
+
+
+def _read_json(path: Path, what: str) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except OSError as err:
+        raise SpecsimError(f"cannot read {what} {str(path)!r}: {err.strerror}") from None
+    except json.JSONDecodeError as err:
+        raise SpecsimError(f"{what} {str(path)!r} is not valid JSON (line {err.lineno}: {err.msg})") from None
+
+
+def load_model_spec(name_or_path: str, *, dtype: str | None = None) -> ModelSpec:
+    """A calibrate preset name (``llava-1.5-7b``) or a path to a HF config.json (file or its folder)."""
+    d = presets_dir()
+    if d is not None and (d / f"{name_or_path}.json").is_file() and name_or_path != "pairs":
+        path, name = d / f"{name_or_path}.json", name_or_path
+    else:
+        path = Path(name_or_path)
+        path = path / "config.json" if path.is_dir() else path
+        if not path.is_file():
+            raise SpecsimError(f"unknown model {name_or_path!r} (expected a HF config.json path or a preset: "
+                               f"{', '.join(preset_names()) or 'no calibrate presets installed'})")
+        name = path.parent.name if path.name == "config.json" else path.stem
+    cfg = _read_json(path, "model config")
+    if isinstance(cfg, dict):
+        cfg = {k: v for k, v in cfg.items() if k != "_specsim"}
+    return spec_from_config(cfg, name, dtype=dtype)
+
+
+def load_pair(name: str) -> tuple[str, str]:
+    """(target, draft) preset names of a pair in ``calibrate/presets/pairs.json``."""
+    d = presets_dir()
+    pairs = {} if d is None or not (d / "pairs.json").is_file() else _read_json(d / "pairs.json", "pairs file")
+    if name not in pairs:
+        raise SpecsimError(f"unknown pair {name!r} (expected one of: {', '.join(pairs) or 'none installed'})")
+    entry = pairs[name]
+    if not isinstance(entry, dict) or "target" not in entry or "draft" not in entry:
+        raise SpecsimError(f"pairs.json[{name!r}]: expected an object with 'target' and 'draft'")
+    return entry["target"], entry["draft"]

@@ -1,0 +1,187 @@
+"""Hardware planning: rank devices for a target/draft pair by predicted tokens/s and SD speedup.
+
+For each device, batch size B, context L and γ, the roofline gives Tp = decode(target), Tq =
+decode(draft, batch B·k for a k-member ensemble), Tv(γ) = verify(target, γ+1 positions); then
+speedup = τ(γ)·Tp / (γ·Tq + Tv(γ)) = τ / (γ·c + v) (DESIGN.md, decode phase) and the best γ is
+kept. τ(γ) comes from a profile through :func:`specsim.predict.tau_with_source`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+
+from specsim.errors import SpecsimError
+from specsim.hardware.device import Device
+from specsim.hardware.model import ModelSpec
+from specsim.hardware.roofline import (
+    USABLE_MEMORY_FRACTION,
+    Efficiency,
+    compute_bound,
+    decode_ms,
+    fits_memory,
+    verify_ms,
+)
+from specsim.profile import MethodAcceptance
+
+DEFAULT_BATCHES = (1, 2, 4, 8, 16, 32, 64)
+DEFAULT_CONTEXTS = (1024, 4096, 8192)
+DEFAULT_GAMMAS = tuple(range(1, 9))
+
+
+@dataclass(frozen=True)
+class MethodTau:
+    """τ(γ) of one drafting method for γ in ``gammas``, with where each value came from."""
+
+    method: str
+    scenario: str
+    gammas: tuple[int, ...]
+    tau: tuple[float, ...]
+    tau_source: tuple[str, ...]
+    draft_batch_size: int = 1
+
+    @classmethod
+    def from_entry(cls, entry: MethodAcceptance, gammas=DEFAULT_GAMMAS) -> MethodTau:
+        from specsim.predict import tau_with_source  # lead's module: replay > measured > i.i.d. carry
+
+        pairs = [tau_with_source(entry, int(g)) for g in gammas]
+        return cls(entry.method, entry.scenario, tuple(int(g) for g in gammas), tuple(float(t) for t, _ in pairs),
+                   tuple(s for _, s in pairs), entry.draft_batch_size)
+
+
+@dataclass(frozen=True)
+class PlanRow:
+    """Best-γ SD on one device at one (method, batch, context); tokens/s summed over the batch."""
+
+    device: str
+    method: str
+    batch_size: int
+    context_tokens: int
+    best_gamma: int
+    tau: float
+    tau_source: str
+    c: float
+    v: float
+    speedup: float
+    target_ms_per_step: float
+    target_tokens_per_s: float
+    sd_tokens_per_s: float
+    target_compute_bound: bool
+    fits_memory: bool
+    usd_per_million_tokens: float | None = None  # SD, only when the user gave a price per hour
+
+
+@dataclass(frozen=True)
+class Plan:
+    rows: tuple[PlanRow, ...]
+    assumptions: tuple[str, ...]
+    devices: tuple[str, ...]
+    methods: tuple[str, ...]
+    batches: tuple[int, ...]
+    contexts: tuple[int, ...]
+    efficiencies: dict[str, dict] = field(default_factory=dict)
+
+    def to_json(self) -> dict:
+        return {"schema_version": 1, "assumptions": list(self.assumptions), "devices": list(self.devices),
+                "methods": list(self.methods), "batches": list(self.batches), "contexts": list(self.contexts),
+                "efficiencies": self.efficiencies, "rows": [asdict(r) for r in self.rows],
+                "ranking": {m: [r.device for r in ranking(self, m)] for m in self.methods},
+                "speedup_below_1_from_batch": {
+                    m: {d: {str(c): speedup_crossover_batch(self, d, m, c) for c in self.contexts}
+                        for d in self.devices} for m in self.methods}}
+
+    def select(self, *, device=None, method=None, batch=None, context=None) -> list[PlanRow]:
+        return [r for r in self.rows if (device is None or r.device == device)
+                and (method is None or r.method == method) and (batch is None or r.batch_size == batch)
+                and (context is None or r.context_tokens == context)]
+
+
+def _device_rows(target: ModelSpec, draft: ModelSpec, dev: Device, eff: Efficiency, mt: MethodTau,
+                 batches: np.ndarray, contexts: np.ndarray) -> list[PlanRow]:
+    b, ctx = batches[:, None, None], contexts[None, :, None]
+    g = np.asarray(mt.gammas, dtype=float)[None, None, :]
+    tp = decode_ms(target, dev, eff, ctx, b)                       # [B, L, 1]
+    tq = decode_ms(draft, dev, eff, ctx, b * mt.draft_batch_size)  # [B, L, 1]
+    tv = verify_ms(target, dev, eff, g, ctx, b)                    # [B, L, G]
+    tau = np.asarray(mt.tau)[None, None, :]
+    block_ms = g * tq + tv
+    speedups = tau * tp / block_ms                                 # = τ / (γ·c + v)
+    best = np.argmax(speedups, axis=-1)                            # [B, L]
+    bound = compute_bound(target, dev, eff, b, ctx, 1)[..., 0]
+    fits = fits_memory([target, draft], dev, b[..., 0], ctx[..., 0] + max(mt.gammas) + 1)
+    rows = []
+    for i, j in np.ndindex(best.shape):
+        k = int(best[i, j])
+        sd_tps = float(batches[i] * tau[0, 0, k] * 1e3 / block_ms[i, j, k])
+        price = dev.price_per_hour_usd
+        rows.append(PlanRow(
+            device=dev.name, method=mt.method, batch_size=int(batches[i]), context_tokens=int(contexts[j]),
+            best_gamma=mt.gammas[k], tau=mt.tau[k], tau_source=mt.tau_source[k],
+            c=float(tq[i, j, 0] / tp[i, j, 0]), v=float(tv[i, j, k] / tp[i, j, 0]),
+            speedup=float(speedups[i, j, k]), target_ms_per_step=float(tp[i, j, 0]),
+            target_tokens_per_s=float(batches[i] * 1e3 / tp[i, j, 0]), sd_tokens_per_s=sd_tps,
+            target_compute_bound=bool(bound[i, j]), fits_memory=bool(fits[i, j]),
+            usd_per_million_tokens=None if price is None else price / (sd_tps * 3600.0) * 1e6))
+    return rows
+
+
+def plan_hardware(target: ModelSpec, draft: ModelSpec, devices: list[Device], methods: list[MethodTau], *,
+                  efficiency: Efficiency | dict[str, Efficiency] | None = None,
+                  batches=DEFAULT_BATCHES, contexts=DEFAULT_CONTEXTS, notes: tuple[str, ...] = ()) -> Plan:
+    """Predicted throughput and best-γ speedup for every device × method × batch × context."""
+    if not devices or not methods:
+        raise SpecsimError("plan: need at least one device and one method")
+    batches_a = np.asarray(sorted(set(int(x) for x in batches)), dtype=float)
+    contexts_a = np.asarray(sorted(set(int(x) for x in contexts)), dtype=float)
+    if batches_a.size == 0 or batches_a[0] < 1:
+        raise SpecsimError(f"batch sizes: expected integers >= 1, got {list(batches)!r}")
+    if contexts_a.size == 0 or contexts_a[0] < 0:
+        raise SpecsimError(f"context lengths: expected integers >= 0, got {list(contexts)!r}")
+    effs = efficiency if isinstance(efficiency, dict) else {d.name: efficiency or Efficiency() for d in devices}
+    rows = [row for dev in devices for mt in methods
+            for row in _device_rows(target, draft, dev, effs.get(dev.name, Efficiency()), mt, batches_a, contexts_a)]
+    return Plan(tuple(rows), _assumptions(target, draft, methods, effs) + tuple(notes),
+                tuple(d.name for d in devices), tuple(m.method for m in methods),
+                tuple(int(b) for b in batches_a), tuple(int(c) for c in contexts_a),
+                {k: e.to_json() for k, e in effs.items()})
+
+
+def _assumptions(target: ModelSpec, draft: ModelSpec, methods: list[MethodTau],
+                 effs: dict[str, Efficiency]) -> tuple[str, ...]:
+    out = [
+        "decode phase only: speedup = tau/(gamma*c + v); prefill, vision encoding and draft set-up excluded",
+        f"weights and KV cache in {target.dtype_bytes}-byte (target) / {draft.dtype_bytes}-byte (draft) elements; "
+        "device peaks are datasheet dense BF16/FP16 (measured FP32 for the CPU)",
+        "tau does not depend on batch size or context (taken from the profile); a batch verifies in lockstep "
+        "and emits tau tokens per sequence per block",
+        f"'fits' = weights of both models + KV cache for batch x (context + gamma_max + 1) <= "
+        f"{USABLE_MEMORY_FRACTION:.0%} of device memory",
+        "context = tokens already in the KV cache (image tokens included: 576 per LLaVA-1.5 image)",
+    ]
+    for mt in methods:
+        extra = sorted({s for s in mt.tau_source if s.startswith("iid")})
+        if extra:
+            out.append(f"method {mt.method} ({mt.scenario}): tau at other gamma is an i.i.d. extrapolation "
+                       f"({', '.join(extra)}), not measured")
+    for source in sorted({e.source for e in effs.values()}):
+        out.append(f"efficiencies: {source}")
+    return tuple(out)
+
+
+def ranking(plan: Plan, method: str, *, batch: int | None = None, context: int | None = None) -> list[PlanRow]:
+    """Devices by SD tokens/s at (batch, context) (default: smallest of each); non-fitting ones last."""
+    batch = plan.batches[0] if batch is None else batch
+    context = plan.contexts[0] if context is None else context
+    rows = plan.select(method=method, batch=batch, context=context)
+    if not rows:
+        raise SpecsimError(f"no plan rows for method {method!r}, batch {batch}, context {context}")
+    return sorted(rows, key=lambda r: (not r.fits_memory, -r.sd_tokens_per_s))
+
+
+def speedup_crossover_batch(plan: Plan, device: str, method: str, context: int) -> int | None:
+    """Smallest planned batch size at which the best-γ speedup drops below 1 (None: never)."""
+    for r in sorted(plan.select(device=device, method=method, context=context), key=lambda r: r.batch_size):
+        if r.speedup < 1.0:
+            return r.batch_size
+    return None

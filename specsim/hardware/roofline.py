@@ -1,0 +1,166 @@
+"""Roofline latency of one forward pass (ms), vectorised over batch, context and new positions.
+
+time = max(FLOPs / (peak · eff_compute), bytes / (bandwidth · eff_memory)) + overhead
+(Williams et al. 2009, "Roofline"; applied to LLM decoding as in Pope et al. 2022 and llm-analysis).
+overhead = overhead_ms + overhead_ms_per_layer · layers: launch/dispatch cost that no roofline sees.
+
+One pass of a ``ModelSpec`` over ``new`` positions per sequence, ``batch`` sequences, each with
+``context`` positions already in the KV cache:
+- FLOPs  = batch · [2 · layer_params · layers · new + 2 · vocab · hidden · logits
+           + 4 · layers · heads · head_dim · (new · context + new(new+1)/2)]   (causal attention)
+- bytes  = weights (layers · layer_params + vocab · hidden, the LM head; embedding rows are a gather)
+           + batch · (context + new) · kv_bytes_per_token  (read the cache, write the new K, V)
+           + batch · new · layers · act_elems · dtype_bytes (unfused activation traffic, an estimate)
+           + batch · logits · vocab · 4                      (fp32 logits)
+Phases (DESIGN.md): prefill of S tokens (new = S, context 0, logits for the last position only),
+decode (new = 1: Tp, Tq), verify (new = γ+1: the pending token plus γ drafts, logits for all).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from specsim.errors import SpecsimError
+from specsim.hardware.device import Device
+from specsim.hardware.model import ModelSpec, VisionSpec
+
+USABLE_MEMORY_FRACTION = 0.9  # leave room for the runtime, allocator slack and activations
+
+
+@dataclass(frozen=True)
+class Efficiency:
+    """Fractions of peak reached and fixed per-pass overhead (ms); ``source`` says where they come from."""
+
+    compute: float = 0.6
+    memory: float = 0.8
+    overhead_ms: float = 0.1
+    overhead_ms_per_layer: float = 0.01
+    source: str = ("default assumptions: 60% of dense peak FLOP/s (large GEMMs), 80% of peak bandwidth "
+                   "(decode kernels), 0.1 ms + 0.01 ms/layer per pass (fused kernels / CUDA graphs); not measured")
+    schema_version: int = 1
+
+    def __post_init__(self) -> None:
+        for key in ("compute", "memory"):
+            value = getattr(self, key)
+            if not (_is_num(value) and value > 0):
+                raise SpecsimError(f"efficiency.{key}: expected a fraction of peak > 0, got {value!r}")
+        for key in ("overhead_ms", "overhead_ms_per_layer"):
+            value = getattr(self, key)
+            if not (_is_num(value) and value >= 0):
+                raise SpecsimError(f"efficiency.{key}: expected a time >= 0 ms, got {value!r}")
+
+    def pass_overhead_ms(self, layers: int) -> float:
+        return self.overhead_ms + self.overhead_ms_per_layer * layers
+
+    def to_json(self) -> dict:
+        return {"schema_version": self.schema_version, "compute": self.compute, "memory": self.memory,
+                "overhead_ms": self.overhead_ms, "overhead_ms_per_layer": self.overhead_ms_per_layer,
+                "source": self.source}
+
+    @classmethod
+    def from_json(cls, d: dict) -> Efficiency:
+        if not isinstance(d, dict) or d.get("schema_version") != 1:
+            raise SpecsimError(f"efficiency: expected an object with schema_version 1, got {d!r}")
+        unknown = sorted(set(d) - {"schema_version", "compute", "memory", "overhead_ms",
+                                   "overhead_ms_per_layer", "source"})
+        if unknown:
+            raise SpecsimError(f"efficiency: unknown field {unknown[0]!r}")
+        return replace(cls(), **{k: v for k, v in d.items() if k != "schema_version"})
+
+
+def _is_num(value) -> bool:
+    return isinstance(value, (int, float, np.floating)) and not isinstance(value, bool) and bool(np.isfinite(value))
+
+
+def _arr(x, name: str, lo: float) -> np.ndarray:
+    a = np.asarray(x, dtype=float)
+    if np.any(~np.isfinite(a)) or np.any(a < lo):
+        raise SpecsimError(f"{name}: expected values >= {lo:g}, got {x!r}")
+    return a
+
+
+def _activation_elems(m: ModelSpec) -> int:
+    """Elements read + written per token per layer by unfused ops (norms, residuals, matmul I/O)."""
+    q, kv = m.heads * m.head_dim, m.kv_heads * m.head_dim
+    return 8 * m.hidden + 2 * q + 2 * kv + (4 if m.gated_mlp else 2) * m.intermediate
+
+
+def forward_flops(m: ModelSpec, batch, context, new, logits=None) -> np.ndarray:
+    """FLOPs of one pass (see module docstring); ``logits`` positions default to ``new``."""
+    b, ctx, n = _arr(batch, "batch", 1), _arr(context, "context_tokens", 0), _arr(new, "new_tokens", 1)
+    lg = n if logits is None else _arr(logits, "logit_tokens", 0)
+    matmul = 2.0 * m.layer_params * m.layers * n + 2.0 * m.vocab * m.hidden * lg
+    attention = 4.0 * m.layers * m.heads * m.head_dim * (n * ctx + n * (n + 1) / 2)
+    return b * (matmul + attention)
+
+
+def forward_bytes(m: ModelSpec, batch, context, new, logits=None) -> np.ndarray:
+    """Bytes moved to/from memory by one pass (see module docstring)."""
+    b, ctx, n = _arr(batch, "batch", 1), _arr(context, "context_tokens", 0), _arr(new, "new_tokens", 1)
+    lg = n if logits is None else _arr(logits, "logit_tokens", 0)
+    weights = (m.layers * m.layer_params + m.vocab * m.hidden) * m.dtype_bytes
+    kv = b * (ctx + n) * m.kv_bytes_per_token
+    act = b * n * m.layers * _activation_elems(m) * m.dtype_bytes
+    return weights + kv + act + b * lg * m.vocab * 4.0
+
+
+def roofline_terms_ms(m: ModelSpec, dev: Device, eff: Efficiency, batch, context, new, logits=None):
+    """(compute_ms, memory_ms) of one pass before the max and the overhead."""
+    compute = forward_flops(m, batch, context, new, logits) / (dev.peak_flops_per_s * eff.compute) * 1e3
+    memory = forward_bytes(m, batch, context, new, logits) / (dev.memory_bandwidth_bytes_per_s * eff.memory) * 1e3
+    return compute, memory
+
+
+def forward_ms(m: ModelSpec, dev: Device, eff: Efficiency, batch, context, new, logits=None):
+    """Roofline time (ms) of one pass: max(compute, memory) + overhead; broadcasts its array arguments."""
+    compute, memory = roofline_terms_ms(m, dev, eff, batch, context, new, logits)
+    out = np.maximum(compute, memory) + eff.pass_overhead_ms(m.layers)
+    return out if out.ndim else float(out)
+
+
+def decode_ms(m: ModelSpec, dev: Device, eff: Efficiency, context, batch=1):
+    """Tp (or Tq): one new position per sequence with ``context`` cached positions (ms)."""
+    return forward_ms(m, dev, eff, batch, context, 1)
+
+
+def verify_ms(m: ModelSpec, dev: Device, eff: Efficiency, gamma, context, batch=1):
+    """Tv(γ): γ+1 new positions (pending token + γ drafts), logits at all of them (ms)."""
+    g = _arr(gamma, "gamma", 1)
+    return forward_ms(m, dev, eff, batch, context, g + 1)
+
+
+def prefill_ms(m: ModelSpec, dev: Device, eff: Efficiency, prompt_tokens, batch=1):
+    """Prefill of ``prompt_tokens`` into an empty cache, logits for the last position only (ms)."""
+    return forward_ms(m, dev, eff, batch, 0, prompt_tokens, logits=1)
+
+
+def vision_ms(v: VisionSpec, dtype_bytes: int, dev: Device, eff: Efficiency, images=1):
+    """Vision tower + projector over ``images`` images (ms): same roofline, tokens = patches per image."""
+    n = _arr(images, "images", 0)
+    tower = v.layers * (4 * v.hidden**2 + 2 * v.hidden * v.intermediate)
+    flops = n * (2.0 * tower * v.patch_tokens + 4.0 * v.layers * v.hidden * v.patch_tokens**2
+                 + 2.0 * v.projector_params * v.image_tokens)
+    act = n * v.patch_tokens * v.layers * (10 * v.hidden + 4 * v.intermediate) * dtype_bytes
+    nbytes = v.params * dtype_bytes + act
+    t = np.maximum(flops / (dev.peak_flops_per_s * eff.compute), nbytes / (dev.memory_bandwidth_bytes_per_s * eff.memory))
+    out = np.where(n > 0, t * 1e3 + eff.pass_overhead_ms(v.layers), 0.0)
+    return out if out.ndim else float(out)
+
+
+def compute_bound(m: ModelSpec, dev: Device, eff: Efficiency, batch, context, new, logits=None) -> np.ndarray:
+    """True where the compute term of the roofline exceeds the memory term."""
+    compute, memory = roofline_terms_ms(m, dev, eff, batch, context, new, logits)
+    return compute > memory
+
+
+def resident_bytes(m: ModelSpec, batch, context) -> np.ndarray:
+    """Weights (vision tower included) + KV cache for ``batch`` sequences of ``context`` positions."""
+    return m.params * m.dtype_bytes + _arr(batch, "batch", 1) * _arr(context, "context_tokens", 0) * m.kv_bytes_per_token
+
+
+def fits_memory(models: list[ModelSpec], dev: Device, batch, context) -> np.ndarray:
+    """True where all ``models`` with their KV caches fit in USABLE_MEMORY_FRACTION of device memory."""
+    total = sum(resident_bytes(m, batch, context) for m in models)
+    return np.asarray(total <= USABLE_MEMORY_FRACTION * dev.memory_bytes)

@@ -1,0 +1,158 @@
+"""Device ranking: speedup identity, best γ, where SD stops paying, costs; ``specsim hardware`` CLI."""
+
+import json
+
+import numpy as np
+import pytest
+
+from specsim.cli import main
+from specsim.hardware.device import Device, load_device
+from specsim.hardware.model import preset_names, spec_from_config
+from specsim.hardware.plan import MethodTau, plan_hardware, ranking, speedup_crossover_batch
+from specsim.hardware.roofline import Efficiency, decode_ms, verify_ms
+from specsim.profile import MethodAcceptance, save_profile
+from specsim.theory import tau_iid
+from tests.conftest import make_profile
+
+QWEN = {"model_type": "qwen2", "num_attention_heads": 12, "num_key_value_heads": 2, "vocab_size": 151936,
+        "tie_word_embeddings": True}
+TARGET = spec_from_config({**QWEN, "hidden_size": 1536, "intermediate_size": 8960, "num_hidden_layers": 28}, "t")
+DRAFT = spec_from_config({**QWEN, "hidden_size": 896, "intermediate_size": 4864, "num_hidden_layers": 24,
+                          "num_attention_heads": 14}, "d")
+ENTRY = MethodAcceptance(method="M", scenario="s", images_per_prompt=0, gamma=5, tau=3.0)
+
+
+def test_plan_rows_follow_the_speedup_formula_and_best_gamma():
+    h100 = load_device("h100-sxm")
+    mt = MethodTau.from_entry(ENTRY)
+    assert mt.tau[4] == 3.0 and mt.tau_source[4] == "measured" and mt.tau_source[0].startswith("iid")
+    plan = plan_hardware(TARGET, DRAFT, [h100], [mt], batches=(1, 16), contexts=(512,))
+    assert len(plan.rows) == 2
+    eff = Efficiency()
+    for row in plan.rows:
+        tp = decode_ms(TARGET, h100, eff, 512, row.batch_size)
+        tq = decode_ms(DRAFT, h100, eff, 512, row.batch_size)
+        gammas = np.arange(1, 9)
+        s = np.array(mt.tau) / (gammas * tq / tp + verify_ms(TARGET, h100, eff, gammas, 512, row.batch_size) / tp)
+        assert row.best_gamma == int(gammas[np.argmax(s)]) and row.speedup == pytest.approx(s.max())
+        assert row.sd_tokens_per_s == pytest.approx(row.target_tokens_per_s * row.speedup)
+        assert row.c == pytest.approx(tq / tp)
+
+
+def test_speedup_stops_paying_at_large_batch_on_gqa_model():
+    """GQA keeps the KV cache small, so verification turns compute-bound as the batch grows."""
+    alpha = 0.6
+    entry = MethodAcceptance(method="M", scenario="s", images_per_prompt=0, gamma=5, tau=float(tau_iid(alpha, 5)))
+    l4 = load_device("l4")
+    plan = plan_hardware(TARGET, DRAFT, [l4], [MethodTau.from_entry(entry)],
+                         batches=(1, 4, 16, 64, 256, 1024), contexts=(256,))
+    rows = sorted(plan.select(device="l4"), key=lambda r: r.batch_size)
+    assert rows[0].speedup > 1.0 and rows[-1].speedup < 1.0
+    crossover = speedup_crossover_batch(plan, "l4", "M", 256)
+    assert crossover is not None and all(r.speedup >= 1.0 for r in rows if r.batch_size < crossover)
+    assert rows[-1].best_gamma <= rows[0].best_gamma  # compute-bound verification favours short blocks
+
+
+def test_ranking_order_and_costs():
+    cheap = load_device("l4").with_price(1.0)
+    devices = [cheap, load_device("h100-sxm"), load_device("a100-80gb-sxm")]
+    plan = plan_hardware(TARGET, DRAFT, devices, [MethodTau.from_entry(ENTRY)], batches=(1,), contexts=(1024,))
+    order = [r.device for r in ranking(plan, "M")]
+    assert order == ["h100-sxm", "a100-80gb-sxm", "l4"]
+    row = plan.select(device="l4")[0]
+    assert row.usd_per_million_tokens == pytest.approx(1.0 / (row.sd_tokens_per_s * 3600) * 1e6)
+    assert plan.select(device="h100-sxm")[0].usd_per_million_tokens is None
+    data = json.loads(json.dumps(plan.to_json()))
+    assert data["ranking"]["M"][0] == "h100-sxm"
+
+
+def test_ensemble_draft_batch_costs_more():
+    h100 = load_device("h100-sxm")
+    single = MethodTau.from_entry(ENTRY)
+    ensemble = MethodTau.from_entry(MethodAcceptance(method="MT", scenario="s", images_per_prompt=0, gamma=5,
+                                                     tau=3.0, draft_batch_size=4))
+    plan = plan_hardware(TARGET, DRAFT, [h100], [single, ensemble], batches=(32,), contexts=(1024,))
+    assert plan.select(method="MT")[0].c > plan.select(method="M")[0].c
+
+
+# --------------------------------------------------------------------------- CLI
+def _profile_path(tmp_path):
+    path = tmp_path / "p.json"
+    save_profile(make_profile(), path)
+    return str(path)
+
+
+def _run(capsys, *argv):
+    rc = main(["hardware", *argv])
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+CFG_ARGS = ("--device", "h100-sxm", "--device", "l4", "--batch", "1,8", "--context", "1024")
+
+
+def _config_files(tmp_path):
+    t, d = tmp_path / "t.json", tmp_path / "d.json"
+    t.write_text(json.dumps({**QWEN, "hidden_size": 1536, "intermediate_size": 8960, "num_hidden_layers": 28}))
+    d.write_text(json.dumps({**QWEN, "hidden_size": 896, "intermediate_size": 4864, "num_hidden_layers": 24,
+                             "num_attention_heads": 14}))
+    return str(t), str(d)
+
+
+def test_cli_text_json_and_plot(tmp_path, capsys):
+    t, d = _config_files(tmp_path)
+    prof = _profile_path(tmp_path)
+    rc, out, err = _run(capsys, "--target", t, "--draft", d, "--profile", prof, *CFG_ARGS)
+    assert rc == 0, err
+    assert "ranking at batch 1, context 1024" in out and "assumptions:" in out and "i.i.d. extrapolation" in out
+    assert out.index("h100-sxm") < out.index(" l4 ")
+    rc, out, err = _run(capsys, "--target", t, "--draft", d, "--profile", prof, "--method", "all", "--json",
+                        "--plot", str(tmp_path / "s.png"), *CFG_ARGS)
+    assert rc == 0, err
+    data = json.loads(out)
+    assert data["plan"]["methods"] == ["M", "MT"] and len(data["plan"]["rows"]) == 2 * 2 * 2
+    assert (tmp_path / "s.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_cli_fit_profile_and_validate(tmp_path, capsys):
+    t, d = _config_files(tmp_path)
+    prof = _profile_path(tmp_path)
+    rc, out, err = _run(capsys, "--target", t, "--draft", d, "--profile", prof, "--fit-profile", prof,
+                        "--fit-device", "l4", "--validate", *CFG_ARGS)
+    assert rc == 0, err
+    assert "fitted: compute" in out and "held-out: rms" in out and "target decode ctx=1024" in out
+    rc, out, err = _run(capsys, "--target", t, "--draft", d, "--profile", prof, "--fit-profile", prof, *CFG_ARGS)
+    assert rc == 2 and "--fit-device" in err  # provenance device 'test' is not a catalog name
+
+
+@pytest.mark.parametrize("argv, message", [
+    (("--device", "tpu-v9"), "unknown device 'tpu-v9'"),
+    (("--batch", "0"), "--batch"),
+    (("--pair", "nope"), "unknown pair"),
+    (("--target", "x.json"), "give both"),
+    (("--method", "ZZ"), "unknown method 'ZZ'"),
+    (("--profile", "missing.json"), "does not exist"),
+    (("--context", "lots"), "--context"),
+])
+def test_cli_bad_inputs_exit_2_without_traceback(capsys, argv, message):
+    rc, out, err = _run(capsys, *argv)
+    assert rc == 2 and message in err and "Traceback" not in err and err.count("\n") == 1
+
+
+@pytest.mark.skipif("llava-1.5-7b" not in preset_names(), reason="calibrate presets not installed")
+def test_cli_llava_pair_default_profile(capsys):
+    rc, out, err = _run(capsys, "--device", "h100-sxm", "--device", "a10g", "--batch", "1,64")
+    assert rc == 0, err
+    assert "llava-1.5-7b" in out and "ibed-llava1.5-7b-68m" in out and "best-γ speedup vs batch size" in out
+
+
+def test_cli_list_devices(capsys):
+    rc, out, _ = _run(capsys, "--list-devices", "--device", "h100-sxm")
+    assert rc == 0 and "3350" in out and "datasheet" in out
+
+
+def test_cli_calibrate_cpu_device(tmp_path, capsys):
+    out_path = tmp_path / "cpu.json"
+    assert main(["calibrate", "cpu-device", "--out", str(out_path)]) == 0
+    dev = load_device(str(out_path))
+    assert isinstance(dev, Device) and dev.kind == "cpu" and dev.memory_bandwidth_bytes_per_s > 0
