@@ -1,0 +1,200 @@
+"""The offline model zoo: task generator, tokenizer, LLaVA configs, FLOP ratio, a tiny training run."""
+
+import json
+
+import numpy as np
+import pytest
+
+from calibrate.zoo.scenes import ATTRIBUTES, Scene, change_scene, random_scene, render
+from calibrate.zoo.task import (
+    IMAGE_TOKEN,
+    TASKS,
+    Example,
+    extract_facts,
+    facts_correct,
+    make_example,
+    make_split,
+    make_splits,
+)
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+
+@pytest.fixture(scope="module")
+def splits():
+    return make_splits(seed=0, n_train=300, n_validation=40, n_test=60)
+
+
+@pytest.fixture(scope="module")
+def processor(splits):
+    from calibrate.zoo.models import make_processor
+    from calibrate.zoo.task import corpus
+    from calibrate.zoo.tokenizer import train_tokenizer, wrap
+
+    return make_processor(wrap(train_tokenizer(corpus(splits["train"]))))
+
+
+def _example(splits, task: str) -> Example:
+    return next(e for e in splits["test"] if e.task == task)
+
+
+def test_generator_is_deterministic_and_seed_dependent():
+    a, b, c = (make_split("test", 25, seed=s) for s in (3, 3, 4))
+    assert [e.to_json() for e in a] == [e.to_json() for e in b]
+    assert all(x.tobytes() == y.tobytes() for ea, eb in zip(a, b) for x, y in zip(ea.images(), eb.images()))
+    assert [e.answer for e in a] != [e.answer for e in c]
+    assert [e.key() for e in a] != [e.key() for e in c]
+
+
+def test_splits_are_disjoint_and_cover_all_scenarios(splits):
+    keys = {name: {e.key() for e in exs} for name, exs in splits.items()}
+    assert len(keys["train"]) == 300 and len(keys["validation"]) == 40 and len(keys["test"]) == 60
+    assert not (keys["train"] & keys["test"]) and not (keys["train"] & keys["validation"])
+    assert not (keys["validation"] & keys["test"])
+    assert {e.task for e in splits["train"]} == set(TASKS)
+    for e in splits["train"]:
+        assert e.prompt.count(IMAGE_TOKEN) == len(e.scenes) == TASKS[e.task]
+        assert e.prompt.startswith("USER:") and e.prompt.endswith("ASSISTANT:")
+    # the test split does not depend on how much training data is drawn
+    assert [e.key() for e in make_splits(0, 10, 40, 60)["test"]] == [e.key() for e in splits["test"]]
+
+
+def test_fact_spans_are_exactly_the_fact_words(splits):
+    for e in (x for xs in splits.values() for x in xs):
+        assert extract_facts(e.answer) == e.fact_values()  # generic wording never uses a fact word
+        assert all(e.answer[f.start - 1] == " " for f in e.facts)
+        assert facts_correct(e.answer, e)
+        assert any(f.in_prompt for f in e.facts) == (e.task == "story")
+    e = _example(splits, "vqa")
+    wrong = e.answer.replace(e.fact_values()[1], "green" if e.fact_values()[1] != "green" else "red", 1)
+    assert not facts_correct(wrong, e)
+
+
+def test_story_captions_describe_frames_and_one_attribute_changes(splits):
+    e = _example(splits, "story")
+    for k, cap in enumerate(e.captions[:4]):
+        assert f"Caption #{k + 1}: {cap}" in e.prompt
+    assert e.captions[4] not in e.prompt.split("Caption #5:")[0] or e.captions[4] == e.captions[3]
+    rng = np.random.default_rng(1)
+    s = random_scene(rng)
+    for attr in ATTRIBUTES:
+        t = change_scene(s, attr, rng)
+        changed = [a for a in ("colour", "shape", "count", "side") if getattr(s, a) != getattr(t, a)]
+        assert len(changed) == 1
+    assert render(s).size == (64, 64)
+
+
+def test_example_json_round_trip(splits):
+    for task in TASKS:
+        e = _example(splits, task)
+        d = json.loads(json.dumps(e.to_json()))
+        assert Example.from_json(d) == e
+        assert Scene.from_json(e.scenes[0].to_json()) == e.scenes[0]
+    with pytest.raises(ValueError, match="task"):
+        make_example("poem", np.random.default_rng(0))
+
+
+def test_tokenizer_round_trip_and_special_tokens(processor, splits, tmp_path):
+    from calibrate.zoo.tokenizer import IMAGE_ID, load_tokenizer, save_tokenizer
+
+    tok = processor.tokenizer
+    assert 300 < len(tok) <= 1024
+    assert (tok.pad_token_id, tok.bos_token_id, tok.eos_token_id) == (0, 1, 2)
+    assert tok.convert_tokens_to_ids(IMAGE_TOKEN) == IMAGE_ID
+    save_tokenizer(tok, tmp_path)
+    loaded = load_tokenizer(tmp_path)
+    texts = [e.prompt + e.answer for e in splits["test"][:20]] + ["USER: \n Describe\nthe picture."]
+    for text in texts:
+        ids = loaded(text).input_ids
+        assert ids[0] == 1 and ids == tok(text).input_ids
+        assert loaded.decode(ids[1:]) == text
+    assert loaded(IMAGE_TOKEN * 3, add_special_tokens=False).input_ids == [IMAGE_ID] * 3
+
+
+def test_flop_ratio_and_second_count():
+    from calibrate.zoo.models import build_model, decoder_flops_per_token, zoo_config
+
+    target, draft = (zoo_config(r, 700) for r in ("target", "draft"))
+    for ctx in (0, 110, 450):  # no context, a 1-image and a 5-image request
+        ratio = decoder_flops_per_token(target.text_config, ctx) / decoder_flops_per_token(draft.text_config, ctx)
+        assert ratio >= 10, (ctx, ratio)
+    # second implementation: 2 × (weights of every Linear in the decoder layers and lm head)
+    model = build_model(draft)
+    linear = sum(m.weight.numel() for m in model.model.language_model.layers.modules()
+                 if isinstance(m, torch.nn.Linear)) + model.lm_head.weight.numel()
+    assert decoder_flops_per_token(draft.text_config) == 2 * linear
+
+
+@pytest.mark.parametrize("task", ["describe", "story"])
+def test_forward_with_one_and_five_images(processor, splits, task):
+    from calibrate.zoo.data import encode_prompt
+    from calibrate.zoo.models import IMAGE_TOKENS_PER_IMAGE, build_model, zoo_config
+
+    e = _example(splits, task)
+    inputs = processor(text=e.prompt, images=e.images(), return_tensors="pt")
+    n_images = TASKS[task]
+    assert int((inputs["input_ids"] == 3).sum()) == IMAGE_TOKENS_PER_IMAGE * n_images == 64 * n_images
+    assert inputs["pixel_values"].shape == (n_images, 3, 64, 64)
+    assert inputs["input_ids"][0].tolist() == encode_prompt(e.prompt, processor.tokenizer)
+    for role in ("target", "draft"):
+        model = build_model(zoo_config(role, len(processor.tokenizer)), seed=1).eval()
+        with torch.no_grad():
+            logits = model(**inputs).logits
+        assert logits.shape == (1, inputs["input_ids"].shape[1], len(processor.tokenizer))
+        assert torch.isfinite(logits).all()
+
+
+def test_batches_respect_token_budget():
+    from calibrate.zoo.data import batch_indices
+
+    lengths = list(np.random.default_rng(0).integers(50, 450, size=200))
+    it = batch_indices(lengths, 1024, np.random.default_rng(0))
+    seen = []
+    for _ in range(120):  # more than one pass over the data
+        b = next(it)
+        assert len(b) * max(lengths[i] for i in b) <= 1024 or len(b) == 1
+        seen += b
+    assert set(seen) == set(range(200))  # every sequence is used
+
+
+def test_short_training_lowers_loss_and_saves_loadable_model(processor, splits, tmp_path):
+    from calibrate.zoo.data import encode_examples
+    from calibrate.zoo.models import build_model, load_zoo_model, save_zoo_model, zoo_config
+    from calibrate.zoo.train import TrainConfig, train_role, validation_loss
+
+    torch.set_num_threads(1)
+    data = encode_examples([e for e in splits["train"] if e.task in ("vqa", "describe")][:48], processor.tokenizer)
+    model = build_model(zoo_config("target", len(processor.tokenizer), "tiny"), seed=0)
+    before = validation_loss(model, data[:16], processor, 1024)
+    cfg = TrainConfig(out=tmp_path, size="tiny", tokens_per_batch=1024, lr=3e-3, steps={"target": 25}, progress=False)
+    log = train_role("target", model, data, data[:16], processor, cfg)
+    assert log.steps == 25 and len(log.losses) == 25 and log.seconds > 0
+    assert log.validation_loss < 0.7 * before
+    save_zoo_model(model.eval(), processor, tmp_path / "target")
+    assert (tmp_path / "target" / "model.safetensors").exists()
+    loaded, proc = load_zoo_model(tmp_path / "target")
+    e = splits["test"][0]
+    inputs = proc(text=e.prompt, images=e.images(), return_tensors="pt")
+    with torch.no_grad():
+        assert torch.allclose(loaded(**inputs).logits, model(**inputs).logits, atol=1e-5)
+
+
+def test_cli_end_to_end_tiny(tmp_path):
+    from calibrate.zoo.train import main, parse_args
+
+    torch.set_num_threads(1)
+    out = tmp_path / "zoo"
+    assert main(["--out", str(out), "--size", "tiny", "--threads", "1", "--n-train", "80", "--n-validation", "8", "--n-eval", "2",
+                 "--steps", "vision=2", "--steps", "target=2", "--steps", "draft=2", "--steps", "captioner=2", "--no-progress"]) == 0
+    for role in ("target", "draft", "captioner"):
+        assert {"config.json", "model.safetensors", "tokenizer.json", "processor_config.json"} <= \
+            {p.name for p in (out / role).iterdir()}
+    log = json.loads((out / "train_log.json").read_text())
+    assert {r: m["steps"] for r, m in log["summary"]["models"].items()} == {"target": 2, "draft": 2, "captioner": 2}
+    assert (out / "loss_curves.png").stat().st_size > 1000
+    card = (out / "MODEL_CARD.md").read_text()
+    assert "text_only_accuracy" in log["summary"]["models"]["draft"]
+    assert "| target |" in card and "--steps target=2" in card
+    with pytest.raises(SystemExit):
+        parse_args(["--out", "x", "--steps", "teacher=3"])
