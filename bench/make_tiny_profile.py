@@ -1,0 +1,62 @@
+"""Write the small profile that notebooks/02 runs on in CI: a seeded tiny Llama pair (draft = noisy copy
+of the target), latency measured with calibrate.latency, traces, and `specsim check` rows — real
+measurements of toy models, produced in about a minute on one CPU thread.
+
+    python bench/make_tiny_profile.py [--out notebooks/data/tiny_pair_profile.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+
+def main(argv=None) -> int:
+    import torch
+
+    from calibrate import cli_acceptance as C
+    from calibrate import latency as L
+    from calibrate.acceptance import acceptance_entry, acceptance_trace
+    from calibrate.engine import Request
+    from calibrate.models import LoadedModel
+    from specsim.check import check_row, format_table
+    from specsim.profile import load_profile, save_profile
+    from tests.tiny_pair import tiny_pair, tiny_prompts
+
+    p = argparse.ArgumentParser()
+    p.add_argument("--out", default=str(ROOT / "notebooks/data/tiny_pair_profile.json"))
+    p.add_argument("--new-tokens", type=int, default=48)
+    args = p.parse_args(argv)
+    torch.set_num_threads(1)
+    target, draft = tiny_pair(seed=0, noise=0.05)
+    wrap = {k: LoadedModel(model=m, tokenizer=None, name=f"tiny-llama-{k}", kind="causal", weights="random",
+                           device="cpu", dtype="float32") for k, m in (("target", target), ("draft", draft))}
+    reqs = [Request(ids, prompt_id=f"p{i}") for i, ids in enumerate(tiny_prompts(n=8, seed=5, max_len=24))]
+    ctx = int(sum(r.input_ids.shape[1] for r in reqs) / len(reqs) + args.new_tokens / 2)
+    plan = L.default_plan(wrap["target"], contexts_tokens=(8, ctx, 96), verify_context_tokens=ctx,
+                          batch_sizes=(1, 2), prefill_tokens=(8, 32), max_repeats=40)
+    out = Path(args.out)
+    out.unlink(missing_ok=True)
+    L.calibrate_latency(wrap, plan, out, progress=False, name="tiny-pair",
+                        description="Seeded tiny Llama pair (vocab 96, 2 layers, hidden 48); draft = target + 5% "
+                                    "weight noise. Toy numbers for the notebook and tests, not a real model.")
+    traces = [acceptance_trace(target, draft, r, max_new_tokens=args.new_tokens) for r in reqs]
+    entry = acceptance_entry(traces, method="plain", scenario="tiny", task="synthetic")
+    prof = load_profile(str(out)).with_acceptance([entry])
+    setup = C.Setup(target=wrap["target"], draft=wrap["draft"], prompts=[], requests=reqs, eos=None, name="tiny")
+    gammas = [1, 2, 3, 4, 6, 8]
+    sd, base = C.run_check(setup, gammas, max_new_tokens=args.new_tokens)
+    measured = C.measured_rows(sd, base)
+    rows = [check_row(prof, entry, measured[g], prompt_ids=[r.prompt_id for r in reqs], context_tokens=ctx)
+            for g in gammas]
+    save_profile(prof.with_checks(rows), out)
+    print(format_table(rows))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

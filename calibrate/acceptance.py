@@ -1,0 +1,104 @@
+"""Teacher-forced acceptance traces: one forward of each model over the target's own greedy output.
+
+For a prompt x and the target's greedy output y_0..y_{N-1} (decoded with :func:`calibrate.engine.target_decode`),
+one forward of the target and one of the draft over x + y_{<N-1} give at every output position t
+p_t and q_t, the next-token distributions given x + y_{<t}. Then (DESIGN.md, seed 003 §3)
+
+- ``match[t]`` = [argmax q_t == y_t]: greedy SD is fully determined by it, for every γ
+  (:mod:`specsim.replay`);
+- ``beta[t]`` = Σ_x min(p_t(x), q_t(x)) at temperature T: the acceptance probability of a
+  sampled draft at t (Leviathan et al. 2023, §3.5), input to :mod:`specsim.montecarlo`.
+
+The accepted-length histogram stored beside the traces is the replay at a reference γ.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from calibrate.engine import Request, target_decode, unwrap
+from specsim.errors import SpecsimError
+from specsim.profile import MethodAcceptance, Trace
+from specsim.replay import replay_histogram, replay_traces_tau
+
+BETA_DECIMALS = 6  # JSON size; β is a probability, 1e-6 is far below any effect on τ
+
+
+@dataclass(frozen=True)
+class PromptTrace:
+    """A prompt's trace plus what produced it: the target's greedy tokens and the prompt length."""
+
+    trace: Trace
+    output_tokens: tuple[int, ...]
+    prompt_tokens: int
+    draft_prompt_tokens: int
+
+    def to_json(self) -> dict:
+        return {"trace": self.trace.to_json(), "output_tokens": list(self.output_tokens),
+                "prompt_tokens": self.prompt_tokens, "draft_prompt_tokens": self.draft_prompt_tokens}
+
+    @classmethod
+    def from_json(cls, d: dict) -> PromptTrace:
+        return cls(trace=Trace.from_json(d["trace"], "partial.trace"), output_tokens=tuple(d["output_tokens"]),
+                   prompt_tokens=int(d["prompt_tokens"]), draft_prompt_tokens=int(d["draft_prompt_tokens"]))
+
+
+@torch.inference_mode()
+def next_token_logits(model, context_ids: torch.Tensor, n_positions: int, **kwargs) -> torch.Tensor:
+    """Logits [n, V] of the last ``n_positions`` positions of one uncached forward over [1, S]."""
+    out = unwrap(model)(input_ids=context_ids, use_cache=False, logits_to_keep=n_positions, **kwargs)
+    return out.logits[0, -n_positions:].float()
+
+
+def trace_from_logits(target_logits: torch.Tensor, draft_logits: torch.Tensor, output: torch.Tensor,
+                      temperature: float = 1.0, prompt_id: str | None = None) -> Trace:
+    """match and β at each position from target/draft logits [N, V] and the target's tokens [N]."""
+    if target_logits.shape != draft_logits.shape:
+        raise SpecsimError(f"vocabulary mismatch: target logits {tuple(target_logits.shape)} vs draft "
+                           f"{tuple(draft_logits.shape)} (speculative decoding needs one shared vocabulary)")
+    match = (draft_logits.argmax(-1) == output).to(torch.int64).tolist()
+    p = torch.softmax(target_logits / temperature, -1)
+    q = torch.softmax(draft_logits / temperature, -1)
+    beta = torch.minimum(p, q).sum(-1).clamp(0.0, 1.0).double().numpy()
+    return Trace(match=tuple(int(m) for m in match),
+                 beta=tuple(float(b) for b in np.round(beta, BETA_DECIMALS)), prompt_id=prompt_id)
+
+
+def acceptance_trace(target, draft, request: Request, *, max_new_tokens: int, eos_token_id=None,
+                     temperature: float = 1.0, draft_input_ids: torch.Tensor | None = None,
+                     device="cpu") -> PromptTrace:
+    """Greedy target output, then one teacher-forced forward of each model over it → a :class:`Trace`.
+
+    ``draft_input_ids`` [1, S'] is the draft's own prompt (default: the target's ``input_ids``).
+    """
+    base = target_decode(target, request, max_new_tokens=max_new_tokens, eos_token_id=eos_token_id,
+                         device=device)
+    y = torch.tensor(base.tokens, dtype=torch.long, device=request.input_ids.device)  # [N]
+    n = y.numel()
+    draft_prompt = request.input_ids if draft_input_ids is None else draft_input_ids
+    tgt = next_token_logits(target, torch.cat([request.input_ids[0], y[:-1]])[None], n, **request.target_kwargs)
+    drf = next_token_logits(draft, torch.cat([draft_prompt[0], y[:-1]])[None], n)
+    trace = trace_from_logits(tgt, drf, y.cpu(), temperature, request.prompt_id)
+    return PromptTrace(trace=trace, output_tokens=base.tokens, prompt_tokens=request.input_ids.shape[1],
+                       draft_prompt_tokens=draft_prompt.shape[1])
+
+
+def acceptance_entry(traces: list[PromptTrace], *, method: str, scenario: str, images_per_prompt: int = 0,
+                     task: str = "", reference_gamma: int = 5, notes: str = "") -> MethodAcceptance:
+    """A profile acceptance entry: the traces, plus τ and the accepted-length histogram replayed at
+    ``reference_gamma`` (what a single-γ measurement would have recorded)."""
+    if not traces:
+        raise SpecsimError("acceptance: expected at least one prompt trace, got none")
+    raw = [t.trace for t in traces]
+    return MethodAcceptance(
+        method=method, scenario=scenario, images_per_prompt=images_per_prompt, task=task,
+        gamma=reference_gamma, tau=float(replay_traces_tau(raw, reference_gamma)),
+        accepted_histogram=tuple(int(h) for h in replay_histogram(raw, reference_gamma)),
+        traces=tuple(raw),
+        draft_prompt_tokens=float(np.mean([t.draft_prompt_tokens for t in traces])),
+        target_prompt_tokens=float(np.mean([t.prompt_tokens for t in traces])),
+        notes=notes,
+    )

@@ -1,0 +1,322 @@
+"""``specsim calibrate acceptance`` (teacher-forced traces → profile) and ``specsim check`` (real SD vs prediction).
+
+Plug-in of :mod:`specsim.cli`; torch is imported only inside the commands. ``check`` runs, per
+prompt, target-only decoding, then speculative decoding at every γ (order rotated per prompt),
+then target-only again, so slow drift of the machine hits both sides alike; speedups are
+decode-phase ms per token (prefills excluded on both sides, reported apart).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import sys
+from dataclasses import dataclass
+from datetime import date
+from pathlib import Path
+
+from specsim.errors import SpecsimError
+from specsim.profile import (
+    Profile,
+    Provenance,
+    load_profile,
+    resolve_profile_path,
+    save_profile,
+    write_json_atomic,
+)
+
+PARTIAL_SCHEMA = 1
+
+
+def register(subparsers, calibrate_subparsers) -> None:
+    """Add ``calibrate acceptance`` and ``check``."""
+    acc = calibrate_subparsers.add_parser(
+        "acceptance", help="teacher-forced acceptance traces (match, beta) into a profile",
+        description="Target greedy output per prompt, then one forward of each model over it: per position "
+                    "match = [draft argmax == target token] (greedy) and beta = sum_x min(p, q) (sampling). "
+                    "Resumable: finished prompts are kept in OUT.partial.json.")
+    _model_args(acc)
+    acc.add_argument("--out", required=True, help="profile JSON to create or update")
+    acc.add_argument("--temperature", type=float, default=1.0, help="temperature of p and q for beta (default 1)")
+    acc.add_argument("--method", default="plain", help="method name stored in the profile (default: plain)")
+    acc.add_argument("--scenario", default=None, help="scenario name (default: the prompt set's name)")
+    acc.add_argument("--reference-gamma", type=int, default=5,
+                     help="gamma of the stored single-gamma tau and histogram (default 5)")
+    acc.add_argument("--restart", action="store_true", help="ignore a partial file from an interrupted run")
+    acc.set_defaults(func=cmd_acceptance)
+
+    chk = subparsers.add_parser(
+        "check", help="run real speculative decoding and compare with the profile's prediction",
+        description="Per gamma: tau and decode-phase speedup over target-only decoding, predicted "
+                    "(tau from trace replay, speedup = tau/(gamma*c + v) with measured c = Tq/Tp, v = Tv/Tp) "
+                    "vs measured (wall clock, same run, interleaved), and the textbook prediction (v = 1, "
+                    "i.i.d. alpha). Writes the rows into the profile's checks.")
+    chk.add_argument("--profile", required=True, help="profile with latency and acceptance sections")
+    chk.add_argument("--gamma", default="1,2,3,4,6,8", help="comma-separated gammas (default 1,2,3,4,6,8)")
+    _model_args(chk, required=False)
+    chk.add_argument("--method", default=None, help="acceptance entry to compare with (default: the only/first)")
+    chk.add_argument("--scenario", default=None, help="scenario of that entry (default: the prompt set's name)")
+    chk.add_argument("--json", action="store_true", help="print JSON instead of the table")
+    chk.add_argument("--no-write", action="store_true", help="do not write the rows into the profile")
+    chk.set_defaults(func=cmd_check)
+
+
+def _model_args(p: argparse.ArgumentParser, required: bool = True) -> None:
+    p.add_argument("--preset", help="pair name from calibrate/presets/pairs.json (e.g. qwen2.5-coder-0.5b-1.5b)")
+    p.add_argument("--target", help="target: HF id, local folder, .gguf file or config JSON (with --draft)")
+    p.add_argument("--draft", help="draft model spec (with --target)")
+    p.add_argument("--random-weights", action="store_true", help="architecture only (random weights)")
+    p.add_argument("--prompts", default="reference", help="built-in prompt set or JSONL file (default: reference)")
+    p.add_argument("--limit", type=int, default=None, help="use only the first N prompts")
+    p.add_argument("--max-new-tokens", type=int, default=64, help="new tokens per prompt (default 64)")
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--dtype", default="float32")
+    p.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
+# --------------------------------------------------------------------------- shared set-up
+@dataclass
+class Setup:
+    target: object
+    draft: object
+    prompts: list
+    requests: list
+    eos: object
+    name: str
+
+
+def _byte_ids(text: str, vocab: int):
+    """Architecture-only models have no tokenizer: ids = UTF-8 bytes mod vocab (timing is what matters)."""
+    import torch
+
+    return torch.tensor([[b % vocab for b in text.encode("utf-8")] or [0]], dtype=torch.long)
+
+
+def load_setup(args) -> Setup:
+    """Models, prompts and encoded requests from the shared flags."""
+    from calibrate.engine import Request
+    from calibrate.models import load_pair
+    from calibrate.prompts import encode, load_prompts
+
+    if args.max_new_tokens < 1:
+        raise SpecsimError(f"--max-new-tokens: expected an integer >= 1, got {args.max_new_tokens}")
+    prompts = load_prompts(args.prompts, limit=args.limit)
+    if not args.preset and not (args.target and args.draft):
+        raise SpecsimError("models: expected --preset PAIR or both --target and --draft")
+    target, draft = load_pair(args.preset or args.target, None if args.preset else args.draft, device=args.device,
+                              dtype=args.dtype, threads=args.threads, random_weights=args.random_weights,
+                              progress=not args.no_progress)
+    tok = target.tokenizer
+    reqs = []
+    for p in prompts:
+        if p.images:
+            raise SpecsimError(f"prompt {p.id!r} has images; the plain text drafter handles text prompts only")
+        ids = encode(tok, p) if tok is not None else _byte_ids(p.text, target.vocab_size)
+        reqs.append(Request(ids.to(target.device), text=p.text, prompt_id=p.id))
+    eos = getattr(getattr(target.model, "generation_config", None), "eos_token_id", None)
+    if eos is None and tok is not None:
+        eos = tok.eos_token_id
+    name = Path(args.prompts).stem if args.prompts.endswith(".jsonl") else args.prompts
+    return Setup(target, draft, prompts, reqs, eos, name)
+
+
+def _progress(items, args, desc: str):
+    if args.no_progress:
+        return items
+    from tqdm import tqdm
+
+    return tqdm(items, desc=desc, unit="prompt", file=sys.stderr)
+
+
+def _provenance(setup: Setup, args) -> Provenance:
+    import torch
+    import transformers
+
+    return Provenance(target=setup.target.name, draft=setup.draft.name, device=str(args.device),
+                      dtype=setup.target.dtype, date=date.today().isoformat(), source="measured",
+                      software={"torch": torch.__version__, "transformers": transformers.__version__},
+                      weights=setup.target.weights, threads=torch.get_num_threads(),
+                      notes=f"acceptance: prompts={args.prompts}, max_new_tokens={args.max_new_tokens}")
+
+
+# --------------------------------------------------------------------------- acceptance
+def cmd_acceptance(args) -> int:
+    if args.reference_gamma < 1:
+        raise SpecsimError(f"--reference-gamma: expected an integer >= 1, got {args.reference_gamma}")
+    if not args.temperature > 0:
+        raise SpecsimError(f"--temperature: expected > 0 for beta, got {args.temperature}")
+    run_acceptance(load_setup(args), args)
+    return 0
+
+
+def run_acceptance(setup: Setup, args):
+    """Traces for every prompt (resuming from ``<out>.partial.json``), merged into the profile at ``--out``."""
+    from calibrate.acceptance import acceptance_entry, acceptance_trace
+
+    out = Path(args.out)
+    partial = out.with_name(out.name + ".partial.json")
+    key = {"target": setup.target.name, "draft": setup.draft.name, "prompts": _digest(setup.prompts),
+           "max_new_tokens": args.max_new_tokens, "temperature": args.temperature, "dtype": setup.target.dtype,
+           "eos": setup.eos}
+    done = {} if args.restart else _read_partial(partial, key)
+    for req in _progress(setup.requests, args, "acceptance"):
+        if req.prompt_id in done:
+            continue
+        done[req.prompt_id] = acceptance_trace(setup.target, setup.draft, req, max_new_tokens=args.max_new_tokens,
+                                               eos_token_id=setup.eos, temperature=args.temperature,
+                                               device=args.device)
+        write_json_atomic(partial, {"schema_version": PARTIAL_SCHEMA, "key": key,
+                                    "traces": [t.to_json() for t in done.values()]})
+    traces = [done[r.prompt_id] for r in setup.requests]
+    scenario = args.scenario or setup.name
+    entry = acceptance_entry(traces, method=args.method, scenario=scenario,
+                             task=",".join(sorted({p.task for p in setup.prompts if p.task})),
+                             reference_gamma=args.reference_gamma,
+                             notes=f"teacher-forced on target greedy output, {args.max_new_tokens} new tokens, "
+                                   f"beta at T={args.temperature}")
+    profile = load_profile(str(out)) if out.is_file() else Profile(provenance=_provenance(setup, args),
+                                                                   name=out.stem)
+    save_profile(profile.with_acceptance([entry]), out)
+    partial.unlink(missing_ok=True)
+    print(f"{scenario}/{args.method}: {len(traces)} prompts, {sum(len(t.trace.match) for t in traces)} positions, "
+          f"match rate {_mean_match(traces):.3f}, tau(gamma={args.reference_gamma}) = {entry.tau:.3f} -> {out}")
+    return entry
+
+
+def _digest(prompts) -> str:
+    return hashlib.sha256(json.dumps([p.to_json() for p in prompts], sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _read_partial(path: Path, key: dict) -> dict:
+    from calibrate.acceptance import PromptTrace
+
+    if not path.is_file():
+        return {}
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError):
+        return {}  # a broken partial file only costs a rerun
+    if data.get("schema_version") != PARTIAL_SCHEMA or data.get("key") != key:
+        return {}
+    traces = [PromptTrace.from_json(t) for t in data.get("traces", [])]
+    return {t.trace.prompt_id: t for t in traces}
+
+
+def _mean_match(traces) -> float:
+    total = sum(len(t.trace.match) for t in traces)
+    return sum(sum(t.trace.match) for t in traces) / max(total, 1)
+
+
+# --------------------------------------------------------------------------- check
+def parse_gammas(text: str) -> list[int]:
+    """'1,2,3' -> [1, 2, 3]; SpecsimError for anything but integers ≥ 1."""
+    try:
+        gammas = [int(g) for g in str(text).split(",") if g.strip()]
+    except ValueError:
+        raise SpecsimError(f"--gamma: expected comma-separated integers >= 1, got {text!r}") from None
+    if not gammas or any(g < 1 for g in gammas):
+        raise SpecsimError(f"--gamma: expected comma-separated integers >= 1, got {text!r}")
+    return sorted(set(gammas))
+
+
+def run_check(setup: Setup, gammas: list[int], *, max_new_tokens: int, device="cpu", progress=None):
+    """Interleaved real runs: {γ: [DecodeResult per prompt]} and the target-only runs (two per prompt)."""
+    from calibrate.drafting import TextDrafter
+    from calibrate.engine import speculative_decode, target_decode
+
+    kw = {"max_new_tokens": max_new_tokens, "eos_token_id": setup.eos, "device": device}
+    warm = setup.requests[0]
+    target_decode(setup.target, warm, **kw | {"max_new_tokens": 4})
+    speculative_decode(setup.target, TextDrafter(setup.draft), warm, gamma=max(gammas), **kw | {"max_new_tokens": 4})
+    sd = {g: [] for g in gammas}
+    base = []
+    for i, req in enumerate(progress(setup.requests) if progress else setup.requests):
+        base.append(target_decode(setup.target, req, **kw))
+        for g in gammas[i % len(gammas):] + gammas[: i % len(gammas)]:
+            sd[g].append(speculative_decode(setup.target, TextDrafter(setup.draft), req, gamma=g, **kw))
+        base.append(target_decode(setup.target, req, **kw))
+    return sd, base
+
+
+def measured_rows(sd: dict, base: list):
+    """{γ: Measured} from the runs (decode-phase ms per token, τ = tokens / blocks)."""
+    from specsim.check import Measured
+
+    base_ms = sum(r.decode_ms for r in base) / sum(len(r.tokens) for r in base)
+    out = {}
+    for g, runs in sd.items():
+        tokens = sum(len(r.tokens) for r in runs)
+        out[g] = Measured(gamma=g, tau=tokens / sum(len(r.blocks) for r in runs),
+                          sd_ms_per_token=sum(r.decode_ms for r in runs) / tokens, target_ms_per_token=base_ms,
+                          prompts=len(runs), new_tokens=max(len(r.tokens) for r in runs))
+    return out
+
+
+def replay_agreement(entry, sd: dict) -> tuple[int, int]:
+    """(#(prompt, γ) whose engine block count equals the trace replay's, #compared)."""
+    from specsim.replay import replay_blocks_per_prompt
+
+    by_id = {t.prompt_id: t for t in entry.traces if t.match is not None}
+    same = total = 0
+    for g, runs in sd.items():
+        for r in runs:
+            trace = by_id.get(r.prompt_id)
+            if trace is None or len(trace.match) != len(r.tokens):
+                continue
+            total += 1
+            same += int(replay_blocks_per_prompt([trace], g)[0] == len(r.blocks))
+    return same, total
+
+
+def _entry(profile: Profile, method, scenario):
+    cands = [a for a in profile.acceptance if (method is None or a.method == method)
+             and (scenario is None or a.scenario == scenario)]
+    if not cands:
+        known = ", ".join(f"{a.method}/{a.scenario}" for a in profile.acceptance) or "none"
+        raise SpecsimError(f"profile has no acceptance entry for method={method!r} scenario={scenario!r} "
+                           f"(has: {known}; run 'specsim calibrate acceptance' first)")
+    return cands[0]
+
+
+def cmd_check(args) -> int:
+    from specsim.check import check_row, format_table, summary
+
+    gammas = parse_gammas(args.gamma)
+    profile_path = resolve_profile_path(args.profile)
+    profile = load_profile(str(profile_path))
+    if profile.latency.target_decode_ms_by_context is None:
+        raise SpecsimError(f"profile {args.profile!r} has no latency section (run 'specsim calibrate latency' first)")
+    entry = _entry(profile, args.method, args.scenario)
+    setup = load_setup(args)
+    sd, base = run_check(setup, gammas, max_new_tokens=args.max_new_tokens, device=args.device,
+                         progress=None if args.no_progress else (lambda xs: _progress(xs, args, "check")))
+    measured = measured_rows(sd, base)
+    ids = [r.prompt_id for r in setup.requests]
+    context = sum(r.input_ids.shape[1] for r in setup.requests) / len(ids) + args.max_new_tokens / 2
+    rows = [check_row(profile, entry, measured[g], prompt_ids=ids, context_tokens=context) for g in gammas]
+    same, total = replay_agreement(entry, sd)
+    stages = _stage_shares(sd)
+    if not args.no_write:
+        save_profile(profile.with_checks(rows), profile_path)
+    if args.json:
+        print(json.dumps({"rows": [r.to_json() for r in rows], "summary": summary(rows),
+                          "replay_equals_engine": [same, total], "stages": stages}, indent=1))
+        return 0
+    print(format_table(rows))
+    print(f"greedy tau: trace replay == engine for {same}/{total} (prompt, gamma)")
+    for g, s in stages.items():
+        print(f"gamma={g}: " + ", ".join(f"{k} {v:.1%}" for k, v in s.items()) + " of decode time")
+    return 0
+
+
+def _stage_shares(sd: dict) -> dict:
+    """Per γ: share of decode-phase time in draft forwards, target verification and non-model overhead."""
+    out = {}
+    for g, runs in sd.items():
+        total = sum(r.decode_ms for r in runs)
+        st = [r.stage_ms() for r in runs]
+        out[g] = {k.removesuffix("_ms"): sum(s[k] for s in st) / total
+                  for k in ("draft_generation_ms", "target_verification_ms", "overhead_ms")}
+    return out

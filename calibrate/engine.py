@@ -1,0 +1,318 @@
+"""Speculative decoding (Leviathan et al. 2023; Chen et al. 2023) with KV caches, in phase-named steps.
+
+Layout after gpt-fast: :func:`prefill`, draft phase (the drafter's ``propose``), :func:`verify_phase`,
+:func:`accept_phase`, :func:`rollback`, glued by :func:`speculative_decode`; :func:`target_decode`
+is the target-only baseline through the same primitives (same forward, same sampling), so timings
+compare like with like.
+
+Cache convention (both models): the committed sequence is prompt + emitted tokens; its last token
+is *pending* (not yet in the target's KV cache). Prefill therefore runs over prompt[:-1], and every
+emitted token, the first included, comes out of a draft/verify block — which is what makes greedy
+trace replay (:mod:`specsim.replay`) exact from output position 0. A block with γ drafts feeds
+[pending, d_1..d_γ] (γ+1 positions) to the target, accepts n drafts and rolls the cache back to
+prompt + emitted + n. γ is capped at tokens-left − 1 so no block drafts past ``max_new_tokens``.
+
+Sampling: draft i is accepted with probability min(1, p_i(d_i)/q_i(d_i)); at the first rejection the
+token is resampled from norm(max(0, p − q)); if all γ pass, a bonus token comes from p_{γ+1}. The
+output is distributed exactly as the target's. Temperature 0 is greedy: accept while the target's
+argmax agrees; the output is the target's greedy output token for token.
+
+Shapes: batch 1 throughout; ``logits`` [n, V] after dropping the batch axis.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from calibrate.timing import timed
+from specsim.errors import SpecsimError
+
+if TYPE_CHECKING:
+    from calibrate.drafting import Drafter, Proposal
+
+SCHEMA_VERSION = 1
+
+
+# --------------------------------------------------------------------------- records
+@dataclass(frozen=True)
+class Request:
+    """One prompt as the target sees it: ``input_ids`` [1, S] (S ≥ 1) plus extra prefill kwargs
+    (e.g. ``pixel_values`` for a VLM); ``text``/``images`` are for drafters that re-encode them."""
+
+    input_ids: torch.Tensor
+    target_kwargs: dict[str, Any] = field(default_factory=dict)
+    text: str = ""
+    images: tuple = ()
+    prompt_id: str | None = None
+
+
+@dataclass(frozen=True)
+class BlockRecord:
+    """One draft/verify block (or one target-only step, γ = 0): counts and per-stage ms.
+
+    ``accepted`` counts drafts kept in the output (capped at ``emitted`` − 1 when EOS truncates);
+    ``overhead_ms`` = block − draft model − target model time (Python, sampling, cache bookkeeping).
+    """
+
+    gamma: int
+    accepted: int
+    emitted: int
+    draft_ms: float
+    verify_ms: float
+    block_ms: float
+
+    @property
+    def overhead_ms(self) -> float:
+        return self.block_ms - self.draft_ms - self.verify_ms
+
+    def to_json(self) -> dict:
+        return {"gamma": self.gamma, "accepted": self.accepted, "emitted": self.emitted,
+                "draft_ms": self.draft_ms, "verify_ms": self.verify_ms, "block_ms": self.block_ms}
+
+
+@dataclass(frozen=True)
+class DecodeResult:
+    """A whole request: emitted tokens, set-up stage ms (prefills, vision, captions) and blocks.
+
+    ``gamma`` = 0 marks a target-only run (every block is one target step).
+    """
+
+    tokens: tuple[int, ...]
+    prompt_tokens: int
+    gamma: int
+    method: str
+    setup_ms: dict[str, float]
+    blocks: tuple[BlockRecord, ...]
+    prompt_id: str | None = None
+    schema_version: int = SCHEMA_VERSION
+
+    @property
+    def decode_ms(self) -> float:
+        """Wall time of the decode phase (all blocks), ms."""
+        return float(sum(b.block_ms for b in self.blocks))
+
+    @property
+    def total_ms(self) -> float:
+        return self.decode_ms + float(sum(self.setup_ms.values()))
+
+    @property
+    def tau(self) -> float:
+        """Tokens emitted per block, bonus included (1 for target-only)."""
+        return len(self.tokens) / max(len(self.blocks), 1)
+
+    @property
+    def overhead_ms(self) -> float:
+        return float(sum(b.overhead_ms for b in self.blocks))
+
+    def accepted_histogram(self) -> tuple[int, ...]:
+        """h[k] = blocks that kept exactly k drafts, k = 0..γ."""
+        hist = [0] * (self.gamma + 1)
+        for b in self.blocks:
+            hist[b.accepted] += 1
+        return tuple(hist)
+
+    def stage_ms(self) -> dict[str, float]:
+        """Set-up stages plus decode-phase totals: draft generation, target verification, overhead."""
+        return dict(self.setup_ms) | {
+            "draft_generation_ms": float(sum(b.draft_ms for b in self.blocks)),
+            "target_verification_ms": float(sum(b.verify_ms for b in self.blocks)),
+            "overhead_ms": self.overhead_ms,
+        }
+
+    def to_json(self) -> dict:
+        return {"schema_version": self.schema_version, "tokens": list(self.tokens),
+                "prompt_tokens": self.prompt_tokens, "gamma": self.gamma, "method": self.method,
+                "prompt_id": self.prompt_id, "setup_ms": dict(self.setup_ms),
+                "blocks": [b.to_json() for b in self.blocks]}
+
+    @classmethod
+    def from_json(cls, d: dict) -> DecodeResult:
+        if not isinstance(d, dict) or d.get("schema_version") != SCHEMA_VERSION:
+            raise SpecsimError(f"decode result: expected schema_version {SCHEMA_VERSION}")
+        return cls(tokens=tuple(int(t) for t in d["tokens"]), prompt_tokens=int(d["prompt_tokens"]),
+                   gamma=int(d["gamma"]), method=str(d["method"]), prompt_id=d.get("prompt_id"),
+                   setup_ms={k: float(v) for k, v in d["setup_ms"].items()},
+                   blocks=tuple(BlockRecord(**b) for b in d["blocks"]))
+
+
+# --------------------------------------------------------------------------- primitives
+def unwrap(model):
+    """The ``torch.nn.Module`` of a model or of a ``calibrate.models.LoadedModel``."""
+    return model if isinstance(model, torch.nn.Module) else model.model
+
+
+def new_cache():
+    """An empty KV cache (transformers ``DynamicCache``)."""
+    from transformers import DynamicCache
+
+    return DynamicCache()
+
+
+def forward(model, input_ids: torch.Tensor, cache, *, last_only: bool = False, **kwargs) -> torch.Tensor:
+    """One cached forward over ``input_ids`` [1, n]; returns float logits [n, V] (or [1, V])."""
+    out = model(input_ids=input_ids, past_key_values=cache, use_cache=True,
+                logits_to_keep=1 if last_only else 0, **kwargs)
+    return out.logits[0]
+
+
+def crop_cache(cache, length: int) -> None:
+    """Roll ``cache`` back to its first ``length`` positions (no-op when already that short)."""
+    extra = cache.get_seq_length() - length
+    if extra > 0:
+        cache.crop(-extra)  # transformers ≥ 5: a negative value removes that many positions
+
+
+def probs_of(logits: torch.Tensor, temperature: float) -> torch.Tensor:
+    """softmax(logits / T) in float32, over the last axis."""
+    return torch.softmax(logits.float() / temperature, dim=-1)
+
+
+def pick(logits: torch.Tensor, temperature: float, generator: torch.Generator | None):
+    """(token, probs): argmax when T = 0 (probs None), else a sample from softmax(logits / T)."""
+    if temperature == 0:
+        return int(torch.argmax(logits)), None
+    p = probs_of(logits, temperature)
+    return int(torch.multinomial(p, 1, generator=generator)), p
+
+
+def _check_args(gamma: int, max_new_tokens: int, temperature: float, request: Request) -> None:
+    if isinstance(gamma, bool) or not isinstance(gamma, int) or gamma < 0:
+        raise SpecsimError(f"gamma: expected an integer >= 1, got {gamma!r}")
+    if max_new_tokens < 1:
+        raise SpecsimError(f"max_new_tokens: expected an integer >= 1, got {max_new_tokens!r}")
+    if not temperature >= 0:
+        raise SpecsimError(f"temperature: expected >= 0, got {temperature!r}")
+    ids = request.input_ids
+    if ids.ndim != 2 or ids.shape[0] != 1 or ids.shape[1] < 1:
+        raise SpecsimError(f"input_ids: expected shape [1, S] with S >= 1, got {tuple(ids.shape)}")
+
+
+# --------------------------------------------------------------------------- phases
+def prefill(model, request: Request, cache, device="cpu") -> float:
+    """Target prefill over prompt[:-1] (the last prompt token stays pending); returns ms."""
+    ids = request.input_ids[:, :-1]  # [1, S-1]
+    if ids.shape[1] == 0:
+        return 0.0
+    with timed(device) as t:
+        forward(model, ids, cache, last_only=True, **request.target_kwargs)
+    return t.ms
+
+
+def verify_phase(model, cache, pending: int, drafts: torch.Tensor, device="cpu") -> tuple[torch.Tensor, float]:
+    """One target forward over [pending, d_1..d_γ]: logits [γ+1, V] and its ms."""
+    ids = torch.cat([torch.tensor([pending], dtype=torch.long, device=drafts.device), drafts])[None]  # [1, γ+1]
+    with timed(device) as t:
+        logits = forward(model, ids, cache)
+    return logits, t.ms
+
+
+def accept_phase(logits: torch.Tensor, proposal: Proposal, temperature: float,
+                 generator: torch.Generator | None) -> tuple[int, int]:
+    """(n accepted drafts, next token) from target logits [γ+1, V] and the proposal."""
+    drafts = proposal.tokens  # [γ]
+    g = drafts.numel()
+    if temperature == 0:
+        best = torch.argmax(logits, dim=-1)  # [γ+1]
+        agree = (best[:g] == drafts).long()
+        n = int(torch.cumprod(agree, 0).sum()) if g else 0
+        return n, int(best[n])
+    p = probs_of(logits, temperature)  # [γ+1, V]
+    if g:
+        q = proposal.q_probs  # [γ, V]
+        rows = torch.arange(g)
+        u = torch.rand(g, generator=generator, dtype=torch.float64)
+        ok = (u * q[rows, drafts].double() < p[rows, drafts].double()).long()  # u < p/q
+        n = int(torch.cumprod(ok, 0).sum())
+        if n < g:
+            residual = torch.clamp(p[n] - q[n], min=0)
+            if float(residual.sum()) <= 0:  # p == q: a rejection has probability 0; keep it well defined
+                residual = p[n]
+            return n, int(torch.multinomial(residual, 1, generator=generator))
+    return g, int(torch.multinomial(p[g], 1, generator=generator))
+
+
+def rollback(cache, length: int) -> None:
+    """Drop the KV of rejected drafts: keep the first ``length`` positions."""
+    crop_cache(cache, length)
+
+
+# --------------------------------------------------------------------------- loops
+def _truncate(new_tokens: list[int], left: int, eos_token_id) -> tuple[list[int], bool]:
+    """Cut at ``left`` tokens and after the first EOS; returns (tokens, stop?)."""
+    eos = set() if eos_token_id is None else ({eos_token_id} if isinstance(eos_token_id, int) else set(eos_token_id))
+    for i, tok in enumerate(new_tokens[:left]):
+        if tok in eos:
+            return new_tokens[: i + 1], True
+    kept = new_tokens[:left]
+    return kept, len(kept) >= left
+
+
+@torch.inference_mode()
+def speculative_decode(target, drafter: Drafter, request: Request, *, gamma: int, max_new_tokens: int,
+                       temperature: float = 0.0, generator: torch.Generator | None = None,
+                       eos_token_id=None, device="cpu") -> DecodeResult:
+    """Speculative decoding of one request with ``drafter`` at fixed γ (see the module docstring)."""
+    _check_args(gamma, max_new_tokens, temperature, request)
+    if gamma < 1:
+        raise SpecsimError(f"gamma: expected an integer >= 1, got {gamma}")
+    model = unwrap(target)
+    cache = new_cache()
+    setup = {"target_prefill_ms": prefill(model, request, cache, device)}
+    setup.update(drafter.prefill(request))
+    prompt_len = request.input_ids.shape[1]
+    pending = int(request.input_ids[0, -1])
+    out: list[int] = []
+    blocks: list[BlockRecord] = []
+    done = False
+    while not done:
+        t0 = time.perf_counter()
+        g = min(gamma, max_new_tokens - len(out) - 1)
+        proposal = drafter.propose(g, temperature=temperature, generator=generator) if g > 0 else _empty(model)
+        logits, verify_ms = verify_phase(model, cache, pending, proposal.tokens, device)
+        n, nxt = accept_phase(logits, proposal, temperature, generator)
+        rollback(cache, prompt_len + len(out) + n)
+        drafter.accept(n, nxt)
+        new, done = _truncate(proposal.tokens[:n].tolist() + [nxt], max_new_tokens - len(out), eos_token_id)
+        out.extend(new)
+        pending = out[-1]
+        blocks.append(BlockRecord(gamma=g, accepted=len(new) - 1, emitted=len(new), draft_ms=proposal.model_ms,
+                                  verify_ms=verify_ms, block_ms=(time.perf_counter() - t0) * 1e3))
+    return DecodeResult(tokens=tuple(out), prompt_tokens=prompt_len, gamma=gamma, method=drafter.method,
+                        setup_ms=setup, blocks=tuple(blocks), prompt_id=request.prompt_id)
+
+
+def _empty(model) -> Proposal:
+    from calibrate.drafting import Proposal
+
+    return Proposal(tokens=torch.zeros(0, dtype=torch.long, device=model.device), q_probs=None, model_ms=0.0)
+
+
+@torch.inference_mode()
+def target_decode(target, request: Request, *, max_new_tokens: int, temperature: float = 0.0,
+                  generator: torch.Generator | None = None, eos_token_id=None, device="cpu") -> DecodeResult:
+    """Target-only decoding through the same prefill/forward/sampling as :func:`speculative_decode`."""
+    _check_args(0, max_new_tokens, temperature, request)
+    model = unwrap(target)
+    cache = new_cache()
+    setup = {"target_prefill_ms": prefill(model, request, cache, device)}
+    pending = int(request.input_ids[0, -1])
+    out: list[int] = []
+    blocks: list[BlockRecord] = []
+    done = False
+    while not done:
+        t0 = time.perf_counter()
+        ids = torch.tensor([[pending]], dtype=torch.long, device=model.device)  # [1, 1]
+        with timed(device) as t:
+            logits = forward(model, ids, cache)
+        nxt, _ = pick(logits[-1], temperature, generator)
+        new, done = _truncate([nxt], max_new_tokens - len(out), eos_token_id)
+        out.extend(new)
+        pending = nxt
+        blocks.append(BlockRecord(gamma=0, accepted=0, emitted=1, draft_ms=0.0, verify_ms=t.ms,
+                                  block_ms=(time.perf_counter() - t0) * 1e3))
+    return DecodeResult(tokens=tuple(out), prompt_tokens=request.input_ids.shape[1], gamma=0, method="target",
+                        setup_ms=setup, blocks=tuple(blocks), prompt_id=request.prompt_id)

