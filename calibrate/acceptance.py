@@ -102,3 +102,36 @@ def acceptance_entry(traces: list[PromptTrace], *, method: str, scenario: str, i
         target_prompt_tokens=float(np.mean([t.prompt_tokens for t in traces])),
         notes=notes,
     )
+
+
+@torch.inference_mode()
+def drafter_trace(target, drafter, request: Request, *, max_new_tokens: int, eos_token_id=None,
+                  temperature: float = 1.0, seed: int = 0, device="cpu") -> PromptTrace:
+    """A teacher-forced trace through the drafting protocol, so any method (ensembles, adaptive) is traced.
+
+    After ``drafter.prefill``, per output position t: ``propose(1)`` at ``temperature`` gives q_t,
+    then ``accept(0, y_t)`` commits the target's token. ``match[t]`` = [argmax q_t == y_t]: exact for
+    single methods at any T and for ensembles at T = 1 (greedy ensembles mix softmax at T = 1).
+    """
+    base = target_decode(target, request, max_new_tokens=max_new_tokens, eos_token_id=eos_token_id,
+                         device=device)
+    y = torch.tensor(base.tokens, dtype=torch.long, device=request.input_ids.device)  # [N]
+    n = y.numel()
+    tgt = next_token_logits(target, torch.cat([request.input_ids[0], y[:-1]])[None], n, **request.target_kwargs)
+    drafter.prefill(request)
+    gen = torch.Generator().manual_seed(seed)
+    qs = []
+    for tok in base.tokens:
+        qs.append(drafter.propose(1, temperature=temperature, generator=gen).q_probs[0].float().cpu())
+        drafter.accept(0, int(tok))
+    q = torch.stack(qs)  # [N, V]
+    p = torch.softmax(tgt.cpu() / temperature, -1)
+    if p.shape != q.shape:
+        raise SpecsimError(f"vocabulary mismatch: target {tuple(p.shape)} vs draft {tuple(q.shape)}")
+    match = (q.argmax(-1) == y.cpu()).to(torch.int64).tolist()
+    beta = torch.minimum(p, q).sum(-1).clamp(0.0, 1.0).double().numpy()
+    trace = Trace(match=tuple(int(m) for m in match), prompt_id=request.prompt_id,
+                  beta=tuple(float(b) for b in np.round(beta, BETA_DECIMALS)))
+    context = getattr(drafter, "context_tokens", None) or [request.input_ids.shape[1]]
+    return PromptTrace(trace=trace, output_tokens=base.tokens, prompt_tokens=request.input_ids.shape[1],
+                       draft_prompt_tokens=int(max(context)))

@@ -41,13 +41,17 @@ SCHEMA_VERSION = 1
 @dataclass(frozen=True)
 class Request:
     """One prompt as the target sees it: ``input_ids`` [1, S] (S ≥ 1) plus extra prefill kwargs
-    (e.g. ``pixel_values`` for a VLM); ``text``/``images`` are for drafters that re-encode them."""
+    (e.g. ``pixel_values`` [n_images, 3, H, W] for a LLaVA-style VLM, whose ``input_ids`` then hold
+    the expanded image tokens); ``text`` (with ``<image>`` placeholders) and ``images`` (PIL images
+    or pixel tensors, placeholder order) are for drafters that build their own context from them.
+    Build multimodal ones with :func:`calibrate.drafters.make_request`."""
 
     input_ids: torch.Tensor
     target_kwargs: dict[str, Any] = field(default_factory=dict)
     text: str = ""
     images: tuple = ()
     prompt_id: str | None = None
+    image_token_id: int | None = None
 
 
 @dataclass(frozen=True)
@@ -193,13 +197,36 @@ def _check_args(gamma: int, max_new_tokens: int, temperature: float, request: Re
 
 # --------------------------------------------------------------------------- phases
 def prefill(model, request: Request, cache, device="cpu") -> float:
-    """Target prefill over prompt[:-1] (the last prompt token stays pending); returns ms."""
+    """Target prefill over prompt[:-1] (the last prompt token stays pending); returns total ms."""
+    return float(sum(prefill_stages(model, request, cache, device).values()))
+
+
+def prefill_stages(model, request: Request, cache, device="cpu") -> dict[str, float]:
+    """Target prefill over prompt[:-1]; ms per stage: ``target_vision_ms`` (image encoder + projector,
+    only for a VLM request whose model takes precomputed ``mm_encoder_outputs``, e.g. LLaVA) and
+    ``target_prefill_ms`` (the language model over the prompt). Later forwards are text-only."""
     ids = request.input_ids[:, :-1]  # [1, S-1]
     if ids.shape[1] == 0:
-        return 0.0
+        return {"target_prefill_ms": 0.0}
+    kwargs = dict(request.target_kwargs)
+    stages = {}
+    if "pixel_values" in kwargs and _takes_encoder_outputs(model):
+        with timed(device) as t:  # the vision tower runs once, apart, so its cost is reported apart
+            kwargs["mm_encoder_outputs"] = {"image": model.model.get_image_features(
+                pixel_values=kwargs.pop("pixel_values"), return_dict=True)}
+        stages["target_vision_ms"] = t.ms
     with timed(device) as t:
-        forward(model, ids, cache, last_only=True, **request.target_kwargs)
-    return t.ms
+        forward(model, ids, cache, last_only=True, **kwargs)
+    stages["target_prefill_ms"] = t.ms
+    return stages
+
+
+def _takes_encoder_outputs(model) -> bool:
+    import inspect
+
+    inner = getattr(model, "model", None)
+    return (hasattr(inner, "get_image_features")
+            and "mm_encoder_outputs" in inspect.signature(model.forward).parameters)
 
 
 def verify_phase(model, cache, pending: int, drafts: torch.Tensor, device="cpu") -> tuple[torch.Tensor, float]:
@@ -261,7 +288,7 @@ def speculative_decode(target, drafter: Drafter, request: Request, *, gamma: int
         raise SpecsimError(f"gamma: expected an integer >= 1, got {gamma}")
     model = unwrap(target)
     cache = new_cache()
-    setup = {"target_prefill_ms": prefill(model, request, cache, device)}
+    setup = prefill_stages(model, request, cache, device)
     setup.update(drafter.prefill(request))
     prompt_len = request.input_ids.shape[1]
     pending = int(request.input_ids[0, -1])
@@ -298,7 +325,7 @@ def target_decode(target, request: Request, *, max_new_tokens: int, temperature:
     _check_args(0, max_new_tokens, temperature, request)
     model = unwrap(target)
     cache = new_cache()
-    setup = {"target_prefill_ms": prefill(model, request, cache, device)}
+    setup = prefill_stages(model, request, cache, device)
     pending = int(request.input_ids[0, -1])
     out: list[int] = []
     blocks: list[BlockRecord] = []

@@ -1,0 +1,263 @@
+"""Multimodal drafting methods (seed 003): multimodal (M), text-only (T), caption (C), pooled (Pn),
+in-batch ensembles of any subset (MT, MTC, MTCP, ...) and adaptive ensembles, all behind
+:class:`calibrate.drafting.Drafter`.
+
+Every method is an :class:`EnsembleDrafter` over one or more *members*; a member turns a request into
+one draft context (input embeddings [L, H]) and the drafter runs all contexts as one left-padded batch
+(attention mask 0 on pads, position ids counted from each row's first real token) with one KV cache of
+batch k. Each step mixes the members' next-token distributions, q = Σ_j w_j softmax(z_j / T) (T = 1 for
+greedy, then argmax q; seed 003 Algorithm 1), and appends the chosen token to every row, so all rows
+stay the same length and rollback is one crop of the shared cache.
+
+Members (see :mod:`calibrate.draft_contexts`): ``M`` the draft VLM sees the images through its own
+vision tower + projector; ``T`` every ``<image>`` becomes "\\n" (seed 003 App. C; works with a text-only
+LM draft); ``C`` every ``<image>`` becomes ``caption_prefix`` + a captioner's text (captioner ms
+charged as ``caption_ms``); ``Pn`` the draft's visual features are 2-D average-pooled to n tokens per
+image before the projector (seed 003 §5 / App. D).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import torch
+
+from calibrate.draft_contexts import (
+    IMAGE_PLACEHOLDER,
+    CaptionContext,
+    DraftContext,
+    HFCaptioner,
+    MultimodalContext,
+    TextOnlyContext,
+    make_request,
+    pool_features,
+)
+from calibrate.drafting import Proposal
+from calibrate.engine import Request, crop_cache, new_cache, unwrap
+from calibrate.timing import timed
+from specsim.errors import SpecsimError
+
+__all__ = ["AdaptiveEnsembleDrafter", "EnsembleDrafter", "HFCaptioner", "IMAGE_PLACEHOLDER", "make_drafter",
+           "make_request", "parse_method", "pool_features"]
+
+_CODE_RE = re.compile(r"M|T|C|P(\d+)")
+_NAMES = {"multimodal": "M", "text-only": "T", "caption": "C"}
+
+
+@dataclass(frozen=True)
+class MemberSpec:
+    """One ensemble member: ``kind`` in M/T/C/P and ``pool_tokens`` (P only)."""
+
+    kind: str
+    pool_tokens: int | None = None
+
+    @property
+    def code(self) -> str:
+        return f"P{self.pool_tokens}" if self.kind == "P" else self.kind
+
+
+def parse_method(method: str) -> tuple[bool, tuple[MemberSpec, ...]]:
+    """'adaptive:MTC' -> (True, (M, T, C)); 'P144' -> (False, (P144,)); long names 'text-only',
+    'pooled(36)' also accepted. SpecsimError on anything else."""
+    text = str(method).strip()
+    adaptive = text.startswith("adaptive:")
+    body = text.removeprefix("adaptive:")
+    body = _NAMES.get(body, body)
+    body = re.sub(r"^pooled\((\d+)\)$", r"P\1", body)
+    specs, pos = [], 0
+    for m in _CODE_RE.finditer(body):
+        if m.start() != pos:
+            break
+        specs.append(MemberSpec("P", int(m.group(1))) if m.group(1) else MemberSpec(m.group(0)))
+        pos = m.end()
+    if not specs or pos != len(body) or any(s.kind == "P" and s.pool_tokens < 1 for s in specs):
+        raise SpecsimError(f"--method: expected codes like M, T, C, P144, MT, MTCP or adaptive:MTC, got {method!r}")
+    return adaptive, tuple(specs)
+
+
+class EnsembleDrafter:
+    """In-batch ensemble of draft contexts over one draft model (k = 1 is a single method).
+
+    State: ``mask`` [k, cols] is the attention mask of the cache columns (0 on left pads); ``pos`` [k]
+    the position id of each row's next fed token; ``tail`` [k, m] committed tokens not yet fed (m = 1,
+    or 2 after a fully accepted block); ``member_probs`` [γ, k, V] the members' distributions at the
+    last ``propose`` (T = 1 when greedy), kept for adaptive weights and tests.
+    """
+
+    def __init__(self, draft, members, *, weights=None, device="cpu", method: str | None = None):
+        self.model = unwrap(draft)
+        self.members = list(members)
+        if not self.members:
+            raise SpecsimError("ensemble: expected at least one member, got none")
+        w = torch.ones(len(self.members), dtype=torch.float64) if weights is None else \
+            torch.tensor([float(x) for x in weights], dtype=torch.float64)
+        if w.numel() != len(self.members) or bool((w < 0).any()) or not float(w.sum()) > 0:
+            raise SpecsimError(f"weights: expected {len(self.members)} non-negative numbers with a positive sum, "
+                               f"got {list(weights)}")
+        self.prior = w / w.sum()
+        self.weights = self.prior.clone()
+        self.device = device
+        self.method = method or "".join(m.code for m in self.members)
+        self.draft_batch_size = len(self.members)
+        self.context_tokens: list[int] = []
+        self.member_probs: torch.Tensor | None = None
+
+    # ------------------------------------------------------------------ prefill
+    @torch.inference_mode()
+    def prefill(self, request: Request) -> dict[str, float]:
+        """Build every member's context, left-pad them into one batch, prefill all but each row's last token.
+
+        Returns set-up ms: ``draft_vision_ms``, ``caption_ms`` (members that need them), ``draft_prefill_ms``.
+        """
+        self.weights = self.prior.clone()
+        shared: dict = {}
+        stages: dict[str, float] = {}
+        contexts: list[DraftContext] = []
+        for member in self.members:
+            ctx = member.build(request, self.model, shared, self.device)
+            for k, v in ctx.stages_ms.items():
+                stages[k] = stages.get(k, 0.0) + v
+            contexts.append(ctx)
+        self.context_tokens = [c.embeds.shape[0] for c in contexts]
+        embeds, mask = _left_pad([c.embeds[:-1] for c in contexts])  # [k, L, H], [k, L]
+        self.tail = torch.tensor([[c.last_id] for c in contexts], dtype=torch.long, device=self.model.device)
+        self.cache = new_cache()
+        self.mask = mask
+        self.pos = mask.sum(1)  # [k]
+        self._drafts: list[int] | None = None
+        with timed(self.device) as t:
+            if embeds.shape[1] > 0:
+                self.model(inputs_embeds=embeds, attention_mask=mask, position_ids=_positions(mask),
+                           past_key_values=self.cache, use_cache=True, logits_to_keep=1)
+        stages["draft_prefill_ms"] = t.ms
+        return stages
+
+    # ------------------------------------------------------------------ draft phase
+    def _step(self, x: torch.Tensor) -> torch.Tensor:
+        """Feed x [k, m] to every row; logits [k, V] of the last position."""
+        k, m = x.shape
+        self.mask = torch.cat([self.mask, torch.ones(k, m, dtype=self.mask.dtype, device=self.mask.device)], 1)
+        pos = self.pos[:, None] + torch.arange(m, device=self.pos.device)  # [k, m]
+        out = self.model(input_ids=x, attention_mask=self.mask, position_ids=pos, past_key_values=self.cache,
+                         use_cache=True, logits_to_keep=1)
+        self.pos = self.pos + m
+        return out.logits[:, -1].float()
+
+    @torch.inference_mode()
+    def propose(self, gamma: int, *, temperature: float = 0.0,
+                generator: torch.Generator | None = None) -> Proposal:
+        """γ steps of the batch; each token comes from the weighted mixture and is appended to every row."""
+        k = len(self.members)
+        x = self.tail
+        self._cols0, self._pos0, self._m = self.mask.shape[1], self.pos.clone(), x.shape[1]
+        tokens, mixed, members, model_ms = [], [], [], 0.0
+        w = self.weights.to(torch.float32).to(self.model.device)[:, None]  # [k, 1]
+        for i in range(gamma):
+            with timed(self.device) as t:
+                logits = self._step(x)  # [k, V]
+            model_ms += t.ms
+            p = torch.softmax(logits / (temperature if temperature > 0 else 1.0), -1)  # [k, V]
+            q = (w * p).sum(0)  # [V]
+            tok = int(torch.argmax(q)) if temperature == 0 else int(torch.multinomial(q, 1, generator=generator))
+            tokens.append(tok)
+            mixed.append(q)
+            members.append(p)
+            if i + 1 < gamma:
+                x = torch.full((k, 1), tok, dtype=torch.long, device=self.model.device)
+        self._drafts = tokens
+        self.member_probs = torch.stack(members)  # [γ, k, V]
+        return Proposal(tokens=torch.tensor(tokens, dtype=torch.long, device=self.model.device),
+                        q_probs=None if temperature == 0 else torch.stack(mixed), model_ms=model_ms)
+
+    # ------------------------------------------------------------------ accept / rollback
+    def accept(self, n_accepted: int, next_token: int) -> None:
+        """Keep the KV of the tail and of the accepted drafts that were fed; the rest is cropped."""
+        k = len(self.members)
+        nxt = torch.full((k, 1), int(next_token), dtype=torch.long, device=self.model.device)
+        if self._drafts is None:  # no propose since the last accept (γ capped to 0)
+            self.tail = torch.cat([self.tail, nxt], 1)
+            return
+        g = len(self._drafts)
+        kept = self._m + min(n_accepted, g - 1)  # fed positions that are now committed
+        crop_cache(self.cache, self._cols0 + kept)
+        self.mask = self.mask[:, : self._cols0 + kept]
+        self.pos = self._pos0 + kept
+        if n_accepted == g:  # the last draft was never fed
+            last = torch.full((k, 1), self._drafts[-1], dtype=torch.long, device=self.model.device)
+            self.tail = torch.cat([last, nxt], 1)
+        else:
+            self.tail = nxt
+        self._drafts = None
+
+
+class AdaptiveEnsembleDrafter(EnsembleDrafter):
+    """Ensemble whose weights follow the target's verdicts within a request (after TABED, arXiv 2601.20357).
+
+    Rule, after each block with m = min(n + 1, γ) positions whose target token y_i is known (the n
+    accepted drafts and, if n < γ, the target's correction): h_j = (1/m) Σ_i [argmax q_{j,i} = y_i],
+    w_j ← w_j · exp(η (h_j − mean_j h_j)), normalised, then w ← (1 − ε) w + ε w⁰ (w⁰ the prior), so
+    weights stay positive and sum to 1. Only the drafts change: verification uses the q actually drafted
+    from, so the output distribution is the target's.
+    """
+
+    def __init__(self, draft, members, *, weights=None, eta: float = 2.0, floor: float = 0.05, **kw):
+        super().__init__(draft, members, weights=weights, **kw)
+        self.eta, self.floor = float(eta), float(floor)
+        self.method = kw.get("method") or "adaptive:" + "".join(m.code for m in self.members)
+
+    def accept(self, n_accepted: int, next_token: int) -> None:
+        if self._drafts is not None and self.member_probs is not None:
+            g = len(self._drafts)
+            y = self._drafts[:n_accepted] + ([int(next_token)] if n_accepted < g else [])
+            top = self.member_probs[: len(y)].argmax(-1)  # [m, k]
+            hits = (top == torch.tensor(y, device=top.device)[:, None]).double().mean(0).cpu()  # [k]
+            w = self.weights * torch.exp(self.eta * (hits - hits.mean()))
+            self.weights = (1 - self.floor) * w / w.sum() + self.floor * self.prior
+        super().accept(n_accepted, next_token)
+
+
+# --------------------------------------------------------------------------- helpers
+def _left_pad(rows: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Embeddings [L_j, H] -> left-padded batch [k, L, H] (zeros on pads) and mask [k, L] (long)."""
+    length = max(r.shape[0] for r in rows)
+    h = rows[0].shape[-1]
+    out = rows[0].new_zeros(len(rows), length, h)
+    mask = torch.zeros(len(rows), length, dtype=torch.long, device=rows[0].device)
+    for j, r in enumerate(rows):
+        if r.shape[0]:
+            out[j, length - r.shape[0]:] = r
+            mask[j, length - r.shape[0]:] = 1
+    return out, mask
+
+
+def _positions(mask: torch.Tensor) -> torch.Tensor:
+    """Position ids [k, L]: 0 at each row's first real token (pads get 0; they are masked anyway)."""
+    return (mask.cumsum(1) - 1).clamp(min=0)
+
+
+def make_drafter(method: str, draft, *, tokenizer=None, captioner=None, caption_prefix: str = "Image: ",
+                 weights=None, image_processor=None, device="cpu", eta: float = 2.0) -> EnsembleDrafter:
+    """A drafter for a method code (M, T, C, P144, MT, MC, MTC, MTCP, adaptive:MTC, ...).
+
+    ``tokenizer`` re-encodes T/C prompts (T falls back to swapping image-token runs for "\\n" ids
+    without it); ``captioner`` maps a PIL image to text (C); ``image_processor`` makes the draft's
+    pixel values when the target's do not fit its vision tower; ``weights`` one per member (default equal).
+    """
+    adaptive, specs = parse_method(method)
+    members = []
+    for s in specs:
+        if s.kind in ("M", "P"):
+            members.append(MultimodalContext(pool_tokens=s.pool_tokens, image_processor=image_processor))
+        elif s.kind == "T":
+            members.append(TextOnlyContext(tokenizer=tokenizer))
+        else:
+            if captioner is None or tokenizer is None:
+                raise SpecsimError(f"method {method!r}: caption drafting needs a captioner and a tokenizer")
+            members.append(CaptionContext(captioner=captioner, tokenizer=tokenizer, prefix=caption_prefix))
+    if any(s.kind in ("M", "P") for s in specs) and not hasattr(unwrap(draft), "get_image_features"):
+        raise SpecsimError(f"method {method!r}: multimodal/pooled drafting needs a VLM draft; use T or C")
+    cls = AdaptiveEnsembleDrafter
+    if adaptive:
+        return cls(draft, members, weights=weights, device=device, eta=eta)
+    return EnsembleDrafter(draft, members, weights=weights, device=device)
