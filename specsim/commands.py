@@ -10,7 +10,7 @@ from itertools import groupby
 from specsim.e2e import request_latency
 from specsim.errors import SpecsimError
 from specsim.predict import Prediction, predict, select_entries
-from specsim.profile import DEFAULT_PROFILE, Profile, load_profile, shipped_profiles
+from specsim.profile import DEFAULT_PROFILE, MethodAcceptance, Profile, load_profile, shipped_profiles
 from specsim.report import fmt, format_table, parse_int_list
 from specsim.sweep import sweep
 
@@ -55,7 +55,32 @@ def _common(p: argparse.ArgumentParser) -> None:
                    help="use the textbook model instead of measured latency: v = Tv/Tp = 1 and i.i.d. alpha")
     p.add_argument("--context-tokens", type=float, default=None,
                    help="context length at which Tp, Tq are read (default: the profile's verify context)")
+    p.add_argument("--alpha", default=None,
+                   help="what-if: add an i.i.d. acceptance row with this alpha in [0, 1] (the only acceptance "
+                        "a latency-only profile can use)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
+
+
+def _load(args) -> Profile:
+    """The profile named by --profile, plus an i.i.d. what-if row when --alpha is given."""
+    profile = load_profile(args.profile)
+    if args.alpha is None:
+        if not profile.acceptance:
+            raise SpecsimError(f"profile {profile.name!r} has latency but no acceptance entries: pass --alpha A "
+                               "for an i.i.d. what-if, or add acceptance with `specsim calibrate acceptance`")
+        return profile
+    try:
+        alpha = float(args.alpha)
+    except ValueError:
+        alpha = float("nan")
+    if not 0.0 <= alpha <= 1.0:
+        raise SpecsimError(f"--alpha: expected a probability in [0, 1], got {args.alpha!r}")
+    # τ at γ=1 is 1+α exactly, so predictions at any γ are the i.i.d. closed form (marked extrapolated).
+    entry = MethodAcceptance(method=f"iid(alpha={alpha:g})", scenario="what-if", images_per_prompt=0,
+                             gamma=1, tau=1.0 + alpha, notes="--alpha what-if")
+    if args.method:
+        args.method = [*args.method, entry.method]
+    return profile.with_acceptance([entry])
 
 
 def _gamma_arg(text: str) -> int:
@@ -83,7 +108,7 @@ def _marks(p: Prediction) -> tuple[str, str]:
 def run_predict(args) -> int:
     gamma = _gamma_arg(args.gamma)
     new_tokens = None if args.new_tokens is None else _gamma_arg_named(args.new_tokens, "--new-tokens")
-    profile = load_profile(args.profile)
+    profile = _load(args)
     rows = predict(profile, gamma, methods=args.method, scenario=args.scenario, textbook=args.textbook,
                    context_tokens=args.context_tokens)
     e2e = _e2e_rows(profile, rows, args, new_tokens) if new_tokens else {}
@@ -158,7 +183,7 @@ def _print_notes(rows, notes: dict, e2e_missing=()) -> None:
 
 def run_sweep(args) -> int:
     gammas = parse_int_list(args.gamma, name="--gamma")
-    profile = load_profile(args.profile)
+    profile = _load(args)
     results = sweep(profile, gammas, methods=args.method, scenario=args.scenario, textbook=args.textbook,
                     context_tokens=args.context_tokens)
     if args.json:

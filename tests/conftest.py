@@ -41,3 +41,26 @@ def make_profile(**overrides) -> Profile:
 @pytest.fixture
 def profile() -> Profile:
     return make_profile()
+
+
+@pytest.fixture
+def one_thread():
+    """Tiny models on a shared CPU: one intra-op thread avoids OpenMP spin contention."""
+    import torch  # only the calibrate tests ask for this fixture; specsim tests stay torch-free
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def run_notebook(path, workdir, timeout: int = 300) -> tuple[str, int]:
+    """Execute a notebook in ``workdir``; returns (all text outputs joined, number of PNG outputs)."""
+    import nbformat
+    from nbclient import NotebookClient
+
+    nb = nbformat.read(path, as_version=4)
+    NotebookClient(nb, timeout=timeout, kernel_name="python3", resources={"metadata": {"path": str(workdir)}}).execute()
+    outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])]
+    text = "".join(o.get("text", "") for o in outputs)
+    return text, sum("image/png" in o.get("data", {}) for o in outputs)

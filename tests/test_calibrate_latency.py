@@ -15,14 +15,7 @@ from specsim.errors import SpecsimError  # noqa: E402
 from specsim.profile import MethodAcceptance, Profile, Provenance, load_profile, save_profile  # noqa: E402
 from tests.test_models import TINY_LLAMA, TINY_LLAVA, TINY_QWEN2  # noqa: E402
 
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """Tiny models on a shared CPU: one intra-op thread avoids OpenMP spin contention (14 ms per tiny matmul)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 PLAN = L.LatencyPlan(contexts_tokens=(8, 24), verify_context_tokens=16, gammas=(1, 2, 3), batch_sizes=(1, 2),

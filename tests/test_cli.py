@@ -93,3 +93,18 @@ def test_console_script_exit_status():
                           capture_output=True, text=True)
     assert proc.returncode == 2
     assert proc.stderr.strip() == "specsim: error: --gamma: expected an integer >= 1, got 'x'"
+
+
+def test_latency_only_profile_needs_alpha(capsys, tmp_path, profile):
+    from dataclasses import replace
+
+    path = save_profile(replace(profile, acceptance=()), tmp_path / "lat.json")
+    code, _, err = run(capsys, "predict", "--gamma", "4", "--profile", str(path))
+    assert code == 2 and "no acceptance entries: pass --alpha" in err
+    code, out, _ = run(capsys, "predict", "--gamma", "4", "--profile", str(path), "--alpha", "0.5", "--json")
+    row = json.loads(out)[0]
+    assert code == 0 and row["method"] == "iid(alpha=0.5)"
+    assert row["tau"] == pytest.approx(1 + 0.5 + 0.25 + 0.125 + 0.0625)
+    assert row["speedup"] == pytest.approx(row["tau"] / (4 * 0.1 + 1.8))
+    code, _, err = run(capsys, "sweep", "--profile", str(path), "--alpha", "1.5")
+    assert code == 2 and "--alpha: expected a probability in [0, 1], got '1.5'" in err

@@ -15,14 +15,7 @@ from calibrate.presets import pairs, preset_config, preset_meta, preset_names  #
 from calibrate.presets import reference_pair as R  # noqa: E402
 from specsim.errors import SpecsimError  # noqa: E402
 
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """Tiny models on a shared CPU: one intra-op thread avoids OpenMP spin contention."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 TINY_LLAMA = {"model_type": "llama", "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2,
