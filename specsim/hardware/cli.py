@@ -247,5 +247,6 @@ def _text(plan: Plan, target: ModelSpec, draft: ModelSpec, fit) -> str:
                              + ["never" if below is None else f"batch {below}"])
             lines.append(format_table(["device"] + [f"B={b}" for b in plan.batches] + ["speedup<1 from"], table,
                                       indent="    "))
-    lines.append("\n* tau at this gamma is an i.i.d. extrapolation from the measured gamma")
+    if any(r.tau_source.startswith("iid") for r in plan.rows):
+        lines.append("\n* tau at this gamma is an i.i.d. extrapolation from the measured gamma")
     return "\n".join(lines)
