@@ -18,6 +18,7 @@ from importlib import resources
 from pathlib import Path
 
 from specsim.errors import SpecsimError
+from specsim.jsonio import check_keys
 
 _FIELDS = {"id", "prompt", "task", "images", "images_per_prompt"}
 
@@ -47,9 +48,7 @@ def parse_prompt(d: dict, where: str, base: Path | None = None, default_id: str 
     """One JSONL record → :class:`Prompt` (SpecsimError naming the field otherwise)."""
     if not isinstance(d, dict):
         raise SpecsimError(f"{where}: expected a JSON object, got {type(d).__name__}")
-    unknown = sorted(set(d) - _FIELDS)
-    if unknown:
-        raise SpecsimError(f"{where}: unknown field {unknown[0]!r} (expected some of {sorted(_FIELDS)})")
+    check_keys(d, _FIELDS, where)
     text = d.get("prompt")
     if not isinstance(text, str) or not text.strip():
         raise SpecsimError(f"{where}.prompt: expected a non-empty string, got {text!r:.60}")

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from specsim.errors import SpecsimError
+from specsim.jsonio import check_keys, read_json
 
 SCHEMA_VERSION = 1
 
@@ -71,12 +72,6 @@ def _opt(d: dict, key: str, parse, where: str):
     return None if value is None else parse(value, f"{where}.{key}")
 
 
-def _check_keys(d: dict, allowed: set[str], where: str) -> None:
-    unknown = sorted(set(d) - allowed)
-    if unknown:
-        raise SpecsimError(f"{where}: unknown field {unknown[0]!r} (expected one of {sorted(allowed)})")
-
-
 def _drop_none(d: dict) -> dict:
     return {k: v for k, v in d.items() if v is not None}
 
@@ -106,8 +101,8 @@ class Provenance:
 
     @classmethod
     def from_json(cls, d: dict, where: str = "provenance") -> Provenance:
-        _check_keys(d if isinstance(d, dict) else {}, {"target", "draft", "device", "dtype", "date", "source",
-                                                       "software", "weights", "threads", "notes"}, where)
+        check_keys(d if isinstance(d, dict) else {}, {"target", "draft", "device", "dtype", "date", "source",
+                                                      "software", "weights", "threads", "notes"}, where)
         source = _str(_req(d, "source", where), f"{where}.source")
         if source != "measured" and not source.startswith("published: "):
             raise SpecsimError(f"{where}.source: expected 'measured' or 'published: <citation>', got {source!r}")
@@ -153,7 +148,7 @@ class Curve:
 
     @classmethod
     def from_json(cls, d: dict, where: str) -> Curve:
-        _check_keys(d if isinstance(d, dict) else {}, {"x", "ms", "halfwidth_ms", "n"}, where)
+        check_keys(d if isinstance(d, dict) else {}, {"x", "ms", "halfwidth_ms", "n"}, where)
         xs = [_num(v, f"{where}.x[{i}]", lo=0) for i, v in enumerate(_list(_req(d, "x", where), f"{where}.x"))]
         ms = [_num(v, f"{where}.ms[{i}]", lo=0, lo_open=True)
               for i, v in enumerate(_list(_req(d, "ms", where), f"{where}.ms"))]
@@ -187,7 +182,7 @@ class BlockCost:
 
     @classmethod
     def from_json(cls, d: dict, where: str) -> BlockCost:
-        _check_keys(d if isinstance(d, dict) else {}, {"gamma", "gamma_c_plus_v", "derivation"}, where)
+        check_keys(d if isinstance(d, dict) else {}, {"gamma", "gamma_c_plus_v", "derivation"}, where)
         return cls(
             gamma=_int(_req(d, "gamma", where), f"{where}.gamma", lo=1),
             gamma_c_plus_v=_num(_req(d, "gamma_c_plus_v", where), f"{where}.gamma_c_plus_v", lo=0, lo_open=True),
@@ -245,7 +240,7 @@ class LatencySection:
                                   "block_cost", "provenance"}
         if not isinstance(d, dict):
             raise SpecsimError(f"{where}: expected an object, got {_show(d)}")
-        _check_keys(d, allowed, where)
+        check_keys(d, allowed, where)
         kwargs: dict[str, Any] = {name: _opt(d, name, Curve.from_json, where) for name in _CURVES}
         gammas = kwargs["target_verify_ms_by_gamma"]
         if gammas is not None:
@@ -282,7 +277,7 @@ class Trace:
 
     @classmethod
     def from_json(cls, d: dict, where: str) -> Trace:
-        _check_keys(d if isinstance(d, dict) else {}, {"match", "beta", "prompt_id"}, where)
+        check_keys(d if isinstance(d, dict) else {}, {"match", "beta", "prompt_id"}, where)
         match = d.get("match")
         beta = d.get("beta")
         if match is None and beta is None:
@@ -352,7 +347,7 @@ class MethodAcceptance:
                    "uses_draft_vision", "captions_per_prompt", "weights", "notes"}
         if not isinstance(d, dict):
             raise SpecsimError(f"{where}: expected an object, got {_show(d)}")
-        _check_keys(d, allowed, where)
+        check_keys(d, allowed, where)
         gamma = _opt(d, "gamma", lambda v, w: _int(v, w, lo=1), where)
         tau = _opt(d, "tau", lambda v, w: _num(v, w, lo=1), where)
         if tau is not None:
@@ -423,7 +418,7 @@ class CheckRow:
     def from_json(cls, d: dict, where: str) -> CheckRow:
         if not isinstance(d, dict):
             raise SpecsimError(f"{where}: expected an object, got {_show(d)}")
-        _check_keys(d, set(cls.__dataclass_fields__), where)
+        check_keys(d, set(cls.__dataclass_fields__), where)
         pos = lambda v, w: _num(v, w, lo=0)  # noqa: E731
         return cls(
             method=_str(_req(d, "method", where), f"{where}.method"),
@@ -470,7 +465,7 @@ class Profile:
     def from_json(cls, d: dict) -> Profile:
         if not isinstance(d, dict):
             raise SpecsimError(f"profile: expected a JSON object, got {_show(d)}")
-        _check_keys(d, {"schema_version", "name", "description", "provenance", "latency", "acceptance", "checks"},
+        check_keys(d, {"schema_version", "name", "description", "provenance", "latency", "acceptance", "checks"},
                     "profile")
         version = _req(d, "schema_version", "profile")
         if version != SCHEMA_VERSION:
@@ -557,15 +552,7 @@ def resolve_profile_path(name_or_path: str) -> Path:
 def load_profile(name_or_path: str = DEFAULT_PROFILE) -> Profile:
     """Load and validate a profile by shipped name or path."""
     path = resolve_profile_path(name_or_path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as err:
-        raise SpecsimError(f"cannot read profile {str(path)!r}: {err.strerror}") from None
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as err:
-        raise SpecsimError(f"profile {str(path)!r} is not valid JSON (line {err.lineno}, column {err.colno}: "
-                           f"{err.msg}); truncated or malformed file?") from None
+    data = read_json(path, "profile")
     try:
         profile = Profile.from_json(data)
     except SpecsimError as err:

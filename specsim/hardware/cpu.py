@@ -13,7 +13,8 @@ import time
 
 import numpy as np
 
-from specsim.hardware.device import CATALOG_DIR, Device, _read
+from specsim.hardware.device import CATALOG_DIR, Device
+from specsim.jsonio import read_json
 
 
 def measure_bandwidth_bytes_per_s(n_bytes: int = 256 * 2**20, repeats: int = 5) -> float:
@@ -53,7 +54,7 @@ def physical_memory_bytes() -> float:
 
 def measure_cpu(name: str = "cpu") -> Device:
     """Measure this machine now and return it as a Device (about a second)."""
-    meta = _read(CATALOG_DIR / "cpu.json")
+    meta = read_json(CATALOG_DIR / "cpu.json", "device file")
     bw = measure_bandwidth_bytes_per_s()
     flops = measure_flops_per_s()
     stamp = time.strftime("%Y-%m-%d %H:%M")

@@ -9,13 +9,13 @@ The ``cpu`` entry has no numbers: they are measured on this machine when it is l
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from specsim.errors import SpecsimError
+from specsim.jsonio import check_keys, read_json
 
 SCHEMA_VERSION = 1
 CATALOG_DIR = Path(__file__).parent / "catalog"
@@ -63,9 +63,7 @@ class Device:
         """Validate a device dict; every error names the field and the bad value."""
         if not isinstance(d, dict):
             raise SpecsimError(f"{where}: expected a JSON object, got {type(d).__name__}")
-        unknown = sorted(set(d) - _KEYS)
-        if unknown:
-            raise SpecsimError(f"{where}: unknown field {unknown[0]!r} (expected one of {sorted(_KEYS)})")
+        check_keys(d, _KEYS, where)
         version = d.get("schema_version")
         if version != SCHEMA_VERSION:
             raise SpecsimError(f"{where}.schema_version: expected {SCHEMA_VERSION}, got {version!r}")
@@ -117,16 +115,6 @@ def catalog_names() -> list[str]:
     return sorted(p.stem for p in CATALOG_DIR.glob("*.json"))
 
 
-def _read(path: Path) -> Any:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except OSError as err:
-        raise SpecsimError(f"cannot read device file {str(path)!r}: {err.strerror}") from None
-    except json.JSONDecodeError as err:
-        raise SpecsimError(f"device file {str(path)!r} is not valid JSON (line {err.lineno}, column "
-                           f"{err.colno}: {err.msg})") from None
-
-
 def load_device(name_or_path: str) -> Device:
     """A catalog name (``h100-sxm``, ``cpu``) or a path to a user device JSON file."""
     path = CATALOG_DIR / f"{name_or_path}.json"
@@ -137,7 +125,7 @@ def load_device(name_or_path: str) -> Device:
                                f"{', '.join(catalog_names())})")
         if not path.is_file():
             raise SpecsimError(f"device file {name_or_path!r} does not exist")
-    data = _read(path)
+    data = read_json(path, "device file")
     if isinstance(data, dict) and data.get("measure") is True:
         from specsim.hardware.cpu import measured_cpu_device
 

@@ -91,6 +91,16 @@ class PointError:
     compute_bound: bool
 
 
+def _rms(rows) -> float:
+    """Root mean square of the points' relative errors."""
+    return float(np.sqrt(np.mean([r.rel_error**2 for r in rows])))
+
+
+def _max_abs(rows) -> float:
+    """Largest |relative error| among the points."""
+    return float(max(abs(r.rel_error) for r in rows))
+
+
 @dataclass(frozen=True)
 class FitResult:
     """Fitted efficiency, per-point errors on the points it was fitted to, and what the data pinned."""
@@ -102,11 +112,11 @@ class FitResult:
 
     @property
     def rms_rel_error(self) -> float:
-        return float(np.sqrt(np.mean([r.rel_error**2 for r in self.rows])))
+        return _rms(self.rows)
 
     @property
     def max_abs_rel_error(self) -> float:
-        return float(max(abs(r.rel_error) for r in self.rows))
+        return _max_abs(self.rows)
 
     def to_json(self) -> dict:
         return {"device": self.device, "efficiency": self.efficiency.to_json(), "constrained": self.constrained,
@@ -173,11 +183,11 @@ class HoldoutResult:
 
     @property
     def rms_rel_error(self) -> float:
-        return float(np.sqrt(np.mean([r.rel_error**2 for r in self.held_out])))
+        return _rms(self.held_out)
 
     @property
     def max_abs_rel_error(self) -> float:
-        return float(max(abs(r.rel_error) for r in self.held_out))
+        return _max_abs(self.held_out)
 
     def to_json(self) -> dict:
         return {"fit": self.fit.to_json(), "held_out_rms_rel_error": self.rms_rel_error,

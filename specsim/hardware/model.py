@@ -9,12 +9,12 @@ No transformers import: calibrate presets are located with ``importlib.resources
 from __future__ import annotations
 
 import importlib.resources
-import json
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from specsim.errors import SpecsimError
+from specsim.jsonio import read_json
 
 # transformers' defaults for keys a config may omit (LlamaConfig, Qwen2Config, CLIPVisionConfig).
 _TEXT_DEFAULTS: dict[str, dict[str, Any]] = {
@@ -182,15 +182,6 @@ def preset_names() -> list[str]:
     return [] if d is None or not d.is_dir() else sorted(p.stem for p in d.glob("*.json") if p.stem != "pairs")
 
 
-def _read_json(path: Path, what: str) -> Any:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except OSError as err:
-        raise SpecsimError(f"cannot read {what} {str(path)!r}: {err.strerror}") from None
-    except json.JSONDecodeError as err:
-        raise SpecsimError(f"{what} {str(path)!r} is not valid JSON (line {err.lineno}: {err.msg})") from None
-
-
 def load_model_spec(name_or_path: str, *, dtype: str | None = None) -> ModelSpec:
     """A calibrate preset name (``llava-1.5-7b``) or a path to a HF config.json (file or its folder)."""
     d = presets_dir()
@@ -203,7 +194,7 @@ def load_model_spec(name_or_path: str, *, dtype: str | None = None) -> ModelSpec
             raise SpecsimError(f"unknown model {name_or_path!r} (expected a HF config.json path or a preset: "
                                f"{', '.join(preset_names()) or 'no calibrate presets installed'})")
         name = path.parent.name if path.name == "config.json" else path.stem
-    cfg = _read_json(path, "model config")
+    cfg = read_json(path, "model config")
     if isinstance(cfg, dict):
         cfg = {k: v for k, v in cfg.items() if k != "_specsim"}
     return spec_from_config(cfg, name, dtype=dtype)
@@ -212,7 +203,7 @@ def load_model_spec(name_or_path: str, *, dtype: str | None = None) -> ModelSpec
 def load_pair(name: str) -> tuple[str, str]:
     """(target, draft) preset names of a pair in ``calibrate/presets/pairs.json``."""
     d = presets_dir()
-    pairs = {} if d is None or not (d / "pairs.json").is_file() else _read_json(d / "pairs.json", "pairs file")
+    pairs = {} if d is None or not (d / "pairs.json").is_file() else read_json(d / "pairs.json", "pairs file")
     if name not in pairs:
         raise SpecsimError(f"unknown pair {name!r} (expected one of: {', '.join(pairs) or 'none installed'})")
     entry = pairs[name]

@@ -25,6 +25,7 @@ import numpy as np
 from specsim.errors import SpecsimError
 from specsim.hardware.device import Device
 from specsim.hardware.model import ModelSpec, VisionSpec
+from specsim.jsonio import check_keys
 
 USABLE_MEMORY_FRACTION = 0.9  # leave room for the runtime, allocator slack and activations
 
@@ -63,10 +64,8 @@ class Efficiency:
     def from_json(cls, d: dict) -> Efficiency:
         if not isinstance(d, dict) or d.get("schema_version") != 1:
             raise SpecsimError(f"efficiency: expected an object with schema_version 1, got {d!r}")
-        unknown = sorted(set(d) - {"schema_version", "compute", "memory", "overhead_ms",
-                                   "overhead_ms_per_layer", "source"})
-        if unknown:
-            raise SpecsimError(f"efficiency: unknown field {unknown[0]!r}")
+        check_keys(d, {"schema_version", "compute", "memory", "overhead_ms", "overhead_ms_per_layer", "source"},
+                   "efficiency")
         return replace(cls(), **{k: v for k, v in d.items() if k != "schema_version"})
 
 
