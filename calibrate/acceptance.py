@@ -87,9 +87,10 @@ def acceptance_trace(target, draft, request: Request, *, max_new_tokens: int, eo
 
 
 def acceptance_entry(traces: list[PromptTrace], *, method: str, scenario: str, images_per_prompt: int = 0,
-                     task: str = "", reference_gamma: int = 5, notes: str = "") -> MethodAcceptance:
+                     task: str = "", reference_gamma: int = 5, notes: str = "", **costs) -> MethodAcceptance:
     """A profile acceptance entry: the traces, plus τ and the accepted-length histogram replayed at
-    ``reference_gamma`` (what a single-γ measurement would have recorded)."""
+    ``reference_gamma`` (what a single-γ measurement would have recorded). ``costs``: the method's cost
+    fields of :class:`MethodAcceptance` (draft_batch_size, uses_draft_vision, captions_per_prompt, weights)."""
     if not traces:
         raise SpecsimError("acceptance: expected at least one prompt trace, got none")
     raw = [t.trace for t in traces]
@@ -100,38 +101,58 @@ def acceptance_entry(traces: list[PromptTrace], *, method: str, scenario: str, i
         traces=tuple(raw),
         draft_prompt_tokens=float(np.mean([t.draft_prompt_tokens for t in traces])),
         target_prompt_tokens=float(np.mean([t.prompt_tokens for t in traces])),
-        notes=notes,
+        notes=notes, **costs,
     )
+
+
+@dataclass(frozen=True)
+class TargetReference:
+    """The target's greedy output for one request and its logits [N, V] at every output position."""
+
+    tokens: tuple[int, ...]
+    logits: torch.Tensor
+
+
+@torch.inference_mode()
+def target_reference(target, request: Request, *, max_new_tokens: int, eos_token_id=None,
+                     device="cpu") -> TargetReference:
+    """Greedy target decoding, then one teacher-forced target forward over prompt + output (shared by methods)."""
+    base = target_decode(target, request, max_new_tokens=max_new_tokens, eos_token_id=eos_token_id,
+                         device=device)
+    y = torch.tensor(base.tokens, dtype=torch.long, device=request.input_ids.device)
+    logits = next_token_logits(target, torch.cat([request.input_ids[0], y[:-1]])[None], y.numel(),
+                               **request.target_kwargs)
+    return TargetReference(tokens=base.tokens, logits=logits.cpu())
 
 
 @torch.inference_mode()
 def drafter_trace(target, drafter, request: Request, *, max_new_tokens: int, eos_token_id=None,
-                  temperature: float = 1.0, seed: int = 0, device="cpu") -> PromptTrace:
+                  temperature: float = 1.0, seed: int = 0, device="cpu",
+                  reference: TargetReference | None = None) -> PromptTrace:
     """A teacher-forced trace through the drafting protocol, so any method (ensembles, adaptive) is traced.
 
     After ``drafter.prefill``, per output position t: ``propose(1)`` at ``temperature`` gives q_t,
     then ``accept(0, y_t)`` commits the target's token. ``match[t]`` = [argmax q_t == y_t]: exact for
     single methods at any T and for ensembles at T = 1 (greedy ensembles mix softmax at T = 1).
+    ``reference`` (from :func:`target_reference`) saves the target's work when several methods are traced.
     """
-    base = target_decode(target, request, max_new_tokens=max_new_tokens, eos_token_id=eos_token_id,
-                         device=device)
-    y = torch.tensor(base.tokens, dtype=torch.long, device=request.input_ids.device)  # [N]
-    n = y.numel()
-    tgt = next_token_logits(target, torch.cat([request.input_ids[0], y[:-1]])[None], n, **request.target_kwargs)
+    ref = reference or target_reference(target, request, max_new_tokens=max_new_tokens,
+                                        eos_token_id=eos_token_id, device=device)
+    y = torch.tensor(ref.tokens, dtype=torch.long)  # [N]
     drafter.prefill(request)
     gen = torch.Generator().manual_seed(seed)
     qs = []
-    for tok in base.tokens:
+    for tok in ref.tokens:
         qs.append(drafter.propose(1, temperature=temperature, generator=gen).q_probs[0].float().cpu())
         drafter.accept(0, int(tok))
     q = torch.stack(qs)  # [N, V]
-    p = torch.softmax(tgt.cpu() / temperature, -1)
+    p = torch.softmax(ref.logits / temperature, -1)
     if p.shape != q.shape:
         raise SpecsimError(f"vocabulary mismatch: target {tuple(p.shape)} vs draft {tuple(q.shape)}")
-    match = (q.argmax(-1) == y.cpu()).to(torch.int64).tolist()
+    match = (q.argmax(-1) == y).to(torch.int64).tolist()
     beta = torch.minimum(p, q).sum(-1).clamp(0.0, 1.0).double().numpy()
     trace = Trace(match=tuple(int(m) for m in match), prompt_id=request.prompt_id,
                   beta=tuple(float(b) for b in np.round(beta, BETA_DECIMALS)))
     context = getattr(drafter, "context_tokens", None) or [request.input_ids.shape[1]]
-    return PromptTrace(trace=trace, output_tokens=base.tokens, prompt_tokens=request.input_ids.shape[1],
+    return PromptTrace(trace=trace, output_tokens=ref.tokens, prompt_tokens=request.input_ids.shape[1],
                        draft_prompt_tokens=int(max(context)))

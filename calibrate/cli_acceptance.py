@@ -39,8 +39,9 @@ def register(subparsers, calibrate_subparsers) -> None:
     _model_args(acc)
     acc.add_argument("--out", required=True, help="profile JSON to create or update")
     acc.add_argument("--temperature", type=float, default=1.0, help="temperature of p and q for beta (default 1)")
-    acc.add_argument("--method", default="plain", help="method name stored in the profile (default: plain)")
-    acc.add_argument("--scenario", default=None, help="scenario name (default: the prompt set's name)")
+    _method_args(acc)
+    acc.add_argument("--scenario", default=None, help="scenario name (default: the prompt set's name; image "
+                     "prompts get '-<n>img' appended per images-per-prompt group)")
     acc.add_argument("--reference-gamma", type=int, default=5,
                      help="gamma of the stored single-gamma tau and histogram (default 5)")
     acc.add_argument("--restart", action="store_true", help="ignore a partial file from an interrupted run")
@@ -55,11 +56,21 @@ def register(subparsers, calibrate_subparsers) -> None:
     chk.add_argument("--profile", required=True, help="profile with latency and acceptance sections")
     chk.add_argument("--gamma", default="1,2,3,4,6,8", help="comma-separated gammas (default 1,2,3,4,6,8)")
     _model_args(chk, required=False)
-    chk.add_argument("--method", default=None, help="acceptance entry to compare with (default: the only/first)")
-    chk.add_argument("--scenario", default=None, help="scenario of that entry (default: the prompt set's name)")
+    _method_args(chk)
+    chk.add_argument("--scenario", default=None, help="scenario name as in 'calibrate acceptance' (default: the "
+                     "prompt set's name)")
     chk.add_argument("--json", action="store_true", help="print JSON instead of the table")
     chk.add_argument("--no-write", action="store_true", help="do not write the rows into the profile")
     chk.set_defaults(func=cmd_check)
+
+
+def _method_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--method", action="append", default=None, metavar="METHOD",
+                   help="drafting method, repeatable: plain (text pairs; the default), M (multimodal), T (text-only), "
+                        "C (caption), F (target-features), P<n> (pooled to n tokens per image), ensembles such as "
+                        "MT, MC, MTC, MTCP4, and adaptive:MTC")
+    p.add_argument("--captioner", default=None, help="captioner VLM for C (default: the preset's captioner)")
+    p.add_argument("--caption-prefix", default="Image: ", help="text before each caption (default 'Image: ')")
 
 
 def _model_args(p: argparse.ArgumentParser, required: bool = True) -> None:
@@ -67,7 +78,8 @@ def _model_args(p: argparse.ArgumentParser, required: bool = True) -> None:
     p.add_argument("--target", help="target: HF id, local folder, .gguf file or config JSON (with --draft)")
     p.add_argument("--draft", help="draft model spec (with --target)")
     p.add_argument("--random-weights", action="store_true", help="architecture only (random weights)")
-    p.add_argument("--prompts", default="reference", help="built-in prompt set or JSONL file (default: reference)")
+    p.add_argument("--prompts", default=None, help="built-in prompt set or JSONL file (default: the preset's "
+                   "prompt set, else reference)")
     p.add_argument("--limit", type=int, default=None, help="use only the first N prompts")
     p.add_argument("--max-new-tokens", type=int, default=64, help="new tokens per prompt (default 64)")
     p.add_argument("--device", default="cpu")
@@ -85,6 +97,28 @@ class Setup:
     requests: list
     eos: object
     name: str
+    methods: list
+    captioner: object = None
+    caption_prefix: str = "Image: "
+
+    @property
+    def groups(self) -> dict[int, list]:
+        """Requests by images per prompt (scenario groups), in prompt order."""
+        out: dict[int, list] = {}
+        for p, r in zip(self.prompts, self.requests):
+            out.setdefault(len(p.images), []).append(r)
+        return dict(sorted(out.items()))
+
+    def scenario(self, images_per_prompt: int, name: str | None) -> str:
+        """Scenario name of a group: ``name`` (default: the prompt set's) plus '-<n>img' for image groups."""
+        base = name or self.name
+        return base if images_per_prompt == 0 else f"{base}-{images_per_prompt}img"
+
+    def drafter(self, method: str):
+        from calibrate.methods import make_method_drafter
+
+        return make_method_drafter(method, self.target, self.draft, captioner=self.captioner,
+                                   caption_prefix=self.caption_prefix, device=self.target.device)
 
 
 def _byte_ids(text: str, vocab: int):
@@ -94,17 +128,46 @@ def _byte_ids(text: str, vocab: int):
     return torch.tensor([[b % vocab for b in text.encode("utf-8")] or [0]], dtype=torch.long)
 
 
+def _open_images(prompt) -> list:
+    from PIL import Image
+
+    out = []
+    for path in prompt.images:
+        try:
+            with Image.open(path) as img:
+                out.append(img.convert("RGB"))
+        except OSError as err:
+            raise SpecsimError(f"prompt {prompt.id!r}: cannot read image {path!r} ({err.__class__.__name__})") from None
+    return out
+
+
+def _methods(args, has_images: bool) -> list[str]:
+    from calibrate.methods import PLAIN, canonical_method
+
+    methods = list(dict.fromkeys(canonical_method(m) for m in (args.method or [PLAIN])))
+    if has_images and PLAIN in methods:
+        raise SpecsimError("--method: the prompts have images; expected multimodal methods such as --method M "
+                           "--method T --method C (plain is for text-only pairs)")
+    return methods
+
+
 def load_setup(args) -> Setup:
-    """Models, prompts and encoded requests from the shared flags."""
+    """Models, prompts, encoded requests, methods and captioner from the shared flags."""
+    from calibrate.draft_contexts import make_request
     from calibrate.engine import Request
-    from calibrate.models import load_pair
+    from calibrate.methods import CachedCaptioner, hf_captioner, needs_captioner
+    from calibrate.models import load_pair, model_from_spec
+    from calibrate.presets import pair
     from calibrate.prompts import encode, load_prompts
 
     if args.max_new_tokens < 1:
         raise SpecsimError(f"--max-new-tokens: expected an integer >= 1, got {args.max_new_tokens}")
-    prompts = load_prompts(args.prompts, limit=args.limit)
     if not args.preset and not (args.target and args.draft):
         raise SpecsimError("models: expected --preset PAIR or both --target and --draft")
+    preset = pair(args.preset) if args.preset else {}
+    prompt_set = args.prompts or preset.get("prompts", "reference")
+    prompts = load_prompts(prompt_set, limit=args.limit)
+    methods = _methods(args, any(p.images for p in prompts))
     target, draft = load_pair(args.preset or args.target, None if args.preset else args.draft, device=args.device,
                               dtype=args.dtype, threads=args.threads, random_weights=args.random_weights,
                               progress=not args.no_progress)
@@ -112,14 +175,25 @@ def load_setup(args) -> Setup:
     reqs = []
     for p in prompts:
         if p.images:
-            raise SpecsimError(f"prompt {p.id!r} has images; the plain text drafter handles text prompts only")
+            if target.processor is None:
+                raise SpecsimError(f"prompt {p.id!r} has images but target {target.name!r} has no image processor "
+                                   "(expected a VLM folder with processor files)")
+            reqs.append(make_request(target.processor, p.text, _open_images(p), prompt_id=p.id))
+            continue
         ids = encode(tok, p) if tok is not None else _byte_ids(p.text, target.vocab_size)
         reqs.append(Request(ids.to(target.device), text=p.text, prompt_id=p.id))
     eos = getattr(getattr(target.model, "generation_config", None), "eos_token_id", None)
     if eos is None and tok is not None:
         eos = tok.eos_token_id
-    name = Path(args.prompts).stem if args.prompts.endswith(".jsonl") else args.prompts
-    return Setup(target, draft, prompts, reqs, eos, name)
+    captioner = None
+    if needs_captioner(methods):
+        spec = args.captioner or preset.get("captioner")
+        if not spec:
+            raise SpecsimError("--method C: caption drafting needs --captioner (an image-to-text VLM)")
+        captioner = CachedCaptioner(hf_captioner(model_from_spec(spec, device=args.device, dtype=args.dtype,
+                                                                 threads=args.threads, random_weights=False, seed=2)))
+    name = Path(prompt_set).stem if prompt_set.endswith(".jsonl") else prompt_set
+    return Setup(target, draft, prompts, reqs, eos, name, methods, captioner, args.caption_prefix)
 
 
 def _progress(items, args, desc: str):
@@ -138,7 +212,8 @@ def _provenance(setup: Setup, args) -> Provenance:
                       dtype=setup.target.dtype, date=date.today().isoformat(), source="measured",
                       software={"torch": torch.__version__, "transformers": transformers.__version__},
                       weights=setup.target.weights, threads=torch.get_num_threads(),
-                      notes=f"acceptance: prompts={args.prompts}, max_new_tokens={args.max_new_tokens}")
+                      notes=f"acceptance: prompts={setup.name}, max_new_tokens={args.max_new_tokens}"
+                            + (f", caption prefix {setup.caption_prefix!r}" if setup.captioner else ""))
 
 
 # --------------------------------------------------------------------------- acceptance
@@ -151,38 +226,62 @@ def cmd_acceptance(args) -> int:
     return 0
 
 
-def run_acceptance(setup: Setup, args):
-    """Traces for every prompt (resuming from ``<out>.partial.json``), merged into the profile at ``--out``."""
-    from calibrate.acceptance import acceptance_entry, acceptance_trace
+def run_acceptance(setup: Setup, args) -> list:
+    """Traces for every method × prompt (resuming from ``<out>.partial.json``), merged into ``--out``.
+
+    One entry per method and images-per-prompt group. The target's greedy output and logits are computed
+    once per prompt and shared by all methods.
+    """
+    from calibrate.acceptance import acceptance_entry, acceptance_trace, drafter_trace, target_reference
+    from calibrate.methods import PLAIN, method_costs
 
     out = Path(args.out)
     partial = out.with_name(out.name + ".partial.json")
     key = {"target": setup.target.name, "draft": setup.draft.name, "prompts": _digest(setup.prompts),
            "max_new_tokens": args.max_new_tokens, "temperature": args.temperature, "dtype": setup.target.dtype,
-           "eos": setup.eos}
+           "eos": setup.eos, "caption_prefix": setup.caption_prefix}
     done = {} if args.restart else _read_partial(partial, key)
+    kw = {"max_new_tokens": args.max_new_tokens, "eos_token_id": setup.eos, "device": args.device}
+    drafters = {m: setup.drafter(m) for m in setup.methods if m != PLAIN}
     for req in _progress(setup.requests, args, "acceptance"):
-        if req.prompt_id in done:
-            continue
-        done[req.prompt_id] = acceptance_trace(setup.target, setup.draft, req, max_new_tokens=args.max_new_tokens,
-                                               eos_token_id=setup.eos, temperature=args.temperature,
-                                               device=args.device)
-        write_json_atomic(partial, {"schema_version": PARTIAL_SCHEMA, "key": key,
-                                    "traces": [t.to_json() for t in done.values()]})
-    traces = [done[r.prompt_id] for r in setup.requests]
-    scenario = args.scenario or setup.name
-    entry = acceptance_entry(traces, method=args.method, scenario=scenario,
-                             task=",".join(sorted({p.task for p in setup.prompts if p.task})),
-                             reference_gamma=args.reference_gamma,
-                             notes=f"teacher-forced on target greedy output, {args.max_new_tokens} new tokens, "
-                                   f"beta at T={args.temperature}")
+        todo = [m for m in setup.methods if _trace_key(m, req.prompt_id) not in done]
+        ref = None
+        for m in todo:
+            if m == PLAIN:
+                pt = acceptance_trace(setup.target, setup.draft, req, temperature=args.temperature, **kw)
+            else:
+                ref = ref or target_reference(setup.target, req, **kw)
+                pt = drafter_trace(setup.target, drafters[m], req, temperature=args.temperature, reference=ref,
+                                   **kw)
+            done[_trace_key(m, req.prompt_id)] = pt
+        if todo:
+            write_json_atomic(partial, {"schema_version": PARTIAL_SCHEMA, "key": key,
+                                        "traces": [{"method": k[0], **t.to_json()} for k, t in done.items()]})
+    tasks = {p.id: p.task for p in setup.prompts}
+    entries = []
+    for n, reqs in setup.groups.items():
+        for m in setup.methods:
+            traces = [done[_trace_key(m, r.prompt_id)] for r in reqs]
+            scenario = setup.scenario(n, args.scenario)
+            entry = acceptance_entry(
+                traces, method=m, scenario=scenario, images_per_prompt=n,
+                task=",".join(sorted({tasks[r.prompt_id] for r in reqs if tasks[r.prompt_id]})),
+                reference_gamma=args.reference_gamma,
+                notes=f"teacher-forced on target greedy output, {args.max_new_tokens} new tokens, "
+                      f"beta at T={args.temperature}", **method_costs(m, n))
+            entries.append(entry)
+            print(f"{scenario}/{m}: {len(traces)} prompts, {sum(len(t.trace.match) for t in traces)} positions, "
+                  f"match rate {_mean_match(traces):.3f}, tau(gamma={args.reference_gamma}) = {entry.tau:.3f}")
     profile = load_profile(str(out)) if out.is_file() else Profile(provenance=_provenance(setup, args),
                                                                    name=out.stem)
-    save_profile(profile.with_acceptance([entry]), out)
+    save_profile(profile.with_acceptance(entries), out)
     partial.unlink(missing_ok=True)
-    print(f"{scenario}/{args.method}: {len(traces)} prompts, {sum(len(t.trace.match) for t in traces)} positions, "
-          f"match rate {_mean_match(traces):.3f}, tau(gamma={args.reference_gamma}) = {entry.tau:.3f} -> {out}")
-    return entry
+    print(f"-> {out}")
+    return entries
+
+
+def _trace_key(method: str, prompt_id: str) -> tuple[str, str]:
+    return (method, prompt_id)
 
 
 def _digest(prompts) -> str:
@@ -200,8 +299,11 @@ def _read_partial(path: Path, key: dict) -> dict:
         return {}  # a broken partial file only costs a rerun
     if data.get("schema_version") != PARTIAL_SCHEMA or data.get("key") != key:
         return {}
-    traces = [PromptTrace.from_json(t) for t in data.get("traces", [])]
-    return {t.trace.prompt_id: t for t in traces}
+    out = {}
+    for t in data.get("traces", []):
+        pt = PromptTrace.from_json({k: v for k, v in t.items() if k != "method"})
+        out[_trace_key(t.get("method", "plain"), pt.trace.prompt_id)] = pt
+    return out
 
 
 def _mean_match(traces) -> float:
@@ -222,20 +324,25 @@ def parse_gammas(text: str) -> list[int]:
 
 
 def run_check(setup: Setup, gammas: list[int], *, max_new_tokens: int, device="cpu", progress=None):
-    """Interleaved real runs: {γ: [DecodeResult per prompt]} and the target-only runs (two per prompt)."""
-    from calibrate.drafting import TextDrafter
+    """Interleaved real runs: {(method, γ): [DecodeResult per prompt]} and the target-only runs (two per prompt).
+
+    Per prompt: target-only, then every method × γ (order rotated per prompt), then target-only again.
+    """
     from calibrate.engine import speculative_decode, target_decode
 
     kw = {"max_new_tokens": max_new_tokens, "eos_token_id": setup.eos, "device": device}
+    drafters = {m: setup.drafter(m) for m in setup.methods}
     warm = setup.requests[0]
     target_decode(setup.target, warm, **kw | {"max_new_tokens": 4})
-    speculative_decode(setup.target, TextDrafter(setup.draft), warm, gamma=max(gammas), **kw | {"max_new_tokens": 4})
-    sd = {g: [] for g in gammas}
+    for d in drafters.values():
+        speculative_decode(setup.target, d, warm, gamma=max(gammas), **kw | {"max_new_tokens": 4})
+    runs = [(m, g) for m in setup.methods for g in gammas]
+    sd = {r: [] for r in runs}
     base = []
     for i, req in enumerate(progress(setup.requests) if progress else setup.requests):
         base.append(target_decode(setup.target, req, **kw))
-        for g in gammas[i % len(gammas):] + gammas[: i % len(gammas)]:
-            sd[g].append(speculative_decode(setup.target, TextDrafter(setup.draft), req, gamma=g, **kw))
+        for m, g in runs[i % len(runs):] + runs[: i % len(runs)]:
+            sd[(m, g)].append(speculative_decode(setup.target, drafters[m], req, gamma=g, **kw))
         base.append(target_decode(setup.target, req, **kw))
     return sd, base
 
@@ -288,27 +395,43 @@ def cmd_check(args) -> int:
     profile = load_profile(str(profile_path))
     if profile.latency.target_decode_ms_by_context is None:
         raise SpecsimError(f"profile {args.profile!r} has no latency section (run 'specsim calibrate latency' first)")
-    entry = _entry(profile, args.method, args.scenario)
+    if args.method is None and len({a.method for a in profile.acceptance}) == 1 and profile.acceptance:
+        args.method = [profile.acceptance[0].method]  # a single-method profile needs no --method
     setup = load_setup(args)
+    groups = setup.groups
+    entries = {(m, n): _entry(profile, m, setup.scenario(n, args.scenario) if n or args.scenario else None)
+               for m in setup.methods for n in groups}
     sd, base = run_check(setup, gammas, max_new_tokens=args.max_new_tokens, device=args.device,
                          progress=None if args.no_progress else (lambda xs: _progress(xs, args, "check")))
-    measured = measured_rows(sd, base)
-    ids = [r.prompt_id for r in setup.requests]
-    context = sum(r.input_ids.shape[1] for r in setup.requests) / len(ids) + args.max_new_tokens / 2
-    rows = [check_row(profile, entry, measured[g], prompt_ids=ids, context_tokens=context) for g in gammas]
-    same, total = replay_agreement(entry, sd)
-    stages = _stage_shares(sd)
+    rows, agreement, stages = [], {}, {}
+    for n, reqs in groups.items():
+        ids = [r.prompt_id for r in reqs]
+        context = sum(r.input_ids.shape[1] for r in reqs) / len(ids) + args.max_new_tokens / 2
+        for m in setup.methods:
+            entry = entries[(m, n)]
+            group_sd = {g: _of_prompts(sd[(m, g)], ids) for g in gammas}
+            measured = measured_rows(group_sd, _of_prompts(base, ids))
+            rows += [check_row(profile, entry, measured[g], prompt_ids=ids, context_tokens=context) for g in gammas]
+            agreement[(m, entry.scenario)] = replay_agreement(entry, group_sd)
+            stages[(m, entry.scenario)] = _stage_shares(group_sd)
     if not args.no_write:
         save_profile(profile.with_checks(rows), profile_path)
     if args.json:
         print(json.dumps({"rows": [r.to_json() for r in rows], "summary": summary(rows),
-                          "replay_equals_engine": [same, total], "stages": stages}, indent=1))
+                          "replay_equals_engine": {f"{m}/{s}": list(v) for (m, s), v in agreement.items()},
+                          "stages": {f"{m}/{s}": v for (m, s), v in stages.items()}}, indent=1))
         return 0
     print(format_table(rows))
-    print(f"greedy tau: trace replay == engine for {same}/{total} (prompt, gamma)")
-    for g, s in stages.items():
-        print(f"gamma={g}: " + ", ".join(f"{k} {v:.1%}" for k, v in s.items()) + " of decode time")
+    for (m, s), (same, total) in agreement.items():
+        print(f"{s}/{m}: greedy tau, trace replay == engine for {same}/{total} (prompt, gamma)")
+    if len(stages) == 1:
+        for g, st in next(iter(stages.values())).items():
+            print(f"gamma={g}: " + ", ".join(f"{k} {v:.1%}" for k, v in st.items()) + " of decode time")
     return 0
+
+
+def _of_prompts(runs: list, prompt_ids: list[str]) -> list:
+    return [r for r in runs if r.prompt_id in prompt_ids]
 
 
 def _stage_shares(sd: dict) -> dict:

@@ -109,11 +109,15 @@ def _load_models(args) -> dict:
 
 
 def _with_captioner(args, models: dict) -> dict:
+    """Adds ``--captioner``, or the preset pair's own captioner (the zoo has one)."""
     from calibrate import models as M
+    from calibrate.presets import pair
 
-    if args.captioner:
-        models["captioner"] = M.model_from_spec(args.captioner, device=args.device, dtype=args.dtype,
-                                            threads=args.threads, random_weights=False, seed=args.seed + 2)
+    spec = args.captioner or (pair(args.preset).get("captioner") if args.preset else None)
+    if spec:
+        models["captioner"] = M.model_from_spec(spec, device=args.device, dtype=args.dtype, threads=args.threads,
+                                                random_weights=bool(args.random_weights and not args.captioner),
+                                                seed=args.seed + 2)
     return models
 
 

@@ -7,6 +7,7 @@ is per-request scratch so M and P members run the draft's vision tower once.
 - :class:`MultimodalContext` (M; Pn with ``pool_tokens``): the target's ids with each image's run of
   image tokens resized to the draft's count (native, or n after pooling); the draft's vision tower →
   selected layer (CLS dropped for strategy "default") → optional 2-D average pooling → projector.
+- :class:`TargetFeaturesContext` (F): the target's vision features through the draft's projector.
 - :class:`TextOnlyContext` (T): seed 003 App. C, each ``<image>`` becomes "\\n".
 - :class:`CaptionContext` (C): each ``<image>`` becomes ``prefix + caption`` (seed 003 §5, App. E).
 """
@@ -154,6 +155,37 @@ class MultimodalContext:
         else:
             embeds = _embed(model, ids)
         return DraftContext(embeds=embeds, last_id=ids[-1], stages_ms=stages)
+
+
+@dataclass
+class TargetFeaturesContext:
+    """F (``target-features``, seed 000's vision-feature reuse): the target's own selected vision features
+    go through the draft's projector, so the draft runs no vision encoder. Needs the target's feature
+    width to equal the draft projector's input width. In a server the target's prefill already holds
+    these features; here they are recomputed once per request and timed as ``reused_target_vision_ms``,
+    which is not charged to the draft."""
+
+    target: object
+    code: str = "F"
+
+    def build(self, request: Request, model, shared: dict, device) -> DraftContext:
+        image_id, per_image = image_runs(request)
+        ids = request.input_ids[0].tolist()
+        if not per_image:
+            return DraftContext(embeds=_embed(model, ids), last_id=ids[-1])
+        with timed(device) as t:
+            hs = vision_hidden(self.target, request.target_kwargs["pixel_values"])
+        width = model.model.multi_modal_projector.linear_1.in_features
+        if hs.shape[-1] != width:
+            raise SpecsimError(f"target-features drafting: the target's vision features are {hs.shape[-1]} wide "
+                               f"but the draft's projector takes {width} (expected equal widths)")
+        feats = model.model.multi_modal_projector(hs.to(model.device, model.dtype))
+        draft_image_id = int(getattr(model.config, "image_token_id", image_id))
+        ids = replace_image_runs(ids, image_id, per_image, lambda k: [draft_image_id] * feats.shape[1])
+        embeds = _embed(model, ids)
+        embeds[torch.tensor(ids, device=embeds.device) == draft_image_id] = \
+            feats.reshape(-1, feats.shape[-1]).to(embeds.dtype)
+        return DraftContext(embeds=embeds, last_id=ids[-1], stages_ms={"reused_target_vision_ms": t.ms})
 
 
 @dataclass

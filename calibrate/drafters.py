@@ -12,7 +12,8 @@ stay the same length and rollback is one crop of the shared cache.
 Members (see :mod:`calibrate.draft_contexts`): ``M`` the draft VLM sees the images through its own
 vision tower + projector; ``T`` every ``<image>`` becomes "\\n" (seed 003 App. C; works with a text-only
 LM draft); ``C`` every ``<image>`` becomes ``caption_prefix`` + a captioner's text (captioner ms
-charged as ``caption_ms``); ``Pn`` the draft's visual features are 2-D average-pooled to n tokens per
+charged as ``caption_ms``); ``F`` the target's vision features through the draft's projector (seed 000);
+``Pn`` the draft's visual features are 2-D average-pooled to n tokens per
 image before the projector (seed 003 §5 / App. D).
 """
 
@@ -29,6 +30,7 @@ from calibrate.draft_contexts import (
     DraftContext,
     HFCaptioner,
     MultimodalContext,
+    TargetFeaturesContext,
     TextOnlyContext,
     make_request,
     pool_features,
@@ -41,13 +43,13 @@ from specsim.errors import SpecsimError
 __all__ = ["AdaptiveEnsembleDrafter", "EnsembleDrafter", "HFCaptioner", "IMAGE_PLACEHOLDER", "make_drafter",
            "make_request", "parse_method", "pool_features"]
 
-_CODE_RE = re.compile(r"M|T|C|P(\d+)")
-_NAMES = {"multimodal": "M", "text-only": "T", "caption": "C"}
+_CODE_RE = re.compile(r"M|T|C|F|P(\d+)")
+_NAMES = {"multimodal": "M", "text-only": "T", "caption": "C", "target-features": "F"}
 
 
 @dataclass(frozen=True)
 class MemberSpec:
-    """One ensemble member: ``kind`` in M/T/C/P and ``pool_tokens`` (P only)."""
+    """One ensemble member: ``kind`` in M/T/C/F/P and ``pool_tokens`` (P only)."""
 
     kind: str
     pool_tokens: int | None = None
@@ -72,7 +74,8 @@ def parse_method(method: str) -> tuple[bool, tuple[MemberSpec, ...]]:
         specs.append(MemberSpec("P", int(m.group(1))) if m.group(1) else MemberSpec(m.group(0)))
         pos = m.end()
     if not specs or pos != len(body) or any(s.kind == "P" and s.pool_tokens < 1 for s in specs):
-        raise SpecsimError(f"--method: expected codes like M, T, C, P144, MT, MTCP or adaptive:MTC, got {method!r}")
+        raise SpecsimError(f"--method: expected codes like M, T, C, F, P144, MT, MTCP or adaptive:MTC (or multimodal, "
+                           f"text-only, caption, target-features, pooled(N)), got {method!r}")
     return adaptive, tuple(specs)
 
 
@@ -139,7 +142,9 @@ class EnsembleDrafter:
         k, m = x.shape
         self.mask = torch.cat([self.mask, torch.ones(k, m, dtype=self.mask.dtype, device=self.mask.device)], 1)
         pos = self.pos[:, None] + torch.arange(m, device=self.pos.device)  # [k, m]
-        out = self.model(input_ids=x, attention_mask=self.mask, position_ids=pos, past_key_values=self.cache,
+        # One row never has pads: without a mask HF takes its cheaper causal-only path (as plain drafting does).
+        mask = self.mask if k > 1 else None
+        out = self.model(input_ids=x, attention_mask=mask, position_ids=pos, past_key_values=self.cache,
                          use_cache=True, logits_to_keep=1)
         self.pos = self.pos + m
         return out.logits[:, -1].float()
@@ -237,12 +242,14 @@ def _positions(mask: torch.Tensor) -> torch.Tensor:
 
 
 def make_drafter(method: str, draft, *, tokenizer=None, captioner=None, caption_prefix: str = "Image: ",
-                 weights=None, image_processor=None, device="cpu", eta: float = 2.0) -> EnsembleDrafter:
+                 weights=None, image_processor=None, device="cpu", eta: float = 2.0,
+                 target=None) -> EnsembleDrafter:
     """A drafter for a method code (M, T, C, P144, MT, MC, MTC, MTCP, adaptive:MTC, ...).
 
     ``tokenizer`` re-encodes T/C prompts (T falls back to swapping image-token runs for "\\n" ids
     without it); ``captioner`` maps a PIL image to text (C); ``image_processor`` makes the draft's
-    pixel values when the target's do not fit its vision tower; ``weights`` one per member (default equal).
+    pixel values when the target's do not fit its vision tower; ``weights`` one per member (default equal);
+    ``target`` the target VLM whose vision features F (target-features) reuses.
     """
     adaptive, specs = parse_method(method)
     members = []
@@ -251,11 +258,15 @@ def make_drafter(method: str, draft, *, tokenizer=None, captioner=None, caption_
             members.append(MultimodalContext(pool_tokens=s.pool_tokens, image_processor=image_processor))
         elif s.kind == "T":
             members.append(TextOnlyContext(tokenizer=tokenizer))
+        elif s.kind == "F":
+            if target is None or not hasattr(unwrap(target), "get_image_features"):
+                raise SpecsimError(f"method {method!r}: target-features drafting needs the target VLM (target=)")
+            members.append(TargetFeaturesContext(target=unwrap(target)))
         else:
             if captioner is None or tokenizer is None:
                 raise SpecsimError(f"method {method!r}: caption drafting needs a captioner and a tokenizer")
             members.append(CaptionContext(captioner=captioner, tokenizer=tokenizer, prefix=caption_prefix))
-    if any(s.kind in ("M", "P") for s in specs) and not hasattr(unwrap(draft), "get_image_features"):
+    if any(s.kind in ("M", "P", "F") for s in specs) and not hasattr(unwrap(draft), "get_image_features"):
         raise SpecsimError(f"method {method!r}: multimodal/pooled drafting needs a VLM draft; use T or C")
     cls = AdaptiveEnsembleDrafter
     if adaptive:

@@ -171,7 +171,8 @@ def _task_fn(task: Task, m: M.LoadedModel, plan: LatencyPlan, generator) -> tupl
         cache = M.random_kv_cache(m, task.batch, task.context_tokens, generator)
         ids = M.random_input_ids(m, task.batch, task.new_tokens, generator)
         # input_ids: [B, new]; the cache grows to ctx+new, and setup crops it back to ctx.
-        return (lambda: model(input_ids=ids, past_key_values=cache, use_cache=True),
+        kw = _batch_mask_kwargs(task, model.device) if task.batch > 1 else {}
+        return (lambda: model(input_ids=ids, past_key_values=cache, use_cache=True, **kw),
                 lambda: M.crop_cache(cache, task.context_tokens))
     if task.what == "prefill":
         ids = M.random_input_ids(m, 1, task.new_tokens, generator)
@@ -182,6 +183,17 @@ def _task_fn(task: Task, m: M.LoadedModel, plan: LatencyPlan, generator) -> tupl
     if task.what == "caption":
         return _caption_fn(m, plan.caption_tokens, generator), None
     raise SpecsimError(f"unknown task kind {task.what!r}")
+
+
+def _batch_mask_kwargs(task: Task, device) -> dict:
+    """Attention mask and position ids of an in-batch ensemble step: rows after the first start with a pad
+    column (left padding), so the timed call takes the same padded-mask path as the ensemble drafter."""
+    import torch
+
+    mask = torch.ones(task.batch, task.context_tokens + task.new_tokens, dtype=torch.long, device=device)
+    mask[1:, 0] = 0
+    pos = mask.sum(1, keepdim=True) - task.new_tokens + torch.arange(task.new_tokens, device=device)
+    return {"attention_mask": mask, "position_ids": pos}
 
 
 def _caption_fn(m: M.LoadedModel, tokens: int, generator) -> Callable:

@@ -1,4 +1,5 @@
-"""Model loading for calibration: HF ids, local folders, GGUF files and architecture-only presets.
+"""Model loading for calibration: HF ids, local folders, GGUF files, the shipped zoo (``zoo:ROLE``) and
+architecture-only presets.
 
 Causal LMs load with ``AutoModelForCausalLM``; configs with a ``vision_config`` (LLaVA-style) with
 ``AutoModelForImageTextToText``. Architecture presets (:mod:`calibrate.presets`) build the model with
@@ -9,7 +10,7 @@ downloads. Draft and target must share one token→id map (:func:`check_same_voc
 from __future__ import annotations
 
 import contextlib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,9 @@ from specsim.errors import SpecsimError
 
 DTYPES = {"float32": "float32", "fp32": "float32", "float16": "float16", "fp16": "float16",
           "half": "float16", "bfloat16": "bfloat16", "bf16": "bfloat16"}
+
+
+ZOO_PREFIX = "zoo:"  # "zoo:target", "zoo:draft", "zoo:captioner": the shipped zoo weights (calibrate.zoo)
 
 
 class VocabMismatchError(SpecsimError):
@@ -39,6 +43,7 @@ class LoadedModel:
     weights: str
     device: str
     dtype: str
+    processor: Any | None = None  # image + text processor of a VLM loaded with real weights
 
     @property
     def text_config(self) -> Any:
@@ -204,9 +209,20 @@ def load_model(spec: str, *, device: str = "cpu", dtype: str = "float32", thread
         raise ModelLoadError(f"cannot load model {spec!r}: {str(err).splitlines()[0][:160]} (expected an HF id "
                              f"reachable online or in the local HF cache, a local model folder, or a .gguf file)") from None
     tokenizer = _load_tokenizer(source, kwargs)
+    processor = _load_processor(source) if is_vlm_config(config) and not gguf_file else None
     model = model.to(dev).eval()
     return LoadedModel(model=model, tokenizer=tokenizer, name=Path(gguf_file).stem if gguf_file else spec,
-                       kind="vlm" if is_vlm_config(config) else "causal", weights="real", device=dev, dtype=dt)
+                       kind="vlm" if is_vlm_config(config) else "causal", weights="real", device=dev, dtype=dt,
+                       processor=processor)
+
+
+def _load_processor(source: str) -> Any | None:
+    import transformers
+
+    try:
+        return transformers.AutoProcessor.from_pretrained(source)
+    except (OSError, ValueError, TypeError):
+        return None  # without a processor the model is still timeable; image prompts will say what is missing
 
 
 def _load_tokenizer(source: str, kwargs: dict) -> Any | None:
@@ -246,6 +262,18 @@ def model_from_spec(spec: str, *, device: str, dtype: str, threads: int | None, 
                 seed: int) -> LoadedModel:
     """A LoadedModel from a CLI-style spec: preset names and config JSON paths (or ``random_weights``)
     build random-weight models; HF ids, folders and .gguf files load real weights."""
+    if spec.startswith(ZOO_PREFIX):
+        from calibrate.zoo import weights_dir
+
+        folder = weights_dir(spec.removeprefix(ZOO_PREFIX))
+        if random_weights:
+            set_threads(threads)
+            import transformers
+
+            cfg = transformers.AutoConfig.from_pretrained(str(folder)).to_dict()
+            return build_random_model(cfg, device=device, dtype=dtype, seed=seed, name=spec)
+        loaded = load_model(str(folder), device=device, dtype=dtype, threads=threads)
+        return replace(loaded, name=spec)
     if random_weights or spec in preset_names() or _is_config_json(spec):
         set_threads(threads)
         return build_random_model(spec, device=device, dtype=dtype, seed=seed)
@@ -281,7 +309,9 @@ def load_pair(preset_or_target: str, draft: str | None = None, *, device: str = 
             t = load_model(str(target_path), device=device, dtype=dtype, threads=threads)
             d = load_model(str(draft_path), device=device, dtype=dtype, threads=threads)
         else:
-            kw = {"device": device, "dtype": dtype, "threads": threads, "random_weights": True}
+            # Architecture presets have no weights; zoo pairs ship theirs.
+            real = entry["target"].startswith(ZOO_PREFIX) and not random_weights
+            kw = {"device": device, "dtype": dtype, "threads": threads, "random_weights": not real}
             t = model_from_spec(entry["target"], seed=seed, **kw)
             d = model_from_spec(entry["draft"], seed=seed + 1, **kw)
     else:

@@ -67,8 +67,9 @@ def parse_prompt(d: dict, where: str, base: Path | None = None, default_id: str 
 def load_prompts(name_or_path: str, limit: int | None = None) -> list[Prompt]:
     """A built-in set by name or a JSONL file; the first ``limit`` prompts if given."""
     if name_or_path in builtin_sets():
-        text = (resources.files("calibrate") / "prompts" / f"{name_or_path}.jsonl").read_text(encoding="utf-8")
-        base = None
+        folder = resources.files("calibrate") / "prompts"
+        text = (folder / f"{name_or_path}.jsonl").read_text(encoding="utf-8")
+        base = Path(str(folder))  # built-in sets keep their images beside them
     else:
         path = Path(name_or_path)
         if not path.is_file():

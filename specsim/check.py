@@ -130,14 +130,15 @@ def summary(rows) -> dict:
 
 def format_table(rows) -> str:
     """The human-readable predicted-vs-measured table ``specsim check`` prints."""
-    head = (f"{'method':<10} {'gamma':>5} | {'tau pred':>8} {'tau meas':>8} {'err':>7} | "
+    scen = len({r.scenario for r in rows}) > 1  # a scenario column only when there is a choice
+    head = ((f"{'scenario':<12} " if scen else "") + f"{'method':<12} {'gamma':>5} | {'tau pred':>8} {'tau meas':>8} {'err':>7} | "
             f"{'speedup pred':>12} {'meas':>6} {'err':>7} | {'textbook':>8} {'err':>7} | {'ms/tok SD':>9} {'target':>7}")
     lines = [head, "-" * len(head)]
     for e, r in zip(error_rows(rows), rows):
         book = "-" if r.speedup_textbook is None else f"{r.speedup_textbook:8.3f}"
         book_err = "-" if e["textbook_rel_err"] is None else f"{e['textbook_rel_err']:+7.1%}"
         lines.append(
-            f"{r.method:<10.10} {r.gamma:>5} | {r.tau_predicted:8.3f} {r.tau_measured:8.3f} {e['tau_rel_err']:+7.1%} | "
+            (f"{r.scenario:<12.12} " if scen else "") + f"{r.method:<12.12} {r.gamma:>5} | {r.tau_predicted:8.3f} {r.tau_measured:8.3f} {e['tau_rel_err']:+7.1%} | "
             f"{r.speedup_predicted:12.3f} {r.speedup_measured:6.3f} {e['speedup_rel_err']:+7.1%} | "
             f"{book:>8} {book_err:>7} | {r.sd_ms_per_token or float('nan'):9.1f} {r.target_ms_per_token or float('nan'):7.1f}")
     s = summary(rows)

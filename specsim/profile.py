@@ -504,20 +504,24 @@ class Profile:
 PROFILES_DIR = Path(__file__).parent / "profiles"
 
 
-def write_json_atomic(path: str | os.PathLike, data: Any) -> Path:
-    """Write ``data`` as JSON to ``path`` via a temp file in the same folder and a rename."""
+def write_text_atomic(path: str | os.PathLike, text: str) -> Path:
+    """Write ``text`` to ``path`` via a temp file in the same folder and a rename (never half-written)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            json.dump(data, fh, indent=1)
-            fh.write("\n")
+            fh.write(text)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
     return path
+
+
+def write_json_atomic(path: str | os.PathLike, data: Any) -> Path:
+    """Write ``data`` as JSON (indent 1) to ``path`` atomically (:func:`write_text_atomic`)."""
+    return write_text_atomic(path, json.dumps(data, indent=1) + "\n")
 
 
 def save_profile(profile: Profile, path: str | os.PathLike) -> Path:

@@ -8,4 +8,22 @@ image-fact spans and splits), :mod:`calibrate.zoo.tokenizer` (byte-level BPE on 
 (``python -m calibrate.zoo.train``). ``import calibrate.zoo`` stays free of torch.
 """
 
-__all__: list[str] = []
+from importlib import resources
+from pathlib import Path
+
+__all__ = ["WEIGHTS_ROLES", "weights_dir"]
+
+WEIGHTS_ROLES: tuple[str, ...] = ("target", "draft", "captioner")
+
+
+def weights_dir(role: str) -> Path:
+    """Folder of the shipped zoo model ``role`` (target/draft/captioner), checked to exist."""
+    from specsim.errors import SpecsimError
+
+    if role not in WEIGHTS_ROLES:
+        raise SpecsimError(f"zoo model: expected one of {', '.join(WEIGHTS_ROLES)}, got {role!r}")
+    folder = Path(str(resources.files("calibrate") / "zoo" / "weights" / role))
+    if not (folder / "config.json").is_file():
+        raise SpecsimError(f"zoo weights for {role!r} not found in {folder} (train them with "
+                           f"'python -m calibrate.zoo.train --out {folder.parent}')")
+    return folder

@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import os
 import platform
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from specsim.profile import write_json_atomic
+from specsim.profile import write_json_atomic, write_text_atomic
 
 
 def summarise(cfg: Any, splits: dict, models: dict, logs: dict, processor: Any) -> dict[str, Any]:
@@ -53,13 +51,6 @@ def summarise(cfg: Any, splits: dict, models: dict, logs: dict, processor: Any) 
     return out
 
 
-def _write_text_atomic(path: Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    with os.fdopen(fd, "w", encoding="utf-8") as fh:
-        fh.write(text)
-    os.replace(tmp, path)
-
-
 def plot_losses(logs: dict, path: Path) -> None:
     """Per-step training loss (light) and its 25-step moving average, one panel per role."""
     import matplotlib
@@ -100,7 +91,7 @@ def render_card(s: dict[str, Any]) -> str:
 
 Trained by `python -m calibrate.zoo.train` on a synthetic task (coloured shapes; 1-image describe/VQA,
 2-image spot-the-difference/IEdit, 5-image story; seed 003 Appendix C prompt templates). Architectures:
-HF `LlavaForConditionalGeneration` (CLIP vision tower 64 px / patch 8 → 64 image tokens, Llama decoder).
+HF `LlavaForConditionalGeneration` (CLIP vision tower 64 px / patch 16 → 16 image tokens, Llama decoder).
 The draft and captioner reuse the trained target's vision tower (frozen).
 
 | model | parameters | decoder params | decoder MFLOPs/token (target ÷ model) | steps | train min | val loss | held-out image-fact accuracy |
@@ -131,4 +122,4 @@ def write_outputs(cfg: Any, summary: dict[str, Any], logs: dict) -> None:
     plot_losses(logs, out / "loss_curves.png")
     write_json_atomic(out / "train_log.json", {"schema_version": 1, "summary": summary,
                                                "losses": {r: log.losses for r, log in logs.items()}})
-    _write_text_atomic(out / "MODEL_CARD.md", render_card(summary))
+    write_text_atomic(out / "MODEL_CARD.md", render_card(summary))

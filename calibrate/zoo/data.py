@@ -1,6 +1,6 @@
 """Encoding zoo examples into LLaVA training batches: token ids with image placeholders, labels, pixels.
 
-A training sequence is ``<s> prompt(<image>×64 per image) answer </s>``; the loss covers the answer and
+A training sequence is ``<s> prompt(<image>×16 per image) answer </s>``; the loss covers the answer and
 ``</s>`` only. Batches are length-bucketed and capped by a token budget, so a 5-image story (~440 tokens)
 and a 1-image question (~110 tokens) cost similar time per step. Fact tokens (answer tokens overlapping
 an image-fact word) get a larger loss weight, so the image signal is not drowned by generic wording.
@@ -33,7 +33,7 @@ class Encoded:
 
 
 def encode_prompt(prompt: str, tokenizer: Any) -> list[int]:
-    """Prompt ids with ``<s>`` and each ``<image>`` expanded to 64 image tokens (as ``LlavaProcessor`` does)."""
+    """Prompt ids with ``<s>`` and each ``<image>`` expanded to 16 image tokens (as ``LlavaProcessor`` does)."""
     return tokenizer(prompt.replace(IMAGE_TOKEN, IMAGE_TOKEN * IMAGE_TOKENS_PER_IMAGE)).input_ids
 
 

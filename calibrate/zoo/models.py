@@ -4,7 +4,7 @@ Roles: ``target`` (a few million parameters), ``draft`` (same family, ≥ 10× f
 like LLaVA-1.5-7B vs its LLaMA-68M draft in seed 003) and ``captioner`` (the draft architecture, trained
 only to caption). All three share one vision-tower shape, so the draft and captioner start from the
 trained target's tower (as seed 003's drafts share CLIP ViT-L) and ``target-features`` reuse is possible.
-Images are 64×64 px, patch 8 px: 8×8 = 64 image tokens per image (CLS dropped, strategy "default").
+Images are 64×64 px, patch 16 px: 4×4 = 16 image tokens per image (CLS dropped, strategy "default").
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from calibrate.zoo.scenes import IMAGE_SIZE_PX
 from calibrate.zoo.tokenizer import BOS_ID, EOS_ID, IMAGE_ID, PAD_ID
 
 ROLES: tuple[str, ...] = ("target", "draft", "captioner")
-PATCH_PX = 8
+PATCH_PX = 16
 IMAGE_TOKENS_PER_IMAGE = (IMAGE_SIZE_PX // PATCH_PX) ** 2
 # Decoder and vision sizes per role; "tiny" is for tests (seconds on one core).
 SIZES: dict[str, dict[str, dict[str, int]]] = {
@@ -96,7 +96,7 @@ def build_model(config: Any, seed: int = 0) -> Any:
 
 
 def make_processor(tokenizer: Any) -> Any:
-    """``LlavaProcessor``: PIL CLIP image processor at 64 px + the zoo tokenizer (expands ``<image>`` ×64)."""
+    """``LlavaProcessor``: PIL CLIP image processor at 64 px + the zoo tokenizer (expands ``<image>`` ×16)."""
     from transformers import LlavaProcessor
     from transformers.models.clip.image_processing_pil_clip import CLIPImageProcessorPil
 

@@ -1,7 +1,7 @@
 """Train the zoo (target, draft, captioner) on CPU: ``python -m calibrate.zoo.train --out DIR``.
 
 Order: tokenizer on the train corpus; supervised pre-training of the target's vision tower on scene
-attributes (:mod:`calibrate.zoo.vision`); target (all weights, captions first); draft (vision tower copied from
+attributes (:mod:`calibrate.zoo.vision`); target (tower frozen, projector + decoder trained, captions first); draft (vision tower copied from
 the trained target and frozen, projector + decoder trained, optionally distilled: loss = (1−w)·CE +
 w·KL(target‖draft) on answer tokens, Hinton et al. 2015); captioner (draft architecture, tower copied and
 frozen, trained on one-line captions). Step counts come from ``--steps`` or are planned from the
@@ -204,6 +204,10 @@ def run(cfg: TrainConfig) -> dict[str, Any]:
         models[role] = build_model(zoo_config(role, len(tok), cfg.size), seed=cfg.seed * 10 + k)
         if role == "target":
             logs["vision"] = _pretrain_vision(models[role], processor, cfg)
+            # Frozen afterwards, as LLaVA keeps its CLIP tower frozen: training it at the decoder's learning
+            # rate wipes out the attribute features before the decoder has learnt to read them.
+            for p in models[role].model.vision_tower.parameters():
+                p.requires_grad_(False)
         else:
             copy_vision_tower(models["target"], models[role])
         data, held = captions if role == "captioner" else (train, val)
