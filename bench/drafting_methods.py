@@ -22,7 +22,7 @@ from calibrate.zoo import task as zt
 from calibrate.zoo.models import build_model, make_processor, zoo_config
 from calibrate.zoo.tokenizer import train_tokenizer, wrap
 
-MEMBERS = ("M", "T", "P16", "P4")
+MEMBERS = ("M", "T", "P4", "P1")
 
 
 def _restorer(d):

@@ -152,7 +152,7 @@ def drafter_trace(target, drafter, request: Request, *, max_new_tokens: int, eos
     match = (q.argmax(-1) == y).to(torch.int64).tolist()
     beta = torch.minimum(p, q).sum(-1).clamp(0.0, 1.0).double().numpy()
     trace = Trace(match=tuple(int(m) for m in match), prompt_id=request.prompt_id,
-                  beta=tuple(float(b) for b in np.round(beta, BETA_DECIMALS)))
+                  beta=tuple(float(b) for b in np.round(beta, BETA_DECIMALS)), tokens=tuple(ref.tokens))
     context = getattr(drafter, "context_tokens", None) or [request.input_ids.shape[1]]
     return PromptTrace(trace=trace, output_tokens=ref.tokens, prompt_tokens=request.input_ids.shape[1],
                        draft_prompt_tokens=int(max(context)))

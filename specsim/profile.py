@@ -262,22 +262,26 @@ class Trace:
 
     ``match[t]`` is 1 when the draft's argmax at position t equals the target's token (greedy);
     ``beta[t]`` = Σ_x min(p_t(x), q_t(x)) (sampling). Either may be absent, not both.
+    ``tokens[t]`` (optional) is the target's token id at t, so positions can be classified afterwards
+    (e.g. which tokens state an image fact).
     """
 
     match: tuple[int, ...] | None = None
     beta: tuple[float, ...] | None = None
     prompt_id: str | None = None
+    tokens: tuple[int, ...] | None = None
 
     def to_json(self) -> dict:
         return _drop_none({
             "prompt_id": self.prompt_id,
             "match": None if self.match is None else list(self.match),
             "beta": None if self.beta is None else list(self.beta),
+            "tokens": None if self.tokens is None else list(self.tokens),
         })
 
     @classmethod
     def from_json(cls, d: dict, where: str) -> Trace:
-        check_keys(d if isinstance(d, dict) else {}, {"match", "beta", "prompt_id"}, where)
+        check_keys(d if isinstance(d, dict) else {}, {"match", "beta", "prompt_id", "tokens"}, where)
         match = d.get("match")
         beta = d.get("beta")
         if match is None and beta is None:
@@ -292,10 +296,17 @@ class Trace:
                     for i, b in enumerate(_list(beta, f"{where}.beta", nonempty=False))]
         if match is not None and beta is not None and len(match) != len(beta):
             raise SpecsimError(f"{where}: match has {len(match)} positions but beta has {len(beta)}")
+        tokens = d.get("tokens")
+        if tokens is not None:
+            tokens = [_int(t, f"{where}.tokens[{i}]", lo=0) for i, t in enumerate(_list(tokens, f"{where}.tokens"))]
+            if len(tokens) != len(match if match is not None else beta):
+                raise SpecsimError(f"{where}.tokens: expected one per position "
+                                   f"({len(match if match is not None else beta)}), got {len(tokens)}")
         return cls(
             match=None if match is None else tuple(int(m) for m in match),
             beta=None if beta is None else tuple(min(b, 1.0) for b in beta),
             prompt_id=_opt(d, "prompt_id", _str, where),
+            tokens=None if tokens is None else tuple(tokens),
         )
 
 

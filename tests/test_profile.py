@@ -82,7 +82,7 @@ def test_save_is_atomic_and_validates(tmp_path, profile, monkeypatch):
     def boom(*a, **k):
         raise OSError("disk full")
 
-    monkeypatch.setattr(mod.json, "dump", boom)
+    monkeypatch.setattr(mod.os, "replace", boom)  # fails after the temp file is fully written
     with pytest.raises(OSError):
         save_profile(make_profile(name="other"), path)
     assert path.read_text() == before

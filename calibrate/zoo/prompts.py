@@ -50,6 +50,8 @@ def write_prompt_set(folder: Path, per_scenario: int = PER_SCENARIO, seed: int =
     examples = select_examples(per_scenario, seed)
     images = folder / "zoo"
     images.mkdir(parents=True, exist_ok=True)
+    for old in images.glob("*.png"):  # images of an earlier generator version must not linger
+        old.unlink()
     for e in examples:
         for k, img in enumerate(e.images()):
             img.save(images / f"{e.uid}-{k}.png", optimize=True)

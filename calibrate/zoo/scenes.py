@@ -68,17 +68,37 @@ def _half_cells(side: str) -> list[tuple[int, int]]:
     return [(x0 + i * _CELL_PX, y0 + j * _CELL_PX) for j in range(h // _CELL_PX) for i in range(w // _CELL_PX)]
 
 
+def _spans_both_halves(side: str, layout: list[tuple[int, int, int]]) -> bool:
+    """Do the objects reach both halves across ``side``'s axis (top and bottom for left/right)?
+
+    Without this a scene of one object in the top-left cell would be a correct "left" and a correct
+    "top" scene at once, and no model could state its side reliably.
+    """
+    half = IMAGE_SIZE_PX // 2
+    axis = 1 if side in ("left", "right") else 0
+    return min(o[axis] for o in layout) < half <= max(o[axis] + o[2] - 1 for o in layout)
+
+
 def random_layout(side: str, count: int, rng: np.random.Generator) -> tuple[tuple[int, int, int], ...]:
-    """``count`` objects in distinct cells of the ``side`` half, size 9..13 px, jittered inside the cell."""
+    """``count`` objects in distinct cells of the ``side`` half, size 9..13 px, jittered inside the cell,
+    reaching both halves across the side's axis (one object straddles the midline), so the side is
+    unambiguous."""
     cells = _half_cells(side)
-    picks = rng.choice(len(cells), size=count, replace=False)
-    out = []
-    for k in sorted(int(p) for p in picks):
-        size = int(rng.integers(9, 14))
-        slack = _CELL_PX - size
-        cx, cy = cells[k]
-        out.append((cx + int(rng.integers(0, slack + 1)), cy + int(rng.integers(0, slack + 1)), size))
-    return tuple(out)
+    half = IMAGE_SIZE_PX // 2
+    while True:
+        picks = rng.choice(len(cells), size=count, replace=False)
+        out = []
+        for k in sorted(int(p) for p in picks):
+            size = int(rng.integers(9, 14))
+            slack = _CELL_PX - size
+            cx, cy = cells[k]
+            x, y = cx + int(rng.integers(0, slack + 1)), cy + int(rng.integers(0, slack + 1))
+            if count == 1:  # the one object straddles the midline across the side's axis
+                mid = int(rng.integers(half - size + 2, half - 1))
+                x, y = (x, mid) if side in ("left", "right") else (mid, y)
+            out.append((x, y, size))
+        if _spans_both_halves(side, out):
+            return tuple(out)
 
 
 def random_scene(rng: np.random.Generator) -> Scene:

@@ -1,8 +1,8 @@
 """Supervised pre-training of the target's vision tower on scene attributes (before LLaVA training).
 
 A random vision tower gives the decoder nothing to read, and learning vision only through next-token loss
-is slow (the decoder first learns the text prior and ignores the image). Four linear heads on the mean of
-the image tokens the projector sees (``hidden_states[-1][:, 1:]``) classify colour, shape, count and side;
+is slow (the decoder first learns the text prior and ignores the image). Four linear heads on the image
+tokens the projector sees (``hidden_states[-1][:, 1:]``, concatenated) classify colour, shape, count and side;
 the heads are thrown away afterwards. Like LLaVA's use of a pre-trained CLIP tower, but trained here.
 """
 
@@ -24,8 +24,9 @@ def _targets(scenes: list[Scene]):
 
 
 def _features(tower: Any, pixels: Any):
-    """Mean of the patch tokens of the last layer, [B, hidden] (CLS dropped, as LLaVA's "default")."""
-    return tower(pixel_values=pixels, output_hidden_states=True).hidden_states[-1][:, 1:].mean(1)
+    """The patch tokens of the last layer, concatenated in grid order, [B, tokens·hidden] (CLS dropped, as
+    LLaVA's "default"). Concatenated, not averaged: a mean is blind to where the shapes are (side)."""
+    return tower(pixel_values=pixels, output_hidden_states=True).hidden_states[-1][:, 1:].flatten(1)
 
 
 def pretrain_vision(tower: Any, image_processor: Any, steps: int, rng: np.random.Generator, *,
@@ -36,7 +37,8 @@ def pretrain_vision(tower: Any, image_processor: Any, steps: int, rng: np.random
 
     from calibrate.zoo.data import pixel_values
 
-    hidden = tower.config.hidden_size
+    tokens = (tower.config.image_size // tower.config.patch_size) ** 2
+    hidden = tower.config.hidden_size * tokens
     heads = torch.nn.ModuleDict({k: torch.nn.Linear(hidden, len(v)) for k, v in _CLASSES.items()})
     params = list(tower.parameters()) + list(heads.parameters())
     opt = torch.optim.AdamW(params, lr=lr, weight_decay=0.01)

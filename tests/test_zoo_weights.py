@@ -1,0 +1,72 @@
+"""The shipped zoo weights: load offline, answer held-out requests exactly, caption, and the model card's claims."""
+
+import json
+
+import pytest
+import torch
+
+from calibrate.zoo import weights_dir
+from calibrate.zoo.evaluate import generate
+from calibrate.zoo.models import decoder_flops_per_token, load_zoo_model
+from calibrate.zoo.prompts import select_examples
+from calibrate.zoo.task import CAPTION_PROMPT, facts_correct, text_only_prompt
+
+EXPECTED = {  # greedy answers of the shipped target (seed 0) to the first 1-, 2- and 5-image zoo prompts
+    "test-00000": " The picture shows two yellow circles on the right. Everything is placed on that side of the "
+                  "picture. The background is plain and nothing else is drawn.",
+    "test-00011": " Only the position is different. In the first image it is top, but in the second image it is "
+                  "bottom. The second image shows three red circles on the bottom. Everything else stays the same.",
+    "test-00004": " In the last picture there are three orange squares on the bottom. Compared with the picture "
+                  "before, the number went from two to three. And that is how the story ends.",
+}
+
+
+@pytest.fixture(scope="module")
+def target():
+    torch.set_num_threads(1)
+    return load_zoo_model(weights_dir("target"))
+
+
+def test_target_answers_held_out_requests_exactly(target):
+    model, proc = target
+    examples = select_examples()[:3]
+    assert [e.images_per_prompt for e in examples] == [1, 2, 5]
+    for e in examples:
+        got = generate(model, proc, e.prompt, e.images())
+        assert got == EXPECTED[e.uid]
+        assert facts_correct(got, e)
+        # Without its images the same model cannot state the facts: the image matters.
+        assert not facts_correct(generate(model, proc, text_only_prompt(e.prompt), None), e)
+
+
+def test_captioner_and_draft_load_and_the_draft_is_over_ten_times_cheaper(target):
+    cap, cproc = load_zoo_model(weights_dir("captioner"))
+    e = select_examples()[0]
+    assert generate(cap, cproc, CAPTION_PROMPT, e.images(), 16).strip() == e.captions[0]
+    draft, _ = load_zoo_model(weights_dir("draft"))
+    ratio = decoder_flops_per_token(target[0].config.text_config) / decoder_flops_per_token(draft.config.text_config)
+    assert ratio >= 10
+
+
+def test_model_card_matches_the_training_log():
+    folder = weights_dir("target").parent
+    log = json.loads((folder / "train_log.json").read_text())["summary"]
+    card = (folder / "MODEL_CARD.md").read_text()
+    for role, m in log["models"].items():
+        assert f"| {role} |" in card and f"**{m['accuracy']['all']:.0%}**" in card
+    assert log["models"]["draft"]["accuracy"]["all"] < log["models"]["target"]["accuracy"]["all"]
+    assert sum(p.stat().st_size for p in folder.rglob("*") if p.is_file()) < 25e6
+
+
+def test_zoo_preset_smoke_calibration(tmp_path):
+    from specsim.cli import main
+    from specsim.profile import load_profile
+
+    out = tmp_path / "zoo.json"
+    assert main(["calibrate", "acceptance", "--preset", "zoo", "--limit", "3", "--max-new-tokens", "24",
+                 "--threads", "1", "--no-progress", "--method", "M", "--method", "T", "--out", str(out)]) == 0
+    entries = load_profile(str(out)).acceptance
+    rate = {m: sum(sum(t.match) for e in entries if e.method == m for t in e.traces)
+            / sum(len(t.match) for e in entries if e.method == m for t in e.traces) for m in ("M", "T")}
+    assert {e.scenario for e in entries} == {"zoo-1img", "zoo-2img", "zoo-5img"}
+    assert rate["M"] > rate["T"]  # the trained draft reads the images
