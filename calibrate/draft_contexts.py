@@ -98,6 +98,19 @@ def pool_features(features: torch.Tensor, tokens: int) -> torch.Tensor:
     return pooled.reshape(n_img, c, tokens).transpose(1, 2)
 
 
+def splice_image_features(model, ids: list[int], image_id: int, per_image: int,
+                          feats: torch.Tensor) -> tuple[list[int], torch.Tensor]:
+    """Target ``ids`` with each image's run resized to the draft's ``n`` image tokens, and the draft's
+    embeddings [L, H] with projected features ``feats`` [n_img, n, H] written at those tokens."""
+    draft_image_id = int(getattr(model.config, "image_token_id", image_id))
+    n = feats.shape[1]
+    ids = replace_image_runs(ids, image_id, per_image, lambda k: [draft_image_id] * n)
+    embeds = _embed(model, ids)
+    embeds[torch.tensor(ids, device=embeds.device) == draft_image_id] = \
+        feats.reshape(-1, feats.shape[-1]).to(embeds.dtype)
+    return ids, embeds
+
+
 def vision_hidden(model, pixel_values: torch.Tensor) -> torch.Tensor:
     """The draft VLM's selected vision features before the projector, [n_img, N, C] (LLaVA convention)."""
     cfg = model.config
@@ -146,12 +159,7 @@ class MultimodalContext:
                     hs = pool_features(hs, self.pool_tokens)
                 feats = model.model.multi_modal_projector(hs)  # [n_img, n, H]
             stages["draft_vision_ms"] = stages.get("draft_vision_ms", 0.0) + t.ms
-            draft_image_id = int(getattr(model.config, "image_token_id", image_id))
-            n = feats.shape[1]
-            ids = replace_image_runs(ids, image_id, per_image, lambda k: [draft_image_id] * n)
-            embeds = _embed(model, ids)
-            embeds[torch.tensor(ids, device=embeds.device) == draft_image_id] = \
-                feats.reshape(-1, feats.shape[-1]).to(embeds.dtype)
+            ids, embeds = splice_image_features(model, ids, image_id, per_image, feats)
         else:
             embeds = _embed(model, ids)
         return DraftContext(embeds=embeds, last_id=ids[-1], stages_ms=stages)
@@ -180,11 +188,7 @@ class TargetFeaturesContext:
             raise SpecsimError(f"target-features drafting: the target's vision features are {hs.shape[-1]} wide "
                                f"but the draft's projector takes {width} (expected equal widths)")
         feats = model.model.multi_modal_projector(hs.to(model.device, model.dtype))
-        draft_image_id = int(getattr(model.config, "image_token_id", image_id))
-        ids = replace_image_runs(ids, image_id, per_image, lambda k: [draft_image_id] * feats.shape[1])
-        embeds = _embed(model, ids)
-        embeds[torch.tensor(ids, device=embeds.device) == draft_image_id] = \
-            feats.reshape(-1, feats.shape[-1]).to(embeds.dtype)
+        ids, embeds = splice_image_features(model, ids, image_id, per_image, feats)
         return DraftContext(embeds=embeds, last_id=ids[-1], stages_ms={"reused_target_vision_ms": t.ms})
 
 
