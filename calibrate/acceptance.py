@@ -74,15 +74,13 @@ def acceptance_trace(target, draft, request: Request, *, max_new_tokens: int, eo
 
     ``draft_input_ids`` [1, S'] is the draft's own prompt (default: the target's ``input_ids``).
     """
-    base = target_decode(target, request, max_new_tokens=max_new_tokens, eos_token_id=eos_token_id,
-                         device=device)
-    y = torch.tensor(base.tokens, dtype=torch.long, device=request.input_ids.device)  # [N]
-    n = y.numel()
+    ref = target_reference(target, request, max_new_tokens=max_new_tokens, eos_token_id=eos_token_id,
+                           device=device)
+    y = torch.tensor(ref.tokens, dtype=torch.long, device=request.input_ids.device)  # [N]
     draft_prompt = request.input_ids if draft_input_ids is None else draft_input_ids
-    tgt = next_token_logits(target, torch.cat([request.input_ids[0], y[:-1]])[None], n, **request.target_kwargs)
-    drf = next_token_logits(draft, torch.cat([draft_prompt[0], y[:-1]])[None], n)
-    trace = trace_from_logits(tgt, drf, y.cpu(), temperature, request.prompt_id)
-    return PromptTrace(trace=trace, output_tokens=base.tokens, prompt_tokens=request.input_ids.shape[1],
+    drf = next_token_logits(draft, torch.cat([draft_prompt[0], y[:-1]])[None], y.numel())
+    trace = trace_from_logits(ref.logits, drf.cpu(), y.cpu(), temperature, request.prompt_id)
+    return PromptTrace(trace=trace, output_tokens=ref.tokens, prompt_tokens=request.input_ids.shape[1],
                        draft_prompt_tokens=draft_prompt.shape[1])
 
 
