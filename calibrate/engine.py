@@ -286,12 +286,9 @@ def speculative_decode(target, drafter: Drafter, request: Request, *, gamma: int
     _check_args(gamma, max_new_tokens, temperature, request)
     if gamma < 1:
         raise SpecsimError(f"gamma: expected an integer >= 1, got {gamma}")
-    model = unwrap(target)
-    cache = new_cache()
-    setup = prefill_stages(model, request, cache, device)
+    model, cache, setup, pending = _start(target, request, device)
     setup.update(drafter.prefill(request))
     prompt_len = request.input_ids.shape[1]
-    pending = int(request.input_ids[0, -1])
     out: list[int] = []
     blocks: list[BlockRecord] = []
     done = False
@@ -312,6 +309,14 @@ def speculative_decode(target, drafter: Drafter, request: Request, *, gamma: int
                         setup_ms=setup, blocks=tuple(blocks), prompt_id=request.prompt_id)
 
 
+def _start(target, request: Request, device):
+    """(model, KV cache after the target prefill of prompt[:-1], set-up ms, pending last prompt token)."""
+    model = unwrap(target)
+    cache = new_cache()
+    setup = prefill_stages(model, request, cache, device)
+    return model, cache, setup, int(request.input_ids[0, -1])
+
+
 def _empty(model) -> Proposal:
     from calibrate.drafting import Proposal
 
@@ -323,10 +328,7 @@ def target_decode(target, request: Request, *, max_new_tokens: int, temperature:
                   generator: torch.Generator | None = None, eos_token_id=None, device="cpu") -> DecodeResult:
     """Target-only decoding through the same prefill/forward/sampling as :func:`speculative_decode`."""
     _check_args(0, max_new_tokens, temperature, request)
-    model = unwrap(target)
-    cache = new_cache()
-    setup = prefill_stages(model, request, cache, device)
-    pending = int(request.input_ids[0, -1])
+    model, cache, setup, pending = _start(target, request, device)
     out: list[int] = []
     blocks: list[BlockRecord] = []
     done = False

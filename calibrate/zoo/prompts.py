@@ -20,9 +20,13 @@ SEED = 0
 N_TEST = 200  # the zoo's test split size (calibrate.zoo.train default); the set takes its first requests
 
 
+def _test_split(seed: int) -> list[Example]:
+    return make_splits(seed, n_train=0, n_validation=0, n_test=N_TEST)["test"]
+
+
 def select_examples(per_scenario: int = PER_SCENARIO, seed: int = SEED) -> list[Example]:
     """The first ``per_scenario`` test requests with 1, 2 and 5 images, interleaved 1, 2, 5, 1, 2, 5, ..."""
-    test = make_splits(seed, n_train=0, n_validation=0, n_test=N_TEST)["test"]
+    test = _test_split(seed)
     groups = {n: [e for e in test if e.images_per_prompt == n][:per_scenario] for n in (1, 2, 5)}
     short = {n: len(g) for n, g in groups.items() if len(g) < per_scenario}
     if short:
@@ -33,7 +37,7 @@ def select_examples(per_scenario: int = PER_SCENARIO, seed: int = SEED) -> list[
 
 def examples_by_id(seed: int = SEED) -> dict[str, Example]:
     """Test-split examples by uid (the ``zoo`` prompt ids)."""
-    return {e.uid: e for e in make_splits(seed, n_train=0, n_validation=0, n_test=N_TEST)["test"]}
+    return {e.uid: e for e in _test_split(seed)}
 
 
 def records(examples: list[Example], image_folder: str = "zoo") -> list[dict]:
