@@ -63,7 +63,7 @@ def test_splits_are_disjoint_and_cover_all_scenarios(splits):
 def test_fact_spans_are_exactly_the_fact_words(splits):
     for e in (x for xs in splits.values() for x in xs):
         assert extract_facts(e.answer) == e.fact_values()  # generic wording never uses a fact word
-        assert all(e.answer[f.start - 1] == " " for f in e.facts)
+        assert all(e.answer[f.start - 1] in " (" for f in e.facts)  # facts are whole words
         assert facts_correct(e.answer, e)
         assert any(f.in_prompt for f in e.facts) == (e.task == "story")
     e = _example(splits, "vqa")

@@ -14,10 +14,12 @@ from calibrate.zoo.task import CAPTION_PROMPT, facts_correct, text_only_prompt
 EXPECTED = {  # greedy answers of the shipped target (seed 0) to the first 1-, 2- and 5-image zoo prompts
     "test-00000": " The picture shows two yellow circles on the right. Everything is placed on that side of the "
                   "picture. The background is plain and nothing else is drawn.",
-    "test-00011": " Only the position is different. In the first image it is top, but in the second image it is "
-                  "bottom. The second image shows three red circles on the bottom. Everything else stays the same.",
-    "test-00004": " In the last picture there are three orange squares on the bottom. Compared with the picture "
-                  "before, the number went from two to three. And that is how the story ends.",
+    "test-00001": " From the first image to the second, the count goes from four to four (same), the hue from yellow "
+                  "to yellow (same), the form from squares to squares (same) and the side from right to left (new "
+                  "position). So only the position is different. Everything else stays as it was.",
+    "test-00004": " From the fourth picture to the fifth, the count goes from four to four (same), the hue from "
+                  "yellow to yellow (same), the form from circles to circles (same) and the side from left to top "
+                  "(new position). So only the position changed. And that is how the story ends.",
 }
 
 

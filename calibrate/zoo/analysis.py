@@ -1,7 +1,7 @@
 """Where drafts survive: acceptance on image-fact tokens vs generic tokens, from a profile's traces.
 
 A trace position is an *image-fact token* when the target's token there overlaps a fact word
-(colour, shape, count, side or attribute name; :data:`calibrate.zoo.task.FACT_RE`) of the decoded
+(colour, shape, count, side, same/new verdict or attribute name; :data:`calibrate.zoo.task.FACT_RE`) of the decoded
 output. Needs traces recorded with ``tokens`` (``specsim calibrate acceptance`` stores them) and the
 zoo tokenizer. No torch: only the ``tokenizers`` library.
 """

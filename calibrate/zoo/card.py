@@ -102,7 +102,7 @@ The draft and captioner reuse the trained target's vision tower (frozen).
 {text_only}
 
 Accuracy: greedy answers on the first test examples; an answer counts when it states exactly the reference's
-image facts (colour, shape, count, side, changed attribute) in order. Captioner: exact caption match.
+image facts (colour, shape, count, side, same/new verdicts, changed attribute) in order. Captioner: exact caption match.
 
 - Data: seed {s['seed']}; examples {s['examples']}; vocabulary {s['vocab_size']} tokens (byte-level BPE).
 - Training: AdamW, peak lr {s['lr']}, image-fact tokens weighted {s['fact_weight']}×, target's first
