@@ -85,6 +85,36 @@ def test_story_captions_describe_frames_and_one_attribute_changes(splits):
     assert render(s).size == (64, 64)
 
 
+def _walks(splits):
+    """(example, changed attributes, verdict fact values, all fact values) of the difference answers."""
+    from calibrate.zoo.scenes import attribute_value
+
+    for e in splits["train"]:
+        if e.task in ("spot", "iedit", "story"):
+            before, after = e.scenes[-2], e.scenes[-1]
+            changed = [a for a in ATTRIBUTES if attribute_value(before, a) != attribute_value(after, a)]
+            verdicts = [v for v, f in zip(e.fact_values(), e.facts) if f.kind == "change"]
+            yield e, changed, verdicts, e.fact_values()
+
+
+def test_difference_walk_names_the_changed_attribute(splits):
+    """Spot, IEdit and story answers: four verdicts, a 'new <attr>' for the changed one, named again after."""
+    tasks = set()
+    for e, changed, verdicts, values in _walks(splits):
+        assert len(changed) == 1 and len(verdicts) == 4 and set(verdicts) <= {"same", "new"}
+        assert changed[0] in [values[i + 1] for i, v in enumerate(values) if v == "new"]
+        assert values[len(values) - 1 - values[::-1].index(changed[0])] == changed[0]
+        tasks.add(e.task)
+    assert tasks == {"spot", "iedit", "story"}
+
+
+@pytest.mark.xfail(strict=True, reason="known defect of the shipped task: the shape verdict compares the nouns, so "
+                   "a count change across one ('circle' -> 'circles') also says 'new shape'; fix with the next "
+                   "retraining (the shipped weights learnt this rule)")
+def test_difference_walk_has_exactly_one_new_verdict(splits):
+    assert all(verdicts.count("new") == 1 for _, _, verdicts, _ in _walks(splits))
+
+
 def test_example_json_round_trip(splits):
     for task in TASKS:
         e = _example(splits, task)
