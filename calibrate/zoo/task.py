@@ -151,6 +151,12 @@ class _Answer:
         return self.fact(s.side, "position", same("position"))
 
 
+def _spoken(s: Scene, attribute: str) -> str:
+    """The word an answer states for ``attribute``: :func:`attribute_value`, but the shape as its noun
+    ('circles' for several)."""
+    return shape_noun(s.shape, s.count) if attribute == "shape" else attribute_value(s, attribute)
+
+
 def _pick(rng: np.random.Generator, variants: tuple[str, ...], probs: tuple[float, ...]) -> str:
     """A generic-wording variant; skewed probabilities give the greedy models a clear mode."""
     return variants[int(rng.choice(len(variants), p=probs))]
@@ -172,14 +178,13 @@ def _vqa(rng: np.random.Generator) -> tuple[str, list[Scene], _Answer]:
                                         "Let me look at the picture first.", "I will reason step by step."),
                                   (0.6, 0.3, 0.1)))
     a.say(" I can see ").scene(s).say(". So the answer is ")
-    value = shape_noun(s.shape, s.count) if attr == "shape" else attribute_value(s, attr)
-    a.say("the " if attr == "position" else "").fact(value, attr).say(".")
+    a.say("the " if attr == "position" else "").fact(_spoken(s, attr), attr).say(".")
     return _VQA.format(question=_QUESTIONS[attr]), [s], a
 
 
-# Neutral labels for the attribute-by-attribute walk: the attribute names themselves are fact words.
+# Neutral labels for the attribute-by-attribute walk, in walk order (the order scenes are described in);
+# the attribute names themselves are fact words.
 _WALK_LABELS: dict[str, str] = {"number": "count", "colour": "hue", "shape": "form", "position": "side"}
-_WALK_ORDER: tuple[str, ...] = ("number", "colour", "shape", "position")
 
 
 def _walk(a: _Answer, before: Scene, after: Scene, before_known: bool = False) -> _Answer:
@@ -193,10 +198,9 @@ def _walk(a: _Answer, before: Scene, after: Scene, before_known: bool = False) -
     Known defect, kept because the shipped weights learnt it: the shape verdict compares the nouns, so a count
     change across one ("circle" to "circles") also says "new shape" (xfail test in ``tests/test_zoo.py``).
     """
-    for k, attr in enumerate(_WALK_ORDER):
-        old, new = (shape_noun(s.shape, s.count) if attr == "shape" else attribute_value(s, attr)
-                    for s in (before, after))
-        a.say(("the " if k == 0 else (" and the " if k == 3 else ", the ")) + _WALK_LABELS[attr]
+    for k, (attr, label) in enumerate(_WALK_LABELS.items()):
+        old, new = _spoken(before, attr), _spoken(after, attr)
+        a.say(("the " if k == 0 else (" and the " if k == 3 else ", the ")) + label
               + (" goes" if k == 0 else "") + " from ")
         a.fact(old, attr, before_known).say(" to ").fact(new, attr, before_known and new == old).say(" (")
         if new == old:
