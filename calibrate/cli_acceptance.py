@@ -431,7 +431,9 @@ def cmd_check(args) -> int:
 
 
 def _of_prompts(runs: list, prompt_ids: list[str]) -> list:
-    return [r for r in runs if r.prompt_id in prompt_ids]
+    """The runs of the given prompts (one scenario group), in run order."""
+    wanted = set(prompt_ids)
+    return [r for r in runs if r.prompt_id in wanted]
 
 
 def _stage_shares(sd: dict) -> dict:

@@ -268,7 +268,6 @@ def make_drafter(method: str, draft, *, tokenizer=None, captioner=None, caption_
             members.append(CaptionContext(captioner=captioner, tokenizer=tokenizer, prefix=caption_prefix))
     if any(s.kind in ("M", "P", "F") for s in specs) and not hasattr(unwrap(draft), "get_image_features"):
         raise SpecsimError(f"method {method!r}: multimodal/pooled drafting needs a VLM draft; use T or C")
-    cls = AdaptiveEnsembleDrafter
     if adaptive:
-        return cls(draft, members, weights=weights, device=device, eta=eta)
+        return AdaptiveEnsembleDrafter(draft, members, weights=weights, device=device, eta=eta)
     return EnsembleDrafter(draft, members, weights=weights, device=device)
