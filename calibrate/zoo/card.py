@@ -26,7 +26,7 @@ def summarise(cfg: Any, splits: dict, models: dict, logs: dict, processor: Any) 
     out: dict[str, Any] = {"out": str(cfg.out), "seed": cfg.seed, "size": cfg.size, "threads": cfg.threads,
                            "torch": torch.__version__, "machine": platform.processor() or platform.machine(),
                            "vocab_size": len(processor.tokenizer), "tokens_per_batch": cfg.tokens_per_batch,
-                           "distill": cfg.distill, "lr": cfg.lr,
+                           "distill": cfg.distill, "lr": cfg.lr, "target_lr": cfg.target_lr,
                            "fact_weight": cfg.fact_weight, "caption_warmup": cfg.caption_warmup,
                            "examples": {k: len(v) for k, v in splits.items()}, "models": {}}
     vis = logs.get("vision")
@@ -51,6 +51,10 @@ def summarise(cfg: Any, splits: dict, models: dict, logs: dict, processor: Any) 
     return out
 
 
+_PANEL_TITLES = {"vision": "vision tower (4 attribute heads, summed)",
+                 "target": "target (captions first, then the tasks)"}
+
+
 def plot_losses(logs: dict, path: Path) -> None:
     """Per-step training loss (light) and its 25-step moving average, one panel per role."""
     import matplotlib
@@ -64,7 +68,8 @@ def plot_losses(logs: dict, path: Path) -> None:
         ax.plot(y, color="C0", alpha=0.3, lw=0.8)
         if len(y) >= 25:
             ax.plot(np.arange(24, len(y)), np.convolve(y, np.ones(25) / 25, mode="valid"), color="C0")
-        ax.set(title=role, xlabel="step", ylabel="loss (nats/token)", yscale="log")
+        ax.set(title=_PANEL_TITLES.get(role, role), xlabel="step", yscale="log",
+               ylabel="loss (nats)" if role == "vision" else "loss (nats/token)")
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
@@ -105,12 +110,12 @@ Accuracy: greedy answers on the first test examples; an answer counts when it st
 image facts (colour, shape, count, side, same/new verdicts, changed attribute) in order. Captioner: exact caption match.
 
 - Data: seed {s['seed']}; examples {s['examples']}; vocabulary {s['vocab_size']} tokens (byte-level BPE).
-- Training: AdamW, peak lr {s['lr']}, image-fact tokens weighted {s['fact_weight']}×, target's first
+- Training: AdamW, peak lr {s['target_lr']} (target), {s['lr']} (draft, captioner), image-fact tokens weighted {s['fact_weight']}×, target's first
   {s['caption_warmup']:.0%} of steps on captions, {s['tokens_per_batch']} padded tokens per batch, draft distillation
   weight {s['distill']}; {s['threads']} torch threads on {s['machine']}, torch {s['torch']}.
 - Total wall time {s['total_seconds'] / 60:.1f} min. Repeat exactly: `python -m calibrate.zoo.train --out DIR
   --seed {s['seed']} --size {s['size']} --threads {s['threads']} --n-train {s['examples']['train']}
-  --tokens-per-batch {s['tokens_per_batch']} --lr {s['lr']} --distill {s['distill']}
+  --tokens-per-batch {s['tokens_per_batch']} --lr {s['lr']} --target-lr {s['target_lr']} --distill {s['distill']}
   --fact-weight {s['fact_weight']} --caption-warmup {s['caption_warmup']} {steps}`.
 """
 
