@@ -64,7 +64,7 @@ def register(subparsers, calibrate_subparsers) -> None:
     what.add_argument("--verify-context", type=int, help="context length for Tv(gamma) and the draft batch sweep")
     what.add_argument("--gammas", type=_ints, help="gammas for Tv (default 1..8)")
     what.add_argument("--batch-sizes", type=_ints, help="draft batch sizes (default 1,2,3,4)")
-    what.add_argument("--prefill-tokens", type=_ints, help="prompt lengths for prefill (VLM default: 64 + 0..5 "
+    what.add_argument("--prefill-tokens", type=_ints, help="prompt lengths for prefill (VLM default: 16, and 64 + 0..5 "
                                                           "images of visual tokens)")
     what.add_argument("--no-vision", action="store_true", help="skip the vision-encoder timing")
     what.add_argument("--caption-tokens", type=int, help="tokens per caption when timing --captioner (default 32)")

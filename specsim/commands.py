@@ -133,6 +133,7 @@ def run_predict(args) -> int:
                    (fmt(r.speedup, 2) + sp_mark) if r.speedup is not None else "n/a", fmt(r.tokens_per_s, 1)]
             if new_tokens:
                 e = e2e.get((r.method, r.scenario))
+                e = e if isinstance(e, dict) else None  # a string says why it is not computable (in the notes)
                 row += [fmt(e["sd_total_ms"], 0) if e else "n/a", fmt(e["speedup"], 2) if e else "n/a"]
             table.append(row)
             if r.note:

@@ -179,7 +179,7 @@ def test_plan_validation():
 def test_default_plan_for_vlm_covers_one_to_five_images():
     m = M.build_random_model(TINY_LLAVA)
     plan = L.default_plan(m)
-    assert plan.prefill_tokens == tuple(64 + 16 * k for k in range(6))
+    assert plan.prefill_tokens == (16,) + tuple(64 + 16 * k for k in range(6))
     assert plan.verify_context_tokens == 16 + 64
 
 

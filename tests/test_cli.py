@@ -54,6 +54,19 @@ def test_predict_measured_profile_with_e2e(capsys, tmp_path, profile):
     assert code == 0 and "e2e speedup" in out and "tok/s" in out
 
 
+def test_predict_e2e_not_computable_is_na_with_a_note(capsys, tmp_path, profile):
+    """A draft prefill table that does not reach the prompt length: n/a in the table, the reason below."""
+    from dataclasses import replace
+
+    from specsim.profile import Curve
+
+    short = replace(profile.latency, draft_prefill_ms_by_tokens=Curve((4096.0, 8192.0), (50.0, 100.0)))
+    path = save_profile(replace(profile, latency=short), tmp_path / "p.json")
+    code, out, err = run(capsys, "predict", "--gamma", "4", "--profile", str(path), "--new-tokens", "64")
+    assert code == 0 and not err
+    assert "n/a" in out and "note: end-to-end latency not computable: draft prefill" in out
+
+
 def test_profiles_lists_shipped(capsys):
     code, out, _ = run(capsys, "profiles")
     assert code == 0 and "ibed-llava1.5-7b-68m (default)" in out
