@@ -259,4 +259,4 @@ def test_target_trains_at_its_own_learning_rate(processor, splits, tmp_path):
         before = model.lm_head.weight.detach().clone()
         train_role(role, model, data, data[:2], processor, cfg)
         moved[role] = float((model.lm_head.weight.detach() - before).abs().max())
-    assert moved["target"] < 1e-6 < 1e-4 < moved["captioner"]
+    assert moved["target"] < 1e-6 and moved["captioner"] > 1e-4
