@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from itertools import groupby
 
+from specsim.bounds import number_arg
 from specsim.e2e import request_latency
 from specsim.errors import SpecsimError
+from specsim.jsonio import dumps_json
 from specsim.predict import Prediction, predict, select_entries
 from specsim.profile import DEFAULT_PROFILE, MethodAcceptance, Profile, load_profile, shipped_profiles
-from specsim.report import fmt, format_table, parse_int_list
+from specsim.report import fmt, format_table, parse_int, parse_int_list
 from specsim.sweep import sweep
 
 EXTRAPOLATED_MARK = "*"
@@ -25,7 +26,7 @@ def register(sub, calibrate_sub) -> None:
     """Add predict, sweep and profiles to the ``specsim`` parser."""
     p = sub.add_parser("predict", help="predicted speedup at one gamma, per method and scenario",
                        description="Predicted decode-phase speedup at one gamma. " + _SYMBOLS)
-    p.add_argument("--gamma", required=True, help="draft length gamma, an integer >= 1")
+    p.add_argument("--gamma", required=True, help="draft length gamma, an integer in 1..1024")
     _common(p)
     p.add_argument("--new-tokens", type=str, default=None,
                    help="also show end-to-end request latency (ms) for this many output tokens "
@@ -34,7 +35,7 @@ def register(sub, calibrate_sub) -> None:
 
     s = sub.add_parser("sweep", help="speedup per gamma and the best gamma per method and scenario",
                        description="Speedup over a range of gamma and the best gamma. " + _SYMBOLS)
-    s.add_argument("--gamma", default="1-10", help="gammas: 1-10, or 1,2,4 (default 1-10)")
+    s.add_argument("--gamma", default="1-10", help="gammas: 1-10, or 1,2,4 (default 1-10; each <= 1024)")
     _common(s)
     s.set_defaults(func=run_sweep)
 
@@ -53,7 +54,7 @@ def _common(p: argparse.ArgumentParser) -> None:
                    help="scenario name (e.g. ChartQA) or image-count group (1img, 2img, 5img); default: all")
     p.add_argument("--textbook", action="store_true",
                    help="use the textbook model instead of measured latency: v = Tv/Tp = 1 and i.i.d. alpha")
-    p.add_argument("--context-tokens", type=float, default=None,
+    p.add_argument("--context-tokens", type=number_arg("tokens"), default=None,
                    help="context length at which Tp, Tq are read (default: the profile's verify context)")
     p.add_argument("--alpha", default=None,
                    help="what-if: add an i.i.d. acceptance row with this alpha in [0, 1] (the only acceptance "
@@ -83,16 +84,6 @@ def _load(args) -> Profile:
     return profile.with_acceptance([entry])
 
 
-def _gamma_arg(text: str) -> int:
-    try:
-        value = int(str(text).strip())
-    except ValueError:
-        raise SpecsimError(f"--gamma: expected an integer >= 1, got {text!r}") from None
-    if value < 1:
-        raise SpecsimError(f"--gamma: expected an integer >= 1, got {text!r}")
-    return value
-
-
 def _header(profile: Profile) -> str:
     prov = profile.provenance
     return (f"profile {profile.name}: target {prov.target}, draft {prov.draft}\n"
@@ -106,8 +97,8 @@ def _marks(p: Prediction) -> tuple[str, str]:
 
 
 def run_predict(args) -> int:
-    gamma = _gamma_arg(args.gamma)
-    new_tokens = None if args.new_tokens is None else _gamma_arg_named(args.new_tokens, "--new-tokens")
+    gamma = parse_int(args.gamma, name="--gamma", unit="gamma")
+    new_tokens = None if args.new_tokens is None else parse_int(args.new_tokens, name="--new-tokens", unit="tokens")
     profile = _load(args)
     rows = predict(profile, gamma, methods=args.method, scenario=args.scenario, textbook=args.textbook,
                    context_tokens=args.context_tokens)
@@ -119,7 +110,7 @@ def run_predict(args) -> int:
             if new_tokens:
                 item["end_to_end"] = e2e.get((r.method, r.scenario))
             out.append(item)
-        print(json.dumps(out, indent=1))
+        print(dumps_json(out))
         return 0
     print(_header(profile))
     print(f"gamma = {gamma}" + ("  (textbook: v = 1, i.i.d. alpha)" if args.textbook else ""))
@@ -145,13 +136,6 @@ def run_predict(args) -> int:
         print(format_table(headers, table))
     _print_notes(rows, notes, e2e_missing=[v for v in e2e.values() if isinstance(v, str)])
     return 0
-
-
-def _gamma_arg_named(text: str, name: str) -> int:
-    try:
-        return _gamma_arg(text)
-    except SpecsimError:
-        raise SpecsimError(f"{name}: expected an integer >= 1, got {text!r}") from None
 
 
 def _e2e_rows(profile: Profile, rows, args, new_tokens: int) -> dict:
@@ -183,12 +167,12 @@ def _print_notes(rows, notes: dict, e2e_missing=()) -> None:
 
 
 def run_sweep(args) -> int:
-    gammas = parse_int_list(args.gamma, name="--gamma")
+    gammas = parse_int_list(args.gamma, name="--gamma", unit="gamma")
     profile = _load(args)
     results = sweep(profile, gammas, methods=args.method, scenario=args.scenario, textbook=args.textbook,
                     context_tokens=args.context_tokens)
     if args.json:
-        print(json.dumps([r.to_json() for r in results], indent=1))
+        print(dumps_json([r.to_json() for r in results]))
         return 0
     print(_header(profile))
     print("speedup per gamma" + ("  (textbook: v = 1, i.i.d. alpha)" if args.textbook else ""))
@@ -228,7 +212,7 @@ def run_profiles(args) -> int:
                       "methods": methods, "scenarios": scenarios, "path": str(path),
                       "default": name == DEFAULT_PROFILE})
     if args.json:
-        print(json.dumps(items, indent=1))
+        print(dumps_json(items))
         return 0
     for it in items:
         src = it["source"] if it["source"] == "measured" else "published"

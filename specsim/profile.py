@@ -3,7 +3,8 @@
 A profile holds provenance, latency tables (ms), acceptance per drafting method and scenario, and
 the results of ``specsim check``. Every dataclass here is frozen and has ``to_json``/``from_json``;
 ``from_json`` validates every field and raises :class:`SpecsimError` naming the field and the bad
-value. :func:`save_profile` writes atomically (temp file + rename).
+value (ranges per unit from :mod:`specsim.bounds`). :func:`save_profile` writes atomically
+(temp file + rename, :mod:`specsim.jsonio`).
 """
 
 from __future__ import annotations
@@ -11,13 +12,19 @@ from __future__ import annotations
 import json
 import math
 import os
-import tempfile
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from specsim.errors import SpecsimError
-from specsim.jsonio import check_keys, read_json
+from specsim.bounds import RANGES, check_range
+from specsim.errors import SpecsimError, warn
+from specsim.jsonio import (  # noqa: F401  (write_text_atomic: its old import path, kept)
+    check_keys,
+    check_regular_file,
+    read_json,
+    write_json_atomic,
+    write_text_atomic,
+)
 
 SCHEMA_VERSION = 1
 
@@ -37,9 +44,12 @@ def _show(value: Any) -> str:
 
 
 def _num(value: Any, where: str, *, lo: float | None = None, hi: float | None = None,
-         lo_open: bool = False) -> float:
+         lo_open: bool = False, unit: str | None = None, zero_ok: bool = False) -> float:
+    """A finite number within [lo, hi] and, when ``unit`` is given, within its plausible range."""
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
         raise SpecsimError(f"{where}: expected a finite number, got {_show(value)}")
+    if unit is not None:
+        check_range(value, unit, where, zero_ok=zero_ok)
     if lo is not None and (value < lo or (lo_open and value == lo)):
         raise SpecsimError(f"{where}: expected {'>' if lo_open else '>='} {lo}, got {_show(value)}")
     if hi is not None and value > hi:
@@ -47,11 +57,13 @@ def _num(value: Any, where: str, *, lo: float | None = None, hi: float | None = 
     return float(value)
 
 
-def _int(value: Any, where: str, *, lo: int | None = None) -> int:
+def _int(value: Any, where: str, *, lo: int | None = None, unit: str | None = None) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise SpecsimError(f"{where}: expected an integer, got {_show(value)}")
     if lo is not None and value < lo:
         raise SpecsimError(f"{where}: expected an integer >= {lo}, got {_show(value)}")
+    if unit is not None:
+        check_range(value, unit, where)
     return value
 
 
@@ -121,7 +133,7 @@ class Provenance:
             source=source,
             software=dict(software),
             weights=weights,
-            threads=_opt(d, "threads", lambda v, w: _int(v, w, lo=1), where),
+            threads=_opt(d, "threads", lambda v, w: _int(v, w, lo=1, unit="threads"), where),
             notes=_str(d.get("notes", ""), f"{where}.notes", allow_empty=True),
         )
 
@@ -149,8 +161,8 @@ class Curve:
     @classmethod
     def from_json(cls, d: dict, where: str) -> Curve:
         check_keys(d if isinstance(d, dict) else {}, {"x", "ms", "halfwidth_ms", "n"}, where)
-        xs = [_num(v, f"{where}.x[{i}]", lo=0) for i, v in enumerate(_list(_req(d, "x", where), f"{where}.x"))]
-        ms = [_num(v, f"{where}.ms[{i}]", lo=0, lo_open=True)
+        xs = [_num(v, f"{where}.x[{i}]", unit="tokens") for i, v in enumerate(_list(_req(d, "x", where), f"{where}.x"))]
+        ms = [_num(v, f"{where}.ms[{i}]", unit="ms")
               for i, v in enumerate(_list(_req(d, "ms", where), f"{where}.ms"))]
         if len(xs) != len(ms):
             raise SpecsimError(f"{where}: x has {len(xs)} values but ms has {len(ms)}")
@@ -158,7 +170,7 @@ class Curve:
             raise SpecsimError(f"{where}.x: expected strictly increasing values, got {_show(xs)}")
         hw = d.get("halfwidth_ms")
         if hw is not None:
-            hw = [_num(v, f"{where}.halfwidth_ms[{i}]", lo=0) for i, v in enumerate(_list(hw, f"{where}.halfwidth_ms"))]
+            hw = [_num(v, f"{where}.halfwidth_ms[{i}]", lo=0, hi=RANGES["ms"][1]) for i, v in enumerate(_list(hw, f"{where}.halfwidth_ms"))]
             if len(hw) != len(xs):
                 raise SpecsimError(f"{where}.halfwidth_ms: expected {len(xs)} values, got {len(hw)}")
         n = d.get("n")
@@ -184,8 +196,8 @@ class BlockCost:
     def from_json(cls, d: dict, where: str) -> BlockCost:
         check_keys(d if isinstance(d, dict) else {}, {"gamma", "gamma_c_plus_v", "derivation"}, where)
         return cls(
-            gamma=_int(_req(d, "gamma", where), f"{where}.gamma", lo=1),
-            gamma_c_plus_v=_num(_req(d, "gamma_c_plus_v", where), f"{where}.gamma_c_plus_v", lo=0, lo_open=True),
+            gamma=_int(_req(d, "gamma", where), f"{where}.gamma", lo=1, unit="gamma"),
+            gamma_c_plus_v=_block_cost_ratio(d, where),
             derivation=_str(_req(d, "derivation", where), f"{where}.derivation"),
         )
 
@@ -247,9 +259,17 @@ class LatencySection:
             for i, g in enumerate(gammas.x):
                 if g != int(g) or g < 1:
                     raise SpecsimError(f"{where}.target_verify_ms_by_gamma.x[{i}]: expected an integer gamma >= 1, got {g}")
-        kwargs["verify_context_tokens"] = _opt(d, "verify_context_tokens", lambda v, w: _int(v, w, lo=1), where)
+                check_range(g, "gamma", f"{where}.target_verify_ms_by_gamma.x[{i}]")
+        batches = kwargs["draft_decode_ms_by_batch"]
+        if batches is not None:
+            for i, b in enumerate(batches.x):
+                if b != int(b) or b < 1:
+                    raise SpecsimError(f"{where}.draft_decode_ms_by_batch.x[{i}]: expected an integer batch >= 1, got {b}")
+                check_range(b, "batch", f"{where}.draft_decode_ms_by_batch.x[{i}]")
+        kwargs["verify_context_tokens"] = _opt(d, "verify_context_tokens",
+                                               lambda v, w: _int(v, w, lo=1, unit="tokens"), where)
         for name in ("vision_encoder_ms_per_image", "draft_vision_encoder_ms_per_image", "captioner_ms_per_image"):
-            kwargs[name] = _opt(d, name, lambda v, w: _num(v, w, lo=0), where)
+            kwargs[name] = _opt(d, name, lambda v, w: _num(v, w, lo=0, unit="ms", zero_ok=True), where)
         kwargs["block_cost"] = _opt(d, "block_cost", BlockCost.from_json, where)
         kwargs["provenance"] = _opt(d, "provenance", Provenance.from_json, where)
         return cls(**kwargs)
@@ -281,7 +301,9 @@ class Trace:
 
     @classmethod
     def from_json(cls, d: dict, where: str) -> Trace:
-        check_keys(d if isinstance(d, dict) else {}, {"match", "beta", "prompt_id", "tokens"}, where)
+        if not isinstance(d, dict):
+            raise SpecsimError(f"{where}: expected an object, got {_show(d)}")
+        check_keys(d, {"match", "beta", "prompt_id", "tokens"}, where)
         match = d.get("match")
         beta = d.get("beta")
         if match is None and beta is None:
@@ -298,7 +320,7 @@ class Trace:
             raise SpecsimError(f"{where}: match has {len(match)} positions but beta has {len(beta)}")
         tokens = d.get("tokens")
         if tokens is not None:
-            tokens = [_int(t, f"{where}.tokens[{i}]", lo=0) for i, t in enumerate(_list(tokens, f"{where}.tokens"))]
+            tokens = [_int(t, f"{where}.tokens[{i}]", lo=0, unit="tokens") for i, t in enumerate(_list(tokens, f"{where}.tokens"))]
             if len(tokens) != len(match if match is not None else beta):
                 raise SpecsimError(f"{where}.tokens: expected one per position "
                                    f"({len(match if match is not None else beta)}), got {len(tokens)}")
@@ -359,48 +381,110 @@ class MethodAcceptance:
         if not isinstance(d, dict):
             raise SpecsimError(f"{where}: expected an object, got {_show(d)}")
         check_keys(d, allowed, where)
-        gamma = _opt(d, "gamma", lambda v, w: _int(v, w, lo=1), where)
-        tau = _opt(d, "tau", lambda v, w: _num(v, w, lo=1), where)
-        if tau is not None:
-            if gamma is None:
-                raise SpecsimError(f"{where}.gamma: missing (tau={tau} needs the gamma it was measured at)")
-            if tau > gamma + 1 + 1e-9:
-                raise SpecsimError(f"{where}.tau: expected 1 <= tau <= gamma+1 = {gamma + 1}, got {tau}")
-        hist = d.get("accepted_histogram")
-        if hist is not None:
-            hist = [_int(v, f"{where}.accepted_histogram[{i}]", lo=0)
-                    for i, v in enumerate(_list(hist, f"{where}.accepted_histogram"))]
-            if gamma is None or len(hist) != gamma + 1:
-                raise SpecsimError(f"{where}.accepted_histogram: expected gamma+1 = "
-                                   f"{None if gamma is None else gamma + 1} counts, got {len(hist)}")
-            if sum(hist) == 0:
-                raise SpecsimError(f"{where}.accepted_histogram: expected at least one block, got all zeros")
-        traces = tuple(Trace.from_json(t, f"{where}.traces[{i}]")
-                       for i, t in enumerate(_list(d.get("traces", []), f"{where}.traces", nonempty=False)))
-        if tau is None and hist is None and not traces:
-            raise SpecsimError(f"{where}: expected tau, accepted_histogram or traces, got none")
-        weights = d.get("weights")
-        if weights is not None:
-            weights = tuple(_num(w, f"{where}.weights[{i}]", lo=0) for i, w in enumerate(_list(weights, f"{where}.weights")))
+        gamma, tau, hist, traces = _acceptance_evidence(d, where)
+        images = _int(_req(d, "images_per_prompt", where), f"{where}.images_per_prompt", lo=0, unit="images")
+        batch = _int(d.get("draft_batch_size", 1), f"{where}.draft_batch_size", lo=1, unit="batch")
+        weights = _ensemble_weights(d.get("weights"), batch, where)
         uses_vision = d.get("uses_draft_vision", False)
         if not isinstance(uses_vision, bool):
             raise SpecsimError(f"{where}.uses_draft_vision: expected true or false, got {_show(uses_vision)}")
+        if uses_vision and images == 0:
+            # Harmless to the numbers (the draft vision cost is charged per image), but a mislabeled entry.
+            warn(f"{where}: uses_draft_vision is true but images_per_prompt is 0, so no draft vision cost "
+                 "is charged; is the entry mislabeled?")
         return cls(
             method=_str(_req(d, "method", where), f"{where}.method"),
             scenario=_str(_req(d, "scenario", where), f"{where}.scenario"),
-            images_per_prompt=_int(_req(d, "images_per_prompt", where), f"{where}.images_per_prompt", lo=0),
+            images_per_prompt=images,
             task=_str(d.get("task", ""), f"{where}.task", allow_empty=True),
             gamma=gamma, tau=tau,
             accepted_histogram=None if hist is None else tuple(hist),
             traces=traces,
-            draft_batch_size=_int(d.get("draft_batch_size", 1), f"{where}.draft_batch_size", lo=1),
-            draft_prompt_tokens=_opt(d, "draft_prompt_tokens", lambda v, w: _num(v, w, lo=0), where),
-            target_prompt_tokens=_opt(d, "target_prompt_tokens", lambda v, w: _num(v, w, lo=0), where),
+            draft_batch_size=batch,
+            draft_prompt_tokens=_opt(d, "draft_prompt_tokens", lambda v, w: _num(v, w, unit="tokens"), where),
+            target_prompt_tokens=_opt(d, "target_prompt_tokens", lambda v, w: _num(v, w, unit="tokens"), where),
             uses_draft_vision=uses_vision,
-            captions_per_prompt=_int(d.get("captions_per_prompt", 0), f"{where}.captions_per_prompt", lo=0),
+            captions_per_prompt=_int(d.get("captions_per_prompt", 0), f"{where}.captions_per_prompt", lo=0,
+                                     unit="images"),
             weights=weights,
             notes=_str(d.get("notes", ""), f"{where}.notes", allow_empty=True),
         )
+
+
+def _acceptance_evidence(d: dict, where: str) -> tuple[int | None, float | None, list | None, tuple]:
+    """(gamma, tau, histogram, traces) of an acceptance entry, each valid and agreeing with the others."""
+    gamma = _opt(d, "gamma", lambda v, w: _int(v, w, lo=1, unit="gamma"), where)
+    tau = _opt(d, "tau", lambda v, w: _num(v, w, lo=1), where)
+    if tau is not None:
+        if gamma is None:
+            raise SpecsimError(f"{where}.gamma: missing (tau={tau} needs the gamma it was measured at)")
+        if tau > gamma + 1 + 1e-9:
+            raise SpecsimError(f"{where}.tau: expected 1 <= tau <= gamma+1 = {gamma + 1}, got {tau}")
+    hist = d.get("accepted_histogram")
+    if hist is not None:
+        hist = [_int(v, f"{where}.accepted_histogram[{i}]", lo=0)
+                for i, v in enumerate(_list(hist, f"{where}.accepted_histogram"))]
+        if gamma is None or len(hist) != gamma + 1:
+            raise SpecsimError(f"{where}.accepted_histogram: expected gamma+1 = "
+                               f"{None if gamma is None else gamma + 1} counts, got {len(hist)}")
+        if sum(hist) == 0:
+            raise SpecsimError(f"{where}.accepted_histogram: expected at least one block, got all zeros")
+    traces = tuple(Trace.from_json(t, f"{where}.traces[{i}]")
+                   for i, t in enumerate(_list(d.get("traces", []), f"{where}.traces", nonempty=False)))
+    if tau is None and hist is None and not traces:
+        raise SpecsimError(f"{where}: expected tau, accepted_histogram or traces, got none")
+    _check_agreement(gamma, tau, hist, traces, where)
+    return gamma, tau, hist, traces
+
+
+TAU_TOLERANCE = 0.005  # papers print tau with 2 decimals; calibrate writes tau and histogram exactly
+
+
+def _check_agreement(gamma: int | None, tau: float | None, hist: list | None, traces: tuple, where: str) -> None:
+    """tau, the histogram and the greedy traces (replayed at gamma) must tell one story: predictions use
+    the traces first, then tau, then the histogram, so a disagreement would silently ignore an edit."""
+    if tau is not None and hist is not None:
+        tau_hist = sum((k + 1) * h for k, h in enumerate(hist)) / sum(hist)
+        if abs(tau - tau_hist) > TAU_TOLERANCE:
+            raise SpecsimError(f"{where}.tau: {tau} disagrees with accepted_histogram, which gives tau = "
+                               f"{tau_hist:.4f} at gamma={gamma} (expected within {TAU_TOLERANCE})")
+    greedy = [t.match for t in traces]
+    if gamma is None or not greedy or any(m is None for m in greedy) or not any(greedy):
+        return
+    from specsim.replay import replay_histogram, replay_traces_tau
+
+    if tau is not None:
+        tau_replay = float(replay_traces_tau(traces, gamma))
+        if abs(tau - tau_replay) > TAU_TOLERANCE:
+            raise SpecsimError(f"{where}.tau: {tau} disagrees with its traces, which replay to tau = "
+                               f"{tau_replay:.4f} at gamma={gamma} (expected within {TAU_TOLERANCE})")
+    if hist is not None and list(replay_histogram(traces, gamma)) != hist:
+        raise SpecsimError(f"{where}.accepted_histogram: {_show(hist)} disagrees with its traces, which replay "
+                           f"to {_show([int(h) for h in replay_histogram(traces, gamma)])} at gamma={gamma}")
+
+
+def _ensemble_weights(weights: Any, batch: int, where: str) -> tuple[float, ...] | None:
+    """Ensemble member weights: one per draft batch member, finite, >= 0, not all zero."""
+    if weights is None:
+        return None
+    weights = tuple(_num(w, f"{where}.weights[{i}]", lo=0, hi=RANGES["ratio"][1])
+                    for i, w in enumerate(_list(weights, f"{where}.weights")))
+    if len(weights) != batch:
+        raise SpecsimError(f"{where}.weights: expected one weight per ensemble member (draft_batch_size = {batch}), "
+                           f"got {len(weights)}")
+    if not any(weights):
+        raise SpecsimError(f"{where}.weights: expected at least one weight > 0, got all zeros")
+    return weights
+
+
+def _block_cost_ratio(d: dict, where: str) -> float:
+    """γ·c + v of a BlockCost: at least 1, because v = Tv/Tp >= 1 (verifying costs at least one target
+    forward), so that speedup = tau/(γ·c + v) <= tau <= γ+1 and the textbook c = (γ·c + v - 1)/γ >= 0."""
+    value = _num(_req(d, "gamma_c_plus_v", where), f"{where}.gamma_c_plus_v", unit="ratio")
+    if value < 1:
+        raise SpecsimError(f"{where}.gamma_c_plus_v: expected >= 1 (v = Tv/Tp >= 1, so speedup <= tau <= gamma+1), "
+                           f"got {value}")
+    return value
 
 
 # --------------------------------------------------------------------------- checks
@@ -430,18 +514,19 @@ class CheckRow:
         if not isinstance(d, dict):
             raise SpecsimError(f"{where}: expected an object, got {_show(d)}")
         check_keys(d, set(cls.__dataclass_fields__), where)
-        pos = lambda v, w: _num(v, w, lo=0)  # noqa: E731
+        ratio = lambda v, w: _num(v, w, unit="ratio")  # noqa: E731
+        ms = lambda v, w: _num(v, w, unit="ms")  # noqa: E731
         return cls(
             method=_str(_req(d, "method", where), f"{where}.method"),
             scenario=_str(_req(d, "scenario", where), f"{where}.scenario"),
-            gamma=_int(_req(d, "gamma", where), f"{where}.gamma", lo=1),
+            gamma=_int(_req(d, "gamma", where), f"{where}.gamma", lo=1, unit="gamma"),
             tau_predicted=_num(_req(d, "tau_predicted", where), f"{where}.tau_predicted", lo=1),
             tau_measured=_num(_req(d, "tau_measured", where), f"{where}.tau_measured", lo=1),
-            speedup_predicted=pos(_req(d, "speedup_predicted", where), f"{where}.speedup_predicted"),
-            speedup_measured=pos(_req(d, "speedup_measured", where), f"{where}.speedup_measured"),
-            speedup_textbook=_opt(d, "speedup_textbook", pos, where),
-            target_ms_per_token=_opt(d, "target_ms_per_token", pos, where),
-            sd_ms_per_token=_opt(d, "sd_ms_per_token", pos, where),
+            speedup_predicted=ratio(_req(d, "speedup_predicted", where), f"{where}.speedup_predicted"),
+            speedup_measured=ratio(_req(d, "speedup_measured", where), f"{where}.speedup_measured"),
+            speedup_textbook=_opt(d, "speedup_textbook", ratio, where),
+            target_ms_per_token=_opt(d, "target_ms_per_token", ms, where),
+            sd_ms_per_token=_opt(d, "sd_ms_per_token", ms, where),
             prompts=_opt(d, "prompts", lambda v, w: _int(v, w, lo=1), where),
             new_tokens=_opt(d, "new_tokens", lambda v, w: _int(v, w, lo=1), where),
             notes=_str(d.get("notes", ""), f"{where}.notes", allow_empty=True),
@@ -479,7 +564,7 @@ class Profile:
         check_keys(d, {"schema_version", "name", "description", "provenance", "latency", "acceptance", "checks"},
                     "profile")
         version = _req(d, "schema_version", "profile")
-        if version != SCHEMA_VERSION:
+        if type(version) is not int or version != SCHEMA_VERSION:  # true == 1 and 1.0 == 1 in Python
             raise SpecsimError(f"profile.schema_version: expected {SCHEMA_VERSION}, got {_show(version)}")
         acceptance = tuple(MethodAcceptance.from_json(a, f"acceptance[{i}]")
                            for i, a in enumerate(_list(d.get("acceptance", []), "acceptance", nonempty=False)))
@@ -515,26 +600,6 @@ class Profile:
 PROFILES_DIR = Path(__file__).parent / "profiles"
 
 
-def write_text_atomic(path: str | os.PathLike, text: str) -> Path:
-    """Write ``text`` to ``path`` via a temp file in the same folder and a rename (never half-written)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
-
-
-def write_json_atomic(path: str | os.PathLike, data: Any) -> Path:
-    """Write ``data`` as JSON (indent 1) to ``path`` atomically (:func:`write_text_atomic`)."""
-    return write_text_atomic(path, json.dumps(data, indent=1) + "\n")
-
-
 def save_profile(profile: Profile, path: str | os.PathLike) -> Path:
     """Validate by round trip, then write atomically."""
     data = profile.to_json()
@@ -555,11 +620,11 @@ def resolve_profile_path(name_or_path: str) -> Path:
     shipped = shipped_profiles()
     if name_or_path in shipped:
         return shipped[name_or_path]
+    if not str(name_or_path).strip():
+        raise SpecsimError(f"profile: expected a shipped profile name or a path to a .json file, got {name_or_path!r}")
     path = Path(name_or_path)
-    if path.suffix == ".json" or path.exists() or os.sep in name_or_path:
-        if not path.is_file():
-            raise SpecsimError(f"profile file {name_or_path!r} does not exist")
-        return path
+    if path.suffix == ".json" or os.path.lexists(path) or os.sep in name_or_path:
+        return check_regular_file(path, "profile file")
     raise SpecsimError(f"unknown profile {name_or_path!r} (expected a path to a .json file or one of: "
                        f"{', '.join(shipped) or 'none shipped'})")
 

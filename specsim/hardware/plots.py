@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import io
 import os
-import tempfile
 from pathlib import Path
 
 from specsim.hardware.plan import Plan
+from specsim.jsonio import write_bytes_atomic
 
 
 def plot_speedup_vs_batch(plan: Plan, path: str | os.PathLike, *, method: str | None = None,
@@ -34,14 +35,9 @@ def plot_speedup_vs_batch(plan: Plan, path: str | os.PathLike, *, method: str | 
     ax.set_title(f"method {method}, context {context} tokens (roofline; hollow = does not fit)")
     ax.legend(fontsize=7, ncol=2)
     fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".png", dir=path.parent)
-    os.close(fd)
+    buf = io.BytesIO()
     try:
-        fig.savefig(tmp, dpi=110)
-        os.replace(tmp, path)
+        fig.savefig(buf, format="png", dpi=110)
     finally:
         plt.close(fig)
-        Path(tmp).unlink(missing_ok=True)
-    return path
+    return write_bytes_atomic(path, buf.getvalue())
