@@ -41,9 +41,25 @@ class PromptTrace:
                 "prompt_tokens": self.prompt_tokens, "draft_prompt_tokens": self.draft_prompt_tokens}
 
     @classmethod
-    def from_json(cls, d: dict) -> PromptTrace:
-        return cls(trace=Trace.from_json(d["trace"], "partial.trace"), output_tokens=tuple(d["output_tokens"]),
-                   prompt_tokens=int(d["prompt_tokens"]), draft_prompt_tokens=int(d["draft_prompt_tokens"]))
+    def from_json(cls, d: dict, where: str = "partial") -> PromptTrace:
+        """Validated (SpecsimError naming the field): a trace with a prompt id, token ids, token counts."""
+        if not isinstance(d, dict):
+            raise SpecsimError(f"{where}: expected an object, got {type(d).__name__}")
+        if "trace" not in d:
+            raise SpecsimError(f"{where}.trace: missing")
+        trace = Trace.from_json(d["trace"], f"{where}.trace")
+        if trace.prompt_id is None:
+            raise SpecsimError(f"{where}.trace.prompt_id: missing")
+        tokens = d.get("output_tokens")
+        if not isinstance(tokens, list) or not all(type(t) is int and t >= 0 for t in tokens):
+            raise SpecsimError(f"{where}.output_tokens: expected a list of token ids >= 0")
+        if trace.match is None or len(trace.match) != len(tokens):
+            raise SpecsimError(f"{where}.trace.match: expected one 0/1 per output token ({len(tokens)})")
+        counts = [d.get(k) for k in ("prompt_tokens", "draft_prompt_tokens")]
+        for k, v in zip(("prompt_tokens", "draft_prompt_tokens"), counts):
+            if type(v) is not int or v < 1:
+                raise SpecsimError(f"{where}.{k}: expected an integer >= 1, got {v!r:.60}")
+        return cls(trace=trace, output_tokens=tuple(tokens), prompt_tokens=counts[0], draft_prompt_tokens=counts[1])
 
 
 @torch.inference_mode()

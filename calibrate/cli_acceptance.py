@@ -16,15 +16,11 @@ from dataclasses import dataclass
 from datetime import date
 from pathlib import Path
 
-from specsim.errors import SpecsimError
-from specsim.profile import (
-    Profile,
-    Provenance,
-    load_profile,
-    resolve_profile_path,
-    save_profile,
-    write_json_atomic,
-)
+from specsim.bounds import number_arg
+from specsim.errors import SpecsimError, warn
+from specsim.jsonio import check_writable, dumps_json, read_json, write_json_atomic
+from specsim.profile import Profile, Provenance, load_profile, resolve_profile_path, save_profile
+from specsim.report import parse_int_list
 
 PARTIAL_SCHEMA = 1
 
@@ -38,11 +34,12 @@ def register(subparsers, calibrate_subparsers) -> None:
                     "Resumable: finished prompts are kept in OUT.partial.json.")
     _model_args(acc)
     acc.add_argument("--out", required=True, help="profile JSON to create or update")
-    acc.add_argument("--temperature", type=float, default=1.0, help="temperature of p and q for beta (default 1)")
+    acc.add_argument("--temperature", type=number_arg("temperature"), default=1.0,
+                     help="temperature of p and q for beta (default 1)")
     _method_args(acc)
     acc.add_argument("--scenario", default=None, help="scenario name (default: the prompt set's name; image "
                      "prompts get '-<n>img' appended per images-per-prompt group)")
-    acc.add_argument("--reference-gamma", type=int, default=5,
+    acc.add_argument("--reference-gamma", type=number_arg("gamma", integer=True), default=5,
                      help="gamma of the stored single-gamma tau and histogram (default 5)")
     acc.add_argument("--restart", action="store_true", help="ignore a partial file from an interrupted run")
     acc.set_defaults(func=cmd_acceptance)
@@ -80,11 +77,14 @@ def _model_args(p: argparse.ArgumentParser, required: bool = True) -> None:
     p.add_argument("--random-weights", action="store_true", help="architecture only (random weights)")
     p.add_argument("--prompts", default=None, help="built-in prompt set or JSONL file (default: the preset's "
                    "prompt set, else reference)")
+    p.add_argument("--allow-outside-images", action="store_true", help="let prompt images lie outside the prompt "
+                   "file's folder (absolute paths, '..', symlinks out)")
     p.add_argument("--limit", type=int, default=None, help="use only the first N prompts")
-    p.add_argument("--max-new-tokens", type=int, default=64, help="new tokens per prompt (default 64)")
+    p.add_argument("--max-new-tokens", type=number_arg("tokens", integer=True), default=64,
+                   help="new tokens per prompt (default 64)")
     p.add_argument("--device", default="cpu")
     p.add_argument("--dtype", default="float32")
-    p.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    p.add_argument("--threads", type=number_arg("threads", integer=True), default=None, help="torch CPU threads")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
@@ -129,14 +129,25 @@ def _byte_ids(text: str, vocab: int):
 
 
 def _open_images(prompt) -> list:
+    """The prompt's images as RGB (paths were checked at load: inside the folder, regular files).
+
+    Pillow's decompression-bomb limit (Image.MAX_IMAGE_PIXELS) is an error here, not a warning.
+    """
+    import warnings
+
     from PIL import Image
 
     out = []
     for path in prompt.images:
         try:
-            with Image.open(path) as img:
-                out.append(img.convert("RGB"))
-        except OSError as err:
+            with warnings.catch_warnings():
+                warnings.simplefilter("error", Image.DecompressionBombWarning)
+                with Image.open(path) as img:
+                    out.append(img.convert("RGB"))
+        except (Image.DecompressionBombWarning, Image.DecompressionBombError) as err:
+            raise SpecsimError(f"prompt {prompt.id!r}: image {path!r} is too large to decode safely ({err}); "
+                               "a decompression bomb?") from None
+        except (OSError, ValueError, SyntaxError) as err:
             raise SpecsimError(f"prompt {prompt.id!r}: cannot read image {path!r} ({err.__class__.__name__})") from None
     return out
 
@@ -156,7 +167,7 @@ def load_setup(args) -> Setup:
     from calibrate.draft_contexts import make_request
     from calibrate.engine import Request
     from calibrate.methods import CachedCaptioner, hf_captioner, needs_captioner
-    from calibrate.models import load_pair, model_from_spec
+    from calibrate.models import canonical_dtype, check_device, load_pair, model_from_spec
     from calibrate.presets import pair
     from calibrate.prompts import encode, load_prompts
 
@@ -164,9 +175,12 @@ def load_setup(args) -> Setup:
         raise SpecsimError(f"--max-new-tokens: expected an integer >= 1, got {args.max_new_tokens}")
     if not args.preset and not (args.target and args.draft):
         raise SpecsimError("models: expected --preset PAIR or both --target and --draft")
+    check_device(args.device)
+    canonical_dtype(args.dtype)
     preset = pair(args.preset) if args.preset else {}
     prompt_set = args.prompts or preset.get("prompts", "reference")
-    prompts = load_prompts(prompt_set, limit=args.limit)
+    prompts = load_prompts(prompt_set, limit=args.limit,
+                           allow_outside_images=getattr(args, "allow_outside_images", False))
     methods = _methods(args, any(p.images for p in prompts))
     target, draft = load_pair(args.preset or args.target, None if args.preset else args.draft, device=args.device,
                               dtype=args.dtype, threads=args.threads, random_weights=args.random_weights,
@@ -182,6 +196,8 @@ def load_setup(args) -> Setup:
             continue
         ids = encode(tok, p) if tok is not None else _byte_ids(p.text, target.vocab_size)
         reqs.append(Request(ids.to(target.device), text=p.text, prompt_id=p.id))
+    for model in (target, draft):
+        _check_positions(model, prompts, reqs, args.max_new_tokens)
     eos = getattr(getattr(target.model, "generation_config", None), "eos_token_id", None)
     if eos is None and tok is not None:
         eos = tok.eos_token_id
@@ -194,6 +210,19 @@ def load_setup(args) -> Setup:
                                                                  threads=args.threads, random_weights=False, seed=2)))
     name = Path(prompt_set).stem if prompt_set.endswith(".jsonl") else prompt_set
     return Setup(target, draft, prompts, reqs, eos, name, methods, captioner, args.caption_prefix)
+
+
+def _check_positions(model, prompts, requests, max_new_tokens: int) -> None:
+    """SpecsimError when prompt + new tokens exceed a model's maximum positions (max_position_embeddings)."""
+    limit = getattr(model.text_config, "max_position_embeddings", None)
+    if not isinstance(limit, int):
+        return
+    for p, r in zip(prompts, requests):
+        need = r.input_ids.shape[1] + max_new_tokens
+        if need > limit:
+            raise SpecsimError(f"prompt {p.id!r}: {r.input_ids.shape[1]} prompt tokens + --max-new-tokens "
+                               f"{max_new_tokens} = {need} positions, but {model.name!r} has at most {limit} "
+                               "(max_position_embeddings)")
 
 
 def _progress(items, args, desc: str):
@@ -222,6 +251,8 @@ def cmd_acceptance(args) -> int:
         raise SpecsimError(f"--reference-gamma: expected an integer >= 1, got {args.reference_gamma}")
     if not args.temperature > 0:
         raise SpecsimError(f"--temperature: expected > 0 for beta, got {args.temperature}")
+    check_writable(args.out, "--out")
+    check_writable(_partial_path(Path(args.out)), "--out's partial file")
     run_acceptance(load_setup(args), args)
     return 0
 
@@ -236,7 +267,7 @@ def run_acceptance(setup: Setup, args) -> list:
     from calibrate.methods import PLAIN, method_costs
 
     out = Path(args.out)
-    partial = out.with_name(out.name + ".partial.json")
+    partial = _partial_path(out)
     key = {"target": setup.target.name, "draft": setup.draft.name, "prompts": _digest(setup.prompts),
            "max_new_tokens": args.max_new_tokens, "temperature": args.temperature, "dtype": setup.target.dtype,
            "eos": setup.eos, "caption_prefix": setup.caption_prefix}
@@ -288,20 +319,46 @@ def _digest(prompts) -> str:
     return hashlib.sha256(json.dumps([p.to_json() for p in prompts], sort_keys=True).encode()).hexdigest()[:16]
 
 
-def _read_partial(path: Path, key: dict) -> dict:
-    from calibrate.acceptance import PromptTrace
+def _partial_path(out: Path) -> Path:
+    return out.with_name(out.name + ".partial.json")
 
-    if not path.is_file():
+
+def _read_partial(path: Path, key: dict) -> dict:
+    """Finished traces of an interrupted run with the same ``key``; {} when there are none.
+
+    A broken partial file only costs a rerun: it is reported on stderr, ignored, and overwritten.
+    """
+    import os
+
+    if not os.path.lexists(path):
         return {}
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError):
-        return {}  # a broken partial file only costs a rerun
-    if data.get("schema_version") != PARTIAL_SCHEMA or data.get("key") != key:
+        data = read_json(path, "partial traces")
+        return _partial_traces(data, key, f"partial traces {str(path)!r}")
+    except SpecsimError as err:
+        warn(f"{err}; ignoring it and tracing every prompt again")
         return {}
+
+
+def _partial_traces(data, key: dict, where: str) -> dict:
+    """(method, prompt id) -> PromptTrace of a partial file's JSON ({} for another run's key)."""
+    from calibrate.acceptance import PromptTrace
+
+    if not isinstance(data, dict) or type(data.get("schema_version")) is not int \
+            or data["schema_version"] != PARTIAL_SCHEMA:
+        raise SpecsimError(f"{where}: expected an object with schema_version {PARTIAL_SCHEMA} written by this tool")
+    if not isinstance(data.get("key"), dict):
+        raise SpecsimError(f"{where}.key: expected an object, got {str(data.get('key'))[:60]!r}")
+    if data["key"] != key:
+        return {}  # another prompt set, model or setting: nothing to reuse
+    traces = data.get("traces")
+    if not isinstance(traces, list):
+        raise SpecsimError(f"{where}.traces: expected a list, got {str(traces)[:60]!r}")
     out = {}
-    for t in data.get("traces", []):
-        pt = PromptTrace.from_json({k: v for k, v in t.items() if k != "method"})
+    for i, t in enumerate(traces):
+        if not isinstance(t, dict) or not isinstance(t.get("method", "plain"), str):
+            raise SpecsimError(f"{where}.traces[{i}]: expected an object with a 'method' string")
+        pt = PromptTrace.from_json({k: v for k, v in t.items() if k != "method"}, f"{where}.traces[{i}]")
         out[_trace_key(t.get("method", "plain"), pt.trace.prompt_id)] = pt
     return out
 
@@ -313,14 +370,8 @@ def _mean_match(traces) -> float:
 
 # --------------------------------------------------------------------------- check
 def parse_gammas(text: str) -> list[int]:
-    """'1,2,3' -> [1, 2, 3]; SpecsimError for anything but integers ≥ 1."""
-    try:
-        gammas = [int(g) for g in str(text).split(",") if g.strip()]
-    except ValueError:
-        raise SpecsimError(f"--gamma: expected comma-separated integers >= 1, got {text!r}") from None
-    if not gammas or any(g < 1 for g in gammas):
-        raise SpecsimError(f"--gamma: expected comma-separated integers >= 1, got {text!r}")
-    return sorted(set(gammas))
+    """'1,2,3' or '1-4' -> sorted gammas (:func:`specsim.report.parse_int_list`, capped at 1024)."""
+    return sorted(parse_int_list(text, name="--gamma", unit="gamma"))
 
 
 def run_check(setup: Setup, gammas: list[int], *, max_new_tokens: int, device="cpu", progress=None):
@@ -392,6 +443,8 @@ def cmd_check(args) -> int:
 
     gammas = parse_gammas(args.gamma)
     profile_path = resolve_profile_path(args.profile)
+    if not args.no_write:
+        check_writable(profile_path, "--profile")
     profile = load_profile(str(profile_path))
     if profile.latency.target_decode_ms_by_context is None:
         raise SpecsimError(f"profile {args.profile!r} has no latency section (run 'specsim calibrate latency' first)")
@@ -417,9 +470,9 @@ def cmd_check(args) -> int:
     if not args.no_write:
         save_profile(profile.with_checks(rows), profile_path)
     if args.json:
-        print(json.dumps({"rows": [r.to_json() for r in rows], "summary": summary(rows),
+        print(dumps_json({"rows": [r.to_json() for r in rows], "summary": summary(rows),
                           "replay_equals_engine": {f"{m}/{s}": list(v) for (m, s), v in agreement.items()},
-                          "stages": {f"{m}/{s}": v for (m, s), v in stages.items()}}, indent=1))
+                          "stages": {f"{m}/{s}": v for (m, s), v in stages.items()}}))
         return 0
     print(format_table(rows))
     for (m, s), (same, total) in agreement.items():

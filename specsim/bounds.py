@@ -20,6 +20,10 @@ bytes           1e6 .. 1e16            memory size (1 MB .. 10 PB)
 usd_per_hour    0 .. 1e6               price of a device-hour
 threads         1 .. 65536             CPU threads
 size            1 .. 2**24             model config sizes (layers, hidden, heads, vocab, ...)
+repeats         1 .. 100000            timing repeats and warm-up calls per point
+seconds         1e-3 .. 1e6            time limits (s)
+seed            0 .. 2**63-1           random seeds
+temperature     1e-3 .. 1e3            sampling temperature T
 ==============  =====================  =====================================================
 
 A list argument (``--gamma 1-8``, ``--batch 1,2,4``) holds at most :data:`MAX_LIST_VALUES` values,
@@ -51,6 +55,10 @@ RANGES: dict[str, tuple[float, float]] = {
     "usd_per_hour": (0, 1e6),
     "threads": (1, 65536),
     "size": (1, 2**24),
+    "repeats": (1, 100000),
+    "seconds": (1e-3, 1e6),
+    "seed": (0, 2**63 - 1),
+    "temperature": (1e-3, 1e3),
 }
 
 

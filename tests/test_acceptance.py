@@ -87,6 +87,7 @@ def test_builtin_reference_set():
 def test_jsonl_file_and_errors(tmp_path):
     good = tmp_path / "set.jsonl"
     good.write_text('{"id": "a", "prompt": "hi", "images": ["x.png"], "task": "vqa"}\n\n{"prompt": "two"}\n')
+    (tmp_path / "x.png").write_bytes(b"")  # image paths are checked at load (they must be regular files)
     a, b = load_prompts(str(good))
     assert a == Prompt(id="a", text="hi", task="vqa", images=(str(tmp_path / "x.png"),), images_per_prompt=1)
     assert b.id == "3" and b.images == ()
