@@ -63,7 +63,7 @@ RANGES: dict[str, tuple[float, float]] = {
 
 
 def _shown(x: float) -> str:
-    return str(int(x)) if float(x).is_integer() and abs(x) < 1e9 else f"{x:g}"
+    return str(x) if isinstance(x, int) else f"{x:g}"
 
 
 def range_text(unit: str, *, zero_ok: bool = False) -> str:

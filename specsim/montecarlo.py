@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from specsim.errors import SpecsimError
-from specsim.replay import _as_gammas
+from specsim.theory import as_gammas
 
 
 @dataclass(frozen=True)
@@ -104,7 +104,7 @@ def simulate(traces, gamma: int, *, rng: np.random.Generator, runs: int = 1000, 
     ``block_ms`` = γ·Tq + Tv(γ) (ms); ``setup_ms`` scalar or one value per prompt (prefill, vision).
     Runs are simulated in chunks of ≤ ``max_cells`` random draws to bound memory.
     """
-    g = int(_as_gammas(gamma))
+    g = int(as_gammas(gamma))
     if runs < 1 or not 0 < ci < 1:
         raise SpecsimError(f"runs and ci: expected runs >= 1 and 0 < ci < 1, got {runs} and {ci}")
     betas = _beta_arrays(traces)
