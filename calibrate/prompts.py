@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
+from specsim.bounds import check_range
 from specsim.errors import SpecsimError
 from specsim.jsonio import check_keys, check_regular_file, parse_json, read_text
 
@@ -63,7 +64,8 @@ def parse_prompt(d: dict, where: str, base: Path | None = None, default_id: str 
         images = [image_path(i, base, f"{where}.images[{k}]", allow_outside_images) for k, i in enumerate(images)]
     n_img = d.get("images_per_prompt", len(images))
     if isinstance(n_img, bool) or not isinstance(n_img, int) or n_img < 0:
-        raise SpecsimError(f"{where}.images_per_prompt: expected an integer >= 0, got {n_img!r}")
+        raise SpecsimError(f"{where}.images_per_prompt: expected an integer >= 0, got {n_img!r:.60}")
+    check_range(n_img, "images", f"{where}.images_per_prompt")
     pid = d.get("id", default_id)
     return Prompt(id=str(pid), text=text, task=str(d.get("task", "")), images=tuple(images), images_per_prompt=n_img)
 

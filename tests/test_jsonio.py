@@ -35,7 +35,8 @@ def _one_line_error(fn, *args) -> str:
     (b'{"tau": NaN}', "NaN is not a JSON number"),
     (b'{"tau": -Infinity}', "-Infinity is not a JSON number"),
     (b'{"tau": 2.0, "tau": 3.0}', "duplicate key 'tau'"),
-])
+], ids=["binary", "utf16-bom", "utf16-no-bom", "truncated-utf8", "deep-5000", "deep-100", "int-400-digits",
+        "int-5000-digits", "float-overflow", "nan", "-infinity", "duplicate-key"])
 def test_bad_content_is_one_line_naming_the_file(tmp_path, content, expected):
     path = tmp_path / "p.json"
     path.write_bytes(content)

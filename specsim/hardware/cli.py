@@ -160,7 +160,7 @@ def run_hardware(args: argparse.Namespace) -> int:
     batches = _ints(args.batch, DEFAULT_BATCHES, "--batch", "batch")
     contexts = _ints(args.context, (1024, 4096, 8192), "--context", "tokens")
     pair, target, draft = _models(args)
-    profile_name = args.profile or PAIR_PROFILES.get(pair or "", DEFAULT_PROFILE)
+    profile_name = args.profile if args.profile is not None else PAIR_PROFILES.get(pair or "", DEFAULT_PROFILE)
     if args.profile is None and profile_name not in shipped_profiles():
         raise SpecsimError(f"--profile: the default profile {profile_name!r} for pair {pair!r} is not shipped "
                            "yet; pass --profile NAME_OR_PATH")
@@ -173,7 +173,7 @@ def run_hardware(args: argparse.Namespace) -> int:
                            f"devices x {len(methods)} methods = {rows} rows; expected at most {MAX_PLAN_ROWS} "
                            "(narrow the ranges)")
     fit, notes = None, [f"tau from profile {profile.name} ({profile.provenance.source[:60]})"]
-    if args.fit_profile:
+    if args.fit_profile is not None:
         fit, skipped = _fit(args, target, draft)
         notes += [f"fit: skipped {s}" for s in skipped]
     efficiency = fit.fit.efficiency if isinstance(fit, HoldoutResult) else fit.efficiency if fit else Efficiency()
