@@ -9,7 +9,6 @@ value. :func:`save_profile` writes atomically (temp file + rename).
 from __future__ import annotations
 
 import json
-import math
 import os
 import tempfile
 from dataclasses import dataclass, field, replace
@@ -17,63 +16,25 @@ from pathlib import Path
 from typing import Any
 
 from specsim.errors import SpecsimError
-from specsim.jsonio import check_keys, read_json
+from specsim.jsonio import (
+    check_keys,
+    drop_none,
+    field_int,
+    field_list,
+    field_num,
+    field_opt,
+    field_req,
+    field_str,
+    read_json,
+    show,
+)
 
 SCHEMA_VERSION = 1
 
 
-# --------------------------------------------------------------------------- validation helpers
-def _req(d: dict, key: str, where: str) -> Any:
-    if not isinstance(d, dict):
-        raise SpecsimError(f"{where}: expected an object, got {_show(d)}")
-    if key not in d:
-        raise SpecsimError(f"{where}.{key}: missing")
-    return d[key]
-
-
-def _show(value: Any) -> str:
-    text = json.dumps(value) if not isinstance(value, str) else repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
-
-
-def _num(value: Any, where: str, *, lo: float | None = None, hi: float | None = None,
-         lo_open: bool = False) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise SpecsimError(f"{where}: expected a finite number, got {_show(value)}")
-    if lo is not None and (value < lo or (lo_open and value == lo)):
-        raise SpecsimError(f"{where}: expected {'>' if lo_open else '>='} {lo}, got {_show(value)}")
-    if hi is not None and value > hi:
-        raise SpecsimError(f"{where}: expected <= {hi}, got {_show(value)}")
-    return float(value)
-
-
-def _int(value: Any, where: str, *, lo: int | None = None) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise SpecsimError(f"{where}: expected an integer, got {_show(value)}")
-    if lo is not None and value < lo:
-        raise SpecsimError(f"{where}: expected an integer >= {lo}, got {_show(value)}")
-    return value
-
-
-def _str(value: Any, where: str, *, allow_empty: bool = False) -> str:
-    if not isinstance(value, str) or (not allow_empty and not value.strip()):
-        raise SpecsimError(f"{where}: expected a non-empty string, got {_show(value)}")
-    return value
-
-
-def _list(value: Any, where: str, *, nonempty: bool = True) -> list:
-    if not isinstance(value, list) or (nonempty and not value):
-        raise SpecsimError(f"{where}: expected a {'non-empty ' if nonempty else ''}list, got {_show(value)}")
-    return value
-
-
-def _opt(d: dict, key: str, parse, where: str):
-    value = d.get(key)
-    return None if value is None else parse(value, f"{where}.{key}")
-
-
-def _drop_none(d: dict) -> dict:
-    return {k: v for k, v in d.items() if v is not None}
+# Field validators live in jsonio (one of each); the short private names keep this module readable.
+_req, _show, _num, _int, _str, _list, _opt, _drop_none = (
+    field_req, show, field_num, field_int, field_str, field_list, field_opt, drop_none)
 
 
 # --------------------------------------------------------------------------- provenance
