@@ -359,7 +359,8 @@ def _start(target, request: Request, device):
 def _empty(model) -> Proposal:
     from calibrate.drafting import Proposal
 
-    return Proposal(tokens=torch.zeros(0, dtype=torch.long, device=model.device), q_probs=None, model_ms=0.0)
+    return Proposal(tokens=torch.zeros(0, dtype=torch.long, device=model.device), q_probs=None, model_ms=0.0,
+                    first_rows=0)
 
 
 @torch.inference_mode()

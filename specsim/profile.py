@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from specsim.costmodel import CostModel
 from specsim.errors import SpecsimError
 from specsim.jsonio import (
     check_keys,
@@ -29,7 +30,10 @@ from specsim.jsonio import (
     show,
 )
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+# Schema 1: latency as 1-D tables only. Schema 2 adds ``latency.cost_model`` (forward cost over rows ×
+# context × batch, :mod:`specsim.costmodel`) and per-trace prompt lengths; schema-1 files still load.
+SCHEMA_VERSIONS = (1, 2)
 
 
 # Field validators live in jsonio (one of each); the short private names keep this module readable.
@@ -177,6 +181,7 @@ class LatencySection:
     captioner_ms_per_image: float | None = None
     block_cost: BlockCost | None = None
     provenance: Provenance | None = None  # when latency was measured apart from acceptance
+    cost_model: CostModel | None = None  # schema 2: forward cost over rows × context × batch
 
     def to_json(self) -> dict:
         out: dict[str, Any] = {}
@@ -190,6 +195,8 @@ class LatencySection:
                 out[name] = getattr(self, name)
         if self.block_cost is not None:
             out["block_cost"] = self.block_cost.to_json()
+        if self.cost_model is not None:
+            out["cost_model"] = self.cost_model.to_json()
         if self.provenance is not None:
             out["provenance"] = self.provenance.to_json()
         return out
@@ -198,7 +205,7 @@ class LatencySection:
     def from_json(cls, d: dict, where: str = "latency") -> LatencySection:
         allowed = set(_CURVES) | {"verify_context_tokens", "vision_encoder_ms_per_image",
                                   "draft_vision_encoder_ms_per_image", "captioner_ms_per_image",
-                                  "block_cost", "provenance"}
+                                  "block_cost", "provenance", "cost_model"}
         if not isinstance(d, dict):
             raise SpecsimError(f"{where}: expected an object, got {_show(d)}")
         check_keys(d, allowed, where)
@@ -213,6 +220,7 @@ class LatencySection:
             kwargs[name] = _opt(d, name, lambda v, w: _num(v, w, lo=0), where)
         kwargs["block_cost"] = _opt(d, "block_cost", BlockCost.from_json, where)
         kwargs["provenance"] = _opt(d, "provenance", Provenance.from_json, where)
+        kwargs["cost_model"] = _opt(d, "cost_model", CostModel.from_json, where)
         return cls(**kwargs)
 
 
@@ -224,13 +232,16 @@ class Trace:
     ``match[t]`` is 1 when the draft's argmax at position t equals the target's token (greedy);
     ``beta[t]`` = Σ_x min(p_t(x), q_t(x)) (sampling). Either may be absent, not both.
     ``tokens[t]`` (optional) is the target's token id at t, so positions can be classified afterwards
-    (e.g. which tokens state an image fact).
+    (e.g. which tokens state an image fact). ``prompt_tokens`` / ``draft_prompt_tokens`` (optional,
+    schema 2) are the prompt lengths the target and the draft saw, where the request's walk starts.
     """
 
     match: tuple[int, ...] | None = None
     beta: tuple[float, ...] | None = None
     prompt_id: str | None = None
     tokens: tuple[int, ...] | None = None
+    prompt_tokens: int | None = None
+    draft_prompt_tokens: int | None = None
 
     def to_json(self) -> dict:
         return _drop_none({
@@ -238,11 +249,13 @@ class Trace:
             "match": None if self.match is None else list(self.match),
             "beta": None if self.beta is None else list(self.beta),
             "tokens": None if self.tokens is None else list(self.tokens),
+            "prompt_tokens": self.prompt_tokens, "draft_prompt_tokens": self.draft_prompt_tokens,
         })
 
     @classmethod
     def from_json(cls, d: dict, where: str) -> Trace:
-        check_keys(d if isinstance(d, dict) else {}, {"match", "beta", "prompt_id", "tokens"}, where)
+        check_keys(d if isinstance(d, dict) else {}, {"match", "beta", "prompt_id", "tokens", "prompt_tokens",
+                                                      "draft_prompt_tokens"}, where)
         match = d.get("match")
         beta = d.get("beta")
         if match is None and beta is None:
@@ -268,6 +281,8 @@ class Trace:
             beta=None if beta is None else tuple(min(b, 1.0) for b in beta),
             prompt_id=_opt(d, "prompt_id", _str, where),
             tokens=None if tokens is None else tuple(tokens),
+            prompt_tokens=_opt(d, "prompt_tokens", lambda v, w: _int(v, w, lo=1), where),
+            draft_prompt_tokens=_opt(d, "draft_prompt_tokens", lambda v, w: _int(v, w, lo=1), where),
         )
 
 
@@ -420,11 +435,11 @@ class Profile:
     checks: tuple[CheckRow, ...] = ()
     name: str = ""
     description: str = ""
-    schema_version: int = SCHEMA_VERSION
+    schema_version: int = SCHEMA_VERSION  # as loaded (1 or 2)
 
     def to_json(self) -> dict:
         return {
-            "schema_version": self.schema_version,
+            "schema_version": SCHEMA_VERSION,  # schema-1 content is valid schema 2: files are written as 2
             "name": self.name,
             "description": self.description,
             "provenance": self.provenance.to_json(),
@@ -440,8 +455,8 @@ class Profile:
         check_keys(d, {"schema_version", "name", "description", "provenance", "latency", "acceptance", "checks"},
                     "profile")
         version = _req(d, "schema_version", "profile")
-        if version != SCHEMA_VERSION:
-            raise SpecsimError(f"profile.schema_version: expected {SCHEMA_VERSION}, got {_show(version)}")
+        if isinstance(version, bool) or not isinstance(version, int) or version not in SCHEMA_VERSIONS:
+            raise SpecsimError(f"profile.schema_version: expected one of {list(SCHEMA_VERSIONS)}, got {_show(version)}")
         acceptance = tuple(MethodAcceptance.from_json(a, f"acceptance[{i}]")
                            for i, a in enumerate(_list(d.get("acceptance", []), "acceptance", nonempty=False)))
         seen: set[tuple[str, str]] = set()
@@ -457,6 +472,7 @@ class Profile:
                          for i, c in enumerate(_list(d.get("checks", []), "checks", nonempty=False))),
             name=_str(d.get("name", ""), "profile.name", allow_empty=True),
             description=_str(d.get("description", ""), "profile.description", allow_empty=True),
+            schema_version=version,
         )
 
     def with_acceptance(self, entries: tuple[MethodAcceptance, ...] | list[MethodAcceptance]) -> Profile:
