@@ -35,8 +35,10 @@ RUNTIMES_DIR = Path(__file__).parent / "runtimes"
 PARAM_BOUNDS = {
     "overhead_ms_per_forward": (0.0, 1e4), "overhead_ms_per_layer": (0.0, 1e3),
     "overhead_ms_per_block": (0.0, 1e4), "overhead_ms_per_allreduce": (0.0, 1e2),
-    "memory_efficiency_gemv": (1e-4, 2.0), "memory_efficiency_gemm": (1e-4, 2.0),
-    "compute_efficiency": (1e-4, 2.0), "compute_rows_half": (0.0, 1e4),
+    # Up to 8: on a CPU the "peaks" are a quick numpy measurement on a possibly busy machine, a proxy that a
+    # fitted fraction may exceed; datasheet GPU fits stay well below 1.
+    "memory_efficiency_gemv": (1e-4, 8.0), "memory_efficiency_gemm": (1e-4, 8.0),
+    "compute_efficiency": (1e-4, 8.0), "compute_rows_half": (0.0, 1e4),
     "attention_score_bytes": (0.0, 64.0), "overlap": (0.0, 1.0), "interconnect_efficiency": (1e-3, 1.0),
 }
 PARAMS = tuple(PARAM_BOUNDS)
