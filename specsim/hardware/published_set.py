@@ -86,7 +86,7 @@ class Row:
         return None if self.observable is None else getattr(self, self.observable)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class PublishedSet:
     sources: dict[str, Source]
     models: dict[str, dict]

@@ -64,9 +64,15 @@ def _device(name: str) -> Device:
     return load_device(name)
 
 
+@functools.lru_cache(maxsize=256)
+def _spec(ps_key: int, ps: PublishedSet, name: str, dtype: str, kv_dtype: str):
+    """ModelSpecs are rebuilt thousands of times by a fit: cache them per set (``ps_key`` = id of the set)."""
+    return ps.model(name, dtype, kv_dtype)
+
+
 def _models(ps: PublishedSet, row: Row):
-    target = ps.model(row.target, row.weights_dtype, row.kv_dtype)
-    draft = None if row.draft is None else ps.model(row.draft, row.draft_weights_dtype, row.kv_dtype)
+    target = _spec(id(ps), ps, row.target, row.weights_dtype, row.kv_dtype)
+    draft = None if row.draft is None else _spec(id(ps), ps, row.draft, row.draft_weights_dtype, row.kv_dtype)
     return target, draft
 
 
