@@ -17,6 +17,7 @@ from specsim.errors import SpecsimError
 _PLUGINS = (
     "specsim.commands",
     "specsim.hardware.cli",
+    "specsim.hardware.cli_validate",
     "calibrate.cli_latency",
     "calibrate.cli_acceptance",
 )
