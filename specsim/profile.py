@@ -382,7 +382,12 @@ class MethodAcceptance:
 # --------------------------------------------------------------------------- checks
 @dataclass(frozen=True)
 class CheckRow:
-    """One ``specsim check`` result: predicted vs measured at one γ for one method and scenario."""
+    """One ``specsim check`` result: predicted vs measured at one γ for one method and scenario.
+
+    ``speedup_*`` is the decode phase (ms per token after the first pass); ``request_speedup_*`` the whole
+    request (schema 2). ``*_halfwidth`` are relative 95% confidence half-widths of the measured values over
+    ``rounds`` repeats; ``terms_ms_per_block`` maps draft/verify/overhead to predicted and measured ms.
+    """
 
     method: str
     scenario: str
@@ -397,6 +402,12 @@ class CheckRow:
     prompts: int | None = None
     new_tokens: int | None = None
     notes: str = ""
+    speedup_halfwidth: float | None = None
+    request_speedup_predicted: float | None = None
+    request_speedup_measured: float | None = None
+    request_speedup_halfwidth: float | None = None
+    rounds: int | None = None
+    terms_ms_per_block: dict | None = None
 
     def to_json(self) -> dict:
         return _drop_none({k: getattr(self, k) for k in self.__dataclass_fields__} | {"notes": self.notes or None})
@@ -421,7 +432,25 @@ class CheckRow:
             prompts=_opt(d, "prompts", lambda v, w: _int(v, w, lo=1), where),
             new_tokens=_opt(d, "new_tokens", lambda v, w: _int(v, w, lo=1), where),
             notes=_str(d.get("notes", ""), f"{where}.notes", allow_empty=True),
+            speedup_halfwidth=_opt(d, "speedup_halfwidth", pos, where),
+            request_speedup_predicted=_opt(d, "request_speedup_predicted", pos, where),
+            request_speedup_measured=_opt(d, "request_speedup_measured", pos, where),
+            request_speedup_halfwidth=_opt(d, "request_speedup_halfwidth", pos, where),
+            rounds=_opt(d, "rounds", lambda v, w: _int(v, w, lo=1), where),
+            terms_ms_per_block=_opt(d, "terms_ms_per_block", _terms, where),
         )
+
+
+def _terms(value: Any, where: str) -> dict:
+    """{term: {"predicted": ms, "measured": ms}} of a check row."""
+    if not isinstance(value, dict):
+        raise SpecsimError(f"{where}: expected an object, got {_show(value)}")
+    out = {}
+    for term, pair in value.items():
+        check_keys(pair if isinstance(pair, dict) else {}, {"predicted", "measured"}, f"{where}.{term}")
+        out[term] = {k: _num(_req(pair, k, f"{where}.{term}"), f"{where}.{term}.{k}", lo=0)
+                     for k in ("predicted", "measured")}
+    return out
 
 
 # --------------------------------------------------------------------------- profile
