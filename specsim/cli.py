@@ -17,6 +17,8 @@ from specsim.errors import SpecsimError
 _PLUGINS = (
     "specsim.commands",
     "specsim.hardware.cli",
+    "specsim.cli_import",
+    "specsim.cli_recommend",
     "calibrate.cli_latency",
     "calibrate.cli_acceptance",
 )
