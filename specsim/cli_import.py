@@ -48,7 +48,8 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--method", required=True, help="drafting method name for the entry (e.g. M, eagle, draft)")
     p.add_argument("--scenario", required=True, help="scenario name for the entry (e.g. chat, chartqa)")
     p.add_argument("--out", required=True, help="profile JSON to create, or to add the entry to")
-    p.add_argument("--model", default=None, help="model_name label to import when a scrape holds several")
+    p.add_argument("--model", default=None, help="model_name label to import when a scrape holds several (for a "
+                   "responses file: the model's name, for the provenance)")
     p.add_argument("--images-per-prompt", type=int, default=0, help="images per request of this traffic (default 0)")
     p.add_argument("--engine-version", default="unknown", help="engine version, for the provenance (e.g. 0.11.0)")
     p.add_argument("--draft", default=None, help="draft model name, for the provenance and `specsim recommend`")
@@ -115,8 +116,8 @@ def _finish(imp: EngineImport, args) -> int:
               fmt(r["conditional"], 4)] for r in rows]
     print()
     print(format_table(["k", "tau(k)", "a_k", "P(k-th accepted | k-1 accepted)"], table))
-    print(f"\n* i.i.d. extrapolation beyond the measured draft length K = {imp.gamma} (not measured)"
-          if any(r["extrapolated"] for r in rows) else "")
+    if any(r["extrapolated"] for r in rows):
+        print(f"\n* i.i.d. extrapolation from tau at the measured draft length K = {imp.gamma} (not measured)")
     print(f"wrote {args.out} ({'new profile' if created else 'added to profile ' + profile.name}): method "
           f"{entry.method!r}, scenario {entry.scenario!r}, gamma = {entry.gamma}")
     if not created and profile.latency.target_decode_ms_by_context is not None:

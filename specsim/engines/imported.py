@@ -48,10 +48,13 @@ class EngineImport:
                   f"{self.model or '(unlabelled)'!r}; window {self.window}; files {', '.join(self.files)}")
 
 
+def _stamp(path: str | Path) -> str:
+    return datetime.fromtimestamp(os.stat(path).st_mtime, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
 def file_window(paths: list[str | Path]) -> str:
-    """'<t0> .. <t1> (file modification times, UTC)' for two scrapes, 'up to <t>' for one."""
-    stamps = [datetime.fromtimestamp(os.stat(p).st_mtime, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-              for p in paths]
+    """'<t0> .. <t1> (file modification times, UTC)' for two scrapes, 'server start .. <t>' for one."""
+    stamps = [_stamp(p) for p in paths]
     if len(stamps) == 2:
         return f"{stamps[0]} .. {stamps[1]} (scrape file modification times, UTC)"
     return f"server start .. {stamps[0]} (one scrape: counters since start; file modification time, UTC)"
@@ -79,9 +82,7 @@ def import_sglang(path: str | Path, *, num_steps: int, model: str | None = None,
                            f"got {num_steps!r}")
     flag = (f"tau only at the server's draft length (--speculative-num-steps {num_steps}, chain drafting "
             "--speculative-eagle-topk 1 assumed); other gamma are i.i.d. extrapolations")
-    if sglang.is_responses_file(path):
-        if model is not None:
-            raise SpecsimError("--model: a responses file holds one model's requests; drop --model")
+    if sglang.is_responses_file(path):  # responses carry no model name: --model only names it
         tau, requests, steps = sglang.tau_from_responses(path, num_steps)
         facts = (f"SGLang responses: {requests} requests, {steps} verify steps; accept length "
                  f"sum(completion_tokens)/sum(spec_verify_ct) = {tau:.4f}", flag)
@@ -91,8 +92,8 @@ def import_sglang(path: str | Path, *, num_steps: int, model: str | None = None,
     facts = (f"SGLang gauge {sglang.ACCEPT_LENGTH} = {tau:.4f} (mean over the scheduler's latest logging interval)",
              flag)
     return EngineImport("SGLang", chosen, num_steps, tau=tau, files=(str(path),),
-                        window=window or file_window([path]).replace("counters since start", "latest interval"),
-                        facts=facts)
+                        window=window or f"the scheduler's latest logging interval before {_stamp(path)} (file "
+                                                   "modification time, UTC)", facts=facts)
 
 
 def add_to_profile(entry: MethodAcceptance, out: str | Path) -> tuple[Profile, bool]:
