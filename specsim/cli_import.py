@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 
 from specsim.engines.imported import EngineImport, add_to_profile, import_sglang, import_vllm
 from specsim.errors import SpecsimError
@@ -23,7 +24,7 @@ def register(sub, calibrate_sub) -> None:
     imp = sub.add_parser("import", help="import vLLM / SGLang speculative-decoding metrics into a profile",
                          description=_DESC)
     engines = imp.add_subparsers(dest="import_engine", metavar="ENGINE")
-    imp.set_defaults(func=lambda args: (imp.print_help(), 2)[1])
+    imp.set_defaults(func=lambda args: (imp.print_help(sys.stderr), 2)[1])
 
     v = engines.add_parser("vllm", help="vLLM /metrics scrape(s) or LLM.get_metrics() JSON", description=_DESC)
     v.add_argument("files", nargs="+", metavar="FILE",
