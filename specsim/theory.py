@@ -99,8 +99,10 @@ def tau_from_histogram_at(hist, gamma: int) -> float:
 
     τ(γ) = 1 + E[min(accepted, γ)] = 1 + Σ_{i≤γ} a_i: the first γ drafts of a K-draft block are the
     γ drafts a γ-block would propose (an autoregressive draft does not look ahead), so a_i for i ≤ γ is
-    read off the K-draft blocks. Computed as one integer ratio, so it equals Σ_b (1 + min(acc_b, γ)) / N
-    to the last bit. γ > K is not answerable from the counts (callers extrapolate and say so).
+    read off the K-draft blocks (the per-position reading of vLLM's acceptance counters; a real run at
+    γ would start its blocks at other positions, which this does not model). Computed as one integer
+    ratio, so it equals Σ_b (1 + min(acc_b, γ)) / N to the last bit. γ > K is not answerable from the
+    counts (callers extrapolate and say so).
     """
     h = [int(x) for x in hist]
     if len(h) < 2 or any(x < 0 for x in h) or sum(h) == 0:

@@ -200,3 +200,17 @@ def test_shipped_profiles_still_load_unchanged():
     for name, path in shipped_profiles().items():
         data = json.loads(path.read_text())
         assert Profile.from_json(data).to_json()["acceptance"] == data["acceptance"], name
+
+
+def test_tau_from_histogram_at_is_the_per_block_truncation():
+    from specsim.theory import tau_from_histogram, tau_from_histogram_at
+
+    accepted = [0, 3, 1, 3, 2, 0, 3, 3]  # blocks at K = 3
+    hist = [accepted.count(j) for j in range(4)]
+    for g in (1, 2, 3):
+        assert tau_from_histogram_at(hist, g) == sum(1 + min(a, g) for a in accepted) / len(accepted)
+    assert tau_from_histogram_at(hist, 3) == pytest.approx(tau_from_histogram(hist))
+    with pytest.raises(SpecsimError, match="covers gamma <= 3, got 4"):
+        tau_from_histogram_at(hist, 4)
+    with pytest.raises(SpecsimError, match="at least one block"):
+        tau_from_histogram_at([0, 0], 1)

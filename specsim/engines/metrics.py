@@ -10,7 +10,6 @@ not matter.
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,7 +21,8 @@ MODEL_LABEL = "model_name"  # vLLM and SGLang both label by served model name
 
 @dataclass(frozen=True)
 class Sample:
-    """One metric sample: bare name (no ``_total``), sorted (label, value) pairs, value."""
+    """One metric sample: bare name (no ``_total``), sorted (label, value) pairs, value (NaN/inf kept:
+    an unrelated gauge may be NaN; the readers of the spec-decode metrics check the values they use)."""
 
     name: str
     labels: tuple[tuple[str, str], ...]
@@ -53,8 +53,8 @@ def _sample(name: str, labels: dict, value, where: str) -> Sample | None:
     bare = _bare(name)
     if bare is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise SpecsimError(f"{where}: {name}: expected a finite number, got {value!r}")
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise SpecsimError(f"{where}: {name}: expected a number, got {value!r}")
     return Sample(bare, tuple(sorted((str(k), str(v)) for k, v in labels.items())), float(value))
 
 
@@ -69,6 +69,8 @@ def parse_exposition(text: str, where: str) -> list[Sample]:
                 sample = _sample(s.name, s.labels, s.value, where)
                 if sample is not None:
                     out.append(sample)
+    except SpecsimError:
+        raise
     except ValueError as err:
         first = str(err).splitlines()[0][:120] if str(err) else "unparsable line"
         raise SpecsimError(f"{where}: not Prometheus text exposition ({first})") from None

@@ -30,7 +30,7 @@ def _check_tau(tau: float, num_steps: int, where: str) -> float:
     if tau == 0:
         raise SpecsimError(f"{where}: {ACCEPT_LENGTH} is 0: no speculative decoding in the last logging interval "
                            "(scrape while the server decodes with speculative decoding on)")
-    if not 1.0 <= tau <= num_steps + 1 + 1e-9:
+    if not 1.0 <= tau <= num_steps + 1 + 1e-9:  # NaN fails here too
         raise SpecsimError(f"{where}: accept length {tau:g} is outside 1..num_steps+1 = 1..{num_steps + 1} "
                            "(is --num-steps the server's --speculative-num-steps?)")
     return float(tau)

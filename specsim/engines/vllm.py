@@ -20,6 +20,7 @@ started: two scrapes give the window between them.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -121,7 +122,7 @@ class SpecCounters:
 
 
 def _count(value: float, what: str, where: str) -> int:
-    if value < 0 or value != int(value):
+    if not math.isfinite(value) or value < 0 or value != int(value):
         raise SpecsimError(f"{where}: {what}: expected a non-negative whole count, got {value:g}")
     return int(value)
 
