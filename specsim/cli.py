@@ -18,6 +18,8 @@ _PLUGINS = (
     "specsim.commands",
     "specsim.hardware.cli",
     "specsim.hardware.cli_validate",
+    "specsim.cli_import",
+    "specsim.cli_recommend",
     "calibrate.cli_latency",
     "calibrate.cli_acceptance",
 )

@@ -294,6 +294,8 @@ class MethodAcceptance:
     ``accepted_histogram[k]`` counts blocks that accepted exactly k drafts (length γ+1).
     The cost fields say what the method pays: draft batch size (ensemble members), draft and target
     prompt tokens (set-up prefill), and whether it runs the draft's vision encoder or a captioner.
+    ``provenance`` (optional) says where this entry alone comes from, e.g. a serving engine's counters
+    imported into a profile measured elsewhere (engine, version, model, time window).
     """
 
     method: str
@@ -311,6 +313,7 @@ class MethodAcceptance:
     captions_per_prompt: int = 0
     weights: tuple[float, ...] | None = None  # ensemble member weights, if an ensemble
     notes: str = ""
+    provenance: Provenance | None = None  # when this entry was measured apart from the profile (an engine import)
 
     def to_json(self) -> dict:
         return _drop_none({
@@ -325,13 +328,14 @@ class MethodAcceptance:
             "captions_per_prompt": self.captions_per_prompt or None,
             "weights": None if self.weights is None else list(self.weights),
             "notes": self.notes or None,
+            "provenance": None if self.provenance is None else self.provenance.to_json(),
         })
 
     @classmethod
     def from_json(cls, d: dict, where: str) -> MethodAcceptance:
         allowed = {"method", "scenario", "images_per_prompt", "task", "gamma", "tau", "accepted_histogram",
                    "traces", "draft_batch_size", "draft_prompt_tokens", "target_prompt_tokens",
-                   "uses_draft_vision", "captions_per_prompt", "weights", "notes"}
+                   "uses_draft_vision", "captions_per_prompt", "weights", "notes", "provenance"}
         if not isinstance(d, dict):
             raise SpecsimError(f"{where}: expected an object, got {_show(d)}")
         check_keys(d, allowed, where)
@@ -376,6 +380,7 @@ class MethodAcceptance:
             captions_per_prompt=_int(d.get("captions_per_prompt", 0), f"{where}.captions_per_prompt", lo=0),
             weights=weights,
             notes=_str(d.get("notes", ""), f"{where}.notes", allow_empty=True),
+            provenance=_opt(d, "provenance", Provenance.from_json, where),
         )
 
 
