@@ -84,7 +84,8 @@ class EnsembleDrafter:
 
     State: ``mask`` [k, cols] is the attention mask of the cache columns (0 on left pads); ``pos`` [k]
     the position id of each row's next fed token; ``tail`` [k, m] committed tokens not yet fed (m = 1,
-    or 2 after a fully accepted block); ``member_probs`` [γ, k, V] the members' distributions at the
+    or 2 after a fully accepted block; the padded prompt embeddings wait in ``_prompt`` until the first
+    step, which feeds them all); ``member_probs`` [γ, k, V] the members' distributions at the
     last ``propose`` (T = 1 when greedy), kept for adaptive weights and tests.
     """
 
@@ -109,10 +110,9 @@ class EnsembleDrafter:
     # ------------------------------------------------------------------ prefill
     @torch.inference_mode()
     def prefill(self, request: Request) -> dict[str, float]:
-        """Build every member's context, left-pad them into one batch, prefill all but each row's last token.
-
-        Returns set-up ms: ``draft_vision_ms``, ``caption_ms`` (members that need them), ``draft_prefill_ms``.
-        """
+        """Build every member's context and left-pad them into one batch; the batch is fed by the first
+        draft step (the prefill is fused with it). Returns set-up ms: ``draft_vision_ms`` and
+        ``caption_ms`` for members that need them."""
         self.weights = self.prior.clone()
         shared: dict = {}
         stages: dict[str, float] = {}
@@ -123,18 +123,19 @@ class EnsembleDrafter:
                 stages[k] = stages.get(k, 0.0) + v
             contexts.append(ctx)
         self.context_tokens = [c.embeds.shape[0] for c in contexts]
-        embeds, mask = _left_pad([c.embeds[:-1] for c in contexts])  # [k, L, H], [k, L]
-        self.tail = torch.tensor([[c.last_id] for c in contexts], dtype=torch.long, device=self.model.device)
-        self.cache = new_cache()
-        self.mask = mask
-        self.pos = mask.sum(1)  # [k]
-        self._drafts: list[int] | None = None
-        with timed(self.device) as t:
-            if embeds.shape[1] > 0:
-                self.model(inputs_embeds=embeds, attention_mask=mask, position_ids=_positions(mask),
-                           past_key_values=self.cache, use_cache=True, logits_to_keep=1)
-        stages["draft_prefill_ms"] = t.ms
+        embeds, mask = _left_pad([c.embeds for c in contexts])  # [k, L, H], [k, L]
+        self.start_from_cache(new_cache(), mask[:, :0], None)
+        self._prompt = (embeds, mask)
         return stages
+
+    def start_from_cache(self, cache, mask: torch.Tensor, tail: torch.Tensor | None) -> None:
+        """Continue with a KV cache whose columns have attention ``mask`` [k, cols] (0 on left pads) and the
+        committed tokens ``tail`` [k, m] not yet fed (latency calibration starts here on a cache of random
+        keys/values)."""
+        self.cache, self.mask, self.tail = cache, mask, tail
+        self.pos = mask.sum(1)  # [k]
+        self._prompt = None
+        self._drafts: list[int] | None = None
 
     # ------------------------------------------------------------------ draft phase
     def _step(self, x: torch.Tensor) -> torch.Tensor:
@@ -149,19 +150,32 @@ class EnsembleDrafter:
         self.pos = self.pos + m
         return out.logits[:, -1].float()
 
+    def _step_prompt(self) -> torch.Tensor:
+        """The first step of a request: the padded prompt embeddings [k, L, H]; logits [k, V]."""
+        embeds, mask = self._prompt
+        self._prompt = None
+        self.mask = mask
+        out = self.model(inputs_embeds=embeds, attention_mask=mask if mask.shape[0] > 1 else None,
+                         position_ids=_positions(mask), past_key_values=self.cache, use_cache=True,
+                         logits_to_keep=1)
+        self.pos = mask.sum(1)
+        return out.logits[:, -1].float()
+
     @torch.inference_mode()
     def propose(self, gamma: int, *, temperature: float = 0.0,
                 generator: torch.Generator | None = None) -> Proposal:
         """γ steps of the batch; each token comes from the weighted mixture and is appended to every row."""
         k = len(self.members)
+        first = self._prompt is not None
         x = self.tail
-        self._cols0, self._pos0, self._m = self.mask.shape[1], self.pos.clone(), x.shape[1]
-        tokens, mixed, members, model_ms = [], [], [], 0.0
+        self._cols0, self._pos0 = self.mask.shape[1], self.pos.clone()
+        self._m = self._prompt[1].shape[1] if first else x.shape[1]
+        tokens, mixed, members, steps = [], [], [], []
         w = self.weights.to(torch.float32).to(self.model.device)[:, None]  # [k, 1]
         for i in range(gamma):
             with timed(self.device) as t:
-                logits = self._step(x)  # [k, V]
-            model_ms += t.ms
+                logits = self._step_prompt() if first and i == 0 else self._step(x)  # [k, V]
+            steps.append(t.ms)
             p = torch.softmax(logits / (temperature if temperature > 0 else 1.0), -1)  # [k, V]
             q = (w * p).sum(0)  # [V]
             tok = int(torch.argmax(q)) if temperature == 0 else int(torch.multinomial(q, 1, generator=generator))
@@ -173,7 +187,8 @@ class EnsembleDrafter:
         self._drafts = tokens
         self.member_probs = torch.stack(members)  # [γ, k, V]
         return Proposal(tokens=torch.tensor(tokens, dtype=torch.long, device=self.model.device),
-                        q_probs=None if temperature == 0 else torch.stack(mixed), model_ms=model_ms)
+                        q_probs=None if temperature == 0 else torch.stack(mixed), model_ms=float(sum(steps)),
+                        step_ms=tuple(steps), context_tokens=self._cols0, first_rows=self._m)
 
     # ------------------------------------------------------------------ accept / rollback
     def accept(self, n_accepted: int, next_token: int) -> None:
@@ -181,13 +196,13 @@ class EnsembleDrafter:
         k = len(self.members)
         nxt = torch.full((k, 1), int(next_token), dtype=torch.long, device=self.model.device)
         if self._drafts is None:  # no propose since the last accept (γ capped to 0)
-            self.tail = torch.cat([self.tail, nxt], 1)
+            self.tail = nxt if self.tail is None else torch.cat([self.tail, nxt], 1)
             return
         g = len(self._drafts)
         kept = self._m + min(n_accepted, g - 1)  # fed positions that are now committed
         crop_cache(self.cache, self._cols0 + kept)
         self.mask = self.mask[:, : self._cols0 + kept]
-        self.pos = self._pos0 + kept
+        self.pos = self._pos0 + kept if self._cols0 else self.mask.sum(1)
         if n_accepted == g:  # the last draft was never fed
             last = torch.full((k, 1), self._drafts[-1], dtype=torch.long, device=self.model.device)
             self.tail = torch.cat([last, nxt], 1)

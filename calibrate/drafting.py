@@ -7,9 +7,9 @@ never branches on the method (after HF's ``CandidateGenerator``: ``get_candidate
 
 1. ``prefill(request) -> dict[str, float]``: set up the draft side for a new request (own KV cache,
    own context: e.g. image tokens dropped, a caption inserted, pooled image features) and return
-   the ms of each set-up stage, keys ending in ``_ms`` (``draft_prefill_ms``,
-   ``draft_vision_ms``, ``caption_ms``, ...). The draft's context ends with the request's last
-   prompt token, which is *pending*: not yet known to the target's cache either.
+   the ms of each set-up stage, keys ending in ``_ms`` (``draft_vision_ms``, ``caption_ms``, ...).
+   The draft's own prompt is not run here: like the target's, it is fused with the first forward
+   (the first draft step runs over the whole draft prompt), which saves a pass over the weights.
 2. ``propose(gamma, *, temperature, generator) -> Proposal``: γ draft tokens continuing the
    committed sequence, with q_i (the draft distribution each was sampled from, [γ, V] in the
    target's vocabulary; ``None`` when ``temperature == 0``) and the ms spent in draft model
@@ -36,11 +36,18 @@ from calibrate.timing import timed
 
 @dataclass(frozen=True)
 class Proposal:
-    """γ drafted tokens [γ] (long), their draft distributions q [γ, V] (None if greedy), model ms."""
+    """γ drafted tokens [γ] (long), their draft distributions q [γ, V] (None if greedy), model ms.
+
+    For the cost model: ``step_ms`` per draft step; the first step fed ``first_rows`` tokens on a
+    draft KV cache of ``context_tokens`` positions (padded columns for a batch of contexts).
+    """
 
     tokens: torch.Tensor
     q_probs: torch.Tensor | None
     model_ms: float
+    step_ms: tuple[float, ...] = ()
+    context_tokens: int = 0
+    first_rows: int = 1
 
 
 @runtime_checkable
@@ -62,8 +69,9 @@ class TextDrafter:
     """A causal LM draft over the target's own token ids (same tokenizer), with its own KV cache.
 
     State: ``ids`` is the committed sequence (prompt + emitted); the cache holds ids[:cached]
-    plus, during a block, the KV of drafts d_1..d_{γ-1}. ``propose`` feeds ids[cached:] (1 token,
-    or 2 after a fully accepted block whose last draft was never fed) and then each draft.
+    plus, during a block, the KV of drafts d_1..d_{γ-1}. ``propose`` feeds ids[cached:] (the whole
+    prompt at first, then 1 token, or 2 after a fully accepted block whose last draft was never fed)
+    and then each draft.
     """
 
     draft_batch_size = 1
@@ -78,27 +86,26 @@ class TextDrafter:
         self._drafts: list[int] = []
 
     def prefill(self, request: Request) -> dict[str, float]:
-        """Draft prefill over prompt[:-1]; returns {"draft_prefill_ms": ms}."""
-        self.ids = request.input_ids[0].tolist()
-        self.cache = new_cache()
-        self.cached = len(self.ids) - 1
-        self._drafts = []
-        if self.cached == 0:
-            return {"draft_prefill_ms": 0.0}
-        with torch.inference_mode(), timed(self.device) as t:
-            forward(self.model, request.input_ids[:, :-1].to(self.model.device), self.cache, last_only=True)
-        return {"draft_prefill_ms": t.ms}
+        """A new request: the prompt is committed, nothing is cached (the first step runs over it all)."""
+        self.start_from_cache(request.input_ids[0].tolist(), new_cache(), 0)
+        return {}
+
+    def start_from_cache(self, ids: list[int], cache, cached: int) -> None:
+        """Continue after ``ids`` with a KV cache holding ``ids[:cached]`` (latency calibration starts here
+        on a cache of random keys/values, skipping the prompt's forward)."""
+        self.ids, self.cache, self.cached, self._drafts = list(ids), cache, int(cached), []
 
     @torch.inference_mode()
     def propose(self, gamma: int, *, temperature: float = 0.0,
                 generator: torch.Generator | None = None) -> Proposal:
         """γ autoregressive draft steps; the last draft is not fed (the target verifies it first)."""
-        x = torch.tensor([self.ids[self.cached:]], dtype=torch.long, device=self.model.device)  # [1, 1 or 2]
-        tokens, probs, model_ms = [], [], 0.0
+        x = torch.tensor([self.ids[self.cached:]], dtype=torch.long, device=self.model.device)  # [1, m]
+        context, first_rows = self.cached, x.shape[1]
+        tokens, probs, steps = [], [], []
         for i in range(gamma):
             with timed(self.device) as t:
                 logits = forward(self.model, x, self.cache, last_only=True)  # [1, V]
-            model_ms += t.ms
+            steps.append(t.ms)
             tok, q = pick(logits[-1], temperature, generator)
             tokens.append(tok)
             probs.append(q)
@@ -106,7 +113,8 @@ class TextDrafter:
                 x = torch.tensor([[tok]], dtype=torch.long, device=self.model.device)
         self._drafts = tokens
         return Proposal(tokens=torch.tensor(tokens, dtype=torch.long, device=self.model.device),
-                        q_probs=None if temperature == 0 else torch.stack(probs), model_ms=model_ms)
+                        q_probs=None if temperature == 0 else torch.stack(probs), model_ms=float(sum(steps)),
+                        step_ms=tuple(steps), context_tokens=context, first_rows=first_rows)
 
     def accept(self, n_accepted: int, next_token: int) -> None:
         """Commit drafts[:n] + next_token; keep the KV of committed drafts only."""

@@ -1,16 +1,19 @@
 """Speculative decoding (Leviathan et al. 2023; Chen et al. 2023) with KV caches, in phase-named steps.
 
-Layout after gpt-fast: :func:`prefill`, draft phase (the drafter's ``propose``), :func:`verify_phase`,
-:func:`accept_phase`, :func:`rollback`, glued by :func:`speculative_decode`; :func:`target_decode`
-is the target-only baseline through the same primitives (same forward, same sampling), so timings
-compare like with like.
+Layout after gpt-fast: :func:`vision_phase`, draft phase (the drafter's ``propose``),
+:func:`verify_phase`, :func:`accept_phase`, :func:`rollback` (one block: :func:`sd_block`), glued by
+:func:`speculative_decode`; :func:`target_decode` is the target-only baseline through the same forward
+and sampling (:func:`target_step`), so timings compare like with like.
 
-Cache convention (both models): the committed sequence is prompt + emitted tokens; its last token
-is *pending* (not yet in the target's KV cache). Prefill therefore runs over prompt[:-1], and every
-emitted token, the first included, comes out of a draft/verify block — which is what makes greedy
-trace replay (:mod:`specsim.replay`) exact from output position 0. A block with γ drafts feeds
-[pending, d_1..d_γ] (γ+1 positions) to the target, accepts n drafts and rolls the cache back to
-prompt + emitted + n. γ is capped at tokens-left − 1 so no block drafts past ``max_new_tokens``.
+Cache convention (both models): the committed sequence is prompt + emitted tokens; the tokens not yet
+in the target's KV cache are *pending*. At the start the whole prompt is pending: the prefill is fused
+with the first forward (the first verification in SD, the first step of target-only decoding; the
+draft's prefill likewise with its first draft step), as HF's assisted generation does, which saves one
+pass over each model's weights per request. Afterwards one token is pending, and every emitted token
+comes out of a draft/verify block, which is what makes greedy trace replay (:mod:`specsim.replay`)
+exact from output position 0. A block with γ drafts feeds [pending, d_1..d_γ] to the target, accepts
+n drafts and rolls the cache back to prompt + emitted + n. γ is capped at tokens-left − 1 so no block
+drafts past ``max_new_tokens``.
 
 Sampling: draft i is accepted with probability min(1, p_i(d_i)/q_i(d_i)); at the first rejection the
 token is resampled from norm(max(0, p − q)); if all γ pass, a bonus token comes from p_{γ+1}. The
@@ -60,6 +63,12 @@ class BlockRecord:
 
     ``accepted`` counts drafts kept in the output (capped at ``emitted`` − 1 when EOS truncates);
     ``overhead_ms`` = block − draft model − target model time (Python, sampling, cache bookkeeping).
+    Where each forward ran, for the cost model (:mod:`specsim.costmodel`): the verify pass fed
+    ``target_rows`` positions (γ+1; 1 for a target-only step; the whole prompt + γ in the first block,
+    whose pass is the prefill) on a KV cache of ``target_context_tokens``; the draft's first step fed
+    ``draft_first_rows`` tokens (2 after a fully accepted block, the whole draft prompt in the first
+    block) on ``draft_context_tokens`` cached positions (padded columns for an ensemble);
+    ``draft_step_ms`` is the ms of each draft step.
     """
 
     gamma: int
@@ -68,6 +77,11 @@ class BlockRecord:
     draft_ms: float
     verify_ms: float
     block_ms: float
+    target_context_tokens: int = 0
+    target_rows: int = 0
+    draft_context_tokens: int = 0
+    draft_first_rows: int = 1
+    draft_step_ms: tuple[float, ...] = ()
 
     @property
     def overhead_ms(self) -> float:
@@ -75,7 +89,10 @@ class BlockRecord:
 
     def to_json(self) -> dict:
         return {"gamma": self.gamma, "accepted": self.accepted, "emitted": self.emitted,
-                "draft_ms": self.draft_ms, "verify_ms": self.verify_ms, "block_ms": self.block_ms}
+                "draft_ms": self.draft_ms, "verify_ms": self.verify_ms, "block_ms": self.block_ms,
+                "target_context_tokens": self.target_context_tokens, "target_rows": self.target_rows,
+                "draft_context_tokens": self.draft_context_tokens, "draft_first_rows": self.draft_first_rows,
+                "draft_step_ms": list(self.draft_step_ms)}
 
 
 @dataclass(frozen=True)
@@ -140,7 +157,8 @@ class DecodeResult:
         return cls(tokens=tuple(int(t) for t in d["tokens"]), prompt_tokens=int(d["prompt_tokens"]),
                    gamma=int(d["gamma"]), method=str(d["method"]), prompt_id=d.get("prompt_id"),
                    setup_ms={k: float(v) for k, v in d["setup_ms"].items()},
-                   blocks=tuple(BlockRecord(**b) for b in d["blocks"]))
+                   blocks=tuple(BlockRecord(**(b | {"draft_step_ms": tuple(b.get("draft_step_ms", ()))}))
+                                for b in d["blocks"]))
 
 
 # --------------------------------------------------------------------------- primitives
@@ -196,29 +214,17 @@ def _check_args(gamma: int, max_new_tokens: int, temperature: float, request: Re
 
 
 # --------------------------------------------------------------------------- phases
-def prefill(model, request: Request, cache, device="cpu") -> float:
-    """Target prefill over prompt[:-1] (the last prompt token stays pending); returns total ms."""
-    return float(sum(prefill_stages(model, request, cache, device).values()))
-
-
-def prefill_stages(model, request: Request, cache, device="cpu") -> dict[str, float]:
-    """Target prefill over prompt[:-1]; ms per stage: ``target_vision_ms`` (image encoder + projector,
-    only for a VLM request whose model takes precomputed ``mm_encoder_outputs``, e.g. LLaVA) and
-    ``target_prefill_ms`` (the language model over the prompt). Later forwards are text-only."""
-    ids = request.input_ids[:, :-1]  # [1, S-1]
-    if ids.shape[1] == 0:
-        return {"target_prefill_ms": 0.0}
+def vision_phase(model, request: Request, device="cpu") -> tuple[dict[str, Any], dict[str, float]]:
+    """The target's image encoder, run once and apart (its cost is reported apart): (first-pass kwargs,
+    {"target_vision_ms": ms}) for a VLM request whose model takes precomputed ``mm_encoder_outputs``
+    (e.g. LLaVA); otherwise the request's own kwargs and no stage."""
     kwargs = dict(request.target_kwargs)
-    stages = {}
-    if "pixel_values" in kwargs and _takes_encoder_outputs(model):
-        with timed(device) as t:  # the vision tower runs once, apart, so its cost is reported apart
-            kwargs["mm_encoder_outputs"] = {"image": model.model.get_image_features(
-                pixel_values=kwargs.pop("pixel_values"), return_dict=True)}
-        stages["target_vision_ms"] = t.ms
+    if "pixel_values" not in kwargs or not _takes_encoder_outputs(model):
+        return kwargs, {}
     with timed(device) as t:
-        forward(model, ids, cache, last_only=True, **kwargs)
-    stages["target_prefill_ms"] = t.ms
-    return stages
+        kwargs["mm_encoder_outputs"] = {"image": model.model.get_image_features(
+            pixel_values=kwargs.pop("pixel_values"), return_dict=True)}
+    return kwargs, {"target_vision_ms": t.ms}
 
 
 def _takes_encoder_outputs(model) -> bool:
@@ -229,12 +235,18 @@ def _takes_encoder_outputs(model) -> bool:
             and "mm_encoder_outputs" in inspect.signature(model.forward).parameters)
 
 
-def verify_phase(model, cache, pending: int, drafts: torch.Tensor, device="cpu") -> tuple[torch.Tensor, float]:
-    """One target forward over [pending, d_1..d_γ]: logits [γ+1, V] and its ms."""
-    ids = torch.cat([torch.tensor([pending], dtype=torch.long, device=drafts.device), drafts])[None]  # [1, γ+1]
+def verify_phase(model, cache, pending: torch.Tensor, drafts: torch.Tensor, device="cpu",
+                 **kwargs) -> tuple[torch.Tensor, float]:
+    """One target forward over [pending, d_1..d_γ]: logits [γ+1, V] of the last γ+1 positions and its ms.
+
+    ``pending`` [1, m] holds the tokens not yet in the target's cache: the whole prompt in the first
+    block (prefill fused with the first verification, as HF's assisted generation does), then one token.
+    """
+    ids = torch.cat([pending, drafts[None]], dim=1) if drafts.numel() else pending  # [1, m+γ]
     with timed(device) as t:
-        logits = forward(model, ids, cache)
-    return logits, t.ms
+        out = model(input_ids=ids, past_key_values=cache, use_cache=True, logits_to_keep=drafts.numel() + 1,
+                    **kwargs)
+    return out.logits[0], t.ms
 
 
 def accept_phase(logits: torch.Tensor, proposal: Proposal, temperature: float,
@@ -244,8 +256,10 @@ def accept_phase(logits: torch.Tensor, proposal: Proposal, temperature: float,
     g = drafts.numel()
     if temperature == 0:
         best = torch.argmax(logits, dim=-1)  # [γ+1]
+        if not g:
+            return 0, int(best[0])
         agree = (best[:g] == drafts).long()
-        n = int(torch.cumprod(agree, 0).sum()) if g else 0
+        n = int(torch.cumprod(agree, 0).sum())
         return n, int(best[n])
     p = probs_of(logits, temperature)  # [γ+1, V]
     if g:
@@ -267,6 +281,30 @@ def rollback(cache, length: int) -> None:
     crop_cache(cache, length)
 
 
+def sd_block(model, cache, drafter: Drafter, pending: torch.Tensor, g: int, *, temperature: float,
+             generator: torch.Generator | None, device="cpu", **kwargs) -> tuple[list[int], Proposal, float]:
+    """One draft/verify block with ``g`` drafts: propose, verify, accept, roll back both caches.
+
+    Returns (the accepted drafts + the target's next token, the proposal, verify ms). ``kwargs`` go to
+    the verify forward (the first block's image features).
+    """
+    committed = cache.get_seq_length() + pending.shape[1]  # target positions known before the drafts
+    proposal = drafter.propose(g, temperature=temperature, generator=generator) if g > 0 else _empty(model)
+    logits, verify_ms = verify_phase(model, cache, pending, proposal.tokens, device, **kwargs)
+    n, nxt = accept_phase(logits, proposal, temperature, generator)
+    rollback(cache, committed + n)
+    drafter.accept(n, nxt)
+    return proposal.tokens[:n].tolist() + [nxt], proposal, verify_ms
+
+
+def target_step(model, cache, pending: torch.Tensor, *, temperature: float, generator: torch.Generator | None,
+                device="cpu", **kwargs) -> tuple[int, float]:
+    """One target-only step over ``pending`` [1, m] (the whole prompt first, then one token): (token, ms)."""
+    with timed(device) as t:
+        out = model(input_ids=pending, past_key_values=cache, use_cache=True, logits_to_keep=1, **kwargs)
+    return pick(out.logits[0, -1], temperature, generator)[0], t.ms
+
+
 # --------------------------------------------------------------------------- loops
 def _truncate(new_tokens: list[int], left: int, eos_token_id) -> tuple[list[int], bool]:
     """Cut at ``left`` tokens and after the first EOS; returns (tokens, stop?)."""
@@ -286,62 +324,67 @@ def speculative_decode(target, drafter: Drafter, request: Request, *, gamma: int
     _check_args(gamma, max_new_tokens, temperature, request)
     if gamma < 1:
         raise SpecsimError(f"gamma: expected an integer >= 1, got {gamma}")
-    model, cache, setup, pending = _start(target, request, device)
+    model, cache, setup, kwargs = _start(target, request, device)
     setup.update(drafter.prefill(request))
-    prompt_len = request.input_ids.shape[1]
+    pending = request.input_ids.to(model.device)  # [1, S]: the first block carries the prompt
     out: list[int] = []
     blocks: list[BlockRecord] = []
     done = False
     while not done:
         t0 = time.perf_counter()
         g = min(gamma, max_new_tokens - len(out) - 1)
-        proposal = drafter.propose(g, temperature=temperature, generator=generator) if g > 0 else _empty(model)
-        logits, verify_ms = verify_phase(model, cache, pending, proposal.tokens, device)
-        n, nxt = accept_phase(logits, proposal, temperature, generator)
-        rollback(cache, prompt_len + len(out) + n)
-        drafter.accept(n, nxt)
-        new, done = _truncate(proposal.tokens[:n].tolist() + [nxt], max_new_tokens - len(out), eos_token_id)
+        context = cache.get_seq_length()
+        kept, proposal, verify_ms = sd_block(model, cache, drafter, pending, g, temperature=temperature,
+                                             generator=generator, device=device, **kwargs)
+        kwargs = {}
+        new, done = _truncate(kept, max_new_tokens - len(out), eos_token_id)
         out.extend(new)
-        pending = out[-1]
-        blocks.append(BlockRecord(gamma=g, accepted=len(new) - 1, emitted=len(new), draft_ms=proposal.model_ms,
-                                  verify_ms=verify_ms, block_ms=(time.perf_counter() - t0) * 1e3))
-    return DecodeResult(tokens=tuple(out), prompt_tokens=prompt_len, gamma=gamma, method=drafter.method,
-                        setup_ms=setup, blocks=tuple(blocks), prompt_id=request.prompt_id)
+        blocks.append(BlockRecord(
+            gamma=g, accepted=len(new) - 1, emitted=len(new), draft_ms=proposal.model_ms, verify_ms=verify_ms,
+            block_ms=(time.perf_counter() - t0) * 1e3, target_context_tokens=context,
+            target_rows=pending.shape[1] + g, draft_context_tokens=proposal.context_tokens,
+            draft_first_rows=proposal.first_rows, draft_step_ms=proposal.step_ms))
+        pending = torch.tensor([[out[-1]]], dtype=torch.long, device=model.device)
+    return DecodeResult(tokens=tuple(out), prompt_tokens=request.input_ids.shape[1], gamma=gamma,
+                        method=drafter.method, setup_ms=setup, blocks=tuple(blocks), prompt_id=request.prompt_id)
 
 
 def _start(target, request: Request, device):
-    """(model, KV cache after the target prefill of prompt[:-1], set-up ms, pending last prompt token)."""
+    """(model, empty KV cache, set-up ms (the target's vision encoder), kwargs of the first target pass)."""
     model = unwrap(target)
-    cache = new_cache()
-    setup = prefill_stages(model, request, cache, device)
-    return model, cache, setup, int(request.input_ids[0, -1])
+    kwargs, setup = vision_phase(model, request, device)
+    return model, new_cache(), setup, kwargs
 
 
 def _empty(model) -> Proposal:
     from calibrate.drafting import Proposal
 
-    return Proposal(tokens=torch.zeros(0, dtype=torch.long, device=model.device), q_probs=None, model_ms=0.0)
+    return Proposal(tokens=torch.zeros(0, dtype=torch.long, device=model.device), q_probs=None, model_ms=0.0,
+                    first_rows=0)
 
 
 @torch.inference_mode()
 def target_decode(target, request: Request, *, max_new_tokens: int, temperature: float = 0.0,
                   generator: torch.Generator | None = None, eos_token_id=None, device="cpu") -> DecodeResult:
-    """Target-only decoding through the same prefill/forward/sampling as :func:`speculative_decode`."""
+    """Target-only decoding through the same forward and sampling as :func:`speculative_decode`: the
+    first step runs over the whole prompt (the prefill), every later step over one token."""
     _check_args(0, max_new_tokens, temperature, request)
-    model, cache, setup, pending = _start(target, request, device)
+    model, cache, setup, kwargs = _start(target, request, device)
+    pending = request.input_ids.to(model.device)
     out: list[int] = []
     blocks: list[BlockRecord] = []
     done = False
     while not done:
         t0 = time.perf_counter()
-        ids = torch.tensor([[pending]], dtype=torch.long, device=model.device)  # [1, 1]
-        with timed(device) as t:
-            logits = forward(model, ids, cache)
-        nxt, _ = pick(logits[-1], temperature, generator)
+        context = cache.get_seq_length()
+        nxt, ms = target_step(model, cache, pending, temperature=temperature, generator=generator, device=device,
+                              **kwargs)
+        kwargs = {}
         new, done = _truncate([nxt], max_new_tokens - len(out), eos_token_id)
         out.extend(new)
-        pending = nxt
-        blocks.append(BlockRecord(gamma=0, accepted=0, emitted=1, draft_ms=0.0, verify_ms=t.ms,
-                                  block_ms=(time.perf_counter() - t0) * 1e3))
+        blocks.append(BlockRecord(gamma=0, accepted=0, emitted=1, draft_ms=0.0, verify_ms=ms,
+                                  block_ms=(time.perf_counter() - t0) * 1e3, target_context_tokens=context,
+                                  target_rows=pending.shape[1]))
+        pending = torch.tensor([[nxt]], dtype=torch.long, device=model.device)
     return DecodeResult(tokens=tuple(out), prompt_tokens=request.input_ids.shape[1], gamma=0, method="target",
                         setup_ms=setup, blocks=tuple(blocks), prompt_id=request.prompt_id)

@@ -1,22 +1,23 @@
-"""Latency sweeps of a draft/target pair -> :class:`specsim.profile.LatencySection` (all times in ms).
+"""Latency calibration of a draft/target pair -> :class:`specsim.profile.LatencySection` (all times in ms).
 
-What is measured (every point with :func:`calibrate.timing.measure`, greedy, KV cache in use):
+What is measured (one timing primitive, :mod:`calibrate.timing`; greedy; KV caches in use):
 
-- Tp(L), Tq(L): one forward over 1 new position on a KV cache of L context positions, batch 1.
-- Tv(γ): one target forward over the γ+1 new positions verification needs (positions L..L+γ: the
-  pending last token plus γ drafts) on a cache of L = ``verify_context_tokens``, logits at every
-  new position, exactly as the engine verifies; γ = 1..8 by default.
-- Tq at batch b = 1..4 (in-batch ensembles) on a cache of ``verify_context_tokens``.
-- Prefill(L): one forward over L prompt positions with an empty cache (last logits only). For VLMs
-  the L positions include the visual tokens (defaults cover 1 to 5 images); the vision encoder is
-  timed apart: one image through vision tower + projector (``vision_encoder_ms_per_image``).
-- Captioner ms per image: image prompt + ``caption_tokens`` greedy tokens (when a captioner is given).
+- the forward-cost model (:mod:`specsim.costmodel`, swept by :mod:`calibrate.costgrid`): at each context
+  of the plan, the engine's own target-only steps and speculative blocks for every γ and draft batch,
+  round-robin, so each pass is timed after what precedes it in a real run; plus the engine's overhead
+  per block outside the models;
+- prefill: the first pass of a request over its whole prompt (context 0), target at batch 1 and draft
+  at every draft batch, over the plan's prompt lengths (the engine fuses it with the first block);
+- the vision encoder (one image through vision tower + projector) of target and draft, and the
+  captioner (image prompt + ``caption_tokens`` greedy tokens) when there is one;
+- a sentinel (target-only steps at the first context) timed at the start and again at the end: if
+  it moved by more than the threshold, the host was contended and the profile and the screen say so.
 
-Tp and Tv(γ) on the verify context are timed round-robin (one call of each per round), and so
-are the draft batch sizes, so a drifting machine load biases their ratios v(γ) and Tq(b)/Tq(1) less.
-KV caches are filled with random keys/values of the real shapes (see ``models.random_kv_cache``):
-latency does not depend on the values, and long contexts then cost no prefill. Results are saved
-after every unit in ``<out>.partial`` (atomically), so an interrupted run resumes there.
+The 1-D tables of schema 1 (Tp and Tq by context, Tv(γ) at the verify context, prefill, Tq by draft
+batch) are written too, read off the grid. KV caches hold random keys/values of the real shapes
+(:func:`calibrate.models.random_kv_cache`): latency does not depend on the values, and long contexts
+then cost no prefill. Results are saved after every unit in ``<out>.partial`` (atomically), so an
+interrupted run resumes there.
 """
 
 from __future__ import annotations
@@ -27,20 +28,14 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from calibrate import models as M
+from calibrate.costgrid import SENTINEL_END, SENTINEL_START, grid_key, sweep_context
+from calibrate.latency_section import latency_section, measurement_provenance, save_latency_profile
 from calibrate.timing import Timing, measure_interleaved
 from specsim.errors import SpecsimError, warn
 from specsim.jsonio import read_json
-from specsim.profile import (
-    Curve,
-    LatencySection,
-    Profile,
-    Provenance,
-    load_profile,
-    save_profile,
-    write_json_atomic,
-)
+from specsim.profile import write_json_atomic
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # of the plan and of the partial file
 PARTIAL_SUFFIX = ".partial"  # not ".json": profile folders are scanned for *.json
 Runner = Callable[[list, dict, "LatencyPlan"], dict]
 
@@ -52,15 +47,21 @@ def _show(value) -> str:
 
 @dataclass(frozen=True)
 class LatencyPlan:
-    """What to measure (tokens, γ, batch sizes) and how hard (repeats, target CI half-width)."""
+    """What to measure (contexts, γ, draft batch sizes, prompt lengths) and how hard (rounds, target CI).
+
+    ``warmup``/``min_repeats``/``max_repeats`` count rounds of the engine-shaped sweep at each context
+    (every γ × batch block plus target-only steps per round); ``max_seconds_per_point`` caps one
+    context's sweep; ``ensemble`` (default: for VLM targets) times the in-batch ensemble drafter even at
+    batch 1, as the multimodal methods run it.
+    """
 
     contexts_tokens: tuple[int, ...] = (64, 256, 1024)
     verify_context_tokens: int = 256
     gammas: tuple[int, ...] = (1, 2, 3, 4, 5, 6, 7, 8)
-    batch_sizes: tuple[int, ...] = (1, 2, 3, 4)
+    batch_sizes: tuple[int, ...] = (1,)
     prefill_tokens: tuple[int, ...] = (16, 64, 256)
     vision: bool = True
-    warmup: int = 2
+    warmup: int = 1
     min_repeats: int = 5
     max_repeats: int = 30
     prefill_warmup: int = 1
@@ -70,6 +71,8 @@ class LatencyPlan:
     max_seconds_per_point: float | None = None
     caption_tokens: int = 32
     seed: int = 0
+    ensemble: bool | None = None
+    sentinel_steps: int = 5
     schema_version: int = SCHEMA_VERSION
 
     def __post_init__(self) -> None:
@@ -79,15 +82,17 @@ class LatencyPlan:
                 raise SpecsimError(f"{name}: expected a non-empty list of integers >= 1, got {_show(list(values))}")
             object.__setattr__(self, name, tuple(sorted(set(values))))
         for name in ("verify_context_tokens", "min_repeats", "max_repeats", "prefill_min_repeats",
-                     "prefill_max_repeats", "caption_tokens"):
+                     "prefill_max_repeats", "caption_tokens", "sentinel_steps"):
             if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
                 raise SpecsimError(f"{name}: expected an integer >= 1, got {_show(getattr(self, name))}")
         if self.max_repeats < self.min_repeats or self.prefill_max_repeats < self.prefill_min_repeats:
             raise SpecsimError(f"repeats: expected max >= min, got min {self.min_repeats} and max {self.max_repeats}")
         if not 0 < self.target_rel_halfwidth < 1:
             raise SpecsimError(f"target_rel_halfwidth: expected a fraction in (0, 1), got {self.target_rel_halfwidth}")
-        if self.verify_context_tokens not in self.contexts_tokens:  # v(γ) = Tv/Tp needs Tp at this context
+        if self.verify_context_tokens not in self.contexts_tokens:  # the 1-D Tv(γ) table is read at this context
             object.__setattr__(self, "contexts_tokens", tuple(sorted({*self.contexts_tokens, self.verify_context_tokens})))
+        if 1 not in self.batch_sizes:  # every method's draft runs batch 1 at least in the 1-D tables
+            object.__setattr__(self, "batch_sizes", (1, *self.batch_sizes))
 
     def to_json(self) -> dict:
         return {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items()}
@@ -101,7 +106,8 @@ class LatencyPlan:
 
 
 def default_plan(target: M.LoadedModel, **overrides) -> LatencyPlan:
-    """A plan fitted to the model kind: VLM contexts/prefills cover 0 to 5 images' visual tokens.
+    """A plan fitted to the model kind: VLM contexts/prefills cover 0 to 5 images' visual tokens and the
+    draft batch sizes of the in-batch ensembles (1..4).
 
     Prefill also starts at 16 tokens: text-only and caption drafting prefill the prompt without its
     visual tokens, often shorter than 64, and end-to-end latency does not extrapolate measured tables.
@@ -110,95 +116,96 @@ def default_plan(target: M.LoadedModel, **overrides) -> LatencyPlan:
         img = M.image_token_count(target.model.config)
         text = 64
         base = {"contexts_tokens": (text, img + text, 5 * img + text), "verify_context_tokens": img + text,
-                "prefill_tokens": (16,) + tuple(k * img + text for k in range(0, 6))}
+                "prefill_tokens": (16,) + tuple(k * img + text for k in range(0, 6)), "batch_sizes": (1, 2, 3, 4)}
     else:
         base = {}
     return LatencyPlan(**{**base, **{k: v for k, v in overrides.items() if v is not None}})
 
 
+def workload_plan(prompt_tokens, draft_prompt_tokens, new_tokens: int, gammas, **overrides) -> dict:
+    """Plan fields sized to a workload: contexts from the shortest prompt to the longest prompt + N
+    (a third point when the span is long), prefill lengths from the shortest draft or target prompt to
+    the longest prompt + γmax (the first block's fused pass), the verify context mid-way."""
+    lo = max(1, min(min(prompt_tokens), min(draft_prompt_tokens)) - 2)
+    hi = max(prompt_tokens) + new_tokens
+    contexts = (lo, hi) if hi - lo <= 256 else (lo, (lo + hi) // 2, hi)
+    first = max(prompt_tokens) + max(gammas)
+    prefill = tuple(sorted({max(1, min(min(prompt_tokens), min(draft_prompt_tokens))), (lo + first) // 2, first}))
+    mid = min(contexts, key=lambda c: abs(c - (lo + hi) / 2))
+    return {"contexts_tokens": contexts, "verify_context_tokens": mid, "prefill_tokens": prefill,
+            "gammas": tuple(gammas)} | overrides
+
+
 # --------------------------------------------------------------------------- tasks
 @dataclass(frozen=True)
 class Task:
-    """One measured point; ``key`` names it in the partial file, ``weight`` is its rough relative cost."""
+    """One unit of measurement; ``key`` names it in the partial file, ``weight`` is its rough relative cost.
+
+    ``what``: "sweep" (engine-shaped cycles at ``context_tokens``, many grid points), "sentinel" (target-
+    only steps at the first context, at the start and at the end), "prefill" (``new_tokens`` prompt rows
+    at ``batch``), "vision" or "caption"."""
 
     key: str
-    role: str      # "target" | "draft" | "captioner"
-    what: str      # "forward" | "prefill" | "vision" | "caption"
+    role: str      # "pair" | "target" | "draft" | "captioner"
+    what: str
     batch: int = 1
     context_tokens: int = 0
     new_tokens: int = 1
     weight: float = 1.0
 
 
-def _forward_key(role: str, batch: int, context: int, new: int) -> str:
-    return f"{role}.forward.b={batch}.ctx={context}.new={new}"
-
-
 def plan_tasks(plan: LatencyPlan, models: dict[str, M.LoadedModel]) -> list[Task]:
-    """The de-duplicated points to measure: Tq at batch 1 on the verify context is the Tq(context) point."""
+    """The units to measure, in order: the start sentinel, one sweep per context, prefills, vision,
+    captioner, the end sentinel."""
     sizes = {role: M.param_count(m) / 1e9 for role, m in models.items()}
-    reps = plan.warmup + plan.min_repeats
+    rounds = plan.warmup + plan.min_repeats
     preps = plan.prefill_warmup + plan.prefill_min_repeats
-    tasks: dict[str, Task] = {}
-
-    def fwd(role: str, b: int, ctx: int, new: int) -> None:
-        w = sizes[role] * max(1.0, b * new / 8) * reps
-        tasks.setdefault(_forward_key(role, b, ctx, new), Task(_forward_key(role, b, ctx, new), role, "forward",
-                                                             b, ctx, new, w))
-
-    for role in ("target", "draft"):
-        for ctx in plan.contexts_tokens:
-            fwd(role, 1, ctx, 1)
-    for g in plan.gammas:
-        fwd("target", 1, plan.verify_context_tokens, g + 1)
-    for b in plan.batch_sizes:
-        fwd("draft", b, plan.verify_context_tokens, 1)
-    for role in ("target", "draft"):
-        for n in plan.prefill_tokens:
-            key = f"{role}.prefill.tokens={n}"
-            tasks[key] = Task(key, role, "prefill", 1, 0, n, sizes[role] * max(1.0, n / 8) * preps)
+    block = sum(sizes["draft"] * g * b + sizes["target"] * (1 + g / 8) for g in plan.gammas for b in plan.batch_sizes)
+    sentinel = sizes["target"] * plan.sentinel_steps
+    tasks = [Task(SENTINEL_START, "target", "sentinel", 1, plan.contexts_tokens[0], 1, sentinel)]
+    tasks += [Task(f"sweep.c={c}", "pair", "sweep", 1, c, 1, block * rounds) for c in plan.contexts_tokens]
+    for n in plan.prefill_tokens:
+        tasks.append(Task(grid_key("target_prefill", n, 0, 1), "target", "prefill", 1, 0, n,
+                          sizes["target"] * max(1.0, n / 8) * preps))
+        for b in plan.batch_sizes:
+            tasks.append(Task(grid_key("draft_prefill", n, 0, b), "draft", "prefill", b, 0, n,
+                              sizes["draft"] * max(1.0, b * n / 8) * preps))
     for role in ("target", "draft"):
         if plan.vision and models[role].kind == "vlm" and hasattr(models[role].model, "get_image_features"):
             key = f"{role}.vision.images=1"
-            tasks[key] = Task(key, role, "vision", 1, 0, M.image_token_count(models[role].model.config),
-                              sizes[role] * 8 * preps)
+            tasks.append(Task(key, role, "vision", 1, 0, M.image_token_count(models[role].model.config),
+                              sizes[role] * 8 * preps))
     if "captioner" in models:
         key = f"captioner.caption.tokens={plan.caption_tokens}"
-        tasks[key] = Task(key, "captioner", "caption", 1, 0, plan.caption_tokens,
-                          sizes["captioner"] * (plan.caption_tokens + 64) * preps)
-    return list(tasks.values())
+        tasks.append(Task(key, "captioner", "caption", 1, 0, plan.caption_tokens,
+                          sizes["captioner"] * (plan.caption_tokens + 64) * preps))
+    tasks.append(Task(SENTINEL_END, "target", "sentinel", 1, plan.contexts_tokens[0], 1, sentinel))
+    return tasks
 
 
-def _task_fn(task: Task, m: M.LoadedModel, plan: LatencyPlan, generator) -> tuple[Callable, Callable | None]:
-    """(fn, setup) for one task; ``setup`` restores the state ``fn`` changes (untimed)."""
+def _task_fn(task: Task, m: M.LoadedModel, plan: LatencyPlan, generator) -> Callable:
+    """The timed call of a prefill, vision or caption task."""
     model = m.model
-    if task.what == "forward":
-        cache = M.random_kv_cache(m, task.batch, task.context_tokens, generator)
-        ids = M.random_input_ids(m, task.batch, task.new_tokens, generator)
-        # input_ids: [B, new]; the cache grows to ctx+new, and setup crops it back to ctx.
-        kw = _batch_mask_kwargs(task, model.device) if task.batch > 1 else {}
-        return (lambda: model(input_ids=ids, past_key_values=cache, use_cache=True, **kw),
-                lambda: M.crop_cache(cache, task.context_tokens))
     if task.what == "prefill":
-        ids = M.random_input_ids(m, 1, task.new_tokens, generator)
-        return lambda: model(input_ids=ids, use_cache=True, logits_to_keep=1), None
+        ids = M.random_input_ids(m, task.batch, task.new_tokens, generator)
+        kw = _padded_mask_kwargs(task.batch, task.new_tokens, model.device) if task.batch > 1 else {}
+        return lambda: model(input_ids=ids, use_cache=True, logits_to_keep=1, **kw)
     if task.what == "vision":
         pixels = M.random_pixel_values(m, 1, generator)
-        return lambda: model.get_image_features(pixel_values=pixels), None
+        return lambda: model.get_image_features(pixel_values=pixels)
     if task.what == "caption":
-        return _caption_fn(m, plan.caption_tokens, generator), None
+        return _caption_fn(m, plan.caption_tokens, generator)
     raise SpecsimError(f"unknown task kind {task.what!r}")
 
 
-def _batch_mask_kwargs(task: Task, device) -> dict:
-    """Attention mask and position ids of an in-batch ensemble step: rows after the first start with a pad
-    column (left padding), so the timed call takes the same padded-mask path as the ensemble drafter."""
+def _padded_mask_kwargs(batch: int, tokens: int, device) -> dict:
+    """Attention mask and position ids of an in-batch ensemble's first pass: rows after the first start
+    with a pad column (left padding), so the timed call takes the ensemble drafter's padded-mask path."""
     import torch
 
-    mask = torch.ones(task.batch, task.context_tokens + task.new_tokens, dtype=torch.long, device=device)
+    mask = torch.ones(batch, tokens, dtype=torch.long, device=device)
     mask[1:, 0] = 0
-    pos = mask.sum(1, keepdim=True) - task.new_tokens + torch.arange(task.new_tokens, device=device)
-    return {"attention_mask": mask, "position_ids": pos}
+    return {"attention_mask": mask, "position_ids": (mask.cumsum(1) - 1).clamp(min=0)}
 
 
 def _caption_fn(m: M.LoadedModel, tokens: int, generator) -> Callable:
@@ -217,43 +224,39 @@ def _caption_fn(m: M.LoadedModel, tokens: int, generator) -> Callable:
                                     max_new_tokens=tokens, min_new_tokens=tokens, pad_token_id=0)
 
 
+def _ensemble(plan: LatencyPlan, models: dict[str, M.LoadedModel]) -> bool:
+    return models["target"].kind == "vlm" if plan.ensemble is None else plan.ensemble
+
+
 def run_tasks(tasks: list[Task], models: dict[str, M.LoadedModel], plan: LatencyPlan) -> dict[str, Timing]:
-    """Measure a unit of tasks (one, or a group on one model) round-robin with the plan's settings."""
+    """Measure one unit: a sweep (returns every grid and overhead point at its context, plus the unit's
+    own key), a sentinel, or one prefill/vision/caption point."""
     import torch
 
-    m = models[tasks[0].role]
-    cheap = all(t.what == "forward" for t in tasks)
+    (task,) = tasks
+    generator = torch.Generator().manual_seed(plan.seed + sum(map(ord, task.key)))
+    if task.what in ("sweep", "sentinel"):
+        sentinel = task.what == "sentinel"
+        out = sweep_context(models, task.context_tokens, gammas=() if sentinel else plan.gammas,
+                            batch_sizes=() if sentinel else plan.batch_sizes, ensemble=_ensemble(plan, models),
+                            warmup=plan.warmup, min_rounds=plan.sentinel_steps if sentinel else plan.min_repeats,
+                            max_rounds=plan.sentinel_steps if sentinel else plan.max_repeats,
+                            target_rel_halfwidth=plan.target_rel_halfwidth,
+                            max_seconds=plan.max_seconds_per_point, generator=generator)
+        decode = out[grid_key("target_decode", 1, task.context_tokens, 1)]
+        return {task.key: decode} if sentinel else out | {task.key: decode}
+    m = models[task.role]
     with torch.inference_mode():
-        calls = {}
-        for task in tasks:
-            generator = torch.Generator().manual_seed(plan.seed + sum(map(ord, task.key)))
-            calls[task.key] = _task_fn(task, models[task.role], plan, generator)
-        return measure_interleaved(calls, device=m.device, target_rel_halfwidth=plan.target_rel_halfwidth,
-                                   warmup=plan.warmup if cheap else plan.prefill_warmup,
-                                   min_repeats=plan.min_repeats if cheap else plan.prefill_min_repeats,
-                                   max_repeats=plan.max_repeats if cheap else plan.prefill_max_repeats,
+        call = _task_fn(task, m, plan, generator)
+        return measure_interleaved({task.key: (call, None)}, device=m.device,
+                                   target_rel_halfwidth=plan.target_rel_halfwidth, warmup=plan.prefill_warmup,
+                                   min_repeats=plan.prefill_min_repeats, max_repeats=plan.prefill_max_repeats,
                                    max_seconds=plan.max_seconds_per_point)
 
 
-def run_task(task: Task, models: dict[str, M.LoadedModel], plan: LatencyPlan) -> Timing:
-    """Measure one task alone."""
-    return run_tasks([task], models, plan)[task.key]
-
-
-def plan_units(tasks: list[Task], plan: LatencyPlan) -> list[list[Task]]:
-    """Tasks measured together (interleaved): per model, the forwards on the verify context, i.e.
-    Tp with Tv(γ) for all γ (their ratio is v(γ)), and Tq with the draft batch sizes."""
-    units: list[list[Task]] = []
-    groups: dict[str, list[Task]] = {}
-    for task in tasks:
-        if task.what == "forward" and task.context_tokens == plan.verify_context_tokens:
-            if task.role not in groups:
-                groups[task.role] = []
-                units.append(groups[task.role])
-            groups[task.role].append(task)
-        else:
-            units.append([task])
-    return units
+def run_task(task: Task, models: dict[str, M.LoadedModel], plan: LatencyPlan) -> dict[str, Timing]:
+    """Measure one task alone (all the keys it yields)."""
+    return run_tasks([task], models, plan)
 
 
 # --------------------------------------------------------------------------- partial state
@@ -331,7 +334,7 @@ def measure_latency(models: dict[str, M.LoadedModel], plan: LatencyPlan, *, part
     if partial is not None and not resume:
         partial.unlink(missing_ok=True)
     state = load_partial(partial, identity) if partial is not None else PartialState(identity)
-    units = plan_units([t for t in tasks if t.key not in state.timings], plan)
+    units = [[t] for t in tasks if t.key not in state.timings]
     done = [t for t in tasks if t.key in state.timings]
     bar = _progress_bar(sum(t.weight for t in tasks), sum(t.weight for t in done), len(done), progress)
     try:
@@ -344,7 +347,7 @@ def measure_latency(models: dict[str, M.LoadedModel], plan: LatencyPlan, *, part
             bar.update(sum(t.weight for t in unit))
     finally:
         bar.close()
-    return {t.key: state.timings[t.key] for t in tasks}
+    return dict(state.timings)
 
 
 def _progress_bar(total: float, done: float, done_points: int, progress: bool):
@@ -356,106 +359,6 @@ def _progress_bar(total: float, done: float, done_points: int, progress: bool):
                 bar_format="{desc}: {percentage:3.0f}%|{bar}| [{elapsed} elapsed, ~{remaining} left]{postfix}")
 
 
-def _curve(points: list[tuple[float, Timing]]) -> Curve:
-    points = sorted(points, key=lambda p: p[0])
-    return Curve(x=tuple(float(x) for x, _ in points), ms=tuple(t.median_ms for _, t in points),
-                 halfwidth_ms=tuple(t.halfwidth_ms for _, t in points), n=tuple(t.n for _, t in points))
-
-
-def latency_section(timings: dict[str, Timing], plan: LatencyPlan, provenance=None) -> LatencySection:
-    """Assemble the measured timings into a LatencySection (curves of medians with half-widths)."""
-    v = plan.verify_context_tokens
-
-    def get(key: str) -> Timing | None:
-        return timings.get(key)
-
-    def curve(pairs: list[tuple[float, str]]) -> Curve | None:
-        pts = [(x, get(k)) for x, k in pairs if get(k) is not None]
-        return _curve(pts) if pts else None
-
-    vision = {role: get(f"{role}.vision.images=1") for role in ("target", "draft")}
-    caption = get(f"captioner.caption.tokens={plan.caption_tokens}")
-    return LatencySection(
-        target_decode_ms_by_context=curve([(c, _forward_key("target", 1, c, 1)) for c in plan.contexts_tokens]),
-        draft_decode_ms_by_context=curve([(c, _forward_key("draft", 1, c, 1)) for c in plan.contexts_tokens]),
-        target_verify_ms_by_gamma=curve([(g, _forward_key("target", 1, v, g + 1)) for g in plan.gammas]),
-        target_prefill_ms_by_tokens=curve([(n, f"target.prefill.tokens={n}") for n in plan.prefill_tokens]),
-        draft_prefill_ms_by_tokens=curve([(n, f"draft.prefill.tokens={n}") for n in plan.prefill_tokens]),
-        draft_decode_ms_by_batch=curve([(b, _forward_key("draft", b, v, 1)) for b in plan.batch_sizes]),
-        verify_context_tokens=v,
-        vision_encoder_ms_per_image=None if vision["target"] is None else vision["target"].median_ms,
-        draft_vision_encoder_ms_per_image=None if vision["draft"] is None else vision["draft"].median_ms,
-        captioner_ms_per_image=None if caption is None else caption.median_ms,
-        provenance=provenance,
-    )
-
-
-def worst_rel_halfwidth(timings: dict[str, Timing]) -> tuple[str, float]:
-    """(key, half-width / median) of the least precise point."""
-    key = max(timings, key=lambda k: timings[k].rel_halfwidth)
-    return key, timings[key].rel_halfwidth
-
-
-# --------------------------------------------------------------------------- provenance and output
-def device_name(device: str) -> str:
-    """Human-readable device: the GPU name, or the CPU model name with its logical CPU count."""
-    import os
-    import platform
-
-    import torch
-
-    if device.startswith("cuda"):
-        return torch.cuda.get_device_name(torch.device(device))
-    name = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as fh:
-            name = next((ln.split(":", 1)[1].strip() for ln in fh if ln.startswith("model name")), name)
-    except OSError:
-        pass
-    return f"cpu: {name} ({os.cpu_count()} logical CPUs)"
-
-
-def measurement_provenance(models: dict[str, M.LoadedModel], *, notes: str = "") -> Provenance:
-    """Provenance of a latency run: device, dtype, threads, software versions, real/random weights."""
-    import datetime
-    import platform
-
-    import torch
-    import transformers
-
-    import specsim
-
-    target, draft = models["target"], models["draft"]
-    weights = {m.weights for m in models.values()}
-    mixed = "" if len(weights) == 1 else "weights: " + ", ".join(f"{r} {m.weights}" for r, m in models.items())
-    captioner = f"captioner: {models['captioner'].name}" if "captioner" in models else ""
-    return Provenance(
-        target=target.name, draft=draft.name, device=device_name(target.device), dtype=target.dtype,
-        date=datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d"), source="measured",
-        software={"torch": torch.__version__, "transformers": transformers.__version__,
-                  "python": platform.python_version(), "specsim": specsim.__version__},
-        weights="random" if "random" in weights else "real", threads=torch.get_num_threads(),
-        notes="; ".join(x for x in (mixed, captioner, notes) if x))
-
-
-def save_latency_profile(out: str | Path, section: LatencySection, provenance: Provenance, *, name: str = "",
-                         description: str = "") -> Path:
-    """Write ``section`` into the profile at ``out``: a new profile, or the latency of an existing one
-    (its acceptance and checks are kept; a warning is printed if its models differ)."""
-    from dataclasses import replace
-
-    out = Path(out)
-    if out.is_file():
-        profile = load_profile(str(out))
-        if (profile.provenance.target, profile.provenance.draft) != (provenance.target, provenance.draft):
-            print(f"note: {out} was for target {profile.provenance.target!r} / draft {profile.provenance.draft!r}; "
-                  f"its latency section now comes from {provenance.target!r} / {provenance.draft!r}", file=sys.stderr)
-        profile = replace(profile, latency=section)
-    else:
-        profile = Profile(provenance=provenance, latency=section, name=name or out.stem, description=description)
-    return save_profile(profile, out)
-
-
 def calibrate_latency(models: dict[str, M.LoadedModel], plan: LatencyPlan, out: str | Path, *, resume: bool = True,
                       progress: bool = True, name: str = "", description: str = "", notes: str = "",
                       runner: Runner | None = None) -> tuple[Path, dict[str, Timing]]:
@@ -464,6 +367,9 @@ def calibrate_latency(models: dict[str, M.LoadedModel], plan: LatencyPlan, out: 
     timings = measure_latency(models, plan, partial=part, resume=resume, progress=progress, runner=runner)
     provenance = measurement_provenance(models, notes=notes)
     section = latency_section(timings, plan, provenance)
+    check = section.cost_model.host_check
+    if check is not None and check.contended and progress is not None:
+        print(f"warning: {check.note}", file=sys.stderr)
     path = save_latency_profile(out, section, provenance, name=name, description=description)
     part.unlink(missing_ok=True)
     return path, timings

@@ -19,6 +19,7 @@ flops_per_s     1e6 .. 1e19            peak FLOP/s
 bytes           1e6 .. 1e16            memory size (1 MB .. 10 PB)
 usd_per_hour    0 .. 1e6               price of a device-hour
 threads         1 .. 65536             CPU threads
+gpus            1 .. 1024              devices a model is split over (tensor parallel)
 size            1 .. 2**24             model config sizes (layers, hidden, heads, vocab, ...)
 repeats         1 .. 100000            timing repeats and warm-up calls per point
 seconds         1e-3 .. 1e6            time limits (s)
@@ -54,6 +55,7 @@ RANGES: dict[str, tuple[float, float]] = {
     "bytes": (1e6, 1e16),
     "usd_per_hour": (0, 1e6),
     "threads": (1, 65536),
+    "gpus": (1, 1024),
     "size": (1, 2**24),
     "repeats": (1, 100000),
     "seconds": (1e-3, 1e6),

@@ -19,6 +19,9 @@ from specsim.errors import SpecsimError, SpecsimWarning
 _PLUGINS = (
     "specsim.commands",
     "specsim.hardware.cli",
+    "specsim.hardware.cli_validate",
+    "specsim.cli_import",
+    "specsim.cli_recommend",
     "calibrate.cli_latency",
     "calibrate.cli_acceptance",
 )

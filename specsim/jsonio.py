@@ -1,4 +1,5 @@
-"""Reading and writing specsim's files safely: one JSON reader, atomic writers, output-path checks.
+"""Reading and writing specsim's files safely: one JSON reader, atomic writers, output-path checks,
+and the field validators every JSON contract uses.
 
 Every file specsim reads goes through :func:`read_json` (or :func:`read_text` for JSONL), and every
 file it writes through :func:`write_text_atomic` / :func:`write_json_atomic` /
@@ -30,6 +31,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from specsim.bounds import check_range
 from specsim.errors import SpecsimError
 
 MAX_FILE_BYTES = 1 << 30  # 1 GiB: far above any profile with traces; bounds memory on a wrong path
@@ -131,7 +133,7 @@ def _refuse_constant(name: str):
     raise _Refused(f"{name} is not a JSON number (expected finite numbers)")
 
 
-def _scan(value: Any) -> str | None:
+def _scan(value: Any, allow_nan: bool = False) -> str | None:
     """The first problem json.loads lets through: nesting over MAX_DEPTH, a float that overflowed to
     inf (a literal like 1e400), an integer outside int64. Iterative, so deep input cannot overflow."""
     stack = [([value], 0)]
@@ -143,7 +145,7 @@ def _scan(value: Any) -> str | None:
             t = type(c)
             if t is dict or t is list:
                 stack.append((c, d + 1))
-            elif t is float and not math.isfinite(c):
+            elif t is float and not allow_nan and not math.isfinite(c):
                 return "a number is outside a float's range (a literal like 1e400?)"
             elif t is int and not -_INT64_MAX <= c <= _INT64_MAX:
                 digits = len(str(abs(c)))
@@ -151,10 +153,15 @@ def _scan(value: Any) -> str | None:
     return None
 
 
-def parse_json(text: str, where: str) -> Any:
-    """Strict JSON (see the module docstring); ``where`` names the source in errors."""
+def parse_json(text: str, where: str, *, allow_nan: bool = False) -> Any:
+    """Strict JSON (see the module docstring); ``where`` names the source in errors.
+
+    ``allow_nan`` lets NaN/Infinity through, for other tools' dumps (vLLM's ``get_metrics`` writes
+    NaN for idle gauges) whose readers check every value they use.
+    """
+    constant = float if allow_nan else _refuse_constant
     try:
-        value = json.loads(text, object_pairs_hook=_no_duplicates, parse_constant=_refuse_constant)
+        value = json.loads(text, object_pairs_hook=_no_duplicates, parse_constant=constant)
     except json.JSONDecodeError as err:
         raise SpecsimError(f"{where} is not valid JSON (line {err.lineno}, column {err.colno}: {err.msg}); "
                            "truncated or malformed file?") from None
@@ -164,7 +171,7 @@ def parse_json(text: str, where: str) -> Any:
         raise SpecsimError(f"{where}: JSON nested too deeply (expected at most {MAX_DEPTH} levels)") from None
     except ValueError:  # an integer literal beyond Python's digit limit for str -> int
         raise SpecsimError(f"{where}: an integer is too large (expected at most 2**63-1 in magnitude)") from None
-    problem = _scan(value)
+    problem = _scan(value, allow_nan)
     if problem:
         raise SpecsimError(f"{where}: {problem}")
     return value
@@ -282,3 +289,69 @@ def write_text_atomic(path: str | os.PathLike, text: str) -> Path:
 def write_json_atomic(path: str | os.PathLike, data: Any) -> Path:
     """Write ``data`` as strict JSON (indent 1) atomically; NaN/Infinity are refused, never written."""
     return write_text_atomic(path, dumps_json(data) + "\n")
+# --------------------------------------------------------------------------- field validators
+# Shared by every JSON contract (profiles, cost models, devices): each names the field and the bad value.
+def show(value: Any) -> str:
+    """A short rendering of a bad value for an error message (at most 60 characters)."""
+    text = json.dumps(value) if not isinstance(value, str) else repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def field_req(d: Any, key: str, where: str) -> Any:
+    """``d[key]``; SpecsimError when ``d`` is not an object or the key is missing."""
+    if not isinstance(d, dict):
+        raise SpecsimError(f"{where}: expected an object, got {show(d)}")
+    if key not in d:
+        raise SpecsimError(f"{where}.{key}: missing")
+    return d[key]
+
+
+def field_num(value: Any, where: str, *, lo: float | None = None, hi: float | None = None,
+              lo_open: bool = False, unit: str | None = None, zero_ok: bool = False) -> float:
+    """A finite number within [lo, hi] (lo excluded when ``lo_open``) and, when ``unit`` is given,
+    within that unit's plausible range (:mod:`specsim.bounds`; 0 also allowed when ``zero_ok``)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise SpecsimError(f"{where}: expected a finite number, got {show(value)}")
+    if unit is not None:
+        check_range(value, unit, where, zero_ok=zero_ok)
+    if lo is not None and (value < lo or (lo_open and value == lo)):
+        raise SpecsimError(f"{where}: expected {'>' if lo_open else '>='} {lo}, got {show(value)}")
+    if hi is not None and value > hi:
+        raise SpecsimError(f"{where}: expected <= {hi}, got {show(value)}")
+    return float(value)
+
+
+def field_int(value: Any, where: str, *, lo: int | None = None, unit: str | None = None) -> int:
+    """An integer (not a bool) >= lo and, when ``unit`` is given, within its range (:mod:`specsim.bounds`)."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise SpecsimError(f"{where}: expected an integer, got {show(value)}")
+    if lo is not None and value < lo:
+        raise SpecsimError(f"{where}: expected an integer >= {lo}, got {show(value)}")
+    if unit is not None:
+        check_range(value, unit, where)
+    return value
+
+
+def field_str(value: Any, where: str, *, allow_empty: bool = False) -> str:
+    """A (non-empty unless ``allow_empty``) string."""
+    if not isinstance(value, str) or (not allow_empty and not value.strip()):
+        raise SpecsimError(f"{where}: expected a non-empty string, got {show(value)}")
+    return value
+
+
+def field_list(value: Any, where: str, *, nonempty: bool = True) -> list:
+    """A (non-empty) JSON list."""
+    if not isinstance(value, list) or (nonempty and not value):
+        raise SpecsimError(f"{where}: expected a {'non-empty ' if nonempty else ''}list, got {show(value)}")
+    return value
+
+
+def field_opt(d: dict, key: str, parse, where: str):
+    """``parse(d[key], where.key)``, or None when the key is absent or null."""
+    value = d.get(key)
+    return None if value is None else parse(value, f"{where}.{key}")
+
+
+def drop_none(d: dict) -> dict:
+    """``d`` without its None values (optional fields are omitted from JSON)."""
+    return {k: v for k, v in d.items() if v is not None}

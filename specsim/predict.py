@@ -1,10 +1,11 @@
 """Profile + method + γ -> predicted τ and decode-phase speedup τ / (γ·c + v(γ)) (seed 003, Eq. 2).
 
 τ comes from the most direct evidence the profile holds: greedy traces replayed at γ (exact),
-else τ or the histogram measured at this γ, else an i.i.d. extrapolation through α(τ) from the
-measured γ — always flagged. c and v come from measured latency tables; when a profile only knows
-γ·c + v at one γ (a published speedup table), other γ are reported as not computable. The textbook
-assumption v = 1 is used only when ``textbook=True``.
+else τ or the histogram measured at this γ, or (an entry recorded as a histogram at K, no separate
+τ, e.g. imported engine counters) the survival read off it for γ ≤ K (exact), else an i.i.d.
+extrapolation through α(τ) from the measured γ — always flagged. c and v come from measured
+latency tables; when a profile only knows γ·c + v at one γ (a published speedup table), other γ
+are reported as not computable. The textbook assumption v = 1 is used only when ``textbook=True``.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from dataclasses import asdict, dataclass
 from specsim import latency as lat
 from specsim.errors import SpecsimError
 from specsim.profile import LatencySection, MethodAcceptance, Profile
-from specsim.theory import alpha_from_tau, tau_from_histogram, tau_iid
+from specsim.theory import alpha_from_tau, tau_from_histogram, tau_from_histogram_at, tau_iid
 
 
 @dataclass(frozen=True)
@@ -49,12 +50,16 @@ def tau_at(entry: MethodAcceptance, gamma: int) -> tuple[float, bool]:
 
 
 def tau_with_source(entry: MethodAcceptance, gamma: int) -> tuple[float, str]:
-    """(τ at γ, where it came from: 'replay', 'measured', 'histogram' or 'iid from gamma=K')."""
+    """(τ at γ, where it came from: 'replay', 'measured', 'histogram[ at gamma=K]' or 'iid from gamma=K')."""
     gamma = _check_gamma(gamma)
     if any(t.match is not None for t in entry.traces):
         from specsim.replay import replay_traces_tau  # numpy only; imported here to keep start-up light
 
         return float(replay_traces_tau(entry.traces, gamma)), "replay"
+    if entry.tau is None and entry.accepted_histogram is not None and gamma <= entry.gamma:
+        # The histogram at K is the record (e.g. imported engine counters): τ(γ ≤ K) = 1 + Σ_{i≤γ} a_i exactly.
+        source = "histogram" if gamma == entry.gamma else f"histogram at gamma={entry.gamma}"
+        return tau_from_histogram_at(entry.accepted_histogram, gamma), source
     measured = _measured_tau(entry)
     if measured is None:
         raise SpecsimError(f"method {entry.method!r} in scenario {entry.scenario!r}: only beta traces; "

@@ -10,82 +10,39 @@ value (ranges per unit from :mod:`specsim.bounds`). :func:`save_profile` writes 
 from __future__ import annotations
 
 import json
-import math
 import os
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from specsim.bounds import RANGES, check_range
+from specsim.costmodel import CostModel
 from specsim.errors import SpecsimError, warn
-from specsim.jsonio import (  # noqa: F401  (write_text_atomic: its old import path, kept)
+from specsim.jsonio import (  # noqa: F401  (write_json_atomic, write_text_atomic: their old import path, kept)
     check_keys,
     check_regular_file,
+    drop_none,
+    field_int,
+    field_list,
+    field_num,
+    field_opt,
+    field_req,
+    field_str,
     read_json,
+    show,
     write_json_atomic,
     write_text_atomic,
 )
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+# Schema 1: latency as 1-D tables only. Schema 2 adds ``latency.cost_model`` (forward cost over rows ×
+# context × batch, :mod:`specsim.costmodel`) and per-trace prompt lengths; schema-1 files still load.
+SCHEMA_VERSIONS = (1, 2)
 
 
-# --------------------------------------------------------------------------- validation helpers
-def _req(d: dict, key: str, where: str) -> Any:
-    if not isinstance(d, dict):
-        raise SpecsimError(f"{where}: expected an object, got {_show(d)}")
-    if key not in d:
-        raise SpecsimError(f"{where}.{key}: missing")
-    return d[key]
-
-
-def _show(value: Any) -> str:
-    text = json.dumps(value) if not isinstance(value, str) else repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
-
-
-def _num(value: Any, where: str, *, lo: float | None = None, hi: float | None = None,
-         lo_open: bool = False, unit: str | None = None, zero_ok: bool = False) -> float:
-    """A finite number within [lo, hi] and, when ``unit`` is given, within its plausible range."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise SpecsimError(f"{where}: expected a finite number, got {_show(value)}")
-    if unit is not None:
-        check_range(value, unit, where, zero_ok=zero_ok)
-    if lo is not None and (value < lo or (lo_open and value == lo)):
-        raise SpecsimError(f"{where}: expected {'>' if lo_open else '>='} {lo}, got {_show(value)}")
-    if hi is not None and value > hi:
-        raise SpecsimError(f"{where}: expected <= {hi}, got {_show(value)}")
-    return float(value)
-
-
-def _int(value: Any, where: str, *, lo: int | None = None, unit: str | None = None) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise SpecsimError(f"{where}: expected an integer, got {_show(value)}")
-    if lo is not None and value < lo:
-        raise SpecsimError(f"{where}: expected an integer >= {lo}, got {_show(value)}")
-    if unit is not None:
-        check_range(value, unit, where)
-    return value
-
-
-def _str(value: Any, where: str, *, allow_empty: bool = False) -> str:
-    if not isinstance(value, str) or (not allow_empty and not value.strip()):
-        raise SpecsimError(f"{where}: expected a non-empty string, got {_show(value)}")
-    return value
-
-
-def _list(value: Any, where: str, *, nonempty: bool = True) -> list:
-    if not isinstance(value, list) or (nonempty and not value):
-        raise SpecsimError(f"{where}: expected a {'non-empty ' if nonempty else ''}list, got {_show(value)}")
-    return value
-
-
-def _opt(d: dict, key: str, parse, where: str):
-    value = d.get(key)
-    return None if value is None else parse(value, f"{where}.{key}")
-
-
-def _drop_none(d: dict) -> dict:
-    return {k: v for k, v in d.items() if v is not None}
+# Field validators live in jsonio (one of each); the short private names keep this module readable.
+_req, _show, _num, _int, _str, _list, _opt, _drop_none = (
+    field_req, show, field_num, field_int, field_str, field_list, field_opt, drop_none)
 
 
 # --------------------------------------------------------------------------- provenance
@@ -228,6 +185,7 @@ class LatencySection:
     captioner_ms_per_image: float | None = None
     block_cost: BlockCost | None = None
     provenance: Provenance | None = None  # when latency was measured apart from acceptance
+    cost_model: CostModel | None = None  # schema 2: forward cost over rows × context × batch
 
     def to_json(self) -> dict:
         out: dict[str, Any] = {}
@@ -241,6 +199,8 @@ class LatencySection:
                 out[name] = getattr(self, name)
         if self.block_cost is not None:
             out["block_cost"] = self.block_cost.to_json()
+        if self.cost_model is not None:
+            out["cost_model"] = self.cost_model.to_json()
         if self.provenance is not None:
             out["provenance"] = self.provenance.to_json()
         return out
@@ -249,7 +209,7 @@ class LatencySection:
     def from_json(cls, d: dict, where: str = "latency") -> LatencySection:
         allowed = set(_CURVES) | {"verify_context_tokens", "vision_encoder_ms_per_image",
                                   "draft_vision_encoder_ms_per_image", "captioner_ms_per_image",
-                                  "block_cost", "provenance"}
+                                  "block_cost", "provenance", "cost_model"}
         if not isinstance(d, dict):
             raise SpecsimError(f"{where}: expected an object, got {_show(d)}")
         check_keys(d, allowed, where)
@@ -272,6 +232,7 @@ class LatencySection:
             kwargs[name] = _opt(d, name, lambda v, w: _num(v, w, lo=0, unit="ms", zero_ok=True), where)
         kwargs["block_cost"] = _opt(d, "block_cost", BlockCost.from_json, where)
         kwargs["provenance"] = _opt(d, "provenance", Provenance.from_json, where)
+        kwargs["cost_model"] = _opt(d, "cost_model", CostModel.from_json, where)
         return cls(**kwargs)
 
 
@@ -283,13 +244,16 @@ class Trace:
     ``match[t]`` is 1 when the draft's argmax at position t equals the target's token (greedy);
     ``beta[t]`` = Σ_x min(p_t(x), q_t(x)) (sampling). Either may be absent, not both.
     ``tokens[t]`` (optional) is the target's token id at t, so positions can be classified afterwards
-    (e.g. which tokens state an image fact).
+    (e.g. which tokens state an image fact). ``prompt_tokens`` / ``draft_prompt_tokens`` (optional,
+    schema 2) are the prompt lengths the target and the draft saw, where the request's walk starts.
     """
 
     match: tuple[int, ...] | None = None
     beta: tuple[float, ...] | None = None
     prompt_id: str | None = None
     tokens: tuple[int, ...] | None = None
+    prompt_tokens: int | None = None
+    draft_prompt_tokens: int | None = None
 
     def to_json(self) -> dict:
         return _drop_none({
@@ -297,13 +261,14 @@ class Trace:
             "match": None if self.match is None else list(self.match),
             "beta": None if self.beta is None else list(self.beta),
             "tokens": None if self.tokens is None else list(self.tokens),
+            "prompt_tokens": self.prompt_tokens, "draft_prompt_tokens": self.draft_prompt_tokens,
         })
 
     @classmethod
     def from_json(cls, d: dict, where: str) -> Trace:
         if not isinstance(d, dict):
             raise SpecsimError(f"{where}: expected an object, got {_show(d)}")
-        check_keys(d, {"match", "beta", "prompt_id", "tokens"}, where)
+        check_keys(d, {"match", "beta", "prompt_id", "tokens", "prompt_tokens", "draft_prompt_tokens"}, where)
         match = d.get("match")
         beta = d.get("beta")
         if match is None and beta is None:
@@ -329,6 +294,8 @@ class Trace:
             beta=None if beta is None else tuple(min(b, 1.0) for b in beta),
             prompt_id=_opt(d, "prompt_id", _str, where),
             tokens=None if tokens is None else tuple(tokens),
+            prompt_tokens=_opt(d, "prompt_tokens", lambda v, w: _int(v, w, lo=1), where),
+            draft_prompt_tokens=_opt(d, "draft_prompt_tokens", lambda v, w: _int(v, w, lo=1), where),
         )
 
 
@@ -340,6 +307,8 @@ class MethodAcceptance:
     ``accepted_histogram[k]`` counts blocks that accepted exactly k drafts (length γ+1).
     The cost fields say what the method pays: draft batch size (ensemble members), draft and target
     prompt tokens (set-up prefill), and whether it runs the draft's vision encoder or a captioner.
+    ``provenance`` (optional) says where this entry alone comes from, e.g. a serving engine's counters
+    imported into a profile measured elsewhere (engine, version, model, time window).
     """
 
     method: str
@@ -357,6 +326,7 @@ class MethodAcceptance:
     captions_per_prompt: int = 0
     weights: tuple[float, ...] | None = None  # ensemble member weights, if an ensemble
     notes: str = ""
+    provenance: Provenance | None = None  # when this entry was measured apart from the profile (an engine import)
 
     def to_json(self) -> dict:
         return _drop_none({
@@ -371,13 +341,14 @@ class MethodAcceptance:
             "captions_per_prompt": self.captions_per_prompt or None,
             "weights": None if self.weights is None else list(self.weights),
             "notes": self.notes or None,
+            "provenance": None if self.provenance is None else self.provenance.to_json(),
         })
 
     @classmethod
     def from_json(cls, d: dict, where: str) -> MethodAcceptance:
         allowed = {"method", "scenario", "images_per_prompt", "task", "gamma", "tau", "accepted_histogram",
                    "traces", "draft_batch_size", "draft_prompt_tokens", "target_prompt_tokens",
-                   "uses_draft_vision", "captions_per_prompt", "weights", "notes"}
+                   "uses_draft_vision", "captions_per_prompt", "weights", "notes", "provenance"}
         if not isinstance(d, dict):
             raise SpecsimError(f"{where}: expected an object, got {_show(d)}")
         check_keys(d, allowed, where)
@@ -408,6 +379,7 @@ class MethodAcceptance:
                                      unit="images"),
             weights=weights,
             notes=_str(d.get("notes", ""), f"{where}.notes", allow_empty=True),
+            provenance=_opt(d, "provenance", Provenance.from_json, where),
         )
 
 
@@ -490,7 +462,12 @@ def _block_cost_ratio(d: dict, where: str) -> float:
 # --------------------------------------------------------------------------- checks
 @dataclass(frozen=True)
 class CheckRow:
-    """One ``specsim check`` result: predicted vs measured at one γ for one method and scenario."""
+    """One ``specsim check`` result: predicted vs measured at one γ for one method and scenario.
+
+    ``speedup_*`` is the decode phase (ms per token after the first pass); ``request_speedup_*`` the whole
+    request (schema 2). ``*_halfwidth`` are relative 95% confidence half-widths of the measured values over
+    ``rounds`` repeats; ``terms_ms_per_block`` maps draft/verify/overhead to predicted and measured ms.
+    """
 
     method: str
     scenario: str
@@ -505,6 +482,12 @@ class CheckRow:
     prompts: int | None = None
     new_tokens: int | None = None
     notes: str = ""
+    speedup_halfwidth: float | None = None
+    request_speedup_predicted: float | None = None
+    request_speedup_measured: float | None = None
+    request_speedup_halfwidth: float | None = None
+    rounds: int | None = None
+    terms_ms_per_block: dict | None = None
 
     def to_json(self) -> dict:
         return _drop_none({k: getattr(self, k) for k in self.__dataclass_fields__} | {"notes": self.notes or None})
@@ -514,6 +497,7 @@ class CheckRow:
         if not isinstance(d, dict):
             raise SpecsimError(f"{where}: expected an object, got {_show(d)}")
         check_keys(d, set(cls.__dataclass_fields__), where)
+        pos = lambda v, w: _num(v, w, lo=0, hi=RANGES["ratio"][1])  # noqa: E731
         ratio = lambda v, w: _num(v, w, unit="ratio")  # noqa: E731
         ms = lambda v, w: _num(v, w, unit="ms")  # noqa: E731
         return cls(
@@ -530,7 +514,25 @@ class CheckRow:
             prompts=_opt(d, "prompts", lambda v, w: _int(v, w, lo=1), where),
             new_tokens=_opt(d, "new_tokens", lambda v, w: _int(v, w, lo=1), where),
             notes=_str(d.get("notes", ""), f"{where}.notes", allow_empty=True),
+            speedup_halfwidth=_opt(d, "speedup_halfwidth", pos, where),
+            request_speedup_predicted=_opt(d, "request_speedup_predicted", ratio, where),
+            request_speedup_measured=_opt(d, "request_speedup_measured", ratio, where),
+            request_speedup_halfwidth=_opt(d, "request_speedup_halfwidth", pos, where),
+            rounds=_opt(d, "rounds", lambda v, w: _int(v, w, lo=1), where),
+            terms_ms_per_block=_opt(d, "terms_ms_per_block", _terms, where),
         )
+
+
+def _terms(value: Any, where: str) -> dict:
+    """{term: {"predicted": ms, "measured": ms}} of a check row."""
+    if not isinstance(value, dict):
+        raise SpecsimError(f"{where}: expected an object, got {_show(value)}")
+    out = {}
+    for term, pair in value.items():
+        check_keys(pair if isinstance(pair, dict) else {}, {"predicted", "measured"}, f"{where}.{term}")
+        out[term] = {k: _num(_req(pair, k, f"{where}.{term}"), f"{where}.{term}.{k}", lo=0)
+                     for k in ("predicted", "measured")}
+    return out
 
 
 # --------------------------------------------------------------------------- profile
@@ -544,11 +546,11 @@ class Profile:
     checks: tuple[CheckRow, ...] = ()
     name: str = ""
     description: str = ""
-    schema_version: int = SCHEMA_VERSION
+    schema_version: int = SCHEMA_VERSION  # as loaded (1 or 2)
 
     def to_json(self) -> dict:
         return {
-            "schema_version": self.schema_version,
+            "schema_version": SCHEMA_VERSION,  # schema-1 content is valid schema 2: files are written as 2
             "name": self.name,
             "description": self.description,
             "provenance": self.provenance.to_json(),
@@ -564,8 +566,8 @@ class Profile:
         check_keys(d, {"schema_version", "name", "description", "provenance", "latency", "acceptance", "checks"},
                     "profile")
         version = _req(d, "schema_version", "profile")
-        if type(version) is not int or version != SCHEMA_VERSION:  # true == 1 and 1.0 == 1 in Python
-            raise SpecsimError(f"profile.schema_version: expected {SCHEMA_VERSION}, got {_show(version)}")
+        if isinstance(version, bool) or not isinstance(version, int) or version not in SCHEMA_VERSIONS:
+            raise SpecsimError(f"profile.schema_version: expected one of {list(SCHEMA_VERSIONS)}, got {_show(version)}")
         acceptance = tuple(MethodAcceptance.from_json(a, f"acceptance[{i}]")
                            for i, a in enumerate(_list(d.get("acceptance", []), "acceptance", nonempty=False)))
         seen: set[tuple[str, str]] = set()
@@ -581,6 +583,7 @@ class Profile:
                          for i, c in enumerate(_list(d.get("checks", []), "checks", nonempty=False))),
             name=_str(d.get("name", ""), "profile.name", allow_empty=True),
             description=_str(d.get("description", ""), "profile.description", allow_empty=True),
+            schema_version=version,
         )
 
     def with_acceptance(self, entries: tuple[MethodAcceptance, ...] | list[MethodAcceptance]) -> Profile:

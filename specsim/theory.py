@@ -99,6 +99,26 @@ def tau_from_histogram(hist):
     return tau_from_survival(survival_from_histogram(hist))
 
 
+def tau_from_histogram_at(hist, gamma: int) -> float:
+    """τ(γ) for γ ≤ K from counts h[k] of blocks that accepted exactly k of K drafts, k = 0..K.
+
+    τ(γ) = 1 + E[min(accepted, γ)] = 1 + Σ_{i≤γ} a_i: the first γ drafts of a K-draft block are the
+    γ drafts a γ-block would propose (an autoregressive draft does not look ahead), so a_i for i ≤ γ is
+    read off the K-draft blocks (the per-position reading of vLLM's acceptance counters; a real run at
+    γ would start its blocks at other positions, which this does not model). Computed as one integer
+    ratio, so it equals Σ_b (1 + min(acc_b, γ)) / N to the last bit. γ > K is not answerable from the
+    counts (callers extrapolate and say so).
+    """
+    h = [int(x) for x in hist]
+    if len(h) < 2 or any(x < 0 for x in h) or sum(h) == 0:
+        raise SpecsimError(f"histogram: expected non-negative counts for k = 0..K with at least one block, got {hist!r}")
+    g = int(as_gammas(gamma))
+    if g > len(h) - 1:
+        raise SpecsimError(f"gamma: the histogram covers gamma <= {len(h) - 1}, got {g}")
+    blocks = sum(h)
+    return (blocks + sum(min(k, g) * n for k, n in enumerate(h))) / blocks
+
+
 def alpha_from_tau(tau, gamma):
     """The i.i.d. α with tau_iid(α, γ) = τ (inverse of the closed form; root of a monotone function).
 

@@ -51,15 +51,26 @@ def test_eos_stops_both_decoders_identically(pair):
 
 def test_block_records_and_stage_times(pair):
     target, draft = pair
-    out = speculative_decode(target, TextDrafter(draft), Request(tiny_prompts(1, seed=2)[0]), gamma=4,
-                             max_new_tokens=20)
+    prompt = tiny_prompts(1, seed=2)[0]
+    out = speculative_decode(target, TextDrafter(draft), Request(prompt), gamma=4, max_new_tokens=20)
     stages = out.stage_ms()
-    assert {"target_prefill_ms", "draft_prefill_ms", "draft_generation_ms", "target_verification_ms",
-            "overhead_ms"} <= set(stages)
+    assert {"draft_generation_ms", "target_verification_ms", "overhead_ms"} <= set(stages)
     assert all(v >= 0 for v in stages.values())
+    # The prefill is fused with the first block: its verify pass carries the prompt and its first
+    # draft step the draft's prompt; later blocks feed 1 (or 2 after a full acceptance) + γ positions.
+    first = out.blocks[0]
+    assert (first.target_context_tokens, first.target_rows) == (0, prompt.shape[1] + first.gamma)
+    assert (first.draft_context_tokens, first.draft_first_rows) == (0, prompt.shape[1])
+    committed = prompt.shape[1] - 1
+    for prev, b in zip(out.blocks, out.blocks[1:]):
+        committed += prev.emitted
+        assert (b.target_context_tokens, b.target_rows) == (committed, b.gamma + 1)
+        full = prev.accepted == prev.gamma
+        assert b.gamma == 0 or (b.draft_context_tokens, b.draft_first_rows) == (committed - int(full), 1 + int(full))
     for b in out.blocks:
         assert b.verify_ms > 0 and b.block_ms >= b.verify_ms + b.draft_ms - 1e-6
         assert (b.draft_ms > 0) == (b.gamma > 0)
+        assert len(b.draft_step_ms) == b.gamma and sum(b.draft_step_ms) == pytest.approx(b.draft_ms)
     assert sum(out.accepted_histogram()) == len(out.blocks)
     assert out.tau == pytest.approx(20 / len(out.blocks))
     assert type(out).from_json(out.to_json()) == out

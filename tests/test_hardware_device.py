@@ -10,12 +10,15 @@ from specsim.hardware import cpu
 from specsim.hardware.device import CATALOG_DIR, Device, catalog_names, load_device
 
 REQUIRED = {"a100-40gb-sxm", "a100-80gb-sxm", "h100-sxm", "h100-pcie", "h200", "l4", "l40s", "a10g",
-            "rtx-4090", "mi300x", "cpu"}
+            "rtx-4090", "mi300x", "cpu", "rtx-3090", "rtx-3060", "a100-80gb-pcie", "t4", "v100-sxm2-32gb", "h20", "b200",
+            "mi250x"}
 # Datasheet figures (dense BF16/FP16): bandwidth TB/s, TFLOP/s, GB.
 EXPECTED = {"a100-40gb-sxm": (1.555, 312, 40), "a100-80gb-sxm": (2.039, 312, 80), "h100-sxm": (3.35, 989, 80),
             "h100-pcie": (2.0, 756, 80), "h200": (4.8, 989, 141), "l4": (0.3, 121, 24),
             "l40s": (0.864, 362.05, 48), "a10g": (0.6, 125, 24), "rtx-4090": (1.008, 82.6, 24),
-            "mi300x": (5.3, 1307.4, 192)}
+            "mi300x": (5.3, 1307.4, 192), "rtx-3090": (0.936, 71, 24), "rtx-3060": (0.36, 25.6, 12),
+            "a100-80gb-pcie": (1.935, 312, 80), "t4": (0.32, 65, 16), "v100-sxm2-32gb": (0.9, 125, 32),
+            "h20": (4.0, 148, 96), "b200": (8.0, 2250, 180), "mi250x": (3.2768, 383, 128)}
 
 
 def test_catalog_complete_and_valid():
@@ -25,8 +28,11 @@ def test_catalog_complete_and_valid():
             continue
         dev = load_device(name)
         assert dev.name == name and dev.kind == "gpu"
-        assert set(dev.sources) == {"memory_bandwidth_bytes_per_s", "peak_flops_per_s", "memory_bytes"}
-        assert all(any(w in s.lower() for w in ("datasheet", "data sheet", "whitepaper", "aws")) for s in dev.sources.values())
+        assert set(dev.sources) == {"memory_bandwidth_bytes_per_s", "peak_flops_per_s", "memory_bytes",
+                                    "interconnect_bandwidth_bytes_per_s"}
+        assert all(any(w in s.lower() for w in ("datasheet", "data sheet", "whitepaper", "aws", "specifications"))
+                   for s in dev.sources.values())
+        assert 1e9 < dev.interconnect_bytes_per_s <= dev.memory_bandwidth_bytes_per_s
         assert dev.price_per_hour_usd is None  # the user fills prices; none invented
         assert Device.from_json(json.loads(json.dumps(dev.to_json()))) == dev
         bw, tf, gb = EXPECTED[name]

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import argparse
 
-from specsim.bounds import MAX_PLAN_ROWS
+from specsim.bounds import MAX_PLAN_ROWS, number_arg
 from specsim.errors import SpecsimError
 from specsim.hardware.device import load_device, load_devices
 from specsim.hardware.fit import (
@@ -22,12 +22,13 @@ from specsim.hardware.model import ModelSpec, dtype_bytes, load_model_spec, load
 from specsim.hardware.plan import (
     DEFAULT_BATCHES,
     MethodTau,
+    Parallel,
     Plan,
     plan_hardware,
     ranking,
     speedup_crossover_batch,
 )
-from specsim.hardware.roofline import Efficiency
+from specsim.hardware.runtime import Runtime, load_runtime
 from specsim.jsonio import check_writable, dumps_json, write_json_atomic
 from specsim.profile import DEFAULT_PROFILE, Profile, load_profile, shipped_profiles
 from specsim.report import fmt, format_table, parse_int, parse_int_list
@@ -35,9 +36,12 @@ from specsim.report import fmt, format_table, parse_int, parse_int_list
 # The profile whose tau belongs to each preset pair, when the user names the pair but no profile.
 PAIR_PROFILES = {"llava-1.5-7b-68m": DEFAULT_PROFILE, "qwen2.5-coder-0.5b-1.5b": "qwen2.5-coder-0.5b-1.5b-cpu"}
 _DESC = ("Rank devices by predicted tokens/s and speculative-decoding speedup for a target/draft pair, using a "
-         "roofline latency model (time = max(FLOPs/(peak*eff_compute), bytes/(bandwidth*eff_memory)) + overhead) "
-         "and the profile's acceptance tau per method. speedup = tau/(gamma*c + v), c = Tq/Tp, v = Tv(gamma)/Tp, "
-         "best gamma per device; tokens/s are summed over the batch. Decode phase only.")
+         "roofline latency model (time = max(FLOPs/(peak*eff_compute(rows)), bytes/(bandwidth*eff_memory(rows))) + "
+         "the runtime's per-forward/per-layer overhead, + all-reduces under tensor parallel) and acceptance tau "
+         "(from a profile, or --tau/--alpha). speedup = tau/(gamma*c + v), c = Tq/Tp, v = Tv(gamma)/Tp, best gamma "
+         "per device unless --gamma; tokens/s are summed over the batch. Decode phase only. The local CPU is "
+         "measured only when asked (--device cpu).")
+DEFAULT_RUNTIMES = {"gpu": "vllm", "cpu": "torch-cpu"}
 
 
 def register(sub, calibrate_sub) -> None:
@@ -47,7 +51,22 @@ def register(sub, calibrate_sub) -> None:
     p.add_argument("--pair", default=None, help="preset pair: llava-1.5-7b-68m (default) or qwen2.5-coder-0.5b-1.5b")
     p.add_argument("--target", default=None, help="target: calibrate preset name or HF config.json path")
     p.add_argument("--draft", default=None, help="draft: calibrate preset name or HF config.json path")
-    p.add_argument("--dtype", default=None, help="weights/KV dtype for planning (default: bfloat16 or the config's)")
+    p.add_argument("--model-config", default=None, metavar="CONFIG_JSON",
+                   help="target as a HF config.json (same as --target PATH); needs --draft")
+    p.add_argument("--dtype", default=None, help="weights dtype: bfloat16, float16, float32, int8, int4, int4-g32, "
+                   "q8_0, q4_0, q4_k_m (default: bfloat16 or the config's)")
+    p.add_argument("--kv-dtype", default=None, help="KV-cache dtype when it differs from the weights' (e.g. "
+                   "--dtype int4 --kv-dtype float16; default: the weights' or float16 for quantised weights)")
+    p.add_argument("--runtime", default=None, metavar="NAME_OR_JSON", help="serving runtime: hf-eager, vllm, "
+                   "gpt-fast, llama.cpp, torch-cpu or a runtime JSON (default: vllm on GPUs, torch-cpu on CPUs)")
+    p.add_argument("--tp", type=number_arg("gpus", integer=True), default=1, help="tensor-parallel degree of the target (default 1)")
+    p.add_argument("--draft-sharded", action="store_true", help="with --tp: shard the draft too (default: the "
+                   "draft runs whole on one GPU)")
+    p.add_argument("--gamma", type=number_arg("gamma", integer=True), default=None, help="evaluate at this fixed gamma instead of the best")
+    p.add_argument("--tau", type=float, default=None, help="tau at --gamma (tokens per block, bonus included) "
+                   "instead of a profile; other gammas are not used")
+    p.add_argument("--alpha", type=float, default=None, help="i.i.d. acceptance alpha instead of a profile: "
+                   "tau(gamma) = (1 - alpha^(gamma+1)) / (1 - alpha)")
     p.add_argument("--profile", default=None, help=f"profile for tau (default: the pair's, {DEFAULT_PROFILE})")
     p.add_argument("--method", action="append", default=None, help="method code (repeatable) or 'all'; default: first")
     p.add_argument("--scenario", default=None, help="profile scenario (default: its first)")
@@ -55,7 +74,7 @@ def register(sub, calibrate_sub) -> None:
     p.add_argument("--context", action="append", default=None, help="context tokens (default 1024,4096,8192)")
     p.add_argument("--gamma-max", default="8", help="largest gamma tried (default 8)")
     p.add_argument("--device", action="append", default=None, help="catalog name or device JSON (repeatable; "
-                   "default: the whole catalog incl. the measured CPU)")
+                   "default: the whole GPU catalog; 'cpu' measures this machine)")
     p.add_argument("--fit-profile", default=None, help="fit efficiencies on this profile's measured latencies "
                    "and use them on every device")
     p.add_argument("--fit-device", default=None, help="device the fit profile was measured on (default: from "
@@ -93,6 +112,10 @@ def _ints(values: list[str] | None, default, name: str, unit: str) -> list[int]:
 
 
 def _models(args: argparse.Namespace) -> tuple[str | None, ModelSpec, ModelSpec]:
+    if args.model_config:
+        if args.target:
+            raise SpecsimError("--model-config: give either --model-config or --target, not both")
+        args.target = args.model_config
     if args.pair and (args.target or args.draft):
         raise SpecsimError("--pair: give either --pair or --target/--draft, not both")
     if bool(args.target) != bool(args.draft):
@@ -103,7 +126,8 @@ def _models(args: argparse.Namespace) -> tuple[str | None, ModelSpec, ModelSpec]
     else:
         pair = args.pair or "llava-1.5-7b-68m"
         target_name, draft_name = load_pair(pair)
-    return pair, load_model_spec(target_name, dtype=args.dtype), load_model_spec(draft_name, dtype=args.dtype)
+    kw = {"dtype": args.dtype, "kv_dtype": args.kv_dtype}
+    return pair, load_model_spec(target_name, **kw), load_model_spec(draft_name, **kw)
 
 
 def _methods(profile: Profile, args: argparse.Namespace, gamma_max: int) -> list[MethodTau]:
@@ -116,6 +140,54 @@ def _methods(profile: Profile, args: argparse.Namespace, gamma_max: int) -> list
     if not args.method:
         entries = entries[:1]
     return [MethodTau.from_entry(e, range(1, gamma_max + 1)) for e in entries]
+
+
+def _user_methods(args: argparse.Namespace, gamma_max: int) -> list[MethodTau] | None:
+    """--tau (at --gamma) or --alpha (i.i.d.) instead of a profile; None when neither is given."""
+    if args.tau is None and args.alpha is None:
+        return None
+    if args.tau is not None and args.alpha is not None:
+        raise SpecsimError("--tau/--alpha: give one of them, not both")
+    if args.tau is not None:
+        if args.gamma is None:
+            raise SpecsimError("--tau: needs --gamma (the gamma that tau belongs to)")
+        if not 1.0 <= args.tau <= args.gamma + 1:
+            raise SpecsimError(f"--tau: expected 1 <= tau <= gamma+1 = {args.gamma + 1}, got {args.tau}")
+        return [MethodTau("user", f"tau={args.tau:g}", (args.gamma,), (args.tau,), ("--tau",))]
+    if not 0.0 <= args.alpha < 1.0:
+        raise SpecsimError(f"--alpha: expected 0 <= alpha < 1, got {args.alpha}")
+    from specsim.theory import tau_iid
+
+    gammas = (args.gamma,) if args.gamma else tuple(range(1, gamma_max + 1))
+    return [MethodTau("user", f"alpha={args.alpha:g}", gammas, tuple(float(tau_iid(args.alpha, g)) for g in gammas),
+                      tuple("iid --alpha" for _ in gammas))]
+
+
+def _fixed_gamma(methods: list[MethodTau], gamma: int | None) -> list[MethodTau]:
+    """Keep only ``gamma`` in every method (--gamma)."""
+    if gamma is None:
+        return methods
+    if gamma < 1:
+        raise SpecsimError(f"--gamma: expected an integer >= 1, got {gamma}")
+    out = []
+    for mt in methods:
+        if gamma not in mt.gammas:
+            raise SpecsimError(f"--gamma: method {mt.method} has tau for gamma {list(mt.gammas)}, not {gamma}")
+        k = mt.gammas.index(gamma)
+        out.append(MethodTau(mt.method, mt.scenario, (gamma,), (mt.tau[k],), (mt.tau_source[k],),
+                             mt.draft_batch_size))
+    return out
+
+
+def _runtimes(args: argparse.Namespace, devices) -> dict[str, Runtime]:
+    """The runtime per device: --runtime for all, else the kind's default; kinds must match."""
+    out = {}
+    for dev in devices:
+        rt = load_runtime(args.runtime or DEFAULT_RUNTIMES[dev.kind])
+        if rt.kind != dev.kind:
+            raise SpecsimError(f"--runtime: {rt.name!r} runs on {rt.kind} devices, but {dev.name!r} is a {dev.kind}")
+        out[dev.name] = rt
+    return out
 
 
 def _fit_device_name(profile: Profile, given: str | None) -> str:
@@ -144,11 +216,11 @@ def _fit(args, target: ModelSpec, draft: ModelSpec) -> tuple[FitResult | Holdout
     models = {"target": target.with_dtype(dtype), "draft": draft.with_dtype(dtype)}
     points, skipped = points_from_latency(profile.latency)
     source = f"fitted on profile {profile.name} ({len(points)} points, {dtype}) measured on {dev.name}"
-    if dev.kind == "cpu":
-        source += "; CPU overheads/efficiencies carried to GPUs are a rough guess"
+    rt = load_runtime(args.runtime or DEFAULT_RUNTIMES[dev.kind])
+    kw = {"source": source, "start": rt, "free": rt.fit} if rt.fit else {"source": source}
     if args.validate:
-        return holdout(points, models, dev, short_context_split(points), source=source), skipped
-    return fit_efficiency(points, models, dev, source=source), skipped
+        return holdout(points, models, dev, short_context_split(points), **kw), skipped
+    return fit_efficiency(points, models, dev, **kw), skipped
 
 
 def run_hardware(args: argparse.Namespace) -> int:
@@ -160,31 +232,40 @@ def run_hardware(args: argparse.Namespace) -> int:
     batches = _ints(args.batch, DEFAULT_BATCHES, "--batch", "batch")
     contexts = _ints(args.context, (1024, 4096, 8192), "--context", "tokens")
     pair, target, draft = _models(args)
-    profile_name = args.profile if args.profile is not None else PAIR_PROFILES.get(pair or "", DEFAULT_PROFILE)
-    if args.profile is None and profile_name not in shipped_profiles():
-        raise SpecsimError(f"--profile: the default profile {profile_name!r} for pair {pair!r} is not shipped "
-                           "yet; pass --profile NAME_OR_PATH")
-    profile = load_profile(profile_name)
-    methods = _methods(profile, args, gamma_max)
+    methods = _user_methods(args, gamma_max)
+    profile = None
+    if methods is None:
+        profile_name = args.profile if args.profile is not None else PAIR_PROFILES.get(pair or "", DEFAULT_PROFILE)
+        if args.profile is None and profile_name not in shipped_profiles():
+            raise SpecsimError(f"--profile: the default profile {profile_name!r} for pair {pair!r} is not shipped "
+                               "yet; pass --profile NAME_OR_PATH")
+        profile = load_profile(profile_name)
+        methods = _fixed_gamma(_methods(profile, args, max(gamma_max, args.gamma or 0)), args.gamma)
+        notes = [f"tau from profile {profile.name} ({profile.provenance.source[:60]})"]
+    else:
+        notes = [f"tau from the command line ({methods[0].scenario})"]
     devices = load_devices(args.device)
     rows = len(batches) * len(contexts) * len(devices) * len(methods)
     if rows > MAX_PLAN_ROWS:
         raise SpecsimError(f"--batch/--context: {len(batches)} batch sizes x {len(contexts)} contexts x {len(devices)} "
                            f"devices x {len(methods)} methods = {rows} rows; expected at most {MAX_PLAN_ROWS} "
                            "(narrow the ranges)")
-    fit, notes = None, [f"tau from profile {profile.name} ({profile.provenance.source[:60]})"]
+    fit = None
+    efficiency = _runtimes(args, devices)
     if args.fit_profile is not None:
         fit, skipped = _fit(args, target, draft)
         notes += [f"fit: skipped {s}" for s in skipped]
-    efficiency = fit.fit.efficiency if isinstance(fit, HoldoutResult) else fit.efficiency if fit else Efficiency()
+        fitted = fit.fit.efficiency if isinstance(fit, HoldoutResult) else fit.efficiency
+        efficiency = {d.name: fitted for d in devices}
     plan = plan_hardware(target, draft, devices, methods, efficiency=efficiency, batches=batches,
-                         contexts=contexts, notes=tuple(notes))
+                         contexts=contexts, notes=tuple(notes), parallel=Parallel(args.tp, args.draft_sharded))
     if args.plot:
         from specsim.hardware.plots import plot_speedup_vs_batch
 
         plot_speedup_vs_batch(plan, args.plot)
     if args.json:
-        out = {"target": target.name, "draft": draft.name, "profile": profile.name, "plan": plan.to_json(),
+        out = {"target": target.name, "draft": draft.name, "profile": None if profile is None else profile.name,
+               "plan": plan.to_json(),
                "fit": None if fit is None else fit.to_json()}
         print(dumps_json(out))
         return 0
@@ -209,15 +290,18 @@ def _list_devices(args: argparse.Namespace) -> int:
 
 def _describe(m: ModelSpec) -> str:
     vision = f", vision tower {m.vision.params / 1e6:.0f}M ({m.vision.image_tokens} tokens/image)" if m.vision else ""
-    return f"{m.name} ({m.params / 1e9:.2f}B params, {m.dtype_bytes}-byte dtype{vision})"
+    return (f"{m.name} ({m.params / 1e9:.2f}B params, {m.dtype_bytes:g} bytes/weight, {m.kv_element_bytes:g} "
+            f"bytes/KV element{vision})")
 
 
 def _fit_text(fit: FitResult | HoldoutResult) -> list[str]:
     f = fit.fit if isinstance(fit, HoldoutResult) else fit
     e = f.efficiency
     free = ", ".join(k for k, ok in f.constrained.items() if not ok)
-    lines = [f"fitted: compute {e.compute:.3f}, memory {e.memory:.3f}, overhead {e.overhead_ms:.3f} ms + "
-             f"{e.overhead_ms_per_layer:.4f} ms/layer on {f.device}; fit error rms {f.rms_rel_error:.1%}, "
+    values = ", ".join(f"{k} {getattr(e, k):.4g}" for k in f.constrained) if isinstance(e, Runtime) else \
+        (f"compute {e.compute:.3f}, memory {e.memory:.3f}, overhead {e.overhead_ms:.3f} ms + "
+         f"{e.overhead_ms_per_layer:.4f} ms/layer")
+    lines = [f"fitted: {values} on {f.device}; fit error rms {f.rms_rel_error:.1%}, "
              f"max {f.max_abs_rel_error:.1%} over {len(f.rows)} points" + (f" (unconstrained: {free})" if free else "")]
     if isinstance(fit, HoldoutResult):
         lines.append(f"held-out: rms {fit.rms_rel_error:.1%}, max {fit.max_abs_rel_error:.1%} over "

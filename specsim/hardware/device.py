@@ -1,7 +1,8 @@
 """Devices for the roofline model: one JSON file per device, every number with its source.
 
 A device file holds memory bandwidth (bytes/s), dense BF16/FP16 peak FLOP/s (FP32 for CPUs), memory
-size (bytes) and an optional price per hour the user fills in. Each number is an object
+size (bytes), optionally the GPU-to-GPU link bandwidth per direction (bytes/s, for tensor parallel) and
+an optional price per hour the user fills in. Each number is an object
 ``{"value": ..., "source": "..."}`` so the datasheet (or measurement) behind it travels with it.
 The shipped catalog is ``specsim/hardware/catalog/*.json``; users pass their own files by path.
 The ``cpu`` entry has no numbers: they are measured on this machine when it is loaded.
@@ -21,9 +22,11 @@ from specsim.jsonio import check_keys, check_regular_file, read_json
 SCHEMA_VERSION = 1
 CATALOG_DIR = Path(__file__).parent / "catalog"
 _NUMBERS = ("memory_bandwidth_bytes_per_s", "peak_flops_per_s", "memory_bytes")
-_UNITS = {"memory_bandwidth_bytes_per_s": "bytes_per_s", "peak_flops_per_s": "flops_per_s", "memory_bytes": "bytes"}
+_UNITS = {"memory_bandwidth_bytes_per_s": "bytes_per_s", "peak_flops_per_s": "flops_per_s", "memory_bytes": "bytes",
+          "interconnect_bandwidth_bytes_per_s": "bytes_per_s"}
+_LINK = "interconnect_bandwidth_bytes_per_s"
 _KEYS = {"schema_version", "name", "display_name", "vendor", "kind", "measure", "price_per_hour_usd",
-         "notes", *_NUMBERS}
+         "notes", _LINK, *_NUMBERS}
 _DTYPES = ("bf16", "fp16", "fp32", "fp8")
 
 
@@ -42,6 +45,8 @@ class Device:
     vendor: str = ""
     price_per_hour_usd: float | None = None
     notes: str = ""
+    interconnect_bytes_per_s: float | None = None  # per direction per GPU (NVLink, PCIe), for tensor parallel
+    interconnect_link: str = ""
     schema_version: int = SCHEMA_VERSION
 
     @property
@@ -55,6 +60,9 @@ class Device:
         for key in _NUMBERS:
             out[key] = {"value": getattr(self, key), "source": self.sources.get(key, "")}
         out["peak_flops_per_s"]["dtype"] = self.peak_flops_dtype
+        if self.interconnect_bytes_per_s is not None:
+            out[_LINK] = {"value": self.interconnect_bytes_per_s, "source": self.sources.get(_LINK, ""),
+                          "link": self.interconnect_link}
         out["price_per_hour_usd"] = self.price_per_hour_usd
         if self.notes:
             out["notes"] = self.notes
@@ -79,6 +87,10 @@ class Device:
         dtype = d["peak_flops_per_s"].get("dtype", "bf16")
         if dtype not in _DTYPES:
             raise SpecsimError(f"{where}.peak_flops_per_s.dtype: expected one of {list(_DTYPES)}, got {dtype!r}")
+        link, link_name = None, ""
+        if d.get(_LINK) is not None:
+            link, sources[_LINK] = _quantity(d, _LINK, where)
+            link_name = str(d[_LINK].get("link", ""))
         price = d.get("price_per_hour_usd")
         if price is not None and (isinstance(price, bool) or not isinstance(price, (int, float)) or price < 0):
             raise SpecsimError(f"{where}.price_per_hour_usd: expected null or a number >= 0, got {price!r}")
@@ -87,7 +99,8 @@ class Device:
         return cls(name=name, display_name=d.get("display_name") or name, kind=kind, sources=sources,
                    peak_flops_dtype=dtype, vendor=str(d.get("vendor", "")),
                    price_per_hour_usd=None if price is None else float(price),
-                   notes=str(d.get("notes", "")), **values)
+                   notes=str(d.get("notes", "")), interconnect_bytes_per_s=link, interconnect_link=link_name,
+                   **values)
 
     def with_price(self, price_per_hour_usd: float | None) -> Device:
         """A copy with the user's price per hour (USD); specsim never invents prices."""
@@ -147,8 +160,11 @@ def load_device(name_or_path: str) -> Device:
         raise SpecsimError(f"device file {path.name}: {err}") from None
 
 
-def load_devices(names_or_paths: list[str] | None = None, *, include_cpu: bool = True) -> list[Device]:
-    """Load several devices; None means the whole catalog (the measured CPU only if ``include_cpu``)."""
+def load_devices(names_or_paths: list[str] | None = None, *, include_cpu: bool = False) -> list[Device]:
+    """Load several devices; None means the whole GPU catalog (this CPU, measured, only if ``include_cpu``).
+
+    The local CPU is measured only when asked for (``cpu`` named, or ``include_cpu``), never as a side effect.
+    """
     if not names_or_paths:
         names_or_paths = [n for n in catalog_names() if include_cpu or n != "cpu"]
     devices = [load_device(n) for n in names_or_paths]

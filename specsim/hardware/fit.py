@@ -3,6 +3,10 @@
 Least squares on log(predicted / measured) (relative errors, so 1 ms and 100 ms points weigh the
 same) over the profile's prefill, decode, verify and draft-batch points, with scipy's bounded
 ``least_squares`` started from a small grid (the max() in the roofline makes the loss piecewise).
+The parameters are those of an :class:`Efficiency` (one pair of fractions) or of a
+:class:`~specsim.hardware.runtime.Runtime` (fractions that depend on the rows of a pass).
+Every point is (role, batch, cached context, new positions, ms): :func:`points_from_latency` reads
+today's 1-D tables, :func:`points_from_grid` a rows × context × batch grid.
 A parameter no point is sensitive to (e.g. compute efficiency when every point is memory-bound) is
 reported as unconstrained: its value is then the starting value, not a measurement.
 """
@@ -20,10 +24,18 @@ from specsim.errors import SpecsimError
 from specsim.hardware.device import Device
 from specsim.hardware.model import ModelSpec
 from specsim.hardware.roofline import Efficiency, compute_bound, forward_ms
+from specsim.hardware.runtime import PARAM_BOUNDS, Runtime
 from specsim.profile import LatencySection
 
 PARAMS = ("compute", "memory", "overhead_ms", "overhead_ms_per_layer")
-_LOG_PARAMS = ("compute", "memory")  # fitted in log space, bounded to (1e-4, 2]
+RUNTIME_PARAMS = tuple(PARAM_BOUNDS)
+_STARTS = {"compute": (0.05, 0.3, 0.9), "memory": (0.1, 0.5, 0.9), "memory_efficiency_gemv": (0.2, 0.8),
+           "memory_efficiency_gemm": (0.1, 0.6), "compute_efficiency": (0.1, 0.6), "overlap": (0.0, 1.0)}
+
+
+def _is_log(name: str) -> bool:
+    """Efficiencies are fitted in log space (bounded to (1e-4, 2])."""
+    return name in ("compute", "memory") or "efficiency" in name
 
 
 @dataclass(frozen=True)
@@ -42,7 +54,7 @@ class LatencyPoint:
 
 
 def points_from_latency(lat: LatencySection) -> tuple[list[LatencyPoint], list[str]]:
-    """Every usable point of a LatencySection, and notes on tables that could not be used."""
+    """Every usable point of a LatencySection's 1-D tables, and notes on tables that could not be used."""
     pts: list[LatencyPoint] = []
     skipped: list[str] = []
     for role in ("target", "draft"):
@@ -62,16 +74,33 @@ def points_from_latency(lat: LatencySection) -> tuple[list[LatencyPoint], list[s
             continue
         for x, ms in zip(curve.x, curve.ms):
             if phase == "verify":
-                pts.append(LatencyPoint(f"target verify gamma={x:g} ctx={ctx}", "target", "verify", 1, ctx,
-                                        x + 1, x + 1, ms, gamma=int(x)))
+                pts += points_from_grid("target", "verify", [x + 1], [ctx], [1], [[[ms]]])
             else:
-                pts.append(LatencyPoint(f"draft decode batch={x:g} ctx={ctx}", "draft", "draft_batch", int(x),
-                                        ctx, 1, 1, ms))
+                pts += points_from_grid("draft", "draft_batch", [1], [ctx], [x], [[[ms]]])
     return pts, skipped
 
 
-def predict_points(points: list[LatencyPoint], models: dict[str, ModelSpec], dev: Device,
-                   eff: Efficiency) -> np.ndarray:
+def points_from_grid(role: str, phase: str, rows, context_tokens, batch, ms) -> list[LatencyPoint]:
+    """Points of a measured grid ``ms[r][c][b]``: a pass over ``rows`` new positions per sequence, with
+    ``context_tokens`` cached, for ``batch`` sequences (profile schema 2 ``latency.cost_model.grids``)."""
+    out = []
+    for i, r in enumerate(rows):
+        for j, c in enumerate(context_tokens):
+            for k, b in enumerate(batch):
+                value = ms[i][j][k]
+                if value is None:
+                    continue
+                label = f"{role} {phase} rows={r:g} ctx={c:g}" + (f" batch={b:g}" if b != 1 else "")
+                if phase == "verify" and b == 1:
+                    label = f"{role} verify gamma={r - 1:g} ctx={c:g}"
+                if phase == "draft_batch":
+                    label = f"{role} decode batch={b:g} ctx={c:g}"
+                out.append(LatencyPoint(label, role, phase, int(b), float(c), float(r), float(r), float(value),
+                                        gamma=int(r - 1) if phase == "verify" else None))
+    return out
+
+
+def predict_points(points: list[LatencyPoint], models: dict[str, ModelSpec], dev: Device, eff) -> np.ndarray:
     """Roofline time (ms) of each point (one vectorised call per model role)."""
     out = np.empty(len(points))
     for role in {p.role for p in points}:
@@ -105,7 +134,7 @@ def _max_abs(rows) -> float:
 class FitResult:
     """Fitted efficiency, per-point errors on the points it was fitted to, and what the data pinned."""
 
-    efficiency: Efficiency
+    efficiency: Efficiency | Runtime
     device: str
     rows: tuple[PointError, ...]
     constrained: dict[str, bool]
@@ -125,7 +154,7 @@ class FitResult:
 
 
 def point_errors(points: list[LatencyPoint], models: dict[str, ModelSpec], dev: Device,
-                 eff: Efficiency) -> tuple[PointError, ...]:
+                 eff) -> tuple[PointError, ...]:
     """Predicted vs measured per point under ``eff``."""
     pred = predict_points(points, models, dev, eff)
     return tuple(PointError(p.label, p.measured_ms, float(t), float(t / p.measured_ms - 1.0),
@@ -134,20 +163,44 @@ def point_errors(points: list[LatencyPoint], models: dict[str, ModelSpec], dev: 
                  for p, t in zip(points, pred))
 
 
-def _unpack(theta: np.ndarray, free: tuple[str, ...], start: Efficiency) -> Efficiency:
-    values = {k: (float(np.exp(v)) if k in _LOG_PARAMS else float(v)) for k, v in zip(free, theta)}
+def _unpack(theta: np.ndarray, free: tuple[str, ...], start):
+    values = {k: (float(np.exp(v)) if _is_log(k) else float(v)) for k, v in zip(free, theta)}
     return replace(start, **values)
+
+
+def _bounds(free: tuple[str, ...], measured: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    lo, hi = [], []
+    for k in free:
+        a, b = PARAM_BOUNDS.get(k, (1e-4, 2.0) if _is_log(k) else (0.0, float(measured.max())))
+        if k.startswith("overhead") or k == "overhead_ms":
+            b = min(b, float(measured.max()))
+        lo.append(np.log(max(a, 1e-4)) if _is_log(k) else a)
+        hi.append(np.log(b) if _is_log(k) else b)
+    return np.array(lo), np.array(hi)
+
+
+def _starts(free: tuple[str, ...], measured: np.ndarray, start) -> list[np.ndarray]:
+    """Starting points: a small grid over the first three free parameters, the start's value for the rest."""
+    grids = []
+    for i, k in enumerate(free):
+        values = _STARTS.get(k, (0.0, 0.3 * measured.min()) if k.startswith("overhead") else None)
+        if values is None or i >= 3:
+            values = (getattr(start, k),)
+        grids.append(values)
+    return [np.array([np.log(max(v, 1e-4)) if _is_log(k) else v for k, v in zip(free, combo)])
+            for combo in itertools.product(*grids)]
 
 
 def fit_efficiency(points: list[LatencyPoint], models: dict[str, ModelSpec], dev: Device, *,
                    free: tuple[str, ...] = ("compute", "memory", "overhead_ms"),
-                   start: Efficiency | None = None, source: str = "") -> FitResult:
-    """Least-squares efficiencies/overheads (``free``) that best reproduce ``points`` on ``dev``."""
+                   start: Efficiency | Runtime | None = None, source: str = "") -> FitResult:
+    """Least-squares parameters (``free``) of an Efficiency or a Runtime that best reproduce ``points``."""
     if not points:
         raise SpecsimError("fit: the profile has no latency points to fit (no decode/prefill/verify tables)")
-    bad = [k for k in free if k not in PARAMS]
+    allowed = RUNTIME_PARAMS if isinstance(start, Runtime) else PARAMS
+    bad = [k for k in free if k not in allowed]
     if bad or not free:
-        raise SpecsimError(f"fit: free parameters must be a non-empty subset of {PARAMS}, got {free!r}")
+        raise SpecsimError(f"fit: free parameters must be a non-empty subset of {allowed}, got {free!r}")
     missing = {p.role for p in points} - set(models)
     if missing:
         raise SpecsimError(f"fit: no model description for the {sorted(missing)[0]} points")
@@ -157,18 +210,16 @@ def fit_efficiency(points: list[LatencyPoint], models: dict[str, ModelSpec], dev
     def residuals(theta: np.ndarray) -> np.ndarray:
         return np.log(predict_points(points, models, dev, _unpack(theta, free, start)) / measured)
 
-    lo = np.array([np.log(1e-4) if k in _LOG_PARAMS else 0.0 for k in free])
-    hi = np.array([np.log(2.0) if k in _LOG_PARAMS else float(measured.max()) for k in free])
+    lo, hi = _bounds(free, measured)
     best = None
-    grid = {"compute": (0.05, 0.3, 0.9), "memory": (0.1, 0.5, 0.9), "overhead_ms": (0.0, 0.3 * measured.min()),
-            "overhead_ms_per_layer": (0.0,)}
-    for combo in itertools.product(*(grid[k] for k in free)):
-        x0 = np.array([np.log(v) if k in _LOG_PARAMS else v for k, v in zip(free, combo)])
+    for x0 in _starts(free, measured, start):
         res = least_squares(residuals, np.clip(x0, lo, hi), bounds=(lo, hi), method="trf", x_scale="jac")
         if best is None or res.cost < best.cost:
             best = res
-    eff = replace(_unpack(best.x, free, start),
-                  source=source or f"fitted on {len(points)} measured points on {dev.name}")
+    source = source or f"fitted on {len(points)} measured points on {dev.name}"
+    eff = _unpack(best.x, free, start)
+    eff = eff.with_values(source, **{k: getattr(eff, k) for k in free}) if isinstance(eff, Runtime) \
+        else replace(eff, source=source)
     sensitivity = np.abs(best.jac).max(axis=0)
     constrained = {k: bool(s > 1e-6) for k, s in zip(free, sensitivity)}
     return FitResult(eff, dev.name, point_errors(points, models, dev, eff), constrained)

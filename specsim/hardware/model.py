@@ -30,16 +30,33 @@ _TEXT_DEFAULTS: dict[str, dict[str, Any]] = {
 }
 _VISION_DEFAULTS = {"hidden_size": 768, "intermediate_size": 3072, "num_hidden_layers": 12,
                     "num_attention_heads": 12, "image_size": 224, "patch_size": 32}
+# Bytes per weight. Quantised formats count their scales: GGUF Q8_0 stores 32 int8 + one fp16 scale per block
+# (34 B / 32), Q4_0 16 B of nibbles + an fp16 scale (18 B / 32), Q4_K 144 B per 256 weights (4.5 bits); Q4_K_M
+# keeps attn_v and half of ffn_down in Q6_K (6.5625 bits), about 4.85 bits per weight on a Llama model
+# (ggml-quants.h block layouts). int4 g32 (gpt-fast): 4 bits + a bf16 scale and zero per 32 weights = 5 bits.
 _DTYPE_BYTES = {"float32": 4, "fp32": 4, "float16": 2, "fp16": 2, "bfloat16": 2, "bf16": 2,
-                "float8": 1, "fp8": 1, "int8": 1}
+                "float8": 1, "fp8": 1, "int8": 1, "int4": 0.5, "int4-g32": 5 / 8,
+                "q8_0": 34 / 32, "q4_0": 18 / 32, "q4_k_m": 4.85 / 8}
+KV_DTYPES = ("float32", "fp32", "float16", "fp16", "bfloat16", "bf16", "float8", "fp8", "int8")
 
 
-def dtype_bytes(name: str) -> int:
-    """Bytes per element of a dtype name (``bfloat16`` → 2)."""
+def dtype_bytes(name: str | float) -> float:
+    """Bytes per element of a dtype name (``bfloat16`` → 2, ``q4_0`` → 0.5625); a number passes through."""
+    if isinstance(name, (int, float)) and not isinstance(name, bool):
+        if not name > 0:
+            raise SpecsimError(f"dtype: expected bytes per element > 0, got {name!r}")
+        return name
     key = str(name).lower().removeprefix("torch.")
     if key not in _DTYPE_BYTES:
         raise SpecsimError(f"dtype: expected one of {sorted(_DTYPE_BYTES)}, got {name!r}")
     return _DTYPE_BYTES[key]
+
+
+def kv_dtype_bytes(name: str) -> float:
+    """Bytes per KV-cache element; weight-only formats (int4, GGUF blocks) are not KV dtypes."""
+    if str(name).lower().removeprefix("torch.") not in KV_DTYPES:
+        raise SpecsimError(f"kv dtype: expected one of {list(KV_DTYPES)}, got {name!r}")
+    return dtype_bytes(name)
 
 
 @dataclass(frozen=True)
@@ -62,7 +79,7 @@ class VisionSpec:
 
 @dataclass(frozen=True)
 class ModelSpec:
-    """The sizes the roofline needs; ``dtype_bytes`` is per weight and per KV-cache element."""
+    """The sizes the roofline needs; ``dtype_bytes`` per weight, ``kv_bytes`` per KV-cache element (None: same)."""
 
     name: str
     layers: int
@@ -72,7 +89,8 @@ class ModelSpec:
     head_dim: int
     intermediate: int
     vocab: int
-    dtype_bytes: int = 2
+    dtype_bytes: float = 2
+    kv_bytes: float | None = None
     gated_mlp: bool = True  # SwiGLU: 3 matrices (llama, qwen2); False: 2 (gpt2-like)
     tie_word_embeddings: bool = False
     vision: VisionSpec | None = None
@@ -104,11 +122,24 @@ class ModelSpec:
     @property
     def kv_bytes_per_token(self) -> int:
         """KV-cache bytes one position adds: layers × KV heads × head dim × 2 (K and V) × dtype bytes."""
-        return self.layers * self.kv_heads * self.head_dim * 2 * self.dtype_bytes
+        return self.layers * self.kv_heads * self.head_dim * 2 * self.kv_element_bytes
 
-    def with_dtype(self, dtype: str | int) -> ModelSpec:
-        """A copy with weights and KV cache in another dtype (name or bytes)."""
-        return replace(self, dtype_bytes=dtype if isinstance(dtype, int) else dtype_bytes(dtype))
+    @property
+    def kv_element_bytes(self) -> float:
+        """Bytes per KV-cache element: ``kv_bytes`` if set, else the weights' (a quantised format caches fp16)."""
+        if self.kv_bytes is not None:
+            return self.kv_bytes
+        return self.dtype_bytes if self.dtype_bytes >= 1 else 2
+
+    @property
+    def weight_bytes(self) -> float:
+        """Bytes of all weights (vision tower included)."""
+        return self.params * self.dtype_bytes
+
+    def with_dtype(self, dtype: str | float, kv_dtype: str | None = None) -> ModelSpec:
+        """A copy with weights (and, when given, the KV cache) in another dtype (name or bytes)."""
+        kv = self.kv_bytes if kv_dtype is None else kv_dtype_bytes(kv_dtype)
+        return replace(self, dtype_bytes=dtype_bytes(dtype), kv_bytes=kv)
 
 
 def _get(cfg: dict, key: str, defaults: dict, where: str, *alt: str) -> Any:
@@ -159,10 +190,14 @@ def _vision_spec(cfg: dict, lm_hidden: int, top: dict, where: str) -> VisionSpec
                       projector_params=projector)
 
 
-def spec_from_config(cfg: dict, name: str = "model", *, dtype: str | None = None) -> ModelSpec:
-    """ModelSpec from a HF config dict (text or LLaVA-style); ``dtype`` overrides the config's."""
+def spec_from_config(cfg: dict, name: str = "model", *, dtype: str | None = None,
+                     kv_dtype: str | None = None) -> ModelSpec:
+    """ModelSpec from a HF config dict (text or LLaVA-style); ``dtype``/``kv_dtype`` override the config's."""
     if not isinstance(cfg, dict):
         raise SpecsimError(f"{name}: expected a config JSON object, got {type(cfg).__name__}")
+    if not isinstance(cfg.get("model_type"), str) or not cfg["model_type"]:
+        raise SpecsimError(f"{name}.model_type: missing (expected the HF config's model_type, e.g. 'llama', "
+                           "'qwen2', 'llava'; specsim does not guess an architecture)")
     text_cfg = cfg.get("text_config") if isinstance(cfg.get("text_config"), dict) else cfg
     if text_cfg is not cfg and "model_type" not in text_cfg:
         text_cfg = {**text_cfg, "model_type": "llama"}  # LlavaConfig's default text backbone
@@ -171,7 +206,8 @@ def spec_from_config(cfg: dict, name: str = "model", *, dtype: str | None = None
     if isinstance(cfg.get("vision_config"), dict):
         vision = _vision_spec(cfg["vision_config"], fields["hidden"], cfg, f"{name}.vision_config")
     dt = dtype or cfg.get("torch_dtype") or cfg.get("dtype") or text_cfg.get("torch_dtype") or "bfloat16"
-    return ModelSpec(name=name, dtype_bytes=dtype_bytes(dt), vision=vision, **fields)
+    kv = None if kv_dtype is None else kv_dtype_bytes(kv_dtype)
+    return ModelSpec(name=name, dtype_bytes=dtype_bytes(dt), kv_bytes=kv, vision=vision, **fields)
 
 
 def presets_dir() -> Path | None:
@@ -187,7 +223,7 @@ def preset_names() -> list[str]:
     return [] if d is None or not d.is_dir() else sorted(p.stem for p in d.glob("*.json") if p.stem != "pairs")
 
 
-def load_model_spec(name_or_path: str, *, dtype: str | None = None) -> ModelSpec:
+def load_model_spec(name_or_path: str, *, dtype: str | None = None, kv_dtype: str | None = None) -> ModelSpec:
     """A calibrate preset name (``llava-1.5-7b``) or a path to a HF config.json (file or its folder)."""
     d = presets_dir()
     if d is not None and (d / f"{name_or_path}.json").is_file() and name_or_path != "pairs":
@@ -204,7 +240,10 @@ def load_model_spec(name_or_path: str, *, dtype: str | None = None) -> ModelSpec
     cfg = read_json(path, "model config")
     if isinstance(cfg, dict):
         cfg = {k: v for k, v in cfg.items() if k != "_specsim"}
-    return spec_from_config(cfg, name, dtype=dtype)
+    try:
+        return spec_from_config(cfg, name, dtype=dtype, kv_dtype=kv_dtype)
+    except SpecsimError as err:
+        raise SpecsimError(f"model config {path.name}: {err}") from None
 
 
 def load_pair(name: str) -> tuple[str, str]:

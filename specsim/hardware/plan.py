@@ -15,12 +15,12 @@ import numpy as np
 from specsim.errors import SpecsimError
 from specsim.hardware.device import Device
 from specsim.hardware.model import ModelSpec
+from specsim.hardware.parallel import check_tp, per_gpu_resident_bytes
 from specsim.hardware.roofline import (
     USABLE_MEMORY_FRACTION,
     Efficiency,
     compute_bound,
     decode_ms,
-    fits_memory,
     verify_ms,
 )
 from specsim.profile import MethodAcceptance
@@ -70,6 +70,8 @@ class PlanRow:
     target_compute_bound: bool
     fits_memory: bool
     usd_per_million_tokens: float | None = None  # SD, only when the user gave a price per hour
+    tp: int = 1
+    per_gpu_bytes: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -97,19 +99,30 @@ class Plan:
                 and (context is None or r.context_tokens == context)]
 
 
-def _device_rows(target: ModelSpec, draft: ModelSpec, dev: Device, eff: Efficiency, mt: MethodTau,
-                 batches: np.ndarray, contexts: np.ndarray) -> list[PlanRow]:
+@dataclass(frozen=True)
+class Parallel:
+    """Tensor-parallel degree of the target and whether the draft is sharded too (else it runs on GPU 0)."""
+
+    tp: int = 1
+    draft_sharded: bool = False
+
+
+def _device_rows(target: ModelSpec, draft: ModelSpec, dev: Device, eff, mt: MethodTau,
+                 batches: np.ndarray, contexts: np.ndarray, par: Parallel) -> list[PlanRow]:
     b, ctx = batches[:, None, None], contexts[None, :, None]
     g = np.asarray(mt.gammas, dtype=float)[None, None, :]
-    tp = decode_ms(target, dev, eff, ctx, b)                       # [B, L, 1]
-    tq = decode_ms(draft, dev, eff, ctx, b * mt.draft_batch_size)  # [B, L, 1]
-    tv = verify_ms(target, dev, eff, g, ctx, b)                    # [B, L, G]
+    d_tp = par.tp if par.draft_sharded else 1
+    tp = decode_ms(target, dev, eff, ctx, b, tp=par.tp)                         # [B, L, 1]
+    tq = decode_ms(draft, dev, eff, ctx, b * mt.draft_batch_size, tp=d_tp)      # [B, L, 1]
+    tv = verify_ms(target, dev, eff, g, ctx, b, tp=par.tp)                      # [B, L, G]
     tau = np.asarray(mt.tau)[None, None, :]
-    block_ms = g * tq + tv
-    speedups = tau * tp / block_ms                                 # = τ / (γ·c + v)
+    block_ms = g * tq + tv + eff.overhead_ms_per_block
+    speedups = tau * tp / block_ms                                 # = τ / (γ·c + v + block overhead / Tp)
     best = np.argmax(speedups, axis=-1)                            # [B, L]
-    bound = compute_bound(target, dev, eff, b, ctx, 1)[..., 0]
-    fits = fits_memory([target, draft], dev, b[..., 0], ctx[..., 0] + max(mt.gammas) + 1)
+    bound = compute_bound(target, dev, eff, b, ctx, 1, tp=par.tp)[..., 0]
+    per_gpu = per_gpu_resident_bytes(target, draft, b[..., 0], ctx[..., 0] + max(mt.gammas) + 1, par.tp,
+                                     par.draft_sharded)
+    fits = per_gpu <= USABLE_MEMORY_FRACTION * dev.memory_bytes
     rows = []
     for i, j in np.ndindex(best.shape):
         k = int(best[i, j])
@@ -122,14 +135,22 @@ def _device_rows(target: ModelSpec, draft: ModelSpec, dev: Device, eff: Efficien
             speedup=float(speedups[i, j, k]), target_ms_per_step=float(tp[i, j, 0]),
             target_tokens_per_s=float(batches[i] * 1e3 / tp[i, j, 0]), sd_tokens_per_s=sd_tps,
             target_compute_bound=bool(bound[i, j]), fits_memory=bool(fits[i, j]),
-            usd_per_million_tokens=None if price is None else price / (sd_tps * 3600.0) * 1e6))
+            usd_per_million_tokens=None if price is None else price * par.tp / (sd_tps * 3600.0) * 1e6,
+            tp=par.tp, per_gpu_bytes=float(per_gpu[i, j])))
     return rows
 
 
 def plan_hardware(target: ModelSpec, draft: ModelSpec, devices: list[Device], methods: list[MethodTau], *,
-                  efficiency: Efficiency | dict[str, Efficiency] | None = None,
-                  batches=DEFAULT_BATCHES, contexts=DEFAULT_CONTEXTS, notes: tuple[str, ...] = ()) -> Plan:
-    """Predicted throughput and best-γ speedup for every device × method × batch × context."""
+                  efficiency=None, batches=DEFAULT_BATCHES, contexts=DEFAULT_CONTEXTS,
+                  notes: tuple[str, ...] = (), parallel: Parallel | None = None) -> Plan:
+    """Predicted throughput and best-γ speedup for every device × method × batch × context.
+
+    ``efficiency``: an Efficiency or Runtime for every device, or a dict device name -> one of them.
+    ``parallel``: tensor-parallel degree (tokens/s are per replica of ``tp`` GPUs; $/Mtok counts tp GPUs).
+    """
+    par = parallel or Parallel()
+    for dev in devices:
+        check_tp(par.tp, dev)
     if not devices or not methods:
         raise SpecsimError("plan: need at least one device and one method")
     batches_a = np.asarray(sorted(set(int(x) for x in batches)), dtype=float)
@@ -140,23 +161,25 @@ def plan_hardware(target: ModelSpec, draft: ModelSpec, devices: list[Device], me
         raise SpecsimError(f"context lengths: expected integers >= 0, got {list(contexts)!r}")
     effs = efficiency if isinstance(efficiency, dict) else {d.name: efficiency or Efficiency() for d in devices}
     rows = [row for dev in devices for mt in methods
-            for row in _device_rows(target, draft, dev, effs.get(dev.name, Efficiency()), mt, batches_a, contexts_a)]
-    return Plan(tuple(rows), _assumptions(target, draft, methods, effs) + tuple(notes),
+            for row in _device_rows(target, draft, dev, effs.get(dev.name, Efficiency()), mt, batches_a, contexts_a,
+                                    par)]
+    return Plan(tuple(rows), _assumptions(target, draft, methods, effs, par) + tuple(notes),
                 tuple(d.name for d in devices), tuple(m.method for m in methods),
                 tuple(int(b) for b in batches_a), tuple(int(c) for c in contexts_a),
                 {k: e.to_json() for k, e in effs.items()})
 
 
-def _assumptions(target: ModelSpec, draft: ModelSpec, methods: list[MethodTau],
-                 effs: dict[str, Efficiency]) -> tuple[str, ...]:
+def _assumptions(target: ModelSpec, draft: ModelSpec, methods: list[MethodTau], effs: dict,
+                 par: Parallel) -> tuple[str, ...]:
     out = [
         "decode phase only: speedup = tau/(gamma*c + v); prefill, vision encoding and draft set-up excluded",
-        f"weights and KV cache in {target.dtype_bytes}-byte (target) / {draft.dtype_bytes}-byte (draft) elements; "
-        "device peaks are datasheet dense BF16/FP16 (measured FP32 for the CPU)",
+        f"weights {target.dtype_bytes:g} (target) / {draft.dtype_bytes:g} (draft) bytes per parameter, KV cache "
+        f"{target.kv_element_bytes:g} bytes per element; device peaks are datasheet dense BF16/FP16 (measured FP32 "
+        "for the CPU)",
         "tau does not depend on batch size or context (taken from the profile); a batch verifies in lockstep "
         "and emits tau tokens per sequence per block",
-        f"'fits' = weights of both models + KV cache for batch x (context + gamma_max + 1) <= "
-        f"{USABLE_MEMORY_FRACTION:.0%} of device memory",
+        f"'fits' = per GPU: target weights + KV over tp, the draft {'sharded' if par.draft_sharded else 'whole on GPU 0'}, "
+        f"KV for batch x (context + gamma_max + 1) <= {USABLE_MEMORY_FRACTION:.0%} of device memory",
         "context = tokens already in the KV cache (image tokens included: 576 per LLaVA-1.5 image)",
     ]
     for mt in methods:
@@ -164,8 +187,12 @@ def _assumptions(target: ModelSpec, draft: ModelSpec, methods: list[MethodTau],
         if extra:
             out.append(f"method {mt.method} ({mt.scenario}): tau at other gamma is an i.i.d. extrapolation "
                        f"({', '.join(extra)}), not measured")
-    for source in sorted({e.source for e in effs.values()}):
-        out.append(f"efficiencies: {source}")
+    if par.tp > 1:
+        out.append(f"tensor parallel over {par.tp} GPUs (Megatron layout, 2 all-reduces per layer over the device's "
+                   f"interconnect); draft {'sharded the same way' if par.draft_sharded else 'on one GPU'}; tokens/s "
+                   "are per replica")
+    for eff in {id(e): e for e in effs.values()}.values():
+        out.append(f"runtime {eff.name}: {eff.display_name}" if hasattr(eff, "fit") else f"efficiencies: {eff.source}")
     return tuple(out)
 
 

@@ -35,6 +35,46 @@ def plot_speedup_vs_batch(plan: Plan, path: str | os.PathLike, *, method: str | 
     ax.set_title(f"method {method}, context {context} tokens (roofline; hollow = does not fit)")
     ax.legend(fontsize=7, ncol=2)
     fig.tight_layout()
+    return _save(fig, path)
+
+
+def plot_validation(results, path: str | os.PathLike) -> Path:
+    """Predicted vs published (one panel per observable), specsim filled, textbook hollow; y = x dashed."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    kinds = sorted({r.observable for r in results})
+    fig, axes = plt.subplots(1, len(kinds), figsize=(5.2 * len(kinds), 4.6), squeeze=False)
+    for ax, kind in zip(axes[0], kinds):
+        rs = [r for r in results if r.observable == kind]
+        sources = sorted({r.source for r in rs})
+        for i, src in enumerate(sources):
+            sub = [r for r in rs if r.source == src]
+            color = f"C{i % 10}"
+            ax.plot([r.measured for r in sub], [r.predicted for r in sub], "o", color=color, label=f"{src} (specsim)")
+            ax.plot([r.measured for r in sub], [r.textbook for r in sub], "o", color=color, markerfacecolor="none",
+                    alpha=0.6, label=f"{src} (textbook)")
+        lo = min(min(r.measured, r.predicted, r.textbook) for r in rs) * 0.9
+        hi = max(max(r.measured, r.predicted, r.textbook) for r in rs) * 1.1
+        ax.plot([lo, hi], [lo, hi], "k--", lw=0.8)
+        if kind != "speedup":
+            ax.set_xscale("log")
+            ax.set_yscale("log")
+        ax.set_xlabel(f"published {kind}")
+        ax.set_ylabel(f"predicted {kind}")
+        ax.set_title(kind.replace("_", " "))
+        ax.legend(fontsize=6)
+    fig.suptitle("specsim validate: leave-one-source-out (filled) vs textbook (hollow)")
+    fig.tight_layout()
+    return _save(fig, path)
+
+
+def _save(fig, path) -> Path:
+    """Write a figure to ``path`` atomically (:func:`specsim.jsonio.write_bytes_atomic`) and close it."""
+    import matplotlib.pyplot as plt
+
     buf = io.BytesIO()
     try:
         fig.savefig(buf, format="png", dpi=110)

@@ -1,8 +1,11 @@
 """Roofline latency of one forward pass (ms), vectorised over batch, context and new positions.
 
-time = max(FLOPs / (peak · eff_compute), bytes / (bandwidth · eff_memory)) + overhead
+time = max(C, M) + (1 − overlap) · min(C, M) + overhead + all-reduce (tensor parallel, :mod:`.parallel`)
+C = FLOPs / (peak · eff_compute(rows)), M = bytes / (bandwidth · eff_memory(rows))
 (Williams et al. 2009, "Roofline"; applied to LLM decoding as in Pope et al. 2022 and llm-analysis).
-overhead = overhead_ms + overhead_ms_per_layer · layers: launch/dispatch cost that no roofline sees.
+overhead = per forward + per layer · layers: launch/dispatch cost that no roofline sees. ``eff`` is an
+:class:`Efficiency` (one pair of fractions) or a :class:`~specsim.hardware.runtime.Runtime` (fractions
+that depend on the rows of the pass, rows = batch · new).
 
 One pass of a ``ModelSpec`` over ``new`` positions per sequence, ``batch`` sequences, each with
 ``context`` positions already in the KV cache:
@@ -12,6 +15,7 @@ One pass of a ``ModelSpec`` over ``new`` positions per sequence, ``batch`` seque
            + batch · (context + new) · kv_bytes_per_token  (read the cache, write the new K, V)
            + batch · new · layers · act_elems · dtype_bytes (unfused activation traffic, an estimate)
            + batch · logits · vocab · 4                      (fp32 logits)
+           + batch · layers · heads · new · (context + new) · attention_score_bytes (materialised scores)
 Phases (DESIGN.md): prefill of S tokens (new = S, context 0, logits for the last position only),
 decode (new = 1: Tp, Tq), verify (new = γ+1: the pending token plus γ drafts, logits for all).
 """
@@ -51,6 +55,19 @@ class Efficiency:
             value = getattr(self, key)
             if not (_is_num(value) and value >= 0):
                 raise SpecsimError(f"efficiency.{key}: expected a time >= 0 ms, got {value!r}")
+
+    # The roofline's interface, shared with Runtime: one memory and one compute fraction at any row count.
+    overlap = 1.0
+    attention_score_bytes = 0.0
+    overhead_ms_per_block = 0.0
+    overhead_ms_per_allreduce = 0.0
+    interconnect_efficiency = 0.7
+
+    def memory_efficiency(self, rows) -> np.ndarray:
+        return np.full(np.shape(rows), self.memory)
+
+    def compute_efficiency_at(self, rows) -> np.ndarray:
+        return np.full(np.shape(rows), self.compute)
 
     def pass_overhead_ms(self, layers: int) -> float:
         return self.overhead_ms + self.overhead_ms_per_layer * layers
@@ -95,47 +112,55 @@ def forward_flops(m: ModelSpec, batch, context, new, logits=None) -> np.ndarray:
     return b * (matmul + attention)
 
 
-def forward_bytes(m: ModelSpec, batch, context, new, logits=None) -> np.ndarray:
+def forward_bytes(m: ModelSpec, batch, context, new, logits=None, score_bytes: float = 0.0) -> np.ndarray:
     """Bytes moved to/from memory by one pass (see module docstring)."""
     b, ctx, n = _arr(batch, "batch", 1), _arr(context, "context_tokens", 0), _arr(new, "new_tokens", 1)
     lg = n if logits is None else _arr(logits, "logit_tokens", 0)
     weights = (m.layers * m.layer_params + m.vocab * m.hidden) * m.dtype_bytes
     kv = b * (ctx + n) * m.kv_bytes_per_token
-    act = b * n * m.layers * _activation_elems(m) * m.dtype_bytes
-    return weights + kv + act + b * lg * m.vocab * 4.0
+    act_bytes = max(m.dtype_bytes, m.kv_element_bytes)  # quantised weights still compute in fp16/fp32
+    act = b * n * m.layers * _activation_elems(m) * act_bytes
+    scores = b * m.layers * m.heads * n * (ctx + n) * score_bytes
+    return weights + kv + act + b * lg * m.vocab * 4.0 + scores
 
 
-def roofline_terms_ms(m: ModelSpec, dev: Device, eff: Efficiency, batch, context, new, logits=None):
-    """(compute_ms, memory_ms) of one pass before the max and the overhead."""
-    compute = forward_flops(m, batch, context, new, logits) / (dev.peak_flops_per_s * eff.compute) * 1e3
-    memory = forward_bytes(m, batch, context, new, logits) / (dev.memory_bandwidth_bytes_per_s * eff.memory) * 1e3
+def roofline_terms_ms(m: ModelSpec, dev: Device, eff, batch, context, new, logits=None, tp: int = 1):
+    """(compute_ms, memory_ms) of one pass (per GPU of a ``tp``-way shard) before the max and the overhead."""
+    rows = np.asarray(batch, dtype=float) * np.asarray(new, dtype=float)
+    flops = forward_flops(m, batch, context, new, logits) / tp
+    nbytes = forward_bytes(m, batch, context, new, logits, eff.attention_score_bytes) / tp
+    compute = flops / (dev.peak_flops_per_s * eff.compute_efficiency_at(rows)) * 1e3
+    memory = nbytes / (dev.memory_bandwidth_bytes_per_s * eff.memory_efficiency(rows)) * 1e3
     return compute, memory
 
 
-def forward_ms(m: ModelSpec, dev: Device, eff: Efficiency, batch, context, new, logits=None):
-    """Roofline time (ms) of one pass: max(compute, memory) + overhead; broadcasts its array arguments."""
-    compute, memory = roofline_terms_ms(m, dev, eff, batch, context, new, logits)
-    out = np.maximum(compute, memory) + eff.pass_overhead_ms(m.layers)
+def forward_ms(m: ModelSpec, dev: Device, eff, batch, context, new, logits=None, tp: int = 1):
+    """Time (ms) of one pass: roofline + overhead (+ all-reduces when ``tp`` > 1); broadcasts array arguments."""
+    from specsim.hardware.parallel import allreduce_ms
+
+    compute, memory = roofline_terms_ms(m, dev, eff, batch, context, new, logits, tp)
+    roof = np.maximum(compute, memory) + (1.0 - eff.overlap) * np.minimum(compute, memory)
+    out = roof + eff.pass_overhead_ms(m.layers) + allreduce_ms(m, dev, eff, batch, new, tp)
     return out if out.ndim else float(out)
 
 
-def decode_ms(m: ModelSpec, dev: Device, eff: Efficiency, context, batch=1):
+def decode_ms(m: ModelSpec, dev: Device, eff, context, batch=1, tp: int = 1):
     """Tp (or Tq): one new position per sequence with ``context`` cached positions (ms)."""
-    return forward_ms(m, dev, eff, batch, context, 1)
+    return forward_ms(m, dev, eff, batch, context, 1, tp=tp)
 
 
-def verify_ms(m: ModelSpec, dev: Device, eff: Efficiency, gamma, context, batch=1):
+def verify_ms(m: ModelSpec, dev: Device, eff, gamma, context, batch=1, tp: int = 1):
     """Tv(γ): γ+1 new positions (pending token + γ drafts), logits at all of them (ms)."""
     g = _arr(gamma, "gamma", 1)
-    return forward_ms(m, dev, eff, batch, context, g + 1)
+    return forward_ms(m, dev, eff, batch, context, g + 1, tp=tp)
 
 
-def prefill_ms(m: ModelSpec, dev: Device, eff: Efficiency, prompt_tokens, batch=1):
+def prefill_ms(m: ModelSpec, dev: Device, eff, prompt_tokens, batch=1):
     """Prefill of ``prompt_tokens`` into an empty cache, logits for the last position only (ms)."""
     return forward_ms(m, dev, eff, batch, 0, prompt_tokens, logits=1)
 
 
-def vision_ms(v: VisionSpec, dtype_bytes: int, dev: Device, eff: Efficiency, images=1):
+def vision_ms(v: VisionSpec, dtype_bytes: float, dev: Device, eff, images=1):
     """Vision tower + projector over ``images`` images (ms): same roofline, tokens = patches per image."""
     n = _arr(images, "images", 0)
     tower = v.layers * (4 * v.hidden**2 + 2 * v.hidden * v.intermediate)
@@ -143,20 +168,22 @@ def vision_ms(v: VisionSpec, dtype_bytes: int, dev: Device, eff: Efficiency, ima
                  + 2.0 * v.projector_params * v.image_tokens)
     act = n * v.patch_tokens * v.layers * (10 * v.hidden + 4 * v.intermediate) * dtype_bytes
     nbytes = v.params * dtype_bytes + act
-    t = np.maximum(flops / (dev.peak_flops_per_s * eff.compute), nbytes / (dev.memory_bandwidth_bytes_per_s * eff.memory))
+    rows = n * v.patch_tokens
+    t = np.maximum(flops / (dev.peak_flops_per_s * eff.compute_efficiency_at(np.maximum(rows, 1))),
+                   nbytes / (dev.memory_bandwidth_bytes_per_s * eff.memory_efficiency(np.maximum(rows, 1))))
     out = np.where(n > 0, t * 1e3 + eff.pass_overhead_ms(v.layers), 0.0)
     return out if out.ndim else float(out)
 
 
-def compute_bound(m: ModelSpec, dev: Device, eff: Efficiency, batch, context, new, logits=None) -> np.ndarray:
+def compute_bound(m: ModelSpec, dev: Device, eff, batch, context, new, logits=None, tp: int = 1) -> np.ndarray:
     """True where the compute term of the roofline exceeds the memory term."""
-    compute, memory = roofline_terms_ms(m, dev, eff, batch, context, new, logits)
+    compute, memory = roofline_terms_ms(m, dev, eff, batch, context, new, logits, tp)
     return compute > memory
 
 
 def resident_bytes(m: ModelSpec, batch, context) -> np.ndarray:
     """Weights (vision tower included) + KV cache for ``batch`` sequences of ``context`` positions."""
-    return m.params * m.dtype_bytes + _arr(batch, "batch", 1) * _arr(context, "context_tokens", 0) * m.kv_bytes_per_token
+    return m.weight_bytes + _arr(batch, "batch", 1) * _arr(context, "context_tokens", 0) * m.kv_bytes_per_token
 
 
 def fits_memory(models: list[ModelSpec], dev: Device, batch, context) -> np.ndarray:

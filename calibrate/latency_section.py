@@ -1,0 +1,170 @@
+"""Assemble measured timings into a profile's latency section: the cost model (:mod:`specsim.costmodel`),
+the schema-1 tables read off it, the host check, provenance, and the atomic write into a profile."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from calibrate import models as M
+from calibrate.costgrid import SENTINEL_END, SENTINEL_START, grid_key, overhead_prefix
+from calibrate.timing import Timing, summarize
+from specsim.costmodel import CostModel, HostCheck, OverheadGrid, make_grid
+from specsim.errors import SpecsimError
+from specsim.profile import Curve, LatencySection, Profile, Provenance, load_profile, save_profile
+
+# A sentinel that moved by more than this (or twice its own half-width) between start and end means
+# something else competed for the machine while it was measured.
+CONTENDED_THRESHOLD = 0.03
+
+
+def _curve(points: list[tuple[float, Timing]]) -> Curve:
+    points = sorted(points, key=lambda p: p[0])
+    return Curve(x=tuple(float(x) for x, _ in points), ms=tuple(t.median_ms for _, t in points),
+                 halfwidth_ms=tuple(t.halfwidth_ms for _, t in points), n=tuple(t.n for _, t in points))
+
+
+def _grid(timings: dict[str, Timing], name: str, rows, contexts, batches):
+    missing = [grid_key(name, r, c, b) for r in rows for c in contexts for b in batches
+               if grid_key(name, r, c, b) not in timings]
+    if missing:
+        raise SpecsimError(f"latency: no measurement for {missing[0]} (expected every point of the plan)")
+    pts = [[[timings[grid_key(name, r, c, b)] for b in batches] for c in contexts] for r in rows]
+    return make_grid(rows, contexts, batches, [[[t.median_ms for t in cell] for cell in row] for row in pts],
+                     [[[t.halfwidth_ms for t in cell] for cell in row] for row in pts],
+                     [[[t.n for t in cell] for cell in row] for row in pts])
+
+
+def _pooled(timings: dict[str, Timing], prefix: str) -> float:
+    """Median of every sample whose key starts with ``prefix`` (the overhead pooled over contexts)."""
+    samples = [x for k, t in timings.items() if k.startswith(prefix) for x in t.samples_ms]
+    if not samples:
+        raise SpecsimError(f"latency: no overhead samples for {prefix!r}")
+    return max(0.0, summarize(samples).median_ms)  # a difference of timers: float noise may dip below 0
+
+
+def host_check(timings: dict[str, Timing], context: int) -> HostCheck | None:
+    """Compare the sentinel (target-only steps at ``context``) timed at the start and at the end."""
+    start, end = timings.get(SENTINEL_START), timings.get(SENTINEL_END)
+    if start is None or end is None:
+        return None
+    threshold = max(CONTENDED_THRESHOLD, 2 * max(start.rel_halfwidth, end.rel_halfwidth))
+    change = end.median_ms / start.median_ms - 1
+    contended = abs(change) > threshold
+    note = (f"the sentinel (target-only step at context {context}) took {start.median_ms:.3f} ms at the start "
+            f"and {end.median_ms:.3f} ms at the end ({change:+.1%}; threshold {threshold:.1%})")
+    if contended:
+        note = "host contended while measuring: " + note + "; re-measure on a quiet machine"
+    return HostCheck(sentinel=f"target_decode.r=1.c={context}.b=1", start_ms=start.median_ms, end_ms=end.median_ms,
+                     threshold=threshold, contended=contended, note=note)
+
+
+def cost_model(timings: dict[str, Timing], plan) -> CostModel:
+    """The :class:`CostModel` of a finished sweep (see :mod:`calibrate.costgrid` for the keys)."""
+    ctx, gammas, batches = plan.contexts_tokens, plan.gammas, plan.batch_sizes
+    overhead = [[_pooled(timings, overhead_prefix(g, b)) for b in batches] for g in gammas]
+    return CostModel(
+        target_decode=_grid(timings, "target_decode", (1,), ctx, (1,)),
+        target_verify=_grid(timings, "target_verify", tuple(g + 1 for g in gammas), ctx, (1,)),
+        draft_first=_grid(timings, "draft_first", (1, 2), ctx, batches),
+        draft_next=_grid(timings, "draft_next", (1,), tuple(c + 1 for c in ctx), batches),
+        target_prefill=_grid(timings, "target_prefill", plan.prefill_tokens, (0,), (1,)),
+        draft_prefill=_grid(timings, "draft_prefill", plan.prefill_tokens, (0,), batches),
+        overhead_ms_per_block=OverheadGrid(tuple(gammas), tuple(batches), tuple(tuple(r) for r in overhead)),
+        overhead_ms_per_target_step=_pooled(timings, overhead_prefix(0, 1)),
+        host_check=host_check(timings, ctx[0]))
+
+
+def latency_section(timings: dict[str, Timing], plan, provenance=None) -> LatencySection:
+    """The latency section: the cost model, and the schema-1 tables read off it (Tp and Tq by context,
+    Tv(γ) and Tq by draft batch at the verify context, prefill by prompt tokens, vision, captioner)."""
+    v = plan.verify_context_tokens
+
+    def curve(pairs: list[tuple[float, str]]) -> Curve | None:
+        pts = [(x, timings[k]) for x, k in pairs if k in timings]
+        return _curve(pts) if pts else None
+
+    vision = {role: timings.get(f"{role}.vision.images=1") for role in ("target", "draft")}
+    caption = timings.get(f"captioner.caption.tokens={plan.caption_tokens}")
+    return LatencySection(
+        target_decode_ms_by_context=curve([(c, grid_key("target_decode", 1, c, 1)) for c in plan.contexts_tokens]),
+        draft_decode_ms_by_context=curve([(c, grid_key("draft_first", 1, c, 1)) for c in plan.contexts_tokens]),
+        target_verify_ms_by_gamma=curve([(g, grid_key("target_verify", g + 1, v, 1)) for g in plan.gammas]),
+        target_prefill_ms_by_tokens=curve([(n, grid_key("target_prefill", n, 0, 1)) for n in plan.prefill_tokens]),
+        draft_prefill_ms_by_tokens=curve([(n, grid_key("draft_prefill", n, 0, 1)) for n in plan.prefill_tokens]),
+        draft_decode_ms_by_batch=curve([(b, grid_key("draft_first", 1, v, b)) for b in plan.batch_sizes]),
+        verify_context_tokens=v,
+        vision_encoder_ms_per_image=None if vision["target"] is None else vision["target"].median_ms,
+        draft_vision_encoder_ms_per_image=None if vision["draft"] is None else vision["draft"].median_ms,
+        captioner_ms_per_image=None if caption is None else caption.median_ms,
+        provenance=provenance,
+        cost_model=cost_model(timings, plan),
+    )
+
+
+def worst_rel_halfwidth(timings: dict[str, Timing]) -> tuple[str, float]:
+    """(key, half-width / median) of the least precise point."""
+    key = max(timings, key=lambda k: timings[k].rel_halfwidth)
+    return key, timings[key].rel_halfwidth
+
+
+# --------------------------------------------------------------------------- provenance and output
+def device_name(device: str) -> str:
+    """Human-readable device: the GPU name, or the CPU model name with its logical CPU count."""
+    import os
+    import platform
+
+    import torch
+
+    if device.startswith("cuda"):
+        return torch.cuda.get_device_name(torch.device(device))
+    name = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as fh:
+            name = next((ln.split(":", 1)[1].strip() for ln in fh if ln.startswith("model name")), name)
+    except OSError:
+        pass
+    return f"cpu: {name} ({os.cpu_count()} logical CPUs)"
+
+
+def measurement_provenance(models: dict[str, M.LoadedModel], *, notes: str = "") -> Provenance:
+    """Provenance of a latency run: device, dtype, threads, software versions, real/random weights."""
+    import datetime
+    import platform
+
+    import torch
+    import transformers
+
+    import specsim
+
+    target, draft = models["target"], models["draft"]
+    weights = {m.weights for m in models.values()}
+    mixed = "" if len(weights) == 1 else "weights: " + ", ".join(f"{r} {m.weights}" for r, m in models.items())
+    captioner = f"captioner: {models['captioner'].name}" if "captioner" in models else ""
+    return Provenance(
+        target=target.name, draft=draft.name, device=device_name(target.device), dtype=target.dtype,
+        date=datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d"), source="measured",
+        software={"torch": torch.__version__, "transformers": transformers.__version__,
+                  "python": platform.python_version(), "specsim": specsim.__version__},
+        weights="random" if "random" in weights else "real", threads=torch.get_num_threads(),
+        notes="; ".join(x for x in (mixed, captioner, notes) if x))
+
+
+def save_latency_profile(out: str | Path, section: LatencySection, provenance: Provenance, *, name: str = "",
+                         description: str = "") -> Path:
+    """Write ``section`` into the profile at ``out``: a new profile, or the latency of an existing one
+    (its acceptance and checks are kept; a warning is printed if its models differ)."""
+    from dataclasses import replace
+
+    out = Path(out)
+    if out.is_file():
+        profile = load_profile(str(out))
+        if (profile.provenance.target, profile.provenance.draft) != (provenance.target, provenance.draft):
+            print(f"note: {out} was for target {profile.provenance.target!r} / draft {profile.provenance.draft!r}; "
+                  f"its latency section now comes from {provenance.target!r} / {provenance.draft!r}", file=sys.stderr)
+        profile = replace(profile, latency=section)
+    else:
+        profile = Profile(provenance=provenance, latency=section, name=name or out.stem, description=description)
+    return save_profile(profile, out)
+
+

@@ -1,0 +1,309 @@
+"""The forward-cost model of a profile (schema 2): ms of one forward pass over rows × context × batch.
+
+A prediction that reads one number at one context is right only there. So ``calibrate latency``
+times the engine's own forwards, in the alternation the engine runs them (target-only steps back to
+back; γ draft steps then one verification, so the draft and the target evict each other's weights
+from the caches as they do in speculative decoding), on a grid:
+
+- ``target_decode``: the target-only step, 1 row, after another target step;
+- ``target_verify``: the verification pass over ``rows`` = γ+1 positions, after γ draft steps;
+- ``draft_first``: the first draft step of a block (1 row, or 2 after a fully accepted block),
+  right after a verification, at draft batch ``batch`` (the members of an in-batch ensemble);
+- ``draft_next``: the later draft steps of a block (1 row);
+- ``target_prefill`` / ``draft_prefill``: the first pass of a request over its whole prompt (``rows``
+  = prompt tokens, context 0), which the engine fuses with the first verification / draft step.
+
+Each grid stores ms[rows][context][batch] (medians) on the KV-cache length ``context_tokens`` the
+pass starts from. Outside the models, the engine's per-block overhead (sampling, acceptance, cache
+crop, Python) is ``overhead_ms_per_block`` by γ and draft batch, and ``overhead_ms_per_target_step``
+that of a target-only step.
+
+Interpolation rule (:func:`grid_ms`):
+
+- context: piecewise linear between measured contexts; outside the measured range, linear
+  extrapolation from the two nearest points, always flagged (one measured context: that value, flagged
+  whenever another context is asked for). Attention over the KV cache is linear in its length, so
+  the rule is exact for the cost it models;
+- rows and batch: exact at measured values, linear between two measured values; outside the measured
+  range a :class:`SpecsimError` names the axis (a forward over more rows than measured is not guessed).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from specsim.errors import SpecsimError
+from specsim.jsonio import (
+    check_keys,
+    drop_none,
+    field_int,
+    field_list,
+    field_num,
+    field_opt,
+    field_req,
+    field_str,
+    show,
+)
+
+GRID_NAMES = ("target_decode", "target_verify", "draft_first", "draft_next", "target_prefill", "draft_prefill")
+INTERPOLATION = ("context_tokens: piecewise linear, flagged linear extrapolation outside the measured range; "
+                 "rows and batch: exact or linear between measured values, an error outside them")
+
+
+# --------------------------------------------------------------------------- grids
+def _nested(value, shape: tuple[int, ...], where: str, parse) -> np.ndarray:
+    """A nested JSON list of ``shape`` (rows × context × batch), each leaf through ``parse``."""
+    out = np.empty(shape, dtype=float)
+    rows = field_list(value, where)
+    if len(rows) != shape[0]:
+        raise SpecsimError(f"{where}: expected {shape[0]} rows (one per rows value), got {len(rows)}")
+    for i, row in enumerate(rows):
+        ctxs = field_list(row, f"{where}[{i}]")
+        if len(ctxs) != shape[1]:
+            raise SpecsimError(f"{where}[{i}]: expected {shape[1]} values (one per context), got {len(ctxs)}")
+        for j, cell in enumerate(ctxs):
+            batches = field_list(cell, f"{where}[{i}][{j}]")
+            if len(batches) != shape[2]:
+                raise SpecsimError(f"{where}[{i}][{j}]: expected {shape[2]} values (one per batch), "
+                                   f"got {len(batches)}")
+            for k, v in enumerate(batches):
+                out[i, j, k] = parse(v, f"{where}[{i}][{j}][{k}]")
+    return out
+
+
+def _axis_values(value, where: str, *, integer: bool) -> tuple:
+    vals = field_list(value, where)
+    parsed = [field_int(v, f"{where}[{i}]", lo=1) if integer else field_num(v, f"{where}[{i}]", lo=0)
+              for i, v in enumerate(vals)]
+    if any(b <= a for a, b in zip(parsed, parsed[1:])):
+        raise SpecsimError(f"{where}: expected strictly increasing values, got {show(parsed)}")
+    return tuple(parsed)
+
+
+@dataclass(frozen=True)
+class CostGrid:
+    """ms of one forward pass on a grid of ``rows`` (positions fed) × ``context_tokens`` (KV-cache
+    length before the pass) × ``batch`` (draft contexts in one pass); ``ms[r][c][b]`` are medians,
+    ``halfwidth_ms`` their 95% confidence half-widths and ``n`` the samples behind each."""
+
+    rows: tuple[int, ...]
+    context_tokens: tuple[float, ...]
+    batch: tuple[int, ...]
+    ms: tuple
+    halfwidth_ms: tuple | None = None
+    n: tuple | None = None
+
+    @property
+    def shape(self) -> tuple[int, int, int]:
+        return len(self.rows), len(self.context_tokens), len(self.batch)
+
+    def values(self) -> np.ndarray:
+        """ms as an array [rows, context, batch]."""
+        return np.asarray(self.ms, dtype=float).reshape(self.shape)
+
+    def to_json(self) -> dict:
+        return drop_none({"rows": list(self.rows), "context_tokens": list(self.context_tokens),
+                          "batch": list(self.batch), "ms": _lists(self.ms),
+                          "halfwidth_ms": None if self.halfwidth_ms is None else _lists(self.halfwidth_ms),
+                          "n": None if self.n is None else _lists(self.n)})
+
+    @classmethod
+    def from_json(cls, d: dict, where: str) -> CostGrid:
+        check_keys(d if isinstance(d, dict) else {}, {"rows", "context_tokens", "batch", "ms", "halfwidth_ms", "n"},
+                   where)
+        rows = _axis_values(field_req(d, "rows", where), f"{where}.rows", integer=True)
+        ctx = _axis_values(field_req(d, "context_tokens", where), f"{where}.context_tokens", integer=False)
+        batch = _axis_values(field_req(d, "batch", where), f"{where}.batch", integer=True)
+        shape = (len(rows), len(ctx), len(batch))
+        ms = _nested(field_req(d, "ms", where), shape, f"{where}.ms", lambda v, w: field_num(v, w, lo=0, lo_open=True))
+        hw = field_opt(d, "halfwidth_ms", lambda v, w: _nested(v, shape, w, lambda x, ww: field_num(x, ww, lo=0)), where)
+        n = field_opt(d, "n", lambda v, w: _nested(v, shape, w, lambda x, ww: float(field_int(x, ww, lo=1))), where)
+        return cls(rows, ctx, batch, _tuples(ms), None if hw is None else _tuples(hw),
+                   None if n is None else _tuples(n.astype(int)))
+
+
+def _tuples(a: np.ndarray) -> tuple:
+    return tuple(tuple(tuple(x.item() for x in cell) for cell in row) for row in a)
+
+
+def _lists(t: tuple) -> list:
+    return [[list(cell) for cell in row] for row in t]
+
+
+def make_grid(rows, context_tokens, batch, ms, halfwidth_ms=None, n=None) -> CostGrid:
+    """A :class:`CostGrid` from axis sequences and arrays of shape [rows, context, batch]."""
+    shape = (len(rows), len(context_tokens), len(batch))
+
+    def arr(x, dtype):
+        return None if x is None else _tuples(np.asarray(x, dtype=dtype).reshape(shape))
+
+    return CostGrid(tuple(int(r) for r in rows), tuple(float(c) for c in context_tokens),
+                    tuple(int(b) for b in batch), arr(ms, float), arr(halfwidth_ms, float), arr(n, int))
+
+
+# --------------------------------------------------------------------------- interpolation
+def _bracket(points: np.ndarray, q: np.ndarray, *, name: str, extrapolate: bool):
+    """(i0, i1, w, outside) so that value = (1 − w)·y[i0] + w·y[i1] along one axis."""
+    if points.size == 1:
+        zeros = np.zeros(q.shape, dtype=int)
+        outside = q != points[0]
+        if outside.any() and not extrapolate:
+            raise SpecsimError(f"{name}: {q[outside].ravel()[0]:g} was not measured (measured: {points[0]:g})")
+        return zeros, zeros, np.zeros(q.shape), outside
+    span = (points[-1] - points[0]) * 1e-9
+    outside = (q < points[0] - span) | (q > points[-1] + span)
+    if outside.any() and not extrapolate:
+        raise SpecsimError(f"{name}: {q[outside].ravel()[0]:g} is outside the measured range "
+                           f"{points[0]:g}..{points[-1]:g}")
+    i1 = np.clip(np.searchsorted(points, q, side="right"), 1, points.size - 1)
+    i0 = i1 - 1
+    w = (q - points[i0]) / (points[i1] - points[i0])
+    return i0, i1, w, outside
+
+
+def grid_ms(grid: CostGrid, rows, context_tokens, batch=1, *, name: str = "cost grid"):
+    """(ms, extrapolated): the forward's ms at each query (arrays broadcast together) by the module's
+    interpolation rule, and a bool array that is True where the context lies outside the grid."""
+    r, c, b = np.broadcast_arrays(np.asarray(rows, dtype=float), np.asarray(context_tokens, dtype=float),
+                                  np.asarray(batch, dtype=float))
+    y = grid.values()
+    r0, r1, wr, _ = _bracket(np.asarray(grid.rows, float), r, name=f"{name}: rows", extrapolate=False)
+    c0, c1, wc, out = _bracket(np.asarray(grid.context_tokens, float), c, name=f"{name}: context_tokens",
+                               extrapolate=True)
+    b0, b1, wb, _ = _bracket(np.asarray(grid.batch, float), b, name=f"{name}: batch", extrapolate=False)
+    total = np.zeros(r.shape)
+    for ri, rw in ((r0, 1 - wr), (r1, wr)):
+        for ci, cw in ((c0, 1 - wc), (c1, wc)):
+            for bi, bw in ((b0, 1 - wb), (b1, wb)):
+                total = total + rw * cw * bw * y[ri, ci, bi]
+    if np.any(total <= 0):
+        bad = c[total <= 0].ravel()[0]
+        raise SpecsimError(f"{name}: linear extrapolation to context {bad:g} gives a non-positive time")
+    return (total if total.ndim else float(total)), out
+
+
+# --------------------------------------------------------------------------- overhead and host check
+@dataclass(frozen=True)
+class OverheadGrid:
+    """The engine's ms per block outside the models (sampling, acceptance, cache crop, Python), by γ
+    and draft batch: ``ms[i][j]`` at ``gamma[i]``, ``batch[j]``."""
+
+    gamma: tuple[int, ...]
+    batch: tuple[int, ...]
+    ms: tuple[tuple[float, ...], ...]
+
+    def to_json(self) -> dict:
+        return {"gamma": list(self.gamma), "batch": list(self.batch), "ms": [list(r) for r in self.ms]}
+
+    @classmethod
+    def from_json(cls, d: dict, where: str) -> OverheadGrid:
+        check_keys(d if isinstance(d, dict) else {}, {"gamma", "batch", "ms"}, where)
+        gammas = _axis_values(field_req(d, "gamma", where), f"{where}.gamma", integer=True)
+        batch = _axis_values(field_req(d, "batch", where), f"{where}.batch", integer=True)
+        rows = field_list(field_req(d, "ms", where), f"{where}.ms")
+        if len(rows) != len(gammas):
+            raise SpecsimError(f"{where}.ms: expected {len(gammas)} rows (one per gamma), got {len(rows)}")
+        ms = []
+        for i, row in enumerate(rows):
+            vals = field_list(row, f"{where}.ms[{i}]")
+            if len(vals) != len(batch):
+                raise SpecsimError(f"{where}.ms[{i}]: expected {len(batch)} values (one per batch), got {len(vals)}")
+            ms.append(tuple(field_num(v, f"{where}.ms[{i}][{j}]", lo=0) for j, v in enumerate(vals)))
+        return cls(gammas, batch, tuple(ms))
+
+    def at(self, gamma, batch=1):
+        """ms at γ and batch: linear between measured values, the nearest end value outside them."""
+        g, b = np.broadcast_arrays(np.asarray(gamma, dtype=float), np.asarray(batch, dtype=float))
+        y = np.asarray(self.ms, dtype=float)
+        by_gamma = np.stack([np.interp(b, self.batch, y[i]) for i in range(len(self.gamma))], axis=-1)
+        out = np.array([np.interp(gi, self.gamma, row) for gi, row in zip(g.ravel(), by_gamma.reshape(-1, len(self.gamma)))])
+        out = out.reshape(g.shape)
+        return out if out.ndim else float(out)
+
+
+@dataclass(frozen=True)
+class HostCheck:
+    """A sentinel point re-timed at the end of a calibration: did the machine's load change meanwhile?"""
+
+    sentinel: str
+    start_ms: float
+    end_ms: float
+    threshold: float
+    contended: bool
+    note: str = ""
+
+    @property
+    def rel_change(self) -> float:
+        return self.end_ms / self.start_ms - 1.0
+
+    def to_json(self) -> dict:
+        return {"sentinel": self.sentinel, "start_ms": self.start_ms, "end_ms": self.end_ms,
+                "threshold": self.threshold, "contended": self.contended, "note": self.note}
+
+    @classmethod
+    def from_json(cls, d: dict, where: str) -> HostCheck:
+        check_keys(d if isinstance(d, dict) else {}, {"sentinel", "start_ms", "end_ms", "threshold", "contended",
+                                                      "note"}, where)
+        contended = field_req(d, "contended", where)
+        if not isinstance(contended, bool):
+            raise SpecsimError(f"{where}.contended: expected true or false, got {show(contended)}")
+        return cls(sentinel=field_str(field_req(d, "sentinel", where), f"{where}.sentinel"),
+                   start_ms=field_num(field_req(d, "start_ms", where), f"{where}.start_ms", lo=0, lo_open=True),
+                   end_ms=field_num(field_req(d, "end_ms", where), f"{where}.end_ms", lo=0, lo_open=True),
+                   threshold=field_num(field_req(d, "threshold", where), f"{where}.threshold", lo=0),
+                   contended=contended, note=field_str(d.get("note", ""), f"{where}.note", allow_empty=True))
+
+
+# --------------------------------------------------------------------------- the model
+@dataclass(frozen=True)
+class CostModel:
+    """The grids, the engine's overhead and the host check of one latency calibration."""
+
+    target_decode: CostGrid
+    target_verify: CostGrid
+    draft_first: CostGrid
+    draft_next: CostGrid
+    target_prefill: CostGrid
+    draft_prefill: CostGrid
+    overhead_ms_per_block: OverheadGrid
+    overhead_ms_per_target_step: float
+    host_check: HostCheck | None = None
+    interpolation: str = INTERPOLATION
+
+    def to_json(self) -> dict:
+        return drop_none({**{name: getattr(self, name).to_json() for name in GRID_NAMES},
+                          "overhead_ms_per_block": self.overhead_ms_per_block.to_json(),
+                          "overhead_ms_per_target_step": self.overhead_ms_per_target_step,
+                          "host_check": None if self.host_check is None else self.host_check.to_json(),
+                          "interpolation": self.interpolation})
+
+    @classmethod
+    def from_json(cls, d: dict, where: str = "latency.cost_model") -> CostModel:
+        check_keys(d if isinstance(d, dict) else {}, {*GRID_NAMES, "overhead_ms_per_block",
+                                                      "overhead_ms_per_target_step", "host_check", "interpolation"},
+                   where)
+        grids = {name: CostGrid.from_json(field_req(d, name, where), f"{where}.{name}") for name in GRID_NAMES}
+        if grids["target_decode"].rows[0] != 1:
+            raise SpecsimError(f"{where}.target_decode.rows: expected to start at 1, got {show(list(grids['target_decode'].rows))}")
+        for name in ("target_prefill", "draft_prefill"):
+            if grids[name].context_tokens != (0.0,):
+                raise SpecsimError(f"{where}.{name}.context_tokens: expected [0] (a prompt's first pass), "
+                                   f"got {show(list(grids[name].context_tokens))}")
+        for name in ("target_decode", "target_verify", "target_prefill"):
+            if grids[name].batch != (1,):
+                raise SpecsimError(f"{where}.{name}.batch: expected [1] (the target runs one request), "
+                                   f"got {show(list(grids[name].batch))}")
+        overhead = OverheadGrid.from_json(field_req(d, "overhead_ms_per_block", where),
+                                          f"{where}.overhead_ms_per_block")
+        step = field_num(field_req(d, "overhead_ms_per_target_step", where), f"{where}.overhead_ms_per_target_step",
+                         lo=0)
+        return cls(**grids, overhead_ms_per_block=overhead, overhead_ms_per_target_step=step,
+                   host_check=field_opt(d, "host_check", HostCheck.from_json, where),
+                   interpolation=field_str(d.get("interpolation", INTERPOLATION), f"{where}.interpolation"))
+
+    @property
+    def max_gamma(self) -> int:
+        """The largest γ whose verification was measured."""
+        return int(self.target_verify.rows[-1]) - 1

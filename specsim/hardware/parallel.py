@@ -1,0 +1,63 @@
+"""Tensor parallelism: all-reduce traffic and time of one sharded forward pass (Megatron-LM layout).
+
+Shoeybi et al. 2019 (Megatron-LM): attention heads and the MLP's inner dimension are split over
+``tp`` GPUs; each decoder layer ends its attention block and its MLP with one all-reduce of the
+activations, so a pass does 2 · layers all-reduces of batch · new · hidden elements each.
+A ring all-reduce moves 2 (tp − 1) / tp times the message through each GPU's link (Patarasuk & Yuan
+2009; NCCL's "bus bandwidth"), so per all-reduce:
+    time_ms = 2 (tp − 1) / tp · message_bytes / (link_bytes_per_s · efficiency) · 1e3 + latency_ms
+Weights, KV heads, FLOPs and memory traffic divide by ``tp``; the LM head is split over the vocabulary.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from specsim.errors import SpecsimError
+from specsim.hardware.device import Device
+from specsim.hardware.model import ModelSpec
+
+ACTIVATION_BYTES = 2  # all-reduced activations travel in bf16/fp16 whatever the weight format
+
+
+def check_tp(tp: int, dev: Device | None = None) -> int:
+    """A tensor-parallel degree >= 1; > 1 needs a device with an interconnect bandwidth."""
+    if isinstance(tp, bool) or not isinstance(tp, (int, np.integer)) or tp < 1:
+        raise SpecsimError(f"tensor parallel degree: expected an integer >= 1, got {tp!r}")
+    if tp > 1 and dev is not None and dev.interconnect_bytes_per_s is None:
+        raise SpecsimError(f"device {dev.name!r} has no interconnect_bandwidth_bytes_per_s, so tensor parallel "
+                           f"degree {tp} cannot be priced (expected tp = 1 or a device file with that field)")
+    return int(tp)
+
+
+def allreduces_per_pass(m: ModelSpec) -> int:
+    """All-reduces in one forward: one after attention and one after the MLP in every layer."""
+    return 2 * m.layers
+
+
+def allreduce_message_bytes(m: ModelSpec, batch, new) -> np.ndarray:
+    """Bytes of one all-reduce message: batch · new · hidden activations."""
+    return np.asarray(batch, dtype=float) * np.asarray(new, dtype=float) * m.hidden * ACTIVATION_BYTES
+
+
+def allreduce_link_bytes(m: ModelSpec, batch, new, tp: int) -> np.ndarray:
+    """Bytes each GPU sends over its link in one pass (ring): 2 (tp−1)/tp · message · all-reduces."""
+    return 2.0 * (tp - 1) / tp * allreduce_message_bytes(m, batch, new) * allreduces_per_pass(m)
+
+
+def allreduce_ms(m: ModelSpec, dev: Device, eff, batch, new, tp: int) -> np.ndarray:
+    """Time (ms) of a pass's all-reduces; 0 at tp = 1."""
+    if tp == 1:
+        return np.zeros(np.broadcast(np.asarray(batch), np.asarray(new)).shape)
+    link = dev.interconnect_bytes_per_s * eff.interconnect_efficiency
+    latency = eff.overhead_ms_per_allreduce * allreduces_per_pass(m)
+    return allreduce_link_bytes(m, batch, new, tp) / link * 1e3 + latency
+
+
+def per_gpu_resident_bytes(target: ModelSpec, draft: ModelSpec, batch, context, tp: int,
+                           draft_sharded: bool) -> np.ndarray:
+    """Bytes on the most loaded GPU: target weights + KV over tp, the draft sharded or whole on GPU 0."""
+    b, ctx = np.asarray(batch, dtype=float), np.asarray(context, dtype=float)
+    target_bytes = (target.weight_bytes + b * ctx * target.kv_bytes_per_token) / tp
+    draft_bytes = draft.weight_bytes + b * ctx * draft.kv_bytes_per_token
+    return target_bytes + (draft_bytes / tp if draft_sharded else draft_bytes)

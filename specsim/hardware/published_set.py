@@ -1,0 +1,210 @@
+"""The published GPU measurement set: ``specsim/data/published_gpu_measurements.json``, every row cited.
+
+A row is either ``sd`` (speculative decoding with a draft model: γ, τ with its definition, and the
+measured speedup and/or SD ms per token) or ``decode`` (target-only ms per token). Sources carry
+title, authors, year, venue and where in the source the numbers are. τ is specsim's τ (tokens per
+block, bonus included); a row whose source reports other counters says how τ was derived
+(``tau_derivation``) and is flagged. Reserved for an independent check and kept out: the Spec-Bench
+leaderboard and the EAGLE, EAGLE-2 and EAGLE-3 papers' SpS / vanilla-SD rows.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from specsim.errors import SpecsimError
+from specsim.hardware.model import ModelSpec, dtype_bytes, kv_dtype_bytes, load_model_spec, spec_from_config
+from specsim.jsonio import read_json
+
+DATA_FILE = "data/published_gpu_measurements.json"
+_PARALLEL = ("none", "tensor", "layer-split")
+_RESERVED = ("spec-bench", "eagle")
+
+
+@dataclass(frozen=True)
+class Source:
+    key: str
+    title: str
+    authors: str
+    year: int
+    venue: str
+    where: str
+
+    def cite(self) -> str:
+        return f"{self.authors} ({self.year}), {self.title}; {self.venue}"
+
+
+@dataclass(frozen=True)
+class Row:
+    """One published measurement (see module docstring); ms in milliseconds, contexts in tokens."""
+
+    id: str
+    source: str
+    kind: str  # "sd" | "decode"
+    where: str
+    target: str
+    device: str
+    runtime: str
+    batch: int
+    weights_dtype: str
+    kv_dtype: str
+    target_context_tokens: float
+    gpus: int = 1
+    parallel: str = "none"
+    draft: str | None = None
+    draft_weights_dtype: str | None = None
+    draft_context_tokens: float | None = None
+    gamma: float | None = None
+    tau: float | None = None
+    tau_definition: str = ""
+    tau_derivation: str | None = None
+    speedup: float | None = None
+    sd_ms_per_token: float | None = None
+    target_ms_per_token: float | None = None
+    multimodal: bool = False
+    flags: tuple[str, ...] = ()
+
+    @property
+    def tp(self) -> int:
+        """Tensor-parallel degree (a layer split runs one GPU at a time: priced as one)."""
+        return self.gpus if self.parallel == "tensor" else 1
+
+    @property
+    def observable(self) -> str | None:
+        """What is compared: 'speedup', 'sd_ms_per_token' or 'target_ms_per_token'; None: not predictable."""
+        if self.kind == "decode":
+            return "target_ms_per_token"
+        if self.tau is None:
+            return None
+        return "speedup" if self.speedup is not None else "sd_ms_per_token"
+
+    @property
+    def measured(self) -> float | None:
+        return None if self.observable is None else getattr(self, self.observable)
+
+
+@dataclass(frozen=True, eq=False)
+class PublishedSet:
+    sources: dict[str, Source]
+    models: dict[str, dict]
+    rows: tuple[Row, ...]
+    description: str = ""
+    model_sources: dict[str, str] = field(default_factory=dict)
+
+    def model(self, name: str, dtype: str, kv_dtype: str) -> ModelSpec:
+        """ModelSpec of a row's model: ``preset:NAME`` (calibrate preset) or a key of ``models``."""
+        if name.startswith("preset:"):
+            return load_model_spec(name.removeprefix("preset:"), dtype=dtype, kv_dtype=kv_dtype)
+        return spec_from_config(self.models[name], name, dtype=dtype, kv_dtype=kv_dtype)
+
+
+def _field(d: dict, key: str, where: str, kind, *, optional: bool = False, lo: float | None = None):
+    value = d.get(key)
+    if value is None:
+        if optional:
+            return None
+        raise SpecsimError(f"{where}.{key}: missing")
+    ok = isinstance(value, kind) and not isinstance(value, bool) if kind is not bool else isinstance(value, bool)
+    if not ok or (lo is not None and value < lo):
+        want = {str: "a string", int: "an integer", float: "a number", bool: "true or false"}.get(kind, "a number")
+        raise SpecsimError(f"{where}.{key}: expected {want}{'' if lo is None else f' >= {lo:g}'}, got {value!r}")
+    return value
+
+
+def _row(d: Any, where: str, sources: dict, models: dict) -> Row:
+    if not isinstance(d, dict):
+        raise SpecsimError(f"{where}: expected an object, got {type(d).__name__}")
+    num = (int, float)
+    kind = _field(d, "kind", where, str)
+    if kind not in ("sd", "decode"):
+        raise SpecsimError(f"{where}.kind: expected 'sd' or 'decode', got {kind!r}")
+    source = _field(d, "source", where, str)
+    if source not in sources:
+        raise SpecsimError(f"{where}.source: expected one of {sorted(sources)}, got {source!r}")
+    if any(word in source.lower() for word in _RESERVED):
+        raise SpecsimError(f"{where}.source: {source!r} is reserved for an independent check and must stay out")
+    for key in ("target", "draft"):
+        name = d.get(key)
+        if name is not None and not str(name).startswith("preset:") and name not in models:
+            raise SpecsimError(f"{where}.{key}: expected 'preset:NAME' or one of {sorted(models)}, got {name!r}")
+    parallel = d.get("parallel", "none")
+    if parallel not in _PARALLEL:
+        raise SpecsimError(f"{where}.parallel: expected one of {list(_PARALLEL)}, got {parallel!r}")
+    for key in ("weights_dtype", "draft_weights_dtype"):
+        if d.get(key) is not None:
+            dtype_bytes(d[key])
+    kv_dtype_bytes(_field(d, "kv_dtype", where, str))
+    row = Row(
+        id=_field(d, "id", where, str), source=source, kind=kind, where=_field(d, "where", where, str),
+        target=_field(d, "target", where, str), device=_field(d, "device", where, str),
+        runtime=_field(d, "runtime", where, str), batch=_field(d, "batch", where, int, lo=1),
+        weights_dtype=_field(d, "weights_dtype", where, str), kv_dtype=d["kv_dtype"],
+        target_context_tokens=float(_field(d, "target_context_tokens", where, num, lo=0)),
+        gpus=_field(d, "gpus", where, int, lo=1), parallel=parallel,
+        draft=_field(d, "draft", where, str, optional=True),
+        draft_weights_dtype=_field(d, "draft_weights_dtype", where, str, optional=True),
+        draft_context_tokens=_field(d, "draft_context_tokens", where, num, optional=True, lo=0),
+        gamma=_field(d, "gamma", where, num, optional=True, lo=1),
+        tau=_field(d, "tau", where, num, optional=True, lo=1), tau_definition=str(d.get("tau_definition", "")),
+        tau_derivation=d.get("tau_derivation"), speedup=_field(d, "speedup", where, num, optional=True, lo=0),
+        sd_ms_per_token=_field(d, "sd_ms_per_token", where, num, optional=True, lo=0),
+        target_ms_per_token=_field(d, "target_ms_per_token", where, num, optional=True, lo=0),
+        multimodal=bool(d.get("multimodal", False)), flags=tuple(d.get("flags", ())))
+    _check_row(row, where)
+    return row
+
+
+def _check_row(row: Row, where: str) -> None:
+    if row.kind == "sd":
+        for key in ("draft", "gamma", "draft_weights_dtype"):
+            if getattr(row, key) is None:
+                raise SpecsimError(f"{where}.{key}: missing (an 'sd' row needs it)")
+        if row.tau is not None and row.tau > row.gamma + 1 + 1e-9:
+            raise SpecsimError(f"{where}.tau: expected 1 <= tau <= gamma+1 = {row.gamma + 1:g}, got {row.tau}")
+        if row.speedup is None and row.sd_ms_per_token is None:
+            raise SpecsimError(f"{where}: expected speedup or sd_ms_per_token, got neither")
+        if row.tau is not None and not row.tau_definition:
+            raise SpecsimError(f"{where}.tau_definition: missing (say whether the bonus token is counted)")
+    elif row.target_ms_per_token is None:
+        raise SpecsimError(f"{where}.target_ms_per_token: missing (a 'decode' row needs it)")
+
+
+def _source(key: str, d: Any, where: str) -> Source:
+    if not isinstance(d, dict):
+        raise SpecsimError(f"{where}: expected an object, got {type(d).__name__}")
+    return Source(key, _field(d, "title", where, str), _field(d, "authors", where, str),
+                  _field(d, "year", where, int, lo=1900), _field(d, "venue", where, str), _field(d, "where", where, str))
+
+
+def parse_published_set(data: Any, name: str = "published set") -> PublishedSet:
+    """Validate the set; every error names the row/field and the bad value."""
+    if not isinstance(data, dict) or data.get("schema_version") != 1:
+        raise SpecsimError(f"{name}.schema_version: expected 1")
+    srcs = data.get("sources")
+    if not isinstance(srcs, dict) or not srcs:
+        raise SpecsimError(f"{name}.sources: expected a non-empty object of citations")
+    sources = {k: _source(k, v, f"{name}.sources[{k!r}]") for k, v in srcs.items()}
+    models_in = data.get("models", {})
+    models = {k: v["config"] for k, v in models_in.items()}
+    rows_in = data.get("rows")
+    if not isinstance(rows_in, list) or not rows_in:
+        raise SpecsimError(f"{name}.rows: expected a non-empty list")
+    rows = tuple(_row(r, f"{name}.rows[{i}]", sources, models) for i, r in enumerate(rows_in))
+    ids = [r.id for r in rows]
+    dup = sorted({i for i in ids if ids.count(i) > 1})
+    if dup:
+        raise SpecsimError(f"{name}.rows: duplicate id {dup[0]!r}")
+    return PublishedSet(sources, models, rows, str(data.get("description", "")),
+                        {k: v.get("source", "") for k, v in models_in.items()})
+
+
+def load_published_set(path: str | Path | None = None) -> PublishedSet:
+    """The shipped set, or a user file of the same form."""
+    if path is None:
+        data = read_json(Path(str(resources.files("specsim") / DATA_FILE)), "published set")
+        return parse_published_set(data, "published_gpu_measurements.json")
+    data = read_json(Path(path), "published set")
+    return parse_published_set(data, Path(path).name)

@@ -1,0 +1,160 @@
+"""Runtimes: the software that runs a forward pass, as one JSON file each, every number with its source.
+
+A runtime sets what the roofline alone cannot see (DESIGN.md, "Runtime"):
+- fixed costs: ``overhead_ms_per_forward`` (launch/dispatch, Python, sampling), ``overhead_ms_per_layer``
+  (kernel launches per decoder layer in eager mode), ``overhead_ms_per_block`` (SD bookkeeping per
+  draft/verify block: acceptance, cache crop) and ``overhead_ms_per_allreduce`` (tensor parallel);
+- efficiency as a function of the rows r a pass carries (batch × new positions):
+  memory: ``memory_efficiency_gemv`` at r = 1 (GEMV kernels) and ``memory_efficiency_gemm`` for r ≥ 2
+  (GEMM kernels re-tile or pack the weights and stream them less efficiently);
+  compute: eff_c(r) = ``compute_efficiency`` · r / (r + ``compute_rows_half``), GEMV-like at one row,
+  rising toward the GEMM asymptote (tiles filled);
+- attention context: ``attention_score_bytes`` per (query row × cached position × head) when scores are
+  materialised (eager attention, llama.cpp without flash attention; 0 for fused/paged kernels);
+- ``overlap``: 1 means time = max(compute, memory) (a GPU overlaps both), 0 means their sum.
+
+The shipped files are ``specsim/hardware/runtimes/*.json``; users pass their own by path. Each number is
+``{"value": ..., "source": "..."}``; ``fit`` lists the parameters ``specsim validate`` refits.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from specsim.errors import SpecsimError
+from specsim.jsonio import check_keys, read_json
+
+SCHEMA_VERSION = 1
+RUNTIMES_DIR = Path(__file__).parent / "runtimes"
+# name -> (lowest, highest) allowed value
+PARAM_BOUNDS = {
+    "overhead_ms_per_forward": (0.0, 1e4), "overhead_ms_per_layer": (0.0, 1e3),
+    "overhead_ms_per_block": (0.0, 1e4), "overhead_ms_per_allreduce": (0.0, 1e2),
+    # Up to 8: on a CPU the "peaks" are a quick numpy measurement on a possibly busy machine, a proxy that a
+    # fitted fraction may exceed; datasheet GPU fits stay well below 1.
+    "memory_efficiency_gemv": (1e-4, 8.0), "memory_efficiency_gemm": (1e-4, 8.0),
+    "compute_efficiency": (1e-4, 8.0), "compute_rows_half": (0.0, 1e4),
+    "attention_score_bytes": (0.0, 64.0), "overlap": (0.0, 1.0), "interconnect_efficiency": (1e-3, 1.0),
+}
+PARAMS = tuple(PARAM_BOUNDS)
+_KEYS = {"schema_version", "name", "display_name", "kind", "notes", "fit", *PARAMS}
+
+
+@dataclass(frozen=True)
+class Runtime:
+    """Per-pass overheads (ms) and row/context-dependent efficiencies of one serving runtime."""
+
+    name: str
+    display_name: str = ""
+    kind: str = "gpu"  # "gpu" | "cpu": which devices it runs on
+    overhead_ms_per_forward: float = 0.0
+    overhead_ms_per_layer: float = 0.0
+    overhead_ms_per_block: float = 0.0
+    overhead_ms_per_allreduce: float = 0.0
+    memory_efficiency_gemv: float = 0.8
+    memory_efficiency_gemm: float = 0.8
+    compute_efficiency: float = 0.6
+    compute_rows_half: float = 0.0
+    attention_score_bytes: float = 0.0
+    overlap: float = 1.0
+    interconnect_efficiency: float = 0.7
+    sources: dict[str, str] = field(default_factory=dict)
+    fit: tuple[str, ...] = ()
+    notes: str = ""
+    schema_version: int = SCHEMA_VERSION
+
+    def __post_init__(self) -> None:
+        for key, (lo, hi) in PARAM_BOUNDS.items():
+            value = getattr(self, key)
+            if isinstance(value, bool) or not isinstance(value, (int, float, np.floating)) \
+                    or not np.isfinite(value) or not lo <= value <= hi:
+                raise SpecsimError(f"runtime.{key}: expected a number in [{lo:g}, {hi:g}], got {value!r}")
+
+    # The interface the roofline uses (Efficiency has the same methods).
+    def memory_efficiency(self, rows) -> np.ndarray:
+        """Fraction of peak bandwidth reached by a pass over ``rows`` rows (GEMV at 1, GEMM above)."""
+        return np.where(np.asarray(rows, dtype=float) <= 1, self.memory_efficiency_gemv, self.memory_efficiency_gemm)
+
+    def compute_efficiency_at(self, rows) -> np.ndarray:
+        """Fraction of peak FLOP/s: compute_efficiency · r / (r + compute_rows_half)."""
+        r = np.asarray(rows, dtype=float)
+        return self.compute_efficiency * r / (r + self.compute_rows_half)
+
+    def pass_overhead_ms(self, layers: int) -> float:
+        return self.overhead_ms_per_forward + self.overhead_ms_per_layer * layers
+
+    def to_json(self) -> dict:
+        out: dict[str, Any] = {"schema_version": self.schema_version, "name": self.name,
+                               "display_name": self.display_name or self.name, "kind": self.kind}
+        for key in PARAMS:
+            out[key] = {"value": float(getattr(self, key)), "source": self.sources.get(key, "")}
+        out["fit"] = list(self.fit)
+        if self.notes:
+            out["notes"] = self.notes
+        return out
+
+    @classmethod
+    def from_json(cls, d: Any, where: str = "runtime") -> Runtime:
+        """Validate a runtime dict; every error names the field and the bad value."""
+        if not isinstance(d, dict):
+            raise SpecsimError(f"{where}: expected a JSON object, got {type(d).__name__}")
+        check_keys(d, _KEYS, where)
+        if d.get("schema_version") != SCHEMA_VERSION:
+            raise SpecsimError(f"{where}.schema_version: expected {SCHEMA_VERSION}, got {d.get('schema_version')!r}")
+        name = d.get("name")
+        if not isinstance(name, str) or not name.strip():
+            raise SpecsimError(f"{where}.name: expected a non-empty string, got {name!r}")
+        kind = d.get("kind", "gpu")
+        if kind not in ("gpu", "cpu"):
+            raise SpecsimError(f"{where}.kind: expected 'gpu' or 'cpu', got {kind!r}")
+        values, sources = {}, {}
+        for key in PARAMS:
+            if key not in d:
+                continue
+            q = d[key]
+            if not isinstance(q, dict) or "value" not in q:
+                raise SpecsimError(f"{where}.{key}: expected {{\"value\": number, \"source\": \"...\"}}, got {q!r}")
+            source = q.get("source")
+            if not isinstance(source, str) or not source.strip():
+                raise SpecsimError(f"{where}.{key}.source: expected the paper, repository, datasheet or fit "
+                                   f"command this number comes from, got {source!r}")
+            values[key], sources[key] = q["value"], source
+        fit = d.get("fit", [])
+        if not isinstance(fit, list) or any(k not in PARAMS for k in fit):
+            raise SpecsimError(f"{where}.fit: expected a list of parameter names from {list(PARAMS)}, got {fit!r}")
+        try:
+            return cls(name=name, display_name=str(d.get("display_name") or name), kind=kind, sources=sources,
+                       fit=tuple(fit), notes=str(d.get("notes", "")), **values)
+        except SpecsimError as err:
+            raise SpecsimError(str(err).replace("runtime.", f"{where}.", 1)) from None
+
+    def with_values(self, source: str, **values: float) -> Runtime:
+        """A copy with some parameters replaced and their source set to ``source``."""
+        return replace(self, sources={**self.sources, **{k: source for k in values}}, **values)
+
+
+def runtime_names() -> list[str]:
+    """Names of the shipped runtimes (file stems)."""
+    return sorted(p.stem for p in RUNTIMES_DIR.glob("*.json"))
+
+
+def load_runtime(name_or_path: str) -> Runtime:
+    """A shipped runtime name (``hf-eager``, ``vllm``, ``llama.cpp``) or a path to a runtime JSON file."""
+    path = RUNTIMES_DIR / f"{name_or_path}.json"
+    if not path.is_file():
+        path = Path(name_or_path)
+        if not (path.suffix == ".json" or os.sep in name_or_path or path.exists()):
+            raise SpecsimError(f"unknown runtime {name_or_path!r} (expected a path to a .json file or one of: "
+                               f"{', '.join(runtime_names())})")
+        if not path.is_file():
+            raise SpecsimError(f"runtime file {name_or_path!r} does not exist")
+    data = read_json(path, "runtime file")
+    try:
+        return Runtime.from_json(data)
+    except SpecsimError as err:
+        raise SpecsimError(f"runtime file {path.name}: {err}") from None

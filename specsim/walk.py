@@ -1,0 +1,185 @@
+"""Walk a request through its blocks and price every forward with the cost model (:mod:`specsim.costmodel`).
+
+A request's context grows from its prompt P to P + N as it decodes, and each forward costs what it
+costs at its own rows, context and batch. So a prediction lists the blocks (a :class:`BlockPlan`) and
+prices each pass where it runs, in the engine's cache convention (:mod:`calibrate.engine`):
+
+- target-only step k feeds 1 row on a cache of P − 1 + k positions;
+- a block that starts after t emitted tokens verifies γ+1 rows on P − 1 + t; the draft's first step
+  feeds 1 row (2 after a fully accepted block, on one position less) on D − 1 + t, where D is the
+  draft's own prompt (the padded length for an ensemble), and its step i ≥ 1 feeds 1 row on D − 1 + t + i;
+- ``fused=True`` prices the first pass as the engine runs it: the prefill is fused with the first
+  block (the target's pass over P + γ rows, the draft's over D rows) and with the first target-only
+  step (P rows); ``fused=False`` prices the decode phase alone, every block as if the prompt were
+  already cached (the convention of τ / (γ·c + v), Leviathan et al. 2023);
+- every block also pays the engine's overhead outside the models at its γ.
+
+Plans: :func:`greedy_plan` is the engine's exact schedule from a greedy acceptance trace (the same
+blocks :mod:`specsim.replay` counts, with γ capped at tokens-left − 1 as the engine caps it);
+:func:`expected_plan` spreads N tokens over blocks of τ when only τ is known.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+from specsim.costmodel import CostModel, grid_ms
+from specsim.errors import SpecsimError
+
+
+@dataclass(frozen=True)
+class BlockPlan:
+    """The blocks of one request: tokens emitted before each (``start``), drafts ``g``, tokens it emits,
+    rows of the draft's first step (1, or 2 after a fully accepted block; an expectation in expected
+    plans; 0 in a block without drafts) and a weight (1; a fraction for the last block of an expected
+    plan)."""
+
+    start: np.ndarray
+    drafts: np.ndarray
+    emitted: np.ndarray
+    first_rows: np.ndarray
+    weight: np.ndarray
+
+    @property
+    def tokens(self) -> float:
+        return float(np.sum(self.emitted * self.weight))
+
+    @property
+    def blocks(self) -> float:
+        return float(np.sum(self.weight))
+
+    def after_first(self) -> BlockPlan:
+        """The plan without its first block (the decode phase of a fused request)."""
+        return BlockPlan(*(a[1:] for a in (self.start, self.drafts, self.emitted, self.first_rows, self.weight)))
+
+
+def greedy_plan(match, gamma: int, max_new_tokens: int | None = None) -> BlockPlan:
+    """The engine's blocks for one greedy trace at γ: a block starting at t drafts g = min(γ, max_new − t − 1),
+    accepts the run of matches from t (capped at g), and emits that run plus the target's token."""
+    m = np.asarray(match, dtype=bool)
+    n = m.size
+    max_new = n if max_new_tokens is None else int(max_new_tokens)
+    if max_new < n:
+        raise SpecsimError(f"max_new_tokens: expected >= the trace's {n} tokens, got {max_new}")
+    # run[t] = consecutive matches from t (vectorised once, then a short loop over blocks)
+    run = np.zeros(n + 1, dtype=np.int64)
+    for t in range(n - 1, -1, -1):
+        run[t] = run[t + 1] + 1 if m[t] else 0
+    rows = []
+    t, full = 0, False
+    while t < n:
+        g = max(0, min(gamma, max_new - t - 1))
+        accepted = min(int(run[t]), g, n - t)
+        emitted = min(accepted + 1, n - t)
+        rows.append((t, g, emitted, (2 if full else 1) if g else 0))
+        full = accepted == g
+        t += emitted
+    a = np.asarray(rows, dtype=float).reshape(-1, 4)
+    return BlockPlan(a[:, 0], a[:, 1], a[:, 2], a[:, 3], np.ones(len(rows)))
+
+
+def expected_plan(tau: float, gamma: int, new_tokens: int, full_rate: float = 0.0) -> BlockPlan:
+    """N tokens in blocks of τ: block k starts at k·τ; the last block carries the fractional remainder.
+    ``full_rate`` = P(a block accepts all γ drafts), the expected share of 2-row first draft steps."""
+    if not 1.0 <= tau <= gamma + 1 + 1e-9:
+        raise SpecsimError(f"tau: expected 1 <= tau <= gamma+1 = {gamma + 1}, got {tau}")
+    blocks = new_tokens / tau
+    count = int(np.ceil(blocks - 1e-9))
+    weight = np.ones(count)
+    weight[-1] = blocks - (count - 1)
+    start = np.arange(count) * tau
+    first = np.full(count, 1.0 + float(full_rate))
+    return BlockPlan(start, np.full(count, float(gamma)), np.full(count, tau), first, weight)
+
+
+@dataclass(frozen=True)
+class RequestCost:
+    """Predicted ms of one request (or a sum of requests), by term: ``prefill_ms`` and ``draft_prefill_ms``
+    are the first passes over the prompts (fused with the first block), ``draft_ms`` the other draft
+    steps, ``verify_ms`` the other target passes, ``overhead_ms`` the engine's work outside the models;
+    ``extrapolated`` when a context lies outside the measured grid."""
+
+    tokens: float
+    blocks: float
+    prefill_ms: float
+    draft_ms: float
+    verify_ms: float
+    overhead_ms: float
+    extrapolated: bool = False
+    draft_prefill_ms: float = 0.0
+
+    @property
+    def total_ms(self) -> float:
+        return self.prefill_ms + self.draft_prefill_ms + self.draft_ms + self.verify_ms + self.overhead_ms
+
+    def __add__(self, other: RequestCost) -> RequestCost:
+        fields = ("tokens", "blocks", "prefill_ms", "draft_ms", "verify_ms", "overhead_ms")
+        return RequestCost(*(getattr(self, f) + getattr(other, f) for f in fields),
+                           extrapolated=self.extrapolated or other.extrapolated,
+                           draft_prefill_ms=self.draft_prefill_ms + other.draft_prefill_ms)
+
+    def to_json(self) -> dict:
+        return asdict(self) | {"total_ms": self.total_ms}
+
+
+def sd_request_cost(cost: CostModel, plan: BlockPlan, *, target_prompt_tokens: float, draft_prompt_tokens: float,
+                    batch: int = 1, fused: bool = True) -> RequestCost:
+    """ms of speculative decoding along ``plan`` (see the module docstring for where each pass runs)."""
+    P, D = float(target_prompt_tokens), float(draft_prompt_tokens)
+    g, t, w = plan.drafts, plan.start, plan.weight
+    flags = []
+
+    def price(grid, name, rows, ctx, b=1):
+        ms, out = grid_ms(grid, rows, ctx, b, name=name)
+        flags.append(bool(np.any(out)))
+        return np.asarray(ms, dtype=float)
+
+    has = g > 0
+    verify = np.zeros_like(t)
+    if has.any():
+        verify[has] = price(cost.target_verify, "Tv (target_verify)", g[has] + 1, P - 1 + t[has])
+    if (~has).any():  # a block capped to no drafts verifies one row, like a target-only step
+        verify[~has] = price(cost.target_decode, "Tp (target_decode)", 1, P - 1 + t[~has])
+    first = np.zeros_like(t)
+    if has.any():
+        rows = plan.first_rows[has]
+        first[has] = price(cost.draft_first, "Tq first step (draft_first)", rows, D - 1 + t[has] - (rows - 1), batch)
+    steps = np.maximum(g - 1, 0).astype(np.int64)
+    block_of = np.repeat(np.arange(g.size), steps)
+    i = np.arange(steps.sum()) - np.repeat(np.cumsum(steps) - steps, steps) + 1
+    nxt = np.zeros_like(t)
+    if i.size:
+        np.add.at(nxt, block_of, price(cost.draft_next, "Tq (draft_next)", 1, D - 1 + t[block_of] + i, batch))
+    prefill = draft_prefill = 0.0
+    if fused and g.size:
+        prefill = float(price(cost.target_prefill, "target prefill (target_prefill)", P + g[0], 0))
+        verify[0] = 0.0
+        if g[0] > 0:
+            draft_prefill = float(price(cost.draft_prefill, "draft prefill (draft_prefill)", D, 0, batch))
+            first[0] = 0.0
+    overhead = cost.overhead_ms_per_block.at(np.maximum(g, 1), batch)
+    return RequestCost(tokens=plan.tokens, blocks=plan.blocks, prefill_ms=prefill,
+                       draft_ms=float(np.sum(w * (first + nxt))), verify_ms=float(np.sum(w * verify)),
+                       overhead_ms=float(np.sum(w * overhead)), extrapolated=any(flags),
+                       draft_prefill_ms=draft_prefill)
+
+
+def target_request_cost(cost: CostModel, *, prompt_tokens: float, new_tokens: float,
+                        fused: bool = True) -> RequestCost:
+    """ms of target-only decoding of ``new_tokens`` (a fractional count weighs the last step)."""
+    P = float(prompt_tokens)
+    count = int(np.ceil(new_tokens - 1e-9))
+    w = np.ones(count)
+    w[-1] = new_tokens - (count - 1)
+    k = np.arange(count, dtype=float)
+    ms, out = grid_ms(cost.target_decode, 1, P - 1 + k, 1, name="Tp (target_decode)")
+    ms = np.asarray(ms, dtype=float)
+    prefill, flag = 0.0, bool(np.any(out))
+    if fused:
+        prefill, flag0 = grid_ms(cost.target_prefill, P, 0, 1, name="target prefill (target_prefill)")
+        ms[0], flag = 0.0, flag or bool(flag0)
+    return RequestCost(tokens=float(new_tokens), blocks=float(new_tokens), prefill_ms=float(prefill), draft_ms=0.0,
+                       verify_ms=float(np.sum(w * ms)), overhead_ms=float(np.sum(w) * cost.overhead_ms_per_target_step),
+                       extrapolated=flag)

@@ -1,0 +1,159 @@
+"""Runtimes, tensor parallel, the published set and `specsim validate`; hand-computed oracles."""
+
+import json
+
+import numpy as np
+import pytest
+
+from specsim.cli import main
+from specsim.errors import SpecsimError
+from specsim.hardware.device import load_device
+from specsim.hardware.fit import points_from_grid, points_from_latency
+from specsim.hardware.model import spec_from_config
+from specsim.hardware.parallel import allreduce_link_bytes, allreduce_ms, per_gpu_resident_bytes
+from specsim.hardware.plan import MethodTau, Parallel, plan_hardware
+from specsim.hardware.published_set import load_published_set, parse_published_set
+from specsim.hardware.roofline import decode_ms, forward_bytes, verify_ms
+from specsim.hardware.runtime import RUNTIMES_DIR, Runtime, load_runtime, runtime_names
+from specsim.profile import Curve, LatencySection
+
+LLAMA2_70B = {"model_type": "llama", "hidden_size": 8192, "intermediate_size": 28672, "num_hidden_layers": 80,
+              "num_attention_heads": 64, "num_key_value_heads": 8, "vocab_size": 32000, "tie_word_embeddings": False}
+LLAMA2_7B = {"model_type": "llama", "hidden_size": 4096, "intermediate_size": 11008, "num_hidden_layers": 32,
+             "num_attention_heads": 32, "num_key_value_heads": 32, "vocab_size": 32000, "tie_word_embeddings": False}
+
+
+def test_every_runtime_parameter_has_a_source():
+    assert {"hf-eager", "vllm", "llama.cpp", "gpt-fast", "torch-cpu"} <= set(runtime_names())
+    for name in runtime_names():
+        data = json.loads((RUNTIMES_DIR / f"{name}.json").read_text())
+        rt = load_runtime(name)
+        for key in ("overhead_ms_per_forward", "overhead_ms_per_layer", "memory_efficiency_gemv",
+                    "memory_efficiency_gemm", "compute_efficiency", "attention_score_bytes"):
+            assert data[key]["source"].strip(), (name, key)
+        fitted = [k for k in rt.fit if not rt.sources[k].startswith("fitted")]
+        assert not fitted, f"{name}: parameters in 'fit' must carry the fit command: {fitted}"
+
+
+@pytest.mark.parametrize("mutate, message", [
+    (lambda d: d["overhead_ms_per_forward"].update(value=-1), "overhead_ms_per_forward: expected a number"),
+    (lambda d: d["memory_efficiency_gemv"].pop("source"), "memory_efficiency_gemv.source"),
+    (lambda d: d.update(fit=["speed"]), "fit: expected a list"),
+    (lambda d: d.update(kind="tpu"), "kind: expected 'gpu' or 'cpu'"),
+    (lambda d: d.update(turbo=True), "unknown field 'turbo'"),
+])
+def test_bad_runtime_files_one_line(tmp_path, capsys, mutate, message):
+    d = json.loads((RUNTIMES_DIR / "vllm.json").read_text())
+    mutate(d)
+    path = tmp_path / "mine.json"
+    path.write_text(json.dumps(d))
+    with pytest.raises(SpecsimError, match=message):
+        load_runtime(str(path))
+    assert main(["hardware", "--runtime", str(path), "--device", "h100-sxm", "--batch", "1"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("specsim: error: runtime file mine.json") and err.count("\n") == 1
+
+
+def test_row_dependent_efficiency_gemv_vs_gemm():
+    """At 1 row the GEMV efficiency prices the weights; from 2 rows the GEMM one (weights dominate here)."""
+    m = spec_from_config(LLAMA2_7B, "7b")
+    dev = load_device("a100-80gb-sxm")
+    rt = Runtime(name="t", memory_efficiency_gemv=0.8, memory_efficiency_gemm=0.4)
+    tp, tv1 = decode_ms(m, dev, rt, 0), verify_ms(m, dev, rt, 1, 0)
+    assert tp == pytest.approx(forward_bytes(m, 1, 0, 1) / (dev.memory_bandwidth_bytes_per_s * 0.8) * 1e3)
+    assert tv1 / tp == pytest.approx(2.0, rel=0.02)
+    summed = Runtime(name="s", overlap=0.0, compute_efficiency=0.5)
+    maxed = Runtime(name="m", overlap=1.0, compute_efficiency=0.5)
+    assert verify_ms(m, dev, summed, 7, 0) > verify_ms(m, dev, maxed, 7, 0)
+
+
+def test_tensor_parallel_allreduce_bytes_by_hand():
+    """Llama-2-70B, TP 8, one token: 2 all-reduces x 80 layers of 8192 bf16 values, ring factor 2*7/8."""
+    m = spec_from_config(LLAMA2_70B, "70b")
+    message = 8192 * 2
+    hand = 2 * 80 * message * 2 * 7 / 8
+    assert allreduce_link_bytes(m, 1, 1, 8) == pytest.approx(hand)
+    assert allreduce_link_bytes(m, 4, 6, 8) == pytest.approx(hand * 24)
+    dev = load_device("h100-sxm")
+    rt = Runtime(name="t", interconnect_efficiency=1.0, overhead_ms_per_allreduce=0.0)
+    assert allreduce_ms(m, dev, rt, 1, 1, 8) == pytest.approx(hand / 450e9 * 1e3)
+    assert allreduce_ms(m, dev, rt, 1, 1, 1) == 0.0
+    # 70B bf16 does not fit one 80 GB GPU; over 8 with a whole 7B draft on GPU 0 it does
+    draft = spec_from_config(LLAMA2_7B, "7b")
+    assert per_gpu_resident_bytes(m, draft, 1, 4096, 1, False) > 80e9
+    assert per_gpu_resident_bytes(m, draft, 1, 4096, 8, False) == pytest.approx(
+        (m.weight_bytes + 4096 * m.kv_bytes_per_token) / 8 + draft.weight_bytes + 4096 * draft.kv_bytes_per_token)
+
+
+def test_70b_7b_tensor_parallel_plan():
+    target, draft = spec_from_config(LLAMA2_70B, "70b"), spec_from_config(LLAMA2_7B, "7b")
+    mt = MethodTau("m", "s", (1, 2, 3, 4, 5), tuple(float(x) for x in (1.8, 2.4, 2.8, 3.1, 3.3)), ("given",) * 5)
+    h100 = load_device("h100-sxm")
+    rt = load_runtime("vllm")
+    one = plan_hardware(target, draft, [h100], [mt], efficiency=rt, batches=(1,), contexts=(1024,))
+    eight = plan_hardware(target, draft, [h100], [mt], efficiency=rt, batches=(1,), contexts=(1024,),
+                          parallel=Parallel(8))
+    assert not one.rows[0].fits_memory and eight.rows[0].fits_memory
+    assert eight.rows[0].target_ms_per_step < one.rows[0].target_ms_per_step
+    assert eight.rows[0].c > one.rows[0].c  # the unsharded draft costs relatively more
+    assert any("tensor parallel over 8" in a for a in eight.assumptions)
+    with pytest.raises(SpecsimError, match="tensor parallel degree"):
+        plan_hardware(target, draft, [h100], [mt], parallel=Parallel(0))
+
+
+def test_points_from_grid_matches_1d_tables():
+    lat = LatencySection(target_verify_ms_by_gamma=Curve((1.0, 2.0), (5.0, 6.0)), verify_context_tokens=64)
+    pts, _ = points_from_latency(lat)
+    grid = points_from_grid("target", "verify", [2, 3], [64], [1], [[[5.0]], [[6.0]]])
+    assert [(p.label, p.new_tokens, p.measured_ms, p.gamma) for p in pts] == \
+        [(p.label, p.new_tokens, p.measured_ms, p.gamma) for p in grid]
+    many = points_from_grid("draft", "draft_next", [1], [64, 256], [1, 4], [[[1.0, 2.0], [1.5, None]]])
+    assert len(many) == 3 and {p.batch for p in many} == {1, 4}
+
+
+def test_published_set_is_cited_and_keeps_reserved_sources_out():
+    ps = load_published_set()
+    assert len(ps.rows) >= 25 and len(ps.sources) >= 5
+    assert any(r.multimodal for r in ps.rows) and any(r.tp > 1 for r in ps.rows)
+    for key, s in ps.sources.items():
+        assert s.title and s.authors and s.year and s.where
+        assert "spec-bench" not in (key + s.title).lower() and "eagle" not in (key + s.title).lower()
+    derived = [r for r in ps.rows if r.tau_derivation and r.tau is not None]
+    assert derived and all(r.flags for r in derived)
+    data = json.loads(json.dumps({"schema_version": 1, "sources": {"spec-bench": {
+        "title": "x", "authors": "y", "year": 2024, "venue": "v", "where": "w"}}, "rows": [{}]}))
+    with pytest.raises(SpecsimError, match="rows\\[0\\]"):
+        parse_published_set(data, "mine.json")
+
+
+def test_validate_cli_beats_textbook_on_held_out_rows(tmp_path, capsys):
+    """One leave-one-source-out run through the CLI (JSON + plot); held-out rows beat the textbook."""
+    rc = main(["validate", "--json", "--plot", str(tmp_path / "v.png")])
+    out = json.loads(capsys.readouterr().out)
+    assert rc == 0 and out["mode"] == "leave-one-source-out" and out["not_predictable"]
+    assert {"error", "textbook_error", "in_source"} <= set(out["rows"][0])
+    assert (tmp_path / "v.png").read_bytes()[:4] == b"\x89PNG"
+    held = out["summary_held_out_only"]
+    assert held["rows"] >= 3 and held["median_abs_error"] < held["textbook_median_abs_error"]
+    assert all(np.isfinite(r["predicted"]) for r in out["rows"])
+
+
+def test_hardware_cli_user_tau_fixed_gamma_and_tp(capsys):
+    rc = main(["hardware", "--pair", "llava-1.5-7b-68m", "--device", "a100-80gb-sxm", "--batch", "1",
+               "--context", "2048", "--gamma", "4", "--alpha", "0.7", "--runtime", "hf-eager", "--json"])
+    out = json.loads(capsys.readouterr().out)
+    assert rc == 0 and {r["best_gamma"] for r in out["plan"]["rows"]} == {4}
+    rc = main(["hardware", "--pair", "llava-1.5-7b-68m", "--device", "h100-sxm", "--batch", "1", "--tp", "2",
+               "--tau", "3.1", "--gamma", "5", "--dtype", "int4", "--kv-dtype", "float16", "--json"])
+    out = json.loads(capsys.readouterr().out)
+    assert rc == 0 and out["plan"]["rows"][0]["tp"] == 2 and out["plan"]["rows"][0]["tau"] == 3.1
+    assert main(["hardware", "--tau", "3", "--device", "h100-sxm"]) == 2
+    assert "--tau: needs --gamma" in capsys.readouterr().err
+
+
+def test_model_config_without_model_type_is_an_error(tmp_path, capsys):
+    cfg = tmp_path / "config.json"
+    cfg.write_text(json.dumps({k: v for k, v in LLAMA2_7B.items() if k != "model_type"}))
+    assert main(["hardware", "--model-config", str(cfg), "--draft", str(cfg), "--device", "l4"]) == 2
+    err = capsys.readouterr().err
+    assert "model_type: missing" in err and err.count("\n") == 1
