@@ -14,7 +14,7 @@ The accepted-length histogram stored beside the traces is the replay at a refere
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import torch
@@ -112,7 +112,8 @@ def acceptance_entry(traces: list[PromptTrace], *, method: str, scenario: str, i
         method=method, scenario=scenario, images_per_prompt=images_per_prompt, task=task,
         gamma=reference_gamma, tau=float(replay_traces_tau(raw, reference_gamma)),
         accepted_histogram=tuple(int(h) for h in replay_histogram(raw, reference_gamma)),
-        traces=tuple(raw),
+        traces=tuple(replace(t.trace, prompt_tokens=t.prompt_tokens, draft_prompt_tokens=t.draft_prompt_tokens)
+                     for t in traces),
         draft_prompt_tokens=float(np.mean([t.draft_prompt_tokens for t in traces])),
         target_prompt_tokens=float(np.mean([t.prompt_tokens for t in traces])),
         notes=notes, **costs,

@@ -1,9 +1,7 @@
-"""``specsim calibrate acceptance`` (teacher-forced traces → profile) and ``specsim check`` (real SD vs prediction).
+"""``specsim calibrate acceptance``: teacher-forced acceptance traces of every drafting method into a profile.
 
-Plug-in of :mod:`specsim.cli`; torch is imported only inside the commands. ``check`` runs, per
-prompt, target-only decoding, then speculative decoding at every γ (order rotated per prompt),
-then target-only again, so slow drift of the machine hits both sides alike; speedups are
-decode-phase ms per token (prefills excluded on both sides, reported apart).
+Plug-in of :mod:`specsim.cli`; torch is imported only inside the command. The shared model/prompt
+set-up (:class:`Setup`, :func:`load_setup`) also serves ``specsim check`` (:mod:`calibrate.cli_check`).
 """
 
 from __future__ import annotations
@@ -18,15 +16,14 @@ from pathlib import Path
 
 from specsim.bounds import number_arg
 from specsim.errors import SpecsimError, warn
-from specsim.jsonio import check_writable, dumps_json, read_json, write_json_atomic
-from specsim.profile import Profile, Provenance, load_profile, resolve_profile_path, save_profile
-from specsim.report import parse_int_list
+from specsim.jsonio import check_writable, read_json, write_json_atomic
+from specsim.profile import Profile, Provenance, load_profile, save_profile
 
 PARTIAL_SCHEMA = 1
 
 
 def register(subparsers, calibrate_subparsers) -> None:
-    """Add ``calibrate acceptance`` and ``check``."""
+    """Add ``calibrate acceptance``."""
     acc = calibrate_subparsers.add_parser(
         "acceptance", help="teacher-forced acceptance traces (match, beta) into a profile",
         description="Target greedy output per prompt, then one forward of each model over it: per position "
@@ -43,22 +40,6 @@ def register(subparsers, calibrate_subparsers) -> None:
                      help="gamma of the stored single-gamma tau and histogram (default 5)")
     acc.add_argument("--restart", action="store_true", help="ignore a partial file from an interrupted run")
     acc.set_defaults(func=cmd_acceptance)
-
-    chk = subparsers.add_parser(
-        "check", help="run real speculative decoding and compare with the profile's prediction",
-        description="Per gamma: tau and decode-phase speedup over target-only decoding, predicted "
-                    "(tau from trace replay, speedup = tau/(gamma*c + v) with measured c = Tq/Tp, v = Tv/Tp) "
-                    "vs measured (wall clock, same run, interleaved), and the textbook prediction (v = 1, "
-                    "i.i.d. alpha). Writes the rows into the profile's checks.")
-    chk.add_argument("--profile", required=True, help="profile with latency and acceptance sections")
-    chk.add_argument("--gamma", default="1,2,3,4,6,8", help="comma-separated gammas (default 1,2,3,4,6,8)")
-    _model_args(chk, required=False)
-    _method_args(chk)
-    chk.add_argument("--scenario", default=None, help="scenario name as in 'calibrate acceptance' (default: the "
-                     "prompt set's name)")
-    chk.add_argument("--json", action="store_true", help="print JSON instead of the table")
-    chk.add_argument("--no-write", action="store_true", help="do not write the rows into the profile")
-    chk.set_defaults(func=cmd_check)
 
 
 def _method_args(p: argparse.ArgumentParser) -> None:
@@ -152,18 +133,19 @@ def _open_images(prompt) -> list:
     return out
 
 
-def _methods(args, has_images: bool) -> list[str]:
+def _methods(given: list[str] | None, has_images: bool) -> list[str]:
     from calibrate.methods import PLAIN, canonical_method
 
-    methods = list(dict.fromkeys(canonical_method(m) for m in (args.method or [PLAIN])))
+    methods = list(dict.fromkeys(canonical_method(m) for m in (given or [PLAIN])))
     if has_images and PLAIN in methods:
         raise SpecsimError("--method: the prompts have images; expected multimodal methods such as --method M "
                            "--method T --method C (plain is for text-only pairs)")
     return methods
 
 
-def load_setup(args) -> Setup:
-    """Models, prompts, encoded requests, methods and captioner from the shared flags."""
+def load_setup(args, methods: list[str] | None = None) -> Setup:
+    """Models, prompts, encoded requests, methods (``methods``, else ``--method``) and captioner from the
+    shared flags."""
     from calibrate.draft_contexts import make_request
     from calibrate.engine import Request
     from calibrate.methods import CachedCaptioner, hf_captioner, needs_captioner
@@ -181,7 +163,7 @@ def load_setup(args) -> Setup:
     prompt_set = args.prompts or preset.get("prompts", "reference")
     prompts = load_prompts(prompt_set, limit=args.limit,
                            allow_outside_images=getattr(args, "allow_outside_images", False))
-    methods = _methods(args, any(p.images for p in prompts))
+    methods = _methods(methods or args.method, any(p.images for p in prompts))
     target, draft = load_pair(args.preset or args.target, None if args.preset else args.draft, device=args.device,
                               dtype=args.dtype, threads=args.threads, random_weights=args.random_weights,
                               progress=not args.no_progress)
@@ -366,135 +348,3 @@ def _partial_traces(data, key: dict, where: str) -> dict:
 def _mean_match(traces) -> float:
     total = sum(len(t.trace.match) for t in traces)
     return sum(sum(t.trace.match) for t in traces) / max(total, 1)
-
-
-# --------------------------------------------------------------------------- check
-def parse_gammas(text: str) -> list[int]:
-    """'1,2,3' or '1-4' -> sorted gammas (:func:`specsim.report.parse_int_list`, capped at 1024)."""
-    return sorted(parse_int_list(text, name="--gamma", unit="gamma"))
-
-
-def run_check(setup: Setup, gammas: list[int], *, max_new_tokens: int, device="cpu", progress=None):
-    """Interleaved real runs: {(method, γ): [DecodeResult per prompt]} and the target-only runs (two per prompt).
-
-    Per prompt: target-only, then every method × γ (order rotated per prompt), then target-only again.
-    """
-    from calibrate.engine import speculative_decode, target_decode
-
-    kw = {"max_new_tokens": max_new_tokens, "eos_token_id": setup.eos, "device": device}
-    drafters = {m: setup.drafter(m) for m in setup.methods}
-    warm = setup.requests[0]
-    target_decode(setup.target, warm, **kw | {"max_new_tokens": 4})
-    for d in drafters.values():
-        speculative_decode(setup.target, d, warm, gamma=max(gammas), **kw | {"max_new_tokens": 4})
-    runs = [(m, g) for m in setup.methods for g in gammas]
-    sd = {r: [] for r in runs}
-    base = []
-    for i, req in enumerate(progress(setup.requests) if progress else setup.requests):
-        base.append(target_decode(setup.target, req, **kw))
-        for m, g in runs[i % len(runs):] + runs[: i % len(runs)]:
-            sd[(m, g)].append(speculative_decode(setup.target, drafters[m], req, gamma=g, **kw))
-        base.append(target_decode(setup.target, req, **kw))
-    return sd, base
-
-
-def measured_rows(sd: dict, base: list):
-    """{γ: Measured} from the runs (decode-phase ms per token, τ = tokens / blocks)."""
-    from specsim.check import Measured
-
-    base_ms = sum(r.decode_ms for r in base) / sum(len(r.tokens) for r in base)
-    out = {}
-    for g, runs in sd.items():
-        tokens = sum(len(r.tokens) for r in runs)
-        out[g] = Measured(gamma=g, tau=tokens / sum(len(r.blocks) for r in runs),
-                          sd_ms_per_token=sum(r.decode_ms for r in runs) / tokens, target_ms_per_token=base_ms,
-                          prompts=len(runs), new_tokens=max(len(r.tokens) for r in runs))
-    return out
-
-
-def replay_agreement(entry, sd: dict) -> tuple[int, int]:
-    """(#(prompt, γ) whose engine block count equals the trace replay's, #compared)."""
-    from specsim.replay import replay_blocks_per_prompt
-
-    by_id = {t.prompt_id: t for t in entry.traces if t.match is not None}
-    same = total = 0
-    for g, runs in sd.items():
-        for r in runs:
-            trace = by_id.get(r.prompt_id)
-            if trace is None or len(trace.match) != len(r.tokens):
-                continue
-            total += 1
-            same += int(replay_blocks_per_prompt([trace], g)[0] == len(r.blocks))
-    return same, total
-
-
-def _entry(profile: Profile, method, scenario):
-    cands = [a for a in profile.acceptance if (method is None or a.method == method)
-             and (scenario is None or a.scenario == scenario)]
-    if not cands:
-        known = ", ".join(f"{a.method}/{a.scenario}" for a in profile.acceptance) or "none"
-        raise SpecsimError(f"profile has no acceptance entry for method={method!r} scenario={scenario!r} "
-                           f"(has: {known}; run 'specsim calibrate acceptance' first)")
-    return cands[0]
-
-
-def cmd_check(args) -> int:
-    from specsim.check import check_row, format_table, summary
-
-    gammas = parse_gammas(args.gamma)
-    profile_path = resolve_profile_path(args.profile)
-    if not args.no_write:
-        check_writable(profile_path, "--profile")
-    profile = load_profile(str(profile_path))
-    if profile.latency.target_decode_ms_by_context is None:
-        raise SpecsimError(f"profile {args.profile!r} has no latency section (run 'specsim calibrate latency' first)")
-    if args.method is None and len({a.method for a in profile.acceptance}) == 1 and profile.acceptance:
-        args.method = [profile.acceptance[0].method]  # a single-method profile needs no --method
-    setup = load_setup(args)
-    groups = setup.groups
-    entries = {(m, n): _entry(profile, m, setup.scenario(n, args.scenario) if n or args.scenario else None)
-               for m in setup.methods for n in groups}
-    sd, base = run_check(setup, gammas, max_new_tokens=args.max_new_tokens, device=args.device,
-                         progress=None if args.no_progress else (lambda xs: _progress(xs, args, "check")))
-    rows, agreement, stages = [], {}, {}
-    for n, reqs in groups.items():
-        ids = [r.prompt_id for r in reqs]
-        context = sum(r.input_ids.shape[1] for r in reqs) / len(ids) + args.max_new_tokens / 2
-        for m in setup.methods:
-            entry = entries[(m, n)]
-            group_sd = {g: _of_prompts(sd[(m, g)], ids) for g in gammas}
-            measured = measured_rows(group_sd, _of_prompts(base, ids))
-            rows += [check_row(profile, entry, measured[g], prompt_ids=ids, context_tokens=context) for g in gammas]
-            agreement[(m, entry.scenario)] = replay_agreement(entry, group_sd)
-            stages[(m, entry.scenario)] = _stage_shares(group_sd)
-    if not args.no_write:
-        save_profile(profile.with_checks(rows), profile_path)
-    if args.json:
-        print(dumps_json({"rows": [r.to_json() for r in rows], "summary": summary(rows),
-                          "replay_equals_engine": {f"{m}/{s}": list(v) for (m, s), v in agreement.items()},
-                          "stages": {f"{m}/{s}": v for (m, s), v in stages.items()}}))
-        return 0
-    print(format_table(rows))
-    for (m, s), (same, total) in agreement.items():
-        print(f"{s}/{m}: greedy tau, trace replay == engine for {same}/{total} (prompt, gamma)")
-    if len(stages) == 1:
-        for g, st in next(iter(stages.values())).items():
-            print(f"gamma={g}: " + ", ".join(f"{k} {v:.1%}" for k, v in st.items()) + " of decode time")
-    return 0
-
-
-def _of_prompts(runs: list, prompt_ids: list[str]) -> list:
-    """The runs of the given prompts (one scenario group), in run order."""
-    wanted = set(prompt_ids)
-    return [r for r in runs if r.prompt_id in wanted]
-
-
-def _stage_shares(sd: dict) -> dict:
-    """Per γ: share of decode-phase time in draft forwards, target verification and non-model overhead."""
-    out = {}
-    for g, runs in sd.items():
-        total = sum(r.decode_ms for r in runs)
-        st = [r.stage_ms() for r in runs]
-        out[g] = {k.removesuffix("_ms"): sum(s[k] for s in st) / total
-                  for k in ("draft_generation_ms", "target_verification_ms", "overhead_ms")}
-    return out

@@ -67,7 +67,7 @@ def _pct(x: float | None, signed: bool = True) -> str:
     return "-" if x is None else (f"{x:+.1%}" if signed else f"{x:.1%}")
 
 
-def format_table(rows: list[CheckRow]) -> str:
+def check_table(rows: list[CheckRow]) -> str:
     """The predicted-vs-measured table: τ, decode-phase speedup with its measured half-width, the request
     speedup, and the textbook's error."""
     scen = len({r.scenario for r in rows}) > 1
@@ -97,7 +97,7 @@ def summary_line(rows: list[CheckRow]) -> str:
     return line
 
 
-def format_terms(rows: list[CheckRow]) -> str:
+def terms_table(rows: list[CheckRow]) -> str:
     """Per row: predicted vs measured ms per block of each term (draft, verify, overhead), so a miss names
     its term."""
     scen = len({r.scenario for r in rows}) > 1

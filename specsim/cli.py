@@ -24,6 +24,7 @@ _PLUGINS = (
     "specsim.cli_recommend",
     "calibrate.cli_latency",
     "calibrate.cli_acceptance",
+    "calibrate.cli_check",
 )
 
 

@@ -7,10 +7,9 @@ import sys
 from itertools import groupby
 
 from specsim.bounds import number_arg
-from specsim.e2e import request_latency
 from specsim.errors import SpecsimError
 from specsim.jsonio import dumps_json
-from specsim.predict import Prediction, predict, select_entries
+from specsim.predict import Prediction, predict
 from specsim.profile import DEFAULT_PROFILE, MethodAcceptance, Profile, load_profile, shipped_profiles
 from specsim.report import fmt, format_table, parse_int, parse_int_list
 from specsim.sweep import sweep
@@ -55,7 +54,8 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--textbook", action="store_true",
                    help="use the textbook model instead of measured latency: v = Tv/Tp = 1 and i.i.d. alpha")
     p.add_argument("--context-tokens", type=number_arg("tokens"), default=None,
-                   help="context length at which Tp, Tq are read (default: the profile's verify context)")
+                   help="schema-1 profiles: the context at which Tp, Tq are read (default: the verify context); "
+                        "cost-model profiles: the prompt length each request walks from (default: its own)")
     p.add_argument("--alpha", default=None,
                    help="what-if: add an i.i.d. acceptance row with this alpha in [0, 1] (the only acceptance "
                         "a latency-only profile can use)")
@@ -101,53 +101,40 @@ def run_predict(args) -> int:
     new_tokens = None if args.new_tokens is None else parse_int(args.new_tokens, name="--new-tokens", unit="tokens")
     profile = _load(args)
     rows = predict(profile, gamma, methods=args.method, scenario=args.scenario, textbook=args.textbook,
-                   context_tokens=args.context_tokens)
-    e2e = _e2e_rows(profile, rows, args, new_tokens) if new_tokens else {}
+                   context_tokens=args.context_tokens, new_tokens=new_tokens)
     if args.json:
-        out = []
-        for r in rows:
-            item = r.to_json()
-            if new_tokens:
-                item["end_to_end"] = e2e.get((r.method, r.scenario))
-            out.append(item)
-        print(dumps_json(out))
+        print(dumps_json([r.to_json() for r in rows]))
         return 0
     print(_header(profile))
     print(f"gamma = {gamma}" + ("  (textbook: v = 1, i.i.d. alpha)" if args.textbook else ""))
     notes: dict[str, None] = {}
+    walked = any(r.o is not None for r in rows)
     for (scenario, images), group in groupby(rows, key=lambda r: (r.scenario, r.images_per_prompt)):
-        group = list(group)
         table = []
         for r in group:
             tau_mark, sp_mark = _marks(r)
-            row = [r.method, fmt(r.tau) + tau_mark, fmt(r.c), fmt(r.v), fmt(r.gamma_c_plus_v),
-                   (fmt(r.speedup, 2) + sp_mark) if r.speedup is not None else "n/a", fmt(r.tokens_per_s, 1)]
+            row = [r.method, fmt(r.tau) + tau_mark, fmt(r.c), fmt(r.v)] + ([fmt(r.o)] if walked else []) + [
+                fmt(r.gamma_c_plus_v), (fmt(r.speedup, 2) + sp_mark) if r.speedup is not None else "n/a",
+                fmt(r.tokens_per_s, 1)]
             if new_tokens:
-                e = e2e.get((r.method, r.scenario))
-                e = e if isinstance(e, dict) else None  # a string says why it is not computable (in the notes)
+                e = r.end_to_end
                 row += [fmt(e["sd_total_ms"], 0) if e else "n/a", fmt(e["speedup"], 2) if e else "n/a"]
             table.append(row)
             if r.note:
                 notes[r.note] = None
-        headers = ["method", "tau", "c", "v", "g*c+v", "speedup", "tok/s"]
+        headers = ["method", "tau", "c", "v"] + (["o"] if walked else []) + [
+            "g*c+v+o" if walked else "g*c+v", "speedup", "tok/s"]
         if new_tokens:
             headers += [f"e2e ms ({new_tokens} tok)", "e2e speedup"]
         print(f"\nscenario {scenario} ({images} image{'s' if images != 1 else ''})")
         print(format_table(headers, table))
-    _print_notes(rows, notes, e2e_missing=[v for v in e2e.values() if isinstance(v, str)])
+    _print_notes(rows, notes, e2e_missing=[r.end_to_end_note for r in rows if r.end_to_end_note])
+    if walked:
+        print("o: the engine's overhead per block outside the models, in units of Tp; c, v, o are averages over "
+              "each request's walk from its prompt to prompt + new tokens")
     return 0
 
 
-def _e2e_rows(profile: Profile, rows, args, new_tokens: int) -> dict:
-    out: dict = {}
-    entries = {(e.method, e.scenario): e for e in select_entries(profile, args.method, args.scenario)}
-    for r in rows:
-        try:
-            out[(r.method, r.scenario)] = request_latency(profile, entries[(r.method, r.scenario)], r.gamma,
-                                                          new_tokens, context_tokens=args.context_tokens).to_json()
-        except SpecsimError as err:
-            out[(r.method, r.scenario)] = f"end-to-end latency not computable: {err}"
-    return out
 
 
 def _print_notes(rows, notes: dict, e2e_missing=()) -> None:

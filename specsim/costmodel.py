@@ -21,11 +21,13 @@ that of a target-only step.
 Interpolation rule (:func:`grid_ms`):
 
 - context: piecewise linear between measured contexts; outside the measured range, linear
-  extrapolation from the two nearest points, always flagged (one measured context: that value, flagged
-  whenever another context is asked for). Attention over the KV cache is linear in its length, so
-  the rule is exact for the cost it models;
+  extrapolation from the two nearest points with the slope clipped at ≥ 0 (a longer cache never costs
+  less; noise must not make a time negative), always flagged (one measured context: that value,
+  flagged whenever another context is asked for). Attention over the KV cache is linear in its length,
+  so the rule is exact for the cost it models inside the grid;
 - rows and batch: exact at measured values, linear between two measured values; outside the measured
-  range a :class:`SpecsimError` names the axis (a forward over more rows than measured is not guessed).
+  range a :class:`SpecsimError` names the axis (a verification over more rows than measured is not
+  guessed) -- except the rows of the prefill grids, a prompt's length, which follow the context rule.
 """
 
 from __future__ import annotations
@@ -163,24 +165,29 @@ def _bracket(points: np.ndarray, q: np.ndarray, *, name: str, extrapolate: bool)
     return i0, i1, w, outside
 
 
-def grid_ms(grid: CostGrid, rows, context_tokens, batch=1, *, name: str = "cost grid"):
+def grid_ms(grid: CostGrid, rows, context_tokens, batch=1, *, name: str = "cost grid", along: str = "context"):
     """(ms, extrapolated): the forward's ms at each query (arrays broadcast together) by the module's
-    interpolation rule, and a bool array that is True where the context lies outside the grid."""
-    r, c, b = np.broadcast_arrays(np.asarray(rows, dtype=float), np.asarray(context_tokens, dtype=float),
-                                  np.asarray(batch, dtype=float))
-    y = grid.values()
-    r0, r1, wr, _ = _bracket(np.asarray(grid.rows, float), r, name=f"{name}: rows", extrapolate=False)
-    c0, c1, wc, out = _bracket(np.asarray(grid.context_tokens, float), c, name=f"{name}: context_tokens",
-                               extrapolate=True)
-    b0, b1, wb, _ = _bracket(np.asarray(grid.batch, float), b, name=f"{name}: batch", extrapolate=False)
-    total = np.zeros(r.shape)
-    for ri, rw in ((r0, 1 - wr), (r1, wr)):
-        for ci, cw in ((c0, 1 - wc), (c1, wc)):
-            for bi, bw in ((b0, 1 - wb), (b1, wb)):
-                total = total + rw * cw * bw * y[ri, ci, bi]
-    if np.any(total <= 0):
-        bad = c[total <= 0].ravel()[0]
-        raise SpecsimError(f"{name}: linear extrapolation to context {bad:g} gives a non-positive time")
+    interpolation rule, and a bool array that is True where the query lies outside the grid.
+
+    ``along`` names the axis that may be extrapolated: "context" (forwards on a KV cache), or "rows" for
+    the prefill grids, whose rows are the prompt's tokens (there the same flagged, slope-clipped rule
+    applies along rows)."""
+    q = np.broadcast_arrays(np.asarray(rows, dtype=float), np.asarray(context_tokens, dtype=float),
+                            np.asarray(batch, dtype=float))
+    axes = (("rows", grid.rows), ("context_tokens", grid.context_tokens), ("batch", grid.batch))
+    free = {"context": 1, "rows": 0}[along]
+    br = [_bracket(np.asarray(pts, float), x, name=f"{name}: {label}", extrapolate=i == free)
+          for i, ((label, pts), x) in enumerate(zip(axes, q))]
+    y = np.moveaxis(grid.values(), free, -1)  # the extrapolated axis last
+    (i0, i1, w, out) = br[free]
+    (a0, a1, wa, _), (b0, b1, wb, _) = (br[i] for i in range(3) if i != free)
+    total = np.zeros(q[0].shape)
+    for ai, aw in ((a0, 1 - wa), (a1, wa)):
+        for bi, bw in ((b0, 1 - wb), (b1, wb)):
+            y0, y1 = y[ai, bi, i0], y[ai, bi, i1]
+            # outside the grid the slope is clipped at >= 0 (module docstring)
+            line = np.where(out & (y1 < y0), np.where(w < 0, y0, y1), (1 - w) * y0 + w * y1)
+            total = total + aw * bw * line
     return (total if total.ndim else float(total)), out
 
 

@@ -59,8 +59,8 @@ def test_non_object_trace_names_the_field(tmp_path, profile, bad):
     (["latency", "vision_encoder_ms_per_image"], 1e-300, "vision_encoder_ms_per_image: expected a value in 0 or"),
     (["acceptance", 0, "gamma"], 2**63 - 1, "acceptance[0].gamma: expected a value in 1..1024 (gamma)"),
     (["acceptance", 0, "draft_prompt_tokens"], 1e30, "draft_prompt_tokens: expected a value in 0..16777216"),
-    (["schema_version"], True, "profile.schema_version: expected 1, got true"),
-    (["schema_version"], 1.0, "profile.schema_version: expected 1, got 1.0"),
+    (["schema_version"], True, "profile.schema_version: expected one of [1, 2], got true"),
+    (["schema_version"], 1.0, "profile.schema_version: expected one of [1, 2], got 1.0"),
 ])
 def test_implausible_values_name_the_field_and_range(tmp_path, profile, path, value, expected):
     assert expected in _error(tmp_path, profile, _set(path, value))
