@@ -77,8 +77,8 @@ def _nested(value, shape: tuple[int, ...], where: str, parse) -> np.ndarray:
 
 def _axis_values(value, where: str, *, integer: bool) -> tuple:
     vals = field_list(value, where)
-    parsed = [field_int(v, f"{where}[{i}]", lo=1) if integer else field_num(v, f"{where}[{i}]", lo=0)
-              for i, v in enumerate(vals)]
+    parsed = [field_int(v, f"{where}[{i}]", lo=1, unit="tokens") if integer else
+              field_num(v, f"{where}[{i}]", lo=0, unit="tokens") for i, v in enumerate(vals)]
     if any(b <= a for a, b in zip(parsed, parsed[1:])):
         raise SpecsimError(f"{where}: expected strictly increasing values, got {show(parsed)}")
     return tuple(parsed)
@@ -119,7 +119,7 @@ class CostGrid:
         ctx = _axis_values(field_req(d, "context_tokens", where), f"{where}.context_tokens", integer=False)
         batch = _axis_values(field_req(d, "batch", where), f"{where}.batch", integer=True)
         shape = (len(rows), len(ctx), len(batch))
-        ms = _nested(field_req(d, "ms", where), shape, f"{where}.ms", lambda v, w: field_num(v, w, lo=0, lo_open=True))
+        ms = _nested(field_req(d, "ms", where), shape, f"{where}.ms", lambda v, w: field_num(v, w, unit="ms"))
         hw = field_opt(d, "halfwidth_ms", lambda v, w: _nested(v, shape, w, lambda x, ww: field_num(x, ww, lo=0)), where)
         n = field_opt(d, "n", lambda v, w: _nested(v, shape, w, lambda x, ww: float(field_int(x, ww, lo=1))), where)
         return cls(rows, ctx, batch, _tuples(ms), None if hw is None else _tuples(hw),
@@ -217,7 +217,7 @@ class OverheadGrid:
             vals = field_list(row, f"{where}.ms[{i}]")
             if len(vals) != len(batch):
                 raise SpecsimError(f"{where}.ms[{i}]: expected {len(batch)} values (one per batch), got {len(vals)}")
-            ms.append(tuple(field_num(v, f"{where}.ms[{i}][{j}]", lo=0) for j, v in enumerate(vals)))
+            ms.append(tuple(field_num(v, f"{where}.ms[{i}][{j}]", unit="ms", zero_ok=True) for j, v in enumerate(vals)))
         return cls(gammas, batch, tuple(ms))
 
     def at(self, gamma, batch=1):
@@ -257,8 +257,8 @@ class HostCheck:
         if not isinstance(contended, bool):
             raise SpecsimError(f"{where}.contended: expected true or false, got {show(contended)}")
         return cls(sentinel=field_str(field_req(d, "sentinel", where), f"{where}.sentinel"),
-                   start_ms=field_num(field_req(d, "start_ms", where), f"{where}.start_ms", lo=0, lo_open=True),
-                   end_ms=field_num(field_req(d, "end_ms", where), f"{where}.end_ms", lo=0, lo_open=True),
+                   start_ms=field_num(field_req(d, "start_ms", where), f"{where}.start_ms", unit="ms"),
+                   end_ms=field_num(field_req(d, "end_ms", where), f"{where}.end_ms", unit="ms"),
                    threshold=field_num(field_req(d, "threshold", where), f"{where}.threshold", lo=0),
                    contended=contended, note=field_str(d.get("note", ""), f"{where}.note", allow_empty=True))
 
@@ -305,7 +305,7 @@ class CostModel:
         overhead = OverheadGrid.from_json(field_req(d, "overhead_ms_per_block", where),
                                           f"{where}.overhead_ms_per_block")
         step = field_num(field_req(d, "overhead_ms_per_target_step", where), f"{where}.overhead_ms_per_target_step",
-                         lo=0)
+                         unit="ms", zero_ok=True)
         return cls(**grids, overhead_ms_per_block=overhead, overhead_ms_per_target_step=step,
                    host_check=field_opt(d, "host_check", HostCheck.from_json, where),
                    interpolation=field_str(d.get("interpolation", INTERPOLATION), f"{where}.interpolation"))
