@@ -119,7 +119,7 @@ class CostGrid:
         ctx = _axis_values(field_req(d, "context_tokens", where), f"{where}.context_tokens", integer=False)
         batch = _axis_values(field_req(d, "batch", where), f"{where}.batch", integer=True)
         shape = (len(rows), len(ctx), len(batch))
-        ms = _nested(field_req(d, "ms", where), shape, f"{where}.ms", lambda v, w: field_num(v, w, unit="ms"))
+        ms = _nested(field_req(d, "ms", where), shape, f"{where}.ms", lambda v, w: field_num(v, w, lo=0, lo_open=True, unit="ms"))
         hw = field_opt(d, "halfwidth_ms", lambda v, w: _nested(v, shape, w, lambda x, ww: field_num(x, ww, lo=0)), where)
         n = field_opt(d, "n", lambda v, w: _nested(v, shape, w, lambda x, ww: float(field_int(x, ww, lo=1))), where)
         return cls(rows, ctx, batch, _tuples(ms), None if hw is None else _tuples(hw),

@@ -312,12 +312,12 @@ def field_num(value: Any, where: str, *, lo: float | None = None, hi: float | No
     within that unit's plausible range (:mod:`specsim.bounds`; 0 also allowed when ``zero_ok``)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
         raise SpecsimError(f"{where}: expected a finite number, got {show(value)}")
-    if unit is not None:
-        check_range(value, unit, where, zero_ok=zero_ok)
     if lo is not None and (value < lo or (lo_open and value == lo)):
         raise SpecsimError(f"{where}: expected {'>' if lo_open else '>='} {lo}, got {show(value)}")
     if hi is not None and value > hi:
         raise SpecsimError(f"{where}: expected <= {hi}, got {show(value)}")
+    if unit is not None:
+        check_range(value, unit, where, zero_ok=zero_ok)
     return float(value)
 
 
