@@ -30,9 +30,11 @@ import torch
 
 from calibrate.timing import timed
 from specsim.errors import SpecsimError
+from specsim.policies import as_policy
 
 if TYPE_CHECKING:
     from calibrate.drafting import Drafter, Proposal
+    from specsim.policies import BatchTable, GammaPolicy
 
 SCHEMA_VERSION = 1
 
@@ -279,13 +281,14 @@ def _truncate(new_tokens: list[int], left: int, eos_token_id) -> tuple[list[int]
 
 
 @torch.inference_mode()
-def speculative_decode(target, drafter: Drafter, request: Request, *, gamma: int, max_new_tokens: int,
-                       temperature: float = 0.0, generator: torch.Generator | None = None,
+def speculative_decode(target, drafter: Drafter, request: Request, *, gamma: int | GammaPolicy | BatchTable,
+                       max_new_tokens: int, temperature: float = 0.0, generator: torch.Generator | None = None,
                        eos_token_id=None, device="cpu") -> DecodeResult:
-    """Speculative decoding of one request with ``drafter`` at fixed γ (see the module docstring)."""
-    _check_args(gamma, max_new_tokens, temperature, request)
-    if gamma < 1:
-        raise SpecsimError(f"gamma: expected an integer >= 1, got {gamma}")
+    """Speculative decoding of one request with ``drafter`` at fixed γ or under a draft-length policy
+    (:mod:`specsim.policies`: the policy picks each block's γ and hears its outcome)."""
+    policy = as_policy(gamma)  # an int is a fixed γ; bad values raise naming gamma
+    _check_args(0, max_new_tokens, temperature, request)
+    state = policy.initial_state()
     model, cache, setup, pending = _start(target, request, device)
     setup.update(drafter.prefill(request))
     prompt_len = request.input_ids.shape[1]
@@ -294,17 +297,21 @@ def speculative_decode(target, drafter: Drafter, request: Request, *, gamma: int
     done = False
     while not done:
         t0 = time.perf_counter()
-        g = min(gamma, max_new_tokens - len(out) - 1)
-        proposal = drafter.propose(g, temperature=temperature, generator=generator) if g > 0 else _empty(model)
+        g = min(policy.next_gamma(state), max_new_tokens - len(out) - 1)
+        stop = {"stop_below": policy.stop_below} if policy.stop_below else {}
+        proposal = drafter.propose(g, temperature=temperature, generator=generator, **stop) if g > 0 else _empty(model)
+        g = proposal.tokens.numel()  # fewer than asked when a confidence stop cut drafting short
         logits, verify_ms = verify_phase(model, cache, pending, proposal.tokens, device)
         n, nxt = accept_phase(logits, proposal, temperature, generator)
         rollback(cache, prompt_len + len(out) + n)
         drafter.accept(n, nxt)
+        state = policy.update(state, g, n)
         new, done = _truncate(proposal.tokens[:n].tolist() + [nxt], max_new_tokens - len(out), eos_token_id)
         out.extend(new)
         pending = out[-1]
         blocks.append(BlockRecord(gamma=g, accepted=len(new) - 1, emitted=len(new), draft_ms=proposal.model_ms,
                                   verify_ms=verify_ms, block_ms=(time.perf_counter() - t0) * 1e3))
+    gamma = max([policy.gamma] + [b.gamma for b in blocks])  # histogram bins: the largest γ drafted
     return DecodeResult(tokens=tuple(out), prompt_tokens=prompt_len, gamma=gamma, method=drafter.method,
                         setup_ms=setup, blocks=tuple(blocks), prompt_id=request.prompt_id)
 

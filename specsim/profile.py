@@ -263,13 +263,19 @@ class Trace:
     ``match[t]`` is 1 when the draft's argmax at position t equals the target's token (greedy);
     ``beta[t]`` = Σ_x min(p_t(x), q_t(x)) (sampling). Either may be absent, not both.
     ``tokens[t]`` (optional) is the target's token id at t, so positions can be classified afterwards
-    (e.g. which tokens state an image fact).
+    (e.g. which tokens state an image fact). Top-k traces (``calibrate acceptance --top-k K``) add
+    ``draft_rank[t]``, the rank of the target's token in the draft's greedy distribution (0 = the
+    draft's argmax, ties broken by token id; for ensembles the mixture q), and ``draft_top_probs[t]``,
+    that distribution's K largest probabilities in decreasing order: greedy token trees replay exactly
+    from the ranks (:mod:`specsim.tree_replay`), confidence policies from the top-1 probability.
     """
 
     match: tuple[int, ...] | None = None
     beta: tuple[float, ...] | None = None
     prompt_id: str | None = None
     tokens: tuple[int, ...] | None = None
+    draft_rank: tuple[int, ...] | None = None
+    draft_top_probs: tuple[tuple[float, ...], ...] | None = None
 
     def to_json(self) -> dict:
         return _drop_none({
@@ -277,11 +283,14 @@ class Trace:
             "match": None if self.match is None else list(self.match),
             "beta": None if self.beta is None else list(self.beta),
             "tokens": None if self.tokens is None else list(self.tokens),
+            "draft_rank": None if self.draft_rank is None else list(self.draft_rank),
+            "draft_top_probs": None if self.draft_top_probs is None else [list(p) for p in self.draft_top_probs],
         })
 
     @classmethod
     def from_json(cls, d: dict, where: str) -> Trace:
-        check_keys(d if isinstance(d, dict) else {}, {"match", "beta", "prompt_id", "tokens"}, where)
+        check_keys(d if isinstance(d, dict) else {},
+                   {"match", "beta", "prompt_id", "tokens", "draft_rank", "draft_top_probs"}, where)
         match = d.get("match")
         beta = d.get("beta")
         if match is None and beta is None:
@@ -302,12 +311,40 @@ class Trace:
             if len(tokens) != len(match if match is not None else beta):
                 raise SpecsimError(f"{where}.tokens: expected one per position "
                                    f"({len(match if match is not None else beta)}), got {len(tokens)}")
+        rank, top = _top_k_fields(d, where, len(match if match is not None else beta), match)
         return cls(
             match=None if match is None else tuple(int(m) for m in match),
             beta=None if beta is None else tuple(min(b, 1.0) for b in beta),
             prompt_id=_opt(d, "prompt_id", _str, where),
             tokens=None if tokens is None else tuple(tokens),
+            draft_rank=rank, draft_top_probs=top,
         )
+
+
+def _top_k_fields(d: dict, where: str, positions: int, match) -> tuple:
+    """Validated (draft_rank, draft_top_probs) of a trace; each optional, one entry per position."""
+    rank, top = d.get("draft_rank"), d.get("draft_top_probs")
+    if rank is not None:
+        rank = tuple(_int(r, f"{where}.draft_rank[{i}]", lo=0)
+                     for i, r in enumerate(_list(rank, f"{where}.draft_rank", nonempty=False)))
+        if len(rank) != positions:
+            raise SpecsimError(f"{where}.draft_rank: expected one per position ({positions}), got {len(rank)}")
+        if match is not None and any((r == 0) != bool(m) for r, m in zip(rank, match)):
+            i = next(i for i, (r, m) in enumerate(zip(rank, match)) if (r == 0) != bool(m))
+            raise SpecsimError(f"{where}.draft_rank[{i}]: rank {rank[i]} contradicts match[{i}] = {match[i]} "
+                               "(expected rank 0 exactly where the draft's argmax matches)")
+    if top is not None:
+        rows = _list(top, f"{where}.draft_top_probs", nonempty=False)
+        if len(rows) != positions:
+            raise SpecsimError(f"{where}.draft_top_probs: expected one row per position ({positions}), got {len(rows)}")
+        top = tuple(tuple(_num(p, f"{where}.draft_top_probs[{i}][{j}]", lo=0, hi=1 + 1e-9)
+                          for j, p in enumerate(_list(row, f"{where}.draft_top_probs[{i}]")))
+                    for i, row in enumerate(rows))
+        for i, row in enumerate(top):
+            if len(row) != len(top[0]) or any(b > a + 1e-9 for a, b in zip(row, row[1:])) or sum(row) > 1 + 1e-6:
+                raise SpecsimError(f"{where}.draft_top_probs[{i}]: expected {len(top[0])} decreasing probabilities "
+                                   f"summing to <= 1, got {_show(list(row))}")
+    return rank, top
 
 
 @dataclass(frozen=True)
