@@ -96,25 +96,38 @@ def _build(choices: list[np.ndarray], n: int) -> TreeSpec:
     return TreeSpec(tuple(parents))
 
 
+def _check_sizes(n_max, max_depth) -> int:
+    """The depth bound (default n_max) after checking both."""
+    if isinstance(n_max, bool) or not isinstance(n_max, (int, np.integer)) or not 1 <= n_max <= 512:
+        raise SpecsimError(f"n_max: expected an integer in 1..512, got {n_max!r}")
+    depth = n_max if max_depth is None else max_depth
+    if isinstance(depth, bool) or not isinstance(depth, (int, np.integer)) or depth < 1:
+        raise SpecsimError(f"max_depth: expected an integer >= 1, got {max_depth!r}")
+    return int(depth)
+
+
+def _optimal(acc: np.ndarray, n_max: int, depth: int) -> list[TreeChoice | None]:
+    """Best tree per size n = 1..n_max within ``depth`` (None where no tree fits: n > K + K² + ... + K^depth)."""
+    v, choices = _dp(acc, n_max, depth)
+    out: list[TreeChoice | None] = []
+    for n in range(1, n_max + 1):
+        tree = _build(choices, n) if np.isfinite(v[0, n]) else None
+        out.append(None if tree is None else TreeChoice(tree=tree, tau=float(expected_tokens(tree, acc))))
+    return out
+
+
 def optimal_trees(acceptance, n_max: int, *, max_depth: int | None = None) -> list[TreeChoice]:
     """The tree of n nodes with the most expected tokens per block, for n = 1..n_max (item n-1).
 
-    ``acceptance``: (D, K) or (K,) per-depth, per-rank acceptance (:mod:`specsim.trees`);
-    ``max_depth`` bounds the depth (draft passes per block); default n_max (unbounded).
+    ``acceptance``: (D, K) or (K,) per-depth, per-rank acceptance (:mod:`specsim.trees`); a node has
+    at most K children. ``max_depth`` bounds the depth (draft passes per block); default n_max.
     """
-    if isinstance(n_max, bool) or not isinstance(n_max, (int, np.integer)) or not 1 <= n_max <= 512:
-        raise SpecsimError(f"n_max: expected an integer in 1..512, got {n_max!r}")
-    depth = n_max if max_depth is None else int(max_depth)
-    if depth < 1:
-        raise SpecsimError(f"max_depth: expected an integer >= 1, got {max_depth!r}")
+    depth = _check_sizes(n_max, max_depth)
     acc = _acceptance_2d(acceptance)
-    v, choices = _dp(acc, int(n_max), depth)
-    out = []
-    for n in range(1, n_max + 1):
-        if not np.isfinite(v[0, n]):  # cannot happen for depth >= 1 (a wide star fits), kept as a guard
-            raise SpecsimError(f"no tree of {n} nodes within depth {depth}")
-        tree = _build(choices, n)
-        out.append(TreeChoice(tree=tree, tau=float(expected_tokens(tree, acc))))
+    out = _optimal(acc, int(n_max), depth)
+    if out[-1] is None:
+        raise SpecsimError(f"n_max: no tree of {n_max} nodes has depth <= {depth} with at most {acc.shape[1]} "
+                           "children per node (acceptance gives that many ranks)")
     return out
 
 
@@ -126,11 +139,12 @@ def best_tree(acceptance, n_max: int, block_ms: Callable[[TreeSpec], float], *,
     ``block_ms(tree)`` is the block cost, e.g. ``lambda t: tree_block_ms(t, target_ms=..., draft_ms=...,
     context_tokens=...)`` with the measured cost grid; draft passes grow with depth, so depth is searched too.
     """
-    top = n_max if max_depth is None else min(int(max_depth), int(n_max))
+    top = min(_check_sizes(n_max, max_depth), int(n_max))
     seen: dict[tuple[int, ...], TreeChoice] = {}
+    acc = _acceptance_2d(acceptance)
     for depth in range(1, top + 1):
-        for choice in optimal_trees(acceptance, n_max, max_depth=depth):
-            if choice.tree.parents not in seen:
+        for choice in _optimal(acc, int(n_max), depth):
+            if choice is not None and choice.tree.parents not in seen:
                 ms = float(block_ms(choice.tree))
                 if not np.isfinite(ms) or ms <= 0:
                     raise SpecsimError(f"block_ms: expected a positive finite ms for tree {choice.tree}, got {ms}")
