@@ -108,12 +108,13 @@ def accept_sampled(logits: torch.Tensor, proposal: TreeProposal, temperature: fl
     row = {u: i for i, u in enumerate(proposal.expanded)}
     kids = proposal.tree.children()
     tokens = proposal.tokens.tolist()
+    uniform = torch.rand(len(tokens), generator=generator, dtype=torch.float64).tolist()  # one per node
     path, u = [], 0
     while kids[u]:
         p, q = p_all[u], proposal.q_probs[row[u]].double()
         for c in kids[u]:
             x = tokens[c]
-            if float(torch.rand(1, generator=generator, dtype=torch.float64)) * float(q[x]) < float(p[x]):
+            if uniform[c] * q[x].item() < p[x].item():  # accept with probability min(1, p/q)
                 path.append(c)
                 u = c
                 break
