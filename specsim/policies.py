@@ -181,8 +181,8 @@ def replay_policy_blocks(trace, policy) -> list[ReplayBlock]:
     policies also need ``draft_top_probs``)."""
     policy = as_policy(policy)
     match = np.asarray(getattr(trace, "match", trace))
-    if match.ndim != 1 or getattr(trace, "match", 0) is None:
-        raise SpecsimError("policy replay: expected a greedy trace with 'match'")
+    if match.ndim != 1:  # also a Trace whose match is None (beta only)
+        raise SpecsimError("policy replay: expected a greedy trace with 'match' (0/1 per position)")
     top1 = None
     if policy.stop_below > 0:
         top = getattr(trace, "draft_top_probs", None)

@@ -91,7 +91,7 @@ def test_zoo_llava_ensembles_are_lossless_and_replay_exactly():
     ref = target_reference(target, req, **kw)
     tree = parse_tree("3,2")
     for method in ("M", "MT", "MTC"):
-        mk = lambda: make_drafter(method, zoo["draft"], tokenizer=zoo["tok"], captioner=zoo["captioner"])  # noqa: E731
+        mk = lambda m=method: make_drafter(m, zoo["draft"], tokenizer=zoo["tok"], captioner=zoo["captioner"])  # noqa: E731
         trace = drafter_trace(target, mk(), req, reference=ref, top_k=3, **kw).trace
         out = tree_decode(target, mk(), req, tree=tree, **kw)
         assert out.tokens == ref.tokens, method
