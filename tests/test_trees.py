@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from specsim.errors import SpecsimError
+from specsim.montecarlo import simulate_tree_tokens
 from specsim.theory import tau_iid
 from specsim.tree_search import best_tree, optimal_trees
 from specsim.trees import (
@@ -71,32 +72,15 @@ def test_acceptance_validation():
         expected_tokens(parse_tree("1"), [1.5])
 
 
-def _monte_carlo_tau(tree, acc, blocks, rng):
-    """Mean tokens per block of simulated blocks: at each depth draw the target's rank, descend if a child has it."""
-    acc = np.atleast_2d(acc)
-    table = tree.child_table()
-    node = np.zeros(blocks, dtype=np.int64)
-    alive = np.ones(blocks, dtype=bool)
-    tokens = np.ones(blocks)
-    for d in range(tree.depth):
-        row = acc[min(d, acc.shape[0] - 1)]
-        probs = np.r_[row, 1 - row.sum()]  # the last outcome: a rank no child covers
-        r = rng.choice(probs.size, size=blocks, p=probs)
-        r = np.where(r == row.size, table.shape[1] - 1, np.minimum(r, table.shape[1] - 1))
-        child = table[node, r]
-        alive &= child >= 0
-        node = np.where(alive, child, node)
-        tokens += alive
-    return tokens.mean(), tokens.std() / np.sqrt(blocks)
-
-
 def test_expected_tokens_matches_monte_carlo():
     rng = np.random.default_rng(0)
     acc = np.array([[0.5, 0.2, 0.1], [0.4, 0.3, 0.05], [0.6, 0.1, 0.1]])  # depth-dependent
     for spec in ("3,2,1", "parents:0,0,1,1,2,3,4,5", "2,2,2,2"):
         tree = parse_tree(spec)
-        mc, se = _monte_carlo_tau(tree, acc, 200_000, rng)
-        assert abs(expected_tokens(tree, acc) - mc) < 4 * se + 1e-9, spec
+        tokens = simulate_tree_tokens(tree, acc, rng=rng, blocks=200_000)
+        se = tokens.std() / np.sqrt(tokens.size)
+        assert abs(expected_tokens(tree, acc) - tokens.mean()) < 4 * se, spec
+    assert simulate_tree_tokens(parse_tree("2,1"), [[1.0, 0.0]], rng=rng, blocks=10).tolist() == [3] * 10
 
 
 def test_node_probabilities_batch_axes():
