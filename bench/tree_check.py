@@ -67,44 +67,40 @@ def _decode(setup, method, kind, spec, req, kw):
     return speculative_decode(setup.target, drafter, req, gamma=spec, **kw)
 
 
-def main(argv=None) -> int:
-    import torch
+def _load(args):
+    """The pair, prompts and one drafting method (plain for text pairs, T by default for image prompts)."""
+    from specsim.errors import SpecsimError
 
-    from calibrate.acceptance import acceptance_trace, drafter_trace
-    from calibrate.engine import target_decode
-    from calibrate.methods import PLAIN
-
-    args = parse_args(argv)
-    torch.set_num_threads(args.threads)
-    runs = _runs(args)
-    top_k = max([max(len(k) for k in spec.children()) for kind, _, spec in runs if kind == "tree"] + [1])
     ns = argparse.Namespace(preset=args.preset, target=None, draft=None, random_weights=False, prompts=args.prompts,
                             limit=args.limit, max_new_tokens=args.max_new_tokens, device="cpu", dtype="float32",
                             threads=args.threads, no_progress=True, captioner=None, caption_prefix="Image: ",
                             method=[args.method] if args.method else None)
-    from specsim.errors import SpecsimError
-
     try:
-        setup = C.load_setup(ns)
+        return C.load_setup(ns)
     except SpecsimError:
         if args.method:
             raise
         ns.method = ["T"]  # image prompts need a multimodal method; text-only drafting is the default there
-        setup = C.load_setup(ns)
+        return C.load_setup(ns)
+
+
+def _measure(setup, runs, kw, top_k):
+    """Per run: summed blocks, replayed blocks, tokens, decode/draft/verify ms, output identity; and the
+    target-only ms and tokens (before and after each prompt's runs)."""
+    from calibrate.acceptance import acceptance_trace, drafter_trace
+    from calibrate.engine import target_decode
+    from calibrate.methods import PLAIN
+
     method = setup.methods[0]
-    kw = {"max_new_tokens": args.max_new_tokens, "eos_token_id": setup.eos}
-    totals = {name: {"blocks": 0, "replayed": 0, "tokens": 0, "ms": 0.0, "draft": 0.0, "verify": 0.0}
-              for _, name, _ in runs}
+    totals = {name: {"blocks": 0, "replayed": 0, "tokens": 0, "ms": 0.0, "draft": 0.0, "verify": 0.0,
+                     "lossless": True} for _, name, _ in runs}
     base_ms = base_tokens = 0
     for kind, _, spec in runs:  # warm-up (first-call allocations, mask paths), thrown away
         _decode(setup, method, kind, spec, setup.requests[0], kw | {"max_new_tokens": 4})
     target_decode(setup.target, setup.requests[0], **kw | {"max_new_tokens": 4})
     for req in setup.requests:
-        if method == PLAIN:
-            pt = acceptance_trace(setup.target, setup.draft, req, top_k=top_k, **kw)
-        else:
-            pt = drafter_trace(setup.target, setup.drafter(method), req, top_k=top_k, **kw)
-        trace = pt.trace
+        pt = (acceptance_trace(setup.target, setup.draft, req, top_k=top_k, **kw) if method == PLAIN
+              else drafter_trace(setup.target, setup.drafter(method), req, top_k=top_k, **kw))
         for _ in range(2):  # target-only before and after, so drift hits both sides
             base = target_decode(setup.target, req, **kw)
             base_ms += base.decode_ms
@@ -112,30 +108,47 @@ def main(argv=None) -> int:
         for kind, name, spec in runs:
             out = _decode(setup, method, kind, spec, req, kw)
             t = totals[name]
-            t["lossless"] = t.get("lossless", True) and out.tokens == pt.output_tokens  # == target greedy
+            t["lossless"] &= out.tokens == pt.output_tokens  # == the target's greedy output
             t["blocks"] += len(out.blocks)
-            t["replayed"] += _replayed_blocks(kind, spec, trace)
+            t["replayed"] += _replayed_blocks(kind, spec, pt.trace)
             t["tokens"] += len(out.tokens)
             t["ms"] += out.decode_ms
             t["draft"] += sum(b.draft_ms for b in out.blocks)
             t["verify"] += sum(b.verify_ms for b in out.blocks)
-    base_per_token = base_ms / base_tokens
-    print(f"{setup.target.name} / {setup.draft.name}, method {method}, {len(setup.requests)} prompts, "
-          f"{args.max_new_tokens} new tokens; target-only {base_per_token:.2f} ms/token")
-    print(f"{'run':<34}{'blocks':>7}{'replay':>7}{'tau':>7}{'draft/blk':>10}{'verify/blk':>11}{'ms/token':>9}"
-          f"{'speedup':>8}")
+    return totals, base_ms / base_tokens
+
+
+def _rows(runs, totals, base_per_token) -> list[dict]:
     rows = []
     for kind, name, _ in runs:
         t = totals[name]
         per_token = t["ms"] / t["tokens"]
-        row = {"kind": kind, "run": name, "blocks": t["blocks"], "replayed_blocks": t["replayed"],
-               "tau": t["tokens"] / t["blocks"], "draft_ms_per_block": t["draft"] / t["blocks"],
-               "verify_ms_per_block": t["verify"] / t["blocks"], "ms_per_token": per_token,
-               "speedup": base_per_token / per_token, "output_equals_target": t["lossless"]}
-        rows.append(row)
-        print(f"{kind + ' ' + name:<34}{t['blocks']:>7}{t['replayed']:>7}{row['tau']:>7.2f}"
-              f"{row['draft_ms_per_block']:>10.1f}{row['verify_ms_per_block']:>11.1f}{per_token:>9.2f}"
-              f"{row['speedup']:>8.2f}")
+        rows.append({"kind": kind, "run": name, "blocks": t["blocks"], "replayed_blocks": t["replayed"],
+                     "tau": t["tokens"] / t["blocks"], "draft_ms_per_block": t["draft"] / t["blocks"],
+                     "verify_ms_per_block": t["verify"] / t["blocks"], "ms_per_token": per_token,
+                     "speedup": base_per_token / per_token, "output_equals_target": t["lossless"]})
+    return rows
+
+
+def main(argv=None) -> int:
+    import torch
+
+    args = parse_args(argv)
+    torch.set_num_threads(args.threads)
+    runs = _runs(args)
+    top_k = max([max(len(k) for k in spec.children()) for kind, _, spec in runs if kind == "tree"] + [1])
+    setup = _load(args)
+    kw = {"max_new_tokens": args.max_new_tokens, "eos_token_id": setup.eos}
+    totals, base_per_token = _measure(setup, runs, kw, top_k)
+    rows = _rows(runs, totals, base_per_token)
+    print(f"{setup.target.name} / {setup.draft.name}, method {setup.methods[0]}, {len(setup.requests)} prompts, "
+          f"{args.max_new_tokens} new tokens; target-only {base_per_token:.2f} ms/token")
+    print(f"{'run':<34}{'blocks':>7}{'replay':>7}{'tau':>7}{'draft/blk':>10}{'verify/blk':>11}{'ms/token':>9}"
+          f"{'speedup':>8}")
+    for r in rows:
+        print(f"{r['kind'] + ' ' + r['run']:<34}{r['blocks']:>7}{r['replayed_blocks']:>7}{r['tau']:>7.2f}"
+              f"{r['draft_ms_per_block']:>10.1f}{r['verify_ms_per_block']:>11.1f}{r['ms_per_token']:>9.2f}"
+              f"{r['speedup']:>8.2f}")
     same = sum(r["blocks"] == r["replayed_blocks"] for r in rows)
     lossless = sum(r["output_equals_target"] for r in rows)
     print(f"replay == engine (blocks summed over prompts) for {same}/{len(rows)} runs; "
@@ -143,7 +156,8 @@ def main(argv=None) -> int:
     if args.json:
         from specsim.profile import write_json_atomic
 
-        write_json_atomic(args.json, {"method": method, "target_ms_per_token": base_per_token, "rows": rows})
+        write_json_atomic(args.json, {"method": setup.methods[0], "target_ms_per_token": base_per_token,
+                                      "rows": rows})
     return 0 if same == lossless == len(rows) else 1
 
 
