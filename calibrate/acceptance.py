@@ -7,7 +7,10 @@ p_t and q_t, the next-token distributions given x + y_{<t}. Then (DESIGN.md, see
 - ``match[t]`` = [argmax q_t == y_t]: greedy SD is fully determined by it, for every γ
   (:mod:`specsim.replay`);
 - ``beta[t]`` = Σ_x min(p_t(x), q_t(x)) at temperature T: the acceptance probability of a
-  sampled draft at t (Leviathan et al. 2023, §3.5), input to :mod:`specsim.montecarlo`.
+  sampled draft at t (Leviathan et al. 2023, §3.5), input to :mod:`specsim.montecarlo`;
+- with ``top_k`` = K > 0, ``draft_rank[t]`` (rank of y_t in the draft's greedy distribution, T = 1)
+  and ``draft_top_probs[t]`` (its K largest probabilities): greedy token trees and confidence
+  policies replay exactly from them (:mod:`specsim.tree_replay`, :mod:`specsim.policies`).
 
 The accepted-length histogram stored beside the traces is the replay at a reference γ.
 """
@@ -69,9 +72,25 @@ def next_token_logits(model, context_ids: torch.Tensor, n_positions: int, **kwar
     return out.logits[0, -n_positions:].float()
 
 
+def top_k_fields(q: torch.Tensor, output: torch.Tensor, top_k: int) -> dict:
+    """{"draft_rank", "draft_top_probs"} of a trace from the draft's greedy distribution q [N, V] and the
+    target's tokens [N]: rank = #tokens more likely than y_t, plus equally likely ones with a smaller id
+    (so rank 0 is exactly torch.argmax); the K largest probabilities, rounded to 1e-6."""
+    if top_k < 1:
+        return {}
+    y = output.to(q.device)[:, None]  # [N, 1]
+    qy = q.gather(1, y)
+    ids = torch.arange(q.shape[1], device=q.device)[None, :]
+    rank = (q > qy).sum(1) + ((q == qy) & (ids < y)).sum(1)  # [N]
+    top = torch.topk(q, min(top_k, q.shape[1]), dim=-1).values.double().cpu().numpy()  # [N, K]
+    return {"draft_rank": tuple(int(r) for r in rank.tolist()),
+            "draft_top_probs": tuple(tuple(float(p) for p in row) for row in np.round(top, BETA_DECIMALS))}
+
+
 def trace_from_logits(target_logits: torch.Tensor, draft_logits: torch.Tensor, output: torch.Tensor,
-                      temperature: float = 1.0, prompt_id: str | None = None) -> Trace:
-    """match and β at each position from target/draft logits [N, V] and the target's tokens [N]."""
+                      temperature: float = 1.0, prompt_id: str | None = None, top_k: int = 0) -> Trace:
+    """match and β at each position from target/draft logits [N, V] and the target's tokens [N]; with
+    ``top_k`` > 0 also the draft rank of each target token and the draft's top-K probabilities (T = 1)."""
     if target_logits.shape != draft_logits.shape:
         raise SpecsimError(f"vocabulary mismatch: target logits {tuple(target_logits.shape)} vs draft "
                            f"{tuple(draft_logits.shape)} (speculative decoding needs one shared vocabulary)")
@@ -80,12 +99,13 @@ def trace_from_logits(target_logits: torch.Tensor, draft_logits: torch.Tensor, o
     q = torch.softmax(draft_logits / temperature, -1)
     beta = torch.minimum(p, q).sum(-1).clamp(0.0, 1.0).double().numpy()
     return Trace(match=tuple(int(m) for m in match),
-                 beta=tuple(float(b) for b in np.round(beta, BETA_DECIMALS)), prompt_id=prompt_id)
+                 beta=tuple(float(b) for b in np.round(beta, BETA_DECIMALS)), prompt_id=prompt_id,
+                 **top_k_fields(torch.softmax(draft_logits.float(), -1), output, top_k))
 
 
 def acceptance_trace(target, draft, request: Request, *, max_new_tokens: int, eos_token_id=None,
                      temperature: float = 1.0, draft_input_ids: torch.Tensor | None = None,
-                     device="cpu") -> PromptTrace:
+                     device="cpu", top_k: int = 0) -> PromptTrace:
     """Greedy target output, then one teacher-forced forward of each model over it → a :class:`Trace`.
 
     ``draft_input_ids`` [1, S'] is the draft's own prompt (default: the target's ``input_ids``).
@@ -95,7 +115,7 @@ def acceptance_trace(target, draft, request: Request, *, max_new_tokens: int, eo
     y = torch.tensor(ref.tokens, dtype=torch.long, device=request.input_ids.device)  # [N]
     draft_prompt = request.input_ids if draft_input_ids is None else draft_input_ids
     drf = next_token_logits(draft, torch.cat([draft_prompt[0], y[:-1]])[None], y.numel())
-    trace = trace_from_logits(ref.logits, drf.cpu(), y.cpu(), temperature, request.prompt_id)
+    trace = trace_from_logits(ref.logits, drf.cpu(), y.cpu(), temperature, request.prompt_id, top_k=top_k)
     return PromptTrace(trace=trace, output_tokens=ref.tokens, prompt_tokens=request.input_ids.shape[1],
                        draft_prompt_tokens=draft_prompt.shape[1])
 
@@ -143,7 +163,7 @@ def target_reference(target, request: Request, *, max_new_tokens: int, eos_token
 @torch.inference_mode()
 def drafter_trace(target, drafter, request: Request, *, max_new_tokens: int, eos_token_id=None,
                   temperature: float = 1.0, seed: int = 0, device="cpu",
-                  reference: TargetReference | None = None) -> PromptTrace:
+                  reference: TargetReference | None = None, top_k: int = 0) -> PromptTrace:
     """A teacher-forced trace through the drafting protocol, so any method (ensembles, adaptive) is traced.
 
     After ``drafter.prefill``, per output position t: ``propose(1)`` at ``temperature`` gives q_t,
@@ -153,7 +173,11 @@ def drafter_trace(target, drafter, request: Request, *, max_new_tokens: int, eos
     their trace approximates the engine's: ``specsim check`` reports how often replay equals the engine
     (zoo profile: 41/48 and 43/48 (prompt, γ) pairs on 1 and 5 images, 48/48 on 2).
     ``reference`` (from :func:`target_reference`) saves the target's work when several methods are traced.
+    ``top_k`` > 0 adds the top-k fields (:func:`top_k_fields`) of q at T = 1 (the greedy mixture for ensembles).
     """
+    if top_k > 0 and temperature != 1.0:
+        raise SpecsimError(f"--top-k: ranks and top-k probabilities are of the greedy draft distribution (T = 1); "
+                           f"run with --temperature 1, got {temperature}")
     ref = reference or target_reference(target, request, max_new_tokens=max_new_tokens,
                                         eos_token_id=eos_token_id, device=device)
     y = torch.tensor(ref.tokens, dtype=torch.long)  # [N]
@@ -170,7 +194,8 @@ def drafter_trace(target, drafter, request: Request, *, max_new_tokens: int, eos
     match = (q.argmax(-1) == y).to(torch.int64).tolist()
     beta = torch.minimum(p, q).sum(-1).clamp(0.0, 1.0).double().numpy()
     trace = Trace(match=tuple(int(m) for m in match), prompt_id=request.prompt_id,
-                  beta=tuple(float(b) for b in np.round(beta, BETA_DECIMALS)), tokens=tuple(ref.tokens))
+                  beta=tuple(float(b) for b in np.round(beta, BETA_DECIMALS)), tokens=tuple(ref.tokens),
+                  **top_k_fields(q, y, top_k))
     context = getattr(drafter, "context_tokens", None) or [request.input_ids.shape[1]]
     return PromptTrace(trace=trace, output_tokens=ref.tokens, prompt_tokens=request.input_ids.shape[1],
                        draft_prompt_tokens=int(max(context)))

@@ -36,6 +36,10 @@ def register(subparsers, calibrate_subparsers) -> None:
     _method_args(acc)
     acc.add_argument("--scenario", default=None, help="scenario name (default: the prompt set's name; image "
                      "prompts get '-<n>img' appended per images-per-prompt group)")
+    acc.add_argument("--top-k", type=number_arg("size", integer=True, zero_ok=True), default=0, metavar="K",
+                     help="also store per position the rank of the target's token in the draft's greedy "
+                          "distribution and the draft's K largest probabilities (token-tree and confidence-policy "
+                          "replay; default 0 = off)")
     acc.add_argument("--reference-gamma", type=number_arg("gamma", integer=True), default=5,
                      help="gamma of the stored single-gamma tau and histogram (default 5)")
     acc.add_argument("--restart", action="store_true", help="ignore a partial file from an interrupted run")
@@ -233,6 +237,9 @@ def cmd_acceptance(args) -> int:
         raise SpecsimError(f"--reference-gamma: expected an integer >= 1, got {args.reference_gamma}")
     if not args.temperature > 0:
         raise SpecsimError(f"--temperature: expected > 0 for beta, got {args.temperature}")
+    if args.top_k < 0 or (args.top_k and args.temperature != 1.0):
+        raise SpecsimError(f"--top-k: expected an integer >= 0 with --temperature 1 (ranks are of the greedy draft "
+                           f"distribution), got --top-k {args.top_k} at --temperature {args.temperature}")
     check_writable(args.out, "--out")
     check_writable(_partial_path(Path(args.out)), "--out's partial file")
     run_acceptance(load_setup(args), args)
@@ -252,7 +259,7 @@ def run_acceptance(setup: Setup, args) -> list:
     partial = _partial_path(out)
     key = {"target": setup.target.name, "draft": setup.draft.name, "prompts": _digest(setup.prompts),
            "max_new_tokens": args.max_new_tokens, "temperature": args.temperature, "dtype": setup.target.dtype,
-           "eos": setup.eos, "caption_prefix": setup.caption_prefix}
+           "eos": setup.eos, "caption_prefix": setup.caption_prefix, "top_k": getattr(args, "top_k", 0)}
     done = {} if args.restart else _read_partial(partial, key)
     kw = {"max_new_tokens": args.max_new_tokens, "eos_token_id": setup.eos, "device": args.device}
     drafters = {m: setup.drafter(m) for m in setup.methods if m != PLAIN}
@@ -261,11 +268,12 @@ def run_acceptance(setup: Setup, args) -> list:
         ref = None
         for m in todo:
             if m == PLAIN:
-                pt = acceptance_trace(setup.target, setup.draft, req, temperature=args.temperature, **kw)
+                pt = acceptance_trace(setup.target, setup.draft, req, temperature=args.temperature,
+                                      top_k=key["top_k"], **kw)
             else:
                 ref = ref or target_reference(setup.target, req, **kw)
                 pt = drafter_trace(setup.target, drafters[m], req, temperature=args.temperature, reference=ref,
-                                   **kw)
+                                   top_k=key["top_k"], **kw)
             done[_trace_key(m, req.prompt_id)] = pt
         if todo:
             write_json_atomic(partial, {"schema_version": PARTIAL_SCHEMA, "key": key,

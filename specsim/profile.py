@@ -246,6 +246,11 @@ class Trace:
     ``tokens[t]`` (optional) is the target's token id at t, so positions can be classified afterwards
     (e.g. which tokens state an image fact). ``prompt_tokens`` / ``draft_prompt_tokens`` (optional,
     schema 2) are the prompt lengths the target and the draft saw, where the request's walk starts.
+    Top-k traces (``calibrate acceptance --top-k K``) add
+    ``draft_rank[t]``, the rank of the target's token in the draft's greedy distribution (0 = the
+    draft's argmax, ties broken by token id; for ensembles the mixture q), and ``draft_top_probs[t]``,
+    that distribution's K largest probabilities in decreasing order: greedy token trees replay exactly
+    from the ranks (:mod:`specsim.tree_replay`), confidence policies from the top-1 probability.
     """
 
     match: tuple[int, ...] | None = None
@@ -254,6 +259,8 @@ class Trace:
     tokens: tuple[int, ...] | None = None
     prompt_tokens: int | None = None
     draft_prompt_tokens: int | None = None
+    draft_rank: tuple[int, ...] | None = None
+    draft_top_probs: tuple[tuple[float, ...], ...] | None = None
 
     def to_json(self) -> dict:
         return _drop_none({
@@ -262,13 +269,16 @@ class Trace:
             "beta": None if self.beta is None else list(self.beta),
             "tokens": None if self.tokens is None else list(self.tokens),
             "prompt_tokens": self.prompt_tokens, "draft_prompt_tokens": self.draft_prompt_tokens,
+            "draft_rank": None if self.draft_rank is None else list(self.draft_rank),
+            "draft_top_probs": None if self.draft_top_probs is None else [list(p) for p in self.draft_top_probs],
         })
 
     @classmethod
     def from_json(cls, d: dict, where: str) -> Trace:
         if not isinstance(d, dict):
             raise SpecsimError(f"{where}: expected an object, got {_show(d)}")
-        check_keys(d, {"match", "beta", "prompt_id", "tokens", "prompt_tokens", "draft_prompt_tokens"}, where)
+        check_keys(d, {"match", "beta", "prompt_id", "tokens", "prompt_tokens", "draft_prompt_tokens", "draft_rank",
+                       "draft_top_probs"}, where)
         match = d.get("match")
         beta = d.get("beta")
         if match is None and beta is None:
@@ -289,6 +299,7 @@ class Trace:
             if len(tokens) != len(match if match is not None else beta):
                 raise SpecsimError(f"{where}.tokens: expected one per position "
                                    f"({len(match if match is not None else beta)}), got {len(tokens)}")
+        rank, top = _top_k_fields(d, where, len(match if match is not None else beta), match)
         return cls(
             match=None if match is None else tuple(int(m) for m in match),
             beta=None if beta is None else tuple(min(b, 1.0) for b in beta),
@@ -296,7 +307,34 @@ class Trace:
             tokens=None if tokens is None else tuple(tokens),
             prompt_tokens=_opt(d, "prompt_tokens", lambda v, w: _int(v, w, lo=1), where),
             draft_prompt_tokens=_opt(d, "draft_prompt_tokens", lambda v, w: _int(v, w, lo=1), where),
+            draft_rank=rank, draft_top_probs=top,
         )
+
+
+def _top_k_fields(d: dict, where: str, positions: int, match) -> tuple:
+    """Validated (draft_rank, draft_top_probs) of a trace; each optional, one entry per position."""
+    rank, top = d.get("draft_rank"), d.get("draft_top_probs")
+    if rank is not None:
+        rank = tuple(_int(r, f"{where}.draft_rank[{i}]", lo=0)
+                     for i, r in enumerate(_list(rank, f"{where}.draft_rank", nonempty=False)))
+        if len(rank) != positions:
+            raise SpecsimError(f"{where}.draft_rank: expected one per position ({positions}), got {len(rank)}")
+        if match is not None and any((r == 0) != bool(m) for r, m in zip(rank, match)):
+            i = next(i for i, (r, m) in enumerate(zip(rank, match)) if (r == 0) != bool(m))
+            raise SpecsimError(f"{where}.draft_rank[{i}]: rank {rank[i]} contradicts match[{i}] = {match[i]} "
+                               "(expected rank 0 exactly where the draft's argmax matches)")
+    if top is not None:
+        rows = _list(top, f"{where}.draft_top_probs", nonempty=False)
+        if len(rows) != positions:
+            raise SpecsimError(f"{where}.draft_top_probs: expected one row per position ({positions}), got {len(rows)}")
+        top = tuple(tuple(_num(p, f"{where}.draft_top_probs[{i}][{j}]", lo=0, hi=1 + 1e-9)
+                          for j, p in enumerate(_list(row, f"{where}.draft_top_probs[{i}]")))
+                    for i, row in enumerate(rows))
+        for i, row in enumerate(top):
+            if len(row) != len(top[0]) or any(b > a + 1e-9 for a, b in zip(row, row[1:])) or sum(row) > 1 + 1e-6:
+                raise SpecsimError(f"{where}.draft_top_probs[{i}]: expected {len(top[0])} decreasing probabilities "
+                                   f"summing to <= 1, got {_show(list(row))}")
+    return rank, top
 
 
 @dataclass(frozen=True)
