@@ -140,7 +140,9 @@ def run_latency(args) -> int:
                                f"got {value}")
     if args.max_new_tokens < 1:
         raise SpecsimError(f"--max-new-tokens: expected an integer >= 1, got {args.max_new_tokens}")
+    t_load = time.perf_counter()
     models = _load_models(args)
+    load_s = time.perf_counter() - t_load
     sized = _workload(args, models["target"])
     plan = L.default_plan(
         models["target"], **sized, contexts_tokens=args.contexts, verify_context_tokens=args.verify_context,
@@ -159,6 +161,7 @@ def run_latency(args) -> int:
         json.dump(section.to_json(), sys.stdout, indent=1)
         print()
     else:
+        print(f"models loaded in {load_s:.1f} s")
         print("\n".join(summary_lines(section, timings, seconds, path)))
     return 0
 
