@@ -128,7 +128,9 @@ def run_latency(args) -> int:
     from calibrate import latency as L
 
     _check_args(args)
+    t_load = time.perf_counter()
     models = _load_models(args)
+    load_s = time.perf_counter() - t_load
     sized = _workload(args, models["target"])
     plan = L.default_plan(
         models["target"], **sized, contexts_tokens=args.contexts, verify_context_tokens=args.verify_context,
@@ -147,6 +149,7 @@ def run_latency(args) -> int:
     if args.json:
         print(dumps_json(section.to_json()))
     else:
+        print(f"models loaded in {load_s:.1f} s")
         print("\n".join(summary_lines(section, timings, seconds, path)))
     return 0
 

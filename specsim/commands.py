@@ -194,7 +194,9 @@ def run_profiles(args) -> int:
             continue
         methods = list(dict.fromkeys(a.method for a in prof.acceptance))
         scenarios = list(dict.fromkeys(a.scenario for a in prof.acceptance))
-        items.append({"name": name, "source": prof.provenance.source, "device": prof.provenance.device,
+        items.append({"name": name, "schema_version": prof.schema_version,
+                      "cost_model": prof.latency.cost_model is not None,
+                      "source": prof.provenance.source, "device": prof.provenance.device,
                       "target": prof.provenance.target, "draft": prof.provenance.draft,
                       "methods": methods, "scenarios": scenarios, "path": str(path),
                       "default": name == DEFAULT_PROFILE})
@@ -204,6 +206,7 @@ def run_profiles(args) -> int:
     for it in items:
         src = it["source"] if it["source"] == "measured" else "published"
         extra = f"{len(it['methods'])} methods x {len(it['scenarios'])} scenarios" if it["methods"] else "latency only"
+        schema = f"schema {it['schema_version']}" + (", cost model" if it["cost_model"] else "")
         print(f"{it['name']}{' (default)' if it['default'] else ''}: {it['target']} / {it['draft']}; "
-              f"{src}; {it['device']}; {extra}")
+              f"{src}; {it['device']}; {extra}; {schema}")
     return 0
