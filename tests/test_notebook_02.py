@@ -11,4 +11,5 @@ def test_calibrate_and_check_notebook_runs(tmp_path):
     text, images = run_notebook(NOTEBOOK, tmp_path)
     assert "tau: replay vs engine, largest |rel. err|" in text
     assert "textbook" in text and "median |rel. err|" in text
-    assert images >= 4
+    assert "95% hw" in text and "draft pred" in text and "v(γ) =" in text  # half-widths and per-term table
+    assert images >= 5
