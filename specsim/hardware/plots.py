@@ -34,17 +34,7 @@ def plot_speedup_vs_batch(plan: Plan, path: str | os.PathLike, *, method: str | 
     ax.set_title(f"method {method}, context {context} tokens (roofline; hollow = does not fit)")
     ax.legend(fontsize=7, ncol=2)
     fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".png", dir=path.parent)
-    os.close(fd)
-    try:
-        fig.savefig(tmp, dpi=110)
-        os.replace(tmp, path)
-    finally:
-        plt.close(fig)
-        Path(tmp).unlink(missing_ok=True)
-    return path
+    return _save(fig, path)
 
 
 def plot_validation(results, path: str | os.PathLike) -> Path:
@@ -75,7 +65,31 @@ def plot_validation(results, path: str | os.PathLike) -> Path:
         ax.set_ylabel(f"predicted {kind}")
         ax.set_title(kind.replace("_", " "))
         ax.legend(fontsize=6)
-    fig.suptitle("specsim validate: leave-one-source-out (filled) vs textbook (hollow)")
+    fig.suptitle("specsim validate: specsim (filled) vs textbook (hollow)")
+    fig.tight_layout()
+    return _save(fig, path)
+
+
+def plot_sweeps(comparisons, path: str | os.PathLike) -> Path:
+    """Per published batch sweep: predicted best-γ speedup vs batch (line), predicted at the published batches
+    (crosses) and published (dots); y = 1 dashed (below it SD does not pay)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(comparisons), figsize=(4.6 * len(comparisons), 4.2), squeeze=False)
+    for ax, c in zip(axes[0], comparisons):
+        ax.plot(c.grid_batches, c.grid_best_speedup, "-", color="C0", label="specsim, best γ")
+        ax.plot([p.batch for p in c.points], [p.predicted for p in c.points], "x", color="C0", ms=8,
+                label="specsim at published γ")
+        ax.plot([p.batch for p in c.points], [p.published for p in c.points], "o", color="C3", label="published")
+        ax.axhline(1.0, color="k", lw=0.8, ls="--")
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("batch size (sequences)")
+        ax.set_ylabel("SD speedup")
+        ax.set_title(f"{c.label}\n{c.gpus}x {c.device}, {c.runtime}, context {c.context_tokens:g}", fontsize=8)
+        ax.legend(fontsize=7)
     fig.tight_layout()
     return _save(fig, path)
 
