@@ -24,7 +24,13 @@ from specsim.jsonio import read_json
 
 DATA_FILE = "data/published_gpu_measurements.json"
 _PARALLEL = ("none", "tensor", "layer-split")
-_RESERVED = ("spec-bench", "eagle")
+_RESERVED = ("spec-bench", "eagle")  # source keys
+# Reserved sources recognised by title, venue or address: the Spec-Bench leaderboard (hemingkx/Spec-Bench) and
+# the EAGLE papers (arXiv 2401.15077, 2406.16858, 2503.01840; SafeAILab/EAGLE). EAGLE-method rows measured by
+# others in another runtime (e.g. vLLM issues) are not those papers' SpS rows and may stay.
+_RESERVED_MARKS = ("spec-bench", "specbench", "hemingkx", "safeailab/eagle", "2401.15077", "2406.16858",
+                   "2503.01840")
+_EAGLE_PAPER_TITLES = ("eagle:", "eagle-2:", "eagle-3:", "eagle 2:", "eagle 3:")
 
 
 @dataclass(frozen=True)
@@ -210,8 +216,19 @@ def _check_row(row: Row, where: str) -> None:
 def _source(key: str, d: Any, where: str) -> Source:
     if not isinstance(d, dict):
         raise SpecsimError(f"{where}: expected an object, got {type(d).__name__}")
-    return Source(key, _field(d, "title", where, str), _field(d, "authors", where, str),
-                  _field(d, "year", where, int, lo=1900), _field(d, "venue", where, str), _field(d, "where", where, str))
+    src = Source(key, _field(d, "title", where, str), _field(d, "authors", where, str),
+                 _field(d, "year", where, int, lo=1900), _field(d, "venue", where, str), _field(d, "where", where, str))
+    if is_reserved(src):
+        raise SpecsimError(f"{where}: {src.title!r} is reserved for an independent check (the Spec-Bench "
+                           "leaderboard or an EAGLE paper) and must stay out")
+    return src
+
+
+def is_reserved(src: Source) -> bool:
+    """True for the Spec-Bench leaderboard and the EAGLE, EAGLE-2 and EAGLE-3 papers (by key, title or venue)."""
+    text = f"{src.key} {src.title} {src.venue} {src.where}".lower()
+    return (any(word in src.key.lower() for word in _RESERVED) or any(m in text for m in _RESERVED_MARKS)
+            or src.title.lower().startswith(_EAGLE_PAPER_TITLES))
 
 
 def parse_published_set(data: Any, name: str = "published set") -> PublishedSet:
