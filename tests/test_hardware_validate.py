@@ -10,6 +10,7 @@ from specsim.errors import SpecsimError
 from specsim.hardware.device import load_device
 from specsim.hardware.model import spec_from_config
 from specsim.hardware.passes import pass_table, pass_terms
+from specsim.hardware.plan import paying_range
 from specsim.hardware.published_set import (
     PublishedSet,
     Source,
@@ -20,7 +21,7 @@ from specsim.hardware.published_set import (
 from specsim.hardware.roofline import forward_ms
 from specsim.hardware.row_predict import predict_row, row_model
 from specsim.hardware.runtime import RUNTIMES_DIR, Runtime, load_runtime
-from specsim.hardware.sweeps import paying_range, published_sweeps
+from specsim.hardware.sweeps import published_sweeps
 from specsim.hardware.validate import fit_all, in_sample, leave_one_source_out, load_runtimes, usable_rows
 
 L70 = {"model_type": "llama", "hidden_size": 8192, "intermediate_size": 28672, "num_hidden_layers": 80,

@@ -19,6 +19,7 @@ from dataclasses import asdict, dataclass, replace
 
 import numpy as np
 
+from specsim.hardware.plan import paying_range
 from specsim.hardware.published_set import PublishedSet, Row
 from specsim.hardware.roofline import USABLE_MEMORY_FRACTION
 from specsim.hardware.row_predict import device, models, row_model
@@ -99,16 +100,6 @@ def max_fit_batch(ps: PublishedSet, row: Row, batches=GRID_BATCHES) -> int:
           if (target.weight_bytes + b * row.target_context_tokens * target.kv_bytes_per_token) / row.tp
           + (draft_weights + b * d_ctx * draft.kv_bytes_per_token) / row.draft_tp <= mem]
     return max(ok, default=0)
-
-
-def paying_range(batches, speedups) -> tuple[int | None, int | None]:
-    """(smallest batch with speedup >= 1, batch from which every larger one is < 1); (None, None): never pays,
-    (b, None): pays from b up to the largest batch given."""
-    pays = [b for b, s in zip(batches, speedups) if s >= 1.0]
-    if not pays:
-        return None, None
-    after = [b for b in batches if b > pays[-1]]
-    return pays[0], (after[0] if after else None)
 
 
 def best_speedups(ps: PublishedSet, row: Row, rt: Runtime, alpha: float) -> tuple[list[int], np.ndarray]:
