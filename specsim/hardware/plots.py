@@ -1,4 +1,5 @@
-"""Plots for hardware plans (matplotlib imported lazily, Agg backend, PNG written atomically)."""
+"""Plots for hardware plans (matplotlib imported lazily; a bare Figure, so pyplot's backend is left alone;
+PNG written atomically)."""
 
 from __future__ import annotations
 
@@ -12,14 +13,10 @@ from specsim.hardware.plan import Plan
 def plot_speedup_vs_batch(plan: Plan, path: str | os.PathLike, *, method: str | None = None,
                           context: int | None = None) -> Path:
     """Best-γ SD speedup vs batch size, one line per device (hollow markers: does not fit in memory)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     method = method or plan.methods[0]
     context = plan.contexts[0] if context is None else context
-    fig, ax = plt.subplots(figsize=(7, 4.5))
+    fig = _figure((7, 4.5))
+    ax = fig.subplots()
     for dev in plan.devices:
         rows = sorted(plan.select(device=dev, method=method, context=context), key=lambda r: r.batch_size)
         xs, ys = [r.batch_size for r in rows], [r.speedup for r in rows]
@@ -39,13 +36,9 @@ def plot_speedup_vs_batch(plan: Plan, path: str | os.PathLike, *, method: str | 
 
 def plot_validation(results, path: str | os.PathLike) -> Path:
     """Predicted vs published (one panel per observable), specsim filled, textbook hollow; y = x dashed."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     kinds = sorted({r.observable for r in results})
-    fig, axes = plt.subplots(1, len(kinds), figsize=(5.2 * len(kinds), 4.6), squeeze=False)
+    fig = _figure((5.2 * len(kinds), 4.6))
+    axes = fig.subplots(1, len(kinds), squeeze=False)
     for ax, kind in zip(axes[0], kinds):
         rs = [r for r in results if r.observable == kind]
         sources = sorted({r.source for r in rs})
@@ -73,12 +66,8 @@ def plot_validation(results, path: str | os.PathLike) -> Path:
 def plot_sweeps(comparisons, path: str | os.PathLike) -> Path:
     """Per published batch sweep: predicted best-γ speedup vs batch (line), predicted at the published batches
     (crosses) and published (dots); y = 1 dashed (below it SD does not pay)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, len(comparisons), figsize=(4.6 * len(comparisons), 4.2), squeeze=False)
+    fig = _figure((4.6 * len(comparisons), 4.2))
+    axes = fig.subplots(1, len(comparisons), squeeze=False)
     for ax, c in zip(axes[0], comparisons):
         ax.plot(c.grid_batches, c.grid_best_speedup, "-", color="C0", label="specsim, best γ")
         ax.plot([p.batch for p in c.points], [p.predicted for p in c.points], "x", color="C0", ms=8,
@@ -94,10 +83,18 @@ def plot_sweeps(comparisons, path: str | os.PathLike) -> Path:
     return _save(fig, path)
 
 
-def _save(fig, path) -> Path:
-    """Write a figure to ``path`` atomically (temp file + rename) and close it."""
-    import matplotlib.pyplot as plt
+def _figure(size):
+    """A Figure with an Agg canvas, outside pyplot (no global backend switch, nothing left open)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
 
+    fig = Figure(figsize=size)
+    FigureCanvasAgg(fig)
+    return fig
+
+
+def _save(fig, path) -> Path:
+    """Write a figure to ``path`` atomically (temp file + rename)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".png", dir=path.parent)
@@ -106,6 +103,5 @@ def _save(fig, path) -> Path:
         fig.savefig(tmp, dpi=110)
         os.replace(tmp, path)
     finally:
-        plt.close(fig)
         Path(tmp).unlink(missing_ok=True)
     return path
