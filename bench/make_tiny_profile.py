@@ -21,9 +21,12 @@ def main(argv=None) -> int:
     from calibrate import cli_acceptance as C
     from calibrate import latency as L
     from calibrate.acceptance import acceptance_entry, acceptance_trace
+    from calibrate.check import run_check
     from calibrate.engine import Request
     from calibrate.models import LoadedModel
-    from specsim.check import check_row, format_table
+    from calibrate.prompts import Prompt
+    from specsim.check import check_row
+    from specsim.check_report import check_table, terms_table
     from specsim.profile import load_profile, save_profile
     from tests.tiny_pair import tiny_pair, tiny_prompts
 
@@ -36,9 +39,10 @@ def main(argv=None) -> int:
     wrap = {k: LoadedModel(model=m, tokenizer=None, name=f"tiny-llama-{k}", kind="causal", weights="random",
                            device="cpu", dtype="float32") for k, m in (("target", target), ("draft", draft))}
     reqs = [Request(ids, prompt_id=f"p{i}") for i, ids in enumerate(tiny_prompts(n=8, seed=5, max_len=24))]
-    ctx = int(sum(r.input_ids.shape[1] for r in reqs) / len(reqs) + args.new_tokens / 2)
-    plan = L.default_plan(wrap["target"], contexts_tokens=(8, ctx, 96), verify_context_tokens=ctx,
-                          batch_sizes=(1, 2), prefill_tokens=(8, 32), max_repeats=40)
+    gammas = [1, 2, 3, 4, 6, 8]
+    lengths = [r.input_ids.shape[1] for r in reqs]
+    plan = L.default_plan(wrap["target"], **L.workload_plan(lengths, lengths, args.new_tokens, gammas),
+                          max_repeats=60, target_rel_halfwidth=0.03)
     out = Path(args.out)
     out.unlink(missing_ok=True)
     L.calibrate_latency(wrap, plan, out, progress=False, name="tiny-pair",
@@ -47,14 +51,16 @@ def main(argv=None) -> int:
     traces = [acceptance_trace(target, draft, r, max_new_tokens=args.new_tokens) for r in reqs]
     entry = acceptance_entry(traces, method="plain", scenario="tiny", task="synthetic")
     prof = load_profile(str(out)).with_acceptance([entry])
-    setup = C.Setup(target=wrap["target"], draft=wrap["draft"], prompts=[], requests=reqs, eos=None, name="tiny")
-    gammas = [1, 2, 3, 4, 6, 8]
-    sd, base = C.run_check(setup, gammas, max_new_tokens=args.new_tokens)
-    measured = C.measured_rows(sd, base)
-    rows = [check_row(prof, entry, measured[g], prompt_ids=[r.prompt_id for r in reqs], context_tokens=ctx)
-            for g in gammas]
+    prompts = [Prompt(id=r.prompt_id, text="") for r in reqs]
+    setup = C.Setup(target=wrap["target"], draft=wrap["draft"], prompts=prompts, requests=reqs, eos=None,
+                    name="tiny", methods=["plain"])
+    runs = run_check(setup, gammas, max_new_tokens=args.new_tokens, max_rounds=4)
+    ids = [r.prompt_id for r in reqs]
+    specs = [runs.specs[("plain", i)] for i in ids]
+    rows = [check_row(prof, entry, g, specs, runs.measured("plain", g, ids)) for g in gammas]
     save_profile(prof.with_checks(rows), out)
-    print(format_table(rows))
+    print(check_table(rows))
+    print(terms_table(rows))
     return 0
 
 

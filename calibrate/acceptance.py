@@ -7,14 +7,17 @@ p_t and q_t, the next-token distributions given x + y_{<t}. Then (DESIGN.md, see
 - ``match[t]`` = [argmax q_t == y_t]: greedy SD is fully determined by it, for every γ
   (:mod:`specsim.replay`);
 - ``beta[t]`` = Σ_x min(p_t(x), q_t(x)) at temperature T: the acceptance probability of a
-  sampled draft at t (Leviathan et al. 2023, §3.5), input to :mod:`specsim.montecarlo`.
+  sampled draft at t (Leviathan et al. 2023, §3.5), input to :mod:`specsim.montecarlo`;
+- with ``top_k`` = K > 0, ``draft_rank[t]`` (rank of y_t in the draft's greedy distribution, T = 1)
+  and ``draft_top_probs[t]`` (its K largest probabilities): greedy token trees and confidence
+  policies replay exactly from them (:mod:`specsim.tree_replay`, :mod:`specsim.policies`).
 
 The accepted-length histogram stored beside the traces is the replay at a reference γ.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import torch
@@ -41,9 +44,25 @@ class PromptTrace:
                 "prompt_tokens": self.prompt_tokens, "draft_prompt_tokens": self.draft_prompt_tokens}
 
     @classmethod
-    def from_json(cls, d: dict) -> PromptTrace:
-        return cls(trace=Trace.from_json(d["trace"], "partial.trace"), output_tokens=tuple(d["output_tokens"]),
-                   prompt_tokens=int(d["prompt_tokens"]), draft_prompt_tokens=int(d["draft_prompt_tokens"]))
+    def from_json(cls, d: dict, where: str = "partial") -> PromptTrace:
+        """Validated (SpecsimError naming the field): a trace with a prompt id, token ids, token counts."""
+        if not isinstance(d, dict):
+            raise SpecsimError(f"{where}: expected an object, got {type(d).__name__}")
+        if "trace" not in d:
+            raise SpecsimError(f"{where}.trace: missing")
+        trace = Trace.from_json(d["trace"], f"{where}.trace")
+        if trace.prompt_id is None:
+            raise SpecsimError(f"{where}.trace.prompt_id: missing")
+        tokens = d.get("output_tokens")
+        if not isinstance(tokens, list) or not all(type(t) is int and t >= 0 for t in tokens):
+            raise SpecsimError(f"{where}.output_tokens: expected a list of token ids >= 0")
+        if trace.match is None or len(trace.match) != len(tokens):
+            raise SpecsimError(f"{where}.trace.match: expected one 0/1 per output token ({len(tokens)})")
+        counts = [d.get(k) for k in ("prompt_tokens", "draft_prompt_tokens")]
+        for k, v in zip(("prompt_tokens", "draft_prompt_tokens"), counts):
+            if type(v) is not int or v < 1:
+                raise SpecsimError(f"{where}.{k}: expected an integer >= 1, got {v!r:.60}")
+        return cls(trace=trace, output_tokens=tuple(tokens), prompt_tokens=counts[0], draft_prompt_tokens=counts[1])
 
 
 @torch.inference_mode()
@@ -53,9 +72,25 @@ def next_token_logits(model, context_ids: torch.Tensor, n_positions: int, **kwar
     return out.logits[0, -n_positions:].float()
 
 
+def top_k_fields(q: torch.Tensor, output: torch.Tensor, top_k: int) -> dict:
+    """{"draft_rank", "draft_top_probs"} of a trace from the draft's greedy distribution q [N, V] and the
+    target's tokens [N]: rank = #tokens more likely than y_t, plus equally likely ones with a smaller id
+    (so rank 0 is exactly torch.argmax); the K largest probabilities, rounded to 1e-6."""
+    if top_k < 1:
+        return {}
+    y = output.to(q.device)[:, None]  # [N, 1]
+    qy = q.gather(1, y)
+    ids = torch.arange(q.shape[1], device=q.device)[None, :]
+    rank = (q > qy).sum(1) + ((q == qy) & (ids < y)).sum(1)  # [N]
+    top = torch.topk(q, min(top_k, q.shape[1]), dim=-1).values.double().cpu().numpy()  # [N, K]
+    return {"draft_rank": tuple(int(r) for r in rank.tolist()),
+            "draft_top_probs": tuple(tuple(float(p) for p in row) for row in np.round(top, BETA_DECIMALS))}
+
+
 def trace_from_logits(target_logits: torch.Tensor, draft_logits: torch.Tensor, output: torch.Tensor,
-                      temperature: float = 1.0, prompt_id: str | None = None) -> Trace:
-    """match and β at each position from target/draft logits [N, V] and the target's tokens [N]."""
+                      temperature: float = 1.0, prompt_id: str | None = None, top_k: int = 0) -> Trace:
+    """match and β at each position from target/draft logits [N, V] and the target's tokens [N]; with
+    ``top_k`` > 0 also the draft rank of each target token and the draft's top-K probabilities (T = 1)."""
     if target_logits.shape != draft_logits.shape:
         raise SpecsimError(f"vocabulary mismatch: target logits {tuple(target_logits.shape)} vs draft "
                            f"{tuple(draft_logits.shape)} (speculative decoding needs one shared vocabulary)")
@@ -64,12 +99,13 @@ def trace_from_logits(target_logits: torch.Tensor, draft_logits: torch.Tensor, o
     q = torch.softmax(draft_logits / temperature, -1)
     beta = torch.minimum(p, q).sum(-1).clamp(0.0, 1.0).double().numpy()
     return Trace(match=tuple(int(m) for m in match),
-                 beta=tuple(float(b) for b in np.round(beta, BETA_DECIMALS)), prompt_id=prompt_id)
+                 beta=tuple(float(b) for b in np.round(beta, BETA_DECIMALS)), prompt_id=prompt_id,
+                 **top_k_fields(torch.softmax(draft_logits.float(), -1), output, top_k))
 
 
 def acceptance_trace(target, draft, request: Request, *, max_new_tokens: int, eos_token_id=None,
                      temperature: float = 1.0, draft_input_ids: torch.Tensor | None = None,
-                     device="cpu") -> PromptTrace:
+                     device="cpu", top_k: int = 0) -> PromptTrace:
     """Greedy target output, then one teacher-forced forward of each model over it → a :class:`Trace`.
 
     ``draft_input_ids`` [1, S'] is the draft's own prompt (default: the target's ``input_ids``).
@@ -79,7 +115,7 @@ def acceptance_trace(target, draft, request: Request, *, max_new_tokens: int, eo
     y = torch.tensor(ref.tokens, dtype=torch.long, device=request.input_ids.device)  # [N]
     draft_prompt = request.input_ids if draft_input_ids is None else draft_input_ids
     drf = next_token_logits(draft, torch.cat([draft_prompt[0], y[:-1]])[None], y.numel())
-    trace = trace_from_logits(ref.logits, drf.cpu(), y.cpu(), temperature, request.prompt_id)
+    trace = trace_from_logits(ref.logits, drf.cpu(), y.cpu(), temperature, request.prompt_id, top_k=top_k)
     return PromptTrace(trace=trace, output_tokens=ref.tokens, prompt_tokens=request.input_ids.shape[1],
                        draft_prompt_tokens=draft_prompt.shape[1])
 
@@ -96,7 +132,8 @@ def acceptance_entry(traces: list[PromptTrace], *, method: str, scenario: str, i
         method=method, scenario=scenario, images_per_prompt=images_per_prompt, task=task,
         gamma=reference_gamma, tau=float(replay_traces_tau(raw, reference_gamma)),
         accepted_histogram=tuple(int(h) for h in replay_histogram(raw, reference_gamma)),
-        traces=tuple(raw),
+        traces=tuple(replace(t.trace, prompt_tokens=t.prompt_tokens, draft_prompt_tokens=t.draft_prompt_tokens)
+                     for t in traces),
         draft_prompt_tokens=float(np.mean([t.draft_prompt_tokens for t in traces])),
         target_prompt_tokens=float(np.mean([t.prompt_tokens for t in traces])),
         notes=notes, **costs,
@@ -126,7 +163,7 @@ def target_reference(target, request: Request, *, max_new_tokens: int, eos_token
 @torch.inference_mode()
 def drafter_trace(target, drafter, request: Request, *, max_new_tokens: int, eos_token_id=None,
                   temperature: float = 1.0, seed: int = 0, device="cpu",
-                  reference: TargetReference | None = None) -> PromptTrace:
+                  reference: TargetReference | None = None, top_k: int = 0) -> PromptTrace:
     """A teacher-forced trace through the drafting protocol, so any method (ensembles, adaptive) is traced.
 
     After ``drafter.prefill``, per output position t: ``propose(1)`` at ``temperature`` gives q_t,
@@ -136,7 +173,11 @@ def drafter_trace(target, drafter, request: Request, *, max_new_tokens: int, eos
     their trace approximates the engine's: ``specsim check`` reports how often replay equals the engine
     (zoo profile: 41/48 and 43/48 (prompt, γ) pairs on 1 and 5 images, 48/48 on 2).
     ``reference`` (from :func:`target_reference`) saves the target's work when several methods are traced.
+    ``top_k`` > 0 adds the top-k fields (:func:`top_k_fields`) of q at T = 1 (the greedy mixture for ensembles).
     """
+    if top_k > 0 and temperature != 1.0:
+        raise SpecsimError(f"--top-k: ranks and top-k probabilities are of the greedy draft distribution (T = 1); "
+                           f"run with --temperature 1, got {temperature}")
     ref = reference or target_reference(target, request, max_new_tokens=max_new_tokens,
                                         eos_token_id=eos_token_id, device=device)
     y = torch.tensor(ref.tokens, dtype=torch.long)  # [N]
@@ -153,7 +194,8 @@ def drafter_trace(target, drafter, request: Request, *, max_new_tokens: int, eos
     match = (q.argmax(-1) == y).to(torch.int64).tolist()
     beta = torch.minimum(p, q).sum(-1).clamp(0.0, 1.0).double().numpy()
     trace = Trace(match=tuple(int(m) for m in match), prompt_id=request.prompt_id,
-                  beta=tuple(float(b) for b in np.round(beta, BETA_DECIMALS)), tokens=tuple(ref.tokens))
+                  beta=tuple(float(b) for b in np.round(beta, BETA_DECIMALS)), tokens=tuple(ref.tokens),
+                  **top_k_fields(q, y, top_k))
     context = getattr(drafter, "context_tokens", None) or [request.input_ids.shape[1]]
     return PromptTrace(trace=trace, output_tokens=ref.tokens, prompt_tokens=request.input_ids.shape[1],
                        draft_prompt_tokens=int(max(context)))

@@ -6,12 +6,13 @@ without it). The partial results live next to ``--out`` and a rerun resumes wher
 
 from __future__ import annotations
 
-import argparse
-import json
 import sys
 import time
 
+from specsim.bounds import number_arg
 from specsim.errors import SpecsimError
+from specsim.jsonio import check_writable, dumps_json
+from specsim.report import int_list_arg
 
 _HELP = (
     "Measure per-token decode Tp (target) and Tq (draft) at several context lengths, the verify forward "
@@ -21,16 +22,6 @@ _HELP = (
     "folder, .gguf file, or a preset/config JSON for random weights), or --target-config/--draft-config "
     "(architecture only, random weights: latency does not depend on weight values)."
 )
-
-
-def _ints(text: str) -> tuple[int, ...]:
-    try:
-        values = tuple(int(v) for v in text.split(",") if v.strip())
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
-    if not values or min(values) < 1:
-        raise argparse.ArgumentTypeError(f"expected comma-separated integers >= 1, got {text!r}")
-    return values
 
 
 def register(subparsers, calibrate_subparsers) -> None:
@@ -53,7 +44,7 @@ def register(subparsers, calibrate_subparsers) -> None:
     run.add_argument("--device", default="cpu", help="torch device: cpu, cuda, cuda:N (default cpu)")
     run.add_argument("--dtype", default="float32", help="float32 | bfloat16 | float16 (default float32; "
                      "LLaVA-1.5-7B needs ~28 GB of weights in float32, ~14 GB in bfloat16)")
-    run.add_argument("--threads", type=int, help="torch CPU threads (default: torch's choice)")
+    run.add_argument("--threads", type=number_arg("threads", integer=True), help="torch CPU threads (default: torch's choice)")
     run.add_argument("--device-map", choices=("auto", "balanced"), help="place a target too big for one device "
                      "over the GPUs, CPU and disk with accelerate (auto: fill in order; balanced: even over the "
                      "GPUs); --device then holds the draft. The placement is recorded in the profile's provenance")
@@ -65,22 +56,33 @@ def register(subparsers, calibrate_subparsers) -> None:
     run.add_argument("--quiet", action="store_true", help="no progress bar")
     run.add_argument("--json", action="store_true", help="print the latency section as JSON")
     what = p.add_argument_group("what to measure (tokens; defaults fit the model kind)")
-    what.add_argument("--contexts", type=_ints, help="context lengths for Tp and Tq, e.g. 64,256,1024")
-    what.add_argument("--verify-context", type=int, help="context length for Tv(gamma) and the draft batch sweep")
-    what.add_argument("--gammas", type=_ints, help="gammas for Tv (default 1..8)")
-    what.add_argument("--batch-sizes", type=_ints, help="draft batch sizes (default 1,2,3,4)")
-    what.add_argument("--prefill-tokens", type=_ints, help="prompt lengths for prefill (VLM default: 16, and 64 + 0..5 "
+    what.add_argument("--contexts", type=int_list_arg("tokens"), help="context lengths for Tp and Tq, e.g. 64,256,1024")
+    what.add_argument("--verify-context", type=number_arg("tokens", integer=True), help="context length for Tv(gamma) and the draft batch sweep")
+    what.add_argument("--gammas", type=int_list_arg("gamma"), help="gammas for Tv (default 1..8)")
+    what.add_argument("--batch-sizes", type=int_list_arg("batch"), help="draft batch sizes (default 1,2,3,4)")
+    what.add_argument("--prefill-tokens", type=int_list_arg("tokens"), help="prompt lengths for prefill (VLM default: 16, and 64 + 0..5 "
                                                           "images of visual tokens)")
+    what.add_argument("--prompts", help="size the grid to a workload: a built-in prompt set or JSONL file (contexts "
+                      "from its shortest prompt to its longest + --max-new-tokens, prefill lengths to match); "
+                      "default with --preset: the pair's prompt set")
+    what.add_argument("--max-new-tokens", type=number_arg("tokens", integer=True), default=64, help="new tokens per request of that workload "
+                      "(default 64)")
+    what.add_argument("--no-workload", action="store_true", help="with --preset: ignore its prompt set and use the "
+                      "model-kind defaults")
     what.add_argument("--no-vision", action="store_true", help="skip the vision-encoder timing")
-    what.add_argument("--caption-tokens", type=int, help="tokens per caption when timing --captioner (default 32)")
-    rep = p.add_argument_group("repeats (each point: warm-up, then repeat until the median's 95%% CI "
-                               "half-width <= --rel-halfwidth x median or --max-repeats)")
-    rep.add_argument("--warmup", type=int)
-    rep.add_argument("--min-repeats", type=int)
-    rep.add_argument("--max-repeats", type=int)
+    what.add_argument("--caption-tokens", type=number_arg("tokens", integer=True),
+                      help="tokens per caption when timing --captioner (default 32)")
+    rep = p.add_argument_group("repeats (each context: engine-shaped rounds, every gamma x draft batch block and "
+                               "target-only steps per round, until every point's 95%% CI half-width <= "
+                               "--rel-halfwidth x median or --max-repeats rounds; prefill points alike)")
+    rep.add_argument("--warmup", type=number_arg("repeats", integer=True, zero_ok=True),
+                     help="rounds discarded first (default 1)")
+    rep.add_argument("--min-repeats", type=number_arg("repeats", integer=True), help="at least this many rounds (default 5)")
+    rep.add_argument("--max-repeats", type=number_arg("repeats", integer=True), help="at most this many rounds (default 30)")
     rep.add_argument("--rel-halfwidth", type=float, help="target relative half-width (default 0.02)")
-    rep.add_argument("--max-seconds-per-point", type=float, help="stop repeating a point after this much time")
-    rep.add_argument("--seed", type=int, default=0)
+    rep.add_argument("--max-seconds-per-point", type=number_arg("seconds"),
+                     help="stop repeating a point after this much time")
+    rep.add_argument("--seed", type=number_arg("seed", integer=True), default=0)
     p.set_defaults(func=run_latency)
 
 
@@ -137,22 +139,22 @@ def _with_captioner(args, models: dict) -> dict:
 
 
 def run_latency(args) -> int:
-    """The command: load, plan, measure (resumable), write the profile, print a summary."""
+    """The command: check arguments and --out, load, plan, measure (resumable), write, print a summary."""
     from calibrate import latency as L
 
-    for name in ("warmup", "caption_tokens", "verify_context", "threads"):
-        value = getattr(args, name)
-        if value is not None and value < (0 if name == "warmup" else 1):
-            raise SpecsimError(f"--{name.replace('_', '-')}: expected an integer >= {0 if name == 'warmup' else 1}, "
-                               f"got {value}")
+    _check_args(args)
+    t_load = time.perf_counter()
     models = _load_models(args)
+    load_s = time.perf_counter() - t_load
+    sized = _workload(args, models["target"])
     plan = L.default_plan(
-        models["target"], contexts_tokens=args.contexts, verify_context_tokens=args.verify_context,
+        models["target"], **sized, contexts_tokens=args.contexts, verify_context_tokens=args.verify_context,
         gammas=args.gammas, batch_sizes=args.batch_sizes, prefill_tokens=args.prefill_tokens,
         vision=False if args.no_vision else None, warmup=args.warmup, min_repeats=args.min_repeats,
         max_repeats=args.max_repeats, prefill_min_repeats=_min(args.min_repeats, 3),
         prefill_max_repeats=_min(args.max_repeats, 10), target_rel_halfwidth=args.rel_halfwidth,
         max_seconds_per_point=args.max_seconds_per_point, caption_tokens=args.caption_tokens, seed=args.seed)
+    check_positions(models, plan)
     t0 = time.perf_counter()
     path, timings = L.calibrate_latency(models, plan, args.out, resume=not args.no_resume, progress=not args.quiet)
     seconds = time.perf_counter() - t0
@@ -160,11 +162,57 @@ def run_latency(args) -> int:
 
     section = load_profile(str(path)).latency
     if args.json:
-        json.dump(section.to_json(), sys.stdout, indent=1)
-        print()
+        print(dumps_json(section.to_json()))
     else:
+        print(f"models loaded in {load_s:.1f} s")
         print("\n".join(summary_lines(section, timings, seconds, path)))
     return 0
+
+
+def _check_args(args) -> None:
+    """Everything that can be checked before models load and measuring starts (minutes of work)."""
+    from calibrate.models import canonical_dtype, check_device
+
+    check_writable(args.out, "--out")
+    check_device(args.device)
+    canonical_dtype(args.dtype)
+    for name in ("warmup", "caption_tokens", "verify_context", "threads"):
+        value = getattr(args, name)
+        if value is not None and value < (0 if name == "warmup" else 1):
+            raise SpecsimError(f"--{name.replace('_', '-')}: expected an integer >= {0 if name == 'warmup' else 1}, "
+                               f"got {value}")
+    if args.max_new_tokens < 1:
+        raise SpecsimError(f"--max-new-tokens: expected an integer >= 1, got {args.max_new_tokens}")
+
+
+def check_positions(models: dict, plan) -> None:
+    """SpecsimError when a planned forward reaches past a model's maximum positions (its config's
+    ``max_position_embeddings``): every γ block runs at every context (context + γ + 1 positions), and
+    prefill over the prompt tokens."""
+    longest = {"--contexts/--verify-context/--gammas": max(plan.contexts_tokens) + max(plan.gammas) + 1,
+               "--prefill-tokens": max(plan.prefill_tokens)}
+    for role in ("target", "draft"):
+        limit = getattr(models[role].text_config, "max_position_embeddings", None)
+        if not isinstance(limit, int):
+            continue
+        for option, positions in longest.items():
+            if positions > limit:
+                raise SpecsimError(f"{option}: the {role} {models[role].name!r} has at most {limit} positions "
+                                   f"(max_position_embeddings), but this plan needs {positions}")
+def _workload(args, target) -> dict:
+    """Plan fields sized to the prompt set's token lengths (see :func:`calibrate.latency.workload_plan`)."""
+    from calibrate import latency as L
+    from calibrate.presets import pair
+    from calibrate.workload import prompt_lengths
+
+    name = args.prompts or (None if args.no_workload or not args.preset else pair(args.preset).get("prompts"))
+    if name is None:
+        return {}
+    target_tokens, draft_tokens = prompt_lengths(name, target)
+    gammas = args.gammas or L.LatencyPlan().gammas
+    print(f"workload {name}: prompts of {min(target_tokens)}..{max(target_tokens)} tokens (draft contexts from "
+          f"{min(draft_tokens)}), {args.max_new_tokens} new tokens", file=sys.stderr)
+    return L.workload_plan(target_tokens, draft_tokens, args.max_new_tokens, gammas)
 
 
 def _min(value: int | None, cap: int) -> int | None:
@@ -173,7 +221,7 @@ def _min(value: int | None, cap: int) -> int | None:
 
 def summary_lines(section, timings: dict, seconds: float, path) -> list[str]:
     """Human-readable summary: Tp, Tq, c, v(γ), prefill, vision, the worst half-width and the time taken."""
-    from calibrate.latency import worst_rel_halfwidth
+    from calibrate.latency_section import worst_rel_halfwidth
 
     lines = [f"wrote {path} ({len(timings)} points, {seconds:.1f} s of measuring this run)"]
     v_ctx = section.verify_context_tokens
@@ -197,4 +245,18 @@ def summary_lines(section, timings: dict, seconds: float, path) -> list[str]:
             lines.append(f"{label}: {value:.2f}")
     key, rel = worst_rel_halfwidth(timings)
     lines.append(f"worst 95% CI half-width: {100 * rel:.2f}% of the median ({key})")
+    cm = section.cost_model
+    if cm is not None:
+        grids = ", ".join(f"{name} {len(g.rows)}x{len(g.context_tokens)}x{len(g.batch)}" for name, g in
+                          (("Tv", cm.target_verify), ("Tq first", cm.draft_first), ("Tq next", cm.draft_next)))
+        lines.append(f"cost grid (rows x contexts x batch): {grids}; contexts {_ints_text(cm.target_verify.context_tokens)}")
+        ov = cm.overhead_ms_per_block
+        lines.append("engine overhead ms per block (batch 1): " + ", ".join(
+            f"gamma {g}: {ov.at(g, 1):.3f}" for g in ov.gamma) + f"; per target-only step {cm.overhead_ms_per_target_step:.3f}")
+        if cm.host_check is not None:
+            lines.append(("WARNING: " if cm.host_check.contended else "host check: ") + cm.host_check.note)
     return lines
+
+
+def _ints_text(values) -> str:
+    return ",".join(f"{v:g}" for v in values)

@@ -163,8 +163,9 @@ class EnsembleDrafter:
 
     @torch.inference_mode()
     def propose(self, gamma: int, *, temperature: float = 0.0,
-                generator: torch.Generator | None = None) -> Proposal:
-        """γ steps of the batch; each token comes from the weighted mixture and is appended to every row."""
+                generator: torch.Generator | None = None, stop_below: float = 0.0) -> Proposal:
+        """γ steps of the batch (fewer after a draft whose mixture's top probability is below ``stop_below``);
+        each token comes from the weighted mixture and is appended to every row."""
         k = len(self.members)
         first = self._prompt is not None
         x = self.tail
@@ -182,8 +183,9 @@ class EnsembleDrafter:
             tokens.append(tok)
             mixed.append(q)
             members.append(p)
-            if i + 1 < gamma:
-                x = torch.full((k, 1), tok, dtype=torch.long, device=self.model.device)
+            if i + 1 == gamma or (stop_below and float(q.max()) < stop_below):
+                break
+            x = torch.full((k, 1), tok, dtype=torch.long, device=self.model.device)
         self._drafts = tokens
         self.member_probs = torch.stack(members)  # [γ, k, V]
         return Proposal(tokens=torch.tensor(tokens, dtype=torch.long, device=self.model.device),

@@ -10,10 +10,12 @@ never branches on the method (after HF's ``CandidateGenerator``: ``get_candidate
    the ms of each set-up stage, keys ending in ``_ms`` (``draft_vision_ms``, ``caption_ms``, ...).
    The draft's own prompt is not run here: like the target's, it is fused with the first forward
    (the first draft step runs over the whole draft prompt), which saves a pass over the weights.
-2. ``propose(gamma, *, temperature, generator) -> Proposal``: γ draft tokens continuing the
-   committed sequence, with q_i (the draft distribution each was sampled from, [γ, V] in the
+2. ``propose(gamma, *, temperature, generator[, stop_below]) -> Proposal``: γ draft tokens continuing
+   the committed sequence, with q_i (the draft distribution each was sampled from, [γ, V] in the
    target's vocabulary; ``None`` when ``temperature == 0``) and the ms spent in draft model
-   forwards (the rest of the call counts as overhead).
+   forwards (the rest of the call counts as overhead). With ``stop_below`` > 0 (a confidence
+   policy, :mod:`specsim.policies`) drafting stops after the first draft whose distribution's top
+   probability (softmax at T = 1 when greedy) is below it, so fewer than γ may come back.
 3. ``accept(n_accepted, next_token)``: the target kept the first ``n_accepted`` drafts and then
    emitted ``next_token``; append both to the draft's context and roll back anything past them
    (KV of rejected drafts). After this call the drafter is ready for the next ``propose``.
@@ -50,6 +52,11 @@ class Proposal:
     first_rows: int = 1
 
 
+def confidence(logits: torch.Tensor, q: torch.Tensor | None) -> float:
+    """Top probability of the distribution a draft came from: q, or softmax(logits) (T = 1) when greedy."""
+    return float((q if q is not None else torch.softmax(logits.float(), -1)).max())
+
+
 @runtime_checkable
 class Drafter(Protocol):
     """What the engine needs from a drafting method (see the module docstring for the contract)."""
@@ -60,7 +67,7 @@ class Drafter(Protocol):
     def prefill(self, request: Request) -> dict[str, float]: ...
 
     def propose(self, gamma: int, *, temperature: float = 0.0,
-                generator: torch.Generator | None = None) -> Proposal: ...
+                generator: torch.Generator | None = None, stop_below: float = 0.0) -> Proposal: ...
 
     def accept(self, n_accepted: int, next_token: int) -> None: ...
 
@@ -97,8 +104,9 @@ class TextDrafter:
 
     @torch.inference_mode()
     def propose(self, gamma: int, *, temperature: float = 0.0,
-                generator: torch.Generator | None = None) -> Proposal:
-        """γ autoregressive draft steps; the last draft is not fed (the target verifies it first)."""
+                generator: torch.Generator | None = None, stop_below: float = 0.0) -> Proposal:
+        """γ autoregressive draft steps (fewer after a draft below ``stop_below``); the last draft is not
+        fed (the target verifies it first)."""
         x = torch.tensor([self.ids[self.cached:]], dtype=torch.long, device=self.model.device)  # [1, m]
         context, first_rows = self.cached, x.shape[1]
         tokens, probs, steps = [], [], []
@@ -109,8 +117,9 @@ class TextDrafter:
             tok, q = pick(logits[-1], temperature, generator)
             tokens.append(tok)
             probs.append(q)
-            if i + 1 < gamma:
-                x = torch.tensor([[tok]], dtype=torch.long, device=self.model.device)
+            if i + 1 == gamma or (stop_below and confidence(logits[-1], q) < stop_below):
+                break
+            x = torch.tensor([[tok]], dtype=torch.long, device=self.model.device)
         self._drafts = tokens
         return Proposal(tokens=torch.tensor(tokens, dtype=torch.long, device=self.model.device),
                         q_probs=None if temperature == 0 else torch.stack(probs), model_ms=float(sum(steps)),

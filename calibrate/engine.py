@@ -33,9 +33,11 @@ import torch
 
 from calibrate.timing import timed
 from specsim.errors import SpecsimError
+from specsim.policies import as_policy
 
 if TYPE_CHECKING:
     from calibrate.drafting import Drafter, Proposal
+    from specsim.policies import BatchTable, GammaPolicy
 
 SCHEMA_VERSION = 1
 
@@ -93,6 +95,10 @@ class BlockRecord:
                 "target_context_tokens": self.target_context_tokens, "target_rows": self.target_rows,
                 "draft_context_tokens": self.draft_context_tokens, "draft_first_rows": self.draft_first_rows,
                 "draft_step_ms": list(self.draft_step_ms)}
+
+    @classmethod
+    def from_json(cls, d: dict):
+        return cls(**(d | {"draft_step_ms": tuple(d.get("draft_step_ms", ()))}))
 
 
 @dataclass(frozen=True)
@@ -157,8 +163,7 @@ class DecodeResult:
         return cls(tokens=tuple(int(t) for t in d["tokens"]), prompt_tokens=int(d["prompt_tokens"]),
                    gamma=int(d["gamma"]), method=str(d["method"]), prompt_id=d.get("prompt_id"),
                    setup_ms={k: float(v) for k, v in d["setup_ms"].items()},
-                   blocks=tuple(BlockRecord(**(b | {"draft_step_ms": tuple(b.get("draft_step_ms", ()))}))
-                                for b in d["blocks"]))
+                   blocks=tuple(BlockRecord.from_json(b) for b in d["blocks"]))
 
 
 # --------------------------------------------------------------------------- primitives
@@ -282,14 +287,17 @@ def rollback(cache, length: int) -> None:
 
 
 def sd_block(model, cache, drafter: Drafter, pending: torch.Tensor, g: int, *, temperature: float,
-             generator: torch.Generator | None, device="cpu", **kwargs) -> tuple[list[int], Proposal, float]:
-    """One draft/verify block with ``g`` drafts: propose, verify, accept, roll back both caches.
+             generator: torch.Generator | None, device="cpu", stop_below: float = 0.0,
+             **kwargs) -> tuple[list[int], Proposal, float]:
+    """One draft/verify block with up to ``g`` drafts (fewer after a draft below ``stop_below``): propose,
+    verify, accept, roll back both caches.
 
     Returns (the accepted drafts + the target's next token, the proposal, verify ms). ``kwargs`` go to
     the verify forward (the first block's image features).
     """
     committed = cache.get_seq_length() + pending.shape[1]  # target positions known before the drafts
-    proposal = drafter.propose(g, temperature=temperature, generator=generator) if g > 0 else _empty(model)
+    stop = {"stop_below": stop_below} if stop_below else {}
+    proposal = drafter.propose(g, temperature=temperature, generator=generator, **stop) if g > 0 else _empty(model)
     logits, verify_ms = verify_phase(model, cache, pending, proposal.tokens, device, **kwargs)
     n, nxt = accept_phase(logits, proposal, temperature, generator)
     rollback(cache, committed + n)
@@ -317,13 +325,14 @@ def _truncate(new_tokens: list[int], left: int, eos_token_id) -> tuple[list[int]
 
 
 @torch.inference_mode()
-def speculative_decode(target, drafter: Drafter, request: Request, *, gamma: int, max_new_tokens: int,
-                       temperature: float = 0.0, generator: torch.Generator | None = None,
+def speculative_decode(target, drafter: Drafter, request: Request, *, gamma: int | GammaPolicy | BatchTable,
+                       max_new_tokens: int, temperature: float = 0.0, generator: torch.Generator | None = None,
                        eos_token_id=None, device="cpu") -> DecodeResult:
-    """Speculative decoding of one request with ``drafter`` at fixed γ (see the module docstring)."""
-    _check_args(gamma, max_new_tokens, temperature, request)
-    if gamma < 1:
-        raise SpecsimError(f"gamma: expected an integer >= 1, got {gamma}")
+    """Speculative decoding of one request with ``drafter`` at fixed γ or under a draft-length policy
+    (:mod:`specsim.policies`: the policy picks each block's γ and hears its outcome)."""
+    policy = as_policy(gamma)  # an int is a fixed γ; bad values raise naming gamma
+    _check_args(0, max_new_tokens, temperature, request)
+    state = policy.initial_state()
     model, cache, setup, kwargs = _start(target, request, device)
     setup.update(drafter.prefill(request))
     pending = request.input_ids.to(model.device)  # [1, S]: the first block carries the prompt
@@ -332,11 +341,14 @@ def speculative_decode(target, drafter: Drafter, request: Request, *, gamma: int
     done = False
     while not done:
         t0 = time.perf_counter()
-        g = min(gamma, max_new_tokens - len(out) - 1)
+        g = min(policy.next_gamma(state), max_new_tokens - len(out) - 1)
         context = cache.get_seq_length()
         kept, proposal, verify_ms = sd_block(model, cache, drafter, pending, g, temperature=temperature,
-                                             generator=generator, device=device, **kwargs)
+                                             generator=generator, device=device, stop_below=policy.stop_below,
+                                             **kwargs)
         kwargs = {}
+        g = proposal.tokens.numel()  # fewer than asked when a confidence stop cut drafting short
+        state = policy.update(state, g, len(kept) - 1)
         new, done = _truncate(kept, max_new_tokens - len(out), eos_token_id)
         out.extend(new)
         blocks.append(BlockRecord(
@@ -345,6 +357,7 @@ def speculative_decode(target, drafter: Drafter, request: Request, *, gamma: int
             target_rows=pending.shape[1] + g, draft_context_tokens=proposal.context_tokens,
             draft_first_rows=proposal.first_rows, draft_step_ms=proposal.step_ms))
         pending = torch.tensor([[out[-1]]], dtype=torch.long, device=model.device)
+    gamma = max([policy.gamma] + [b.gamma for b in blocks])  # histogram bins: the largest γ drafted
     return DecodeResult(tokens=tuple(out), prompt_tokens=request.input_ids.shape[1], gamma=gamma,
                         method=drafter.method, setup_ms=setup, blocks=tuple(blocks), prompt_id=request.prompt_id)
 

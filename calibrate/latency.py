@@ -31,7 +31,8 @@ from calibrate import models as M
 from calibrate.costgrid import SENTINEL_END, SENTINEL_START, grid_key, sweep_context
 from calibrate.latency_section import latency_section, measurement_provenance, save_latency_profile
 from calibrate.timing import Timing, measure_interleaved
-from specsim.errors import SpecsimError
+from specsim.errors import SpecsimError, warn
+from specsim.jsonio import read_json
 from specsim.profile import write_json_atomic
 
 SCHEMA_VERSION = 2  # of the plan and of the partial file
@@ -278,24 +279,36 @@ def partial_path(out_path: str | Path) -> Path:
 
 
 def load_partial(path: Path, identity: dict) -> PartialState:
-    """Resume state from ``path`` (empty if absent); SpecsimError if it belongs to other models/settings."""
-    import json
+    """Resume state from ``path``: empty if absent, or if broken (reported on stderr, then overwritten by
+    this run); SpecsimError if it is valid but belongs to other models/settings (it may be worth keeping)."""
+    import os
 
-    if not path.is_file():
+    if not os.path.lexists(path):
         return PartialState(identity)
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-        if data.get("schema_version") != SCHEMA_VERSION:
-            raise ValueError("schema")
-        timings = {k: Timing.from_json(v) for k, v in data["timings"].items()}
-    except (ValueError, KeyError, TypeError, AttributeError):
-        raise SpecsimError(f"partial results {str(path)!r} are unreadable (expected a file written by this tool; "
-                           f"delete it or pass --no-resume)") from None
-    if data.get("identity") != identity:
-        other = {k: v for k, v in data.get("identity", {}).items() if identity.get(k) != v}
+        data = read_json(path, "partial results")
+        timings = _partial_timings(data, f"partial results {str(path)!r}")
+    except SpecsimError as err:
+        warn(f"{err}; ignoring it and measuring from the start")
+        return PartialState(identity)
+    if data["identity"] != identity:
+        other = {k: v for k, v in data["identity"].items() if identity.get(k) != v}
         raise SpecsimError(f"partial results {str(path)!r} were measured with {_show(other)} (expected "
                            f"{_show({k: identity.get(k) for k in other})}; delete the file or pass --no-resume)")
     return PartialState(identity, timings)
+
+
+def _partial_timings(data, where: str) -> dict[str, Timing]:
+    """key -> Timing of a partial file's JSON, every field checked (SpecsimError naming the first bad one)."""
+    if not isinstance(data, dict) or type(data.get("schema_version")) is not int \
+            or data["schema_version"] != SCHEMA_VERSION:
+        raise SpecsimError(f"{where}: expected an object with schema_version {SCHEMA_VERSION} written by this tool")
+    if not isinstance(data.get("identity"), dict):
+        raise SpecsimError(f"{where}.identity: expected an object, got {_show(data.get('identity'))}")
+    timings = data.get("timings")
+    if not isinstance(timings, dict):
+        raise SpecsimError(f"{where}.timings: expected an object, got {_show(timings)}")
+    return {k: Timing.from_json(v, f"{where}.timings[{k!r}]") for k, v in timings.items()}
 
 
 def run_identity(models: dict[str, M.LoadedModel], threads: int) -> dict:

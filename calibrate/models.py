@@ -11,6 +11,7 @@ downloads. Draft and target must share one token→id map (:func:`check_same_voc
 from __future__ import annotations
 
 import contextlib
+import os
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -85,16 +86,29 @@ def set_threads(threads: int | None) -> int:
 
 
 def check_device(device: str) -> str:
-    """Validate a torch device string ('cpu', 'cuda', 'cuda:1', 'mps')."""
+    """Validate a torch device string against this build and machine: 'cpu', 'cuda', 'cuda:N', 'mps'."""
     import torch
 
     try:
         dev = torch.device(device)
     except (RuntimeError, TypeError):
         raise SpecsimError(f"unknown device {device!r} (expected cpu, cuda, cuda:N or mps)") from None
-    if dev.type == "cuda" and not torch.cuda.is_available():
-        raise SpecsimError(f"device {device!r} requested but CUDA is not available (expected cpu)")
+    usable = ["cpu"] + (["cuda"] if torch.cuda.is_available() else []) + (["mps"] if _mps_available() else [])
+    if dev.type not in usable:
+        why = "is not a device specsim can time" if dev.type not in ("cuda", "mps") else \
+            "is not available in this torch build or on this machine"
+        raise SpecsimError(f"device {device!r} {why} (expected one of: {', '.join(usable)})")
+    if dev.type == "cuda" and dev.index is not None and dev.index >= torch.cuda.device_count():
+        raise SpecsimError(f"device {device!r}: this machine has {torch.cuda.device_count()} CUDA device(s) "
+                           f"(expected cuda:0..cuda:{torch.cuda.device_count() - 1})")
     return str(dev)
+
+
+def _mps_available() -> bool:
+    import torch
+
+    mps = getattr(torch.backends, "mps", None)
+    return bool(mps is not None and mps.is_available())
 
 
 def is_vlm_config(config: Any) -> bool:
@@ -302,9 +316,9 @@ def model_from_spec(spec: str, *, device: str, dtype: str, threads: int | None, 
 
 def _is_config_json(spec: str) -> bool:
     path = Path(spec)
-    if path.suffix != ".json" or not path.is_file():
+    if path.suffix != ".json" or not os.path.lexists(path):
         return False
-    load_preset(spec)  # raises a one-line error for a malformed config
+    load_preset(spec)  # raises a one-line error for a malformed config, a directory, a FIFO, ...
     return True
 
 

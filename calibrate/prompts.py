@@ -5,20 +5,23 @@ JSONL, one prompt per line::
     {"id": "py-fib", "prompt": "Write ...", "task": "coding", "images": ["img/a.png"], "images_per_prompt": 1}
 
 ``prompt`` is required; ``id`` defaults to the line number, ``task`` to "", ``images`` to [] (paths
-relative to the file), ``images_per_prompt`` to len(images). Built-in sets live in
+relative to the file's folder, which they may not leave, through ``..`` or symlinks, unless
+``allow_outside_images``; absolute paths need it too), ``images_per_prompt`` to len(images). Image
+paths are stored resolved (absolute, symlinks followed), so how the file was named does not matter. Built-in sets live in
 ``calibrate/prompts/<name>.jsonl`` (``reference``: coding and explanation prompts of varied length
 for the Qwen2.5-Coder reference pair). Nothing is ever downloaded here.
 """
 
 from __future__ import annotations
 
-import json
+import os
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
+from specsim.bounds import check_range
 from specsim.errors import SpecsimError
-from specsim.jsonio import check_keys
+from specsim.jsonio import check_keys, check_regular_file, parse_json, read_text
 
 _FIELDS = {"id", "prompt", "task", "images", "images_per_prompt"}
 
@@ -44,8 +47,10 @@ def builtin_sets() -> list[str]:
     return sorted(p.name[:-6] for p in folder.iterdir() if p.name.endswith(".jsonl"))
 
 
-def parse_prompt(d: dict, where: str, base: Path | None = None, default_id: str = "") -> Prompt:
-    """One JSONL record → :class:`Prompt` (SpecsimError naming the field otherwise)."""
+def parse_prompt(d: dict, where: str, base: Path | None = None, default_id: str = "", *,
+                 allow_outside_images: bool = False) -> Prompt:
+    """One JSONL record → :class:`Prompt` (SpecsimError naming the field otherwise); image paths are
+    checked against ``base`` (see the module docstring)."""
     if not isinstance(d, dict):
         raise SpecsimError(f"{where}: expected a JSON object, got {type(d).__name__}")
     check_keys(d, _FIELDS, where)
@@ -56,35 +61,48 @@ def parse_prompt(d: dict, where: str, base: Path | None = None, default_id: str 
     if not isinstance(images, list) or not all(isinstance(i, str) for i in images):
         raise SpecsimError(f"{where}.images: expected a list of paths, got {images!r:.60}")
     if base is not None:
-        images = [str(base / i) if not Path(i).is_absolute() else i for i in images]
+        images = [image_path(i, base, f"{where}.images[{k}]", allow_outside_images) for k, i in enumerate(images)]
     n_img = d.get("images_per_prompt", len(images))
     if isinstance(n_img, bool) or not isinstance(n_img, int) or n_img < 0:
-        raise SpecsimError(f"{where}.images_per_prompt: expected an integer >= 0, got {n_img!r}")
+        raise SpecsimError(f"{where}.images_per_prompt: expected an integer >= 0, got {n_img!r:.60}")
+    check_range(n_img, "images", f"{where}.images_per_prompt")
     pid = d.get("id", default_id)
     return Prompt(id=str(pid), text=text, task=str(d.get("task", "")), images=tuple(images), images_per_prompt=n_img)
 
 
-def load_prompts(name_or_path: str, limit: int | None = None) -> list[Prompt]:
+def image_path(image: str, base: Path, where: str, allow_outside: bool = False) -> str:
+    """The resolved path of one prompt image: inside ``base`` unless ``allow_outside``, a regular file
+    (a FIFO or device is refused by ``stat``, without opening it)."""
+    if not image.strip():
+        raise SpecsimError(f"{where}: expected an image path, got ''")
+    if Path(image).is_absolute() and not allow_outside:
+        raise SpecsimError(f"{where}: absolute path {image!r}; expected a path relative to the prompt file's folder "
+                           "(pass --allow-outside-images to allow it)")
+    real = Path(os.path.realpath(base / image))
+    if not allow_outside and not real.is_relative_to(os.path.realpath(base)):
+        raise SpecsimError(f"{where}: {image!r} resolves outside the prompt file's folder {str(base)!r} "
+                           "(pass --allow-outside-images to allow it)")
+    check_regular_file(real, f"{where}: image")
+    return str(real)
+
+
+def load_prompts(name_or_path: str, limit: int | None = None, *, allow_outside_images: bool = False) -> list[Prompt]:
     """A built-in set by name or a JSONL file; the first ``limit`` prompts if given."""
     if name_or_path in builtin_sets():
-        folder = resources.files("calibrate") / "prompts"
-        text = (folder / f"{name_or_path}.jsonl").read_text(encoding="utf-8")
-        base = Path(str(folder))  # built-in sets keep their images beside them
+        path = Path(str(resources.files("calibrate") / "prompts" / f"{name_or_path}.jsonl"))
     else:
         path = Path(name_or_path)
-        if not path.is_file():
+        if not os.path.lexists(path):
             raise SpecsimError(f"prompt set {name_or_path!r} not found (expected a .jsonl file or one of: "
                                f"{', '.join(builtin_sets())})")
-        text, base = path.read_text(encoding="utf-8"), path.parent
+    text, base = read_text(path, "prompt set"), path.parent  # built-in sets keep their images beside them
     prompts = []
     for i, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
             continue
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as err:
-            raise SpecsimError(f"{name_or_path} line {i}: not valid JSON ({err.msg})") from None
-        prompts.append(parse_prompt(record, f"{name_or_path} line {i}", base, default_id=str(i)))
+        record = parse_json(line, f"{name_or_path} line {i}")
+        prompts.append(parse_prompt(record, f"{name_or_path} line {i}", base, default_id=str(i),
+                                    allow_outside_images=allow_outside_images))
     return _finish(prompts, name_or_path, limit)
 
 

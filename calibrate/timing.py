@@ -46,11 +46,31 @@ class Timing:
                 "n": self.n, "halfwidth_ms": self.halfwidth_ms, "samples_ms": list(self.samples_ms)}
 
     @classmethod
-    def from_json(cls, d: dict) -> Timing:
+    def from_json(cls, d: dict, where: str = "timing") -> Timing:
+        """Validated: every field present, ms finite and >= 0 (median > 0), n an integer >= 1."""
         if not isinstance(d, dict) or d.get("schema_version") != SCHEMA_VERSION:
-            raise SpecsimError(f"timing: expected an object with schema_version {SCHEMA_VERSION}, got {d!r:.60}")
-        samples = tuple(float(s) for s in d["samples_ms"])
-        return cls(float(d["median_ms"]), float(d["spread_ms"]), int(d["n"]), float(d["halfwidth_ms"]), samples)
+            raise SpecsimError(f"{where}: expected an object with schema_version {SCHEMA_VERSION}, got {d!r:.60}")
+        samples = d.get("samples_ms")
+        if not isinstance(samples, list):
+            raise SpecsimError(f"{where}.samples_ms: expected a list of ms, got {samples!r:.60}")
+        n = d.get("n")
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            raise SpecsimError(f"{where}.n: expected an integer >= 1, got {n!r:.60}")
+        median = _ms(d.get("median_ms"), f"{where}.median_ms")
+        if median == 0:
+            raise SpecsimError(f"{where}.median_ms: expected > 0, got 0")
+        return cls(median, _ms(d.get("spread_ms"), f"{where}.spread_ms"), n,
+                   _ms(d.get("halfwidth_ms"), f"{where}.halfwidth_ms"),
+                   tuple(_ms(s, f"{where}.samples_ms[{i}]") for i, s in enumerate(samples)))
+
+
+def _ms(value, where: str) -> float:
+    """A finite number of ms in 0..1e8 (specsim.bounds' ms ceiling); SpecsimError naming ``where``."""
+    from specsim.bounds import RANGES
+
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= RANGES["ms"][1]:
+        raise SpecsimError(f"{where}: expected a number of ms in 0..{RANGES['ms'][1]:g}, got {value!r:.60}")
+    return float(value)
 
 
 def median_ci_rank(n: int, confidence: float = CONFIDENCE) -> int:

@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from itertools import groupby
 
-from specsim.e2e import request_latency
+from specsim.bounds import number_arg
 from specsim.errors import SpecsimError
-from specsim.predict import Prediction, predict, select_entries
+from specsim.jsonio import dumps_json
+from specsim.predict import Prediction, predict
 from specsim.profile import DEFAULT_PROFILE, MethodAcceptance, Profile, load_profile, shipped_profiles
-from specsim.report import fmt, format_table, parse_int_list
+from specsim.report import fmt, format_table, parse_int, parse_int_list
 from specsim.sweep import sweep
 
 EXTRAPOLATED_MARK = "*"
@@ -25,7 +25,7 @@ def register(sub, calibrate_sub) -> None:
     """Add predict, sweep and profiles to the ``specsim`` parser."""
     p = sub.add_parser("predict", help="predicted speedup at one gamma, per method and scenario",
                        description="Predicted decode-phase speedup at one gamma. " + _SYMBOLS)
-    p.add_argument("--gamma", required=True, help="draft length gamma, an integer >= 1")
+    p.add_argument("--gamma", required=True, help="draft length gamma, an integer in 1..1024")
     _common(p)
     p.add_argument("--new-tokens", type=str, default=None,
                    help="also show end-to-end request latency (ms) for this many output tokens "
@@ -34,7 +34,7 @@ def register(sub, calibrate_sub) -> None:
 
     s = sub.add_parser("sweep", help="speedup per gamma and the best gamma per method and scenario",
                        description="Speedup over a range of gamma and the best gamma. " + _SYMBOLS)
-    s.add_argument("--gamma", default="1-10", help="gammas: 1-10, or 1,2,4 (default 1-10)")
+    s.add_argument("--gamma", default="1-10", help="gammas: 1-10, or 1,2,4 (default 1-10; each <= 1024)")
     _common(s)
     s.set_defaults(func=run_sweep)
 
@@ -53,8 +53,9 @@ def _common(p: argparse.ArgumentParser) -> None:
                    help="scenario name (e.g. ChartQA) or image-count group (1img, 2img, 5img); default: all")
     p.add_argument("--textbook", action="store_true",
                    help="use the textbook model instead of measured latency: v = Tv/Tp = 1 and i.i.d. alpha")
-    p.add_argument("--context-tokens", type=float, default=None,
-                   help="context length at which Tp, Tq are read (default: the profile's verify context)")
+    p.add_argument("--context-tokens", type=number_arg("tokens"), default=None,
+                   help="schema-1 profiles: the context at which Tp, Tq are read (default: the verify context); "
+                        "cost-model profiles: the prompt length each request walks from (default: its own)")
     p.add_argument("--alpha", default=None,
                    help="what-if: add an i.i.d. acceptance row with this alpha in [0, 1] (the only acceptance "
                         "a latency-only profile can use)")
@@ -83,16 +84,6 @@ def _load(args) -> Profile:
     return profile.with_acceptance([entry])
 
 
-def _gamma_arg(text: str) -> int:
-    try:
-        value = int(str(text).strip())
-    except ValueError:
-        raise SpecsimError(f"--gamma: expected an integer >= 1, got {text!r}") from None
-    if value < 1:
-        raise SpecsimError(f"--gamma: expected an integer >= 1, got {text!r}")
-    return value
-
-
 def _header(profile: Profile) -> str:
     prov = profile.provenance
     return (f"profile {profile.name}: target {prov.target}, draft {prov.draft}\n"
@@ -106,64 +97,44 @@ def _marks(p: Prediction) -> tuple[str, str]:
 
 
 def run_predict(args) -> int:
-    gamma = _gamma_arg(args.gamma)
-    new_tokens = None if args.new_tokens is None else _gamma_arg_named(args.new_tokens, "--new-tokens")
+    gamma = parse_int(args.gamma, name="--gamma", unit="gamma")
+    new_tokens = None if args.new_tokens is None else parse_int(args.new_tokens, name="--new-tokens", unit="tokens")
     profile = _load(args)
     rows = predict(profile, gamma, methods=args.method, scenario=args.scenario, textbook=args.textbook,
-                   context_tokens=args.context_tokens)
-    e2e = _e2e_rows(profile, rows, args, new_tokens) if new_tokens else {}
+                   context_tokens=args.context_tokens, new_tokens=new_tokens)
     if args.json:
-        out = []
-        for r in rows:
-            item = r.to_json()
-            if new_tokens:
-                item["end_to_end"] = e2e.get((r.method, r.scenario))
-            out.append(item)
-        print(json.dumps(out, indent=1))
+        print(dumps_json([r.to_json() for r in rows]))
         return 0
     print(_header(profile))
     print(f"gamma = {gamma}" + ("  (textbook: v = 1, i.i.d. alpha)" if args.textbook else ""))
     notes: dict[str, None] = {}
+    walked = any(r.o is not None for r in rows)
     for (scenario, images), group in groupby(rows, key=lambda r: (r.scenario, r.images_per_prompt)):
-        group = list(group)
         table = []
         for r in group:
             tau_mark, sp_mark = _marks(r)
-            row = [r.method, fmt(r.tau) + tau_mark, fmt(r.c), fmt(r.v), fmt(r.gamma_c_plus_v),
-                   (fmt(r.speedup, 2) + sp_mark) if r.speedup is not None else "n/a", fmt(r.tokens_per_s, 1)]
+            row = [r.method, fmt(r.tau) + tau_mark, fmt(r.c), fmt(r.v)] + ([fmt(r.o)] if walked else []) + [
+                fmt(r.gamma_c_plus_v), (fmt(r.speedup, 2) + sp_mark) if r.speedup is not None else "n/a",
+                fmt(r.tokens_per_s, 1)]
             if new_tokens:
-                e = e2e.get((r.method, r.scenario))
-                e = e if isinstance(e, dict) else None  # a string says why it is not computable (in the notes)
+                e = r.end_to_end
                 row += [fmt(e["sd_total_ms"], 0) if e else "n/a", fmt(e["speedup"], 2) if e else "n/a"]
             table.append(row)
             if r.note:
                 notes[r.note] = None
-        headers = ["method", "tau", "c", "v", "g*c+v", "speedup", "tok/s"]
+        headers = ["method", "tau", "c", "v"] + (["o"] if walked else []) + [
+            "g*c+v+o" if walked else "g*c+v", "speedup", "tok/s"]
         if new_tokens:
             headers += [f"e2e ms ({new_tokens} tok)", "e2e speedup"]
         print(f"\nscenario {scenario} ({images} image{'s' if images != 1 else ''})")
         print(format_table(headers, table))
-    _print_notes(rows, notes, e2e_missing=[v for v in e2e.values() if isinstance(v, str)])
+    _print_notes(rows, notes, e2e_missing=[r.end_to_end_note for r in rows if r.end_to_end_note])
+    if walked:
+        print("o: the engine's overhead per block outside the models, in units of Tp; c, v, o are averages over "
+              "each request's walk from its prompt to prompt + new tokens")
     return 0
 
 
-def _gamma_arg_named(text: str, name: str) -> int:
-    try:
-        return _gamma_arg(text)
-    except SpecsimError:
-        raise SpecsimError(f"{name}: expected an integer >= 1, got {text!r}") from None
-
-
-def _e2e_rows(profile: Profile, rows, args, new_tokens: int) -> dict:
-    out: dict = {}
-    entries = {(e.method, e.scenario): e for e in select_entries(profile, args.method, args.scenario)}
-    for r in rows:
-        try:
-            out[(r.method, r.scenario)] = request_latency(profile, entries[(r.method, r.scenario)], r.gamma,
-                                                          new_tokens, context_tokens=args.context_tokens).to_json()
-        except SpecsimError as err:
-            out[(r.method, r.scenario)] = f"end-to-end latency not computable: {err}"
-    return out
 
 
 def _print_notes(rows, notes: dict, e2e_missing=()) -> None:
@@ -183,12 +154,12 @@ def _print_notes(rows, notes: dict, e2e_missing=()) -> None:
 
 
 def run_sweep(args) -> int:
-    gammas = parse_int_list(args.gamma, name="--gamma")
+    gammas = parse_int_list(args.gamma, name="--gamma", unit="gamma")
     profile = _load(args)
     results = sweep(profile, gammas, methods=args.method, scenario=args.scenario, textbook=args.textbook,
                     context_tokens=args.context_tokens)
     if args.json:
-        print(json.dumps([r.to_json() for r in results], indent=1))
+        print(dumps_json([r.to_json() for r in results]))
         return 0
     print(_header(profile))
     print("speedup per gamma" + ("  (textbook: v = 1, i.i.d. alpha)" if args.textbook else ""))
@@ -223,16 +194,19 @@ def run_profiles(args) -> int:
             continue
         methods = list(dict.fromkeys(a.method for a in prof.acceptance))
         scenarios = list(dict.fromkeys(a.scenario for a in prof.acceptance))
-        items.append({"name": name, "source": prof.provenance.source, "device": prof.provenance.device,
+        items.append({"name": name, "schema_version": prof.schema_version,
+                      "cost_model": prof.latency.cost_model is not None,
+                      "source": prof.provenance.source, "device": prof.provenance.device,
                       "target": prof.provenance.target, "draft": prof.provenance.draft,
                       "methods": methods, "scenarios": scenarios, "path": str(path),
                       "default": name == DEFAULT_PROFILE})
     if args.json:
-        print(json.dumps(items, indent=1))
+        print(dumps_json(items))
         return 0
     for it in items:
         src = it["source"] if it["source"] == "measured" else "published"
         extra = f"{len(it['methods'])} methods x {len(it['scenarios'])} scenarios" if it["methods"] else "latency only"
+        schema = f"schema {it['schema_version']}" + (", cost model" if it["cost_model"] else "")
         print(f"{it['name']}{' (default)' if it['default'] else ''}: {it['target']} / {it['draft']}; "
-              f"{src}; {it['device']}; {extra}")
+              f"{src}; {it['device']}; {extra}; {schema}")
     return 0

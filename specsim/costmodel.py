@@ -21,11 +21,13 @@ that of a target-only step.
 Interpolation rule (:func:`grid_ms`):
 
 - context: piecewise linear between measured contexts; outside the measured range, linear
-  extrapolation from the two nearest points, always flagged (one measured context: that value, flagged
-  whenever another context is asked for). Attention over the KV cache is linear in its length, so
-  the rule is exact for the cost it models;
+  extrapolation from the two nearest points with the slope clipped at ≥ 0 (a longer cache never costs
+  less; noise must not make a time negative), always flagged (one measured context: that value,
+  flagged whenever another context is asked for). Attention over the KV cache is linear in its length,
+  so the rule is exact for the cost it models inside the grid;
 - rows and batch: exact at measured values, linear between two measured values; outside the measured
-  range a :class:`SpecsimError` names the axis (a forward over more rows than measured is not guessed).
+  range a :class:`SpecsimError` names the axis (a verification over more rows than measured is not
+  guessed) -- except the rows of the prefill grids, a prompt's length, which follow the context rule.
 """
 
 from __future__ import annotations
@@ -75,8 +77,8 @@ def _nested(value, shape: tuple[int, ...], where: str, parse) -> np.ndarray:
 
 def _axis_values(value, where: str, *, integer: bool) -> tuple:
     vals = field_list(value, where)
-    parsed = [field_int(v, f"{where}[{i}]", lo=1) if integer else field_num(v, f"{where}[{i}]", lo=0)
-              for i, v in enumerate(vals)]
+    parsed = [field_int(v, f"{where}[{i}]", lo=1, unit="tokens") if integer else
+              field_num(v, f"{where}[{i}]", lo=0, unit="tokens") for i, v in enumerate(vals)]
     if any(b <= a for a, b in zip(parsed, parsed[1:])):
         raise SpecsimError(f"{where}: expected strictly increasing values, got {show(parsed)}")
     return tuple(parsed)
@@ -117,7 +119,7 @@ class CostGrid:
         ctx = _axis_values(field_req(d, "context_tokens", where), f"{where}.context_tokens", integer=False)
         batch = _axis_values(field_req(d, "batch", where), f"{where}.batch", integer=True)
         shape = (len(rows), len(ctx), len(batch))
-        ms = _nested(field_req(d, "ms", where), shape, f"{where}.ms", lambda v, w: field_num(v, w, lo=0, lo_open=True))
+        ms = _nested(field_req(d, "ms", where), shape, f"{where}.ms", lambda v, w: field_num(v, w, lo=0, lo_open=True, unit="ms"))
         hw = field_opt(d, "halfwidth_ms", lambda v, w: _nested(v, shape, w, lambda x, ww: field_num(x, ww, lo=0)), where)
         n = field_opt(d, "n", lambda v, w: _nested(v, shape, w, lambda x, ww: float(field_int(x, ww, lo=1))), where)
         return cls(rows, ctx, batch, _tuples(ms), None if hw is None else _tuples(hw),
@@ -163,24 +165,29 @@ def _bracket(points: np.ndarray, q: np.ndarray, *, name: str, extrapolate: bool)
     return i0, i1, w, outside
 
 
-def grid_ms(grid: CostGrid, rows, context_tokens, batch=1, *, name: str = "cost grid"):
+def grid_ms(grid: CostGrid, rows, context_tokens, batch=1, *, name: str = "cost grid", along: str = "context"):
     """(ms, extrapolated): the forward's ms at each query (arrays broadcast together) by the module's
-    interpolation rule, and a bool array that is True where the context lies outside the grid."""
-    r, c, b = np.broadcast_arrays(np.asarray(rows, dtype=float), np.asarray(context_tokens, dtype=float),
-                                  np.asarray(batch, dtype=float))
-    y = grid.values()
-    r0, r1, wr, _ = _bracket(np.asarray(grid.rows, float), r, name=f"{name}: rows", extrapolate=False)
-    c0, c1, wc, out = _bracket(np.asarray(grid.context_tokens, float), c, name=f"{name}: context_tokens",
-                               extrapolate=True)
-    b0, b1, wb, _ = _bracket(np.asarray(grid.batch, float), b, name=f"{name}: batch", extrapolate=False)
-    total = np.zeros(r.shape)
-    for ri, rw in ((r0, 1 - wr), (r1, wr)):
-        for ci, cw in ((c0, 1 - wc), (c1, wc)):
-            for bi, bw in ((b0, 1 - wb), (b1, wb)):
-                total = total + rw * cw * bw * y[ri, ci, bi]
-    if np.any(total <= 0):
-        bad = c[total <= 0].ravel()[0]
-        raise SpecsimError(f"{name}: linear extrapolation to context {bad:g} gives a non-positive time")
+    interpolation rule, and a bool array that is True where the query lies outside the grid.
+
+    ``along`` names the axis that may be extrapolated: "context" (forwards on a KV cache), or "rows" for
+    the prefill grids, whose rows are the prompt's tokens (there the same flagged, slope-clipped rule
+    applies along rows)."""
+    q = np.broadcast_arrays(np.asarray(rows, dtype=float), np.asarray(context_tokens, dtype=float),
+                            np.asarray(batch, dtype=float))
+    axes = (("rows", grid.rows), ("context_tokens", grid.context_tokens), ("batch", grid.batch))
+    free = {"context": 1, "rows": 0}[along]
+    br = [_bracket(np.asarray(pts, float), x, name=f"{name}: {label}", extrapolate=i == free)
+          for i, ((label, pts), x) in enumerate(zip(axes, q))]
+    y = np.moveaxis(grid.values(), free, -1)  # the extrapolated axis last
+    (i0, i1, w, out) = br[free]
+    (a0, a1, wa, _), (b0, b1, wb, _) = (br[i] for i in range(3) if i != free)
+    total = np.zeros(q[0].shape)
+    for ai, aw in ((a0, 1 - wa), (a1, wa)):
+        for bi, bw in ((b0, 1 - wb), (b1, wb)):
+            y0, y1 = y[ai, bi, i0], y[ai, bi, i1]
+            # outside the grid the slope is clipped at >= 0 (module docstring)
+            line = np.where(out & (y1 < y0), np.where(w < 0, y0, y1), (1 - w) * y0 + w * y1)
+            total = total + aw * bw * line
     return (total if total.ndim else float(total)), out
 
 
@@ -210,7 +217,7 @@ class OverheadGrid:
             vals = field_list(row, f"{where}.ms[{i}]")
             if len(vals) != len(batch):
                 raise SpecsimError(f"{where}.ms[{i}]: expected {len(batch)} values (one per batch), got {len(vals)}")
-            ms.append(tuple(field_num(v, f"{where}.ms[{i}][{j}]", lo=0) for j, v in enumerate(vals)))
+            ms.append(tuple(field_num(v, f"{where}.ms[{i}][{j}]", unit="ms", zero_ok=True) for j, v in enumerate(vals)))
         return cls(gammas, batch, tuple(ms))
 
     def at(self, gamma, batch=1):
@@ -250,8 +257,8 @@ class HostCheck:
         if not isinstance(contended, bool):
             raise SpecsimError(f"{where}.contended: expected true or false, got {show(contended)}")
         return cls(sentinel=field_str(field_req(d, "sentinel", where), f"{where}.sentinel"),
-                   start_ms=field_num(field_req(d, "start_ms", where), f"{where}.start_ms", lo=0, lo_open=True),
-                   end_ms=field_num(field_req(d, "end_ms", where), f"{where}.end_ms", lo=0, lo_open=True),
+                   start_ms=field_num(field_req(d, "start_ms", where), f"{where}.start_ms", unit="ms"),
+                   end_ms=field_num(field_req(d, "end_ms", where), f"{where}.end_ms", unit="ms"),
                    threshold=field_num(field_req(d, "threshold", where), f"{where}.threshold", lo=0),
                    contended=contended, note=field_str(d.get("note", ""), f"{where}.note", allow_empty=True))
 
@@ -298,7 +305,7 @@ class CostModel:
         overhead = OverheadGrid.from_json(field_req(d, "overhead_ms_per_block", where),
                                           f"{where}.overhead_ms_per_block")
         step = field_num(field_req(d, "overhead_ms_per_target_step", where), f"{where}.overhead_ms_per_target_step",
-                         lo=0)
+                         unit="ms", zero_ok=True)
         return cls(**grids, overhead_ms_per_block=overhead, overhead_ms_per_target_step=step,
                    host_check=field_opt(d, "host_check", HostCheck.from_json, where),
                    interpolation=field_str(d.get("interpolation", INTERPOLATION), f"{where}.interpolation"))

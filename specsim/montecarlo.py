@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from specsim.errors import SpecsimError
-from specsim.replay import _as_gammas
+from specsim.theory import as_gammas
 
 
 @dataclass(frozen=True)
@@ -104,7 +104,7 @@ def simulate(traces, gamma: int, *, rng: np.random.Generator, runs: int = 1000, 
     ``block_ms`` = γ·Tq + Tv(γ) (ms); ``setup_ms`` scalar or one value per prompt (prefill, vision).
     Runs are simulated in chunks of ≤ ``max_cells`` random draws to bound memory.
     """
-    g = int(_as_gammas(gamma))
+    g = int(as_gammas(gamma))
     if runs < 1 or not 0 < ci < 1:
         raise SpecsimError(f"runs and ci: expected runs >= 1 and 0 < ci < 1, got {runs} and {ci}")
     betas = _beta_arrays(traces)
@@ -129,3 +129,33 @@ def iid_beta_traces(alpha: float, positions: int, prompts: int = 1) -> list[np.n
     if not 0 <= alpha <= 1 or positions < 1 or prompts < 1:
         raise SpecsimError(f"expected 0 <= alpha <= 1, positions >= 1, prompts >= 1, got {alpha}, {positions}, {prompts}")
     return [np.full(positions, float(alpha)) for _ in range(prompts)]
+
+
+def simulate_tree_tokens(tree, acceptance, *, rng: np.random.Generator, blocks: int = 100_000) -> np.ndarray:
+    """Tokens emitted by ``blocks`` simulated blocks of a token tree (bonus included), shape (blocks,).
+
+    Model of :mod:`specsim.trees`: at depth d the target's token has draft rank r with probability
+    acc[d-1, r] (the rest: no candidate has it), independently across depths; the block descends
+    into the child of that rank while there is one. The mean estimates ``expected_tokens(tree, acc)``.
+    """
+    from specsim.trees import as_acceptance
+
+    acc = as_acceptance(acceptance)
+    if acc.ndim != 2:
+        raise SpecsimError(f"acceptance: expected one (depth, rank) table, got shape {acc.shape}")
+    if blocks < 1:
+        raise SpecsimError(f"blocks: expected an integer >= 1, got {blocks!r}")
+    table = tree.child_table()
+    node = np.zeros(blocks, dtype=np.int64)
+    alive = np.ones(blocks, dtype=bool)
+    tokens = np.ones(blocks, dtype=np.int64)
+    for d in range(tree.depth):
+        row = acc[min(d, acc.shape[0] - 1)]
+        probs = np.r_[row, max(0.0, 1.0 - row.sum())]  # the last outcome: a rank past every candidate
+        r = rng.choice(probs.size, size=blocks, p=probs / probs.sum())
+        none = table.shape[1] - 1  # the all -1 column
+        child = table[node, np.where(r == row.size, none, np.minimum(r, none))]
+        alive &= child >= 0
+        node = np.where(alive, child, node)
+        tokens += alive
+    return tokens

@@ -1,20 +1,25 @@
-"""Profile + method + γ -> predicted τ and decode-phase speedup τ / (γ·c + v(γ)) (seed 003, Eq. 2).
+"""Profile + method + γ -> predicted τ and decode-phase speedup τ / (γ·c + v(γ)) (IbED, Lee et al. 2024, Eq. 2).
+
+With a cost model (profile schema 2) the decode phase is priced along each request's contexts
+(:mod:`specsim.predict_walk`): c, v and the engine's overhead o per block are then effective values over
+the walk, and speedup = τ / (γ·c + v + o). Without one, c and v are read at one context of the 1-D tables.
 
 τ comes from the most direct evidence the profile holds: greedy traces replayed at γ (exact),
-else τ or the histogram measured at this γ, else an i.i.d. extrapolation through α(τ) from the
-measured γ — always flagged. c and v come from measured latency tables; when a profile only knows
-γ·c + v at one γ (a published speedup table), other γ are reported as not computable. The textbook
-assumption v = 1 is used only when ``textbook=True``.
+else τ or the histogram measured at this γ, or (an entry recorded as a histogram at K, no separate
+τ, e.g. imported engine counters) the survival read off it for γ ≤ K (exact), else an i.i.d.
+extrapolation through α(τ) from the measured γ — always flagged. c and v come from measured
+latency tables; when a profile only knows γ·c + v at one γ (a published speedup table), other γ
+are reported as not computable. The textbook assumption v = 1 is used only when ``textbook=True``.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 from specsim import latency as lat
 from specsim.errors import SpecsimError
 from specsim.profile import LatencySection, MethodAcceptance, Profile
-from specsim.theory import alpha_from_tau, tau_from_histogram, tau_iid
+from specsim.theory import alpha_from_tau, tau_from_histogram, tau_from_histogram_at, tau_iid
 
 
 @dataclass(frozen=True)
@@ -37,6 +42,9 @@ class Prediction:
     tokens_per_s: float | None = None
     textbook: bool = False
     note: str = ""
+    o: float | None = None  # the engine's overhead per block / Tp (cost-model profiles)
+    end_to_end: dict | None = None  # request latency (ms by stage) when new_tokens was asked for
+    end_to_end_note: str = ""
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -49,12 +57,16 @@ def tau_at(entry: MethodAcceptance, gamma: int) -> tuple[float, bool]:
 
 
 def tau_with_source(entry: MethodAcceptance, gamma: int) -> tuple[float, str]:
-    """(τ at γ, where it came from: 'replay', 'measured', 'histogram' or 'iid from gamma=K')."""
+    """(τ at γ, where it came from: 'replay', 'measured', 'histogram[ at gamma=K]' or 'iid from gamma=K')."""
     gamma = _check_gamma(gamma)
     if any(t.match is not None for t in entry.traces):
         from specsim.replay import replay_traces_tau  # numpy only; imported here to keep start-up light
 
         return float(replay_traces_tau(entry.traces, gamma)), "replay"
+    if entry.tau is None and entry.accepted_histogram is not None and gamma <= entry.gamma:
+        # The histogram at K is the record (e.g. imported engine counters): τ(γ ≤ K) = 1 + Σ_{i≤γ} a_i exactly.
+        source = "histogram" if gamma == entry.gamma else f"histogram at gamma={entry.gamma}"
+        return tau_from_histogram_at(entry.accepted_histogram, gamma), source
     measured = _measured_tau(entry)
     if measured is None:
         raise SpecsimError(f"method {entry.method!r} in scenario {entry.scenario!r}: only beta traces; "
@@ -147,9 +159,26 @@ def _scenario_matches(entry: MethodAcceptance, scenario: str) -> bool:
 
 
 def predict_entry(profile: Profile, entry: MethodAcceptance, gamma: int, *, textbook: bool = False,
-                  context_tokens=None) -> Prediction:
-    """Predict one method × scenario at γ."""
+                  context_tokens=None, new_tokens: int | None = None) -> Prediction:
+    """Predict one method × scenario at γ; with ``new_tokens``, also its end-to-end request latency."""
     gamma = _check_gamma(gamma)
+    row = _predict_decode(profile, entry, gamma, textbook=textbook, context_tokens=context_tokens,
+                          new_tokens=new_tokens)
+    if new_tokens is None:
+        return row
+    from specsim.e2e import request_latency
+
+    try:
+        e2e = request_latency(profile, entry, gamma, new_tokens, context_tokens=context_tokens).to_json()
+        return replace(row, end_to_end=e2e)
+    except SpecsimError as err:
+        return replace(row, end_to_end_note=f"end-to-end latency not computable: {err}")
+
+
+def _predict_decode(profile: Profile, entry: MethodAcceptance, gamma: int, *, textbook: bool, context_tokens,
+                    new_tokens) -> Prediction:
+    if profile.latency.cost_model is not None and not textbook:
+        return _predict_walk(profile, entry, gamma, context_tokens=context_tokens, new_tokens=new_tokens)
     if textbook and entry.gamma is not None and entry.gamma != gamma:
         # The textbook model carries τ from the measured γ with i.i.d. α, even when traces exist.
         tau0, _ = tau_with_source(entry, entry.gamma)
@@ -170,6 +199,28 @@ def predict_entry(profile: Profile, entry: MethodAcceptance, gamma: int, *, text
     )
 
 
+def _predict_walk(profile: Profile, entry: MethodAcceptance, gamma: int, *, context_tokens, new_tokens) -> Prediction:
+    """The decode phase priced along each request's contexts (:mod:`specsim.predict_walk`)."""
+    from specsim.predict_walk import walk_cost, walks
+
+    tau0, source = tau_with_source(entry, gamma)
+    base = {"method": entry.method, "scenario": entry.scenario, "images_per_prompt": entry.images_per_prompt,
+            "gamma": gamma, "tau_source": source, "extrapolated": source.startswith("iid")}
+    try:
+        cost = walk_cost(profile, entry, walks(entry, gamma, tau0, prompt_tokens=context_tokens,
+                                               new_tokens=new_tokens), fused=False)
+    except SpecsimError as err:
+        return Prediction(**base, tau=tau0, c=None, v=None, gamma_c_plus_v=None, speedup=None, note=str(err))
+    r = cost.ratios()
+    tp, sd_ms = cost.target_ms_per_token, cost.sd.total_ms / cost.sd.tokens
+    note = "cost model: every forward priced at its own rows, context and batch along each request"
+    if cost.sd.extrapolated or cost.base.extrapolated:
+        note += "; a context outside the measured grid was extrapolated (linear)"
+    return Prediction(**base, tau=cost.sd.tokens / cost.sd.blocks, c=r["c"], v=r["v"], o=r["o"],
+                      gamma_c_plus_v=r["gamma_c_plus_v"], speedup=cost.base.total_ms / cost.sd.total_ms,
+                      target_ms_per_token=tp, sd_ms_per_token=sd_ms, tokens_per_s=1000.0 / sd_ms, note=note)
+
+
 def _maybe(fn):
     try:
         return fn()
@@ -178,7 +229,8 @@ def _maybe(fn):
 
 
 def predict(profile: Profile, gamma: int, *, methods=None, scenario: str | None = None,
-            textbook: bool = False, context_tokens=None) -> list[Prediction]:
-    """Predictions for every selected method × scenario at γ, grouped by scenario (fewest images first)."""
-    return [predict_entry(profile, e, gamma, textbook=textbook, context_tokens=context_tokens)
+            textbook: bool = False, context_tokens=None, new_tokens: int | None = None) -> list[Prediction]:
+    """Predictions for every selected method × scenario at γ, grouped by scenario (fewest images first);
+    with ``new_tokens`` each row also carries its end-to-end request latency (or the reason it has none)."""
+    return [predict_entry(profile, e, gamma, textbook=textbook, context_tokens=context_tokens, new_tokens=new_tokens)
             for e in select_entries(profile, methods, scenario)]

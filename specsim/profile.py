@@ -3,22 +3,24 @@
 A profile holds provenance, latency tables (ms), acceptance per drafting method and scenario, and
 the results of ``specsim check``. Every dataclass here is frozen and has ``to_json``/``from_json``;
 ``from_json`` validates every field and raises :class:`SpecsimError` naming the field and the bad
-value. :func:`save_profile` writes atomically (temp file + rename).
+value (ranges per unit from :mod:`specsim.bounds`). :func:`save_profile` writes atomically
+(temp file + rename, :mod:`specsim.jsonio`).
 """
 
 from __future__ import annotations
 
 import json
 import os
-import tempfile
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from specsim.bounds import RANGES, check_range
 from specsim.costmodel import CostModel
-from specsim.errors import SpecsimError
-from specsim.jsonio import (
+from specsim.errors import SpecsimError, warn
+from specsim.jsonio import (  # noqa: F401  (write_json_atomic, write_text_atomic: their old import path, kept)
     check_keys,
+    check_regular_file,
     drop_none,
     field_int,
     field_list,
@@ -28,6 +30,8 @@ from specsim.jsonio import (
     field_str,
     read_json,
     show,
+    write_json_atomic,
+    write_text_atomic,
 )
 
 SCHEMA_VERSION = 2
@@ -86,7 +90,7 @@ class Provenance:
             source=source,
             software=dict(software),
             weights=weights,
-            threads=_opt(d, "threads", lambda v, w: _int(v, w, lo=1), where),
+            threads=_opt(d, "threads", lambda v, w: _int(v, w, lo=1, unit="threads"), where),
             notes=_str(d.get("notes", ""), f"{where}.notes", allow_empty=True),
         )
 
@@ -114,8 +118,8 @@ class Curve:
     @classmethod
     def from_json(cls, d: dict, where: str) -> Curve:
         check_keys(d if isinstance(d, dict) else {}, {"x", "ms", "halfwidth_ms", "n"}, where)
-        xs = [_num(v, f"{where}.x[{i}]", lo=0) for i, v in enumerate(_list(_req(d, "x", where), f"{where}.x"))]
-        ms = [_num(v, f"{where}.ms[{i}]", lo=0, lo_open=True)
+        xs = [_num(v, f"{where}.x[{i}]", unit="tokens") for i, v in enumerate(_list(_req(d, "x", where), f"{where}.x"))]
+        ms = [_num(v, f"{where}.ms[{i}]", unit="ms")
               for i, v in enumerate(_list(_req(d, "ms", where), f"{where}.ms"))]
         if len(xs) != len(ms):
             raise SpecsimError(f"{where}: x has {len(xs)} values but ms has {len(ms)}")
@@ -123,7 +127,7 @@ class Curve:
             raise SpecsimError(f"{where}.x: expected strictly increasing values, got {_show(xs)}")
         hw = d.get("halfwidth_ms")
         if hw is not None:
-            hw = [_num(v, f"{where}.halfwidth_ms[{i}]", lo=0) for i, v in enumerate(_list(hw, f"{where}.halfwidth_ms"))]
+            hw = [_num(v, f"{where}.halfwidth_ms[{i}]", lo=0, hi=RANGES["ms"][1]) for i, v in enumerate(_list(hw, f"{where}.halfwidth_ms"))]
             if len(hw) != len(xs):
                 raise SpecsimError(f"{where}.halfwidth_ms: expected {len(xs)} values, got {len(hw)}")
         n = d.get("n")
@@ -149,8 +153,8 @@ class BlockCost:
     def from_json(cls, d: dict, where: str) -> BlockCost:
         check_keys(d if isinstance(d, dict) else {}, {"gamma", "gamma_c_plus_v", "derivation"}, where)
         return cls(
-            gamma=_int(_req(d, "gamma", where), f"{where}.gamma", lo=1),
-            gamma_c_plus_v=_num(_req(d, "gamma_c_plus_v", where), f"{where}.gamma_c_plus_v", lo=0, lo_open=True),
+            gamma=_int(_req(d, "gamma", where), f"{where}.gamma", lo=1, unit="gamma"),
+            gamma_c_plus_v=_block_cost_ratio(d, where),
             derivation=_str(_req(d, "derivation", where), f"{where}.derivation"),
         )
 
@@ -215,9 +219,17 @@ class LatencySection:
             for i, g in enumerate(gammas.x):
                 if g != int(g) or g < 1:
                     raise SpecsimError(f"{where}.target_verify_ms_by_gamma.x[{i}]: expected an integer gamma >= 1, got {g}")
-        kwargs["verify_context_tokens"] = _opt(d, "verify_context_tokens", lambda v, w: _int(v, w, lo=1), where)
+                check_range(g, "gamma", f"{where}.target_verify_ms_by_gamma.x[{i}]")
+        batches = kwargs["draft_decode_ms_by_batch"]
+        if batches is not None:
+            for i, b in enumerate(batches.x):
+                if b != int(b) or b < 1:
+                    raise SpecsimError(f"{where}.draft_decode_ms_by_batch.x[{i}]: expected an integer batch >= 1, got {b}")
+                check_range(b, "batch", f"{where}.draft_decode_ms_by_batch.x[{i}]")
+        kwargs["verify_context_tokens"] = _opt(d, "verify_context_tokens",
+                                               lambda v, w: _int(v, w, lo=1, unit="tokens"), where)
         for name in ("vision_encoder_ms_per_image", "draft_vision_encoder_ms_per_image", "captioner_ms_per_image"):
-            kwargs[name] = _opt(d, name, lambda v, w: _num(v, w, lo=0), where)
+            kwargs[name] = _opt(d, name, lambda v, w: _num(v, w, lo=0, unit="ms", zero_ok=True), where)
         kwargs["block_cost"] = _opt(d, "block_cost", BlockCost.from_json, where)
         kwargs["provenance"] = _opt(d, "provenance", Provenance.from_json, where)
         kwargs["cost_model"] = _opt(d, "cost_model", CostModel.from_json, where)
@@ -234,6 +246,11 @@ class Trace:
     ``tokens[t]`` (optional) is the target's token id at t, so positions can be classified afterwards
     (e.g. which tokens state an image fact). ``prompt_tokens`` / ``draft_prompt_tokens`` (optional,
     schema 2) are the prompt lengths the target and the draft saw, where the request's walk starts.
+    Top-k traces (``calibrate acceptance --top-k K``) add
+    ``draft_rank[t]``, the rank of the target's token in the draft's greedy distribution (0 = the
+    draft's argmax, ties broken by token id; for ensembles the mixture q), and ``draft_top_probs[t]``,
+    that distribution's K largest probabilities in decreasing order: greedy token trees replay exactly
+    from the ranks (:mod:`specsim.tree_replay`), confidence policies from the top-1 probability.
     """
 
     match: tuple[int, ...] | None = None
@@ -242,6 +259,8 @@ class Trace:
     tokens: tuple[int, ...] | None = None
     prompt_tokens: int | None = None
     draft_prompt_tokens: int | None = None
+    draft_rank: tuple[int, ...] | None = None
+    draft_top_probs: tuple[tuple[float, ...], ...] | None = None
 
     def to_json(self) -> dict:
         return _drop_none({
@@ -250,12 +269,16 @@ class Trace:
             "beta": None if self.beta is None else list(self.beta),
             "tokens": None if self.tokens is None else list(self.tokens),
             "prompt_tokens": self.prompt_tokens, "draft_prompt_tokens": self.draft_prompt_tokens,
+            "draft_rank": None if self.draft_rank is None else list(self.draft_rank),
+            "draft_top_probs": None if self.draft_top_probs is None else [list(p) for p in self.draft_top_probs],
         })
 
     @classmethod
     def from_json(cls, d: dict, where: str) -> Trace:
-        check_keys(d if isinstance(d, dict) else {}, {"match", "beta", "prompt_id", "tokens", "prompt_tokens",
-                                                      "draft_prompt_tokens"}, where)
+        if not isinstance(d, dict):
+            raise SpecsimError(f"{where}: expected an object, got {_show(d)}")
+        check_keys(d, {"match", "beta", "prompt_id", "tokens", "prompt_tokens", "draft_prompt_tokens", "draft_rank",
+                       "draft_top_probs"}, where)
         match = d.get("match")
         beta = d.get("beta")
         if match is None and beta is None:
@@ -272,10 +295,11 @@ class Trace:
             raise SpecsimError(f"{where}: match has {len(match)} positions but beta has {len(beta)}")
         tokens = d.get("tokens")
         if tokens is not None:
-            tokens = [_int(t, f"{where}.tokens[{i}]", lo=0) for i, t in enumerate(_list(tokens, f"{where}.tokens"))]
+            tokens = [_int(t, f"{where}.tokens[{i}]", lo=0, unit="tokens") for i, t in enumerate(_list(tokens, f"{where}.tokens"))]
             if len(tokens) != len(match if match is not None else beta):
                 raise SpecsimError(f"{where}.tokens: expected one per position "
                                    f"({len(match if match is not None else beta)}), got {len(tokens)}")
+        rank, top = _top_k_fields(d, where, len(match if match is not None else beta), match)
         return cls(
             match=None if match is None else tuple(int(m) for m in match),
             beta=None if beta is None else tuple(min(b, 1.0) for b in beta),
@@ -283,7 +307,34 @@ class Trace:
             tokens=None if tokens is None else tuple(tokens),
             prompt_tokens=_opt(d, "prompt_tokens", lambda v, w: _int(v, w, lo=1), where),
             draft_prompt_tokens=_opt(d, "draft_prompt_tokens", lambda v, w: _int(v, w, lo=1), where),
+            draft_rank=rank, draft_top_probs=top,
         )
+
+
+def _top_k_fields(d: dict, where: str, positions: int, match) -> tuple:
+    """Validated (draft_rank, draft_top_probs) of a trace; each optional, one entry per position."""
+    rank, top = d.get("draft_rank"), d.get("draft_top_probs")
+    if rank is not None:
+        rank = tuple(_int(r, f"{where}.draft_rank[{i}]", lo=0)
+                     for i, r in enumerate(_list(rank, f"{where}.draft_rank", nonempty=False)))
+        if len(rank) != positions:
+            raise SpecsimError(f"{where}.draft_rank: expected one per position ({positions}), got {len(rank)}")
+        if match is not None and any((r == 0) != bool(m) for r, m in zip(rank, match)):
+            i = next(i for i, (r, m) in enumerate(zip(rank, match)) if (r == 0) != bool(m))
+            raise SpecsimError(f"{where}.draft_rank[{i}]: rank {rank[i]} contradicts match[{i}] = {match[i]} "
+                               "(expected rank 0 exactly where the draft's argmax matches)")
+    if top is not None:
+        rows = _list(top, f"{where}.draft_top_probs", nonempty=False)
+        if len(rows) != positions:
+            raise SpecsimError(f"{where}.draft_top_probs: expected one row per position ({positions}), got {len(rows)}")
+        top = tuple(tuple(_num(p, f"{where}.draft_top_probs[{i}][{j}]", lo=0, hi=1 + 1e-9)
+                          for j, p in enumerate(_list(row, f"{where}.draft_top_probs[{i}]")))
+                    for i, row in enumerate(rows))
+        for i, row in enumerate(top):
+            if len(row) != len(top[0]) or any(b > a + 1e-9 for a, b in zip(row, row[1:])) or sum(row) > 1 + 1e-6:
+                raise SpecsimError(f"{where}.draft_top_probs[{i}]: expected {len(top[0])} decreasing probabilities "
+                                   f"summing to <= 1, got {_show(list(row))}")
+    return rank, top
 
 
 @dataclass(frozen=True)
@@ -294,6 +345,8 @@ class MethodAcceptance:
     ``accepted_histogram[k]`` counts blocks that accepted exactly k drafts (length γ+1).
     The cost fields say what the method pays: draft batch size (ensemble members), draft and target
     prompt tokens (set-up prefill), and whether it runs the draft's vision encoder or a captioner.
+    ``provenance`` (optional) says where this entry alone comes from, e.g. a serving engine's counters
+    imported into a profile measured elsewhere (engine, version, model, time window).
     """
 
     method: str
@@ -311,6 +364,7 @@ class MethodAcceptance:
     captions_per_prompt: int = 0
     weights: tuple[float, ...] | None = None  # ensemble member weights, if an ensemble
     notes: str = ""
+    provenance: Provenance | None = None  # when this entry was measured apart from the profile (an engine import)
 
     def to_json(self) -> dict:
         return _drop_none({
@@ -325,64 +379,133 @@ class MethodAcceptance:
             "captions_per_prompt": self.captions_per_prompt or None,
             "weights": None if self.weights is None else list(self.weights),
             "notes": self.notes or None,
+            "provenance": None if self.provenance is None else self.provenance.to_json(),
         })
 
     @classmethod
     def from_json(cls, d: dict, where: str) -> MethodAcceptance:
         allowed = {"method", "scenario", "images_per_prompt", "task", "gamma", "tau", "accepted_histogram",
                    "traces", "draft_batch_size", "draft_prompt_tokens", "target_prompt_tokens",
-                   "uses_draft_vision", "captions_per_prompt", "weights", "notes"}
+                   "uses_draft_vision", "captions_per_prompt", "weights", "notes", "provenance"}
         if not isinstance(d, dict):
             raise SpecsimError(f"{where}: expected an object, got {_show(d)}")
         check_keys(d, allowed, where)
-        gamma = _opt(d, "gamma", lambda v, w: _int(v, w, lo=1), where)
-        tau = _opt(d, "tau", lambda v, w: _num(v, w, lo=1), where)
-        if tau is not None:
-            if gamma is None:
-                raise SpecsimError(f"{where}.gamma: missing (tau={tau} needs the gamma it was measured at)")
-            if tau > gamma + 1 + 1e-9:
-                raise SpecsimError(f"{where}.tau: expected 1 <= tau <= gamma+1 = {gamma + 1}, got {tau}")
-        hist = d.get("accepted_histogram")
-        if hist is not None:
-            hist = [_int(v, f"{where}.accepted_histogram[{i}]", lo=0)
-                    for i, v in enumerate(_list(hist, f"{where}.accepted_histogram"))]
-            if gamma is None or len(hist) != gamma + 1:
-                raise SpecsimError(f"{where}.accepted_histogram: expected gamma+1 = "
-                                   f"{None if gamma is None else gamma + 1} counts, got {len(hist)}")
-            if sum(hist) == 0:
-                raise SpecsimError(f"{where}.accepted_histogram: expected at least one block, got all zeros")
-        traces = tuple(Trace.from_json(t, f"{where}.traces[{i}]")
-                       for i, t in enumerate(_list(d.get("traces", []), f"{where}.traces", nonempty=False)))
-        if tau is None and hist is None and not traces:
-            raise SpecsimError(f"{where}: expected tau, accepted_histogram or traces, got none")
-        weights = d.get("weights")
-        if weights is not None:
-            weights = tuple(_num(w, f"{where}.weights[{i}]", lo=0) for i, w in enumerate(_list(weights, f"{where}.weights")))
+        gamma, tau, hist, traces = _acceptance_evidence(d, where)
+        images = _int(_req(d, "images_per_prompt", where), f"{where}.images_per_prompt", lo=0, unit="images")
+        batch = _int(d.get("draft_batch_size", 1), f"{where}.draft_batch_size", lo=1, unit="batch")
+        weights = _ensemble_weights(d.get("weights"), batch, where)
         uses_vision = d.get("uses_draft_vision", False)
         if not isinstance(uses_vision, bool):
             raise SpecsimError(f"{where}.uses_draft_vision: expected true or false, got {_show(uses_vision)}")
+        if uses_vision and images == 0:
+            # Harmless to the numbers (the draft vision cost is charged per image), but a mislabeled entry.
+            warn(f"{where}: uses_draft_vision is true but images_per_prompt is 0, so no draft vision cost "
+                 "is charged; is the entry mislabeled?")
         return cls(
             method=_str(_req(d, "method", where), f"{where}.method"),
             scenario=_str(_req(d, "scenario", where), f"{where}.scenario"),
-            images_per_prompt=_int(_req(d, "images_per_prompt", where), f"{where}.images_per_prompt", lo=0),
+            images_per_prompt=images,
             task=_str(d.get("task", ""), f"{where}.task", allow_empty=True),
             gamma=gamma, tau=tau,
             accepted_histogram=None if hist is None else tuple(hist),
             traces=traces,
-            draft_batch_size=_int(d.get("draft_batch_size", 1), f"{where}.draft_batch_size", lo=1),
-            draft_prompt_tokens=_opt(d, "draft_prompt_tokens", lambda v, w: _num(v, w, lo=0), where),
-            target_prompt_tokens=_opt(d, "target_prompt_tokens", lambda v, w: _num(v, w, lo=0), where),
+            draft_batch_size=batch,
+            draft_prompt_tokens=_opt(d, "draft_prompt_tokens", lambda v, w: _num(v, w, unit="tokens"), where),
+            target_prompt_tokens=_opt(d, "target_prompt_tokens", lambda v, w: _num(v, w, unit="tokens"), where),
             uses_draft_vision=uses_vision,
-            captions_per_prompt=_int(d.get("captions_per_prompt", 0), f"{where}.captions_per_prompt", lo=0),
+            captions_per_prompt=_int(d.get("captions_per_prompt", 0), f"{where}.captions_per_prompt", lo=0,
+                                     unit="images"),
             weights=weights,
             notes=_str(d.get("notes", ""), f"{where}.notes", allow_empty=True),
+            provenance=_opt(d, "provenance", Provenance.from_json, where),
         )
+
+
+def _acceptance_evidence(d: dict, where: str) -> tuple[int | None, float | None, list | None, tuple]:
+    """(gamma, tau, histogram, traces) of an acceptance entry, each valid and agreeing with the others."""
+    gamma = _opt(d, "gamma", lambda v, w: _int(v, w, lo=1, unit="gamma"), where)
+    tau = _opt(d, "tau", lambda v, w: _num(v, w, lo=1), where)
+    if tau is not None:
+        if gamma is None:
+            raise SpecsimError(f"{where}.gamma: missing (tau={tau} needs the gamma it was measured at)")
+        if tau > gamma + 1 + 1e-9:
+            raise SpecsimError(f"{where}.tau: expected 1 <= tau <= gamma+1 = {gamma + 1}, got {tau}")
+    hist = d.get("accepted_histogram")
+    if hist is not None:
+        hist = [_int(v, f"{where}.accepted_histogram[{i}]", lo=0)
+                for i, v in enumerate(_list(hist, f"{where}.accepted_histogram"))]
+        if gamma is None or len(hist) != gamma + 1:
+            raise SpecsimError(f"{where}.accepted_histogram: expected gamma+1 = "
+                               f"{None if gamma is None else gamma + 1} counts, got {len(hist)}")
+        if sum(hist) == 0:
+            raise SpecsimError(f"{where}.accepted_histogram: expected at least one block, got all zeros")
+    traces = tuple(Trace.from_json(t, f"{where}.traces[{i}]")
+                   for i, t in enumerate(_list(d.get("traces", []), f"{where}.traces", nonempty=False)))
+    if tau is None and hist is None and not traces:
+        raise SpecsimError(f"{where}: expected tau, accepted_histogram or traces, got none")
+    _check_agreement(gamma, tau, hist, traces, where)
+    return gamma, tau, hist, traces
+
+
+TAU_TOLERANCE = 0.005  # papers print tau with 2 decimals; calibrate writes tau and histogram exactly
+
+
+def _check_agreement(gamma: int | None, tau: float | None, hist: list | None, traces: tuple, where: str) -> None:
+    """tau, the histogram and the greedy traces (replayed at gamma) must tell one story: predictions use
+    the traces first, then tau, then the histogram, so a disagreement would silently ignore an edit."""
+    if tau is not None and hist is not None:
+        tau_hist = sum((k + 1) * h for k, h in enumerate(hist)) / sum(hist)
+        if abs(tau - tau_hist) > TAU_TOLERANCE:
+            raise SpecsimError(f"{where}.tau: {tau} disagrees with accepted_histogram, which gives tau = "
+                               f"{tau_hist:.4f} at gamma={gamma} (expected within {TAU_TOLERANCE})")
+    greedy = [t.match for t in traces]
+    if gamma is None or not greedy or any(m is None for m in greedy) or not any(greedy):
+        return
+    from specsim.replay import replay_histogram, replay_traces_tau
+
+    if tau is not None:
+        tau_replay = float(replay_traces_tau(traces, gamma))
+        if abs(tau - tau_replay) > TAU_TOLERANCE:
+            raise SpecsimError(f"{where}.tau: {tau} disagrees with its traces, which replay to tau = "
+                               f"{tau_replay:.4f} at gamma={gamma} (expected within {TAU_TOLERANCE})")
+    if hist is not None and list(replay_histogram(traces, gamma)) != hist:
+        raise SpecsimError(f"{where}.accepted_histogram: {_show(hist)} disagrees with its traces, which replay "
+                           f"to {_show([int(h) for h in replay_histogram(traces, gamma)])} at gamma={gamma}")
+
+
+def _ensemble_weights(weights: Any, batch: int, where: str) -> tuple[float, ...] | None:
+    """Ensemble member weights: one per draft batch member, finite, >= 0, not all zero."""
+    if weights is None:
+        return None
+    weights = tuple(_num(w, f"{where}.weights[{i}]", lo=0, hi=RANGES["ratio"][1])
+                    for i, w in enumerate(_list(weights, f"{where}.weights")))
+    if len(weights) != batch:
+        raise SpecsimError(f"{where}.weights: expected one weight per ensemble member (draft_batch_size = {batch}), "
+                           f"got {len(weights)}")
+    if not any(weights):
+        raise SpecsimError(f"{where}.weights: expected at least one weight > 0, got all zeros")
+    return weights
+
+
+def _block_cost_ratio(d: dict, where: str) -> float:
+    """γ·c + v of a BlockCost: at least 1, because v = Tv/Tp >= 1 (verifying costs at least one target
+    forward), so that speedup = tau/(γ·c + v) <= tau <= γ+1 and the textbook c = (γ·c + v - 1)/γ >= 0."""
+    value = _num(_req(d, "gamma_c_plus_v", where), f"{where}.gamma_c_plus_v", unit="ratio")
+    if value < 1:
+        raise SpecsimError(f"{where}.gamma_c_plus_v: expected >= 1 (v = Tv/Tp >= 1, so speedup <= tau <= gamma+1), "
+                           f"got {value}")
+    return value
 
 
 # --------------------------------------------------------------------------- checks
 @dataclass(frozen=True)
 class CheckRow:
-    """One ``specsim check`` result: predicted vs measured at one γ for one method and scenario."""
+    """One ``specsim check`` result: predicted vs measured at one γ for one method and scenario.
+
+    ``speedup_*`` is the decode phase (ms per token after the first pass); ``request_speedup_*`` the whole
+    request (schema 2). ``*_halfwidth`` are relative 95% confidence half-widths of the measured values over
+    ``rounds`` repeats; ``terms_ms_per_block`` maps draft/verify/overhead to predicted and measured ms.
+    """
 
     method: str
     scenario: str
@@ -397,6 +520,12 @@ class CheckRow:
     prompts: int | None = None
     new_tokens: int | None = None
     notes: str = ""
+    speedup_halfwidth: float | None = None
+    request_speedup_predicted: float | None = None
+    request_speedup_measured: float | None = None
+    request_speedup_halfwidth: float | None = None
+    rounds: int | None = None
+    terms_ms_per_block: dict | None = None
 
     def to_json(self) -> dict:
         return _drop_none({k: getattr(self, k) for k in self.__dataclass_fields__} | {"notes": self.notes or None})
@@ -406,22 +535,42 @@ class CheckRow:
         if not isinstance(d, dict):
             raise SpecsimError(f"{where}: expected an object, got {_show(d)}")
         check_keys(d, set(cls.__dataclass_fields__), where)
-        pos = lambda v, w: _num(v, w, lo=0)  # noqa: E731
+        pos = lambda v, w: _num(v, w, lo=0, hi=RANGES["ratio"][1])  # noqa: E731
+        ratio = lambda v, w: _num(v, w, unit="ratio")  # noqa: E731
+        ms = lambda v, w: _num(v, w, unit="ms")  # noqa: E731
         return cls(
             method=_str(_req(d, "method", where), f"{where}.method"),
             scenario=_str(_req(d, "scenario", where), f"{where}.scenario"),
-            gamma=_int(_req(d, "gamma", where), f"{where}.gamma", lo=1),
+            gamma=_int(_req(d, "gamma", where), f"{where}.gamma", lo=1, unit="gamma"),
             tau_predicted=_num(_req(d, "tau_predicted", where), f"{where}.tau_predicted", lo=1),
             tau_measured=_num(_req(d, "tau_measured", where), f"{where}.tau_measured", lo=1),
-            speedup_predicted=pos(_req(d, "speedup_predicted", where), f"{where}.speedup_predicted"),
-            speedup_measured=pos(_req(d, "speedup_measured", where), f"{where}.speedup_measured"),
-            speedup_textbook=_opt(d, "speedup_textbook", pos, where),
-            target_ms_per_token=_opt(d, "target_ms_per_token", pos, where),
-            sd_ms_per_token=_opt(d, "sd_ms_per_token", pos, where),
+            speedup_predicted=ratio(_req(d, "speedup_predicted", where), f"{where}.speedup_predicted"),
+            speedup_measured=ratio(_req(d, "speedup_measured", where), f"{where}.speedup_measured"),
+            speedup_textbook=_opt(d, "speedup_textbook", ratio, where),
+            target_ms_per_token=_opt(d, "target_ms_per_token", ms, where),
+            sd_ms_per_token=_opt(d, "sd_ms_per_token", ms, where),
             prompts=_opt(d, "prompts", lambda v, w: _int(v, w, lo=1), where),
             new_tokens=_opt(d, "new_tokens", lambda v, w: _int(v, w, lo=1), where),
             notes=_str(d.get("notes", ""), f"{where}.notes", allow_empty=True),
+            speedup_halfwidth=_opt(d, "speedup_halfwidth", pos, where),
+            request_speedup_predicted=_opt(d, "request_speedup_predicted", ratio, where),
+            request_speedup_measured=_opt(d, "request_speedup_measured", ratio, where),
+            request_speedup_halfwidth=_opt(d, "request_speedup_halfwidth", pos, where),
+            rounds=_opt(d, "rounds", lambda v, w: _int(v, w, lo=1), where),
+            terms_ms_per_block=_opt(d, "terms_ms_per_block", _terms, where),
         )
+
+
+def _terms(value: Any, where: str) -> dict:
+    """{term: {"predicted": ms, "measured": ms}} of a check row."""
+    if not isinstance(value, dict):
+        raise SpecsimError(f"{where}: expected an object, got {_show(value)}")
+    out = {}
+    for term, pair in value.items():
+        check_keys(pair if isinstance(pair, dict) else {}, {"predicted", "measured"}, f"{where}.{term}")
+        out[term] = {k: _num(_req(pair, k, f"{where}.{term}"), f"{where}.{term}.{k}", lo=0)
+                     for k in ("predicted", "measured")}
+    return out
 
 
 # --------------------------------------------------------------------------- profile
@@ -492,26 +641,6 @@ class Profile:
 PROFILES_DIR = Path(__file__).parent / "profiles"
 
 
-def write_text_atomic(path: str | os.PathLike, text: str) -> Path:
-    """Write ``text`` to ``path`` via a temp file in the same folder and a rename (never half-written)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
-
-
-def write_json_atomic(path: str | os.PathLike, data: Any) -> Path:
-    """Write ``data`` as JSON (indent 1) to ``path`` atomically (:func:`write_text_atomic`)."""
-    return write_text_atomic(path, json.dumps(data, indent=1) + "\n")
-
-
 def save_profile(profile: Profile, path: str | os.PathLike) -> Path:
     """Validate by round trip, then write atomically."""
     data = profile.to_json()
@@ -532,11 +661,11 @@ def resolve_profile_path(name_or_path: str) -> Path:
     shipped = shipped_profiles()
     if name_or_path in shipped:
         return shipped[name_or_path]
+    if not str(name_or_path).strip():
+        raise SpecsimError(f"profile: expected a shipped profile name or a path to a .json file, got {name_or_path!r}")
     path = Path(name_or_path)
-    if path.suffix == ".json" or path.exists() or os.sep in name_or_path:
-        if not path.is_file():
-            raise SpecsimError(f"profile file {name_or_path!r} does not exist")
-        return path
+    if path.suffix == ".json" or os.path.lexists(path) or os.sep in name_or_path:
+        return check_regular_file(path, "profile file")
     raise SpecsimError(f"unknown profile {name_or_path!r} (expected a path to a .json file or one of: "
                        f"{', '.join(shipped) or 'none shipped'})")
 

@@ -20,6 +20,7 @@ from collections.abc import Iterable, Sequence
 import numpy as np
 
 from specsim.errors import SpecsimError
+from specsim.theory import as_gammas
 
 
 def _as_match(match, where: str = "match") -> np.ndarray:
@@ -31,15 +32,6 @@ def _as_match(match, where: str = "match") -> np.ndarray:
             raise SpecsimError(f"{where}: expected only 0 and 1 values")
         m = m.astype(bool)
     return m
-
-
-def _as_gammas(gamma) -> np.ndarray:
-    g = np.asarray(gamma)
-    if g.dtype.kind == "f" and np.all(np.isfinite(g)) and np.all(g == np.round(g)):
-        g = g.astype(np.int64)
-    if g.dtype.kind not in "iu" or np.any(g < 1):
-        raise SpecsimError(f"gamma: expected integers >= 1, got {gamma!r}")
-    return g.astype(np.int64)
 
 
 def _match_arrays(traces) -> list[np.ndarray]:
@@ -86,7 +78,7 @@ def replay_tau(match, gamma):
 def replay_traces_tau(traces, gamma):
     """τ(γ) over all prompts = total tokens emitted / total blocks (γ may be an array of γ)."""
     seg, _ = segment_lengths(_match_arrays(traces))
-    g = _as_gammas(gamma)
+    g = as_gammas(gamma)
     out = seg.sum() / _blocks(seg, g).sum(axis=-1)
     return out if np.ndim(out) else float(out)
 
@@ -95,7 +87,7 @@ def replay_blocks_per_prompt(traces, gamma: int) -> np.ndarray:
     """Number of blocks greedy SD at ``gamma`` spends on each prompt (int array, one per trace)."""
     matches = _match_arrays(traces)
     seg, prompt = segment_lengths(matches)
-    g = _as_gammas(gamma)
+    g = as_gammas(gamma)
     if g.ndim:
         raise SpecsimError(f"gamma: expected one integer here, got {gamma!r}")
     return np.bincount(prompt, weights=_blocks(seg, g), minlength=len(matches)).astype(np.int64)
@@ -114,7 +106,7 @@ def replay_histogram(traces, gamma: int) -> np.ndarray:
     """h[k] = blocks that accepted exactly k drafts, k = 0..γ (the last block of a prompt is
     capped by the tokens left, as the engine caps its γ there)."""
     seg, _ = segment_lengths(_match_arrays(traces))
-    g = int(_as_gammas(gamma))
+    g = int(as_gammas(gamma))
     blocks = _blocks(seg, np.asarray(g))
     last_accepted = seg - (blocks - 1) * (g + 1) - 1  # tokens of the last block, minus its target token
     hist = np.bincount(last_accepted, minlength=g + 1).astype(np.int64)
@@ -150,7 +142,7 @@ def replay_block_starts(match, gamma: int) -> list[int]:
     Slow (a Python loop); kept as the second implementation the vectorised form is tested against.
     """
     m = _as_match(match)
-    g = int(_as_gammas(gamma))
+    g = int(as_gammas(gamma))
     starts, t, n = [], 0, m.size
     while t < n:
         starts.append(t)

@@ -26,24 +26,72 @@ def format_table(headers: Sequence[str], rows: Sequence[Sequence[str]], *, inden
     return "\n".join([line(headers), line(["-" * w for w in widths]), *(line(r) for r in rows)])
 
 
-def parse_int_list(text: str, *, name: str = "gamma") -> list[int]:
-    """'5' -> [5]; '1-4' -> [1, 2, 3, 4]; '1,2,6' -> [1, 2, 6]; each an integer >= 1."""
-    from specsim.errors import SpecsimError
+def clip(text, limit: int = 60) -> str:
+    """``text`` shortened to ``limit`` characters with '...' (for echoing user input in one-line errors)."""
+    text = str(text)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
+
+def _int_list(text: str, unit: str) -> list[int]:
+    """Values of '5', '1-4' or '1,2,6' within the range of ``unit``; ValueError with the reason otherwise."""
+    from specsim.bounds import MAX_LIST_VALUES, RANGES
+
+    hi_cap = int(RANGES[unit][1])
+    usage = f"expected integers >= 1 like 5, 1-10 or 1,2,4; got {clip(text)!r}"
     values: list[int] = []
     for part in str(text).split(","):
         part = part.strip()
         try:
-            if "-" in part[1:]:
-                lo_s, hi_s = part.split("-", 1)
-                lo, hi = int(lo_s), int(hi_s)
-                if hi < lo:
-                    raise ValueError
-                values.extend(range(lo, hi + 1))
-            else:
-                values.append(int(part))
+            lo, hi = (int(p) for p in part.split("-", 1)) if "-" in part[1:] else (int(part), int(part))
         except ValueError:
-            raise SpecsimError(f"{name}: expected integers >= 1 like 5, 1-10 or 1,2,4; got {text!r}") from None
-    if not values or min(values) < 1:
-        raise SpecsimError(f"{name}: expected integers >= 1 like 5, 1-10 or 1,2,4; got {text!r}")
+            raise ValueError(usage) from None
+        if lo < 1 or hi < lo:
+            raise ValueError(usage)
+        if hi > hi_cap:
+            raise ValueError(f"expected values <= {hi_cap} (the cap on {unit}), got {clip(text)!r}")
+        if len(values) + hi - lo + 1 > MAX_LIST_VALUES:
+            raise ValueError(f"expected at most {MAX_LIST_VALUES} values, got more from {clip(text)!r}")
+        values.extend(range(lo, hi + 1))
     return list(dict.fromkeys(values))
+
+
+def parse_int_list(text: str, *, name: str = "gamma", unit: str = "gamma") -> list[int]:
+    """'5' -> [5]; '1-4' -> [1, 2, 3, 4]; '1,2,6' -> [1, 2, 6]: integers >= 1, in the order given,
+    repeats dropped; each at most the cap of ``unit`` and at most MAX_LIST_VALUES values
+    (:mod:`specsim.bounds`). SpecsimError naming ``name`` otherwise."""
+    from specsim.errors import SpecsimError
+
+    try:
+        return _int_list(text, unit)
+    except ValueError as err:
+        raise SpecsimError(f"{name}: {err}") from None
+
+
+def int_list_arg(unit: str):
+    """An argparse ``type=`` for :func:`parse_int_list` (argparse names the option in its message)."""
+    import argparse
+
+    def parse(text: str) -> list[int]:
+        try:
+            return _int_list(text, unit)
+        except ValueError as err:
+            raise argparse.ArgumentTypeError(str(err)) from None
+
+    parse.__name__ = f"{unit} list"
+    return parse
+
+
+def parse_int(text: str, *, name: str, unit: str) -> int:
+    """One integer >= 1 within the cap of ``unit`` (:mod:`specsim.bounds`); SpecsimError naming ``name``."""
+    from specsim.bounds import RANGES
+    from specsim.errors import SpecsimError
+
+    try:
+        value = int(str(text).strip())
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise SpecsimError(f"{name}: expected an integer >= 1, got {clip(text)!r}")
+    if value > RANGES[unit][1]:
+        raise SpecsimError(f"{name}: expected at most {int(RANGES[unit][1])} (the cap on {unit}), got {clip(text)!r}")
+    return value

@@ -10,23 +10,28 @@ from __future__ import annotations
 import numpy as np
 from scipy.optimize import brentq
 
+from specsim.bounds import MAX_GAMMA
 from specsim.errors import SpecsimError
 
 # Below this distance from α = 1 the ratio form loses digits; the Taylor series is exact enough.
 _ALPHA_SERIES_EPS = 1e-6
 
 
-def _as_gamma(gamma) -> np.ndarray:
+def as_gammas(gamma) -> np.ndarray:
+    """γ (scalar or array) as int64: integers in 1..MAX_GAMMA (:mod:`specsim.bounds`), checked before any
+    array is built from them (γ near 2**63 would overflow γ+1)."""
     g = np.asarray(gamma)
-    if g.dtype.kind == "f":
-        if not np.all(np.isfinite(g)) or np.any(g != np.round(g)):
-            raise SpecsimError(f"gamma: expected integers >= 1, got {gamma!r}")
-        g = g.astype(np.int64)
-    elif g.dtype.kind not in "iu":
-        raise SpecsimError(f"gamma: expected integers >= 1, got {gamma!r}")
-    if np.any(g < 1):
-        raise SpecsimError(f"gamma: expected integers >= 1, got {gamma!r}")
-    return g
+    integral = g.dtype.kind in "iu" or (g.dtype.kind == "f" and np.all(np.isfinite(g)) and np.all(g == np.round(g)))
+    if not integral or np.any(g < 1):
+        raise SpecsimError(f"gamma: expected integers >= 1, got {_clip(gamma)}")
+    if np.any(g > MAX_GAMMA):
+        raise SpecsimError(f"gamma: expected at most {MAX_GAMMA} (the cap on gamma), got {_clip(gamma)}")
+    return g.astype(np.int64)
+
+
+def _clip(value) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def _as_prob(x, name: str) -> np.ndarray:
@@ -43,7 +48,7 @@ def tau_iid(alpha, gamma):
     the 0/0 of the ratio form; α = 1 gives exactly γ+1 and α = 0 exactly 1.
     """
     a = _as_prob(alpha, "alpha")
-    g = _as_gamma(gamma).astype(float)
+    g = as_gammas(gamma).astype(float)
     a, g = np.broadcast_arrays(a, g)
     d = 1.0 - a
     near = d < _ALPHA_SERIES_EPS
@@ -60,7 +65,7 @@ def tau_iid(alpha, gamma):
 def survival_iid(alpha, gamma: int) -> np.ndarray:
     """a_i = α^i for i = 1..γ (the i.i.d. survival curve), shape (..., γ)."""
     a = _as_prob(alpha, "alpha")
-    i = np.arange(1, int(_as_gamma(gamma)) + 1)
+    i = np.arange(1, int(as_gammas(gamma)) + 1)
     return np.power(a[..., None], i)
 
 
@@ -94,6 +99,26 @@ def tau_from_histogram(hist):
     return tau_from_survival(survival_from_histogram(hist))
 
 
+def tau_from_histogram_at(hist, gamma: int) -> float:
+    """τ(γ) for γ ≤ K from counts h[k] of blocks that accepted exactly k of K drafts, k = 0..K.
+
+    τ(γ) = 1 + E[min(accepted, γ)] = 1 + Σ_{i≤γ} a_i: the first γ drafts of a K-draft block are the
+    γ drafts a γ-block would propose (an autoregressive draft does not look ahead), so a_i for i ≤ γ is
+    read off the K-draft blocks (the per-position reading of vLLM's acceptance counters; a real run at
+    γ would start its blocks at other positions, which this does not model). Computed as one integer
+    ratio, so it equals Σ_b (1 + min(acc_b, γ)) / N to the last bit. γ > K is not answerable from the
+    counts (callers extrapolate and say so).
+    """
+    h = [int(x) for x in hist]
+    if len(h) < 2 or any(x < 0 for x in h) or sum(h) == 0:
+        raise SpecsimError(f"histogram: expected non-negative counts for k = 0..K with at least one block, got {hist!r}")
+    g = int(as_gammas(gamma))
+    if g > len(h) - 1:
+        raise SpecsimError(f"gamma: the histogram covers gamma <= {len(h) - 1}, got {g}")
+    blocks = sum(h)
+    return (blocks + sum(min(k, g) * n for k, n in enumerate(h))) / blocks
+
+
 def alpha_from_tau(tau, gamma):
     """The i.i.d. α with tau_iid(α, γ) = τ (inverse of the closed form; root of a monotone function).
 
@@ -101,7 +126,7 @@ def alpha_from_tau(tau, gamma):
     callers must say so.
     """
     t = np.asarray(tau, dtype=float)
-    g = _as_gamma(gamma)
+    g = as_gammas(gamma)
     t, g = np.broadcast_arrays(t, g)
     if np.any(~np.isfinite(t)) or np.any(t < 1 - 1e-12) or np.any(t > g + 1 + 1e-9):
         raise SpecsimError(f"tau: expected 1 <= tau <= gamma+1, got tau={tau!r} for gamma={gamma!r}")
@@ -119,7 +144,7 @@ def alpha_from_tau(tau, gamma):
 
 def speedup(tau, gamma, c, v):
     """Decode-phase speedup = τ / (γ·c + v), with c = Tq/Tp and v = Tv(γ)/Tp (seed 003 Eq. 2)."""
-    g = _as_gamma(gamma)
+    g = as_gammas(gamma)
     c = np.asarray(c, dtype=float)
     v = np.asarray(v, dtype=float)
     if np.any(c < 0) or np.any(v <= 0):

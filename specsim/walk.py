@@ -131,8 +131,8 @@ def sd_request_cost(cost: CostModel, plan: BlockPlan, *, target_prompt_tokens: f
     g, t, w = plan.drafts, plan.start, plan.weight
     flags = []
 
-    def price(grid, name, rows, ctx, b=1):
-        ms, out = grid_ms(grid, rows, ctx, b, name=name)
+    def price(grid, name, rows, ctx, b=1, along="context"):
+        ms, out = grid_ms(grid, rows, ctx, b, name=name, along=along)
         flags.append(bool(np.any(out)))
         return np.asarray(ms, dtype=float)
 
@@ -154,10 +154,10 @@ def sd_request_cost(cost: CostModel, plan: BlockPlan, *, target_prompt_tokens: f
         np.add.at(nxt, block_of, price(cost.draft_next, "Tq (draft_next)", 1, D - 1 + t[block_of] + i, batch))
     prefill = draft_prefill = 0.0
     if fused and g.size:
-        prefill = float(price(cost.target_prefill, "target prefill (target_prefill)", P + g[0], 0))
+        prefill = float(price(cost.target_prefill, "target prefill (target_prefill)", P + g[0], 0, along="rows"))
         verify[0] = 0.0
         if g[0] > 0:
-            draft_prefill = float(price(cost.draft_prefill, "draft prefill (draft_prefill)", D, 0, batch))
+            draft_prefill = float(price(cost.draft_prefill, "draft prefill (draft_prefill)", D, 0, batch, along="rows"))
             first[0] = 0.0
     overhead = cost.overhead_ms_per_block.at(np.maximum(g, 1), batch)
     return RequestCost(tokens=plan.tokens, blocks=plan.blocks, prefill_ms=prefill,
@@ -178,7 +178,7 @@ def target_request_cost(cost: CostModel, *, prompt_tokens: float, new_tokens: fl
     ms = np.asarray(ms, dtype=float)
     prefill, flag = 0.0, bool(np.any(out))
     if fused:
-        prefill, flag0 = grid_ms(cost.target_prefill, P, 0, 1, name="target prefill (target_prefill)")
+        prefill, flag0 = grid_ms(cost.target_prefill, P, 0, 1, name="target prefill (target_prefill)", along="rows")
         ms[0], flag = 0.0, flag or bool(flag0)
     return RequestCost(tokens=float(new_tokens), blocks=float(new_tokens), prefill_ms=float(prefill), draft_ms=0.0,
                        verify_ms=float(np.sum(w * ms)), overhead_ms=float(np.sum(w) * cost.overhead_ms_per_target_step),

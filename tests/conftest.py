@@ -27,7 +27,7 @@ def make_profile(**overrides) -> Profile:
         latency=latency,
         acceptance=(
             MethodAcceptance(method="M", scenario="one", images_per_prompt=1, gamma=4, tau=2.5,
-                             accepted_histogram=(2, 1, 1, 0, 1), target_prompt_tokens=600,
+                             accepted_histogram=(1, 1, 1, 1, 0), target_prompt_tokens=600,
                              draft_prompt_tokens=600, uses_draft_vision=True),
             MethodAcceptance(method="MT", scenario="one", images_per_prompt=1, gamma=4, tau=2.8,
                              draft_batch_size=2, weights=(1.0, 1.0), target_prompt_tokens=600,

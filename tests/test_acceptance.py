@@ -87,6 +87,7 @@ def test_builtin_reference_set():
 def test_jsonl_file_and_errors(tmp_path):
     good = tmp_path / "set.jsonl"
     good.write_text('{"id": "a", "prompt": "hi", "images": ["x.png"], "task": "vqa"}\n\n{"prompt": "two"}\n')
+    (tmp_path / "x.png").write_bytes(b"")  # image paths are checked at load (they must be regular files)
     a, b = load_prompts(str(good))
     assert a == Prompt(id="a", text="hi", task="vqa", images=(str(tmp_path / "x.png"),), images_per_prompt=1)
     assert b.id == "3" and b.images == ()
@@ -100,3 +101,15 @@ def test_jsonl_file_and_errors(tmp_path):
             load_prompts(str(bad))
     with pytest.raises(SpecsimError, match="not found"):
         load_prompts(str(tmp_path / "missing.jsonl"))
+
+
+def test_top_k_fields_rank_ties_like_argmax():
+    from calibrate.acceptance import top_k_fields
+
+    q = torch.tensor([[0.4, 0.4, 0.2], [0.1, 0.2, 0.7], [0.3, 0.3, 0.4]])
+    y = torch.tensor([1, 0, 2])
+    f = top_k_fields(q, y, 2)
+    assert f["draft_rank"] == (1, 2, 0)  # an equally likely token with a smaller id ranks first, as argmax picks it
+    assert [int(torch.argmax(r)) == int(t) for r, t in zip(q, y)] == [r == 0 for r in f["draft_rank"]]
+    assert f["draft_top_probs"] == ((0.4, 0.4), (0.7, 0.2), (0.4, 0.3))
+    assert top_k_fields(q, y, 0) == {}

@@ -1,4 +1,4 @@
-"""`specsim check`: predicted vs measured rows (pure), the table, and the CLI end to end on tiny models."""
+"""`specsim check`: measured speedups with half-widths, predicted rows (pure), the tables, the CLI on tiny models."""
 
 import json
 
@@ -6,14 +6,15 @@ import numpy as np
 import pytest
 
 from specsim.check import (
-    Measured,
+    PromptSpec,
+    RequestRun,
     check_row,
-    error_rows,
-    format_table,
+    measure,
+    ratio_halfwidth,
     relative_error,
-    summary,
     textbook_speedup,
 )
+from specsim.check_report import check_table, error_rows, summary, terms_table
 from specsim.cli import main
 from specsim.errors import SpecsimError
 from specsim.profile import LatencySection, MethodAcceptance, Trace, load_profile, save_profile
@@ -23,10 +24,17 @@ from tests.conftest import make_profile
 
 TRACES = (Trace(match=(1, 1, 0, 1, 1, 1, 0, 0, 1, 1), prompt_id="a"),
           Trace(match=(0, 1, 1, 1, 1, 0, 1, 1, 1, 1, 1, 1), prompt_id="b"))
+SPECS = [PromptSpec("a", 100, 100, 0, 10), PromptSpec("b", 140, 140, 0, 12)]
 
 
 def _entry(**kw):
     return MethodAcceptance(method="plain", scenario="s", images_per_prompt=0, traces=TRACES, **kw)
+
+
+def _run(pid, ms, tokens=10, blocks=4, scale=1.0):
+    return RequestRun(prompt_id=pid, setup_ms=0.0, first_ms=5.0 * scale, draft_ms=ms * 0.3 * scale,
+                      verify_ms=ms * 0.6 * scale, overhead_ms=ms * 0.1 * scale, tokens=tokens, first_tokens=1,
+                      blocks=blocks)
 
 
 def test_relative_error():
@@ -34,26 +42,60 @@ def test_relative_error():
     np.testing.assert_allclose(relative_error([2.0, 0.5], [1.0, 1.0]), [1.0, -0.5])
 
 
-def test_check_row_uses_replay_and_measured_latency():
+def test_ratio_halfwidth_matches_monte_carlo_coverage():
+    """95% half-width: in repeated synthetic experiments the interval covers the true ratio ~95% of the time."""
+    rng = np.random.default_rng(0)
+    true_b, true_s = np.array([50.0, 80.0, 65.0]), np.array([30.0, 40.0, 45.0])
+    cover = 0
+    for _ in range(2000):
+        shared = rng.normal(0, 0.02, size=(1, 4))  # machine state common to a round
+        b = true_b[:, None] * (1 + shared + rng.normal(0, 0.02, (3, 4)))
+        s = true_s[:, None] * (1 + shared + rng.normal(0, 0.02, (3, 4)))
+        ratio = b.mean(1).sum() / s.mean(1).sum()
+        cover += abs(ratio / (true_b.sum() / true_s.sum()) - 1) <= ratio_halfwidth(b, s)
+    assert 0.92 <= cover / 2000 <= 0.98
+    assert ratio_halfwidth(np.ones((2, 1)), np.ones((2, 1))) == float("inf")  # one round: no interval
+
+
+def test_measure_reduces_runs_to_speedups_and_terms():
+    base = {"a": [_run("a", 90.0, blocks=10), _run("a", 90.0, blocks=10)],
+            "b": [_run("b", 110.0, tokens=12, blocks=12)] * 2}
+    sd = {"a": [_run("a", 45.0), _run("a", 47.0)], "b": [_run("b", 50.0, tokens=12, blocks=5)] * 2}
+    m = measure(base, sd)
+    assert m.tau == pytest.approx(22 / 9) and m.rounds == 2 and m.prompts == 2
+    assert m.decode_speedup == pytest.approx((200 / 20) / (96 / 20))
+    assert m.request_speedup == pytest.approx(210 / 106)
+    assert m.terms_ms_per_block["verify"] == pytest.approx(0.6 * 96 / 7)
+    assert 0 < m.decode_halfwidth < 0.05
+
+
+def _measured(sd_ms: float, gamma: int):
+    base = {p.prompt_id: [_run(p.prompt_id, 100.0, tokens=p.max_new_tokens)] * 2 for p in SPECS}
+    sd = {p.prompt_id: [_run(p.prompt_id, sd_ms, tokens=p.max_new_tokens), _run(p.prompt_id, sd_ms * 1.01,
+                                                                               tokens=p.max_new_tokens)]
+          for p in SPECS}
+    return measure(base, sd)
+
+
+def test_check_row_schema1_profile_uses_replay_and_tables():
     prof = make_profile()
-    meas = Measured(gamma=3, tau=2.0, sd_ms_per_token=6.0, target_ms_per_token=10.0, prompts=2, new_tokens=12)
-    row = check_row(prof, _entry(gamma=5, tau=2.4), meas, prompt_ids=["a", "b"], context_tokens=None)
+    row = check_row(prof, _entry(gamma=5, tau=2.4), 3, SPECS, _measured(60.0, 3))
     tau = replay_traces_tau(TRACES, 3)
     c, v = 1.0 / 10.0, (10.0 + 2.0 * 3) / 10.0  # conftest: Tp=10, Tq=1, Tv(γ)=10+2γ at context 128
     assert row.tau_predicted == pytest.approx(tau)
-    assert row.speedup_predicted == pytest.approx(tau / (3 * c + v))
-    assert row.speedup_measured == pytest.approx(10.0 / 6.0)
-    assert row.speedup_textbook == pytest.approx(tau_iid(alpha_from_tau(2.4, 5), 3) / (3 * c + 1.0))
+    assert row.speedup_predicted == pytest.approx(tau / (3 * c + v), rel=0.02)  # read at the mean context
+    assert row.speedup_textbook == pytest.approx(tau_iid(alpha_from_tau(2.4, 5), 3) / (3 * row_c(row) + 1.0))
+    assert row.request_speedup_predicted is None and row.rounds == 2
     assert "replay (same prompts)" in row.notes
-    # a subset of prompts replays only those traces
-    sub = check_row(prof, _entry(), meas, prompt_ids=["b"])
-    assert sub.tau_predicted == pytest.approx(replay_traces_tau(TRACES[1:], 3))
+
+
+def row_c(row) -> float:
+    return float(row.notes.split("c=")[1].split(",")[0])
 
 
 def test_context_outside_the_table_falls_back_to_default():
-    prof = make_profile()
-    meas = Measured(gamma=2, tau=2.0, sd_ms_per_token=6.0, target_ms_per_token=10.0, prompts=2, new_tokens=12)
-    row = check_row(prof, _entry(), meas, context_tokens=10_000.0)
+    far = [PromptSpec("a", 10_000, 10_000, 0, 10), PromptSpec("b", 10_000, 10_000, 0, 12)]
+    row = check_row(make_profile(), _entry(), 2, far, _measured(60.0, 2))
     assert "default context" in row.notes
 
 
@@ -63,14 +105,14 @@ def test_textbook_speedup_at_reference_gamma_only_differs_by_v():
 
 def test_table_and_summary():
     prof = make_profile()
-    rows = [check_row(prof, _entry(gamma=5, tau=2.4),
-                      Measured(gamma=g, tau=2.0, sd_ms_per_token=5.0 + g, target_ms_per_token=10.0, prompts=2,
-                               new_tokens=12)) for g in (1, 2, 4)]
+    rows = [check_row(prof, _entry(gamma=5, tau=2.4), g, SPECS, _measured(50.0 + 5 * g, g)) for g in (1, 2, 4)]
     errs = error_rows(rows)
     s = summary(rows)
     assert s["max_abs_rel_err"] == pytest.approx(max(abs(e["speedup_rel_err"]) for e in errs))
-    text = format_table(rows)
-    assert "textbook" in text and text.count("\n") == len(rows) + 2
+    assert s["rows_within_halfwidth_goal"] <= 3 and "textbook_median_abs_rel_err" in s
+    text = check_table(rows)
+    assert "textbook" in text and "95% hw" in text and text.count("\n") == len(rows) + 3
+    assert terms_table(rows) == ""  # schema-1 rows have no predicted terms
     with pytest.raises(SpecsimError):
         summary([])
 
@@ -101,12 +143,13 @@ def test_cli_acceptance_then_check(tiny_files, capsys):
     assert entry.method == "plain" and entry.scenario == "p" and len(entry.traces) == 2
     assert not (prof.parent / "prof.json.partial.json").exists()
     capsys.readouterr()
-    assert main(["check", "--profile", str(prof), "--gamma", "1,3", *models]) == 0
+    assert main(["check", "--profile", str(prof), "--gamma", "1,3", "--max-rounds", "2", *models]) == 0
     out = capsys.readouterr().out
-    assert "trace replay == engine for 4/4" in out and "textbook" in out
+    assert "trace replay == engine for 4/4" in out and "textbook" in out and "95% hw" in out
     checks = load_profile(str(prof)).checks
     assert [c.gamma for c in checks] == [1, 3]
     assert all(c.tau_measured == pytest.approx(c.tau_predicted) for c in checks)
+    assert all(c.rounds == 2 and c.speedup_halfwidth is not None for c in checks)
 
 
 def test_cli_errors(tiny_files, capsys):

@@ -1,18 +1,16 @@
 """Multimodal drafting methods on tiny random LLaVA models: lossless, pooling, ensembles, adaptive weights."""
 
-import copy
 
 import pytest
 import torch
 
 from calibrate.draft_contexts import pool_features
-from calibrate.drafters import HFCaptioner, make_drafter, make_request, parse_method
+from calibrate.drafters import make_drafter, make_request, parse_method
 from calibrate.drafting import Drafter, TextDrafter
 from calibrate.engine import Request, speculative_decode, target_decode
-from calibrate.zoo import task as zt
-from calibrate.zoo.models import IMAGE_TOKENS_PER_IMAGE, build_model, make_processor, zoo_config
-from calibrate.zoo.tokenizer import train_tokenizer, wrap
+from calibrate.zoo.models import IMAGE_TOKENS_PER_IMAGE
 from specsim.errors import SpecsimError
+from tests.tiny_pair import tiny_zoo
 
 torch.set_num_threads(1)
 NEW_TOKENS = 16
@@ -21,25 +19,7 @@ METHODS = ("M", "T", "C", "P16", "P1", "MT", "MC", "MTC", "MTCP4", "adaptive:MTC
 
 @pytest.fixture(scope="module")
 def zoo():
-    """Tokenizer/processor on a small task corpus, a random tiny LLaVA target, a noisy-copy draft, a captioner."""
-    examples = zt.make_split("test", 12, seed=0)
-    tok = wrap(train_tokenizer(zt.corpus(examples), vocab_size=400))
-    proc = make_processor(tok)
-    cfg = zoo_config("draft", len(tok), "tiny")
-    cfg.initializer_range = cfg.text_config.initializer_range = 0.3  # peaky logits: no argmax near-ties
-    target = build_model(cfg, seed=0).eval()
-    draft = copy.deepcopy(target)
-    gen = torch.Generator().manual_seed(1)
-    with torch.no_grad():
-        for p in draft.parameters():
-            p.add_(0.05 * p.std() * torch.randn(p.shape, generator=gen))
-    captioner = HFCaptioner(build_model(zoo_config("captioner", len(tok), "tiny"), seed=2).eval(), proc,
-                            prompt=zt.CAPTION_PROMPT, max_new_tokens=5)
-    by_images = {}
-    for ex in examples:  # one request with 1, 2 and 5 images (story frames = a multi-image request)
-        by_images.setdefault(ex.images_per_prompt, make_request(proc, ex.prompt, ex.images(), prompt_id=ex.uid))
-    assert sorted(by_images) == [1, 2, 5]
-    return dict(tok=tok, proc=proc, target=target, draft=draft, captioner=captioner, requests=by_images)
+    return tiny_zoo()
 
 
 def _drafter(zoo, method, **kw):

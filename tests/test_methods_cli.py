@@ -46,7 +46,7 @@ def test_method_names_and_costs():
 def test_acceptance_records_every_method_per_scenario(tiny_zoo, tmp_path, capsys):
     out = tmp_path / "zoo.json"
     argv = ["calibrate", "acceptance", *_models(tiny_zoo), "--prompts", "zoo", "--limit", "3",
-            "--max-new-tokens", "5", "--out", str(out)]
+            "--max-new-tokens", "5", "--top-k", "3", "--out", str(out)]
     assert main(argv + [a for m in METHODS for a in ("--method", m)] + ["--method", "multimodal"]) == 0
     prof = load_profile(str(out))
     got = {(a.scenario, a.method): a for a in prof.acceptance}
@@ -57,6 +57,9 @@ def test_acceptance_records_every_method_per_scenario(tiny_zoo, tmp_path, capsys
         assert a.draft_batch_size == (3 if method == "MTC" else 2 if method == "adaptive:MT" else 1)
         assert a.captions_per_prompt == (n if "C" in method else 0)
         assert a.uses_draft_vision == any(c in method for c in "MP")
+        t = a.traces[0]  # --top-k 3: every method, ensembles included, has ranks and top-3 probabilities
+        assert len(t.draft_rank) == len(t.match) and all((r == 0) == bool(m) for r, m in zip(t.draft_rank, t.match))
+        assert all(len(row) == 3 and row[0] >= row[1] >= row[2] for row in t.draft_top_probs)
     # Each context's length is what its method feeds the draft: T drops the 16 image tokens per image and
     # P4 keeps 4 of them, so T < P4 < M on the 5-image story.
     ctx = {m: got[("zoo-5img", m)].draft_prompt_tokens for m in ("M", "T", "P4")}
@@ -70,6 +73,8 @@ def test_image_prompts_need_multimodal_methods_and_captions_a_captioner(tiny_zoo
     assert "expected multimodal methods" in capsys.readouterr().err
     assert main(base + _models(tiny_zoo, captioner=False) + ["--method", "MC"]) == 2
     assert "needs --captioner" in capsys.readouterr().err
+    assert main(base + _models(tiny_zoo) + ["--method", "T", "--top-k", "2", "--temperature", "0.5"]) == 2
+    assert "--top-k" in capsys.readouterr().err
     assert main(base + _models(tiny_zoo) + ["--method", "MX"]) == 2
     err = capsys.readouterr().err
     assert "'MX'" in err and len(err.strip().splitlines()) == 1

@@ -40,3 +40,31 @@ def tiny_prompts(n: int = 6, vocab: int = 96, seed: int = 0, min_len: int = 3, m
     gen = torch.Generator().manual_seed(seed)
     lengths = torch.randint(min_len, max_len + 1, (n,), generator=gen).tolist()
     return [torch.randint(0, vocab, (1, s), generator=gen) for s in lengths]
+
+
+def tiny_zoo():
+    """Tokenizer/processor on a small zoo-task corpus, a random tiny LLaVA target, a noisy-copy draft, a
+    captioner, and one request with 1, 2 and 5 images (story frames = a multi-image request)."""
+    from calibrate.drafters import HFCaptioner, make_request
+    from calibrate.zoo import task as zt
+    from calibrate.zoo.models import build_model, make_processor, zoo_config
+    from calibrate.zoo.tokenizer import train_tokenizer, wrap
+
+    examples = zt.make_split("test", 12, seed=0)
+    tok = wrap(train_tokenizer(zt.corpus(examples), vocab_size=400))
+    proc = make_processor(tok)
+    cfg = zoo_config("draft", len(tok), "tiny")
+    cfg.initializer_range = cfg.text_config.initializer_range = 0.3  # peaky logits: no argmax near-ties
+    target = build_model(cfg, seed=0).eval()
+    draft = copy.deepcopy(target)
+    gen = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for p in draft.parameters():
+            p.add_(0.05 * p.std() * torch.randn(p.shape, generator=gen))
+    captioner = HFCaptioner(build_model(zoo_config("captioner", len(tok), "tiny"), seed=2).eval(), proc,
+                            prompt=zt.CAPTION_PROMPT, max_new_tokens=5)
+    by_images = {}
+    for ex in examples:
+        by_images.setdefault(ex.images_per_prompt, make_request(proc, ex.prompt, ex.images(), prompt_id=ex.uid))
+    assert sorted(by_images) == [1, 2, 5]
+    return dict(tok=tok, proc=proc, target=target, draft=draft, captioner=captioner, requests=by_images)

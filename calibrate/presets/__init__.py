@@ -7,11 +7,12 @@ Each ``<name>.json`` is exactly a config dict (``"model_type"`` + hyperparameter
 
 from __future__ import annotations
 
-import json
+import os
 from importlib import resources
 from pathlib import Path
 
 from specsim.errors import SpecsimError
+from specsim.jsonio import read_json
 
 _META_KEY = "_specsim"
 
@@ -28,7 +29,7 @@ def preset_names() -> list[str]:
 
 def pairs() -> dict[str, dict]:
     """Pair name -> ``{"target": preset name, "draft": preset name, ...}``."""
-    return json.loads((_presets_dir() / "pairs.json").read_text(encoding="utf-8"))
+    return read_json(Path(str(_presets_dir() / "pairs.json")), "pairs file")
 
 
 def pair(name: str) -> dict:
@@ -43,19 +44,15 @@ def load_preset(name_or_path: str | Path) -> dict:
     """The full preset dict (``_specsim`` metadata included) of a preset name or a config JSON path."""
     name = str(name_or_path)
     if name in preset_names():
-        text = (_presets_dir() / f"{name}.json").read_text(encoding="utf-8")
+        data = read_json(Path(str(_presets_dir() / f"{name}.json")), "preset")
         where = f"preset {name!r}"
     else:
         path = Path(name)
-        if not path.is_file():
+        if not name.strip() or not os.path.lexists(path):
             raise SpecsimError(f"unknown model config {name!r} (expected a config JSON path or one of: "
                                f"{', '.join(preset_names())})")
-        text = path.read_text(encoding="utf-8")
+        data = read_json(path, "config file")
         where = f"config file {name!r}"
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as err:
-        raise SpecsimError(f"{where} is not valid JSON (line {err.lineno}: {err.msg})") from None
     if not isinstance(data, dict) or not isinstance(data.get("model_type"), str):
         raise SpecsimError(f"{where}: expected an HF config object with a 'model_type' string")
     return data

@@ -6,9 +6,8 @@ Numpy only at import (plug-in rule: no torch). Text tables by default, ``--json`
 from __future__ import annotations
 
 import argparse
-import json
-import sys
 
+from specsim.bounds import MAX_PLAN_ROWS, number_arg
 from specsim.errors import SpecsimError
 from specsim.hardware.device import load_device, load_devices
 from specsim.hardware.fit import (
@@ -30,8 +29,9 @@ from specsim.hardware.plan import (
     speedup_crossover_batch,
 )
 from specsim.hardware.runtime import Runtime, load_runtime
-from specsim.profile import DEFAULT_PROFILE, Profile, load_profile, shipped_profiles, write_json_atomic
-from specsim.report import fmt, format_table, parse_int_list
+from specsim.jsonio import check_writable, dumps_json, write_json_atomic
+from specsim.profile import DEFAULT_PROFILE, Profile, load_profile, shipped_profiles
+from specsim.report import fmt, format_table, parse_int, parse_int_list
 
 # The profile whose tau belongs to each preset pair, when the user names the pair but no profile.
 PAIR_PROFILES = {"llava-1.5-7b-68m": DEFAULT_PROFILE, "qwen2.5-coder-0.5b-1.5b": "qwen2.5-coder-0.5b-1.5b-cpu"}
@@ -59,10 +59,10 @@ def register(sub, calibrate_sub) -> None:
                    "--dtype int4 --kv-dtype float16; default: the weights' or float16 for quantised weights)")
     p.add_argument("--runtime", default=None, metavar="NAME_OR_JSON", help="serving runtime: hf-eager, vllm, "
                    "gpt-fast, llama.cpp, torch-cpu or a runtime JSON (default: vllm on GPUs, torch-cpu on CPUs)")
-    p.add_argument("--tp", type=int, default=1, help="tensor-parallel degree of the target (default 1)")
+    p.add_argument("--tp", type=number_arg("gpus", integer=True), default=1, help="tensor-parallel degree of the target (default 1)")
     p.add_argument("--draft-sharded", action="store_true", help="with --tp: shard the draft too (default: the "
                    "draft runs whole on one GPU)")
-    p.add_argument("--gamma", type=int, default=None, help="evaluate at this fixed gamma instead of the best")
+    p.add_argument("--gamma", type=number_arg("gamma", integer=True), default=None, help="evaluate at this fixed gamma instead of the best")
     p.add_argument("--tau", type=float, default=None, help="tau at --gamma (tokens per block, bonus included) "
                    "instead of a profile; other gammas are not used")
     p.add_argument("--alpha", type=float, default=None, help="i.i.d. acceptance alpha instead of a profile: "
@@ -97,6 +97,7 @@ def register(sub, calibrate_sub) -> None:
 def run_cpu_device(args: argparse.Namespace) -> int:
     from specsim.hardware.cpu import measure_cpu
 
+    check_writable(args.out, "--out")
     dev = measure_cpu(args.name)
     write_json_atomic(args.out, dev.to_json())
     print(f"wrote {args.out}: {dev.memory_bandwidth_bytes_per_s / 1e9:.1f} GB/s, "
@@ -104,10 +105,10 @@ def run_cpu_device(args: argparse.Namespace) -> int:
     return 0
 
 
-def _ints(values: list[str] | None, default, name: str) -> list[int]:
+def _ints(values: list[str] | None, default, name: str, unit: str) -> list[int]:
     if not values:
         return list(default)
-    return sorted({x for text in values for x in parse_int_list(text, name=name)})
+    return sorted({x for text in values for x in parse_int_list(text, name=name, unit=unit)})
 
 
 def _models(args: argparse.Namespace) -> tuple[str | None, ModelSpec, ModelSpec]:
@@ -231,14 +232,16 @@ def _fit(args, target: ModelSpec, draft: ModelSpec) -> tuple[FitResult | Holdout
 def run_hardware(args: argparse.Namespace) -> int:
     if args.list_devices:
         return _list_devices(args)
+    if args.plot is not None:
+        check_writable(args.plot, "--plot")
+    gamma_max = parse_int(args.gamma_max, name="--gamma-max", unit="gamma")
+    batches = _ints(args.batch, DEFAULT_BATCHES, "--batch", "batch")
+    contexts = _ints(args.context, (1024, 4096, 8192), "--context", "tokens")
     pair, target, draft = _models(args)
-    gamma_max = parse_int_list(args.gamma_max, name="--gamma-max")[-1]
-    batches = _ints(args.batch, DEFAULT_BATCHES, "--batch")
-    contexts = _ints(args.context, (1024, 4096, 8192), "--context")
     methods = _user_methods(args, gamma_max)
     profile = None
     if methods is None:
-        profile_name = args.profile or PAIR_PROFILES.get(pair or "", DEFAULT_PROFILE)
+        profile_name = args.profile if args.profile is not None else PAIR_PROFILES.get(pair or "", DEFAULT_PROFILE)
         if args.profile is None and profile_name not in shipped_profiles():
             raise SpecsimError(f"--profile: the default profile {profile_name!r} for pair {pair!r} is not shipped "
                                "yet; pass --profile NAME_OR_PATH")
@@ -248,9 +251,14 @@ def run_hardware(args: argparse.Namespace) -> int:
     else:
         notes = [f"tau from the command line ({methods[0].scenario})"]
     devices = load_devices(args.device)
+    rows = len(batches) * len(contexts) * len(devices) * len(methods)
+    if rows > MAX_PLAN_ROWS:
+        raise SpecsimError(f"--batch/--context: {len(batches)} batch sizes x {len(contexts)} contexts x {len(devices)} "
+                           f"devices x {len(methods)} methods = {rows} rows; expected at most {MAX_PLAN_ROWS} "
+                           "(narrow the ranges)")
     fit = None
     efficiency = _runtimes(args, devices)
-    if args.fit_profile:
+    if args.fit_profile is not None:
         fit, skipped = _fit(args, target, draft)
         notes += [f"fit: skipped {s}" for s in skipped]
         fitted = fit.fit.efficiency if isinstance(fit, HoldoutResult) else fit.efficiency
@@ -265,8 +273,7 @@ def run_hardware(args: argparse.Namespace) -> int:
         out = {"target": target.name, "draft": draft.name, "profile": None if profile is None else profile.name,
                "plan": plan.to_json(),
                "fit": None if fit is None else fit.to_json()}
-        json.dump(out, sys.stdout, indent=1)
-        print()
+        print(dumps_json(out))
         return 0
     print(_text(plan, target, draft, fit))
     return 0
@@ -275,8 +282,7 @@ def run_hardware(args: argparse.Namespace) -> int:
 def _list_devices(args: argparse.Namespace) -> int:
     devices = load_devices(args.device)
     if args.json:
-        json.dump([d.to_json() for d in devices], sys.stdout, indent=1)
-        print()
+        print(dumps_json([d.to_json() for d in devices]))
         return 0
     rows = [[d.name, f"{d.memory_bandwidth_bytes_per_s / 1e9:.0f}", f"{d.peak_flops_per_s / 1e12:.1f}",
              d.peak_flops_dtype, f"{d.memory_bytes / 1e9:.0f}", fmt(d.price_per_hour_usd, 2)] for d in devices]

@@ -7,8 +7,7 @@ Numpy/scipy only at import (plug-in rule). Text table by default, ``--json`` for
 from __future__ import annotations
 
 import argparse
-import json
-import sys
+from pathlib import Path
 
 from specsim.hardware.published_set import load_published_set
 from specsim.hardware.runtime import load_runtime
@@ -21,7 +20,7 @@ from specsim.hardware.validate import (
     load_runtimes,
     summarize,
 )
-from specsim.profile import write_json_atomic
+from specsim.jsonio import check_writable, dumps_json, write_json_atomic
 from specsim.report import format_table
 
 _DESC = ("Predict every row of the published GPU measurement set (specsim/data/published_gpu_measurements.json: "
@@ -67,6 +66,12 @@ def _sweeps(ps, runtimes) -> tuple[list, list]:
 
 
 def run_validate(args: argparse.Namespace) -> int:
+    if args.plot is not None:
+        check_writable(args.plot, "--plot")
+    if args.sweep_plot is not None:
+        check_writable(args.sweep_plot, "--sweep-plot")
+    if args.write_runtimes is not None:
+        check_writable(Path(args.write_runtimes) / "runtime.json", "--write-runtimes")
     ps = load_published_set(args.data)
     overrides = {rt.name: rt for rt in (load_runtime(x) for x in args.runtime or [])}
     runtimes = load_runtimes(ps, overrides)
@@ -97,8 +102,7 @@ def run_validate(args: argparse.Namespace) -> int:
                "not_predictable": [{"id": r.id, "reason": r.tau_derivation or "no tau"} for r in skipped],
                "batch_sweeps": [c.to_json() | {"grid": g} for c, g in zip(comparisons, grids)],
                "sources": {k: s.cite() for k, s in ps.sources.items()}}
-        json.dump(out, sys.stdout, indent=1)
-        print()
+        print(dumps_json(out))
         return 0
     print("\n".join(_text(results, overall, fitted_only, skipped, ps, args.fit_all)))
     if comparisons:

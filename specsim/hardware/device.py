@@ -15,12 +15,15 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from specsim.bounds import check_range
 from specsim.errors import SpecsimError
-from specsim.jsonio import check_keys, read_json
+from specsim.jsonio import check_keys, check_regular_file, read_json
 
 SCHEMA_VERSION = 1
 CATALOG_DIR = Path(__file__).parent / "catalog"
 _NUMBERS = ("memory_bandwidth_bytes_per_s", "peak_flops_per_s", "memory_bytes")
+_UNITS = {"memory_bandwidth_bytes_per_s": "bytes_per_s", "peak_flops_per_s": "flops_per_s", "memory_bytes": "bytes",
+          "interconnect_bandwidth_bytes_per_s": "bytes_per_s"}
 _LINK = "interconnect_bandwidth_bytes_per_s"
 _KEYS = {"schema_version", "name", "display_name", "vendor", "kind", "measure", "price_per_hour_usd",
          "notes", _LINK, *_NUMBERS}
@@ -72,7 +75,7 @@ class Device:
             raise SpecsimError(f"{where}: expected a JSON object, got {type(d).__name__}")
         check_keys(d, _KEYS, where)
         version = d.get("schema_version")
-        if version != SCHEMA_VERSION:
+        if type(version) is not int or version != SCHEMA_VERSION:  # true == 1 and 1.0 == 1 in Python
             raise SpecsimError(f"{where}.schema_version: expected {SCHEMA_VERSION}, got {version!r}")
         name = _text(d, "name", where)
         kind = d.get("kind", "gpu")
@@ -91,6 +94,8 @@ class Device:
         price = d.get("price_per_hour_usd")
         if price is not None and (isinstance(price, bool) or not isinstance(price, (int, float)) or price < 0):
             raise SpecsimError(f"{where}.price_per_hour_usd: expected null or a number >= 0, got {price!r}")
+        if price is not None:
+            check_range(price, "usd_per_hour", f"{where}.price_per_hour_usd")
         return cls(name=name, display_name=d.get("display_name") or name, kind=kind, sources=sources,
                    peak_flops_dtype=dtype, vendor=str(d.get("vendor", "")),
                    price_per_hour_usd=None if price is None else float(price),
@@ -116,6 +121,7 @@ def _quantity(d: dict, key: str, where: str) -> tuple[float, str]:
     value, source = q.get("value"), q.get("source")
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0 or value == float("inf"):
         raise SpecsimError(f"{where}.{key}.value: expected a finite number > 0, got {value!r}")
+    check_range(value, _UNITS[key], f"{where}.{key}.value")
     if not isinstance(source, str) or not source.strip():
         raise SpecsimError(f"{where}.{key}.source: expected the datasheet or measurement this number comes "
                            f"from, got {source!r}")
@@ -132,13 +138,19 @@ def load_device(name_or_path: str) -> Device:
     path = CATALOG_DIR / f"{name_or_path}.json"
     if not path.is_file():
         path = Path(name_or_path)
-        if not (path.suffix == ".json" or os.sep in name_or_path or path.exists()):
+        if not (path.suffix == ".json" or os.sep in name_or_path or os.path.lexists(path)):
             raise SpecsimError(f"unknown device {name_or_path!r} (expected a path to a .json file or one of: "
                                f"{', '.join(catalog_names())})")
-        if not path.is_file():
-            raise SpecsimError(f"device file {name_or_path!r} does not exist")
+        check_regular_file(path, "device file")
     data = read_json(path, "device file")
-    if isinstance(data, dict) and data.get("measure") is True:
+    measure = data.get("measure", False) if isinstance(data, dict) else False
+    if not isinstance(measure, bool):
+        raise SpecsimError(f"device file {path.name}: measure: expected true or false, got {measure!r}")
+    if measure and path.resolve().parent != CATALOG_DIR.resolve():
+        # Measuring would silently replace the file's numbers with this machine's.
+        raise SpecsimError(f"device file {path.name}: \"measure\": true is only for the shipped 'cpu' entry; "
+                           "remove it to use this file's numbers, or pass --device cpu to measure this machine")
+    if measure:
         from specsim.hardware.cpu import measured_cpu_device
 
         return measured_cpu_device()

@@ -9,12 +9,14 @@ No transformers import: calibrate presets are located with ``importlib.resources
 from __future__ import annotations
 
 import importlib.resources
+import os
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from specsim.bounds import check_range
 from specsim.errors import SpecsimError
-from specsim.jsonio import read_json
+from specsim.jsonio import check_regular_file, read_json
 
 # transformers' defaults for keys a config may omit (LlamaConfig, Qwen2Config, CLIPVisionConfig).
 _TEXT_DEFAULTS: dict[str, dict[str, Any]] = {
@@ -152,11 +154,14 @@ def _get(cfg: dict, key: str, defaults: dict, where: str, *alt: str) -> Any:
 def _pos_int(value: Any, where: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise SpecsimError(f"{where}: expected an integer >= 1, got {value!r}")
-    return value
+    return check_range(value, "size", where)
 
 
 def _text_spec(cfg: dict, name: str, where: str) -> dict[str, Any]:
-    defaults = _TEXT_DEFAULTS.get(cfg.get("model_type", ""), {})
+    model_type = cfg.get("model_type", "")
+    if not isinstance(model_type, str):
+        raise SpecsimError(f"{where}.model_type: expected a string, got {model_type!r:.60}")
+    defaults = _TEXT_DEFAULTS.get(model_type, {})
     heads = _pos_int(_get(cfg, "num_attention_heads", defaults, where, "n_head"), f"{where}.num_attention_heads")
     hidden = _pos_int(_get(cfg, "hidden_size", defaults, where, "n_embd", "d_model"), f"{where}.hidden_size")
     kv = cfg.get("num_key_value_heads") or defaults.get("num_key_value_heads") or heads
@@ -226,6 +231,8 @@ def load_model_spec(name_or_path: str, *, dtype: str | None = None, kv_dtype: st
     else:
         path = Path(name_or_path)
         path = path / "config.json" if path.is_dir() else path
+        if os.path.lexists(path):
+            check_regular_file(path, "model config")
         if not path.is_file():
             raise SpecsimError(f"unknown model {name_or_path!r} (expected a HF config.json path or a preset: "
                                f"{', '.join(preset_names()) or 'no calibrate presets installed'})")

@@ -3,11 +3,12 @@ PNG written atomically)."""
 
 from __future__ import annotations
 
+import io
 import os
-import tempfile
 from pathlib import Path
 
 from specsim.hardware.plan import Plan
+from specsim.jsonio import write_bytes_atomic
 
 
 def plot_speedup_vs_batch(plan: Plan, path: str | os.PathLike, *, method: str | None = None,
@@ -94,14 +95,7 @@ def _figure(size):
 
 
 def _save(fig, path) -> Path:
-    """Write a figure to ``path`` atomically (temp file + rename)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".png", dir=path.parent)
-    os.close(fd)
-    try:
-        fig.savefig(tmp, dpi=110)
-        os.replace(tmp, path)
-    finally:
-        Path(tmp).unlink(missing_ok=True)
-    return path
+    """Write a figure to ``path`` atomically (:func:`specsim.jsonio.write_bytes_atomic`)."""
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=110)
+    return write_bytes_atomic(path, buf.getvalue())

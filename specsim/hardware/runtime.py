@@ -121,7 +121,7 @@ class Runtime:
         if not isinstance(d, dict):
             raise SpecsimError(f"{where}: expected a JSON object, got {type(d).__name__}")
         check_keys(d, _KEYS, where)
-        if d.get("schema_version") != SCHEMA_VERSION:
+        if type(d.get("schema_version")) is not int or d["schema_version"] != SCHEMA_VERSION:  # not true, not 1.0
             raise SpecsimError(f"{where}.schema_version: expected {SCHEMA_VERSION}, got {d.get('schema_version')!r}")
         name = d.get("name")
         if not isinstance(name, str) or not name.strip():

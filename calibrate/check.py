@@ -1,0 +1,123 @@
+"""Real runs for ``specsim check``: target-only and speculative decoding interleaved, in rounds, until each
+row's measured speedup is precise enough or a cap is reached; reduced to :class:`specsim.check.RequestRun`.
+
+A round runs, per prompt (the prompt order and the order of the runs rotate from round to round, so slow
+drift of the machine hits every row alike): target-only decoding, every method × γ still measuring, then
+target-only decoding again. After each round from ``min_rounds`` on, a row (method × scenario × γ) whose
+decode-phase speedup has a 95% half-width ≤ ``halfwidth`` stops; the target-only runs go on for the rest.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from specsim.check import Measured, PromptSpec, RequestRun, measure
+
+
+def request_run(result) -> RequestRun:
+    """A :class:`calibrate.engine.DecodeResult` reduced to ms by term (blocks after the first) and counts."""
+    rest = result.blocks[1:]
+    return RequestRun(prompt_id=result.prompt_id, setup_ms=float(sum(result.setup_ms.values())),
+                      first_ms=result.blocks[0].block_ms, draft_ms=float(sum(b.draft_ms for b in rest)),
+                      verify_ms=float(sum(b.verify_ms for b in rest)), overhead_ms=float(sum(b.overhead_ms for b in rest)),
+                      tokens=len(result.tokens), first_tokens=result.blocks[0].emitted, blocks=len(result.blocks))
+
+
+def mean_run(a: RequestRun, b: RequestRun) -> RequestRun:
+    """The mean of two runs of the same request (the target-only runs before and after a prompt's SD runs)."""
+    avg = {k: (getattr(a, k) + getattr(b, k)) / 2 for k in ("setup_ms", "first_ms", "draft_ms", "verify_ms",
+                                                            "overhead_ms")}
+    return RequestRun(prompt_id=a.prompt_id, tokens=a.tokens, first_tokens=a.first_tokens, blocks=a.blocks, **avg)
+
+
+def prompt_spec(result, images: int, max_new_tokens: int) -> PromptSpec:
+    """Where a prompt's walk starts, read off an SD run: the draft's prompt is its first (fused) step's rows."""
+    first = result.blocks[0]
+    draft = first.draft_first_rows if first.gamma > 0 else result.prompt_tokens
+    return PromptSpec(prompt_id=result.prompt_id, prompt_tokens=result.prompt_tokens, draft_prompt_tokens=draft,
+                      images=images, max_new_tokens=max_new_tokens)
+
+
+@dataclass
+class CheckRuns:
+    """Everything measured: per prompt the target-only runs (one mean per round), per (method, γ) and prompt
+    the SD runs (one per round it ran), the raw SD results of the first round (replay agreement), specs."""
+
+    base: dict[str, list[RequestRun]] = field(default_factory=dict)
+    sd: dict[tuple[str, int], dict[str, list[RequestRun]]] = field(default_factory=dict)
+    first: dict[tuple[str, int], list] = field(default_factory=dict)
+    specs: dict[tuple[str, str], PromptSpec] = field(default_factory=dict)
+    stages: dict[tuple[str, int], dict[str, float]] = field(default_factory=dict)
+    rounds: int = 0
+    seconds: float = 0.0
+
+    def measured(self, method: str, gamma: int, prompt_ids: list[str]) -> Measured:
+        """The measured side of one row (prompts of one scenario group)."""
+        runs = self.sd[(method, gamma)]
+        return measure({p: self.base[p] for p in prompt_ids}, {p: runs[p] for p in prompt_ids})
+
+
+def run_check(setup, gammas: list[int], *, max_new_tokens: int, device="cpu", halfwidth: float = 0.015,
+              min_rounds: int = 2, max_rounds: int = 6, max_seconds: float | None = None,
+              progress: Callable | None = None) -> CheckRuns:
+    """Interleaved real runs in rounds (see the module docstring); ``setup`` is a
+    :class:`calibrate.workload.Setup`-like object (target, methods, requests, prompts, drafter(), eos, groups)."""
+    from calibrate.engine import speculative_decode, target_decode
+
+    kw = {"max_new_tokens": max_new_tokens, "eos_token_id": setup.eos, "device": device}
+    drafters = {m: setup.drafter(m) for m in setup.methods}
+    warm = setup.requests[0]
+    target_decode(setup.target, warm, **kw | {"max_new_tokens": 4})
+    for d in drafters.values():
+        speculative_decode(setup.target, d, warm, gamma=max(gammas), **kw | {"max_new_tokens": 4})
+    images = {r.prompt_id: len(p.images) for p, r in zip(setup.prompts, setup.requests)}
+    groups = {n: [r.prompt_id for r in reqs] for n, reqs in setup.groups.items()}
+    runs = CheckRuns(base={r.prompt_id: [] for r in setup.requests},
+                     sd={(m, g): {r.prompt_id: [] for r in setup.requests} for m in setup.methods for g in gammas})
+    active = [(m, g) for m in setup.methods for g in gammas]
+    t0 = time.perf_counter()
+    for rnd in range(max_rounds):
+        order = setup.requests[rnd % len(setup.requests):] + setup.requests[: rnd % len(setup.requests)]
+        for i, req in enumerate(progress(order, rnd) if progress else order):
+            before = request_run(target_decode(setup.target, req, **kw))
+            k = (i + rnd) % len(active)
+            for m, g in active[k:] + active[:k]:
+                out = speculative_decode(setup.target, drafters[m], req, gamma=g, **kw)
+                runs.sd[(m, g)][req.prompt_id].append(request_run(out))
+                if rnd == 0:
+                    runs.first.setdefault((m, g), []).append(out)
+                    runs.specs[(m, req.prompt_id)] = prompt_spec(out, images[req.prompt_id], max_new_tokens)
+            runs.base[req.prompt_id].append(mean_run(before, request_run(target_decode(setup.target, req, **kw))))
+        runs.rounds = rnd + 1
+        if rnd + 1 >= min_rounds:
+            active = [(m, g) for m, g in active
+                      if any(runs.measured(m, g, ids).decode_halfwidth > halfwidth for ids in groups.values())]
+        if not active or (max_seconds is not None and time.perf_counter() - t0 > max_seconds):
+            break
+    runs.seconds = time.perf_counter() - t0
+    return runs
+
+
+def replay_agreement(entry, results: list) -> tuple[int, int]:
+    """(#(prompt, γ) whose engine block count equals the trace replay's, #compared)."""
+    from specsim.replay import replay_blocks_per_prompt
+
+    by_id = {t.prompt_id: t for t in entry.traces if t.match is not None}
+    same = total = 0
+    for r in results:
+        trace = by_id.get(r.prompt_id)
+        if trace is None or len(trace.match) != len(r.tokens):
+            continue
+        total += 1
+        same += int(replay_blocks_per_prompt([trace], r.gamma)[0] == len(r.blocks))
+    return same, total
+
+
+def stage_shares(results: list) -> dict[str, float]:
+    """Share of decode-phase time in draft forwards, target verification and non-model overhead."""
+    total = sum(r.decode_ms for r in results)
+    st = [r.stage_ms() for r in results]
+    return {k.removesuffix("_ms"): sum(s[k] for s in st) / total
+            for k in ("draft_generation_ms", "target_verification_ms", "overhead_ms")}

@@ -1,0 +1,117 @@
+"""``specsim check``: run real speculative decoding and compare it with the profile's prediction.
+
+Plug-in of :mod:`specsim.cli`; torch is imported only when the command runs. The runs are
+:func:`calibrate.check.run_check` (rounds until each row's measured speedup is precise enough); the
+predictions and the tables are :mod:`specsim.check` and :mod:`specsim.check_report`.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from specsim.errors import SpecsimError
+from specsim.jsonio import check_writable, dumps_json
+from specsim.profile import load_profile, resolve_profile_path, save_profile
+from specsim.report import parse_int_list
+
+_DESC = ("Per gamma and method: tau and speedup over target-only decoding, predicted from the profile (tau from "
+         "trace replay; with a cost model, every forward priced at its own rows, context and batch along each "
+         "prompt's blocks, plus the engine's overhead) vs measured (wall clock, interleaved, repeated in rounds "
+         "until the measured speedup's 95%% confidence half-width is within --halfwidth), with the textbook "
+         "prediction (v = 1, i.i.d. alpha) beside it. Writes the rows into the profile's checks.")
+
+
+def register(subparsers, calibrate_subparsers) -> None:
+    """Add ``specsim check``."""
+    from calibrate.cli_acceptance import _method_args, _model_args
+
+    chk = subparsers.add_parser("check", help="run real speculative decoding and compare with the prediction",
+                                description=_DESC)
+    chk.add_argument("--profile", required=True, help="profile with latency and acceptance sections")
+    chk.add_argument("--gamma", default="1,2,3,4,6,8", help="gammas, e.g. 1,2,3,4,6,8 or 1-4 (default 1,2,3,4,6,8)")
+    _model_args(chk, required=False)
+    _method_args(chk)
+    chk.add_argument("--scenario", default=None, help="scenario name as in 'calibrate acceptance' (default: the "
+                     "prompt set's name)")
+    rep = chk.add_argument_group("repeats (rounds of every prompt x method x gamma, interleaved)")
+    rep.add_argument("--halfwidth", type=float, default=0.015, help="stop repeating a row once its measured "
+                     "decode-phase speedup has a 95%% half-width within this fraction (default 0.015)")
+    rep.add_argument("--min-rounds", type=int, default=2, help="at least this many rounds (default 2; one round "
+                     "gives no half-width)")
+    rep.add_argument("--max-rounds", type=int, default=6, help="at most this many rounds (default 6)")
+    rep.add_argument("--max-minutes", type=float, default=None, help="stop starting rounds after this long")
+    chk.add_argument("--json", action="store_true", help="print JSON instead of the tables")
+    chk.add_argument("--no-write", action="store_true", help="do not write the rows into the profile")
+    chk.set_defaults(func=cmd_check)
+
+
+def _entry(profile, method: str, scenario: str | None):
+    cands = [a for a in profile.acceptance if a.method == method and (scenario is None or a.scenario == scenario)]
+    if not cands:
+        known = ", ".join(f"{a.method}/{a.scenario}" for a in profile.acceptance) or "none"
+        raise SpecsimError(f"profile has no acceptance entry for method={method!r} scenario={scenario!r} "
+                           f"(has: {known}; run 'specsim calibrate acceptance' first)")
+    return cands[0]
+
+
+def _check_args(args) -> list[int]:
+    gammas = sorted(parse_int_list(args.gamma, name="--gamma"))
+    if not 0 < args.halfwidth < 1:
+        raise SpecsimError(f"--halfwidth: expected a fraction in (0, 1), got {args.halfwidth}")
+    if args.min_rounds < 1 or args.max_rounds < args.min_rounds:
+        raise SpecsimError(f"--min-rounds/--max-rounds: expected 1 <= min <= max, got {args.min_rounds} and "
+                           f"{args.max_rounds}")
+    if args.max_minutes is not None and not args.max_minutes > 0:
+        raise SpecsimError(f"--max-minutes: expected a positive number, got {args.max_minutes}")
+    return gammas
+
+
+def cmd_check(args) -> int:
+    from calibrate.check import replay_agreement, run_check, stage_shares
+    from calibrate.cli_acceptance import _progress, load_setup
+    from specsim.check import check_row
+    from specsim.check_report import check_table, summary, terms_table
+
+    gammas = _check_args(args)
+    profile_path = resolve_profile_path(args.profile)
+    if not args.no_write:
+        check_writable(profile_path, "--profile")
+    profile = load_profile(str(profile_path))
+    if profile.latency.target_decode_ms_by_context is None and profile.latency.cost_model is None:
+        raise SpecsimError(f"profile {args.profile!r} has no latency section (run 'specsim calibrate latency' first)")
+    methods = args.method
+    if methods is None and len({a.method for a in profile.acceptance}) == 1 and profile.acceptance:
+        methods = [profile.acceptance[0].method]  # a single-method profile needs no --method
+    setup = load_setup(args, methods=methods)
+    progress = None if args.no_progress else (
+        lambda xs, rnd: _progress(xs, args, f"check round {rnd + 1}/{args.max_rounds}"))
+    runs = run_check(setup, gammas, max_new_tokens=args.max_new_tokens, device=args.device, halfwidth=args.halfwidth,
+                     min_rounds=args.min_rounds, max_rounds=args.max_rounds,
+                     max_seconds=None if args.max_minutes is None else 60 * args.max_minutes, progress=progress)
+    rows, agreement, stages = [], {}, {}
+    for n, reqs in setup.groups.items():
+        ids = [r.prompt_id for r in reqs]
+        for m in setup.methods:
+            entry = _entry(profile, m, setup.scenario(n, args.scenario) if n or args.scenario else None)
+            specs = [runs.specs[(m, p)] for p in ids]
+            for g in gammas:
+                rows.append(check_row(profile, entry, g, specs, runs.measured(m, g, ids)))
+            first = [r for g in gammas for r in runs.first[(m, g)] if r.prompt_id in set(ids)]
+            agreement[(m, entry.scenario)] = replay_agreement(entry, first)
+            stages[(m, entry.scenario)] = stage_shares(first)
+    if not args.no_write:
+        save_profile(profile.with_checks(rows), profile_path)
+    if args.json:
+        print(dumps_json({"rows": [r.to_json() for r in rows], "summary": summary(rows), "rounds": runs.rounds,
+                          "seconds": runs.seconds,
+                          "replay_equals_engine": {f"{m}/{s}": list(v) for (m, s), v in agreement.items()},
+                          "stages": {f"{m}/{s}": v for (m, s), v in stages.items()}}))
+        return 0
+    print(check_table(rows))
+    terms = terms_table(rows)
+    if terms:
+        print("\n" + terms)
+    for (m, s), (same, total) in agreement.items():
+        print(f"{s}/{m}: greedy tau, trace replay == engine for {same}/{total} (prompt, gamma)")
+    print(f"{runs.rounds} round(s) in {runs.seconds:.0f} s", file=sys.stderr)
+    return 0

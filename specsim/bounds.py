@@ -1,0 +1,106 @@
+"""Plausible ranges per unit: values outside them are rejected where they enter (files, arguments).
+
+The ranges are wide (they bound no real system) but finite, so no ratio of two accepted values
+(c = Tq/Tp, v = Tv/Tp, FLOP/byte, $/token) can overflow to inf or vanish to 0, and no loop or
+array built from an accepted count can exhaust memory. One table, used by profile, device and
+model-config loaders and by the CLI's argument types:
+
+==============  =====================  =====================================================
+unit            range                  used for
+==============  =====================  =====================================================
+ms              1e-6 .. 1e8            latencies (1 ns .. ~28 h); 0 where a field allows it
+tokens          0 .. 2**24             context, prompt and output lengths (16.7 M tokens)
+gamma           1 .. 1024              draft length γ (:data:`MAX_GAMMA`)
+batch           1 .. 4096              draft or target batch sizes
+images          0 .. 1024              images or captions per prompt
+ratio           1e-6 .. 1e6            c, v, γ·c + v, speedups, ensemble weights
+bytes_per_s     1e6 .. 1e16            memory bandwidth (1 MB/s .. 10 PB/s)
+flops_per_s     1e6 .. 1e19            peak FLOP/s
+bytes           1e6 .. 1e16            memory size (1 MB .. 10 PB)
+usd_per_hour    0 .. 1e6               price of a device-hour
+threads         1 .. 65536             CPU threads
+gpus            1 .. 1024              devices a model is split over (tensor parallel)
+size            1 .. 2**24             model config sizes (layers, hidden, heads, vocab, ...)
+repeats         1 .. 100000            timing repeats and warm-up calls per point
+seconds         1e-3 .. 1e6            time limits (s)
+seed            0 .. 2**63-1           random seeds
+temperature     1e-3 .. 1e3            sampling temperature T
+==============  =====================  =====================================================
+
+A list argument (``--gamma 1-8``, ``--batch 1,2,4``) holds at most :data:`MAX_LIST_VALUES` values,
+and a hardware plan (batch sizes × contexts × devices × methods) at most :data:`MAX_PLAN_ROWS` rows
+(a few seconds of work and tens of MB of JSON).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+
+from specsim.errors import SpecsimError
+
+MAX_GAMMA = 1024
+MAX_LIST_VALUES = 1024
+MAX_PLAN_ROWS = 65536
+
+RANGES: dict[str, tuple[float, float]] = {
+    "ms": (1e-6, 1e8),
+    "tokens": (0, 2**24),
+    "gamma": (1, MAX_GAMMA),
+    "batch": (1, 4096),
+    "images": (0, 1024),
+    "ratio": (1e-6, 1e6),
+    "bytes_per_s": (1e6, 1e16),
+    "flops_per_s": (1e6, 1e19),
+    "bytes": (1e6, 1e16),
+    "usd_per_hour": (0, 1e6),
+    "threads": (1, 65536),
+    "gpus": (1, 1024),
+    "size": (1, 2**24),
+    "repeats": (1, 100000),
+    "seconds": (1e-3, 1e6),
+    "seed": (0, 2**63 - 1),
+    "temperature": (1e-3, 1e3),
+}
+
+
+def _shown(x: float) -> str:
+    return str(x) if isinstance(x, int) else f"{x:g}"
+
+
+def range_text(unit: str, *, zero_ok: bool = False) -> str:
+    """'1e-06..1e+08 ms' — the accepted range of ``unit`` for messages."""
+    lo, hi = RANGES[unit]
+    return f"{'0 or ' if zero_ok and lo > 0 else ''}{_shown(lo)}..{_shown(hi)} ({unit})"
+
+
+def in_range(value: float, unit: str, *, zero_ok: bool = False) -> bool:
+    """True when ``value`` is finite and inside the range of ``unit`` (or 0 when ``zero_ok``)."""
+    lo, hi = RANGES[unit]
+    return math.isfinite(value) and ((zero_ok and value == 0) or lo <= value <= hi)
+
+
+def check_range(value: float, unit: str, where: str, *, zero_ok: bool = False) -> float:
+    """``value`` if plausible for ``unit``; SpecsimError naming ``where``, the value and the range."""
+    if not in_range(value, unit, zero_ok=zero_ok):
+        raise SpecsimError(f"{where}: expected a value in {range_text(unit, zero_ok=zero_ok)}, got {value!r}")
+    return value
+
+
+def number_arg(unit: str, *, zero_ok: bool = False, integer: bool = False):
+    """An argparse ``type=``: a finite number (an integer if ``integer``) in the range of ``unit``."""
+    kind = "an integer" if integer else "a finite number"
+
+    def parse(text: str):
+        try:
+            value = int(text) if integer else float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {kind} in {range_text(unit, zero_ok=zero_ok)}, "
+                                             f"got {text!r}") from None
+        if not in_range(value, unit, zero_ok=zero_ok):
+            raise argparse.ArgumentTypeError(f"expected {kind} in {range_text(unit, zero_ok=zero_ok)}, "
+                                             f"got {text!r}")
+        return value
+
+    parse.__name__ = f"{unit} {'integer' if integer else 'number'}"
+    return parse

@@ -1,0 +1,84 @@
+"""SGLang speculative decoding -> τ at the server's draft length (the only γ SGLang's numbers speak for).
+
+Two sources, both bonus-included accept lengths (= specsim's τ):
+
+- the gauge ``sglang:spec_accept_length`` on ``/metrics`` ("The average acceptance length of
+  speculative decoding", python/sglang/srt/metrics/collector.py, ``SchedulerMetricsCollector``): the
+  mean over the scheduler's latest logging interval only, labelled ``model_name``;
+- responses of the native ``/generate`` API, one JSON object per line, whose ``meta_info`` carries
+  ``completion_tokens`` and ``spec_verify_ct`` (verification steps; python/sglang/srt/managers/
+  tokenizer_manager.py). SGLang's own accept length is completion_tokens / spec_verify_ct; over many
+  requests we take Σ completion_tokens / Σ spec_verify_ct (tokens per verify step, the block mean).
+
+SGLang reports neither a histogram nor per-position counts, so τ is known at K =
+``--speculative-num-steps`` (a chain: ``--speculative-eagle-topk 1``) and every other γ is an i.i.d.
+extrapolation, flagged as such downstream.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from specsim.engines.metrics import models_of, of_model, parse_exposition, pick_model, read_text
+from specsim.errors import SpecsimError
+from specsim.jsonio import parse_json
+
+ACCEPT_LENGTH = "sglang:spec_accept_length"
+
+
+def _check_tau(tau: float, num_steps: int, where: str) -> float:
+    if tau == 0:
+        raise SpecsimError(f"{where}: {ACCEPT_LENGTH} is 0: no speculative decoding in the last logging interval "
+                           "(scrape while the server decodes with speculative decoding on)")
+    if not 1.0 <= tau <= num_steps + 1 + 1e-9:  # NaN fails here too
+        raise SpecsimError(f"{where}: accept length {tau:g} is outside 1..num_steps+1 = 1..{num_steps + 1} "
+                           "(is --num-steps the server's --speculative-num-steps?)")
+    return float(tau)
+
+
+def tau_from_gauge(path: str | Path, num_steps: int, *, model: str | None = None) -> tuple[float, str]:
+    """(τ at K = num_steps, model name) from a ``/metrics`` scrape."""
+    where = f"metrics file {str(path)!r}"
+    samples = parse_exposition(read_text(path, "metrics file"), where)
+    models = models_of(samples, (ACCEPT_LENGTH,))
+    if not models:
+        raise SpecsimError(f"{where}: no {ACCEPT_LENGTH} gauge (start SGLang with --enable-metrics and "
+                           "speculative decoding on)")
+    chosen = pick_model(models, model, where)
+    values = sorted({s.value for s in of_model(samples, ACCEPT_LENGTH, chosen)})
+    if len(values) > 1:  # one sample per scheduler (tp/dp rank); they log the same batch statistics
+        raise SpecsimError(f"{where}: {ACCEPT_LENGTH} has several different values for model {chosen!r} "
+                           f"({', '.join(f'{v:g}' for v in values)}); keep one scheduler's sample")
+    return _check_tau(values[0], num_steps, where), chosen
+
+
+def tau_from_responses(path: str | Path, num_steps: int) -> tuple[float, int, int]:
+    """(τ at K, requests, verify steps) from a JSONL of ``/generate`` responses with ``meta_info``."""
+    where = f"responses file {str(path)!r}"
+    tokens = steps = requests = 0
+    for n, line in enumerate(read_text(path, "responses file").splitlines(), start=1):
+        if not line.strip():
+            continue
+        obj = parse_json(line, f"{where} line {n}")
+        meta = obj.get("meta_info") if isinstance(obj, dict) else None
+        if not isinstance(meta, dict):
+            raise SpecsimError(f"{where} line {n}: expected an object with 'meta_info' (SGLang /generate response)")
+        for key in ("completion_tokens", "spec_verify_ct"):
+            v = meta.get(key)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+                raise SpecsimError(f"{where} line {n}: meta_info.{key}: expected an integer >= 0, got {v!r} "
+                                   "(was the server started with speculative decoding?)")
+        tokens += meta["completion_tokens"]
+        steps += meta["spec_verify_ct"]
+        requests += 1
+    if requests == 0:
+        raise SpecsimError(f"{where}: no responses")
+    if steps == 0:
+        raise SpecsimError(f"{where}: zero verify steps (meta_info.spec_verify_ct is 0 in every response): "
+                           "no speculative decoding happened")
+    return _check_tau(tokens / steps, num_steps, where), requests, steps
+
+
+def is_responses_file(path: str | Path) -> bool:
+    """True for a JSONL of responses (first non-blank character '{'), False for Prometheus text."""
+    return read_text(path, "SGLang file").lstrip().startswith("{")

@@ -1,0 +1,160 @@
+"""The cost model's grids, interpolation rule and JSON contract, and the request walk (numpy only)."""
+
+import json
+
+import numpy as np
+import pytest
+
+from specsim.costmodel import CostModel, OverheadGrid, grid_ms, make_grid
+from specsim.errors import SpecsimError
+from specsim.predict import predict_entry
+from specsim.profile import LatencySection, MethodAcceptance, Profile, Trace, load_profile, save_profile
+from specsim.replay import replay_block_starts, replay_blocks_per_prompt, replay_traces_tau
+from specsim.walk import expected_plan, greedy_plan, sd_request_cost, target_request_cost
+from tests.conftest import make_profile
+
+ROWS, CTX, BATCH = (1, 2, 4), (16.0, 64.0, 256.0), (1, 3)
+
+
+def multilinear(r, c, b):
+    """Linear in each axis (with cross terms): what multilinear interpolation reproduces exactly."""
+    return 1.0 + 0.5 * r + 0.01 * c + 0.3 * b + 0.002 * r * c + 0.001 * c * b
+
+
+def _grid(f=multilinear, rows=ROWS, ctx=CTX, batch=BATCH):
+    ms = [[[f(r, c, b) for b in batch] for c in ctx] for r in rows]
+    return make_grid(rows, ctx, batch, ms)
+
+
+def test_interpolation_is_exact_for_a_multilinear_cost():
+    rng = np.random.default_rng(0)
+    r = rng.uniform(1, 4, 200)
+    c = rng.uniform(16, 256, 200)
+    b = rng.uniform(1, 3, 200)
+    ms, out = grid_ms(_grid(), r, c, b)
+    np.testing.assert_allclose(ms, multilinear(r, c, b), rtol=1e-12)
+    assert not out.any()
+    assert grid_ms(_grid(), 2, 64, 3)[0] == pytest.approx(multilinear(2, 64, 3))
+
+
+def test_outside_the_grid():
+    g = _grid()
+    ms, out = grid_ms(g, [2, 2], [8.0, 512.0], 1)
+    assert out.all()  # flagged, linear along context
+    np.testing.assert_allclose(ms, multilinear(2, np.array([8.0, 512.0]), 1))
+    with pytest.raises(SpecsimError, match="rows: 5 is outside the measured range 1..4"):
+        grid_ms(g, 5, 64, 1, name="Tv")
+    with pytest.raises(SpecsimError, match="batch: 4"):
+        grid_ms(g, 1, 64, 4)
+    # a noisy grid whose cost falls with context: extrapolation holds the end value instead of going negative
+    falling = _grid(lambda r, c, b: 10.0 - 0.03 * c)
+    assert grid_ms(falling, 1, 2000.0, 1)[0] == pytest.approx(10.0 - 0.03 * 256)
+    # prefill grids (context 0): their rows are the prompt's tokens and follow the same rule
+    prefill = make_grid((16, 64), (0.0,), (1,), [[[20.0]], [[50.0]]])
+    ms, out = grid_ms(prefill, 128, 0, 1, along="rows")
+    assert ms == pytest.approx(90.0) and out
+
+
+def _cost_model(f_target=lambda r, c: 10.0 + 2 * (r - 1) + 0.01 * c, f_draft=lambda r, c, b: 1.0 + 0.001 * c,
+                overhead=0.0, max_gamma=6) -> CostModel:
+    ctx = (8.0, 512.0)
+    rows_v = tuple(range(2, max_gamma + 2))
+    t = lambda rows, cs: [[[f_target(r, c)] for c in cs] for r in rows]  # noqa: E731
+    d = lambda rows, cs, bs: [[[f_draft(r, c, b) for b in bs] for c in cs] for r in rows]  # noqa: E731
+    return CostModel(
+        target_decode=make_grid((1,), ctx, (1,), t((1,), ctx)),
+        target_verify=make_grid(rows_v, ctx, (1,), t(rows_v, ctx)),
+        draft_first=make_grid((1, 2), ctx, (1, 2), d((1, 2), ctx, (1, 2))),
+        draft_next=make_grid((1,), ctx, (1, 2), d((1,), ctx, (1, 2))),
+        target_prefill=make_grid((1, 512), (0.0,), (1,), [[[5.0]], [[100.0]]]),
+        draft_prefill=make_grid((1, 512), (0.0,), (1, 2), [[[1.0, 1.5]], [[10.0, 15.0]]]),
+        overhead_ms_per_block=OverheadGrid((1, max_gamma), (1, 2), ((overhead, overhead), (overhead, overhead))),
+        overhead_ms_per_target_step=overhead)
+
+
+def test_cost_model_json_round_trip_and_errors(tmp_path):
+    cm = _cost_model()
+    assert CostModel.from_json(json.loads(json.dumps(cm.to_json()))) == cm
+    assert cm.max_gamma == 6
+    prof = make_profile(latency=LatencySection(cost_model=cm))
+    path = save_profile(prof, tmp_path / "p.json")
+    assert load_profile(str(path)).latency.cost_model == cm
+    data = json.loads(path.read_text())
+    data["latency"]["cost_model"]["target_verify"]["ms"][0][1] = [-1.0]
+    path.write_text(json.dumps(data))
+    with pytest.raises(SpecsimError, match=r"latency.cost_model.target_verify.ms\[0\]\[1\]\[0\]: expected > 0"):
+        load_profile(str(path))
+    data["latency"]["cost_model"]["target_verify"]["ms"] = [[[1.0]]]
+    path.write_text(json.dumps(data))
+    with pytest.raises(SpecsimError, match="target_verify.ms: expected 6 rows"):
+        load_profile(str(path))
+
+
+def test_schema1_profile_still_loads(tmp_path):
+    data = make_profile().to_json() | {"schema_version": 1}
+    path = tmp_path / "old.json"
+    path.write_text(json.dumps(data))
+    prof = load_profile(str(path))
+    assert prof.schema_version == 1 and prof.latency.cost_model is None
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_greedy_plan_is_the_replayed_schedule(seed):
+    """A second implementation: the plan's blocks are replay's block starts and counts, EOS-cut traces too."""
+    rng = np.random.default_rng(seed)
+    match = rng.random(40) < 0.7
+    for g in (1, 2, 3, 5, 8):
+        plan = greedy_plan(match, g)
+        assert plan.start.tolist() == replay_block_starts(match, g)
+        assert plan.blocks == replay_blocks_per_prompt([match], g)[0]
+        assert plan.tokens == 40 and plan.tokens / plan.blocks == pytest.approx(replay_traces_tau([match], g))
+        assert all(d == min(g, 40 - t - 1) for d, t in zip(plan.drafts, plan.start))
+        # an EOS-cut trace in a run allowed 64 tokens drafts full blocks to the end, as the engine does
+        eos = greedy_plan(match, g, max_new_tokens=64)
+        assert eos.blocks == plan.blocks and (eos.drafts >= plan.drafts).all()
+
+
+def test_expected_plan_spreads_tokens_in_blocks_of_tau():
+    plan = expected_plan(2.5, 4, 64, full_rate=0.2)
+    assert plan.tokens == pytest.approx(64) and plan.blocks == pytest.approx(64 / 2.5)
+    assert np.allclose(plan.first_rows, 1.2)
+    with pytest.raises(SpecsimError, match="tau"):
+        expected_plan(6.0, 4, 64)
+
+
+def test_constant_costs_reduce_the_walk_to_the_formula():
+    """With costs that do not depend on context and no overhead, speedup = τ / (γ·c + v) exactly."""
+    cm = _cost_model(f_target=lambda r, c: 10.0 + 2 * (r - 1), f_draft=lambda r, c, b: 1.0)
+    match = np.random.default_rng(3).random(60) < 0.8
+    plan = greedy_plan(match, 4)
+    sd = sd_request_cost(cm, plan, target_prompt_tokens=100, draft_prompt_tokens=100, fused=False)
+    base = target_request_cost(cm, prompt_tokens=100, new_tokens=60, fused=False)
+    tau = plan.tokens / plan.blocks
+    drafts = plan.drafts.sum()
+    # every block: its drafts at 1 ms, and a verification of g+1 rows at 10 + 2g ms
+    assert sd.total_ms == pytest.approx(drafts * 1.0 + sum(10.0 + 2 * g for g in plan.drafts))
+    assert base.total_ms == pytest.approx(600.0)
+    full = [g for g in plan.drafts if g == 4]
+    assert len(full) >= plan.blocks - 2  # only the capped last blocks differ from γ
+    assert base.total_ms / sd.total_ms == pytest.approx(tau * 10.0 * plan.blocks / sd.total_ms)
+
+
+def test_predict_walks_the_traces_of_a_schema2_profile():
+    cm = _cost_model(overhead=0.5)
+    traces = (Trace(match=tuple(int(x) for x in np.random.default_rng(1).random(30) < 0.8), prompt_id="a",
+                    prompt_tokens=40, draft_prompt_tokens=40),)
+    entry = MethodAcceptance(method="plain", scenario="s", images_per_prompt=0, traces=traces)
+    prof = Profile(provenance=make_profile().provenance, latency=LatencySection(cost_model=cm), acceptance=(entry,))
+    row = predict_entry(prof, entry, 3)
+    plan = greedy_plan(traces[0].match, 3)
+    sd = sd_request_cost(cm, plan, target_prompt_tokens=40, draft_prompt_tokens=40, fused=False)
+    base = target_request_cost(cm, prompt_tokens=40, new_tokens=30, fused=False)
+    assert row.speedup == pytest.approx(base.total_ms / sd.total_ms)
+    assert row.tau == pytest.approx(replay_traces_tau(traces, 3))
+    assert row.tau / row.speedup == pytest.approx(row.gamma_c_plus_v)
+    assert row.o == pytest.approx(0.5 * plan.blocks / plan.blocks / (base.total_ms / 30))
+    e2e = predict_entry(prof, entry, 3, new_tokens=30).end_to_end
+    assert e2e["speedup"] < row.speedup  # the prefill is not accelerated
+    # a context that has no prompt length is a clear note, not a crash
+    bare = MethodAcceptance(method="x", scenario="s", images_per_prompt=0, gamma=3, tau=2.0)
+    assert "prompt length is unknown" in predict_entry(prof, bare, 3).note

@@ -1,0 +1,90 @@
+"""Draft-length policies: parsing, HF's heuristic rule, the confidence stop, batch tables, exact replay."""
+
+import numpy as np
+import pytest
+
+from specsim.errors import SpecsimError
+from specsim.policies import (
+    BatchTable,
+    GammaPolicy,
+    as_policy,
+    parse_policy,
+    replay_policy_blocks,
+    replay_policy_blocks_per_prompt,
+    replay_policy_decode_ms,
+    replay_policy_tau,
+)
+from specsim.profile import Trace
+from specsim.replay import replay_blocks_per_prompt
+from specsim.trees import chain_block_ms
+
+
+def _outcomes(blocks):
+    return [(b.start, b.proposed, b.accepted) for b in blocks]
+
+
+def test_parse_and_print():
+    assert parse_policy("5") == parse_policy("fixed:5") == GammaPolicy("fixed", 5) == as_policy(5)
+    assert parse_policy("heuristic") == GammaPolicy("heuristic", 20)  # HF's num_assistant_tokens default
+    assert parse_policy("heuristic:5,max=12") == GammaPolicy("heuristic", 5, gamma_max=12)
+    assert parse_policy("confidence:0.4") == GammaPolicy("fixed", 20, stop_below=0.4)
+    h = parse_policy("confidence:0.3,gamma=6,heuristic")
+    assert h == GammaPolicy("heuristic", 6, stop_below=0.3)
+    b = parse_policy("batch:1=5,8=3,32=0@8")
+    assert b.gamma == 3 and BatchTable(b.table, 40).gamma == 0 and BatchTable(b.table).gamma == 5
+    for p in (h, b, parse_policy("heuristic:5,max=12"), parse_policy("fixed:4")):
+        assert parse_policy(str(p)) == p
+
+
+@pytest.mark.parametrize("bad", ["", "fixed:0", "heuristic:x", "confidence", "confidence:1.5", "batch:2=3",
+                                 "batch:1=2,1=3", "heuristic:5,max=2", "heuristic:5,foo=1", "sometimes"])
+def test_bad_policies_are_refused(bad):
+    with pytest.raises(SpecsimError):
+        parse_policy(bad)
+
+
+def test_as_policy_names_gamma():
+    for bad in (0, -1, 2.5, True, "3"):
+        with pytest.raises(SpecsimError, match="gamma"):
+            as_policy(bad)
+
+
+def test_fixed_policy_replays_like_the_chain():
+    rng = np.random.default_rng(0)
+    matches = [rng.random(n) < 0.7 for n in (1, 5, 33, 80)]
+    for g in (1, 3, 6):
+        np.testing.assert_array_equal(replay_policy_blocks_per_prompt(matches, g), replay_blocks_per_prompt(matches, g))
+
+
+def test_heuristic_schedule_by_hand():
+    # HF: +2 after a block that accepted every draft it proposed, else -1 (floor 1)
+    match = np.array([1, 1, 1, 1, 1, 1, 0, 1, 0, 0, 1, 1])
+    blocks = replay_policy_blocks(match, parse_policy("heuristic:2"))
+    assert _outcomes(blocks) == [(0, 2, 2), (3, 4, 3), (7, 3, 1), (9, 2, 0), (10, 1, 1)]
+    capped = replay_policy_blocks(match, parse_policy("heuristic:2,max=3"))
+    assert _outcomes(capped)[:2] == [(0, 2, 2), (3, 3, 3)]
+
+
+def test_confidence_stop_by_hand():
+    trace = Trace(match=(1,) * 8, draft_rank=(0,) * 8,
+                  draft_top_probs=tuple((p, 0.0) for p in (0.9, 0.4, 0.9, 0.9, 0.9, 0.3, 0.9, 0.9)))
+    blocks = replay_policy_blocks(trace, parse_policy("confidence:0.5,gamma=3"))
+    assert _outcomes(blocks) == [(0, 2, 2), (3, 3, 3), (7, 0, 0)]  # the low draft itself is still proposed
+    with pytest.raises(SpecsimError, match="top-k"):
+        replay_policy_blocks(Trace(match=(1, 0)), parse_policy("confidence:0.5"))
+
+
+def test_batch_table_can_turn_drafting_off():
+    match = [np.array([1, 1, 0, 1, 1, 1])]
+    assert replay_policy_blocks_per_prompt(match, parse_policy("batch:1=5,8=3,32=0@32")).tolist() == [6]
+    assert replay_policy_tau(match, parse_policy("batch:1=5,8=2@8")) == pytest.approx(6 / 2)  # blocks at 0 and 3, each of 3 tokens
+
+
+def test_policy_decode_ms_sums_block_costs():
+    tq = lambda rows, ctx: 1.0  # noqa: E731
+    tv = lambda rows, ctx: 10.0 + rows + 0.01 * ctx  # noqa: E731
+    match = np.array([1, 1, 1, 1, 1, 1, 0, 1, 0, 0, 1, 1])
+    blocks = replay_policy_blocks(match, parse_policy("heuristic:2"))
+    want = sum(chain_block_ms(b.proposed, target_ms=tv, draft_ms=tq, context_tokens=20 + b.start) for b in blocks)
+    ms = replay_policy_decode_ms([match], parse_policy("heuristic:2"), target_ms=tv, draft_ms=tq, prompt_tokens=20)
+    assert ms.tolist() == pytest.approx([want])

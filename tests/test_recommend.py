@@ -1,0 +1,174 @@
+"""`specsim recommend`: best draft length per batch size, vLLM / SGLang config with the documented option names."""
+
+import argparse
+import json
+import shlex
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from specsim.cli import main
+from specsim.engines.config import sglang_server_args, vllm_speculative_config
+from specsim.engines.imported import import_vllm
+from specsim.errors import SpecsimError
+from specsim.hardware.device import load_device
+from specsim.hardware.model import load_model_spec, load_pair, preset_names
+from specsim.hardware.roofline import Efficiency, decode_ms, verify_ms
+from specsim.recommend import LatencyModel, first_losing_batch, fixed_gamma_speedups, recommend
+
+pytestmark = pytest.mark.skipif("llava-1.5-7b" not in preset_names(), reason="calibrate presets not installed")
+DATA = Path(__file__).resolve().parents[1] / "notebooks" / "data" / "engines"
+SCRAPES = [str(DATA / "vllm_scrape_1.prom"), str(DATA / "vllm_scrape_2.prom")]
+BATCHES = (1, 8, 64, 128, 256, 512)
+CONTEXT = 64  # short contexts make big batches compute-bound on an H100, so SD stops paying
+
+
+@pytest.fixture(scope="module")
+def setting():
+    target, draft = (load_model_spec(n) for n in load_pair("llava-1.5-7b-68m"))
+    entry = import_vllm(SCRAPES).entry(method="M", scenario="chat")
+    return entry, LatencyModel(target, draft, load_device("h100-sxm"))
+
+
+def _by_hand(entry, lm, batch: int, gamma_max: int) -> np.ndarray:
+    """speedup(γ) = τ(γ)·Tp / (γ·Tq + Tv(γ)) straight from the roofline, τ(γ) from the histogram by hand."""
+    hist = np.asarray(entry.accepted_histogram)
+    eff = Efficiency()
+    tp = decode_ms(lm.target, lm.device, eff, CONTEXT, batch)
+    tq = decode_ms(lm.draft, lm.device, eff, CONTEXT, batch)
+    out = []
+    for g in range(1, gamma_max + 1):
+        tau = 1 + sum(min(k, g) * n for k, n in enumerate(hist)) / hist.sum()
+        out.append(tau * tp / (g * tq + verify_ms(lm.target, lm.device, eff, g, CONTEXT, batch)))
+    return np.asarray(out).ravel()
+
+
+def test_best_gamma_per_batch_matches_a_direct_computation(setting):
+    entry, lm = setting
+    rec = recommend(entry, lm, batches=BATCHES, context_tokens=CONTEXT)
+    gammas = []
+    for b in BATCHES:
+        s = _by_hand(entry, lm, b, 5)
+        choice = rec.at(b)
+        assert choice.best_gamma == int(np.argmax(s)) + 1 and choice.best_speedup == pytest.approx(s.max(), rel=1e-9)
+        assert choice.gamma == (choice.best_gamma if s.max() >= 1 else 0)
+        assert not choice.extrapolated  # gamma <= K = 5: tau read off the counters exactly
+        gammas.append(choice.gamma)
+    # the physics the table must show: long drafts at small batch, SD off once verification is compute-bound
+    assert gammas[0] >= 3 and gammas[-1] == 0 and gammas == sorted(gammas, reverse=True)
+
+
+def test_schedule_covers_every_batch_and_obeys_vllm_rules(setting):
+    entry, lm = setting
+    rec = recommend(entry, lm, batches=BATCHES, context_tokens=CONTEXT)
+    schedule = rec.schedule()
+    # vLLM's documented rules (docs/features/speculative_decoding/dynamic_speculative_decoding.md):
+    # ranges start at 1, are sorted and non-overlapping, and each K is 0..num_speculative_tokens.
+    assert schedule[0][0] == 1 and schedule[-1][1] == 512
+    assert all(hi >= lo for lo, hi, _ in schedule)
+    assert all(b[0] == a[1] + 1 for a, b in zip(schedule, schedule[1:]))
+    for lo, hi, g in schedule:
+        assert all(rec.at(b).gamma == g for b in (lo, hi, (lo + hi) // 2))
+    config = vllm_speculative_config(rec, method="draft_model", draft_model="my/draft")
+    assert config["num_speculative_tokens"] == max(g for *_, g in schedule) >= 1
+    assert all(0 <= g <= config["num_speculative_tokens"] for *_, g in schedule)
+
+
+def test_gamma_beyond_k_is_flagged_and_sglang_fixed_gamma(setting):
+    entry, lm = setting
+    rec = recommend(entry, lm, batches=(1,), context_tokens=CONTEXT, gamma_max=8)
+    assert any("extrapolation" in a for a in rec.assumptions)
+    if rec.at(1).best_gamma > 5:
+        assert rec.at(1).extrapolated
+    speeds = fixed_gamma_speedups(entry, lm, 5, max_batch=512, context_tokens=CONTEXT)
+    losing = first_losing_batch(speeds)
+    assert losing is not None and all(s >= 1 for b, s in speeds if b < losing) and speeds[losing - 1][1] < 1
+
+
+def _vllm_documented_schema(config: dict) -> None:
+    """Keys and types of SpeculativeConfig (vllm/config/speculative.py; docs/features/speculative_decoding)."""
+    documented = {"method": str, "model": str, "num_speculative_tokens": int,
+                  "num_speculative_tokens_per_batch_size": list, "draft_tensor_parallel_size": int,
+                  "disable_by_batch_size": int, "prompt_lookup_max": int, "prompt_lookup_min": int}
+    for key, value in config.items():
+        assert key in documented and isinstance(value, documented[key]), key
+    assert config["method"] in {"ngram", "medusa", "mlp_speculator", "draft_model", "suffix", "eagle", "eagle3",
+                                "mtp", "ngram_gpu"}
+    assert config["num_speculative_tokens"] > 0
+    for entry in config.get("num_speculative_tokens_per_batch_size", []):
+        assert len(entry) == 3 and all(isinstance(x, int) for x in entry)
+
+
+def _sglang_documented_parser() -> argparse.ArgumentParser:
+    """The flags of docs/advanced_features/speculative_decoding.md with their documented value types."""
+    p = argparse.ArgumentParser(exit_on_error=False)
+    p.add_argument("--speculative-algorithm", choices=["EAGLE", "EAGLE3", "STANDALONE", "NGRAM", "NEXTN"])
+    p.add_argument("--speculative-draft-model-path", type=str)
+    p.add_argument("--speculative-num-steps", type=int)
+    p.add_argument("--speculative-eagle-topk", type=int)
+    p.add_argument("--speculative-num-draft-tokens", type=int)
+    return p
+
+
+def test_cli_vllm_prints_table_and_writes_valid_config(tmp_path, capsys):
+    profile = tmp_path / "imported.json"
+    assert main(["import", "vllm", *SCRAPES, "--method", "M", "--scenario", "chat", "--out", str(profile)]) == 0
+    capsys.readouterr()
+    cfg, full = tmp_path / "spec.json", tmp_path / "rec.json"
+    assert main(["recommend", "--engine", "vllm", "--profile", str(profile), "--pair", "llava-1.5-7b-68m",
+                 "--context", str(CONTEXT), "--batch", ",".join(map(str, BATCHES)), "--draft-model", "my/draft",
+                 "--config-out", str(cfg), "--out", str(full)]) == 0
+    text = capsys.readouterr().out
+    assert "draft length" in text and "assumptions:" in text and "num_speculative_tokens_per_batch_size" in text
+    config = json.loads(cfg.read_text())
+    _vllm_documented_schema(config)
+    assert config["model"] == "my/draft" and config["num_speculative_tokens_per_batch_size"][-1][2] == 0
+    rec = json.loads(full.read_text())
+    assert [r["batch_size"] for r in rec["table"]] == list(BATCHES) and rec["config"] == config
+    assert any(line.split()[:2] == ["512", "0"] for line in text.splitlines())  # SD off at batch 512
+
+
+def test_cli_sglang_flags_parse_with_the_documented_names(tmp_path, capsys):
+    profile = tmp_path / "imported.json"
+    assert main(["import", "sglang", str(DATA / "sglang_metrics.prom"), "--num-steps", "3", "--method", "EAGLE",
+                 "--scenario", "chat", "--out", str(profile)]) == 0
+    out = tmp_path / "flags.txt"
+    assert main(["recommend", "--engine", "sglang", "--profile", str(profile), "--pair", "llava-1.5-7b-68m",
+                 "--context", str(CONTEXT), "--batch", "1,64,512", "--draft-model", "my/draft",
+                 "--config-out", str(out)]) == 0
+    text = capsys.readouterr().out
+    flags = _sglang_documented_parser().parse_args(shlex.split(out.read_text()))
+    assert flags.speculative_algorithm == "STANDALONE" and flags.speculative_draft_model_path == "my/draft"
+    assert flags.speculative_eagle_topk == 1 and flags.speculative_num_draft_tokens == flags.speculative_num_steps + 1
+    assert 1 <= flags.speculative_num_steps <= 3
+    assert "SGLang has one draft length" in text and "*" in text  # tau away from K = 3 is extrapolated
+
+
+def test_off_everywhere_gives_no_config(setting):
+    entry, lm = setting
+    rec = recommend(entry, lm, batches=(1, 4), context_tokens=CONTEXT, min_speedup=100.0)
+    assert all(c.gamma == 0 for c in rec.choices)
+    assert vllm_speculative_config(rec, draft_model="d") is None
+    assert sglang_server_args(rec, at_batch=1, draft_model="d") is None
+
+
+def test_recommend_bad_input(tmp_path, capsys, setting):
+    entry, lm = setting
+    with pytest.raises(SpecsimError, match="needs the draft model"):
+        vllm_speculative_config(recommend(entry, lm, batches=(1,), context_tokens=CONTEXT), method="eagle")
+    profile = tmp_path / "imported.json"
+    assert main(["import", "vllm", *SCRAPES, "--method", "M", "--scenario", "chat", "--out", str(profile)]) == 0
+    capsys.readouterr()
+    base = ["recommend", "--profile", str(profile), "--draft-model", "d"]
+    for argv, fragment in [
+        (["--engine", "vllm"], "expected --pair NAME or both --target and --draft"),
+        (["--engine", "vllm", "--pair", "llava-1.5-7b-68m", "--batch", "0"], "--batch"),
+        (["--engine", "vllm", "--pair", "llava-1.5-7b-68m", "--context", "-3"], "--context"),
+        (["--engine", "vllm", "--pair", "llava-1.5-7b-68m", "--device", "tpu-v9"], "unknown device 'tpu-v9'"),
+        (["--engine", "vllm", "--pair", "llava-1.5-7b-68m", "--method", "Z"], "unknown method 'Z'"),
+        (["--engine", "sglang", "--pair", "llava-1.5-7b-68m", "--batch", "1-8", "--at-batch", "9"], "--at-batch"),
+    ]:
+        assert main(base + argv) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("specsim: error: ") and err.count("\n") == 1 and fragment in err, err
