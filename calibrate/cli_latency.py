@@ -45,6 +45,11 @@ def register(subparsers, calibrate_subparsers) -> None:
     run.add_argument("--dtype", default="float32", help="float32 | bfloat16 | float16 (default float32; "
                      "LLaVA-1.5-7B needs ~28 GB of weights in float32, ~14 GB in bfloat16)")
     run.add_argument("--threads", type=number_arg("threads", integer=True), help="torch CPU threads (default: torch's choice)")
+    run.add_argument("--device-map", choices=("auto", "balanced"), help="place a target too big for one device "
+                     "over the GPUs, CPU and disk with accelerate (auto: fill in order; balanced: even over the "
+                     "GPUs); --device then holds the draft. The placement is recorded in the profile's provenance")
+    run.add_argument("--max-memory", help="with --device-map: what each device may hold, e.g. "
+                     "cuda:0=20GiB,cpu=64GiB (the rest is offloaded to disk)")
     run.add_argument("--out", required=True, help="profile JSON to write (its latency section is replaced "
                                                   "if it exists; acceptance entries are kept)")
     run.add_argument("--no-resume", action="store_true", help="discard partial results of an earlier run")
@@ -86,6 +91,7 @@ def _load_models(args) -> dict:
     from calibrate.presets import pair
 
     threads = args.threads
+    place = _placement(args)
     target_spec = args.target_config or args.target
     draft_spec = args.draft_config or args.draft
     rand_t, rand_d = bool(args.target_config), bool(args.draft_config)
@@ -94,7 +100,7 @@ def _load_models(args) -> dict:
         if target_spec is None and draft_spec is None:
             target, draft = M.load_pair(args.preset, device=args.device, dtype=args.dtype, threads=threads,
                                         random_weights=args.random_weights, cache_dir=args.cache_dir,
-                                        progress=not args.quiet, seed=args.seed)
+                                        progress=not args.quiet, seed=args.seed, **place)
             return _with_captioner(args, {"target": target, "draft": draft})
         target_spec = target_spec or entry["target"]
         draft_spec = draft_spec or entry["draft"]
@@ -103,11 +109,20 @@ def _load_models(args) -> dict:
         raise SpecsimError(f"no model given for {missing} (expected it, or --preset PAIR)")
     M.set_threads(threads)
     target = M.model_from_spec(target_spec, device=args.device, dtype=args.dtype, threads=threads,
-                           random_weights=rand_t, seed=args.seed)
+                           random_weights=rand_t, seed=args.seed, **place)
     draft = M.model_from_spec(draft_spec, device=args.device, dtype=args.dtype, threads=threads,
                           random_weights=rand_d, seed=args.seed + 1)
     M.check_pair_vocab(target, draft)
     return _with_captioner(args, {"target": target, "draft": draft})
+
+
+def _placement(args) -> dict:
+    """--device-map / --max-memory for the target's loader."""
+    from calibrate.placement import parse_max_memory
+
+    if args.max_memory and not args.device_map:
+        raise SpecsimError("--max-memory: needs --device-map auto|balanced")
+    return {"device_map": args.device_map, "max_memory": parse_max_memory(args.max_memory)}
 
 
 def _with_captioner(args, models: dict) -> dict:

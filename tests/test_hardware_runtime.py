@@ -12,7 +12,7 @@ from specsim.hardware.fit import points_from_grid, points_from_latency
 from specsim.hardware.model import spec_from_config
 from specsim.hardware.parallel import allreduce_link_bytes, allreduce_ms, per_gpu_resident_bytes
 from specsim.hardware.plan import MethodTau, Parallel, plan_hardware
-from specsim.hardware.published_set import load_published_set, parse_published_set
+from specsim.hardware.published_set import is_reserved, load_published_set, parse_published_set
 from specsim.hardware.roofline import decode_ms, forward_bytes, verify_ms
 from specsim.hardware.runtime import RUNTIMES_DIR, Runtime, load_runtime, runtime_names
 from specsim.profile import Curve, LatencySection
@@ -117,25 +117,27 @@ def test_published_set_is_cited_and_keeps_reserved_sources_out():
     assert any(r.multimodal for r in ps.rows) and any(r.tp > 1 for r in ps.rows)
     for key, s in ps.sources.items():
         assert s.title and s.authors and s.year and s.where
-        assert "spec-bench" not in (key + s.title).lower() and "eagle" not in (key + s.title).lower()
+        assert not is_reserved(s), key
     derived = [r for r in ps.rows if r.tau_derivation and r.tau is not None]
     assert derived and all(r.flags for r in derived)
     data = json.loads(json.dumps({"schema_version": 1, "sources": {"spec-bench": {
         "title": "x", "authors": "y", "year": 2024, "venue": "v", "where": "w"}}, "rows": [{}]}))
-    with pytest.raises(SpecsimError, match="rows\\[0\\]"):
+    with pytest.raises(SpecsimError, match="sources\\['spec-bench'\\]: 'x' is reserved"):
         parse_published_set(data, "mine.json")
 
 
-def test_validate_cli_beats_textbook_on_held_out_rows(tmp_path, capsys):
-    """One leave-one-source-out run through the CLI (JSON + plot); held-out rows beat the textbook."""
-    rc = main(["validate", "--json", "--plot", str(tmp_path / "v.png")])
+def test_validate_cli_json_plots_and_sweeps(tmp_path, capsys):
+    """One leave-one-source-out run through the CLI (JSON + both plots): all rows summarised, sweeps present."""
+    rc = main(["validate", "--json", "--plot", str(tmp_path / "v.png"), "--sweep-plot", str(tmp_path / "s.png")])
     out = json.loads(capsys.readouterr().out)
     assert rc == 0 and out["mode"] == "leave-one-source-out" and out["not_predictable"]
-    assert {"error", "textbook_error", "in_source"} <= set(out["rows"][0])
-    assert (tmp_path / "v.png").read_bytes()[:4] == b"\x89PNG"
-    held = out["summary_held_out_only"]
-    assert held["rows"] >= 3 and held["median_abs_error"] < held["textbook_median_abs_error"]
+    assert {"error", "textbook_error", "at_defaults"} <= set(out["rows"][0])
+    for name in ("v.png", "s.png"):
+        assert (tmp_path / name).read_bytes()[:4] == b"\x89PNG"
+    assert out["summary"]["rows"] == len(out["rows"]) >= 40
+    assert out["summary"]["median_abs_error"] < out["summary"]["textbook_median_abs_error"]
     assert all(np.isfinite(r["predicted"]) for r in out["rows"])
+    assert out["batch_sweeps"] and all(len(s["points"]) >= 2 and s["grid"] for s in out["batch_sweeps"])
 
 
 def test_hardware_cli_user_tau_fixed_gamma_and_tp(capsys):

@@ -206,9 +206,19 @@ def ranking(plan: Plan, method: str, *, batch: int | None = None, context: int |
     return sorted(rows, key=lambda r: (not r.fits_memory, -r.sd_tokens_per_s))
 
 
+def paying_range(batches, speedups) -> tuple[int | None, int | None]:
+    """(smallest batch with speedup >= 1, batch from which every larger one is < 1); (None, None): never pays,
+    (b, None): pays from b up to the largest batch given. Both ends matter: a self-speculating draft pays
+    only once the KV cache dominates (large batch, long context)."""
+    pays = [b for b, s in zip(batches, speedups) if s >= 1.0]
+    if not pays:
+        return None, None
+    after = [b for b in batches if b > pays[-1]]
+    return pays[0], (after[0] if after else None)
+
+
 def speedup_crossover_batch(plan: Plan, device: str, method: str, context: int) -> int | None:
-    """Smallest planned batch size at which the best-γ speedup drops below 1 (None: never)."""
-    for r in sorted(plan.select(device=device, method=method, context=context), key=lambda r: r.batch_size):
-        if r.speedup < 1.0:
-            return r.batch_size
-    return None
+    """Planned batch size from which the best-γ speedup stays below 1 (SD stops paying); None: it still pays at
+    the largest planned batch, or never pays (see :func:`paying_range`)."""
+    rows = sorted(plan.select(device=device, method=method, context=context), key=lambda r: r.batch_size)
+    return paying_range([r.batch_size for r in rows], [r.speedup for r in rows])[1]

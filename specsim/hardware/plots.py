@@ -1,4 +1,5 @@
-"""Plots for hardware plans (matplotlib imported lazily, Agg backend, PNG written atomically)."""
+"""Plots for hardware plans (matplotlib imported lazily; a bare Figure, so pyplot's backend is left alone;
+PNG written atomically)."""
 
 from __future__ import annotations
 
@@ -13,14 +14,10 @@ from specsim.jsonio import write_bytes_atomic
 def plot_speedup_vs_batch(plan: Plan, path: str | os.PathLike, *, method: str | None = None,
                           context: int | None = None) -> Path:
     """Best-γ SD speedup vs batch size, one line per device (hollow markers: does not fit in memory)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     method = method or plan.methods[0]
     context = plan.contexts[0] if context is None else context
-    fig, ax = plt.subplots(figsize=(7, 4.5))
+    fig = _figure((7, 4.5))
+    ax = fig.subplots()
     for dev in plan.devices:
         rows = sorted(plan.select(device=dev, method=method, context=context), key=lambda r: r.batch_size)
         xs, ys = [r.batch_size for r in rows], [r.speedup for r in rows]
@@ -40,13 +37,9 @@ def plot_speedup_vs_batch(plan: Plan, path: str | os.PathLike, *, method: str | 
 
 def plot_validation(results, path: str | os.PathLike) -> Path:
     """Predicted vs published (one panel per observable), specsim filled, textbook hollow; y = x dashed."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     kinds = sorted({r.observable for r in results})
-    fig, axes = plt.subplots(1, len(kinds), figsize=(5.2 * len(kinds), 4.6), squeeze=False)
+    fig = _figure((5.2 * len(kinds), 4.6))
+    axes = fig.subplots(1, len(kinds), squeeze=False)
     for ax, kind in zip(axes[0], kinds):
         rs = [r for r in results if r.observable == kind]
         sources = sorted({r.source for r in rs})
@@ -66,18 +59,43 @@ def plot_validation(results, path: str | os.PathLike) -> Path:
         ax.set_ylabel(f"predicted {kind}")
         ax.set_title(kind.replace("_", " "))
         ax.legend(fontsize=6)
-    fig.suptitle("specsim validate: leave-one-source-out (filled) vs textbook (hollow)")
+    fig.suptitle("specsim validate: specsim (filled) vs textbook (hollow)")
     fig.tight_layout()
     return _save(fig, path)
 
 
-def _save(fig, path) -> Path:
-    """Write a figure to ``path`` atomically (:func:`specsim.jsonio.write_bytes_atomic`) and close it."""
-    import matplotlib.pyplot as plt
+def plot_sweeps(comparisons, path: str | os.PathLike) -> Path:
+    """Per published batch sweep: predicted best-γ speedup vs batch (line), predicted at the published batches
+    (crosses) and published (dots); y = 1 dashed (below it SD does not pay)."""
+    fig = _figure((4.6 * len(comparisons), 4.2))
+    axes = fig.subplots(1, len(comparisons), squeeze=False)
+    for ax, c in zip(axes[0], comparisons):
+        ax.plot(c.grid_batches, c.grid_best_speedup, "-", color="C0", label="specsim, best γ")
+        ax.plot([p.batch for p in c.points], [p.predicted for p in c.points], "x", color="C0", ms=8,
+                label="specsim at published γ")
+        ax.plot([p.batch for p in c.points], [p.published for p in c.points], "o", color="C3", label="published")
+        ax.axhline(1.0, color="k", lw=0.8, ls="--")
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("batch size (sequences)")
+        ax.set_ylabel("SD speedup")
+        ax.set_title(f"{c.label}\n{c.gpus}x {c.device}, {c.runtime}, context {c.context_tokens:g}", fontsize=8)
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    return _save(fig, path)
 
+
+def _figure(size):
+    """A Figure with an Agg canvas, outside pyplot (no global backend switch, nothing left open)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=size)
+    FigureCanvasAgg(fig)
+    return fig
+
+
+def _save(fig, path) -> Path:
+    """Write a figure to ``path`` atomically (:func:`specsim.jsonio.write_bytes_atomic`)."""
     buf = io.BytesIO()
-    try:
-        fig.savefig(buf, format="png", dpi=110)
-    finally:
-        plt.close(fig)
+    fig.savefig(buf, format="png", dpi=110)
     return write_bytes_atomic(path, buf.getvalue())

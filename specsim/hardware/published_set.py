@@ -4,13 +4,16 @@ A row is either ``sd`` (speculative decoding with a draft model: γ, τ with its
 measured speedup and/or SD ms per token) or ``decode`` (target-only ms per token). Sources carry
 title, authors, year, venue and where in the source the numbers are. τ is specsim's τ (tokens per
 block, bonus included); a row whose source reports other counters says how τ was derived
-(``tau_derivation``) and is flagged. Reserved for an independent check and kept out: the Spec-Bench
-leaderboard and the EAGLE, EAGLE-2 and EAGLE-3 papers' SpS / vanilla-SD rows.
+(``tau_derivation``) and is flagged. A row with ``ratio_to`` (the id of a row of the same source that differs
+only in batch size) is compared as ``speedup_ratio`` = its speedup / the reference row's: τ cancels when
+acceptance does not depend on batch size, so a published batch sweep that gives no τ still tests how the cost
+of a block scales with batch. Reserved for an independent check and kept out: the Spec-Bench leaderboard and
+the EAGLE, EAGLE-2 and EAGLE-3 papers' SpS / vanilla-SD rows.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -21,7 +24,13 @@ from specsim.jsonio import read_json
 
 DATA_FILE = "data/published_gpu_measurements.json"
 _PARALLEL = ("none", "tensor", "layer-split")
-_RESERVED = ("spec-bench", "eagle")
+_RESERVED = ("spec-bench", "eagle")  # source keys
+# Reserved sources recognised by title, venue or address: the Spec-Bench leaderboard (hemingkx/Spec-Bench) and
+# the EAGLE papers (arXiv 2401.15077, 2406.16858, 2503.01840; SafeAILab/EAGLE). EAGLE-method rows measured by
+# others in another runtime (e.g. vLLM issues) are not those papers' SpS rows and may stay.
+_RESERVED_MARKS = ("spec-bench", "specbench", "hemingkx", "safeailab/eagle", "2401.15077", "2406.16858",
+                   "2503.01840")
+_EAGLE_PAPER_TITLES = ("eagle:", "eagle-2:", "eagle-3:", "eagle 2:", "eagle 3:")
 
 
 @dataclass(frozen=True)
@@ -66,6 +75,9 @@ class Row:
     target_ms_per_token: float | None = None
     multimodal: bool = False
     flags: tuple[str, ...] = ()
+    draft_tp: int = 1  # tensor-parallel degree of the draft (MagicDec shards a 1.1B draft over 4 GPUs)
+    ratio_to: str | None = None  # id of the reference row of a ``speedup_ratio`` comparison
+    speedup_ratio: float | None = None  # speedup / reference row's speedup (set when the set is parsed)
 
     @property
     def tp(self) -> int:
@@ -74,9 +86,12 @@ class Row:
 
     @property
     def observable(self) -> str | None:
-        """What is compared: 'speedup', 'sd_ms_per_token' or 'target_ms_per_token'; None: not predictable."""
+        """What is compared: 'speedup', 'sd_ms_per_token', 'target_ms_per_token' or 'speedup_ratio'; None: not
+        predictable."""
         if self.kind == "decode":
             return "target_ms_per_token"
+        if self.speedup_ratio is not None:
+            return "speedup_ratio"
         if self.tau is None:
             return None
         return "speedup" if self.speedup is not None else "sd_ms_per_token"
@@ -152,9 +167,35 @@ def _row(d: Any, where: str, sources: dict, models: dict) -> Row:
         tau_derivation=d.get("tau_derivation"), speedup=_field(d, "speedup", where, num, optional=True, lo=0),
         sd_ms_per_token=_field(d, "sd_ms_per_token", where, num, optional=True, lo=0),
         target_ms_per_token=_field(d, "target_ms_per_token", where, num, optional=True, lo=0),
-        multimodal=bool(d.get("multimodal", False)), flags=tuple(d.get("flags", ())))
+        multimodal=bool(d.get("multimodal", False)), flags=tuple(d.get("flags", ())),
+        draft_tp=_field(d, "draft_tp", where, int, optional=True, lo=1) or 1,
+        ratio_to=_field(d, "ratio_to", where, str, optional=True))
     _check_row(row, where)
     return row
+
+
+_SAME_FOR_RATIO = ("source", "kind", "target", "draft", "device", "runtime", "gpus", "parallel", "draft_tp",
+                   "weights_dtype", "draft_weights_dtype", "kv_dtype", "gamma", "target_context_tokens",
+                   "draft_context_tokens")
+
+
+def _with_ratios(rows: tuple[Row, ...], name: str) -> tuple[Row, ...]:
+    """Set ``speedup_ratio`` on rows with ``ratio_to``; the reference must differ only in batch size."""
+    by_id = {r.id: r for r in rows}
+    out = []
+    for i, row in enumerate(rows):
+        if row.ratio_to is not None:
+            where = f"{name}.rows[{i}].ratio_to"
+            ref = by_id.get(row.ratio_to)
+            if ref is None or ref.id == row.id:
+                raise SpecsimError(f"{where}: expected the id of another row, got {row.ratio_to!r}")
+            diff = [k for k in _SAME_FOR_RATIO if getattr(ref, k) != getattr(row, k)]
+            if diff or row.speedup is None or ref.speedup is None:
+                raise SpecsimError(f"{where}: row {ref.id!r} must have a speedup and differ only in batch size "
+                                   f"(differs in {diff or ['speedup missing']})")
+            row = replace(row, speedup_ratio=row.speedup / ref.speedup)
+        out.append(row)
+    return tuple(out)
 
 
 def _check_row(row: Row, where: str) -> None:
@@ -175,8 +216,19 @@ def _check_row(row: Row, where: str) -> None:
 def _source(key: str, d: Any, where: str) -> Source:
     if not isinstance(d, dict):
         raise SpecsimError(f"{where}: expected an object, got {type(d).__name__}")
-    return Source(key, _field(d, "title", where, str), _field(d, "authors", where, str),
-                  _field(d, "year", where, int, lo=1900), _field(d, "venue", where, str), _field(d, "where", where, str))
+    src = Source(key, _field(d, "title", where, str), _field(d, "authors", where, str),
+                 _field(d, "year", where, int, lo=1900), _field(d, "venue", where, str), _field(d, "where", where, str))
+    if is_reserved(src):
+        raise SpecsimError(f"{where}: {src.title!r} is reserved for an independent check (the Spec-Bench "
+                           "leaderboard or an EAGLE paper) and must stay out")
+    return src
+
+
+def is_reserved(src: Source) -> bool:
+    """True for the Spec-Bench leaderboard and the EAGLE, EAGLE-2 and EAGLE-3 papers (by key, title or venue)."""
+    text = f"{src.key} {src.title} {src.venue} {src.where}".lower()
+    return (any(word in src.key.lower() for word in _RESERVED) or any(m in text for m in _RESERVED_MARKS)
+            or src.title.lower().startswith(_EAGLE_PAPER_TITLES))
 
 
 def parse_published_set(data: Any, name: str = "published set") -> PublishedSet:
@@ -197,6 +249,7 @@ def parse_published_set(data: Any, name: str = "published set") -> PublishedSet:
     dup = sorted({i for i in ids if ids.count(i) > 1})
     if dup:
         raise SpecsimError(f"{name}.rows: duplicate id {dup[0]!r}")
+    rows = _with_ratios(rows, name)
     return PublishedSet(sources, models, rows, str(data.get("description", "")),
                         {k: v.get("source", "") for k, v in models_in.items()})
 

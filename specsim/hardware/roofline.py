@@ -3,7 +3,10 @@
 time = max(C, M) + (1 − overlap) · min(C, M) + overhead + all-reduce (tensor parallel, :mod:`.parallel`)
 C = FLOPs / (peak · eff_compute(rows)), M = bytes / (bandwidth · eff_memory(rows))
 (Williams et al. 2009, "Roofline"; applied to LLM decoding as in Pope et al. 2022 and llm-analysis).
-overhead = per forward + per layer · layers: launch/dispatch cost that no roofline sees. ``eff`` is an
+overhead = per forward + per layer · layers: launch/dispatch cost that no roofline sees; weights stored in
+under 2 bytes add dequant_ms_per_layer per decoder layer (the unpacking matmul kernels of int8/int4 weights run
+below the bandwidth roofline by a roughly fixed time per kernel; PyTorch blog "Accelerating Generative AI II",
+2023: int8 halves the bytes of Llama-7B but gains only 1.47×). ``eff`` is an
 :class:`Efficiency` (one pair of fractions) or a :class:`~specsim.hardware.runtime.Runtime` (fractions
 that depend on the rows of the pass, rows = batch · new).
 
@@ -62,6 +65,7 @@ class Efficiency:
     overhead_ms_per_block = 0.0
     overhead_ms_per_allreduce = 0.0
     interconnect_efficiency = 0.7
+    dequant_ms_per_layer = 0.0
 
     def memory_efficiency(self, rows) -> np.ndarray:
         return np.full(np.shape(rows), self.memory)
@@ -124,6 +128,11 @@ def forward_bytes(m: ModelSpec, batch, context, new, logits=None, score_bytes: f
     return weights + kv + act + b * lg * m.vocab * 4.0 + scores
 
 
+def quantized_layers(m: ModelSpec) -> int:
+    """Decoder layers whose matmuls unpack quantized weights (all of them when weights are under 2 bytes)."""
+    return m.layers if m.dtype_bytes < 2 else 0
+
+
 def roofline_terms_ms(m: ModelSpec, dev: Device, eff, batch, context, new, logits=None, tp: int = 1):
     """(compute_ms, memory_ms) of one pass (per GPU of a ``tp``-way shard) before the max and the overhead."""
     rows = np.asarray(batch, dtype=float) * np.asarray(new, dtype=float)
@@ -140,7 +149,8 @@ def forward_ms(m: ModelSpec, dev: Device, eff, batch, context, new, logits=None,
 
     compute, memory = roofline_terms_ms(m, dev, eff, batch, context, new, logits, tp)
     roof = np.maximum(compute, memory) + (1.0 - eff.overlap) * np.minimum(compute, memory)
-    out = roof + eff.pass_overhead_ms(m.layers) + allreduce_ms(m, dev, eff, batch, new, tp)
+    dequant = eff.dequant_ms_per_layer * quantized_layers(m)
+    out = roof + eff.pass_overhead_ms(m.layers) + dequant + allreduce_ms(m, dev, eff, batch, new, tp)
     return out if out.ndim else float(out)
 
 

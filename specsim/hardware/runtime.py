@@ -11,10 +11,15 @@ A runtime sets what the roofline alone cannot see (DESIGN.md, "Runtime"):
   rising toward the GEMM asymptote (tiles filled);
 - attention context: ``attention_score_bytes`` per (query row × cached position × head) when scores are
   materialised (eager attention, llama.cpp without flash attention; 0 for fused/paged kernels);
-- ``overlap``: 1 means time = max(compute, memory) (a GPU overlaps both), 0 means their sum.
+- ``overlap``: 1 means time = max(compute, memory) (a GPU overlaps both), 0 means their sum;
+- ``dequant_ms_per_layer``: ms per decoder layer whose weights are stored in under 2 bytes (int8/int4/GGUF):
+  the unpacking kernels' shortfall below the bandwidth roofline.
 
 The shipped files are ``specsim/hardware/runtimes/*.json``; users pass their own by path. Each number is
-``{"value": ..., "source": "..."}``; ``fit`` lists the parameters ``specsim validate`` refits.
+``{"value": ..., "source": "..."}``; ``fit`` lists the parameters ``specsim validate`` refits, and each of
+them carries a ``"default": {"value": ..., "source": "..."}``: the value cited from outside the published set
+(or stated as an assumption) that leave-one-source-out starts from, pulls toward, and falls back to when no
+other source covers the runtime. ``value`` is then the fit on the whole set (``specsim validate --fit-all``).
 """
 
 from __future__ import annotations
@@ -40,6 +45,7 @@ PARAM_BOUNDS = {
     "memory_efficiency_gemv": (1e-4, 8.0), "memory_efficiency_gemm": (1e-4, 8.0),
     "compute_efficiency": (1e-4, 8.0), "compute_rows_half": (0.0, 1e4),
     "attention_score_bytes": (0.0, 64.0), "overlap": (0.0, 1.0), "interconnect_efficiency": (1e-3, 1.0),
+    "dequant_ms_per_layer": (0.0, 1e2),
 }
 PARAMS = tuple(PARAM_BOUNDS)
 _KEYS = {"schema_version", "name", "display_name", "kind", "notes", "fit", *PARAMS}
@@ -63,8 +69,11 @@ class Runtime:
     attention_score_bytes: float = 0.0
     overlap: float = 1.0
     interconnect_efficiency: float = 0.7
+    dequant_ms_per_layer: float = 0.0
     sources: dict[str, str] = field(default_factory=dict)
     fit: tuple[str, ...] = ()
+    defaults: dict[str, float] = field(default_factory=dict)  # cited values of the ``fit`` parameters
+    default_sources: dict[str, str] = field(default_factory=dict)
     notes: str = ""
     schema_version: int = SCHEMA_VERSION
 
@@ -74,6 +83,11 @@ class Runtime:
             if isinstance(value, bool) or not isinstance(value, (int, float, np.floating)) \
                     or not np.isfinite(value) or not lo <= value <= hi:
                 raise SpecsimError(f"runtime.{key}: expected a number in [{lo:g}, {hi:g}], got {value!r}")
+        for key, value in self.defaults.items():
+            lo, hi = PARAM_BOUNDS[key]
+            if isinstance(value, bool) or not isinstance(value, (int, float, np.floating)) \
+                    or not np.isfinite(value) or not lo <= value <= hi:
+                raise SpecsimError(f"runtime.{key}.default: expected a number in [{lo:g}, {hi:g}], got {value!r}")
 
     # The interface the roofline uses (Efficiency has the same methods).
     def memory_efficiency(self, rows) -> np.ndarray:
@@ -93,6 +107,9 @@ class Runtime:
                                "display_name": self.display_name or self.name, "kind": self.kind}
         for key in PARAMS:
             out[key] = {"value": float(getattr(self, key)), "source": self.sources.get(key, "")}
+            if key in self.defaults:
+                out[key]["default"] = {"value": float(self.defaults[key]),
+                                       "source": self.default_sources.get(key, "")}
         out["fit"] = list(self.fit)
         if self.notes:
             out["notes"] = self.notes
@@ -112,30 +129,45 @@ class Runtime:
         kind = d.get("kind", "gpu")
         if kind not in ("gpu", "cpu"):
             raise SpecsimError(f"{where}.kind: expected 'gpu' or 'cpu', got {kind!r}")
-        values, sources = {}, {}
+        values, sources, defaults, default_sources = {}, {}, {}, {}
         for key in PARAMS:
             if key not in d:
                 continue
-            q = d[key]
-            if not isinstance(q, dict) or "value" not in q:
-                raise SpecsimError(f"{where}.{key}: expected {{\"value\": number, \"source\": \"...\"}}, got {q!r}")
-            source = q.get("source")
-            if not isinstance(source, str) or not source.strip():
-                raise SpecsimError(f"{where}.{key}.source: expected the paper, repository, datasheet or fit "
-                                   f"command this number comes from, got {source!r}")
-            values[key], sources[key] = q["value"], source
+            values[key], sources[key] = _number(d[key], f"{where}.{key}")
+            if isinstance(d[key], dict) and "default" in d[key]:
+                defaults[key], default_sources[key] = _number(d[key]["default"], f"{where}.{key}.default")
         fit = d.get("fit", [])
         if not isinstance(fit, list) or any(k not in PARAMS for k in fit):
             raise SpecsimError(f"{where}.fit: expected a list of parameter names from {list(PARAMS)}, got {fit!r}")
+        missing = [k for k in fit if k not in defaults]
+        if missing:
+            raise SpecsimError(f"{where}.{missing[0]}.default: missing (every parameter in 'fit' needs the cited "
+                               "value leave-one-source-out falls back to)")
         try:
             return cls(name=name, display_name=str(d.get("display_name") or name), kind=kind, sources=sources,
-                       fit=tuple(fit), notes=str(d.get("notes", "")), **values)
+                       fit=tuple(fit), notes=str(d.get("notes", "")), defaults=defaults,
+                       default_sources=default_sources, **values)
         except SpecsimError as err:
             raise SpecsimError(str(err).replace("runtime.", f"{where}.", 1)) from None
 
     def with_values(self, source: str, **values: float) -> Runtime:
         """A copy with some parameters replaced and their source set to ``source``."""
         return replace(self, sources={**self.sources, **{k: source for k in values}}, **values)
+
+    def at_defaults(self) -> Runtime:
+        """A copy whose ``fit`` parameters hold their cited defaults (nothing fitted on the published set)."""
+        return replace(self, sources={**self.sources, **self.default_sources}, **self.defaults)
+
+
+def _number(q: Any, where: str) -> tuple[Any, str]:
+    """(value, source) of a ``{"value": ..., "source": "..."}`` entry; errors name the field."""
+    if not isinstance(q, dict) or "value" not in q:
+        raise SpecsimError(f"{where}: expected {{\"value\": number, \"source\": \"...\"}}, got {q!r}")
+    source = q.get("source")
+    if not isinstance(source, str) or not source.strip():
+        raise SpecsimError(f"{where}.source: expected the paper, repository, datasheet or fit "
+                           f"command this number comes from, got {source!r}")
+    return q["value"], source
 
 
 def runtime_names() -> list[str]:

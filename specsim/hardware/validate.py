@@ -1,34 +1,32 @@
-"""Predicted vs published: runtime-aware roofline and the textbook formula on the published GPU set.
+"""Runtime-aware roofline vs the published GPU set: fits of runtime parameters, leave-one-source-out, summaries.
 
-For an ``sd`` row (DESIGN.md): Tp = decode(target), Tq = decode(draft, one GPU), Tv = verify(target,
-γ+1 rows), block = γ·Tq + Tv + runtime.overhead_ms_per_block; speedup = τ·Tp / block and SD ms per
-token = block / τ. A ``decode`` row compares Tp with the published ms per token.
-Textbook (Leviathan et al. 2023): speedup = τ / (γ·c + 1) with c = draft weight bytes / target weight
-bytes (the memory-bound ratio) and v = 1; ms per token from bytes / peak bandwidth, no overhead.
-
-Fitting: the parameters each runtime lists in ``fit`` are least-squares fitted on log(predicted /
-measured), with a weak pull toward neutral values (no overhead, 80 % of bandwidth, 60 % of peak
-FLOP/s) so a parameter few rows see stays near them. Leave-one-source-out refits on every other
-source; a runtime no other source covers keeps its file values, and those rows are flagged
-``in_source`` (not a held-out prediction).
+Fitting: the parameters a runtime lists in ``fit`` are least-squares fitted on log(predicted / measured) over
+that runtime's rows, with a weak pull toward the runtime's cited defaults (so a parameter few rows see stays
+near its cited value). Rows of different runtimes share no parameter, so each runtime is fitted alone.
+Leave-one-source-out: each source's rows are predicted with parameters fitted on the *other* sources only,
+starting from the defaults; a runtime that no other source covers is priced at its cited defaults (never at
+a fit on the held-out source) and its rows are flagged ``at_defaults``. Predictions: :mod:`.row_predict`.
 """
 
 from __future__ import annotations
 
-import functools
 from dataclasses import asdict, dataclass, replace
 
 import numpy as np
 from scipy.optimize import least_squares
 
 from specsim.errors import SpecsimError
-from specsim.hardware.device import Device, load_device
 from specsim.hardware.published_set import PublishedSet, Row
-from specsim.hardware.roofline import decode_ms, forward_bytes, verify_ms
+from specsim.hardware.row_predict import device, predict_row, row_model, textbook_row
 from specsim.hardware.runtime import PARAM_BOUNDS, Runtime, load_runtime
 
-NEUTRAL = Runtime(name="neutral")
-PRIOR_WEIGHT = 0.05  # residual units per unit of log-parameter (efficiencies) or per ms (overheads)
+PRIOR_WEIGHT = 0.05  # residual units (log error of one row) per ``PRIOR_SCALE`` of departure from the default
+# The departure from its default that costs a parameter PRIOR_WEIGHT: a natural size per parameter, in the
+# parameter's own unit (ms; log for efficiencies), so a parameter that few rows constrain stays near its default.
+PRIOR_SCALE = {"overhead_ms_per_forward": 0.5, "overhead_ms_per_layer": 0.1, "overhead_ms_per_block": 0.5,
+               "overhead_ms_per_allreduce": 0.01, "dequant_ms_per_layer": 0.02, "compute_rows_half": 8.0,
+               "attention_score_bytes": 4.0, "overlap": 0.5}
+_OVERHEAD_CAP_MS = 100.0
 
 
 @dataclass(frozen=True)
@@ -43,7 +41,7 @@ class RowResult:
     measured: float
     predicted: float
     textbook: float
-    in_source: bool  # True: the runtime's parameters were fitted on this row's own source
+    at_defaults: bool  # True: no other source covers the runtime, so its cited defaults priced the row
     batch: int = 1
     context_tokens: float = 0.0
 
@@ -59,90 +57,41 @@ class RowResult:
         return asdict(self) | {"error": self.error, "textbook_error": self.textbook_error}
 
 
-@functools.lru_cache(maxsize=64)
-def _device(name: str) -> Device:
-    return load_device(name)
-
-
-@functools.lru_cache(maxsize=256)
-def _spec(ps_key: int, ps: PublishedSet, name: str, dtype: str, kv_dtype: str):
-    """ModelSpecs are rebuilt thousands of times by a fit: cache them per set (``ps_key`` = id of the set)."""
-    return ps.model(name, dtype, kv_dtype)
-
-
-def _models(ps: PublishedSet, row: Row):
-    target = _spec(id(ps), ps, row.target, row.weights_dtype, row.kv_dtype)
-    draft = None if row.draft is None else _spec(id(ps), ps, row.draft, row.draft_weights_dtype, row.kv_dtype)
-    return target, draft
-
-
-def predict_row(ps: PublishedSet, row: Row, rt: Runtime) -> float:
-    """specsim's prediction of the row's observable under runtime ``rt``."""
-    target, draft = _models(ps, row)
-    dev = _device(row.device)
-    ctx = row.target_context_tokens
-    tp = decode_ms(target, dev, rt, ctx, row.batch, tp=row.tp)
-    if row.kind == "decode":
-        return float(tp)
-    d_ctx = ctx if row.draft_context_tokens is None else row.draft_context_tokens
-    tq = decode_ms(draft, dev, rt, d_ctx, row.batch)
-    tv = verify_ms(target, dev, rt, row.gamma, ctx, row.batch, tp=row.tp)
-    block = row.gamma * tq + tv + rt.overhead_ms_per_block
-    return float(row.tau * tp / block) if row.observable == "speedup" else float(block / row.tau)
-
-
-def textbook_row(ps: PublishedSet, row: Row) -> float:
-    """The textbook prediction: v = 1, c = weight-bytes ratio; ms from bytes / peak bandwidth."""
-    target, draft = _models(ps, row)
-    dev = _device(row.device)
-    ideal_tp = float(forward_bytes(target, row.batch, row.target_context_tokens, 1) / row.tp
-                     / dev.memory_bandwidth_bytes_per_s * 1e3)
-    if row.kind == "decode":
-        return ideal_tp
-    c = draft.weight_bytes / target.weight_bytes
-    speedup = row.tau / (row.gamma * c + 1.0)
-    return speedup if row.observable == "speedup" else ideal_tp / speedup
-
-
 def _is_log(name: str) -> bool:
     return "efficiency" in name
 
 
-def _pack(runtimes: dict[str, Runtime], names: list[str]) -> tuple[list[tuple[str, str]], np.ndarray]:
-    keys = [(r, k) for r in names for k in runtimes[r].fit]
-    x0 = np.array([np.log(getattr(runtimes[r], k)) if _is_log(k) else getattr(runtimes[r], k) for r, k in keys])
-    return keys, x0
+def _to_theta(name: str, value: float) -> float:
+    return float(np.log(value)) if _is_log(name) else float(value)
 
 
-def _unpack(runtimes: dict[str, Runtime], keys, theta, source: str) -> dict[str, Runtime]:
-    out = dict(runtimes)
-    for (r, k), v in zip(keys, theta):
-        out[r] = out[r].with_values(source, **{k: float(np.exp(v)) if _is_log(k) else float(v)})
-    return out
+def _from_theta(name: str, theta: float) -> float:
+    return float(np.exp(theta)) if _is_log(name) else float(theta)
 
 
-def fit_runtimes(ps: PublishedSet, rows: list[Row], runtimes: dict[str, Runtime],
-                 source: str) -> dict[str, Runtime]:
-    """Refit every runtime's ``fit`` parameters on ``rows`` (those runtimes that have rows)."""
-    rows = [r for r in rows if r.observable is not None]
-    names = sorted({r.runtime for r in rows if runtimes[r.runtime].fit})
-    keys, x0 = _pack(runtimes, names)
-    if not keys:
-        return runtimes
-    prior = np.array([np.log(getattr(NEUTRAL, k)) if _is_log(k) else getattr(NEUTRAL, k) for _, k in keys])
-    measured = np.array([r.measured for r in rows])
-    lo = np.array([np.log(PARAM_BOUNDS[k][0]) if _is_log(k) else PARAM_BOUNDS[k][0] for _, k in keys])
-    hi = np.array([np.log(PARAM_BOUNDS[k][1]) if _is_log(k) else min(PARAM_BOUNDS[k][1], 100.0) for _, k in keys])
+def fit_runtime(ps: PublishedSet, rows: list[Row], rt: Runtime, source: str) -> Runtime:
+    """``rt`` with its ``fit`` parameters fitted on ``rows`` (all of this runtime), starting at its defaults."""
+    start = rt.at_defaults()
+    keys = list(rt.fit)
+    if not keys or not rows:
+        return start
+    model = row_model(ps, rows)
+    prior = np.array([_to_theta(k, start.defaults[k]) for k in keys])
+    scale = np.array([PRIOR_SCALE.get(k, 1.0) for k in keys])  # efficiencies: one unit of log
+    lo = np.array([_to_theta(k, PARAM_BOUNDS[k][0]) for k in keys])
+    # On a GPU an efficiency is a fraction of a datasheet peak: at most 1 (CPU peaks are a proxy, so not there).
+    hi = np.array([_to_theta(k, 1.0 if rt.kind == "gpu" else PARAM_BOUNDS[k][1]) if _is_log(k)
+                   else min(PARAM_BOUNDS[k][1], _OVERHEAD_CAP_MS) for k in keys])
+
+    def at(theta: np.ndarray) -> Runtime:
+        return replace(start, **{k: _from_theta(k, v) for k, v in zip(keys, theta)})
 
     def residuals(theta: np.ndarray) -> np.ndarray:
-        rts = _unpack(runtimes, keys, theta, source)
-        pred = np.array([predict_row(ps, r, rts[r.runtime]) for r in rows])
-        return np.concatenate([np.log(pred / measured), PRIOR_WEIGHT * (theta - prior)])
+        return np.concatenate([np.log(model.predict(at(theta)) / model.measured), PRIOR_WEIGHT * (theta - prior) / scale])
 
-    starts = [np.clip(x0, lo, hi), np.clip(prior, lo, hi)]
-    best = min((least_squares(residuals, s, bounds=(lo, hi), method="trf", x_scale=1.0) for s in starts),
-               key=lambda res: res.cost)
-    return _unpack(runtimes, keys, best.x, source)
+    best = least_squares(residuals, np.clip(prior, lo, np.nextafter(hi, -np.inf)), bounds=(lo, hi), method="trf",
+                         x_scale=1.0)
+    return start.with_values(source, **{k: _from_theta(k, v) for k, v in zip(keys, best.x)})
 
 
 def load_runtimes(ps: PublishedSet, overrides: dict[str, Runtime] | None = None) -> dict[str, Runtime]:
@@ -151,33 +100,50 @@ def load_runtimes(ps: PublishedSet, overrides: dict[str, Runtime] | None = None)
     return {name: overrides.get(name) or load_runtime(name) for name in sorted({r.runtime for r in ps.rows})}
 
 
-def _result(ps: PublishedSet, row: Row, rt: Runtime, in_source: bool) -> RowResult:
+def usable_rows(ps: PublishedSet) -> list[Row]:
+    """Rows with something to compare (an observable)."""
+    return [r for r in ps.rows if r.observable is not None]
+
+
+def _result(ps: PublishedSet, row: Row, predicted: float, at_defaults: bool) -> RowResult:
     return RowResult(row.id, row.source, row.runtime, row.device, row.observable, float(row.measured),
-                     predict_row(ps, row, rt), textbook_row(ps, row), in_source, row.batch,
-                     row.target_context_tokens)
+                     float(predicted), textbook_row(ps, row), at_defaults, row.batch, row.target_context_tokens)
 
 
 def leave_one_source_out(ps: PublishedSet, runtimes: dict[str, Runtime]) -> list[RowResult]:
     """Each source's rows predicted with runtime parameters fitted on the other sources only."""
-    usable = [r for r in ps.rows if r.observable is not None]
+    usable = usable_rows(ps)
+    cache: dict[tuple, Runtime] = {}
     out: list[RowResult] = []
     for key in sorted({r.source for r in usable}):
-        train = [r for r in usable if r.source != key]
-        fitted = fit_runtimes(ps, train, runtimes, f"fitted leave-one-source-out without {key}")
-        covered = {r.runtime for r in train}
-        out += [_result(ps, r, fitted[r.runtime], r.runtime not in covered and bool(runtimes[r.runtime].fit))
-                for r in usable if r.source == key]
-    return out
+        held = [r for r in usable if r.source == key]
+        for name in sorted({r.runtime for r in held}):
+            train = [r for r in usable if r.runtime == name and r.source != key]
+            ident = (name, tuple(r.id for r in train))
+            if ident not in cache:
+                cache[ident] = fit_runtime(ps, train, runtimes[name], f"fitted leave-one-source-out without {key}")
+            rows = [r for r in held if r.runtime == name]
+            predicted = row_model(ps, rows).predict(cache[ident])
+            out += [_result(ps, r, p, not train) for r, p in zip(rows, predicted)]
+    order = {r.id: i for i, r in enumerate(usable)}
+    return sorted(out, key=lambda r: (r.source, order[r.id]))
 
 
 def fit_all(ps: PublishedSet, runtimes: dict[str, Runtime], command: str) -> dict[str, Runtime]:
-    """Fit every runtime on the whole set (what the shipped runtime files hold); ``command`` is cited."""
-    usable = [r for r in ps.rows if r.observable is not None]
-    counts = {name: sorted({r.source for r in usable if r.runtime == name}) for name in runtimes}
-    fitted = fit_runtimes(ps, usable, runtimes, "")
-    return {name: replace(rt, sources={**rt.sources, **{
-        k: f"fitted: `{command}` on the published set's rows of {', '.join(counts[name]) or 'no source'}"
-        for k in rt.fit}}) if counts[name] else runtimes[name] for name, rt in fitted.items()}
+    """Every runtime fitted on all its rows (what the shipped runtime files hold); ``command`` is cited."""
+    usable = usable_rows(ps)
+    out = {}
+    for name, rt in runtimes.items():
+        rows = [r for r in usable if r.runtime == name]
+        sources = sorted({r.source for r in rows})
+        label = f"fitted: `{command}` on the published set's rows of {', '.join(sources)}"
+        out[name] = fit_runtime(ps, rows, rt, label) if rows and rt.fit else rt
+    return out
+
+
+def in_sample(ps: PublishedSet, fitted: dict[str, Runtime]) -> list[RowResult]:
+    """Every usable row predicted under ``fitted`` (flagged at_defaults=False: these are in-sample)."""
+    return [_result(ps, r, predict_row(ps, r, fitted[r.runtime]), False) for r in usable_rows(ps)]
 
 
 @dataclass(frozen=True)
@@ -189,9 +155,10 @@ class Summary:
     textbook_max_abs_error: float
 
 
-def summarize(results: list[RowResult], *, held_out_only: bool = False) -> Summary | None:
-    """Median and max |relative error| of specsim and of the textbook formula."""
-    rs = [r for r in results if not (held_out_only and r.in_source)]
+def summarize(results: list[RowResult], *, fitted_only: bool = False) -> Summary | None:
+    """Median and max |relative error| of specsim and of the textbook formula (``fitted_only``: leave out rows
+    priced at cited defaults)."""
+    rs = [r for r in results if not (fitted_only and r.at_defaults)]
     if not rs:
         return None
     e = np.abs([r.error for r in rs])
@@ -203,6 +170,6 @@ def check_runtime_kinds(ps: PublishedSet, runtimes: dict[str, Runtime]) -> None:
     """A GPU row needs a GPU runtime."""
     for row in ps.rows:
         rt = runtimes[row.runtime]
-        if rt.kind != _device(row.device).kind:
+        if rt.kind != device(row.device).kind:
             raise SpecsimError(f"row {row.id}: runtime {rt.name!r} runs on {rt.kind} devices but "
-                               f"{row.device!r} is a {_device(row.device).kind}")
+                               f"{row.device!r} is a {device(row.device).kind}")

@@ -1,0 +1,84 @@
+"""Forward passes as a table of runtime-independent terms, priced under any runtime in one vectorised step.
+
+A fit of runtime parameters re-prices the same passes thousands of times. Everything in
+:func:`specsim.hardware.roofline.forward_ms` that does not depend on the runtime (FLOPs, bytes without
+materialised scores, score elements, rows, layers, all-reduce traffic, the device's peaks) is computed once
+per pass here; :meth:`PassTable.ms` then applies the runtime exactly as ``forward_ms`` does:
+
+    time = max(C, M) + (1 − overlap)·min(C, M) + per_forward + per_layer·layers + dequant
+           (+ all-reduces when tp > 1)
+    C = FLOPs / (peak · eff_c(rows)),  M = (bytes + score_elems · attention_score_bytes) / (bw · eff_m(rows))
+
+``tests/test_hardware_passes.py`` checks it against ``forward_ms`` (a second implementation).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from specsim.hardware.device import Device
+from specsim.hardware.model import ModelSpec
+from specsim.hardware.parallel import allreduce_link_bytes, allreduces_per_pass
+from specsim.hardware.roofline import forward_bytes, forward_flops, quantized_layers
+
+_FIELDS = ("flops", "base_bytes", "score_elems", "rows", "layers", "tp", "link_bytes", "allreduces",
+           "quantized_layers", "peak_flops_per_s", "bandwidth_bytes_per_s", "link_bytes_per_s")
+
+
+@dataclass(frozen=True)
+class PassTable:
+    """One entry per pass; every array has the same length (per-GPU terms of a ``tp``-way shard)."""
+
+    flops: np.ndarray
+    base_bytes: np.ndarray
+    score_elems: np.ndarray
+    rows: np.ndarray
+    layers: np.ndarray
+    tp: np.ndarray
+    link_bytes: np.ndarray
+    allreduces: np.ndarray
+    quantized_layers: np.ndarray
+    peak_flops_per_s: np.ndarray
+    bandwidth_bytes_per_s: np.ndarray
+    link_bytes_per_s: np.ndarray
+
+    def ms(self, rt) -> np.ndarray:
+        """Time (ms) of every pass under runtime ``rt`` (a Runtime or an Efficiency)."""
+        compute = self.flops / (self.peak_flops_per_s * rt.compute_efficiency_at(self.rows)) * 1e3
+        nbytes = self.base_bytes + self.score_elems * rt.attention_score_bytes
+        memory = nbytes / (self.bandwidth_bytes_per_s * rt.memory_efficiency(self.rows)) * 1e3
+        roof = np.maximum(compute, memory) + (1.0 - rt.overlap) * np.minimum(compute, memory)
+        overhead = rt.pass_overhead_ms(0) + (rt.pass_overhead_ms(1) - rt.pass_overhead_ms(0)) * self.layers
+        sharded = self.tp > 1
+        link = np.where(sharded, self.link_bytes_per_s, 1.0) * rt.interconnect_efficiency
+        allreduce = np.where(sharded, self.link_bytes / link * 1e3 + rt.overhead_ms_per_allreduce * self.allreduces,
+                             0.0)
+        return roof + overhead + rt.dequant_ms_per_layer * self.quantized_layers + allreduce
+
+
+def pass_terms(m: ModelSpec, dev: Device, batch: float, context: float, new: float, tp: int = 1) -> dict:
+    """The runtime-independent terms of one pass (same shapes and conventions as ``forward_ms``)."""
+    b, ctx, n = float(batch), float(context), float(new)
+    score_elems = b * m.layers * m.heads * n * (ctx + n)
+    link = dev.interconnect_bytes_per_s if tp > 1 else None
+    return {
+        "flops": float(forward_flops(m, b, ctx, n)) / tp,
+        "base_bytes": float(forward_bytes(m, b, ctx, n)) / tp,
+        "score_elems": score_elems / tp,
+        "rows": b * n,
+        "layers": float(m.layers),
+        "tp": float(tp),
+        "link_bytes": float(allreduce_link_bytes(m, b, n, tp)) if tp > 1 else 0.0,
+        "allreduces": float(allreduces_per_pass(m)),
+        "quantized_layers": float(quantized_layers(m)),
+        "peak_flops_per_s": dev.peak_flops_per_s,
+        "bandwidth_bytes_per_s": dev.memory_bandwidth_bytes_per_s,
+        "link_bytes_per_s": float(link) if link else 1.0,
+    }
+
+
+def pass_table(entries: list[dict]) -> PassTable:
+    """Stack :func:`pass_terms` dicts into a PassTable."""
+    return PassTable(**{k: np.array([e[k] for e in entries], dtype=float) for k in _FIELDS})

@@ -1,0 +1,132 @@
+"""Honest leave-one-source-out, the pass table (a second implementation of forward_ms), ratio rows, sweeps."""
+
+import json
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from specsim.errors import SpecsimError
+from specsim.hardware.device import load_device
+from specsim.hardware.model import spec_from_config
+from specsim.hardware.passes import pass_table, pass_terms
+from specsim.hardware.plan import paying_range
+from specsim.hardware.published_set import (
+    PublishedSet,
+    Source,
+    is_reserved,
+    load_published_set,
+    parse_published_set,
+)
+from specsim.hardware.roofline import forward_ms
+from specsim.hardware.row_predict import predict_row, row_model
+from specsim.hardware.runtime import RUNTIMES_DIR, Runtime, load_runtime
+from specsim.hardware.sweeps import published_sweeps
+from specsim.hardware.validate import fit_all, in_sample, leave_one_source_out, load_runtimes, usable_rows
+
+L70 = {"model_type": "llama", "hidden_size": 8192, "intermediate_size": 28672, "num_hidden_layers": 80,
+       "num_attention_heads": 64, "num_key_value_heads": 8, "vocab_size": 32000}
+
+
+@pytest.fixture(scope="module")
+def ps():
+    return load_published_set()
+
+
+def test_pass_table_equals_forward_ms():
+    """Vectorised pricing == roofline.forward_ms over dtypes, tp, rows, contexts and runtime parameters."""
+    rng = np.random.default_rng(0)
+    dev = load_device("a100-80gb-sxm")
+    cases = [(spec_from_config(L70, "70b", dtype=dt), b, ctx, n, tp) for dt in ("bfloat16", "int8", "int4-g32")
+             for b, ctx, n, tp in ((1, 0, 1, 1), (4, 8000, 5, 8), (64, 300, 1, 2))]
+    table = pass_table([pass_terms(m, dev, b, ctx, n, tp) for m, b, ctx, n, tp in cases])
+    for _ in range(5):
+        rt = Runtime(name="r", overhead_ms_per_forward=rng.uniform(0, 2), overhead_ms_per_layer=rng.uniform(0, 0.5),
+                     overhead_ms_per_allreduce=rng.uniform(0, 0.05), memory_efficiency_gemv=rng.uniform(0.2, 1),
+                     memory_efficiency_gemm=rng.uniform(0.2, 1), compute_efficiency=rng.uniform(0.1, 1),
+                     compute_rows_half=rng.uniform(0, 16), attention_score_bytes=rng.uniform(0, 16),
+                     overlap=rng.uniform(0, 1), dequant_ms_per_layer=rng.uniform(0, 0.1))
+        ref = [forward_ms(m, dev, rt, b, ctx, n, tp=tp) for m, b, ctx, n, tp in cases]
+        assert table.ms(rt) == pytest.approx(ref, rel=1e-12)
+
+
+def test_row_model_equals_reference_rows(ps):
+    for name, rt in load_runtimes(ps).items():
+        rows = [r for r in usable_rows(ps) if r.runtime == name]
+        assert row_model(ps, rows).predict(rt) == pytest.approx([predict_row(ps, r, rt) for r in rows], rel=1e-12)
+
+
+def test_held_out_source_never_shapes_its_own_prediction(ps):
+    """Scaling a source's published numbers changes none of its leave-one-source-out predictions (it does
+    change an in-sample fit): the held-out source is never fitted on."""
+    runtimes = load_runtimes(ps)
+    base = {r.id: r for r in leave_one_source_out(ps, runtimes)}
+    for key in ("gpt-fast", "vllm-20780"):
+        rows = tuple(replace(r, speedup=r.speedup and r.speedup * 1.3,
+                             target_ms_per_token=r.target_ms_per_token and r.target_ms_per_token * 1.3)
+                     if r.source == key else r for r in ps.rows)
+        moved = PublishedSet(ps.sources, ps.models, rows)
+        for r in leave_one_source_out(moved, runtimes):
+            if r.source == key:
+                assert r.predicted == pytest.approx(base[r.id].predicted, rel=1e-9)
+        shifted = {r.id: r.predicted for r in in_sample(moved, fit_all(moved, runtimes, "x"))}
+        assert any(abs(shifted[i] / base[i].predicted - 1) > 0.01 for i in base if base[i].source == key)
+
+
+def test_runtime_no_other_source_covers_is_priced_at_its_defaults(ps):
+    runtimes = load_runtimes(ps)
+    results = {r.id: r for r in leave_one_source_out(ps, runtimes)}
+    ibed = [r for r in results.values() if r.source == "ibed"]
+    assert ibed and all(r.at_defaults for r in ibed)
+    row = next(r for r in ps.rows if r.id == ibed[0].id)
+    assert ibed[0].predicted == pytest.approx(predict_row(ps, row, runtimes["hf-eager"].at_defaults()))
+    assert not any(r.at_defaults for r in results.values() if r.runtime in ("vllm", "gpt-fast", "llama.cpp"))
+
+
+def test_fit_parameters_need_cited_defaults(tmp_path):
+    d = json.loads((RUNTIMES_DIR / "vllm.json").read_text())
+    d["overhead_ms_per_forward"].pop("default")
+    path = tmp_path / "mine.json"
+    path.write_text(json.dumps(d))
+    with pytest.raises(SpecsimError, match="overhead_ms_per_forward.default: missing"):
+        load_runtime(str(path))
+
+
+def test_ratio_rows_and_their_reference(ps):
+    ratio = [r for r in ps.rows if r.observable == "speedup_ratio"]
+    assert len(ratio) == 3 and all(r.tau is None and r.batch == 64 for r in ratio)
+    ref = next(r for r in ps.rows if r.id == ratio[0].ratio_to)
+    assert ratio[0].measured == pytest.approx(ratio[0].speedup / ref.speedup)
+    data = json.loads(json.dumps({"schema_version": 1, "sources": {"s": {"title": "t", "authors": "a", "year": 2024,
+                                  "venue": "v", "where": "w"}}, "rows": [
+        {"id": "a", "source": "s", "kind": "decode", "where": "w", "target": "preset:llava-1.5-7b", "device": "l4",
+         "runtime": "vllm", "batch": 1, "weights_dtype": "float16", "kv_dtype": "float16", "gpus": 1,
+         "target_context_tokens": 10, "target_ms_per_token": 9.0, "ratio_to": "zzz"}]}))
+    with pytest.raises(SpecsimError, match=r"rows\[0\].ratio_to: expected the id of another row"):
+        parse_published_set(data, "mine.json")
+
+
+def test_reserved_sources_by_title_or_venue():
+    eagle = Source("eagle2", "EAGLE-2: Faster Inference of Language Models with Dynamic Draft Trees", "Li et al.",
+                   2024, "EMNLP", "Table 1")
+    board = Source("x", "Leaderboard", "Xia et al.", 2024, "https://github.com/hemingkx/Spec-Bench", "SpS")
+    vllm_issue = Source("v", "[Bug]: Eagle 3 vs Eagle 1 in vLLM", "someone", 2025, "vllm issue", "table")
+    assert is_reserved(eagle) and is_reserved(board) and not is_reserved(vllm_issue)
+
+
+def test_published_set_has_batch_and_long_context_rows(ps):
+    assert any(r.batch > 1 and r.observable for r in ps.rows)
+    assert any(r.target_context_tokens >= 8192 and r.observable for r in ps.rows)
+    by_runtime = {}
+    for r in ps.rows:
+        by_runtime.setdefault(r.runtime, set()).add(r.source)
+    assert all(len(by_runtime[n]) >= 2 for n in ("vllm", "gpt-fast", "llama.cpp"))
+    assert [len(s) for s in published_sweeps(ps)] == [3, 3, 3]
+
+
+def test_paying_range_by_hand():
+    b = [1, 2, 4, 8, 16]
+    assert paying_range(b, [1.5, 1.2, 0.9, 0.8, 0.7]) == (1, 4)
+    assert paying_range(b, [0.8, 0.9, 1.1, 1.3, 1.4]) == (4, None)  # self-speculation: pays only at large batch
+    assert paying_range(b, [0.8] * 5) == (None, None)
+    assert paying_range(b, [1.1, 0.9, 1.2, 0.9, 0.8]) == (1, 8)  # stops for good after the last paying batch
