@@ -147,9 +147,9 @@ def _methods(given: list[str] | None, has_images: bool) -> list[str]:
     return methods
 
 
-def load_setup(args, methods: list[str] | None = None) -> Setup:
+def load_setup(args, methods: list[str] | None = None, cache_captions: bool = True) -> Setup:
     """Models, prompts, encoded requests, methods (``methods``, else ``--method``) and captioner from the
-    shared flags."""
+    shared flags; ``cache_captions`` reuses an image's caption across methods (acceptance, not timing)."""
     from calibrate.draft_contexts import make_request
     from calibrate.engine import Request
     from calibrate.methods import CachedCaptioner, hf_captioner, needs_captioner
@@ -192,8 +192,10 @@ def load_setup(args, methods: list[str] | None = None) -> Setup:
         spec = args.captioner or preset.get("captioner")
         if not spec:
             raise SpecsimError("--method C: caption drafting needs --captioner (an image-to-text VLM)")
-        captioner = CachedCaptioner(hf_captioner(model_from_spec(spec, device=args.device, dtype=args.dtype,
-                                                                 threads=args.threads, random_weights=False, seed=2)))
+        captioner = hf_captioner(model_from_spec(spec, device=args.device, dtype=args.dtype, threads=args.threads,
+                                                 random_weights=False, seed=2))
+        # Acceptance captions each image once for every method; a check times every request's own captions.
+        captioner = CachedCaptioner(captioner) if cache_captions else captioner
     name = Path(prompt_set).stem if prompt_set.endswith(".jsonl") else prompt_set
     return Setup(target, draft, prompts, reqs, eos, name, methods, captioner, args.caption_prefix)
 

@@ -82,7 +82,7 @@ def cmd_check(args) -> int:
     methods = args.method
     if methods is None and len({a.method for a in profile.acceptance}) == 1 and profile.acceptance:
         methods = [profile.acceptance[0].method]  # a single-method profile needs no --method
-    setup = load_setup(args, methods=methods)
+    setup = load_setup(args, methods=methods, cache_captions=False)
     progress = None if args.no_progress else (
         lambda xs, rnd: _progress(xs, args, f"check round {rnd + 1}/{args.max_rounds}"))
     runs = run_check(setup, gammas, max_new_tokens=args.max_new_tokens, device=args.device, halfwidth=args.halfwidth,
