@@ -5,7 +5,7 @@ Goal (issue: predictions that hold beyond the point they were measured): the ref
 with the grid sized to the pair's prompt set (contexts from its shortest prompt to its longest + N new
 tokens), and prints model loading, measuring, the host check and the worst half-width:
 
-    python bench/calibrate_latency.py --out /tmp/ref-latency.json                 # reference pair, 1 thread
+    python bench/calibrate_latency.py --out /tmp/ref-latency.json -- --max-seconds-per-point 40   # reference pair
     python bench/calibrate_latency.py --preset zoo --gammas 1,2,3,4,6 --out /tmp/zoo-latency.json
 """
 

@@ -2,7 +2,7 @@
 
 For a prompt x and the target's greedy output y_0..y_{N-1} (decoded with :func:`calibrate.engine.target_decode`),
 one forward of the target and one of the draft over x + y_{<N-1} give at every output position t
-p_t and q_t, the next-token distributions given x + y_{<t}. Then (DESIGN.md, seed 003 §3)
+p_t and q_t, the next-token distributions given x + y_{<t}. Then (IbED, Lee et al. 2024, §3)
 
 - ``match[t]`` = [argmax q_t == y_t]: greedy SD is fully determined by it, for every γ
   (:mod:`specsim.replay`);

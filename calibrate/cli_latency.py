@@ -64,7 +64,7 @@ def register(subparsers, calibrate_subparsers) -> None:
                                                           "images of visual tokens)")
     what.add_argument("--prompts", help="size the grid to a workload: a built-in prompt set or JSONL file (contexts "
                       "from its shortest prompt to its longest + --max-new-tokens, prefill lengths to match); "
-                      "default with --preset: the pair's prompt set")
+                      "default with --preset: the pair's prompt set (text pairs: the reference set)")
     what.add_argument("--max-new-tokens", type=number_arg("tokens", integer=True), default=64, help="new tokens per request of that workload "
                       "(default 64)")
     what.add_argument("--no-workload", action="store_true", help="with --preset: ignore its prompt set and use the "
@@ -147,10 +147,11 @@ def run_latency(args) -> int:
     models = _load_models(args)
     load_s = time.perf_counter() - t_load
     sized = _workload(args, models["target"])
+    given = {"contexts_tokens": args.contexts, "verify_context_tokens": args.verify_context, "gammas": args.gammas,
+             "prefill_tokens": args.prefill_tokens}
     plan = L.default_plan(
-        models["target"], **sized, contexts_tokens=args.contexts, verify_context_tokens=args.verify_context,
-        gammas=args.gammas, batch_sizes=args.batch_sizes, prefill_tokens=args.prefill_tokens,
-        vision=False if args.no_vision else None, warmup=args.warmup, min_repeats=args.min_repeats,
+        models["target"], **(sized | {k: v for k, v in given.items() if v is not None}),
+        batch_sizes=args.batch_sizes, vision=False if args.no_vision else None, warmup=args.warmup, min_repeats=args.min_repeats,
         max_repeats=args.max_repeats, prefill_min_repeats=_min(args.min_repeats, 3),
         prefill_max_repeats=_min(args.max_repeats, 10), target_rel_halfwidth=args.rel_halfwidth,
         max_seconds_per_point=args.max_seconds_per_point, caption_tokens=args.caption_tokens, seed=args.seed)
@@ -205,7 +206,9 @@ def _workload(args, target) -> dict:
     from calibrate.presets import pair
     from calibrate.workload import prompt_lengths
 
-    name = args.prompts or (None if args.no_workload or not args.preset else pair(args.preset).get("prompts"))
+    # A text pair without its own prompt set is sized to the built-in reference set, as its acceptance is.
+    fallback = None if target.kind == "vlm" else "reference"
+    name = args.prompts or (None if args.no_workload or not args.preset else pair(args.preset).get("prompts", fallback))
     if name is None:
         return {}
     target_tokens, draft_tokens = prompt_lengths(name, target)

@@ -8,8 +8,8 @@ is per-request scratch so M and P members run the draft's vision tower once.
   image tokens resized to the draft's count (native, or n after pooling); the draft's vision tower →
   selected layer (CLS dropped for strategy "default") → optional 2-D average pooling → projector.
 - :class:`TargetFeaturesContext` (F): the target's vision features through the draft's projector.
-- :class:`TextOnlyContext` (T): seed 003 App. C, each ``<image>`` becomes "\\n".
-- :class:`CaptionContext` (C): each ``<image>`` becomes ``prefix + caption`` (seed 003 §5, App. E).
+- :class:`TextOnlyContext` (T): IbED App. C, each ``<image>`` becomes "\\n".
+- :class:`CaptionContext` (C): each ``<image>`` becomes ``prefix + caption`` (IbED §5, App. E).
 """
 
 from __future__ import annotations
@@ -167,7 +167,7 @@ class MultimodalContext:
 
 @dataclass
 class TargetFeaturesContext:
-    """F (``target-features``, seed 000's vision-feature reuse): the target's own selected vision features
+    """F (``target-features``, Gagrani et al. 2024's vision-feature reuse): the target's own selected vision features
     go through the draft's projector, so the draft runs no vision encoder. Needs the target's feature
     width to equal the draft projector's input width. In a server the target's prefill already holds
     these features; here they are recomputed once per request and timed as ``reused_target_vision_ms``,

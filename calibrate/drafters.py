@@ -1,4 +1,4 @@
-"""Multimodal drafting methods (seed 003): multimodal (M), text-only (T), caption (C), pooled (Pn),
+"""Multimodal drafting methods (IbED): multimodal (M), text-only (T), caption (C), pooled (Pn),
 in-batch ensembles of any subset (MT, MTC, MTCP, ...) and adaptive ensembles, all behind
 :class:`calibrate.drafting.Drafter`.
 
@@ -6,15 +6,15 @@ Every method is an :class:`EnsembleDrafter` over one or more *members*; a member
 one draft context (input embeddings [L, H]) and the drafter runs all contexts as one left-padded batch
 (attention mask 0 on pads, position ids counted from each row's first real token) with one KV cache of
 batch k. Each step mixes the members' next-token distributions, q = Σ_j w_j softmax(z_j / T) (T = 1 for
-greedy, then argmax q; seed 003 Algorithm 1), and appends the chosen token to every row, so all rows
+greedy, then argmax q; IbED Algorithm 1), and appends the chosen token to every row, so all rows
 stay the same length and rollback is one crop of the shared cache.
 
 Members (see :mod:`calibrate.draft_contexts`): ``M`` the draft VLM sees the images through its own
-vision tower + projector; ``T`` every ``<image>`` becomes "\\n" (seed 003 App. C; works with a text-only
+vision tower + projector; ``T`` every ``<image>`` becomes "\\n" (IbED App. C; works with a text-only
 LM draft); ``C`` every ``<image>`` becomes ``caption_prefix`` + a captioner's text (captioner ms
-charged as ``caption_ms``); ``F`` the target's vision features through the draft's projector (seed 000);
+charged as ``caption_ms``); ``F`` the target's vision features through the draft's projector (Gagrani et al. 2024);
 ``Pn`` the draft's visual features are 2-D average-pooled to n tokens per
-image before the projector (seed 003 §5 / App. D).
+image before the projector (IbED §5 / App. D).
 """
 
 from __future__ import annotations

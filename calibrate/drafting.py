@@ -1,7 +1,7 @@
 """The drafting protocol the engine talks to, and the plain text drafter.
 
 Every drafting method (plain draft LM; for VLM targets: multimodal, text-only, caption, pooled,
-ensembles, adaptive — seed 003) implements :class:`Drafter`, so :func:`calibrate.engine.speculative_decode`
+ensembles, adaptive — IbED) implements :class:`Drafter`, so :func:`calibrate.engine.speculative_decode`
 never branches on the method (after HF's ``CandidateGenerator``: ``get_candidates`` /
 ``update_candidate_strategy``). The protocol, per request:
 

@@ -123,14 +123,16 @@ def default_plan(target: M.LoadedModel, **overrides) -> LatencyPlan:
 
 
 def workload_plan(prompt_tokens, draft_prompt_tokens, new_tokens: int, gammas, **overrides) -> dict:
-    """Plan fields sized to a workload: contexts from the shortest prompt to the longest prompt + N
-    (a third point when the span is long), prefill lengths from the shortest draft or target prompt to
-    the longest prompt + γmax (the first block's fused pass), the verify context mid-way."""
+    """Plan fields sized to a workload: contexts from the shortest prompt to the longest prompt + N,
+    prefill lengths from the shortest draft or target prompt to the longest prompt + γmax (the first
+    block's fused pass), each with a middle point when its span is over 256 tokens."""
     lo = max(1, min(min(prompt_tokens), min(draft_prompt_tokens)) - 2)
     hi = max(prompt_tokens) + new_tokens
     contexts = (lo, hi) if hi - lo <= 256 else (lo, (lo + hi) // 2, hi)
     first = max(prompt_tokens) + max(gammas)
-    prefill = tuple(sorted({max(1, min(min(prompt_tokens), min(draft_prompt_tokens))), (lo + first) // 2, first}))
+    short = max(1, min(min(prompt_tokens), min(draft_prompt_tokens)))
+    # prefill time is close to linear in prompt tokens over a few hundred tokens: two ends suffice there
+    prefill = tuple(sorted({short, first} if first - short <= 256 else {short, (short + first) // 2, first}))
     mid = min(contexts, key=lambda c: abs(c - (lo + hi) / 2))
     return {"contexts_tokens": contexts, "verify_context_tokens": mid, "prefill_tokens": prefill,
             "gammas": tuple(gammas)} | overrides

@@ -14,7 +14,7 @@ Symbols, defined once here and used with these names everywhere in the package:
   last token plus γ drafts) with KV cache (ms).
 - ``c`` = Tq/Tp, ``v`` = v(γ) = Tv(γ)/Tp.
 - speedup(γ) = τ(γ) / (γ·c + v(γ)) for the decode phase (Leviathan et al. 2023, Eq. 2 of
-  seed 003 / IbED); v = 1 is the textbook (Leviathan) approximation, used only when asked for.
+  IbED, Lee et al. 2024); v = 1 is the textbook (Leviathan) approximation, used only when asked for.
 - Token trees (:mod:`specsim.trees`): n draft nodes below the root (the pending token);
   ``Tv(n)`` is the target pass over the n+1 positions, so the chain of γ drafts is the tree with n = γ.
   Per-depth, per-rank acceptance: P(the target's token is the draft's r-th candidate | parent accepted).

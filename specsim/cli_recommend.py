@@ -10,6 +10,7 @@ from specsim.engines.imported import NOT_REPORTED
 from specsim.errors import SpecsimError
 from specsim.hardware.device import load_device
 from specsim.hardware.model import load_model_spec, load_pair
+from specsim.hardware.runtime import DEFAULT_RUNTIMES, load_runtime
 from specsim.jsonio import check_writable, dumps_json, write_json_atomic, write_text_atomic
 from specsim.predict import select_entries
 from specsim.profile import MethodAcceptance, Profile, load_profile
@@ -46,6 +47,8 @@ def register(sub, calibrate_sub) -> None:
     p.add_argument("--dtype", default=None, help="weights/KV dtype (default: bfloat16 or the config's)")
     p.add_argument("--device", default="h100-sxm", help="catalog name or device JSON (default h100-sxm; "
                    "`specsim hardware --list-devices`)")
+    p.add_argument("--runtime", default=None, metavar="NAME_OR_JSON", help="serving runtime of the roofline "
+                   "(default: vllm on GPUs, for SGLang too; torch-cpu on CPUs); see `specsim hardware --runtime`")
     p.add_argument("--batch", default=",".join(str(b) for b in DEFAULT_SHOWN_BATCHES),
                    help="batch sizes shown, e.g. 1,8,64 or 1-16; every size up to the largest is evaluated "
                         "(default 1,2,4,...,256)")
@@ -77,8 +80,16 @@ def latency_model(args) -> LatencyModel:
     else:
         raise SpecsimError("models: expected --pair NAME or both --target and --draft (preset or config.json)")
     device = load_device(args.device)
+    # SGLang, like vLLM, runs decoding under CUDA graphs with paged attention: no runtime file of its own yet.
+    runtime = load_runtime(args.runtime or DEFAULT_RUNTIMES[device.kind])
+    if runtime.kind != device.kind:
+        raise SpecsimError(f"--runtime: {runtime.name!r} runs on {runtime.kind} devices, but {device.name!r} is a "
+                           f"{device.kind}")
+    note = f"latency: roofline on {device.name} with the {runtime.name} runtime (overheads and efficiencies by rows)"
+    if args.engine == "sglang" and args.runtime is None and device.kind == "gpu":
+        note += "; SGLang assumed to cost what vLLM does (both run CUDA graphs)"
     return LatencyModel(load_model_spec(target_name, dtype=args.dtype), load_model_spec(draft_name, dtype=args.dtype),
-                        device, notes=(f"latency: roofline on {device.name} with default efficiencies",))
+                        device, efficiency=runtime, notes=(note,))
 
 
 def _entry(profile: Profile, args) -> MethodAcceptance:

@@ -1,4 +1,4 @@
-"""The shipped profile of seed 003 (IbED, LLaVA-1.5-7B target, LLaVA-1.5-68M draft, γ=5), built from its tables.
+"""The shipped profile of IbED (Lee et al. 2024; LLaVA-1.5-7B target, LLaVA-1.5-68M draft, γ=5), built from its tables.
 
 Source: ``specsim/data/ibed_block_efficiency.csv`` (Tables 1a/1b/2/3/5/6 transcribed). The paper
 gives τ at γ=5 for every method and dataset, and wall-clock speedups only for M and T (Table 1b).
@@ -29,7 +29,7 @@ CITATION = ("Lee et al., 'In-batch Ensemble Drafting: Toward Fast and Robust Spe
 GAMMA = 5
 IMAGES_PER_PROMPT = {"ChartQA": 1, "TextVQA": 1, "VQAv2": 1, "HallusionBench": 1,
                      "Spot": 2, "IEdit": 2, "PororoSV": 5, "VIST": 5}
-# Ensemble members (seed 003 §6.2: equal weights); the draft runs them as one batch.
+# Ensemble members (IbED §6.2: equal weights); the draft runs them as one batch.
 ENSEMBLES = {"MT": 2, "MC": 2, "MTC": 3, "MTCP": 4}
 PROFILE_NAME = "ibed-llava1.5-7b-68m"
 

@@ -16,6 +16,7 @@ from specsim.hardware.device import Device
 from specsim.hardware.model import ModelSpec
 from specsim.hardware.plan import MethodTau, Plan, plan_hardware
 from specsim.hardware.roofline import Efficiency
+from specsim.hardware.runtime import Runtime
 from specsim.profile import MethodAcceptance
 
 DEFAULT_SHOWN_BATCHES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
@@ -28,7 +29,7 @@ class LatencyModel:
     target: ModelSpec
     draft: ModelSpec
     device: Device
-    efficiency: Efficiency = Efficiency()
+    efficiency: Efficiency | Runtime = Efficiency()
     notes: tuple[str, ...] = ()
 
 

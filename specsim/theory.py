@@ -2,7 +2,7 @@
 
 All functions are vectorised: array arguments broadcast against each other (numpy rules).
 References: Leviathan et al. 2023 (Eq. 1 for τ under i.i.d. acceptance, speedup with v = 1);
-seed 003 (IbED) Eq. 2 for speedup = τ / (γ·c + v(γ)) with the measured v = Tv(γ)/Tp.
+IbED (Lee et al. 2024) Eq. 2 for speedup = τ / (γ·c + v(γ)) with the measured v = Tv(γ)/Tp.
 """
 
 from __future__ import annotations
@@ -143,7 +143,7 @@ def alpha_from_tau(tau, gamma):
 
 
 def speedup(tau, gamma, c, v):
-    """Decode-phase speedup = τ / (γ·c + v), with c = Tq/Tp and v = Tv(γ)/Tp (seed 003 Eq. 2)."""
+    """Decode-phase speedup = τ / (γ·c + v), with c = Tq/Tp and v = Tv(γ)/Tp (IbED Eq. 2)."""
     g = as_gammas(gamma)
     c = np.asarray(c, dtype=float)
     v = np.asarray(v, dtype=float)

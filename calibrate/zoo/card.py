@@ -85,7 +85,7 @@ def render_card(s: dict[str, Any]) -> str:
                     f"({m['target_over_model_flops']:.1f}×) | {m['steps']} | {m['train_seconds'] / 60:.1f} "
                     f"| {m['validation_loss']:.3f} | **{m['accuracy']['all']:.0%}** ({acc}; n={m['evaluated_on']}) |")
     t_only = s["models"].get("draft", {}).get("text_only_accuracy")
-    text_only = ("" if t_only is None else "Draft without images (placeholders → newlines, seed 003 text-only "
+    text_only = ("" if t_only is None else "Draft without images (placeholders → newlines, IbED's text-only "
                  "drafting): " + ", ".join(f"{k} {v:.0%}" for k, v in t_only.items()) + ".")
     stages = {"vision": s["vision_pretraining"], **s["models"]} if "vision_pretraining" in s else s["models"]
     steps = " ".join(f"--steps {r}={m['steps']}" for r, m in stages.items())
@@ -95,7 +95,7 @@ def render_card(s: dict[str, Any]) -> str:
     return f"""# specsim zoo: tiny LLaVA target, draft and captioner
 
 Trained by `python -m calibrate.zoo.train` on a synthetic task (coloured shapes; 1-image describe/VQA,
-2-image spot-the-difference/IEdit, 5-image story; seed 003 Appendix C prompt templates). Architectures:
+2-image spot-the-difference/IEdit, 5-image story; IbED Appendix C prompt templates). Architectures:
 HF `LlavaForConditionalGeneration` (CLIP vision tower 64 px / patch 16 → 16 image tokens, Llama decoder).
 The draft and captioner reuse the trained target's vision tower (frozen).
 

@@ -1,9 +1,9 @@
 """Zoo model configs (HF LLaVA: CLIP vision tower + projector + Llama decoder), FLOP counts, save/load.
 
 Roles: ``target`` (a few million parameters), ``draft`` (same family, ≥ 10× fewer decoder FLOPs per token,
-like LLaVA-1.5-7B vs its LLaMA-68M draft in seed 003) and ``captioner`` (the draft architecture, trained
+like LLaVA-1.5-7B vs its LLaMA-68M draft in IbED) and ``captioner`` (the draft architecture, trained
 only to caption). All three share one vision-tower shape, so the draft and captioner start from the
-trained target's tower (as seed 003's drafts share CLIP ViT-L) and ``target-features`` reuse is possible.
+trained target's tower (as IbED's drafts share CLIP ViT-L) and ``target-features`` reuse is possible.
 Images are 64×64 px, patch 16 px: 4×4 = 16 image tokens per image (CLS dropped, strategy "default").
 """
 

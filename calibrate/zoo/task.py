@@ -1,4 +1,4 @@
-"""The zoo's synthetic multimodal task: 1-, 2- and 5-image requests in seed 003's Appendix C templates.
+"""The zoo's synthetic multimodal task: 1-, 2- and 5-image requests in IbED's (Lee et al. 2024) Appendix C templates.
 
 Tasks (LLaVA-style prompts, ``<image>`` marks each image; the tokenizer adds ``<s>``):
 

@@ -28,7 +28,7 @@ from specsim.hardware.plan import (
     ranking,
     speedup_crossover_batch,
 )
-from specsim.hardware.runtime import Runtime, load_runtime
+from specsim.hardware.runtime import DEFAULT_RUNTIMES, Runtime, load_runtime
 from specsim.jsonio import check_writable, dumps_json, write_json_atomic
 from specsim.profile import DEFAULT_PROFILE, Profile, load_profile, shipped_profiles
 from specsim.report import fmt, format_table, parse_int, parse_int_list
@@ -41,7 +41,6 @@ _DESC = ("Rank devices by predicted tokens/s and speculative-decoding speedup fo
          "(from a profile, or --tau/--alpha). speedup = tau/(gamma*c + v), c = Tq/Tp, v = Tv(gamma)/Tp, best gamma "
          "per device unless --gamma; tokens/s are summed over the batch. Decode phase only. The local CPU is "
          "measured only when asked (--device cpu).")
-DEFAULT_RUNTIMES = {"gpu": "vllm", "cpu": "torch-cpu"}
 
 
 def register(sub, calibrate_sub) -> None:

@@ -2,7 +2,7 @@
 
 For each device, batch size B, context L and γ, the roofline gives Tp = decode(target), Tq =
 decode(draft, batch B·k for a k-member ensemble), Tv(γ) = verify(target, γ+1 positions); then
-speedup = τ(γ)·Tp / (γ·Tq + Tv(γ)) = τ / (γ·c + v) (DESIGN.md, decode phase) and the best γ is
+speedup = τ(γ)·Tp / (γ·Tq + Tv(γ)) = τ / (γ·c + v) (decode phase) and the best γ is
 kept. τ(γ) comes from a profile through :func:`specsim.predict.tau_with_source`.
 """
 

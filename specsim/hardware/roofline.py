@@ -19,7 +19,7 @@ One pass of a ``ModelSpec`` over ``new`` positions per sequence, ``batch`` seque
            + batch · new · layers · act_elems · dtype_bytes (unfused activation traffic, an estimate)
            + batch · logits · vocab · 4                      (fp32 logits)
            + batch · layers · heads · new · (context + new) · attention_score_bytes (materialised scores)
-Phases (DESIGN.md): prefill of S tokens (new = S, context 0, logits for the last position only),
+Phases: prefill of S tokens (new = S, context 0, logits for the last position only),
 decode (new = 1: Tp, Tq), verify (new = γ+1: the pending token plus γ drafts, logits for all).
 """
 

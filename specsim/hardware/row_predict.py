@@ -1,6 +1,6 @@
 """Predicted value of a published row under a runtime: a reference implementation and a vectorised one.
 
-For an ``sd`` row (DESIGN.md): Tp = decode(target, tp GPUs), Tq = decode(draft, draft_tp GPUs, its own cached
+For an ``sd`` row: Tp = decode(target, tp GPUs), Tq = decode(draft, draft_tp GPUs, its own cached
 context), Tv = verify(target, γ+1 rows), block = γ·Tq + Tv + runtime.overhead_ms_per_block; speedup =
 τ·Tp / block and SD ms per token = block / τ. A ``decode`` row compares Tp with the published ms per token. A
 ``speedup_ratio`` row compares its speedup over its reference row's (same pair, context and γ, another batch

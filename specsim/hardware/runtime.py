@@ -1,6 +1,6 @@
 """Runtimes: the software that runs a forward pass, as one JSON file each, every number with its source.
 
-A runtime sets what the roofline alone cannot see (DESIGN.md, "Runtime"):
+A runtime sets what the roofline alone cannot see (ARCHITECTURE.md, "Runtime"):
 - fixed costs: ``overhead_ms_per_forward`` (launch/dispatch, Python, sampling), ``overhead_ms_per_layer``
   (kernel launches per decoder layer in eager mode), ``overhead_ms_per_block`` (SD bookkeeping per
   draft/verify block: acceptance, cache crop) and ``overhead_ms_per_allreduce`` (tensor parallel);
@@ -49,6 +49,9 @@ PARAM_BOUNDS = {
 }
 PARAMS = tuple(PARAM_BOUNDS)
 _KEYS = {"schema_version", "name", "display_name", "kind", "notes", "fit", *PARAMS}
+
+# The runtime a plan assumes when none is named: CUDA graphs on GPUs (vLLM), PyTorch eager on CPUs.
+DEFAULT_RUNTIMES = {"gpu": "vllm", "cpu": "torch-cpu"}
 
 
 @dataclass(frozen=True)
