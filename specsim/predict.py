@@ -118,7 +118,7 @@ def block_cost(latency: LatencySection, gamma: int, *, context_tokens=None, batc
         return None, None, None, reason
     batch_note = ""
     if batch_size > 1:
-        # Seed 003 §6.1 measures a batch-2 draft step at well under 1% of the speedup; with no batch
+        # IbED §6.1 measures a batch-2 draft step at well under 1% of the speedup; with no batch
         # table we take its claim, and say so.
         batch_note = f"; the {batch_size}-context draft batch is assumed to cost as batch 1 (IbED, Lee et al. 2024, §6.1)"
     if bc.gamma == gamma and not textbook:
