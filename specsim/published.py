@@ -73,7 +73,7 @@ def build_profile() -> Profile:
                   f"range {ratios.min():.4f}..{ratios.max():.4f} (16 cells); gamma=5, greedy, batch 1")
     return Profile(
         name=PROFILE_NAME,
-        description="Seed 003 (IbED): LLaVA-1.5-7B target, LLaVA-1.5-68M draft, gamma=5, greedy, 128 new tokens",
+        description="IbED (Lee et al. 2024): LLaVA-1.5-7B target, LLaVA-1.5-68M draft, gamma=5, greedy, 128 new tokens",
         provenance=Provenance(
             target="llava-hf/llava-1.5-7b-hf", draft="LLaVA-1.5-68M (LLaMA-68M, visual instruction tuned)",
             device="not stated per table (paper's GPU)", dtype="not stated", date="2024",

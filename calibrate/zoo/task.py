@@ -292,7 +292,7 @@ def facts_correct(generated: str, example: Example) -> bool:
 
 
 def text_only_prompt(prompt: str) -> str:
-    """Seed 003's text-only drafting input: each ``<image>`` placeholder becomes a newline."""
+    """IbED's text-only drafting input: each ``<image>`` placeholder becomes a newline."""
     return prompt.replace(IMAGE_TOKEN, "\n")
 
 
