@@ -127,7 +127,7 @@ def run_recommend(args) -> int:
     lm = latency_model(args)
     context = _one_int(args.context, "--context", 0)
     gamma_max = None if args.gamma_max is None else _one_int(args.gamma_max, "--gamma-max", 1)
-    rec = recommend(entry, lm, batches=parse_int_list(args.batch, name="--batch"), context_tokens=context,
+    rec = recommend(entry, lm, batches=parse_int_list(args.batch, name="--batch", unit="batch"), context_tokens=context,
                     gamma_max=gamma_max, min_speedup=args.min_speedup)
     method = args.engine_method or DEFAULT_ENGINE_METHOD[args.engine]
     draft_model = _draft_model(args, profile, entry)

@@ -20,7 +20,7 @@ from specsim.recommend import LatencyModel, first_losing_batch, fixed_gamma_spee
 pytestmark = pytest.mark.skipif("llava-1.5-7b" not in preset_names(), reason="calibrate presets not installed")
 DATA = Path(__file__).resolve().parents[1] / "notebooks" / "data" / "engines"
 SCRAPES = [str(DATA / "vllm_scrape_1.prom"), str(DATA / "vllm_scrape_2.prom")]
-BATCHES = (1, 8, 64, 128, 256, 512)
+BATCHES = (1, 8, 64, 128, 256, 512, 1024)
 CONTEXT = 64  # short contexts make big batches compute-bound on an H100, so SD stops paying
 
 
@@ -65,7 +65,7 @@ def test_schedule_covers_every_batch_and_obeys_vllm_rules(setting):
     schedule = rec.schedule()
     # vLLM's documented rules (docs/features/speculative_decoding/dynamic_speculative_decoding.md):
     # ranges start at 1, are sorted and non-overlapping, and each K is 0..num_speculative_tokens.
-    assert schedule[0][0] == 1 and schedule[-1][1] == 512
+    assert schedule[0][0] == 1 and schedule[-1][1] == BATCHES[-1]
     assert all(hi >= lo for lo, hi, _ in schedule)
     assert all(b[0] == a[1] + 1 for a, b in zip(schedule, schedule[1:]))
     for lo, hi, g in schedule:
@@ -126,7 +126,7 @@ def test_cli_vllm_prints_table_and_writes_valid_config(tmp_path, capsys):
     assert config["model"] == "my/draft" and config["num_speculative_tokens_per_batch_size"][-1][2] == 0
     rec = json.loads(full.read_text())
     assert [r["batch_size"] for r in rec["table"]] == list(BATCHES) and rec["config"] == config
-    assert any(line.split()[:2] == ["512", "0"] for line in text.splitlines())  # SD off at batch 512
+    assert any(line.split()[:2] == ["1024", "0"] for line in text.splitlines())  # SD off at batch 1024
 
 
 def test_cli_sglang_flags_parse_with_the_documented_names(tmp_path, capsys):
