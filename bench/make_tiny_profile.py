@@ -30,8 +30,8 @@ def main(argv=None) -> int:
     from calibrate.check import run_check
     from calibrate.engine import Request
     from calibrate.models import LoadedModel
-    from calibrate.treegrid import sweep_trees
     from calibrate.prompts import Prompt
+    from calibrate.treegrid import sweep_trees
     from specsim.check import check_row
     from specsim.check_report import check_table, terms_table
     from specsim.policies import parse_policy

@@ -160,3 +160,42 @@ def tree_plan_text(rows: list[TreePlanRow]) -> str:
             lines.append(f"  method {method}, context {ctx}: best tree speedup, n nodes / depth (best chain)")
             lines.append(format_table(["device"] + [f"B={b}" for b in batches], table, indent="    "))
     return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------- replayed schedules on a device
+def _block_ms(target, draft, dev, eff, plan, batch: int, context: float, k: int) -> float:
+    """Σ over a plan's blocks of its roofline ms (see :func:`replay_speedup`)."""
+    from specsim.walk_drafts import TreePlan
+
+    tp = float(decode_ms(target, dev, eff, context, batch))
+    if not isinstance(plan, TreePlan):  # chain or policy blocks: g draft steps and Tv(g), or one target step
+        g = np.asarray(plan.drafts, dtype=float)
+        tq = float(decode_ms(draft, dev, eff, context, batch * k))
+        tv = np.where(g > 0, verify_ms(target, dev, eff, np.maximum(g, 1), context, batch), tp)
+        return float(np.sum(plan.weight * (g * tq + tv + eff.overhead_ms_per_block)))
+    total = 0.0
+    for step in plan.steps:
+        if step.tree is None:
+            total += tp + eff.overhead_ms_per_block
+            continue
+        levels = np.array(draft_pass_rows(step.tree)[1:], dtype=float)
+        total += float(forward_ms(draft, dev, eff, batch * k, context, step.root_rows, logits=1))
+        if levels.size:  # a level pass keeps the logits of every fed node: their children come from them
+            fed = step.root_rows + np.concatenate([[0.0], np.cumsum(levels)[:-1]])
+            total += float(np.sum(forward_ms(draft, dev, eff, batch * k, context + fed, levels)))
+        total += float(verify_ms(target, dev, eff, step.tree.n, context, batch)) + eff.overhead_ms_per_block
+    return total
+
+
+def replay_speedup(target: ModelSpec, draft: ModelSpec, dev: Device, eff, plans: list, *, batch: int = 1,
+                   context: float = 1024, draft_batch_size: int = 1) -> float:
+    """Decode-phase speedup on a device of replayed schedules (chain or policy :class:`specsim.walk.BlockPlan`,
+    tree :class:`specsim.walk_drafts.TreePlan`) at one context: tokens·Tp / Σ blocks, a block being its draft
+    passes (the root over its 1 or 2 rows, each level pass over its m rows with their logits), its verification
+    Tv over its drafts + 1 rows and the runtime's per-block overhead."""
+    tp = float(decode_ms(target, dev, eff, context, batch))
+    tokens = sum(p.tokens for p in plans)
+    spent = sum(_block_ms(target, draft, dev, eff, p, batch, context, draft_batch_size) for p in plans)
+    if not spent > 0:
+        raise SpecsimError("replay_speedup: expected at least one block")
+    return float(tokens * tp / spent)
