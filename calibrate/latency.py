@@ -247,11 +247,12 @@ def run_tasks(tasks: list[Task], models: dict[str, M.LoadedModel], plan: Latency
     (task,) = tasks
     generator = torch.Generator().manual_seed(plan.seed + sum(map(ord, task.key)))
     if task.what == "tree-sweep":
-        return tree_sweep_context(models, task.context_tokens, trees=[parse_tree(t) for t in plan.trees],
-                                  batch_sizes=plan.batch_sizes, ensemble=_ensemble(plan, models), warmup=plan.warmup,
-                                  min_rounds=plan.min_repeats, max_rounds=plan.max_repeats,
-                                  target_rel_halfwidth=plan.target_rel_halfwidth,
-                                  max_seconds=plan.max_seconds_per_point, generator=generator)
+        out = tree_sweep_context(models, task.context_tokens, trees=[parse_tree(t) for t in plan.trees],
+                                 batch_sizes=plan.batch_sizes, ensemble=_ensemble(plan, models), warmup=plan.warmup,
+                                 min_rounds=plan.min_repeats, max_rounds=plan.max_repeats,
+                                 target_rel_halfwidth=plan.target_rel_halfwidth,
+                                 max_seconds=plan.max_seconds_per_point, generator=generator)
+        return out | {task.key: out[grid_key("tree_verify", 2, task.context_tokens, 1)]}  # the unit is done
     if task.what in ("sweep", "sentinel"):
         sentinel = task.what == "sentinel"
         out = sweep_context(models, task.context_tokens, gammas=() if sentinel else plan.gammas,

@@ -63,6 +63,12 @@ def summary(rows: list[CheckRow]) -> dict:
     req = _stats(e["request_rel_err"] for e in errs)
     if req:
         out |= {"request_median_abs_rel_err": req[0], "request_max_abs_rel_err": req[1]}
+    kinds = {}
+    for e in errs:
+        kinds.setdefault((e["draft"].split(":")[0] if ":" in e["draft"] else "chain"), []).append(e["speedup_rel_err"])
+    if len(kinds) > 1:
+        out["by_kind"] = {k: {"rows": len(v), "median_abs_rel_err": float(np.median(np.abs(v))),
+                              "max_abs_rel_err": float(np.max(np.abs(v)))} for k, v in kinds.items()}
     hw = [e["speedup_halfwidth"] for e in errs]
     if any(h is not None for h in hw):
         out |= {"halfwidth_goal": HALFWIDTH_GOAL,
@@ -100,6 +106,9 @@ def summary_line(rows: list[CheckRow]) -> str:
     if "textbook_median_abs_rel_err" in s:
         line += (f"; textbook (v=1, iid alpha): median {s['textbook_median_abs_rel_err']:.1%}, "
                  f"max {s['textbook_max_abs_rel_err']:.1%}")
+    if "by_kind" in s:
+        line += "\nby kind: " + "; ".join(f"{k}: median {v['median_abs_rel_err']:.1%}, max {v['max_abs_rel_err']:.1%} "
+                                          f"({v['rows']} rows)" for k, v in s["by_kind"].items())
     if "rows_within_halfwidth_goal" in s:
         line += (f"\nmeasured half-width <= {HALFWIDTH_GOAL:.1%}: {s['rows_within_halfwidth_goal']}/{s['rows']} rows; "
                  f"error within the measurement's half-width: {s['rows_error_within_noise']}/{s['rows']} rows")

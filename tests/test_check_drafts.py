@@ -40,7 +40,7 @@ def test_check_runs_trees_and_policies_next_to_the_chain(files, capsys):
     out = capsys.readouterr().out
     assert "greedy trees, trace replay == engine for 2/2 (prompt, tree)" in out
     assert "greedy policies, trace replay == engine for 2/2 (prompt, policy)" in out
-    assert "tree:2,1" in out and "gamma / draft" in out
+    assert "tree:2,1" in out and "gamma / draft" in out and "by kind: chain: median" in out
     checks = {c.draft: c for c in load_profile(str(prof)).checks}
     assert set(checks) == {None, "tree:2,1", "policy:heuristic:2,max=3"}
     assert checks["tree:2,1"].gamma == 4 and checks["tree:2,1"].speedup_textbook is None
