@@ -84,7 +84,7 @@ def _preflight(profile, entries: list, drafts: list, max_new_tokens: int) -> Non
     """Refuse, before minutes of runs, a tree or policy the profile cannot predict: no cost model, no tree
     grids, traces without draft ranks, or a policy whose replayed γ leaves the measured grid."""
     from specsim.trees import TreeSpec
-    from specsim.walk_drafts import draft_label, draft_plan, tree_costs
+    from specsim.walk_drafts import draft_label, tree_costs
 
     cost = profile.latency.cost_model
     for d in drafts:
@@ -96,12 +96,26 @@ def _preflight(profile, entries: list, drafts: list, max_new_tokens: int) -> Non
                                f"{cost.tree.max_nodes} (add it with 'specsim calibrate latency --tree {d}')")
         for e in entries:
             for t in (t for t in e.traces if t.match is not None):
-                plan = draft_plan(d, t, max(max_new_tokens, len(t.match)))
-                top = int(max(plan.drafts, default=0)) if hasattr(plan, "drafts") else 0
-                if top > cost.max_gamma:
-                    raise SpecsimError(f"--policy {d}: reaches gamma {top} on {e.method}/{t.prompt_id}, but the "
-                                       f"profile's latency grid stops at gamma {cost.max_gamma} (cap it, e.g. "
-                                       f"',max={cost.max_gamma}', or calibrate more gammas)")
+                _preflight_trace(cost, e, t, d, max(max_new_tokens, len(t.match)))
+
+
+def _preflight_trace(cost, entry, trace, draft, max_new_tokens: int) -> None:
+    """Replay ``draft`` on one trace and price it: a γ or a level pass outside the grids fails here."""
+    from specsim.walk_drafts import draft_label, draft_plan, plan_cost
+
+    plan = draft_plan(draft, trace, max_new_tokens)
+    top = int(max(plan.drafts, default=0)) if hasattr(plan, "drafts") else 0
+    if top > cost.max_gamma:
+        raise SpecsimError(f"--policy {draft}: reaches gamma {top} on {entry.method}/{trace.prompt_id}, but the "
+                           f"profile's latency grid stops at gamma {cost.max_gamma} (cap it, e.g. "
+                           f"',max={cost.max_gamma}', or calibrate more gammas)")
+    p = trace.prompt_tokens or entry.target_prompt_tokens
+    if p:
+        try:
+            plan_cost(cost, plan, target_prompt_tokens=p, batch=entry.draft_batch_size,
+                      draft_prompt_tokens=trace.draft_prompt_tokens or entry.draft_prompt_tokens or p)
+        except SpecsimError as err:
+            raise SpecsimError(f"{draft_label(draft)} on {entry.method}/{trace.prompt_id}: {err}") from None
 
 
 def _rows(profile, setup, args, runs, gammas: list, drafts: list) -> tuple[list, dict, dict]:
