@@ -3,7 +3,9 @@ row's measured speedup is precise enough or a cap is reached; reduced to :class:
 
 A round runs, per prompt (the prompt order and the order of the runs rotate from round to round, so slow
 drift of the machine hits every row alike): target-only decoding, every method × γ still measuring, then
-target-only decoding again. After each round from ``min_rounds`` on, a row (method × scenario × γ) whose
+target-only decoding again. A "γ" may also be a token tree (:class:`specsim.trees.TreeSpec`, run by
+:func:`calibrate.tree_engine.tree_decode`) or a draft-length policy (:mod:`specsim.policies`, run by
+:func:`calibrate.engine.speculative_decode`): they are rows like any other. After each round from ``min_rounds`` on, a row (method × scenario × γ) whose
 decode-phase speedup has a 95% half-width ≤ ``halfwidth`` stops; the target-only runs go on for the rest.
 """
 
@@ -64,19 +66,42 @@ class CheckRuns:
         return measure({p: self.base[p] for p in prompt_ids}, {p: runs[p] for p in prompt_ids})
 
 
-def run_check(setup, gammas: list[int], *, max_new_tokens: int, device="cpu", halfwidth: float = 0.015,
+def decode_run(target, drafter, request, draft, **kw):
+    """One speculative run of ``request``: a token tree through the tree engine, a fixed γ or a policy
+    through the chain engine."""
+    from calibrate.engine import speculative_decode
+    from calibrate.tree_engine import tree_decode
+    from specsim.trees import TreeSpec
+
+    if isinstance(draft, TreeSpec):
+        return tree_decode(target, drafter, request, tree=draft, **kw)
+    return speculative_decode(target, drafter, request, gamma=draft, **kw)
+
+
+def _warm_up(setup, drafters: dict, gammas: list, kw: dict) -> None:
+    """Short runs of target-only decoding and of every kind of run, thrown away (first-call allocations)."""
+    from calibrate.engine import target_decode
+
+    warm, short = setup.requests[0], kw | {"max_new_tokens": 4}
+    target_decode(setup.target, warm, **short)
+    chains = [g for g in gammas if isinstance(g, int)]
+    others = [g for g in gammas if not isinstance(g, int)]
+    for d in drafters.values():
+        for g in ([max(chains)] if chains else []) + others:
+            decode_run(setup.target, d, warm, g, **short)
+
+
+def run_check(setup, gammas: list, *, max_new_tokens: int, device="cpu", halfwidth: float = 0.015,
               min_rounds: int = 2, max_rounds: int = 6, max_seconds: float | None = None,
               progress: Callable | None = None) -> CheckRuns:
     """Interleaved real runs in rounds (see the module docstring); ``setup`` is a
-    :class:`calibrate.workload.Setup`-like object (target, methods, requests, prompts, drafter(), eos, groups)."""
-    from calibrate.engine import speculative_decode, target_decode
+    :class:`calibrate.workload.Setup`-like object (target, methods, requests, prompts, drafter(), eos, groups);
+    ``gammas``: fixed γ (int), token trees and draft-length policies, in any mix."""
+    from calibrate.engine import target_decode
 
     kw = {"max_new_tokens": max_new_tokens, "eos_token_id": setup.eos, "device": device}
     drafters = {m: setup.drafter(m) for m in setup.methods}
-    warm = setup.requests[0]
-    target_decode(setup.target, warm, **kw | {"max_new_tokens": 4})
-    for d in drafters.values():
-        speculative_decode(setup.target, d, warm, gamma=max(gammas), **kw | {"max_new_tokens": 4})
+    _warm_up(setup, drafters, gammas, kw)
     images = {r.prompt_id: len(p.images) for p, r in zip(setup.prompts, setup.requests)}
     groups = {n: [r.prompt_id for r in reqs] for n, reqs in setup.groups.items()}
     runs = CheckRuns(base={r.prompt_id: [] for r in setup.requests},
@@ -89,7 +114,7 @@ def run_check(setup, gammas: list[int], *, max_new_tokens: int, device="cpu", ha
             before = request_run(target_decode(setup.target, req, **kw))
             k = (i + rnd) % len(active)
             for m, g in active[k:] + active[:k]:
-                out = speculative_decode(setup.target, drafters[m], req, gamma=g, **kw)
+                out = decode_run(setup.target, drafters[m], req, g, **kw)
                 runs.sd[(m, g)][req.prompt_id].append(request_run(out))
                 if rnd == 0:
                     runs.first.setdefault((m, g), []).append(out)
@@ -105,9 +130,10 @@ def run_check(setup, gammas: list[int], *, max_new_tokens: int, device="cpu", ha
     return runs
 
 
-def replay_agreement(entry, results: list) -> tuple[int, int]:
-    """(#(prompt, γ) whose engine block count equals the trace replay's, #compared)."""
-    from specsim.replay import replay_blocks_per_prompt
+def replay_agreement(entry, results: list, draft=None) -> tuple[int, int]:
+    """(#(prompt, run) whose engine block count equals the trace replay's, #compared); ``draft`` is the tree
+    or policy the ``results`` ran (None: each result's own fixed γ)."""
+    from specsim.walk_drafts import draft_plan
 
     by_id = {t.prompt_id: t for t in entry.traces if t.match is not None}
     same = total = 0
@@ -116,7 +142,7 @@ def replay_agreement(entry, results: list) -> tuple[int, int]:
         if trace is None or len(trace.match) != len(r.tokens):
             continue
         total += 1
-        same += int(replay_blocks_per_prompt([trace], r.gamma)[0] == len(r.blocks))
+        same += int(draft_plan(r.gamma if draft is None else draft, trace).blocks == len(r.blocks))
     return same, total
 
 

@@ -33,6 +33,12 @@ def register(subparsers, calibrate_subparsers) -> None:
     _method_args(chk)
     chk.add_argument("--scenario", default=None, help="scenario name as in 'calibrate acceptance' (default: the "
                      "prompt set's name)")
+    chk.add_argument("--tree", action="append", default=None, metavar="SPEC", help="also run token-tree decoding "
+                     "with this tree (repeatable; e.g. 4,2,1, chain:5, parents:0,0,1); needs top-k traces "
+                     "('calibrate acceptance --top-k K') and tree grids ('calibrate latency --tree-sizes/--tree')")
+    chk.add_argument("--policy", action="append", default=None, metavar="SPEC", help="also run a draft-length "
+                     "policy (repeatable; e.g. heuristic:4,max=8, confidence:0.4,gamma=8, batch:1=4@1); every gamma "
+                     "it reaches must be in the profile's latency grid")
     rep = chk.add_argument_group("repeats (rounds of every prompt x method x gamma, interleaved)")
     rep.add_argument("--halfwidth", type=float, default=0.015, help="stop repeating a row once its measured "
                      "decode-phase speedup has a 95%% half-width within this fraction (default 0.015)")
@@ -66,13 +72,82 @@ def _check_args(args) -> list[int]:
     return gammas
 
 
-def cmd_check(args) -> int:
-    from calibrate.check import replay_agreement, run_check, stage_shares
-    from calibrate.cli_acceptance import _progress, load_setup
+def _drafts(args) -> list:
+    """The token trees and draft-length policies of --tree / --policy."""
+    from specsim.policies import parse_policy
+    from specsim.trees import parse_tree
+
+    return [parse_tree(t) for t in args.tree or []] + [parse_policy(p) for p in args.policy or []]
+
+
+def _preflight(profile, entries: list, drafts: list, max_new_tokens: int) -> None:
+    """Refuse, before minutes of runs, a tree or policy the profile cannot predict: no cost model, no tree
+    grids, traces without draft ranks, or a policy whose replayed γ leaves the measured grid."""
+    from specsim.trees import TreeSpec
+    from specsim.walk_drafts import draft_label, tree_costs
+
+    cost = profile.latency.cost_model
+    for d in drafts:
+        if cost is None:
+            raise SpecsimError(f"--tree/--policy {draft_label(d)}: the profile has no cost model (run 'specsim "
+                               "calibrate latency')")
+        if isinstance(d, TreeSpec) and tree_costs(cost).max_nodes < d.n:
+            raise SpecsimError(f"--tree {d}: {d.n} nodes, but the profile's tree grids stop at n = "
+                               f"{cost.tree.max_nodes} (add it with 'specsim calibrate latency --tree {d}')")
+        for e in entries:
+            for t in (t for t in e.traces if t.match is not None):
+                _preflight_trace(cost, e, t, d, max(max_new_tokens, len(t.match)))
+
+
+def _preflight_trace(cost, entry, trace, draft, max_new_tokens: int) -> None:
+    """Replay ``draft`` on one trace and price it: a γ or a level pass outside the grids fails here."""
+    from specsim.walk_drafts import draft_label, draft_plan, plan_cost
+
+    plan = draft_plan(draft, trace, max_new_tokens)
+    top = int(max(plan.drafts, default=0)) if hasattr(plan, "drafts") else 0
+    if top > cost.max_gamma:
+        raise SpecsimError(f"--policy {draft}: reaches gamma {top} on {entry.method}/{trace.prompt_id}, but the "
+                           f"profile's latency grid stops at gamma {cost.max_gamma} (cap it, e.g. "
+                           f"',max={cost.max_gamma}', or calibrate more gammas)")
+    p = trace.prompt_tokens or entry.target_prompt_tokens
+    if p:
+        try:
+            plan_cost(cost, plan, target_prompt_tokens=p, batch=entry.draft_batch_size,
+                      draft_prompt_tokens=trace.draft_prompt_tokens or entry.draft_prompt_tokens or p)
+        except SpecsimError as err:
+            raise SpecsimError(f"{draft_label(draft)} on {entry.method}/{trace.prompt_id}: {err}") from None
+
+
+def _rows(profile, setup, args, runs, gammas: list, drafts: list) -> tuple[list, dict, dict]:
+    """Check rows per scenario group × method × run, replay-vs-engine agreement by kind, stage shares."""
+    from calibrate.check import replay_agreement, stage_shares
     from specsim.check import check_row
+    from specsim.trees import TreeSpec
+
+    rows, agreement, stages = [], {}, {}
+    for n, reqs in setup.groups.items():
+        ids = [r.prompt_id for r in reqs]
+        for m in setup.methods:
+            entry = _entry(profile, m, setup.scenario(n, args.scenario) if n or args.scenario else None)
+            specs = [runs.specs[(m, p)] for p in ids]
+            for g in gammas + drafts:
+                rows.append(check_row(profile, entry, g, specs, runs.measured(m, g, ids)))
+            first = {g: [r for r in runs.first[(m, g)] if r.prompt_id in set(ids)] for g in gammas + drafts}
+            for kind, runs_of in (("gamma", gammas), ("tree", [d for d in drafts if isinstance(d, TreeSpec)]),
+                                  ("policy", [d for d in drafts if not isinstance(d, TreeSpec)])):
+                if runs_of:
+                    pairs = [replay_agreement(entry, first[g], None if kind == "gamma" else g) for g in runs_of]
+                    agreement[(m, entry.scenario, kind)] = (sum(p[0] for p in pairs), sum(p[1] for p in pairs))
+            stages[(m, entry.scenario)] = stage_shares([r for g in gammas for r in first[g]])
+    return rows, agreement, stages
+
+
+def cmd_check(args) -> int:
+    from calibrate.check import run_check
+    from calibrate.cli_acceptance import _progress, load_setup
     from specsim.check_report import check_table, summary, terms_table
 
-    gammas = _check_args(args)
+    gammas, drafts = _check_args(args), _drafts(args)
     profile_path = resolve_profile_path(args.profile)
     if not args.no_write:
         check_writable(profile_path, "--profile")
@@ -83,35 +158,33 @@ def cmd_check(args) -> int:
     if methods is None and len({a.method for a in profile.acceptance}) == 1 and profile.acceptance:
         methods = [profile.acceptance[0].method]  # a single-method profile needs no --method
     setup = load_setup(args, methods=methods, cache_captions=False)
+    if drafts:
+        _preflight(profile, [a for a in profile.acceptance if a.method in setup.methods], drafts, args.max_new_tokens)
     progress = None if args.no_progress else (
         lambda xs, rnd: _progress(xs, args, f"check round {rnd + 1}/{args.max_rounds}"))
-    runs = run_check(setup, gammas, max_new_tokens=args.max_new_tokens, device=args.device, halfwidth=args.halfwidth,
-                     min_rounds=args.min_rounds, max_rounds=args.max_rounds,
+    runs = run_check(setup, gammas + drafts, max_new_tokens=args.max_new_tokens, device=args.device,
+                     halfwidth=args.halfwidth, min_rounds=args.min_rounds, max_rounds=args.max_rounds,
                      max_seconds=None if args.max_minutes is None else 60 * args.max_minutes, progress=progress)
-    rows, agreement, stages = [], {}, {}
-    for n, reqs in setup.groups.items():
-        ids = [r.prompt_id for r in reqs]
-        for m in setup.methods:
-            entry = _entry(profile, m, setup.scenario(n, args.scenario) if n or args.scenario else None)
-            specs = [runs.specs[(m, p)] for p in ids]
-            for g in gammas:
-                rows.append(check_row(profile, entry, g, specs, runs.measured(m, g, ids)))
-            first = [r for g in gammas for r in runs.first[(m, g)] if r.prompt_id in set(ids)]
-            agreement[(m, entry.scenario)] = replay_agreement(entry, first)
-            stages[(m, entry.scenario)] = stage_shares(first)
+    rows, agreement, stages = _rows(profile, setup, args, runs, gammas, drafts)
     if not args.no_write:
         save_profile(profile.with_checks(rows), profile_path)
     if args.json:
         print(dumps_json({"rows": [r.to_json() for r in rows], "summary": summary(rows), "rounds": runs.rounds,
                           "seconds": runs.seconds,
-                          "replay_equals_engine": {f"{m}/{s}": list(v) for (m, s), v in agreement.items()},
+                          "replay_equals_engine": {f"{m}/{s}": list(v) for (m, s, k), v in agreement.items()
+                                                   if k == "gamma"},
+                          "tree_replay_equals_engine": {f"{m}/{s}": list(v) for (m, s, k), v in agreement.items()
+                                                        if k == "tree"},
+                          "policy_replay_equals_engine": {f"{m}/{s}": list(v) for (m, s, k), v in agreement.items()
+                                                          if k == "policy"},
                           "stages": {f"{m}/{s}": v for (m, s), v in stages.items()}}))
         return 0
     print(check_table(rows))
     terms = terms_table(rows)
     if terms:
         print("\n" + terms)
-    for (m, s), (same, total) in agreement.items():
-        print(f"{s}/{m}: greedy tau, trace replay == engine for {same}/{total} (prompt, gamma)")
+    for (m, s, kind), (same, total) in agreement.items():
+        what = {"gamma": "greedy tau", "tree": "greedy trees", "policy": "greedy policies"}[kind]
+        print(f"{s}/{m}: {what}, trace replay == engine for {same}/{total} (prompt, {kind})")
     print(f"{runs.rounds} round(s) in {runs.seconds:.0f} s", file=sys.stderr)
     return 0

@@ -69,6 +69,13 @@ def register(subparsers, calibrate_subparsers) -> None:
                       "(default 64)")
     what.add_argument("--no-workload", action="store_true", help="with --preset: ignore its prompt set and use the "
                       "model-kind defaults")
+    what.add_argument("--tree-sizes", type=int_list_arg("gamma"), help="token trees: also time the tree engine's "
+                      "verification Tv(n) over n+1 positions and its draft level passes for these tree sizes n, "
+                      "e.g. 2,4,8,16,32,64 (each swept tree: the root with ceil(n/2) children, floor(n/2) of them "
+                      "with one child)")
+    what.add_argument("--tree", action="append", default=None, metavar="SPEC", help="token trees: also time "
+                      "blocks of this tree (repeatable; e.g. 4,2,1 or chain:5 or parents:0,0,1), as `specsim check "
+                      "--tree` will run it")
     what.add_argument("--no-vision", action="store_true", help="skip the vision-encoder timing")
     what.add_argument("--caption-tokens", type=number_arg("tokens", integer=True),
                       help="tokens per caption when timing --captioner (default 32)")
@@ -141,8 +148,10 @@ def _with_captioner(args, models: dict) -> dict:
 def run_latency(args) -> int:
     """The command: check arguments and --out, load, plan, measure (resumable), write, print a summary."""
     from calibrate import latency as L
+    from calibrate.treegrid import sweep_trees
 
     _check_args(args)
+    sweep_trees(args.tree_sizes or (), args.tree or ())  # a bad tree fails before the models load
     t_load = time.perf_counter()
     models = _load_models(args)
     load_s = time.perf_counter() - t_load
@@ -154,7 +163,8 @@ def run_latency(args) -> int:
         batch_sizes=args.batch_sizes, vision=False if args.no_vision else None, warmup=args.warmup, min_repeats=args.min_repeats,
         max_repeats=args.max_repeats, prefill_min_repeats=_min(args.min_repeats, 3),
         prefill_max_repeats=_min(args.max_repeats, 10), target_rel_halfwidth=args.rel_halfwidth,
-        max_seconds_per_point=args.max_seconds_per_point, caption_tokens=args.caption_tokens, seed=args.seed)
+        max_seconds_per_point=args.max_seconds_per_point, caption_tokens=args.caption_tokens, seed=args.seed,
+        trees=sweep_trees(args.tree_sizes or (), args.tree or ()))
     check_positions(models, plan)
     t0 = time.perf_counter()
     path, timings = L.calibrate_latency(models, plan, args.out, resume=not args.no_resume, progress=not args.quiet)
@@ -190,8 +200,12 @@ def check_positions(models: dict, plan) -> None:
     """SpecsimError when a planned forward reaches past a model's maximum positions (its config's
     ``max_position_embeddings``): every γ block runs at every context (context + γ + 1 positions), and
     prefill over the prompt tokens."""
+    from specsim.trees import parse_tree
+
     longest = {"--contexts/--verify-context/--gammas": max(plan.contexts_tokens) + max(plan.gammas) + 1,
                "--prefill-tokens": max(plan.prefill_tokens)}
+    if plan.trees:
+        longest["--tree-sizes/--tree"] = max(plan.contexts_tokens) + max(parse_tree(t).n for t in plan.trees) + 1
     for role in ("target", "draft"):
         limit = getattr(models[role].text_config, "max_position_embeddings", None)
         if not isinstance(limit, int):
@@ -256,6 +270,11 @@ def summary_lines(section, timings: dict, seconds: float, path) -> list[str]:
         ov = cm.overhead_ms_per_block
         lines.append("engine overhead ms per block (batch 1): " + ", ".join(
             f"gamma {g}: {ov.at(g, 1):.3f}" for g in ov.gamma) + f"; per target-only step {cm.overhead_ms_per_target_step:.3f}")
+        if cm.tree is not None:
+            g = cm.tree.verify
+            at = min(range(len(g.context_tokens)), key=lambda i: abs(g.context_tokens[i] - v_ctx))
+            lines.append(f"tree verify Tv(n) ms at context {g.context_tokens[at]:g}: " + ", ".join(
+                f"n={r - 1}: {g.ms[i][at][0]:.2f}" for i, r in enumerate(g.rows)) + f" ({len(cm.tree.trees)} trees)")
         if cm.host_check is not None:
             lines.append(("WARNING: " if cm.host_check.contended else "host check: ") + cm.host_check.note)
     return lines

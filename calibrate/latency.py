@@ -31,9 +31,11 @@ from calibrate import models as M
 from calibrate.costgrid import SENTINEL_END, SENTINEL_START, grid_key, sweep_context
 from calibrate.latency_section import latency_section, measurement_provenance, save_latency_profile
 from calibrate.timing import Timing, measure_interleaved
+from calibrate.treegrid import sweep_trees, tree_sweep_context
 from specsim.errors import SpecsimError, warn
 from specsim.jsonio import read_json
 from specsim.profile import write_json_atomic
+from specsim.trees import parse_tree
 
 SCHEMA_VERSION = 2  # of the plan and of the partial file
 PARTIAL_SUFFIX = ".partial"  # not ".json": profile folders are scanned for *.json
@@ -52,7 +54,8 @@ class LatencyPlan:
     ``warmup``/``min_repeats``/``max_repeats`` count rounds of the engine-shaped sweep at each context
     (every γ × batch block plus target-only steps per round); ``max_seconds_per_point`` caps one
     context's sweep; ``ensemble`` (default: for VLM targets) times the in-batch ensemble drafter even at
-    batch 1, as the multimodal methods run it.
+    batch 1, as the multimodal methods run it. ``trees`` (spec strings, :func:`calibrate.treegrid.sweep_trees`;
+    empty: no tree grids) adds one tree-engine sweep per context (:mod:`calibrate.treegrid`).
     """
 
     contexts_tokens: tuple[int, ...] = (64, 256, 1024)
@@ -73,6 +76,7 @@ class LatencyPlan:
     seed: int = 0
     ensemble: bool | None = None
     sentinel_steps: int = 5
+    trees: tuple[str, ...] = ()
     schema_version: int = SCHEMA_VERSION
 
     def __post_init__(self) -> None:
@@ -93,6 +97,7 @@ class LatencyPlan:
             object.__setattr__(self, "contexts_tokens", tuple(sorted({*self.contexts_tokens, self.verify_context_tokens})))
         if 1 not in self.batch_sizes:  # every method's draft runs batch 1 at least in the 1-D tables
             object.__setattr__(self, "batch_sizes", (1, *self.batch_sizes))
+        object.__setattr__(self, "trees", sweep_trees(specs=self.trees))
 
     def to_json(self) -> dict:
         return {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items()}
@@ -143,7 +148,8 @@ def workload_plan(prompt_tokens, draft_prompt_tokens, new_tokens: int, gammas, *
 class Task:
     """One unit of measurement; ``key`` names it in the partial file, ``weight`` is its rough relative cost.
 
-    ``what``: "sweep" (engine-shaped cycles at ``context_tokens``, many grid points), "sentinel" (target-
+    ``what``: "sweep" (engine-shaped cycles at ``context_tokens``, many grid points), "tree-sweep" (tree-engine
+    blocks there, :mod:`calibrate.treegrid`), "sentinel" (target-
     only steps at the first context, at the start and at the end), "prefill" (``new_tokens`` prompt rows
     at ``batch``), "vision" or "caption"."""
 
@@ -166,6 +172,11 @@ def plan_tasks(plan: LatencyPlan, models: dict[str, M.LoadedModel]) -> list[Task
     sentinel = sizes["target"] * plan.sentinel_steps
     tasks = [Task(SENTINEL_START, "target", "sentinel", 1, plan.contexts_tokens[0], 1, sentinel)]
     tasks += [Task(f"sweep.c={c}", "pair", "sweep", 1, c, 1, block * rounds) for c in plan.contexts_tokens]
+    trees = [parse_tree(t) for t in plan.trees]
+    tree_block = sum(sizes["draft"] * t.depth * b + sizes["target"] * (1 + t.n / 8) for t in trees
+                     for b in plan.batch_sizes)
+    tasks += [Task(f"tree.sweep.c={c}", "pair", "tree-sweep", 1, c, 1, tree_block * rounds)
+              for c in plan.contexts_tokens if trees]
     for n in plan.prefill_tokens:
         tasks.append(Task(grid_key("target_prefill", n, 0, 1), "target", "prefill", 1, 0, n,
                           sizes["target"] * max(1.0, n / 8) * preps))
@@ -237,6 +248,13 @@ def run_tasks(tasks: list[Task], models: dict[str, M.LoadedModel], plan: Latency
 
     (task,) = tasks
     generator = torch.Generator().manual_seed(plan.seed + sum(map(ord, task.key)))
+    if task.what == "tree-sweep":
+        out = tree_sweep_context(models, task.context_tokens, trees=[parse_tree(t) for t in plan.trees],
+                                 batch_sizes=plan.batch_sizes, ensemble=_ensemble(plan, models), warmup=plan.warmup,
+                                 min_rounds=plan.min_repeats, max_rounds=plan.max_repeats,
+                                 target_rel_halfwidth=plan.target_rel_halfwidth,
+                                 max_seconds=plan.max_seconds_per_point, generator=generator)
+        return out | {task.key: out[grid_key("tree_verify", 2, task.context_tokens, 1)]}  # the unit is done
     if task.what in ("sweep", "sentinel"):
         sentinel = task.what == "sentinel"
         out = sweep_context(models, task.context_tokens, gammas=() if sentinel else plan.gammas,

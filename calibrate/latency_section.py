@@ -9,7 +9,7 @@ from pathlib import Path
 from calibrate import models as M
 from calibrate.costgrid import SENTINEL_END, SENTINEL_START, grid_key, overhead_prefix
 from calibrate.timing import Timing, summarize
-from specsim.costmodel import CostModel, HostCheck, OverheadGrid, make_grid
+from specsim.costmodel import CostModel, HostCheck, OverheadGrid, TreeCosts, make_grid
 from specsim.errors import SpecsimError
 from specsim.profile import Curve, LatencySection, Profile, Provenance, load_profile, save_profile
 
@@ -59,6 +59,25 @@ def host_check(timings: dict[str, Timing], context: int) -> HostCheck | None:
                      threshold=threshold, contended=contended, note=note)
 
 
+def tree_costs(timings: dict[str, Timing], plan) -> TreeCosts | None:
+    """The token-tree grids of a sweep with trees (see :mod:`calibrate.treegrid` for the keys); None without."""
+    from calibrate import treegrid as T
+    from specsim.trees import parse_tree
+
+    if not getattr(plan, "trees", ()):
+        return None
+    trees = [parse_tree(t) for t in plan.trees]
+    ctx, batches = plan.contexts_tokens, plan.batch_sizes
+    sizes = tuple(sorted({t.n for t in trees}))
+    rows = T.level_rows(trees)
+    overhead = [[_pooled(timings, T.overhead_prefix(n, b)) for b in batches] for n in sizes]
+    return TreeCosts(
+        verify=_grid(timings, "tree_verify", tuple(n + 1 for n in sizes), ctx, (1,)),
+        draft=_grid(timings, "tree_draft", rows, tuple(c + 1 for c in ctx), batches) if rows else None,
+        overhead_ms_per_block=OverheadGrid(sizes, tuple(batches), tuple(tuple(r) for r in overhead)),
+        trees=tuple(plan.trees))
+
+
 def cost_model(timings: dict[str, Timing], plan) -> CostModel:
     """The :class:`CostModel` of a finished sweep (see :mod:`calibrate.costgrid` for the keys)."""
     ctx, gammas, batches = plan.contexts_tokens, plan.gammas, plan.batch_sizes
@@ -72,7 +91,7 @@ def cost_model(timings: dict[str, Timing], plan) -> CostModel:
         draft_prefill=_grid(timings, "draft_prefill", plan.prefill_tokens, (0,), batches),
         overhead_ms_per_block=OverheadGrid(tuple(gammas), tuple(batches), tuple(tuple(r) for r in overhead)),
         overhead_ms_per_target_step=_pooled(timings, overhead_prefix(0, 1)),
-        host_check=host_check(timings, ctx[0]))
+        host_check=host_check(timings, ctx[0]), tree=tree_costs(timings, plan))
 
 
 def latency_section(timings: dict[str, Timing], plan, provenance=None) -> LatencySection:

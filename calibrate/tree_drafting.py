@@ -34,7 +34,11 @@ from specsim.trees import TreeSpec
 @dataclass(frozen=True)
 class TreeProposal:
     """A drafted tree: ``tokens`` [n+1] (node 0 = the pending token), the q rows [F, V] the children of
-    each ``expanded`` node were drawn from (None when greedy), draft model ms and rows per draft pass."""
+    each ``expanded`` node were drawn from (None when greedy), draft model ms and rows per draft pass.
+
+    For the cost model: ``pass_ms`` per draft pass; the root pass fed ``root_rows`` tokens (the draft
+    prompt in a request's first block, then 1, or 2 after a block that ended on an unfed leaf) on a draft
+    KV cache of ``context_tokens`` positions (padded columns for a batch of contexts)."""
 
     tree: TreeSpec
     tokens: torch.Tensor
@@ -42,6 +46,9 @@ class TreeProposal:
     expanded: tuple[int, ...]
     model_ms: float
     pass_rows: tuple[int, ...]
+    pass_ms: tuple[float, ...] = ()
+    root_rows: int = 1
+    context_tokens: int = 0
 
 
 def additive_mask(prefix: torch.Tensor, allowed: torch.Tensor, dtype) -> torch.Tensor:
@@ -77,6 +84,7 @@ class _TextTree:
         d = self.d
         x = torch.tensor([d.ids[d.cached:]], dtype=torch.long, device=d.model.device)  # [1, 1 or 2]
         self.base = len(d.ids)  # cache columns after this pass: the committed sequence
+        self.context, self.rows = d.cached, x.shape[1]
         return forward(d.model, x, d.cache, last_only=True)  # [1, V]
 
     def feed(self, tokens: list[int], depths: np.ndarray, allowed: torch.Tensor) -> torch.Tensor:
@@ -104,6 +112,8 @@ class _EnsembleTree:
 
     def root(self) -> torch.Tensor:
         d = self.d
+        self.context = d.mask.shape[1]
+        self.rows = d._prompt[1].shape[1] if d._prompt is not None else d.tail.shape[1]
         # the request's first pass feeds the padded prompt (the prefill is fused with it), later ones the tail
         logits = d._step_prompt() if d._prompt is not None else d._step(d.tail)  # [k, V]
         d._drafts = None
@@ -167,17 +177,17 @@ def propose_tree(drafter, tree: TreeSpec, *, temperature: float = 0.0, generator
     levels = tree.expanded_levels()
     tokens = [0] * (tree.n + 1)
     fed: list[int] = []  # tree columns appended to the cache this block, in order
-    qs, model_ms = [], 0.0
+    qs = []
     with timed(device) as t:
         root_logits = ad.root()
-    model_ms += t.ms
+    pass_ms = [t.ms]
     q = _distribution(drafter, root_logits, temperature)  # [1, V]
     for level_index, level in enumerate(levels):
         if level_index > 0:
             allowed = anc[level][:, [*fed, *level]]  # [m, F+m]: ancestors among the block's fed nodes, and self
             with timed(device) as t:
                 logits = ad.feed([tokens[u] for u in level], depths[level], allowed)
-            model_ms += t.ms
+            pass_ms.append(t.ms)
             q = _distribution(drafter, logits, temperature)
             fed.extend(level)
         for u, q_u in zip(level, q.reshape(len(level), -1)):
@@ -187,8 +197,9 @@ def propose_tree(drafter, tree: TreeSpec, *, temperature: float = 0.0, generator
     tokens[0] = -1  # the pending token is the engine's; never read from here
     expanded = tuple(u for level in levels for u in level)
     return TreeProposal(tree=tree, tokens=torch.tensor(tokens, dtype=torch.long), expanded=expanded,
-                        q_probs=None if temperature == 0 else torch.stack(qs), model_ms=model_ms,
-                        pass_rows=tuple(len(level) for level in levels))
+                        q_probs=None if temperature == 0 else torch.stack(qs), model_ms=float(sum(pass_ms)),
+                        pass_rows=tuple(len(level) for level in levels), pass_ms=tuple(pass_ms),
+                        root_rows=int(ad.rows), context_tokens=int(ad.context))
 
 
 def accept_path(drafter, proposal: TreeProposal, path: list[int], next_token: int) -> None:

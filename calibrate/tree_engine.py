@@ -145,6 +145,20 @@ def _prefill(model, cache, request: Request, device, kwargs) -> tuple[int, float
     return int(request.input_ids[0, -1]), ms
 
 
+def _record(sub: TreeSpec | None, proposal: TreeProposal | None, new: list[int], verify_ms: float, t0: float,
+            past: int) -> TreeBlockRecord:
+    """The block's record; where each forward ran (target cache ``past``, rows n+1; the draft's root pass
+    and the ms of every draft pass) is kept for the cost model, as the chain engine keeps it."""
+    drafted = {} if proposal is None else {
+        "draft_ms": proposal.model_ms, "draft_passes": len(proposal.pass_rows),
+        "draft_context_tokens": proposal.context_tokens, "draft_first_rows": proposal.root_rows,
+        "draft_step_ms": proposal.pass_ms}
+    return TreeBlockRecord(
+        gamma=sub.n if sub else 0, depth=sub.depth if sub else 0, accepted=len(new) - 1, emitted=len(new),
+        verify_ms=verify_ms, block_ms=(time.perf_counter() - t0) * 1e3, target_context_tokens=past,
+        target_rows=sub.n + 1 if sub else 1, **({"draft_ms": 0.0, "draft_first_rows": 0} | drafted))
+
+
 # --------------------------------------------------------------------------- loop
 @torch.inference_mode()
 def tree_decode(target, drafter, request: Request, *, tree: TreeSpec | str, max_new_tokens: int,
@@ -165,6 +179,7 @@ def tree_decode(target, drafter, request: Request, *, tree: TreeSpec | str, max_
         t0 = time.perf_counter()
         left = max_new_tokens - len(out)
         sub = tree.truncated(left - 1)
+        past = cache.get_seq_length()
         if sub is None:  # the request's last token: one target step, as the chain engine's γ = 0 block
             pending_ids = torch.tensor([[pending]], dtype=torch.long, device=model.device)
             logits, verify_ms = verify_phase(model, cache, pending_ids, _empty(model).tokens, device)
@@ -173,7 +188,6 @@ def tree_decode(target, drafter, request: Request, *, tree: TreeSpec | str, max_
             path, proposal = [], None
         else:
             proposal = propose_tree(drafter, sub, temperature=temperature, generator=generator, device=device)
-            past = cache.get_seq_length()
             logits, verify_ms = verify_tree(model, cache, pending, proposal, device)
             path, nxt = (accept_greedy(logits, proposal) if temperature == 0
                          else accept_sampled(logits, proposal, temperature, generator))
@@ -183,10 +197,7 @@ def tree_decode(target, drafter, request: Request, *, tree: TreeSpec | str, max_
         new, done = _truncate(path_tokens + [nxt], left, eos_token_id)
         out.extend(new)
         pending = out[-1]
-        blocks.append(TreeBlockRecord(
-            gamma=sub.n if sub else 0, depth=sub.depth if sub else 0, accepted=len(new) - 1, emitted=len(new),
-            draft_ms=proposal.model_ms if proposal else 0.0, verify_ms=verify_ms,
-            block_ms=(time.perf_counter() - t0) * 1e3, draft_passes=len(proposal.pass_rows) if proposal else 0))
+        blocks.append(_record(sub, proposal, new, verify_ms, t0, past))
     return TreeDecodeResult(tokens=tuple(out), prompt_tokens=request.input_ids.shape[1], gamma=tree.n,
                             method=drafter.method, setup_ms=setup, blocks=tuple(blocks),
                             prompt_id=request.prompt_id, tree=str(tree))

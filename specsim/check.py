@@ -1,4 +1,5 @@
-"""Predicted vs measured speculative decoding (``specsim check``): one :class:`CheckRow` per method × scenario × γ.
+"""Predicted vs measured speculative decoding (``specsim check``): one :class:`CheckRow` per method × scenario × γ
+(or token tree, or draft-length policy).
 
 Measured: real runs of the engine, per prompt and round, reduced to :class:`RequestRun` (ms by term).
 Two speedups: *request* = target-only request ms / SD request ms, everything the engine does (vision,
@@ -8,7 +9,8 @@ the first pass (target-only steps ≥ 1 vs SD blocks ≥ 1), the convention of �
 error can be judged against the noise of its measurement.
 
 Predicted: with a cost model (profile schema 2) the walk of :mod:`specsim.walk` over each prompt's
-exact greedy schedule (its trace replayed at γ), its own prompt lengths and its vision and draft set-up;
+exact greedy schedule (its trace replayed at γ, or with a tree or a policy: :mod:`specsim.walk_drafts`),
+its own prompt lengths and its vision and draft set-up;
 without one, τ / (γ·c + v) from the 1-D tables at the mean context (decode phase only). Textbook:
 Leviathan et al.'s τ / (γ·c + 1) with τ from an i.i.d. α fitted at one reference γ.
 Relative error = (predicted − measured) / measured.
@@ -23,7 +25,8 @@ import numpy as np
 from specsim.errors import SpecsimError
 from specsim.profile import CheckRow, MethodAcceptance, Profile
 from specsim.theory import alpha_from_tau, speedup, tau_iid
-from specsim.walk import RequestCost, greedy_plan, sd_request_cost, target_request_cost
+from specsim.walk import RequestCost, target_request_cost
+from specsim.walk_drafts import Draft, draft_gamma, draft_label, draft_plan, plan_cost
 
 TERMS = ("draft", "verify", "overhead")
 
@@ -177,8 +180,9 @@ class Predicted:
     note: str
 
 
-def predict_walk(profile: Profile, entry: MethodAcceptance, gamma: int, prompts: list[PromptSpec]) -> Predicted:
-    """Walk every prompt's exact schedule through the cost model (see the module docstring)."""
+def predict_walk(profile: Profile, entry: MethodAcceptance, draft: Draft, prompts: list[PromptSpec]) -> Predicted:
+    """Walk every prompt's exact schedule (a fixed γ, a token tree or a draft-length policy:
+    :func:`specsim.walk_drafts.draft_plan`) through the cost model (see the module docstring)."""
     cost = profile.latency.cost_model
     traces = {t.prompt_id: t for t in entry.traces if t.match is not None}
     missing = [p.prompt_id for p in prompts if p.prompt_id not in traces]
@@ -187,14 +191,15 @@ def predict_walk(profile: Profile, entry: MethodAcceptance, gamma: int, prompts:
                            "(run 'specsim calibrate acceptance' on the same prompts)")
     batch = entry.draft_batch_size
     sd_req = sd_dec = base_req = base_dec = None
-    tokens = blocks = 0.0
+    tokens = blocks = drafts = 0.0
     sd_setup = base_setup = 0.0
     for p in prompts:
-        plan = greedy_plan(traces[p.prompt_id].match, gamma, p.max_new_tokens)
+        plan = draft_plan(draft, traces[p.prompt_id], p.max_new_tokens)
         kw = {"target_prompt_tokens": p.prompt_tokens, "draft_prompt_tokens": p.draft_prompt_tokens, "batch": batch}
         n = plan.tokens
-        sd_req = _add(sd_req, sd_request_cost(cost, plan, **kw))
-        sd_dec = _add(sd_dec, sd_request_cost(cost, plan.after_first(), fused=False, **kw))
+        sd_req = _add(sd_req, plan_cost(cost, plan, **kw))
+        dec = plan_cost(cost, plan.after_first(), fused=False, **kw)
+        sd_dec, drafts = _add(sd_dec, dec), drafts + plan.after_first().draft_tokens
         base_req = _add(base_req, target_request_cost(cost, prompt_tokens=p.prompt_tokens, new_tokens=n))
         base_dec = _add(base_dec, target_request_cost(cost, prompt_tokens=p.prompt_tokens + 1, new_tokens=n - 1,
                                                       fused=False))
@@ -204,7 +209,7 @@ def predict_walk(profile: Profile, entry: MethodAcceptance, gamma: int, prompts:
     decode = (base_dec.total_ms / base_dec.tokens) / (sd_dec.total_ms / sd_dec.tokens)
     request = (base_setup + base_req.total_ms) / (sd_setup + sd_req.total_ms)
     terms = {t: getattr(sd_dec, f"{t}_ms") / max(sd_dec.blocks, 1e-12) for t in TERMS}
-    c = (sd_dec.draft_ms / max(gamma * sd_dec.blocks, 1e-12)) / (base_dec.total_ms / base_dec.tokens)
+    c = (sd_dec.draft_ms / max(drafts, 1e-12)) / (base_dec.total_ms / base_dec.tokens)
     note = "cost-model walk over each prompt's replayed blocks" + (
         "; a context outside the measured grid was extrapolated" if sd_req.extrapolated or base_req.extrapolated else "")
     return Predicted(tau=tokens / blocks, decode_speedup=decode, request_speedup=request, terms_ms_per_block=terms,
@@ -237,22 +242,34 @@ def predict_tables(profile: Profile, entry: MethodAcceptance, gamma: int, prompt
                      terms_ms_per_block={}, c=c, note=f"tau: {source}; c={c:.4f}, v={v:.4f} at {where}")
 
 
-def check_row(profile: Profile, entry: MethodAcceptance, gamma: int, prompts: list[PromptSpec],
+def check_row(profile: Profile, entry: MethodAcceptance, gamma: Draft, prompts: list[PromptSpec],
               measured: Measured, *, reference_gamma: int | None = None) -> CheckRow:
-    """Predicted (profile) vs ``measured`` at one γ as a :class:`CheckRow`."""
+    """Predicted (profile) vs ``measured`` at one γ, token tree or draft-length policy as a :class:`CheckRow`
+    (a tree's row carries γ = its n nodes, a policy's its starting γ, and ``draft`` names them; the textbook
+    has no trees or policies: None there)."""
     walk = profile.latency.cost_model is not None
+    chain = isinstance(gamma, (int, np.integer))
+    if not walk and not chain:
+        raise SpecsimError(f"check {draft_label(gamma)}: needs a profile with a cost model (schema 2; run "
+                           "'specsim calibrate latency')")
     pred = predict_walk(profile, entry, gamma, prompts) if walk else predict_tables(profile, entry, gamma, prompts)
-    tau_ref, g_ref = reference_tau(entry, reference_gamma or gamma)
+    if chain:
+        tau_ref, g_ref = reference_tau(entry, reference_gamma or gamma)
+        book, book_note = textbook_speedup(tau_ref, g_ref, gamma, pred.c), (
+            f"; textbook: v=1, iid alpha from tau={tau_ref:.3f} at gamma={g_ref}")
+    else:
+        book, book_note = None, ""
     return CheckRow(
-        method=entry.method, scenario=entry.scenario, gamma=gamma, tau_predicted=pred.tau,
+        method=entry.method, scenario=entry.scenario, gamma=draft_gamma(gamma), draft=None if chain else draft_label(gamma),
+        tau_predicted=pred.tau,
         tau_measured=measured.tau, speedup_predicted=pred.decode_speedup, speedup_measured=measured.decode_speedup,
-        speedup_textbook=textbook_speedup(tau_ref, g_ref, gamma, pred.c), prompts=measured.prompts,
+        speedup_textbook=book, prompts=measured.prompts,
         new_tokens=measured.new_tokens, speedup_halfwidth=_finite(measured.decode_halfwidth),
         request_speedup_predicted=pred.request_speedup, request_speedup_measured=measured.request_speedup,
         request_speedup_halfwidth=_finite(measured.request_halfwidth), rounds=measured.rounds,
         terms_ms_per_block={t: {"predicted": pred.terms_ms_per_block[t], "measured": measured.terms_ms_per_block[t]}
                             for t in TERMS if t in pred.terms_ms_per_block} or None,
-        notes=f"{pred.note}; textbook: v=1, iid alpha from tau={tau_ref:.3f} at gamma={g_ref}")
+        notes=pred.note + book_note)
 
 
 def _finite(x: float) -> float | None:

@@ -17,7 +17,7 @@ def error_rows(rows: list[CheckRow]) -> list[dict]:
     """Per row: γ, τ and speedups with relative errors and half-widths (JSON-ready)."""
     out = []
     for r in rows:
-        d = {"method": r.method, "scenario": r.scenario, "gamma": r.gamma,
+        d = {"method": r.method, "scenario": r.scenario, "gamma": r.gamma, "draft": draft_name(r),
              "tau_predicted": r.tau_predicted, "tau_measured": r.tau_measured,
              "tau_rel_err": relative_error(r.tau_predicted, r.tau_measured),
              "speedup_predicted": r.speedup_predicted, "speedup_measured": r.speedup_measured,
@@ -33,6 +33,15 @@ def error_rows(rows: list[CheckRow]) -> list[dict]:
              "request_speedup_halfwidth": r.request_speedup_halfwidth, "rounds": r.rounds}
         out.append(d)
     return out
+
+
+def draft_name(row: CheckRow) -> str:
+    """How a row's run is named in tables: its γ, or its tree / policy ("tree:4,2,1")."""
+    return row.draft or str(row.gamma)
+
+
+def _draft_head(rows: list[CheckRow]) -> str:
+    return "gamma" if all(r.draft is None for r in rows) else "gamma / draft"
 
 
 def _stats(values) -> tuple[float, float] | None:
@@ -54,6 +63,12 @@ def summary(rows: list[CheckRow]) -> dict:
     req = _stats(e["request_rel_err"] for e in errs)
     if req:
         out |= {"request_median_abs_rel_err": req[0], "request_max_abs_rel_err": req[1]}
+    kinds = {}
+    for e in errs:
+        kinds.setdefault((e["draft"].split(":")[0] if ":" in e["draft"] else "chain"), []).append(e["speedup_rel_err"])
+    if len(kinds) > 1:
+        out["by_kind"] = {k: {"rows": len(v), "median_abs_rel_err": float(np.median(np.abs(v))),
+                              "max_abs_rel_err": float(np.max(np.abs(v)))} for k, v in kinds.items()}
     hw = [e["speedup_halfwidth"] for e in errs]
     if any(h is not None for h in hw):
         out |= {"halfwidth_goal": HALFWIDTH_GOAL,
@@ -74,11 +89,11 @@ def check_table(rows: list[CheckRow]) -> str:
     table = []
     for e, r in zip(error_rows(rows), rows):
         table.append(([r.scenario] if scen else []) + [
-            r.method, str(r.gamma), fmt(r.tau_predicted), fmt(r.tau_measured), _pct(e["tau_rel_err"]),
+            r.method, draft_name(r), fmt(r.tau_predicted), fmt(r.tau_measured), _pct(e["tau_rel_err"]),
             fmt(r.speedup_predicted), fmt(r.speedup_measured), "±" + _pct(r.speedup_halfwidth, False),
             _pct(e["speedup_rel_err"]), fmt(r.request_speedup_predicted), fmt(r.request_speedup_measured),
             _pct(e["request_rel_err"]), fmt(r.speedup_textbook), _pct(e["textbook_rel_err"])])
-    heads = (["scenario"] if scen else []) + ["method", "gamma", "tau pred", "meas", "err", "speedup pred", "meas",
+    heads = (["scenario"] if scen else []) + ["method", _draft_head(rows), "tau pred", "meas", "err", "speedup pred", "meas",
                                               "95% hw", "err", "request pred", "meas", "err", "textbook", "err"]
     return format_table(heads, table, indent="") + "\n" + summary_line(rows)
 
@@ -91,6 +106,9 @@ def summary_line(rows: list[CheckRow]) -> str:
     if "textbook_median_abs_rel_err" in s:
         line += (f"; textbook (v=1, iid alpha): median {s['textbook_median_abs_rel_err']:.1%}, "
                  f"max {s['textbook_max_abs_rel_err']:.1%}")
+    if "by_kind" in s:
+        line += "\nby kind: " + "; ".join(f"{k}: median {v['median_abs_rel_err']:.1%}, max {v['max_abs_rel_err']:.1%} "
+                                          f"({v['rows']} rows)" for k, v in s["by_kind"].items())
     if "rows_within_halfwidth_goal" in s:
         line += (f"\nmeasured half-width <= {HALFWIDTH_GOAL:.1%}: {s['rows_within_halfwidth_goal']}/{s['rows']} rows; "
                  f"error within the measurement's half-width: {s['rows_error_within_noise']}/{s['rows']} rows")
@@ -111,9 +129,9 @@ def terms_table(rows: list[CheckRow]) -> str:
             cells += ["-", "-", "-"] if pair is None else [
                 fmt(pair["predicted"], 3), fmt(pair["measured"], 3),
                 _pct(relative_error(pair["predicted"], pair["measured"]) if pair["measured"] > 0 else None)]
-        table.append(([r.scenario] if scen else []) + [r.method, str(r.gamma), *cells])
+        table.append(([r.scenario] if scen else []) + [r.method, draft_name(r), *cells])
     if not table:
         return ""
-    heads = (["scenario"] if scen else []) + ["method", "gamma"] + [
+    heads = (["scenario"] if scen else []) + ["method", _draft_head(rows)] + [
         f"{t} {k}" for t in TERMS for k in ("pred", "meas", "err")]
     return "ms per block after the first (predicted vs measured):\n" + format_table(heads, table, indent="")

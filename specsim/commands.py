@@ -30,12 +30,16 @@ def register(sub, calibrate_sub) -> None:
     p.add_argument("--new-tokens", type=str, default=None,
                    help="also show end-to-end request latency (ms) for this many output tokens "
                         "(needs absolute latency tables in the profile)")
+    _draft_args(p)
+    p.add_argument("--best-tree", action="store_true", help="also list the best token tree for the profile's "
+                   "acceptance (Sequoia-style search over trees of <= 64 nodes, priced with the measured Tv(n))")
     p.set_defaults(func=run_predict)
 
     s = sub.add_parser("sweep", help="speedup per gamma and the best gamma per method and scenario",
                        description="Speedup over a range of gamma and the best gamma. " + _SYMBOLS)
     s.add_argument("--gamma", default="1-10", help="gammas: 1-10, or 1,2,4 (default 1-10; each <= 1024)")
     _common(s)
+    _draft_args(s)
     s.set_defaults(func=run_sweep)
 
     pr = sub.add_parser("profiles", help="list the shipped profiles")
@@ -60,6 +64,44 @@ def _common(p: argparse.ArgumentParser) -> None:
                    help="what-if: add an i.i.d. acceptance row with this alpha in [0, 1] (the only acceptance "
                         "a latency-only profile can use)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
+
+
+def _draft_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--tree", action="append", default=None, metavar="SPEC",
+                   help="token tree to compare (repeatable): 4,2,1 (branching per depth), chain:5, parents:0,0,1; "
+                        "needs top-k traces and the profile's tree grids")
+    p.add_argument("--policy", action="append", default=None, metavar="SPEC",
+                   help="draft-length policy to compare (repeatable): fixed:5, heuristic:4,max=8, "
+                        "confidence:0.4,gamma=8, batch:1=5,8=3,32=0@8")
+
+
+def _drafts(args) -> list:
+    from specsim.policies import parse_policy
+    from specsim.trees import parse_tree
+
+    return [parse_tree(t) for t in args.tree or []] + [parse_policy(p) for p in args.policy or []]
+
+
+def _comparison(args, profile: Profile, gammas) -> list | None:
+    """Chain vs tree vs policy rows when --tree, --policy or --best-tree asked for them; else None."""
+    from specsim.predict import select_entries
+    from specsim.predict_drafts import compare
+
+    drafts = _drafts(args)
+    if not drafts and not getattr(args, "best_tree", False):
+        return None
+    # --sweep always compares with the best tree when the profile can price one.
+    best = getattr(args, "best_tree", True)
+    return compare(profile, select_entries(profile, args.method, args.scenario), gammas, drafts, best_tree=best,
+                   context_tokens=args.context_tokens)
+
+
+def _print_comparison(rows: list) -> None:
+    from specsim.predict_drafts import comparison_table
+
+    print("\nchain vs token tree vs draft-length policy (decode phase; every traced request walked through the "
+          "cost model; block/Tp = ms per block in units of the target's ms per token)")
+    print(comparison_table(rows))
 
 
 def _load(args) -> Profile:
@@ -100,10 +142,13 @@ def run_predict(args) -> int:
     gamma = parse_int(args.gamma, name="--gamma", unit="gamma")
     new_tokens = None if args.new_tokens is None else parse_int(args.new_tokens, name="--new-tokens", unit="tokens")
     profile = _load(args)
+    _drafts(args)  # a bad --tree/--policy fails before any work
     rows = predict(profile, gamma, methods=args.method, scenario=args.scenario, textbook=args.textbook,
                    context_tokens=args.context_tokens, new_tokens=new_tokens)
+    drafts = _comparison(args, profile, [gamma])
     if args.json:
-        print(dumps_json([r.to_json() for r in rows]))
+        out = [r.to_json() for r in rows]
+        print(dumps_json(out if drafts is None else {"predictions": out, "drafts": [c.to_json() for c in drafts]}))
         return 0
     print(_header(profile))
     print(f"gamma = {gamma}" + ("  (textbook: v = 1, i.i.d. alpha)" if args.textbook else ""))
@@ -132,6 +177,8 @@ def run_predict(args) -> int:
     if walked:
         print("o: the engine's overhead per block outside the models, in units of Tp; c, v, o are averages over "
               "each request's walk from its prompt to prompt + new tokens")
+    if drafts is not None:
+        _print_comparison(drafts)
     return 0
 
 
@@ -156,10 +203,13 @@ def _print_notes(rows, notes: dict, e2e_missing=()) -> None:
 def run_sweep(args) -> int:
     gammas = parse_int_list(args.gamma, name="--gamma", unit="gamma")
     profile = _load(args)
+    _drafts(args)  # a bad --tree/--policy fails before any work
     results = sweep(profile, gammas, methods=args.method, scenario=args.scenario, textbook=args.textbook,
                     context_tokens=args.context_tokens)
+    drafts = _comparison(args, profile, gammas)
     if args.json:
-        print(dumps_json([r.to_json() for r in results]))
+        out = [r.to_json() for r in results]
+        print(dumps_json(out if drafts is None else {"sweep": out, "drafts": [c.to_json() for c in drafts]}))
         return 0
     print(_header(profile))
     print("speedup per gamma" + ("  (textbook: v = 1, i.i.d. alpha)" if args.textbook else ""))
@@ -181,6 +231,8 @@ def run_sweep(args) -> int:
         print(f"\nscenario {scenario} ({images} image{'s' if images != 1 else ''})")
         print(format_table(["method", *[f"g={g}" for g in gammas], "best g", "best"], table))
     _print_notes(all_rows, notes)
+    if drafts is not None:
+        _print_comparison(drafts)
     return 0
 
 

@@ -13,6 +13,11 @@ from the caches as they do in speculative decoding), on a grid:
 - ``target_prefill`` / ``draft_prefill``: the first pass of a request over its whole prompt (``rows``
   = prompt tokens, context 0), which the engine fuses with the first verification / draft step.
 
+Optional token-tree grids (:class:`TreeCosts`, ``calibrate latency --tree-sizes/--tree``), timed in the
+tree engine's own alternation: ``tree.verify``, the target pass over ``rows`` = n+1 positions with the
+tree attention mask; ``tree.draft``, a draft level pass over ``rows`` = the level's expanded nodes (the
+root pass is a chain first step, ``draft_first``); ``tree.overhead_ms_per_block`` by n and draft batch.
+
 Each grid stores ms[rows][context][batch] (medians) on the KV-cache length ``context_tokens`` the
 pass starts from. Outside the models, the engine's per-block overhead (sampling, acceptance, cache
 crop, Python) is ``overhead_ms_per_block`` by γ and draft batch, and ``overhead_ms_per_target_step``
@@ -263,10 +268,47 @@ class HostCheck:
                    contended=contended, note=field_str(d.get("note", ""), f"{where}.note", allow_empty=True))
 
 
+# --------------------------------------------------------------------------- token trees
+@dataclass(frozen=True)
+class TreeCosts:
+    """Token-tree forwards: ``verify`` (rows = n+1, context, batch 1), ``draft`` (rows = expanded nodes of
+    one level pass ℓ ≥ 1, at the cache length the pass starts from, by draft batch; None when every swept
+    tree had depth 1), the tree engine's ms per block outside the models by n (the grid's ``gamma`` axis)
+    and draft batch, and the tree specs the sweep ran (:mod:`specsim.trees`)."""
+
+    verify: CostGrid
+    draft: CostGrid | None
+    overhead_ms_per_block: OverheadGrid
+    trees: tuple[str, ...] = ()
+
+    @property
+    def max_nodes(self) -> int:
+        """The largest n whose verification was measured."""
+        return int(self.verify.rows[-1]) - 1
+
+    def to_json(self) -> dict:
+        return drop_none({"verify": self.verify.to_json(), "draft": None if self.draft is None else self.draft.to_json(),
+                          "overhead_ms_per_block": self.overhead_ms_per_block.to_json(), "trees": list(self.trees)})
+
+    @classmethod
+    def from_json(cls, d: dict, where: str) -> TreeCosts:
+        check_keys(d if isinstance(d, dict) else {}, {"verify", "draft", "overhead_ms_per_block", "trees"}, where)
+        verify = CostGrid.from_json(field_req(d, "verify", where), f"{where}.verify")
+        if verify.batch != (1,) or verify.rows[0] < 2:
+            raise SpecsimError(f"{where}.verify: expected batch [1] and rows >= 2 (n+1 positions), got batch "
+                               f"{show(list(verify.batch))}, rows {show(list(verify.rows))}")
+        trees = field_list(d.get("trees", []), f"{where}.trees", nonempty=False)
+        return cls(verify=verify, draft=field_opt(d, "draft", CostGrid.from_json, where),
+                   overhead_ms_per_block=OverheadGrid.from_json(field_req(d, "overhead_ms_per_block", where),
+                                                                f"{where}.overhead_ms_per_block"),
+                   trees=tuple(field_str(t, f"{where}.trees[{i}]") for i, t in enumerate(trees)))
+
+
 # --------------------------------------------------------------------------- the model
 @dataclass(frozen=True)
 class CostModel:
-    """The grids, the engine's overhead and the host check of one latency calibration."""
+    """The grids, the engine's overhead and the host check of one latency calibration (plus, optionally,
+    the token-tree grids)."""
 
     target_decode: CostGrid
     target_verify: CostGrid
@@ -278,18 +320,21 @@ class CostModel:
     overhead_ms_per_target_step: float
     host_check: HostCheck | None = None
     interpolation: str = INTERPOLATION
+    tree: TreeCosts | None = None
 
     def to_json(self) -> dict:
         return drop_none({**{name: getattr(self, name).to_json() for name in GRID_NAMES},
                           "overhead_ms_per_block": self.overhead_ms_per_block.to_json(),
                           "overhead_ms_per_target_step": self.overhead_ms_per_target_step,
                           "host_check": None if self.host_check is None else self.host_check.to_json(),
-                          "interpolation": self.interpolation})
+                          "interpolation": self.interpolation,
+                          "tree": None if self.tree is None else self.tree.to_json()})
 
     @classmethod
     def from_json(cls, d: dict, where: str = "latency.cost_model") -> CostModel:
         check_keys(d if isinstance(d, dict) else {}, {*GRID_NAMES, "overhead_ms_per_block",
-                                                      "overhead_ms_per_target_step", "host_check", "interpolation"},
+                                                      "overhead_ms_per_target_step", "host_check", "interpolation",
+                                                      "tree"},
                    where)
         grids = {name: CostGrid.from_json(field_req(d, name, where), f"{where}.{name}") for name in GRID_NAMES}
         if grids["target_decode"].rows[0] != 1:
@@ -308,7 +353,8 @@ class CostModel:
                          unit="ms", zero_ok=True)
         return cls(**grids, overhead_ms_per_block=overhead, overhead_ms_per_target_step=step,
                    host_check=field_opt(d, "host_check", HostCheck.from_json, where),
-                   interpolation=field_str(d.get("interpolation", INTERPOLATION), f"{where}.interpolation"))
+                   interpolation=field_str(d.get("interpolation", INTERPOLATION), f"{where}.interpolation"),
+                   tree=field_opt(d, "tree", TreeCosts.from_json, where))
 
     @property
     def max_gamma(self) -> int:

@@ -176,9 +176,10 @@ def _runs(match: np.ndarray) -> np.ndarray:
     return run[:-1]
 
 
-def replay_policy_blocks(trace, policy) -> list[ReplayBlock]:
+def replay_policy_blocks(trace, policy, max_new_tokens: int | None = None) -> list[ReplayBlock]:
     """The blocks greedy SD under ``policy`` spends on one prompt's trace (``match``; confidence
-    policies also need ``draft_top_probs``)."""
+    policies also need ``draft_top_probs``); γ is capped at ``max_new_tokens`` − 1 − t as the engine caps
+    it (default: the trace's length; a request that stopped at EOS ran with a larger budget)."""
     policy = as_policy(policy)
     match = np.asarray(getattr(trace, "match", trace))
     if match.ndim != 1:  # also a Trace whose match is None (beta only)
@@ -192,8 +193,11 @@ def replay_policy_blocks(trace, policy) -> list[ReplayBlock]:
         top1 = np.array([row[0] for row in top], dtype=float)
     run = _runs(match.astype(bool))
     blocks, t, state, n_pos = [], 0, policy.initial_state(), match.size
+    budget = n_pos if max_new_tokens is None else int(max_new_tokens)
+    if budget < n_pos:
+        raise SpecsimError(f"max_new_tokens: expected >= the trace's {n_pos} tokens, got {budget}")
     while t < n_pos:
-        g = min(policy.next_gamma(state), n_pos - 1 - t)
+        g = min(policy.next_gamma(state), budget - 1 - t)
         if top1 is not None and g > 0:
             low = np.flatnonzero(top1[t: t + g] < policy.stop_below)
             g = int(low[0]) + 1 if low.size else g

@@ -45,6 +45,7 @@ class Prediction:
     o: float | None = None  # the engine's overhead per block / Tp (cost-model profiles)
     end_to_end: dict | None = None  # request latency (ms by stage) when new_tokens was asked for
     end_to_end_note: str = ""
+    draft: str | None = None  # a token tree or draft-length policy (specsim.predict_drafts); None: fixed γ
 
     def to_json(self) -> dict:
         return asdict(self)

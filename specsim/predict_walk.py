@@ -22,7 +22,6 @@ from specsim.walk import (
     RequestCost,
     expected_plan,
     greedy_plan,
-    sd_request_cost,
     target_request_cost,
 )
 
@@ -32,7 +31,8 @@ DEFAULT_NEW_TOKENS = 64
 
 @dataclass(frozen=True)
 class Walk:
-    """One request to price: its block plan and the target's and draft's prompt tokens."""
+    """One request to price: its block plan (a :class:`specsim.walk_drafts.TreePlan` for a token tree) and
+    the target's and draft's prompt tokens."""
 
     plan: BlockPlan
     prompt_tokens: float
@@ -91,14 +91,17 @@ class WalkCost:
 
 
 def walk_cost(profile: Profile, entry: MethodAcceptance, requests: list[Walk], *, fused: bool) -> WalkCost:
-    """Price every walked request with the profile's cost model."""
+    """Price every walked request with the profile's cost model (chain and policy plans, or token-tree
+    plans of :mod:`specsim.walk_drafts`)."""
+    from specsim.walk_drafts import plan_cost
+
     cost = profile.latency.cost_model
     sd = base = None
     drafts = 0.0
     for w in requests:
-        s = sd_request_cost(cost, w.plan, target_prompt_tokens=w.prompt_tokens,
-                            draft_prompt_tokens=w.draft_prompt_tokens, batch=entry.draft_batch_size, fused=fused)
+        s = plan_cost(cost, w.plan, target_prompt_tokens=w.prompt_tokens,
+                      draft_prompt_tokens=w.draft_prompt_tokens, batch=entry.draft_batch_size, fused=fused)
         b = target_request_cost(cost, prompt_tokens=w.prompt_tokens, new_tokens=w.plan.tokens, fused=fused)
         sd, base = (s, b) if sd is None else (sd + s, base + b)
-        drafts += float(np.sum(w.plan.drafts * w.plan.weight))
+        drafts += w.plan.draft_tokens
     return WalkCost(sd=sd, base=base, drafts=drafts)

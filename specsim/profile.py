@@ -505,6 +505,8 @@ class CheckRow:
     ``speedup_*`` is the decode phase (ms per token after the first pass); ``request_speedup_*`` the whole
     request (schema 2). ``*_halfwidth`` are relative 95% confidence half-widths of the measured values over
     ``rounds`` repeats; ``terms_ms_per_block`` maps draft/verify/overhead to predicted and measured ms.
+    ``draft`` (optional) names a token tree ("tree:4,2,1", γ = its nodes) or a draft-length policy
+    ("policy:heuristic:5", γ = its starting γ); absent for a fixed-γ chain.
     """
 
     method: str
@@ -526,6 +528,7 @@ class CheckRow:
     request_speedup_halfwidth: float | None = None
     rounds: int | None = None
     terms_ms_per_block: dict | None = None
+    draft: str | None = None
 
     def to_json(self) -> dict:
         return _drop_none({k: getattr(self, k) for k in self.__dataclass_fields__} | {"notes": self.notes or None})
@@ -558,6 +561,7 @@ class CheckRow:
             request_speedup_halfwidth=_opt(d, "request_speedup_halfwidth", pos, where),
             rounds=_opt(d, "rounds", lambda v, w: _int(v, w, lo=1), where),
             terms_ms_per_block=_opt(d, "terms_ms_per_block", _terms, where),
+            draft=_opt(d, "draft", _str, where),
         )
 
 
@@ -631,9 +635,9 @@ class Profile:
         return replace(self, acceptance=kept + tuple(entries))
 
     def with_checks(self, rows: tuple[CheckRow, ...] | list[CheckRow]) -> Profile:
-        """A copy where ``rows`` replace existing rows of the same (method, scenario, gamma)."""
-        keys = {(r.method, r.scenario, r.gamma) for r in rows}
-        kept = tuple(c for c in self.checks if (c.method, c.scenario, c.gamma) not in keys)
+        """A copy where ``rows`` replace existing rows of the same (method, scenario, gamma, draft)."""
+        keys = {(r.method, r.scenario, r.gamma, r.draft) for r in rows}
+        kept = tuple(c for c in self.checks if (c.method, c.scenario, c.gamma, c.draft) not in keys)
         return replace(self, checks=kept + tuple(rows))
 
 

@@ -56,9 +56,10 @@ def rank_arrays(traces) -> list[np.ndarray]:
     return out
 
 
-def accepted_from_each_start(ranks: np.ndarray, tree: TreeSpec) -> np.ndarray:
+def accepted_from_each_start(ranks: np.ndarray, tree: TreeSpec, *, with_nodes: bool = False):
     """a[t] = drafts a block starting at output position t accepts (before the end-of-request cut
-    a[t] ≤ N-1-t, which this includes), for all t at once."""
+    a[t] ≤ N-1-t, which this includes), for all t at once; with ``with_nodes`` also the node each walk
+    ends on (0 = the root: nothing accepted)."""
     n_pos = ranks.size
     table = tree.child_table()
     last_col = table.shape[1] - 1
@@ -76,7 +77,7 @@ def accepted_from_each_start(ranks: np.ndarray, tree: TreeSpec) -> np.ndarray:
         accepted += alive
         if not alive.any():
             break
-    return accepted
+    return (accepted, node) if with_nodes else accepted
 
 
 def replay_tree_blocks(ranks, tree: TreeSpec) -> list[ReplayBlock]:

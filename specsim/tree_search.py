@@ -55,7 +55,8 @@ def _split_over_ranks(acc_row: np.ndarray, gain: np.ndarray, n: int) -> tuple[np
     w[0] = 0.0  # past the last rank only an empty allocation is possible
     choice = np.zeros((k_max, n + 1), dtype=np.int64)
     for r in range(k_max - 1, -1, -1):
-        child = np.where(np.isfinite(gain), acc_row[r] * gain, -np.inf)  # child[s-1] for s = 1..n
+        finite = np.isfinite(gain)  # 0·(−inf) would be nan where a rank has zero acceptance
+        child = np.where(finite, acc_row[r] * np.where(finite, gain, 0.0), -np.inf)  # child[s-1] for s = 1..n
         vals = np.where(valid, child[ss - 1] + w[np.clip(ks - ss, 0, None)], -np.inf)  # (k, s)
         best = np.argmax(vals, axis=1)
         new_w = vals[np.arange(n + 1), best]

@@ -50,6 +50,11 @@ class BlockPlan:
     def blocks(self) -> float:
         return float(np.sum(self.weight))
 
+    @property
+    def draft_tokens(self) -> float:
+        """Drafts proposed over the plan."""
+        return float(np.sum(self.drafts * self.weight))
+
     def after_first(self) -> BlockPlan:
         """The plan without its first block (the decode phase of a fused request)."""
         return BlockPlan(*(a[1:] for a in (self.start, self.drafts, self.emitted, self.first_rows, self.weight)))

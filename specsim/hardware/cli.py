@@ -82,6 +82,11 @@ def register(sub, calibrate_sub) -> None:
                    "provenance dtype, e.g. float32)")
     p.add_argument("--validate", action="store_true", help="with --fit-profile: fit on short contexts / small "
                    "gamma, report the error on the held-out points")
+    p.add_argument("--trees", action="store_true", help="also pick the best token tree per device, batch and "
+                   "context (Tv(n) from the roofline over n+1 rows; tau from the profile's top-k traces or --alpha; "
+                   "trees of <= --tree-max-nodes nodes)")
+    p.add_argument("--tree-max-nodes", type=number_arg("gamma", integer=True), default=64,
+                   help="largest tree searched with --trees (default 64)")
     p.add_argument("--list-devices", action="store_true", help="list the catalog with sources and exit")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.add_argument("--plot", default=None, metavar="PNG", help="write speedup vs batch size per device")
@@ -264,6 +269,7 @@ def run_hardware(args: argparse.Namespace) -> int:
         efficiency = {d.name: fitted for d in devices}
     plan = plan_hardware(target, draft, devices, methods, efficiency=efficiency, batches=batches,
                          contexts=contexts, notes=tuple(notes), parallel=Parallel(args.tp, args.draft_sharded))
+    trees = _trees(args, profile, target, draft, devices, efficiency, batches, contexts, gamma_max)
     if args.plot:
         from specsim.hardware.plots import plot_speedup_vs_batch
 
@@ -272,10 +278,42 @@ def run_hardware(args: argparse.Namespace) -> int:
         out = {"target": target.name, "draft": draft.name, "profile": None if profile is None else profile.name,
                "plan": plan.to_json(),
                "fit": None if fit is None else fit.to_json()}
+        if trees is not None:
+            out["trees"] = [r.to_json() for r in trees]
         print(dumps_json(out))
         return 0
     print(_text(plan, target, draft, fit))
+    if trees is not None:
+        from specsim.hardware.tree_plan import tree_plan_text
+
+        print("\ntoken trees (Sequoia-style search; tau from per-rank acceptance, the same at every depth; speedup "
+              "= tau*Tp / (draft passes + Tv(n) + runtime overhead per block)):")
+        print(tree_plan_text(trees))
     return 0
+
+
+def _trees(args, profile, target, draft, devices, efficiency, batches, contexts, gamma_max):
+    """The best tree per device × batch × context (--trees), or None."""
+    if not args.trees:
+        return None
+    if args.tp > 1:
+        raise SpecsimError("--trees: tensor parallel is not modelled for token trees (use --tp 1)")
+    from specsim.hardware.tree_plan import TreeMethod, plan_trees, tree_methods
+    from specsim.trees import rank_acceptance_iid
+
+    if args.alpha is not None:
+        methods = [TreeMethod("user", rank_acceptance_iid(args.alpha, 8), 1, f"iid ranks, alpha={args.alpha:g}")]
+    elif profile is None:
+        raise SpecsimError("--trees: needs per-rank acceptance, from a profile's top-k traces or --alpha (not --tau)")
+    else:
+        from specsim.predict import select_entries
+
+        wanted = None if not args.method or args.method == ["all"] else args.method
+        entries = select_entries(profile, wanted, args.scenario)
+        entries = [e for e in entries if e.scenario == entries[0].scenario] if args.scenario is None else entries
+        methods = tree_methods(entries if args.method else entries[:1])
+    return plan_trees(target, draft, devices, methods, efficiency=efficiency, batches=batches, contexts=contexts,
+                      n_max=args.tree_max_nodes, gamma_max=gamma_max)
 
 
 def _list_devices(args: argparse.Namespace) -> int:

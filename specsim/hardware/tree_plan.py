@@ -1,0 +1,201 @@
+"""Hardware planning for token trees: the best tree per device, batch and context (Sequoia, Chen et al. 2024:
+the best tree depends on the hardware through the cost of verifying n tokens).
+
+On each device the roofline prices a tree block (:mod:`specsim.hardware.roofline`): the draft's root pass
+is a decode step and its level pass ℓ ≥ 1 a forward over the level's m_ℓ expanded nodes (batch B·k for a
+k-member ensemble, on the draft's context plus the nodes fed before it); Tv(n) is the target's forward over
+n+1 rows; the runtime adds its per-block overhead. τ(tree) comes from per-rank acceptance
+(:func:`specsim.trees.expected_tokens`, the same acceptance at every depth). Candidates are the optimal
+trees (:func:`specsim.tree_search.optimal_trees`) of every size n ≤ n_max and depth bound ≤ max_depth,
+chains included, so the best chain under the same acceptance model is found too; speedup =
+τ·Tp / block ms, the decode phase as in :mod:`specsim.hardware.plan`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+from specsim.errors import SpecsimError
+from specsim.hardware.device import Device
+from specsim.hardware.model import ModelSpec
+from specsim.hardware.roofline import Efficiency, decode_ms, forward_ms, verify_ms
+from specsim.report import format_table
+from specsim.trees import TreeSpec, chain_tree, draft_pass_rows, expected_tokens
+
+
+@dataclass(frozen=True)
+class TreeMethod:
+    """A drafting method for the tree planner: per-rank acceptance (D, K) and its draft batch (ensemble members)."""
+
+    method: str
+    acceptance: np.ndarray
+    draft_batch_size: int = 1
+    source: str = ""
+
+
+@dataclass(frozen=True)
+class TreePlanRow:
+    """The best tree and the best chain on one device at one (method, batch, context)."""
+
+    device: str
+    method: str
+    batch_size: int
+    context_tokens: int
+    best_tree: str
+    nodes: int
+    depth: int
+    tau: float
+    speedup: float
+    chain_gamma: int
+    chain_tau: float
+    chain_speedup: float
+    target_ms_per_step: float
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+def candidate_trees(acceptance, n_max: int = 64, max_depth: int = 10, gamma_max: int = 8) -> list[TreeSpec]:
+    """The optimal trees of every size ≤ ``n_max`` for every depth bound ≤ ``max_depth`` (sizes up to what
+    K candidates per node allow at that depth), and the chains of γ ≤ ``gamma_max``; distinct, chains first."""
+    from specsim.tree_search import optimal_trees
+
+    k = np.asarray(acceptance).shape[-1]
+    seen = {chain_tree(g).parents: chain_tree(g) for g in range(1, gamma_max + 1)}
+    for depth in range(1, min(max_depth, n_max) + 1):
+        fits = min(n_max, sum(k ** level for level in range(1, depth + 1)))
+        for choice in optimal_trees(acceptance, fits, max_depth=depth):
+            seen.setdefault(choice.tree.parents, choice.tree)
+    return list(seen.values())
+
+
+def _tree_arrays(trees: list[TreeSpec]):
+    """Verify rows (T,), and for every draft pass: its rows, context offset and tree index (P,)."""
+    nodes = np.array([t.n for t in trees], dtype=float)
+    rows, offset, owner = [], [], []
+    for i, t in enumerate(trees):
+        fed = 0
+        for r in draft_pass_rows(t):
+            rows.append(r)
+            offset.append(fed)
+            owner.append(i)
+            fed += r
+    return nodes, np.array(rows, dtype=float), np.array(offset, dtype=float), np.array(owner)
+
+
+def plan_trees(target: ModelSpec, draft: ModelSpec, devices: list[Device], methods: list[TreeMethod], *,
+               efficiency=None, batches=(1,), contexts=(1024,), n_max: int = 64, max_depth: int = 10,
+               gamma_max: int = 8) -> list[TreePlanRow]:
+    """The best tree and chain for every device × method × batch × context (module docstring).
+
+    ``efficiency``: an Efficiency or Runtime for every device, or a dict device name -> one of them.
+    """
+    if not devices or not methods:
+        raise SpecsimError("tree plan: need at least one device and one method")
+    effs = efficiency if isinstance(efficiency, dict) else {d.name: efficiency or Efficiency() for d in devices}
+    b = np.asarray(sorted({int(x) for x in batches}), dtype=float)[:, None, None]
+    ctx = np.asarray(sorted({int(x) for x in contexts}), dtype=float)[None, :, None]
+    out = []
+    for mt in methods:
+        trees = candidate_trees(mt.acceptance, n_max, max_depth, gamma_max)
+        tau = np.array([expected_tokens(t, mt.acceptance) for t in trees])
+        nodes, rows, offset, owner = _tree_arrays(trees)
+        chains = np.array([t.depth == t.n and t.n <= gamma_max for t in trees])
+        members = np.zeros((len(trees), rows.size))
+        members[owner, np.arange(rows.size)] = 1.0
+        for dev in devices:
+            eff = effs.get(dev.name, Efficiency())
+            tp = decode_ms(target, dev, eff, ctx, b)                                       # [B, L, 1]
+            passes = forward_ms(draft, dev, eff, b * mt.draft_batch_size, ctx + offset, rows)  # [B, L, P]
+            block = passes @ members.T + verify_ms(target, dev, eff, nodes, ctx, b) + eff.overhead_ms_per_block
+            speedups = tau * tp / block                                                     # [B, L, T]
+            out += _rows(dev.name, mt.method, trees, tau, speedups, tp, chains, b, ctx)
+    return out
+
+
+def _rows(device: str, method: str, trees, tau, speedups, tp, chains, b, ctx) -> list[TreePlanRow]:
+    rows = []
+    chain_idx = np.flatnonzero(chains)
+    for i, j in np.ndindex(speedups.shape[:2]):
+        k = int(np.argmax(speedups[i, j]))
+        c = int(chain_idx[np.argmax(speedups[i, j, chain_idx])])
+        rows.append(TreePlanRow(device=device, method=method, batch_size=int(b[i, 0, 0]),
+                                context_tokens=int(ctx[0, j, 0]), best_tree=str(trees[k]), nodes=trees[k].n,
+                                depth=trees[k].depth, tau=float(tau[k]), speedup=float(speedups[i, j, k]),
+                                chain_gamma=trees[c].n, chain_tau=float(tau[c]),
+                                chain_speedup=float(speedups[i, j, c]), target_ms_per_step=float(tp[i, j, 0])))
+    return rows
+
+
+# --------------------------------------------------------------------------- inputs and text
+def tree_methods(entries, *, ranks: int = 8) -> list[TreeMethod]:
+    """Per-rank acceptance of profile entries from their top-k traces (:func:`specsim.tree_replay.rank_acceptance`)."""
+    from specsim.tree_replay import rank_acceptance
+
+    out = []
+    for e in entries:
+        traces = [t for t in e.traces if t.draft_rank is not None]
+        if not traces:
+            raise SpecsimError(f"--trees: method {e.method!r} ({e.scenario}) has no top-k traces (run 'specsim "
+                               "calibrate acceptance --top-k K'), or pass --alpha for i.i.d. ranks")
+        out.append(TreeMethod(e.method, rank_acceptance(traces, ranks), e.draft_batch_size,
+                              f"per-rank acceptance of {len(traces)} traces ({e.scenario})"))
+    return out
+
+
+def tree_plan_text(rows: list[TreePlanRow]) -> str:
+    """Per method and context: for each device and batch, the best tree (n nodes / depth) and its speedup,
+    with the best chain's beside it."""
+    lines = []
+    batches = sorted({r.batch_size for r in rows})
+    for method in dict.fromkeys(r.method for r in rows):
+        for ctx in sorted({r.context_tokens for r in rows if r.method == method}):
+            table = []
+            for dev in dict.fromkeys(r.device for r in rows):
+                by_b = {r.batch_size: r for r in rows if (r.method, r.context_tokens, r.device) == (method, ctx, dev)}
+                table.append([dev] + [f"{by_b[b].speedup:.2f} n={by_b[b].nodes}/d={by_b[b].depth} "
+                                      f"(chain γ={by_b[b].chain_gamma} {by_b[b].chain_speedup:.2f})" for b in batches])
+            lines.append(f"  method {method}, context {ctx}: best tree speedup, n nodes / depth (best chain)")
+            lines.append(format_table(["device"] + [f"B={b}" for b in batches], table, indent="    "))
+    return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------- replayed schedules on a device
+def _block_ms(target, draft, dev, eff, plan, batch: int, context: float, k: int) -> float:
+    """Σ over a plan's blocks of its roofline ms (see :func:`replay_speedup`)."""
+    from specsim.walk_drafts import TreePlan
+
+    tp = float(decode_ms(target, dev, eff, context, batch))
+    if not isinstance(plan, TreePlan):  # chain or policy blocks: g draft steps and Tv(g), or one target step
+        g = np.asarray(plan.drafts, dtype=float)
+        tq = float(decode_ms(draft, dev, eff, context, batch * k))
+        tv = np.where(g > 0, verify_ms(target, dev, eff, np.maximum(g, 1), context, batch), tp)
+        return float(np.sum(plan.weight * (g * tq + tv + eff.overhead_ms_per_block)))
+    total = 0.0
+    for step in plan.steps:
+        if step.tree is None:
+            total += tp + eff.overhead_ms_per_block
+            continue
+        levels = np.array(draft_pass_rows(step.tree)[1:], dtype=float)
+        total += float(forward_ms(draft, dev, eff, batch * k, context, step.root_rows, logits=1))
+        if levels.size:  # a level pass keeps the logits of every fed node: their children come from them
+            fed = step.root_rows + np.concatenate([[0.0], np.cumsum(levels)[:-1]])
+            total += float(np.sum(forward_ms(draft, dev, eff, batch * k, context + fed, levels)))
+        total += float(verify_ms(target, dev, eff, step.tree.n, context, batch)) + eff.overhead_ms_per_block
+    return total
+
+
+def replay_speedup(target: ModelSpec, draft: ModelSpec, dev: Device, eff, plans: list, *, batch: int = 1,
+                   context: float = 1024, draft_batch_size: int = 1) -> float:
+    """Decode-phase speedup on a device of replayed schedules (chain or policy :class:`specsim.walk.BlockPlan`,
+    tree :class:`specsim.walk_drafts.TreePlan`) at one context: tokens·Tp / Σ blocks, a block being its draft
+    passes (the root over its 1 or 2 rows, each level pass over its m rows with their logits), its verification
+    Tv over its drafts + 1 rows and the runtime's per-block overhead."""
+    tp = float(decode_ms(target, dev, eff, context, batch))
+    tokens = sum(p.tokens for p in plans)
+    spent = sum(_block_ms(target, draft, dev, eff, p, batch, context, draft_batch_size) for p in plans)
+    if not spent > 0:
+        raise SpecsimError("replay_speedup: expected at least one block")
+    return float(tokens * tp / spent)

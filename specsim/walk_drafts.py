@@ -1,0 +1,235 @@
+"""Walk requests decoded with a token tree or a draft-length policy through their blocks, pricing every
+forward with the cost model (:mod:`specsim.costmodel`) in the engines' cache conventions.
+
+Trees (:mod:`calibrate.tree_engine`), for a request with target prompt P and draft prompt D:
+
+- the target's prefill over the prompt's first P − 1 tokens runs apart (``target_prefill``, rows P − 1);
+- a block that starts after t emitted tokens verifies the pending token and its n nodes (``tree.verify``,
+  rows n + 1) on P − 1 + t cached positions;
+- the draft's root pass feeds its unfed tokens (``draft_first``, 1 row, or 2 after a block whose last
+  accepted node was a leaf and so never fed) on D + t − rows, and in the request's first block the whole
+  draft prompt (``draft_prefill``, D rows, fused as in the chain engine); level pass ℓ ≥ 1 feeds the
+  level's m_ℓ expanded nodes (``tree.draft``) on D + t + Σ_{j<ℓ} m_j;
+- each block pays the tree engine's overhead at its n (``tree.overhead_ms_per_block``); a block whose tree
+  the end of the request cut to nothing is one target step (``target_decode``, its overhead per step).
+
+``fused=False`` prices the decode phase alone: no prefill, every block's root pass as a 1- or 2-row step,
+as :func:`specsim.walk.sd_request_cost` does for chains. Plans come from exact greedy replay
+(:mod:`specsim.tree_replay`, :mod:`specsim.policies`) with every block's drafting capped at the request's
+max new tokens as the engines cap it; a policy's blocks are chain blocks of varying γ, priced by
+:func:`specsim.walk.sd_request_cost`.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+
+import numpy as np
+
+from specsim.costmodel import CostModel, TreeCosts, grid_ms
+from specsim.errors import SpecsimError
+from specsim.policies import BatchTable, GammaPolicy, as_policy, replay_policy_blocks
+from specsim.tree_replay import accepted_from_each_start, rank_arrays
+from specsim.trees import TreeSpec, draft_pass_rows
+from specsim.walk import BlockPlan, RequestCost, greedy_plan, sd_request_cost
+
+Draft = int | TreeSpec | GammaPolicy | BatchTable  # a fixed γ, a token tree or a draft-length policy
+
+
+def draft_label(draft: Draft) -> str:
+    """"γ=3", "tree:4,2,1" or "policy:heuristic:5" (how tables and check rows name a run)."""
+    if isinstance(draft, TreeSpec):
+        return f"tree:{draft}"
+    if isinstance(draft, (GammaPolicy, BatchTable)):
+        return f"policy:{draft}"
+    return f"γ={int(draft)}"
+
+
+def draft_gamma(draft: Draft) -> int:
+    """The γ a check or prediction row carries: the fixed γ, a tree's node count, a policy's starting γ (≥ 1)."""
+    if isinstance(draft, TreeSpec):
+        return draft.n
+    return max(1, int(getattr(draft, "gamma", draft)))
+
+
+# --------------------------------------------------------------------------- plans
+@dataclass(frozen=True)
+class TreeBlockPlan:
+    """One tree block: tokens emitted before it, its tree after the end-of-request cut (None: one target
+    step), tokens it emits, and the rows of the draft's root pass."""
+
+    start: int
+    tree: TreeSpec | None
+    emitted: int
+    root_rows: int
+
+
+@dataclass(frozen=True)
+class TreePlan:
+    """The blocks of one request decoded with a token tree (``steps``; ``tokens``, ``blocks`` and
+    ``draft_tokens`` as :class:`specsim.walk.BlockPlan` has them)."""
+
+    steps: tuple[TreeBlockPlan, ...]
+
+    @property
+    def tokens(self) -> float:
+        return float(sum(b.emitted for b in self.steps))
+
+    @property
+    def blocks(self) -> float:
+        return float(len(self.steps))
+
+    @property
+    def draft_tokens(self) -> float:
+        """Tree nodes drafted over the plan."""
+        return float(sum(b.tree.n for b in self.steps if b.tree is not None))
+
+    def after_first(self) -> TreePlan:
+        return TreePlan(self.steps[1:])
+
+
+def _budget(n_tokens: int, max_new_tokens: int | None) -> int:
+    budget = n_tokens if max_new_tokens is None else int(max_new_tokens)
+    if budget < n_tokens:
+        raise SpecsimError(f"max_new_tokens: expected >= the trace's {n_tokens} tokens, got {budget}")
+    return budget
+
+
+def tree_plan(ranks, tree: TreeSpec, max_new_tokens: int | None = None) -> TreePlan:
+    """The tree engine's blocks for one greedy top-k trace (its ``draft_rank``): block boundaries from
+    :func:`specsim.tree_replay.accepted_from_each_start`, each block's tree cut to depth ≤ max_new − 1 − t."""
+    r = rank_arrays([ranks])[0]
+    n = r.size
+    budget = _budget(n, max_new_tokens)
+    accepted, node = accepted_from_each_start(r, tree, with_nodes=True)
+    has_kids = np.array([bool(k) for k in tree.children()])
+    depths = tree.depths
+    blocks, t, root = [], 0, 1
+    while t < n:
+        cut = budget - 1 - t
+        sub = tree if cut >= tree.depth else tree.truncated(cut)
+        a = int(accepted[t]) if sub is not None else 0
+        blocks.append(TreeBlockPlan(start=t, tree=sub, emitted=min(a + 1, n - t), root_rows=root))
+        u = int(node[t])
+        root = 2 if a > 0 and (not has_kids[u] or depths[u] >= cut) else 1  # the path ended on an unfed leaf
+        t += a + 1
+    return TreePlan(tuple(blocks))
+
+
+def policy_plan(trace, policy, max_new_tokens: int | None = None) -> BlockPlan:
+    """The chain engine's blocks under a draft-length policy (:func:`specsim.policies.replay_policy_blocks`),
+    in :func:`specsim.walk.greedy_plan`'s form: the draft's first step feeds 2 rows after a block that
+    accepted every draft it proposed."""
+    match = getattr(trace, "match", trace)
+    n = len(match)
+    rows, full = [], False
+    for b in replay_policy_blocks(trace, as_policy(policy), _budget(n, max_new_tokens)):
+        rows.append((b.start, b.proposed, min(b.accepted + 1, n - b.start), (2 if full else 1) if b.proposed else 0))
+        full = b.accepted == b.proposed
+    a = np.asarray(rows, dtype=float).reshape(-1, 4)
+    return BlockPlan(a[:, 0], a[:, 1], a[:, 2], a[:, 3], np.ones(len(rows)))
+
+
+def draft_plan(draft: Draft, trace, max_new_tokens: int | None = None) -> BlockPlan | TreePlan:
+    """The engine's exact greedy schedule of one traced request for a fixed γ, a tree or a policy."""
+    if isinstance(draft, TreeSpec):
+        return tree_plan(trace, draft, max_new_tokens)
+    if isinstance(draft, (GammaPolicy, BatchTable)):
+        return policy_plan(trace, draft, max_new_tokens)
+    match = getattr(trace, "match", trace)
+    if match is None:
+        raise SpecsimError("trace: expected a greedy trace with 'match' (0/1 per position)")
+    return greedy_plan(match, int(draft), max_new_tokens)
+
+
+# --------------------------------------------------------------------------- pricing
+_GRIDS = {"target_prefill": ("target prefill (target_prefill)", "rows"),
+          "draft_prefill": ("draft prefill (draft_prefill)", "rows"),
+          "target_decode": ("Tp (target_decode)", "context"),
+          "draft_first": ("Tq root pass (draft_first)", "context"),
+          "tree_draft": ("tree draft level pass (tree.draft)", "context"),
+          "tree_verify": ("Tv(n) (tree.verify)", "context")}
+
+
+def tree_costs(cost: CostModel) -> TreeCosts:
+    """The cost model's token-tree grids; SpecsimError naming the command that measures them."""
+    if cost is None or cost.tree is None:
+        raise SpecsimError("the profile's cost model has no token-tree grids (run 'specsim calibrate latency "
+                           "--tree-sizes 2,4,8,16,32,64' or '--tree SPEC')")
+    return cost.tree
+
+
+class _Forwards:
+    """Forwards to price, collected per grid and term, then priced with one :func:`grid_ms` call per grid."""
+
+    def __init__(self):
+        self.queries: dict[str, list[tuple[float, float, float, str]]] = defaultdict(list)
+
+    def add(self, grid: str, rows: float, context: float, batch: float, term: str) -> None:
+        self.queries[grid].append((rows, context, batch, term))
+
+    def price(self, grids: dict) -> tuple[dict[str, float], bool]:
+        terms: dict[str, float] = defaultdict(float)
+        outside = False
+        for name, items in self.queries.items():
+            if grids[name] is None:
+                raise SpecsimError(f"the cost model has no {_GRIDS[name][0]} grid (every swept tree had depth 1; "
+                                   "add --tree-sizes 4 or deeper trees to 'specsim calibrate latency')")
+            rows, ctx, batch, labels = zip(*items)
+            label, along = _GRIDS[name]
+            ms, out = grid_ms(grids[name], np.array(rows), np.array(ctx), np.array(batch), name=label, along=along)
+            outside |= bool(np.any(out))
+            for term, value in zip(labels, np.atleast_1d(ms)):
+                terms[term] += float(value)
+        return terms, outside
+
+
+def tree_request_cost(cost: CostModel, plan: TreePlan, *, target_prompt_tokens: float, draft_prompt_tokens: float,
+                      batch: int = 1, fused: bool = True) -> RequestCost:
+    """ms of tree decoding along ``plan`` (see the module docstring for where each pass runs)."""
+    tc = tree_costs(cost)
+    P, D = float(target_prompt_tokens), float(draft_prompt_tokens)
+    f = _Forwards()
+    overhead = 0.0
+    if fused and P > 1:
+        f.add("target_prefill", P - 1, 0, 1, "prefill_ms")
+    for k, b in enumerate(plan.steps):
+        if b.tree is None:
+            f.add("target_decode", 1, P - 1 + b.start, 1, "verify_ms")
+            overhead += cost.overhead_ms_per_target_step
+            continue
+        if fused and k == 0:
+            f.add("draft_prefill", D, 0, batch, "draft_prefill_ms")
+        else:
+            f.add("draft_first", b.root_rows, D + b.start - b.root_rows, batch, "draft_ms")
+        fed = D + b.start
+        for m in draft_pass_rows(b.tree)[1:]:
+            f.add("tree_draft", m, fed, batch, "draft_ms")
+            fed += m
+        f.add("tree_verify", b.tree.n + 1, P - 1 + b.start, 1, "verify_ms")
+        overhead += float(tc.overhead_ms_per_block.at(b.tree.n, batch))
+    grids = {"target_prefill": cost.target_prefill, "draft_prefill": cost.draft_prefill,
+             "target_decode": cost.target_decode, "draft_first": cost.draft_first, "tree_draft": tc.draft,
+             "tree_verify": tc.verify}
+    terms, outside = f.price(grids)
+    return RequestCost(tokens=plan.tokens, blocks=plan.blocks, prefill_ms=terms["prefill_ms"],
+                       draft_ms=terms["draft_ms"], verify_ms=terms["verify_ms"], overhead_ms=overhead,
+                       extrapolated=outside, draft_prefill_ms=terms["draft_prefill_ms"])
+
+
+def plan_cost(cost: CostModel, plan: BlockPlan | TreePlan, *, target_prompt_tokens: float,
+              draft_prompt_tokens: float, batch: int = 1, fused: bool = True) -> RequestCost:
+    """ms of a chain or policy plan (:func:`specsim.walk.sd_request_cost`) or a tree plan (:func:`tree_request_cost`)."""
+    price = tree_request_cost if isinstance(plan, TreePlan) else sd_request_cost
+    return price(cost, plan, target_prompt_tokens=target_prompt_tokens, draft_prompt_tokens=draft_prompt_tokens,
+                 batch=batch, fused=fused)
+
+
+def tree_block_ms(cost: CostModel, tree: TreeSpec, *, target_context: float, draft_context: float,
+                  batch: int = 1) -> float:
+    """ms of one decode-phase block of ``tree`` (root pass of 1 row, level passes, verification, overhead)
+    whose target cache holds ``target_context`` positions and the draft's ``draft_context`` before the root."""
+    plan = TreePlan((TreeBlockPlan(start=0, tree=tree, emitted=1, root_rows=1),))
+    return tree_request_cost(cost, plan, target_prompt_tokens=target_context + 1,
+                             draft_prompt_tokens=draft_context + 1, batch=batch, fused=False).total_ms
