@@ -195,3 +195,13 @@ def test_check_finds_a_missing_acceptance_entry_before_measuring(tmp_path, capsy
     prof = save_profile(make_profile(acceptance=()), tmp_path / "p.json")
     _one_line_error(capsys, ["check", "--profile", str(prof), "--target", str(cfg), "--draft", str(cfg), "--prompts",
                              str(prompts), "--threads", "1", "--no-progress"], "no acceptance entry")
+
+
+def test_max_memory_sizes_are_bounded():
+    pytest.importorskip("torch")
+    from calibrate.placement import parse_max_memory
+
+    with pytest.raises(SpecsimError, match="--max-memory: cpu: expected a value in"):
+        parse_max_memory("cpu=" + "9" * 400 + "GiB")  # float inf: int() raised OverflowError before the cap
+    with pytest.raises(SpecsimError, match="--max-memory: cuda:0: expected a value in"):
+        parse_max_memory("cuda:0=1e9TiB".replace("1e9", "9" * 20))
