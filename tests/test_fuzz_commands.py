@@ -99,7 +99,7 @@ def test_mutated_engine_metrics(seed, tmp_path, capsys):
 def test_recommend_arguments_and_mutated_profiles(tmp_path, capsys):
     base = tmp_path / "base.json"
     assert main(["import", "vllm", str(ENGINES / "vllm_scrape_1.prom"), str(ENGINES / "vllm_scrape_2.prom"),
-                 "--method", "m", "--scenario", "s", "--out", str(base)]) == 0
+                 "--method", "m", "--scenario", "s", "--draft", "org/draft-68m", "--out", str(base)]) == 0
     capsys.readouterr()
     data = json.loads(base.read_text())
     out_dir = tmp_path / "out"
@@ -183,7 +183,7 @@ def test_mutated_published_sets(tmp_path, capsys):
         except SpecsimError as err:
             assert "\n" not in str(err)
     codes = []
-    for i in range(12):  # the command, on fewer mutations (each valid set runs a leave-one-source-out fit)
+    for i in range(40):  # the command (each valid set runs a leave-one-source-out fit: ~0.1 s)
         path = tmp_path / f"set{i}.json"
         path.write_bytes(mutate_json(small, rng) if i else json.dumps(small).encode())
         codes.append(check_run(capsys, ["validate", "--data", str(path), "--no-sweeps", *rng.choice([[], ["--json"]])]))
@@ -198,7 +198,8 @@ def test_bad_paths_of_the_new_commands(tmp_path, capsys):
     (out_dir / "file").write_text("x")
     prof = tmp_path / "imported.json"
     scrape = str(ENGINES / "vllm_scrape_2.prom")
-    assert main(["import", "vllm", scrape, "--method", "m", "--scenario", "s", "--out", str(prof)]) == 0
+    assert main(["import", "vllm", scrape, "--method", "m", "--scenario", "s", "--draft", "org/draft-68m", "--out",
+                 str(prof)]) == 0
     capsys.readouterr()
     named = ["--method", "m", "--scenario", "s", "--out", str(out_dir / "x.json")]
     rec = ["recommend", "--engine", "vllm", "--pair", "llava-1.5-7b-68m"]

@@ -152,7 +152,8 @@ def test_import_sglang_steps_are_bounded(tmp_path, capsys):
 ])
 def test_recommend_flags_are_bounded(tmp_path, capsys, extra, message):
     prof = tmp_path / "p.json"
-    assert main(["import", "vllm", *SCRAPES, "--method", "m", "--scenario", "s", "--out", str(prof)]) == 0
+    assert main(["import", "vllm", *SCRAPES, "--method", "m", "--scenario", "s", "--draft", "org/d", "--out",
+                 str(prof)]) == 0
     capsys.readouterr()
     _one_line_error(capsys, ["recommend", "--engine", "vllm", "--profile", str(prof), "--pair", "llava-1.5-7b-68m",
                              *extra], message)

@@ -147,8 +147,8 @@ def _row(d: Any, where: str, sources: dict, models: dict) -> Row:
     if any(word in source.lower() for word in _RESERVED):
         raise SpecsimError(f"{where}.source: {source!r} is reserved for an independent check and must stay out")
     for key in ("target", "draft"):
-        name = d.get(key)
-        if name is not None and not str(name).startswith("preset:") and name not in models:
+        name = _field(d, key, where, str, optional=True)
+        if name is not None and not name.startswith("preset:") and name not in models:
             raise SpecsimError(f"{where}.{key}: expected 'preset:NAME' or one of {sorted(models)}, got {name!r}")
     parallel = d.get("parallel", "none")
     if parallel not in _PARALLEL:
