@@ -53,7 +53,8 @@ def test_sampled_check_rows_intervals_and_seeds(tiny, capsys):
         assert 1.0 <= r["tau_measured"] <= r["gamma"] + 1
     assert set(out["coverage"]) >= {"tau_coverage", "speedup_coverage", "both_coverage", "goal"}
     checks = load_profile(str(prof)).checks
-    assert sorted((c.gamma, c.temperature) for c in checks) == [(1, None), (1, 1.0), (3, None), (3, 1.0)]
+    assert sorted((c.gamma, c.temperature or 0.0) for c in checks) == [(1, 0.0), (1, 1.0), (3, 0.0), (3, 1.0)]
+    assert sum(c.temperature is None for c in checks) == 2  # the greedy rows stay
     # the same --seed: the same sampled runs (τ) and the same Monte Carlo (intervals)
     assert main([*argv, "--no-write"]) == 0
     again = _strict(capsys.readouterr().out)["rows"]
