@@ -39,8 +39,8 @@ def _strict(text: str):
 
 def test_sampled_check_rows_intervals_and_seeds(tiny, capsys):
     prof, models = tiny
-    assert main(["check", "--profile", str(prof), "--gamma", "1,3", "--max-rounds", "2", *models]) == 0
-    capsys.readouterr()
+    assert main(["check", "--profile", str(prof), "--gamma", "1,3", "--max-rounds", "2", "--json", *models]) == 0
+    assert len(_strict(capsys.readouterr().out)["rows"]) == 2  # the greedy check's JSON is strict too
     argv = ["check", "--profile", str(prof), "--gamma", "1,3", "--temperature", "1", "--seeds", "3", "--json", *models]
     assert main(argv) == 0
     out = _strict(capsys.readouterr().out)

@@ -206,3 +206,13 @@ def test_max_memory_sizes_are_bounded():
         parse_max_memory("cpu=" + "9" * 400 + "GiB")  # float inf: int() raised OverflowError before the cap
     with pytest.raises(SpecsimError, match="--max-memory: cuda:0: expected a value in"):
         parse_max_memory("cuda:0=1e9TiB".replace("1e9", "9" * 20))
+
+
+def test_reference_pair_cache_dir_that_is_a_file(tmp_path):
+    from calibrate.presets import pair
+    from calibrate.presets.reference_pair import REFERENCE_PAIR, fetch_model
+
+    (tmp_path / "file").write_text("x")
+    spec = pair(REFERENCE_PAIR)["gguf"]["draft"]
+    with pytest.raises(SpecsimError, match="--cache-dir .*is a file, not a folder"):
+        fetch_model(spec, tmp_path / "file" / "cache", progress=False)  # NotADirectoryError before, no download
