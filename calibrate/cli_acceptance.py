@@ -64,7 +64,7 @@ def _model_args(p: argparse.ArgumentParser, required: bool = True) -> None:
                    "prompt set, else reference)")
     p.add_argument("--allow-outside-images", action="store_true", help="let prompt images lie outside the prompt "
                    "file's folder (absolute paths, '..', symlinks out)")
-    p.add_argument("--limit", type=int, default=None, help="use only the first N prompts")
+    p.add_argument("--limit", type=number_arg("size", integer=True), default=None, help="use only the first N prompts")
     p.add_argument("--max-new-tokens", type=number_arg("tokens", integer=True), default=64,
                    help="new tokens per prompt (default 64)")
     p.add_argument("--device", default="cpu")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import sys
 
+from specsim.bounds import number_arg
 from specsim.errors import SpecsimError
 from specsim.jsonio import check_writable, dumps_json
 from specsim.profile import load_profile, resolve_profile_path, save_profile
@@ -24,6 +25,7 @@ _DESC = ("Per gamma and method: tau and speedup over target-only decoding, predi
 def register(subparsers, calibrate_subparsers) -> None:
     """Add ``specsim check``."""
     from calibrate.cli_acceptance import _method_args, _model_args
+    from calibrate.cli_check_sampled import add_sampling_args
 
     chk = subparsers.add_parser("check", help="run real speculative decoding and compare with the prediction",
                                 description=_DESC)
@@ -40,12 +42,15 @@ def register(subparsers, calibrate_subparsers) -> None:
                      "policy (repeatable; e.g. heuristic:4,max=8, confidence:0.4,gamma=8, batch:1=4@1); every gamma "
                      "it reaches must be in the profile's latency grid")
     rep = chk.add_argument_group("repeats (rounds of every prompt x method x gamma, interleaved)")
-    rep.add_argument("--halfwidth", type=float, default=0.015, help="stop repeating a row once its measured "
-                     "decode-phase speedup has a 95%% half-width within this fraction (default 0.015)")
-    rep.add_argument("--min-rounds", type=int, default=2, help="at least this many rounds (default 2; one round "
-                     "gives no half-width)")
-    rep.add_argument("--max-rounds", type=int, default=6, help="at most this many rounds (default 6)")
-    rep.add_argument("--max-minutes", type=float, default=None, help="stop starting rounds after this long")
+    rep.add_argument("--halfwidth", type=number_arg("ratio"), default=0.015, help="stop repeating a row once its "
+                     "measured decode-phase speedup has a 95%% half-width within this fraction (default 0.015)")
+    rep.add_argument("--min-rounds", type=number_arg("repeats", integer=True), default=2, help="at least this many "
+                     "rounds (default 2; one round gives no half-width)")
+    rep.add_argument("--max-rounds", type=number_arg("repeats", integer=True), default=6,
+                     help="at most this many rounds (default 6)")
+    rep.add_argument("--max-minutes", type=number_arg("minutes"), default=None,
+                     help="stop starting rounds after this long")
+    add_sampling_args(chk)
     chk.add_argument("--json", action="store_true", help="print JSON instead of the tables")
     chk.add_argument("--no-write", action="store_true", help="do not write the rows into the profile")
     chk.set_defaults(func=cmd_check)
@@ -62,6 +67,9 @@ def _entry(profile, method: str, scenario: str | None):
 
 def _check_args(args) -> list[int]:
     gammas = sorted(parse_int_list(args.gamma, name="--gamma"))
+    if args.max_new_tokens < 2:  # the first pass carries the prompt; the decode phase starts at token 2
+        raise SpecsimError(f"--max-new-tokens: expected an integer >= 2 (a decode phase to time), "
+                           f"got {args.max_new_tokens}")
     if not 0 < args.halfwidth < 1:
         raise SpecsimError(f"--halfwidth: expected a fraction in (0, 1), got {args.halfwidth}")
     if args.min_rounds < 1 or args.max_rounds < args.min_rounds:
@@ -118,7 +126,7 @@ def _preflight_trace(cost, entry, trace, draft, max_new_tokens: int) -> None:
             raise SpecsimError(f"{draft_label(draft)} on {entry.method}/{trace.prompt_id}: {err}") from None
 
 
-def _rows(profile, setup, args, runs, gammas: list, drafts: list) -> tuple[list, dict, dict]:
+def _rows(profile, setup, entries: dict, runs, gammas: list, drafts: list) -> tuple[list, dict, dict]:
     """Check rows per scenario group × method × run, replay-vs-engine agreement by kind, stage shares."""
     from calibrate.check import replay_agreement, stage_shares
     from specsim.check import check_row
@@ -128,7 +136,7 @@ def _rows(profile, setup, args, runs, gammas: list, drafts: list) -> tuple[list,
     for n, reqs in setup.groups.items():
         ids = [r.prompt_id for r in reqs]
         for m in setup.methods:
-            entry = _entry(profile, m, setup.scenario(n, args.scenario) if n or args.scenario else None)
+            entry = entries[(n, m)]
             specs = [runs.specs[(m, p)] for p in ids]
             for g in gammas + drafts:
                 rows.append(check_row(profile, entry, g, specs, runs.measured(m, g, ids)))
@@ -142,12 +150,10 @@ def _rows(profile, setup, args, runs, gammas: list, drafts: list) -> tuple[list,
     return rows, agreement, stages
 
 
-def cmd_check(args) -> int:
-    from calibrate.check import run_check
-    from calibrate.cli_acceptance import _progress, load_setup
-    from specsim.check_report import check_table, summary, terms_table
-
-    gammas, drafts = _check_args(args), _drafts(args)
+def prepare(args) -> tuple:
+    """(γs, profile path, profile, methods) after every check that needs no model: arguments, --profile
+    writable, a latency section; methods default to a single-method profile's one."""
+    gammas = _check_args(args)
     profile_path = resolve_profile_path(args.profile)
     if not args.no_write:
         check_writable(profile_path, "--profile")
@@ -157,7 +163,28 @@ def cmd_check(args) -> int:
     methods = args.method
     if methods is None and len({a.method for a in profile.acceptance}) == 1 and profile.acceptance:
         methods = [profile.acceptance[0].method]  # a single-method profile needs no --method
+    return gammas, profile_path, profile, methods
+
+
+def entries_of(setup, profile, scenario: str | None) -> dict:
+    """(images per prompt, method) -> the profile's acceptance entry of that scenario group."""
+    return {(n, m): _entry(profile, m, setup.scenario(n, scenario) if n or scenario else None)
+            for n in setup.groups for m in setup.methods}
+
+
+def cmd_check(args) -> int:
+    from calibrate.check import run_check
+    from calibrate.cli_acceptance import _progress, load_setup
+    from specsim.check_report import check_table, summary, terms_table
+
+    if args.temperature > 0:
+        from calibrate.cli_check_sampled import cmd_check_sampled
+
+        return cmd_check_sampled(args)
+    gammas, profile_path, profile, methods = prepare(args)
+    drafts = _drafts(args)
     setup = load_setup(args, methods=methods, cache_captions=False)
+    entries = entries_of(setup, profile, args.scenario)  # before any run: a missing entry costs no measuring
     if drafts:
         _preflight(profile, [a for a in profile.acceptance if a.method in setup.methods], drafts, args.max_new_tokens)
     progress = None if args.no_progress else (
@@ -165,7 +192,7 @@ def cmd_check(args) -> int:
     runs = run_check(setup, gammas + drafts, max_new_tokens=args.max_new_tokens, device=args.device,
                      halfwidth=args.halfwidth, min_rounds=args.min_rounds, max_rounds=args.max_rounds,
                      max_seconds=None if args.max_minutes is None else 60 * args.max_minutes, progress=progress)
-    rows, agreement, stages = _rows(profile, setup, args, runs, gammas, drafts)
+    rows, agreement, stages = _rows(profile, setup, entries, runs, gammas, drafts)
     if not args.no_write:
         save_profile(profile.with_checks(rows), profile_path)
     if args.json:

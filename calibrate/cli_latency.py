@@ -86,7 +86,8 @@ def register(subparsers, calibrate_subparsers) -> None:
                      help="rounds discarded first (default 1)")
     rep.add_argument("--min-repeats", type=number_arg("repeats", integer=True), help="at least this many rounds (default 5)")
     rep.add_argument("--max-repeats", type=number_arg("repeats", integer=True), help="at most this many rounds (default 30)")
-    rep.add_argument("--rel-halfwidth", type=float, help="target relative half-width (default 0.02)")
+    rep.add_argument("--rel-halfwidth", type=number_arg("ratio"), help="target relative half-width, a fraction in "
+                     "(0, 1) (default 0.02)")
     rep.add_argument("--max-seconds-per-point", type=number_arg("seconds"),
                      help="stop repeating a point after this much time")
     rep.add_argument("--seed", type=number_arg("seed", integer=True), default=0)
@@ -194,6 +195,14 @@ def _check_args(args) -> None:
                                f"got {value}")
     if args.max_new_tokens < 1:
         raise SpecsimError(f"--max-new-tokens: expected an integer >= 1, got {args.max_new_tokens}")
+    if args.rel_halfwidth is not None and not 0 < args.rel_halfwidth < 1:
+        raise SpecsimError(f"--rel-halfwidth: expected a fraction in (0, 1), got {args.rel_halfwidth}")
+    from calibrate.latency import LatencyPlan  # its defaults stand in for the flags not given
+
+    lo = LatencyPlan.min_repeats if args.min_repeats is None else args.min_repeats
+    hi = LatencyPlan.max_repeats if args.max_repeats is None else args.max_repeats
+    if hi < lo:
+        raise SpecsimError(f"--min-repeats/--max-repeats: expected min <= max, got {lo} and {hi}")
 
 
 def check_positions(models: dict, plan) -> None:

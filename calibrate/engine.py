@@ -33,6 +33,7 @@ import torch
 
 from calibrate.timing import timed
 from specsim.errors import SpecsimError
+from specsim.jsonio import check_schema_version
 from specsim.policies import as_policy
 
 if TYPE_CHECKING:
@@ -158,8 +159,7 @@ class DecodeResult:
 
     @classmethod
     def from_json(cls, d: dict) -> DecodeResult:
-        if not isinstance(d, dict) or d.get("schema_version") != SCHEMA_VERSION:
-            raise SpecsimError(f"decode result: expected schema_version {SCHEMA_VERSION}")
+        check_schema_version(d, SCHEMA_VERSION, "decode result")
         return cls(tokens=tuple(int(t) for t in d["tokens"]), prompt_tokens=int(d["prompt_tokens"]),
                    gamma=int(d["gamma"]), method=str(d["method"]), prompt_id=d.get("prompt_id"),
                    setup_ms={k: float(v) for k, v in d["setup_ms"].items()},

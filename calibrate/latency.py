@@ -33,7 +33,7 @@ from calibrate.latency_section import latency_section, measurement_provenance, s
 from calibrate.timing import Timing, measure_interleaved
 from calibrate.treegrid import sweep_trees, tree_sweep_context
 from specsim.errors import SpecsimError, warn
-from specsim.jsonio import read_json
+from specsim.jsonio import check_schema_version, read_json
 from specsim.profile import write_json_atomic
 from specsim.trees import parse_tree
 
@@ -104,8 +104,7 @@ class LatencyPlan:
 
     @classmethod
     def from_json(cls, d: dict) -> LatencyPlan:
-        if not isinstance(d, dict) or d.get("schema_version") != SCHEMA_VERSION:
-            raise SpecsimError(f"latency plan: expected schema_version {SCHEMA_VERSION}, got {_show(d)}")
+        check_schema_version(d, SCHEMA_VERSION, "latency plan")
         known = set(cls.__dataclass_fields__)
         return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in d.items() if k in known})
 

@@ -14,6 +14,7 @@ import re
 import tempfile
 from typing import Any
 
+from specsim.bounds import check_range
 from specsim.errors import SpecsimError
 
 DEVICE_MAPS = ("auto", "balanced")
@@ -52,7 +53,9 @@ def parse_max_memory(text: str | None) -> dict[int | str, int] | None:
         if not m or float(m.group(1)) <= 0:
             raise SpecsimError(f"--max-memory: expected a size like 20GiB or 500MB for {name.strip()!r}, "
                                f"got {size.strip()!r}")
-        out[_device_key(name, "--max-memory")] = int(float(m.group(1)) * _UNITS[(m.group(2) or "").lower()])
+        size_bytes = float(m.group(1)) * _UNITS[(m.group(2) or "").lower()]  # inf for a 400-digit size
+        check_range(size_bytes, "bytes", f"--max-memory: {name.strip()}")
+        out[_device_key(name, "--max-memory")] = int(size_bytes)
     if not out:
         raise SpecsimError(f"--max-memory: expected DEVICE=SIZE entries like cuda:0=20GiB,cpu=64GiB, got {text!r}")
     return out

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from specsim.errors import SpecsimError
+from specsim.jsonio import check_schema_version
 
 SCHEMA_VERSION = 1
 CONFIDENCE = 0.95
@@ -48,8 +49,7 @@ class Timing:
     @classmethod
     def from_json(cls, d: dict, where: str = "timing") -> Timing:
         """Validated: every field present, ms finite and >= 0 (median > 0), n an integer >= 1."""
-        if not isinstance(d, dict) or d.get("schema_version") != SCHEMA_VERSION:
-            raise SpecsimError(f"{where}: expected an object with schema_version {SCHEMA_VERSION}, got {d!r:.60}")
+        check_schema_version(d, SCHEMA_VERSION, where)
         samples = d.get("samples_ms")
         if not isinstance(samples, list):
             raise SpecsimError(f"{where}.samples_ms: expected a list of ms, got {samples!r:.60}")

@@ -23,6 +23,7 @@ gpus            1 .. 1024              devices a model is split over (tensor par
 size            1 .. 2**24             model config sizes (layers, hidden, heads, vocab, ...)
 repeats         1 .. 100000            timing repeats and warm-up calls per point
 seconds         1e-3 .. 1e6            time limits (s)
+minutes         1e-3 .. 1e5            time limits given in minutes (~70 days)
 seed            0 .. 2**63-1           random seeds
 temperature     1e-3 .. 1e3            sampling temperature T
 ==============  =====================  =====================================================
@@ -59,6 +60,7 @@ RANGES: dict[str, tuple[float, float]] = {
     "size": (1, 2**24),
     "repeats": (1, 100000),
     "seconds": (1e-3, 1e6),
+    "minutes": (1e-3, 1e5),
     "seed": (0, 2**63 - 1),
     "temperature": (1e-3, 1e3),
 }

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from specsim.bounds import number_arg
 from specsim.engines.imported import EngineImport, add_to_profile, import_sglang, import_vllm
 from specsim.errors import SpecsimError
 from specsim.jsonio import check_writable, dumps_json
@@ -30,7 +31,7 @@ def register(sub, calibrate_sub) -> None:
     v.add_argument("files", nargs="+", metavar="FILE",
                    help="one scrape (counters since server start) or two (earlier, later: their difference); "
                         "Prometheus text from GET /metrics, or a JSON list of LLM.get_metrics() items")
-    v.add_argument("--num-speculative-tokens", type=int, default=None,
+    v.add_argument("--num-speculative-tokens", type=number_arg("gamma", integer=True), default=None,
                    help="the server's num_speculative_tokens K, checked against the counters (optional)")
     _common(v)
     v.set_defaults(func=run_import_vllm)
@@ -39,7 +40,7 @@ def register(sub, calibrate_sub) -> None:
                            description=_DESC)
     s.add_argument("file", metavar="FILE", help="Prometheus text with sglang:spec_accept_length, or JSONL of "
                    "/generate responses whose meta_info has completion_tokens and spec_verify_ct")
-    s.add_argument("--num-steps", type=int, required=True,
+    s.add_argument("--num-steps", type=number_arg("gamma", integer=True), required=True,
                    help="the server's --speculative-num-steps (draft length K of a chain, topk 1)")
     _common(s)
     s.set_defaults(func=run_import_sglang)
@@ -51,13 +52,14 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", required=True, help="profile JSON to create, or to add the entry to")
     p.add_argument("--model", default=None, help="model_name label to import when a scrape holds several (for a "
                    "responses file: the model's name, for the provenance)")
-    p.add_argument("--images-per-prompt", type=int, default=0, help="images per request of this traffic (default 0)")
+    p.add_argument("--images-per-prompt", type=number_arg("images", integer=True), default=0, help="images per request of this traffic (default 0)")
     p.add_argument("--engine-version", default="unknown", help="engine version, for the provenance (e.g. 0.11.0)")
     p.add_argument("--draft", default=None, help="draft model name, for the provenance and `specsim recommend`")
     p.add_argument("--device", default=None, help="GPU the engine ran on, for the provenance")
     p.add_argument("--window", default=None, help="time window text for the provenance (default: the files' "
                    "modification times)")
-    p.add_argument("--show-k", type=int, default=None, help="show tau(k) up to this k (default K+2)")
+    p.add_argument("--show-k", type=number_arg("gamma", integer=True), default=None,
+                   help="show tau(k) up to this k (default K+2; at most 1024)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
 
 

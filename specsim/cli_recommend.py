@@ -5,13 +5,14 @@ from __future__ import annotations
 import json
 import shlex
 
+from specsim.bounds import RANGES, number_arg
 from specsim.engines.config import sglang_server_args, vllm_speculative_config
 from specsim.engines.imported import NOT_REPORTED
 from specsim.errors import SpecsimError
 from specsim.hardware.device import load_device
 from specsim.hardware.model import load_model_spec, load_pair
 from specsim.hardware.runtime import DEFAULT_RUNTIMES, load_runtime
-from specsim.jsonio import check_writable, dumps_json, write_json_atomic, write_text_atomic
+from specsim.jsonio import check_writable, dumps_json, show, write_json_atomic, write_text_atomic
 from specsim.predict import select_entries
 from specsim.profile import MethodAcceptance, Profile, load_profile
 from specsim.recommend import (
@@ -54,13 +55,13 @@ def register(sub, calibrate_sub) -> None:
                         "(default 1,2,4,...,256)")
     p.add_argument("--context", default="1024", help="tokens in each sequence's KV cache (default 1024)")
     p.add_argument("--gamma-max", default=None, help="largest draft length tried (default: the measured K)")
-    p.add_argument("--min-speedup", type=float, default=1.0,
+    p.add_argument("--min-speedup", type=number_arg("ratio"), default=1.0,
                    help="turn SD off where the best predicted speedup is below this (default 1.0)")
     p.add_argument("--engine-method", default=None, help="vLLM method (default draft_model) or SGLang algorithm "
                    "(default STANDALONE)")
     p.add_argument("--draft-model", default=None, help="draft model id/path for the engine config (default: the "
                    "profile's draft name)")
-    p.add_argument("--at-batch", type=int, default=1, help="SGLang: the batch size its one draft length is chosen "
+    p.add_argument("--at-batch", type=number_arg("batch", integer=True), default=1, help="SGLang: the batch size its one draft length is chosen "
                    "for (default 1)")
     p.add_argument("--out", default=None, help="write the whole recommendation (table, config, assumptions) as JSON")
     p.add_argument("--config-out", default=None, help="write only the engine config: vLLM speculative_config JSON, "
@@ -108,13 +109,15 @@ def _draft_model(args, profile: Profile, entry: MethodAcceptance) -> str | None:
     return None if prov.draft in (NOT_REPORTED, "") else prov.draft
 
 
-def _one_int(text: str, name: str, lo: int) -> int:
+def _one_int(text: str, name: str, lo: int, unit: str) -> int:
+    """One integer in lo..the cap of ``unit`` (:mod:`specsim.bounds`); SpecsimError naming ``name``."""
+    hi = int(RANGES[unit][1])
     try:
         value = int(str(text).strip())
     except ValueError:
         value = lo - 1
-    if value < lo:
-        raise SpecsimError(f"{name}: expected one integer >= {lo}, got {text!r}")
+    if not lo <= value <= hi:
+        raise SpecsimError(f"{name}: expected one integer in {lo}..{hi} ({unit}), got {show(text)}")
     return value
 
 
@@ -125,8 +128,8 @@ def run_recommend(args) -> int:
     profile = load_profile(args.profile)
     entry = _entry(profile, args)
     lm = latency_model(args)
-    context = _one_int(args.context, "--context", 0)
-    gamma_max = None if args.gamma_max is None else _one_int(args.gamma_max, "--gamma-max", 1)
+    context = _one_int(args.context, "--context", 0, "tokens")
+    gamma_max = None if args.gamma_max is None else _one_int(args.gamma_max, "--gamma-max", 1, "gamma")
     rec = recommend(entry, lm, batches=parse_int_list(args.batch, name="--batch", unit="batch"), context_tokens=context,
                     gamma_max=gamma_max, min_speedup=args.min_speedup)
     method = args.engine_method or DEFAULT_ENGINE_METHOD[args.engine]

@@ -190,6 +190,16 @@ def dumps_json(data: Any, *, indent: int | None = 1) -> str:
         raise SpecsimError(f"refusing to write non-finite numbers as JSON ({err})") from None
 
 
+def check_schema_version(d: Any, expected: int, where: str) -> int:
+    """``expected`` when ``d`` is an object whose ``schema_version`` is exactly that integer; SpecsimError
+    otherwise (``true`` and ``1.0`` equal 1 in Python, but no writer of this format wrote them)."""
+    version = d.get("schema_version") if isinstance(d, dict) else None
+    if type(version) is not int or version != expected:
+        got = show(version) if isinstance(d, dict) else f"{type(d).__name__} {show(d)}"
+        raise SpecsimError(f"{where}: expected an object with schema_version {expected}, got {got}")
+    return version
+
+
 def check_keys(d: dict, allowed: Iterable[str], where: str) -> None:
     """SpecsimError naming the first key of ``d`` that is not in ``allowed``."""
     allowed = set(allowed)

@@ -34,11 +34,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from specsim.bounds import MAX_GAMMA, RANGES
 from specsim.errors import SpecsimError
+from specsim.jsonio import show
 from specsim.tree_replay import ReplayBlock
 from specsim.trees import CostFn, chain_block_ms
 
 HF_NUM_ASSISTANT_TOKENS = 20  # transformers GenerationConfig default for assisted generation
+MAX_BATCH = int(RANGES["batch"][1])
 
 
 @dataclass(frozen=True)
@@ -98,11 +101,11 @@ class BatchTable:
         if not self.table or any(len(row) != 2 for row in self.table):
             raise SpecsimError(f"batch table: expected (batch, gamma) rows, got {self.table!r}")
         for b, g in self.table:
-            _check_gamma(b, "batch", lo=1)
+            _check_gamma(b, "batch", lo=1, hi=MAX_BATCH)
             _check_gamma(g, "gamma", lo=0)
         if [b for b, _ in self.table] != sorted({b for b, _ in self.table}) or self.table[0][0] != 1:
             raise SpecsimError(f"batch table: expected increasing batch sizes starting at 1, got {self.table!r}")
-        _check_gamma(self.batch_size, "batch size", lo=1)
+        _check_gamma(self.batch_size, "batch size", lo=1, hi=MAX_BATCH)
 
     @property
     def gamma(self) -> int:
@@ -124,9 +127,9 @@ class BatchTable:
         return {"policy": str(self), "table": [list(r) for r in self.table], "batch_size": self.batch_size}
 
 
-def _check_gamma(value, name: str, *, lo: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < lo:
-        raise SpecsimError(f"{name}: expected an integer >= {lo}, got {value!r}")
+def _check_gamma(value, name: str, *, lo: int, hi: int = MAX_GAMMA) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or not lo <= value <= hi:
+        raise SpecsimError(f"{name}: expected an integer in {lo}..{hi}, got {show(value)}")
 
 
 def as_policy(gamma) -> GammaPolicy | BatchTable:
@@ -162,9 +165,11 @@ def parse_policy(text: str) -> GammaPolicy | BatchTable:
         if kind == "confidence" and parts:
             return GammaPolicy("heuristic" if flags else "fixed", int(opts.get("gamma", HF_NUM_ASSISTANT_TOKENS)),
                                stop_below=float(parts[0]), gamma_max=cap)
+    except SpecsimError as err:  # a well-formed policy with a bad value: say which
+        raise SpecsimError(f"--policy {show(raw)}: {err}") from None
     except (ValueError, TypeError):
         pass
-    raise SpecsimError(f"--policy: {expected}, got {text!r}")
+    raise SpecsimError(f"--policy: {expected}, got {show(raw)}")
 
 
 # --------------------------------------------------------------------------- replay

@@ -507,6 +507,9 @@ class CheckRow:
     ``rounds`` repeats; ``terms_ms_per_block`` maps draft/verify/overhead to predicted and measured ms.
     ``draft`` (optional) names a token tree ("tree:4,2,1", γ = its nodes) or a draft-length policy
     ("policy:heuristic:5", γ = its starting γ); absent for a fixed-γ chain.
+    Sampled checks (``temperature`` T > 0; absent = greedy) add the 95% prediction intervals of the
+    measured τ and decode-phase speedup (``tau_interval``, ``speedup_interval``: [lo, hi], from the Monte
+    Carlo of :mod:`specsim.check_sampled`); ``rounds`` is then the number of seeds per prompt.
     """
 
     method: str
@@ -529,9 +532,15 @@ class CheckRow:
     rounds: int | None = None
     terms_ms_per_block: dict | None = None
     draft: str | None = None
+    temperature: float | None = None
+    tau_interval: tuple[float, float] | None = None
+    speedup_interval: tuple[float, float] | None = None
 
     def to_json(self) -> dict:
-        return _drop_none({k: getattr(self, k) for k in self.__dataclass_fields__} | {"notes": self.notes or None})
+        out = {k: getattr(self, k) for k in self.__dataclass_fields__} | {"notes": self.notes or None}
+        for k in ("tau_interval", "speedup_interval"):
+            out[k] = None if out[k] is None else list(out[k])
+        return _drop_none(out)
 
     @classmethod
     def from_json(cls, d: dict, where: str) -> CheckRow:
@@ -562,7 +571,21 @@ class CheckRow:
             rounds=_opt(d, "rounds", lambda v, w: _int(v, w, lo=1), where),
             terms_ms_per_block=_opt(d, "terms_ms_per_block", _terms, where),
             draft=_opt(d, "draft", _str, where),
+            temperature=_opt(d, "temperature", lambda v, w: _num(v, w, unit="temperature"), where),
+            tau_interval=_opt(d, "tau_interval", lambda v, w: _interval(v, w, lo=1), where),
+            speedup_interval=_opt(d, "speedup_interval", lambda v, w: _interval(v, w, lo=0), where),
         )
+
+
+def _interval(value: Any, where: str, *, lo: float) -> tuple[float, float]:
+    """[lo, hi] of a prediction interval: two finite numbers, lo <= hi."""
+    pair = _list(value, where)
+    if len(pair) != 2:
+        raise SpecsimError(f"{where}: expected [lo, hi], got {_show(value)}")
+    a, b = (_num(x, f"{where}[{i}]", lo=lo, hi=RANGES["ratio"][1]) for i, x in enumerate(pair))
+    if a > b:
+        raise SpecsimError(f"{where}: expected lo <= hi, got {_show(value)}")
+    return a, b
 
 
 def _terms(value: Any, where: str) -> dict:
@@ -635,9 +658,10 @@ class Profile:
         return replace(self, acceptance=kept + tuple(entries))
 
     def with_checks(self, rows: tuple[CheckRow, ...] | list[CheckRow]) -> Profile:
-        """A copy where ``rows`` replace existing rows of the same (method, scenario, gamma, draft)."""
-        keys = {(r.method, r.scenario, r.gamma, r.draft) for r in rows}
-        kept = tuple(c for c in self.checks if (c.method, c.scenario, c.gamma, c.draft) not in keys)
+        """A copy where ``rows`` replace existing rows of the same (method, scenario, gamma, draft, temperature)."""
+        key = lambda r: (r.method, r.scenario, r.gamma, r.draft, r.temperature)  # noqa: E731
+        keys = {key(r) for r in rows}
+        kept = tuple(c for c in self.checks if key(c) not in keys)
         return replace(self, checks=kept + tuple(rows))
 
 

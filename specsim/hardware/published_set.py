@@ -18,9 +18,10 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from specsim.bounds import check_range
 from specsim.errors import SpecsimError
 from specsim.hardware.model import ModelSpec, dtype_bytes, kv_dtype_bytes, load_model_spec, spec_from_config
-from specsim.jsonio import read_json
+from specsim.jsonio import check_schema_version, read_json, show
 
 DATA_FILE = "data/published_gpu_measurements.json"
 _PARALLEL = ("none", "tensor", "layer-split")
@@ -116,7 +117,9 @@ class PublishedSet:
         return spec_from_config(self.models[name], name, dtype=dtype, kv_dtype=kv_dtype)
 
 
-def _field(d: dict, key: str, where: str, kind, *, optional: bool = False, lo: float | None = None):
+def _field(d: dict, key: str, where: str, kind, *, optional: bool = False, lo: float | None = None,
+           unit: str | None = None):
+    """``d[key]`` of type ``kind`` (>= ``lo``; numbers within ``unit``'s plausible range, :mod:`specsim.bounds`)."""
     value = d.get(key)
     if value is None:
         if optional:
@@ -125,7 +128,9 @@ def _field(d: dict, key: str, where: str, kind, *, optional: bool = False, lo: f
     ok = isinstance(value, kind) and not isinstance(value, bool) if kind is not bool else isinstance(value, bool)
     if not ok or (lo is not None and value < lo):
         want = {str: "a string", int: "an integer", float: "a number", bool: "true or false"}.get(kind, "a number")
-        raise SpecsimError(f"{where}.{key}: expected {want}{'' if lo is None else f' >= {lo:g}'}, got {value!r}")
+        raise SpecsimError(f"{where}.{key}: expected {want}{'' if lo is None else f' >= {lo:g}'}, got {show(value)}")
+    if unit is not None:
+        check_range(value, unit, f"{where}.{key}")
     return value
 
 
@@ -142,33 +147,37 @@ def _row(d: Any, where: str, sources: dict, models: dict) -> Row:
     if any(word in source.lower() for word in _RESERVED):
         raise SpecsimError(f"{where}.source: {source!r} is reserved for an independent check and must stay out")
     for key in ("target", "draft"):
-        name = d.get(key)
-        if name is not None and not str(name).startswith("preset:") and name not in models:
+        name = _field(d, key, where, str, optional=True)
+        if name is not None and not name.startswith("preset:") and name not in models:
             raise SpecsimError(f"{where}.{key}: expected 'preset:NAME' or one of {sorted(models)}, got {name!r}")
     parallel = d.get("parallel", "none")
     if parallel not in _PARALLEL:
         raise SpecsimError(f"{where}.parallel: expected one of {list(_PARALLEL)}, got {parallel!r}")
     for key in ("weights_dtype", "draft_weights_dtype"):
-        if d.get(key) is not None:
+        if _field(d, key, where, str, optional=True) is not None:
             dtype_bytes(d[key])
     kv_dtype_bytes(_field(d, "kv_dtype", where, str))
+    flags = d.get("flags", [])
+    if not isinstance(flags, list) or not all(isinstance(f, str) for f in flags):
+        raise SpecsimError(f"{where}.flags: expected a list of strings, got {show(flags)}")
     row = Row(
         id=_field(d, "id", where, str), source=source, kind=kind, where=_field(d, "where", where, str),
         target=_field(d, "target", where, str), device=_field(d, "device", where, str),
-        runtime=_field(d, "runtime", where, str), batch=_field(d, "batch", where, int, lo=1),
+        runtime=_field(d, "runtime", where, str), batch=_field(d, "batch", where, int, unit="batch"),
         weights_dtype=_field(d, "weights_dtype", where, str), kv_dtype=d["kv_dtype"],
-        target_context_tokens=float(_field(d, "target_context_tokens", where, num, lo=0)),
-        gpus=_field(d, "gpus", where, int, lo=1), parallel=parallel,
+        target_context_tokens=float(_field(d, "target_context_tokens", where, num, unit="tokens")),
+        gpus=_field(d, "gpus", where, int, unit="gpus"), parallel=parallel,
         draft=_field(d, "draft", where, str, optional=True),
         draft_weights_dtype=_field(d, "draft_weights_dtype", where, str, optional=True),
-        draft_context_tokens=_field(d, "draft_context_tokens", where, num, optional=True, lo=0),
-        gamma=_field(d, "gamma", where, num, optional=True, lo=1),
+        draft_context_tokens=_field(d, "draft_context_tokens", where, num, optional=True, unit="tokens"),
+        gamma=_field(d, "gamma", where, num, optional=True, unit="gamma"),
         tau=_field(d, "tau", where, num, optional=True, lo=1), tau_definition=str(d.get("tau_definition", "")),
-        tau_derivation=d.get("tau_derivation"), speedup=_field(d, "speedup", where, num, optional=True, lo=0),
-        sd_ms_per_token=_field(d, "sd_ms_per_token", where, num, optional=True, lo=0),
-        target_ms_per_token=_field(d, "target_ms_per_token", where, num, optional=True, lo=0),
-        multimodal=bool(d.get("multimodal", False)), flags=tuple(d.get("flags", ())),
-        draft_tp=_field(d, "draft_tp", where, int, optional=True, lo=1) or 1,
+        tau_derivation=_field(d, "tau_derivation", where, str, optional=True),
+        speedup=_field(d, "speedup", where, num, optional=True, unit="ratio"),
+        sd_ms_per_token=_field(d, "sd_ms_per_token", where, num, optional=True, unit="ms"),
+        target_ms_per_token=_field(d, "target_ms_per_token", where, num, optional=True, unit="ms"),
+        multimodal=_field(d, "multimodal", where, bool, optional=True) or False, flags=tuple(flags),
+        draft_tp=_field(d, "draft_tp", where, int, optional=True, unit="gpus") or 1,
         ratio_to=_field(d, "ratio_to", where, str, optional=True))
     _check_row(row, where)
     return row
@@ -233,13 +242,17 @@ def is_reserved(src: Source) -> bool:
 
 def parse_published_set(data: Any, name: str = "published set") -> PublishedSet:
     """Validate the set; every error names the row/field and the bad value."""
-    if not isinstance(data, dict) or data.get("schema_version") != 1:
-        raise SpecsimError(f"{name}.schema_version: expected 1")
+    check_schema_version(data, 1, name)
     srcs = data.get("sources")
     if not isinstance(srcs, dict) or not srcs:
         raise SpecsimError(f"{name}.sources: expected a non-empty object of citations")
     sources = {k: _source(k, v, f"{name}.sources[{k!r}]") for k, v in srcs.items()}
     models_in = data.get("models", {})
+    if not isinstance(models_in, dict):
+        raise SpecsimError(f"{name}.models: expected an object of model configs, got {show(models_in)}")
+    for k, v in models_in.items():
+        if not isinstance(v, dict) or not isinstance(v.get("config"), dict):
+            raise SpecsimError(f"{name}.models[{k!r}]: expected an object with a 'config' object, got {show(v)}")
     models = {k: v["config"] for k, v in models_in.items()}
     rows_in = data.get("rows")
     if not isinstance(rows_in, list) or not rows_in:
@@ -251,7 +264,7 @@ def parse_published_set(data: Any, name: str = "published set") -> PublishedSet:
         raise SpecsimError(f"{name}.rows: duplicate id {dup[0]!r}")
     rows = _with_ratios(rows, name)
     return PublishedSet(sources, models, rows, str(data.get("description", "")),
-                        {k: v.get("source", "") for k, v in models_in.items()})
+                        {k: str(v.get("source", "")) for k, v in models_in.items()})
 
 
 def load_published_set(path: str | Path | None = None) -> PublishedSet:

@@ -32,7 +32,7 @@ import numpy as np
 from specsim.errors import SpecsimError
 from specsim.hardware.device import Device
 from specsim.hardware.model import ModelSpec, VisionSpec
-from specsim.jsonio import check_keys
+from specsim.jsonio import check_keys, check_schema_version
 
 USABLE_MEMORY_FRACTION = 0.9  # leave room for the runtime, allocator slack and activations
 
@@ -83,8 +83,7 @@ class Efficiency:
 
     @classmethod
     def from_json(cls, d: dict) -> Efficiency:
-        if not isinstance(d, dict) or d.get("schema_version") != 1:
-            raise SpecsimError(f"efficiency: expected an object with schema_version 1, got {d!r}")
+        check_schema_version(d, 1, "efficiency")
         check_keys(d, {"schema_version", "compute", "memory", "overhead_ms", "overhead_ms_per_layer", "source"},
                    "efficiency")
         return replace(cls(), **{k: v for k, v in d.items() if k != "schema_version"})

@@ -1,0 +1,384 @@
+"""Sampled-mode ``specsim check`` (temperature T > 0): measured τ and speedup of seeded runs vs 95%
+prediction intervals from a Monte Carlo over the profile's β traces.
+
+Measured (:func:`measure_sampled`): every prompt runs R times (one seed each); a row pools its P
+prompts × R runs: τ = Σ tokens / Σ blocks; decode-phase speedup = (target-only ms per token after the
+first step) / (SD ms per token after the first block); request speedup as in :mod:`specsim.check`.
+
+Predicted (:func:`predict_sampled`): a draft at output position t is accepted with probability
+β_t = Σ_x min(p_t(x), q_t(x)) (Leviathan et al. 2023, §3.5), independently across positions
+(:mod:`specsim.montecarlo`). Per prompt, a pool of simulated runs: draws m_t ~ Bernoulli(β_t) over the
+run's length, replayed into the engine's blocks (:func:`specsim.walk.greedy_plan`, γ capped at tokens
+left − 1), every block priced where it runs by the cost-model walk (:func:`specsim.walk.block_ms`;
+schema-1 profiles: τ / (γ·c + v) from the tables). A *replicate* of the measurement draws, for every
+run actually made (prompt p, n tokens), one simulated run of p at length n from its pool and reduces
+them as the measurement is reduced. The central 95% of the replicates is the interval: it covers the
+sampling randomness of a run of P × R runs, not only the Monte Carlo mean's error.
+
+Timing noise: the speedup interval is widened in quadrature by the measurement's timing noise (see
+:func:`timing_halfwidth`). Not covered, so a miss points at them: a systematic cost-model error (the
+greedy check measures it), sampling overhead the greedy-calibrated cost model lacks, and β measured
+teacher-forced on the target's greedy output while a sampled run follows its own tokens. A run longer
+than its prompt's trace (EOS later than in the greedy output) continues at the trace's mean β (noted).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections import Counter
+from dataclasses import dataclass
+
+import numpy as np
+
+from specsim.check import TERMS, PromptSpec, RequestRun, _setup_ms, ratio_halfwidth
+from specsim.errors import SpecsimError, warn
+from specsim.profile import CheckRow, MethodAcceptance, Profile
+from specsim.theory import tau_iid
+from specsim.walk import BlockPlan, block_ms, greedy_plan, sd_request_cost, target_request_cost
+
+CI = 0.95
+POOL_RUNS = 256     # simulated runs per prompt and run length
+REPLICATES = 4000   # simulated repeats of the whole measurement (percentile error ~0.3% of the tail mass)
+COVERAGE_GOAL = 0.90
+# An SD run carries the timing noise of one run, the target-only side of a round the mean of two:
+# var(ratio) ≈ σ² + σ²/2 = 3·(σ²/2), so the ratio's half-width is √3 × the target-only mean's.
+TIMING_FACTOR = math.sqrt(3.0)
+
+
+# --------------------------------------------------------------------------- measured
+@dataclass(frozen=True)
+class SampledMeasured:
+    """The measured side of one sampled row: τ and speedups pooled over every prompt × seed, their
+    relative 95% half-widths over the rounds, the timing-noise half-width, ms per block by term, and the
+    tokens of every run per prompt (the design the prediction repeats)."""
+
+    tau: float
+    decode_speedup: float
+    decode_halfwidth: float
+    request_speedup: float
+    request_halfwidth: float
+    timing_halfwidth: float
+    terms_ms_per_block: dict
+    sd_tokens: dict
+    base_tokens: dict
+    rounds: int
+    prompts: int
+    new_tokens: int
+
+
+def _decode_tokens(run: RequestRun) -> int:
+    return run.tokens - run.first_tokens
+
+
+def timing_halfwidth(base_rate: np.ndarray) -> float:
+    """Relative 95% half-width of the measured speedup from timing alone: √3 × that of Σ_p mean_r of the
+    target-only ms per token ``base_rate`` [prompts, rounds] (their work is fixed, so their spread is
+    timing; Student t with Σ_p (R − 1) degrees of freedom)."""
+    from scipy.stats import t as student_t
+
+    rate = np.asarray(base_rate, dtype=float)
+    rounds = rate.shape[1]
+    if rounds < 2:
+        return float("inf")
+    rel_var = rate.var(1, ddof=1).sum() / rounds / rate.mean(1).sum() ** 2
+    return float(TIMING_FACTOR * student_t.ppf(0.975, rate.shape[0] * (rounds - 1)) * np.sqrt(rel_var))
+
+
+def measure_sampled(base: dict[str, list[tuple[RequestRun, RequestRun]]],
+                    sd: dict[str, list[RequestRun]]) -> SampledMeasured:
+    """Reduce a row's runs: per prompt, per round the target-only runs before and after, and one SD run."""
+    ids = sorted(sd)
+    if not ids:
+        raise SpecsimError("check: no runs to measure")
+    rounds = min(min(len(sd[p]), len(base[p])) for p in ids)
+    if rounds < 2:
+        raise SpecsimError(f"check: a sampled check needs at least 2 runs (seeds) per prompt, got {rounds}")
+    s = [sd[p][:rounds] for p in ids]
+    b = [base[p][:rounds] for p in ids]
+    grid = lambda runs, f: np.array([[f(r) for r in row] for row in runs], dtype=float)  # noqa: E731
+    s_ms, s_tok = grid(s, lambda r: r.decode_ms), grid(s, _decode_tokens)
+    b_ms = grid(b, lambda r: r[0].decode_ms + r[1].decode_ms)
+    b_tok = grid(b, lambda r: _decode_tokens(r[0]) + _decode_tokens(r[1]))
+    if s_tok.sum() == 0 or b_tok.sum() == 0:
+        raise SpecsimError("check: every run emitted all its tokens in its first pass, so there is no decode "
+                           "phase to compare (expected a larger --max-new-tokens)")
+    s_rate, b_rate = s_ms / np.maximum(s_tok, 1), b_ms / np.maximum(b_tok, 1)
+    b_tot = grid(b, lambda r: (r[0].total_ms + r[1].total_ms) / 2)
+    s_tot = grid(s, lambda r: r.total_ms)
+    later = max(sum(r.blocks - 1 for row in s for r in row), 1)
+    terms = {t: float(sum(getattr(r, f"{t}_ms") for row in s for r in row) / later) for t in TERMS}
+    return SampledMeasured(
+        tau=float(sum(r.tokens for row in s for r in row) / sum(r.blocks for row in s for r in row)),
+        decode_speedup=float((b_ms.sum() / b_tok.sum()) / (s_ms.sum() / s_tok.sum())),
+        decode_halfwidth=ratio_halfwidth(b_rate, s_rate),
+        request_speedup=float(b_tot.mean(1).sum() / s_tot.mean(1).sum()),
+        request_halfwidth=ratio_halfwidth(b_tot, s_tot), timing_halfwidth=timing_halfwidth(b_rate),
+        terms_ms_per_block=terms, sd_tokens={p: tuple(r.tokens for r in row) for p, row in zip(ids, s)},
+        base_tokens={p: tuple(t for r in row for t in (r[0].tokens, r[1].tokens)) for p, row in zip(ids, b)},
+        rounds=rounds, prompts=len(ids), new_tokens=int(max(r.tokens for row in s for r in row)))
+
+
+# --------------------------------------------------------------------------- β traces
+_BETA_T = re.compile(r"beta at T=([0-9.eE+-]+)")
+
+
+def beta_temperature(entry: MethodAcceptance) -> float | None:
+    """The temperature the entry's β was measured at, as ``calibrate acceptance`` notes it ("beta at T=1.0")."""
+    found = _BETA_T.search(entry.notes or "")
+    try:
+        return float(found.group(1)) if found else None
+    except ValueError:
+        return None
+
+
+def check_sampling_entry(entry: MethodAcceptance, temperature: float) -> None:
+    """SpecsimError unless the entry has β traces measured at ``temperature`` (a warning when it does not say)."""
+    where = f"acceptance entry {entry.method}/{entry.scenario}"
+    if not entry.traces or any(t.beta is None for t in entry.traces):
+        raise SpecsimError(f"{where}: a sampled check needs beta traces for every prompt (run 'specsim calibrate "
+                           f"acceptance --temperature {temperature:g}' on the same prompts)")
+    measured_at = beta_temperature(entry)
+    if measured_at is None:
+        warn(f"{where} does not say at which temperature its beta was measured; assuming T={temperature:g}")
+    elif not math.isclose(measured_at, temperature, rel_tol=1e-6):
+        raise SpecsimError(f"{where}: beta was measured at T={measured_at:g}, but --temperature is {temperature:g} "
+                           f"(expected the same T; run 'specsim calibrate acceptance --temperature {temperature:g}' "
+                           "into another profile)")
+
+
+def beta_at_length(beta, n: int) -> tuple[np.ndarray, bool]:
+    """β over a run of ``n`` tokens: the trace's first n values, continued at its mean when the run is
+    longer (True then)."""
+    b = np.asarray(beta, dtype=float)
+    if b.size == 0:
+        raise SpecsimError("check: a beta trace has no positions")
+    if n <= b.size:
+        return b[:n], False
+    return np.concatenate([b, np.full(n - b.size, b.mean())]), True
+
+
+# --------------------------------------------------------------------------- predicted
+@dataclass(frozen=True)
+class RunPool:
+    """``runs`` simulated SD runs of one prompt at one length: blocks, decode-phase tokens and drafts
+    (blocks after the first) and, with a cost model, decode-phase ms by term and request ms (the fused
+    first block plus the decode phase; set-up excluded)."""
+
+    blocks: np.ndarray
+    decode_tokens: np.ndarray
+    drafts: np.ndarray
+    terms_ms: dict | None
+    request_ms: np.ndarray | None
+    extrapolated: bool = False
+
+    @property
+    def decode_ms(self) -> np.ndarray:
+        return sum(self.terms_ms.values())
+
+
+def simulate_pool(beta: np.ndarray, spec: PromptSpec, gamma: int, *, rng: np.random.Generator, runs: int,
+                  cost=None, batch: int = 1) -> RunPool:
+    """Simulated runs of one prompt over ``beta`` (one value per emitted token) at γ; see the module docstring."""
+    n = beta.size
+    plans = [greedy_plan(row, gamma, spec.max_new_tokens) for row in rng.random((runs, n)) < beta]
+    blocks = np.array([p.blocks for p in plans])
+    decode_tokens = np.array([n - p.emitted[0] for p in plans])
+    rest = [p.after_first() for p in plans]
+    owner = np.repeat(np.arange(runs), [r.start.size for r in rest])
+    big = BlockPlan(*(np.concatenate([getattr(r, f) for r in rest]) for f in
+                      ("start", "drafts", "emitted", "first_rows", "weight")))
+    per_run = lambda x: np.bincount(owner, weights=x, minlength=runs)  # noqa: E731
+    if cost is None:
+        return RunPool(blocks, decode_tokens, per_run(big.drafts), None, None)
+    kw = {"target_prompt_tokens": spec.prompt_tokens, "draft_prompt_tokens": spec.draft_prompt_tokens, "batch": batch}
+    ms = block_ms(cost, big, **kw)
+    terms = {"draft": per_run(ms.draft_first_ms + ms.draft_next_ms), "verify": per_run(ms.verify_ms),
+             "overhead": per_run(ms.overhead_ms)}
+    g0 = plans[0].drafts[:1]  # the first block is the same in every run: it starts at 0
+    first = sd_request_cost(cost, BlockPlan(np.zeros(1), g0, np.ones(1), np.ones(1), np.ones(1)), **kw)
+    return RunPool(blocks, decode_tokens, per_run(big.drafts), terms, first.total_ms + sum(terms.values()),
+                   extrapolated=ms.extrapolated or first.extrapolated)
+
+
+@dataclass(frozen=True)
+class SampledPrediction:
+    """The predicted side of one sampled row: means and central intervals over the replicates; the decode
+    interval covers acceptance randomness only (the row widens it by timing noise)."""
+
+    tau: float
+    tau_interval: tuple[float, float]
+    decode_speedup: float
+    decode_interval: tuple[float, float]
+    request_speedup: float | None
+    terms_ms_per_block: dict
+    c: float
+    alpha: float
+    note: str
+
+
+def _interval(x: np.ndarray, ci: float) -> tuple[float, float]:
+    lo, hi = np.quantile(x, [(1 - ci) / 2, (1 + ci) / 2])
+    return float(lo), float(hi)
+
+
+def _base_ms(cost, spec: PromptSpec, tokens: int) -> tuple[float, float, float]:
+    """Target-only (decode-phase ms, decode-phase tokens, request ms without set-up) of one run of ``tokens``."""
+    request = target_request_cost(cost, prompt_tokens=spec.prompt_tokens, new_tokens=tokens).total_ms
+    if tokens < 2:
+        return 0.0, 0.0, request
+    dec = target_request_cost(cost, prompt_tokens=spec.prompt_tokens + 1, new_tokens=tokens - 1, fused=False)
+    return dec.total_ms, float(tokens - 1), request
+
+
+def _table_ratios(profile: Profile, entry: MethodAcceptance, gamma: int, prompts: list[PromptSpec]):
+    """(c, v) of a schema-1 profile at the prompts' mean context (default context outside the tables)."""
+    from specsim.predict import latency_ratios
+
+    context = float(np.mean([p.prompt_tokens + p.max_new_tokens / 2 for p in prompts]))
+    try:
+        return latency_ratios(profile.latency, gamma, context_tokens=context, batch_size=entry.draft_batch_size)
+    except SpecsimError:
+        return latency_ratios(profile.latency, gamma, batch_size=entry.draft_batch_size)
+
+
+def predict_sampled(profile: Profile, entry: MethodAcceptance, gamma: int, prompts: list[PromptSpec],
+                    measured: SampledMeasured, *, rng: np.random.Generator, pool_runs: int = POOL_RUNS,
+                    replicates: int = REPLICATES, ci: float = CI) -> SampledPrediction:
+    """Replicates of the measured design (see the module docstring); ``rng`` drives every draw."""
+    cost = profile.latency.cost_model
+    traces = {t.prompt_id: t for t in entry.traces if t.beta is not None}
+    acc = {k: np.zeros(replicates) for k in ("tokens", "blocks", "dec_ms", "dec_tok", "req")}
+    pooled = Counter()  # expected decode-phase sums over the design: ms by term, blocks, drafts
+    base = Counter()
+    extended = extrapolated = False
+    betas = []
+    for spec in prompts:
+        if spec.prompt_id not in traces:
+            raise SpecsimError(f"check: method {entry.method!r} has no beta trace for prompt {spec.prompt_id!r} "
+                               "(run 'specsim calibrate acceptance' on the same prompts)")
+        lengths = measured.sd_tokens[spec.prompt_id]
+        base_ms, sd_setup = _setup_ms(profile, entry, spec.images)
+        for n, count in sorted(Counter(lengths).items()):
+            beta, longer = beta_at_length(traces[spec.prompt_id].beta, n)
+            extended |= longer
+            betas.append(np.repeat(beta[None], count, axis=0).ravel())
+            size = max(pool_runs, 32 * count)  # keeps the pool's own error of the mean <= 0.18 of the interval's sd
+            pool = simulate_pool(beta, spec, gamma, rng=rng, runs=size, cost=cost, batch=entry.draft_batch_size)
+            idx = rng.integers(0, size, size=(replicates, count))
+            acc["tokens"] += n * count
+            acc["blocks"] += pool.blocks[idx].sum(1)
+            acc["dec_tok"] += pool.decode_tokens[idx].sum(1)
+            pooled.update({"blocks": count * (pool.blocks.mean() - 1), "drafts": count * pool.drafts.mean()})
+            if cost is not None:
+                extrapolated |= pool.extrapolated
+                acc["dec_ms"] += pool.decode_ms[idx].sum(1)
+                acc["req"] += (sd_setup + pool.request_ms[idx]).sum(1) / len(lengths)
+                pooled.update({t: count * pool.terms_ms[t].mean() for t in TERMS})
+        if cost is not None:
+            runs = measured.base_tokens[spec.prompt_id]
+            for n in runs:
+                dec_ms, dec_tok, req_ms = _base_ms(cost, spec, n)
+                base.update({"dec_ms": dec_ms, "dec_tok": dec_tok, "req": (base_ms + req_ms) / len(runs)})
+    if np.any(acc["dec_tok"] == 0) or (cost is not None and not base["dec_tok"]):
+        raise SpecsimError("check: simulated runs emit all their tokens in the first block; no decode phase")
+    tau = acc["tokens"] / acc["blocks"]
+    alpha = float(np.concatenate(betas).mean())
+    if cost is not None:
+        base_rate = base["dec_ms"] / base["dec_tok"]
+        decode = base_rate / (acc["dec_ms"] / acc["dec_tok"])
+        request = float(np.mean(base["req"] / acc["req"]))
+        c = pooled["draft"] / max(pooled["drafts"], 1e-12) / base_rate
+        terms = {t: float(pooled[t] / max(pooled["blocks"], 1e-12)) for t in TERMS}
+        note = "cost-model walk of simulated blocks" + ("; a context outside the measured grid was extrapolated"
+                                                         if extrapolated else "")
+    else:
+        c, v = _table_ratios(profile, entry, gamma, prompts)
+        decode, request, terms = tau / (gamma * c + v), None, {}
+        note = f"tau / (gamma*c + v) with c={c:.4f}, v={v:.4f} from the tables"
+    note += "; runs longer than their beta trace continue at its mean beta" if extended else ""
+    return SampledPrediction(tau=float(tau.mean()), tau_interval=_interval(tau, ci),
+                             decode_speedup=float(decode.mean()), decode_interval=_interval(decode, ci),
+                             request_speedup=request, terms_ms_per_block=terms, c=float(c), alpha=alpha,
+                             note=f"Monte Carlo from beta ({pool_runs} runs per prompt, {replicates} replicates): "
+                                  + note)
+
+
+def widen(center: float, interval: tuple[float, float], rel_halfwidth: float) -> tuple[float, float]:
+    """``interval`` around ``center`` with each side's relative width combined in quadrature with
+    ``rel_halfwidth`` (independent noises); the lower end is at least 0."""
+    lo, hi = interval
+    down = math.hypot(1 - lo / center, rel_halfwidth)
+    up = math.hypot(hi / center - 1, rel_halfwidth)
+    return max(0.0, center * (1 - down)), center * (1 + up)
+
+
+def sampled_row(profile: Profile, entry: MethodAcceptance, gamma: int, prompts: list[PromptSpec],
+                measured: SampledMeasured, *, temperature: float, rng: np.random.Generator, **mc) -> CheckRow:
+    """Predicted (Monte Carlo, with intervals) vs ``measured`` at one γ and temperature as a :class:`CheckRow`."""
+    pred = predict_sampled(profile, entry, gamma, prompts, measured, rng=rng, **mc)
+    hw = measured.timing_halfwidth
+    if not math.isfinite(hw):
+        raise SpecsimError("check: a sampled check needs at least 2 rounds (seeds) for its timing noise")
+    textbook = float(tau_iid(pred.alpha, gamma)) / (gamma * pred.c + 1.0)
+    finite = lambda x: float(x) if math.isfinite(x) else None  # noqa: E731
+    return CheckRow(
+        method=entry.method, scenario=entry.scenario, gamma=gamma, tau_predicted=pred.tau, tau_measured=measured.tau,
+        speedup_predicted=pred.decode_speedup, speedup_measured=measured.decode_speedup, speedup_textbook=textbook,
+        prompts=measured.prompts, new_tokens=measured.new_tokens, speedup_halfwidth=finite(measured.decode_halfwidth),
+        request_speedup_predicted=pred.request_speedup, request_speedup_measured=measured.request_speedup,
+        request_speedup_halfwidth=finite(measured.request_halfwidth), rounds=measured.rounds,
+        terms_ms_per_block={t: {"predicted": pred.terms_ms_per_block[t], "measured": measured.terms_ms_per_block[t]}
+                            for t in TERMS if t in pred.terms_ms_per_block} or None,
+        temperature=float(temperature), tau_interval=pred.tau_interval,
+        speedup_interval=widen(pred.decode_speedup, pred.decode_interval, hw),
+        notes=f"{pred.note}; speedup interval widened by timing noise ±{hw:.1%}; textbook: v=1, iid "
+              f"alpha = mean beta = {pred.alpha:.3f}")
+
+
+# --------------------------------------------------------------------------- coverage
+def inside(value: float, interval) -> bool:
+    return interval is not None and interval[0] <= value <= interval[1]
+
+
+def coverage(rows: list[CheckRow]) -> dict:
+    """How many sampled rows' measured τ and speedup lie inside their 95% prediction intervals (goal ≥ 90%)."""
+    rows = [r for r in rows if r.tau_interval is not None and r.speedup_interval is not None]
+    if not rows:
+        raise SpecsimError("check: no sampled rows with prediction intervals")
+    tau = sum(inside(r.tau_measured, r.tau_interval) for r in rows)
+    spd = sum(inside(r.speedup_measured, r.speedup_interval) for r in rows)
+    both = sum(inside(r.tau_measured, r.tau_interval) and inside(r.speedup_measured, r.speedup_interval)
+               for r in rows)
+    n = len(rows)
+    return {"rows": n, "tau_inside": tau, "speedup_inside": spd, "both_inside": both, "tau_coverage": tau / n,
+            "speedup_coverage": spd / n, "both_coverage": both / n, "goal": COVERAGE_GOAL, "ci": CI}
+
+
+def _span(interval) -> str:
+    return "-" if interval is None else f"{interval[0]:.3f}..{interval[1]:.3f}"
+
+
+def sampled_table(rows: list[CheckRow]) -> str:
+    """Per row: τ and decode-phase speedup predicted (Monte Carlo mean, 95% interval) vs measured and
+    whether the measurement is inside; the request speedup and the textbook; then the coverage line."""
+    from specsim.report import fmt, format_table
+
+    scen = len({r.scenario for r in rows}) > 1
+    mark = lambda v, iv: "yes" if inside(v, iv) else "NO"  # noqa: E731
+    table = [([r.scenario] if scen else []) + [
+        r.method, str(r.gamma), fmt(r.tau_predicted), _span(r.tau_interval), fmt(r.tau_measured),
+        mark(r.tau_measured, r.tau_interval), fmt(r.speedup_predicted), _span(r.speedup_interval),
+        fmt(r.speedup_measured), mark(r.speedup_measured, r.speedup_interval), fmt(r.request_speedup_predicted),
+        fmt(r.request_speedup_measured), fmt(r.speedup_textbook)] for r in rows]
+    heads = (["scenario"] if scen else []) + ["method", "gamma", "tau pred", "95% interval", "meas", "in",
+                                              "speedup pred", "95% interval", "meas", "in", "request pred", "meas",
+                                              "textbook"]
+    return format_table(heads, table, indent="") + "\n" + coverage_line(rows)
+
+
+def coverage_line(rows: list[CheckRow]) -> str:
+    c = coverage(rows)
+    share = lambda k: f"{c[k + '_inside']}/{c['rows']} ({c[k + '_coverage']:.0%})"  # noqa: E731
+    return (f"measured inside the {CI:.0%} prediction interval: tau {share('tau')}, speedup {share('speedup')}, "
+            f"both {share('both')} (goal >= {COVERAGE_GOAL:.0%})")
