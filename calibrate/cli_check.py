@@ -11,7 +11,7 @@ import sys
 
 from specsim.bounds import number_arg
 from specsim.errors import SpecsimError
-from specsim.jsonio import check_writable, dumps_json
+from specsim.jsonio import check_writable, dumps_json, show
 from specsim.profile import load_profile, resolve_profile_path, save_profile
 from specsim.report import parse_int_list
 
@@ -85,7 +85,14 @@ def _drafts(args) -> list:
     from specsim.policies import parse_policy
     from specsim.trees import parse_tree
 
-    return [parse_tree(t) for t in args.tree or []] + [parse_policy(p) for p in args.policy or []]
+    drafts = []
+    for option, parse, texts in (("--tree", parse_tree, args.tree), ("--policy", parse_policy, args.policy)):
+        for text in texts or []:
+            try:
+                drafts.append(parse(text))
+            except SpecsimError as err:
+                raise SpecsimError(f"{option} {show(text)}: {err}") from None
+    return drafts
 
 
 def _preflight(profile, entries: list, drafts: list, max_new_tokens: int) -> None:
@@ -184,9 +191,9 @@ def cmd_check(args) -> int:
     gammas, profile_path, profile, methods = prepare(args)
     drafts = _drafts(args)
     setup = load_setup(args, methods=methods, cache_captions=False)
-    entries = entries_of(setup, profile, args.scenario)  # before any run: a missing entry costs no measuring
     if drafts:
         _preflight(profile, [a for a in profile.acceptance if a.method in setup.methods], drafts, args.max_new_tokens)
+    entries = entries_of(setup, profile, args.scenario)  # before any run: a missing entry costs no measuring
     progress = None if args.no_progress else (
         lambda xs, rnd: _progress(xs, args, f"check round {rnd + 1}/{args.max_rounds}"))
     runs = run_check(setup, gammas + drafts, max_new_tokens=args.max_new_tokens, device=args.device,

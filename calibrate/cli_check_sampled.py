@@ -44,6 +44,9 @@ def cmd_check_sampled(args) -> int:
         raise SpecsimError(f"--seeds: expected at least 2 runs per prompt with --temperature (one run gives no "
                            f"spread to judge), got {args.seeds}")
     gammas, profile_path, profile, methods = prepare(args)
+    for entry in profile.acceptance:  # before models load: a wrong temperature costs no loading
+        if (methods is None or entry.method in methods) and args.scenario in (None, entry.scenario):
+            check_sampling_entry(entry, args.temperature)
     setup = load_setup(args, methods=methods, cache_captions=False)
     entries = entries_of(setup, profile, args.scenario)
     for entry in entries.values():

@@ -82,7 +82,7 @@ def latency_model(args) -> LatencyModel:
         raise SpecsimError("models: expected --pair NAME or both --target and --draft (preset or config.json)")
     device = load_device(args.device)
     # SGLang, like vLLM, runs decoding under CUDA graphs with paged attention: no runtime file of its own yet.
-    runtime = load_runtime(args.runtime or DEFAULT_RUNTIMES[device.kind])
+    runtime = load_runtime(DEFAULT_RUNTIMES[device.kind] if args.runtime is None else args.runtime)
     if runtime.kind != device.kind:
         raise SpecsimError(f"--runtime: {runtime.name!r} runs on {runtime.kind} devices, but {device.name!r} is a "
                            f"{device.kind}")

@@ -187,7 +187,7 @@ def _runtimes(args: argparse.Namespace, devices) -> dict[str, Runtime]:
     """The runtime per device: --runtime for all, else the kind's default; kinds must match."""
     out = {}
     for dev in devices:
-        rt = load_runtime(args.runtime or DEFAULT_RUNTIMES[dev.kind])
+        rt = load_runtime(DEFAULT_RUNTIMES[dev.kind] if args.runtime is None else args.runtime)
         if rt.kind != dev.kind:
             raise SpecsimError(f"--runtime: {rt.name!r} runs on {rt.kind} devices, but {dev.name!r} is a {dev.kind}")
         out[dev.name] = rt
@@ -223,7 +223,7 @@ def _fit(args, target: ModelSpec, draft: ModelSpec) -> tuple[FitResult | Holdout
     models = {"target": target.with_dtype(dtype), "draft": draft.with_dtype(dtype)}
     points, skipped = points_from_latency(profile.latency)
     source = f"fitted on profile {profile.name} ({len(points)} points, {dtype}) measured on {dev.name}"
-    rt = load_runtime(args.runtime or DEFAULT_RUNTIMES[dev.kind])
+    rt = load_runtime(DEFAULT_RUNTIMES[dev.kind] if args.runtime is None else args.runtime)
     # A GPU runtime's ``fit`` list is for the published set (SD blocks, all-reduces, quantized kernels); a
     # latency profile constrains its efficiencies and per-forward overhead. The CPU runtime was made for profiles.
     free = rt.fit if rt.kind == "cpu" else PROFILE_FIT_GPU
