@@ -33,6 +33,7 @@ def parse_args(argv=None):
     p.add_argument("--max-rounds", type=int, default=6)
     p.add_argument("--redo", action="store_true", help="measure latency and acceptance again")
     p.add_argument("--latency-args", default="", help="extra arguments for calibrate latency")
+    p.add_argument("--check-args", default="", help="extra arguments for check, e.g. '--max-minutes 40'")
     return p.parse_args(argv)
 
 
@@ -64,7 +65,7 @@ def main(argv=None) -> int:
                                     str(args.max_new_tokens), "--out", str(out), "--no-progress"])
     times["check"] = _run(["check", "--profile", str(out), *common, *limit, *methods, "--gamma", args.gamma,
                            "--max-new-tokens", str(args.max_new_tokens), "--max-rounds", str(args.max_rounds),
-                           "--no-progress"])
+                           "--no-progress", *args.check_args.split()])
     print("wall time (model loading included): " + ", ".join(f"{k} {v:.0f} s" for k, v in times.items()))
     return 0
 
