@@ -4,29 +4,29 @@
     python notebooks/regenerate.py 02 06      # only those whose name starts with these
 
 The notebooks read committed data only (profiles under specsim/profiles and notebooks/data); none times
-this machine, so their outputs are the same wherever they are regenerated. Execution metadata
-(timestamps) is dropped to keep diffs to the outputs themselves. The test suite executes the same
-notebooks into a temporary folder (tests/test_notebook_*.py).
+this machine, so their outputs are the same wherever they are regenerated. Kernels run in a temporary
+folder, as in the tests (tests/test_notebook_*.py), so files a notebook writes (plots) stay out of the
+repo. Execution metadata (timestamps) is dropped to keep diffs to the outputs themselves.
 """
 
 from __future__ import annotations
 
 import os
 import sys
+import tempfile
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 
 
-def regenerate(path: Path, timeout_s: int = 600) -> int:
-    """Run ``path`` with this checkout importable; write it back executed. Returns its number of outputs."""
+def regenerate(path: Path, workdir: str, timeout_s: int = 600) -> int:
+    """Run ``path`` in ``workdir``; write it back executed. Returns its number of outputs."""
     import nbformat
     from nbclient import NotebookClient
 
     nb = nbformat.read(path, as_version=4)
-    os.environ["PYTHONPATH"] = str(HERE.parent)  # the kernel imports this checkout's package
     NotebookClient(nb, timeout=timeout_s, kernel_name="python3",
-                   resources={"metadata": {"path": str(HERE)}}).execute()
+                   resources={"metadata": {"path": workdir}}).execute()
     for cell in nb.cells:
         cell.metadata.pop("execution", None)
     nb.metadata.pop("widgets", None)
@@ -43,8 +43,10 @@ def main(argv: list[str]) -> int:
         if not paths:
             print(f"regenerate: no notebook starts with {', '.join(argv)}", file=sys.stderr)
             return 2
+    os.environ["PYTHONPATH"] = str(HERE.parent)  # the kernels import this checkout's package
     for p in paths:
-        print(f"{p.name}: {regenerate(p)} outputs", flush=True)
+        with tempfile.TemporaryDirectory() as workdir:
+            print(f"{p.name}: {regenerate(p, workdir)} outputs", flush=True)
     return 0
 
 
