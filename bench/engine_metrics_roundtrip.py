@@ -36,9 +36,9 @@ def parse_args(argv=None):
 def run(args) -> int:
     from tqdm import tqdm
 
-    from calibrate.cli_acceptance import load_setup
     from calibrate.engine import speculative_decode
     from calibrate.export_metrics import counters_from_results, engine_tau, exposition_text
+    from calibrate.workload import load_setup
     from specsim.cli import build_parser, main
     from specsim.predict import predict
     from specsim.profile import load_profile

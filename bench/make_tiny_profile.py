@@ -24,8 +24,8 @@ sys.path.insert(0, str(ROOT))
 def main(argv=None) -> int:
     import torch
 
-    from calibrate import cli_acceptance as C
     from calibrate import latency as L
+    from calibrate import workload as C
     from calibrate.acceptance import acceptance_entry, acceptance_trace
     from calibrate.check import run_check
     from calibrate.engine import Request

@@ -58,7 +58,7 @@ def _pair(k: int, noise: float, args, folder: Path):
 
 
 def _rows(wrap, reqs, prof, temperature: float, args, rng) -> list:
-    from calibrate import cli_acceptance as C
+    from calibrate import workload as C
     from calibrate.acceptance import acceptance_entry, acceptance_trace
     from calibrate.check_sampled import run_sampled_check
     from calibrate.prompts import Prompt

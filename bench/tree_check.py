@@ -16,7 +16,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from calibrate import cli_acceptance as C
+from calibrate import workload as C
 
 
 def parse_args(argv=None):
@@ -37,9 +37,10 @@ def parse_args(argv=None):
 
 def _runs(args):
     from specsim.policies import parse_policy
+    from specsim.report import parse_int_list
     from specsim.trees import parse_tree
 
-    runs = [("chain", f"gamma={g}", g) for g in C.parse_gammas(args.gamma)]
+    runs = [("chain", f"gamma={g}", g) for g in parse_int_list(args.gamma, name="--gamma")]
     runs += [("tree", t, parse_tree(t)) for t in (args.tree or ["4,2,1", "2,2,2"])]
     runs += [("policy", p, parse_policy(p)) for p in (args.policy or ["heuristic:5", "confidence:0.4,gamma=6"])]
     return runs

@@ -101,15 +101,16 @@ def _measured(report: dict, rows: list[dict]) -> None:
 def _planned(preset: str, profile, entry, row: dict, devices: list[str]) -> None:
     """Fill each row's GPU speedups: best γ, best tree, the row's policy, on replayed schedules."""
     from specsim.hardware.device import load_device
-    from specsim.hardware.model import load_model_spec, load_pair
+    from specsim.hardware.model import load_model_spec
     from specsim.hardware.runtime import load_runtime
     from specsim.hardware.tree_plan import TreeMethod, plan_trees, replay_speedup
     from specsim.policies import parse_policy
+    from specsim.presets import pair_models
     from specsim.tree_replay import rank_acceptance
     from specsim.trees import parse_tree
     from specsim.walk_drafts import draft_plan
 
-    names = ARCH.get(preset) or load_pair(preset)
+    names = ARCH.get(preset) or pair_models(preset)
     target, draft = (load_model_spec(str(n)) for n in names)
     traces = [t for t in entry.traces if t.draft_rank is not None]
     ctx = sum((t.prompt_tokens or 0) + len(t.match) / 2 for t in traces) / len(traces)

@@ -1,10 +1,10 @@
 """calibrate: measure real (or architecture-only) draft/target models and write specsim profiles.
 
 This is the only package that uses torch and transformers, and it imports them lazily: ``import
-calibrate`` (and ``calibrate.presets``) stays pure Python so the ``specsim`` CLI can list presets
-without torch. Modules: :mod:`calibrate.timing` (the one timing primitive), :mod:`calibrate.models`
-(loading, random-weight presets, vocabulary check), :mod:`calibrate.latency` (latency sweeps ->
-``LatencySection``), :mod:`calibrate.presets` (architecture configs, the offline reference pair).
+calibrate`` and its command modules stay pure Python so ``specsim --help`` works without torch. Where
+each command and concept lives: ARCHITECTURE.md. The architecture presets and pairs it loads are plain
+data owned by specsim (:mod:`specsim.presets`); :mod:`calibrate.reference_pair` fetches the offline
+reference pair's weights.
 """
 
 __all__: list[str] = []

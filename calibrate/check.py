@@ -15,7 +15,9 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from specsim.check import Measured, PromptSpec, RequestRun, measure
+from specsim.check import Measured, PromptSpec, RequestRun, check_row, measure
+from specsim.errors import SpecsimError
+from specsim.trees import TreeSpec
 
 # Set-up stages a server would not pay: target-features drafting recomputes the target's vision features
 # here, where a server reuses those of the target's prefill (see calibrate.draft_contexts).
@@ -152,3 +154,76 @@ def stage_shares(results: list) -> dict[str, float]:
     st = [r.stage_ms() for r in results]
     return {k.removesuffix("_ms"): sum(s[k] for s in st) / total
             for k in ("draft_generation_ms", "target_verification_ms", "overhead_ms")}
+
+# --------------------------------------------------------------------------- rows of a check
+def entry_of(profile, method: str, scenario: str | None):
+    """The profile's acceptance entry of ``method`` (and ``scenario`` when given); SpecsimError naming both."""
+    cands = [a for a in profile.acceptance if a.method == method and (scenario is None or a.scenario == scenario)]
+    if not cands:
+        known = ", ".join(f"{a.method}/{a.scenario}" for a in profile.acceptance) or "none"
+        raise SpecsimError(f"profile has no acceptance entry for method={method!r} scenario={scenario!r} "
+                           f"(has: {known}; run 'specsim calibrate acceptance' first)")
+    return cands[0]
+
+
+def entries_of(setup, profile, scenario: str | None) -> dict:
+    """(images per prompt, method) -> the profile's acceptance entry of that scenario group."""
+    return {(n, m): entry_of(profile, m, setup.scenario(n, scenario) if n or scenario else None)
+            for n in setup.groups for m in setup.methods}
+
+
+def preflight(profile, entries: list, drafts: list, max_new_tokens: int) -> None:
+    """Refuse, before minutes of runs, a tree or policy the profile cannot predict: no cost model, no tree
+    grids, traces without draft ranks, or a policy whose replayed γ leaves the measured grid."""
+    from specsim.walk_drafts import draft_label, tree_costs
+
+    cost = profile.latency.cost_model
+    for d in drafts:
+        if cost is None:
+            raise SpecsimError(f"--tree/--policy {draft_label(d)}: the profile has no cost model (run 'specsim "
+                               "calibrate latency')")
+        if isinstance(d, TreeSpec) and tree_costs(cost).max_nodes < d.n:
+            raise SpecsimError(f"--tree {d}: {d.n} nodes, but the profile's tree grids stop at n = "
+                               f"{cost.tree.max_nodes} (add it with 'specsim calibrate latency --tree {d}')")
+        for e in entries:
+            for t in (t for t in e.traces if t.match is not None):
+                _preflight_trace(cost, e, t, d, max(max_new_tokens, len(t.match)))
+
+
+def _preflight_trace(cost, entry, trace, draft, max_new_tokens: int) -> None:
+    """Replay ``draft`` on one trace and price it: a γ or a level pass outside the grids fails here."""
+    from specsim.walk_drafts import draft_label, draft_plan, plan_cost
+
+    plan = draft_plan(draft, trace, max_new_tokens)
+    top = int(max(plan.drafts, default=0)) if hasattr(plan, "drafts") else 0
+    if top > cost.max_gamma:
+        raise SpecsimError(f"--policy {draft}: reaches gamma {top} on {entry.method}/{trace.prompt_id}, but the "
+                           f"profile's latency grid stops at gamma {cost.max_gamma} (cap it, e.g. "
+                           f"',max={cost.max_gamma}', or calibrate more gammas)")
+    p = trace.prompt_tokens or entry.target_prompt_tokens
+    if p:
+        try:
+            plan_cost(cost, plan, target_prompt_tokens=p, batch=entry.draft_batch_size,
+                      draft_prompt_tokens=trace.draft_prompt_tokens or entry.draft_prompt_tokens or p)
+        except SpecsimError as err:
+            raise SpecsimError(f"{draft_label(draft)} on {entry.method}/{trace.prompt_id}: {err}") from None
+
+
+def check_rows(profile, setup, entries: dict, runs, gammas: list, drafts: list) -> tuple[list, dict, dict]:
+    """Check rows per scenario group × method × run, replay-vs-engine agreement by kind, stage shares."""
+    rows, agreement, stages = [], {}, {}
+    for n, reqs in setup.groups.items():
+        ids = [r.prompt_id for r in reqs]
+        for m in setup.methods:
+            entry = entries[(n, m)]
+            specs = [runs.specs[(m, p)] for p in ids]
+            for g in gammas + drafts:
+                rows.append(check_row(profile, entry, g, specs, runs.measured(m, g, ids)))
+            first = {g: [r for r in runs.first[(m, g)] if r.prompt_id in set(ids)] for g in gammas + drafts}
+            for kind, runs_of in (("gamma", gammas), ("tree", [d for d in drafts if isinstance(d, TreeSpec)]),
+                                  ("policy", [d for d in drafts if not isinstance(d, TreeSpec)])):
+                if runs_of:
+                    pairs = [replay_agreement(entry, first[g], None if kind == "gamma" else g) for g in runs_of]
+                    agreement[(m, entry.scenario, kind)] = (sum(p[0] for p in pairs), sum(p[1] for p in pairs))
+            stages[(m, entry.scenario)] = stage_shares([r for g in gammas for r in first[g]])
+    return rows, agreement, stages

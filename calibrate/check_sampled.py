@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 from calibrate.check import prompt_spec, request_run
 from specsim.check import PromptSpec, RequestRun
-from specsim.check_sampled import SampledMeasured, measure_sampled
+from specsim.check_sampled import SampledMeasured, measure_sampled, sampled_row
 
 WARMUP_KEY = 0  # SeedSequence keys: (0,) warm-up, (1, round, prompt, run) measured runs
 
@@ -55,7 +55,7 @@ def run_sampled_check(setup, gammas: list[int], *, temperature: float, seeds: in
                       device="cpu", seed: int = 0, max_seconds: float | None = None,
                       progress: Callable | None = None) -> SampledRuns:
     """``seeds`` rounds of sampled runs (see the module docstring); after 2 rounds, no new round starts
-    once ``max_seconds`` have passed. ``setup`` is a :class:`calibrate.cli_acceptance.Setup`."""
+    once ``max_seconds`` have passed. ``setup`` is a :class:`calibrate.workload.Setup`."""
     from calibrate.engine import speculative_decode, target_decode
 
     kw = {"max_new_tokens": max_new_tokens, "eos_token_id": setup.eos, "device": device, "temperature": temperature}
@@ -90,3 +90,16 @@ def run_sampled_check(setup, gammas: list[int], *, temperature: float, seeds: in
             break
     runs.seconds = time.perf_counter() - t0
     return runs
+
+
+def sampled_rows(profile, setup, entries: dict, runs: SampledRuns, gammas: list[int], *, temperature: float,
+                 rng) -> list:
+    """Sampled check rows per scenario group × method × γ (:func:`specsim.check_sampled.sampled_row`)."""
+    rows = []
+    for n, reqs in setup.groups.items():
+        ids = [r.prompt_id for r in reqs]
+        for m in setup.methods:
+            specs = [runs.specs[(m, p)] for p in ids]
+            rows += [sampled_row(profile, entries[(n, m)], g, specs, runs.measured(m, g, ids),
+                                 temperature=temperature, rng=rng) for g in gammas]
+    return rows

@@ -1,14 +1,18 @@
 """``specsim check``: run real speculative decoding and compare it with the profile's prediction.
 
-Plug-in of :mod:`specsim.cli`; torch is imported only when the command runs. The runs are
-:func:`calibrate.check.run_check` (rounds until each row's measured speedup is precise enough); the
-predictions and the tables are :mod:`specsim.check` and :mod:`specsim.check_report`.
+Found by :mod:`specsim.cli` through the ``specsim.commands`` entry point; torch is imported only when the
+command runs. Greedy (T = 0): the runs are :func:`calibrate.check.run_check` (rounds until each row's measured
+speedup is precise enough); the predictions and tables are :mod:`specsim.check` and
+:mod:`specsim.check_report`. Sampled (--temperature T > 0): seeded runs
+(:func:`calibrate.check_sampled.run_sampled_check`) against Monte Carlo intervals from the profile's β
+traces (:mod:`specsim.check_sampled`).
 """
 
 from __future__ import annotations
 
 import sys
 
+from calibrate.options import method_args, model_args
 from specsim.bounds import number_arg
 from specsim.errors import SpecsimError
 from specsim.jsonio import check_writable, dumps_json, show
@@ -22,17 +26,14 @@ _DESC = ("Per gamma and method: tau and speedup over target-only decoding, predi
          "prediction (v = 1, i.i.d. alpha) beside it. Writes the rows into the profile's checks.")
 
 
-def register(subparsers, calibrate_subparsers) -> None:
+def register(subparsers) -> None:
     """Add ``specsim check``."""
-    from calibrate.cli_acceptance import _method_args, _model_args
-    from calibrate.cli_check_sampled import add_sampling_args
-
     chk = subparsers.add_parser("check", help="run real speculative decoding and compare with the prediction",
                                 description=_DESC)
     chk.add_argument("--profile", required=True, help="profile with latency and acceptance sections")
     chk.add_argument("--gamma", default="1,2,3,4,6,8", help="gammas, e.g. 1,2,3,4,6,8 or 1-4 (default 1,2,3,4,6,8)")
-    _model_args(chk, required=False)
-    _method_args(chk)
+    model_args(chk)
+    method_args(chk)
     chk.add_argument("--scenario", default=None, help="scenario name as in 'calibrate acceptance' (default: the "
                      "prompt set's name)")
     chk.add_argument("--tree", action="append", default=None, metavar="SPEC", help="also run token-tree decoding "
@@ -50,19 +51,10 @@ def register(subparsers, calibrate_subparsers) -> None:
                      help="at most this many rounds (default 6)")
     rep.add_argument("--max-minutes", type=number_arg("minutes"), default=None,
                      help="stop starting rounds after this long")
-    add_sampling_args(chk)
+    _sampling_args(chk)
     chk.add_argument("--json", action="store_true", help="print JSON instead of the tables")
     chk.add_argument("--no-write", action="store_true", help="do not write the rows into the profile")
     chk.set_defaults(func=cmd_check)
-
-
-def _entry(profile, method: str, scenario: str | None):
-    cands = [a for a in profile.acceptance if a.method == method and (scenario is None or a.scenario == scenario)]
-    if not cands:
-        known = ", ".join(f"{a.method}/{a.scenario}" for a in profile.acceptance) or "none"
-        raise SpecsimError(f"profile has no acceptance entry for method={method!r} scenario={scenario!r} "
-                           f"(has: {known}; run 'specsim calibrate acceptance' first)")
-    return cands[0]
 
 
 def _check_args(args) -> list[int]:
@@ -95,68 +87,6 @@ def _drafts(args) -> list:
     return drafts
 
 
-def _preflight(profile, entries: list, drafts: list, max_new_tokens: int) -> None:
-    """Refuse, before minutes of runs, a tree or policy the profile cannot predict: no cost model, no tree
-    grids, traces without draft ranks, or a policy whose replayed γ leaves the measured grid."""
-    from specsim.trees import TreeSpec
-    from specsim.walk_drafts import draft_label, tree_costs
-
-    cost = profile.latency.cost_model
-    for d in drafts:
-        if cost is None:
-            raise SpecsimError(f"--tree/--policy {draft_label(d)}: the profile has no cost model (run 'specsim "
-                               "calibrate latency')")
-        if isinstance(d, TreeSpec) and tree_costs(cost).max_nodes < d.n:
-            raise SpecsimError(f"--tree {d}: {d.n} nodes, but the profile's tree grids stop at n = "
-                               f"{cost.tree.max_nodes} (add it with 'specsim calibrate latency --tree {d}')")
-        for e in entries:
-            for t in (t for t in e.traces if t.match is not None):
-                _preflight_trace(cost, e, t, d, max(max_new_tokens, len(t.match)))
-
-
-def _preflight_trace(cost, entry, trace, draft, max_new_tokens: int) -> None:
-    """Replay ``draft`` on one trace and price it: a γ or a level pass outside the grids fails here."""
-    from specsim.walk_drafts import draft_label, draft_plan, plan_cost
-
-    plan = draft_plan(draft, trace, max_new_tokens)
-    top = int(max(plan.drafts, default=0)) if hasattr(plan, "drafts") else 0
-    if top > cost.max_gamma:
-        raise SpecsimError(f"--policy {draft}: reaches gamma {top} on {entry.method}/{trace.prompt_id}, but the "
-                           f"profile's latency grid stops at gamma {cost.max_gamma} (cap it, e.g. "
-                           f"',max={cost.max_gamma}', or calibrate more gammas)")
-    p = trace.prompt_tokens or entry.target_prompt_tokens
-    if p:
-        try:
-            plan_cost(cost, plan, target_prompt_tokens=p, batch=entry.draft_batch_size,
-                      draft_prompt_tokens=trace.draft_prompt_tokens or entry.draft_prompt_tokens or p)
-        except SpecsimError as err:
-            raise SpecsimError(f"{draft_label(draft)} on {entry.method}/{trace.prompt_id}: {err}") from None
-
-
-def _rows(profile, setup, entries: dict, runs, gammas: list, drafts: list) -> tuple[list, dict, dict]:
-    """Check rows per scenario group × method × run, replay-vs-engine agreement by kind, stage shares."""
-    from calibrate.check import replay_agreement, stage_shares
-    from specsim.check import check_row
-    from specsim.trees import TreeSpec
-
-    rows, agreement, stages = [], {}, {}
-    for n, reqs in setup.groups.items():
-        ids = [r.prompt_id for r in reqs]
-        for m in setup.methods:
-            entry = entries[(n, m)]
-            specs = [runs.specs[(m, p)] for p in ids]
-            for g in gammas + drafts:
-                rows.append(check_row(profile, entry, g, specs, runs.measured(m, g, ids)))
-            first = {g: [r for r in runs.first[(m, g)] if r.prompt_id in set(ids)] for g in gammas + drafts}
-            for kind, runs_of in (("gamma", gammas), ("tree", [d for d in drafts if isinstance(d, TreeSpec)]),
-                                  ("policy", [d for d in drafts if not isinstance(d, TreeSpec)])):
-                if runs_of:
-                    pairs = [replay_agreement(entry, first[g], None if kind == "gamma" else g) for g in runs_of]
-                    agreement[(m, entry.scenario, kind)] = (sum(p[0] for p in pairs), sum(p[1] for p in pairs))
-            stages[(m, entry.scenario)] = stage_shares([r for g in gammas for r in first[g]])
-    return rows, agreement, stages
-
-
 def prepare(args) -> tuple:
     """(γs, profile path, profile, methods) after every check that needs no model: arguments, --profile
     writable, a latency section; methods default to a single-method profile's one."""
@@ -173,33 +103,26 @@ def prepare(args) -> tuple:
     return gammas, profile_path, profile, methods
 
 
-def entries_of(setup, profile, scenario: str | None) -> dict:
-    """(images per prompt, method) -> the profile's acceptance entry of that scenario group."""
-    return {(n, m): _entry(profile, m, setup.scenario(n, scenario) if n or scenario else None)
-            for n in setup.groups for m in setup.methods}
-
-
 def cmd_check(args) -> int:
-    from calibrate.check import run_check
-    from calibrate.cli_acceptance import _progress, load_setup
+    """Check arguments and the profile, load models, run in rounds, write the rows, print the tables."""
+    from calibrate.check import check_rows, entries_of, preflight, run_check
+    from calibrate.workload import load_setup, progress
     from specsim.check_report import check_table, summary, terms_table
 
     if args.temperature > 0:
-        from calibrate.cli_check_sampled import cmd_check_sampled
-
         return cmd_check_sampled(args)
     gammas, profile_path, profile, methods = prepare(args)
     drafts = _drafts(args)
     setup = load_setup(args, methods=methods, cache_captions=False)
     if drafts:
-        _preflight(profile, [a for a in profile.acceptance if a.method in setup.methods], drafts, args.max_new_tokens)
+        preflight(profile, [a for a in profile.acceptance if a.method in setup.methods], drafts, args.max_new_tokens)
     entries = entries_of(setup, profile, args.scenario)  # before any run: a missing entry costs no measuring
-    progress = None if args.no_progress else (
-        lambda xs, rnd: _progress(xs, args, f"check round {rnd + 1}/{args.max_rounds}"))
+    bar = None if args.no_progress else (
+        lambda xs, rnd: progress(xs, True, f"check round {rnd + 1}/{args.max_rounds}"))
     runs = run_check(setup, gammas + drafts, max_new_tokens=args.max_new_tokens, device=args.device,
                      halfwidth=args.halfwidth, min_rounds=args.min_rounds, max_rounds=args.max_rounds,
-                     max_seconds=None if args.max_minutes is None else 60 * args.max_minutes, progress=progress)
-    rows, agreement, stages = _rows(profile, setup, entries, runs, gammas, drafts)
+                     max_seconds=None if args.max_minutes is None else 60 * args.max_minutes, progress=bar)
+    rows, agreement, stages = check_rows(profile, setup, entries, runs, gammas, drafts)
     if not args.no_write:
         save_profile(profile.with_checks(rows), profile_path)
     if args.json:
@@ -221,4 +144,59 @@ def cmd_check(args) -> int:
         what = {"gamma": "greedy tau", "tree": "greedy trees", "policy": "greedy policies"}[kind]
         print(f"{s}/{m}: {what}, trace replay == engine for {same}/{total} (prompt, {kind})")
     print(f"{runs.rounds} round(s) in {runs.seconds:.0f} s", file=sys.stderr)
+    return 0
+
+
+def _sampling_args(parser) -> None:
+    """--temperature, --seeds and --seed of ``specsim check``."""
+    smp = parser.add_argument_group("sampling (T > 0: seeded runs vs Monte Carlo intervals from beta)")
+    smp.add_argument("--temperature", type=number_arg("temperature", zero_ok=True), default=0.0,
+                     help="sampling temperature T (default 0: greedy, checked against trace replay). T > 0 runs "
+                          "every prompt x method x gamma once per seed and checks tau and speedup against 95%% "
+                          "prediction intervals from a Monte Carlo over the profile's beta traces, measured at the "
+                          "same T ('specsim calibrate acceptance --temperature T')")
+    smp.add_argument("--seeds", type=number_arg("repeats", integer=True), default=4,
+                     help="with T > 0: runs per prompt, one seed each, in rounds (default 4, at least 2); "
+                          "--halfwidth, --min-rounds and --max-rounds are for greedy checks")
+    smp.add_argument("--seed", type=number_arg("seed", integer=True), default=0,
+                     help="base seed of the runs' generators and of the Monte Carlo (default 0)")
+
+
+def cmd_check_sampled(args) -> int:
+    """Check arguments and the profile, load models, run, predict, write the rows, print."""
+    import numpy as np
+
+    from calibrate.check import entries_of
+    from calibrate.check_sampled import run_sampled_check, sampled_rows
+    from calibrate.workload import load_setup, progress
+    from specsim.check_report import summary
+    from specsim.check_sampled import check_sampling_entry, coverage, sampled_table
+
+    if args.seeds < 2:
+        raise SpecsimError(f"--seeds: expected at least 2 runs per prompt with --temperature (one run gives no "
+                           f"spread to judge), got {args.seeds}")
+    gammas, profile_path, profile, methods = prepare(args)
+    for entry in profile.acceptance:  # before models load: a wrong temperature costs no loading
+        if (methods is None or entry.method in methods) and args.scenario in (None, entry.scenario):
+            check_sampling_entry(entry, args.temperature)
+    setup = load_setup(args, methods=methods, cache_captions=False)
+    entries = entries_of(setup, profile, args.scenario)
+    for entry in entries.values():
+        check_sampling_entry(entry, args.temperature)
+    bar = None if args.no_progress else (
+        lambda xs, rnd: progress(xs, True, f"sampled check, seed {rnd + 1}/{args.seeds}"))
+    runs = run_sampled_check(setup, gammas, temperature=args.temperature, seeds=args.seeds,
+                             max_new_tokens=args.max_new_tokens, device=args.device, seed=args.seed,
+                             max_seconds=None if args.max_minutes is None else 60 * args.max_minutes,
+                             progress=bar)
+    rows = sampled_rows(profile, setup, entries, runs, gammas, temperature=args.temperature,
+                        rng=np.random.default_rng(args.seed))
+    if not args.no_write:
+        save_profile(profile.with_checks(rows), profile_path)
+    if args.json:
+        print(dumps_json({"rows": [r.to_json() for r in rows], "coverage": coverage(rows), "summary": summary(rows),
+                          "temperature": args.temperature, "rounds": runs.rounds, "seconds": runs.seconds}))
+        return 0
+    print(sampled_table(rows))
+    print(f"T={args.temperature:g}: {runs.rounds} seed(s) per prompt in {runs.seconds:.0f} s", file=sys.stderr)
     return 0

@@ -133,7 +133,8 @@ def next_step_timings(steps: list[tuple[int, float]], at_context: int) -> Timing
     if levels.size > 1:
         med = np.array([np.median(ms[ctx == c]) for c in levels])
         slope = float(np.polyfit(levels, med, 1)[0])
-    return summarize(list(ms - slope * (ctx - at_context)))
+    # A noisy slope on a tiny model can carry a fast sample below zero; a time is never negative.
+    return summarize(list(np.maximum(ms - slope * (ctx - at_context), 0.0)))
 
 
 def sweep_context(models: dict[str, M.LoadedModel], context: int, *, gammas, batch_sizes, ensemble: bool,

@@ -190,3 +190,43 @@ def save_latency_profile(out: str | Path, section: LatencySection, provenance: P
     return save_profile(profile, out)
 
 
+def summary_lines(section, timings: dict, seconds: float, path) -> list[str]:
+    """Human-readable summary: Tp, Tq, c, v(γ), prefill, vision, the worst half-width and the time taken."""
+    lines = [f"wrote {path} ({len(timings)} points, {seconds:.1f} s of measuring this run)"]
+    v_ctx = section.verify_context_tokens
+    tp, tq = section.target_decode_ms_by_context, section.draft_decode_ms_by_context
+    for label, curve in (("Tp (target decode)", tp), ("Tq (draft decode)", tq),
+                         ("target prefill", section.target_prefill_ms_by_tokens),
+                         ("draft prefill", section.draft_prefill_ms_by_tokens),
+                         ("Tq by draft batch", section.draft_decode_ms_by_batch)):
+        if curve is not None:
+            pts = ", ".join(f"{x:g}: {ms:.2f}±{hw:.2f}" for x, ms, hw in zip(curve.x, curve.ms, curve.halfwidth_ms))
+            lines.append(f"{label:20s} ms  {pts}")
+    tp_v = dict(zip(tp.x, tp.ms))[float(v_ctx)]
+    tq_v = dict(zip(tq.x, tq.ms))[float(v_ctx)]
+    lines.append(f"at context {v_ctx}: Tp = {tp_v:.2f} ms, Tq = {tq_v:.2f} ms, c = Tq/Tp = {tq_v / tp_v:.3f}")
+    tv = section.target_verify_ms_by_gamma
+    lines.append("v(gamma) = Tv/Tp:     " + ", ".join(f"{int(g)}: {ms / tp_v:.3f}" for g, ms in zip(tv.x, tv.ms)))
+    for label, value in (("vision encoder ms/image (target)", section.vision_encoder_ms_per_image),
+                         ("vision encoder ms/image (draft)", section.draft_vision_encoder_ms_per_image),
+                         ("captioner ms/image", section.captioner_ms_per_image)):
+        if value is not None:
+            lines.append(f"{label}: {value:.2f}")
+    key, rel = worst_rel_halfwidth(timings)
+    lines.append(f"worst 95% CI half-width: {100 * rel:.2f}% of the median ({key})")
+    cm = section.cost_model
+    if cm is not None:
+        grids = ", ".join(f"{name} {len(g.rows)}x{len(g.context_tokens)}x{len(g.batch)}" for name, g in
+                          (("Tv", cm.target_verify), ("Tq first", cm.draft_first), ("Tq next", cm.draft_next)))
+        lines.append(f"cost grid (rows x contexts x batch): {grids}; contexts {','.join(f'{v:g}' for v in cm.target_verify.context_tokens)}")
+        ov = cm.overhead_ms_per_block
+        lines.append("engine overhead ms per block (batch 1): " + ", ".join(
+            f"gamma {g}: {ov.at(g, 1):.3f}" for g in ov.gamma) + f"; per target-only step {cm.overhead_ms_per_target_step:.3f}")
+        if cm.tree is not None:
+            g = cm.tree.verify
+            at = min(range(len(g.context_tokens)), key=lambda i: abs(g.context_tokens[i] - v_ctx))
+            lines.append(f"tree verify Tv(n) ms at context {g.context_tokens[at]:g}: " + ", ".join(
+                f"n={r - 1}: {g.ms[i][at][0]:.2f}" for i, r in enumerate(g.rows)) + f" ({len(cm.tree.trees)} trees)")
+        if cm.host_check is not None:
+            lines.append(("WARNING: " if cm.host_check.contended else "host check: ") + cm.host_check.note)
+    return lines

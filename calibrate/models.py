@@ -3,7 +3,7 @@ architecture-only presets. ``device_map``/``max_memory`` place a model too big f
 and disk with accelerate (:mod:`calibrate.placement`); the placement is kept on the LoadedModel.
 
 Causal LMs load with ``AutoModelForCausalLM``; configs with a ``vision_config`` (LLaVA-style) with
-``AutoModelForImageTextToText``. Architecture presets (:mod:`calibrate.presets`) build the model with
+``AutoModelForImageTextToText``. Architecture presets (:mod:`specsim.presets`) build the model with
 random weights: latency does not depend on weight values, so any machine can be measured without
 downloads. Draft and target must share one token→id map (:func:`check_same_vocab`).
 """
@@ -16,8 +16,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from calibrate.presets import load_preset, pair, preset_config, preset_names
 from specsim.errors import SpecsimError
+from specsim.presets import load_preset, pair, preset_config, preset_names
 
 DTYPES = {"float32": "float32", "fp32": "float32", "float16": "float16", "fp16": "float16",
           "half": "float16", "bfloat16": "bfloat16", "bf16": "bfloat16"}
@@ -333,7 +333,7 @@ def load_pair(preset_or_target: str, draft: str | None = None, *, device: str = 
     ``device``.
     """
     place = {"device_map": device_map, "max_memory": max_memory}
-    from calibrate.presets import pairs
+    from specsim.presets import pairs
 
     if draft is None:
         if preset_or_target not in pairs():
@@ -341,7 +341,7 @@ def load_pair(preset_or_target: str, draft: str | None = None, *, device: str = 
                                f"{', '.join(sorted(pairs()))})")
         entry = pair(preset_or_target)
         if "gguf" in entry and not random_weights:
-            from calibrate.presets.reference_pair import fetch_reference_pair
+            from calibrate.reference_pair import fetch_reference_pair
 
             draft_path, target_path = fetch_reference_pair(cache_dir, progress=progress)
             t = load_model(str(target_path), device=device, dtype=dtype, threads=threads, **place)

@@ -146,7 +146,7 @@ def textbook_speedup(tau_reference: float, gamma_reference: int, gamma: int, c: 
 
 def reference_tau(entry: MethodAcceptance, fallback_gamma: int) -> tuple[float, int]:
     """(τ_ref, γ_ref) the textbook fit starts from: the entry's own single-γ τ, else τ at ``fallback_gamma``."""
-    from specsim.predict import tau_with_source
+    from specsim.tau import tau_with_source
     from specsim.theory import tau_from_histogram
 
     if entry.gamma is not None and entry.tau is not None:
@@ -222,8 +222,9 @@ def _add(total: RequestCost | None, cost: RequestCost) -> RequestCost:
 
 def predict_tables(profile: Profile, entry: MethodAcceptance, gamma: int, prompts: list[PromptSpec]) -> Predicted:
     """Schema-1 profiles: τ replayed on the same prompts, τ / (γ·c + v) from the 1-D tables at the mean context."""
-    from specsim.predict import latency_ratios, tau_with_source
+    from specsim.latency import latency_ratios
     from specsim.replay import replay_traces_tau
+    from specsim.tau import tau_with_source
 
     by_id = {t.prompt_id: t for t in entry.traces if t.match is not None}
     ids = [p.prompt_id for p in prompts]

@@ -233,7 +233,7 @@ def _base_ms(cost, spec: PromptSpec, tokens: int) -> tuple[float, float, float]:
 
 def _table_ratios(profile: Profile, entry: MethodAcceptance, gamma: int, prompts: list[PromptSpec]):
     """(c, v) of a schema-1 profile at the prompts' mean context (default context outside the tables)."""
-    from specsim.predict import latency_ratios
+    from specsim.latency import latency_ratios
 
     context = float(np.mean([p.prompt_tokens + p.max_new_tokens / 2 for p in prompts]))
     try:

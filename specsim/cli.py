@@ -1,31 +1,36 @@
-"""Command line: ``specsim predict|sweep|profiles`` here; other subcommands plug in from their modules.
+"""Command line: the ``specsim`` parser, with every command found through entry points.
 
-A plug-in module exposes ``register(subparsers, calibrate_subparsers)``; every parser it adds sets
-``func=callable(args) -> int``. Plug-ins must not import torch at module level (``specsim --help``
-has to work without it). Any :class:`SpecsimError`, and any argparse error, becomes one line on
-stderr and exit status 2; a :class:`SpecsimWarning` is one ``specsim: warning:`` line.
+Each command lives in a ``cli_<command>.py`` module named in the ``specsim.commands`` entry-point group
+(pyproject.toml); its ``register(subparsers)`` adds its parsers, each setting ``func=cmd_*(args) -> int``.
+An entry point named ``calibrate.<what>`` registers under ``specsim calibrate``. This module names no
+command module, so the measuring half plugs in without specsim importing it. Command modules must not
+import torch at module level (``specsim --help`` has to work without it). Any :class:`SpecsimError`,
+and any argparse error, becomes one line on stderr and exit status 2; a :class:`SpecsimWarning` is one
+``specsim: warning:`` line. See ARCHITECTURE.md for the command → file table.
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib
 import sys
 import warnings
+from importlib.metadata import entry_points
 
 from specsim.errors import SpecsimError, SpecsimWarning
 
-# Modules that add subcommands; a missing one is skipped so each can land on its own.
-_PLUGINS = (
-    "specsim.commands",
-    "specsim.hardware.cli",
-    "specsim.hardware.cli_validate",
-    "specsim.cli_import",
-    "specsim.cli_recommend",
-    "calibrate.cli_latency",
-    "calibrate.cli_acceptance",
-    "calibrate.cli_check",
-)
+COMMAND_GROUP = "specsim.commands"
+CALIBRATE_PREFIX = "calibrate."
+
+
+def command_entry_points() -> list:
+    """The ``specsim.commands`` entry points; SpecsimError when there are none (not installed)."""
+    # Registration order is the order in pyproject.toml (the order of `specsim --help`), calibrate last.
+    eps = sorted(entry_points(group=COMMAND_GROUP), key=lambda ep: ep.name.startswith(CALIBRATE_PREFIX))
+    if not eps:
+        raise SpecsimError("no commands found: specsim is not installed as a package (expected "
+                           "`pip install -e .` in the repository, which registers the 'specsim.commands' "
+                           "entry points)")
+    return eps
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -50,14 +55,15 @@ def build_parser() -> argparse.ArgumentParser:
     calib = sub.add_parser("calibrate", help="measure a profile on this machine (needs the calibrate extra)")
     calib_sub = calib.add_subparsers(dest="calibrate_command", metavar="WHAT")
     calib.set_defaults(func=lambda args: _usage(calib))
-    for name in _PLUGINS:
+    for ep in command_entry_points():
         try:
-            module = importlib.import_module(name)
+            register = ep.load()
         except ModuleNotFoundError as err:
-            if err.name and name.startswith(err.name):
+            # A half whose package is absent (e.g. a wheel without calibrate) just has no commands.
+            if err.name and ep.value.startswith(err.name):
                 continue
             raise
-        module.register(sub, calib_sub)
+        register(calib_sub if ep.name.startswith(CALIBRATE_PREFIX) else sub)
     return parser
 
 
@@ -75,8 +81,8 @@ def _show_warning(message, category, filename, lineno, file=None, line=None) -> 
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``specsim`` console script; returns the exit status."""
-    parser = build_parser()
     try:
+        parser = build_parser()
         with warnings.catch_warnings():
             warnings.simplefilter("default", SpecsimWarning)
             warnings.showwarning = _show_warning

@@ -9,9 +9,9 @@ from specsim.bounds import number_arg
 from specsim.engines.imported import EngineImport, add_to_profile, import_sglang, import_vllm
 from specsim.errors import SpecsimError
 from specsim.jsonio import check_writable, dumps_json
-from specsim.predict import tau_with_source
 from specsim.profile import MethodAcceptance
 from specsim.report import fmt, format_table
+from specsim.tau import tau_with_source
 
 _DESC = ("Import acceptance from a serving engine into a profile (created, or added to). tau(k) = tokens per "
          "draft/verify step, bonus token included (vLLM's 'mean acceptance length'); a_k = P(at least k drafts "
@@ -20,7 +20,7 @@ _DESC = ("Import acceptance from a serving engine into a profile (created, or ad
          "length only.")
 
 
-def register(sub, calibrate_sub) -> None:
+def register(sub) -> None:
     """Add ``specsim import vllm`` and ``specsim import sglang``."""
     imp = sub.add_parser("import", help="import vLLM / SGLang speculative-decoding metrics into a profile",
                          description=_DESC)
@@ -34,7 +34,7 @@ def register(sub, calibrate_sub) -> None:
     v.add_argument("--num-speculative-tokens", type=number_arg("gamma", integer=True), default=None,
                    help="the server's num_speculative_tokens K, checked against the counters (optional)")
     _common(v)
-    v.set_defaults(func=run_import_vllm)
+    v.set_defaults(func=cmd_import_vllm)
 
     s = engines.add_parser("sglang", help="SGLang /metrics scrape or JSONL of /generate responses",
                            description=_DESC)
@@ -43,7 +43,7 @@ def register(sub, calibrate_sub) -> None:
     s.add_argument("--num-steps", type=number_arg("gamma", integer=True), required=True,
                    help="the server's --speculative-num-steps (draft length K of a chain, topk 1)")
     _common(s)
-    s.set_defaults(func=run_import_sglang)
+    s.set_defaults(func=cmd_import_sglang)
 
 
 def _common(p: argparse.ArgumentParser) -> None:
@@ -73,14 +73,14 @@ def _check_args(args) -> None:
     check_writable(args.out, "--out")
 
 
-def run_import_vllm(args) -> int:
+def cmd_import_vllm(args) -> int:
     _check_args(args)
     imp = import_vllm(args.files, model=args.model, num_speculative_tokens=args.num_speculative_tokens,
                       window=args.window)
     return _finish(imp, args)
 
 
-def run_import_sglang(args) -> int:
+def cmd_import_sglang(args) -> int:
     _check_args(args)
     return _finish(import_sglang(args.file, num_steps=args.num_steps, model=args.model, window=args.window), args)
 

@@ -10,10 +10,11 @@ from specsim.engines.config import sglang_server_args, vllm_speculative_config
 from specsim.engines.imported import NOT_REPORTED
 from specsim.errors import SpecsimError
 from specsim.hardware.device import load_device
-from specsim.hardware.model import load_model_spec, load_pair
+from specsim.hardware.model import load_model_spec
 from specsim.hardware.runtime import DEFAULT_RUNTIMES, load_runtime
 from specsim.jsonio import check_writable, dumps_json, show, write_json_atomic, write_text_atomic
 from specsim.predict import select_entries
+from specsim.presets import pair_models
 from specsim.profile import MethodAcceptance, Profile, load_profile
 from specsim.recommend import (
     DEFAULT_SHOWN_BATCHES,
@@ -34,7 +35,7 @@ _DESC = ("Recommend a serving engine's speculative-decoding settings per batch s
          " or SGLang --speculative-* flags.")
 
 
-def register(sub, calibrate_sub) -> None:
+def register(sub) -> None:
     """Add ``specsim recommend``."""
     p = sub.add_parser("recommend", help="vLLM / SGLang speculative settings per batch size", description=_DESC)
     p.add_argument("--engine", required=True, choices=sorted(ENGINE_NAMES), help="serving engine")
@@ -67,7 +68,7 @@ def register(sub, calibrate_sub) -> None:
     p.add_argument("--config-out", default=None, help="write only the engine config: vLLM speculative_config JSON, "
                    "or the SGLang flags as one shell line")
     p.add_argument("--json", action="store_true", help="machine-readable output")
-    p.set_defaults(func=run_recommend)
+    p.set_defaults(func=cmd_recommend)
 
 
 def latency_model(args) -> LatencyModel:
@@ -75,7 +76,7 @@ def latency_model(args) -> LatencyModel:
     if args.pair and (args.target or args.draft):
         raise SpecsimError("--pair: give either --pair or --target/--draft, not both")
     if args.pair:
-        target_name, draft_name = load_pair(args.pair)
+        target_name, draft_name = pair_models(args.pair)
     elif args.target and args.draft:
         target_name, draft_name = args.target, args.draft
     else:
@@ -121,7 +122,7 @@ def _one_int(text: str, name: str, lo: int, unit: str) -> int:
     return value
 
 
-def run_recommend(args) -> int:
+def cmd_recommend(args) -> int:
     for path, option in ((args.out, "--out"), (args.config_out, "--config-out")):
         if path is not None:
             check_writable(path, option)

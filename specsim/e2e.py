@@ -22,8 +22,9 @@ from dataclasses import asdict, dataclass, replace
 
 from specsim import latency as lat
 from specsim.errors import SpecsimError
-from specsim.predict import block_cost, tau_with_source
+from specsim.latency import block_cost
 from specsim.profile import MethodAcceptance, Profile
+from specsim.tau import tau_with_source
 
 
 @dataclass(frozen=True)
@@ -117,8 +118,8 @@ def _vision_ms(profile: Profile, entry: MethodAcceptance) -> float:
 
 def _walked(profile: Profile, entry: MethodAcceptance, gamma: int, new_tokens: int, context_tokens) -> RequestLatency:
     """One request of ``new_tokens`` walked through the cost model, first pass fused (module docstring)."""
-    from specsim.predict import tau_with_source
     from specsim.predict_walk import walk_cost, walks
+    from specsim.tau import tau_with_source
 
     tau, _ = tau_with_source(entry, gamma)
     (walk,) = walks(entry, gamma, tau, prompt_tokens=context_tokens, new_tokens=new_tokens)

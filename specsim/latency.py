@@ -1,4 +1,5 @@
-"""Reading measured latency tables: Tp(context), Tq(context, batch), v(γ) = Tv(γ)/Tp, prefill(tokens).
+"""Reading measured latency tables: Tp(context), Tq(context, batch), v(γ) = Tv(γ)/Tp, prefill(tokens),
+and the cost of one block γ·c + v in units of Tp.
 
 Linear interpolation between measured points; a query outside the measured range is refused with a
 :class:`SpecsimError` rather than silently extrapolated (a single-point table answers only its x).
@@ -10,6 +11,7 @@ import numpy as np
 
 from specsim.errors import SpecsimError
 from specsim.profile import Curve, LatencySection
+from specsim.tau import check_gamma
 
 # Tolerance for "inside the measured range", relative to the range, so 512.0000001 counts as 512.
 _RANGE_EPS = 1e-9
@@ -81,3 +83,44 @@ def prefill_ms(curve: Curve | None, tokens, *, name: str):
     if np.all(t == 0):
         return 0.0 if t.ndim == 0 else np.zeros_like(t)
     return interp_curve(curve, tokens, name=name)
+
+
+def latency_ratios(latency: LatencySection, gamma: int, *, context_tokens=None, batch_size: int = 1,
+                   textbook: bool = False) -> tuple[float, float]:
+    """(c, v) = (Tq/Tp, Tv(γ)/Tp) from measured tables; v = 1 when ``textbook``.
+
+    Raises SpecsimError when the profile cannot give them separately.
+    """
+    gamma = check_gamma(gamma)
+    tp = target_decode_ms(latency, context_tokens)
+    tq = draft_decode_ms(latency, context_tokens, batch_size)
+    v = 1.0 if textbook else verify_ms(latency, gamma) / tp
+    return tq / tp, v
+
+
+def block_cost(latency: LatencySection, gamma: int, *, context_tokens=None, batch_size: int = 1,
+               textbook: bool = False) -> tuple[float | None, float | None, float | None, str]:
+    """(γ·c + v, c, v, note): the block's cost in units of Tp, with whatever parts are known."""
+    try:
+        c, v = latency_ratios(latency, gamma, context_tokens=context_tokens, batch_size=batch_size,
+                              textbook=textbook)
+        return gamma * c + v, c, v, ""
+    except SpecsimError as err:
+        reason = str(err)
+    bc = latency.block_cost
+    if bc is None:
+        return None, None, None, reason
+    batch_note = ""
+    if batch_size > 1:
+        # IbED §6.1 measures a batch-2 draft step at well under 1% of the speedup; with no batch
+        # table we take its claim, and say so.
+        batch_note = f"; the {batch_size}-context draft batch is assumed to cost as batch 1 (IbED, Lee et al. 2024, §6.1)"
+    if bc.gamma == gamma and not textbook:
+        return bc.gamma_c_plus_v, None, None, "gamma*c+v from the profile's block_cost" + batch_note
+    if textbook:
+        # v = 1 turns the one known γ·c + v into c, which then carries to any γ.
+        c = (bc.gamma_c_plus_v - 1.0) / bc.gamma
+        return gamma * c + 1.0, c, 1.0, f"textbook: v=1, c from gamma*c+v at gamma={bc.gamma}" + batch_note
+    reason = (f"Tv(gamma) unknown away from gamma={bc.gamma}: the profile gives gamma*c+v only at "
+              f"gamma={bc.gamma} (pass --textbook to assume v=1)")
+    return None, None, None, reason

@@ -1,7 +1,7 @@
 """Dynamic draft length: policies that choose γ block by block, and their exact greedy replay.
 
 A policy is a frozen description plus a pure transition, shared by the engine
-(:func:`calibrate.engine.speculative_decode` accepts one as ``gamma``) and the replay here, so both
+(the calibrate half's speculative-decoding loop accepts one as ``gamma``) and the replay here, so both
 run the same rule:
 
 - ``initial_state()`` at the start of a request; ``next_gamma(state)`` the γ to draft this block

@@ -18,8 +18,10 @@ from dataclasses import asdict, dataclass, replace
 
 from specsim import latency as lat
 from specsim.errors import SpecsimError
-from specsim.profile import LatencySection, MethodAcceptance, Profile
-from specsim.theory import alpha_from_tau, tau_from_histogram, tau_from_histogram_at, tau_iid
+from specsim.latency import block_cost
+from specsim.profile import MethodAcceptance, Profile
+from specsim.tau import check_gamma, tau_with_source
+from specsim.theory import alpha_from_tau, tau_iid
 
 
 @dataclass(frozen=True)
@@ -51,88 +53,6 @@ class Prediction:
         return asdict(self)
 
 
-def tau_at(entry: MethodAcceptance, gamma: int) -> tuple[float, bool]:
-    """(τ at γ, extrapolated?) for one acceptance entry; see the module docstring for the order."""
-    tau, source = tau_with_source(entry, gamma)
-    return tau, source.startswith("iid")
-
-
-def tau_with_source(entry: MethodAcceptance, gamma: int) -> tuple[float, str]:
-    """(τ at γ, where it came from: 'replay', 'measured', 'histogram[ at gamma=K]' or 'iid from gamma=K')."""
-    gamma = _check_gamma(gamma)
-    if any(t.match is not None for t in entry.traces):
-        from specsim.replay import replay_traces_tau  # numpy only; imported here to keep start-up light
-
-        return float(replay_traces_tau(entry.traces, gamma)), "replay"
-    if entry.tau is None and entry.accepted_histogram is not None and gamma <= entry.gamma:
-        # The histogram at K is the record (e.g. imported engine counters): τ(γ ≤ K) = 1 + Σ_{i≤γ} a_i exactly.
-        source = "histogram" if gamma == entry.gamma else f"histogram at gamma={entry.gamma}"
-        return tau_from_histogram_at(entry.accepted_histogram, gamma), source
-    measured = _measured_tau(entry)
-    if measured is None:
-        raise SpecsimError(f"method {entry.method!r} in scenario {entry.scenario!r}: only beta traces; "
-                           "greedy tau needs match traces or a measured tau (use specsim.montecarlo)")
-    if entry.gamma == gamma:
-        return measured, "measured" if entry.tau is not None else "histogram"
-    alpha = alpha_from_tau(measured, entry.gamma)
-    return float(tau_iid(alpha, gamma)), f"iid from gamma={entry.gamma}"
-
-
-def _measured_tau(entry: MethodAcceptance) -> float | None:
-    if entry.tau is not None:
-        return entry.tau
-    if entry.accepted_histogram is not None:
-        return float(tau_from_histogram(entry.accepted_histogram))
-    return None
-
-
-def _check_gamma(gamma) -> int:
-    if isinstance(gamma, bool) or not isinstance(gamma, int) or gamma < 1:
-        raise SpecsimError(f"gamma: expected an integer >= 1, got {gamma!r}")
-    return gamma
-
-
-def latency_ratios(latency: LatencySection, gamma: int, *, context_tokens=None, batch_size: int = 1,
-                   textbook: bool = False) -> tuple[float, float]:
-    """(c, v) = (Tq/Tp, Tv(γ)/Tp) from measured tables; v = 1 when ``textbook``.
-
-    Raises SpecsimError when the profile cannot give them separately.
-    """
-    gamma = _check_gamma(gamma)
-    tp = lat.target_decode_ms(latency, context_tokens)
-    tq = lat.draft_decode_ms(latency, context_tokens, batch_size)
-    v = 1.0 if textbook else lat.verify_ms(latency, gamma) / tp
-    return tq / tp, v
-
-
-def block_cost(latency: LatencySection, gamma: int, *, context_tokens=None, batch_size: int = 1,
-               textbook: bool = False) -> tuple[float | None, float | None, float | None, str]:
-    """(γ·c + v, c, v, note): the block's cost in units of Tp, with whatever parts are known."""
-    try:
-        c, v = latency_ratios(latency, gamma, context_tokens=context_tokens, batch_size=batch_size,
-                              textbook=textbook)
-        return gamma * c + v, c, v, ""
-    except SpecsimError as err:
-        reason = str(err)
-    bc = latency.block_cost
-    if bc is None:
-        return None, None, None, reason
-    batch_note = ""
-    if batch_size > 1:
-        # IbED §6.1 measures a batch-2 draft step at well under 1% of the speedup; with no batch
-        # table we take its claim, and say so.
-        batch_note = f"; the {batch_size}-context draft batch is assumed to cost as batch 1 (IbED, Lee et al. 2024, §6.1)"
-    if bc.gamma == gamma and not textbook:
-        return bc.gamma_c_plus_v, None, None, "gamma*c+v from the profile's block_cost" + batch_note
-    if textbook:
-        # v = 1 turns the one known γ·c + v into c, which then carries to any γ.
-        c = (bc.gamma_c_plus_v - 1.0) / bc.gamma
-        return gamma * c + 1.0, c, 1.0, f"textbook: v=1, c from gamma*c+v at gamma={bc.gamma}" + batch_note
-    reason = (f"Tv(gamma) unknown away from gamma={bc.gamma}: the profile gives gamma*c+v only at "
-              f"gamma={bc.gamma} (pass --textbook to assume v=1)")
-    return None, None, None, reason
-
-
 def select_entries(profile: Profile, methods=None, scenario: str | None = None) -> list[MethodAcceptance]:
     """The acceptance entries for ``methods`` (None: all) in ``scenario`` (name, or 'Nimg' group)."""
     entries = list(profile.acceptance)
@@ -162,7 +82,7 @@ def _scenario_matches(entry: MethodAcceptance, scenario: str) -> bool:
 def predict_entry(profile: Profile, entry: MethodAcceptance, gamma: int, *, textbook: bool = False,
                   context_tokens=None, new_tokens: int | None = None) -> Prediction:
     """Predict one method × scenario at γ; with ``new_tokens``, also its end-to-end request latency."""
-    gamma = _check_gamma(gamma)
+    gamma = check_gamma(gamma)
     row = _predict_decode(profile, entry, gamma, textbook=textbook, context_tokens=context_tokens,
                           new_tokens=new_tokens)
     if new_tokens is None:

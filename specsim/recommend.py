@@ -4,7 +4,7 @@ For every batch size B = 1..B_max (each integer, so ranges of equal draft length
 model) the hardware planner (:func:`specsim.hardware.plan.plan_hardware`) gives the best-γ decode
 speedup τ(γ)·Tp / (γ·Tq + Tv(γ)) over γ = 1..γ_max on one device; where even the best is below
 ``min_speedup`` the recommendation is γ = 0 (plain decoding). τ(γ) comes from the profile entry via
-:func:`specsim.predict.tau_with_source` (exact for γ ≤ K of imported engine counters, flagged beyond).
+:func:`specsim.tau.tau_with_source` (exact for γ ≤ K of imported engine counters, flagged beyond).
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 A request's context grows from its prompt P to P + N as it decodes, and each forward costs what it
 costs at its own rows, context and batch. So a prediction lists the blocks (a :class:`BlockPlan`) and
-prices each pass where it runs, in the engine's cache convention (:mod:`calibrate.engine`):
+prices each pass where it runs, in the engine's cache convention (the calibrate half's engine, ARCHITECTURE.md):
 
 - target-only step k feeds 1 row on a cache of P − 1 + k positions;
 - a block that starts after t emitted tokens verifies γ+1 rows on P − 1 + t; the draft's first step

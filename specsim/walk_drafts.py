@@ -1,7 +1,7 @@
 """Walk requests decoded with a token tree or a draft-length policy through their blocks, pricing every
 forward with the cost model (:mod:`specsim.costmodel`) in the engines' cache conventions.
 
-Trees (:mod:`calibrate.tree_engine`), for a request with target prompt P and draft prompt D:
+Trees (the tree engine of the calibrate half, ARCHITECTURE.md), for a request with target prompt P and draft prompt D:
 
 - the target's prefill over the prompt's first P − 1 tokens runs apart (``target_prefill``, rows P − 1);
 - a block that starts after t emitted tokens verifies the pending token and its n nodes (``tree.verify``,

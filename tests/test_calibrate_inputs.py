@@ -9,10 +9,10 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from calibrate import cli_acceptance as CA  # noqa: E402
-from calibrate import cli_latency as CL  # noqa: E402
+from calibrate import acceptance_run as CA  # noqa: E402
 from calibrate import latency as L  # noqa: E402
 from calibrate import models as M  # noqa: E402
+from calibrate import workload as W  # noqa: E402
 from calibrate.prompts import Prompt, load_prompts  # noqa: E402
 from calibrate.timing import Timing  # noqa: E402
 from specsim.cli import main  # noqa: E402
@@ -42,7 +42,7 @@ def cfg(tmp_path):
 ])
 def test_latency_out_is_checked_before_models_load(tmp_path, cfg, capsys, monkeypatch, out, expected):
     (tmp_path / "file").write_text("x")
-    monkeypatch.setattr(CL, "_load_models", lambda args: pytest.fail("models loaded before --out was checked"))
+    monkeypatch.setattr(W, "latency_models", lambda args: pytest.fail("models loaded before --out was checked"))
     out = out.format(dir=tmp_path, file=tmp_path / "file")
     assert main(["calibrate", "latency", "--target-config", cfg, "--draft-config", cfg, "--out", out]) == 2
     assert expected in _one_line(capsys)
@@ -55,7 +55,7 @@ def test_latency_out_is_checked_before_models_load(tmp_path, cfg, capsys, monkey
 def test_unusable_devices_are_one_line(tmp_path, cfg, capsys, monkeypatch, device, expected):
     if device == "mps" and M._mps_available():
         pytest.skip("this machine has MPS")
-    monkeypatch.setattr(CL, "_load_models", lambda args: pytest.fail("models loaded before --device was checked"))
+    monkeypatch.setattr(W, "latency_models", lambda args: pytest.fail("models loaded before --device was checked"))
     assert main(["calibrate", "latency", "--target-config", cfg, "--draft-config", cfg, "--device", device,
                  "--out", str(tmp_path / "p.json")]) == 2
     assert expected in _one_line(capsys)
@@ -174,12 +174,12 @@ def test_decompression_bomb_is_one_line(tmp_path, monkeypatch):
     prompt = Prompt(id="p", text="x", images=(str(tmp_path / "big.png"),))
     monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", 1000)  # 4096 pixels: past 2x the limit, Pillow's error
     with pytest.raises(Exception, match="too large to decode safely.*decompression bomb"):
-        CA._open_images(prompt)
+        W._open_images(prompt)
     monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", 3000)  # between 1x and 2x: Pillow only warns
     with pytest.raises(Exception, match="decompression bomb"):
-        CA._open_images(prompt)
+        W._open_images(prompt)
     monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", 10**6)
-    assert CA._open_images(prompt)[0].size == (64, 64)
+    assert W._open_images(prompt)[0].size == (64, 64)
 
 
 def test_prompt_longer_than_the_model_is_an_error(tmp_path, cfg, capsys):
@@ -191,6 +191,6 @@ def test_prompt_longer_than_the_model_is_an_error(tmp_path, cfg, capsys):
 
 
 def test_acceptance_out_checked_first(tmp_path, cfg, capsys, monkeypatch):
-    monkeypatch.setattr(CA, "load_setup", lambda args: pytest.fail("set up before --out was checked"))
+    monkeypatch.setattr(W, "load_setup", lambda args: pytest.fail("set up before --out was checked"))
     assert main(["calibrate", "acceptance", "--target", cfg, "--draft", cfg, "--out", str(tmp_path)]) == 2
     assert "--out" in _one_line(capsys)

@@ -148,7 +148,7 @@ def test_latency_written_into_existing_profile_keeps_acceptance(tmp_path):
 
 
 def test_predict_reads_the_measured_ratios(tmp_path):
-    predict = pytest.importorskip("specsim.predict")
+    predict = pytest.importorskip("specsim.latency")
     out = tmp_path / "p.json"
     L.calibrate_latency(_pair(TINY_LLAMA, TINY_LLAMA), PLAN, out, progress=False)
     lat = load_profile(str(out)).latency

@@ -90,7 +90,7 @@ def test_sampled_check_needs_beta_at_the_same_temperature(tiny, capsys):
 ])
 def test_check_arguments_fail_before_models_load(tmp_path, capsys, monkeypatch, extra, message):
     pytest.importorskip("torch")
-    import calibrate.cli_acceptance as CA
+    import calibrate.workload as CA
 
     def no_models(*a, **k):
         raise AssertionError("models loaded before the arguments were checked")

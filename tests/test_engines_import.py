@@ -10,8 +10,9 @@ from specsim.engines.imported import import_sglang, import_vllm
 from specsim.engines.metrics import parse_exposition, read_metrics
 from specsim.engines.vllm import SpecCounters, read_counters
 from specsim.errors import SpecsimError
-from specsim.predict import predict, tau_with_source
+from specsim.predict import predict
 from specsim.profile import MethodAcceptance, Profile, load_profile
+from specsim.tau import tau_with_source
 from specsim.theory import alpha_from_tau, tau_iid
 
 DATA = Path(__file__).resolve().parents[1] / "notebooks" / "data" / "engines"

@@ -15,7 +15,7 @@ K = 5
 
 
 def _setup(argv: list[str]):
-    from calibrate.cli_acceptance import load_setup
+    from calibrate.workload import load_setup
 
     args = build_parser().parse_args(["calibrate", "acceptance", "--threads", "1", "--no-progress",
                                       "--out", "unused.json", *argv])

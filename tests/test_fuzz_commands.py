@@ -125,7 +125,7 @@ def test_recommend_arguments_and_mutated_profiles(tmp_path, capsys):
 # --------------------------------------------------------------------------- check (no models)
 def test_check_arguments(tmp_path, capsys, monkeypatch):
     pytest.importorskip("torch")
-    import calibrate.cli_acceptance as CA
+    import calibrate.workload as CA
 
     def no_models(*a, **k):  # valid arguments get this far; stop before loading anything
         raise SpecsimError("stopped before loading models")

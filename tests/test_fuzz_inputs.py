@@ -21,7 +21,7 @@ from specsim.hardware.device import CATALOG_DIR
 from specsim.profile import save_profile, shipped_profiles
 from tests.conftest import make_profile
 
-PRESETS = Path(__file__).resolve().parent.parent / "calibrate" / "presets"
+PRESETS = Path(__file__).resolve().parent.parent / "specsim" / "presets"
 _RAW = ["NaN", "-Infinity", "1e400", "9" * 400, "[" * 3000 + "]" * 3000, "-0", "1E-400"]
 _VALUES = [None, True, False, 0, -1, 1.0, 0.5, 2.5, 5e-324, 1e-300, 1e300, 2**63 - 1, 10**30, "", "x",
            [], [None], [1, 0], {}, {"x": 1}, [[[]]], 1025, 2**24 + 1]
@@ -180,7 +180,7 @@ def test_bad_input_paths(tmp_path, capsys):
 
 
 def test_bad_output_paths_write_nothing(tmp_path, capsys, monkeypatch):
-    import specsim.hardware.cpu as cpu
+    import specsim.hardware.device as cpu
 
     monkeypatch.setattr(cpu, "measure_cpu", lambda name="cpu": pytest.fail("measured before --out was checked"))
     out_dir = tmp_path / "out"
@@ -195,12 +195,12 @@ def test_bad_output_paths_write_nothing(tmp_path, capsys, monkeypatch):
 def test_calibrate_arguments_and_files(tmp_path, capsys, monkeypatch):
     pytest.importorskip("torch")
     pytest.importorskip("transformers")
-    from calibrate import cli_latency as CL
+    from calibrate import workload as CL
 
     def no_models(args):  # valid arguments get this far; stop before loading anything
         raise SpecsimError("stopped before loading models")
 
-    monkeypatch.setattr(CL, "_load_models", no_models)
+    monkeypatch.setattr(CL, "latency_models", no_models)
     cfg = tmp_path / "cfg.json"
     cfg.write_text(json.dumps(json.loads((PRESETS / "llava-1.5-68m.json").read_text())))
     out_dir = tmp_path / "out"
@@ -223,7 +223,7 @@ def test_calibrate_arguments_and_files(tmp_path, capsys, monkeypatch):
 
 def test_partial_files_and_prompt_sets(tmp_path):
     pytest.importorskip("torch")
-    from calibrate import cli_acceptance as CA
+    from calibrate import acceptance_run as CA
     from calibrate import latency as L
     from calibrate.prompts import load_prompts
     from calibrate.timing import Timing

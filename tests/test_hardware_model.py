@@ -5,7 +5,8 @@ import json
 import pytest
 
 from specsim.errors import SpecsimError
-from specsim.hardware.model import load_model_spec, load_pair, preset_names, spec_from_config
+from specsim.hardware.model import load_model_spec, preset_names, spec_from_config
+from specsim.presets import pair_models as load_pair
 
 LLAVA = {"model_type": "llava", "image_seq_length": 576,
          "text_config": {"model_type": "llama", "hidden_size": 4096, "intermediate_size": 11008,

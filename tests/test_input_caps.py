@@ -168,9 +168,9 @@ def test_recommend_flags_are_bounded(tmp_path, capsys, extra, message):
 ])
 def test_latency_flags_fail_before_models_load(tmp_path, capsys, monkeypatch, extra, message):
     pytest.importorskip("torch")
-    from calibrate import cli_latency as CL
+    from calibrate import workload as CL
 
-    monkeypatch.setattr(CL, "_load_models", lambda args: pytest.fail("models loaded before the flags were checked"))
+    monkeypatch.setattr(CL, "latency_models", lambda args: pytest.fail("models loaded before the flags were checked"))
     _one_line_error(capsys, ["calibrate", "latency", "--target-config", "llava-1.5-68m", "--draft-config",
                              "llava-1.5-68m", "--out", str(tmp_path / "p.json"), *extra], message)
 
@@ -209,8 +209,8 @@ def test_max_memory_sizes_are_bounded():
 
 
 def test_reference_pair_cache_dir_that_is_a_file(tmp_path):
-    from calibrate.presets import pair
-    from calibrate.presets.reference_pair import REFERENCE_PAIR, fetch_model
+    from calibrate.reference_pair import REFERENCE_PAIR, fetch_model
+    from specsim.presets import pair
 
     (tmp_path / "file").write_text("x")
     spec = pair(REFERENCE_PAIR)["gguf"]["draft"]

@@ -171,7 +171,7 @@ def test_bad_arguments_one_line(capsys, argv, message):
 
 
 def test_hardware_plot_path_is_checked_before_work(capsys, tmp_path, monkeypatch):
-    import specsim.hardware.cli as hcli
+    import specsim.hardware.cli_hardware as hcli
 
     monkeypatch.setattr(hcli, "plan_hardware", lambda *a, **k: pytest.fail("planned before checking --plot"))
     code, out, err = run(capsys, "hardware", "--device", "h100-sxm", "--plot", str(tmp_path))

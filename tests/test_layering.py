@@ -1,8 +1,11 @@
 """specsim must import and predict with torch (and transformers) unimportable."""
 
+import ast
+import re
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 
 def test_specsim_imports_without_torch():
@@ -24,3 +27,106 @@ def test_specsim_imports_without_torch():
     """)
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr[-2000:]
+
+
+ROOT = Path(__file__).resolve().parent.parent
+# A module path of the measuring half, or an import of it: `calibrate.engine`, `from calibrate import`,
+# `import calibrate`, `files("calibrate")`. The word alone ("calibrated", the `specsim calibrate` command) is fine.
+_NAMES_CALIBRATE = re.compile(r"\bcalibrate\.[A-Za-z_]|^\s*(from|import)\s+calibrate\b|(files|import_module)\(\s*[\"']calibrate", re.M)
+
+
+def test_specsim_names_no_calibrate_module():
+    offenders = [f"{path.relative_to(ROOT)}:{text[: m.start()].count(chr(10)) + 1}"
+                 for path in sorted((ROOT / "specsim").rglob("*"))
+                 if path.suffix in (".py", ".json", ".md") and path.is_file()
+                 for text in [path.read_text(encoding="utf-8")]
+                 for m in _NAMES_CALIBRATE.finditer(text)]
+    assert not offenders, f"specsim names calibrate modules at: {offenders}"
+
+
+def _imports(path: Path, package: str, module: str) -> set[str]:
+    """Modules of ``specsim``/``calibrate`` that ``module`` imports anywhere (function bodies included)."""
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            out |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:  # relative: resolve against this module's package
+                base = module.rsplit(".", node.level)[0] if not path.name == "__init__.py" else module
+                name = f"{base}.{node.module}" if node.module else base
+            else:
+                name = node.module or ""
+            out.add(name)
+            out |= {f"{name}.{a.name}" for a in node.names}
+    return {n for n in out if n.split(".")[0] in ("specsim", "calibrate")}
+
+
+def _module_graph() -> dict[str, set[str]]:
+    modules = {}
+    for package in ("specsim", "calibrate"):
+        for path in (ROOT / package).rglob("*.py"):
+            parts = path.relative_to(ROOT).with_suffix("").parts
+            name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+            modules[name] = path
+    graph = {}
+    for name, path in modules.items():
+        deps = set()
+        for dep in _imports(path, name.split(".")[0], name):
+            # `from a.b import c`: c is a module or a name in a.b; keep whichever is a module.
+            while dep and dep not in modules:
+                dep = dep.rpartition(".")[0]
+            if dep and dep != name and not name.startswith(dep + "."):  # a package's own __init__ is no loop
+                deps.add(dep)
+        graph[name] = deps
+    return graph
+
+
+def test_no_import_loops():
+    """No cycle among the modules of both halves, counting imports inside functions too."""
+    graph = _module_graph()
+    index, low, stack, on_stack, cycles = {}, {}, [], set(), []
+
+    def visit(v):  # Tarjan's strongly connected components
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                cycles.append(sorted(comp))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    assert not cycles, f"import loops: {cycles}"
+
+
+def test_no_module_over_400_lines():
+    """One concept per module; profile.py (the whole profile contract) is the one allowed exception."""
+    allowed = {"specsim/profile.py"}
+    long = {str(p.relative_to(ROOT)): n for pkg in ("specsim", "calibrate") for p in (ROOT / pkg).rglob("*.py")
+            if (n := len(p.read_text(encoding="utf-8").splitlines())) > 400 and str(p.relative_to(ROOT)) not in allowed}
+    assert not long, f"modules over 400 lines: {long}"
+
+
+def test_every_command_lives_in_a_cli_module_found_by_entry_point():
+    """Each ``specsim.commands`` entry point is a ``register`` in a ``cli_<name>.py`` module."""
+    from importlib.metadata import entry_points
+
+    eps = list(entry_points(group="specsim.commands"))
+    assert eps, "no specsim.commands entry points: is the package installed (pip install -e .)?"
+    for ep in eps:
+        module, _, attr = ep.value.partition(":")
+        assert attr == "register" and module.rsplit(".", 1)[-1].startswith("cli_"), ep

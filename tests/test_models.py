@@ -11,9 +11,9 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 from calibrate import models as M  # noqa: E402
-from calibrate.presets import pairs, preset_config, preset_meta, preset_names  # noqa: E402
-from calibrate.presets import reference_pair as R  # noqa: E402
+from calibrate import reference_pair as R  # noqa: E402
 from specsim.errors import SpecsimError  # noqa: E402
+from specsim.presets import pairs, preset_config, preset_meta, preset_names  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -65,10 +65,10 @@ def test_llava_presets_have_576_image_tokens_and_share_the_vocab():
 
 def test_import_calibrate_without_torch():
     code = ("import sys; sys.modules['torch'] = None; sys.modules['transformers'] = None\n"
-            "import calibrate, calibrate.presets, calibrate.cli_latency\n"
+            "import calibrate, specsim.presets, calibrate.cli_latency\n"
             "from importlib import resources\n"
-            "assert (resources.files('calibrate') / 'presets' / 'pairs.json').is_file()\n"
-            "print(len(calibrate.presets.preset_names()))")
+            "assert (resources.files('specsim') / 'presets' / 'pairs.json').is_file()\n"
+            "print(len(specsim.presets.preset_names()))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert int(out.stdout) >= 4
 

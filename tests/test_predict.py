@@ -4,10 +4,11 @@ import pytest
 
 from specsim import SpecsimError
 from specsim.e2e import request_latency
-from specsim.latency import interp_curve
-from specsim.predict import latency_ratios, predict, tau_at
+from specsim.latency import interp_curve, latency_ratios
+from specsim.predict import predict
 from specsim.profile import MethodAcceptance, Trace
 from specsim.sweep import sweep
+from specsim.tau import tau_at
 from specsim.theory import alpha_from_tau, tau_iid
 
 

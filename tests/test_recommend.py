@@ -13,8 +13,9 @@ from specsim.engines.config import sglang_server_args, vllm_speculative_config
 from specsim.engines.imported import import_vllm
 from specsim.errors import SpecsimError
 from specsim.hardware.device import load_device
-from specsim.hardware.model import load_model_spec, load_pair, preset_names
+from specsim.hardware.model import load_model_spec, preset_names
 from specsim.hardware.roofline import Efficiency, decode_ms, verify_ms
+from specsim.presets import pair_models as load_pair
 from specsim.recommend import LatencyModel, first_losing_batch, fixed_gamma_speedups, recommend
 
 pytestmark = pytest.mark.skipif("llava-1.5-7b" not in preset_names(), reason="calibrate presets not installed")

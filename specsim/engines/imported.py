@@ -1,6 +1,6 @@
 """An engine's acceptance as a profile entry: histogram or τ at K, provenance (engine, version, model, window).
 
-vLLM counters become ``accepted_histogram`` at γ = K (no separate τ), so :func:`specsim.predict.tau_with_source`
+vLLM counters become ``accepted_histogram`` at γ = K (no separate τ), so :func:`specsim.tau.tau_with_source`
 gives τ(k) for every k ≤ K exactly and flags k > K as an i.i.d. extrapolation. SGLang's accept length
 becomes ``tau`` at γ = K, so only K itself is exact.
 """

@@ -36,7 +36,7 @@ GRID_RUNTIMES = ("gpt-fast", "vllm", "hf-eager")
 GRID_CONTEXTS = (1024.0, 8192.0, 32768.0)
 
 
-def register(sub, calibrate_sub) -> None:
+def register(sub) -> None:
     """Add ``specsim validate``."""
     p = sub.add_parser("validate", help="predicted vs published GPU speedups (leave-one-source-out)",
                        description=_DESC)
@@ -51,7 +51,7 @@ def register(sub, calibrate_sub) -> None:
     p.add_argument("--plot", default=None, metavar="PNG", help="predicted vs published, specsim and textbook")
     p.add_argument("--sweep-plot", default=None, metavar="PNG",
                    help="predicted speedup vs batch for every published batch sweep, published points on top")
-    p.set_defaults(func=run_validate)
+    p.set_defaults(func=cmd_validate)
 
 
 def _sweeps(ps, runtimes) -> tuple[list, list]:
@@ -65,7 +65,7 @@ def _sweeps(ps, runtimes) -> tuple[list, list]:
     return comparisons, grids
 
 
-def run_validate(args: argparse.Namespace) -> int:
+def cmd_validate(args: argparse.Namespace) -> int:
     if args.plot is not None:
         check_writable(args.plot, "--plot")
     if args.sweep_plot is not None:

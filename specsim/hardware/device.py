@@ -10,7 +10,9 @@ The ``cpu`` entry has no numbers: they are measured on this machine when it is l
 
 from __future__ import annotations
 
+import functools
 import os
+import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -151,8 +153,6 @@ def load_device(name_or_path: str) -> Device:
         raise SpecsimError(f"device file {path.name}: \"measure\": true is only for the shipped 'cpu' entry; "
                            "remove it to use this file's numbers, or pass --device cpu to measure this machine")
     if measure:
-        from specsim.hardware.cpu import measured_cpu_device
-
         return measured_cpu_device()
     try:
         return Device.from_json(data)
@@ -174,3 +174,25 @@ def load_devices(names_or_paths: list[str] | None = None, *, include_cpu: bool =
             raise SpecsimError(f"device {dev.name!r} given twice")
         seen.add(dev.name)
     return devices
+
+
+def measure_cpu(name: str = "cpu") -> Device:
+    """Measure this machine now and return it as a Device (about a second)."""
+    from specsim.hardware.cpu import measure_bandwidth_bytes_per_s, measure_flops_per_s, physical_memory_bytes
+
+    meta = read_json(CATALOG_DIR / "cpu.json", "device file")
+    bw = measure_bandwidth_bytes_per_s()
+    flops = measure_flops_per_s()
+    stamp = time.strftime("%Y-%m-%d %H:%M")
+    sources = {key: f"{meta[key]['source']} ({stamp})" for key in
+               ("memory_bandwidth_bytes_per_s", "peak_flops_per_s", "memory_bytes")}
+    return Device(name=name, display_name=f"{os.cpu_count()}-core CPU (measured {stamp})", kind="cpu",
+                  memory_bandwidth_bytes_per_s=bw, peak_flops_per_s=flops,
+                  memory_bytes=physical_memory_bytes() or 1.0, sources=sources, peak_flops_dtype="fp32",
+                  vendor="generic", notes=meta.get("notes", ""))
+
+
+@functools.lru_cache(maxsize=1)
+def measured_cpu_device() -> Device:
+    """This machine's CPU, measured once per process."""
+    return measure_cpu()

@@ -3,12 +3,11 @@
 Handles decoder-only text configs (llama, mistral, qwen2, ...) and LLaVA-style VLM configs
 (``text_config`` + ``vision_config``, CLIP-like tower, 2-layer MLP projector). Keys a config leaves
 out take the transformers defaults of its ``model_type`` (LLaVA configs on the Hub rely on them).
-No transformers import: calibrate presets are located with ``importlib.resources``.
+No transformers import: presets are plain JSON (:mod:`specsim.presets`).
 """
 
 from __future__ import annotations
 
-import importlib.resources
 import os
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -17,6 +16,7 @@ from typing import Any
 from specsim.bounds import check_range
 from specsim.errors import SpecsimError
 from specsim.jsonio import check_regular_file, read_json
+from specsim.presets import preset_names, preset_path
 
 # transformers' defaults for keys a config may omit (LlamaConfig, Qwen2Config, CLIPVisionConfig).
 _TEXT_DEFAULTS: dict[str, dict[str, Any]] = {
@@ -210,24 +210,11 @@ def spec_from_config(cfg: dict, name: str = "model", *, dtype: str | None = None
     return ModelSpec(name=name, dtype_bytes=dtype_bytes(dt), kv_bytes=kv, vision=vision, **fields)
 
 
-def presets_dir() -> Path | None:
-    """``calibrate/presets`` if the calibrate package is importable (it does not import torch)."""
-    try:
-        return Path(str(importlib.resources.files("calibrate") / "presets"))
-    except ModuleNotFoundError:
-        return None
-
-
-def preset_names() -> list[str]:
-    d = presets_dir()
-    return [] if d is None or not d.is_dir() else sorted(p.stem for p in d.glob("*.json") if p.stem != "pairs")
-
-
 def load_model_spec(name_or_path: str, *, dtype: str | None = None, kv_dtype: str | None = None) -> ModelSpec:
-    """A calibrate preset name (``llava-1.5-7b``) or a path to a HF config.json (file or its folder)."""
-    d = presets_dir()
-    if d is not None and (d / f"{name_or_path}.json").is_file() and name_or_path != "pairs":
-        path, name = d / f"{name_or_path}.json", name_or_path
+    """A preset name (``llava-1.5-7b``, :mod:`specsim.presets`) or a path to a HF config.json (file or its folder)."""
+    preset = preset_path(name_or_path)
+    if preset is not None:
+        path, name = preset, name_or_path
     else:
         path = Path(name_or_path)
         path = path / "config.json" if path.is_dir() else path
@@ -235,7 +222,7 @@ def load_model_spec(name_or_path: str, *, dtype: str | None = None, kv_dtype: st
             check_regular_file(path, "model config")
         if not path.is_file():
             raise SpecsimError(f"unknown model {name_or_path!r} (expected a HF config.json path or a preset: "
-                               f"{', '.join(preset_names()) or 'no calibrate presets installed'})")
+                               f"{', '.join(preset_names())})")
         name = path.parent.name if path.name == "config.json" else path.stem
     cfg = read_json(path, "model config")
     if isinstance(cfg, dict):
@@ -244,15 +231,3 @@ def load_model_spec(name_or_path: str, *, dtype: str | None = None, kv_dtype: st
         return spec_from_config(cfg, name, dtype=dtype, kv_dtype=kv_dtype)
     except SpecsimError as err:
         raise SpecsimError(f"model config {path.name}: {err}") from None
-
-
-def load_pair(name: str) -> tuple[str, str]:
-    """(target, draft) preset names of a pair in ``calibrate/presets/pairs.json``."""
-    d = presets_dir()
-    pairs = {} if d is None or not (d / "pairs.json").is_file() else read_json(d / "pairs.json", "pairs file")
-    if name not in pairs:
-        raise SpecsimError(f"unknown pair {name!r} (expected one of: {', '.join(pairs) or 'none installed'})")
-    entry = pairs[name]
-    if not isinstance(entry, dict) or "target" not in entry or "draft" not in entry:
-        raise SpecsimError(f"pairs.json[{name!r}]: expected an object with 'target' and 'draft'")
-    return entry["target"], entry["draft"]

@@ -3,7 +3,7 @@
 For each device, batch size B, context L and γ, the roofline gives Tp = decode(target), Tq =
 decode(draft, batch B·k for a k-member ensemble), Tv(γ) = verify(target, γ+1 positions); then
 speedup = τ(γ)·Tp / (γ·Tq + Tv(γ)) = τ / (γ·c + v) (decode phase) and the best γ is
-kept. τ(γ) comes from a profile through :func:`specsim.predict.tau_with_source`.
+kept. τ(γ) comes from a profile through :func:`specsim.tau.tau_with_source`.
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ class MethodTau:
 
     @classmethod
     def from_entry(cls, entry: MethodAcceptance, gammas=DEFAULT_GAMMAS) -> MethodTau:
-        from specsim.predict import tau_with_source  # lead's module: replay > measured > i.i.d. carry
+        from specsim.tau import tau_with_source  # lead's module: replay > measured > i.i.d. carry
 
         pairs = [tau_with_source(entry, int(g)) for g in gammas]
         return cls(entry.method, entry.scenario, tuple(int(g) for g in gammas), tuple(float(t) for t, _ in pairs),

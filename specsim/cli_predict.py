@@ -1,4 +1,4 @@
-"""The core subcommands: ``specsim predict``, ``specsim sweep``, ``specsim profiles``."""
+"""``specsim predict``, ``specsim sweep`` and ``specsim profiles``: speedup per method and scenario from a profile."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ _SYMBOLS = ("tau: tokens per block (bonus included); c = Tq/Tp; v = Tv(gamma)/Tp
             "speedup = tau / (gamma*c + v) for the decode phase")
 
 
-def register(sub, calibrate_sub) -> None:
+def register(sub) -> None:
     """Add predict, sweep and profiles to the ``specsim`` parser."""
     p = sub.add_parser("predict", help="predicted speedup at one gamma, per method and scenario",
                        description="Predicted decode-phase speedup at one gamma. " + _SYMBOLS)
@@ -33,18 +33,18 @@ def register(sub, calibrate_sub) -> None:
     _draft_args(p)
     p.add_argument("--best-tree", action="store_true", help="also list the best token tree for the profile's "
                    "acceptance (Sequoia-style search over trees of <= 64 nodes, priced with the measured Tv(n))")
-    p.set_defaults(func=run_predict)
+    p.set_defaults(func=cmd_predict)
 
     s = sub.add_parser("sweep", help="speedup per gamma and the best gamma per method and scenario",
                        description="Speedup over a range of gamma and the best gamma. " + _SYMBOLS)
     s.add_argument("--gamma", default="1-10", help="gammas: 1-10, or 1,2,4 (default 1-10; each <= 1024)")
     _common(s)
     _draft_args(s)
-    s.set_defaults(func=run_sweep)
+    s.set_defaults(func=cmd_sweep)
 
     pr = sub.add_parser("profiles", help="list the shipped profiles")
     pr.add_argument("--json", action="store_true", help="machine-readable output")
-    pr.set_defaults(func=run_profiles)
+    pr.set_defaults(func=cmd_profiles)
 
 
 def _common(p: argparse.ArgumentParser) -> None:
@@ -82,7 +82,7 @@ def _drafts(args) -> list:
     return [parse_tree(t) for t in args.tree or []] + [parse_policy(p) for p in args.policy or []]
 
 
-def _comparison(args, profile: Profile, gammas) -> list | None:
+def _comparison(args, profile: Profile, methods, gammas) -> list | None:
     """Chain vs tree vs policy rows when --tree, --policy or --best-tree asked for them; else None."""
     from specsim.predict import select_entries
     from specsim.predict_drafts import compare
@@ -92,7 +92,7 @@ def _comparison(args, profile: Profile, gammas) -> list | None:
         return None
     # --sweep always compares with the best tree when the profile can price one.
     best = getattr(args, "best_tree", True)
-    return compare(profile, select_entries(profile, args.method, args.scenario), gammas, drafts, best_tree=best,
+    return compare(profile, select_entries(profile, methods, args.scenario), gammas, drafts, best_tree=best,
                    context_tokens=args.context_tokens)
 
 
@@ -104,14 +104,15 @@ def _print_comparison(rows: list) -> None:
     print(comparison_table(rows))
 
 
-def _load(args) -> Profile:
-    """The profile named by --profile, plus an i.i.d. what-if row when --alpha is given."""
+def _load(args) -> tuple[Profile, list[str] | None]:
+    """(profile named by --profile, methods to show): with --alpha, the profile gains an i.i.d. what-if row,
+    which joins --method's list when one was given."""
     profile = load_profile(args.profile)
     if args.alpha is None:
         if not profile.acceptance:
             raise SpecsimError(f"profile {profile.name!r} has latency but no acceptance entries: pass --alpha A "
                                "for an i.i.d. what-if, or add acceptance with `specsim calibrate acceptance`")
-        return profile
+        return profile, args.method
     try:
         alpha = float(args.alpha)
     except ValueError:
@@ -121,9 +122,8 @@ def _load(args) -> Profile:
     # τ at γ=1 is 1+α exactly, so predictions at any γ are the i.i.d. closed form (marked extrapolated).
     entry = MethodAcceptance(method=f"iid(alpha={alpha:g})", scenario="what-if", images_per_prompt=0,
                              gamma=1, tau=1.0 + alpha, notes="--alpha what-if")
-    if args.method:
-        args.method = [*args.method, entry.method]
-    return profile.with_acceptance([entry])
+    methods = [*args.method, entry.method] if args.method else None
+    return profile.with_acceptance([entry]), methods
 
 
 def _header(profile: Profile) -> str:
@@ -138,42 +138,40 @@ def _marks(p: Prediction) -> tuple[str, str]:
     return tau_mark, sp_mark
 
 
-def run_predict(args) -> int:
+def cmd_predict(args) -> int:
+    """Predictions at one γ per method and scenario, with end-to-end latency when --new-tokens is given."""
     gamma = parse_int(args.gamma, name="--gamma", unit="gamma")
     new_tokens = None if args.new_tokens is None else parse_int(args.new_tokens, name="--new-tokens", unit="tokens")
-    profile = _load(args)
+    profile, methods = _load(args)
     _drafts(args)  # a bad --tree/--policy fails before any work
-    rows = predict(profile, gamma, methods=args.method, scenario=args.scenario, textbook=args.textbook,
+    rows = predict(profile, gamma, methods=methods, scenario=args.scenario, textbook=args.textbook,
                    context_tokens=args.context_tokens, new_tokens=new_tokens)
-    drafts = _comparison(args, profile, [gamma])
+    drafts = _comparison(args, profile, methods, [gamma])
     if args.json:
         out = [r.to_json() for r in rows]
         print(dumps_json(out if drafts is None else {"predictions": out, "drafts": [c.to_json() for c in drafts]}))
         return 0
     print(_header(profile))
     print(f"gamma = {gamma}" + ("  (textbook: v = 1, i.i.d. alpha)" if args.textbook else ""))
-    notes: dict[str, None] = {}
     walked = any(r.o is not None for r in rows)
-    for (scenario, images), group in groupby(rows, key=lambda r: (r.scenario, r.images_per_prompt)):
-        table = []
-        for r in group:
-            tau_mark, sp_mark = _marks(r)
-            row = [r.method, fmt(r.tau) + tau_mark, fmt(r.c), fmt(r.v)] + ([fmt(r.o)] if walked else []) + [
-                fmt(r.gamma_c_plus_v), (fmt(r.speedup, 2) + sp_mark) if r.speedup is not None else "n/a",
-                fmt(r.tokens_per_s, 1)]
-            if new_tokens:
-                e = r.end_to_end
-                row += [fmt(e["sd_total_ms"], 0) if e else "n/a", fmt(e["speedup"], 2) if e else "n/a"]
-            table.append(row)
-            if r.note:
-                notes[r.note] = None
-        headers = ["method", "tau", "c", "v"] + (["o"] if walked else []) + [
-            "g*c+v+o" if walked else "g*c+v", "speedup", "tok/s"]
+
+    def row_of(r: Prediction) -> list[str]:
+        tau_mark, sp_mark = _marks(r)
+        row = [r.method, fmt(r.tau) + tau_mark, fmt(r.c), fmt(r.v)] + ([fmt(r.o)] if walked else []) + [
+            fmt(r.gamma_c_plus_v), (fmt(r.speedup, 2) + sp_mark) if r.speedup is not None else "n/a",
+            fmt(r.tokens_per_s, 1)]
         if new_tokens:
-            headers += [f"e2e ms ({new_tokens} tok)", "e2e speedup"]
-        print(f"\nscenario {scenario} ({images} image{'s' if images != 1 else ''})")
-        print(format_table(headers, table))
-    _print_notes(rows, notes, e2e_missing=[r.end_to_end_note for r in rows if r.end_to_end_note])
+            e = r.end_to_end
+            row += [fmt(e["sd_total_ms"], 0) if e else "n/a", fmt(e["speedup"], 2) if e else "n/a"]
+        return row
+
+    headers = ["method", "tau", "c", "v"] + (["o"] if walked else []) + [
+        "g*c+v+o" if walked else "g*c+v", "speedup", "tok/s"]
+    if new_tokens:
+        headers += [f"e2e ms ({new_tokens} tok)", "e2e speedup"]
+    _print_by_scenario(rows, headers, row_of)
+    _print_notes(rows, {r.note: None for r in rows if r.note},
+                 e2e_missing=[r.end_to_end_note for r in rows if r.end_to_end_note])
     if walked:
         print("o: the engine's overhead per block outside the models, in units of Tp; c, v, o are averages over "
               "each request's walk from its prompt to prompt + new tokens")
@@ -182,6 +180,11 @@ def run_predict(args) -> int:
     return 0
 
 
+def _print_by_scenario(items, headers: list[str], row_of) -> None:
+    """One table per (scenario, images per prompt) run of ``items``, each item a row ``row_of(item)``."""
+    for (scenario, images), group in groupby(items, key=lambda r: (r.scenario, r.images_per_prompt)):
+        print(f"\nscenario {scenario} ({images} image{'s' if images != 1 else ''})")
+        print(format_table(headers, [row_of(r) for r in group]))
 
 
 def _print_notes(rows, notes: dict, e2e_missing=()) -> None:
@@ -200,43 +203,36 @@ def _print_notes(rows, notes: dict, e2e_missing=()) -> None:
         print("\n" + "\n".join(lines))
 
 
-def run_sweep(args) -> int:
+def cmd_sweep(args) -> int:
+    """Speedup per γ and the best γ per method and scenario."""
     gammas = parse_int_list(args.gamma, name="--gamma", unit="gamma")
-    profile = _load(args)
+    profile, methods = _load(args)
     _drafts(args)  # a bad --tree/--policy fails before any work
-    results = sweep(profile, gammas, methods=args.method, scenario=args.scenario, textbook=args.textbook,
+    results = sweep(profile, gammas, methods=methods, scenario=args.scenario, textbook=args.textbook,
                     context_tokens=args.context_tokens)
-    drafts = _comparison(args, profile, gammas)
+    drafts = _comparison(args, profile, methods, gammas)
     if args.json:
         out = [r.to_json() for r in results]
         print(dumps_json(out if drafts is None else {"sweep": out, "drafts": [c.to_json() for c in drafts]}))
         return 0
     print(_header(profile))
     print("speedup per gamma" + ("  (textbook: v = 1, i.i.d. alpha)" if args.textbook else ""))
-    notes: dict[str, None] = {}
-    all_rows = []
-    for (scenario, images), group in groupby(results, key=lambda r: (r.scenario, r.images_per_prompt)):
-        table = []
-        for res in group:
-            cells = []
-            for p in res.predictions:
-                all_rows.append(p)
-                tau_mark, sp_mark = _marks(p)
-                cells.append("n/a" if p.speedup is None else fmt(p.speedup, 2) + tau_mark + sp_mark)
-                if p.note:
-                    notes[p.note] = None
-            best = res.best
-            table.append([res.method, *cells, "n/a" if best is None else str(best.gamma),
-                          "n/a" if best is None else fmt(best.speedup, 2)])
-        print(f"\nscenario {scenario} ({images} image{'s' if images != 1 else ''})")
-        print(format_table(["method", *[f"g={g}" for g in gammas], "best g", "best"], table))
-    _print_notes(all_rows, notes)
+    def row_of(res) -> list[str]:
+        cells = ["n/a" if p.speedup is None else fmt(p.speedup, 2) + "".join(_marks(p)) for p in res.predictions]
+        best = res.best
+        return [res.method, *cells, "n/a" if best is None else str(best.gamma),
+                "n/a" if best is None else fmt(best.speedup, 2)]
+
+    _print_by_scenario(results, ["method", *[f"g={g}" for g in gammas], "best g", "best"], row_of)
+    all_rows = [p for res in results for p in res.predictions]
+    _print_notes(all_rows, {p.note: None for p in all_rows if p.note})
     if drafts is not None:
         _print_comparison(drafts)
     return 0
 
 
-def run_profiles(args) -> int:
+def cmd_profiles(args) -> int:
+    """The shipped profiles, one line (or JSON object) each."""
     items = []
     for name, path in shipped_profiles().items():
         try:

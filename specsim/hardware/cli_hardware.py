@@ -1,4 +1,4 @@
-"""``specsim hardware``: rank devices for a target/draft pair; ``specsim calibrate cpu-device``.
+"""``specsim hardware``: rank devices for a target/draft pair.
 
 Numpy only at import (plug-in rule: no torch). Text tables by default, ``--json`` for machines.
 """
@@ -18,7 +18,7 @@ from specsim.hardware.fit import (
     points_from_latency,
     short_context_split,
 )
-from specsim.hardware.model import ModelSpec, dtype_bytes, load_model_spec, load_pair
+from specsim.hardware.model import ModelSpec, dtype_bytes, load_model_spec
 from specsim.hardware.plan import (
     DEFAULT_BATCHES,
     MethodTau,
@@ -29,12 +29,11 @@ from specsim.hardware.plan import (
     speedup_crossover_batch,
 )
 from specsim.hardware.runtime import DEFAULT_RUNTIMES, Runtime, load_runtime
-from specsim.jsonio import check_writable, dumps_json, write_json_atomic
+from specsim.jsonio import check_writable, dumps_json
+from specsim.presets import pair_models, pair_profile
 from specsim.profile import DEFAULT_PROFILE, Profile, load_profile, shipped_profiles
 from specsim.report import fmt, format_table, parse_int, parse_int_list
 
-# The profile whose tau belongs to each preset pair, when the user names the pair but no profile.
-PAIR_PROFILES = {"llava-1.5-7b-68m": DEFAULT_PROFILE, "qwen2.5-coder-0.5b-1.5b": "qwen2.5-coder-0.5b-1.5b-cpu"}
 _DESC = ("Rank devices by predicted tokens/s and speculative-decoding speedup for a target/draft pair, using a "
          "roofline latency model (time = max(FLOPs/(peak*eff_compute(rows)), bytes/(bandwidth*eff_memory(rows))) + "
          "the runtime's per-forward/per-layer overhead, + all-reduces under tensor parallel) and acceptance tau "
@@ -43,8 +42,8 @@ _DESC = ("Rank devices by predicted tokens/s and speculative-decoding speedup fo
          "measured only when asked (--device cpu).")
 
 
-def register(sub, calibrate_sub) -> None:
-    """Add ``specsim hardware`` and ``specsim calibrate cpu-device``."""
+def register(sub) -> None:
+    """Add ``specsim hardware``."""
     p = sub.add_parser("hardware", help="rank GPUs/CPUs for a target/draft pair (roofline + profile tau)",
                        description=_DESC)
     p.add_argument("--pair", default=None, help="preset pair: llava-1.5-7b-68m (default) or qwen2.5-coder-0.5b-1.5b")
@@ -90,23 +89,7 @@ def register(sub, calibrate_sub) -> None:
     p.add_argument("--list-devices", action="store_true", help="list the catalog with sources and exit")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.add_argument("--plot", default=None, metavar="PNG", help="write speedup vs batch size per device")
-    p.set_defaults(func=run_hardware)
-
-    c = calibrate_sub.add_parser("cpu-device", help="measure this CPU (numpy) and write a device JSON file")
-    c.add_argument("--out", required=True, help="where to write the device JSON")
-    c.add_argument("--name", default="my-cpu", help="device name (default my-cpu)")
-    c.set_defaults(func=run_cpu_device)
-
-
-def run_cpu_device(args: argparse.Namespace) -> int:
-    from specsim.hardware.cpu import measure_cpu
-
-    check_writable(args.out, "--out")
-    dev = measure_cpu(args.name)
-    write_json_atomic(args.out, dev.to_json())
-    print(f"wrote {args.out}: {dev.memory_bandwidth_bytes_per_s / 1e9:.1f} GB/s, "
-          f"{dev.peak_flops_per_s / 1e9:.1f} GFLOP/s fp32, {dev.memory_bytes / 1e9:.1f} GB")
-    return 0
+    p.set_defaults(func=cmd_hardware)
 
 
 def _ints(values: list[str] | None, default, name: str, unit: str) -> list[int]:
@@ -129,7 +112,7 @@ def _models(args: argparse.Namespace) -> tuple[str | None, ModelSpec, ModelSpec]
         target_name, draft_name = args.target, args.draft
     else:
         pair = args.pair or "llava-1.5-7b-68m"
-        target_name, draft_name = load_pair(pair)
+        target_name, draft_name = pair_models(pair)
     kw = {"dtype": args.dtype, "kv_dtype": args.kv_dtype}
     return pair, load_model_spec(target_name, **kw), load_model_spec(draft_name, **kw)
 
@@ -233,7 +216,7 @@ def _fit(args, target: ModelSpec, draft: ModelSpec) -> tuple[FitResult | Holdout
     return fit_efficiency(points, models, dev, **kw), skipped
 
 
-def run_hardware(args: argparse.Namespace) -> int:
+def cmd_hardware(args: argparse.Namespace) -> int:
     if args.list_devices:
         return _list_devices(args)
     if args.plot is not None:
@@ -245,7 +228,7 @@ def run_hardware(args: argparse.Namespace) -> int:
     methods = _user_methods(args, gamma_max)
     profile = None
     if methods is None:
-        profile_name = args.profile if args.profile is not None else PAIR_PROFILES.get(pair or "", DEFAULT_PROFILE)
+        profile_name = args.profile if args.profile is not None else ((pair_profile(pair) if pair else None) or DEFAULT_PROFILE)
         if args.profile is None and profile_name not in shipped_profiles():
             raise SpecsimError(f"--profile: the default profile {profile_name!r} for pair {pair!r} is not shipped "
                                "yet; pass --profile NAME_OR_PATH")

@@ -18,9 +18,9 @@ import tempfile
 import zipfile
 from pathlib import Path
 
-from calibrate.presets import pair
 from specsim.errors import SpecsimError
 from specsim.jsonio import check_writable
+from specsim.presets import pair
 
 REFERENCE_PAIR = "qwen2.5-coder-0.5b-1.5b"
 _CHUNK_BYTES = 1 << 20

@@ -1,8 +1,10 @@
 """Architecture presets: HF ``config.json`` dicts shipped as JSON (no weights), and named draft/target pairs.
 
-Each ``<name>.json`` is exactly a config dict (``"model_type"`` + hyperparameters) with an optional
-``"_specsim": {"description", "source"}`` entry, loadable with ``AutoConfig.for_model(**config)``.
-``pairs.json`` maps a pair name to ``{"target": preset, "draft": preset, ...}``. Pure JSON: no torch.
+Plain data owned by specsim and read by both halves: the roofline (:mod:`specsim.hardware.model`) prices
+a preset, the calibrate half builds or fetches its model. Each ``<name>.json`` is exactly a config dict
+(``"model_type"`` + hyperparameters) with an optional ``"_specsim": {"description", "source"}`` entry,
+loadable with ``AutoConfig.for_model(**config)``. ``pairs.json`` maps a pair name to
+``{"target": preset, "draft": preset, "profile": shipped profile name, ...}``. Pure JSON: no torch.
 """
 
 from __future__ import annotations
@@ -18,7 +20,12 @@ _META_KEY = "_specsim"
 
 
 def _presets_dir():
-    return resources.files("calibrate") / "presets"
+    return resources.files("specsim") / "presets"
+
+
+def preset_path(name: str) -> Path | None:
+    """The JSON file of a shipped architecture preset, or None when ``name`` is not one."""
+    return Path(str(_presets_dir() / f"{name}.json")) if name in preset_names() else None
 
 
 def preset_names() -> list[str]:
@@ -37,14 +44,32 @@ def pair(name: str) -> dict:
     known = pairs()
     if name not in known:
         raise SpecsimError(f"unknown preset pair {name!r} (expected one of: {', '.join(sorted(known))})")
-    return known[name]
+    entry = known[name]
+    if not isinstance(entry, dict) or not isinstance(entry.get("target"), str) \
+            or not isinstance(entry.get("draft"), str):
+        raise SpecsimError(f"pairs.json[{name!r}]: expected an object with 'target' and 'draft' strings")
+    return entry
+
+
+def pair_models(name: str) -> tuple[str, str]:
+    """(target, draft) preset names of a named pair (for pricing: the roofline, ``recommend``)."""
+    known = pairs()
+    if name not in known:
+        raise SpecsimError(f"unknown pair {name!r} (expected one of: {', '.join(known)})")
+    entry = pair(name)
+    return entry["target"], entry["draft"]
+
+
+def pair_profile(name: str) -> str | None:
+    """The shipped profile whose acceptance belongs to a named pair (None when it has none)."""
+    return pair(name).get("profile")
 
 
 def load_preset(name_or_path: str | Path) -> dict:
     """The full preset dict (``_specsim`` metadata included) of a preset name or a config JSON path."""
     name = str(name_or_path)
     if name in preset_names():
-        data = read_json(Path(str(_presets_dir() / f"{name}.json")), "preset")
+        data = read_json(preset_path(name), "preset")
         where = f"preset {name!r}"
     else:
         path = Path(name)
