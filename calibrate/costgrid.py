@@ -148,28 +148,47 @@ def sweep_context(models: dict[str, M.LoadedModel], context: int, *, gammas, bat
     if gammas:  # the draft's first step alternates 1 and 2 fed tokens by round: both need samples
         min_rounds, max_rounds = max(min_rounds, 2), max(max_rounds, 2)
     target_steps = max(1, len(gammas) // 2)  # one sample per round would converge last
+
+    def cycle(r: int) -> None:
+        for b in batch_sizes:
+            for g in gammas:
+                sweep.sd_cycle(g, b, 1 + (r % 2))
+        for _ in range(target_steps):
+            sweep.target_cycle()
+
+    def reset() -> None:
+        sweep.samples.clear()
+        sweep.next_steps.clear()
+
+    return rounds_until_precise(cycle, reset, lambda: _summaries(sweep, context), overhead_prefix="overhead",
+                                warmup=warmup, min_rounds=min_rounds, max_rounds=max_rounds,
+                                target_rel_halfwidth=target_rel_halfwidth, max_seconds=max_seconds,
+                                on_round=on_round)
+
+
+def rounds_until_precise(cycle: Callable[[int], None], reset: Callable[[], None],
+                         summaries: Callable[[], dict[str, Timing]], *, overhead_prefix: str, warmup: int,
+                         min_rounds: int, max_rounds: int, target_rel_halfwidth: float, max_seconds: float | None,
+                         on_round: Callable[[], None] | None = None) -> dict[str, Timing]:
+    """Run ``cycle(round)`` (``reset()`` after ``warmup`` rounds) until every grid point of ``summaries()``
+    (overhead keys aside) has a 95% CI half-width within ``target_rel_halfwidth`` of its median, after at
+    least ``min_rounds``; or ``max_rounds`` or ``max_seconds`` are reached. Returns the final summaries."""
     t_start = time.perf_counter()
     with torch.inference_mode():
         for r in range(warmup + max_rounds):
             if r == warmup:
-                sweep.samples.clear()
-                sweep.next_steps.clear()
-            for b in batch_sizes:
-                for g in gammas:
-                    sweep.sd_cycle(g, b, 1 + (r % 2))
-            for _ in range(target_steps):
-                sweep.target_cycle()
+                reset()
+            cycle(r)
             if on_round is not None:
                 on_round()
             if r + 1 - warmup < min_rounds:
                 continue
-            results = _summaries(sweep, context)
-            grid = [t for k, t in results.items() if not k.startswith("overhead")]
+            grid = [t for k, t in summaries().items() if not k.startswith(overhead_prefix)]
             if all(t.halfwidth_ms <= target_rel_halfwidth * t.median_ms for t in grid):
                 break
             if max_seconds is not None and time.perf_counter() - t_start > max_seconds:
                 break
-    return _summaries(sweep, context)
+    return summaries()
 
 
 def _summaries(sweep: Sweep, context: int) -> dict[str, Timing]:

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from specsim.bounds import check_range
 from specsim.errors import SpecsimError
-from specsim.jsonio import check_keys, check_regular_file, parse_json, read_text
+from specsim.jsonio import check_object, check_regular_file, parse_json, read_text
 
 _FIELDS = {"id", "prompt", "task", "images", "images_per_prompt"}
 
@@ -51,9 +51,7 @@ def parse_prompt(d: dict, where: str, base: Path | None = None, default_id: str 
                  allow_outside_images: bool = False) -> Prompt:
     """One JSONL record → :class:`Prompt` (SpecsimError naming the field otherwise); image paths are
     checked against ``base`` (see the module docstring)."""
-    if not isinstance(d, dict):
-        raise SpecsimError(f"{where}: expected a JSON object, got {type(d).__name__}")
-    check_keys(d, _FIELDS, where)
+    check_object(d, _FIELDS, where)
     text = d.get("prompt")
     if not isinstance(text, str) or not text.strip():
         raise SpecsimError(f"{where}.prompt: expected a non-empty string, got {text!r:.60}")

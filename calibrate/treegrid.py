@@ -26,11 +26,9 @@ import time
 from collections import defaultdict
 from collections.abc import Callable
 
-import torch
-
 from calibrate import engine as E
 from calibrate import models as M
-from calibrate.costgrid import Sweep, _restart, grid_key, next_step_timings
+from calibrate.costgrid import Sweep, _restart, grid_key, next_step_timings, rounds_until_precise
 from calibrate.timing import Timing, summarize
 from calibrate.tree_drafting import accept_path, propose_tree
 from calibrate.tree_engine import accept_greedy, keep_path, verify_tree
@@ -117,22 +115,17 @@ def tree_sweep_context(models: dict[str, M.LoadedModel], context: int, *, trees:
     """Round-robin tree blocks at ``context`` until every grid point's 95% CI half-width is within
     ``target_rel_halfwidth`` of its median (after ``min_rounds``), ``max_rounds`` or ``max_seconds``."""
     sweep = TreeSweep(models, context, batch_sizes, ensemble, generator)
-    t_start = time.perf_counter()
-    with torch.inference_mode():
-        for r in range(warmup + max_rounds):
-            if r == warmup:
-                sweep.samples.clear()
-                sweep.level_steps.clear()
-            for b in batch_sizes:
-                for tree in trees:
-                    sweep.tree_cycle(tree, b)
-            if on_round is not None:
-                on_round()
-            if r + 1 - warmup < min_rounds:
-                continue
-            grid = [t for k, t in _summaries(sweep).items() if not k.startswith("tree_overhead")]
-            if all(t.halfwidth_ms <= target_rel_halfwidth * t.median_ms for t in grid):
-                break
-            if max_seconds is not None and time.perf_counter() - t_start > max_seconds:
-                break
-    return _summaries(sweep)
+
+    def cycle(r: int) -> None:
+        for b in batch_sizes:
+            for tree in trees:
+                sweep.tree_cycle(tree, b)
+
+    def reset() -> None:
+        sweep.samples.clear()
+        sweep.level_steps.clear()
+
+    return rounds_until_precise(cycle, reset, lambda: _summaries(sweep), overhead_prefix="tree_overhead",
+                                warmup=warmup, min_rounds=min_rounds, max_rounds=max_rounds,
+                                target_rel_halfwidth=target_rel_halfwidth, max_seconds=max_seconds,
+                                on_round=on_round)

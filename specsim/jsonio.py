@@ -208,6 +208,19 @@ def check_keys(d: dict, allowed: Iterable[str], where: str) -> None:
         raise SpecsimError(f"{where}: unknown field {unknown[0]!r} (expected one of {sorted(allowed)})")
 
 
+def check_object(d: Any, allowed: Iterable[str], where: str, *, schema_version: int | None = None) -> dict:
+    """``d`` when it is a JSON object with only ``allowed`` keys (and, when given, exactly that integer
+    ``schema_version``); SpecsimError naming ``where`` and the bad key or value otherwise."""
+    if not isinstance(d, dict):
+        raise SpecsimError(f"{where}: expected a JSON object, got {type(d).__name__}")
+    check_keys(d, allowed, where)
+    version = d.get("schema_version")
+    if schema_version is not None and (type(version) is not int or version != schema_version):
+        # true == 1 and 1.0 == 1 in Python, but no writer of these files wrote them.
+        raise SpecsimError(f"{where}.schema_version: expected {schema_version}, got {version!r}")
+    return d
+
+
 # --------------------------------------------------------------------------- writing
 def _nearest_existing(folder: Path) -> Path:
     while not os.path.lexists(folder) and folder != folder.parent:

@@ -19,7 +19,7 @@ from typing import Any
 
 from specsim.bounds import check_range
 from specsim.errors import SpecsimError
-from specsim.jsonio import check_keys, check_regular_file, read_json
+from specsim.jsonio import check_object, check_regular_file, read_json
 
 SCHEMA_VERSION = 1
 CATALOG_DIR = Path(__file__).parent / "catalog"
@@ -73,12 +73,7 @@ class Device:
     @classmethod
     def from_json(cls, d: Any, where: str = "device") -> Device:
         """Validate a device dict; every error names the field and the bad value."""
-        if not isinstance(d, dict):
-            raise SpecsimError(f"{where}: expected a JSON object, got {type(d).__name__}")
-        check_keys(d, _KEYS, where)
-        version = d.get("schema_version")
-        if type(version) is not int or version != SCHEMA_VERSION:  # true == 1 and 1.0 == 1 in Python
-            raise SpecsimError(f"{where}.schema_version: expected {SCHEMA_VERSION}, got {version!r}")
+        check_object(d, _KEYS, where, schema_version=SCHEMA_VERSION)
         name = _text(d, "name", where)
         kind = d.get("kind", "gpu")
         if kind not in ("gpu", "cpu"):

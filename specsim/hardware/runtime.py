@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from specsim.errors import SpecsimError
-from specsim.jsonio import check_keys, read_json
+from specsim.jsonio import check_object, read_json
 
 SCHEMA_VERSION = 1
 RUNTIMES_DIR = Path(__file__).parent / "runtimes"
@@ -121,11 +121,7 @@ class Runtime:
     @classmethod
     def from_json(cls, d: Any, where: str = "runtime") -> Runtime:
         """Validate a runtime dict; every error names the field and the bad value."""
-        if not isinstance(d, dict):
-            raise SpecsimError(f"{where}: expected a JSON object, got {type(d).__name__}")
-        check_keys(d, _KEYS, where)
-        if type(d.get("schema_version")) is not int or d["schema_version"] != SCHEMA_VERSION:  # not true, not 1.0
-            raise SpecsimError(f"{where}.schema_version: expected {SCHEMA_VERSION}, got {d.get('schema_version')!r}")
+        check_object(d, _KEYS, where, schema_version=SCHEMA_VERSION)
         name = d.get("name")
         if not isinstance(name, str) or not name.strip():
             raise SpecsimError(f"{where}.name: expected a non-empty string, got {name!r}")
