@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from specsim.check import Measured, PromptSpec, RequestRun, measure
 
 # Set-up stages a server would not pay: target-features drafting recomputes the target's vision features
-# here, where a server reuses those of the target's prefill (see calibrate.draft_contexts).
+# here, where a server reuses those of the target's prefill (see calibrate.drafting.contexts).
 NOT_CHARGED = ("reused_target_vision_ms",)
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from calibrate import models as M
-from calibrate.draft_contexts import IMAGE_PLACEHOLDER
+from calibrate.drafting import IMAGE_PLACEHOLDER
 from calibrate.prompts import encode, load_prompts
 
 

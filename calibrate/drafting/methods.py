@@ -1,90 +1,145 @@
-"""Drafting methods for the calibration commands: canonical names, drafters, captioners and cost fields.
+"""Drafting methods by code: :class:`Method` is parsed once from a code and knows its members, costs and drafter.
 
-``plain`` is the text drafter of a text-only pair (:class:`calibrate.drafting.TextDrafter`); every other
-name is a multimodal method code parsed by :func:`calibrate.drafters.parse_method` (M, T, C, F, Pn,
-ensembles such as MT or MTCP4, ``adaptive:MTC``). Cost fields are what :mod:`specsim.e2e` charges a
-method: draft batch size (ensemble members), draft vision encoder, captions per prompt.
+Codes: ``plain`` (the text drafter of a text pair, :class:`calibrate.drafting.text.TextDrafter`); for VLM
+targets one or more members ``M`` (multimodal), ``T`` (text-only), ``C`` (caption), ``F`` (target
+features), ``Pn`` (pooled to n visual tokens per image), e.g. ``MT`` or ``MTCP4`` (in-batch ensembles),
+optionally ``adaptive:`` (weights follow the target's verdicts). Long names ``multimodal``, ``text-only``,
+``caption``, ``target-features`` and ``pooled(n)`` are accepted for single members. Cost fields are what
+:mod:`specsim.e2e` charges a method: draft batch size (ensemble members), draft vision encoder, captions
+per prompt, ensemble weights.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import re
+from dataclasses import dataclass
 from typing import Any
 
+from calibrate.drafting.contexts import (
+    CaptionContext,
+    MultimodalContext,
+    TargetFeaturesContext,
+    TextOnlyContext,
+)
+from calibrate.drafting.ensemble import AdaptiveEnsembleDrafter, EnsembleDrafter
+from calibrate.drafting.text import PLAIN, TextDrafter
+from calibrate.engine import unwrap
 from specsim.errors import SpecsimError
 
-PLAIN = "plain"
+_CODE_RE = re.compile(r"M|T|C|F|P(\d+)")
+_NAMES = {"multimodal": "M", "text-only": "T", "caption": "C", "target-features": "F"}
+_ADAPTIVE = "adaptive:"
 
 
-def canonical_method(method: str) -> str:
-    """'multimodal' -> 'M', 'pooled(4)' -> 'P4', 'adaptive:MTC' stays; 'plain' stays; errors otherwise."""
-    from calibrate.drafters import parse_method
+@dataclass(frozen=True)
+class MemberSpec:
+    """One ensemble member: ``kind`` in M/T/C/F/P and ``pool_tokens`` (P only)."""
 
-    if method == PLAIN:
-        return PLAIN
-    adaptive, specs = parse_method(method)
-    return ("adaptive:" if adaptive else "") + "".join(s.code for s in specs)
+    kind: str
+    pool_tokens: int | None = None
 
-
-def method_costs(method: str, images_per_prompt: int) -> dict[str, Any]:
-    """Cost fields of :class:`specsim.profile.MethodAcceptance` for ``method`` on prompts with that many images."""
-    from calibrate.drafters import parse_method
-
-    if method == PLAIN:
-        return {"draft_batch_size": 1}
-    _, specs = parse_method(method)
-    kinds = [s.kind for s in specs]
-    return {"draft_batch_size": len(specs),
-            "uses_draft_vision": bool(images_per_prompt) and any(k in ("M", "P") for k in kinds),
-            "captions_per_prompt": images_per_prompt if "C" in kinds else 0,
-            "weights": tuple(1.0 / len(specs) for _ in specs) if len(specs) > 1 else None}
+    @property
+    def code(self) -> str:
+        return f"P{self.pool_tokens}" if self.kind == "P" else self.kind
 
 
-@dataclass
-class CachedCaptioner:
-    """Captions each distinct image once (keyed by its pixels): methods that share C do not re-caption.
+@dataclass(frozen=True)
+class Method:
+    """A drafting method: canonical ``code`` ('M', 'P4', 'adaptive:MTC', 'plain'), its ``members`` (none for
+    plain) and whether the ensemble weights are ``adaptive``. Build one with :meth:`parse`."""
 
-    Only acceptance uses the cache; caption time is measured by ``specsim calibrate latency``.
+    code: str
+    members: tuple[MemberSpec, ...] = ()
+    adaptive: bool = False
+
+    @classmethod
+    def parse(cls, code: str | Method) -> Method:
+        """'multimodal' -> M, 'pooled(4)' -> P4, 'adaptive:MTC', 'plain', ...; SpecsimError naming the bad code."""
+        if isinstance(code, Method):
+            return code
+        text = str(code).strip()
+        if text == PLAIN:
+            return cls(PLAIN)
+        adaptive = text.startswith(_ADAPTIVE)
+        body = text.removeprefix(_ADAPTIVE)
+        body = _NAMES.get(body, body)
+        body = re.sub(r"^pooled\((\d+)\)$", r"P\1", body)
+        specs, pos = [], 0
+        for m in _CODE_RE.finditer(body):
+            if m.start() != pos:
+                break
+            specs.append(MemberSpec("P", int(m.group(1))) if m.group(1) else MemberSpec(m.group(0)))
+            pos = m.end()
+        if not specs or pos != len(body) or any(s.kind == "P" and s.pool_tokens < 1 for s in specs):
+            raise SpecsimError(f"--method: expected plain (text pairs) or codes like M, T, C, F, P144, MT, MTCP or "
+                               f"adaptive:MTC (or multimodal, text-only, caption, target-features, pooled(N)), "
+                               f"got {code!r}")
+        return cls((_ADAPTIVE if adaptive else "") + "".join(s.code for s in specs), tuple(specs), adaptive)
+
+    def __str__(self) -> str:
+        return self.code
+
+    @property
+    def plain(self) -> bool:
+        """The text drafter of a text pair (no members)."""
+        return not self.members
+
+    @property
+    def draft_batch_size(self) -> int:
+        """Draft contexts one draft step runs: one per ensemble member (1 for plain)."""
+        return max(len(self.members), 1)
+
+    @property
+    def needs_captioner(self) -> bool:
+        """True when a member is C (caption drafting)."""
+        return any(s.kind == "C" for s in self.members)
+
+    def costs(self, images_per_prompt: int) -> dict[str, Any]:
+        """Cost fields of :class:`specsim.profile.MethodAcceptance` on prompts with that many images."""
+        if self.plain:
+            return {"draft_batch_size": 1}
+        kinds = [s.kind for s in self.members]
+        k = len(kinds)
+        return {"draft_batch_size": k,
+                "uses_draft_vision": bool(images_per_prompt) and any(c in ("M", "P") for c in kinds),
+                "captions_per_prompt": images_per_prompt if "C" in kinds else 0,
+                "weights": tuple(1.0 / k for _ in kinds) if k > 1 else None}
+
+    def make_drafter(self, target, draft, *, captioner=None, caption_prefix: str = "Image: ", device="cpu"):
+        """A fresh drafter over loaded ``target``/``draft`` (:class:`calibrate.models.LoadedModel`)."""
+        return make_drafter(self, draft.model, tokenizer=draft.tokenizer or target.tokenizer, captioner=captioner,
+                            caption_prefix=caption_prefix, device=device, target=target.model,
+                            image_processor=getattr(draft.processor, "image_processor", None))
+
+
+def make_drafter(method: str | Method, draft, *, tokenizer=None, captioner=None, caption_prefix: str = "Image: ",
+                 weights=None, image_processor=None, device="cpu", eta: float = 2.0, target=None):
+    """A drafter for a method (code or :class:`Method`) over a bare ``draft`` model.
+
+    ``tokenizer`` re-encodes T/C prompts (T falls back to swapping image-token runs for "\\n" ids
+    without it); ``captioner`` maps a PIL image to text (C); ``image_processor`` makes the draft's
+    pixel values when the target's do not fit its vision tower; ``weights`` one per member (default equal);
+    ``target`` the target VLM whose vision features F (target-features) reuses.
     """
-
-    captioner: Any
-    cache: dict = field(default_factory=dict)
-
-    def __call__(self, image) -> str:
-        key = (getattr(image, "size", None), image.tobytes() if hasattr(image, "tobytes") else id(image))
-        if key not in self.cache:
-            self.cache[key] = self.captioner(image)
-        return self.cache[key]
-
-
-def hf_captioner(loaded, prompt: str | None = None, max_new_tokens: int = 24):
-    """An :class:`calibrate.draft_contexts.HFCaptioner` over a loaded captioner VLM (LLaVA-style prompt)."""
-    from calibrate.draft_contexts import HFCaptioner
-    from calibrate.zoo.task import CAPTION_PROMPT
-
-    if loaded.processor is None:
-        raise SpecsimError(f"captioner {loaded.name!r} has no processor (expected a VLM folder with "
-                           "preprocessor and tokenizer files)")
-    return HFCaptioner(loaded.model, loaded.processor, prompt=CAPTION_PROMPT if prompt is None else prompt,
-                       max_new_tokens=max_new_tokens)
-
-
-def needs_captioner(methods: list[str]) -> bool:
-    from calibrate.drafters import parse_method
-
-    return any(m != PLAIN and any(s.kind == "C" for s in parse_method(m)[1]) for m in methods)
-
-
-def make_method_drafter(method: str, target, draft, *, captioner=None, caption_prefix: str = "Image: ",
-                        device="cpu"):
-    """A fresh drafter for ``method`` over loaded ``target``/``draft`` (:class:`calibrate.models.LoadedModel`)."""
-    from calibrate.drafters import make_drafter
-    from calibrate.drafting import TextDrafter
-
-    if method == PLAIN:
-        return TextDrafter(draft)
-    tokenizer = draft.tokenizer or target.tokenizer
-    image_processor = getattr(draft.processor, "image_processor", None)
-    return make_drafter(method, draft.model, tokenizer=tokenizer, captioner=captioner,
-                        caption_prefix=caption_prefix, image_processor=image_processor, device=device,
-                        target=target.model)
+    m = Method.parse(method)
+    if m.plain:
+        return TextDrafter(draft, device=device)
+    members = []
+    for s in m.members:
+        if s.kind in ("M", "P"):
+            members.append(MultimodalContext(pool_tokens=s.pool_tokens, image_processor=image_processor))
+        elif s.kind == "T":
+            members.append(TextOnlyContext(tokenizer=tokenizer))
+        elif s.kind == "F":
+            if target is None or not hasattr(unwrap(target), "get_image_features"):
+                raise SpecsimError(f"method {m.code!r}: target-features drafting needs the target VLM (target=)")
+            members.append(TargetFeaturesContext(target=unwrap(target)))
+        else:
+            if captioner is None or tokenizer is None:
+                raise SpecsimError(f"method {m.code!r}: caption drafting needs a captioner and a tokenizer")
+            members.append(CaptionContext(captioner=captioner, tokenizer=tokenizer, prefix=caption_prefix))
+    if any(s.kind in ("M", "P", "F") for s in m.members) and not hasattr(unwrap(draft), "get_image_features"):
+        raise SpecsimError(f"method {m.code!r}: multimodal/pooled drafting needs a VLM draft; use T or C")
+    if m.adaptive:
+        return AdaptiveEnsembleDrafter(draft, members, weights=weights, device=device, eta=eta)
+    return EnsembleDrafter(draft, members, weights=weights, device=device)
