@@ -15,7 +15,7 @@ import argparse
 
 import torch
 
-from calibrate.drafters import make_drafter, make_request
+from calibrate.drafting import make_drafter, make_request
 from calibrate.engine import crop_cache
 from calibrate.timing import measure_interleaved
 from calibrate.zoo import task as zt

@@ -89,8 +89,8 @@ def _measure(setup, runs, kw, top_k):
     """Per run: summed blocks, replayed blocks, tokens, decode/draft/verify ms, output identity; and the
     target-only ms and tokens (before and after each prompt's runs)."""
     from calibrate.acceptance import acceptance_trace, drafter_trace
+    from calibrate.drafting import PLAIN
     from calibrate.engine import target_decode
-    from calibrate.methods import PLAIN
 
     method = setup.methods[0]
     totals = {name: {"blocks": 0, "replayed": 0, "tokens": 0, "ms": 0.0, "draft": 0.0, "verify": 0.0,

@@ -26,7 +26,7 @@ def run_acceptance(setup: Setup, args) -> list:
     once per prompt and shared by all methods.
     """
     from calibrate.acceptance import acceptance_entry, acceptance_trace, drafter_trace, target_reference
-    from calibrate.methods import PLAIN, method_costs
+    from calibrate.drafting import PLAIN, Method
 
     out = Path(args.out)
     partial = partial_path(out)
@@ -62,7 +62,7 @@ def run_acceptance(setup: Setup, args) -> list:
                 task=",".join(sorted({tasks[r.prompt_id] for r in reqs if tasks[r.prompt_id]})),
                 reference_gamma=args.reference_gamma,
                 notes=f"teacher-forced on target greedy output, {args.max_new_tokens} new tokens, "
-                      f"beta at T={args.temperature}", **method_costs(m, n))
+                      f"beta at T={args.temperature}", **Method.parse(m).costs(n))
             entries.append(entry)
             print(f"{scenario}/{m}: {len(traces)} prompts, {sum(len(t.trace.match) for t in traces)} positions, "
                   f"match rate {_mean_match(traces):.3f}, tau(gamma={args.reference_gamma}) = {entry.tau:.3f}")

@@ -20,7 +20,7 @@ from specsim.errors import SpecsimError
 from specsim.trees import TreeSpec
 
 # Set-up stages a server would not pay: target-features drafting recomputes the target's vision features
-# here, where a server reuses those of the target's prefill (see calibrate.draft_contexts).
+# here, where a server reuses those of the target's prefill (see calibrate.drafting.contexts).
 NOT_CHARGED = ("reused_target_vision_ms",)
 
 

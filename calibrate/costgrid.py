@@ -52,9 +52,8 @@ def _drafter(draft: M.LoadedModel, batch: int, ensemble: bool, device):
     """The drafter the engine runs for this pair: the text drafter, or an in-batch ensemble of ``batch`` rows.
 
     The members' contexts are never built: the sweep starts every block from a random KV cache."""
-    from calibrate.draft_contexts import TextOnlyContext
-    from calibrate.drafters import EnsembleDrafter
-    from calibrate.drafting import TextDrafter
+    from calibrate.drafting import EnsembleDrafter, TextDrafter
+    from calibrate.drafting.contexts import TextOnlyContext
 
     if not ensemble and batch == 1:
         return TextDrafter(draft.model, device=device)

@@ -1,7 +1,7 @@
 """Speculative decoding (Leviathan et al. 2023; Chen et al. 2023) with KV caches, in phase-named steps.
 
 Layout after gpt-fast: :func:`vision_phase`, draft phase (the drafter's ``propose``),
-:func:`verify_phase`, :func:`accept_phase`, :func:`rollback` (one block: :func:`sd_block`), glued by
+:func:`verify_phase`, :func:`accept_phase`, :func:`crop_cache` (one block: :func:`sd_block`), glued by
 :func:`speculative_decode`; :func:`target_decode` is the target-only baseline through the same forward
 and sampling (:func:`target_step`), so timings compare like with like.
 
@@ -26,40 +26,24 @@ Shapes: batch 1 throughout; ``logits`` [n, V] after dropping the batch axis.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import torch
 
+from calibrate.proposal import Drafter, Proposal, Request
 from calibrate.timing import timed
 from specsim.errors import SpecsimError
 from specsim.jsonio import check_schema_version
 from specsim.policies import as_policy
 
 if TYPE_CHECKING:
-    from calibrate.drafting import Drafter, Proposal
     from specsim.policies import BatchTable, GammaPolicy
 
 SCHEMA_VERSION = 1
 
 
 # --------------------------------------------------------------------------- records
-@dataclass(frozen=True)
-class Request:
-    """One prompt as the target sees it: ``input_ids`` [1, S] (S ≥ 1) plus extra prefill kwargs
-    (e.g. ``pixel_values`` [n_images, 3, H, W] for a LLaVA-style VLM, whose ``input_ids`` then hold
-    the expanded image tokens); ``text`` (with ``<image>`` placeholders) and ``images`` (PIL images
-    or pixel tensors, placeholder order) are for drafters that build their own context from them.
-    Build multimodal ones with :func:`calibrate.drafters.make_request`."""
-
-    input_ids: torch.Tensor
-    target_kwargs: dict[str, Any] = field(default_factory=dict)
-    text: str = ""
-    images: tuple = ()
-    prompt_id: str | None = None
-    image_token_id: int | None = None
-
-
 @dataclass(frozen=True)
 class BlockRecord:
     """One draft/verify block (or one target-only step, γ = 0): counts and per-stage ms.
@@ -186,11 +170,18 @@ def forward(model, input_ids: torch.Tensor, cache, *, last_only: bool = False, *
     return out.logits[0]
 
 
-def crop_cache(cache, length: int) -> None:
-    """Roll ``cache`` back to its first ``length`` positions (no-op when already that short)."""
-    extra = cache.get_seq_length() - length
-    if extra > 0:
-        cache.crop(-extra)  # transformers ≥ 5: a negative value removes that many positions
+def crop_cache(cache, length_tokens: int) -> None:
+    """Roll a transformers ``DynamicCache`` back to its first ``length_tokens`` positions, in place (the KV
+    of rejected drafts goes); no-op at that length already, SpecsimError when it holds fewer.
+
+    ``crop`` with a negative value removes that many positions (transformers 4.x and 5.x; 5.x refuses
+    positive values).
+    """
+    current = cache.get_seq_length()
+    if length_tokens > current:
+        raise SpecsimError(f"cannot crop a KV cache of {current} tokens to {length_tokens}")
+    if length_tokens < current:
+        cache.crop(length_tokens - current)
 
 
 def probs_of(logits: torch.Tensor, temperature: float) -> torch.Tensor:
@@ -281,11 +272,6 @@ def accept_phase(logits: torch.Tensor, proposal: Proposal, temperature: float,
     return g, int(torch.multinomial(p[g], 1, generator=generator))
 
 
-def rollback(cache, length: int) -> None:
-    """Drop the KV of rejected drafts: keep the first ``length`` positions."""
-    crop_cache(cache, length)
-
-
 def sd_block(model, cache, drafter: Drafter, pending: torch.Tensor, g: int, *, temperature: float,
              generator: torch.Generator | None, device="cpu", stop_below: float = 0.0,
              **kwargs) -> tuple[list[int], Proposal, float]:
@@ -300,7 +286,7 @@ def sd_block(model, cache, drafter: Drafter, pending: torch.Tensor, g: int, *, t
     proposal = drafter.propose(g, temperature=temperature, generator=generator, **stop) if g > 0 else _empty(model)
     logits, verify_ms = verify_phase(model, cache, pending, proposal.tokens, device, **kwargs)
     n, nxt = accept_phase(logits, proposal, temperature, generator)
-    rollback(cache, committed + n)
+    crop_cache(cache, committed + n)  # drop the KV of rejected drafts
     drafter.accept(n, nxt)
     return proposal.tokens[:n].tolist() + [nxt], proposal, verify_ms
 
@@ -370,8 +356,6 @@ def _start(target, request: Request, device):
 
 
 def _empty(model) -> Proposal:
-    from calibrate.drafting import Proposal
-
     return Proposal(tokens=torch.zeros(0, dtype=torch.long, device=model.device), q_probs=None, model_ms=0.0,
                     first_rows=0)
 

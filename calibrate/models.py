@@ -2,10 +2,10 @@
 architecture-only presets. ``device_map``/``max_memory`` place a model too big for one device over GPUs, CPU
 and disk with accelerate (:mod:`calibrate.placement`); the placement is kept on the LoadedModel.
 
-Causal LMs load with ``AutoModelForCausalLM``; configs with a ``vision_config`` (LLaVA-style) with
-``AutoModelForImageTextToText``. Architecture presets (:mod:`specsim.presets`) build the model with
-random weights: latency does not depend on weight values, so any machine can be measured without
-downloads. Draft and target must share one token→id map (:func:`check_same_vocab`).
+Causal LMs load with ``AutoModelForCausalLM``, configs with a ``vision_config`` (LLaVA-style) with
+``AutoModelForImageTextToText``. Architecture presets (:mod:`specsim.presets`) get random weights: latency
+does not depend on weight values, so any machine can be measured without downloads. Draft and target must
+share one token→id map (:func:`check_same_vocab`); the synthetic inputs for timing are at the end.
 """
 
 from __future__ import annotations
@@ -16,12 +16,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from specsim.dtypes import canonical_dtype
 from specsim.errors import SpecsimError
-from specsim.presets import load_preset, pair, preset_config, preset_names
-
-DTYPES = {"float32": "float32", "fp32": "float32", "float16": "float16", "fp16": "float16",
-          "half": "float16", "bfloat16": "bfloat16", "bf16": "bfloat16"}
-
+from specsim.presets import load_preset, pair, pairs, preset_config, preset_names
 
 ZOO_PREFIX = "zoo:"  # "zoo:target", "zoo:draft", "zoo:captioner": the shipped zoo weights (calibrate.zoo)
 
@@ -57,14 +54,6 @@ class LoadedModel:
     def vocab_size(self) -> int:
         """Rows of the output embedding (ids the model can emit)."""
         return int(self.text_config.vocab_size)
-
-
-def canonical_dtype(dtype: str) -> str:
-    """'float32' | 'float16' | 'bfloat16' from a name or alias; SpecsimError otherwise."""
-    key = str(dtype).lower().removeprefix("torch.")
-    if key not in DTYPES:
-        raise SpecsimError(f"unknown dtype {dtype!r} (expected one of: float32, float16, bfloat16)")
-    return DTYPES[key]
 
 
 def torch_dtype(dtype: str):
@@ -123,8 +112,8 @@ def _auto_class(config: Any):
 
 
 @contextlib.contextmanager
-def _seeded(seed: int):
-    """Seed torch's global generator inside the block only (HF init uses it), restoring it afterwards."""
+def seeded(seed: int):
+    """Seed torch's global generator inside the block only (HF weight init draws from it), restoring it afterwards."""
     import torch
 
     with torch.random.fork_rng(devices=[]):
@@ -159,7 +148,7 @@ def build_random_model(config: dict | str, *, device: str = "cpu", dtype: str = 
     dev = check_device("cpu" if device_map else device)
     dt = canonical_dtype(dtype)
     _check_memory(cfg, dt, dev, label)
-    with _seeded(seed):
+    with seeded(seed):
         model = _auto_class(cfg).from_config(cfg, dtype=torch_dtype(dt))
     placement = ""
     if device_map:
@@ -176,10 +165,10 @@ def estimate_param_bytes(cfg: Any, dtype: str) -> int:
     """Parameter bytes of a config's model in ``dtype``, counted on the meta device (no memory used)."""
     import torch
 
+    dt = torch_dtype(dtype)
     with torch.device("meta"):
-        model = _auto_class(cfg).from_config(cfg, dtype=torch_dtype(dtype))
-    itemsize = torch.empty((), dtype=torch_dtype(dtype)).element_size()
-    return int(sum(p.numel() for p in model.parameters())) * itemsize
+        model = _auto_class(cfg).from_config(cfg, dtype=dt)
+    return int(sum(p.numel() for p in model.parameters())) * dt.itemsize
 
 
 def available_memory_bytes(device: str) -> int | None:
@@ -237,8 +226,8 @@ def load_model(spec: str, *, device: str = "cpu", dtype: str = "float32", thread
     except (OSError, ValueError) as err:
         raise ModelLoadError(f"cannot load model {spec!r}: {str(err).splitlines()[0][:160]} (expected an HF id "
                              f"reachable online or in the local HF cache, a local model folder, or a .gguf file)") from None
-    tokenizer = _load_tokenizer(source, kwargs)
-    processor = _load_processor(source) if is_vlm_config(config) and not gguf_file else None
+    tokenizer = _load_optional("Tokenizer", source, kwargs)
+    processor = _load_optional("Processor", source, {}) if is_vlm_config(config) and not gguf_file else None
     placement = ""
     if device_map:
         dev, placement = P.input_device(model), P.placement_summary(model, device_map, max_memory)
@@ -248,31 +237,20 @@ def load_model(spec: str, *, device: str = "cpu", dtype: str = "float32", thread
                        processor=processor, placement=placement)
 
 
-def _load_processor(source: str) -> Any | None:
+def _load_optional(auto: str, source: str, kwargs: dict) -> Any | None:
+    """transformers' ``Auto<auto>`` (Tokenizer, Processor) of ``source``, or None: a model without one still
+    has a measurable latency (image prompts then say what is missing)."""
     import transformers
 
     try:
-        return transformers.AutoProcessor.from_pretrained(source)
+        return getattr(transformers, f"Auto{auto}").from_pretrained(source, **kwargs)
     except (OSError, ValueError, TypeError):
-        return None  # without a processor the model is still timeable; image prompts will say what is missing
-
-
-def _load_tokenizer(source: str, kwargs: dict) -> Any | None:
-    import transformers
-
-    try:
-        return transformers.AutoTokenizer.from_pretrained(source, **kwargs)
-    except (OSError, ValueError, TypeError):
-        return None  # a model folder without a tokenizer still has a measurable latency
-
-
-def _id_to_token(tokenizer: Any) -> dict[int, str]:
-    return {int(i): t for t, i in tokenizer.get_vocab().items()}
+        return None
 
 
 def check_same_vocab(target_tokenizer: Any, draft_tokenizer: Any) -> None:
     """Raise :class:`VocabMismatchError` naming the first id whose token differs between the tokenizers."""
-    target, draft = _id_to_token(target_tokenizer), _id_to_token(draft_tokenizer)
+    target, draft = ({int(i): t for t, i in tok.get_vocab().items()} for tok in (target_tokenizer, draft_tokenizer))
     for i in sorted(set(target) | set(draft)):
         t, d = target.get(i), draft.get(i)
         if t != d:
@@ -315,8 +293,7 @@ def model_from_spec(spec: str, *, device: str, dtype: str, threads: int | None, 
 
 
 def _is_config_json(spec: str) -> bool:
-    path = Path(spec)
-    if path.suffix != ".json" or not os.path.lexists(path):
+    if Path(spec).suffix != ".json" or not os.path.lexists(spec):
         return False
     load_preset(spec)  # raises a one-line error for a malformed config, a directory, a FIFO, ...
     return True
@@ -333,8 +310,6 @@ def load_pair(preset_or_target: str, draft: str | None = None, *, device: str = 
     ``device``.
     """
     place = {"device_map": device_map, "max_memory": max_memory}
-    from specsim.presets import pairs
-
     if draft is None:
         if preset_or_target not in pairs():
             raise SpecsimError(f"no draft given for target {preset_or_target!r} (expected --draft or a pair preset: "
@@ -358,19 +333,6 @@ def load_pair(preset_or_target: str, draft: str | None = None, *, device: str = 
         d = model_from_spec(draft, seed=seed + 1, **kw)
     check_pair_vocab(t, d)
     return t, d
-
-
-def crop_cache(cache: Any, length_tokens: int) -> None:
-    """Cut a transformers ``DynamicCache`` back to its first ``length_tokens`` positions (in place).
-
-    A negative argument to ``crop`` means "remove that many" in transformers 4.x and 5.x alike
-    (5.x refuses positive values).
-    """
-    current = cache.get_seq_length()
-    if length_tokens > current:
-        raise SpecsimError(f"cannot crop a KV cache of {current} tokens to {length_tokens}")
-    if length_tokens < current:
-        cache.crop(length_tokens - current)
 
 
 # --------------------------------------------------------------------------- synthetic inputs for timing
@@ -429,8 +391,7 @@ def random_pixel_values(loaded: LoadedModel, images: int, generator) -> Any:
     import torch
 
     vision = loaded.model.config.vision_config
-    size = int(vision.image_size)
-    shape = (images, int(getattr(vision, "num_channels", 3)), size, size)
+    shape = (images, int(getattr(vision, "num_channels", 3)), int(vision.image_size), int(vision.image_size))
     return torch.randn(shape, generator=generator).to(loaded.device, torch_dtype(loaded.dtype))
 
 

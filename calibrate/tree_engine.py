@@ -3,7 +3,7 @@ primitives of :mod:`calibrate.engine`: same forward, truncation and records. Unl
 the target's prefill over prompt[:-1] runs apart (``target_prefill_ms``), so every block verifies one
 pending token plus its tree; the draft's prefill is fused with its first pass, as in the chain engine.
 
-Per block: the drafter proposes a tree (:func:`calibrate.tree_drafting.propose_tree`) cut to depth
+Per block: the drafter proposes a tree (:func:`calibrate.drafting.propose_tree`) cut to depth
 ≤ tokens left − 1; :func:`verify_tree` runs one target pass over [pending, node_1..node_n] with a
 4-D tree attention mask and position ids = pending position + depth; :func:`accept_greedy` /
 :func:`accept_sampled` walk the tree from the root; the target cache keeps the committed context,
@@ -25,6 +25,7 @@ from dataclasses import dataclass
 
 import torch
 
+from calibrate.drafting.tree import TreeProposal, accept_path, additive_mask, keep_cache, propose_tree
 from calibrate.engine import (
     BlockRecord,
     DecodeResult,
@@ -39,7 +40,6 @@ from calibrate.engine import (
     verify_phase,
 )
 from calibrate.timing import timed
-from calibrate.tree_drafting import TreeProposal, accept_path, additive_mask, keep_cache, propose_tree
 from specsim.errors import SpecsimError
 from specsim.trees import TreeSpec, parse_tree
 

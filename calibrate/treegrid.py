@@ -3,7 +3,7 @@ engine's own phases on random KV caches, as :mod:`calibrate.costgrid` does for c
 
 At each context c the sweep runs, round-robin over the plan's trees and draft batches, one tree block as
 :func:`calibrate.tree_engine.tree_decode` runs it: the draft's root pass over 1 pending token, its level
-passes with the 4-D tree mask (:func:`calibrate.tree_drafting.propose_tree`), the target's pass over the
+passes with the 4-D tree mask (:func:`calibrate.drafting.propose_tree`), the target's pass over the
 pending token and the n nodes (:func:`calibrate.tree_engine.verify_tree`), greedy acceptance and the
 accepted-path gathers of both caches; so draft and target alternate as in tree decoding. Stored:
 
@@ -29,8 +29,8 @@ from collections.abc import Callable
 from calibrate import engine as E
 from calibrate import models as M
 from calibrate.costgrid import Sweep, _restart, grid_key, next_step_timings, rounds_until_precise
+from calibrate.drafting import accept_path, propose_tree
 from calibrate.timing import Timing, summarize
-from calibrate.tree_drafting import accept_path, propose_tree
 from calibrate.tree_engine import accept_greedy, keep_path, verify_tree
 from specsim.errors import SpecsimError
 from specsim.trees import TreeSpec, chain_tree, draft_pass_rows, parse_tree

@@ -13,7 +13,7 @@ from datetime import date
 from pathlib import Path
 
 from calibrate import models as M
-from calibrate.draft_contexts import IMAGE_PLACEHOLDER
+from calibrate.drafting import IMAGE_PLACEHOLDER
 from calibrate.prompts import encode, load_prompts
 from specsim.errors import SpecsimError
 from specsim.profile import Provenance
@@ -47,10 +47,10 @@ class Setup:
         return base if images_per_prompt == 0 else f"{base}-{images_per_prompt}img"
 
     def drafter(self, method: str):
-        from calibrate.methods import make_method_drafter
+        from calibrate.drafting import Method
 
-        return make_method_drafter(method, self.target, self.draft, captioner=self.captioner,
-                                   caption_prefix=self.caption_prefix, device=self.target.device)
+        return Method.parse(method).make_drafter(self.target, self.draft, captioner=self.captioner,
+                                                 caption_prefix=self.caption_prefix, device=self.target.device)
 
 
 def _byte_ids(text: str, vocab: int):
@@ -85,9 +85,9 @@ def _open_images(prompt) -> list:
 
 
 def _methods(given: list[str] | None, has_images: bool) -> list[str]:
-    from calibrate.methods import PLAIN, canonical_method
+    from calibrate.drafting import PLAIN, Method
 
-    methods = list(dict.fromkeys(canonical_method(m) for m in (given or [PLAIN])))
+    methods = list(dict.fromkeys(Method.parse(m).code for m in (given or [PLAIN])))
     if has_images and PLAIN in methods:
         raise SpecsimError("--method: the prompts have images; expected multimodal methods such as --method M "
                            "--method T --method C (plain is for text-only pairs)")
@@ -97,9 +97,8 @@ def _methods(given: list[str] | None, has_images: bool) -> list[str]:
 def load_setup(args, methods: list[str] | None = None, cache_captions: bool = True) -> Setup:
     """Models, prompts, encoded requests, methods (``methods``, else ``--method``) and captioner from the
     shared flags; ``cache_captions`` reuses an image's caption across methods (acceptance, not timing)."""
-    from calibrate.draft_contexts import make_request
+    from calibrate.drafting import CachedCaptioner, Method, hf_captioner, make_request
     from calibrate.engine import Request
-    from calibrate.methods import CachedCaptioner, hf_captioner, needs_captioner
     from calibrate.models import canonical_dtype, check_device, load_pair, model_from_spec
     from specsim.presets import pair
 
@@ -134,7 +133,7 @@ def load_setup(args, methods: list[str] | None = None, cache_captions: bool = Tr
     if eos is None and tok is not None:
         eos = tok.eos_token_id
     captioner = None
-    if needs_captioner(methods):
+    if any(Method.parse(m).needs_captioner for m in methods):
         spec = args.captioner or preset.get("captioner")
         if not spec:
             raise SpecsimError("--method C: caption drafting needs --captioner (an image-to-text VLM)")

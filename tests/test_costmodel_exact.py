@@ -11,9 +11,8 @@ torch = pytest.importorskip("torch")
 
 from calibrate import latency as L  # noqa: E402
 from calibrate.acceptance import acceptance_trace, drafter_trace  # noqa: E402
-from calibrate.draft_contexts import TextOnlyContext  # noqa: E402
-from calibrate.drafters import EnsembleDrafter  # noqa: E402
-from calibrate.drafting import TextDrafter  # noqa: E402
+from calibrate.drafting import EnsembleDrafter, TextDrafter  # noqa: E402
+from calibrate.drafting.contexts import TextOnlyContext  # noqa: E402
 from calibrate.engine import Request, speculative_decode, target_decode  # noqa: E402
 from calibrate.models import LoadedModel  # noqa: E402
 from specsim.walk import greedy_plan, sd_request_cost, target_request_cost  # noqa: E402

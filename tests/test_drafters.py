@@ -4,10 +4,10 @@
 import pytest
 import torch
 
-from calibrate.draft_contexts import pool_features
-from calibrate.drafters import make_drafter, make_request, parse_method
-from calibrate.drafting import Drafter, TextDrafter
+from calibrate.drafting import Method, TextDrafter, make_drafter, make_request
+from calibrate.drafting.contexts import pool_features
 from calibrate.engine import Request, speculative_decode, target_decode
+from calibrate.proposal import Drafter
 from calibrate.zoo.models import IMAGE_TOKENS_PER_IMAGE
 from specsim.errors import SpecsimError
 from tests.tiny_pair import tiny_zoo
@@ -41,7 +41,7 @@ def test_every_method_is_lossless_and_records_its_costs(zoo):
             assert isinstance(drafter, Drafter)
             out = speculative_decode(target, drafter, req, gamma=3, max_new_tokens=NEW_TOKENS)
             assert out.tokens == base.tokens, f"{method}, {n_images} images"
-            assert out.method == method and drafter.draft_batch_size == len(parse_method(method)[1])
+            assert out.method == method and drafter.draft_batch_size == len(Method.parse(method).members)
             stages = set(out.setup_ms)
             assert ("draft_vision_ms" in stages) == any(c in method for c in "MP")
             assert ("caption_ms" in stages) == ("C" in method)
@@ -159,13 +159,14 @@ def test_adaptive_weights_stay_normalised_and_output_lossless(zoo):
 
 
 def test_parse_method_and_bad_inputs(zoo):
-    assert parse_method("adaptive:MTC") == (True, parse_method("MTC")[1])
-    assert [s.code for s in parse_method("MTCP144")[1]] == ["M", "T", "C", "P144"]
-    assert [s.code for s in parse_method("pooled(36)")[1]] == ["P36"]
-    assert [s.code for s in parse_method("text-only")[1]] == ["T"]
+    adaptive = Method.parse("adaptive:MTC")
+    assert (adaptive.adaptive, adaptive.members) == (True, Method.parse("MTC").members)
+    assert [s.code for s in Method.parse("MTCP144").members] == ["M", "T", "C", "P144"]
+    assert [s.code for s in Method.parse("pooled(36)").members] == ["P36"]
+    assert [s.code for s in Method.parse("text-only").members] == ["T"]
     for bad in ("", "X", "MP", "P0", "adaptive:", "MTx"):
         with pytest.raises(SpecsimError, match="method"):
-            parse_method(bad)
+            Method.parse(bad)
     with pytest.raises(SpecsimError, match="weights"):
         _drafter(zoo, "MT", weights=(1, 2, 3))
     with pytest.raises(SpecsimError, match="captioner"):

@@ -5,8 +5,9 @@ import pytest
 import torch
 from scipy.stats import chi2, chisquare, ncx2
 
-from calibrate.drafting import Drafter, Proposal, TextDrafter
+from calibrate.drafting import TextDrafter
 from calibrate.engine import Request, accept_phase, speculative_decode, target_decode
+from calibrate.proposal import Drafter, Proposal
 from specsim.errors import SpecsimError
 from tests.tiny_pair import tiny_pair, tiny_prompts
 

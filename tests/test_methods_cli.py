@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from calibrate.methods import canonical_method, method_costs
+from calibrate.drafting import Method
 from specsim.cli import main
 from specsim.profile import load_profile
 
@@ -33,14 +33,15 @@ def _models(zoo, captioner=True):
 
 
 def test_method_names_and_costs():
-    assert [canonical_method(m) for m in ("multimodal", "text-only", "caption", "target-features", "pooled(4)",
-                                          "MTCP4", "adaptive:MT", "plain")] == \
+    assert [Method.parse(m).code for m in ("multimodal", "text-only", "caption", "target-features", "pooled(4)",
+                                           "MTCP4", "adaptive:MT", "plain")] == \
         ["M", "T", "C", "F", "P4", "MTCP4", "adaptive:MT", "plain"]
-    assert method_costs("MTC", 5) == {"draft_batch_size": 3, "uses_draft_vision": True, "captions_per_prompt": 5,
-                                      "weights": (1 / 3, 1 / 3, 1 / 3)}
-    assert method_costs("T", 2)["uses_draft_vision"] is False and method_costs("F", 2)["uses_draft_vision"] is False
-    assert method_costs("P4", 1) == {"draft_batch_size": 1, "uses_draft_vision": True, "captions_per_prompt": 0,
-                                     "weights": None}
+    assert Method.parse("MTC").costs(5) == {"draft_batch_size": 3, "uses_draft_vision": True,
+                                            "captions_per_prompt": 5, "weights": (1 / 3, 1 / 3, 1 / 3)}
+    assert Method.parse("T").costs(2)["uses_draft_vision"] is False
+    assert Method.parse("F").costs(2)["uses_draft_vision"] is False
+    assert Method.parse("P4").costs(1) == {"draft_batch_size": 1, "uses_draft_vision": True,
+                                           "captions_per_prompt": 0, "weights": None}
 
 
 def test_acceptance_records_every_method_per_scenario(tiny_zoo, tmp_path, capsys):

@@ -12,6 +12,7 @@ transformers = pytest.importorskip("transformers")
 
 from calibrate import models as M  # noqa: E402
 from calibrate import reference_pair as R  # noqa: E402
+from calibrate.engine import crop_cache  # noqa: E402
 from specsim.errors import SpecsimError  # noqa: E402
 from specsim.presets import pairs, preset_config, preset_meta, preset_names  # noqa: E402
 
@@ -110,10 +111,10 @@ def test_synthetic_cache_matches_prefill_cache(cfg):
         assert [x.keys.dtype for x in real.layers] == [x.keys.dtype for x in fake.layers]
         out = m.model(input_ids=ids[:, :4], past_key_values=fake, use_cache=True)
         assert out.logits.shape[:2] == (2, 4) and fake.get_seq_length() == 16
-        M.crop_cache(fake, 12)
+        crop_cache(fake, 12)
         assert fake.get_seq_length() == 12
     with pytest.raises(SpecsimError, match="cannot crop"):
-        M.crop_cache(fake, 20)
+        crop_cache(fake, 20)
 
 
 def test_memory_guard(monkeypatch):

@@ -6,8 +6,7 @@ import pytest
 import torch
 
 from calibrate.acceptance import acceptance_trace, drafter_trace, target_reference
-from calibrate.drafters import make_drafter
-from calibrate.drafting import TextDrafter
+from calibrate.drafting import TextDrafter, make_drafter
 from calibrate.engine import Request, speculative_decode
 from specsim.policies import parse_policy, replay_policy_blocks_per_prompt
 from tests.tiny_pair import tiny_pair, tiny_prompts, tiny_zoo

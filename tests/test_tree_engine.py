@@ -7,10 +7,8 @@ import torch
 from scipy.stats import chi2, chisquare, ncx2
 
 from calibrate.acceptance import acceptance_trace, drafter_trace, target_reference
-from calibrate.drafters import make_drafter
-from calibrate.drafting import TextDrafter
+from calibrate.drafting import TextDrafter, TreeProposal, make_drafter
 from calibrate.engine import Request, speculative_decode, target_decode
-from calibrate.tree_drafting import TreeProposal
 from calibrate.tree_engine import TreeDecodeResult, accept_sampled, tree_decode
 from specsim.errors import SpecsimError
 from specsim.tree_replay import replay_tree_blocks_per_prompt

@@ -45,7 +45,7 @@ def tiny_prompts(n: int = 6, vocab: int = 96, seed: int = 0, min_len: int = 3, m
 def tiny_zoo():
     """Tokenizer/processor on a small zoo-task corpus, a random tiny LLaVA target, a noisy-copy draft, a
     captioner, and one request with 1, 2 and 5 images (story frames = a multi-image request)."""
-    from calibrate.drafters import HFCaptioner, make_request
+    from calibrate.drafting import HFCaptioner, make_request
     from calibrate.zoo import task as zt
     from calibrate.zoo.models import build_model, make_processor, zoo_config
     from calibrate.zoo.tokenizer import train_tokenizer, wrap

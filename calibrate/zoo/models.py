@@ -9,10 +9,10 @@ Images are 64×64 px, patch 16 px: 4×4 = 16 image tokens per image (CLS dropped
 
 from __future__ import annotations
 
-import contextlib
 from pathlib import Path
 from typing import Any
 
+from calibrate.models import seeded
 from calibrate.zoo.scenes import IMAGE_SIZE_PX
 from calibrate.zoo.tokenizer import BOS_ID, EOS_ID, IMAGE_ID, PAD_ID
 
@@ -77,21 +77,11 @@ def parameter_counts(model: Any) -> dict[str, int]:
     return out
 
 
-@contextlib.contextmanager
-def _seeded(seed: int):
-    """Seed torch's global generator inside the block only (HF weight init draws from it)."""
-    import torch
-
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        yield
-
-
 def build_model(config: Any, seed: int = 0) -> Any:
     """A randomly initialised ``LlavaForConditionalGeneration`` (float32, train mode) from ``config``."""
     from transformers import LlavaForConditionalGeneration
 
-    with _seeded(seed):
+    with seeded(seed):
         return LlavaForConditionalGeneration(config)
 
 

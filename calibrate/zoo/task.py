@@ -26,6 +26,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+# The zoo's captioner is trained on caption drafting's default prompt, so it runs there as shipped.
+from calibrate.drafting.contexts import CAPTION_PROMPT
 from calibrate.zoo.scenes import (
     ATTRIBUTES,
     COLOURS,
@@ -46,7 +48,6 @@ IMAGE_TOKEN = "<image>"
 SPLITS: tuple[str, ...] = ("train", "validation", "test")
 TASKS: dict[str, int] = {"describe": 1, "vqa": 1, "spot": 2, "iedit": 2, "story": 5}  # task -> images
 TASK_WEIGHTS: dict[str, float] = {"describe": 0.15, "vqa": 0.2, "spot": 0.2, "iedit": 0.15, "story": 0.3}
-CAPTION_PROMPT = f"USER: {IMAGE_TOKEN} Write a one-line caption. ASSISTANT:"
 _VQA = (f"USER: {IMAGE_TOKEN} For the following question, provide a detailed explanation of your reasoning "
         "leading to the answer. {question} ASSISTANT:")
 _PROMPTS = {

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from specsim.bounds import check_range
+from specsim.dtypes import DTYPE_ALIASES, dtype_name
 from specsim.errors import SpecsimError
 from specsim.jsonio import check_regular_file, read_json
 from specsim.presets import preset_names, preset_path
@@ -34,10 +35,11 @@ _VISION_DEFAULTS = {"hidden_size": 768, "intermediate_size": 3072, "num_hidden_l
 # (34 B / 32), Q4_0 16 B of nibbles + an fp16 scale (18 B / 32), Q4_K 144 B per 256 weights (4.5 bits); Q4_K_M
 # keeps attn_v and half of ffn_down in Q6_K (6.5625 bits), about 4.85 bits per weight on a Llama model
 # (ggml-quants.h block layouts). int4 g32 (gpt-fast): 4 bits + a bf16 scale and zero per 32 weights = 5 bits.
-_DTYPE_BYTES = {"float32": 4, "fp32": 4, "float16": 2, "fp16": 2, "bfloat16": 2, "bf16": 2,
-                "float8": 1, "fp8": 1, "int8": 1, "int4": 0.5, "int4-g32": 5 / 8,
+# Keys are canonical names (specsim.dtypes); aliases such as bf16 resolve to them.
+_DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "float8": 1, "int8": 1, "int4": 0.5, "int4-g32": 5 / 8,
                 "q8_0": 34 / 32, "q4_0": 18 / 32, "q4_k_m": 4.85 / 8}
-KV_DTYPES = ("float32", "fp32", "float16", "fp16", "bfloat16", "bf16", "float8", "fp8", "int8")
+KV_DTYPES = ("float32", "float16", "bfloat16", "float8", "int8")
+_NAMES = sorted(set(_DTYPE_BYTES) | {a for a, c in DTYPE_ALIASES.items() if c in _DTYPE_BYTES})
 
 
 def dtype_bytes(name: str | float) -> float:
@@ -46,16 +48,16 @@ def dtype_bytes(name: str | float) -> float:
         if not name > 0:
             raise SpecsimError(f"dtype: expected bytes per element > 0, got {name!r}")
         return name
-    key = str(name).lower().removeprefix("torch.")
+    key = dtype_name(name)
     if key not in _DTYPE_BYTES:
-        raise SpecsimError(f"dtype: expected one of {sorted(_DTYPE_BYTES)}, got {name!r}")
+        raise SpecsimError(f"dtype: expected one of {_NAMES}, got {name!r}")
     return _DTYPE_BYTES[key]
 
 
 def kv_dtype_bytes(name: str) -> float:
     """Bytes per KV-cache element; weight-only formats (int4, GGUF blocks) are not KV dtypes."""
-    if str(name).lower().removeprefix("torch.") not in KV_DTYPES:
-        raise SpecsimError(f"kv dtype: expected one of {list(KV_DTYPES)}, got {name!r}")
+    if dtype_name(name) not in KV_DTYPES:
+        raise SpecsimError(f"kv dtype: expected one of {list(KV_DTYPES)} (or an alias such as bf16), got {name!r}")
     return dtype_bytes(name)
 
 

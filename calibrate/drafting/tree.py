@@ -11,7 +11,7 @@ al. 2024; duplicates allowed). Leaves are never fed, as the chain's last draft i
 :func:`accept_path` keeps the cache columns of the committed context and of the fed nodes on the
 accepted path (an index gather along the sequence axis) and queues the rest of the path.
 
-Works with :class:`calibrate.drafting.TextDrafter` and :class:`calibrate.drafters.EnsembleDrafter`
+Works with :class:`calibrate.drafting.text.TextDrafter` and :class:`calibrate.drafting.ensemble.EnsembleDrafter`
 (every multimodal method and ensemble); adaptive ensembles are refused (their weights follow chain
 blocks). Transformers ≥ 5 takes a 4-D mask [batch, 1, query, key] as given, skipping its own masks
 (``masking_utils._preprocess_mask_arguments``); an additive float mask serves both eager and SDPA.
@@ -24,7 +24,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from calibrate.drafting import TextDrafter
+from calibrate.drafting.ensemble import AdaptiveEnsembleDrafter, EnsembleDrafter
+from calibrate.drafting.text import TextDrafter
 from calibrate.engine import forward
 from calibrate.timing import timed
 from specsim.errors import SpecsimError
@@ -140,8 +141,6 @@ class _EnsembleTree:
 
 
 def _adapter(drafter):
-    from calibrate.drafters import AdaptiveEnsembleDrafter, EnsembleDrafter
-
     if isinstance(drafter, AdaptiveEnsembleDrafter):
         raise SpecsimError(f"tree decoding: adaptive ensembles ({drafter.method}) are not supported; "
                            "use the static ensemble")

@@ -1,75 +1,23 @@
-"""The drafting protocol the engine talks to, and the plain text drafter.
+"""The plain drafter: a causal LM draft over the target's own token ids, with its own KV cache.
 
-Every drafting method (plain draft LM; for VLM targets: multimodal, text-only, caption, pooled,
-ensembles, adaptive — IbED) implements :class:`Drafter`, so :func:`calibrate.engine.speculative_decode`
-never branches on the method (after HF's ``CandidateGenerator``: ``get_candidates`` /
-``update_candidate_strategy``). The protocol, per request:
-
-1. ``prefill(request) -> dict[str, float]``: set up the draft side for a new request (own KV cache,
-   own context: e.g. image tokens dropped, a caption inserted, pooled image features) and return
-   the ms of each set-up stage, keys ending in ``_ms`` (``draft_vision_ms``, ``caption_ms``, ...).
-   The draft's own prompt is not run here: like the target's, it is fused with the first forward
-   (the first draft step runs over the whole draft prompt), which saves a pass over the weights.
-2. ``propose(gamma, *, temperature, generator[, stop_below]) -> Proposal``: γ draft tokens continuing
-   the committed sequence, with q_i (the draft distribution each was sampled from, [γ, V] in the
-   target's vocabulary; ``None`` when ``temperature == 0``) and the ms spent in draft model
-   forwards (the rest of the call counts as overhead). With ``stop_below`` > 0 (a confidence
-   policy, :mod:`specsim.policies`) drafting stops after the first draft whose distribution's top
-   probability (softmax at T = 1 when greedy) is below it, so fewer than γ may come back.
-3. ``accept(n_accepted, next_token)``: the target kept the first ``n_accepted`` drafts and then
-   emitted ``next_token``; append both to the draft's context and roll back anything past them
-   (KV of rejected drafts). After this call the drafter is ready for the next ``propose``.
-
-A drafter owns its state between ``prefill`` and the end of a request; one drafter serves one
-request at a time. ``method`` names the drafting method as stored in profiles; ``draft_batch_size``
-is the batch of draft contexts one draft step runs (ensemble members), used for costs.
+Implements :class:`calibrate.proposal.Drafter` for text pairs (method ``plain``); :func:`confidence` is
+the top probability a confidence policy (:mod:`specsim.policies`) stops drafting on.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
-
 import torch
 
-from calibrate.engine import Request, crop_cache, forward, new_cache, pick, unwrap
+from calibrate.engine import crop_cache, forward, new_cache, pick, unwrap
+from calibrate.proposal import Proposal, Request
 from calibrate.timing import timed
 
-
-@dataclass(frozen=True)
-class Proposal:
-    """γ drafted tokens [γ] (long), their draft distributions q [γ, V] (None if greedy), model ms.
-
-    For the cost model: ``step_ms`` per draft step; the first step fed ``first_rows`` tokens on a
-    draft KV cache of ``context_tokens`` positions (padded columns for a batch of contexts).
-    """
-
-    tokens: torch.Tensor
-    q_probs: torch.Tensor | None
-    model_ms: float
-    step_ms: tuple[float, ...] = ()
-    context_tokens: int = 0
-    first_rows: int = 1
+PLAIN = "plain"  # the method code of this drafter (text pairs)
 
 
 def confidence(logits: torch.Tensor, q: torch.Tensor | None) -> float:
     """Top probability of the distribution a draft came from: q, or softmax(logits) (T = 1) when greedy."""
     return float((q if q is not None else torch.softmax(logits.float(), -1)).max())
-
-
-@runtime_checkable
-class Drafter(Protocol):
-    """What the engine needs from a drafting method (see the module docstring for the contract)."""
-
-    method: str
-    draft_batch_size: int
-
-    def prefill(self, request: Request) -> dict[str, float]: ...
-
-    def propose(self, gamma: int, *, temperature: float = 0.0,
-                generator: torch.Generator | None = None, stop_below: float = 0.0) -> Proposal: ...
-
-    def accept(self, n_accepted: int, next_token: int) -> None: ...
 
 
 class TextDrafter:
@@ -83,7 +31,7 @@ class TextDrafter:
 
     draft_batch_size = 1
 
-    def __init__(self, draft, *, device="cpu", method: str = "plain"):
+    def __init__(self, draft, *, device="cpu", method: str = PLAIN):
         self.model = unwrap(draft)
         self.device = device
         self.method = method

@@ -1,4 +1,5 @@
-"""Draft contexts of the multimodal drafting methods: what each ensemble member feeds the draft model.
+"""Draft contexts of the multimodal drafting methods: what each ensemble member feeds the draft model,
+and the captioners caption drafting uses.
 
 A member's ``build(request, draft, shared, device) -> DraftContext`` returns input embeddings [L, H] of
 its whole prompt (the last token is left pending by the drafter) and the set-up ms it spent. ``shared``
@@ -9,21 +10,25 @@ is per-request scratch so M and P members run the draft's vision tower once.
   selected layer (CLS dropped for strategy "default") → optional 2-D average pooling → projector.
 - :class:`TargetFeaturesContext` (F): the target's vision features through the draft's projector.
 - :class:`TextOnlyContext` (T): IbED App. C, each ``<image>`` becomes "\\n".
-- :class:`CaptionContext` (C): each ``<image>`` becomes ``prefix + caption`` (IbED §5, App. E).
+- :class:`CaptionContext` (C): each ``<image>`` becomes ``prefix + caption`` (IbED §5, App. E); captions
+  come from an :class:`HFCaptioner` (:func:`hf_captioner`, prompt :data:`CAPTION_PROMPT` by default),
+  optionally through a :class:`CachedCaptioner`.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
-from calibrate.engine import Request
+from calibrate.proposal import Request
 from calibrate.timing import timed
 from specsim.errors import SpecsimError
 
 IMAGE_PLACEHOLDER = "<image>"
+CAPTION_PROMPT = f"USER: {IMAGE_PLACEHOLDER} Write a one-line caption. ASSISTANT:"  # LLaVA-style, one image
 
 
 @dataclass(frozen=True)
@@ -251,3 +256,30 @@ class HFCaptioner:
         new = out[0, enc["input_ids"].shape[1]:] if "input_ids" in enc else out[0]
         tok = getattr(self.processor, "tokenizer", self.processor)
         return tok.decode(new, skip_special_tokens=True)
+
+
+@dataclass
+class CachedCaptioner:
+    """Captions each distinct image once (keyed by its pixels): methods that share C do not re-caption.
+
+    Only acceptance uses the cache; caption time is measured by ``specsim calibrate latency``.
+    """
+
+    captioner: Any
+    cache: dict = field(default_factory=dict)
+
+    def __call__(self, image) -> str:
+        key = (getattr(image, "size", None), image.tobytes() if hasattr(image, "tobytes") else id(image))
+        if key not in self.cache:
+            self.cache[key] = self.captioner(image)
+        return self.cache[key]
+
+
+def hf_captioner(loaded, prompt: str | None = None, max_new_tokens: int = 24) -> HFCaptioner:
+    """An :class:`HFCaptioner` over a loaded captioner VLM (:class:`calibrate.models.LoadedModel`); ``prompt``
+    defaults to :data:`CAPTION_PROMPT`."""
+    if loaded.processor is None:
+        raise SpecsimError(f"captioner {loaded.name!r} has no processor (expected a VLM folder with "
+                           "preprocessor and tokenizer files)")
+    return HFCaptioner(loaded.model, loaded.processor, prompt=CAPTION_PROMPT if prompt is None else prompt,
+                       max_new_tokens=max_new_tokens)

@@ -1,82 +1,24 @@
-"""Multimodal drafting methods (IbED): multimodal (M), text-only (T), caption (C), pooled (Pn),
-in-batch ensembles of any subset (MT, MTC, MTCP, ...) and adaptive ensembles, all behind
-:class:`calibrate.drafting.Drafter`.
+"""In-batch ensembles of draft contexts (IbED): every multimodal method — multimodal (M), text-only (T),
+caption (C), target features (F), pooled (Pn), ensembles of any subset (MT, MTC, MTCP, ...) and adaptive
+ensembles — is an :class:`EnsembleDrafter` behind :class:`calibrate.proposal.Drafter`.
 
-Every method is an :class:`EnsembleDrafter` over one or more *members*; a member turns a request into
-one draft context (input embeddings [L, H]) and the drafter runs all contexts as one left-padded batch
-(attention mask 0 on pads, position ids counted from each row's first real token) with one KV cache of
-batch k. Each step mixes the members' next-token distributions, q = Σ_j w_j softmax(z_j / T) (T = 1 for
-greedy, then argmax q; IbED Algorithm 1), and appends the chosen token to every row, so all rows
-stay the same length and rollback is one crop of the shared cache.
-
-Members (see :mod:`calibrate.draft_contexts`): ``M`` the draft VLM sees the images through its own
-vision tower + projector; ``T`` every ``<image>`` becomes "\\n" (IbED App. C; works with a text-only
-LM draft); ``C`` every ``<image>`` becomes ``caption_prefix`` + a captioner's text (captioner ms
-charged as ``caption_ms``); ``F`` the target's vision features through the draft's projector (Gagrani et al. 2024);
-``Pn`` the draft's visual features are 2-D average-pooled to n tokens per
-image before the projector (IbED §5 / App. D).
+A member turns a request into one draft context (input embeddings [L, H]; :mod:`calibrate.drafting.contexts`)
+and the drafter runs all contexts as one left-padded batch (attention mask 0 on pads, position ids counted
+from each row's first real token) with one KV cache of batch k. Each step mixes the members' next-token
+distributions, q = Σ_j w_j softmax(z_j / T) (T = 1 for greedy, then argmax q; IbED Algorithm 1), and
+appends the chosen token to every row, so all rows stay the same length and rollback is one crop of the
+shared cache. A method code is parsed and built into a drafter by :mod:`calibrate.drafting.methods`.
 """
 
 from __future__ import annotations
 
-import re
-from dataclasses import dataclass
-
 import torch
 
-from calibrate.draft_contexts import (
-    IMAGE_PLACEHOLDER,
-    CaptionContext,
-    DraftContext,
-    HFCaptioner,
-    MultimodalContext,
-    TargetFeaturesContext,
-    TextOnlyContext,
-    make_request,
-    pool_features,
-)
-from calibrate.drafting import Proposal
-from calibrate.engine import Request, crop_cache, new_cache, unwrap
+from calibrate.drafting.contexts import DraftContext
+from calibrate.engine import crop_cache, new_cache, unwrap
+from calibrate.proposal import Proposal, Request
 from calibrate.timing import timed
 from specsim.errors import SpecsimError
-
-__all__ = ["AdaptiveEnsembleDrafter", "EnsembleDrafter", "HFCaptioner", "IMAGE_PLACEHOLDER", "make_drafter",
-           "make_request", "parse_method", "pool_features"]
-
-_CODE_RE = re.compile(r"M|T|C|F|P(\d+)")
-_NAMES = {"multimodal": "M", "text-only": "T", "caption": "C", "target-features": "F"}
-
-
-@dataclass(frozen=True)
-class MemberSpec:
-    """One ensemble member: ``kind`` in M/T/C/F/P and ``pool_tokens`` (P only)."""
-
-    kind: str
-    pool_tokens: int | None = None
-
-    @property
-    def code(self) -> str:
-        return f"P{self.pool_tokens}" if self.kind == "P" else self.kind
-
-
-def parse_method(method: str) -> tuple[bool, tuple[MemberSpec, ...]]:
-    """'adaptive:MTC' -> (True, (M, T, C)); 'P144' -> (False, (P144,)); long names 'text-only',
-    'pooled(36)' also accepted. SpecsimError on anything else."""
-    text = str(method).strip()
-    adaptive = text.startswith("adaptive:")
-    body = text.removeprefix("adaptive:")
-    body = _NAMES.get(body, body)
-    body = re.sub(r"^pooled\((\d+)\)$", r"P\1", body)
-    specs, pos = [], 0
-    for m in _CODE_RE.finditer(body):
-        if m.start() != pos:
-            break
-        specs.append(MemberSpec("P", int(m.group(1))) if m.group(1) else MemberSpec(m.group(0)))
-        pos = m.end()
-    if not specs or pos != len(body) or any(s.kind == "P" and s.pool_tokens < 1 for s in specs):
-        raise SpecsimError(f"--method: expected codes like M, T, C, F, P144, MT, MTCP or adaptive:MTC (or multimodal, "
-                           f"text-only, caption, target-features, pooled(N)), got {method!r}")
-    return adaptive, tuple(specs)
 
 
 class EnsembleDrafter:
@@ -256,35 +198,3 @@ def _left_pad(rows: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
 def _positions(mask: torch.Tensor) -> torch.Tensor:
     """Position ids [k, L]: 0 at each row's first real token (pads get 0; they are masked anyway)."""
     return (mask.cumsum(1) - 1).clamp(min=0)
-
-
-def make_drafter(method: str, draft, *, tokenizer=None, captioner=None, caption_prefix: str = "Image: ",
-                 weights=None, image_processor=None, device="cpu", eta: float = 2.0,
-                 target=None) -> EnsembleDrafter:
-    """A drafter for a method code (M, T, C, P144, MT, MC, MTC, MTCP, adaptive:MTC, ...).
-
-    ``tokenizer`` re-encodes T/C prompts (T falls back to swapping image-token runs for "\\n" ids
-    without it); ``captioner`` maps a PIL image to text (C); ``image_processor`` makes the draft's
-    pixel values when the target's do not fit its vision tower; ``weights`` one per member (default equal);
-    ``target`` the target VLM whose vision features F (target-features) reuses.
-    """
-    adaptive, specs = parse_method(method)
-    members = []
-    for s in specs:
-        if s.kind in ("M", "P"):
-            members.append(MultimodalContext(pool_tokens=s.pool_tokens, image_processor=image_processor))
-        elif s.kind == "T":
-            members.append(TextOnlyContext(tokenizer=tokenizer))
-        elif s.kind == "F":
-            if target is None or not hasattr(unwrap(target), "get_image_features"):
-                raise SpecsimError(f"method {method!r}: target-features drafting needs the target VLM (target=)")
-            members.append(TargetFeaturesContext(target=unwrap(target)))
-        else:
-            if captioner is None or tokenizer is None:
-                raise SpecsimError(f"method {method!r}: caption drafting needs a captioner and a tokenizer")
-            members.append(CaptionContext(captioner=captioner, tokenizer=tokenizer, prefix=caption_prefix))
-    if any(s.kind in ("M", "P", "F") for s in specs) and not hasattr(unwrap(draft), "get_image_features"):
-        raise SpecsimError(f"method {method!r}: multimodal/pooled drafting needs a VLM draft; use T or C")
-    if adaptive:
-        return AdaptiveEnsembleDrafter(draft, members, weights=weights, device=device, eta=eta)
-    return EnsembleDrafter(draft, members, weights=weights, device=device)

@@ -1,0 +1,145 @@
+"""Drafting methods by code: :class:`Method` is parsed once from a code and knows its members, costs and drafter.
+
+Codes: ``plain`` (the text drafter of a text pair, :class:`calibrate.drafting.text.TextDrafter`); for VLM
+targets one or more members ``M`` (multimodal), ``T`` (text-only), ``C`` (caption), ``F`` (target
+features), ``Pn`` (pooled to n visual tokens per image), e.g. ``MT`` or ``MTCP4`` (in-batch ensembles),
+optionally ``adaptive:`` (weights follow the target's verdicts). Long names ``multimodal``, ``text-only``,
+``caption``, ``target-features`` and ``pooled(n)`` are accepted for single members. Cost fields are what
+:mod:`specsim.e2e` charges a method: draft batch size (ensemble members), draft vision encoder, captions
+per prompt, ensemble weights.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from calibrate.drafting.contexts import (
+    CaptionContext,
+    MultimodalContext,
+    TargetFeaturesContext,
+    TextOnlyContext,
+)
+from calibrate.drafting.ensemble import AdaptiveEnsembleDrafter, EnsembleDrafter
+from calibrate.drafting.text import PLAIN, TextDrafter
+from calibrate.engine import unwrap
+from specsim.errors import SpecsimError
+
+_CODE_RE = re.compile(r"M|T|C|F|P(\d+)")
+_NAMES = {"multimodal": "M", "text-only": "T", "caption": "C", "target-features": "F"}
+_ADAPTIVE = "adaptive:"
+
+
+@dataclass(frozen=True)
+class MemberSpec:
+    """One ensemble member: ``kind`` in M/T/C/F/P and ``pool_tokens`` (P only)."""
+
+    kind: str
+    pool_tokens: int | None = None
+
+    @property
+    def code(self) -> str:
+        return f"P{self.pool_tokens}" if self.kind == "P" else self.kind
+
+
+@dataclass(frozen=True)
+class Method:
+    """A drafting method: canonical ``code`` ('M', 'P4', 'adaptive:MTC', 'plain'), its ``members`` (none for
+    plain) and whether the ensemble weights are ``adaptive``. Build one with :meth:`parse`."""
+
+    code: str
+    members: tuple[MemberSpec, ...] = ()
+    adaptive: bool = False
+
+    @classmethod
+    def parse(cls, code: str | Method) -> Method:
+        """'multimodal' -> M, 'pooled(4)' -> P4, 'adaptive:MTC', 'plain', ...; SpecsimError naming the bad code."""
+        if isinstance(code, Method):
+            return code
+        text = str(code).strip()
+        if text == PLAIN:
+            return cls(PLAIN)
+        adaptive = text.startswith(_ADAPTIVE)
+        body = text.removeprefix(_ADAPTIVE)
+        body = _NAMES.get(body, body)
+        body = re.sub(r"^pooled\((\d+)\)$", r"P\1", body)
+        specs, pos = [], 0
+        for m in _CODE_RE.finditer(body):
+            if m.start() != pos:
+                break
+            specs.append(MemberSpec("P", int(m.group(1))) if m.group(1) else MemberSpec(m.group(0)))
+            pos = m.end()
+        if not specs or pos != len(body) or any(s.kind == "P" and s.pool_tokens < 1 for s in specs):
+            raise SpecsimError(f"--method: expected plain (text pairs) or codes like M, T, C, F, P144, MT, MTCP or "
+                               f"adaptive:MTC (or multimodal, text-only, caption, target-features, pooled(N)), "
+                               f"got {code!r}")
+        return cls((_ADAPTIVE if adaptive else "") + "".join(s.code for s in specs), tuple(specs), adaptive)
+
+    def __str__(self) -> str:
+        return self.code
+
+    @property
+    def plain(self) -> bool:
+        """The text drafter of a text pair (no members)."""
+        return not self.members
+
+    @property
+    def draft_batch_size(self) -> int:
+        """Draft contexts one draft step runs: one per ensemble member (1 for plain)."""
+        return max(len(self.members), 1)
+
+    @property
+    def needs_captioner(self) -> bool:
+        """True when a member is C (caption drafting)."""
+        return any(s.kind == "C" for s in self.members)
+
+    def costs(self, images_per_prompt: int) -> dict[str, Any]:
+        """Cost fields of :class:`specsim.profile.MethodAcceptance` on prompts with that many images."""
+        if self.plain:
+            return {"draft_batch_size": 1}
+        kinds = [s.kind for s in self.members]
+        k = len(kinds)
+        return {"draft_batch_size": k,
+                "uses_draft_vision": bool(images_per_prompt) and any(c in ("M", "P") for c in kinds),
+                "captions_per_prompt": images_per_prompt if "C" in kinds else 0,
+                "weights": tuple(1.0 / k for _ in kinds) if k > 1 else None}
+
+    def make_drafter(self, target, draft, *, captioner=None, caption_prefix: str = "Image: ", device="cpu"):
+        """A fresh drafter over loaded ``target``/``draft`` (:class:`calibrate.models.LoadedModel`)."""
+        return make_drafter(self, draft.model, tokenizer=draft.tokenizer or target.tokenizer, captioner=captioner,
+                            caption_prefix=caption_prefix, device=device, target=target.model,
+                            image_processor=getattr(draft.processor, "image_processor", None))
+
+
+def make_drafter(method: str | Method, draft, *, tokenizer=None, captioner=None, caption_prefix: str = "Image: ",
+                 weights=None, image_processor=None, device="cpu", eta: float = 2.0, target=None):
+    """A drafter for a method (code or :class:`Method`) over a bare ``draft`` model.
+
+    ``tokenizer`` re-encodes T/C prompts (T falls back to swapping image-token runs for "\\n" ids
+    without it); ``captioner`` maps a PIL image to text (C); ``image_processor`` makes the draft's
+    pixel values when the target's do not fit its vision tower; ``weights`` one per member (default equal);
+    ``target`` the target VLM whose vision features F (target-features) reuses.
+    """
+    m = Method.parse(method)
+    if m.plain:
+        return TextDrafter(draft, device=device)
+    members = []
+    for s in m.members:
+        if s.kind in ("M", "P"):
+            members.append(MultimodalContext(pool_tokens=s.pool_tokens, image_processor=image_processor))
+        elif s.kind == "T":
+            members.append(TextOnlyContext(tokenizer=tokenizer))
+        elif s.kind == "F":
+            if target is None or not hasattr(unwrap(target), "get_image_features"):
+                raise SpecsimError(f"method {m.code!r}: target-features drafting needs the target VLM (target=)")
+            members.append(TargetFeaturesContext(target=unwrap(target)))
+        else:
+            if captioner is None or tokenizer is None:
+                raise SpecsimError(f"method {m.code!r}: caption drafting needs a captioner and a tokenizer")
+            members.append(CaptionContext(captioner=captioner, tokenizer=tokenizer, prefix=caption_prefix))
+    if any(s.kind in ("M", "P", "F") for s in m.members) and not hasattr(unwrap(draft), "get_image_features"):
+        raise SpecsimError(f"method {m.code!r}: multimodal/pooled drafting needs a VLM draft; use T or C")
+    if m.adaptive:
+        return AdaptiveEnsembleDrafter(draft, members, weights=weights, device=device, eta=eta)
+    return EnsembleDrafter(draft, members, weights=weights, device=device)
