@@ -87,20 +87,27 @@ def top_k_fields(q: torch.Tensor, output: torch.Tensor, top_k: int) -> dict:
             "draft_top_probs": tuple(tuple(float(p) for p in row) for row in np.round(top, BETA_DECIMALS))}
 
 
+def trace_from_probs(p: torch.Tensor, q: torch.Tensor, output: torch.Tensor, *, top_k_probs: torch.Tensor,
+                     top_k: int = 0, prompt_id: str | None = None, tokens=None) -> Trace:
+    """match = [argmax q_t == y_t] and β_t = Σ_x min(p_t(x), q_t(x)) from target/draft distributions
+    [N, V] and the target's tokens y [N]; with ``top_k`` > 0 also each y_t's rank in ``top_k_probs``
+    (the draft's greedy distribution, T = 1) and its K largest probabilities."""
+    if p.shape != q.shape:
+        raise SpecsimError(f"vocabulary mismatch: target {tuple(p.shape)} vs draft {tuple(q.shape)} "
+                           "(speculative decoding needs one shared vocabulary)")
+    match = (q.argmax(-1) == output).to(torch.int64).tolist()
+    beta = torch.minimum(p, q).sum(-1).clamp(0.0, 1.0).double().numpy()
+    return Trace(match=tuple(int(m) for m in match), prompt_id=prompt_id,
+                 beta=tuple(float(b) for b in np.round(beta, BETA_DECIMALS)), tokens=tokens,
+                 **top_k_fields(top_k_probs, output, top_k))
+
+
 def trace_from_logits(target_logits: torch.Tensor, draft_logits: torch.Tensor, output: torch.Tensor,
                       temperature: float = 1.0, prompt_id: str | None = None, top_k: int = 0) -> Trace:
-    """match and β at each position from target/draft logits [N, V] and the target's tokens [N]; with
-    ``top_k`` > 0 also the draft rank of each target token and the draft's top-K probabilities (T = 1)."""
-    if target_logits.shape != draft_logits.shape:
-        raise SpecsimError(f"vocabulary mismatch: target logits {tuple(target_logits.shape)} vs draft "
-                           f"{tuple(draft_logits.shape)} (speculative decoding needs one shared vocabulary)")
-    match = (draft_logits.argmax(-1) == output).to(torch.int64).tolist()
-    p = torch.softmax(target_logits / temperature, -1)
-    q = torch.softmax(draft_logits / temperature, -1)
-    beta = torch.minimum(p, q).sum(-1).clamp(0.0, 1.0).double().numpy()
-    return Trace(match=tuple(int(m) for m in match),
-                 beta=tuple(float(b) for b in np.round(beta, BETA_DECIMALS)), prompt_id=prompt_id,
-                 **top_k_fields(torch.softmax(draft_logits.float(), -1), output, top_k))
+    """:func:`trace_from_probs` from target/draft logits [N, V] at ``temperature``."""
+    return trace_from_probs(torch.softmax(target_logits / temperature, -1),
+                            torch.softmax(draft_logits / temperature, -1), output, prompt_id=prompt_id,
+                            top_k=top_k, top_k_probs=torch.softmax(draft_logits.float(), -1))
 
 
 def acceptance_trace(target, draft, request: Request, *, max_new_tokens: int, eos_token_id=None,
@@ -188,14 +195,8 @@ def drafter_trace(target, drafter, request: Request, *, max_new_tokens: int, eos
         qs.append(drafter.propose(1, temperature=temperature, generator=gen).q_probs[0].float().cpu())
         drafter.accept(0, int(tok))
     q = torch.stack(qs)  # [N, V]
-    p = torch.softmax(ref.logits / temperature, -1)
-    if p.shape != q.shape:
-        raise SpecsimError(f"vocabulary mismatch: target {tuple(p.shape)} vs draft {tuple(q.shape)}")
-    match = (q.argmax(-1) == y).to(torch.int64).tolist()
-    beta = torch.minimum(p, q).sum(-1).clamp(0.0, 1.0).double().numpy()
-    trace = Trace(match=tuple(int(m) for m in match), prompt_id=request.prompt_id,
-                  beta=tuple(float(b) for b in np.round(beta, BETA_DECIMALS)), tokens=tuple(ref.tokens),
-                  **top_k_fields(q, y, top_k))
+    trace = trace_from_probs(torch.softmax(ref.logits / temperature, -1), q, y, top_k_probs=q, top_k=top_k,
+                             prompt_id=request.prompt_id, tokens=tuple(ref.tokens))
     context = getattr(drafter, "context_tokens", None) or [request.input_ids.shape[1]]
     return PromptTrace(trace=trace, output_tokens=ref.tokens, prompt_tokens=request.input_ids.shape[1],
                        draft_prompt_tokens=int(max(context)))

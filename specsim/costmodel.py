@@ -26,8 +26,8 @@ that of a target-only step.
 Interpolation rule (:func:`grid_ms`):
 
 - context: piecewise linear between measured contexts; outside the measured range, linear
-  extrapolation from the two nearest points with the slope clipped at ≥ 0 (a longer cache never costs
-  less; noise must not make a time negative), always flagged (one measured context: that value,
+  extrapolation from the two nearest points with the slope clipped at ≥ 0 and the value at ≥ 0 (a longer
+  cache never costs less; noise must not make a time negative), always flagged (one measured context: that value,
   flagged whenever another context is asked for). Attention over the KV cache is linear in its length,
   so the rule is exact for the cost it models inside the grid;
 - rows and batch: exact at measured values, linear between two measured values; outside the measured
@@ -190,8 +190,10 @@ def grid_ms(grid: CostGrid, rows, context_tokens, batch=1, *, name: str = "cost 
     for ai, aw in ((a0, 1 - wa), (a1, wa)):
         for bi, bw in ((b0, 1 - wb), (b1, wb)):
             y0, y1 = y[ai, bi, i0], y[ai, bi, i1]
-            # outside the grid the slope is clipped at >= 0 (module docstring)
+            # outside the grid the slope is clipped at >= 0, and a line carried below the first point
+            # stops at 0 ms (module docstring: noise must not make a time negative)
             line = np.where(out & (y1 < y0), np.where(w < 0, y0, y1), (1 - w) * y0 + w * y1)
+            line = np.where(out, np.maximum(line, 0.0), line)
             total = total + aw * bw * line
     return (total if total.ndim else float(total)), out
 

@@ -158,3 +158,14 @@ def test_predict_walks_the_traces_of_a_schema2_profile():
     # a context that has no prompt length is a clear note, not a crash
     bare = MethodAcceptance(method="x", scenario="s", images_per_prompt=0, gamma=3, tau=2.0)
     assert "prompt length is unknown" in predict_entry(prof, bare, 3).note
+
+
+def test_extrapolation_below_the_grid_never_goes_negative():
+    """A steep (noisy) slope carried far below the first measured context stops at 0 ms, flagged."""
+    from specsim.costmodel import grid_ms, make_grid
+
+    grid = make_grid(rows=(1,), context_tokens=(64, 256), batch=(1,), ms=[[[1.0], [9.0]]])
+    ms, out = grid_ms(grid, 1, 8, 1, name="draft_next")
+    assert out and ms == 0.0
+    ms, out = grid_ms(grid, 1, 48, 1, name="draft_next")
+    assert out and ms == pytest.approx(1.0 - 16 / 192 * 8.0)

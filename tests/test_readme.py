@@ -20,3 +20,23 @@ def test_two_setup_commands_and_ci_runs_the_test_one():
     assert "pytest" in test_cmd and "torch==2.13.0" in test_cmd
     assert test_cmd.index("torch==2.13.0") < test_cmd.index("-e")
     assert test_cmd in (ROOT / ".ci" / "run").read_text()
+
+
+def _layout() -> str:
+    return (ROOT / "README.md").read_text().split("## Layout", 1)[1].split("\n## ", 1)[0]
+
+
+def test_layout_names_every_module_and_nothing_gone():
+    text = _layout()
+    named = set(re.findall(r"`([A-Za-z0-9_./]+)`", text))
+    files = {p for pkg in ("specsim", "calibrate") for p in (ROOT / pkg).rglob("*.py")
+             if "__pycache__" not in p.parts and p.name != "__init__.py"}
+    missing = sorted(str(p.relative_to(ROOT)) for p in files if p.name not in named)
+    assert not missing, f"README layout does not name: {missing}"
+    folders = {p.name + "/" for pkg in ("specsim", "calibrate") for p in (ROOT / pkg).rglob("*")
+               if p.is_dir() and "__pycache__" not in p.parts and p.parent.name in ("specsim", "calibrate",
+                                                                                     "hardware", "zoo")}
+    assert not folders - named, f"README layout does not name folders: {sorted(folders - named)}"
+    existing = {p.name for p in files} | {"regenerate.py"}
+    gone = sorted(n for n in named if n.endswith(".py") and n not in existing and not (ROOT / n).is_file())
+    assert not gone, f"README layout names modules that do not exist: {gone}"

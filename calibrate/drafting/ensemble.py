@@ -80,8 +80,8 @@ class EnsembleDrafter:
         self._drafts: list[int] | None = None
 
     # ------------------------------------------------------------------ draft phase
-    def _step(self, x: torch.Tensor) -> torch.Tensor:
-        """Feed x [k, m] to every row; logits [k, V] of the last position."""
+    def step(self, x: torch.Tensor) -> torch.Tensor:
+        """Feed x [k, m] to every row (one batched draft forward); logits [k, V] of the last position."""
         k, m = x.shape
         self.mask = torch.cat([self.mask, torch.ones(k, m, dtype=self.mask.dtype, device=self.mask.device)], 1)
         pos = self.pos[:, None] + torch.arange(m, device=self.pos.device)  # [k, m]
@@ -117,7 +117,7 @@ class EnsembleDrafter:
         w = self.weights.to(torch.float32).to(self.model.device)[:, None]  # [k, 1]
         for i in range(gamma):
             with timed(self.device) as t:
-                logits = self._step_prompt() if first and i == 0 else self._step(x)  # [k, V]
+                logits = self._step_prompt() if first and i == 0 else self.step(x)  # [k, V]
             steps.append(t.ms)
             p = torch.softmax(logits / (temperature if temperature > 0 else 1.0), -1)  # [k, V]
             q = (w * p).sum(0)  # [V]

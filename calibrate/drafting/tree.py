@@ -116,7 +116,7 @@ class _EnsembleTree:
         self.context = d.mask.shape[1]
         self.rows = d._prompt[1].shape[1] if d._prompt is not None else d.tail.shape[1]
         # the request's first pass feeds the padded prompt (the prefill is fused with it), later ones the tail
-        logits = d._step_prompt() if d._prompt is not None else d._step(d.tail)  # [k, V]
+        logits = d._step_prompt() if d._prompt is not None else d.step(d.tail)  # [k, V]
         d._drafts = None
         self.base = d.mask.shape[1]
         return logits[:, None]  # [k, 1, V]
