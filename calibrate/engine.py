@@ -319,12 +319,9 @@ def speculative_decode(target, drafter: Drafter, request: Request, *, gamma: int
     policy = as_policy(gamma)  # an int is a fixed γ; bad values raise naming gamma
     _check_args(0, max_new_tokens, temperature, request)
     state = policy.initial_state()
-    model, cache, setup, kwargs = _start(target, request, device)
+    model, cache, setup, kwargs, pending = _start(target, request, device)
     setup.update(drafter.prefill(request))
-    pending = request.input_ids.to(model.device)  # [1, S]: the first block carries the prompt
-    out: list[int] = []
-    blocks: list[BlockRecord] = []
-    done = False
+    out, blocks, done = [], [], False
     while not done:
         t0 = time.perf_counter()
         g = min(policy.next_gamma(state), max_new_tokens - len(out) - 1)
@@ -349,10 +346,11 @@ def speculative_decode(target, drafter: Drafter, request: Request, *, gamma: int
 
 
 def _start(target, request: Request, device):
-    """(model, empty KV cache, set-up ms (the target's vision encoder), kwargs of the first target pass)."""
+    """(model, empty KV cache, set-up ms (the target's vision encoder), kwargs of the first target pass,
+    the first pending tokens [1, S]: the first pass carries the whole prompt)."""
     model = unwrap(target)
     kwargs, setup = vision_phase(model, request, device)
-    return model, new_cache(), setup, kwargs
+    return model, new_cache(), setup, kwargs, request.input_ids.to(model.device)
 
 
 def _empty(model) -> Proposal:
@@ -366,11 +364,8 @@ def target_decode(target, request: Request, *, max_new_tokens: int, temperature:
     """Target-only decoding through the same forward and sampling as :func:`speculative_decode`: the
     first step runs over the whole prompt (the prefill), every later step over one token."""
     _check_args(0, max_new_tokens, temperature, request)
-    model, cache, setup, kwargs = _start(target, request, device)
-    pending = request.input_ids.to(model.device)
-    out: list[int] = []
-    blocks: list[BlockRecord] = []
-    done = False
+    model, cache, setup, kwargs, pending = _start(target, request, device)
+    out, blocks, done = [], [], False
     while not done:
         t0 = time.perf_counter()
         context = cache.get_seq_length()

@@ -169,7 +169,7 @@ def tree_decode(target, drafter, request: Request, *, tree: TreeSpec | str, max_
     if not isinstance(tree, TreeSpec):
         raise SpecsimError(f"tree: expected a TreeSpec or a spec string, got {tree!r}")
     _check_args(0, max_new_tokens, temperature, request)
-    model, cache, setup, kwargs = _start(target, request, device)
+    model, cache, setup, kwargs, _ = _start(target, request, device)
     pending, setup["target_prefill_ms"] = _prefill(model, cache, request, device, kwargs)
     setup.update(drafter.prefill(request))
     out: list[int] = []

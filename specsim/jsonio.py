@@ -208,6 +208,43 @@ def check_keys(d: dict, allowed: Iterable[str], where: str) -> None:
         raise SpecsimError(f"{where}: unknown field {unknown[0]!r} (expected one of {sorted(allowed)})")
 
 
+def parse_file_data(data: Any, path: Path, what: str, parse):
+    """``parse(data)`` of a file's JSON, its errors prefixed with ``<what> file <name>:``."""
+    try:
+        return parse(data)
+    except SpecsimError as err:
+        raise SpecsimError(f"{what} file {path.name}: {err}") from None
+
+
+def shipped_names(folder: Path) -> list[str]:
+    """Names of the shipped JSON files in ``folder`` (file stems), sorted."""
+    return sorted(p.stem for p in folder.glob("*.json"))
+
+
+def shipped_or_user_file(name_or_path: str, folder: Path, what: str) -> Path:
+    """``folder/<name>.json`` for a shipped name, else the user's JSON file at ``name_or_path`` (a regular
+    file); SpecsimError naming the shipped names when it is neither."""
+    path = folder / f"{name_or_path}.json"
+    if path.is_file():
+        return path
+    path = Path(name_or_path)
+    if not (path.suffix == ".json" or os.sep in name_or_path or os.path.lexists(path)):
+        raise SpecsimError(f"unknown {what} {name_or_path!r} (expected a path to a .json file or one of: "
+                           f"{', '.join(shipped_names(folder))})")
+    return check_regular_file(path, f"{what} file")
+
+
+def sourced(q: Any, where: str, source_hint: str) -> tuple[Any, str]:
+    """(value, source) of a ``{"value": ..., "source": "..."}`` entry; errors name the field, and
+    ``source_hint`` says what a source is (a datasheet, a paper, a fit command)."""
+    if not isinstance(q, dict) or "value" not in q:
+        raise SpecsimError(f"{where}: expected {{\"value\": number, \"source\": \"...\"}}, got {q!r}")
+    source = q.get("source")
+    if not isinstance(source, str) or not source.strip():
+        raise SpecsimError(f"{where}.source: expected {source_hint}, got {source!r}")
+    return q["value"], source
+
+
 def check_object(d: Any, allowed: Iterable[str], where: str, *, schema_version: int | None = None) -> dict:
     """``d`` when it is a JSON object with only ``allowed`` keys (and, when given, exactly that integer
     ``schema_version``); SpecsimError naming ``where`` and the bad key or value otherwise."""

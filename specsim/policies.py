@@ -44,8 +44,18 @@ HF_NUM_ASSISTANT_TOKENS = 20  # transformers GenerationConfig default for assist
 MAX_BATCH = int(RANGES["batch"][1])
 
 
+class _GammaIsState:
+    """Policies whose state is the γ of the next block, starting from ``self.gamma``."""
+
+    def initial_state(self) -> int:
+        return self.gamma
+
+    def next_gamma(self, state: int) -> int:
+        return state
+
+
 @dataclass(frozen=True)
-class GammaPolicy:
+class GammaPolicy(_GammaIsState):
     """γ per block by ``schedule`` "fixed" (always ``gamma``) or "heuristic" (HF's, from ``gamma``),
     capped at ``gamma_max`` when given; drafting stops early below draft probability ``stop_below``."""
 
@@ -62,12 +72,6 @@ class GammaPolicy:
             _check_gamma(self.gamma_max, "max", lo=self.gamma)
         if not 0.0 <= float(self.stop_below) < 1.0:
             raise SpecsimError(f"confidence: expected a probability in [0, 1), got {self.stop_below!r}")
-
-    def initial_state(self) -> int:
-        return self.gamma
-
-    def next_gamma(self, state: int) -> int:
-        return state
 
     def update(self, state: int, proposed: int, accepted: int) -> int:
         """HF's rule: +2 when every proposed draft was accepted, else −1 (floor 1)."""
@@ -90,7 +94,7 @@ class GammaPolicy:
 
 
 @dataclass(frozen=True)
-class BatchTable:
+class BatchTable(_GammaIsState):
     """γ from a table of (batch size, γ) rows: the row of the largest batch ≤ ``batch_size``."""
 
     table: tuple[tuple[int, int], ...]
@@ -110,12 +114,6 @@ class BatchTable:
     @property
     def gamma(self) -> int:
         return [g for b, g in self.table if b <= self.batch_size][-1]
-
-    def initial_state(self) -> int:
-        return self.gamma
-
-    def next_gamma(self, state: int) -> int:
-        return state
 
     def update(self, state: int, proposed: int, accepted: int) -> int:
         return state

@@ -132,14 +132,21 @@ def _predict_walk(profile: Profile, entry: MethodAcceptance, gamma: int, *, cont
                                                new_tokens=new_tokens), fused=False)
     except SpecsimError as err:
         return Prediction(**base, tau=tau0, c=None, v=None, gamma_c_plus_v=None, speedup=None, note=str(err))
+    return walked_prediction(base, cost, "cost model: every forward priced at its own rows, context and batch "
+                                         "along each request")
+
+
+def walked_prediction(base: dict, cost, note: str) -> Prediction:
+    """A :class:`Prediction` (identity fields ``base``) from a walk's cost (:class:`specsim.predict_walk.WalkCost`):
+    τ = tokens per block, c, v, o per block in units of Tp, speedup = target-only ms / SD ms."""
     r = cost.ratios()
-    tp, sd_ms = cost.target_ms_per_token, cost.sd.total_ms / cost.sd.tokens
-    note = "cost model: every forward priced at its own rows, context and batch along each request"
+    sd_ms = cost.sd.total_ms / cost.sd.tokens
     if cost.sd.extrapolated or cost.base.extrapolated:
         note += "; a context outside the measured grid was extrapolated (linear)"
     return Prediction(**base, tau=cost.sd.tokens / cost.sd.blocks, c=r["c"], v=r["v"], o=r["o"],
                       gamma_c_plus_v=r["gamma_c_plus_v"], speedup=cost.base.total_ms / cost.sd.total_ms,
-                      target_ms_per_token=tp, sd_ms_per_token=sd_ms, tokens_per_s=1000.0 / sd_ms, note=note)
+                      target_ms_per_token=cost.target_ms_per_token, sd_ms_per_token=sd_ms,
+                      tokens_per_s=1000.0 / sd_ms, note=note)
 
 
 def _maybe(fn):

@@ -21,7 +21,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from specsim.errors import SpecsimError
-from specsim.predict import Prediction, predict_entry
+from specsim.predict import Prediction, predict_entry, walked_prediction
 from specsim.predict_walk import Walk, walk_cost
 from specsim.profile import MethodAcceptance, Profile
 from specsim.report import fmt, format_table
@@ -63,15 +63,8 @@ def predict_draft(profile: Profile, entry: MethodAcceptance, draft: Draft, *, co
         cost = walk_cost(profile, entry, walks, fused=False)
     except SpecsimError as err:
         return Prediction(**base, tau=None, c=None, v=None, gamma_c_plus_v=None, speedup=None, note=str(err))
-    r = cost.ratios()
-    sd_ms = cost.sd.total_ms / cost.sd.tokens
-    note = "cost model: exact greedy replay of each traced request, every forward priced where it runs"
-    if cost.sd.extrapolated or cost.base.extrapolated:
-        note += "; a context outside the measured grid was extrapolated (linear)"
-    return Prediction(**base, tau=cost.sd.tokens / cost.sd.blocks, c=r["c"], v=r["v"], o=r["o"],
-                      gamma_c_plus_v=r["gamma_c_plus_v"], speedup=cost.base.total_ms / cost.sd.total_ms,
-                      target_ms_per_token=cost.target_ms_per_token, sd_ms_per_token=sd_ms,
-                      tokens_per_s=1000.0 / sd_ms, note=note)
+    return walked_prediction(base, cost, "cost model: exact greedy replay of each traced request, every forward "
+                                         "priced where it runs")
 
 
 def best_tree_for(profile: Profile, entry: MethodAcceptance, *, n_max: int | None = None,

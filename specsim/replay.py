@@ -34,19 +34,25 @@ def _as_match(match, where: str = "match") -> np.ndarray:
     return m
 
 
-def _match_arrays(traces) -> list[np.ndarray]:
-    """Match arrays from ``Trace`` objects (their ``match``) or from plain 0/1 sequences."""
+def trace_arrays(traces, field: str, parse, missing: str) -> list[np.ndarray]:
+    """``parse(array, where)`` of each trace's ``field`` (``Trace`` objects or plain sequences, or one 1-D
+    array); SpecsimError "traces[i]: ``missing``" when a trace lacks it, or when there are no traces."""
     if isinstance(traces, np.ndarray) and traces.ndim == 1:
         traces = [traces]
     out = []
     for i, t in enumerate(traces):
-        m = getattr(t, "match", t)
-        if m is None:
-            raise SpecsimError(f"traces[{i}]: no greedy 'match' trace (only beta); use specsim.montecarlo")
-        out.append(_as_match(m, f"traces[{i}].match"))
+        value = getattr(t, field, t)
+        if value is None:
+            raise SpecsimError(f"traces[{i}]: {missing}")
+        out.append(parse(value, f"traces[{i}].{field}"))
     if not out:
         raise SpecsimError("traces: expected at least one trace, got none")
     return out
+
+
+def _match_arrays(traces) -> list[np.ndarray]:
+    """Match arrays from ``Trace`` objects (their ``match``) or from plain 0/1 sequences."""
+    return trace_arrays(traces, "match", _as_match, "no greedy 'match' trace (only beta); use specsim.montecarlo")
 
 
 def segment_lengths(matches: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from specsim.errors import SpecsimError
+from specsim.replay import trace_arrays
 from specsim.trees import CostFn, TreeSpec, tree_block_ms
 
 
@@ -37,23 +38,17 @@ class ReplayBlock:
         return self.accepted + 1
 
 
+def _as_ranks(r, where: str) -> np.ndarray:
+    r = np.asarray(r)
+    if r.ndim != 1 or (r.size and (r.dtype.kind not in "iu" or r.min() < 0)):
+        raise SpecsimError(f"{where}: expected a 1-D array of integers >= 0")
+    return r.astype(np.int64)
+
+
 def rank_arrays(traces) -> list[np.ndarray]:
     """``draft_rank`` arrays of ``Trace`` objects (or plain integer sequences), validated."""
-    if isinstance(traces, np.ndarray) and traces.ndim == 1:
-        traces = [traces]
-    out = []
-    for i, t in enumerate(traces):
-        r = getattr(t, "draft_rank", t)
-        if r is None:
-            raise SpecsimError(f"traces[{i}]: no draft_rank (run 'specsim calibrate acceptance --top-k K' "
-                               "for tree replay)")
-        r = np.asarray(r)
-        if r.ndim != 1 or (r.size and (r.dtype.kind not in "iu" or r.min() < 0)):
-            raise SpecsimError(f"traces[{i}].draft_rank: expected a 1-D array of integers >= 0")
-        out.append(r.astype(np.int64))
-    if not out:
-        raise SpecsimError("traces: expected at least one trace, got none")
-    return out
+    return trace_arrays(traces, "draft_rank", _as_ranks,
+                        "no draft_rank (run 'specsim calibrate acceptance --top-k K' for tree replay)")
 
 
 def accepted_from_each_start(ranks: np.ndarray, tree: TreeSpec, *, with_nodes: bool = False):

@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from calibrate.zoo.data import Encoded, batch_indices, collate, encode_captions, encode_examples, model_inputs
+from calibrate.zoo.vision import optimizer_step
 
 # Fractions of the --minutes budget; the rest goes to data, evaluation and I/O.
 # The target gets the most: its difference tasks (spot, IEdit, story) are the last skills it learns.
@@ -155,11 +156,7 @@ def train_role(role: str, model: Any, data: list[Encoded], val: list[Encoded], p
             g["lr"] = lr_at(step, total, peak)
         items = [warmup_data[i] for i in next(warm_it)] if step < n_warm else [data[i] for i in next(it)]
         loss = _loss(model, collate(items, processor.image_processor, cfg.fact_weight), teacher, cfg.distill)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(params, 1.0)
-        opt.step()
-        log.losses.append(float(loss.detach()))
+        log.losses.append(optimizer_step(opt, loss, params))
         bar.set_postfix(loss=f"{np.mean(log.losses[-20:]):.3f}", refresh=False)
     log.seconds, log.steps = time.perf_counter() - t0, total
     log.validation_loss = validation_loss(model, val, processor, cfg.tokens_per_batch)

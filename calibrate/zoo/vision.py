@@ -63,11 +63,7 @@ def pretrain_vision(tower: Any, image_processor: Any, steps: int, rng: np.random
         feats = _features(tower, pixel_values(scenes, image_processor))
         loss = sum(torch.nn.functional.cross_entropy(heads[k](_head_input(feats, k)), y)
                    for k, y in _targets(scenes).items())
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(params, 1.0)
-        opt.step()
-        losses.append(float(loss.detach()))
+        losses.append(optimizer_step(opt, loss, params))
     tower.eval()
     return losses
 
@@ -86,3 +82,14 @@ def probe_seconds_per_step(tower: Any, image_processor: Any, batch_images: int =
         times.append(time.perf_counter() - t0)
     tower.zero_grad(set_to_none=True)
     return float(np.median(times))
+
+
+def optimizer_step(opt, loss, params, max_grad_norm: float = 1.0) -> float:
+    """One step of ``opt`` on ``loss`` with gradients clipped to ``max_grad_norm``; returns the loss."""
+    import torch
+
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(params, max_grad_norm)
+    opt.step()
+    return float(loss.detach())

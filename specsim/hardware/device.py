@@ -19,7 +19,14 @@ from typing import Any
 
 from specsim.bounds import check_range
 from specsim.errors import SpecsimError
-from specsim.jsonio import check_object, check_regular_file, read_json
+from specsim.jsonio import (
+    check_object,
+    parse_file_data,
+    read_json,
+    shipped_names,
+    shipped_or_user_file,
+    sourced,
+)
 
 SCHEMA_VERSION = 1
 CATALOG_DIR = Path(__file__).parent / "catalog"
@@ -112,33 +119,21 @@ def _text(d: dict, key: str, where: str) -> str:
 
 
 def _quantity(d: dict, key: str, where: str) -> tuple[float, str]:
-    q = d.get(key)
-    if not isinstance(q, dict):
-        raise SpecsimError(f"{where}.{key}: expected {{\"value\": number, \"source\": \"...\"}}, got {q!r}")
-    value, source = q.get("value"), q.get("source")
+    value, source = sourced(d.get(key), f"{where}.{key}", "the datasheet or measurement this number comes from")
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0 or value == float("inf"):
         raise SpecsimError(f"{where}.{key}.value: expected a finite number > 0, got {value!r}")
     check_range(value, _UNITS[key], f"{where}.{key}.value")
-    if not isinstance(source, str) or not source.strip():
-        raise SpecsimError(f"{where}.{key}.source: expected the datasheet or measurement this number comes "
-                           f"from, got {source!r}")
     return float(value), source
 
 
 def catalog_names() -> list[str]:
     """Names of the shipped devices (file stems), ``cpu`` included."""
-    return sorted(p.stem for p in CATALOG_DIR.glob("*.json"))
+    return shipped_names(CATALOG_DIR)
 
 
 def load_device(name_or_path: str) -> Device:
     """A catalog name (``h100-sxm``, ``cpu``) or a path to a user device JSON file."""
-    path = CATALOG_DIR / f"{name_or_path}.json"
-    if not path.is_file():
-        path = Path(name_or_path)
-        if not (path.suffix == ".json" or os.sep in name_or_path or os.path.lexists(path)):
-            raise SpecsimError(f"unknown device {name_or_path!r} (expected a path to a .json file or one of: "
-                               f"{', '.join(catalog_names())})")
-        check_regular_file(path, "device file")
+    path = shipped_or_user_file(name_or_path, CATALOG_DIR, "device")
     data = read_json(path, "device file")
     measure = data.get("measure", False) if isinstance(data, dict) else False
     if not isinstance(measure, bool):
@@ -149,10 +144,7 @@ def load_device(name_or_path: str) -> Device:
                            "remove it to use this file's numbers, or pass --device cpu to measure this machine")
     if measure:
         return measured_cpu_device()
-    try:
-        return Device.from_json(data)
-    except SpecsimError as err:
-        raise SpecsimError(f"device file {path.name}: {err}") from None
+    return parse_file_data(data, path, "device", Device.from_json)
 
 
 def load_devices(names_or_paths: list[str] | None = None, *, include_cpu: bool = False) -> list[Device]:

@@ -24,7 +24,6 @@ other source covers the runtime. ``value`` is then the fit on the whole set (``s
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -32,7 +31,14 @@ from typing import Any
 import numpy as np
 
 from specsim.errors import SpecsimError
-from specsim.jsonio import check_object, read_json
+from specsim.jsonio import (
+    check_object,
+    parse_file_data,
+    read_json,
+    shipped_names,
+    shipped_or_user_file,
+    sourced,
+)
 
 SCHEMA_VERSION = 1
 RUNTIMES_DIR = Path(__file__).parent / "runtimes"
@@ -160,32 +166,15 @@ class Runtime:
 
 def _number(q: Any, where: str) -> tuple[Any, str]:
     """(value, source) of a ``{"value": ..., "source": "..."}`` entry; errors name the field."""
-    if not isinstance(q, dict) or "value" not in q:
-        raise SpecsimError(f"{where}: expected {{\"value\": number, \"source\": \"...\"}}, got {q!r}")
-    source = q.get("source")
-    if not isinstance(source, str) or not source.strip():
-        raise SpecsimError(f"{where}.source: expected the paper, repository, datasheet or fit "
-                           f"command this number comes from, got {source!r}")
-    return q["value"], source
+    return sourced(q, where, "the paper, repository, datasheet or fit command this number comes from")
 
 
 def runtime_names() -> list[str]:
     """Names of the shipped runtimes (file stems)."""
-    return sorted(p.stem for p in RUNTIMES_DIR.glob("*.json"))
+    return shipped_names(RUNTIMES_DIR)
 
 
 def load_runtime(name_or_path: str) -> Runtime:
     """A shipped runtime name (``hf-eager``, ``vllm``, ``llama.cpp``) or a path to a runtime JSON file."""
-    path = RUNTIMES_DIR / f"{name_or_path}.json"
-    if not path.is_file():
-        path = Path(name_or_path)
-        if not (path.suffix == ".json" or os.sep in name_or_path or path.exists()):
-            raise SpecsimError(f"unknown runtime {name_or_path!r} (expected a path to a .json file or one of: "
-                               f"{', '.join(runtime_names())})")
-        if not path.is_file():
-            raise SpecsimError(f"runtime file {name_or_path!r} does not exist")
-    data = read_json(path, "runtime file")
-    try:
-        return Runtime.from_json(data)
-    except SpecsimError as err:
-        raise SpecsimError(f"runtime file {path.name}: {err}") from None
+    path = shipped_or_user_file(name_or_path, RUNTIMES_DIR, "runtime")
+    return parse_file_data(read_json(path, "runtime file"), path, "runtime", Runtime.from_json)
