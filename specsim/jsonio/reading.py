@@ -1,0 +1,187 @@
+"""Reading files safely: regular files only, size and UTF-8 checks, strict JSON (the rules in
+:mod:`specsim.jsonio`); shipped-or-user JSON file lookup."""
+
+from __future__ import annotations
+
+import errno
+import json
+import math
+import os
+import stat
+from pathlib import Path
+from typing import Any
+
+from specsim.errors import SpecsimError
+
+MAX_FILE_BYTES = 1 << 30  # 1 GiB: far above any profile with traces; bounds memory on a wrong path
+MAX_DEPTH = 64            # specsim's formats nest at most ~6 levels
+_INT64_MAX = 2**63 - 1
+
+
+# --------------------------------------------------------------------------- file types
+def _kind(mode: int) -> str:
+    for test, name in ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
+                       (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+                       (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return name
+    return "not a regular file"
+
+
+def _stat_problem(err: OSError) -> str:
+    if err.errno == errno.ENOENT:
+        return "does not exist"
+    if err.errno == errno.ELOOP:
+        return "is a symlink loop"
+    if err.errno == errno.ENOTDIR:
+        return "does not exist (a parent in its path is a file, not a folder)"
+    return f"cannot be read ({err.strerror})"
+
+
+def check_regular_file(path: str | os.PathLike, what: str) -> Path:
+    """``path`` if it names a regular file (symlinks followed); SpecsimError naming what it is otherwise.
+
+    Only ``stat`` is used: a FIFO or device is rejected without being opened.
+    """
+    path = Path(path)
+    try:
+        st = os.stat(path)
+    except OSError as err:
+        raise SpecsimError(f"{what} {str(path)!r} {_stat_problem(err)}") from None
+    if not stat.S_ISREG(st.st_mode):
+        raise SpecsimError(f"{what} {str(path)!r} is {_kind(st.st_mode)}; expected a regular file")
+    return path
+
+
+def read_bytes(path: str | os.PathLike, what: str, *, max_bytes: int = MAX_FILE_BYTES) -> bytes:
+    """The bytes of a regular file, at most ``max_bytes`` (SpecsimError otherwise)."""
+    path = check_regular_file(path, what)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except OSError as err:
+        raise SpecsimError(f"{what} {str(path)!r} {_stat_problem(err)}") from None
+    with os.fdopen(fd, "rb") as fh:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):  # swapped between the check and the open
+            raise SpecsimError(f"{what} {str(path)!r} is {_kind(mode)}; expected a regular file")
+        try:
+            data = fh.read(max_bytes + 1)
+        except OSError as err:
+            raise SpecsimError(f"{what} {str(path)!r} cannot be read ({err.strerror})") from None
+    if len(data) > max_bytes:
+        raise SpecsimError(f"{what} {str(path)!r} is larger than {max_bytes} bytes (the most specsim reads); "
+                           "wrong file?")
+    return data
+
+
+def decode_utf8(data: bytes, where: str) -> str:
+    """UTF-8 text of ``data`` (a leading byte-order mark dropped); SpecsimError for other encodings."""
+    if data[:4] in (b"\xff\xfe\x00\x00", b"\x00\x00\xfe\xff") or data[:2] in (b"\xff\xfe", b"\xfe\xff"):
+        raise SpecsimError(f"{where} is UTF-16 or UTF-32 text (byte-order mark); expected UTF-8: re-save it as UTF-8")
+    if b"\x00" in data:
+        raise SpecsimError(f"{where} contains NUL bytes (a binary file, or UTF-16 text?); expected UTF-8 JSON text")
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as err:
+        if err.end >= len(data) and err.reason == "unexpected end of data":
+            raise SpecsimError(f"{where} ends in the middle of a UTF-8 character (truncated file?)") from None
+        raise SpecsimError(f"{where} is not UTF-8 text (byte 0x{data[err.start]:02x} at offset {err.start}); "
+                           "binary file or another encoding?") from None
+
+
+def read_text(path: str | os.PathLike, what: str) -> str:
+    """The UTF-8 text of a regular file (see the module docstring for what is refused)."""
+    return decode_utf8(read_bytes(path, what), f"{what} {str(Path(path))!r}")
+
+
+# --------------------------------------------------------------------------- JSON
+class _Refused(ValueError):
+    """A value the JSON hooks refuse (raised inside json.loads, turned into one SpecsimError line)."""
+
+
+def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict:
+    out: dict = {}
+    for key, value in pairs:
+        if key in out:
+            raise _Refused(f"duplicate key {key!r} in one object (which value is meant is ambiguous)")
+        out[key] = value
+    return out
+
+
+def _refuse_constant(name: str):
+    raise _Refused(f"{name} is not a JSON number (expected finite numbers)")
+
+
+def _scan(value: Any, allow_nan: bool = False) -> str | None:
+    """The first problem json.loads lets through: nesting over MAX_DEPTH, a float that overflowed to
+    inf (a literal like 1e400), an integer outside int64. Iterative, so deep input cannot overflow."""
+    stack = [([value], 0)]
+    while stack:
+        v, d = stack.pop()
+        if d > MAX_DEPTH:
+            return f"JSON nested too deeply (expected at most {MAX_DEPTH} levels)"
+        for c in (v.values() if type(v) is dict else v):
+            t = type(c)
+            if t is dict or t is list:
+                stack.append((c, d + 1))
+            elif t is float and not allow_nan and not math.isfinite(c):
+                return "a number is outside a float's range (a literal like 1e400?)"
+            elif t is int and not -_INT64_MAX <= c <= _INT64_MAX:
+                digits = len(str(abs(c)))
+                return f"integer of {digits} digits is too large (expected at most 2**63-1 in magnitude)"
+    return None
+
+
+def parse_json(text: str, where: str, *, allow_nan: bool = False) -> Any:
+    """Strict JSON (see the module docstring); ``where`` names the source in errors.
+
+    ``allow_nan`` lets NaN/Infinity through, for other tools' dumps (vLLM's ``get_metrics`` writes
+    NaN for idle gauges) whose readers check every value they use.
+    """
+    constant = float if allow_nan else _refuse_constant
+    try:
+        value = json.loads(text, object_pairs_hook=_no_duplicates, parse_constant=constant)
+    except json.JSONDecodeError as err:
+        raise SpecsimError(f"{where} is not valid JSON (line {err.lineno}, column {err.colno}: {err.msg}); "
+                           "truncated or malformed file?") from None
+    except _Refused as err:
+        raise SpecsimError(f"{where}: {err}") from None
+    except RecursionError:
+        raise SpecsimError(f"{where}: JSON nested too deeply (expected at most {MAX_DEPTH} levels)") from None
+    except ValueError:  # an integer literal beyond Python's digit limit for str -> int
+        raise SpecsimError(f"{where}: an integer is too large (expected at most 2**63-1 in magnitude)") from None
+    problem = _scan(value, allow_nan)
+    if problem:
+        raise SpecsimError(f"{where}: {problem}")
+    return value
+
+
+def read_json(path: str | os.PathLike, what: str) -> Any:
+    """Parse the JSON file at ``path``; ``what`` names it in errors (e.g. "profile", "device file")."""
+    return parse_json(read_text(path, what), f"{what} {str(Path(path))!r}")
+
+
+def dumps_json(data: Any, *, indent: int | None = 1) -> str:
+    """Strict JSON text (SpecsimError instead of writing NaN/Infinity, which is not JSON)."""
+    try:
+        return json.dumps(data, indent=indent, allow_nan=False)
+    except ValueError as err:
+        raise SpecsimError(f"refusing to write non-finite numbers as JSON ({err})") from None
+
+
+def shipped_names(folder: Path) -> list[str]:
+    """Names of the shipped JSON files in ``folder`` (file stems), sorted."""
+    return sorted(p.stem for p in folder.glob("*.json"))
+
+
+def shipped_or_user_file(name_or_path: str, folder: Path, what: str) -> Path:
+    """``folder/<name>.json`` for a shipped name, else the user's JSON file at ``name_or_path`` (a regular
+    file); SpecsimError naming the shipped names when it is neither."""
+    path = folder / f"{name_or_path}.json"
+    if path.is_file():
+        return path
+    path = Path(name_or_path)
+    if not (path.suffix == ".json" or os.sep in name_or_path or os.path.lexists(path)):
+        raise SpecsimError(f"unknown {what} {name_or_path!r} (expected a path to a .json file or one of: "
+                           f"{', '.join(shipped_names(folder))})")
+    return check_regular_file(path, f"{what} file")

@@ -1,0 +1,106 @@
+"""Writing files safely: output paths checked before any work, atomic writes that keep permissions and
+write through symlinks (the rules in :mod:`specsim.jsonio`)."""
+
+from __future__ import annotations
+
+import os
+import stat
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from specsim.errors import SpecsimError
+from specsim.jsonio.reading import _kind, _stat_problem, dumps_json
+
+
+# --------------------------------------------------------------------------- writing
+def _nearest_existing(folder: Path) -> Path:
+    while not os.path.lexists(folder) and folder != folder.parent:
+        folder = folder.parent
+    return folder
+
+
+def check_writable(path: str | os.PathLike | None, what: str) -> Path:
+    """The file ``path`` will really be written to (symlinks followed), or a SpecsimError saying why not.
+
+    Call it before any work: it refuses an empty path, a directory, a device/FIFO, a symlink loop, a
+    read-only existing file, a parent that is a file, and a folder this process cannot create files in
+    (tested by creating and removing a temp file there, which also catches read-only file systems).
+    """
+    text = "" if path is None else os.fspath(path)
+    if not str(text).strip():
+        raise SpecsimError(f"{what}: expected a file path, got {text!r}")
+    given = Path(text)
+    try:
+        st = os.stat(given)
+    except FileNotFoundError:
+        st = None
+    except OSError as err:
+        raise SpecsimError(f"{what} {text!r} {_stat_problem(err)}") from None
+    if st is not None:
+        if stat.S_ISDIR(st.st_mode):
+            raise SpecsimError(f"{what} {text!r} is a directory; expected a file path")
+        if not stat.S_ISREG(st.st_mode):
+            raise SpecsimError(f"{what} {text!r} is {_kind(st.st_mode)}; expected a regular file")
+        if not os.access(given, os.W_OK):
+            raise SpecsimError(f"{what} {text!r} is read-only")
+    target = Path(os.path.realpath(given))
+    folder = _nearest_existing(target.parent)
+    if not folder.is_dir():
+        raise SpecsimError(f"{what} {text!r}: {str(folder)!r} is a file, not a folder")
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".specsim-probe-", dir=folder)
+    except OSError as err:
+        raise SpecsimError(f"{what} {text!r}: cannot create files in folder {str(folder)!r} ({err.strerror})") from None
+    os.close(fd)
+    os.unlink(probe)
+    return target
+
+
+def _umask() -> int:
+    try:
+        with open("/proc/self/status", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    mask = os.umask(0o022)  # no thread-safe way to read it; set and restore at once
+    os.umask(mask)
+    return mask
+
+
+def write_bytes_atomic(path: str | os.PathLike, data: bytes) -> Path:
+    """Write ``data`` via a temp file beside the target and a rename (never half-written).
+
+    A symlink is written through to its target; an existing file keeps its mode, a new one gets
+    0666 & ~umask. Returns ``path`` as given.
+    """
+    target = Path(os.path.realpath(path))
+    target.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        mode = stat.S_IMODE(os.stat(target).st_mode)
+    except FileNotFoundError:
+        mode = 0o666 & ~_umask()
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.chmod(tmp, mode)
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return Path(path)
+
+
+def write_text_atomic(path: str | os.PathLike, text: str) -> Path:
+    """Write ``text`` (UTF-8) atomically (:func:`write_bytes_atomic`)."""
+    return write_bytes_atomic(path, text.encode("utf-8"))
+
+
+def write_json_atomic(path: str | os.PathLike, data: Any) -> Path:
+    """Write ``data`` as strict JSON (indent 1) atomically; NaN/Infinity are refused, never written."""
+    return write_text_atomic(path, dumps_json(data) + "\n")
