@@ -19,6 +19,9 @@ from importlib.metadata import entry_points
 from specsim.errors import SpecsimError, SpecsimWarning
 
 COMMAND_GROUP = "specsim.commands"
+# Top-level packages of the calibrate extra (pyproject.toml) that the measuring commands import lazily.
+_CALIBRATE_EXTRA = {"torch", "transformers", "gguf", "accelerate", "tqdm", "PIL", "safetensors", "tokenizers",
+                    "sentencepiece", "google"}
 CALIBRATE_PREFIX = "calibrate."
 
 
@@ -92,6 +95,13 @@ def main(argv: list[str] | None = None) -> int:
             return int(args.func(args) or 0)
     except SpecsimError as err:
         print(f"specsim: error: {err}", file=sys.stderr)
+        return 2
+    except ModuleNotFoundError as err:
+        # Measuring commands import torch and transformers only when they run (the calibrate extra).
+        if (err.name or "").split(".")[0] not in _CALIBRATE_EXTRA:
+            raise
+        print(f"specsim: error: this command needs the calibrate extra ({err.name} is not installed): "
+              "python -m pip install torch==2.13.0 && python -m pip install -e '.[calibrate]'", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("specsim: interrupted", file=sys.stderr)

@@ -142,3 +142,21 @@ def test_architecture_maps_every_command_and_drafting_module():
               if p.name != "__init__.py"}
     missing = sorted(f for f in files if f"`{f}`" not in text)
     assert not missing, f"ARCHITECTURE.md does not name: {missing}"
+
+
+def test_measuring_command_without_torch_is_one_line():
+    """Without the calibrate extra, a measuring command says what to install in one line, exit 2."""
+    code = textwrap.dedent("""
+        import sys
+        class Block:
+            def find_spec(self, name, path=None, target=None):
+                if name.split('.')[0] in ('torch', 'transformers'):
+                    raise ModuleNotFoundError('blocked', name=name.split('.')[0])
+                return None
+        sys.meta_path.insert(0, Block())
+        import specsim.cli
+        sys.exit(specsim.cli.main(['calibrate', 'acceptance', '--preset', 'zoo', '--out', '/tmp/never.json']))
+    """)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert proc.stderr.count(chr(10)) == 1 and "needs the calibrate extra" in proc.stderr
