@@ -44,11 +44,7 @@ def pair(name: str) -> dict:
     known = pairs()
     if name not in known:
         raise SpecsimError(f"unknown preset pair {name!r} (expected one of: {', '.join(sorted(known))})")
-    entry = known[name]
-    if not isinstance(entry, dict) or not isinstance(entry.get("target"), str) \
-            or not isinstance(entry.get("draft"), str):
-        raise SpecsimError(f"pairs.json[{name!r}]: expected an object with 'target' and 'draft' strings")
-    return entry
+    return _checked(known, name)
 
 
 def pair_models(name: str) -> tuple[str, str]:
@@ -56,8 +52,16 @@ def pair_models(name: str) -> tuple[str, str]:
     known = pairs()
     if name not in known:
         raise SpecsimError(f"unknown pair {name!r} (expected one of: {', '.join(known)})")
-    entry = pair(name)
+    entry = _checked(known, name)
     return entry["target"], entry["draft"]
+
+
+def _checked(known: dict, name: str) -> dict:
+    entry = known[name]
+    if not isinstance(entry, dict) or not isinstance(entry.get("target"), str) \
+            or not isinstance(entry.get("draft"), str):
+        raise SpecsimError(f"pairs.json[{name!r}]: expected an object with 'target' and 'draft' strings")
+    return entry
 
 
 def pair_profile(name: str) -> str | None:
