@@ -16,6 +16,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from calibrate.placeholders import forbid_placeholders, placeholder_ids
 from specsim.dtypes import canonical_dtype
 from specsim.errors import SpecsimError
 from specsim.presets import load_preset, pair, pairs, preset_config, preset_names
@@ -44,6 +45,9 @@ class LoadedModel:
     dtype: str
     processor: Any | None = None  # image + text processor of a VLM loaded with real weights
     placement: str = ""  # module -> device summary when placed with a device map (calibrate.placement)
+
+    def __post_init__(self):
+        forbid_placeholders(self.model)  # a sampled image placeholder would break the next forward
 
     @property
     def text_config(self) -> Any:
@@ -338,13 +342,8 @@ def load_pair(preset_or_target: str, draft: str | None = None, *, device: str = 
 # --------------------------------------------------------------------------- synthetic inputs for timing
 def token_id_limit(loaded: LoadedModel) -> int:
     """Exclusive upper bound for random text ids: the vocabulary, minus special ids from the image token on."""
-    limit = loaded.vocab_size
-    image_id = getattr(loaded.model.config, "image_token_id", None)
-    if image_id is None:
-        image_id = getattr(loaded.model.config, "image_token_index", None)
-    if image_id is not None and 0 < int(image_id) < limit:
-        limit = int(image_id)  # a stray image token would demand image features
-    return limit
+    ids = [i for i in placeholder_ids(loaded.model.config) if 0 < i < loaded.vocab_size]
+    return min(ids, default=loaded.vocab_size)  # a stray image token would demand image features
 
 
 def random_input_ids(loaded: LoadedModel, batch: int, tokens: int, generator) -> Any:
