@@ -248,9 +248,9 @@ def cmd_hardware(args: argparse.Namespace) -> int:
             raise SpecsimError(f"--profile: the default profile {profile_name!r} for pair {pair!r} is not shipped "
                                "yet; pass --profile NAME_OR_PATH")
         profile = load_profile(profile_name)
-        if args.profile is None and not profile.acceptance:
-            raise SpecsimError(f"--profile: the pair's profile {profile.name!r} has latency but no acceptance (tau); "
-                               "pass --profile NAME_OR_PATH with acceptance, or --tau/--alpha with --gamma")
+        if not profile.acceptance:
+            raise SpecsimError(f"--profile: profile {profile.name!r} has latency but no acceptance entries: pass "
+                               "--profile NAME_OR_PATH with acceptance, --alpha A, or --tau T --gamma N")
         methods = _fixed_gamma(_methods(profile, args, max(gamma_max, args.gamma or 0)), args.gamma)
         notes = [f"tau from profile {profile.name} ({profile.provenance.source[:60]})"]
     else:
