@@ -125,6 +125,26 @@ def test_cli_fit_profile_and_validate(tmp_path, capsys):
     assert rc == 2 and "--fit-device" in err  # provenance device 'test' is not a catalog name
 
 
+def test_cli_fit_profile_takes_the_profiles_models(capsys):
+    """--fit-profile without --pair prices the models the profile was measured with, not the default pair's."""
+    common = ("--fit-profile", "qwen2.5-coder-0.5b-1.5b-cpu", "--profile", "qwen2.5-coder-0.5b-1.5b-cpu-check",
+              "--validate", "--device", "l4", "--batch", "1", "--context", "1024", "--json")
+    rc, out, err = _run(capsys, *common)
+    assert rc == 0, err
+    implicit = json.loads(out)
+    rc, out, err = _run(capsys, "--pair", "qwen2.5-coder-0.5b-1.5b", *common)
+    assert rc == 0, err
+    explicit = json.loads(out)
+    assert (implicit["target"], implicit["draft"]) == ("qwen2.5-coder-1.5b", "qwen2.5-coder-0.5b")
+    assert implicit["fit"]["held_out_rms_rel_error"] == pytest.approx(explicit["fit"]["held_out_rms_rel_error"])
+    # The zoo's models are not presets the roofline can size: a one-line error naming what to pass.
+    rc, out, err = _run(capsys, "--fit-profile", "zoo-cpu", "--validate", "--device", "l4")
+    assert rc == 2 and "zoo-cpu" in err and "--target/--draft" in err and len(err.strip().splitlines()) == 1
+    # The pair's own profile has latency only: say which option gives tau.
+    rc, out, err = _run(capsys, "--fit-profile", "qwen2.5-coder-0.5b-1.5b-cpu", "--device", "l4")
+    assert rc == 2 and "no acceptance entries: pass --profile" in err and "--alpha A" in err
+
+
 @pytest.mark.parametrize("argv, message", [
     (("--device", "tpu-v9"), "unknown device 'tpu-v9'"),
     (("--batch", "0"), "--batch"),

@@ -130,3 +130,26 @@ def test_paying_range_by_hand():
     assert paying_range(b, [0.8, 0.9, 1.1, 1.3, 1.4]) == (4, None)  # self-speculation: pays only at large batch
     assert paying_range(b, [0.8] * 5) == (None, None)
     assert paying_range(b, [1.1, 0.9, 1.2, 0.9, 0.8]) == (1, 8)  # stops for good after the last paying batch
+
+
+def test_pass_rows_price_one_forward_over_their_new_positions(ps):
+    """A ``pass`` row (llama-bench ``pp N``) is one target forward over N new positions: ms = 1000·N / (t/s)."""
+    rows = sorted((r for r in ps.rows if r.kind == "pass"), key=lambda r: r.pass_new_tokens)
+    assert [r.pass_new_tokens for r in rows] == list(range(1, 9)) and all(r.observable == "pass_ms" for r in rows)
+    tps = float(rows[3].where.rsplit(": ", 1)[1].split()[0])
+    assert rows[3].measured == pytest.approx(1000.0 * 4 / tps, rel=1e-4)
+    rt = load_runtime("llama.cpp")
+    target = ps.model(rows[0].target, rows[0].weights_dtype, rows[0].kv_dtype)
+    dev = load_device(rows[0].device)
+    predicted = [predict_row(ps, r, rt) for r in rows]
+    assert predicted == pytest.approx([float(forward_ms(target, dev, rt, 1, 0, n)) for n in range(1, 9)], rel=1e-12)
+    assert predicted[1] > predicted[0] and np.all(np.diff(predicted) >= 0)
+    row = {"id": "p", "source": "s", "kind": "pass", "where": "w", "target": "preset:llava-1.5-7b", "device": "l4",
+           "runtime": "llama.cpp", "batch": 1, "weights_dtype": "q8_0", "kv_dtype": "float16", "gpus": 1,
+           "target_context_tokens": 0, "pass_new_tokens": 4}
+    data = {"schema_version": 1, "sources": {"s": {"title": "t", "authors": "a", "year": 2024, "venue": "v",
+                                                   "where": "w"}}, "rows": [row]}
+    with pytest.raises(SpecsimError, match=r"rows\[0\].pass_ms: missing"):
+        parse_published_set(data, "mine.json")
+    with pytest.raises(SpecsimError, match=r"rows\[0\].pass_new_tokens: expected an integer >= 1"):
+        parse_published_set({**data, "rows": [{**row, "pass_ms": 30.0, "pass_new_tokens": 0}]}, "mine.json")

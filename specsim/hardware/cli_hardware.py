@@ -30,7 +30,7 @@ from specsim.hardware.plan import (
 )
 from specsim.hardware.runtime import DEFAULT_RUNTIMES, Runtime, load_runtime
 from specsim.jsonio import check_writable, dumps_json
-from specsim.presets import pair_models, pair_profile
+from specsim.presets import pair_models, pair_profile, profile_pair
 from specsim.profile import DEFAULT_PROFILE, Profile, load_profile, shipped_profiles
 from specsim.report import fmt, format_table, parse_int, parse_int_list
 
@@ -108,13 +108,28 @@ def _models(args: argparse.Namespace) -> tuple[str | None, ModelSpec, ModelSpec]
     if bool(args.target) != bool(args.draft):
         raise SpecsimError("--target/--draft: give both (or --pair)")
     pair = None
+    kw = {"dtype": args.dtype, "kv_dtype": args.kv_dtype}
     if args.target:
         target_name, draft_name = args.target, args.draft
+    elif args.pair is None and args.fit_profile is not None:
+        return _fit_profile_models(args.fit_profile, kw)
     else:
         pair = args.pair or "llava-1.5-7b-68m"
         target_name, draft_name = pair_models(pair)
-    kw = {"dtype": args.dtype, "kv_dtype": args.kv_dtype}
     return pair, load_model_spec(target_name, **kw), load_model_spec(draft_name, **kw)
+
+
+def _fit_profile_models(fit_profile: str, kw: dict) -> tuple[str | None, ModelSpec, ModelSpec]:
+    """The models a --fit-profile was measured with: those of the pair whose profile it is, else its provenance's."""
+    profile = load_profile(fit_profile)
+    pair = profile_pair(profile.name)
+    target_name, draft_name = pair_models(pair) if pair else (profile.provenance.target, profile.provenance.draft)
+    try:
+        return pair, load_model_spec(target_name, **kw), load_model_spec(draft_name, **kw)
+    except SpecsimError:
+        raise SpecsimError(f"--fit-profile: profile {profile.name!r} was measured with {target_name!r} / "
+                           f"{draft_name!r}, which are not model presets or config files; pass --pair NAME or "
+                           "--target/--draft CONFIG_JSON for its models") from None
 
 
 def _methods(profile: Profile, args: argparse.Namespace, gamma_max: int) -> list[MethodTau]:
@@ -233,6 +248,9 @@ def cmd_hardware(args: argparse.Namespace) -> int:
             raise SpecsimError(f"--profile: the default profile {profile_name!r} for pair {pair!r} is not shipped "
                                "yet; pass --profile NAME_OR_PATH")
         profile = load_profile(profile_name)
+        if not profile.acceptance:
+            raise SpecsimError(f"--profile: profile {profile.name!r} has latency but no acceptance entries: pass "
+                               "--profile NAME_OR_PATH with acceptance, --alpha A, or --tau T --gamma N")
         methods = _fixed_gamma(_methods(profile, args, max(gamma_max, args.gamma or 0)), args.gamma)
         notes = [f"tau from profile {profile.name} ({profile.provenance.source[:60]})"]
     else:

@@ -1,7 +1,9 @@
 """The published GPU measurement set: ``specsim/data/published_gpu_measurements.json``, every row cited.
 
-A row is either ``sd`` (speculative decoding with a draft model: γ, τ with its definition, and the
-measured speedup and/or SD ms per token) or ``decode`` (target-only ms per token). Sources carry
+A row is ``sd`` (speculative decoding with a draft model: γ, τ with its definition, and the
+measured speedup and/or SD ms per token), ``decode`` (target-only ms per token) or ``pass`` (one target forward
+over ``pass_new_tokens`` new positions per sequence after ``target_context_tokens`` cached ones, in ms: a
+benchmark of the multi-row passes that verification runs, e.g. llama-bench ``pp N``). Sources carry
 title, authors, year, venue and where in the source the numbers are. τ is specsim's τ (tokens per
 block, bonus included); a row whose source reports other counters says how τ was derived
 (``tau_derivation``) and is flagged. A row with ``ratio_to`` (the id of a row of the same source that differs
@@ -53,7 +55,7 @@ class Row:
 
     id: str
     source: str
-    kind: str  # "sd" | "decode"
+    kind: str  # "sd" | "decode" | "pass"
     where: str
     target: str
     device: str
@@ -79,6 +81,8 @@ class Row:
     draft_tp: int = 1  # tensor-parallel degree of the draft (MagicDec shards a 1.1B draft over 4 GPUs)
     ratio_to: str | None = None  # id of the reference row of a ``speedup_ratio`` comparison
     speedup_ratio: float | None = None  # speedup / reference row's speedup (set when the set is parsed)
+    pass_new_tokens: int | None = None  # a ``pass`` row: new positions per sequence in the one forward
+    pass_ms: float | None = None  # a ``pass`` row: the forward's time (ms)
 
     @property
     def tp(self) -> int:
@@ -87,10 +91,12 @@ class Row:
 
     @property
     def observable(self) -> str | None:
-        """What is compared: 'speedup', 'sd_ms_per_token', 'target_ms_per_token' or 'speedup_ratio'; None: not
-        predictable."""
+        """What is compared: 'speedup', 'sd_ms_per_token', 'target_ms_per_token', 'pass_ms' or 'speedup_ratio';
+        None: not predictable."""
         if self.kind == "decode":
             return "target_ms_per_token"
+        if self.kind == "pass":
+            return "pass_ms"
         if self.speedup_ratio is not None:
             return "speedup_ratio"
         if self.tau is None:
@@ -139,8 +145,8 @@ def _row(d: Any, where: str, sources: dict, models: dict) -> Row:
         raise SpecsimError(f"{where}: expected an object, got {type(d).__name__}")
     num = (int, float)
     kind = _field(d, "kind", where, str)
-    if kind not in ("sd", "decode"):
-        raise SpecsimError(f"{where}.kind: expected 'sd' or 'decode', got {kind!r}")
+    if kind not in ("sd", "decode", "pass"):
+        raise SpecsimError(f"{where}.kind: expected 'sd', 'decode' or 'pass', got {kind!r}")
     source = _field(d, "source", where, str)
     if source not in sources:
         raise SpecsimError(f"{where}.source: expected one of {sorted(sources)}, got {source!r}")
@@ -178,7 +184,9 @@ def _row(d: Any, where: str, sources: dict, models: dict) -> Row:
         target_ms_per_token=_field(d, "target_ms_per_token", where, num, optional=True, unit="ms"),
         multimodal=_field(d, "multimodal", where, bool, optional=True) or False, flags=tuple(flags),
         draft_tp=_field(d, "draft_tp", where, int, optional=True, unit="gpus") or 1,
-        ratio_to=_field(d, "ratio_to", where, str, optional=True))
+        ratio_to=_field(d, "ratio_to", where, str, optional=True),
+        pass_new_tokens=_field(d, "pass_new_tokens", where, int, optional=True, lo=1, unit="tokens"),
+        pass_ms=_field(d, "pass_ms", where, num, optional=True, unit="ms"))
     _check_row(row, where)
     return row
 
@@ -218,6 +226,10 @@ def _check_row(row: Row, where: str) -> None:
             raise SpecsimError(f"{where}: expected speedup or sd_ms_per_token, got neither")
         if row.tau is not None and not row.tau_definition:
             raise SpecsimError(f"{where}.tau_definition: missing (say whether the bonus token is counted)")
+    elif row.kind == "pass":
+        for key in ("pass_new_tokens", "pass_ms"):
+            if getattr(row, key) is None:
+                raise SpecsimError(f"{where}.{key}: missing (a 'pass' row needs it)")
     elif row.target_ms_per_token is None:
         raise SpecsimError(f"{where}.target_ms_per_token: missing (a 'decode' row needs it)")
 

@@ -2,11 +2,13 @@
 
 For an ``sd`` row: Tp = decode(target, tp GPUs), Tq = decode(draft, draft_tp GPUs, its own cached
 context), Tv = verify(target, γ+1 rows), block = γ·Tq + Tv + runtime.overhead_ms_per_block; speedup =
-τ·Tp / block and SD ms per token = block / τ. A ``decode`` row compares Tp with the published ms per token. A
+τ·Tp / block and SD ms per token = block / τ. A ``decode`` row compares Tp with the published ms per token, a
+``pass`` row one target forward over its ``pass_new_tokens`` new positions with the published ms. A
 ``speedup_ratio`` row compares its speedup over its reference row's (same pair, context and γ, another batch
 size): (Tp/block)(row) / (Tp/block)(ref), τ cancelling.
 Textbook (Leviathan et al. 2023): speedup = τ / (γ·c + 1) with c = draft weight bytes / target weight bytes and
-v = 1; ms per token from bytes / peak bandwidth with no overhead; a speedup ratio of 1 (no batch dependence).
+v = 1; ms per token (and per pass) from bytes / peak bandwidth with no overhead; a speedup ratio of 1 (no batch
+dependence).
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import numpy as np
 from specsim.hardware.device import Device, load_device
 from specsim.hardware.passes import PassTable, pass_table, pass_terms
 from specsim.hardware.published_set import PublishedSet, Row
-from specsim.hardware.roofline import decode_ms, forward_bytes, verify_ms
+from specsim.hardware.roofline import decode_ms, forward_bytes, forward_ms, verify_ms
 
 
 @functools.lru_cache(maxsize=64)
@@ -56,8 +58,17 @@ def _tp_over_block(ps: PublishedSet, row: Row, rt) -> tuple[float, float]:
     return float(tp), float(row.gamma * tq + tv + rt.overhead_ms_per_block)
 
 
+def _new_tokens(row: Row) -> int:
+    """New positions per sequence in the pass a ``decode`` or ``pass`` row measures."""
+    return row.pass_new_tokens if row.kind == "pass" else 1
+
+
 def predict_row(ps: PublishedSet, row: Row, rt) -> float:
     """specsim's prediction of the row's observable under runtime ``rt`` (reference implementation)."""
+    if row.kind == "pass":
+        target, _ = models(ps, row)
+        return float(forward_ms(target, device(row.device), rt, row.batch, row.target_context_tokens,
+                                row.pass_new_tokens, tp=row.tp))
     if row.kind == "decode":
         target, _ = models(ps, row)
         return float(decode_ms(target, device(row.device), rt, row.target_context_tokens, row.batch, tp=row.tp))
@@ -74,16 +85,16 @@ def textbook_row(ps: PublishedSet, row: Row) -> float:
         return 1.0
     target, draft = models(ps, row)
     dev = device(row.device)
-    ideal_tp = float(forward_bytes(target, row.batch, row.target_context_tokens, 1) / row.tp
+    ideal_tp = float(forward_bytes(target, row.batch, row.target_context_tokens, _new_tokens(row)) / row.tp
                      / dev.memory_bandwidth_bytes_per_s * 1e3)
-    if row.kind == "decode":
+    if row.kind in ("decode", "pass"):
         return ideal_tp
     c = draft.weight_bytes / target.weight_bytes
     speedup = row.tau / (row.gamma * c + 1.0)
     return speedup if row.observable == "speedup" else ideal_tp / speedup
 
 
-_KINDS = {"target_ms_per_token": 0, "speedup": 1, "sd_ms_per_token": 2, "speedup_ratio": 3}
+_KINDS = {"target_ms_per_token": 0, "pass_ms": 0, "speedup": 1, "sd_ms_per_token": 2, "speedup_ratio": 3}
 
 
 @dataclass(frozen=True)
@@ -133,9 +144,10 @@ def row_model(ps: PublishedSet, rows: list[Row]) -> RowModel:
     cols: dict[str, list] = {k: [] for k in ("kind", "tp", "tq", "tv", "ref_tp", "ref_tq", "ref_tv", "gamma",
                                              "ref_gamma", "tau")}
     for row in rows:
-        if row.kind == "decode":
+        if row.kind in ("decode", "pass"):
             target, _ = models(ps, row)
-            entries.append(pass_terms(target, device(row.device), row.batch, row.target_context_tokens, 1, row.tp))
+            entries.append(pass_terms(target, device(row.device), row.batch, row.target_context_tokens,
+                                      _new_tokens(row), row.tp))
             idx = (len(entries) - 1,) * 3
             gamma = 0.0
         else:

@@ -69,6 +69,12 @@ def pair_profile(name: str) -> str | None:
     return pair(name).get("profile")
 
 
+def profile_pair(profile_name: str) -> str | None:
+    """The named pair whose shipped ``profile`` is ``profile_name`` (None when no pair names it)."""
+    known = pairs()
+    return next((name for name in known if _checked(known, name).get("profile") == profile_name), None)
+
+
 def load_preset(name_or_path: str | Path) -> dict:
     """The full preset dict (``_specsim`` metadata included) of a preset name or a config JSON path."""
     name = str(name_or_path)
