@@ -83,7 +83,7 @@ def main(argv=None) -> int:
     import numpy as np
     import torch
 
-    from specsim.check_sampled import coverage, coverage_line, sampled_table
+    from specsim.check_report import coverage, coverage_line, sampled_table
     from specsim.jsonio import write_json_atomic
 
     args = parse_args(argv)

@@ -169,8 +169,8 @@ def cmd_check_sampled(args) -> int:
     from calibrate.check import entries_of
     from calibrate.check_sampled import run_sampled_check, sampled_rows
     from calibrate.workload import load_setup, progress
-    from specsim.check_report import summary
-    from specsim.check_sampled import check_sampling_entry, coverage, sampled_table
+    from specsim.check_report import coverage, sampled_table, summary
+    from specsim.check_sampled import check_sampling_entry
 
     if args.seeds < 2:
         raise SpecsimError(f"--seeds: expected at least 2 runs per prompt with --temperature (one run gives no "

@@ -9,15 +9,13 @@ import numpy as np
 import pytest
 
 from specsim.check import PromptSpec, RequestRun
+from specsim.check_report import coverage, inside, sampled_table
 from specsim.check_sampled import (
     beta_at_length,
     check_sampling_entry,
-    coverage,
-    inside,
     measure_sampled,
     predict_sampled,
     sampled_row,
-    sampled_table,
     simulate_pool,
     timing_halfwidth,
     widen,
