@@ -260,6 +260,16 @@ def _base_ms(cost, spec: PromptSpec, tokens: int) -> tuple[float, float, float]:
     return dec.total_ms, float(tokens - 1), request
 
 
+def _base_sums(cost, spec: PromptSpec, runs: tuple[int, ...], setup_ms: float) -> Counter:
+    """Target-only decode-phase ms and tokens summed over a prompt's ``runs`` (their tokens), and their mean
+    request ms with set-up."""
+    out = Counter()
+    for n in runs:
+        dec_ms, dec_tok, req_ms = _base_ms(cost, spec, n)
+        out.update({"dec_ms": dec_ms, "dec_tok": dec_tok, "req": (setup_ms + req_ms) / len(runs)})
+    return out
+
+
 def _table_ratios(profile: Profile, entry: MethodAcceptance, gamma: int, prompts: list[PromptSpec]):
     """(c, v) of a schema-1 profile at the prompts' mean context (default context outside the tables)."""
     from specsim.latency import latency_ratios
@@ -286,14 +296,14 @@ def predict_sampled(profile: Profile, entry: MethodAcceptance, gamma: int, promp
         if spec.prompt_id not in traces:
             raise SpecsimError(f"check: method {entry.method!r} has no beta trace for prompt {spec.prompt_id!r} "
                                "(run 'specsim calibrate acceptance' on the same prompts)")
-        lengths = measured.sd_tokens[spec.prompt_id]
+        lengths, trace = measured.sd_tokens[spec.prompt_id], traces[spec.prompt_id]
         base_ms, sd_setup = _setup_ms(profile, entry, spec.images)
-        k = len(traces[spec.prompt_id].accept_paths or (None,))
-        paths.update([k] if traces[spec.prompt_id].accept_paths else [])
+        k = len(trace.accept_paths or (None,))
+        paths.update([k] if trace.accept_paths else [])
         # one resample of the paths per replicate and prompt (nothing to resample with one path)
         resample = rng.integers(0, k, size=(replicates, k)) if k > 1 else np.zeros((replicates, 1), dtype=int)
         for n, count in sorted(Counter(lengths).items()):
-            beta, longer = acceptance_paths(traces[spec.prompt_id], n)
+            beta, longer = acceptance_paths(trace, n)
             extended |= longer
             betas.append(np.repeat(beta.mean(0)[None], count, axis=0).ravel())
             # keeps the pool's own error of the mean <= 0.18 of the interval's sd; a whole number per path
@@ -310,10 +320,7 @@ def predict_sampled(profile: Profile, entry: MethodAcceptance, gamma: int, promp
                 acc["req"] += (sd_setup + pool.request_ms[idx]).sum(1) / len(lengths)
                 pooled.update({t: count * pool.terms_ms[t].mean() for t in TERMS})
         if cost is not None:
-            runs = measured.base_tokens[spec.prompt_id]
-            for n in runs:
-                dec_ms, dec_tok, req_ms = _base_ms(cost, spec, n)
-                base.update({"dec_ms": dec_ms, "dec_tok": dec_tok, "req": (base_ms + req_ms) / len(runs)})
+            base.update(_base_sums(cost, spec, measured.base_tokens[spec.prompt_id], base_ms))
     if np.any(acc["dec_tok"] == 0) or (cost is not None and not base["dec_tok"]):
         raise SpecsimError("check: simulated runs emit all their tokens in the first block; no decode phase")
     tau = acc["tokens"] / acc["blocks"]
@@ -330,14 +337,20 @@ def predict_sampled(profile: Profile, entry: MethodAcceptance, gamma: int, promp
         c, v = _table_ratios(profile, entry, gamma, prompts)
         decode, request, terms = tau / (gamma * c + v), None, {}
         note = f"tau / (gamma*c + v) with c={c:.4f}, v={v:.4f} from the tables"
-    note += "; runs longer than their path continue at its mean acceptance" if extended else ""
-    note += (f"; acceptance along {'/'.join(map(str, sorted(paths)))} sampled target paths per prompt, resampled "
-             "in every replicate" if paths else "; beta on the target's greedy output (no sampled paths)")
+    note += ("; runs longer than their path continue at its mean acceptance" if extended else "") + _paths_note(paths)
     return SampledPrediction(tau=float(tau.mean()), tau_interval=central_interval(tau, ci),
                              decode_speedup=float(decode.mean()), decode_interval=central_interval(decode, ci),
                              request_speedup=request, terms_ms_per_block=terms, c=float(c), alpha=alpha,
-                             note=f"Monte Carlo from beta ({pool_runs} runs per prompt, {replicates} replicates): "
+                             note=f"Monte Carlo of acceptance ({pool_runs} runs per prompt, {replicates} replicates): "
                                   + note)
+
+
+def _paths_note(paths: set[int]) -> str:
+    """What the acceptance came from: K sampled target paths per prompt, or β on the greedy output."""
+    if not paths:
+        return "; beta on the target's greedy output (no sampled paths)"
+    return f"; acceptance along {'/'.join(map(str, sorted(paths)))} sampled target paths per prompt, resampled " \
+           "in every replicate"
 
 
 def widen(center: float, interval: tuple[float, float], rel_halfwidth: float) -> tuple[float, float]:
