@@ -1,12 +1,15 @@
 """Benchmark: coverage of the sampled check's 95% prediction intervals on tiny seeded pairs (draft = the
 target plus weight noise), the way ``specsim check --temperature T`` computes them.
 
-Per pair: its latency cost model (calibrate.latency), then per temperature: β traces at that T
-(teacher-forced on the target's greedy output), seeded sampled runs (every prompt × γ once per seed),
-and one row per γ. Prints each row (τ and speedup: Monte Carlo mean, 95% interval, measured, inside?)
-and the share of rows inside over all pairs and temperatures.
+Per pair: its latency cost model (calibrate.latency), then per temperature: acceptance traces at that
+T (β teacher-forced on the target's greedy output and, with --sample-paths K, the acceptance along K
+seeded sampled target paths per prompt, as ``calibrate acceptance --sample-paths K`` stores them),
+seeded sampled runs (every prompt × γ once per seed), and one row per γ. Prints each row (τ and speedup:
+Monte Carlo mean, 95% interval, measured, inside?) and the share of rows inside over all pairs and
+temperatures.
 
     python bench/sampled_check_tiny.py                           # 3 pairs x 2 T x 5 gammas, a few minutes
+    python bench/sampled_check_tiny.py --sample-paths 0          # beta on the greedy output only
     python bench/sampled_check_tiny.py --seeds 10 --json /tmp/sampled_tiny.json
 """
 
@@ -30,6 +33,8 @@ def parse_args(argv=None):
     p.add_argument("--new-tokens", type=int, default=32)
     p.add_argument("--seeds", type=int, default=6, help="runs per prompt (default 6)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--sample-paths", type=int, default=8, help="sampled target paths per prompt (default 8; 0: "
+                   "beta on the greedy output only)")
     p.add_argument("--json", default=None, help="also write every row and the coverage here")
     return p.parse_args(argv)
 
@@ -59,14 +64,15 @@ def _pair(k: int, noise: float, args, folder: Path):
 
 def _rows(wrap, reqs, prof, temperature: float, args, rng) -> list:
     from calibrate import workload as C
-    from calibrate.acceptance import acceptance_entry, acceptance_trace
+    from calibrate.acceptance import acceptance_entry, acceptance_trace, target_paths
     from calibrate.check_sampled import run_sampled_check
     from calibrate.prompts import Prompt
     from specsim.check_sampled import sampled_row
 
     gammas = [int(g) for g in args.gamma.split(",")]
-    traces = [acceptance_trace(wrap["target"], wrap["draft"], r, max_new_tokens=args.new_tokens,
-                               temperature=temperature) for r in reqs]
+    kw = {"max_new_tokens": args.new_tokens, "temperature": temperature}
+    traces = [acceptance_trace(wrap["target"], wrap["draft"], r, **kw, paths=target_paths(
+        wrap["target"], r, paths=args.sample_paths, seed=args.seed, **kw)) for r in reqs]
     entry = acceptance_entry(traces, method="plain", scenario=f"{prof.name}-T{temperature:g}",
                              notes=f"beta at T={temperature}")
     setup = C.Setup(target=wrap["target"], draft=wrap["draft"], prompts=[Prompt(id=r.prompt_id, text="") for r in reqs],
@@ -83,7 +89,7 @@ def main(argv=None) -> int:
     import numpy as np
     import torch
 
-    from specsim.check_sampled import coverage, coverage_line, sampled_table
+    from specsim.check_report import coverage, coverage_line, sampled_table
     from specsim.jsonio import write_json_atomic
 
     args = parse_args(argv)

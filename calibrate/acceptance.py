@@ -10,13 +10,20 @@ p_t and q_t, the next-token distributions given x + y_{<t}. Then (IbED, Lee et a
   sampled draft at t (Leviathan et al. 2023, §3.5), input to :mod:`specsim.montecarlo`;
 - with ``top_k`` = K > 0, ``draft_rank[t]`` (rank of y_t in the draft's greedy distribution, T = 1)
   and ``draft_top_probs[t]`` (its K largest probabilities): greedy token trees and confidence
-  policies replay exactly from them (:mod:`specsim.tree_replay`, :mod:`specsim.policies`).
+  policies replay exactly from them (:mod:`specsim.tree_replay`, :mod:`specsim.policies`);
+- with K sampled paths (:func:`target_paths`), ``accept_paths[k][t]`` = min(1, q_t(y_t) / p_t(y_t)) along
+  the target's k-th sampled continuation y at temperature T (one seeded ``torch.Generator`` per path,
+  :func:`path_seed`): the probability that a sampled draft at t is accepted given that the target emitted
+  y_t (Leviathan et al. 2023, §3.5). A sampled run follows its own tokens, not the greedy output, so the
+  sampled check (:mod:`specsim.check_sampled`) simulates runs along these paths. Greedy fields stay as
+  they are: they are of the greedy output.
 
 The accepted-length histogram stored beside the traces is the replay at a reference γ.
 """
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -28,6 +35,7 @@ from specsim.profile import MethodAcceptance, Trace
 from specsim.replay import replay_histogram, replay_traces_tau
 
 BETA_DECIMALS = 6  # JSON size; β is a probability, 1e-6 is far below any effect on τ
+PATH_SEED_KEY = 2  # SeedSequence keys of sampled paths: (seed, 2, prompt id digest, path); check runs use 0 and 1
 
 
 @dataclass(frozen=True)
@@ -112,8 +120,9 @@ def trace_from_logits(target_logits: torch.Tensor, draft_logits: torch.Tensor, o
 
 def acceptance_trace(target, draft, request: Request, *, max_new_tokens: int, eos_token_id=None,
                      temperature: float = 1.0, draft_input_ids: torch.Tensor | None = None,
-                     device="cpu", top_k: int = 0) -> PromptTrace:
-    """Greedy target output, then one teacher-forced forward of each model over it → a :class:`Trace`.
+                     device="cpu", top_k: int = 0, paths: tuple[TargetPath, ...] = ()) -> PromptTrace:
+    """Greedy target output, then one teacher-forced forward of each model over it → a :class:`Trace`;
+    with sampled ``paths`` (:func:`target_paths`) one draft forward over each adds ``accept_paths``.
 
     ``draft_input_ids`` [1, S'] is the draft's own prompt (default: the target's ``input_ids``).
     """
@@ -123,6 +132,11 @@ def acceptance_trace(target, draft, request: Request, *, max_new_tokens: int, eo
     draft_prompt = request.input_ids if draft_input_ids is None else draft_input_ids
     drf = next_token_logits(draft, torch.cat([draft_prompt[0], y[:-1]])[None], y.numel())
     trace = trace_from_logits(ref.logits, drf.cpu(), y.cpu(), temperature, request.prompt_id, top_k=top_k)
+    for path in paths:
+        ctx = torch.tensor(path.tokens[:-1], dtype=torch.long, device=draft_prompt.device)  # [N-1]
+        q = torch.softmax(next_token_logits(draft, torch.cat([draft_prompt[0], ctx])[None], len(path.tokens)).cpu()
+                          / temperature, -1)  # [N, V]
+        trace = replace(trace, accept_paths=(trace.accept_paths or ()) + (accept_path(path, q),))
     return PromptTrace(trace=trace, output_tokens=ref.tokens, prompt_tokens=request.input_ids.shape[1],
                        draft_prompt_tokens=draft_prompt.shape[1])
 
@@ -170,7 +184,8 @@ def target_reference(target, request: Request, *, max_new_tokens: int, eos_token
 @torch.inference_mode()
 def drafter_trace(target, drafter, request: Request, *, max_new_tokens: int, eos_token_id=None,
                   temperature: float = 1.0, seed: int = 0, device="cpu",
-                  reference: TargetReference | None = None, top_k: int = 0) -> PromptTrace:
+                  reference: TargetReference | None = None, top_k: int = 0,
+                  paths: tuple[TargetPath, ...] = ()) -> PromptTrace:
     """A teacher-forced trace through the drafting protocol, so any method (ensembles, adaptive) is traced.
 
     After ``drafter.prefill``, per output position t: ``propose(1)`` at ``temperature`` gives q_t,
@@ -181,6 +196,7 @@ def drafter_trace(target, drafter, request: Request, *, max_new_tokens: int, eos
     (zoo profile: 41/48 and 43/48 (prompt, γ) pairs on 1 and 5 images, 48/48 on 2).
     ``reference`` (from :func:`target_reference`) saves the target's work when several methods are traced.
     ``top_k`` > 0 adds the top-k fields (:func:`top_k_fields`) of q at T = 1 (the greedy mixture for ensembles).
+    Sampled ``paths`` (:func:`target_paths`) add ``accept_paths``: the same walk along each path's tokens.
     """
     if top_k > 0 and temperature != 1.0:
         raise SpecsimError(f"--top-k: ranks and top-k probabilities are of the greedy draft distribution (T = 1); "
@@ -188,15 +204,69 @@ def drafter_trace(target, drafter, request: Request, *, max_new_tokens: int, eos
     ref = reference or target_reference(target, request, max_new_tokens=max_new_tokens,
                                         eos_token_id=eos_token_id, device=device)
     y = torch.tensor(ref.tokens, dtype=torch.long)  # [N]
-    drafter.prefill(request)
     gen = torch.Generator().manual_seed(seed)
-    qs = []
-    for tok in ref.tokens:
-        qs.append(drafter.propose(1, temperature=temperature, generator=gen).q_probs[0].float().cpu())
-        drafter.accept(0, int(tok))
-    q = torch.stack(qs)  # [N, V]
+    q = _drafter_probs(drafter, request, ref.tokens, temperature, gen)  # [N, V]
     trace = trace_from_probs(torch.softmax(ref.logits / temperature, -1), q, y, top_k_probs=q, top_k=top_k,
                              prompt_id=request.prompt_id, tokens=tuple(ref.tokens))
+    if paths:
+        trace = replace(trace, accept_paths=tuple(
+            accept_path(path, _drafter_probs(drafter, request, path.tokens, temperature, gen)) for path in paths))
     context = getattr(drafter, "context_tokens", None) or [request.input_ids.shape[1]]
     return PromptTrace(trace=trace, output_tokens=ref.tokens, prompt_tokens=request.input_ids.shape[1],
                        draft_prompt_tokens=int(max(context)))
+
+
+def _drafter_probs(drafter, request: Request, tokens, temperature: float, gen: torch.Generator) -> torch.Tensor:
+    """q_t [N, V] of the drafting protocol teacher-forced along ``tokens``: prefill, then per position
+    ``propose(1)`` (its q) and ``accept(0, y_t)`` (commit the target's token)."""
+    drafter.prefill(request)
+    qs = []
+    for tok in tokens:
+        qs.append(drafter.propose(1, temperature=temperature, generator=gen).q_probs[0].float().cpu())
+        drafter.accept(0, int(tok))
+    return torch.stack(qs)
+
+
+# --------------------------------------------------------------------------- sampled paths
+def path_seed(seed: int, prompt_id: str | None, path: int) -> int:
+    """The 63-bit generator seed of sampled path ``path`` of a prompt: from the user's ``seed`` and the
+    prompt's id (not its position, so a path does not change with --limit or the prompt order)."""
+    digest = int.from_bytes(hashlib.sha256(str(prompt_id).encode()).digest()[:4], "big")
+    return int(np.random.SeedSequence([seed, PATH_SEED_KEY, digest, path]).generate_state(1, np.uint64)[0]) \
+        & (2**63 - 1)
+
+
+@dataclass(frozen=True)
+class TargetPath:
+    """One seeded sampled continuation of the target: its tokens y [N] and p_t(y_t) [N] at the temperature."""
+
+    tokens: tuple[int, ...]
+    p_token: torch.Tensor
+
+
+@torch.inference_mode()
+def target_paths(target, request: Request, *, paths: int, temperature: float, seed: int = 0,
+                 max_new_tokens: int, eos_token_id=None, device="cpu") -> tuple[TargetPath, ...]:
+    """``paths`` sampled target continuations at ``temperature`` (each from its own ``torch.Generator``,
+    :func:`path_seed`; the engine's own target-only decoding) and one teacher-forced target forward over
+    each for p_t(y_t). Shared by every method traced on the prompt."""
+    if temperature <= 0:
+        raise SpecsimError(f"sampled paths: expected a temperature > 0, got {temperature}")
+    out = []
+    for k in range(paths):
+        gen = torch.Generator(device=str(unwrap(target).device)).manual_seed(path_seed(seed, request.prompt_id, k))
+        run = target_decode(target, request, max_new_tokens=max_new_tokens, temperature=temperature,
+                            generator=gen, eos_token_id=eos_token_id, device=device)
+        y = torch.tensor(run.tokens, dtype=torch.long, device=request.input_ids.device)  # [N]
+        logits = next_token_logits(target, torch.cat([request.input_ids[0], y[:-1]])[None], y.numel(),
+                                   **request.target_kwargs)
+        p = torch.softmax(logits.cpu() / temperature, -1).gather(1, y.cpu()[:, None])[:, 0]  # [N]
+        out.append(TargetPath(tokens=run.tokens, p_token=p))
+    return tuple(out)
+
+
+def accept_path(path: TargetPath, q: torch.Tensor) -> tuple[float, ...]:
+    """min(1, q_t(y_t) / p_t(y_t)) along ``path`` from the draft's distributions q [N, V] at its contexts."""
+    qy = q.float().cpu().gather(1, torch.tensor(path.tokens, dtype=torch.long)[:, None])[:, 0].double()
+    r = torch.clamp(qy / path.p_token.double().clamp_min(1e-300), 0.0, 1.0).numpy()
+    return tuple(float(b) for b in np.round(r, BETA_DECIMALS))

@@ -22,10 +22,16 @@ PARTIAL_SCHEMA = 1
 def run_acceptance(setup: Setup, args) -> list:
     """Traces for every method × prompt (resuming from ``<out>.partial.json``), merged into ``--out``.
 
-    One entry per method and images-per-prompt group. The target's greedy output and logits are computed
-    once per prompt and shared by all methods.
+    One entry per method and images-per-prompt group. The target's greedy output and logits, and its
+    ``--sample-paths`` sampled paths, are computed once per prompt and shared by all methods.
     """
-    from calibrate.acceptance import acceptance_entry, acceptance_trace, drafter_trace, target_reference
+    from calibrate.acceptance import (
+        acceptance_entry,
+        acceptance_trace,
+        drafter_trace,
+        target_paths,
+        target_reference,
+    )
     from calibrate.drafting import PLAIN, Method
 
     out = Path(args.out)
@@ -33,20 +39,25 @@ def run_acceptance(setup: Setup, args) -> list:
     key = {"target": setup.target.name, "draft": setup.draft.name, "prompts": _digest(setup.prompts),
            "max_new_tokens": args.max_new_tokens, "temperature": args.temperature, "dtype": setup.target.dtype,
            "eos": setup.eos, "caption_prefix": setup.caption_prefix, "top_k": getattr(args, "top_k", 0)}
+    n_paths, seed = getattr(args, "sample_paths", 0), getattr(args, "seed", 0)
+    if n_paths:  # only then, so partials of runs without paths still resume
+        key |= {"sample_paths": n_paths, "seed": seed}
     done = {} if args.restart else _read_partial(partial, key)
     kw = {"max_new_tokens": args.max_new_tokens, "eos_token_id": setup.eos, "device": args.device}
     drafters = {m: setup.drafter(m) for m in setup.methods if m != PLAIN}
     for req in progress(setup.requests, not args.no_progress, "acceptance"):
         todo = [m for m in setup.methods if _trace_key(m, req.prompt_id) not in done]
         ref = None
+        paths = target_paths(setup.target, req, paths=n_paths, temperature=args.temperature, seed=seed,
+                             **kw) if todo and n_paths else ()
         for m in todo:
             if m == PLAIN:
                 pt = acceptance_trace(setup.target, setup.draft, req, temperature=args.temperature,
-                                      top_k=key["top_k"], **kw)
+                                      top_k=key["top_k"], paths=paths, **kw)
             else:
                 ref = ref or target_reference(setup.target, req, **kw)
                 pt = drafter_trace(setup.target, drafters[m], req, temperature=args.temperature, reference=ref,
-                                   top_k=key["top_k"], **kw)
+                                   top_k=key["top_k"], paths=paths, **kw)
             done[_trace_key(m, req.prompt_id)] = pt
         if todo:
             write_json_atomic(partial, {"schema_version": PARTIAL_SCHEMA, "key": key,
@@ -62,7 +73,9 @@ def run_acceptance(setup: Setup, args) -> list:
                 task=",".join(sorted({tasks[r.prompt_id] for r in reqs if tasks[r.prompt_id]})),
                 reference_gamma=args.reference_gamma,
                 notes=f"teacher-forced on target greedy output, {args.max_new_tokens} new tokens, "
-                      f"beta at T={args.temperature}", **Method.parse(m).costs(n))
+                      f"beta at T={args.temperature}"
+                      + (f"; accept_paths along {n_paths} sampled target paths per prompt (seed {seed})"
+                         if n_paths else ""), **Method.parse(m).costs(n))
             entries.append(entry)
             print(f"{scenario}/{m}: {len(traces)} prompts, {sum(len(t.trace.match) for t in traces)} positions, "
                   f"match rate {_mean_match(traces):.3f}, tau(gamma={args.reference_gamma}) = {entry.tau:.3f}")

@@ -32,6 +32,14 @@ def register(subparsers) -> None:
                      help="also store per position the rank of the target's token in the draft's greedy "
                           "distribution and the draft's K largest probabilities (token-tree and confidence-policy "
                           "replay; default 0 = off)")
+    acc.add_argument("--sample-paths", type=number_arg("size", integer=True, zero_ok=True), default=0, metavar="K",
+                     help="also sample K continuations of the target per prompt at --temperature (each from its own "
+                          "seeded torch.Generator) and store per position the acceptance probability of a sampled "
+                          "draft along each, min(1, q/p) at the target's token: 'specsim check --temperature T' "
+                          "simulates runs along them, since a sampled run follows its own tokens, not the greedy "
+                          "output (default 0 = off; 8 or more recommended)")
+    acc.add_argument("--seed", type=number_arg("seed", integer=True), default=0,
+                     help="base seed of the sampled paths' generators (default 0)")
     acc.add_argument("--reference-gamma", type=number_arg("gamma", integer=True), default=5,
                      help="gamma of the stored single-gamma tau and histogram (default 5)")
     acc.add_argument("--restart", action="store_true", help="ignore a partial file from an interrupted run")
@@ -47,6 +55,9 @@ def cmd_acceptance(args) -> int:
     if args.top_k < 0 or (args.top_k and args.temperature != 1.0):
         raise SpecsimError(f"--top-k: expected an integer >= 0 with --temperature 1 (ranks are of the greedy draft "
                            f"distribution), got --top-k {args.top_k} at --temperature {args.temperature}")
+    if args.sample_paths == 1:
+        raise SpecsimError("--sample-paths: expected 0 (off) or at least 2 (the sampled check resamples the paths "
+                           "to carry the error of estimating acceptance from them), got 1")
     check_writable(args.out, "--out")
     from calibrate.acceptance_run import partial_path, run_acceptance
     from calibrate.workload import load_setup

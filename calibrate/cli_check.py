@@ -153,8 +153,9 @@ def _sampling_args(parser) -> None:
     smp.add_argument("--temperature", type=number_arg("temperature", zero_ok=True), default=0.0,
                      help="sampling temperature T (default 0: greedy, checked against trace replay). T > 0 runs "
                           "every prompt x method x gamma once per seed and checks tau and speedup against 95%% "
-                          "prediction intervals from a Monte Carlo over the profile's beta traces, measured at the "
-                          "same T ('specsim calibrate acceptance --temperature T')")
+                          "prediction intervals from a Monte Carlo over the profile's acceptance traces, measured at "
+                          "the same T along the target's sampled paths ('specsim calibrate acceptance --temperature T "
+                          "--sample-paths 8'; without paths, beta on the greedy output, with a warning)")
     smp.add_argument("--seeds", type=number_arg("repeats", integer=True), default=4,
                      help="with T > 0: runs per prompt, one seed each, in rounds (default 4, at least 2); "
                           "--halfwidth, --min-rounds and --max-rounds are for greedy checks")
@@ -169,8 +170,8 @@ def cmd_check_sampled(args) -> int:
     from calibrate.check import entries_of
     from calibrate.check_sampled import run_sampled_check, sampled_rows
     from calibrate.workload import load_setup, progress
-    from specsim.check_report import summary
-    from specsim.check_sampled import check_sampling_entry, coverage, sampled_table
+    from specsim.check_report import coverage, sampled_table, summary
+    from specsim.check_sampled import check_sampling_entry
 
     if args.seeds < 2:
         raise SpecsimError(f"--seeds: expected at least 2 runs per prompt with --temperature (one run gives no "

@@ -1,16 +1,19 @@
-"""What ``specsim check`` prints: per-row errors, the summary judged against the measurement noise, and tables."""
+"""What ``specsim check`` prints: per-row errors, the summary judged against the measurement noise, and tables;
+for sampled rows (``--temperature T``) the share inside their prediction intervals (:func:`coverage`)."""
 
 from __future__ import annotations
 
 import numpy as np
 
 from specsim.check import TERMS, relative_error
+from specsim.check_sampled import CI
 from specsim.errors import SpecsimError
 from specsim.profile import CheckRow
 from specsim.report import fmt, format_table
 
 # A row's measured speedup is precise enough to judge a prediction when its 95% half-width is this small.
 HALFWIDTH_GOAL = 0.015
+COVERAGE_GOAL = 0.90  # share of sampled rows whose measurement lies inside its 95% prediction interval
 
 
 def error_rows(rows: list[CheckRow]) -> list[dict]:
@@ -135,3 +138,49 @@ def terms_table(rows: list[CheckRow]) -> str:
     heads = (["scenario"] if scen else []) + ["method", _draft_head(rows)] + [
         f"{t} {k}" for t in TERMS for k in ("pred", "meas", "err")]
     return "ms per block after the first (predicted vs measured):\n" + format_table(heads, table, indent="")
+
+
+# --------------------------------------------------------------------------- sampled rows: coverage
+def inside(value: float, interval) -> bool:
+    return interval is not None and interval[0] <= value <= interval[1]
+
+
+def coverage(rows: list[CheckRow]) -> dict:
+    """How many sampled rows' measured τ and speedup lie inside their 95% prediction intervals (goal ≥ 90%)."""
+    rows = [r for r in rows if r.tau_interval is not None and r.speedup_interval is not None]
+    if not rows:
+        raise SpecsimError("check: no sampled rows with prediction intervals")
+    tau = sum(inside(r.tau_measured, r.tau_interval) for r in rows)
+    spd = sum(inside(r.speedup_measured, r.speedup_interval) for r in rows)
+    both = sum(inside(r.tau_measured, r.tau_interval) and inside(r.speedup_measured, r.speedup_interval)
+               for r in rows)
+    n = len(rows)
+    return {"rows": n, "tau_inside": tau, "speedup_inside": spd, "both_inside": both, "tau_coverage": tau / n,
+            "speedup_coverage": spd / n, "both_coverage": both / n, "goal": COVERAGE_GOAL, "ci": CI}
+
+
+def _span(interval) -> str:
+    return "-" if interval is None else f"{interval[0]:.3f}..{interval[1]:.3f}"
+
+
+def sampled_table(rows: list[CheckRow]) -> str:
+    """Per row: τ and decode-phase speedup predicted (Monte Carlo mean, 95% interval) vs measured and
+    whether the measurement is inside; the request speedup and the textbook; then the coverage line."""
+    scen = len({r.scenario for r in rows}) > 1
+    mark = lambda v, iv: "yes" if inside(v, iv) else "NO"  # noqa: E731
+    table = [([r.scenario] if scen else []) + [
+        r.method, str(r.gamma), fmt(r.tau_predicted), _span(r.tau_interval), fmt(r.tau_measured),
+        mark(r.tau_measured, r.tau_interval), fmt(r.speedup_predicted), _span(r.speedup_interval),
+        fmt(r.speedup_measured), mark(r.speedup_measured, r.speedup_interval), fmt(r.request_speedup_predicted),
+        fmt(r.request_speedup_measured), fmt(r.speedup_textbook)] for r in rows]
+    heads = (["scenario"] if scen else []) + ["method", "gamma", "tau pred", "95% interval", "meas", "in",
+                                              "speedup pred", "95% interval", "meas", "in", "request pred", "meas",
+                                              "textbook"]
+    return format_table(heads, table, indent="") + "\n" + coverage_line(rows)
+
+
+def coverage_line(rows: list[CheckRow]) -> str:
+    c = coverage(rows)
+    share = lambda k: f"{c[k + '_inside']}/{c['rows']} ({c[k + '_coverage']:.0%})"  # noqa: E731
+    return (f"measured inside the {CI:.0%} prediction interval: tau {share('tau')}, speedup {share('speedup')}, "
+            f"both {share('both')} (goal >= {COVERAGE_GOAL:.0%})")

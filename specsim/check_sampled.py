@@ -5,21 +5,29 @@ Measured (:func:`measure_sampled`): every prompt runs R times (one seed each); a
 prompts × R runs: τ = Σ tokens / Σ blocks; decode-phase speedup = (target-only ms per token after the
 first step) / (SD ms per token after the first block); request speedup as in :mod:`specsim.check`.
 
-Predicted (:func:`predict_sampled`): a draft at output position t is accepted with probability
-β_t = Σ_x min(p_t(x), q_t(x)) (Leviathan et al. 2023, §3.5), independently across positions
-(:mod:`specsim.montecarlo`). Per prompt, a pool of simulated runs: draws m_t ~ Bernoulli(β_t) over the
-run's length, replayed into the engine's blocks (:func:`specsim.walk.greedy_plan`, γ capped at tokens
-left − 1), every block priced where it runs by the cost-model walk (:func:`specsim.walk.block_ms`;
-schema-1 profiles: τ / (γ·c + v) from the tables). A *replicate* of the measurement draws, for every
-run actually made (prompt p, n tokens), one simulated run of p at length n from its pool and reduces
-them as the measurement is reduced. The central 95% of the replicates is the interval: it covers the
-sampling randomness of a run of P × R runs, not only the Monte Carlo mean's error.
+Predicted (:func:`predict_sampled`): a sampled run's tokens are distributed as the target's (the
+engine is lossless), so a simulated run first picks one of the prompt's K seeded sampled target paths
+y (``Trace.accept_paths``) and accepts a draft at position t with probability r_t = min(1, q_t(y_t) /
+p_t(y_t)), independently across positions given the path. That is exact: given the emitted y_t, the
+sampled draft was accepted with probability min(p_t(y_t), q_t(y_t)) / p_t(y_t) (Leviathan et al. 2023,
+§3.5), and E[r_t] over y_t ~ p_t is β_t = Σ_x min(p_t(x), q_t(x)). A profile without sampled paths
+falls back to one path, β_t on the target's greedy output (a warning says so: a sampled run follows its
+own tokens, whose acceptance can differ). Per prompt, a pool of simulated runs: draws m_t ~ Bernoulli
+over the run's length (:mod:`specsim.montecarlo`), replayed into the engine's blocks
+(:func:`specsim.walk.greedy_plan`, γ capped at tokens left − 1), every block priced where it runs by
+the cost-model walk (:func:`specsim.walk.block_ms`; schema-1 profiles: τ / (γ·c + v) from the tables).
+A *replicate* of the measurement first resamples the prompt's K paths with replacement (so the interval
+carries the error of estimating acceptance from K paths: the measured runs follow other paths), then
+draws, for every run actually made (prompt p, n tokens), one simulated run of p at length n along a
+path of that resample, and reduces them as the measurement is reduced. The central 95% of the
+replicates is the interval: it covers the sampling randomness of a run of P × R runs and the finite
+number of calibration paths, not only the Monte Carlo mean's error. The prompts themselves are the
+calibration's, so they are not resampled.
 
 Timing noise: the speedup interval is widened in quadrature by the measurement's timing noise (see
 :func:`timing_halfwidth`). Not covered, so a miss points at them: a systematic cost-model error (the
-greedy check measures it), sampling overhead the greedy-calibrated cost model lacks, and β measured
-teacher-forced on the target's greedy output while a sampled run follows its own tokens. A run longer
-than its prompt's trace (EOS later than in the greedy output) continues at the trace's mean β (noted).
+greedy check measures it) and sampling overhead the greedy-calibrated cost model lacks. A run longer
+than its path (EOS later than on the path) continues at the path's mean acceptance (noted).
 """
 
 from __future__ import annotations
@@ -33,14 +41,14 @@ import numpy as np
 
 from specsim.check import TERMS, PromptSpec, RequestRun, _setup_ms, ratio_halfwidth
 from specsim.errors import SpecsimError, warn
-from specsim.profile import CheckRow, MethodAcceptance, Profile
+from specsim.montecarlo import central_interval
+from specsim.profile import CheckRow, MethodAcceptance, Profile, Trace
 from specsim.theory import tau_iid
 from specsim.walk import BlockPlan, block_ms, greedy_plan, sd_request_cost, target_request_cost
 
 CI = 0.95
-POOL_RUNS = 256     # simulated runs per prompt and run length
+POOL_RUNS = 256     # simulated runs per prompt and run length (at least 32 per sampled path)
 REPLICATES = 4000   # simulated repeats of the whole measurement (percentile error ~0.3% of the tail mass)
-COVERAGE_GOAL = 0.90
 # An SD run carries the timing noise of one run, the target-only side of a round the mean of two:
 # var(ratio) ≈ σ² + σ²/2 = 3·(σ²/2), so the ratio's half-width is √3 × the target-only mean's.
 TIMING_FACTOR = math.sqrt(3.0)
@@ -133,9 +141,10 @@ def beta_temperature(entry: MethodAcceptance) -> float | None:
 
 
 def check_sampling_entry(entry: MethodAcceptance, temperature: float) -> None:
-    """SpecsimError unless the entry has β traces measured at ``temperature`` (a warning when it does not say)."""
+    """SpecsimError unless the entry has β traces (or sampled paths) measured at ``temperature`` (a warning
+    when it does not say, and when it has no sampled paths)."""
     where = f"acceptance entry {entry.method}/{entry.scenario}"
-    if not entry.traces or any(t.beta is None for t in entry.traces):
+    if not entry.traces or any(t.beta is None and not t.accept_paths for t in entry.traces):
         raise SpecsimError(f"{where}: a sampled check needs beta traces for every prompt (run 'specsim calibrate "
                            f"acceptance --temperature {temperature:g}' on the same prompts)")
     measured_at = beta_temperature(entry)
@@ -145,6 +154,10 @@ def check_sampling_entry(entry: MethodAcceptance, temperature: float) -> None:
         raise SpecsimError(f"{where}: beta was measured at T={measured_at:g}, but --temperature is {temperature:g} "
                            f"(expected the same T; run 'specsim calibrate acceptance --temperature {temperature:g}' "
                            "into another profile)")
+    if not all(t.accept_paths for t in entry.traces):
+        warn(f"{where} has beta on the target's greedy output only, while a sampled run follows its own tokens "
+             "(their acceptance can differ, and the intervals then miss); measure the target's sampled paths with "
+             f"'specsim calibrate acceptance --temperature {temperature:g} --sample-paths 8'")
 
 
 def beta_at_length(beta, n: int) -> tuple[np.ndarray, bool]:
@@ -156,6 +169,24 @@ def beta_at_length(beta, n: int) -> tuple[np.ndarray, bool]:
     if n <= b.size:
         return b[:n], False
     return np.concatenate([b, np.full(n - b.size, b.mean())]), True
+
+
+def acceptance_paths(trace: Trace, n: int) -> tuple[np.ndarray, bool]:
+    """[K, n] acceptance probabilities of a simulated run of ``n`` tokens: the trace's K sampled paths or,
+    without them, its β on the greedy output (K = 1); each cut at n or continued at its mean (True then)."""
+    cut = [beta_at_length(row, n) for row in (trace.accept_paths or (trace.beta,))]
+    return np.stack([b for b, _ in cut]), any(longer for _, longer in cut)
+
+
+def replicate_runs(rng: np.random.Generator, resample: np.ndarray, pool_runs: int, count: int) -> np.ndarray:
+    """Pool indices [replicates, count] of ``count`` runs per replicate: each run takes a path of its
+    replicate's resample ``resample`` [replicates, K] and one of that path's pool runs (pool run i follows
+    path i mod K). With one path, plain draws from the pool."""
+    reps, k = resample.shape
+    if k == 1:
+        return rng.integers(0, pool_runs, size=(reps, count))
+    path = np.take_along_axis(resample, rng.integers(0, k, size=(reps, count)), axis=1)
+    return path + k * rng.integers(0, pool_runs // k, size=(reps, count))
 
 
 # --------------------------------------------------------------------------- predicted
@@ -179,9 +210,12 @@ class RunPool:
 
 def simulate_pool(beta: np.ndarray, spec: PromptSpec, gamma: int, *, rng: np.random.Generator, runs: int,
                   cost=None, batch: int = 1) -> RunPool:
-    """Simulated runs of one prompt over ``beta`` (one value per emitted token) at γ; see the module docstring."""
-    n = beta.size
-    plans = [greedy_plan(row, gamma, spec.max_new_tokens) for row in rng.random((runs, n)) < beta]
+    """Simulated runs of one prompt at γ over acceptance probabilities ``beta``: [n] (one value per emitted
+    token) or [K, n] (K paths; run i follows path i mod K); see the module docstring."""
+    paths = np.atleast_2d(beta)
+    n = paths.shape[1]
+    draws = rng.random((runs, n)) < paths[np.arange(runs) % paths.shape[0]]
+    plans = [greedy_plan(row, gamma, spec.max_new_tokens) for row in draws]
     blocks = np.array([p.blocks for p in plans])
     decode_tokens = np.array([n - p.emitted[0] for p in plans])
     rest = [p.after_first() for p in plans]
@@ -217,11 +251,6 @@ class SampledPrediction:
     note: str
 
 
-def _interval(x: np.ndarray, ci: float) -> tuple[float, float]:
-    lo, hi = np.quantile(x, [(1 - ci) / 2, (1 + ci) / 2])
-    return float(lo), float(hi)
-
-
 def _base_ms(cost, spec: PromptSpec, tokens: int) -> tuple[float, float, float]:
     """Target-only (decode-phase ms, decode-phase tokens, request ms without set-up) of one run of ``tokens``."""
     request = target_request_cost(cost, prompt_tokens=spec.prompt_tokens, new_tokens=tokens).total_ms
@@ -229,6 +258,16 @@ def _base_ms(cost, spec: PromptSpec, tokens: int) -> tuple[float, float, float]:
         return 0.0, 0.0, request
     dec = target_request_cost(cost, prompt_tokens=spec.prompt_tokens + 1, new_tokens=tokens - 1, fused=False)
     return dec.total_ms, float(tokens - 1), request
+
+
+def _base_sums(cost, spec: PromptSpec, runs: tuple[int, ...], setup_ms: float) -> Counter:
+    """Target-only decode-phase ms and tokens summed over a prompt's ``runs`` (their tokens), and their mean
+    request ms with set-up."""
+    out = Counter()
+    for n in runs:
+        dec_ms, dec_tok, req_ms = _base_ms(cost, spec, n)
+        out.update({"dec_ms": dec_ms, "dec_tok": dec_tok, "req": (setup_ms + req_ms) / len(runs)})
+    return out
 
 
 def _table_ratios(profile: Profile, entry: MethodAcceptance, gamma: int, prompts: list[PromptSpec]):
@@ -247,25 +286,30 @@ def predict_sampled(profile: Profile, entry: MethodAcceptance, gamma: int, promp
                     replicates: int = REPLICATES, ci: float = CI) -> SampledPrediction:
     """Replicates of the measured design (see the module docstring); ``rng`` drives every draw."""
     cost = profile.latency.cost_model
-    traces = {t.prompt_id: t for t in entry.traces if t.beta is not None}
+    traces = {t.prompt_id: t for t in entry.traces if t.beta is not None or t.accept_paths}
     acc = {k: np.zeros(replicates) for k in ("tokens", "blocks", "dec_ms", "dec_tok", "req")}
     pooled = Counter()  # expected decode-phase sums over the design: ms by term, blocks, drafts
     base = Counter()
     extended = extrapolated = False
-    betas = []
+    betas, paths = [], set()
     for spec in prompts:
         if spec.prompt_id not in traces:
             raise SpecsimError(f"check: method {entry.method!r} has no beta trace for prompt {spec.prompt_id!r} "
                                "(run 'specsim calibrate acceptance' on the same prompts)")
-        lengths = measured.sd_tokens[spec.prompt_id]
+        lengths, trace = measured.sd_tokens[spec.prompt_id], traces[spec.prompt_id]
         base_ms, sd_setup = _setup_ms(profile, entry, spec.images)
+        k = len(trace.accept_paths or (None,))
+        paths.update([k] if trace.accept_paths else [])
+        # one resample of the paths per replicate and prompt (nothing to resample with one path)
+        resample = rng.integers(0, k, size=(replicates, k)) if k > 1 else np.zeros((replicates, 1), dtype=int)
         for n, count in sorted(Counter(lengths).items()):
-            beta, longer = beta_at_length(traces[spec.prompt_id].beta, n)
+            beta, longer = acceptance_paths(trace, n)
             extended |= longer
-            betas.append(np.repeat(beta[None], count, axis=0).ravel())
-            size = max(pool_runs, 32 * count)  # keeps the pool's own error of the mean <= 0.18 of the interval's sd
+            betas.append(np.repeat(beta.mean(0)[None], count, axis=0).ravel())
+            # keeps the pool's own error of the mean <= 0.18 of the interval's sd; a whole number per path
+            size = k * -(-max(pool_runs, 32 * count, 32 * k) // k)
             pool = simulate_pool(beta, spec, gamma, rng=rng, runs=size, cost=cost, batch=entry.draft_batch_size)
-            idx = rng.integers(0, size, size=(replicates, count))
+            idx = replicate_runs(rng, resample, size, count)
             acc["tokens"] += n * count
             acc["blocks"] += pool.blocks[idx].sum(1)
             acc["dec_tok"] += pool.decode_tokens[idx].sum(1)
@@ -276,10 +320,7 @@ def predict_sampled(profile: Profile, entry: MethodAcceptance, gamma: int, promp
                 acc["req"] += (sd_setup + pool.request_ms[idx]).sum(1) / len(lengths)
                 pooled.update({t: count * pool.terms_ms[t].mean() for t in TERMS})
         if cost is not None:
-            runs = measured.base_tokens[spec.prompt_id]
-            for n in runs:
-                dec_ms, dec_tok, req_ms = _base_ms(cost, spec, n)
-                base.update({"dec_ms": dec_ms, "dec_tok": dec_tok, "req": (base_ms + req_ms) / len(runs)})
+            base.update(_base_sums(cost, spec, measured.base_tokens[spec.prompt_id], base_ms))
     if np.any(acc["dec_tok"] == 0) or (cost is not None and not base["dec_tok"]):
         raise SpecsimError("check: simulated runs emit all their tokens in the first block; no decode phase")
     tau = acc["tokens"] / acc["blocks"]
@@ -296,12 +337,20 @@ def predict_sampled(profile: Profile, entry: MethodAcceptance, gamma: int, promp
         c, v = _table_ratios(profile, entry, gamma, prompts)
         decode, request, terms = tau / (gamma * c + v), None, {}
         note = f"tau / (gamma*c + v) with c={c:.4f}, v={v:.4f} from the tables"
-    note += "; runs longer than their beta trace continue at its mean beta" if extended else ""
-    return SampledPrediction(tau=float(tau.mean()), tau_interval=_interval(tau, ci),
-                             decode_speedup=float(decode.mean()), decode_interval=_interval(decode, ci),
+    note += ("; runs longer than their path continue at its mean acceptance" if extended else "") + _paths_note(paths)
+    return SampledPrediction(tau=float(tau.mean()), tau_interval=central_interval(tau, ci),
+                             decode_speedup=float(decode.mean()), decode_interval=central_interval(decode, ci),
                              request_speedup=request, terms_ms_per_block=terms, c=float(c), alpha=alpha,
-                             note=f"Monte Carlo from beta ({pool_runs} runs per prompt, {replicates} replicates): "
+                             note=f"Monte Carlo of acceptance ({pool_runs} runs per prompt, {replicates} replicates): "
                                   + note)
+
+
+def _paths_note(paths: set[int]) -> str:
+    """What the acceptance came from: K sampled target paths per prompt, or β on the greedy output."""
+    if not paths:
+        return "; beta on the target's greedy output (no sampled paths)"
+    return f"; acceptance along {'/'.join(map(str, sorted(paths)))} sampled target paths per prompt, resampled " \
+           "in every replicate"
 
 
 def widen(center: float, interval: tuple[float, float], rel_halfwidth: float) -> tuple[float, float]:
@@ -334,51 +383,3 @@ def sampled_row(profile: Profile, entry: MethodAcceptance, gamma: int, prompts: 
         speedup_interval=widen(pred.decode_speedup, pred.decode_interval, hw),
         notes=f"{pred.note}; speedup interval widened by timing noise ±{hw:.1%}; textbook: v=1, iid "
               f"alpha = mean beta = {pred.alpha:.3f}")
-
-
-# --------------------------------------------------------------------------- coverage
-def inside(value: float, interval) -> bool:
-    return interval is not None and interval[0] <= value <= interval[1]
-
-
-def coverage(rows: list[CheckRow]) -> dict:
-    """How many sampled rows' measured τ and speedup lie inside their 95% prediction intervals (goal ≥ 90%)."""
-    rows = [r for r in rows if r.tau_interval is not None and r.speedup_interval is not None]
-    if not rows:
-        raise SpecsimError("check: no sampled rows with prediction intervals")
-    tau = sum(inside(r.tau_measured, r.tau_interval) for r in rows)
-    spd = sum(inside(r.speedup_measured, r.speedup_interval) for r in rows)
-    both = sum(inside(r.tau_measured, r.tau_interval) and inside(r.speedup_measured, r.speedup_interval)
-               for r in rows)
-    n = len(rows)
-    return {"rows": n, "tau_inside": tau, "speedup_inside": spd, "both_inside": both, "tau_coverage": tau / n,
-            "speedup_coverage": spd / n, "both_coverage": both / n, "goal": COVERAGE_GOAL, "ci": CI}
-
-
-def _span(interval) -> str:
-    return "-" if interval is None else f"{interval[0]:.3f}..{interval[1]:.3f}"
-
-
-def sampled_table(rows: list[CheckRow]) -> str:
-    """Per row: τ and decode-phase speedup predicted (Monte Carlo mean, 95% interval) vs measured and
-    whether the measurement is inside; the request speedup and the textbook; then the coverage line."""
-    from specsim.report import fmt, format_table
-
-    scen = len({r.scenario for r in rows}) > 1
-    mark = lambda v, iv: "yes" if inside(v, iv) else "NO"  # noqa: E731
-    table = [([r.scenario] if scen else []) + [
-        r.method, str(r.gamma), fmt(r.tau_predicted), _span(r.tau_interval), fmt(r.tau_measured),
-        mark(r.tau_measured, r.tau_interval), fmt(r.speedup_predicted), _span(r.speedup_interval),
-        fmt(r.speedup_measured), mark(r.speedup_measured, r.speedup_interval), fmt(r.request_speedup_predicted),
-        fmt(r.request_speedup_measured), fmt(r.speedup_textbook)] for r in rows]
-    heads = (["scenario"] if scen else []) + ["method", "gamma", "tau pred", "95% interval", "meas", "in",
-                                              "speedup pred", "95% interval", "meas", "in", "request pred", "meas",
-                                              "textbook"]
-    return format_table(heads, table, indent="") + "\n" + coverage_line(rows)
-
-
-def coverage_line(rows: list[CheckRow]) -> str:
-    c = coverage(rows)
-    share = lambda k: f"{c[k + '_inside']}/{c['rows']} ({c[k + '_coverage']:.0%})"  # noqa: E731
-    return (f"measured inside the {CI:.0%} prediction interval: tau {share('tau')}, speedup {share('speedup')}, "
-            f"both {share('both')} (goal >= {COVERAGE_GOAL:.0%})")

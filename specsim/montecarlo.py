@@ -6,8 +6,10 @@ t, t+1, … up to γ drafts, stops at the first rejection (emitting the resample
 emits a bonus token after γ acceptances. Each position is tried at most once, so drawing
 m_t ~ Bernoulli(β_t) for every position up front and replaying greedily (:mod:`specsim.replay`)
 has exactly the block distribution of the sequential process — which makes the simulation fully
-vectorised. Approximation to know: β is measured teacher-forced on the target's greedy output,
-while a sampled run follows its own tokens.
+vectorised. Approximation to know: here β is one trace per prompt (teacher-forced on the target's
+greedy output), while a sampled run follows its own tokens; the sampled check
+(:mod:`specsim.check_sampled`) simulates runs along the target's sampled paths instead when the
+profile has them.
 """
 
 from __future__ import annotations
@@ -18,6 +20,12 @@ import numpy as np
 
 from specsim.errors import SpecsimError
 from specsim.theory import as_gammas
+
+
+def central_interval(x: np.ndarray, ci: float) -> tuple[float, float]:
+    """The central ``ci`` interval of samples ``x``: their (1 − ci)/2 and (1 + ci)/2 quantiles."""
+    lo, hi = np.quantile(x, [(1 - ci) / 2, (1 + ci) / 2])
+    return float(lo), float(hi)
 
 
 @dataclass(frozen=True)
@@ -41,7 +49,7 @@ class MonteCarloResult:
 
     @property
     def tau_ci(self) -> tuple[float, float]:
-        return _interval(self.tau_samples, self.ci)
+        return central_interval(self.tau_samples, self.ci)
 
     @property
     def latency_ms_mean(self) -> float | None:
@@ -50,11 +58,11 @@ class MonteCarloResult:
     @property
     def latency_ms_ci(self) -> tuple[float, float] | None:
         """Interval of the mean request latency of a run (run-to-run spread)."""
-        return None if self.latency_ms is None else _interval(self.latency_ms.mean(axis=1), self.ci)
+        return None if self.latency_ms is None else central_interval(self.latency_ms.mean(axis=1), self.ci)
 
     def request_latency_ms_interval(self) -> tuple[float, float] | None:
         """Interval of a single request's latency (all prompts and runs pooled)."""
-        return None if self.latency_ms is None else _interval(self.latency_ms.ravel(), self.ci)
+        return None if self.latency_ms is None else central_interval(self.latency_ms.ravel(), self.ci)
 
     def to_json(self) -> dict:
         out = {"gamma": self.gamma, "ci": self.ci, "runs": int(self.tau_samples.size),
@@ -62,11 +70,6 @@ class MonteCarloResult:
         if self.latency_ms is not None:
             out |= {"latency_ms_mean": self.latency_ms_mean, "latency_ms_ci": list(self.latency_ms_ci)}
         return out
-
-
-def _interval(x: np.ndarray, ci: float) -> tuple[float, float]:
-    lo, hi = np.quantile(x, [(1 - ci) / 2, (1 + ci) / 2])
-    return float(lo), float(hi)
 
 
 def _beta_arrays(traces) -> list[np.ndarray]:

@@ -251,6 +251,11 @@ class Trace:
     draft's argmax, ties broken by token id; for ensembles the mixture q), and ``draft_top_probs[t]``,
     that distribution's K largest probabilities in decreasing order: greedy token trees replay exactly
     from the ranks (:mod:`specsim.tree_replay`), confidence policies from the top-1 probability.
+    Sampled-path traces (``calibrate acceptance --sample-paths K``, optional) add ``accept_paths[k][t]``
+    = min(1, q_t(y_t) / p_t(y_t)) along the target's k-th seeded sampled continuation y at the entry's
+    temperature: the probability that a sampled draft at t is accepted given that the target emitted
+    y_t there (Leviathan et al. 2023, §3.5; its mean over y_t ~ p_t is β_t). A sampled run follows its
+    own tokens, so the sampled check simulates runs along these paths rather than the greedy output.
     """
 
     match: tuple[int, ...] | None = None
@@ -261,6 +266,7 @@ class Trace:
     draft_prompt_tokens: int | None = None
     draft_rank: tuple[int, ...] | None = None
     draft_top_probs: tuple[tuple[float, ...], ...] | None = None
+    accept_paths: tuple[tuple[float, ...], ...] | None = None
 
     def to_json(self) -> dict:
         return _drop_none({
@@ -271,6 +277,7 @@ class Trace:
             "prompt_tokens": self.prompt_tokens, "draft_prompt_tokens": self.draft_prompt_tokens,
             "draft_rank": None if self.draft_rank is None else list(self.draft_rank),
             "draft_top_probs": None if self.draft_top_probs is None else [list(p) for p in self.draft_top_probs],
+            "accept_paths": None if self.accept_paths is None else [list(p) for p in self.accept_paths],
         })
 
     @classmethod
@@ -278,7 +285,7 @@ class Trace:
         if not isinstance(d, dict):
             raise SpecsimError(f"{where}: expected an object, got {_show(d)}")
         check_keys(d, {"match", "beta", "prompt_id", "tokens", "prompt_tokens", "draft_prompt_tokens", "draft_rank",
-                       "draft_top_probs"}, where)
+                       "draft_top_probs", "accept_paths"}, where)
         match = d.get("match")
         beta = d.get("beta")
         if match is None and beta is None:
@@ -307,8 +314,19 @@ class Trace:
             tokens=None if tokens is None else tuple(tokens),
             prompt_tokens=_opt(d, "prompt_tokens", lambda v, w: _int(v, w, lo=1), where),
             draft_prompt_tokens=_opt(d, "draft_prompt_tokens", lambda v, w: _int(v, w, lo=1), where),
-            draft_rank=rank, draft_top_probs=top,
+            draft_rank=rank, draft_top_probs=top, accept_paths=_accept_paths(d.get("accept_paths"), where),
         )
+
+
+def _accept_paths(paths: Any, where: str) -> tuple[tuple[float, ...], ...] | None:
+    """Validated ``accept_paths`` of a trace: a non-empty list of non-empty lists of probabilities (each
+    sampled path has its own length: it may end at EOS earlier or later than the greedy output)."""
+    if paths is None:
+        return None
+    rows = _list(paths, f"{where}.accept_paths")
+    return tuple(tuple(min(_num(b, f"{where}.accept_paths[{k}][{t}]", lo=0, hi=1 + 1e-9), 1.0)
+                       for t, b in enumerate(_list(row, f"{where}.accept_paths[{k}]")))
+                 for k, row in enumerate(rows))
 
 
 def _top_k_fields(d: dict, where: str, positions: int, match) -> tuple:

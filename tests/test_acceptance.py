@@ -113,3 +113,41 @@ def test_top_k_fields_rank_ties_like_argmax():
     assert [int(torch.argmax(r)) == int(t) for r, t in zip(q, y)] == [r == 0 for r in f["draft_rank"]]
     assert f["draft_top_probs"] == ((0.4, 0.4), (0.7, 0.2), (0.4, 0.3))
     assert top_k_fields(q, y, 0) == {}
+
+
+def test_sampled_paths_are_seeded_and_both_tracers_agree(traced):
+    """K seeded target paths: the same seed gives the same paths, another seed others; the plain forward
+    (acceptance_trace) and the drafting protocol (drafter_trace) give the same accept_paths; greedy fields
+    are those of the run without paths."""
+    from calibrate.acceptance import drafter_trace, path_seed, target_paths
+
+    target, draft, reqs, traces = traced
+    kw = {"max_new_tokens": 12, "temperature": 0.7}
+    paths = target_paths(target, reqs[0], paths=3, seed=5, **kw)
+    assert [p.tokens for p in paths] == [p.tokens for p in target_paths(target, reqs[0], paths=3, seed=5, **kw)]
+    assert len({p.tokens for p in paths}) == 3
+    assert [p.tokens for p in paths] != [p.tokens for p in target_paths(target, reqs[0], paths=3, seed=6, **kw)]
+    assert path_seed(5, "p0", 1) != path_seed(5, "p1", 1) and path_seed(5, "p0", 1) == path_seed(5, "p0", 1)
+    plain = acceptance_trace(target, draft, reqs[0], paths=paths, **kw).trace
+    via = drafter_trace(target, TextDrafter(draft), reqs[0], paths=paths, **kw).trace
+    without = acceptance_trace(target, draft, reqs[0], **kw).trace
+    assert (plain.match, plain.beta) == (without.match, without.beta) and without.accept_paths is None
+    assert len(plain.accept_paths) == 3 and all(len(a) == 12 for a in plain.accept_paths)
+    np.testing.assert_allclose(plain.accept_paths, via.accept_paths, atol=1e-5)
+    assert all(0.0 <= a <= 1.0 for row in plain.accept_paths for a in row)
+
+
+def test_acceptance_along_paths_averages_to_beta():
+    """At position 0 (context = the prompt, the same on every path) E[min(1, q(y)/p(y))] over y ~ p is
+    β_0 = Σ min(p, q) of the greedy trace (Leviathan et al. 2023, §3.5); 200 seeded paths agree within
+    their sampling error."""
+    from calibrate.acceptance import target_paths
+
+    target, draft = tiny_pair(seed=2, noise=0.2)
+    req = Request(tiny_prompts(n=1, seed=0)[0], prompt_id="q")
+    kw = {"max_new_tokens": 1, "temperature": 1.0}
+    paths = target_paths(target, req, paths=200, **kw)
+    pt = acceptance_trace(target, draft, req, paths=paths, **kw)
+    first = np.array([a[0] for a in pt.trace.accept_paths])
+    assert 0.3 < pt.trace.beta[0] < 0.8 and 0.1 < first.std() < 0.5  # informative
+    assert abs(first.mean() - pt.trace.beta[0]) < 4 * first.std() / np.sqrt(first.size) + 1e-6

@@ -9,15 +9,13 @@ import numpy as np
 import pytest
 
 from specsim.check import PromptSpec, RequestRun
+from specsim.check_report import coverage, inside, sampled_table
 from specsim.check_sampled import (
     beta_at_length,
     check_sampling_entry,
-    coverage,
-    inside,
     measure_sampled,
     predict_sampled,
     sampled_row,
-    sampled_table,
     simulate_pool,
     timing_halfwidth,
     widen,
@@ -162,13 +160,15 @@ def test_measure_sampled_reduces_runs():
 
 def test_beta_checks():
     entry = _world()[1]
-    check_sampling_entry(entry, 1.0)
+    with pytest.warns(SpecsimWarning, match="greedy output only"):  # no sampled paths in this world
+        check_sampling_entry(entry, 1.0)
     with pytest.raises(SpecsimError, match=r"beta was measured at T=1, but --temperature is 0.7"):
         check_sampling_entry(entry, 0.7)
     greedy = MethodAcceptance(method="M", scenario="s", images_per_prompt=0, traces=(Trace(match=(1, 0)),))
     with pytest.raises(SpecsimError, match="acceptance entry M/s: a sampled check needs beta traces"):
         check_sampling_entry(greedy, 1.0)
-    with pytest.warns(SpecsimWarning, match="does not say at which temperature"):
+    with pytest.warns(SpecsimWarning, match="does not say at which temperature"), \
+            pytest.warns(SpecsimWarning, match="greedy output only"):
         check_sampling_entry(MethodAcceptance(method="M", scenario="s", images_per_prompt=0,
                                               traces=(Trace(beta=(0.5, 0.5)),)), 1.0)
     b, longer = beta_at_length([0.2, 0.4], 4)

@@ -26,7 +26,7 @@ def tiny(tmp_path_factory):
     save_profile(make_profile(acceptance=()), prof)
     models = ["--target", str(folder / "target"), "--draft", str(folder / "draft"), "--prompts", str(prompts),
               "--max-new-tokens", "12", "--threads", "1", "--no-progress"]
-    assert main(["calibrate", "acceptance", *models, "--out", str(prof)]) == 0
+    assert main(["calibrate", "acceptance", *models, "--sample-paths", "3", "--out", str(prof)]) == 0
     return prof, models
 
 
@@ -52,6 +52,8 @@ def test_sampled_check_rows_intervals_and_seeds(tiny, capsys):
         assert r["speedup_interval"][0] <= r["speedup_predicted"] <= r["speedup_interval"][1]
         assert 1.0 <= r["tau_measured"] <= r["gamma"] + 1
     assert set(out["coverage"]) >= {"tau_coverage", "speedup_coverage", "both_coverage", "goal"}
+    assert all("3 sampled target paths per prompt" in r["notes"] for r in rows)
+    assert all(len(t.accept_paths) == 3 for e in load_profile(str(prof)).acceptance for t in e.traces)
     checks = load_profile(str(prof)).checks
     assert sorted((c.gamma, c.temperature or 0.0) for c in checks) == [(1, 0.0), (1, 1.0), (3, 0.0), (3, 1.0)]
     assert sum(c.temperature is None for c in checks) == 2  # the greedy rows stay
@@ -102,3 +104,20 @@ def test_check_arguments_fail_before_models_load(tmp_path, capsys, monkeypatch, 
     assert code == 2 and out == "" and message in err, err
     assert err.count("\n") == 1 and err.startswith("specsim: error: ") and "Traceback" not in err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["p.json"]
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--sample-paths", "1"], "--sample-paths: expected 0 (off) or at least 2"),
+    (["--sample-paths", "-1"], "argument --sample-paths: expected an integer"),
+    (["--seed", "x"], "argument --seed: expected an integer"),
+])
+def test_acceptance_path_arguments_fail_before_models_load(tmp_path, capsys, monkeypatch, extra, message):
+    pytest.importorskip("torch")
+    import calibrate.workload as CA
+
+    monkeypatch.setattr(CA, "load_setup", lambda *a, **k: (_ for _ in ()).throw(AssertionError("models loaded")))
+    code = main(["calibrate", "acceptance", "--target", "x.json", "--draft", "y.json", "--out",
+                 str(tmp_path / "p.json"), *extra])
+    out, err = capsys.readouterr()
+    assert code == 2 and out == "" and message in err, err
+    assert err.count("\n") == 1 and "Traceback" not in err and not list(tmp_path.iterdir())
