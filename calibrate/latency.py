@@ -30,6 +30,7 @@ from pathlib import Path
 from calibrate import models as M
 from calibrate.costgrid import SENTINEL_END, SENTINEL_START, grid_key, sweep_context
 from calibrate.latency_section import latency_section, measurement_provenance, save_latency_profile
+from calibrate.samplinggrid import SAMPLING_KEY, sampling_timings
 from calibrate.timing import Timing, measure_interleaved
 from calibrate.treegrid import sweep_trees, tree_sweep_context
 from specsim.errors import SpecsimError, warn
@@ -150,7 +151,7 @@ class Task:
     ``what``: "sweep" (engine-shaped cycles at ``context_tokens``, many grid points), "tree-sweep" (tree-engine
     blocks there, :mod:`calibrate.treegrid`), "sentinel" (target-
     only steps at the first context, at the start and at the end), "prefill" (``new_tokens`` prompt rows
-    at ``batch``), "vision" or "caption"."""
+    at ``batch``), "vision", "caption" or "sampling" (:mod:`calibrate.samplinggrid`)."""
 
     key: str
     role: str      # "pair" | "target" | "draft" | "captioner"
@@ -191,6 +192,7 @@ def plan_tasks(plan: LatencyPlan, models: dict[str, M.LoadedModel]) -> list[Task
         key = f"captioner.caption.tokens={plan.caption_tokens}"
         tasks.append(Task(key, "captioner", "caption", 1, 0, plan.caption_tokens,
                           sizes["captioner"] * (plan.caption_tokens + 64) * preps))
+    tasks.append(Task(SAMPLING_KEY, "pair", "sampling", 1, 0, 1, 0.01 * sentinel))
     tasks.append(Task(SENTINEL_END, "target", "sentinel", 1, plan.contexts_tokens[0], 1, sentinel))
     return tasks
 
@@ -254,6 +256,10 @@ def run_tasks(tasks: list[Task], models: dict[str, M.LoadedModel], plan: Latency
                                  target_rel_halfwidth=plan.target_rel_halfwidth,
                                  max_seconds=plan.max_seconds_per_point, generator=generator)
         return out | {task.key: out[grid_key("tree_verify", 2, task.context_tokens, 1)]}  # the unit is done
+    if task.what == "sampling":
+        return sampling_timings(models, plan.gammas, generator=generator, warmup=plan.warmup,
+                                min_repeats=plan.min_repeats, max_repeats=plan.max_repeats,
+                                target_rel_halfwidth=plan.target_rel_halfwidth, max_seconds=plan.max_seconds_per_point)
     if task.what in ("sweep", "sentinel"):
         sentinel = task.what == "sentinel"
         out = sweep_context(models, task.context_tokens, gammas=() if sentinel else plan.gammas,

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from calibrate import models as M
 from calibrate.costgrid import SENTINEL_END, SENTINEL_START, grid_key, overhead_prefix
+from calibrate.samplinggrid import sampling_cost
 from calibrate.timing import Timing, summarize
 from specsim.costmodel import CostModel, HostCheck, OverheadGrid, TreeCosts, make_grid
 from specsim.errors import SpecsimError
@@ -91,7 +92,8 @@ def cost_model(timings: dict[str, Timing], plan) -> CostModel:
         draft_prefill=_grid(timings, "draft_prefill", plan.prefill_tokens, (0,), batches),
         overhead_ms_per_block=OverheadGrid(tuple(gammas), tuple(batches), tuple(tuple(r) for r in overhead)),
         overhead_ms_per_target_step=_pooled(timings, overhead_prefix(0, 1)),
-        host_check=host_check(timings, ctx[0]), tree=tree_costs(timings, plan))
+        host_check=host_check(timings, ctx[0]), tree=tree_costs(timings, plan),
+        sampling=sampling_cost(timings, gammas))
 
 
 def latency_section(timings: dict[str, Timing], plan, provenance=None) -> LatencySection:

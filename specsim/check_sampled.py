@@ -25,8 +25,10 @@ number of calibration paths, not only the Monte Carlo mean's error. The prompts 
 calibration's, so they are not resampled.
 
 Timing noise: the speedup interval is widened in quadrature by the measurement's timing noise (see
-:func:`timing_halfwidth`). Not covered, so a miss points at them: a systematic cost-model error (the
-greedy check measures it) and sampling overhead the greedy-calibrated cost model lacks. A run longer
+:func:`timing_halfwidth`). Sampling itself (a draw instead of an argmax for every draft and target-only
+token, the sampled acceptance of every block) is priced by the cost model's :class:`SamplingCost` when
+``calibrate latency`` measured it (older profiles: greedy costs, noted). Not covered, so a miss points at
+it: a systematic cost-model error (the greedy check measures it). A run longer
 than its path (EOS later than on the path) continues at the path's mean acceptance (noted).
 """
 
@@ -227,11 +229,14 @@ def simulate_pool(beta: np.ndarray, spec: PromptSpec, gamma: int, *, rng: np.ran
         return RunPool(blocks, decode_tokens, per_run(big.drafts), None, None)
     kw = {"target_prompt_tokens": spec.prompt_tokens, "draft_prompt_tokens": spec.draft_prompt_tokens, "batch": batch}
     ms = block_ms(cost, big, **kw)
-    terms = {"draft": per_run(ms.draft_first_ms + ms.draft_next_ms), "verify": per_run(ms.verify_ms),
-             "overhead": per_run(ms.overhead_ms)}
+    smp = cost.sampling  # what drawing tokens adds to the greedy-calibrated walk (None: not measured)
+    added = (0.0, 0.0) if smp is None else (big.drafts * smp.draft_step_ms, smp.accept_ms_at(big.drafts))
+    terms = {"draft": per_run(ms.draft_first_ms + ms.draft_next_ms + added[0]), "verify": per_run(ms.verify_ms),
+             "overhead": per_run(ms.overhead_ms + added[1])}
     g0 = plans[0].drafts[:1]  # the first block is the same in every run: it starts at 0
     first = sd_request_cost(cost, BlockPlan(np.zeros(1), g0, np.ones(1), np.ones(1), np.ones(1)), **kw)
-    return RunPool(blocks, decode_tokens, per_run(big.drafts), terms, first.total_ms + sum(terms.values()),
+    first_ms = first.total_ms + (0.0 if smp is None else float(smp.block_ms(g0)[0]))
+    return RunPool(blocks, decode_tokens, per_run(big.drafts), terms, first_ms + sum(terms.values()),
                    extrapolated=ms.extrapolated or first.extrapolated)
 
 
@@ -253,11 +258,12 @@ class SampledPrediction:
 
 def _base_ms(cost, spec: PromptSpec, tokens: int) -> tuple[float, float, float]:
     """Target-only (decode-phase ms, decode-phase tokens, request ms without set-up) of one run of ``tokens``."""
-    request = target_request_cost(cost, prompt_tokens=spec.prompt_tokens, new_tokens=tokens).total_ms
+    step = 0.0 if cost.sampling is None else cost.sampling.target_step_ms  # a draw instead of an argmax
+    request = target_request_cost(cost, prompt_tokens=spec.prompt_tokens, new_tokens=tokens).total_ms + tokens * step
     if tokens < 2:
         return 0.0, 0.0, request
     dec = target_request_cost(cost, prompt_tokens=spec.prompt_tokens + 1, new_tokens=tokens - 1, fused=False)
-    return dec.total_ms, float(tokens - 1), request
+    return dec.total_ms + (tokens - 1) * step, float(tokens - 1), request
 
 
 def _base_sums(cost, spec: PromptSpec, runs: tuple[int, ...], setup_ms: float) -> Counter:
@@ -333,6 +339,7 @@ def predict_sampled(profile: Profile, entry: MethodAcceptance, gamma: int, promp
         terms = {t: float(pooled[t] / max(pooled["blocks"], 1e-12)) for t in TERMS}
         note = "cost-model walk of simulated blocks" + ("; a context outside the measured grid was extrapolated"
                                                          if extrapolated else "")
+        note += "" if cost.sampling else "; sampling cost not measured (re-run 'specsim calibrate latency'): greedy costs"
     else:
         c, v = _table_ratios(profile, entry, gamma, prompts)
         decode, request, terms = tau / (gamma * c + v), None, {}

@@ -21,7 +21,8 @@ root pass is a chain first step, ``draft_first``); ``tree.overhead_ms_per_block`
 Each grid stores ms[rows][context][batch] (medians) on the KV-cache length ``context_tokens`` the
 pass starts from. Outside the models, the engine's per-block overhead (sampling, acceptance, cache
 crop, Python) is ``overhead_ms_per_block`` by γ and draft batch, and ``overhead_ms_per_target_step``
-that of a target-only step.
+that of a target-only step, both greedy; ``sampling`` (:mod:`specsim.sampling_cost`) is what drawing
+tokens at T > 0 adds.
 
 Interpolation rule (:func:`grid_ms`):
 
@@ -53,6 +54,7 @@ from specsim.jsonio import (
     field_str,
     show,
 )
+from specsim.sampling_cost import SamplingCost
 
 GRID_NAMES = ("target_decode", "target_verify", "draft_first", "draft_next", "target_prefill", "draft_prefill")
 INTERPOLATION = ("context_tokens: piecewise linear, flagged linear extrapolation outside the measured range; "
@@ -323,6 +325,7 @@ class CostModel:
     host_check: HostCheck | None = None
     interpolation: str = INTERPOLATION
     tree: TreeCosts | None = None
+    sampling: SamplingCost | None = None  # what T > 0 adds (specsim.sampling_cost); None: not measured
 
     def to_json(self) -> dict:
         return drop_none({**{name: getattr(self, name).to_json() for name in GRID_NAMES},
@@ -330,13 +333,14 @@ class CostModel:
                           "overhead_ms_per_target_step": self.overhead_ms_per_target_step,
                           "host_check": None if self.host_check is None else self.host_check.to_json(),
                           "interpolation": self.interpolation,
-                          "tree": None if self.tree is None else self.tree.to_json()})
+                          "tree": None if self.tree is None else self.tree.to_json(),
+                          "sampling": None if self.sampling is None else self.sampling.to_json()})
 
     @classmethod
     def from_json(cls, d: dict, where: str = "latency.cost_model") -> CostModel:
         check_keys(d if isinstance(d, dict) else {}, {*GRID_NAMES, "overhead_ms_per_block",
                                                       "overhead_ms_per_target_step", "host_check", "interpolation",
-                                                      "tree"},
+                                                      "tree", "sampling"},
                    where)
         grids = {name: CostGrid.from_json(field_req(d, name, where), f"{where}.{name}") for name in GRID_NAMES}
         if grids["target_decode"].rows[0] != 1:
@@ -356,7 +360,8 @@ class CostModel:
         return cls(**grids, overhead_ms_per_block=overhead, overhead_ms_per_target_step=step,
                    host_check=field_opt(d, "host_check", HostCheck.from_json, where),
                    interpolation=field_str(d.get("interpolation", INTERPOLATION), f"{where}.interpolation"),
-                   tree=field_opt(d, "tree", TreeCosts.from_json, where))
+                   tree=field_opt(d, "tree", TreeCosts.from_json, where),
+                   sampling=field_opt(d, "sampling", SamplingCost.from_json, where))
 
     @property
     def max_gamma(self) -> int:

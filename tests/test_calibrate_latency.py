@@ -50,6 +50,9 @@ def test_profile_is_written_valid_and_complete(tmp_path, target_cfg, draft_cfg):
     assert cm.draft_next.context_tokens == (9.0, 17.0, 25.0) and cm.target_prefill.rows == (4, 12)
     assert cm.overhead_ms_per_block.gamma == (1, 2, 3) and cm.overhead_ms_per_target_step >= 0
     assert cm.host_check is not None and cm.host_check.sentinel.endswith("c=8.b=1")
+    smp = cm.sampling  # what T > 0 adds: draws and acceptance at γ = 0 and every measured γ
+    assert smp.accept_gammas == (0, 1, 2, 3) and min(smp.accept_ms + (smp.draft_step_ms, smp.target_step_ms)) >= 0
+    assert {"sampling.draft.T=1", "sampling.target.T=0", "sampling.accept.g=3.T=1"} <= set(timings)
     # batch 1 at the verify context is the same point as Tq there: measured once.
     assert lat.draft_decode_ms_by_batch.ms[0] == dict(zip(lat.draft_decode_ms_by_context.x,
                                                           lat.draft_decode_ms_by_context.ms))[16.0]
