@@ -228,7 +228,7 @@ def _caption_fn(m: M.LoadedModel, tokens: int, generator) -> Callable:
 
     if m.kind != "vlm":
         raise SpecsimError(f"captioner {m.name!r} is a text-only model (expected a vision-language model)")
-    img_id = int(getattr(m.model.config, "image_token_id", getattr(m.model.config, "image_token_index", 0)))
+    img_id = (M.placeholder_ids(m.model.config) or (0,))[0]
     text = M.random_input_ids(m, 1, 16, generator)
     image = torch.full((1, M.image_token_count(m.model.config)), img_id, dtype=text.dtype, device=text.device)
     ids = torch.cat([image, text], dim=1)

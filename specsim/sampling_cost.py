@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from specsim.errors import SpecsimError
-from specsim.jsonio import check_keys, field_int, field_list, field_num, show
+from specsim.jsonio import check_object, field_int, field_list, field_num, show
 
 SCHEMA_VERSION = 1
 
@@ -58,12 +58,8 @@ class SamplingCost:
 
     @classmethod
     def from_json(cls, d, where: str = "latency.cost_model.sampling") -> SamplingCost:
-        if not isinstance(d, dict):
-            raise SpecsimError(f"{where}: expected an object, got {show(d)}")
-        check_keys(d, {"schema_version", "draft_step_ms", "target_step_ms", "accept_gammas", "accept_ms"}, where)
-        version = d.get("schema_version")
-        if type(version) is not int or version != SCHEMA_VERSION:
-            raise SpecsimError(f"{where}.schema_version: expected {SCHEMA_VERSION}, got {show(version)}")
+        check_object(d, {"schema_version", "draft_step_ms", "target_step_ms", "accept_gammas", "accept_ms"}, where,
+                     schema_version=SCHEMA_VERSION)
         num = {k: field_num(d.get(k), f"{where}.{k}", lo=0, hi=1e6) for k in ("draft_step_ms", "target_step_ms")}
         gammas = tuple(field_int(g, f"{where}.accept_gammas[{i}]", lo=0)
                        for i, g in enumerate(field_list(d.get("accept_gammas"), f"{where}.accept_gammas")))
