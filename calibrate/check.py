@@ -172,6 +172,20 @@ def entries_of(setup, profile, scenario: str | None) -> dict:
             for n in setup.groups for m in setup.methods}
 
 
+def other_host(provenance, device_label: str, threads: int) -> str | None:
+    """Why this host's timings may not match the profile's latency (another CPU/GPU model or thread count),
+    or None; a profile that names only "cpu" (older ones) cannot be compared and gives None."""
+    why = []
+    if provenance.device != device_label and ":" in provenance.device:
+        why.append(f"it was measured on {provenance.device!r}, this is {device_label!r}")
+    if provenance.threads is not None and provenance.threads != threads:
+        why.append(f"it was measured with {provenance.threads} thread(s), this run uses {threads}")
+    if not why:
+        return None
+    return ("the profile's latency may not hold here: " + "; ".join(why)
+            + " (absolute ms do not carry between hosts; re-run 'specsim calibrate latency' on this one)")
+
+
 def preflight(profile, entries: list, drafts: list, max_new_tokens: int) -> None:
     """Refuse, before minutes of runs, a tree or policy the profile cannot predict: no cost model, no tree
     grids, traces without draft ranks, or a policy whose replayed γ leaves the measured grid."""

@@ -103,6 +103,18 @@ def prepare(args) -> tuple:
     return gammas, profile_path, profile, methods
 
 
+def _warn_other_host(profile, device: str) -> None:
+    """Say on screen when the profile's latency comes from another device model or thread count."""
+    import torch
+
+    from calibrate.check import other_host
+    from calibrate.latency_section import device_name
+
+    why = other_host(profile.provenance, device_name(str(device)), torch.get_num_threads())
+    if why:
+        print(f"warning: {why}", file=sys.stderr)
+
+
 def cmd_check(args) -> int:
     """Check arguments and the profile, load models, run in rounds, write the rows, print the tables."""
     from calibrate.check import check_rows, entries_of, preflight, run_check
@@ -114,6 +126,7 @@ def cmd_check(args) -> int:
     gammas, profile_path, profile, methods = prepare(args)
     drafts = _drafts(args)
     setup = load_setup(args, methods=methods, cache_captions=False)
+    _warn_other_host(profile, args.device)
     if drafts:
         preflight(profile, [a for a in profile.acceptance if a.method in setup.methods], drafts, args.max_new_tokens)
     entries = entries_of(setup, profile, args.scenario)  # before any run: a missing entry costs no measuring
@@ -181,6 +194,7 @@ def cmd_check_sampled(args) -> int:
         if (methods is None or entry.method in methods) and args.scenario in (None, entry.scenario):
             check_sampling_entry(entry, args.temperature)
     setup = load_setup(args, methods=methods, cache_captions=False)
+    _warn_other_host(profile, args.device)
     entries = entries_of(setup, profile, args.scenario)
     for entry in entries.values():
         check_sampling_entry(entry, args.temperature)

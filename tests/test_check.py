@@ -1,6 +1,7 @@
 """`specsim check`: measured speedups with half-widths, predicted rows (pure), the tables, the CLI on tiny models."""
 
 import json
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -195,3 +196,18 @@ def test_acceptance_resumes_from_partial_file(tiny_files, monkeypatch, capsys):
     assert main(argv) == 0
     assert calls == ["x", "y", "y"]  # the finished prompt was not redone
     assert len(load_profile(str(prof)).acceptance[0].traces) == 2
+
+
+def test_other_host_names_the_device_and_thread_changes():
+    from calibrate.check import other_host
+    from specsim.profile import Provenance
+
+    here = "cpu: Intel(R) Xeon(R) Processor (2 logical CPUs)"
+    prov = Provenance(target="t", draft="d", device="cpu: AMD EPYC 7B13 (2 logical CPUs)", dtype="float32",
+                      date="2026-11-22", source="measured", threads=1)
+    why = other_host(prov, here, 1)
+    assert why is not None and "AMD EPYC 7B13" in why and "Intel(R) Xeon(R)" in why and "thread(s)" not in why
+    assert "2 thread(s)" not in why
+    assert "with 1 thread(s), this run uses 2" in other_host(replace(prov, device=here), here, 2)
+    assert other_host(replace(prov, device=here), here, 1) is None
+    assert other_host(replace(prov, device="cpu"), here, 1) is None  # older profiles name no CPU model
