@@ -153,3 +153,12 @@ def test_pass_rows_price_one_forward_over_their_new_positions(ps):
         parse_published_set(data, "mine.json")
     with pytest.raises(SpecsimError, match=r"rows\[0\].pass_new_tokens: expected an integer >= 1"):
         parse_published_set({**data, "rows": [{**row, "pass_ms": 30.0, "pass_new_tokens": 0}]}, "mine.json")
+
+
+def test_sept_2023_llamacpp_row_is_priced_as_the_row_split_of_its_date(ps):
+    """llama.cpp split weight matrices by rows over all GPUs until PR #4766 (Jan 2024) added the layer split:
+    the Sept 2023 row (PR #3006, 2x RTX 3090) reads half of each matrix of target and draft on each GPU."""
+    row = next(r for r in ps.rows if r.id == "llamacpp-3006-sd")
+    assert (row.gpus, row.parallel, row.tp, row.draft_tp) == (2, "tensor", 2, 2)
+    assert any("PR #4766" in f for f in row.flags)
+    assert not any("layer split over 2 GPUs" in f for f in row.flags)
