@@ -2,7 +2,8 @@
 
 At each context c the sweep runs, round-robin, what :mod:`calibrate.engine` runs on a request:
 
-- target-only steps (:func:`calibrate.engine.target_step`) on a target KV cache of c positions;
+- target-only steps (:func:`calibrate.engine.target_step`) on a target KV cache of c positions, back to
+  back as target-only decoding runs them (the first of each run, after the blocks, is not kept);
 - speculative blocks (:func:`calibrate.engine.sd_block`) for every γ and draft batch: γ draft steps of
   the real drafter (the text drafter, or the in-batch ensemble drafter with ``batch`` padded rows),
   then the verification of γ+1 rows; the draft's first step alternates between 1 and 2 fed tokens
@@ -90,8 +91,8 @@ class Sweep:
         self.drafters = {b: (_drafter(self.draft, b, ensemble, self.device),
                              M.random_kv_cache(self.draft, b, context, generator)) for b in batch_sizes}
 
-    def target_cycle(self) -> None:
-        """One target-only step as :func:`calibrate.engine.target_decode` runs it."""
+    def target_cycle(self, record: bool = True) -> None:
+        """One target-only step as :func:`calibrate.engine.target_decode` runs it (kept when ``record``)."""
         pending = torch.tensor([[self.ids[self.context]]], dtype=torch.long, device=self.model.device)
         t0 = time.perf_counter()
         nxt, ms = E.target_step(self.model, self.cache, pending, temperature=0.0, generator=None, device=self.device)
@@ -99,8 +100,9 @@ class Sweep:
         torch.tensor([[nxt]], dtype=torch.long, device=self.model.device)
         block_ms = (time.perf_counter() - t0) * 1e3
         E.crop_cache(self.cache, self.context)
-        self.samples[grid_key("target_decode", 1, self.context, 1)].append(ms)
-        self.samples[overhead_key(0, 1, self.context)].append(block_ms - ms)
+        if record:
+            self.samples[grid_key("target_decode", 1, self.context, 1)].append(ms)
+            self.samples[overhead_key(0, 1, self.context)].append(block_ms - ms)
 
     def sd_cycle(self, gamma: int, batch: int, first_rows: int) -> None:
         """One block of γ drafts as :func:`calibrate.engine.speculative_decode` runs it."""
@@ -152,8 +154,10 @@ def sweep_context(models: dict[str, M.LoadedModel], context: int, *, gammas, bat
         for b in batch_sizes:
             for g in gammas:
                 sweep.sd_cycle(g, b, 1 + (r % 2))
-        for _ in range(target_steps):
-            sweep.target_cycle()
+        # Target-only decoding runs its steps back to back, so a step there follows a target step: the
+        # first one after the blocks above (caches full of the draft) is run but not kept.
+        for i in range(target_steps + 1):
+            sweep.target_cycle(record=i > 0)
 
     def reset() -> None:
         sweep.samples.clear()
