@@ -29,6 +29,8 @@ from specsim.walk import RequestCost, target_request_cost
 from specsim.walk_drafts import Draft, draft_gamma, draft_label, draft_plan, plan_cost
 
 TERMS = ("draft", "verify", "overhead")
+# The speedup's denominator has a term too: a target-only step (its block is one token), ms per step.
+TARGET_TERM = "target_step"
 
 
 @dataclass(frozen=True)
@@ -128,6 +130,7 @@ def measure(base: dict[str, list[RequestRun]], sd: dict[str, list[RequestRun]]) 
     tokens = sum(r[0].tokens for r in s)
     terms = {t: float(np.mean([[getattr(r, f"{t}_ms") for r in row] for row in s], axis=1).sum() / max(blocks, 1))
              for t in TERMS}
+    terms[TARGET_TERM] = float(b_dec.mean(1).sum() / max(b_tok, 1))
     return Measured(
         tau=tokens / sum(r[0].blocks for r in s),
         request_speedup=float(b_tot.mean(1).sum() / s_tot.mean(1).sum()),
@@ -209,6 +212,7 @@ def predict_walk(profile: Profile, entry: MethodAcceptance, draft: Draft, prompt
     decode = (base_dec.total_ms / base_dec.tokens) / (sd_dec.total_ms / sd_dec.tokens)
     request = (base_setup + base_req.total_ms) / (sd_setup + sd_req.total_ms)
     terms = {t: getattr(sd_dec, f"{t}_ms") / max(sd_dec.blocks, 1e-12) for t in TERMS}
+    terms[TARGET_TERM] = base_dec.total_ms / max(base_dec.tokens, 1e-12)
     c = (sd_dec.draft_ms / max(drafts, 1e-12)) / (base_dec.total_ms / base_dec.tokens)
     note = "cost-model walk over each prompt's replayed blocks" + (
         "; a context outside the measured grid was extrapolated" if sd_req.extrapolated or base_req.extrapolated else "")
@@ -269,7 +273,7 @@ def check_row(profile: Profile, entry: MethodAcceptance, gamma: Draft, prompts: 
         request_speedup_predicted=pred.request_speedup, request_speedup_measured=measured.request_speedup,
         request_speedup_halfwidth=_finite(measured.request_halfwidth), rounds=measured.rounds,
         terms_ms_per_block={t: {"predicted": pred.terms_ms_per_block[t], "measured": measured.terms_ms_per_block[t]}
-                            for t in TERMS if t in pred.terms_ms_per_block} or None,
+                            for t in (*TERMS, TARGET_TERM) if t in pred.terms_ms_per_block} or None,
         notes=pred.note + book_note)
 
 

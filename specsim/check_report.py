@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from specsim.check import TERMS, relative_error
+from specsim.check import TARGET_TERM, TERMS, relative_error
 from specsim.check_sampled import CI
 from specsim.errors import SpecsimError
 from specsim.profile import CheckRow
@@ -119,15 +119,16 @@ def summary_line(rows: list[CheckRow]) -> str:
 
 
 def terms_table(rows: list[CheckRow]) -> str:
-    """Per row: predicted vs measured ms per block of each term (draft, verify, overhead), so a miss names
-    its term."""
+    """Per row: predicted vs measured ms per block of each term (draft, verify, overhead) and per
+    target-only step (the speedup's denominator), so a miss names its term."""
     scen = len({r.scenario for r in rows}) > 1
+    terms = (*TERMS, TARGET_TERM)
     table = []
     for r in rows:
         if not r.terms_ms_per_block:
             continue
         cells = []
-        for t in TERMS:
+        for t in terms:
             pair = r.terms_ms_per_block.get(t)
             cells += ["-", "-", "-"] if pair is None else [
                 fmt(pair["predicted"], 3), fmt(pair["measured"], 3),
@@ -136,8 +137,9 @@ def terms_table(rows: list[CheckRow]) -> str:
     if not table:
         return ""
     heads = (["scenario"] if scen else []) + ["method", _draft_head(rows)] + [
-        f"{t} {k}" for t in TERMS for k in ("pred", "meas", "err")]
-    return "ms per block after the first (predicted vs measured):\n" + format_table(heads, table, indent="")
+        f"{t.replace('_', ' ')} {k}" for t in terms for k in ("pred", "meas", "err")]
+    return ("ms per block after the first, and per target-only step (predicted vs measured):\n"
+            + format_table(heads, table, indent=""))
 
 
 # --------------------------------------------------------------------------- sampled rows: coverage

@@ -522,7 +522,8 @@ class CheckRow:
 
     ``speedup_*`` is the decode phase (ms per token after the first pass); ``request_speedup_*`` the whole
     request (schema 2). ``*_halfwidth`` are relative 95% confidence half-widths of the measured values over
-    ``rounds`` repeats; ``terms_ms_per_block`` maps draft/verify/overhead to predicted and measured ms.
+    ``rounds`` repeats; ``terms_ms_per_block`` maps draft/verify/overhead to predicted and measured ms
+    per block, and ``target_step`` to those of a target-only step.
     ``draft`` (optional) names a token tree ("tree:4,2,1", γ = its nodes) or a draft-length policy
     ("policy:heuristic:5", γ = its starting γ); absent for a fixed-γ chain.
     Sampled checks (``temperature`` T > 0; absent = greedy) add the 95% prediction intervals of the

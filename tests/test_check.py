@@ -67,6 +67,7 @@ def test_measure_reduces_runs_to_speedups_and_terms():
     assert m.decode_speedup == pytest.approx((200 / 20) / (96 / 20))
     assert m.request_speedup == pytest.approx(210 / 106)
     assert m.terms_ms_per_block["verify"] == pytest.approx(0.6 * 96 / 7)
+    assert m.terms_ms_per_block["target_step"] == pytest.approx((90 + 110) / (9 + 11))  # decode ms / steps
     assert 0 < m.decode_halfwidth < 0.05
 
 

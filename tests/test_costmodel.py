@@ -160,6 +160,26 @@ def test_predict_walks_the_traces_of_a_schema2_profile():
     assert "prompt length is unknown" in predict_entry(prof, bare, 3).note
 
 
+def test_check_row_names_the_target_only_step_term():
+    """The speedup's denominator is a term of its own: predicted vs measured ms per target-only step."""
+    from specsim.check import PromptSpec, RequestRun, check_row, measure
+    from specsim.check_report import terms_table
+
+    cm = _cost_model(overhead=0.5)
+    traces = (Trace(match=tuple(int(x) for x in np.random.default_rng(1).random(30) < 0.8), prompt_id="a",
+                    prompt_tokens=40, draft_prompt_tokens=40),)
+    entry = MethodAcceptance(method="plain", scenario="s", images_per_prompt=0, traces=traces)
+    prof = Profile(provenance=make_profile().provenance, latency=LatencySection(cost_model=cm), acceptance=(entry,))
+    run = RequestRun(prompt_id="a", setup_ms=0.0, first_ms=5.0, draft_ms=30.0, verify_ms=60.0, overhead_ms=10.0,
+                     tokens=30, first_tokens=1, blocks=9)
+    row = check_row(prof, entry, 3, [PromptSpec("a", 40, 40, 0, 30)], measure({"a": [run] * 2}, {"a": [run] * 2}))
+    step = row.terms_ms_per_block["target_step"]
+    base = target_request_cost(cm, prompt_tokens=41, new_tokens=29, fused=False)
+    assert step["predicted"] == pytest.approx(base.total_ms / 29)
+    assert step["measured"] == pytest.approx(100.0 / 29)
+    assert "target step pred" in terms_table([row])
+
+
 def test_extrapolation_below_the_grid_never_goes_negative():
     """A steep (noisy) slope carried far below the first measured context stops at 0 ms, flagged."""
     from specsim.costmodel import grid_ms, make_grid
