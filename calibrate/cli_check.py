@@ -126,10 +126,10 @@ def cmd_check(args) -> int:
     gammas, profile_path, profile, methods = prepare(args)
     drafts = _drafts(args)
     setup = load_setup(args, methods=methods, cache_captions=False)
-    _warn_other_host(profile, args.device)
     if drafts:
         preflight(profile, [a for a in profile.acceptance if a.method in setup.methods], drafts, args.max_new_tokens)
     entries = entries_of(setup, profile, args.scenario)  # before any run: a missing entry costs no measuring
+    _warn_other_host(profile, args.device)  # after the checks above: an error stays one line
     bar = None if args.no_progress else (
         lambda xs, rnd: progress(xs, True, f"check round {rnd + 1}/{args.max_rounds}"))
     runs = run_check(setup, gammas + drafts, max_new_tokens=args.max_new_tokens, device=args.device,
@@ -194,10 +194,10 @@ def cmd_check_sampled(args) -> int:
         if (methods is None or entry.method in methods) and args.scenario in (None, entry.scenario):
             check_sampling_entry(entry, args.temperature)
     setup = load_setup(args, methods=methods, cache_captions=False)
-    _warn_other_host(profile, args.device)
     entries = entries_of(setup, profile, args.scenario)
     for entry in entries.values():
         check_sampling_entry(entry, args.temperature)
+    _warn_other_host(profile, args.device)
     bar = None if args.no_progress else (
         lambda xs, rnd: progress(xs, True, f"sampled check, seed {rnd + 1}/{args.seeds}"))
     runs = run_sampled_check(setup, gammas, temperature=args.temperature, seeds=args.seeds,

@@ -41,7 +41,28 @@ def _pooled(timings: dict[str, Timing], prefix: str) -> float:
     samples = [x for k, t in timings.items() if k.startswith(prefix) for x in t.samples_ms]
     if not samples:
         raise SpecsimError(f"latency: no overhead samples for {prefix!r}")
-    return max(0.0, summarize(samples).median_ms)  # a difference of timers: float noise may dip below 0
+    return _ms_or_zero(summarize(samples).median_ms)
+
+
+def _ms_or_zero(ms: float) -> float:
+    """A difference of timers: float noise around 0 (either sign, below a nanosecond) is 0."""
+    return ms if ms >= 1e-6 else 0.0
+
+
+def _median(timings: dict[str, Timing], key: str) -> float:
+    """Median of one overhead point (exact key: context 13 must not pool context 130)."""
+    if key not in timings:
+        raise SpecsimError(f"latency: no overhead samples for {key!r}")
+    return _ms_or_zero(timings[key].median_ms)
+
+
+def _overhead_grid(timings: dict[str, Timing], prefix, sizes, batches, contexts) -> OverheadGrid:
+    """The engine's overhead per block by γ (or tree size) × draft batch, pooled and by context, from the
+    sweep's keys ``prefix(size, batch) + context``."""
+    pooled = [[_pooled(timings, prefix(n, b)) for b in batches] for n in sizes]
+    by_ctx = [[[_median(timings, f"{prefix(n, b)}{c}") for b in batches] for c in contexts] for n in sizes]
+    return OverheadGrid(tuple(sizes), tuple(batches), tuple(tuple(r) for r in pooled),
+                        tuple(float(c) for c in contexts), tuple(tuple(tuple(r) for r in m) for m in by_ctx))
 
 
 def host_check(timings: dict[str, Timing], context: int) -> HostCheck | None:
@@ -71,18 +92,16 @@ def tree_costs(timings: dict[str, Timing], plan) -> TreeCosts | None:
     ctx, batches = plan.contexts_tokens, plan.batch_sizes
     sizes = tuple(sorted({t.n for t in trees}))
     rows = T.level_rows(trees)
-    overhead = [[_pooled(timings, T.overhead_prefix(n, b)) for b in batches] for n in sizes]
     return TreeCosts(
         verify=_grid(timings, "tree_verify", tuple(n + 1 for n in sizes), ctx, (1,)),
         draft=_grid(timings, "tree_draft", rows, tuple(c + 1 for c in ctx), batches) if rows else None,
-        overhead_ms_per_block=OverheadGrid(sizes, tuple(batches), tuple(tuple(r) for r in overhead)),
+        overhead_ms_per_block=_overhead_grid(timings, T.overhead_prefix, sizes, batches, ctx),
         trees=tuple(plan.trees))
 
 
 def cost_model(timings: dict[str, Timing], plan) -> CostModel:
     """The :class:`CostModel` of a finished sweep (see :mod:`calibrate.costgrid` for the keys)."""
     ctx, gammas, batches = plan.contexts_tokens, plan.gammas, plan.batch_sizes
-    overhead = [[_pooled(timings, overhead_prefix(g, b)) for b in batches] for g in gammas]
     return CostModel(
         target_decode=_grid(timings, "target_decode", (1,), ctx, (1,)),
         target_verify=_grid(timings, "target_verify", tuple(g + 1 for g in gammas), ctx, (1,)),
@@ -90,7 +109,7 @@ def cost_model(timings: dict[str, Timing], plan) -> CostModel:
         draft_next=_grid(timings, "draft_next", (1,), tuple(c + 1 for c in ctx), batches),
         target_prefill=_grid(timings, "target_prefill", plan.prefill_tokens, (0,), (1,)),
         draft_prefill=_grid(timings, "draft_prefill", plan.prefill_tokens, (0,), batches),
-        overhead_ms_per_block=OverheadGrid(tuple(gammas), tuple(batches), tuple(tuple(r) for r in overhead)),
+        overhead_ms_per_block=_overhead_grid(timings, overhead_prefix, gammas, batches, ctx),
         overhead_ms_per_target_step=_pooled(timings, overhead_prefix(0, 1)),
         host_check=host_check(timings, ctx[0]), tree=tree_costs(timings, plan),
         sampling=sampling_cost(timings, gammas))

@@ -175,7 +175,7 @@ def block_ms(cost: CostModel, plan: BlockPlan, *, target_prompt_tokens: float, d
     nxt = np.zeros_like(t)
     if i.size:
         np.add.at(nxt, block_of, price(cost.draft_next, "Tq (draft_next)", 1, D - 1 + t[block_of] + i, batch))
-    overhead = np.asarray(cost.overhead_ms_per_block.at(np.maximum(g, 1), batch), dtype=float)
+    overhead = np.asarray(cost.overhead_ms_per_block.at(np.maximum(g, 1), batch, P - 1 + t), dtype=float)
     return BlockMs(first, nxt, verify, np.broadcast_to(overhead, t.shape), any(flags))
 
 
