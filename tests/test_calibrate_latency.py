@@ -49,6 +49,8 @@ def test_profile_is_written_valid_and_complete(tmp_path, target_cfg, draft_cfg):
     assert cm.target_verify.rows == (2, 3, 4) and cm.draft_first.rows == (1, 2) and cm.draft_first.batch == (1, 2)
     assert cm.draft_next.context_tokens == (9.0, 17.0, 25.0) and cm.target_prefill.rows == (4, 12)
     assert cm.overhead_ms_per_block.gamma == (1, 2, 3) and cm.overhead_ms_per_target_step >= 0
+    assert cm.overhead_ms_per_block.context_tokens == (8.0, 16.0, 24.0)  # overhead by context too
+    assert all(len(per_ctx) == 3 for per_ctx in cm.overhead_ms_per_block.ms_by_context)
     assert cm.host_check is not None and cm.host_check.sentinel.endswith("c=8.b=1")
     smp = cm.sampling  # what T > 0 adds: draws and acceptance at γ = 0 and every measured γ
     assert smp.accept_gammas == (0, 1, 2, 3) and min(smp.accept_ms + (smp.draft_step_ms, smp.target_step_ms)) >= 0

@@ -180,6 +180,30 @@ def test_check_row_names_the_target_only_step_term():
     assert "target step pred" in terms_table([row])
 
 
+def test_overhead_by_context_is_interpolated_and_walked_per_block():
+    """With a context axis, each block pays the overhead at its own target context (linear between measured
+    contexts, the end value outside); without one, the pooled value; the JSON keys come in pairs."""
+    from dataclasses import replace
+
+    pooled = OverheadGrid((1, 6), (1, 2), ((1.0, 1.0), (1.0, 1.0)))
+    grid = replace(pooled, context_tokens=(8.0, 512.0),
+                   ms_by_context=(((0.5, 0.5), (2.5, 2.5)), ((1.5, 1.5), (3.5, 3.5))))
+    assert grid.at(1, 1, 260.0) == pytest.approx(1.5) and grid.at(6, 2, 8.0) == pytest.approx(1.5)
+    assert grid.at(1, 1, 4000.0) == pytest.approx(2.5) and grid.at(1, 1) == pytest.approx(1.0)
+    np.testing.assert_allclose(grid.at(np.array([1, 6]), 1, np.array([8.0, 512.0])), [0.5, 3.5])
+    assert OverheadGrid.from_json(json.loads(json.dumps(grid.to_json())), "o") == grid
+    lonely = grid.to_json()
+    del lonely["ms_by_context"]
+    with pytest.raises(SpecsimError, match="both context_tokens and ms_by_context"):
+        OverheadGrid.from_json(lonely, "o")
+    cm = replace(_cost_model(), overhead_ms_per_block=grid)
+    plan = greedy_plan(tuple(int(x) for x in np.random.default_rng(2).random(40) < 0.7), 3)
+    sd = sd_request_cost(cm, plan, target_prompt_tokens=100, draft_prompt_tokens=100, fused=False)
+    by_hand = sum(grid.at(max(int(g), 1), 1, 99.0 + t) for g, t in zip(plan.drafts, plan.start))
+    assert sd.overhead_ms == pytest.approx(by_hand)
+    assert sd.overhead_ms != pytest.approx(float(grid.at(3, 1)) * plan.blocks)  # not the pooled value
+
+
 def test_extrapolation_below_the_grid_never_goes_negative():
     """A steep (noisy) slope carried far below the first measured context stops at 0 ms, flagged."""
     from specsim.costmodel import grid_ms, make_grid
