@@ -16,11 +16,13 @@ from the caches as they do in speculative decoding), on a grid:
 Optional token-tree grids (:class:`TreeCosts`, ``calibrate latency --tree-sizes/--tree``), timed in the
 tree engine's own alternation: ``tree.verify``, the target pass over ``rows`` = n+1 positions with the
 tree attention mask; ``tree.draft``, a draft level pass over ``rows`` = the level's expanded nodes (the
-root pass is a chain first step, ``draft_first``); ``tree.overhead_ms_per_block`` by n and draft batch.
+root pass is a chain first step, ``draft_first``); ``tree.overhead_ms_per_block`` by n, draft batch and
+context.
 
 Each grid stores ms[rows][context][batch] (medians) on the KV-cache length ``context_tokens`` the
 pass starts from. Outside the models, the engine's per-block overhead (sampling, acceptance, cache
-crop, Python) is ``overhead_ms_per_block`` by γ and draft batch, and ``overhead_ms_per_target_step``
+crop, Python) is ``overhead_ms_per_block`` by γ, draft batch and (profiles from now on) target context,
+linear between measured values and the end value outside them, and ``overhead_ms_per_target_step``
 that of a target-only step, both greedy; ``sampling`` (:mod:`specsim.sampling_cost`) is what drawing
 tokens at T > 0 adds.
 
