@@ -110,7 +110,8 @@ def _warn_other_host(profile, device: str) -> None:
     from calibrate.check import other_host
     from calibrate.latency_section import device_name
 
-    why = other_host(profile.provenance, device_name(str(device)), torch.get_num_threads())
+    measured = profile.latency.provenance or profile.provenance  # the latency's own, when it has one
+    why = other_host(measured, device_name(str(device)), torch.get_num_threads())
     if why:
         print(f"warning: {why}", file=sys.stderr)
 

@@ -1,0 +1,104 @@
+"""The engine's overhead per block outside the models, by γ (or tree size n), draft batch and, optionally,
+target context (part of :mod:`specsim.costmodel`'s cost model; ms).
+
+Interpolation: linear between measured values along each axis, the nearest end value outside them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from specsim.errors import SpecsimError
+from specsim.jsonio import check_keys, field_int, field_list, field_num, field_req, show
+
+
+def axis_values(value, where: str, *, integer: bool) -> tuple:
+    """A grid axis: strictly increasing token counts (integers when ``integer``); SpecsimError naming ``where``."""
+    vals = field_list(value, where)
+    parsed = [field_int(v, f"{where}[{i}]", lo=1, unit="tokens") if integer else
+              field_num(v, f"{where}[{i}]", lo=0, unit="tokens") for i, v in enumerate(vals)]
+    if any(b <= a for a, b in zip(parsed, parsed[1:])):
+        raise SpecsimError(f"{where}: expected strictly increasing values, got {show(parsed)}")
+    return tuple(parsed)
+
+
+@dataclass(frozen=True)
+class OverheadGrid:
+    """The engine's ms per block outside the models (sampling, acceptance, cache crop, Python), by γ
+    and draft batch: ``ms[i][j]`` at ``gamma[i]``, ``batch[j]``, pooled over the measured contexts.
+
+    Optional ``context_tokens`` with ``ms_by_context[i][k][j]`` (γ, context, batch) give it by target
+    context too: part of a block's bookkeeping grows with the cache (a tree's attention mask spans it)."""
+
+    gamma: tuple[int, ...]
+    batch: tuple[int, ...]
+    ms: tuple[tuple[float, ...], ...]
+    context_tokens: tuple[float, ...] | None = None
+    ms_by_context: tuple[tuple[tuple[float, ...], ...], ...] | None = None
+
+    def to_json(self) -> dict:
+        out = {"gamma": list(self.gamma), "batch": list(self.batch), "ms": [list(r) for r in self.ms]}
+        if self.context_tokens is not None:
+            out |= {"context_tokens": list(self.context_tokens),
+                    "ms_by_context": [[list(c) for c in r] for r in self.ms_by_context]}
+        return out
+
+    @classmethod
+    def from_json(cls, d: dict, where: str) -> OverheadGrid:
+        check_keys(d if isinstance(d, dict) else {}, {"gamma", "batch", "ms", "context_tokens", "ms_by_context"},
+                   where)
+        gammas = axis_values(field_req(d, "gamma", where), f"{where}.gamma", integer=True)
+        batch = axis_values(field_req(d, "batch", where), f"{where}.batch", integer=True)
+        ms = _ms_rows(field_req(d, "ms", where), f"{where}.ms", len(gammas), len(batch))
+        if ("context_tokens" in d) != ("ms_by_context" in d):
+            raise SpecsimError(f"{where}: expected both context_tokens and ms_by_context, or neither")
+        if "context_tokens" not in d:
+            return cls(gammas, batch, ms)
+        ctx = axis_values(d["context_tokens"], f"{where}.context_tokens", integer=False)
+        rows = field_list(d["ms_by_context"], f"{where}.ms_by_context")
+        if len(rows) != len(gammas):
+            raise SpecsimError(f"{where}.ms_by_context: expected {len(gammas)} rows (one per gamma), got {len(rows)}")
+        by_ctx = tuple(_ms_rows(r, f"{where}.ms_by_context[{i}]", len(ctx), len(batch)) for i, r in enumerate(rows))
+        return cls(gammas, batch, ms, ctx, by_ctx)
+
+    def at(self, gamma, batch=1, context=None):
+        """ms at γ, batch and (with a context axis, when given) target context: linear between measured
+        values, the nearest end value outside them (vectorised over the arguments)."""
+        g, b, c = np.broadcast_arrays(np.asarray(gamma, dtype=float), np.asarray(batch, dtype=float),
+                                      np.asarray(0.0 if context is None else context, dtype=float))
+        if self.context_tokens is None or context is None:
+            y, xs = np.asarray(self.ms, dtype=float)[:, None, :], np.zeros(1)  # one context: the pooled values
+        else:
+            y, xs = np.asarray(self.ms_by_context, dtype=float), np.asarray(self.context_tokens, dtype=float)
+        out = np.zeros(g.shape)
+        for gi, gw in _corners(g, np.asarray(self.gamma, dtype=float)):
+            for ci, cw in _corners(c, xs):
+                for bi, bw in _corners(b, np.asarray(self.batch, dtype=float)):
+                    out = out + gw * cw * bw * y[gi, ci, bi]
+        return out if out.ndim else float(out)
+
+
+def _corners(x: np.ndarray, xs: np.ndarray):
+    """(index, weight) pairs of linear interpolation of ``x`` on the sorted axis ``xs``, clamped at its ends."""
+    x = np.clip(x, xs[0], xs[-1])
+    lo = np.clip(np.searchsorted(xs, x, side="right") - 1, 0, len(xs) - 1)
+    hi = np.minimum(lo + 1, len(xs) - 1)
+    span = xs[hi] - xs[lo]
+    w = np.where(span > 0, (x - xs[lo]) / np.where(span > 0, span, 1.0), 0.0)
+    return ((lo, 1.0 - w), (hi, w))
+
+
+def _ms_rows(value, where: str, n_rows: int, n_cols: int) -> tuple[tuple[float, ...], ...]:
+    """``n_rows`` lists of ``n_cols`` non-negative ms each."""
+    rows = field_list(value, where)
+    if len(rows) != n_rows:
+        raise SpecsimError(f"{where}: expected {n_rows} rows, got {len(rows)}")
+    out = []
+    for i, row in enumerate(rows):
+        vals = field_list(row, f"{where}[{i}]")
+        if len(vals) != n_cols:
+            raise SpecsimError(f"{where}[{i}]: expected {n_cols} values, got {len(vals)}")
+        out.append(tuple(field_num(v, f"{where}[{i}][{j}]", unit="ms", zero_ok=True) for j, v in enumerate(vals)))
+    return tuple(out)
