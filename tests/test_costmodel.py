@@ -139,12 +139,18 @@ def test_constant_costs_reduce_the_walk_to_the_formula():
     assert base.total_ms / sd.total_ms == pytest.approx(tau * 10.0 * plan.blocks / sd.total_ms)
 
 
-def test_predict_walks_the_traces_of_a_schema2_profile():
+def _one_trace_world():
+    """(cost model, one 30-token trace of a 40-token prompt, its entry, a profile holding both)."""
     cm = _cost_model(overhead=0.5)
     traces = (Trace(match=tuple(int(x) for x in np.random.default_rng(1).random(30) < 0.8), prompt_id="a",
                     prompt_tokens=40, draft_prompt_tokens=40),)
     entry = MethodAcceptance(method="plain", scenario="s", images_per_prompt=0, traces=traces)
     prof = Profile(provenance=make_profile().provenance, latency=LatencySection(cost_model=cm), acceptance=(entry,))
+    return cm, traces, entry, prof
+
+
+def test_predict_walks_the_traces_of_a_schema2_profile():
+    cm, traces, entry, prof = _one_trace_world()
     row = predict_entry(prof, entry, 3)
     plan = greedy_plan(traces[0].match, 3)
     sd = sd_request_cost(cm, plan, target_prompt_tokens=40, draft_prompt_tokens=40, fused=False)
@@ -165,11 +171,7 @@ def test_check_row_names_the_target_only_step_term():
     from specsim.check import PromptSpec, RequestRun, check_row, measure
     from specsim.check_report import terms_table
 
-    cm = _cost_model(overhead=0.5)
-    traces = (Trace(match=tuple(int(x) for x in np.random.default_rng(1).random(30) < 0.8), prompt_id="a",
-                    prompt_tokens=40, draft_prompt_tokens=40),)
-    entry = MethodAcceptance(method="plain", scenario="s", images_per_prompt=0, traces=traces)
-    prof = Profile(provenance=make_profile().provenance, latency=LatencySection(cost_model=cm), acceptance=(entry,))
+    cm, traces, entry, prof = _one_trace_world()
     run = RequestRun(prompt_id="a", setup_ms=0.0, first_ms=5.0, draft_ms=30.0, verify_ms=60.0, overhead_ms=10.0,
                      tokens=30, first_tokens=1, blocks=9)
     row = check_row(prof, entry, 3, [PromptSpec("a", 40, 40, 0, 30)], measure({"a": [run] * 2}, {"a": [run] * 2}))
