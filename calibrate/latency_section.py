@@ -6,12 +6,15 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import numpy as np
+
 from calibrate import models as M
 from calibrate.costgrid import SENTINEL_END, SENTINEL_START, grid_key, overhead_prefix
 from calibrate.samplinggrid import sampling_cost
 from calibrate.timing import Timing, summarize
 from specsim.costmodel import CostModel, HostCheck, OverheadGrid, TreeCosts, make_grid
 from specsim.errors import SpecsimError
+from specsim.overhead_grid import TreeOverheadFit
 from specsim.profile import Curve, LatencySection, Profile, Provenance, load_profile, save_profile
 
 # A sentinel that moved by more than this (or twice its own half-width) between start and end means
@@ -92,11 +95,13 @@ def tree_costs(timings: dict[str, Timing], plan) -> TreeCosts | None:
     ctx, batches = plan.contexts_tokens, plan.batch_sizes
     sizes = tuple(sorted({t.n for t in trees}))
     rows = T.level_rows(trees)
+    grid = _overhead_grid(timings, T.overhead_prefix, sizes, batches, ctx)
     return TreeCosts(
         verify=_grid(timings, "tree_verify", tuple(n + 1 for n in sizes), ctx, (1,)),
         draft=_grid(timings, "tree_draft", rows, tuple(c + 1 for c in ctx), batches) if rows else None,
-        overhead_ms_per_block=_overhead_grid(timings, T.overhead_prefix, sizes, batches, ctx),
-        trees=tuple(plan.trees))
+        overhead_ms_per_block=grid, trees=tuple(plan.trees),
+        overhead_fit=TreeOverheadFit.fit(sizes, [np.mean([t.depth for t in trees if t.n == n]) for n in sizes],
+                                         grid.ms_by_context, batches, ctx))
 
 
 def cost_model(timings: dict[str, Timing], plan) -> CostModel:

@@ -17,7 +17,7 @@ Optional token-tree grids (:class:`TreeCosts`, ``calibrate latency --tree-sizes/
 tree engine's own alternation: ``tree.verify``, the target pass over ``rows`` = n+1 positions with the
 tree attention mask; ``tree.draft``, a draft level pass over ``rows`` = the level's expanded nodes (the
 root pass is a chain first step, ``draft_first``); ``tree.overhead_ms_per_block`` by n, draft batch and
-context.
+context, and (when the swept trees span 3 depths or more) ``tree.overhead_fit``, a plane in n and depth.
 
 Each grid stores ms[rows][context][batch] (medians) on the KV-cache length ``context_tokens`` the
 pass starts from. Outside the models, the engine's per-block overhead (sampling, acceptance, cache
@@ -56,7 +56,7 @@ from specsim.jsonio import (
     field_str,
     show,
 )
-from specsim.overhead_grid import OverheadGrid, axis_values
+from specsim.overhead_grid import OverheadGrid, TreeOverheadFit, axis_values
 from specsim.sampling_cost import SamplingCost
 
 GRID_NAMES = ("target_decode", "target_verify", "draft_first", "draft_next", "target_prefill", "draft_prefill")
@@ -240,6 +240,7 @@ class TreeCosts:
     draft: CostGrid | None
     overhead_ms_per_block: OverheadGrid
     trees: tuple[str, ...] = ()
+    overhead_fit: TreeOverheadFit | None = None  # by size and depth; used when present (deep trees)
 
     @property
     def max_nodes(self) -> int:
@@ -248,11 +249,13 @@ class TreeCosts:
 
     def to_json(self) -> dict:
         return drop_none({"verify": self.verify.to_json(), "draft": None if self.draft is None else self.draft.to_json(),
-                          "overhead_ms_per_block": self.overhead_ms_per_block.to_json(), "trees": list(self.trees)})
+                          "overhead_ms_per_block": self.overhead_ms_per_block.to_json(), "trees": list(self.trees),
+                          "overhead_fit": None if self.overhead_fit is None else self.overhead_fit.to_json()})
 
     @classmethod
     def from_json(cls, d: dict, where: str) -> TreeCosts:
-        check_keys(d if isinstance(d, dict) else {}, {"verify", "draft", "overhead_ms_per_block", "trees"}, where)
+        check_keys(d if isinstance(d, dict) else {}, {"verify", "draft", "overhead_ms_per_block", "trees",
+                                                      "overhead_fit"}, where)
         verify = CostGrid.from_json(field_req(d, "verify", where), f"{where}.verify")
         if verify.batch != (1,) or verify.rows[0] < 2:
             raise SpecsimError(f"{where}.verify: expected batch [1] and rows >= 2 (n+1 positions), got batch "
@@ -261,7 +264,8 @@ class TreeCosts:
         return cls(verify=verify, draft=field_opt(d, "draft", CostGrid.from_json, where),
                    overhead_ms_per_block=OverheadGrid.from_json(field_req(d, "overhead_ms_per_block", where),
                                                                 f"{where}.overhead_ms_per_block"),
-                   trees=tuple(field_str(t, f"{where}.trees[{i}]") for i, t in enumerate(trees)))
+                   trees=tuple(field_str(t, f"{where}.trees[{i}]") for i, t in enumerate(trees)),
+                   overhead_fit=field_opt(d, "overhead_fit", TreeOverheadFit.from_json, where))
 
 
 # --------------------------------------------------------------------------- the model

@@ -102,3 +102,72 @@ def _ms_rows(value, where: str, n_rows: int, n_cols: int) -> tuple[tuple[float, 
             raise SpecsimError(f"{where}[{i}]: expected {n_cols} values, got {len(vals)}")
         out.append(tuple(field_num(v, f"{where}[{i}][{j}]", unit="ms", zero_ok=True) for j, v in enumerate(vals)))
     return tuple(out)
+
+
+@dataclass(frozen=True)
+class TreeOverheadFit:
+    """The tree engine's ms per block outside the models as a plane in the tree's size and depth, per draft
+    batch × target context: ``ms_per_block + ms_per_level·depth + ms_per_node·n`` (least squares over the
+    swept trees; each level is one more draft pass and acceptance step). Arrays are [batch][context];
+    between measured batches and contexts, linear; outside them, the nearest end value."""
+
+    batch: tuple[int, ...]
+    context_tokens: tuple[float, ...]
+    ms_per_block: tuple[tuple[float, ...], ...]
+    ms_per_level: tuple[tuple[float, ...], ...]
+    ms_per_node: tuple[tuple[float, ...], ...]
+
+    @classmethod
+    def fit(cls, sizes, depths, ms_by_context, batch, context_tokens) -> TreeOverheadFit | None:
+        """Least-squares plane through ``ms_by_context[i][k][j]`` (tree i = (sizes[i], depths[i]), context k,
+        batch j); None when the swept trees span fewer than 3 depths (size and depth would not separate)."""
+        n, d = np.asarray(sizes, dtype=float), np.asarray(depths, dtype=float)
+        if np.unique(d).size < 3:
+            return None
+        design = np.column_stack([np.ones_like(n), d, n])
+        y = np.asarray(ms_by_context, dtype=float)  # [tree, context, batch]
+        coef = np.linalg.lstsq(design, y.reshape(len(n), -1), rcond=None)[0].reshape(3, *y.shape[1:])
+        as_rows = lambda a: tuple(tuple(float(v) for v in a[:, j]) for j in range(len(batch)))  # noqa: E731
+        return cls(tuple(batch), tuple(float(c) for c in context_tokens), *(as_rows(c) for c in coef))
+
+    def to_json(self) -> dict:
+        return {"batch": list(self.batch), "context_tokens": list(self.context_tokens),
+                "ms_per_block": [list(r) for r in self.ms_per_block], "ms_per_level": [list(r) for r in self.ms_per_level],
+                "ms_per_node": [list(r) for r in self.ms_per_node]}
+
+    @classmethod
+    def from_json(cls, d: dict, where: str) -> TreeOverheadFit:
+        names = ("ms_per_block", "ms_per_level", "ms_per_node")
+        check_keys(d if isinstance(d, dict) else {}, {"batch", "context_tokens", *names}, where)
+        batch = axis_values(field_req(d, "batch", where), f"{where}.batch", integer=True)
+        ctx = axis_values(field_req(d, "context_tokens", where), f"{where}.context_tokens", integer=False)
+        # the coefficients of a fit may be negative (a plane through noisy points); they are ms, finite
+        coefs = [tuple(tuple(_signed_ms(v, f"{where}.{k}[{j}][{i}]") for i, v in enumerate(_row(row, len(ctx),
+                 f"{where}.{k}[{j}]"))) for j, row in enumerate(_row(field_req(d, k, where), len(batch), f"{where}.{k}")))
+                 for k in names]
+        return cls(batch, ctx, *coefs)
+
+    def at(self, n, depth, batch=1, context=0.0) -> float:
+        """ms per block of a tree of ``n`` nodes and ``depth`` levels (never below 0)."""
+        b = np.asarray(self.batch, dtype=float)
+        c = np.asarray(self.context_tokens, dtype=float)
+        total = 0.0
+        for bi, bw in _corners(np.asarray(float(batch)), b):
+            for ci, cw in _corners(np.asarray(float(context)), c):
+                coef = [np.asarray(a, dtype=float)[bi, ci] for a in (self.ms_per_block, self.ms_per_level,
+                                                                     self.ms_per_node)]
+                total = total + bw * cw * (coef[0] + coef[1] * depth + coef[2] * n)
+        return max(float(total), 0.0)
+
+
+def _row(value, n: int, where: str) -> list:
+    vals = field_list(value, where)
+    if len(vals) != n:
+        raise SpecsimError(f"{where}: expected {n} values, got {len(vals)}")
+    return vals
+
+
+def _signed_ms(value, where: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not np.isfinite(value) or abs(value) > 1e8:
+        raise SpecsimError(f"{where}: expected a finite number of ms (|x| <= 1e8), got {show(value)}")
+    return float(value)

@@ -10,7 +10,8 @@ Trees (the tree engine of the calibrate half, ARCHITECTURE.md), for a request wi
   accepted node was a leaf and so never fed) on D + t − rows, and in the request's first block the whole
   draft prompt (``draft_prefill``, D rows, fused as in the chain engine); level pass ℓ ≥ 1 feeds the
   level's m_ℓ expanded nodes (``tree.draft``) on D + t + Σ_{j<ℓ} m_j;
-- each block pays the tree engine's overhead at its n (``tree.overhead_ms_per_block``); a block whose tree
+- each block pays the tree engine's overhead at its n and depth (``tree.overhead_fit``; older profiles: at its
+  n, ``tree.overhead_ms_per_block``) and context; a block whose tree
   the end of the request cut to nothing is one target step (``target_decode``, its overhead per step).
 
 ``fused=False`` prices the decode phase alone: no prefill, every block's root pass as a 1- or 2-row step,
@@ -208,7 +209,10 @@ def tree_request_cost(cost: CostModel, plan: TreePlan, *, target_prompt_tokens: 
             f.add("tree_draft", m, fed, batch, "draft_ms")
             fed += m
         f.add("tree_verify", b.tree.n + 1, P - 1 + b.start, 1, "verify_ms")
-        overhead += float(tc.overhead_ms_per_block.at(b.tree.n, batch, P - 1 + b.start))
+        if tc.overhead_fit is not None:  # deep trees: one more level is one more pass and acceptance step
+            overhead += tc.overhead_fit.at(b.tree.n, b.tree.depth, batch, P - 1 + b.start)
+        else:
+            overhead += float(tc.overhead_ms_per_block.at(b.tree.n, batch, P - 1 + b.start))
     grids = {"target_prefill": cost.target_prefill, "draft_prefill": cost.draft_prefill,
              "target_decode": cost.target_decode, "draft_first": cost.draft_first, "tree_draft": tc.draft,
              "tree_verify": tc.verify}

@@ -215,3 +215,21 @@ def test_extrapolation_below_the_grid_never_goes_negative():
     assert out and ms == 0.0
     ms, out = grid_ms(grid, 1, 48, 1, name="draft_next")
     assert out and ms == pytest.approx(1.0 - 16 / 192 * 8.0)
+
+
+def test_tree_overhead_plane_in_size_and_depth():
+    """A plane through swept trees of 3+ depths prices a deep chain exactly (a grid by n alone would price it
+    as a shallow tree); fewer depths give no fit; the JSON names a bad field."""
+    from specsim.overhead_grid import TreeOverheadFit
+
+    plane = lambda n, d, c, b: 0.3 + 0.07 * d + 0.006 * n + 0.001 * c + 0.05 * b  # noqa: E731
+    sizes, depths = (1, 2, 4, 8, 16, 20, 22, 24), (1, 2, 2, 2, 2, 3, 4, 2)
+    ms = [[[plane(n, d, c, b) for b in (1, 2)] for c in (13.0, 230.0)] for n, d in zip(sizes, depths)]
+    fit = TreeOverheadFit.fit(sizes, depths, ms, (1, 2), (13.0, 230.0))
+    assert fit.at(10, 10, 1, 13.0) == pytest.approx(plane(10, 10, 13.0, 1))  # chain:10, far outside the depths
+    assert fit.at(10, 10, 2, 100.0) == pytest.approx(plane(10, 10, 100.0, 2))
+    assert TreeOverheadFit.fit(sizes[:5], depths[:5], ms[:5], (1, 2), (13.0, 230.0)) is None
+    assert TreeOverheadFit.from_json(json.loads(json.dumps(fit.to_json())), "fit") == fit
+    bad = fit.to_json() | {"ms_per_level": [[0.07, float("nan")], [0.07, 0.07]]}
+    with pytest.raises(SpecsimError, match=r"fit\.ms_per_level\[0\]\[1\]"):
+        TreeOverheadFit.from_json(bad, "fit")
