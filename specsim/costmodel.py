@@ -50,6 +50,7 @@ from specsim.jsonio import (
     drop_none,
     field_int,
     field_list,
+    field_nested,
     field_num,
     field_opt,
     field_req,
@@ -65,26 +66,6 @@ INTERPOLATION = ("context_tokens: piecewise linear, flagged linear extrapolation
 
 
 # --------------------------------------------------------------------------- grids
-def _nested(value, shape: tuple[int, ...], where: str, parse) -> np.ndarray:
-    """A nested JSON list of ``shape`` (rows × context × batch), each leaf through ``parse``."""
-    out = np.empty(shape, dtype=float)
-    rows = field_list(value, where)
-    if len(rows) != shape[0]:
-        raise SpecsimError(f"{where}: expected {shape[0]} rows (one per rows value), got {len(rows)}")
-    for i, row in enumerate(rows):
-        ctxs = field_list(row, f"{where}[{i}]")
-        if len(ctxs) != shape[1]:
-            raise SpecsimError(f"{where}[{i}]: expected {shape[1]} values (one per context), got {len(ctxs)}")
-        for j, cell in enumerate(ctxs):
-            batches = field_list(cell, f"{where}[{i}][{j}]")
-            if len(batches) != shape[2]:
-                raise SpecsimError(f"{where}[{i}][{j}]: expected {shape[2]} values (one per batch), "
-                                   f"got {len(batches)}")
-            for k, v in enumerate(batches):
-                out[i, j, k] = parse(v, f"{where}[{i}][{j}][{k}]")
-    return out
-
-
 @dataclass(frozen=True)
 class CostGrid:
     """ms of one forward pass on a grid of ``rows`` (positions fed) × ``context_tokens`` (KV-cache
@@ -120,11 +101,13 @@ class CostGrid:
         ctx = axis_values(field_req(d, "context_tokens", where), f"{where}.context_tokens", integer=False)
         batch = axis_values(field_req(d, "batch", where), f"{where}.batch", integer=True)
         shape = (len(rows), len(ctx), len(batch))
-        ms = _nested(field_req(d, "ms", where), shape, f"{where}.ms", lambda v, w: field_num(v, w, lo=0, lo_open=True, unit="ms"))
-        hw = field_opt(d, "halfwidth_ms", lambda v, w: _nested(v, shape, w, lambda x, ww: field_num(x, ww, lo=0)), where)
-        n = field_opt(d, "n", lambda v, w: _nested(v, shape, w, lambda x, ww: float(field_int(x, ww, lo=1))), where)
-        return cls(rows, ctx, batch, _tuples(ms), None if hw is None else _tuples(hw),
-                   None if n is None else _tuples(n.astype(int)))
+        axes = ("rows value", "context", "batch")
+        ms = field_nested(field_req(d, "ms", where), shape, f"{where}.ms",
+                          lambda v, w: field_num(v, w, lo=0, lo_open=True, unit="ms"), axes)
+        hw = field_opt(d, "halfwidth_ms", lambda v, w: field_nested(v, shape, w, lambda x, ww: field_num(x, ww, lo=0),
+                                                                    axes), where)
+        n = field_opt(d, "n", lambda v, w: field_nested(v, shape, w, lambda x, ww: field_int(x, ww, lo=1), axes), where)
+        return cls(rows, ctx, batch, ms, hw, n)
 
 
 def _tuples(a: np.ndarray) -> tuple:
@@ -241,6 +224,13 @@ class TreeCosts:
     overhead_ms_per_block: OverheadGrid
     trees: tuple[str, ...] = ()
     overhead_fit: TreeOverheadFit | None = None  # by size and depth; used when present (deep trees)
+
+    def overhead_at(self, tree, batch, context) -> float:
+        """ms per block outside the models for ``tree`` (a :class:`specsim.trees.TreeSpec`) at ``context``: the
+        size × depth plane when the sweep spanned enough depths, else the grid by n."""
+        if self.overhead_fit is not None:  # deep trees: one more level is one more pass and acceptance step
+            return self.overhead_fit.at(tree.n, tree.depth, batch, context)
+        return float(self.overhead_ms_per_block.at(tree.n, batch, context))
 
     @property
     def max_nodes(self) -> int:

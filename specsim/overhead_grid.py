@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from specsim.errors import SpecsimError
-from specsim.jsonio import check_keys, field_int, field_list, field_num, field_req, show
+from specsim.jsonio import check_keys, field_int, field_list, field_nested, field_num, field_req, show
 
 
 def axis_values(value, where: str, *, integer: bool) -> tuple:
@@ -51,16 +51,14 @@ class OverheadGrid:
                    where)
         gammas = axis_values(field_req(d, "gamma", where), f"{where}.gamma", integer=True)
         batch = axis_values(field_req(d, "batch", where), f"{where}.batch", integer=True)
-        ms = _ms_rows(field_req(d, "ms", where), f"{where}.ms", len(gammas), len(batch))
+        ms = field_nested(field_req(d, "ms", where), (len(gammas), len(batch)), f"{where}.ms", _ms, ("gamma", "batch"))
         if ("context_tokens" in d) != ("ms_by_context" in d):
             raise SpecsimError(f"{where}: expected both context_tokens and ms_by_context, or neither")
         if "context_tokens" not in d:
             return cls(gammas, batch, ms)
         ctx = axis_values(d["context_tokens"], f"{where}.context_tokens", integer=False)
-        rows = field_list(d["ms_by_context"], f"{where}.ms_by_context")
-        if len(rows) != len(gammas):
-            raise SpecsimError(f"{where}.ms_by_context: expected {len(gammas)} rows (one per gamma), got {len(rows)}")
-        by_ctx = tuple(_ms_rows(r, f"{where}.ms_by_context[{i}]", len(ctx), len(batch)) for i, r in enumerate(rows))
+        by_ctx = field_nested(d["ms_by_context"], (len(gammas), len(ctx), len(batch)), f"{where}.ms_by_context", _ms,
+                              ("gamma", "context", "batch"))
         return cls(gammas, batch, ms, ctx, by_ctx)
 
     def at(self, gamma, batch=1, context=None):
@@ -90,18 +88,9 @@ def _corners(x: np.ndarray, xs: np.ndarray):
     return ((lo, 1.0 - w), (hi, w))
 
 
-def _ms_rows(value, where: str, n_rows: int, n_cols: int) -> tuple[tuple[float, ...], ...]:
-    """``n_rows`` lists of ``n_cols`` non-negative ms each."""
-    rows = field_list(value, where)
-    if len(rows) != n_rows:
-        raise SpecsimError(f"{where}: expected {n_rows} rows, got {len(rows)}")
-    out = []
-    for i, row in enumerate(rows):
-        vals = field_list(row, f"{where}[{i}]")
-        if len(vals) != n_cols:
-            raise SpecsimError(f"{where}[{i}]: expected {n_cols} values, got {len(vals)}")
-        out.append(tuple(field_num(v, f"{where}[{i}][{j}]", unit="ms", zero_ok=True) for j, v in enumerate(vals)))
-    return tuple(out)
+def _ms(value, where: str) -> float:
+    """A measured overhead: ms, 0 allowed."""
+    return field_num(value, where, unit="ms", zero_ok=True)
 
 
 @dataclass(frozen=True)
@@ -141,9 +130,9 @@ class TreeOverheadFit:
         check_keys(d if isinstance(d, dict) else {}, {"batch", "context_tokens", *names}, where)
         batch = axis_values(field_req(d, "batch", where), f"{where}.batch", integer=True)
         ctx = axis_values(field_req(d, "context_tokens", where), f"{where}.context_tokens", integer=False)
-        # the coefficients of a fit may be negative (a plane through noisy points); they are ms, finite
-        coefs = [tuple(tuple(_signed_ms(v, f"{where}.{k}[{j}][{i}]") for i, v in enumerate(_row(row, len(ctx),
-                 f"{where}.{k}[{j}]"))) for j, row in enumerate(_row(field_req(d, k, where), len(batch), f"{where}.{k}")))
+        # the coefficients of a fit may be negative (a plane through noisy points); they are finite ms
+        coef = lambda v, w: field_num(v, w, lo=-1e8, hi=1e8)  # noqa: E731
+        coefs = [field_nested(field_req(d, k, where), (len(batch), len(ctx)), f"{where}.{k}", coef, ("batch", "context"))
                  for k in names]
         return cls(batch, ctx, *coefs)
 
@@ -158,16 +147,3 @@ class TreeOverheadFit:
                                                                      self.ms_per_node)]
                 total = total + bw * cw * (coef[0] + coef[1] * depth + coef[2] * n)
         return max(float(total), 0.0)
-
-
-def _row(value, n: int, where: str) -> list:
-    vals = field_list(value, where)
-    if len(vals) != n:
-        raise SpecsimError(f"{where}: expected {n} values, got {len(vals)}")
-    return vals
-
-
-def _signed_ms(value, where: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not np.isfinite(value) or abs(value) > 1e8:
-        raise SpecsimError(f"{where}: expected a finite number of ms (|x| <= 1e8), got {show(value)}")
-    return float(value)

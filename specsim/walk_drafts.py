@@ -209,10 +209,7 @@ def tree_request_cost(cost: CostModel, plan: TreePlan, *, target_prompt_tokens: 
             f.add("tree_draft", m, fed, batch, "draft_ms")
             fed += m
         f.add("tree_verify", b.tree.n + 1, P - 1 + b.start, 1, "verify_ms")
-        if tc.overhead_fit is not None:  # deep trees: one more level is one more pass and acceptance step
-            overhead += tc.overhead_fit.at(b.tree.n, b.tree.depth, batch, P - 1 + b.start)
-        else:
-            overhead += float(tc.overhead_ms_per_block.at(b.tree.n, batch, P - 1 + b.start))
+        overhead += tc.overhead_at(b.tree, batch, P - 1 + b.start)
     grids = {"target_prefill": cost.target_prefill, "draft_prefill": cost.draft_prefill,
              "target_decode": cost.target_decode, "draft_first": cost.draft_first, "tree_draft": tc.draft,
              "tree_verify": tc.verify}

@@ -27,6 +27,7 @@ from specsim.jsonio.fields import (
     drop_none,
     field_int,
     field_list,
+    field_nested,
     field_num,
     field_opt,
     field_req,
@@ -52,7 +53,8 @@ from specsim.jsonio.writing import check_writable, write_bytes_atomic, write_jso
 
 __all__ = [
     "MAX_DEPTH", "MAX_FILE_BYTES", "check_keys", "check_object", "check_regular_file", "check_schema_version",
-    "check_writable", "decode_utf8", "drop_none", "dumps_json", "field_int", "field_list", "field_num", "field_opt",
+    "check_writable", "decode_utf8", "drop_none", "dumps_json", "field_int", "field_list", "field_nested", "field_num",
+    "field_opt",
     "field_req", "field_str", "parse_file_data", "parse_json", "read_bytes", "read_json", "read_text",
     "shipped_names", "shipped_or_user_file", "show", "sourced", "write_bytes_atomic", "write_json_atomic",
     "write_text_atomic",

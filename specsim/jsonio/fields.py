@@ -120,6 +120,20 @@ def field_list(value: Any, where: str, *, nonempty: bool = True) -> list:
     return value
 
 
+def field_nested(value: Any, shape: tuple[int, ...], where: str, parse, axes: tuple[str, ...], *,
+                 noun: str = "rows") -> tuple:
+    """A nested JSON list of ``shape`` as nested tuples, each leaf through ``parse(leaf, where[i][j]..)``;
+    level k holds one entry per ``axes[k]``, named in the error when a length is wrong (the outermost
+    level's entries are ``noun``, the inner ones values)."""
+    items = field_list(value, where)
+    if len(items) != shape[0]:
+        raise SpecsimError(f"{where}: expected {shape[0]} {noun} (one per {axes[0]}), got {len(items)}")
+    if len(shape) == 1:
+        return tuple(parse(v, f"{where}[{i}]") for i, v in enumerate(items))
+    return tuple(field_nested(v, shape[1:], f"{where}[{i}]", parse, axes[1:], noun="values")
+                 for i, v in enumerate(items))
+
+
 def field_opt(d: dict, key: str, parse, where: str):
     """``parse(d[key], where.key)``, or None when the key is absent or null."""
     value = d.get(key)
