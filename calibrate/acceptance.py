@@ -29,7 +29,9 @@ from dataclasses import dataclass, replace
 import numpy as np
 import torch
 
+from calibrate.drafting.ensemble import AdaptiveEnsembleDrafter
 from calibrate.engine import Request, target_decode, unwrap
+from specsim.adaptive import RIVALS_PER_MEMBER, AdaptiveTrace
 from specsim.errors import SpecsimError
 from specsim.profile import MethodAcceptance, Trace
 from specsim.replay import replay_histogram, replay_traces_tau
@@ -192,8 +194,8 @@ def drafter_trace(target, drafter, request: Request, *, max_new_tokens: int, eos
     then ``accept(0, y_t)`` commits the target's token. ``match[t]`` = [argmax q_t == y_t]: exact for
     single methods at any T and for ensembles at T = 1 (greedy ensembles mix softmax at T = 1). Adaptive
     ensembles update their weights here after every token but in the engine after every block of γ, so
-    their trace approximates the engine's: ``specsim check`` reports how often replay equals the engine
-    (zoo profile: 41/48 and 43/48 (prompt, γ) pairs on 1 and 5 images, 48/48 on 2).
+    their ``match`` approximates the engine's; their trace also gets ``adaptive`` (:func:`member_features`
+    per position), from which :mod:`specsim.adaptive` replays the engine's fixed-γ blocks exactly.
     ``reference`` (from :func:`target_reference`) saves the target's work when several methods are traced.
     ``top_k`` > 0 adds the top-k fields (:func:`top_k_fields`) of q at T = 1 (the greedy mixture for ensembles).
     Sampled ``paths`` (:func:`target_paths`) add ``accept_paths``: the same walk along each path's tokens.
@@ -205,9 +207,12 @@ def drafter_trace(target, drafter, request: Request, *, max_new_tokens: int, eos
                                         eos_token_id=eos_token_id, device=device)
     y = torch.tensor(ref.tokens, dtype=torch.long)  # [N]
     gen = torch.Generator().manual_seed(seed)
-    q = _drafter_probs(drafter, request, ref.tokens, temperature, gen)  # [N, V]
+    members = [] if isinstance(drafter, AdaptiveEnsembleDrafter) else None
+    q = _drafter_probs(drafter, request, ref.tokens, temperature, gen, members)  # [N, V]
     trace = trace_from_probs(torch.softmax(ref.logits / temperature, -1), q, y, top_k_probs=q, top_k=top_k,
                              prompt_id=request.prompt_id, tokens=tuple(ref.tokens))
+    if members is not None:
+        trace = replace(trace, adaptive=adaptive_trace(drafter, members, ref.tokens))
     if paths:
         trace = replace(trace, accept_paths=tuple(
             accept_path(path, _drafter_probs(drafter, request, path.tokens, temperature, gen)) for path in paths))
@@ -216,15 +221,37 @@ def drafter_trace(target, drafter, request: Request, *, max_new_tokens: int, eos
                        draft_prompt_tokens=int(max(context)))
 
 
-def _drafter_probs(drafter, request: Request, tokens, temperature: float, gen: torch.Generator) -> torch.Tensor:
+def _drafter_probs(drafter, request: Request, tokens, temperature: float, gen: torch.Generator,
+                   members: list | None = None) -> torch.Tensor:
     """q_t [N, V] of the drafting protocol teacher-forced along ``tokens``: prefill, then per position
-    ``propose(1)`` (its q) and ``accept(0, y_t)`` (commit the target's token)."""
+    ``propose(1)`` (its q) and ``accept(0, y_t)`` (commit the target's token). ``members`` (a list)
+    collects an ensemble's member features per position (:func:`member_features`)."""
     drafter.prefill(request)
     qs = []
     for tok in tokens:
         qs.append(drafter.propose(1, temperature=temperature, generator=gen).q_probs[0].float().cpu())
+        if members is not None:
+            members.append(member_features(drafter.member_probs[0], int(tok)))
         drafter.accept(0, int(tok))
     return torch.stack(qs)
+
+
+def member_features(p: torch.Tensor, token: int) -> tuple:
+    """What the adaptive replay needs at one position from the members' distributions p [k, V] at T = 1:
+    (p_j(y), p_j(x) for the rivals x ≠ y in the union of the members' top-K, [argmax p_j = y])."""
+    p = p.double().cpu()
+    rivals = sorted(set(p.topk(min(RIVALS_PER_MEMBER, p.shape[1]), dim=-1).indices.flatten().tolist()) - {token})
+    r = lambda x: tuple(round(float(v), BETA_DECIMALS) for v in x)  # noqa: E731
+    return (r(p[:, token]), tuple(r(p[:, x]) for x in rivals),
+            tuple(int(i == token) for i in p.argmax(-1).tolist()))
+
+
+def adaptive_trace(drafter, members: list, tokens) -> AdaptiveTrace:
+    """The :class:`specsim.adaptive.AdaptiveTrace` of an adaptive ensemble from its per-position features."""
+    prior = drafter.prior.double()
+    return AdaptiveTrace(prior=tuple(float(w) for w in prior / prior.sum()),
+                         target_probs=tuple(m[0] for m in members), rival_probs=tuple(m[1] for m in members),
+                         member_match=tuple(m[2] for m in members), eta=drafter.eta, floor=drafter.floor)
 
 
 # --------------------------------------------------------------------------- sampled paths

@@ -7,7 +7,8 @@ At each context c the sweep runs, round-robin, what :mod:`calibrate.engine` runs
 - speculative blocks (:func:`calibrate.engine.sd_block`) for every γ and draft batch: γ draft steps of
   the real drafter (the text drafter, or the in-batch ensemble drafter with ``batch`` padded rows),
   then the verification of γ+1 rows; the draft's first step alternates between 1 and 2 fed tokens
-  (2 follow a fully accepted block).
+  (2 follow a fully accepted block). After an ensemble's block, the adaptive ensemble's weight update
+  is timed on that block (``overhead-adaptive`` keys): what an adaptive block adds to the overhead.
 
 So the draft and the target alternate as in speculative decoding and evict each other's weights from
 the caches as they do there, and the block's wall time minus its model time is the engine's overhead.
@@ -47,6 +48,12 @@ def overhead_prefix(gamma: int, batch: int) -> str:
 def overhead_key(gamma: int, batch: int, context: int) -> str:
     """Key of the engine's per-block overhead at γ, draft batch and context."""
     return f"{overhead_prefix(gamma, batch)}{context}"
+
+
+def adaptive_prefix(gamma: int, batch: int) -> str:
+    """Key prefix of what an adaptive ensemble's weight update adds to a block at γ and draft batch (its
+    keys start with "overhead", so, like the overhead, they never hold a sweep back from converging)."""
+    return f"overhead-adaptive.g={gamma}.b={batch}.c="
 
 
 def _drafter(draft: M.LoadedModel, batch: int, ensemble: bool, device):
@@ -122,6 +129,19 @@ class Sweep:
         for i, ms in enumerate(proposal.step_ms[1:], start=1):
             self.next_steps[batch].append((c + first_rows - 1 + i, ms))
         self.samples[overhead_key(gamma, batch, c)].append(block_ms - proposal.model_ms - verify_ms)
+        if getattr(drafter, "member_probs", None) is not None:  # an ensemble: what the adaptive rule would add
+            self.samples[f"{adaptive_prefix(gamma, batch)}{c}"].append(_adaptive_update_ms(drafter, proposal, new))
+
+
+def _adaptive_update_ms(drafter, proposal, kept: list[int]) -> float:
+    """ms of the adaptive weight update (:func:`calibrate.drafting.ensemble.adaptive_weights`) after the
+    block the ensemble ``drafter`` just ran, on that block's member distributions and outcome."""
+    from calibrate.drafting.ensemble import adaptive_weights
+
+    t0 = time.perf_counter()
+    adaptive_weights(drafter.weights, drafter.prior, drafter.member_probs, proposal.tokens.tolist(), len(kept) - 1,
+                     kept[-1])
+    return (time.perf_counter() - t0) * 1e3
 
 
 def next_step_timings(steps: list[tuple[int, float]], at_context: int) -> Timing:

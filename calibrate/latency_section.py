@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from calibrate import models as M
-from calibrate.costgrid import SENTINEL_END, SENTINEL_START, grid_key, overhead_prefix
+from calibrate.costgrid import SENTINEL_END, SENTINEL_START, adaptive_prefix, grid_key, overhead_prefix
 from calibrate.samplinggrid import sampling_cost
 from calibrate.timing import Timing, summarize
 from specsim.costmodel import CostModel, HostCheck, OverheadGrid, TreeCosts, make_grid
@@ -116,6 +116,8 @@ def cost_model(timings: dict[str, Timing], plan) -> CostModel:
         draft_prefill=_grid(timings, "draft_prefill", plan.prefill_tokens, (0,), batches),
         overhead_ms_per_block=_overhead_grid(timings, overhead_prefix, gammas, batches, ctx),
         overhead_ms_per_target_step=_pooled(timings, overhead_prefix(0, 1)),
+        adaptive_ms_per_block=(_overhead_grid(timings, adaptive_prefix, gammas, batches, ctx)
+                               if any(k.startswith(adaptive_prefix(gammas[0], batches[0])) for k in timings) else None),
         host_check=host_check(timings, ctx[0]), tree=tree_costs(timings, plan),
         sampling=sampling_cost(timings, gammas))
 
@@ -248,6 +250,10 @@ def summary_lines(section, timings: dict, seconds: float, path) -> list[str]:
         ov = cm.overhead_ms_per_block
         lines.append("engine overhead ms per block (batch 1): " + ", ".join(
             f"gamma {g}: {ov.at(g, 1):.3f}" for g in ov.gamma) + f"; per target-only step {cm.overhead_ms_per_target_step:.3f}")
+        if cm.adaptive_ms_per_block is not None:
+            ad, b = cm.adaptive_ms_per_block, cm.adaptive_ms_per_block.batch[-1]
+            lines.append(f"adaptive weight update ms per block (batch {b}): " + ", ".join(
+                f"gamma {g}: {ad.at(g, b):.3f}" for g in ad.gamma))
         if cm.tree is not None:
             g = cm.tree.verify
             at = min(range(len(g.context_tokens)), key=lambda i: abs(g.context_tokens[i] - v_ctx))

@@ -198,7 +198,8 @@ def predict_walk(profile: Profile, entry: MethodAcceptance, draft: Draft, prompt
     sd_setup = base_setup = 0.0
     for p in prompts:
         plan = draft_plan(draft, traces[p.prompt_id], p.max_new_tokens)
-        kw = {"target_prompt_tokens": p.prompt_tokens, "draft_prompt_tokens": p.draft_prompt_tokens, "batch": batch}
+        kw = {"target_prompt_tokens": p.prompt_tokens, "draft_prompt_tokens": p.draft_prompt_tokens, "batch": batch,
+              "adaptive": entry.adaptive}
         n = plan.tokens
         sd_req = _add(sd_req, plan_cost(cost, plan, **kw))
         dec = plan_cost(cost, plan.after_first(), fused=False, **kw)

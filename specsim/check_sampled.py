@@ -211,7 +211,7 @@ class RunPool:
 
 
 def simulate_pool(beta: np.ndarray, spec: PromptSpec, gamma: int, *, rng: np.random.Generator, runs: int,
-                  cost=None, batch: int = 1) -> RunPool:
+                  cost=None, batch: int = 1, adaptive: bool = False) -> RunPool:
     """Simulated runs of one prompt at γ over acceptance probabilities ``beta``: [n] (one value per emitted
     token) or [K, n] (K paths; run i follows path i mod K); see the module docstring."""
     paths = np.atleast_2d(beta)
@@ -227,7 +227,8 @@ def simulate_pool(beta: np.ndarray, spec: PromptSpec, gamma: int, *, rng: np.ran
     per_run = lambda x: np.bincount(owner, weights=x, minlength=runs)  # noqa: E731
     if cost is None:
         return RunPool(blocks, decode_tokens, per_run(big.drafts), None, None)
-    kw = {"target_prompt_tokens": spec.prompt_tokens, "draft_prompt_tokens": spec.draft_prompt_tokens, "batch": batch}
+    kw = {"target_prompt_tokens": spec.prompt_tokens, "draft_prompt_tokens": spec.draft_prompt_tokens, "batch": batch,
+          "adaptive": adaptive}
     ms = block_ms(cost, big, **kw)
     smp = cost.sampling  # what drawing tokens adds to the greedy-calibrated walk (None: not measured)
     added = (0.0, 0.0) if smp is None else (big.drafts * smp.draft_step_ms, smp.accept_ms_at(big.drafts))
@@ -314,7 +315,8 @@ def predict_sampled(profile: Profile, entry: MethodAcceptance, gamma: int, promp
             betas.append(np.repeat(beta.mean(0)[None], count, axis=0).ravel())
             # keeps the pool's own error of the mean <= 0.18 of the interval's sd; a whole number per path
             size = k * -(-max(pool_runs, 32 * count, 32 * k) // k)
-            pool = simulate_pool(beta, spec, gamma, rng=rng, runs=size, cost=cost, batch=entry.draft_batch_size)
+            pool = simulate_pool(beta, spec, gamma, rng=rng, runs=size, cost=cost, batch=entry.draft_batch_size,
+                                 adaptive=entry.adaptive)
             idx = replicate_runs(rng, resample, size, count)
             acc["tokens"] += n * count
             acc["blocks"] += pool.blocks[idx].sum(1)

@@ -23,7 +23,8 @@ Each grid stores ms[rows][context][batch] (medians) on the KV-cache length ``con
 pass starts from. Outside the models, the engine's per-block overhead (sampling, acceptance, cache
 crop, Python) is ``overhead_ms_per_block`` by γ, draft batch and (profiles from now on) target context,
 linear between measured values and the end value outside them, and ``overhead_ms_per_target_step``
-that of a target-only step, both greedy; ``sampling`` (:mod:`specsim.sampling_cost`) is what drawing
+that of a target-only step, both greedy; ``adaptive_ms_per_block`` (same axes) what an adaptive
+ensemble's weight update adds to each of its blocks; ``sampling`` (:mod:`specsim.sampling_cost`) is what drawing
 tokens at T > 0 adds.
 
 Interpolation rule (:func:`grid_ms`):
@@ -276,6 +277,15 @@ class CostModel:
     interpolation: str = INTERPOLATION
     tree: TreeCosts | None = None
     sampling: SamplingCost | None = None  # what T > 0 adds (specsim.sampling_cost); None: not measured
+    adaptive_ms_per_block: OverheadGrid | None = None  # what an adaptive ensemble's weight update adds; None: free
+
+    def block_overhead_ms(self, gamma, batch, context, adaptive: bool = False):
+        """The engine's overhead of blocks at ``gamma`` (ms, array-like), plus an adaptive ensemble's
+        weight update when ``adaptive`` (free in profiles that did not time it)."""
+        ms = np.asarray(self.overhead_ms_per_block.at(gamma, batch, context), dtype=float)
+        if adaptive and self.adaptive_ms_per_block is not None:
+            ms = ms + np.asarray(self.adaptive_ms_per_block.at(gamma, batch, context), dtype=float)
+        return ms
 
     def to_json(self) -> dict:
         return drop_none({**{name: getattr(self, name).to_json() for name in GRID_NAMES},
@@ -284,13 +294,15 @@ class CostModel:
                           "host_check": None if self.host_check is None else self.host_check.to_json(),
                           "interpolation": self.interpolation,
                           "tree": None if self.tree is None else self.tree.to_json(),
-                          "sampling": None if self.sampling is None else self.sampling.to_json()})
+                          "sampling": None if self.sampling is None else self.sampling.to_json(),
+                          "adaptive_ms_per_block": None if self.adaptive_ms_per_block is None
+                          else self.adaptive_ms_per_block.to_json()})
 
     @classmethod
     def from_json(cls, d: dict, where: str = "latency.cost_model") -> CostModel:
         check_keys(d if isinstance(d, dict) else {}, {*GRID_NAMES, "overhead_ms_per_block",
                                                       "overhead_ms_per_target_step", "host_check", "interpolation",
-                                                      "tree", "sampling"},
+                                                      "tree", "sampling", "adaptive_ms_per_block"},
                    where)
         grids = {name: CostGrid.from_json(field_req(d, name, where), f"{where}.{name}") for name in GRID_NAMES}
         if grids["target_decode"].rows[0] != 1:
@@ -311,7 +323,8 @@ class CostModel:
                    host_check=field_opt(d, "host_check", HostCheck.from_json, where),
                    interpolation=field_str(d.get("interpolation", INTERPOLATION), f"{where}.interpolation"),
                    tree=field_opt(d, "tree", TreeCosts.from_json, where),
-                   sampling=field_opt(d, "sampling", SamplingCost.from_json, where))
+                   sampling=field_opt(d, "sampling", SamplingCost.from_json, where),
+                   adaptive_ms_per_block=field_opt(d, "adaptive_ms_per_block", OverheadGrid.from_json, where))
 
     @property
     def max_gamma(self) -> int:

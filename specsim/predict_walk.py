@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from specsim.adaptive import adaptive_plan
 from specsim.errors import SpecsimError
 from specsim.profile import MethodAcceptance, Profile
 from specsim.theory import alpha_from_tau
@@ -48,7 +49,8 @@ def walks(entry: MethodAcceptance, gamma: int, tau: float, *, prompt_tokens=None
             p = t.prompt_tokens or entry.target_prompt_tokens
             if p is None:
                 raise SpecsimError(f"method {entry.method!r}: prompt length unknown (pass --context-tokens)")
-            out.append(Walk(greedy_plan(t.match, gamma), p, t.draft_prompt_tokens or entry.draft_prompt_tokens or p))
+            plan = greedy_plan(t.match, gamma) if t.adaptive is None else adaptive_plan(t.adaptive, gamma)
+            out.append(Walk(plan, p, t.draft_prompt_tokens or entry.draft_prompt_tokens or p))
         return out
     p = prompt_tokens if prompt_tokens is not None else (entry.target_prompt_tokens or _mean(traces, "prompt_tokens"))
     if p is None:
@@ -100,7 +102,8 @@ def walk_cost(profile: Profile, entry: MethodAcceptance, requests: list[Walk], *
     drafts = 0.0
     for w in requests:
         s = plan_cost(cost, w.plan, target_prompt_tokens=w.prompt_tokens,
-                      draft_prompt_tokens=w.draft_prompt_tokens, batch=entry.draft_batch_size, fused=fused)
+                      draft_prompt_tokens=w.draft_prompt_tokens, batch=entry.draft_batch_size, fused=fused,
+                      adaptive=entry.adaptive)
         b = target_request_cost(cost, prompt_tokens=w.prompt_tokens, new_tokens=w.plan.tokens, fused=fused)
         sd, base = (s, b) if sd is None else (sd + s, base + b)
         drafts += w.plan.draft_tokens

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from specsim.adaptive import AdaptiveTrace
 from specsim.bounds import RANGES, check_range
 from specsim.costmodel import CostModel
 from specsim.errors import SpecsimError, warn
@@ -256,6 +257,7 @@ class Trace:
     temperature: the probability that a sampled draft at t is accepted given that the target emitted
     y_t there (Leviathan et al. 2023, §3.5; its mean over y_t ~ p_t is β_t). A sampled run follows its
     own tokens, so the sampled check simulates runs along these paths rather than the greedy output.
+    Adaptive ensembles add ``adaptive`` (:class:`specsim.adaptive.AdaptiveTrace`): their exact replay.
     """
 
     match: tuple[int, ...] | None = None
@@ -267,6 +269,7 @@ class Trace:
     draft_rank: tuple[int, ...] | None = None
     draft_top_probs: tuple[tuple[float, ...], ...] | None = None
     accept_paths: tuple[tuple[float, ...], ...] | None = None
+    adaptive: AdaptiveTrace | None = None  # adaptive ensembles: what the exact block-by-block replay needs
 
     def to_json(self) -> dict:
         return _drop_none({
@@ -278,6 +281,7 @@ class Trace:
             "draft_rank": None if self.draft_rank is None else list(self.draft_rank),
             "draft_top_probs": None if self.draft_top_probs is None else [list(p) for p in self.draft_top_probs],
             "accept_paths": None if self.accept_paths is None else [list(p) for p in self.accept_paths],
+            "adaptive": None if self.adaptive is None else self.adaptive.to_json(),
         })
 
     @classmethod
@@ -285,7 +289,7 @@ class Trace:
         if not isinstance(d, dict):
             raise SpecsimError(f"{where}: expected an object, got {_show(d)}")
         check_keys(d, {"match", "beta", "prompt_id", "tokens", "prompt_tokens", "draft_prompt_tokens", "draft_rank",
-                       "draft_top_probs", "accept_paths"}, where)
+                       "draft_top_probs", "accept_paths", "adaptive"}, where)
         match = d.get("match")
         beta = d.get("beta")
         if match is None and beta is None:
@@ -315,7 +319,18 @@ class Trace:
             prompt_tokens=_opt(d, "prompt_tokens", lambda v, w: _int(v, w, lo=1), where),
             draft_prompt_tokens=_opt(d, "draft_prompt_tokens", lambda v, w: _int(v, w, lo=1), where),
             draft_rank=rank, draft_top_probs=top, accept_paths=_accept_paths(d.get("accept_paths"), where),
+            adaptive=_adaptive(d, where, len(match if match is not None else beta)),
         )
+
+
+def _adaptive(d: dict, where: str, positions: int) -> AdaptiveTrace | None:
+    """The optional ``adaptive`` field of a trace, one entry per position."""
+    if d.get("adaptive") is None:
+        return None
+    out = AdaptiveTrace.from_json(d["adaptive"], f"{where}.adaptive")
+    if len(out) != positions:
+        raise SpecsimError(f"{where}.adaptive.target_probs: expected one per position ({positions}), got {len(out)}")
+    return out
 
 
 def _accept_paths(paths: Any, where: str) -> tuple[tuple[float, ...], ...] | None:
@@ -355,6 +370,10 @@ def _top_k_fields(d: dict, where: str, positions: int, match) -> tuple:
     return rank, top
 
 
+# The method code prefix of an adaptive in-batch ensemble ("adaptive:MTC").
+ADAPTIVE_PREFIX = "adaptive:"
+
+
 @dataclass(frozen=True)
 class MethodAcceptance:
     """Acceptance of one drafting method in one scenario (task, images per prompt).
@@ -383,6 +402,11 @@ class MethodAcceptance:
     weights: tuple[float, ...] | None = None  # ensemble member weights, if an ensemble
     notes: str = ""
     provenance: Provenance | None = None  # when this entry was measured apart from the profile (an engine import)
+
+    @property
+    def adaptive(self) -> bool:
+        """An adaptive ensemble (``adaptive:...``), whose blocks also pay its weight update."""
+        return self.method.startswith(ADAPTIVE_PREFIX)
 
     def to_json(self) -> dict:
         return _drop_none({

@@ -12,7 +12,8 @@ prices each pass where it runs, in the engine's cache convention (the calibrate 
   block (the target's pass over P + γ rows, the draft's over D rows) and with the first target-only
   step (P rows); ``fused=False`` prices the decode phase alone, every block as if the prompt were
   already cached (the convention of τ / (γ·c + v), Leviathan et al. 2023);
-- every block also pays the engine's overhead outside the models at its γ.
+- every block also pays the engine's overhead outside the models at its γ (an adaptive ensemble's
+  blocks also its weight update, ``adaptive_ms_per_block``).
 
 Plans: :func:`greedy_plan` is the engine's exact schedule from a greedy acceptance trace (the same
 blocks :mod:`specsim.replay` counts, with γ capped at tokens-left − 1 as the engine caps it);
@@ -147,9 +148,10 @@ class BlockMs:
 
 
 def block_ms(cost: CostModel, plan: BlockPlan, *, target_prompt_tokens: float, draft_prompt_tokens: float,
-             batch: int = 1) -> BlockMs:
+             batch: int = 1, adaptive: bool = False) -> BlockMs:
     """ms of each block of ``plan`` (see the module docstring for where each pass runs), vectorised: the
-    blocks of many plans of one prompt can be priced in one call."""
+    blocks of many plans of one prompt can be priced in one call; ``adaptive``: an adaptive ensemble's
+    blocks (its weight update is overhead too)."""
     P, D = float(target_prompt_tokens), float(draft_prompt_tokens)
     g, t = plan.drafts, plan.start
     flags = []
@@ -175,16 +177,16 @@ def block_ms(cost: CostModel, plan: BlockPlan, *, target_prompt_tokens: float, d
     nxt = np.zeros_like(t)
     if i.size:
         np.add.at(nxt, block_of, price(cost.draft_next, "Tq (draft_next)", 1, D - 1 + t[block_of] + i, batch))
-    overhead = np.asarray(cost.overhead_ms_per_block.at(np.maximum(g, 1), batch, P - 1 + t), dtype=float)
+    overhead = cost.block_overhead_ms(np.maximum(g, 1), batch, P - 1 + t, adaptive)
     return BlockMs(first, nxt, verify, np.broadcast_to(overhead, t.shape), any(flags))
 
 
 def sd_request_cost(cost: CostModel, plan: BlockPlan, *, target_prompt_tokens: float, draft_prompt_tokens: float,
-                    batch: int = 1, fused: bool = True) -> RequestCost:
+                    batch: int = 1, fused: bool = True, adaptive: bool = False) -> RequestCost:
     """ms of speculative decoding along ``plan`` (see the module docstring for where each pass runs)."""
     P, D = float(target_prompt_tokens), float(draft_prompt_tokens)
     g, w = plan.drafts, plan.weight
-    ms = block_ms(cost, plan, target_prompt_tokens=P, draft_prompt_tokens=D, batch=batch)
+    ms = block_ms(cost, plan, target_prompt_tokens=P, draft_prompt_tokens=D, batch=batch, adaptive=adaptive)
     first, verify = ms.draft_first_ms.copy(), ms.verify_ms.copy()
     flags = [ms.extrapolated]
     prefill = draft_prefill = 0.0

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from specsim.adaptive import adaptive_plan
 from specsim.costmodel import CostModel, TreeCosts, grid_ms
 from specsim.errors import SpecsimError
 from specsim.policies import BatchTable, GammaPolicy, as_policy, replay_policy_blocks
@@ -133,9 +134,13 @@ def policy_plan(trace, policy, max_new_tokens: int | None = None) -> BlockPlan:
 
 
 def draft_plan(draft: Draft, trace, max_new_tokens: int | None = None) -> BlockPlan | TreePlan:
-    """The engine's exact greedy schedule of one traced request for a fixed γ, a tree or a policy."""
+    """The engine's exact greedy schedule of one traced request for a fixed γ, a tree or a policy (an
+    adaptive ensemble's chains and policies from its :class:`specsim.adaptive.AdaptiveTrace`; its trees
+    from the per-token ``match``, an approximation)."""
     if isinstance(draft, TreeSpec):
         return tree_plan(trace, draft, max_new_tokens)
+    if getattr(trace, "adaptive", None) is not None:  # an adaptive ensemble: its weights re-run per block
+        return adaptive_plan(trace.adaptive, draft, max_new_tokens)
     if isinstance(draft, (GammaPolicy, BatchTable)):
         return policy_plan(trace, draft, max_new_tokens)
     match = getattr(trace, "match", trace)
@@ -220,11 +225,14 @@ def tree_request_cost(cost: CostModel, plan: TreePlan, *, target_prompt_tokens: 
 
 
 def plan_cost(cost: CostModel, plan: BlockPlan | TreePlan, *, target_prompt_tokens: float,
-              draft_prompt_tokens: float, batch: int = 1, fused: bool = True) -> RequestCost:
-    """ms of a chain or policy plan (:func:`specsim.walk.sd_request_cost`) or a tree plan (:func:`tree_request_cost`)."""
-    price = tree_request_cost if isinstance(plan, TreePlan) else sd_request_cost
-    return price(cost, plan, target_prompt_tokens=target_prompt_tokens, draft_prompt_tokens=draft_prompt_tokens,
-                 batch=batch, fused=fused)
+              draft_prompt_tokens: float, batch: int = 1, fused: bool = True, adaptive: bool = False) -> RequestCost:
+    """ms of a chain or policy plan (:func:`specsim.walk.sd_request_cost`; ``adaptive``: an adaptive
+    ensemble's) or a tree plan (:func:`tree_request_cost`)."""
+    kw = {"target_prompt_tokens": target_prompt_tokens, "draft_prompt_tokens": draft_prompt_tokens, "batch": batch,
+          "fused": fused}
+    if isinstance(plan, TreePlan):
+        return tree_request_cost(cost, plan, **kw)
+    return sd_request_cost(cost, plan, adaptive=adaptive, **kw)
 
 
 def tree_block_ms(cost: CostModel, tree: TreeSpec, *, target_context: float, draft_context: float,

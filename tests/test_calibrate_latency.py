@@ -59,6 +59,12 @@ def test_profile_is_written_valid_and_complete(tmp_path, target_cfg, draft_cfg):
     assert lat.draft_decode_ms_by_batch.ms[0] == dict(zip(lat.draft_decode_ms_by_context.x,
                                                           lat.draft_decode_ms_by_context.ms))[16.0]
     vlm = models["target"].kind == "vlm"
+    # An ensemble pair also times the adaptive weight update after each block; a text pair has no ensembles.
+    assert (cm.adaptive_ms_per_block is not None) == vlm
+    if vlm:
+        ad = cm.adaptive_ms_per_block
+        assert ad.gamma == (1, 2, 3) and ad.batch == (1, 2) and ad.context_tokens == (8.0, 16.0, 24.0)
+        assert all(ms > 0 for row in ad.ms for ms in row)
     assert (lat.vision_encoder_ms_per_image is not None) == vlm
     assert (lat.draft_vision_encoder_ms_per_image is not None) == vlm
     prov = prof.provenance

@@ -206,6 +206,33 @@ def test_overhead_by_context_is_interpolated_and_walked_per_block():
     assert sd.overhead_ms != pytest.approx(float(grid.at(3, 1)) * plan.blocks)  # not the pooled value
 
 
+def test_an_adaptive_ensemble_pays_its_weight_update_per_block(tmp_path):
+    """``adaptive_ms_per_block`` is added to each block of an adaptive method's walk (at its γ, batch and
+    context), to no other method's; profiles without it price the update as free; it round-trips."""
+    from dataclasses import replace
+
+    update = OverheadGrid((1, 6), (1, 2), ((0.25, 0.5), (0.75, 1.0)), (8.0, 512.0),
+                          (((0.1, 0.2), (0.3, 0.4)), ((0.5, 0.6), (0.7, 0.8))))
+    cm = replace(_cost_model(overhead=1.0), adaptive_ms_per_block=update)
+    assert CostModel.from_json(json.loads(json.dumps(cm.to_json()))) == cm
+    plan = greedy_plan(tuple(int(x) for x in np.random.default_rng(4).random(40) < 0.7), 4)
+    kw = {"target_prompt_tokens": 100, "draft_prompt_tokens": 100, "batch": 2, "fused": False}
+    fixed = sd_request_cost(cm, plan, **kw)
+    adaptive = sd_request_cost(cm, plan, adaptive=True, **kw)
+    by_hand = sum(update.at(max(int(g), 1), 2, 99.0 + t) for g, t in zip(plan.drafts, plan.start))
+    assert fixed.overhead_ms == pytest.approx(plan.blocks * 1.0)
+    assert adaptive.overhead_ms - fixed.overhead_ms == pytest.approx(by_hand) and by_hand > 0
+    assert adaptive.draft_ms == fixed.draft_ms and adaptive.verify_ms == fixed.verify_ms
+    old = replace(cm, adaptive_ms_per_block=None)
+    assert sd_request_cost(old, plan, adaptive=True, **kw).overhead_ms == pytest.approx(fixed.overhead_ms)
+    assert MethodAcceptance(method="adaptive:MTC", scenario="s", images_per_prompt=1).adaptive
+    assert not MethodAcceptance(method="MTC", scenario="s", images_per_prompt=1).adaptive
+    bad = cm.to_json()
+    bad["adaptive_ms_per_block"]["ms"] = [[0.25, 0.5]]
+    with pytest.raises(SpecsimError, match="adaptive_ms_per_block"):
+        CostModel.from_json(bad)
+
+
 def test_extrapolation_below_the_grid_never_goes_negative():
     """A steep (noisy) slope carried far below the first measured context stops at 0 ms, flagged."""
     from specsim.costmodel import grid_ms, make_grid

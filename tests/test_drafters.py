@@ -193,3 +193,30 @@ def test_protocol_trace_replays_to_the_engine_for_every_method(zoo):
     b = acceptance_trace(target, zoo["draft"], text_req, max_new_tokens=NEW_TOKENS)
     assert a.trace.match == b.trace.match
     assert a.trace.beta == pytest.approx(b.trace.beta, abs=1e-4)
+
+
+def test_adaptive_trace_replays_the_engine_block_by_block(zoo):
+    """An adaptive ensemble's weights move per block, so its replay re-runs them (specsim.adaptive): the
+    replayed accepted counts equal the engine's at every γ and under draft-length policies (a confidence
+    stop reads the mixture's top probability at the block's weights), on 1, 2 and 5 images."""
+    from calibrate.acceptance import drafter_trace
+    from specsim.adaptive import AdaptiveTrace, adaptive_plan
+    from specsim.policies import parse_policy
+    from specsim.profile import Trace
+    from specsim.walk_drafts import draft_plan
+
+    target = zoo["target"]
+    for n_images, req in zoo["requests"].items():
+        pt = drafter_trace(target, _drafter(zoo, "adaptive:MTC"), req, max_new_tokens=NEW_TOKENS)
+        ad = pt.trace.adaptive
+        assert isinstance(ad, AdaptiveTrace) and len(ad) == len(pt.trace.match)
+        assert Trace.from_json(pt.trace.to_json(), "t") == pt.trace
+        for gamma in (1, 2, 3, 5, parse_policy("heuristic:2,max=4"), parse_policy("confidence:0.6,gamma=4")):
+            out = speculative_decode(target, _drafter(zoo, "adaptive:MTC"), req, gamma=gamma,
+                                     max_new_tokens=NEW_TOKENS)
+            plan = adaptive_plan(ad, gamma, NEW_TOKENS)
+            assert [int(e) - 1 for e in plan.emitted] == _accepted(out), (n_images, gamma)
+            assert [int(g) for g in plan.drafts] == [b.gamma for b in out.blocks], (n_images, gamma)
+            assert (draft_plan(gamma, pt.trace, NEW_TOKENS).start == plan.start).all()
+    assert _drafter(zoo, "MTC") is not None and drafter_trace(
+        target, _drafter(zoo, "MTC"), zoo["requests"][1], max_new_tokens=4).trace.adaptive is None

@@ -18,7 +18,9 @@ from calibrate.drafting.contexts import DraftContext
 from calibrate.engine import crop_cache, new_cache, unwrap
 from calibrate.proposal import Proposal, Request
 from calibrate.timing import timed
+from specsim.adaptive import ETA, FLOOR, update_weights
 from specsim.errors import SpecsimError
+from specsim.profile import ADAPTIVE_PREFIX
 
 
 class EnsembleDrafter:
@@ -165,20 +167,28 @@ class AdaptiveEnsembleDrafter(EnsembleDrafter):
     from, so the output distribution is the target's.
     """
 
-    def __init__(self, draft, members, *, weights=None, eta: float = 2.0, floor: float = 0.05, **kw):
+    def __init__(self, draft, members, *, weights=None, eta: float = ETA, floor: float = FLOOR, **kw):
         super().__init__(draft, members, weights=weights, **kw)
         self.eta, self.floor = float(eta), float(floor)
-        self.method = kw.get("method") or "adaptive:" + "".join(m.code for m in self.members)
+        self.method = kw.get("method") or ADAPTIVE_PREFIX + "".join(m.code for m in self.members)
 
     def accept(self, n_accepted: int, next_token: int) -> None:
         if self._drafts is not None and self.member_probs is not None:
-            g = len(self._drafts)
-            y = self._drafts[:n_accepted] + ([int(next_token)] if n_accepted < g else [])
-            top = self.member_probs[: len(y)].argmax(-1)  # [m, k]
-            hits = (top == torch.tensor(y, device=top.device)[:, None]).double().mean(0).cpu()  # [k]
-            w = self.weights * torch.exp(self.eta * (hits - hits.mean()))
-            self.weights = (1 - self.floor) * w / w.sum() + self.floor * self.prior
+            self.weights = adaptive_weights(self.weights, self.prior, self.member_probs, self._drafts, n_accepted,
+                                            next_token, eta=self.eta, floor=self.floor)
         super().accept(n_accepted, next_token)
+
+
+def adaptive_weights(weights: torch.Tensor, prior: torch.Tensor, member_probs: torch.Tensor, drafts: list[int],
+                     n_accepted: int, next_token: int, *, eta: float = ETA, floor: float = FLOOR) -> torch.Tensor:
+    """The adaptive ensemble's weights [k] after one block (the rule in :class:`AdaptiveEnsembleDrafter`):
+    ``member_probs`` [γ, k, V] of the block's drafts, of which ``n_accepted`` were accepted before the
+    target's ``next_token``. ``calibrate latency`` times this call alone (what an adaptive block adds)."""
+    g = len(drafts)
+    y = list(drafts[:n_accepted]) + ([int(next_token)] if n_accepted < g else [])
+    top = member_probs[: len(y)].argmax(-1)  # [m, k]
+    hits = (top == torch.tensor(y, device=top.device)[:, None]).double().mean(0).cpu()  # [k]
+    return torch.from_numpy(update_weights(weights.numpy(), prior.numpy(), hits.numpy(), eta, floor))
 
 
 # --------------------------------------------------------------------------- helpers

@@ -25,10 +25,11 @@ from calibrate.drafting.ensemble import AdaptiveEnsembleDrafter, EnsembleDrafter
 from calibrate.drafting.text import PLAIN, TextDrafter
 from calibrate.engine import unwrap
 from specsim.errors import SpecsimError
+from specsim.profile import ADAPTIVE_PREFIX
 
 _CODE_RE = re.compile(r"M|T|C|F|P(\d+)")
 _NAMES = {"multimodal": "M", "text-only": "T", "caption": "C", "target-features": "F"}
-_ADAPTIVE = "adaptive:"
+_ADAPTIVE = ADAPTIVE_PREFIX
 
 
 @dataclass(frozen=True)

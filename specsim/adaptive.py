@@ -1,0 +1,136 @@
+"""Exact greedy replay of an adaptive in-batch ensemble, block by block.
+
+An in-batch ensemble (IbED, Lee et al. 2024) drafts the argmax of q = Σ_j w_j p_j over its members'
+distributions p_j. An adaptive one (after TABED) updates the weights after every block from the
+members' hits on the block's known target tokens: with m = min(n + 1, γ) positions (the n accepted
+drafts and, if n < γ, the target's correction), h_j = (1/m) Σ_i [argmax p_j,i = y_i],
+w ← w · exp(η (h − mean h)), normalised, then w ← (1 − ε) w + ε w⁰.
+
+So whether the draft at t matches the target depends on the weights there, which depend on the earlier
+blocks, which depend on γ: one ``match`` sequence (a trace updates after every token) only approximates
+the engine. For adaptive methods ``calibrate acceptance`` also stores an :class:`AdaptiveTrace` per
+prompt: each member's probability of the target's token, of its rivals (the union of the members'
+top-K tokens; the mixture's argmax is among them unless K is too small) and whether the member's own
+argmax was the target's token. :func:`adaptive_plan` re-runs the weights block by block.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from specsim.errors import SpecsimError
+from specsim.jsonio import check_keys, field_list, field_num, field_req, show
+from specsim.policies import as_policy
+from specsim.walk import BlockPlan
+
+# The adaptive rule's step size η and floor ε (calibrate's AdaptiveEnsembleDrafter uses these).
+ETA, FLOOR = 2.0, 0.05
+# Each member's top-K tokens are the rivals stored per position.
+RIVALS_PER_MEMBER = 4
+
+
+@dataclass(frozen=True)
+class AdaptiveTrace:
+    """What the adaptive replay needs along one prompt's target output (N positions, k members).
+
+    ``target_probs[t][j]`` = p_j(y_t); ``rival_probs[t][c][j]`` = p_j(x_c) for the rivals x_c ≠ y_t;
+    ``member_match[t][j]`` = [argmax p_j = y_t]; ``prior`` w⁰ [k]; ``eta``, ``floor`` the rule's η, ε.
+    """
+
+    prior: tuple[float, ...]
+    target_probs: tuple[tuple[float, ...], ...]
+    rival_probs: tuple[tuple[tuple[float, ...], ...], ...]
+    member_match: tuple[tuple[int, ...], ...]
+    eta: float = ETA
+    floor: float = FLOOR
+
+    def __len__(self) -> int:
+        return len(self.target_probs)
+
+    def to_json(self) -> dict:
+        return {"prior": list(self.prior), "eta": self.eta, "floor": self.floor,
+                "target_probs": [list(p) for p in self.target_probs],
+                "rival_probs": [[list(r) for r in rs] for rs in self.rival_probs],
+                "member_match": [list(m) for m in self.member_match]}
+
+    @classmethod
+    def from_json(cls, d: dict, where: str) -> AdaptiveTrace:
+        keys = ("prior", "eta", "floor", "target_probs", "rival_probs", "member_match")
+        check_keys(d if isinstance(d, dict) else {}, set(keys), where)
+        prior = tuple(field_num(p, f"{where}.prior[{j}]", zero_ok=True)
+                      for j, p in enumerate(field_list(field_req(d, "prior", where), f"{where}.prior")))
+        k = len(prior)
+        if not abs(sum(prior) - 1) < 1e-6:
+            raise SpecsimError(f"{where}.prior: expected weights summing to 1, got {show(list(prior))}")
+
+        def row(v, w, kind=float):
+            items = field_list(v, w)
+            if len(items) != k:
+                raise SpecsimError(f"{w}: expected {k} values (one per member), got {show(v)}")
+            if kind is int:
+                if any(x not in (0, 1) or isinstance(x, float) for x in items):
+                    raise SpecsimError(f"{w}: expected 0 or 1 per member, got {show(v)}")
+                return tuple(int(x) for x in items)
+            return tuple(field_num(x, f"{w}[{j}]", zero_ok=True, hi=1 + 1e-9) for j, x in enumerate(items))
+
+        target = tuple(row(v, f"{where}.target_probs[{t}]")
+                       for t, v in enumerate(field_list(field_req(d, "target_probs", where), f"{where}.target_probs")))
+        rivals = tuple(tuple(row(r, f"{where}.rival_probs[{t}][{c}]") for c, r in enumerate(field_list(v, f"{where}.rival_probs[{t}]")))
+                       for t, v in enumerate(field_list(field_req(d, "rival_probs", where), f"{where}.rival_probs")))
+        match = tuple(row(v, f"{where}.member_match[{t}]", int)
+                      for t, v in enumerate(field_list(field_req(d, "member_match", where), f"{where}.member_match")))
+        if not len(target) == len(rivals) == len(match):
+            raise SpecsimError(f"{where}: expected target_probs, rival_probs and member_match of one length, got "
+                               f"{len(target)}, {len(rivals)} and {len(match)}")
+        return cls(prior, target, rivals, match, eta=field_num(field_req(d, "eta", where), f"{where}.eta", zero_ok=True),
+                   floor=field_num(field_req(d, "floor", where), f"{where}.floor", zero_ok=True, hi=1.0))
+
+
+def update_weights(w: np.ndarray, prior: np.ndarray, hits: np.ndarray, eta: float, floor: float) -> np.ndarray:
+    """The adaptive rule after one block: ``hits`` [k] the members' hit rates on its known positions."""
+    w = w * np.exp(eta * (hits - hits.mean()))
+    return (1 - floor) * w / w.sum() + floor * prior
+
+
+def adaptive_plan(trace: AdaptiveTrace, gamma, max_new_tokens: int | None = None) -> BlockPlan:
+    """The engine's blocks for one adaptive ensemble's greedy trace at a fixed γ or under a draft-length
+    policy (:func:`specsim.walk.greedy_plan`'s and :func:`specsim.policies.replay_policy_blocks`'
+    schedules), with the weights re-run block by block. A confidence policy stops drafting after a draft
+    whose mixture's top probability (the best of the target's token and its rivals under the block's
+    weights) is below its threshold, as the engine does."""
+    policy = as_policy(gamma)
+    n = len(trace)
+    max_new = n if max_new_tokens is None else int(max_new_tokens)
+    if max_new < n:
+        raise SpecsimError(f"max_new_tokens: expected >= the trace's {n} tokens, got {max_new}")
+    target = np.asarray(trace.target_probs, dtype=float).reshape(n, -1)  # [N, k]
+    k = len(trace.prior)
+    width = max((len(r) for r in trace.rival_probs), default=0)
+    rivals = np.zeros((n, max(width, 1), k))  # a pad of 0 never beats the target's token (ties: no match)
+    for t, rs in enumerate(trace.rival_probs):
+        if rs:
+            rivals[t, : len(rs)] = rs
+    hits = np.asarray(trace.member_match, dtype=float).reshape(n, k)
+    prior = np.asarray(trace.prior, dtype=float)
+    w, state = prior.copy(), policy.initial_state()
+    rows, t, full = [], 0, False
+    while t < n:
+        g = max(0, min(policy.next_gamma(state), max_new - t - 1))
+        mine, best_rival = target[t: t + g] @ w, (rivals[t: t + g] @ w).max(-1)  # [≤ g] at this block's weights
+        if policy.stop_below > 0 and g > 0:
+            low = np.flatnonzero(np.maximum(mine, best_rival) < policy.stop_below)
+            g = int(low[0]) + 1 if low.size else g
+        wrong = np.flatnonzero(~(mine[:g] > best_rival[:g]))
+        accepted = int(wrong[0]) if wrong.size else min(g, n - t)
+        emitted = min(accepted + 1, n - t)
+        rows.append((t, g, emitted, (2 if full else 1) if g else 0))
+        if g:
+            known = min(accepted + 1, g, n - t)  # the accepted drafts and, if one was rejected, the correction
+            w = update_weights(w, prior, hits[t: t + known].mean(0), trace.eta, trace.floor)
+        state = policy.update(state, g, accepted)
+        full = accepted == g
+        t += emitted
+    a = np.asarray(rows, dtype=float).reshape(-1, 4)
+    return BlockPlan(a[:, 0], a[:, 1], a[:, 2], a[:, 3], np.ones(len(rows)))
