@@ -67,6 +67,25 @@ def test_row_dependent_efficiency_gemv_vs_gemm():
     assert verify_ms(m, dev, summed, 7, 0) > verify_ms(m, dev, maxed, 7, 0)
 
 
+def test_gemv_row_curve_prices_small_passes_by_hand():
+    """Up to gemv_max_rows a pass keeps the GEMV kernel and each row past the first adds
+    gemv_time_fraction_per_row of the 1-row memory time; above it the GEMM efficiency prices it."""
+    m = spec_from_config(LLAMA2_7B, "7b")
+    dev = load_device("a100-80gb-sxm")
+    rt = Runtime(name="t", memory_efficiency_gemv=0.5, memory_efficiency_gemm=0.25, gemv_max_rows=4,
+                 gemv_time_fraction_per_row=0.1, compute_efficiency=1.0)
+    assert rt.memory_efficiency([1, 2, 3, 4, 5]) == pytest.approx([0.5, 0.5 / 1.1, 0.5 / 1.2, 0.5 / 1.3, 0.25])
+    bw = dev.memory_bandwidth_bytes_per_s
+    # 3 rows: bytes / (bw * 0.5) * (1 + 0.1 * 2); 5 rows: bytes / (bw * 0.25) (weights dominate: memory-bound)
+    assert verify_ms(m, dev, rt, 2, 0) == pytest.approx(forward_bytes(m, 1, 0, 3) / (bw * 0.5) * 1.2 * 1e3)
+    assert verify_ms(m, dev, rt, 4, 0) == pytest.approx(forward_bytes(m, 1, 0, 5) / (bw * 0.25) * 1e3)
+    # The defaults (1 row, no slope) keep the GEMV/GEMM split at one row, as before the row curve existed.
+    plain = Runtime(name="p", memory_efficiency_gemv=0.5, memory_efficiency_gemm=0.25)
+    assert plain.memory_efficiency([1, 2, 8]) == pytest.approx([0.5, 0.25, 0.25])
+    with pytest.raises(SpecsimError, match="runtime.gemv_max_rows: expected a number"):
+        Runtime(name="bad", gemv_max_rows=0.5)
+
+
 def test_tensor_parallel_allreduce_bytes_by_hand():
     """Llama-2-70B, TP 8, one token: 2 all-reduces x 80 layers of 8192 bf16 values, ring factor 2*7/8."""
     m = spec_from_config(LLAMA2_70B, "70b")

@@ -5,8 +5,12 @@ A runtime sets what the roofline alone cannot see (ARCHITECTURE.md, "Runtime"):
   (kernel launches per decoder layer in eager mode), ``overhead_ms_per_block`` (SD bookkeeping per
   draft/verify block: acceptance, cache crop) and ``overhead_ms_per_allreduce`` (tensor parallel);
 - efficiency as a function of the rows r a pass carries (batch × new positions):
-  memory: ``memory_efficiency_gemv`` at r = 1 (GEMV kernels) and ``memory_efficiency_gemm`` for r ≥ 2
-  (GEMM kernels re-tile or pack the weights and stream them less efficiently);
+  memory: ``memory_efficiency_gemv`` at r = 1 (GEMV kernels) and ``memory_efficiency_gemm`` above
+  ``gemv_max_rows`` (GEMM kernels re-tile or pack the weights and stream them less efficiently); a runtime
+  whose matrix-vector kernel also takes a few rows (llama.cpp's mul_mat_vec_q up to 8) sets
+  ``gemv_max_rows`` > 1, and each row past the first adds ``gemv_time_fraction_per_row`` of the 1-row
+  memory time: eff_m(r) = gemv / (1 + fraction · (r − 1)) for r ≤ gemv_max_rows (defaults 1 and 0: GEMV
+  at one row only);
   compute: eff_c(r) = ``compute_efficiency`` · r / (r + ``compute_rows_half``), GEMV-like at one row,
   rising toward the GEMM asymptote (tiles filled);
 - attention context: ``attention_score_bytes`` per (query row × cached position × head) when scores are
@@ -49,12 +53,16 @@ PARAM_BOUNDS = {
     # Up to 8: on a CPU the "peaks" are a quick numpy measurement on a possibly busy machine, a proxy that a
     # fitted fraction may exceed; datasheet GPU fits stay well below 1.
     "memory_efficiency_gemv": (1e-4, 8.0), "memory_efficiency_gemm": (1e-4, 8.0),
+    "gemv_max_rows": (1.0, 64.0), "gemv_time_fraction_per_row": (0.0, 10.0),
     "compute_efficiency": (1e-4, 8.0), "compute_rows_half": (0.0, 1e4),
     "attention_score_bytes": (0.0, 64.0), "overlap": (0.0, 1.0), "interconnect_efficiency": (1e-3, 1.0),
     "dequant_ms_per_layer": (0.0, 1e2),
 }
 PARAMS = tuple(PARAM_BOUNDS)
 _KEYS = {"schema_version", "name", "display_name", "kind", "notes", "fit", *PARAMS}
+# Written for a parameter that a runtime file leaves out (it keeps the dataclass default).
+_UNSET_SOURCES = {"gemv_max_rows": "default: only a 1-row pass runs the matrix-vector (GEMV) kernels",
+                  "gemv_time_fraction_per_row": "default: not used (gemv_max_rows is 1)"}
 
 # The runtime a plan assumes when none is named: CUDA graphs on GPUs (vLLM), PyTorch eager on CPUs.
 DEFAULT_RUNTIMES = {"gpu": "vllm", "cpu": "torch-cpu"}
@@ -73,6 +81,8 @@ class Runtime:
     overhead_ms_per_allreduce: float = 0.0
     memory_efficiency_gemv: float = 0.8
     memory_efficiency_gemm: float = 0.8
+    gemv_max_rows: float = 1.0
+    gemv_time_fraction_per_row: float = 0.0
     compute_efficiency: float = 0.6
     compute_rows_half: float = 0.0
     attention_score_bytes: float = 0.0
@@ -100,8 +110,11 @@ class Runtime:
 
     # The interface the roofline uses (Efficiency has the same methods).
     def memory_efficiency(self, rows) -> np.ndarray:
-        """Fraction of peak bandwidth reached by a pass over ``rows`` rows (GEMV at 1, GEMM above)."""
-        return np.where(np.asarray(rows, dtype=float) <= 1, self.memory_efficiency_gemv, self.memory_efficiency_gemm)
+        """Fraction of peak bandwidth reached by a pass over ``rows`` rows: GEMV up to ``gemv_max_rows`` (each row
+        past the first adding ``gemv_time_fraction_per_row`` of the 1-row time), GEMM above."""
+        r = np.asarray(rows, dtype=float)
+        gemv = self.memory_efficiency_gemv / (1.0 + self.gemv_time_fraction_per_row * np.maximum(r - 1.0, 0.0))
+        return np.where(r <= np.maximum(self.gemv_max_rows, 1.0), gemv, self.memory_efficiency_gemm)
 
     def compute_efficiency_at(self, rows) -> np.ndarray:
         """Fraction of peak FLOP/s: compute_efficiency · r / (r + compute_rows_half)."""
@@ -115,7 +128,8 @@ class Runtime:
         out: dict[str, Any] = {"schema_version": self.schema_version, "name": self.name,
                                "display_name": self.display_name or self.name, "kind": self.kind}
         for key in PARAMS:
-            out[key] = {"value": float(getattr(self, key)), "source": self.sources.get(key, "")}
+            out[key] = {"value": float(getattr(self, key)),
+                        "source": self.sources.get(key) or _UNSET_SOURCES.get(key, "")}
             if key in self.defaults:
                 out[key]["default"] = {"value": float(self.defaults[key]),
                                        "source": self.default_sources.get(key, "")}
