@@ -1,6 +1,6 @@
 """τ at γ for one acceptance entry, from the most direct evidence it holds (IbED, Lee et al. 2024, Eq. 1).
 
-Greedy traces replayed at γ (exact), else τ or the histogram measured at this γ, or (an entry recorded as
+Greedy traces replayed at γ (exact; an adaptive ensemble's through :mod:`specsim.adaptive`), else τ or the histogram measured at this γ, or (an entry recorded as
 a histogram at K, no separate τ, e.g. imported engine counters) the survival read off it for γ ≤ K
 (exact), else an i.i.d. extrapolation through α(τ) from the measured γ, always flagged as such.
 """
@@ -28,6 +28,12 @@ def tau_at(entry: MethodAcceptance, gamma: int) -> tuple[float, bool]:
 def tau_with_source(entry: MethodAcceptance, gamma: int) -> tuple[float, str]:
     """(τ at γ, where it came from: 'replay', 'measured', 'histogram[ at gamma=K]' or 'iid from gamma=K')."""
     gamma = check_gamma(gamma)
+    adaptive = [t.adaptive for t in entry.traces if t.adaptive is not None]
+    if adaptive and len(adaptive) == len(entry.traces):  # an adaptive ensemble: weights re-run per block
+        from specsim.adaptive import adaptive_plan
+
+        plans = [adaptive_plan(a, gamma) for a in adaptive]
+        return float(sum(p.tokens for p in plans) / sum(p.blocks for p in plans)), "replay"
     if any(t.match is not None for t in entry.traces):
         from specsim.replay import replay_traces_tau  # numpy only; imported here to keep start-up light
 

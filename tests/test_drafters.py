@@ -202,7 +202,8 @@ def test_adaptive_trace_replays_the_engine_block_by_block(zoo):
     from calibrate.acceptance import drafter_trace
     from specsim.adaptive import AdaptiveTrace, adaptive_plan
     from specsim.policies import parse_policy
-    from specsim.profile import Trace
+    from specsim.profile import MethodAcceptance, Trace
+    from specsim.tau import tau_at
     from specsim.walk_drafts import draft_plan
 
     target = zoo["target"]
@@ -218,5 +219,9 @@ def test_adaptive_trace_replays_the_engine_block_by_block(zoo):
             assert [int(e) - 1 for e in plan.emitted] == _accepted(out), (n_images, gamma)
             assert [int(g) for g in plan.drafts] == [b.gamma for b in out.blocks], (n_images, gamma)
             assert (draft_plan(gamma, pt.trace, NEW_TOKENS).start == plan.start).all()
+            if isinstance(gamma, int):  # predict's τ column reads the same replay
+                entry = MethodAcceptance(method="adaptive:MTC", scenario="s", images_per_prompt=n_images,
+                                         traces=(pt.trace,))
+                assert tau_at(entry, gamma)[0] == pytest.approx(len(out.tokens) / len(out.blocks))
     assert _drafter(zoo, "MTC") is not None and drafter_trace(
         target, _drafter(zoo, "MTC"), zoo["requests"][1], max_new_tokens=4).trace.adaptive is None
