@@ -23,7 +23,7 @@ import numpy as np
 from specsim.errors import SpecsimError
 from specsim.jsonio import check_keys, field_list, field_num, field_req, show
 from specsim.policies import as_policy
-from specsim.walk import BlockPlan
+from specsim.walk import BlockPlan, plan_of_blocks, token_budget
 
 # The adaptive rule's step size η and floor ε (calibrate's AdaptiveEnsembleDrafter uses these).
 ETA, FLOOR = 2.0, 0.05
@@ -102,9 +102,7 @@ def adaptive_plan(trace: AdaptiveTrace, gamma, max_new_tokens: int | None = None
     weights) is below its threshold, as the engine does."""
     policy = as_policy(gamma)
     n = len(trace)
-    max_new = n if max_new_tokens is None else int(max_new_tokens)
-    if max_new < n:
-        raise SpecsimError(f"max_new_tokens: expected >= the trace's {n} tokens, got {max_new}")
+    max_new = token_budget(n, max_new_tokens)
     target = np.asarray(trace.target_probs, dtype=float).reshape(n, -1)  # [N, k]
     k = len(trace.prior)
     width = max((len(r) for r in trace.rival_probs), default=0)
@@ -115,7 +113,7 @@ def adaptive_plan(trace: AdaptiveTrace, gamma, max_new_tokens: int | None = None
     hits = np.asarray(trace.member_match, dtype=float).reshape(n, k)
     prior = np.asarray(trace.prior, dtype=float)
     w, state = prior.copy(), policy.initial_state()
-    rows, t, full = [], 0, False
+    blocks, t = [], 0
     while t < n:
         g = max(0, min(policy.next_gamma(state), max_new - t - 1))
         mine, best_rival = target[t: t + g] @ w, (rivals[t: t + g] @ w).max(-1)  # [≤ g] at this block's weights
@@ -124,13 +122,10 @@ def adaptive_plan(trace: AdaptiveTrace, gamma, max_new_tokens: int | None = None
             g = int(low[0]) + 1 if low.size else g
         wrong = np.flatnonzero(~(mine[:g] > best_rival[:g]))
         accepted = int(wrong[0]) if wrong.size else min(g, n - t)
-        emitted = min(accepted + 1, n - t)
-        rows.append((t, g, emitted, (2 if full else 1) if g else 0))
+        blocks.append((t, g, accepted))
         if g:
             known = min(accepted + 1, g, n - t)  # the accepted drafts and, if one was rejected, the correction
             w = update_weights(w, prior, hits[t: t + known].mean(0), trace.eta, trace.floor)
         state = policy.update(state, g, accepted)
-        full = accepted == g
-        t += emitted
-    a = np.asarray(rows, dtype=float).reshape(-1, 4)
-    return BlockPlan(a[:, 0], a[:, 1], a[:, 2], a[:, 3], np.ones(len(rows)))
+        t += min(accepted + 1, n - t)
+    return plan_of_blocks(blocks, n)

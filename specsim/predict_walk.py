@@ -1,6 +1,6 @@
 """Predictions from a cost model (profile schema 2): walk each request through its contexts.
 
-Which requests: each greedy trace of the entry (its exact block schedule, :func:`specsim.walk.greedy_plan`,
+Which requests: each greedy trace of the entry (its exact block schedule, :func:`specsim.walk_drafts.draft_plan`,
 from its own prompt length), or, when only τ is known or another length N is asked for, one request of N
 tokens in blocks of τ (:func:`specsim.walk.expected_plan`) from the entry's prompt length. The decode
 phase prices every block as if the prompt were cached (so speedup = τ / (γ·c + v + o) holds with the
@@ -14,7 +14,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from specsim.adaptive import adaptive_plan
 from specsim.errors import SpecsimError
 from specsim.profile import MethodAcceptance, Profile
 from specsim.theory import alpha_from_tau
@@ -22,9 +21,9 @@ from specsim.walk import (
     BlockPlan,
     RequestCost,
     expected_plan,
-    greedy_plan,
     target_request_cost,
 )
+from specsim.walk_drafts import draft_plan
 
 # Output length of a request when neither traces nor the caller say (the zoo and reference workloads use 64).
 DEFAULT_NEW_TOKENS = 64
@@ -49,8 +48,7 @@ def walks(entry: MethodAcceptance, gamma: int, tau: float, *, prompt_tokens=None
             p = t.prompt_tokens or entry.target_prompt_tokens
             if p is None:
                 raise SpecsimError(f"method {entry.method!r}: prompt length unknown (pass --context-tokens)")
-            plan = greedy_plan(t.match, gamma) if t.adaptive is None else adaptive_plan(t.adaptive, gamma)
-            out.append(Walk(plan, p, t.draft_prompt_tokens or entry.draft_prompt_tokens or p))
+            out.append(Walk(draft_plan(gamma, t), p, t.draft_prompt_tokens or entry.draft_prompt_tokens or p))
         return out
     p = prompt_tokens if prompt_tokens is not None else (entry.target_prompt_tokens or _mean(traces, "prompt_tokens"))
     if p is None:

@@ -61,29 +61,43 @@ class BlockPlan:
         return BlockPlan(*(a[1:] for a in (self.start, self.drafts, self.emitted, self.first_rows, self.weight)))
 
 
+def token_budget(n_tokens: int, max_new_tokens: int | None) -> int:
+    """The request's max new tokens (default: the trace's ``n_tokens``); SpecsimError when below the trace."""
+    budget = n_tokens if max_new_tokens is None else int(max_new_tokens)
+    if budget < n_tokens:
+        raise SpecsimError(f"max_new_tokens: expected >= the trace's {n_tokens} tokens, got {budget}")
+    return budget
+
+
+def plan_of_blocks(blocks, n_tokens: int) -> BlockPlan:
+    """The :class:`BlockPlan` of a replayed trace of ``n_tokens`` positions from its blocks' (start, drafts,
+    accepted): each emits its accepted drafts and the target's token (capped at the trace's end); the
+    draft's first step feeds 2 rows after a block that accepted every draft it proposed, 0 without drafts."""
+    rows, full = [], False
+    for start, drafts, accepted in blocks:
+        rows.append((start, drafts, min(accepted + 1, n_tokens - start), (2 if full else 1) if drafts else 0))
+        full = accepted == drafts
+    a = np.asarray(rows, dtype=float).reshape(-1, 4)
+    return BlockPlan(a[:, 0], a[:, 1], a[:, 2], a[:, 3], np.ones(len(rows)))
+
+
 def greedy_plan(match, gamma: int, max_new_tokens: int | None = None) -> BlockPlan:
     """The engine's blocks for one greedy trace at γ: a block starting at t drafts g = min(γ, max_new − t − 1),
     accepts the run of matches from t (capped at g), and emits that run plus the target's token."""
     m = np.asarray(match, dtype=bool)
     n = m.size
-    max_new = n if max_new_tokens is None else int(max_new_tokens)
-    if max_new < n:
-        raise SpecsimError(f"max_new_tokens: expected >= the trace's {n} tokens, got {max_new}")
+    max_new = token_budget(n, max_new_tokens)
     # run[t] = consecutive matches from t (vectorised once, then a short loop over blocks)
     run = np.zeros(n + 1, dtype=np.int64)
     for t in range(n - 1, -1, -1):
         run[t] = run[t + 1] + 1 if m[t] else 0
-    rows = []
-    t, full = 0, False
+    blocks, t = [], 0
     while t < n:
         g = max(0, min(gamma, max_new - t - 1))
         accepted = min(int(run[t]), g, n - t)
-        emitted = min(accepted + 1, n - t)
-        rows.append((t, g, emitted, (2 if full else 1) if g else 0))
-        full = accepted == g
-        t += emitted
-    a = np.asarray(rows, dtype=float).reshape(-1, 4)
-    return BlockPlan(a[:, 0], a[:, 1], a[:, 2], a[:, 3], np.ones(len(rows)))
+        blocks.append((t, g, accepted))
+        t += min(accepted + 1, n - t)
+    return plan_of_blocks(blocks, n)
 
 
 def expected_plan(tau: float, gamma: int, new_tokens: int, full_rate: float = 0.0) -> BlockPlan:

@@ -34,7 +34,7 @@ from specsim.errors import SpecsimError
 from specsim.policies import BatchTable, GammaPolicy, as_policy, replay_policy_blocks
 from specsim.tree_replay import accepted_from_each_start, rank_arrays
 from specsim.trees import TreeSpec, draft_pass_rows
-from specsim.walk import BlockPlan, RequestCost, greedy_plan, sd_request_cost
+from specsim.walk import BlockPlan, RequestCost, greedy_plan, plan_of_blocks, sd_request_cost, token_budget
 
 Draft = int | TreeSpec | GammaPolicy | BatchTable  # a fixed γ, a token tree or a draft-length policy
 
@@ -91,19 +91,12 @@ class TreePlan:
         return TreePlan(self.steps[1:])
 
 
-def _budget(n_tokens: int, max_new_tokens: int | None) -> int:
-    budget = n_tokens if max_new_tokens is None else int(max_new_tokens)
-    if budget < n_tokens:
-        raise SpecsimError(f"max_new_tokens: expected >= the trace's {n_tokens} tokens, got {budget}")
-    return budget
-
-
 def tree_plan(ranks, tree: TreeSpec, max_new_tokens: int | None = None) -> TreePlan:
     """The tree engine's blocks for one greedy top-k trace (its ``draft_rank``): block boundaries from
     :func:`specsim.tree_replay.accepted_from_each_start`, each block's tree cut to depth ≤ max_new − 1 − t."""
     r = rank_arrays([ranks])[0]
     n = r.size
-    budget = _budget(n, max_new_tokens)
+    budget = token_budget(n, max_new_tokens)
     accepted, node = accepted_from_each_start(r, tree, with_nodes=True)
     has_kids = np.array([bool(k) for k in tree.children()])
     depths = tree.depths
@@ -123,14 +116,9 @@ def policy_plan(trace, policy, max_new_tokens: int | None = None) -> BlockPlan:
     """The chain engine's blocks under a draft-length policy (:func:`specsim.policies.replay_policy_blocks`),
     in :func:`specsim.walk.greedy_plan`'s form: the draft's first step feeds 2 rows after a block that
     accepted every draft it proposed."""
-    match = getattr(trace, "match", trace)
-    n = len(match)
-    rows, full = [], False
-    for b in replay_policy_blocks(trace, as_policy(policy), _budget(n, max_new_tokens)):
-        rows.append((b.start, b.proposed, min(b.accepted + 1, n - b.start), (2 if full else 1) if b.proposed else 0))
-        full = b.accepted == b.proposed
-    a = np.asarray(rows, dtype=float).reshape(-1, 4)
-    return BlockPlan(a[:, 0], a[:, 1], a[:, 2], a[:, 3], np.ones(len(rows)))
+    n = len(getattr(trace, "match", trace))
+    blocks = replay_policy_blocks(trace, as_policy(policy), token_budget(n, max_new_tokens))
+    return plan_of_blocks(((b.start, b.proposed, b.accepted) for b in blocks), n)
 
 
 def draft_plan(draft: Draft, trace, max_new_tokens: int | None = None) -> BlockPlan | TreePlan:
