@@ -31,10 +31,9 @@ import torch
 
 from calibrate.drafting.ensemble import AdaptiveEnsembleDrafter
 from calibrate.engine import Request, target_decode, unwrap
-from specsim.adaptive import RIVALS_PER_MEMBER, AdaptiveTrace
+from specsim.adaptive import RIVALS_PER_MEMBER, AdaptiveTrace, replay_at
 from specsim.errors import SpecsimError
 from specsim.profile import MethodAcceptance, Trace
-from specsim.replay import replay_histogram, replay_traces_tau
 
 BETA_DECIMALS = 6  # JSON size; β is a probability, 1e-6 is far below any effect on τ
 PATH_SEED_KEY = 2  # SeedSequence keys of sampled paths: (seed, 2, prompt id digest, path); check runs use 0 and 1
@@ -146,15 +145,17 @@ def acceptance_trace(target, draft, request: Request, *, max_new_tokens: int, eo
 def acceptance_entry(traces: list[PromptTrace], *, method: str, scenario: str, images_per_prompt: int = 0,
                      task: str = "", reference_gamma: int = 5, notes: str = "", **costs) -> MethodAcceptance:
     """A profile acceptance entry: the traces, plus τ and the accepted-length histogram replayed at
-    ``reference_gamma`` (what a single-γ measurement would have recorded). ``costs``: the method's cost
-    fields of :class:`MethodAcceptance` (draft_batch_size, uses_draft_vision, captions_per_prompt, weights)."""
+    ``reference_gamma`` (what a single-γ measurement would have recorded; adaptive ensembles replay their
+    weights block by block). ``costs``: the method's cost fields of :class:`MethodAcceptance`
+    (draft_batch_size, uses_draft_vision, captions_per_prompt, weights)."""
     if not traces:
         raise SpecsimError("acceptance: expected at least one prompt trace, got none")
     raw = [t.trace for t in traces]
+    tau, hist = replay_at(raw, reference_gamma)
     return MethodAcceptance(
         method=method, scenario=scenario, images_per_prompt=images_per_prompt, task=task,
-        gamma=reference_gamma, tau=float(replay_traces_tau(raw, reference_gamma)),
-        accepted_histogram=tuple(int(h) for h in replay_histogram(raw, reference_gamma)),
+        gamma=reference_gamma, tau=tau,
+        accepted_histogram=tuple(int(h) for h in hist),
         traces=tuple(replace(t.trace, prompt_tokens=t.prompt_tokens, draft_prompt_tokens=t.draft_prompt_tokens)
                      for t in traces),
         draft_prompt_tokens=float(np.mean([t.draft_prompt_tokens for t in traces])),

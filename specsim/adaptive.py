@@ -129,3 +129,30 @@ def adaptive_plan(trace: AdaptiveTrace, gamma, max_new_tokens: int | None = None
         state = policy.update(state, g, accepted)
         t += min(accepted + 1, n - t)
     return plan_of_blocks(blocks, n)
+
+
+
+def adaptive_histogram(traces, gamma: int) -> np.ndarray:
+    """h[k] = blocks that accepted exactly k drafts at a fixed γ, k = 0..γ, over adaptive traces replayed
+    block by block (:func:`adaptive_plan`); the twin of :func:`specsim.replay.replay_histogram`, with the
+    last block of a prompt likewise counted as its tokens minus one."""
+    g = int(gamma)
+    hist = np.zeros(g + 1, dtype=np.int64)
+    for trace in traces:
+        emitted = adaptive_plan(trace, g).emitted.astype(np.int64)
+        hist += np.bincount(np.clip(emitted - 1, 0, g), minlength=g + 1)
+    return hist
+
+
+def replay_at(traces, gamma: int) -> tuple[float, np.ndarray]:
+    """(τ, accepted-length histogram h[k], k = 0..γ) of a method's greedy traces at a fixed γ, as the
+    engine would record them: adaptive ensembles (every trace has ``adaptive``) re-run their weights block
+    by block, other methods replay their ``match`` sequences (:mod:`specsim.replay`)."""
+    from specsim.replay import replay_histogram, replay_traces_tau
+    from specsim.theory import tau_from_histogram
+
+    adaptive = [t.adaptive for t in traces]
+    if adaptive and all(a is not None for a in adaptive):
+        hist = adaptive_histogram(adaptive, gamma)
+        return float(tau_from_histogram(hist)), hist
+    return float(replay_traces_tau(traces, gamma)), replay_histogram(traces, gamma)

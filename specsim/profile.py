@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from specsim.adaptive import AdaptiveTrace
+from specsim.adaptive import AdaptiveTrace, replay_at
 from specsim.bounds import RANGES, check_range
 from specsim.costmodel import CostModel
 from specsim.errors import SpecsimError, warn
@@ -503,16 +503,13 @@ def _check_agreement(gamma: int | None, tau: float | None, hist: list | None, tr
     greedy = [t.match for t in traces]
     if gamma is None or not greedy or any(m is None for m in greedy) or not any(greedy):
         return
-    from specsim.replay import replay_histogram, replay_traces_tau
-
-    if tau is not None:
-        tau_replay = float(replay_traces_tau(traces, gamma))
-        if abs(tau - tau_replay) > TAU_TOLERANCE:
-            raise SpecsimError(f"{where}.tau: {tau} disagrees with its traces, which replay to tau = "
-                               f"{tau_replay:.4f} at gamma={gamma} (expected within {TAU_TOLERANCE})")
-    if hist is not None and list(replay_histogram(traces, gamma)) != hist:
+    tau_replay, hist_replay = replay_at(traces, gamma)
+    if tau is not None and abs(tau - tau_replay) > TAU_TOLERANCE:
+        raise SpecsimError(f"{where}.tau: {tau} disagrees with its traces, which replay to tau = "
+                           f"{tau_replay:.4f} at gamma={gamma} (expected within {TAU_TOLERANCE})")
+    if hist is not None and [int(h) for h in hist_replay] != hist:
         raise SpecsimError(f"{where}.accepted_histogram: {_show(hist)} disagrees with its traces, which replay "
-                           f"to {_show([int(h) for h in replay_histogram(traces, gamma)])} at gamma={gamma}")
+                           f"to {_show([int(h) for h in hist_replay])} at gamma={gamma}")
 
 
 def _ensemble_weights(weights: Any, batch: int, where: str) -> tuple[float, ...] | None:

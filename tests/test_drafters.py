@@ -1,6 +1,7 @@
 """Multimodal drafting methods on tiny random LLaVA models: lossless, pooling, ensembles, adaptive weights."""
 
 
+import numpy as np
 import pytest
 import torch
 
@@ -199,7 +200,7 @@ def test_adaptive_trace_replays_the_engine_block_by_block(zoo):
     """An adaptive ensemble's weights move per block, so its replay re-runs them (specsim.adaptive): the
     replayed accepted counts equal the engine's at every γ and under draft-length policies (a confidence
     stop reads the mixture's top probability at the block's weights), on 1, 2 and 5 images."""
-    from calibrate.acceptance import drafter_trace
+    from calibrate.acceptance import acceptance_entry, drafter_trace
     from specsim.adaptive import AdaptiveTrace, adaptive_plan
     from specsim.policies import parse_policy
     from specsim.profile import MethodAcceptance, Trace
@@ -223,5 +224,9 @@ def test_adaptive_trace_replays_the_engine_block_by_block(zoo):
                 entry = MethodAcceptance(method="adaptive:MTC", scenario="s", images_per_prompt=n_images,
                                          traces=(pt.trace,))
                 assert tau_at(entry, gamma)[0] == pytest.approx(len(out.tokens) / len(out.blocks))
+                # and the entry calibrate stores records the engine's blocks, not the per-token match
+                stored = acceptance_entry([pt], method="adaptive:MTC", scenario="s", reference_gamma=gamma)
+                assert list(stored.accepted_histogram) == np.bincount(_accepted(out), minlength=gamma + 1).tolist()
+                assert stored.tau == pytest.approx(len(out.tokens) / len(out.blocks))
     assert _drafter(zoo, "MTC") is not None and drafter_trace(
         target, _drafter(zoo, "MTC"), zoo["requests"][1], max_new_tokens=4).trace.adaptive is None

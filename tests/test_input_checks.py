@@ -91,6 +91,34 @@ def test_tau_must_agree_with_histogram_and_traces(tmp_path, profile):
         _error(tmp_path, profile, with_traces(None, [0, 1, 1, 0, 1]))
 
 
+def test_adaptive_tau_must_agree_with_the_block_by_block_replay(tmp_path, profile):
+    """An adaptive ensemble's τ is what its weights, re-run per block, give; its per-token ``match`` (all hits
+    here, while a rival outweighs the target's token at positions 2 and 6) is not the record."""
+    from specsim.adaptive import AdaptiveTrace, replay_at
+    from specsim.profile import Trace
+
+    n, wrong = 9, {2, 6}
+    adaptive = AdaptiveTrace(prior=(0.5, 0.5), target_probs=tuple((0.1, 0.2) if t in wrong else (0.8, 0.6)
+                                                                  for t in range(n)),
+                             rival_probs=tuple(((0.7, 0.5),) if t in wrong else ((0.1, 0.2),) for t in range(n)),
+                             member_match=tuple((0, 0) if t in wrong else (1, 1) for t in range(n)))
+    trace = Trace(match=(1,) * n, adaptive=adaptive)
+    tau, hist = replay_at([trace], 4)
+    # blocks at t = 0, 3, 7: 2 drafts kept (miss at 2), 3 kept (miss at 6), the last capped to 1 draft
+    assert tau == 3.0 and list(hist) == [0, 1, 1, 1, 0]
+    assert replay_traces_tau([trace.match], 4) == 4.5
+
+    def with_tau(tau_given, hist_given):
+        def mutate(data):
+            data["acceptance"][0].update(tau=tau_given, accepted_histogram=hist_given, traces=[trace.to_json()])
+        return mutate
+
+    assert _load_mutated(tmp_path, profile, with_tau(tau, [int(h) for h in hist])).acceptance[0].tau == tau
+    match_tau = replay_traces_tau([trace.match], 4)
+    assert f"disagrees with its traces, which replay to tau = {tau:.4f} at gamma=4" in \
+        _error(tmp_path, profile, with_tau(match_tau, None))
+
+
 @pytest.mark.parametrize("weights, expected", [
     ([1.0], "weights: expected one weight per ensemble member (draft_batch_size = 2), got 1"),
     ([1.0, 1.0, 1.0], "(draft_batch_size = 2), got 3"),
