@@ -49,7 +49,8 @@ class BlockRecord:
     """One draft/verify block (or one target-only step, γ = 0): counts and per-stage ms.
 
     ``accepted`` counts drafts kept in the output (capped at ``emitted`` − 1 when EOS truncates);
-    ``overhead_ms`` = block − draft model − target model time (Python, sampling, cache bookkeeping).
+    ``overhead_ms`` = block − draft model − target model time (Python, sampling, cache bookkeeping, building
+    the next block's input: the records of a request add up to its decoding loop's wall time).
     Where each forward ran, for the cost model (:mod:`specsim.costmodel`): the verify pass fed
     ``target_rows`` positions (γ+1; 1 for a target-only step; the whole prompt + γ in the first block,
     whose pass is the prefill) on a KV cache of ``target_context_tokens``; the draft's first step fed
@@ -334,12 +335,14 @@ def speculative_decode(target, drafter: Drafter, request: Request, *, gamma: int
         state = policy.update(state, g, len(kept) - 1)
         new, done = _truncate(kept, max_new_tokens - len(out), eos_token_id)
         out.extend(new)
+        rows = pending.shape[1] + g
+        # The next block's input is built inside this block's time: every ms of the loop is in a record.
+        pending = torch.tensor([[out[-1]]], dtype=torch.long, device=model.device)
         blocks.append(BlockRecord(
             gamma=g, accepted=len(new) - 1, emitted=len(new), draft_ms=proposal.model_ms, verify_ms=verify_ms,
             block_ms=(time.perf_counter() - t0) * 1e3, target_context_tokens=context,
-            target_rows=pending.shape[1] + g, draft_context_tokens=proposal.context_tokens,
+            target_rows=rows, draft_context_tokens=proposal.context_tokens,
             draft_first_rows=proposal.first_rows, draft_step_ms=proposal.step_ms))
-        pending = torch.tensor([[out[-1]]], dtype=torch.long, device=model.device)
     gamma = max([policy.gamma] + [b.gamma for b in blocks])  # histogram bins: the largest γ drafted
     return DecodeResult(tokens=tuple(out), prompt_tokens=request.input_ids.shape[1], gamma=gamma,
                         method=drafter.method, setup_ms=setup, blocks=tuple(blocks), prompt_id=request.prompt_id)
@@ -374,9 +377,10 @@ def target_decode(target, request: Request, *, max_new_tokens: int, temperature:
         kwargs = {}
         new, done = _truncate([nxt], max_new_tokens - len(out), eos_token_id)
         out.extend(new)
+        rows = pending.shape[1]
+        pending = torch.tensor([[nxt]], dtype=torch.long, device=model.device)  # in the step's time, as above
         blocks.append(BlockRecord(gamma=0, accepted=0, emitted=1, draft_ms=0.0, verify_ms=ms,
                                   block_ms=(time.perf_counter() - t0) * 1e3, target_context_tokens=context,
-                                  target_rows=pending.shape[1]))
-        pending = torch.tensor([[nxt]], dtype=torch.long, device=model.device)
+                                  target_rows=rows))
     return DecodeResult(tokens=tuple(out), prompt_tokens=request.input_ids.shape[1], gamma=0, method="target",
                         setup_ms=setup, blocks=tuple(blocks), prompt_id=request.prompt_id)
