@@ -28,12 +28,10 @@ def tau_at(entry: MethodAcceptance, gamma: int) -> tuple[float, bool]:
 def tau_with_source(entry: MethodAcceptance, gamma: int) -> tuple[float, str]:
     """(τ at γ, where it came from: 'replay', 'measured', 'histogram[ at gamma=K]' or 'iid from gamma=K')."""
     gamma = check_gamma(gamma)
-    adaptive = [t.adaptive for t in entry.traces if t.adaptive is not None]
-    if adaptive and len(adaptive) == len(entry.traces):  # an adaptive ensemble: weights re-run per block
-        from specsim.adaptive import adaptive_plan
+    if entry.traces and all(t.adaptive is not None for t in entry.traces):  # weights re-run per block
+        from specsim.adaptive import replay_at
 
-        plans = [adaptive_plan(a, gamma) for a in adaptive]
-        return float(sum(p.tokens for p in plans) / sum(p.blocks for p in plans)), "replay"
+        return replay_at(entry.traces, gamma)[0], "replay"
     if any(t.match is not None for t in entry.traces):
         from specsim.replay import replay_traces_tau  # numpy only; imported here to keep start-up light
 

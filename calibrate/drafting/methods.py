@@ -29,7 +29,6 @@ from specsim.profile import ADAPTIVE_PREFIX
 
 _CODE_RE = re.compile(r"M|T|C|F|P(\d+)")
 _NAMES = {"multimodal": "M", "text-only": "T", "caption": "C", "target-features": "F"}
-_ADAPTIVE = ADAPTIVE_PREFIX
 
 
 @dataclass(frozen=True)
@@ -61,8 +60,8 @@ class Method:
         text = str(code).strip()
         if text == PLAIN:
             return cls(PLAIN)
-        adaptive = text.startswith(_ADAPTIVE)
-        body = text.removeprefix(_ADAPTIVE)
+        adaptive = text.startswith(ADAPTIVE_PREFIX)
+        body = text.removeprefix(ADAPTIVE_PREFIX)
         body = _NAMES.get(body, body)
         body = re.sub(r"^pooled\((\d+)\)$", r"P\1", body)
         specs, pos = [], 0
@@ -75,7 +74,7 @@ class Method:
             raise SpecsimError(f"--method: expected plain (text pairs) or codes like M, T, C, F, P144, MT, MTCP or "
                                f"adaptive:MTC (or multimodal, text-only, caption, target-features, pooled(N)), "
                                f"got {code!r}")
-        return cls((_ADAPTIVE if adaptive else "") + "".join(s.code for s in specs), tuple(specs), adaptive)
+        return cls((ADAPTIVE_PREFIX if adaptive else "") + "".join(s.code for s in specs), tuple(specs), adaptive)
 
     def __str__(self) -> str:
         return self.code
