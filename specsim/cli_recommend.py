@@ -10,7 +10,7 @@ from specsim.engines.config import sglang_server_args, vllm_speculative_config
 from specsim.engines.imported import NOT_REPORTED
 from specsim.errors import SpecsimError
 from specsim.hardware.device import load_device
-from specsim.hardware.model import load_model_spec
+from specsim.hardware.published_set import resolve_model_spec
 from specsim.hardware.runtime import DEFAULT_RUNTIMES, load_runtime
 from specsim.jsonio import check_writable, dumps_json, show, write_json_atomic, write_text_atomic
 from specsim.predict import select_entries
@@ -44,8 +44,9 @@ def register(sub) -> None:
     p.add_argument("--scenario", default=None, help="scenario of the entry (default: the profile's only one)")
     p.add_argument("--pair", default=None, help="preset pair for the roofline: llava-1.5-7b-68m, "
                    "qwen2.5-coder-0.5b-1.5b (or --target/--draft)")
-    p.add_argument("--target", default=None, help="target: calibrate preset name or HF config.json path")
-    p.add_argument("--draft", default=None, help="draft: calibrate preset name or HF config.json path")
+    p.add_argument("--target", default=None, help="target: calibrate preset, HF config.json path, or a model of the "
+                   "published set (llama-2-70b, llama-3.1-8b, codellama-34b, ...; cited configs)")
+    p.add_argument("--draft", default=None, help="draft: same choices as --target")
     p.add_argument("--dtype", default=None, help="weights/KV dtype (default: bfloat16 or the config's)")
     p.add_argument("--device", default="h100-sxm", help="catalog name or device JSON (default h100-sxm; "
                    "`specsim hardware --list-devices`)")
@@ -90,7 +91,7 @@ def latency_model(args) -> LatencyModel:
     note = f"latency: roofline on {device.name} with the {runtime.name} runtime (overheads and efficiencies by rows)"
     if args.engine == "sglang" and args.runtime is None and device.kind == "gpu":
         note += "; SGLang assumed to cost what vLLM does (both run CUDA graphs)"
-    return LatencyModel(load_model_spec(target_name, dtype=args.dtype), load_model_spec(draft_name, dtype=args.dtype),
+    return LatencyModel(resolve_model_spec(target_name, dtype=args.dtype), resolve_model_spec(draft_name, dtype=args.dtype),
                         device, efficiency=runtime, notes=(note,))
 
 

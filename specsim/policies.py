@@ -39,6 +39,7 @@ from specsim.errors import SpecsimError
 from specsim.jsonio import show
 from specsim.tree_replay import ReplayBlock
 from specsim.trees import CostFn, chain_block_ms
+from specsim.walk import token_budget
 
 HF_NUM_ASSISTANT_TOKENS = 20  # transformers GenerationConfig default for assisted generation
 MAX_BATCH = int(RANGES["batch"][1])
@@ -196,9 +197,7 @@ def replay_policy_blocks(trace, policy, max_new_tokens: int | None = None) -> li
         top1 = np.array([row[0] for row in top], dtype=float)
     run = _runs(match.astype(bool))
     blocks, t, state, n_pos = [], 0, policy.initial_state(), match.size
-    budget = n_pos if max_new_tokens is None else int(max_new_tokens)
-    if budget < n_pos:
-        raise SpecsimError(f"max_new_tokens: expected >= the trace's {n_pos} tokens, got {budget}")
+    budget = token_budget(n_pos, max_new_tokens)
     while t < n_pos:
         g = min(policy.next_gamma(state), budget - 1 - t)
         if top1 is not None and g > 0:

@@ -178,3 +178,20 @@ def test_model_config_without_model_type_is_an_error(tmp_path, capsys):
     assert main(["hardware", "--model-config", str(cfg), "--draft", str(cfg), "--device", "l4"]) == 2
     err = capsys.readouterr().err
     assert "model_type: missing" in err and err.count("\n") == 1
+
+
+def test_hardware_cli_takes_the_published_sets_models_by_name(capsys):
+    # the published set ships cited HF configs; they plan by name like presets, and match the hand-written config
+    rc = main(["hardware", "--target", "llama-2-70b", "--draft", "llama-2-7b", "--device", "h100-sxm", "--tp", "8",
+               "--batch", "1", "--context", "1024", "--alpha", "0.8", "--json"])
+    by_name = json.loads(capsys.readouterr().out)["plan"]["rows"][0]
+    target, draft = spec_from_config(LLAMA2_70B, "70b"), spec_from_config(LLAMA2_7B, "7b")
+    mt = MethodTau("user", "cli", tuple(range(1, 9)), tuple((1 - 0.8 ** (g + 1)) / 0.2 for g in range(1, 9)),
+                   ("given",) * 8)
+    by_hand = plan_hardware(target, draft, [load_device("h100-sxm")], [mt], efficiency=load_runtime("vllm"),
+                            batches=(1,), contexts=(1024,), parallel=Parallel(8)).rows[0]
+    assert rc == 0 and by_name["tp"] == 8
+    assert by_name["target_ms_per_step"] == pytest.approx(by_hand.target_ms_per_step, rel=1e-9)
+    assert main(["hardware", "--target", "llama-2-71b", "--draft", "llama-2-7b", "--device", "h100-sxm"]) == 2
+    err = capsys.readouterr().err
+    assert "unknown model 'llama-2-71b'" in err and "llama-2-70b" in err and err.count("\n") == 1

@@ -18,7 +18,7 @@ from specsim.hardware.fit import (
     points_from_latency,
     short_context_split,
 )
-from specsim.hardware.model import ModelSpec, dtype_bytes, load_model_spec
+from specsim.hardware.model import ModelSpec, dtype_bytes
 from specsim.hardware.plan import (
     DEFAULT_BATCHES,
     MethodTau,
@@ -28,6 +28,7 @@ from specsim.hardware.plan import (
     ranking,
     speedup_crossover_batch,
 )
+from specsim.hardware.published_set import resolve_model_spec
 from specsim.hardware.runtime import DEFAULT_RUNTIMES, Runtime, load_runtime
 from specsim.jsonio import check_writable, dumps_json
 from specsim.presets import pair_models, pair_profile, profile_pair
@@ -47,8 +48,9 @@ def register(sub) -> None:
     p = sub.add_parser("hardware", help="rank GPUs/CPUs for a target/draft pair (roofline + profile tau)",
                        description=_DESC)
     p.add_argument("--pair", default=None, help="preset pair: llava-1.5-7b-68m (default) or qwen2.5-coder-0.5b-1.5b")
-    p.add_argument("--target", default=None, help="target: calibrate preset name or HF config.json path")
-    p.add_argument("--draft", default=None, help="draft: calibrate preset name or HF config.json path")
+    p.add_argument("--target", default=None, help="target: calibrate preset, HF config.json path, or a model of the "
+                   "published set (llama-2-70b, llama-3.1-8b, codellama-34b, ...; cited configs)")
+    p.add_argument("--draft", default=None, help="draft: same choices as --target")
     p.add_argument("--model-config", default=None, metavar="CONFIG_JSON",
                    help="target as a HF config.json (same as --target PATH); needs --draft")
     p.add_argument("--dtype", default=None, help="weights dtype: bfloat16, float16, float32, int8, int4, int4-g32, "
@@ -116,7 +118,7 @@ def _models(args: argparse.Namespace) -> tuple[str | None, ModelSpec, ModelSpec]
     else:
         pair = args.pair or "llava-1.5-7b-68m"
         target_name, draft_name = pair_models(pair)
-    return pair, load_model_spec(target_name, **kw), load_model_spec(draft_name, **kw)
+    return pair, resolve_model_spec(target_name, **kw), resolve_model_spec(draft_name, **kw)
 
 
 def _fit_profile_models(fit_profile: str, kw: dict) -> tuple[str | None, ModelSpec, ModelSpec]:
@@ -125,7 +127,7 @@ def _fit_profile_models(fit_profile: str, kw: dict) -> tuple[str | None, ModelSp
     pair = profile_pair(profile.name)
     target_name, draft_name = pair_models(pair) if pair else (profile.provenance.target, profile.provenance.draft)
     try:
-        return pair, load_model_spec(target_name, **kw), load_model_spec(draft_name, **kw)
+        return pair, resolve_model_spec(target_name, **kw), resolve_model_spec(draft_name, **kw)
     except SpecsimError:
         raise SpecsimError(f"--fit-profile: profile {profile.name!r} was measured with {target_name!r} / "
                            f"{draft_name!r}, which are not model presets or config files; pass --pair NAME or "

@@ -212,8 +212,10 @@ def spec_from_config(cfg: dict, name: str = "model", *, dtype: str | None = None
     return ModelSpec(name=name, dtype_bytes=dtype_bytes(dt), kv_bytes=kv, vision=vision, **fields)
 
 
-def load_model_spec(name_or_path: str, *, dtype: str | None = None, kv_dtype: str | None = None) -> ModelSpec:
-    """A preset name (``llava-1.5-7b``, :mod:`specsim.presets`) or a path to a HF config.json (file or its folder)."""
+def load_model_spec(name_or_path: str, *, dtype: str | None = None, kv_dtype: str | None = None,
+                    named_configs: dict[str, dict] | None = None) -> ModelSpec:
+    """A preset name (``llava-1.5-7b``, :mod:`specsim.presets`), a path to a HF config.json (file or its folder),
+    or a key of ``named_configs`` (name -> HF config dict, e.g. the published set's cited models), in that order."""
     preset = preset_path(name_or_path)
     if preset is not None:
         path, name = preset, name_or_path
@@ -223,8 +225,11 @@ def load_model_spec(name_or_path: str, *, dtype: str | None = None, kv_dtype: st
         if os.path.lexists(path):
             check_regular_file(path, "model config")
         if not path.is_file():
-            raise SpecsimError(f"unknown model {name_or_path!r} (expected a HF config.json path or a preset: "
-                               f"{', '.join(preset_names())})")
+            if named_configs and name_or_path in named_configs:
+                return spec_from_config(named_configs[name_or_path], name_or_path, dtype=dtype, kv_dtype=kv_dtype)
+            names = preset_names() + sorted(named_configs or ())
+            raise SpecsimError(f"unknown model {name_or_path!r} (expected a HF config.json path or one of: "
+                               f"{', '.join(names)})")
         name = path.parent.name if path.name == "config.json" else path.stem
     cfg = read_json(path, "model config")
     if isinstance(cfg, dict):

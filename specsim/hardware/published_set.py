@@ -286,3 +286,9 @@ def load_published_set(path: str | Path | None = None) -> PublishedSet:
         return parse_published_set(data, "published_gpu_measurements.json")
     data = read_json(Path(path), "published set")
     return parse_published_set(data, Path(path).name)
+
+
+def resolve_model_spec(name_or_path: str, *, dtype: str | None = None, kv_dtype: str | None = None) -> ModelSpec:
+    """A model by preset name, HF config.json path, or the name of one of the shipped set's cited model configs
+    (``llama-2-70b``, ``llama-3.1-8b``, ...): what ``--target``/``--draft`` take."""
+    return load_model_spec(name_or_path, dtype=dtype, kv_dtype=kv_dtype, named_configs=load_published_set().models)
