@@ -131,7 +131,6 @@ def adaptive_plan(trace: AdaptiveTrace, gamma, max_new_tokens: int | None = None
     return plan_of_blocks(blocks, n)
 
 
-
 def adaptive_histogram(traces, gamma: int) -> np.ndarray:
     """h[k] = blocks that accepted exactly k drafts at a fixed γ, k = 0..γ, over adaptive traces replayed
     block by block (:func:`adaptive_plan`); the twin of :func:`specsim.replay.replay_histogram`, with the
@@ -151,8 +150,14 @@ def replay_at(traces, gamma: int) -> tuple[float, np.ndarray]:
     from specsim.replay import replay_histogram, replay_traces_tau
     from specsim.theory import tau_from_histogram
 
-    adaptive = [t.adaptive for t in traces]
-    if adaptive and all(a is not None for a in adaptive):
+    adaptive = adaptive_traces(traces)
+    if adaptive is not None:
         hist = adaptive_histogram(adaptive, gamma)
         return float(tau_from_histogram(hist)), hist
     return float(replay_traces_tau(traces, gamma)), replay_histogram(traces, gamma)
+
+
+def adaptive_traces(traces) -> list[AdaptiveTrace] | None:
+    """The traces' :class:`AdaptiveTrace` s when every trace has one (an adaptive ensemble's), else None."""
+    adaptive = [t.adaptive for t in traces]
+    return adaptive if adaptive and all(a is not None for a in adaptive) else None

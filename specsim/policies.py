@@ -39,7 +39,7 @@ from specsim.errors import SpecsimError
 from specsim.jsonio import show
 from specsim.tree_replay import ReplayBlock
 from specsim.trees import CostFn, chain_block_ms
-from specsim.walk import token_budget
+from specsim.walk import match_runs, token_budget
 
 HF_NUM_ASSISTANT_TOKENS = 20  # transformers GenerationConfig default for assisted generation
 MAX_BATCH = int(RANGES["batch"][1])
@@ -172,13 +172,6 @@ def parse_policy(text: str) -> GammaPolicy | BatchTable:
 
 
 # --------------------------------------------------------------------------- replay
-def _runs(match: np.ndarray) -> np.ndarray:
-    """run[t] = consecutive matches starting at t."""
-    run = np.zeros(match.size + 1, dtype=np.int64)
-    for t in range(match.size - 1, -1, -1):  # one pass; traces are short (≤ a few thousand positions)
-        run[t] = run[t + 1] + 1 if match[t] else 0
-    return run[:-1]
-
 
 def replay_policy_blocks(trace, policy, max_new_tokens: int | None = None) -> list[ReplayBlock]:
     """The blocks greedy SD under ``policy`` spends on one prompt's trace (``match``; confidence
@@ -195,7 +188,7 @@ def replay_policy_blocks(trace, policy, max_new_tokens: int | None = None) -> li
             raise SpecsimError(f"policy {policy}: needs the draft's top-1 probability per position "
                                "(run 'specsim calibrate acceptance --top-k K')")
         top1 = np.array([row[0] for row in top], dtype=float)
-    run = _runs(match.astype(bool))
+    run = match_runs(match)
     blocks, t, state, n_pos = [], 0, policy.initial_state(), match.size
     budget = token_budget(n_pos, max_new_tokens)
     while t < n_pos:

@@ -1,8 +1,9 @@
 """τ at γ for one acceptance entry, from the most direct evidence it holds (IbED, Lee et al. 2024, Eq. 1).
 
-Greedy traces replayed at γ (exact; an adaptive ensemble's through :mod:`specsim.adaptive`), else τ or the histogram measured at this γ, or (an entry recorded as
-a histogram at K, no separate τ, e.g. imported engine counters) the survival read off it for γ ≤ K
-(exact), else an i.i.d. extrapolation through α(τ) from the measured γ, always flagged as such.
+Greedy traces replayed at γ (exact; an adaptive ensemble's through :mod:`specsim.adaptive`), else τ or the
+histogram measured at this γ, or (an entry recorded as a histogram at K, no separate τ, e.g. imported engine
+counters) the survival read off it for γ ≤ K (exact), else an i.i.d. extrapolation through α(τ) from the
+measured γ, always flagged as such.
 """
 
 from __future__ import annotations
@@ -28,9 +29,9 @@ def tau_at(entry: MethodAcceptance, gamma: int) -> tuple[float, bool]:
 def tau_with_source(entry: MethodAcceptance, gamma: int) -> tuple[float, str]:
     """(τ at γ, where it came from: 'replay', 'measured', 'histogram[ at gamma=K]' or 'iid from gamma=K')."""
     gamma = check_gamma(gamma)
-    if entry.traces and all(t.adaptive is not None for t in entry.traces):  # weights re-run per block
-        from specsim.adaptive import replay_at
+    from specsim.adaptive import adaptive_traces, replay_at
 
+    if adaptive_traces(entry.traces) is not None:  # an adaptive ensemble: weights re-run block by block
         return replay_at(entry.traces, gamma)[0], "replay"
     if any(t.match is not None for t in entry.traces):
         from specsim.replay import replay_traces_tau  # numpy only; imported here to keep start-up light

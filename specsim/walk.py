@@ -81,16 +81,22 @@ def plan_of_blocks(blocks, n_tokens: int) -> BlockPlan:
     return BlockPlan(a[:, 0], a[:, 1], a[:, 2], a[:, 3], np.ones(len(rows)))
 
 
+def match_runs(match) -> np.ndarray:
+    """run[t] = consecutive matches starting at t of a greedy trace's 0/1 ``match``."""
+    m = np.asarray(match, dtype=bool)
+    run = np.zeros(m.size + 1, dtype=np.int64)
+    for t in range(m.size - 1, -1, -1):  # one pass; traces are short (≤ a few thousand positions)
+        run[t] = run[t + 1] + 1 if m[t] else 0
+    return run[:-1]
+
+
 def greedy_plan(match, gamma: int, max_new_tokens: int | None = None) -> BlockPlan:
     """The engine's blocks for one greedy trace at γ: a block starting at t drafts g = min(γ, max_new − t − 1),
     accepts the run of matches from t (capped at g), and emits that run plus the target's token."""
     m = np.asarray(match, dtype=bool)
     n = m.size
     max_new = token_budget(n, max_new_tokens)
-    # run[t] = consecutive matches from t (vectorised once, then a short loop over blocks)
-    run = np.zeros(n + 1, dtype=np.int64)
-    for t in range(n - 1, -1, -1):
-        run[t] = run[t + 1] + 1 if m[t] else 0
+    run = match_runs(m)
     blocks, t = [], 0
     while t < n:
         g = max(0, min(gamma, max_new - t - 1))
