@@ -160,3 +160,25 @@ def test_measuring_command_without_torch_is_one_line():
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert proc.returncode == 2, proc.stderr[-2000:]
     assert proc.stderr.count(chr(10)) == 1 and "needs the calibrate extra" in proc.stderr
+
+
+def test_package_data_ships_every_data_file():
+    """Every non-Python file inside specsim/ and calibrate/ matches a [tool.setuptools.package-data] glob,
+    so a regular (non-editable) install carries it: the published set once was left out of the wheel."""
+    import glob
+
+    import pytest
+
+    tomllib = pytest.importorskip("tomllib")  # Python >= 3.11
+    globs = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["setuptools"]["package-data"]
+    missing = []
+    for pkg in ("specsim", "calibrate"):
+        root = ROOT / pkg
+        shipped = {Path(p) for pattern in globs.get(pkg, ())
+                   for p in glob.glob(pattern, root_dir=root, recursive=True)}
+        for path in root.rglob("*"):
+            rel = path.relative_to(root)
+            if path.is_file() and path.suffix not in (".py", ".pyc") and "__pycache__" not in rel.parts \
+                    and rel not in shipped:
+                missing.append(f"{pkg}/{rel}")
+    assert not missing, f"not in any package-data glob of pyproject.toml: {missing}"
