@@ -155,7 +155,7 @@ def main(argv=None) -> int:
     print(f"replay == engine (blocks summed over prompts) for {same}/{len(rows)} runs; "
           f"output == target greedy for {lossless}/{len(rows)}")
     if args.json:
-        from specsim.profile import write_json_atomic
+        from specsim.jsonio import write_json_atomic
 
         write_json_atomic(args.json, {"method": setup.methods[0], "target_ms_per_token": base_per_token,
                                       "rows": rows})

@@ -204,7 +204,7 @@ def main(argv=None) -> int:
     _print(rows, devices)
     _summary(reports)
     if args.json:
-        from specsim.profile import write_json_atomic
+        from specsim.jsonio import write_json_atomic
 
         write_json_atomic(args.json, {"rows": rows, "checks": reports})
     return 0

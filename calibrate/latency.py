@@ -34,8 +34,7 @@ from calibrate.samplinggrid import SAMPLING_KEY, sampling_timings
 from calibrate.timing import Timing, measure_interleaved
 from calibrate.treegrid import sweep_trees, tree_sweep_context
 from specsim.errors import SpecsimError, warn
-from specsim.jsonio import check_schema_version, read_json
-from specsim.profile import write_json_atomic
+from specsim.jsonio import check_schema_version, read_json, write_json_atomic
 from specsim.trees import parse_tree
 
 SCHEMA_VERSION = 2  # of the plan and of the partial file

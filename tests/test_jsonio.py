@@ -9,8 +9,8 @@ import sys
 import pytest
 
 from specsim.errors import SpecsimError
-from specsim.jsonio import check_writable, read_json, write_bytes_atomic, write_json_atomic
-from specsim.profile import load_profile, save_profile, write_text_atomic
+from specsim.jsonio import check_writable, read_json, write_bytes_atomic, write_json_atomic, write_text_atomic
+from specsim.profile import load_profile, save_profile
 
 
 def _one_line_error(fn, *args) -> str:

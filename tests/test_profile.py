@@ -78,12 +78,12 @@ def test_truncated_and_missing_files(tmp_path, profile):
 def test_save_is_atomic_and_validates(tmp_path, profile, monkeypatch):
     path = save_profile(profile, tmp_path / "p.json")
     before = path.read_text()
-    import specsim.profile as mod
+    import os
 
     def boom(*a, **k):
         raise OSError("disk full")
 
-    monkeypatch.setattr(mod.os, "replace", boom)  # fails after the temp file is fully written
+    monkeypatch.setattr(os, "replace", boom)  # fails after the temp file is fully written
     with pytest.raises(OSError):
         save_profile(make_profile(name="other"), path)
     assert path.read_text() == before

@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from specsim.profile import write_json_atomic, write_text_atomic
+from specsim.jsonio import write_json_atomic, write_text_atomic
 
 
 def summarise(cfg: Any, splits: dict, models: dict, logs: dict, processor: Any) -> dict[str, Any]:

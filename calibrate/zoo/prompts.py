@@ -49,7 +49,7 @@ def records(examples: list[Example], image_folder: str = "zoo") -> list[dict]:
 
 def write_prompt_set(folder: Path, per_scenario: int = PER_SCENARIO, seed: int = SEED) -> Path:
     """Write ``zoo.jsonl`` and ``zoo/*.png`` into ``folder``; returns the JSONL path."""
-    from specsim.profile import write_text_atomic
+    from specsim.jsonio import write_text_atomic
 
     examples = select_examples(per_scenario, seed)
     images = folder / "zoo"

@@ -1,0 +1,82 @@
+"""The whole profile document: schema version, provenance, latency, acceptance entries and checks."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+from specsim.errors import SpecsimError
+from specsim.jsonio import check_keys
+from specsim.profile._fields import _list, _req, _show, _str
+from specsim.profile.acceptance import MethodAcceptance
+from specsim.profile.checks import CheckRow
+from specsim.profile.latency import LatencySection
+from specsim.profile.provenance import Provenance
+
+SCHEMA_VERSION = 2
+# Schema 1: latency as 1-D tables only. Schema 2 adds ``latency.cost_model`` (forward cost over rows ×
+# context × batch, :mod:`specsim.costmodel`) and per-trace prompt lengths; schema-1 files still load.
+SCHEMA_VERSIONS = (1, 2)
+
+
+@dataclass(frozen=True)
+class Profile:
+    """A whole profile: provenance, latency, acceptance entries and check results."""
+
+    provenance: Provenance
+    latency: LatencySection = field(default_factory=LatencySection)
+    acceptance: tuple[MethodAcceptance, ...] = ()
+    checks: tuple[CheckRow, ...] = ()
+    name: str = ""
+    description: str = ""
+    schema_version: int = SCHEMA_VERSION  # as loaded (1 or 2)
+
+    def to_json(self) -> dict:
+        return {
+            "schema_version": SCHEMA_VERSION,  # schema-1 content is valid schema 2: files are written as 2
+            "name": self.name,
+            "description": self.description,
+            "provenance": self.provenance.to_json(),
+            "latency": self.latency.to_json(),
+            "acceptance": [a.to_json() for a in self.acceptance],
+            "checks": [c.to_json() for c in self.checks],
+        }
+
+    @classmethod
+    def from_json(cls, d: dict) -> Profile:
+        if not isinstance(d, dict):
+            raise SpecsimError(f"profile: expected a JSON object, got {_show(d)}")
+        check_keys(d, {"schema_version", "name", "description", "provenance", "latency", "acceptance", "checks"},
+                    "profile")
+        version = _req(d, "schema_version", "profile")
+        if isinstance(version, bool) or not isinstance(version, int) or version not in SCHEMA_VERSIONS:
+            raise SpecsimError(f"profile.schema_version: expected one of {list(SCHEMA_VERSIONS)}, got {_show(version)}")
+        acceptance = tuple(MethodAcceptance.from_json(a, f"acceptance[{i}]")
+                           for i, a in enumerate(_list(d.get("acceptance", []), "acceptance", nonempty=False)))
+        seen: set[tuple[str, str]] = set()
+        for i, a in enumerate(acceptance):
+            if (a.method, a.scenario) in seen:
+                raise SpecsimError(f"acceptance[{i}]: duplicate entry for method {a.method!r} in scenario {a.scenario!r}")
+            seen.add((a.method, a.scenario))
+        return cls(
+            provenance=Provenance.from_json(_req(d, "provenance", "profile")),
+            latency=LatencySection.from_json(d.get("latency", {})),
+            acceptance=acceptance,
+            checks=tuple(CheckRow.from_json(c, f"checks[{i}]")
+                         for i, c in enumerate(_list(d.get("checks", []), "checks", nonempty=False))),
+            name=_str(d.get("name", ""), "profile.name", allow_empty=True),
+            description=_str(d.get("description", ""), "profile.description", allow_empty=True),
+            schema_version=version,
+        )
+
+    def with_acceptance(self, entries: tuple[MethodAcceptance, ...] | list[MethodAcceptance]) -> Profile:
+        """A copy where ``entries`` replace any existing entry of the same (method, scenario)."""
+        keys = {(e.method, e.scenario) for e in entries}
+        kept = tuple(a for a in self.acceptance if (a.method, a.scenario) not in keys)
+        return replace(self, acceptance=kept + tuple(entries))
+
+    def with_checks(self, rows: tuple[CheckRow, ...] | list[CheckRow]) -> Profile:
+        """A copy where ``rows`` replace existing rows of the same (method, scenario, gamma, draft, temperature)."""
+        key = lambda r: (r.method, r.scenario, r.gamma, r.draft, r.temperature)  # noqa: E731
+        keys = {key(r) for r in rows}
+        kept = tuple(c for c in self.checks if key(c) not in keys)
+        return replace(self, checks=kept + tuple(rows))
