@@ -35,31 +35,54 @@ def plot_speedup_vs_batch(plan: Plan, path: str | os.PathLike, *, method: str | 
     return _save(fig, path)
 
 
-def plot_validation(results, path: str | os.PathLike) -> Path:
-    """Predicted vs published (one panel per observable), specsim filled, textbook hollow; y = x dashed."""
+def plot_validation(results, path: str | os.PathLike, *, goal_median: float = 0.10, goal_max: float = 0.25) -> Path:
+    """Top: signed error per row (specsim filled, textbook hollow), rows grouped by source, the goal bands shaded.
+    Below: predicted vs published, one panel per observable, y = x dashed."""
+    from matplotlib.ticker import FuncFormatter
+
     kinds = sorted({r.observable for r in results})
-    fig = _figure((5.2 * len(kinds), 4.6))
-    axes = fig.subplots(1, len(kinds), squeeze=False)
-    for ax, kind in zip(axes[0], kinds):
+    sources = sorted({r.source for r in results})
+    color = {src: f"C{i % 10}" for i, src in enumerate(sources)}
+    fig = _figure((max(12.0, 4.0 * len(kinds)), 9.0))
+    grid = fig.add_gridspec(2, len(kinds), height_ratios=(1.1, 1.0))
+    ax = fig.add_subplot(grid[0, :])
+    rows = sorted(results, key=lambda r: (r.source, r.id))
+    x = range(len(rows))
+    ax.axhspan(-100 * goal_max, 100 * goal_max, color="0.93", zorder=0, label=f"|error| <= {goal_max:.0%}")
+    ax.axhspan(-100 * goal_median, 100 * goal_median, color="0.85", zorder=0, label=f"|error| <= {goal_median:.0%}")
+    ax.axhline(0.0, color="k", lw=0.8)
+    for src in sources:
+        idx = [i for i, r in enumerate(rows) if r.source == src]
+        ax.plot(idx, [100 * rows[i].error for i in idx], "o", color=color[src], ms=5, label=src)
+        ax.plot(idx, [100 * rows[i].textbook_error for i in idx], "o", color=color[src], markerfacecolor="none",
+                alpha=0.5, ms=5)
+    ax.set_xticks(list(x), [r.id for r in rows], rotation=90, fontsize=5)
+    ax.set_xlim(-1, len(rows))
+    ax.set_ylabel("signed error (%)")
+    ax.set_title("specsim (filled) and the textbook formula (hollow) against each published row", fontsize=9)
+    ax.legend(fontsize=6, ncol=4, loc="lower left")
+    plain = FuncFormatter(lambda v, _: f"{v:g}")
+    for k, kind in enumerate(kinds):
+        ax = fig.add_subplot(grid[1, k])
         rs = [r for r in results if r.observable == kind]
-        sources = sorted({r.source for r in rs})
-        for i, src in enumerate(sources):
+        for src in sorted({r.source for r in rs}):
             sub = [r for r in rs if r.source == src]
-            color = f"C{i % 10}"
-            ax.plot([r.measured for r in sub], [r.predicted for r in sub], "o", color=color, label=f"{src} (specsim)")
-            ax.plot([r.measured for r in sub], [r.textbook for r in sub], "o", color=color, markerfacecolor="none",
-                    alpha=0.6, label=f"{src} (textbook)")
+            ax.plot([r.measured for r in sub], [r.predicted for r in sub], "o", color=color[src], ms=4)
+            ax.plot([r.measured for r in sub], [r.textbook for r in sub], "o", color=color[src], ms=4,
+                    markerfacecolor="none", alpha=0.5)
         lo = min(min(r.measured, r.predicted, r.textbook) for r in rs) * 0.9
         hi = max(max(r.measured, r.predicted, r.textbook) for r in rs) * 1.1
         ax.plot([lo, hi], [lo, hi], "k--", lw=0.8)
-        if kind != "speedup":
+        if kind != "speedup" and hi / lo > 4:
             ax.set_xscale("log")
             ax.set_yscale("log")
-        ax.set_xlabel(f"published {kind}")
-        ax.set_ylabel(f"predicted {kind}")
-        ax.set_title(kind.replace("_", " "))
-        ax.legend(fontsize=6)
-    fig.suptitle("specsim validate: specsim (filled) vs textbook (hollow)")
+        for axis in (ax.xaxis, ax.yaxis):
+            axis.set_major_formatter(plain)
+            axis.set_minor_formatter(FuncFormatter(lambda v, _: ""))
+        ax.set_xlabel(f"published {kind.replace('_', ' ')}", fontsize=8)
+        ax.set_ylabel("predicted", fontsize=8)
+        ax.tick_params(labelsize=7)
+    fig.suptitle("specsim validate (leave-one-source-out)")
     fig.tight_layout()
     return _save(fig, path)
 
