@@ -13,7 +13,7 @@ from specsim.hardware.model import spec_from_config
 from specsim.hardware.parallel import allreduce_link_bytes, allreduce_ms, per_gpu_resident_bytes
 from specsim.hardware.plan import MethodTau, Parallel, plan_hardware
 from specsim.hardware.published_set import is_reserved, load_published_set, parse_published_set
-from specsim.hardware.roofline import decode_ms, forward_bytes, verify_ms
+from specsim.hardware.roofline import decode_ms, forward_bytes, kv_pass_bytes, sharded_bytes, verify_ms
 from specsim.hardware.runtime import RUNTIMES_DIR, Runtime, load_runtime, runtime_names
 from specsim.profile import Curve, LatencySection
 
@@ -99,9 +99,35 @@ def test_tensor_parallel_allreduce_bytes_by_hand():
     assert allreduce_ms(m, dev, rt, 1, 1, 1) == 0.0
     # 70B bf16 does not fit one 80 GB GPU; over 8 with a whole 7B draft on GPU 0 it does
     draft = spec_from_config(LLAMA2_7B, "7b")
-    assert per_gpu_resident_bytes(m, draft, 1, 4096, 1, False) > 80e9
-    assert per_gpu_resident_bytes(m, draft, 1, 4096, 8, False) == pytest.approx(
+    assert per_gpu_resident_bytes(m, draft, 1, 4096, 1) > 80e9
+    assert per_gpu_resident_bytes(m, draft, 1, 4096, 8) == pytest.approx(
         (m.weight_bytes + 4096 * m.kv_bytes_per_token) / 8 + draft.weight_bytes + 4096 * draft.kv_bytes_per_token)
+
+
+def test_tensor_parallel_shards_whole_heads_and_replicates_kv_heads(capsys):
+    """tp must divide the 64 attention heads of Llama-2-70B; past its 8 KV heads each is replicated, so the KV
+    cache (in memory and in a pass's traffic) divides by 8, not by tp."""
+    m, draft = spec_from_config(LLAMA2_70B, "70b"), spec_from_config(LLAMA2_7B, "7b")
+    mt = MethodTau("m", "s", (3,), (2.5,), ("given",))
+    h100 = load_device("h100-sxm")
+    with pytest.raises(SpecsimError, match="64 attention heads"):
+        plan_hardware(m, draft, [h100], [mt], parallel=Parallel(tp=3))
+    assert main(["hardware", "--target", "llama-2-70b", "--draft", "llama-2-7b", "--alpha", "0.8", "--tp", "3",
+                 "--device", "h100-sxm"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "tensor parallel degree 3" in err and "64 attention heads" in err
+    kv_total = 4 * 1000 * m.kv_bytes_per_token  # batch 4, 1000 cached positions
+    assert per_gpu_resident_bytes(m, draft, 4, 1000, 16) == pytest.approx(
+        m.weight_bytes / 16 + kv_total / 8 + draft.weight_bytes + 1000 * 4 * draft.kv_bytes_per_token)
+    assert per_gpu_resident_bytes(m, draft, 4, 1000, 8) == pytest.approx(
+        m.weight_bytes / 8 + kv_total / 8 + draft.weight_bytes + 1000 * 4 * draft.kv_bytes_per_token)
+    # one decode pass: everything over 16 GPUs but the KV cache, read over 8
+    assert kv_pass_bytes(m, 4, 1000, 1) == pytest.approx(4 * 1001 * m.kv_bytes_per_token)
+    assert sharded_bytes(m, 4, 1000, 1, tp=16) == pytest.approx(
+        forward_bytes(m, 4, 1000, 1) / 16 + 4 * 1001 * m.kv_bytes_per_token * (1 / 8 - 1 / 16))
+    assert sharded_bytes(m, 4, 1000, 1, tp=8) == forward_bytes(m, 4, 1000, 1) / 8
+    plan = plan_hardware(m, draft, [h100], [mt], parallel=Parallel(tp=16), batches=(4,), contexts=(1000,))
+    assert plan.rows[0].per_gpu_bytes == pytest.approx(per_gpu_resident_bytes(m, draft, 4, 1000 + 4, 16))
 
 
 def test_70b_7b_tensor_parallel_plan():
@@ -195,3 +221,14 @@ def test_hardware_cli_takes_the_published_sets_models_by_name(capsys):
     assert main(["hardware", "--target", "llama-2-71b", "--draft", "llama-2-7b", "--device", "h100-sxm"]) == 2
     err = capsys.readouterr().err
     assert "unknown model 'llama-2-71b'" in err and "llama-2-70b" in err and err.count("\n") == 1
+
+
+def test_named_pair_without_acceptance_warns_that_tau_is_borrowed(capsys):
+    """--target/--draft without --alpha/--tau/--profile plan with the default profile's tau: say so, once."""
+    args = ["hardware", "--target", "llama-2-70b", "--draft", "llama-2-7b", "--tp", "4", "--device", "h100-sxm",
+            "--batch", "1", "--context", "1024"]
+    assert main(args) == 0
+    err = capsys.readouterr().err
+    assert "tau comes from the default profile ibed-llava1.5-7b-68m" in err and "llama-2-70b / llama-2-7b" in err
+    assert main(args + ["--alpha", "0.8"]) == 0
+    assert "tau comes from" not in capsys.readouterr().err

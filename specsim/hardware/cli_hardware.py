@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 
 from specsim.bounds import MAX_PLAN_ROWS, number_arg
-from specsim.errors import SpecsimError
+from specsim.errors import SpecsimError, warn
 from specsim.hardware.device import load_device, load_devices
 from specsim.hardware.fit import (
     FitResult,
@@ -254,7 +254,11 @@ def cmd_hardware(args: argparse.Namespace) -> int:
             raise SpecsimError(f"--profile: profile {profile.name!r} has latency but no acceptance entries: pass "
                                "--profile NAME_OR_PATH with acceptance, --alpha A, or --tau T --gamma N")
         methods = _fixed_gamma(_methods(profile, args, max(gamma_max, args.gamma or 0)), args.gamma)
-        notes = [f"tau from profile {profile.name} ({profile.provenance.source[:60]})"]
+        notes = [f"tau from profile {profile.name} ({profile.provenance.source})"]
+        if args.profile is None and pair is None:
+            warn(f"tau comes from the default profile {profile.name} ({profile.provenance.target} / "
+                 f"{profile.provenance.draft}), not from {target.name} / {draft.name}: pass --alpha A, --tau T "
+                 "--gamma N or --profile with their acceptance")
     else:
         notes = [f"tau from the command line ({methods[0].scenario})"]
     devices = load_devices(args.device)

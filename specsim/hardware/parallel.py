@@ -6,7 +6,10 @@ activations, so a pass does 2 · layers all-reduces of batch · new · hidden el
 A ring all-reduce moves 2 (tp − 1) / tp times the message through each GPU's link (Patarasuk & Yuan
 2009; NCCL's "bus bandwidth"), so per all-reduce:
     time_ms = 2 (tp − 1) / tp · message_bytes / (link_bytes_per_s · efficiency) · 1e3 + latency_ms
-Weights, KV heads, FLOPs and memory traffic divide by ``tp``; the LM head is split over the vocabulary.
+Weights, FLOPs and memory traffic divide by ``tp``; the LM head is split over the vocabulary. Whole heads
+are sharded, so ``tp`` must divide the attention heads; the KV heads either divide over ``tp`` or, when
+``tp`` is a multiple of them, each is replicated on tp / kv_heads GPUs (vLLM's and Megatron's rule), and
+the KV cache then divides by kv_heads only.
 """
 
 from __future__ import annotations
@@ -28,6 +31,21 @@ def check_tp(tp: int, dev: Device | None = None) -> int:
         raise SpecsimError(f"device {dev.name!r} has no interconnect_bandwidth_bytes_per_s, so tensor parallel "
                            f"degree {tp} cannot be priced (expected tp = 1 or a device file with that field)")
     return int(tp)
+
+
+def check_shardable(m: ModelSpec, tp: int, what: str = "model") -> None:
+    """Whole heads per GPU: ``tp`` divides the attention heads, and the KV heads divide by or into ``tp``."""
+    if m.heads % tp:
+        raise SpecsimError(f"tensor parallel degree {tp}: {what} {m.name!r} has {m.heads} attention heads, which "
+                           f"{tp} GPUs cannot share whole (expected a divisor of {m.heads})")
+    if m.kv_heads % tp and tp % m.kv_heads:
+        raise SpecsimError(f"tensor parallel degree {tp}: {what} {m.name!r} has {m.kv_heads} KV heads (expected tp "
+                           f"to divide them or be a multiple of them)")
+
+
+def kv_shards(m: ModelSpec, tp: int) -> int:
+    """How many ways the KV cache splits over ``tp`` GPUs: tp, or kv_heads when heads are replicated."""
+    return min(int(tp), m.kv_heads)
 
 
 def allreduces_per_pass(m: ModelSpec) -> int:
@@ -54,10 +72,12 @@ def allreduce_ms(m: ModelSpec, dev: Device, eff, batch, new, tp: int) -> np.ndar
     return allreduce_link_bytes(m, batch, new, tp) / link * 1e3 + latency
 
 
-def per_gpu_resident_bytes(target: ModelSpec, draft: ModelSpec, batch, context, tp: int,
-                           draft_sharded: bool) -> np.ndarray:
-    """Bytes on the most loaded GPU: target weights + KV over tp, the draft sharded or whole on GPU 0."""
+def per_gpu_resident_bytes(target: ModelSpec, draft: ModelSpec, batch, context, tp: int, draft_tp: int = 1, *,
+                           draft_context=None, shared_weights: bool = False) -> np.ndarray:
+    """Bytes on the most loaded GPU: the target's weights over ``tp`` and its KV over :func:`kv_shards`, plus
+    the draft's over ``draft_tp`` (1: whole on GPU 0); ``shared_weights``: self-speculation, no draft weights."""
     b, ctx = np.asarray(batch, dtype=float), np.asarray(context, dtype=float)
-    target_bytes = (target.weight_bytes + b * ctx * target.kv_bytes_per_token) / tp
-    draft_bytes = draft.weight_bytes + b * ctx * draft.kv_bytes_per_token
-    return target_bytes + (draft_bytes / tp if draft_sharded else draft_bytes)
+    d_ctx = ctx if draft_context is None else np.asarray(draft_context, dtype=float)
+    target_bytes = target.weight_bytes / tp + b * ctx * target.kv_bytes_per_token / kv_shards(target, tp)
+    draft_weights = 0.0 if shared_weights else draft.weight_bytes / draft_tp
+    return target_bytes + draft_weights + b * d_ctx * draft.kv_bytes_per_token / kv_shards(draft, draft_tp)

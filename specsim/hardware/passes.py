@@ -21,7 +21,7 @@ import numpy as np
 from specsim.hardware.device import Device
 from specsim.hardware.model import ModelSpec
 from specsim.hardware.parallel import allreduce_link_bytes, allreduces_per_pass
-from specsim.hardware.roofline import forward_bytes, forward_flops, quantized_layers
+from specsim.hardware.roofline import forward_flops, quantized_layers, sharded_bytes
 
 _FIELDS = ("flops", "base_bytes", "score_elems", "rows", "layers", "tp", "link_bytes", "allreduces",
            "quantized_layers", "peak_flops_per_s", "bandwidth_bytes_per_s", "link_bytes_per_s")
@@ -65,7 +65,7 @@ def pass_terms(m: ModelSpec, dev: Device, batch: float, context: float, new: flo
     link = dev.interconnect_bytes_per_s if tp > 1 else None
     return {
         "flops": float(forward_flops(m, b, ctx, n)) / tp,
-        "base_bytes": float(forward_bytes(m, b, ctx, n)) / tp,
+        "base_bytes": float(sharded_bytes(m, b, ctx, n, tp=tp)),
         "score_elems": score_elems / tp,
         "rows": b * n,
         "layers": float(m.layers),

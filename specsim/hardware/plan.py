@@ -15,7 +15,7 @@ import numpy as np
 from specsim.errors import SpecsimError
 from specsim.hardware.device import Device
 from specsim.hardware.model import ModelSpec
-from specsim.hardware.parallel import check_tp, per_gpu_resident_bytes
+from specsim.hardware.parallel import check_shardable, check_tp, per_gpu_resident_bytes
 from specsim.hardware.roofline import (
     USABLE_MEMORY_FRACTION,
     Efficiency,
@@ -120,8 +120,7 @@ def _device_rows(target: ModelSpec, draft: ModelSpec, dev: Device, eff, mt: Meth
     speedups = tau * tp / block_ms                                 # = τ / (γ·c + v + block overhead / Tp)
     best = np.argmax(speedups, axis=-1)                            # [B, L]
     bound = compute_bound(target, dev, eff, b, ctx, 1, tp=par.tp)[..., 0]
-    per_gpu = per_gpu_resident_bytes(target, draft, b[..., 0], ctx[..., 0] + max(mt.gammas) + 1, par.tp,
-                                     par.draft_sharded)
+    per_gpu = per_gpu_resident_bytes(target, draft, b[..., 0], ctx[..., 0] + max(mt.gammas) + 1, par.tp, d_tp)
     fits = per_gpu <= USABLE_MEMORY_FRACTION * dev.memory_bytes
     rows = []
     for i, j in np.ndindex(best.shape):
@@ -151,6 +150,9 @@ def plan_hardware(target: ModelSpec, draft: ModelSpec, devices: list[Device], me
     par = parallel or Parallel()
     for dev in devices:
         check_tp(par.tp, dev)
+    check_shardable(target, par.tp, "target")
+    if par.draft_sharded:
+        check_shardable(draft, par.tp, "draft")
     if not devices or not methods:
         raise SpecsimError("plan: need at least one device and one method")
     batches_a = np.asarray(sorted(set(int(x) for x in batches)), dtype=float)
@@ -178,7 +180,7 @@ def _assumptions(target: ModelSpec, draft: ModelSpec, methods: list[MethodTau], 
         "for the CPU)",
         "tau does not depend on batch size or context (taken from the profile); a batch verifies in lockstep "
         "and emits tau tokens per sequence per block",
-        f"'fits' = per GPU: target weights + KV over tp, the draft {'sharded' if par.draft_sharded else 'whole on GPU 0'}, "
+        f"'fits' = per GPU: target weights over tp and KV over tp (over the KV heads when tp exceeds them), the draft {'sharded' if par.draft_sharded else 'whole on GPU 0'}, "
         f"KV for batch x (context + gamma_max + 1) <= {USABLE_MEMORY_FRACTION:.0%} of device memory",
         "context = tokens already in the KV cache (image tokens included: 576 per LLaVA-1.5 image)",
     ]
@@ -191,9 +193,9 @@ def _assumptions(target: ModelSpec, draft: ModelSpec, methods: list[MethodTau], 
         out.append(f"tensor parallel over {par.tp} GPUs (Megatron layout, 2 all-reduces per layer over the device's "
                    f"interconnect); draft {'sharded the same way' if par.draft_sharded else 'on one GPU'}; tokens/s "
                    "are per replica")
-    for eff in {id(e): e for e in effs.values()}.values():
+    for eff in effs.values():  # one line per runtime, not per device (each device has its own copy)
         out.append(f"runtime {eff.name}: {eff.display_name}" if hasattr(eff, "fit") else f"efficiencies: {eff.source}")
-    return tuple(out)
+    return tuple(dict.fromkeys(out))
 
 
 def ranking(plan: Plan, method: str, *, batch: int | None = None, context: int | None = None) -> list[PlanRow]:

@@ -32,6 +32,7 @@ import numpy as np
 from specsim.errors import SpecsimError
 from specsim.hardware.device import Device
 from specsim.hardware.model import ModelSpec, VisionSpec
+from specsim.hardware.parallel import allreduce_ms, kv_shards
 from specsim.jsonio import check_keys, check_schema_version
 
 USABLE_MEMORY_FRACTION = 0.9  # leave room for the runtime, allocator slack and activations
@@ -120,11 +121,25 @@ def forward_bytes(m: ModelSpec, batch, context, new, logits=None, score_bytes: f
     b, ctx, n = _arr(batch, "batch", 1), _arr(context, "context_tokens", 0), _arr(new, "new_tokens", 1)
     lg = n if logits is None else _arr(logits, "logit_tokens", 0)
     weights = (m.layers * m.layer_params + m.vocab * m.hidden) * m.dtype_bytes
-    kv = b * (ctx + n) * m.kv_bytes_per_token
+    kv = kv_pass_bytes(m, b, ctx, n)
     act_bytes = max(m.dtype_bytes, m.kv_element_bytes)  # quantised weights still compute in fp16/fp32
     act = b * n * m.layers * _activation_elems(m) * act_bytes
     scores = b * m.layers * m.heads * n * (ctx + n) * score_bytes
     return weights + kv + act + b * lg * m.vocab * 4.0 + scores
+
+
+def kv_pass_bytes(m: ModelSpec, batch, context, new) -> np.ndarray:
+    """KV-cache bytes one pass reads and writes: batch · (context + new) positions."""
+    return np.asarray(batch, dtype=float) * (np.asarray(context, dtype=float) + new) * m.kv_bytes_per_token
+
+
+def sharded_bytes(m: ModelSpec, batch, context, new, logits=None, score_bytes: float = 0.0, tp: int = 1):
+    """Bytes one GPU of a ``tp``-way shard moves in a pass: all over ``tp``, except the KV cache over
+    :func:`~specsim.hardware.parallel.kv_shards` (replicated KV heads are read on every GPU that holds them)."""
+    whole = forward_bytes(m, batch, context, new, logits, score_bytes) / tp
+    if kv_shards(m, tp) == tp:
+        return whole
+    return whole + kv_pass_bytes(m, batch, context, new) * (1.0 / kv_shards(m, tp) - 1.0 / tp)
 
 
 def quantized_layers(m: ModelSpec) -> int:
@@ -136,7 +151,7 @@ def roofline_terms_ms(m: ModelSpec, dev: Device, eff, batch, context, new, logit
     """(compute_ms, memory_ms) of one pass (per GPU of a ``tp``-way shard) before the max and the overhead."""
     rows = np.asarray(batch, dtype=float) * np.asarray(new, dtype=float)
     flops = forward_flops(m, batch, context, new, logits) / tp
-    nbytes = forward_bytes(m, batch, context, new, logits, eff.attention_score_bytes) / tp
+    nbytes = sharded_bytes(m, batch, context, new, logits, eff.attention_score_bytes, tp)
     compute = flops / (dev.peak_flops_per_s * eff.compute_efficiency_at(rows)) * 1e3
     memory = nbytes / (dev.memory_bandwidth_bytes_per_s * eff.memory_efficiency(rows)) * 1e3
     return compute, memory
@@ -144,8 +159,6 @@ def roofline_terms_ms(m: ModelSpec, dev: Device, eff, batch, context, new, logit
 
 def forward_ms(m: ModelSpec, dev: Device, eff, batch, context, new, logits=None, tp: int = 1):
     """Time (ms) of one pass: roofline + overhead (+ all-reduces when ``tp`` > 1); broadcasts array arguments."""
-    from specsim.hardware.parallel import allreduce_ms
-
     compute, memory = roofline_terms_ms(m, dev, eff, batch, context, new, logits, tp)
     roof = np.maximum(compute, memory) + (1.0 - eff.overlap) * np.minimum(compute, memory)
     dequant = eff.dequant_ms_per_layer * quantized_layers(m)

@@ -19,6 +19,7 @@ from dataclasses import asdict, dataclass, replace
 
 import numpy as np
 
+from specsim.hardware.parallel import per_gpu_resident_bytes
 from specsim.hardware.plan import paying_range
 from specsim.hardware.published_set import PublishedSet, Row
 from specsim.hardware.roofline import USABLE_MEMORY_FRACTION
@@ -95,10 +96,9 @@ def max_fit_batch(ps: PublishedSet, row: Row, batches=GRID_BATCHES) -> int:
     target, draft = models(ps, row)
     mem = device(row.device).memory_bytes * USABLE_MEMORY_FRACTION
     d_ctx = row.target_context_tokens if row.draft_context_tokens is None else row.draft_context_tokens
-    draft_weights = 0.0 if row.draft == row.target else draft.weight_bytes  # self-speculation shares weights
     ok = [b for b in batches
-          if (target.weight_bytes + b * row.target_context_tokens * target.kv_bytes_per_token) / row.tp
-          + (draft_weights + b * d_ctx * draft.kv_bytes_per_token) / row.draft_tp <= mem]
+          if per_gpu_resident_bytes(target, draft, b, row.target_context_tokens, row.tp, row.draft_tp,
+                                    draft_context=d_ctx, shared_weights=row.draft == row.target) <= mem]
     return max(ok, default=0)
 
 
