@@ -206,6 +206,16 @@ def test_hardware_plot_path_is_checked_before_work(capsys, tmp_path, monkeypatch
     assert code == 2 and "--plot" in err and "is a directory" in err and err.count("\n") == 1
 
 
+@pytest.mark.parametrize("argv", [["hardware", "--device", "h100-sxm", "--plot"], ["validate", "--plot"],
+                                  ["validate", "--sweep-plot"]])
+def test_plot_paths_must_say_png(capsys, tmp_path, argv):
+    """A plot is written as PNG: a name that says otherwise is refused before any work, and nothing is written."""
+    code, out, err = run(capsys, *argv, str(tmp_path / "speedup.pdf"))
+    assert code == 2 and out == "" and err.count("\n") == 1 and "expected a .png file name" in err
+    assert not any(tmp_path.iterdir())
+    assert run(capsys, *argv, str(tmp_path / "speedup.PNG"))[0] == 0
+
+
 def test_json_outputs_are_strict(capsys, tmp_path, profile):
     path = save_profile(profile, tmp_path / "p.json")
     for argv in (["predict", "--gamma", "4", "--profile", str(path), "--json", "--new-tokens", "64"],

@@ -237,7 +237,7 @@ def cmd_hardware(args: argparse.Namespace) -> int:
     if args.list_devices:
         return _list_devices(args)
     if args.plot is not None:
-        check_writable(args.plot, "--plot")
+        check_writable(args.plot, "--plot", suffix=".png")
     gamma_max = parse_int(args.gamma_max, name="--gamma-max", unit="gamma")
     batches = _ints(args.batch, DEFAULT_BATCHES, "--batch", "batch")
     contexts = _ints(args.context, (1024, 4096, 8192), "--context", "tokens")

@@ -67,9 +67,9 @@ def _sweeps(ps, runtimes) -> tuple[list, list]:
 
 def cmd_validate(args: argparse.Namespace) -> int:
     if args.plot is not None:
-        check_writable(args.plot, "--plot")
+        check_writable(args.plot, "--plot", suffix=".png")
     if args.sweep_plot is not None:
-        check_writable(args.sweep_plot, "--sweep-plot")
+        check_writable(args.sweep_plot, "--sweep-plot", suffix=".png")
     if args.write_runtimes is not None:
         check_writable(Path(args.write_runtimes) / "runtime.json", "--write-runtimes")
     ps = load_published_set(args.data)

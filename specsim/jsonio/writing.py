@@ -20,12 +20,13 @@ def _nearest_existing(folder: Path) -> Path:
     return folder
 
 
-def check_writable(path: str | os.PathLike | None, what: str) -> Path:
+def check_writable(path: str | os.PathLike | None, what: str, *, suffix: str | None = None) -> Path:
     """The file ``path`` will really be written to (symlinks followed), or a SpecsimError saying why not.
 
     Call it before any work: it refuses an empty path, a directory, a device/FIFO, a symlink loop, a
     read-only existing file, a parent that is a file, and a folder this process cannot create files in
     (tested by creating and removing a temp file there, which also catches read-only file systems).
+    ``suffix`` (e.g. ``.png``): the format the file is written in, which its name must say.
     """
     text = "" if path is None else os.fspath(path)
     if not str(text).strip():
@@ -54,6 +55,8 @@ def check_writable(path: str | os.PathLike | None, what: str) -> Path:
         raise SpecsimError(f"{what} {text!r}: cannot create files in folder {str(folder)!r} ({err.strerror})") from None
     os.close(fd)
     os.unlink(probe)
+    if suffix is not None and given.suffix.lower() != suffix:
+        raise SpecsimError(f"{what} {text!r}: expected a {suffix} file name (it is written as {suffix[1:].upper()})")
     return target
 
 
