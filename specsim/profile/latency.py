@@ -131,18 +131,12 @@ class LatencySection:
             raise SpecsimError(f"{where}: expected an object, got {_show(d)}")
         check_keys(d, allowed, where)
         kwargs: dict[str, Any] = {name: _opt(d, name, Curve.from_json, where) for name in _CURVES}
-        gammas = kwargs["target_verify_ms_by_gamma"]
-        if gammas is not None:
-            for i, g in enumerate(gammas.x):
-                if g != int(g) or g < 1:
-                    raise SpecsimError(f"{where}.target_verify_ms_by_gamma.x[{i}]: expected an integer gamma >= 1, got {g}")
-                check_range(g, "gamma", f"{where}.target_verify_ms_by_gamma.x[{i}]")
-        batches = kwargs["draft_decode_ms_by_batch"]
-        if batches is not None:
-            for i, b in enumerate(batches.x):
-                if b != int(b) or b < 1:
-                    raise SpecsimError(f"{where}.draft_decode_ms_by_batch.x[{i}]: expected an integer batch >= 1, got {b}")
-                check_range(b, "batch", f"{where}.draft_decode_ms_by_batch.x[{i}]")
+        for name, unit in (("target_verify_ms_by_gamma", "gamma"), ("draft_decode_ms_by_batch", "batch")):
+            curve = kwargs[name]  # x counts drafts or sequences: whole numbers >= 1
+            for i, x in enumerate(() if curve is None else curve.x):
+                if x != int(x) or x < 1:
+                    raise SpecsimError(f"{where}.{name}.x[{i}]: expected an integer {unit} >= 1, got {x}")
+                check_range(x, unit, f"{where}.{name}.x[{i}]")
         kwargs["verify_context_tokens"] = _opt(d, "verify_context_tokens",
                                                lambda v, w: _int(v, w, lo=1, unit="tokens"), where)
         for name in ("vision_encoder_ms_per_image", "draft_vision_encoder_ms_per_image", "captioner_ms_per_image"):
