@@ -15,6 +15,7 @@ the EAGLE, EAGLE-2 and EAGLE-3 papers' SpS / vanilla-SD rows.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field, replace
 from importlib import resources
 from pathlib import Path
@@ -288,7 +289,13 @@ def load_published_set(path: str | Path | None = None) -> PublishedSet:
     return parse_published_set(data, Path(path).name)
 
 
+@functools.cache
+def _shipped_model_configs() -> dict[str, dict]:
+    """The shipped set's cited model configs, parsed once per process (a command resolves target and draft)."""
+    return load_published_set().models
+
+
 def resolve_model_spec(name_or_path: str, *, dtype: str | None = None, kv_dtype: str | None = None) -> ModelSpec:
     """A model by preset name, HF config.json path, or the name of one of the shipped set's cited model configs
     (``llama-2-70b``, ``llama-3.1-8b``, ...): what ``--target``/``--draft`` take."""
-    return load_model_spec(name_or_path, dtype=dtype, kv_dtype=kv_dtype, named_configs=load_published_set().models)
+    return load_model_spec(name_or_path, dtype=dtype, kv_dtype=kv_dtype, named_configs=_shipped_model_configs())
