@@ -39,22 +39,6 @@ def test_plan_rows_follow_the_speedup_formula_and_best_gamma():
         assert row.c == pytest.approx(tq / tp)
 
 
-def test_kquant_plan_says_its_factor_and_pays_it():
-    """A Q4_K_M plan under llama.cpp names the K-quant factor and is slower than the same bytes in another format."""
-    from dataclasses import replace
-
-    from specsim.hardware.runtime import load_runtime
-    rt, rtx = load_runtime("llama.cpp"), load_device("rtx-3090")
-    kq_t, kq_d = TARGET.with_dtype("q4_k_m"), DRAFT.with_dtype("q4_k_m")
-    plain_t, plain_d = replace(kq_t, kquant=False), replace(kq_d, kquant=False)
-    mt = [MethodTau.from_entry(ENTRY)]
-    kq = plan_hardware(kq_t, kq_d, [rtx], mt, efficiency=rt, batches=(1,), contexts=(512,))
-    plain = plan_hardware(plain_t, plain_d, [rtx], mt, efficiency=rt, batches=(1,), contexts=(512,))
-    assert any(f"K-quant weights stream at {rt.kquant_memory_factor:g}" in a for a in kq.assumptions)
-    assert not any("K-quant" in a for a in plain.assumptions)
-    assert kq.rows[0].target_tokens_per_s < plain.rows[0].target_tokens_per_s
-
-
 def test_speedup_stops_paying_at_large_batch_on_gqa_model():
     """GQA keeps the KV cache small, so verification turns compute-bound as the batch grows."""
     alpha = 0.6

@@ -111,24 +111,6 @@ def test_overhead_is_added_per_pass():
     assert with_overhead - base == pytest.approx(0.5 + 0.32)
 
 
-def test_kquant_weights_stream_at_the_runtimes_factor():
-    """Q4_K_M weights (4.85 bits) take weights / (bw · eff · factor); their KV cache and activations do not."""
-    from dataclasses import replace
-
-    from specsim.hardware.runtime import Runtime
-    dev = device(1e12, 1e18)
-    kq = spec_from_config(LLAMA2_7B, "7b", dtype="q4_k_m")
-    same_bytes = replace(kq, kquant=False)  # identical sizes, not a K-quant format
-    assert kq.kquant and not spec_from_config(LLAMA2_7B, "7b", dtype="q4_0").kquant
-    weights = (32 * (4 * 4096**2 + 3 * 4096 * 11008) + 32000 * 4096) * 4.85 / 8
-    rt = Runtime(name="r", memory_efficiency_gemv=0.5, kquant_memory_factor=0.8, compute_efficiency=1.0)
-    extra = decode_ms(kq, dev, rt, 1000) - decode_ms(same_bytes, dev, rt, 1000)
-    assert extra == pytest.approx(weights / (1e12 * 0.5) * (1 / 0.8 - 1) * 1e3, rel=1e-9)
-    assert decode_ms(kq, dev, Runtime(name="r"), 1000) == decode_ms(same_bytes, dev, Runtime(name="r"), 1000)
-    with pytest.raises(SpecsimError, match=r"runtime.kquant_memory_factor: expected a number in \[0.05, 2\]"):
-        Runtime(name="r", kquant_memory_factor=0.0)
-
-
 def test_fits_memory():
     m = spec_from_config(LLAMA2_7B, "llama2-7b")
     l4 = device(300e9, 121e12, mem=24e9)

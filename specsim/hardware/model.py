@@ -39,9 +39,6 @@ _VISION_DEFAULTS = {"hidden_size": 768, "intermediate_size": 3072, "num_hidden_l
 _DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "float8": 1, "int8": 1, "int4": 0.5, "int4-g32": 5 / 8,
                 "q8_0": 34 / 32, "q4_0": 18 / 32, "q4_k_m": 4.85 / 8}
 KV_DTYPES = ("float32", "float16", "bfloat16", "float8", "int8")
-# llama.cpp's K-quant formats: their matrix-vector kernels unpack 256-weight super-blocks and stream below the
-# bandwidth share of the other formats (a runtime's ``kquant_memory_factor``).
-KQUANT_DTYPES = ("q4_k_m",)
 _NAMES = sorted(set(_DTYPE_BYTES) | {a for a, c in DTYPE_ALIASES.items() if c in _DTYPE_BYTES})
 
 
@@ -55,11 +52,6 @@ def dtype_bytes(name: str | float) -> float:
     if key not in _DTYPE_BYTES:
         raise SpecsimError(f"dtype: expected one of {_NAMES}, got {name!r}")
     return _DTYPE_BYTES[key]
-
-
-def is_kquant(dtype: str | float) -> bool:
-    """True for a llama.cpp K-quant weight format name (bytes given as a number are never one)."""
-    return isinstance(dtype, str) and dtype_name(dtype) in KQUANT_DTYPES
 
 
 def kv_dtype_bytes(name: str) -> float:
@@ -101,7 +93,6 @@ class ModelSpec:
     vocab: int
     dtype_bytes: float = 2
     kv_bytes: float | None = None
-    kquant: bool = False  # weights in a llama.cpp K-quant format (KQUANT_DTYPES)
     gated_mlp: bool = True  # SwiGLU: 3 matrices (llama, qwen2); False: 2 (gpt2-like)
     tie_word_embeddings: bool = False
     vision: VisionSpec | None = None
@@ -150,7 +141,7 @@ class ModelSpec:
     def with_dtype(self, dtype: str | float, kv_dtype: str | None = None) -> ModelSpec:
         """A copy with weights (and, when given, the KV cache) in another dtype (name or bytes)."""
         kv = self.kv_bytes if kv_dtype is None else kv_dtype_bytes(kv_dtype)
-        return replace(self, dtype_bytes=dtype_bytes(dtype), kv_bytes=kv, kquant=is_kquant(dtype))
+        return replace(self, dtype_bytes=dtype_bytes(dtype), kv_bytes=kv)
 
 
 def _get(cfg: dict, key: str, defaults: dict, where: str, *alt: str) -> Any:
@@ -218,8 +209,7 @@ def spec_from_config(cfg: dict, name: str = "model", *, dtype: str | None = None
         vision = _vision_spec(cfg["vision_config"], fields["hidden"], cfg, f"{name}.vision_config")
     dt = dtype or cfg.get("torch_dtype") or cfg.get("dtype") or text_cfg.get("torch_dtype") or "bfloat16"
     kv = None if kv_dtype is None else kv_dtype_bytes(kv_dtype)
-    return ModelSpec(name=name, dtype_bytes=dtype_bytes(dt), kv_bytes=kv, kquant=is_kquant(dt), vision=vision,
-                     **fields)
+    return ModelSpec(name=name, dtype_bytes=dtype_bytes(dt), kv_bytes=kv, vision=vision, **fields)
 
 
 def load_model_spec(name_or_path: str, *, dtype: str | None = None, kv_dtype: str | None = None,

@@ -7,10 +7,9 @@ per pass here; :meth:`PassTable.ms` then applies the runtime exactly as ``forwar
 
     time = max(C, M) + (1 − overlap)·min(C, M) + per_forward + per_layer·layers + dequant
            (+ all-reduces when tp > 1)
-    C = FLOPs / (peak · eff_c(rows)),  M = (bytes + score_elems · attention_score_bytes
-                                            + kquant weights · (1/kquant_memory_factor − 1)) / (bw · eff_m(rows))
+    C = FLOPs / (peak · eff_c(rows)),  M = (bytes + score_elems · attention_score_bytes) / (bw · eff_m(rows))
 
-``tests/test_hardware_validate.py`` checks it against ``forward_ms`` (a second implementation).
+``tests/test_hardware_passes.py`` checks it against ``forward_ms`` (a second implementation).
 """
 
 from __future__ import annotations
@@ -22,9 +21,9 @@ import numpy as np
 from specsim.hardware.device import Device
 from specsim.hardware.model import ModelSpec
 from specsim.hardware.parallel import allreduce_link_bytes, allreduces_per_pass
-from specsim.hardware.roofline import forward_flops, pass_weight_bytes, quantized_layers, sharded_bytes
+from specsim.hardware.roofline import forward_flops, quantized_layers, sharded_bytes
 
-_FIELDS = ("flops", "base_bytes", "kquant_weight_bytes", "score_elems", "rows", "layers", "tp", "link_bytes", "allreduces",
+_FIELDS = ("flops", "base_bytes", "score_elems", "rows", "layers", "tp", "link_bytes", "allreduces",
            "quantized_layers", "peak_flops_per_s", "bandwidth_bytes_per_s", "link_bytes_per_s")
 
 
@@ -34,7 +33,6 @@ class PassTable:
 
     flops: np.ndarray
     base_bytes: np.ndarray
-    kquant_weight_bytes: np.ndarray  # per-GPU weight bytes of a K-quant model, 0 for other formats
     score_elems: np.ndarray
     rows: np.ndarray
     layers: np.ndarray
@@ -49,8 +47,7 @@ class PassTable:
     def ms(self, rt) -> np.ndarray:
         """Time (ms) of every pass under runtime ``rt`` (a Runtime or an Efficiency)."""
         compute = self.flops / (self.peak_flops_per_s * rt.compute_efficiency_at(self.rows)) * 1e3
-        nbytes = (self.base_bytes + self.score_elems * rt.attention_score_bytes
-                  + self.kquant_weight_bytes * (1.0 / rt.kquant_memory_factor - 1.0))
+        nbytes = self.base_bytes + self.score_elems * rt.attention_score_bytes
         memory = nbytes / (self.bandwidth_bytes_per_s * rt.memory_efficiency(self.rows)) * 1e3
         roof = np.maximum(compute, memory) + (1.0 - rt.overlap) * np.minimum(compute, memory)
         overhead = rt.pass_overhead_ms(0) + (rt.pass_overhead_ms(1) - rt.pass_overhead_ms(0)) * self.layers
@@ -69,7 +66,6 @@ def pass_terms(m: ModelSpec, dev: Device, batch: float, context: float, new: flo
     return {
         "flops": float(forward_flops(m, b, ctx, n)) / tp,
         "base_bytes": float(sharded_bytes(m, b, ctx, n, tp=tp)),
-        "kquant_weight_bytes": pass_weight_bytes(m) / tp if m.kquant else 0.0,
         "score_elems": score_elems / tp,
         "rows": b * n,
         "layers": float(m.layers),

@@ -195,9 +195,6 @@ def _assumptions(target: ModelSpec, draft: ModelSpec, methods: list[MethodTau], 
                    "are per replica")
     for eff in effs.values():  # one line per runtime, not per device (each device has its own copy)
         out.append(f"runtime {eff.name}: {eff.display_name}" if hasattr(eff, "fit") else f"efficiencies: {eff.source}")
-        if (target.kquant or draft.kquant) and eff.kquant_memory_factor != 1.0:
-            out.append(f"runtime {eff.name}: K-quant weights stream at {eff.kquant_memory_factor:g} of its memory "
-                       "efficiency (kquant_memory_factor)")
     return tuple(dict.fromkeys(out))
 
 

@@ -1,8 +1,7 @@
 """Roofline latency of one forward pass (ms), vectorised over batch, context and new positions.
 
 time = max(C, M) + (1 − overlap) · min(C, M) + overhead + all-reduce (tensor parallel, :mod:`.parallel`)
-C = FLOPs / (peak · eff_compute(rows)), M = bytes / (bandwidth · eff_memory(rows)); weights in a llama.cpp
-K-quant format stream at the runtime's kquant_memory_factor of eff_memory (:func:`kquant_extra_bytes`)
+C = FLOPs / (peak · eff_compute(rows)), M = bytes / (bandwidth · eff_memory(rows))
 (Williams et al. 2009, "Roofline"; applied to LLM decoding as in Pope et al. 2022 and llm-analysis).
 overhead = per forward + per layer · layers: launch/dispatch cost that no roofline sees; weights stored in
 under 2 bytes add dequant_ms_per_layer per decoder layer (the unpacking matmul kernels of int8/int4 weights run
@@ -68,7 +67,6 @@ class Efficiency:
     overhead_ms_per_allreduce = 0.0
     interconnect_efficiency = 0.7
     dequant_ms_per_layer = 0.0
-    kquant_memory_factor = 1.0
 
     def memory_efficiency(self, rows) -> np.ndarray:
         return np.full(np.shape(rows), self.memory)
@@ -122,25 +120,12 @@ def forward_bytes(m: ModelSpec, batch, context, new, logits=None, score_bytes: f
     """Bytes moved to/from memory by one pass (see module docstring)."""
     b, ctx, n = _arr(batch, "batch", 1), _arr(context, "context_tokens", 0), _arr(new, "new_tokens", 1)
     lg = n if logits is None else _arr(logits, "logit_tokens", 0)
-    weights = pass_weight_bytes(m)
+    weights = (m.layers * m.layer_params + m.vocab * m.hidden) * m.dtype_bytes
     kv = kv_pass_bytes(m, b, ctx, n)
     act_bytes = max(m.dtype_bytes, m.kv_element_bytes)  # quantised weights still compute in fp16/fp32
     act = b * n * m.layers * _activation_elems(m) * act_bytes
     scores = b * m.layers * m.heads * n * (ctx + n) * score_bytes
     return weights + kv + act + b * lg * m.vocab * 4.0 + scores
-
-
-def pass_weight_bytes(m: ModelSpec) -> float:
-    """Weight bytes one pass reads: the decoder layers and the LM head (embedding rows are a gather)."""
-    return (m.layers * m.layer_params + m.vocab * m.hidden) * m.dtype_bytes
-
-
-def kquant_extra_bytes(m: ModelSpec, eff, tp: int = 1) -> float:
-    """Extra bytes that price K-quant weights at ``eff.kquant_memory_factor`` of the pass's memory efficiency:
-    weights / tp · (1/factor − 1); 0 for other formats (M = (bytes + extra) / (bandwidth · eff_m))."""
-    if not m.kquant:
-        return 0.0
-    return pass_weight_bytes(m) / tp * (1.0 / eff.kquant_memory_factor - 1.0)
 
 
 def kv_pass_bytes(m: ModelSpec, batch, context, new) -> np.ndarray:
@@ -166,7 +151,7 @@ def roofline_terms_ms(m: ModelSpec, dev: Device, eff, batch, context, new, logit
     """(compute_ms, memory_ms) of one pass (per GPU of a ``tp``-way shard) before the max and the overhead."""
     rows = np.asarray(batch, dtype=float) * np.asarray(new, dtype=float)
     flops = forward_flops(m, batch, context, new, logits) / tp
-    nbytes = sharded_bytes(m, batch, context, new, logits, eff.attention_score_bytes, tp) + kquant_extra_bytes(m, eff, tp)
+    nbytes = sharded_bytes(m, batch, context, new, logits, eff.attention_score_bytes, tp)
     compute = flops / (dev.peak_flops_per_s * eff.compute_efficiency_at(rows)) * 1e3
     memory = nbytes / (dev.memory_bandwidth_bytes_per_s * eff.memory_efficiency(rows)) * 1e3
     return compute, memory

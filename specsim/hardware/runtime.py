@@ -17,9 +17,7 @@ A runtime sets what the roofline alone cannot see (ARCHITECTURE.md, "Runtime"):
   materialised (eager attention, llama.cpp without flash attention; 0 for fused/paged kernels);
 - ``overlap``: 1 means time = max(compute, memory) (a GPU overlaps both), 0 means their sum;
 - ``dequant_ms_per_layer``: ms per decoder layer whose weights are stored in under 2 bytes (int8/int4/GGUF):
-  the unpacking kernels' shortfall below the bandwidth roofline;
-- ``kquant_memory_factor``: the share of ``eff_m`` that weights in a llama.cpp K-quant format (Q4_K_M) stream
-  at, against the runtime's other formats (1 where the runtime has no K-quant kernels).
+  the unpacking kernels' shortfall below the bandwidth roofline.
 
 The shipped files are ``specsim/hardware/runtimes/*.json``; users pass their own by path. Each number is
 ``{"value": ..., "source": "..."}``; ``fit`` lists the parameters ``specsim validate`` refits, and each of
@@ -58,14 +56,13 @@ PARAM_BOUNDS = {
     "gemv_max_rows": (1.0, 64.0), "gemv_time_fraction_per_row": (0.0, 10.0),
     "compute_efficiency": (1e-4, 8.0), "compute_rows_half": (0.0, 1e4),
     "attention_score_bytes": (0.0, 64.0), "overlap": (0.0, 1.0), "interconnect_efficiency": (1e-3, 1.0),
-    "dequant_ms_per_layer": (0.0, 1e2), "kquant_memory_factor": (0.05, 2.0),
+    "dequant_ms_per_layer": (0.0, 1e2),
 }
 PARAMS = tuple(PARAM_BOUNDS)
 _KEYS = {"schema_version", "name", "display_name", "kind", "notes", "fit", *PARAMS}
 # Written for a parameter that a runtime file leaves out (it keeps the dataclass default).
 _UNSET_SOURCES = {"gemv_max_rows": "default: only a 1-row pass runs the matrix-vector (GEMV) kernels",
-                  "gemv_time_fraction_per_row": "default: not used (gemv_max_rows is 1)",
-                  "kquant_memory_factor": "default: no llama.cpp K-quant kernels in this runtime (not used)"}
+                  "gemv_time_fraction_per_row": "default: not used (gemv_max_rows is 1)"}
 
 # The runtime a plan assumes when none is named: CUDA graphs on GPUs (vLLM), PyTorch eager on CPUs.
 DEFAULT_RUNTIMES = {"gpu": "vllm", "cpu": "torch-cpu"}
@@ -92,7 +89,6 @@ class Runtime:
     overlap: float = 1.0
     interconnect_efficiency: float = 0.7
     dequant_ms_per_layer: float = 0.0
-    kquant_memory_factor: float = 1.0
     sources: dict[str, str] = field(default_factory=dict)
     fit: tuple[str, ...] = ()
     defaults: dict[str, float] = field(default_factory=dict)  # cited values of the ``fit`` parameters
