@@ -117,7 +117,7 @@ def policy_plan(trace, policy, max_new_tokens: int | None = None) -> BlockPlan:
     in :func:`specsim.walk.greedy_plan`'s form: the draft's first step feeds 2 rows after a block that
     accepted every draft it proposed."""
     n = len(getattr(trace, "match", trace))
-    blocks = replay_policy_blocks(trace, as_policy(policy), token_budget(n, max_new_tokens))
+    blocks = replay_policy_blocks(trace, as_policy(policy), max_new_tokens)  # it checks the budget
     return plan_of_blocks(((b.start, b.proposed, b.accepted) for b in blocks), n)
 
 
