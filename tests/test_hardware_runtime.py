@@ -41,6 +41,8 @@ def test_every_runtime_parameter_has_a_source():
     (lambda d: d.update(fit=["speed"]), "fit: expected a list"),
     (lambda d: d.update(kind="tpu"), "kind: expected 'gpu' or 'cpu'"),
     (lambda d: d.update(turbo=True), "unknown field 'turbo'"),
+    (lambda d: d.update(split_mode={"value": "row", "source": "x"}), "split_mode.value: expected one of"),
+    (lambda d: d.update(split_mode={"value": "layer"}), "split_mode.source"),
 ])
 def test_bad_runtime_files_one_line(tmp_path, capsys, mutate, message):
     d = json.loads((RUNTIMES_DIR / "vllm.json").read_text())
@@ -144,6 +146,39 @@ def test_70b_7b_tensor_parallel_plan():
     assert any("tensor parallel over 8" in a for a in eight.assumptions)
     with pytest.raises(SpecsimError, match="tensor parallel degree"):
         plan_hardware(target, draft, [h100], [mt], parallel=Parallel(0))
+
+
+def test_layer_split_divides_memory_not_time(capsys):
+    """llama.cpp (pull request #4766) and Accelerate place whole layers per GPU and run them in turn: over N GPUs a
+    pass costs what it costs on one, and the most loaded GPU holds ceil(layers / N) of the layers."""
+    target, draft = spec_from_config(LLAMA2_70B, "70b", dtype="q4_k_m"), spec_from_config(LLAMA2_7B, "7b",
+                                                                                          dtype="q4_k_m")
+    mt = MethodTau("m", "s", (3,), (2.5,), ("given",))
+    rtx = load_device("rtx-3090")
+    rt = load_runtime("llama.cpp")
+    assert rt.split_mode == "layer" and load_runtime("vllm").split_mode == "tensor"
+    plans = {n: plan_hardware(target, draft, [rtx], [mt], efficiency=rt, batches=(1,), contexts=(512,),
+                              parallel=Parallel(n, split="layer")).rows[0] for n in (1, 2, 3)}
+    tensor = plan_hardware(target, draft, [rtx], [mt], efficiency=rt, batches=(1,), contexts=(512,),
+                           parallel=Parallel(2, split="tensor")).rows[0]
+    assert plans[2].target_ms_per_step == plans[1].target_ms_per_step == plans[3].target_ms_per_step
+    assert plans[2].speedup == plans[1].speedup
+    assert tensor.target_ms_per_step < 0.6 * plans[2].target_ms_per_step
+    kv = (512 + 4) * target.kv_bytes_per_token
+    assert plans[3].per_gpu_bytes == pytest.approx((target.weight_bytes + kv) * 27 / 80 + draft.weight_bytes
+                                                   + (512 + 4) * draft.kv_bytes_per_token)
+    assert not plans[1].fits_memory and plans[3].fits_memory
+    with pytest.raises(SpecsimError, match="layer split over 81 GPUs: target '70b' has 80 layers"):
+        plan_hardware(target, draft, [rtx], [mt], efficiency=rt, parallel=Parallel(81, split="layer"))
+    # the CLI takes the runtime's split and says so; --split-mode overrides it, and 3 GPUs need no head divisor
+    args = ["hardware", "--target", "llama-2-70b", "--draft", "llama-2-7b", "--dtype", "q4_k_m", "--alpha", "0.7",
+            "--device", "rtx-3090", "--batch", "1", "--context", "512", "--json"]
+    for extra, line in ((["--tp", "3"], "layer split over 3 GPUs"),
+                        (["--tp", "2", "--split-mode", "tensor"], "tensor parallel over 2 GPUs")):
+        assert main(args + ["--runtime", "llama.cpp"] + extra) == 0
+        assert any(a.startswith(line) for a in json.loads(capsys.readouterr().out)["plan"]["assumptions"])
+    assert main(args + ["--runtime", "vllm", "--tp", "3"]) == 2
+    assert "64 attention heads" in capsys.readouterr().err
 
 
 def test_points_from_grid_matches_1d_tables():

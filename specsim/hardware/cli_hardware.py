@@ -19,15 +19,14 @@ from specsim.hardware.fit import (
     short_context_split,
 )
 from specsim.hardware.model import ModelSpec, dtype_bytes
+from specsim.hardware.parallel import SPLIT_MODES
 from specsim.hardware.plan import (
     DEFAULT_BATCHES,
     MethodTau,
     Parallel,
-    Plan,
     plan_hardware,
-    ranking,
-    speedup_crossover_batch,
 )
+from specsim.hardware.plan_text import plan_text
 from specsim.hardware.published_set import resolve_model_spec
 from specsim.hardware.runtime import DEFAULT_RUNTIMES, Runtime, load_runtime
 from specsim.jsonio import check_writable, dumps_json
@@ -59,9 +58,14 @@ def register(sub) -> None:
                    "--dtype int4 --kv-dtype float16; default: the weights' or float16 for quantised weights)")
     p.add_argument("--runtime", default=None, metavar="NAME_OR_JSON", help="serving runtime: hf-eager, vllm, "
                    "gpt-fast, llama.cpp, torch-cpu or a runtime JSON (default: vllm on GPUs, torch-cpu on CPUs)")
-    p.add_argument("--tp", type=number_arg("gpus", integer=True), default=1, help="tensor-parallel degree of the target (default 1)")
-    p.add_argument("--draft-sharded", action="store_true", help="with --tp: shard the draft too (default: the "
-                   "draft runs whole on one GPU)")
+    p.add_argument("--tp", type=number_arg("gpus", integer=True), default=1, help="GPUs per replica of the target "
+                   "(default 1), split as --split-mode says")
+    p.add_argument("--split-mode", choices=SPLIT_MODES, default=None, help="how --tp GPUs share the target: "
+                   "'tensor' (Megatron sharding: a pass's time divides, all-reduces added) or 'layer' (whole layers "
+                   "per GPU, run in turn: only memory divides); default: the runtime's (layer for llama.cpp and "
+                   "hf-eager, tensor for vllm and gpt-fast)")
+    p.add_argument("--draft-sharded", action="store_true", help="with --tp: split the draft the same way (default: "
+                   "the draft runs whole on one GPU)")
     p.add_argument("--gamma", type=number_arg("gamma", integer=True), default=None, help="evaluate at this fixed gamma instead of the best")
     p.add_argument("--tau", type=float, default=None, help="tau at --gamma (tokens per block, bonus included) "
                    "instead of a profile; other gammas are not used")
@@ -194,6 +198,17 @@ def _runtimes(args: argparse.Namespace, devices) -> dict[str, Runtime]:
     return out
 
 
+def _split_mode(args: argparse.Namespace, efficiency: dict) -> str:
+    """--split-mode, else the runtimes' own (tensor for fitted efficiencies); runtimes that disagree need it."""
+    if args.split_mode is not None:
+        return args.split_mode
+    modes = {getattr(e, "split_mode", "tensor") for e in efficiency.values()}
+    if len(modes) > 1 and args.tp > 1:
+        raise SpecsimError(f"--split-mode: the devices' runtimes split a model differently ({sorted(modes)}); "
+                           "expected --split-mode tensor or layer")
+    return modes.pop() if len(modes) == 1 else "tensor"
+
+
 def _fit_device_name(profile: Profile, given: str | None) -> str:
     if given:
         return given
@@ -274,8 +289,9 @@ def cmd_hardware(args: argparse.Namespace) -> int:
         notes += [f"fit: skipped {s}" for s in skipped]
         fitted = fit.fit.efficiency if isinstance(fit, HoldoutResult) else fit.efficiency
         efficiency = {d.name: fitted for d in devices}
+    parallel = Parallel(args.tp, args.draft_sharded, _split_mode(args, efficiency))
     plan = plan_hardware(target, draft, devices, methods, efficiency=efficiency, batches=batches,
-                         contexts=contexts, notes=tuple(notes), parallel=Parallel(args.tp, args.draft_sharded))
+                         contexts=contexts, notes=tuple(notes), parallel=parallel)
     trees = _trees(args, profile, target, draft, devices, efficiency, batches, contexts, gamma_max)
     if args.plot:
         from specsim.hardware.plots import plot_speedup_vs_batch
@@ -289,7 +305,7 @@ def cmd_hardware(args: argparse.Namespace) -> int:
             out["trees"] = [r.to_json() for r in trees]
         print(dumps_json(out))
         return 0
-    print(_text(plan, target, draft, fit))
+    print(plan_text(plan, target, draft, fit))
     if trees is not None:
         from specsim.hardware.tree_plan import tree_plan_text
 
@@ -304,7 +320,7 @@ def _trees(args, profile, target, draft, devices, efficiency, batches, contexts,
     if not args.trees:
         return None
     if args.tp > 1:
-        raise SpecsimError("--trees: tensor parallel is not modelled for token trees (use --tp 1)")
+        raise SpecsimError("--trees: several GPUs per replica are not modelled for token trees (use --tp 1)")
     from specsim.hardware.tree_plan import TreeMethod, plan_trees, tree_methods
     from specsim.trees import rank_acceptance_iid
 
@@ -336,57 +352,3 @@ def _list_devices(args: argparse.Namespace) -> int:
         for key, src in d.sources.items():
             print(f"  {key}: {src}")
     return 0
-
-
-def _describe(m: ModelSpec) -> str:
-    vision = f", vision tower {m.vision.params / 1e6:.0f}M ({m.vision.image_tokens} tokens/image)" if m.vision else ""
-    return (f"{m.name} ({m.params / 1e9:.2f}B params, {m.dtype_bytes:g} bytes/weight, {m.kv_element_bytes:g} "
-            f"bytes/KV element{vision})")
-
-
-def _fit_text(fit: FitResult | HoldoutResult) -> list[str]:
-    f = fit.fit if isinstance(fit, HoldoutResult) else fit
-    e = f.efficiency
-    free = ", ".join(k for k, ok in f.constrained.items() if not ok)
-    values = ", ".join(f"{k} {getattr(e, k):.4g}" for k in f.constrained) if isinstance(e, Runtime) else \
-        (f"compute {e.compute:.3f}, memory {e.memory:.3f}, overhead {e.overhead_ms:.3f} ms + "
-         f"{e.overhead_ms_per_layer:.4f} ms/layer")
-    lines = [f"fitted: {values} on {f.device}; fit error rms {f.rms_rel_error:.1%}, "
-             f"max {f.max_abs_rel_error:.1%} over {len(f.rows)} points" + (f" (unconstrained: {free})" if free else "")]
-    if isinstance(fit, HoldoutResult):
-        lines.append(f"held-out: rms {fit.rms_rel_error:.1%}, max {fit.max_abs_rel_error:.1%} over "
-                     f"{len(fit.held_out)} points")
-        lines += [f"  {r.label}: measured {r.measured_ms:.2f} ms, predicted {r.predicted_ms:.2f} ms "
-                  f"({r.rel_error:+.1%})" for r in fit.held_out]
-    return lines
-
-
-def _text(plan: Plan, target: ModelSpec, draft: ModelSpec, fit) -> str:
-    lines = [f"target {_describe(target)}", f"draft  {_describe(draft)}"]
-    if fit is not None:
-        lines += _fit_text(fit)
-    lines.append("assumptions:")
-    lines += [f"  - {a}" for a in plan.assumptions]
-    batch, context = plan.batches[0], plan.contexts[0]
-    for method in plan.methods:
-        lines.append(f"\nmethod {method}: ranking at batch {batch}, context {context} tokens")
-        rows = [[str(i + 1), r.device, f"{r.target_tokens_per_s:.1f}", f"{r.sd_tokens_per_s:.1f}",
-                 f"{r.speedup:.2f}", str(r.best_gamma), f"{r.tau:.2f}" + ("*" if r.tau_source.startswith("iid") else ""),
-                 f"{r.c:.3f}", f"{r.v:.2f}", "compute" if r.target_compute_bound else "memory",
-                 "yes" if r.fits_memory else "NO", fmt(r.usd_per_million_tokens, 3)]
-                for i, r in enumerate(ranking(plan, method, batch=batch, context=context))]
-        lines.append(format_table(["#", "device", "target tok/s", "SD tok/s", "speedup", "best γ", "tau", "c", "v",
-                                   "target bound", "fits", "$/Mtok"], rows))
-        for ctx in plan.contexts:
-            lines.append(f"  best-γ speedup vs batch size, context {ctx} (! = does not fit in memory):")
-            table = []
-            for dev in plan.devices:
-                rs = sorted(plan.select(device=dev, method=method, context=ctx), key=lambda r: r.batch_size)
-                below = speedup_crossover_batch(plan, dev, method, ctx)
-                table.append([dev] + [f"{r.speedup:.2f}" + ("" if r.fits_memory else "!") for r in rs]
-                             + ["never" if below is None else f"batch {below}"])
-            lines.append(format_table(["device"] + [f"B={b}" for b in plan.batches] + ["speedup<1 from"], table,
-                                      indent="    "))
-    if any(r.tau_source.startswith("iid") for r in plan.rows):
-        lines.append("\n* tau at this gamma is an i.i.d. extrapolation from the measured gamma")
-    return "\n".join(lines)

@@ -1,4 +1,4 @@
-"""Tensor parallelism: all-reduce traffic and time of one sharded forward pass (Megatron-LM layout).
+"""Multi-GPU models: tensor parallelism's all-reduces (Megatron-LM layout) and the layer split's memory.
 
 Shoeybi et al. 2019 (Megatron-LM): attention heads and the MLP's inner dimension are split over
 ``tp`` GPUs; each decoder layer ends its attention block and its MLP with one all-reduce of the
@@ -10,6 +10,10 @@ Weights, FLOPs and memory traffic divide by ``tp``; the LM head is split over th
 are sharded, so ``tp`` must divide the attention heads; the KV heads either divide over ``tp`` or, when
 ``tp`` is a multiple of them, each is replicated on tp / kv_heads GPUs (vLLM's and Megatron's rule), and
 the KV cache then divides by kv_heads only.
+
+A layer split (llama.cpp's default ``--split-mode layer`` since its pull request #4766; Hugging Face
+Accelerate's ``device_map``) gives each GPU whole layers, which run one GPU after another: a pass costs what it
+costs on one GPU (the hand-off of one activation vector between GPUs is not priced), and only memory divides.
 """
 
 from __future__ import annotations
@@ -21,6 +25,35 @@ from specsim.hardware.device import Device
 from specsim.hardware.model import ModelSpec
 
 ACTIVATION_BYTES = 2  # all-reduced activations travel in bf16/fp16 whatever the weight format
+# How a runtime spreads one model over GPUs: "tensor" (Megatron sharding) or "layer" (whole layers per GPU).
+SPLIT_MODES = ("tensor", "layer")
+
+
+def check_split_mode(split: str, where: str = "split mode") -> str:
+    """``split`` when it is one of :data:`SPLIT_MODES`."""
+    if split not in SPLIT_MODES:
+        raise SpecsimError(f"{where}: expected one of {list(SPLIT_MODES)}, got {split!r}")
+    return split
+
+
+def timing_gpus(gpus: int, split: str) -> int:
+    """GPUs a pass's time divides over: all ``gpus`` under a tensor split, one under a layer split."""
+    return int(gpus) if check_split_mode(split) == "tensor" else 1
+
+
+def check_splittable(m: ModelSpec, gpus: int, split: str, what: str = "model") -> None:
+    """A tensor split needs whole heads per GPU (:func:`check_shardable`); a layer split a layer per GPU."""
+    if check_split_mode(split) == "tensor":
+        check_shardable(m, gpus, what)
+    elif gpus > m.layers:
+        raise SpecsimError(f"layer split over {gpus} GPUs: {what} {m.name!r} has {m.layers} layers (expected at "
+                           f"most {m.layers} GPUs)")
+
+
+def layer_share(m: ModelSpec, gpus: int) -> float:
+    """Share of a layer-split model on its most loaded GPU: ceil(layers / gpus) / layers (embeddings and the
+    LM head taken as spread with the layers)."""
+    return -(-m.layers // int(gpus)) / m.layers
 
 
 def check_tp(tp: int, dev: Device | None = None) -> int:
@@ -72,12 +105,23 @@ def allreduce_ms(m: ModelSpec, dev: Device, eff, batch, new, tp: int) -> np.ndar
     return allreduce_link_bytes(m, batch, new, tp) / link * 1e3 + latency
 
 
+def _shares(m: ModelSpec, gpus: int, split: str) -> tuple[float, float]:
+    """(weights, KV cache) shares of ``m`` on its most loaded GPU."""
+    if gpus == 1:
+        return 1.0, 1.0
+    if check_split_mode(split) == "layer":
+        return layer_share(m, gpus), layer_share(m, gpus)
+    return 1.0 / gpus, 1.0 / kv_shards(m, gpus)
+
+
 def per_gpu_resident_bytes(target: ModelSpec, draft: ModelSpec, batch, context, tp: int, draft_tp: int = 1, *,
-                           draft_context=None, shared_weights: bool = False) -> np.ndarray:
-    """Bytes on the most loaded GPU: the target's weights over ``tp`` and its KV over :func:`kv_shards`, plus
-    the draft's over ``draft_tp`` (1: whole on GPU 0); ``shared_weights``: self-speculation, no draft weights."""
+                           draft_context=None, shared_weights: bool = False, split: str = "tensor") -> np.ndarray:
+    """Bytes on the most loaded GPU: the target spread over ``tp`` GPUs and the draft over ``draft_tp`` (1: whole
+    on GPU 0), both by ``split`` (tensor: weights over the GPUs, KV over :func:`kv_shards`; layer: both by
+    :func:`layer_share`); ``shared_weights``: self-speculation, no draft weights."""
     b, ctx = np.asarray(batch, dtype=float), np.asarray(context, dtype=float)
     d_ctx = ctx if draft_context is None else np.asarray(draft_context, dtype=float)
-    target_bytes = target.weight_bytes / tp + b * ctx * target.kv_bytes_per_token / kv_shards(target, tp)
-    draft_weights = 0.0 if shared_weights else draft.weight_bytes / draft_tp
-    return target_bytes + draft_weights + b * d_ctx * draft.kv_bytes_per_token / kv_shards(draft, draft_tp)
+    (tw, tk), (dw, dk) = _shares(target, tp, split), _shares(draft, draft_tp, split)
+    target_bytes = target.weight_bytes * tw + b * ctx * target.kv_bytes_per_token * tk
+    draft_weights = 0.0 if shared_weights else draft.weight_bytes * dw
+    return target_bytes + draft_weights + b * d_ctx * draft.kv_bytes_per_token * dk

@@ -15,7 +15,13 @@ import numpy as np
 from specsim.errors import SpecsimError
 from specsim.hardware.device import Device
 from specsim.hardware.model import ModelSpec
-from specsim.hardware.parallel import check_shardable, check_tp, per_gpu_resident_bytes
+from specsim.hardware.parallel import (
+    check_split_mode,
+    check_splittable,
+    check_tp,
+    per_gpu_resident_bytes,
+    timing_gpus,
+)
 from specsim.hardware.roofline import (
     USABLE_MEMORY_FRACTION,
     Efficiency,
@@ -101,10 +107,16 @@ class Plan:
 
 @dataclass(frozen=True)
 class Parallel:
-    """Tensor-parallel degree of the target and whether the draft is sharded too (else it runs on GPU 0)."""
+    """GPUs per replica of the target, how it is split over them (:data:`SPLIT_MODES
+    <specsim.hardware.parallel.SPLIT_MODES>`: "tensor" divides a pass's time, "layer" only its memory) and whether
+    the draft is split the same way (else it runs whole on GPU 0)."""
 
     tp: int = 1
     draft_sharded: bool = False
+    split: str = "tensor"
+
+    def __post_init__(self) -> None:
+        check_split_mode(self.split)
 
 
 def _device_rows(target: ModelSpec, draft: ModelSpec, dev: Device, eff, mt: MethodTau,
@@ -112,15 +124,17 @@ def _device_rows(target: ModelSpec, draft: ModelSpec, dev: Device, eff, mt: Meth
     b, ctx = batches[:, None, None], contexts[None, :, None]
     g = np.asarray(mt.gammas, dtype=float)[None, None, :]
     d_tp = par.tp if par.draft_sharded else 1
-    tp = decode_ms(target, dev, eff, ctx, b, tp=par.tp)                         # [B, L, 1]
-    tq = decode_ms(draft, dev, eff, ctx, b * mt.draft_batch_size, tp=d_tp)      # [B, L, 1]
-    tv = verify_ms(target, dev, eff, g, ctx, b, tp=par.tp)                      # [B, L, G]
+    t_tp, t_dtp = timing_gpus(par.tp, par.split), timing_gpus(d_tp, par.split)
+    tp = decode_ms(target, dev, eff, ctx, b, tp=t_tp)                           # [B, L, 1]
+    tq = decode_ms(draft, dev, eff, ctx, b * mt.draft_batch_size, tp=t_dtp)     # [B, L, 1]
+    tv = verify_ms(target, dev, eff, g, ctx, b, tp=t_tp)                        # [B, L, G]
     tau = np.asarray(mt.tau)[None, None, :]
     block_ms = g * tq + tv + eff.overhead_ms_per_block
     speedups = tau * tp / block_ms                                 # = τ / (γ·c + v + block overhead / Tp)
     best = np.argmax(speedups, axis=-1)                            # [B, L]
-    bound = compute_bound(target, dev, eff, b, ctx, 1, tp=par.tp)[..., 0]
-    per_gpu = per_gpu_resident_bytes(target, draft, b[..., 0], ctx[..., 0] + max(mt.gammas) + 1, par.tp, d_tp)
+    bound = compute_bound(target, dev, eff, b, ctx, 1, tp=t_tp)[..., 0]
+    per_gpu = per_gpu_resident_bytes(target, draft, b[..., 0], ctx[..., 0] + max(mt.gammas) + 1, par.tp, d_tp,
+                                     split=par.split)
     fits = per_gpu <= USABLE_MEMORY_FRACTION * dev.memory_bytes
     rows = []
     for i, j in np.ndindex(best.shape):
@@ -145,14 +159,15 @@ def plan_hardware(target: ModelSpec, draft: ModelSpec, devices: list[Device], me
     """Predicted throughput and best-γ speedup for every device × method × batch × context.
 
     ``efficiency``: an Efficiency or Runtime for every device, or a dict device name -> one of them.
-    ``parallel``: tensor-parallel degree (tokens/s are per replica of ``tp`` GPUs; $/Mtok counts tp GPUs).
+    ``parallel``: GPUs per replica and their split (tokens/s are per replica of ``tp`` GPUs; $/Mtok counts tp
+    GPUs).
     """
     par = parallel or Parallel()
     for dev in devices:
         check_tp(par.tp, dev)
-    check_shardable(target, par.tp, "target")
+    check_splittable(target, par.tp, par.split, "target")
     if par.draft_sharded:
-        check_shardable(draft, par.tp, "draft")
+        check_splittable(draft, par.tp, par.split, "draft")
     if not devices or not methods:
         raise SpecsimError("plan: need at least one device and one method")
     batches_a = np.asarray(sorted(set(int(x) for x in batches)), dtype=float)
@@ -180,7 +195,10 @@ def _assumptions(target: ModelSpec, draft: ModelSpec, methods: list[MethodTau], 
         "for the CPU)",
         "tau does not depend on batch size or context (taken from the profile); a batch verifies in lockstep "
         "and emits tau tokens per sequence per block",
-        f"'fits' = per GPU: target weights over tp and KV over tp (over the KV heads when tp exceeds them), the draft {'sharded' if par.draft_sharded else 'whole on GPU 0'}, "
+        "'fits' = per GPU: " + ("the most loaded GPU's share of the target's layers (weights and KV)"
+                                if par.split == "layer" else "target weights over tp and KV over tp (over the KV "
+                                "heads when tp exceeds them)") +
+        f", the draft {'split the same way' if par.draft_sharded else 'whole on GPU 0'}, "
         f"KV for batch x (context + gamma_max + 1) <= {USABLE_MEMORY_FRACTION:.0%} of device memory",
         "context = tokens already in the KV cache (image tokens included: 576 per LLaVA-1.5 image)",
     ]
@@ -189,7 +207,11 @@ def _assumptions(target: ModelSpec, draft: ModelSpec, methods: list[MethodTau], 
         if extra:
             out.append(f"method {mt.method} ({mt.scenario}): tau at other gamma is an i.i.d. extrapolation "
                        f"({', '.join(extra)}), not measured")
-    if par.tp > 1:
+    if par.tp > 1 and par.split == "layer":
+        out.append(f"layer split over {par.tp} GPUs (whole layers per GPU, run one GPU after another): a pass costs "
+                   "what it costs on one GPU and only memory divides; draft "
+                   f"{'split the same way' if par.draft_sharded else 'on one GPU'}; tokens/s are per replica")
+    elif par.tp > 1:
         out.append(f"tensor parallel over {par.tp} GPUs (Megatron layout, 2 all-reduces per layer over the device's "
                    f"interconnect); draft {'sharded the same way' if par.draft_sharded else 'on one GPU'}; tokens/s "
                    "are per replica")

@@ -24,6 +24,7 @@ from typing import Any
 from specsim.bounds import check_range
 from specsim.errors import SpecsimError
 from specsim.hardware.model import ModelSpec, dtype_bytes, kv_dtype_bytes, load_model_spec, spec_from_config
+from specsim.hardware.parallel import timing_gpus
 from specsim.jsonio import check_schema_version, read_json, show
 
 DATA_FILE = "data/published_gpu_measurements.json"
@@ -86,9 +87,14 @@ class Row:
     pass_ms: float | None = None  # a ``pass`` row: the forward's time (ms)
 
     @property
+    def split(self) -> str:
+        """The row's split mode (:data:`specsim.hardware.parallel.SPLIT_MODES`)."""
+        return "layer" if self.parallel == "layer-split" else "tensor"
+
+    @property
     def tp(self) -> int:
-        """Tensor-parallel degree (a layer split runs one GPU at a time: priced as one)."""
-        return self.gpus if self.parallel == "tensor" else 1
+        """GPUs a pass's time divides over (a layer split runs one GPU at a time: priced as one)."""
+        return timing_gpus(self.gpus, self.split) if self.parallel != "none" else 1
 
     @property
     def observable(self) -> str | None:

@@ -17,7 +17,10 @@ A runtime sets what the roofline alone cannot see (ARCHITECTURE.md, "Runtime"):
   materialised (eager attention, llama.cpp without flash attention; 0 for fused/paged kernels);
 - ``overlap``: 1 means time = max(compute, memory) (a GPU overlaps both), 0 means their sum;
 - ``dequant_ms_per_layer``: ms per decoder layer whose weights are stored in under 2 bytes (int8/int4/GGUF):
-  the unpacking kernels' shortfall below the bandwidth roofline.
+  the unpacking kernels' shortfall below the bandwidth roofline;
+- ``split_mode``: how the runtime spreads one model over several GPUs by default, "tensor" (Megatron
+  sharding: time and memory divide, all-reduces added) or "layer" (whole layers per GPU, run in turn: only
+  memory divides); see :mod:`specsim.hardware.parallel`.
 
 The shipped files are ``specsim/hardware/runtimes/*.json``; users pass their own by path. Each number is
 ``{"value": ..., "source": "..."}``; ``fit`` lists the parameters ``specsim validate`` refits, and each of
@@ -35,6 +38,7 @@ from typing import Any
 import numpy as np
 
 from specsim.errors import SpecsimError
+from specsim.hardware.parallel import check_split_mode
 from specsim.jsonio import (
     check_object,
     parse_file_data,
@@ -59,10 +63,11 @@ PARAM_BOUNDS = {
     "dequant_ms_per_layer": (0.0, 1e2),
 }
 PARAMS = tuple(PARAM_BOUNDS)
-_KEYS = {"schema_version", "name", "display_name", "kind", "notes", "fit", *PARAMS}
+_KEYS = {"schema_version", "name", "display_name", "kind", "split_mode", "notes", "fit", *PARAMS}
 # Written for a parameter that a runtime file leaves out (it keeps the dataclass default).
 _UNSET_SOURCES = {"gemv_max_rows": "default: only a 1-row pass runs the matrix-vector (GEMV) kernels",
                   "gemv_time_fraction_per_row": "default: not used (gemv_max_rows is 1)"}
+_SPLIT_MODE_SOURCE = "default: Megatron tensor parallel (vLLM, SGLang, gpt-fast)"
 
 # The runtime a plan assumes when none is named: CUDA graphs on GPUs (vLLM), PyTorch eager on CPUs.
 DEFAULT_RUNTIMES = {"gpu": "vllm", "cpu": "torch-cpu"}
@@ -89,6 +94,8 @@ class Runtime:
     overlap: float = 1.0
     interconnect_efficiency: float = 0.7
     dequant_ms_per_layer: float = 0.0
+    split_mode: str = "tensor"  # one of specsim.hardware.parallel.SPLIT_MODES
+    split_mode_source: str = _SPLIT_MODE_SOURCE
     sources: dict[str, str] = field(default_factory=dict)
     fit: tuple[str, ...] = ()
     defaults: dict[str, float] = field(default_factory=dict)  # cited values of the ``fit`` parameters
@@ -97,6 +104,7 @@ class Runtime:
     schema_version: int = SCHEMA_VERSION
 
     def __post_init__(self) -> None:
+        check_split_mode(self.split_mode, "runtime.split_mode.value")
         for key, (lo, hi) in PARAM_BOUNDS.items():
             value = getattr(self, key)
             if isinstance(value, bool) or not isinstance(value, (int, float, np.floating)) \
@@ -133,6 +141,7 @@ class Runtime:
             if key in self.defaults:
                 out[key]["default"] = {"value": float(self.defaults[key]),
                                        "source": self.default_sources.get(key, "")}
+        out["split_mode"] = {"value": self.split_mode, "source": self.split_mode_source}
         out["fit"] = list(self.fit)
         if self.notes:
             out["notes"] = self.notes
@@ -155,6 +164,9 @@ class Runtime:
             values[key], sources[key] = _number(d[key], f"{where}.{key}")
             if isinstance(d[key], dict) and "default" in d[key]:
                 defaults[key], default_sources[key] = _number(d[key]["default"], f"{where}.{key}.default")
+        if "split_mode" in d:
+            values["split_mode"], values["split_mode_source"] = sourced(
+                d["split_mode"], f"{where}.split_mode", "where the runtime documents its multi-GPU split")
         fit = d.get("fit", [])
         if not isinstance(fit, list) or any(k not in PARAMS for k in fit):
             raise SpecsimError(f"{where}.fit: expected a list of parameter names from {list(PARAMS)}, got {fit!r}")

@@ -97,8 +97,9 @@ def max_fit_batch(ps: PublishedSet, row: Row, batches=GRID_BATCHES) -> int:
     mem = device(row.device).memory_bytes * USABLE_MEMORY_FRACTION
     d_ctx = row.target_context_tokens if row.draft_context_tokens is None else row.draft_context_tokens
     ok = [b for b in batches
-          if per_gpu_resident_bytes(target, draft, b, row.target_context_tokens, row.tp, row.draft_tp,
-                                    draft_context=d_ctx, shared_weights=row.draft == row.target) <= mem]
+          if per_gpu_resident_bytes(target, draft, b, row.target_context_tokens, row.gpus, row.draft_tp,
+                                    draft_context=d_ctx, shared_weights=row.draft == row.target,
+                                    split=row.split) <= mem]
     return max(ok, default=0)
 
 
