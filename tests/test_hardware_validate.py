@@ -163,3 +163,21 @@ def test_sept_2023_llamacpp_row_is_priced_as_the_row_split_of_its_date(ps):
     assert (row.gpus, row.parallel, row.tp, row.draft_tp) == (2, "tensor", 2, 2)
     assert any("PR #4766" in f for f in row.flags)
     assert not any("layer split over 2 GPUs" in f for f in row.flags)
+
+
+def test_layer_split_rows_are_priced_at_one_gpus_time(ps):
+    """XiongjieDai's llama.cpp rows on 1-6 RTX 3090s ran llama.cpp's default layer split: every GPU count of the same
+    model and context gets the same prediction, and the published figures agree (within 15 % across GPU counts,
+    where a tensor split would have divided the time by the GPU count)."""
+    rows = [r for r in ps.rows if r.source == "xiongjiedai-llama3"]
+    assert {r.gpus for r in rows} == {1, 2, 4, 6} and all(r.tp == 1 for r in rows)
+    assert all(r.split == "layer" for r in rows if r.gpus > 1)
+    rt = load_runtime("llama.cpp")
+    groups: dict[tuple, list] = {}
+    for r in rows:
+        groups.setdefault((r.target, r.weights_dtype, r.target_context_tokens), []).append(r)
+    assert sum(len(g) > 1 for g in groups.values()) == 6
+    for group in groups.values():
+        assert len({predict_row(ps, r, rt) for r in group}) == 1
+        published = [r.target_ms_per_token for r in group]
+        assert max(published) / min(published) < 1.15
