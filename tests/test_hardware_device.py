@@ -28,11 +28,15 @@ def test_catalog_complete_and_valid():
             continue
         dev = load_device(name)
         assert dev.name == name and dev.kind == "gpu"
-        assert set(dev.sources) == {"memory_bandwidth_bytes_per_s", "peak_flops_per_s", "memory_bytes",
-                                    "interconnect_bandwidth_bytes_per_s"}
-        assert all(any(w in s.lower() for w in ("datasheet", "data sheet", "whitepaper", "aws", "specifications"))
-                   for s in dev.sources.values())
+        assert set(dev.sources) - {"interconnect_gpus", "scale_out_bandwidth_bytes_per_s"} == {
+            "memory_bandwidth_bytes_per_s", "peak_flops_per_s", "memory_bytes", "interconnect_bandwidth_bytes_per_s"}
+        assert all(any(w in s.lower() for w in ("datasheet", "data sheet", "whitepaper", "aws", "specifications",
+                                                "reference architecture")) for s in dev.sources.values())
         assert 1e9 < dev.interconnect_bytes_per_s <= dev.memory_bandwidth_bytes_per_s
+        # a node or bridge joins a few GPUs; beyond them the per-GPU link is slower
+        assert (dev.interconnect_gpus is None) == (dev.scale_out_bytes_per_s is None)
+        if dev.interconnect_gpus is not None:
+            assert 2 <= dev.interconnect_gpus <= 8 and dev.scale_out_bytes_per_s < dev.interconnect_bytes_per_s
         assert dev.price_per_hour_usd is None  # the user fills prices; none invented
         assert Device.from_json(json.loads(json.dumps(dev.to_json()))) == dev
         bw, tf, gb = EXPECTED[name]

@@ -7,7 +7,7 @@ import pytest
 
 from specsim.cli import main
 from specsim.errors import SpecsimError
-from specsim.hardware.device import load_device
+from specsim.hardware.device import CATALOG_DIR, load_device
 from specsim.hardware.fit import points_from_grid, points_from_latency
 from specsim.hardware.model import spec_from_config
 from specsim.hardware.parallel import allreduce_link_bytes, allreduce_ms, per_gpu_resident_bytes
@@ -104,6 +104,32 @@ def test_tensor_parallel_allreduce_bytes_by_hand():
     assert per_gpu_resident_bytes(m, draft, 1, 4096, 1) > 80e9
     assert per_gpu_resident_bytes(m, draft, 1, 4096, 8) == pytest.approx(
         (m.weight_bytes + 4096 * m.kv_bytes_per_token) / 8 + draft.weight_bytes + 4096 * draft.kv_bytes_per_token)
+
+
+def test_tensor_parallel_beyond_the_interconnect_runs_at_the_scale_out_link(tmp_path, capsys):
+    """A DGX H100 joins 8 GPUs over NVLink and has one 400 Gb/s InfiniBand adapter per GPU; an RTX 3090's bridge
+    joins 2 cards. A ring over more GPUs than that runs at the slower link."""
+    m = spec_from_config(LLAMA2_70B, "70b")
+    rt = Runtime(name="t", interconnect_efficiency=1.0, overhead_ms_per_allreduce=0.0)
+    hand = 2 * 15 / 16 * (8192 * 2) * 160  # bytes through each GPU's link in one 1-token pass over 16 GPUs
+    assert allreduce_ms(m, load_device("h100-sxm"), rt, 1, 1, 16) == pytest.approx(hand / 50e9 * 1e3)
+    assert allreduce_ms(m, load_device("h100-sxm"), rt, 1, 1, 8) == pytest.approx(
+        2 * 7 / 8 * 8192 * 2 * 160 / 450e9 * 1e3)
+    rtx = load_device("rtx-3090")
+    assert (rtx.link_bytes_per_s(2), rtx.link_bytes_per_s(4)) == (56.25e9, 32e9)
+    d = json.loads((CATALOG_DIR / "h100-sxm.json").read_text())
+    d.pop("scale_out_bandwidth_bytes_per_s")
+    (tmp_path / "node.json").write_text(json.dumps(d))
+    args = ["hardware", "--target", "llama-2-70b", "--draft", "llama-2-7b", "--alpha", "0.7", "--batch", "1",
+            "--device", str(tmp_path / "node.json")]
+    assert main(args + ["--tp", "8"]) == 0
+    assert main(args + ["--tp", "16"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "scale_out_bandwidth_bytes_per_s" in err and "tp <= 8" in err
+    d["interconnect_gpus"]["value"] = 1.5
+    (tmp_path / "node.json").write_text(json.dumps(d))
+    assert main(args) == 2
+    assert "interconnect_gpus.value: expected an integer >= 2, got 1.5" in capsys.readouterr().err
 
 
 def test_tensor_parallel_shards_whole_heads_and_replicates_kv_heads(capsys):

@@ -38,7 +38,7 @@ def test_pass_table_equals_forward_ms():
     rng = np.random.default_rng(0)
     dev = load_device("a100-80gb-sxm")
     cases = [(spec_from_config(L70, "70b", dtype=dt), b, ctx, n, tp) for dt in ("bfloat16", "int8", "int4-g32")
-             for b, ctx, n, tp in ((1, 0, 1, 1), (4, 8000, 5, 8), (64, 300, 1, 2))]
+             for b, ctx, n, tp in ((1, 0, 1, 1), (4, 8000, 5, 8), (64, 300, 1, 2), (2, 100, 3, 16))]
     table = pass_table([pass_terms(m, dev, b, ctx, n, tp) for m, b, ctx, n, tp in cases])
     for _ in range(5):
         rt = Runtime(name="r", overhead_ms_per_forward=rng.uniform(0, 2), overhead_ms_per_layer=rng.uniform(0, 0.5),

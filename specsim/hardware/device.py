@@ -1,8 +1,9 @@
 """Devices for the roofline model: one JSON file per device, every number with its source.
 
 A device file holds memory bandwidth (bytes/s), dense BF16/FP16 peak FLOP/s (FP32 for CPUs), memory
-size (bytes), optionally the GPU-to-GPU link bandwidth per direction (bytes/s, for tensor parallel) and
-an optional price per hour the user fills in. Each number is an object
+size (bytes), optionally the GPU-to-GPU link bandwidth per direction (bytes/s, for tensor parallel), how
+many GPUs that link joins (an NVLink domain: 8 in a DGX, 2 over an RTX 3090's bridge) with the per-GPU
+scale-out bandwidth beyond them (InfiniBand, PCIe), and an optional price per hour the user fills in. Each number is an object
 ``{"value": ..., "source": "..."}`` so the datasheet (or measurement) behind it travels with it.
 The shipped catalog is ``specsim/hardware/catalog/*.json``; users pass their own files by path.
 The ``cpu`` entry has no numbers: they are measured on this machine when it is loaded.
@@ -32,10 +33,12 @@ SCHEMA_VERSION = 1
 CATALOG_DIR = Path(__file__).parent / "catalog"
 _NUMBERS = ("memory_bandwidth_bytes_per_s", "peak_flops_per_s", "memory_bytes")
 _UNITS = {"memory_bandwidth_bytes_per_s": "bytes_per_s", "peak_flops_per_s": "flops_per_s", "memory_bytes": "bytes",
-          "interconnect_bandwidth_bytes_per_s": "bytes_per_s"}
+          "interconnect_bandwidth_bytes_per_s": "bytes_per_s", "scale_out_bandwidth_bytes_per_s": "bytes_per_s",
+          "interconnect_gpus": "gpus"}
 _LINK = "interconnect_bandwidth_bytes_per_s"
+_SCALE_OUT = "scale_out_bandwidth_bytes_per_s"
 _KEYS = {"schema_version", "name", "display_name", "vendor", "kind", "measure", "price_per_hour_usd",
-         "notes", _LINK, *_NUMBERS}
+         "notes", _LINK, "interconnect_gpus", _SCALE_OUT, *_NUMBERS}
 _DTYPES = ("bf16", "fp16", "fp32", "fp8")
 
 
@@ -56,12 +59,22 @@ class Device:
     notes: str = ""
     interconnect_bytes_per_s: float | None = None  # per direction per GPU (NVLink, PCIe), for tensor parallel
     interconnect_link: str = ""
+    interconnect_gpus: int | None = None  # GPUs the interconnect joins (None: any count)
+    scale_out_bytes_per_s: float | None = None  # per direction per GPU beyond interconnect_gpus
+    scale_out_link: str = ""
     schema_version: int = SCHEMA_VERSION
 
     @property
     def ridge_flops_per_byte(self) -> float:
         """Arithmetic intensity (FLOP/byte) where compute and memory time are equal at peak."""
         return self.peak_flops_per_s / self.memory_bandwidth_bytes_per_s
+
+    def link_bytes_per_s(self, gpus: int) -> float | None:
+        """Per-GPU bandwidth (bytes/s, per direction) of a collective over ``gpus`` GPUs: the interconnect within
+        the ``interconnect_gpus`` it joins, the scale-out link beyond them; None when the file does not say."""
+        if self.interconnect_gpus is None or gpus <= self.interconnect_gpus:
+            return self.interconnect_bytes_per_s
+        return self.scale_out_bytes_per_s
 
     def to_json(self) -> dict:
         out: dict[str, Any] = {"schema_version": self.schema_version, "name": self.name,
@@ -72,6 +85,12 @@ class Device:
         if self.interconnect_bytes_per_s is not None:
             out[_LINK] = {"value": self.interconnect_bytes_per_s, "source": self.sources.get(_LINK, ""),
                           "link": self.interconnect_link}
+        if self.interconnect_gpus is not None:
+            out["interconnect_gpus"] = {"value": self.interconnect_gpus,
+                                        "source": self.sources.get("interconnect_gpus", "")}
+        if self.scale_out_bytes_per_s is not None:
+            out[_SCALE_OUT] = {"value": self.scale_out_bytes_per_s, "source": self.sources.get(_SCALE_OUT, ""),
+                               "link": self.scale_out_link}
         out["price_per_hour_usd"] = self.price_per_hour_usd
         if self.notes:
             out["notes"] = self.notes
@@ -95,6 +114,16 @@ class Device:
         if d.get(_LINK) is not None:
             link, sources[_LINK] = _quantity(d, _LINK, where)
             link_name = str(d[_LINK].get("link", ""))
+        link_gpus = None
+        if d.get("interconnect_gpus") is not None:
+            value, sources["interconnect_gpus"] = _quantity(d, "interconnect_gpus", where)
+            if value != int(value) or value < 2:
+                raise SpecsimError(f"{where}.interconnect_gpus.value: expected an integer >= 2, got {value!r}")
+            link_gpus = int(value)
+        scale_out, scale_out_name = None, ""
+        if d.get(_SCALE_OUT) is not None:
+            scale_out, sources[_SCALE_OUT] = _quantity(d, _SCALE_OUT, where)
+            scale_out_name = str(d[_SCALE_OUT].get("link", ""))
         price = d.get("price_per_hour_usd")
         if price is not None and (isinstance(price, bool) or not isinstance(price, (int, float)) or price < 0):
             raise SpecsimError(f"{where}.price_per_hour_usd: expected null or a number >= 0, got {price!r}")
@@ -104,6 +133,7 @@ class Device:
                    peak_flops_dtype=dtype, vendor=str(d.get("vendor", "")),
                    price_per_hour_usd=None if price is None else float(price),
                    notes=str(d.get("notes", "")), interconnect_bytes_per_s=link, interconnect_link=link_name,
+                   interconnect_gpus=link_gpus, scale_out_bytes_per_s=scale_out, scale_out_link=scale_out_name,
                    **values)
 
     def with_price(self, price_per_hour_usd: float | None) -> Device:

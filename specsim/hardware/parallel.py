@@ -4,7 +4,9 @@ Shoeybi et al. 2019 (Megatron-LM): attention heads and the MLP's inner dimension
 ``tp`` GPUs; each decoder layer ends its attention block and its MLP with one all-reduce of the
 activations, so a pass does 2 · layers all-reduces of batch · new · hidden elements each.
 A ring all-reduce moves 2 (tp − 1) / tp times the message through each GPU's link (Patarasuk & Yuan
-2009; NCCL's "bus bandwidth"), so per all-reduce:
+2009; NCCL's "bus bandwidth"); a ring that leaves the GPUs the interconnect joins (``interconnect_gpus``,
+e.g. 16 GPUs over two 8-GPU NVLink nodes) runs at the slower scale-out link (``Device.link_bytes_per_s``), so
+per all-reduce:
     time_ms = 2 (tp − 1) / tp · message_bytes / (link_bytes_per_s · efficiency) · 1e3 + latency_ms
 Weights, FLOPs and memory traffic divide by ``tp``; the LM head is split over the vocabulary. Whole heads
 are sharded, so ``tp`` must divide the attention heads; the KV heads either divide over ``tp`` or, when
@@ -63,6 +65,10 @@ def check_tp(tp: int, dev: Device | None = None) -> int:
     if tp > 1 and dev is not None and dev.interconnect_bytes_per_s is None:
         raise SpecsimError(f"device {dev.name!r} has no interconnect_bandwidth_bytes_per_s, so tensor parallel "
                            f"degree {tp} cannot be priced (expected tp = 1 or a device file with that field)")
+    if tp > 1 and dev is not None and dev.link_bytes_per_s(tp) is None:
+        raise SpecsimError(f"device {dev.name!r} joins {dev.interconnect_gpus} GPUs over its interconnect and has no "
+                           f"scale_out_bandwidth_bytes_per_s, so tensor parallel degree {tp} cannot be priced "
+                           f"(expected tp <= {dev.interconnect_gpus} or a device file with that field)")
     return int(tp)
 
 
@@ -100,7 +106,7 @@ def allreduce_ms(m: ModelSpec, dev: Device, eff, batch, new, tp: int) -> np.ndar
     """Time (ms) of a pass's all-reduces; 0 at tp = 1."""
     if tp == 1:
         return np.zeros(np.broadcast(np.asarray(batch), np.asarray(new)).shape)
-    link = dev.interconnect_bytes_per_s * eff.interconnect_efficiency
+    link = dev.link_bytes_per_s(tp) * eff.interconnect_efficiency
     latency = eff.overhead_ms_per_allreduce * allreduces_per_pass(m)
     return allreduce_link_bytes(m, batch, new, tp) / link * 1e3 + latency
 

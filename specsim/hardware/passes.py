@@ -62,7 +62,7 @@ def pass_terms(m: ModelSpec, dev: Device, batch: float, context: float, new: flo
     """The runtime-independent terms of one pass (same shapes and conventions as ``forward_ms``)."""
     b, ctx, n = float(batch), float(context), float(new)
     score_elems = b * m.layers * m.heads * n * (ctx + n)
-    link = dev.interconnect_bytes_per_s if tp > 1 else None
+    link = dev.link_bytes_per_s(tp) if tp > 1 else None
     return {
         "flops": float(forward_flops(m, b, ctx, n)) / tp,
         "base_bytes": float(sharded_bytes(m, b, ctx, n, tp=tp)),

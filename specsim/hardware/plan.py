@@ -180,7 +180,7 @@ def plan_hardware(target: ModelSpec, draft: ModelSpec, devices: list[Device], me
     rows = [row for dev in devices for mt in methods
             for row in _device_rows(target, draft, dev, effs.get(dev.name, Efficiency()), mt, batches_a, contexts_a,
                                     par)]
-    return Plan(tuple(rows), _assumptions(target, draft, methods, effs, par) + tuple(notes),
+    return Plan(tuple(rows), _assumptions(target, draft, methods, effs, par) + _scale_out(devices, par) + tuple(notes),
                 tuple(d.name for d in devices), tuple(m.method for m in methods),
                 tuple(int(b) for b in batches_a), tuple(int(c) for c in contexts_a),
                 {k: e.to_json() for k, e in effs.items()})
@@ -218,6 +218,17 @@ def _assumptions(target: ModelSpec, draft: ModelSpec, methods: list[MethodTau], 
     for eff in effs.values():  # one line per runtime, not per device (each device has its own copy)
         out.append(f"runtime {eff.name}: {eff.display_name}" if hasattr(eff, "fit") else f"efficiencies: {eff.source}")
     return tuple(dict.fromkeys(out))
+
+
+def _scale_out(devices: list[Device], par: Parallel) -> tuple[str, ...]:
+    """One line per device whose tensor-parallel ring leaves the GPUs its interconnect joins."""
+    if par.split != "tensor":
+        return ()
+    return tuple(f"{d.name}: {par.tp} GPUs span {-(-par.tp // d.interconnect_gpus)} groups of {d.interconnect_gpus} "
+                 f"joined by {d.interconnect_link or 'the interconnect'}; all-reduces run at the scale-out link's "
+                 f"bandwidth ({d.scale_out_link or 'scale-out'}), their latency at the runtime's per-all-reduce "
+                 "figure for one group (under-estimated)"
+                 for d in devices if d.interconnect_gpus is not None and par.tp > d.interconnect_gpus)
 
 
 def ranking(plan: Plan, method: str, *, batch: int | None = None, context: int | None = None) -> list[PlanRow]:
