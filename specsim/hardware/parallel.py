@@ -112,9 +112,7 @@ def allreduce_ms(m: ModelSpec, dev: Device, eff, batch, new, tp: int) -> np.ndar
 
 
 def _shares(m: ModelSpec, gpus: int, split: str) -> tuple[float, float]:
-    """(weights, KV cache) shares of ``m`` on its most loaded GPU."""
-    if gpus == 1:
-        return 1.0, 1.0
+    """(weights, KV cache) shares of ``m`` on its most loaded GPU (1, 1 on one GPU under either split)."""
     if check_split_mode(split) == "layer":
         return layer_share(m, gpus), layer_share(m, gpus)
     return 1.0 / gpus, 1.0 / kv_shards(m, gpus)
