@@ -43,6 +43,8 @@ def test_every_runtime_parameter_has_a_source():
     (lambda d: d.update(turbo=True), "unknown field 'turbo'"),
     (lambda d: d.update(split_mode={"value": "row", "source": "x"}), "split_mode.value: expected one of"),
     (lambda d: d.update(split_mode={"value": "layer"}), "split_mode.source"),
+    (lambda d: d.update(extra_draft_forwards_per_block={"value": -1, "source": "x"}),
+     "extra_draft_forwards_per_block: expected a number in"),
 ])
 def test_bad_runtime_files_one_line(tmp_path, capsys, mutate, message):
     d = json.loads((RUNTIMES_DIR / "vllm.json").read_text())
@@ -293,3 +295,73 @@ def test_named_pair_without_acceptance_warns_that_tau_is_borrowed(capsys):
     assert "tau comes from the default profile ibed-llava1.5-7b-68m" in err and "llama-2-70b / llama-2-7b" in err
     assert main(args + ["--alpha", "0.8"]) == 0
     assert "tau comes from" not in capsys.readouterr().err
+
+
+def test_extra_draft_forwards_cost_one_draft_step_each():
+    """A runtime whose drafter runs one forward beyond its γ drafts (llama.cpp's speculative example) adds
+    exactly one Tq per block: in the plan (read back through its own c and v) and in a published row."""
+    from dataclasses import replace
+
+    from specsim.hardware.row_predict import device, models, predict_row, row_model
+
+    dev = load_device("rtx-3090")
+    target, draft = spec_from_config(LLAMA2_70B, "t", dtype="q4_k_m"), spec_from_config(LLAMA2_7B, "d",
+                                                                                        dtype="q4_k_m")
+    rt0 = load_runtime("llama.cpp")
+    assert load_runtime("llama.cpp-2023").extra_draft_forwards_per_block == 1.0
+    assert rt0.extra_draft_forwards_per_block == 0.0 and load_runtime("vllm").extra_draft_forwards_per_block == 0
+    mt = MethodTau("x", "s", (3,), (2.5,), ("given",))
+    for extra in (0.0, 1.0, 2.5):
+        rt = replace(rt0, extra_draft_forwards_per_block=extra)
+        row = plan_hardware(target, draft, [dev], [mt], efficiency=rt, batches=(1,), contexts=(512,),
+                            parallel=Parallel(tp=2, split="layer")).rows[0]
+        assert row.speedup == pytest.approx(2.5 / ((3 + extra) * row.c + row.v + rt.overhead_ms_per_block
+                                                   / row.target_ms_per_step))
+    ps = load_published_set()
+    sd = next(r for r in ps.rows if r.id == "llamacpp-5877-sd")
+    assert sd.extra_draft_forwards_per_block == 1  # llama-speculative, not llama-server: the row says so
+    t, d = models(ps, sd)
+    tq = decode_ms(d, device(sd.device), rt0, sd.draft_context_tokens)
+    ms = {e: predict_row(ps, replace(sd, speedup=None, extra_draft_forwards_per_block=e), rt0) for e in (0.0, 1.0)}
+    assert ms[1.0] - ms[0.0] == pytest.approx(tq / sd.tau)  # SD ms per token: one more Tq per block of τ tokens
+    by_runtime = predict_row(ps, replace(sd, extra_draft_forwards_per_block=None),
+                             replace(rt0, extra_draft_forwards_per_block=1.0))
+    assert by_runtime == pytest.approx(predict_row(ps, sd, rt0))  # the row's figure stands for the runtime's
+    rows = [replace(sd, speedup=None), sd, replace(sd, extra_draft_forwards_per_block=None)]
+    rt = replace(rt0, extra_draft_forwards_per_block=0.5)
+    assert row_model(ps, rows).predict(rt) == pytest.approx([predict_row(ps, r, rt) for r in rows], rel=1e-12)
+
+
+def test_extra_draft_forwards_in_replayed_and_tree_plans():
+    """Replayed chain blocks pay (g + extra)·Tq when they draft and nothing when drafting is off (g = 0); the
+    tree planner's best chain pays the same extra Tq per block."""
+    from dataclasses import replace
+
+    from specsim.hardware.tree_plan import TreeMethod, plan_trees, replay_speedup
+    from specsim.walk import BlockPlan
+
+    dev = load_device("rtx-3090")
+    target, draft = spec_from_config(LLAMA2_7B, "t", dtype="q4_k_m"), spec_from_config(
+        {**LLAMA2_7B, "num_hidden_layers": 4}, "d", dtype="q4_k_m")
+    rt0 = replace(load_runtime("llama.cpp"), extra_draft_forwards_per_block=0.0)
+    rt1 = replace(rt0, extra_draft_forwards_per_block=1.0)
+    plan = BlockPlan(start=np.array([0, 4, 5]), drafts=np.array([3, 0, 2]), emitted=np.array([4, 1, 3]),
+                     first_rows=np.array([1, 0, 1]), weight=np.ones(3))
+    tp, tq = decode_ms(target, dev, rt0, 512), decode_ms(draft, dev, rt0, 512)
+    spent = [plan.tokens * tp / replay_speedup(target, draft, dev, rt, [plan], context=512) for rt in (rt0, rt1)]
+    assert spent[1] - spent[0] == pytest.approx(2 * tq)  # two drafting blocks, one extra forward each
+    acc = np.full((10, 8), 0.0)
+    acc[:, 0] = 0.8
+    rows = [plan_trees(target, draft, [dev], [TreeMethod("m", acc)], efficiency=rt, contexts=(512,), n_max=8,
+                       gamma_max=4)[0] for rt in (rt0, rt1)]
+    blocks = [r.chain_tau * r.target_ms_per_step / r.chain_speedup for r in rows]
+    assert rows[0].chain_gamma == rows[1].chain_gamma and blocks[1] - blocks[0] == pytest.approx(tq)
+
+
+def test_plan_says_when_the_runtime_drafts_an_extra_forward(capsys):
+    argv = ["hardware", "--target", "llama-2-7b", "--draft", "tinyllama-1.1b", "--alpha", "0.7", "--device",
+            "rtx-3090", "--batch", "1", "--context", "512", "--runtime"]
+    assert main(argv + ["llama.cpp-2023"]) == 0
+    assert "draft: γ + 1 forwards per block" in capsys.readouterr().out
+    assert main(argv + ["vllm"]) == 0
+    assert "forwards per block" not in capsys.readouterr().out

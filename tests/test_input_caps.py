@@ -79,6 +79,8 @@ def _set_with(mutate):
     (lambda d: d["rows"][0].update(target_context_tokens=1e30), "target_context_tokens: expected a value in 0..16777216"),
     (lambda d: d["rows"][0].update(gpus=10**6), "rows[0].gpus: expected a value in 1..1024"),
     (lambda d: d["rows"][0].update(multimodal="yes"), "rows[0].multimodal: expected true or false"),
+    (lambda d: d["rows"][0].update(extra_draft_forwards_per_block=-1),
+     "rows[0].extra_draft_forwards_per_block: expected a number >= 0"),
 ])
 def test_published_set_structure_and_ranges(mutate, message):
     with pytest.raises(SpecsimError) as err:

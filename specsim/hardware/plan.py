@@ -2,8 +2,8 @@
 
 For each device, batch size B, context L and γ, the roofline gives Tp = decode(target), Tq =
 decode(draft, batch B·k for a k-member ensemble), Tv(γ) = verify(target, γ+1 positions); then
-speedup = τ(γ)·Tp / (γ·Tq + Tv(γ)) = τ / (γ·c + v) (decode phase) and the best γ is
-kept. τ(γ) comes from a profile through :func:`specsim.tau.tau_with_source`.
+speedup = τ(γ)·Tp / ((γ + e)·Tq + Tv(γ) + o) = τ / ((γ + e)·c + v + o/Tp) (decode phase; e and o are the
+runtime's extra draft forwards and overhead per block, 0 for the textbook) and the best γ is kept. τ(γ) comes from a profile through :func:`specsim.tau.tau_with_source`.
 """
 
 from __future__ import annotations
@@ -129,8 +129,8 @@ def _device_rows(target: ModelSpec, draft: ModelSpec, dev: Device, eff, mt: Meth
     tq = decode_ms(draft, dev, eff, ctx, b * mt.draft_batch_size, tp=t_dtp)     # [B, L, 1]
     tv = verify_ms(target, dev, eff, g, ctx, b, tp=t_tp)                        # [B, L, G]
     tau = np.asarray(mt.tau)[None, None, :]
-    block_ms = g * tq + tv + eff.overhead_ms_per_block
-    speedups = tau * tp / block_ms                                 # = τ / (γ·c + v + block overhead / Tp)
+    block_ms = (g + eff.extra_draft_forwards_per_block) * tq + tv + eff.overhead_ms_per_block
+    speedups = tau * tp / block_ms                                 # = τ / ((γ + e)·c + v + o / Tp)
     best = np.argmax(speedups, axis=-1)                            # [B, L]
     bound = compute_bound(target, dev, eff, b, ctx, 1, tp=t_tp)[..., 0]
     per_gpu = per_gpu_resident_bytes(target, draft, b[..., 0], ctx[..., 0] + max(mt.gammas) + 1, par.tp, d_tp,

@@ -85,6 +85,9 @@ class Row:
     speedup_ratio: float | None = None  # speedup / reference row's speedup (set when the set is parsed)
     pass_new_tokens: int | None = None  # a ``pass`` row: new positions per sequence in the one forward
     pass_ms: float | None = None  # a ``pass`` row: the forward's time (ms)
+    # Draft forwards per block beyond γ when the row's tool differs from its runtime's usual one (None: the
+    # runtime's ``extra_draft_forwards_per_block``), e.g. llama.cpp's speculative example against llama-server.
+    extra_draft_forwards_per_block: float | None = None
 
     @property
     def split(self) -> str:
@@ -193,7 +196,9 @@ def _row(d: Any, where: str, sources: dict, models: dict) -> Row:
         draft_tp=_field(d, "draft_tp", where, int, optional=True, unit="gpus") or 1,
         ratio_to=_field(d, "ratio_to", where, str, optional=True),
         pass_new_tokens=_field(d, "pass_new_tokens", where, int, optional=True, lo=1, unit="tokens"),
-        pass_ms=_field(d, "pass_ms", where, num, optional=True, unit="ms"))
+        pass_ms=_field(d, "pass_ms", where, num, optional=True, unit="ms"),
+        extra_draft_forwards_per_block=_field(d, "extra_draft_forwards_per_block", where, num, optional=True,
+                                              lo=0))
     _check_row(row, where)
     return row
 

@@ -67,6 +67,7 @@ class Efficiency:
     overhead_ms_per_allreduce = 0.0
     interconnect_efficiency = 0.7
     dequant_ms_per_layer = 0.0
+    extra_draft_forwards_per_block = 0.0
 
     def memory_efficiency(self, rows) -> np.ndarray:
         return np.full(np.shape(rows), self.memory)

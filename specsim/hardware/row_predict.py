@@ -1,7 +1,9 @@
 """Predicted value of a published row under a runtime: a reference implementation and a vectorised one.
 
 For an ``sd`` row: Tp = decode(target, tp GPUs), Tq = decode(draft, draft_tp GPUs, its own cached
-context), Tv = verify(target, γ+1 rows), block = γ·Tq + Tv + runtime.overhead_ms_per_block; speedup =
+context), Tv = verify(target, γ+1 rows), block = (γ + e)·Tq + Tv + runtime.overhead_ms_per_block with
+e = the draft forwards a block runs beyond its γ drafts (the row's ``extra_draft_forwards_per_block``, else the
+runtime's); speedup =
 τ·Tp / block and SD ms per token = block / τ. A ``decode`` row compares Tp with the published ms per token, a
 ``pass`` row one target forward over its ``pass_new_tokens`` new positions with the published ms. A
 ``speedup_ratio`` row compares its speedup over its reference row's (same pair, context and γ, another batch
@@ -46,6 +48,12 @@ def _reference(ps: PublishedSet, row: Row) -> Row:
     return next(r for r in ps.rows if r.id == row.ratio_to)
 
 
+def extra_forwards(row: Row, rt) -> float:
+    """Draft forwards per block beyond γ: the row's own figure when it gives one, else the runtime's."""
+    own = row.extra_draft_forwards_per_block
+    return float(rt.extra_draft_forwards_per_block if own is None else own)
+
+
 def _tp_over_block(ps: PublishedSet, row: Row, rt) -> tuple[float, float]:
     """(Tp, block) of an sd row in ms, by the roofline functions (reference implementation)."""
     target, draft = models(ps, row)
@@ -55,7 +63,8 @@ def _tp_over_block(ps: PublishedSet, row: Row, rt) -> tuple[float, float]:
     d_ctx = ctx if row.draft_context_tokens is None else row.draft_context_tokens
     tq = decode_ms(draft, dev, rt, d_ctx, row.batch, tp=row.draft_tp)
     tv = verify_ms(target, dev, rt, row.gamma, ctx, row.batch, tp=row.tp)
-    return float(tp), float(row.gamma * tq + tv + rt.overhead_ms_per_block)
+    forwards = row.gamma + extra_forwards(row, rt)
+    return float(tp), float(forwards * tq + tv + rt.overhead_ms_per_block)
 
 
 def _new_tokens(row: Row) -> int:
@@ -114,13 +123,17 @@ class RowModel:
     ref_gamma: np.ndarray
     tau: np.ndarray
     measured: np.ndarray
+    extra: np.ndarray  # the row's extra draft forwards per block; NaN: the runtime's
+    ref_extra: np.ndarray
 
     def predict(self, rt) -> np.ndarray:
         """Every row's observable under runtime ``rt`` (same values as :func:`predict_row`)."""
         t = self.table.ms(rt)
         per_block = rt.overhead_ms_per_block
-        rate = t[self.tp] / (self.gamma * t[self.tq] + t[self.tv] + per_block)
-        ref = t[self.ref_tp] / (self.ref_gamma * t[self.ref_tq] + t[self.ref_tv] + per_block)
+        extra, ref_extra = (np.where(np.isnan(e), rt.extra_draft_forwards_per_block, e)
+                            for e in (self.extra, self.ref_extra))
+        rate = t[self.tp] / ((self.gamma + extra) * t[self.tq] + t[self.tv] + per_block)
+        ref = t[self.ref_tp] / ((self.ref_gamma + ref_extra) * t[self.ref_tq] + t[self.ref_tv] + per_block)
         out = np.select([self.kind == 0, self.kind == 1, self.kind == 2],
                         [t[self.tp], self.tau * rate, t[self.tp] / (self.tau * rate)], rate / ref)
         return out
@@ -138,11 +151,17 @@ def _sd_passes(ps: PublishedSet, row: Row, entries: list[dict]) -> tuple[int, in
     return start, start + 1, start + 2
 
 
+def _own_extra(row: Row) -> float:
+    """The row's extra draft forwards per block, NaN where the runtime's apply."""
+    return np.nan if row.extra_draft_forwards_per_block is None else float(row.extra_draft_forwards_per_block)
+
+
 def row_model(ps: PublishedSet, rows: list[Row]) -> RowModel:
     """The RowModel of ``rows`` (predictable rows of the set)."""
     entries: list[dict] = []
-    cols: dict[str, list] = {k: [] for k in ("kind", "tp", "tq", "tv", "ref_tp", "ref_tq", "ref_tv", "gamma",
-                                             "ref_gamma", "tau")}
+    keys = ("kind", "tp", "tq", "tv", "ref_tp", "ref_tq", "ref_tv", "gamma", "ref_gamma", "tau", "extra",
+            "ref_extra")
+    cols: dict[str, list] = {k: [] for k in keys}
     for row in rows:
         if row.kind in ("decode", "pass"):
             target, _ = models(ps, row)
@@ -153,14 +172,12 @@ def row_model(ps: PublishedSet, rows: list[Row]) -> RowModel:
         else:
             idx = _sd_passes(ps, row, entries)
             gamma = row.gamma
-        ref_idx, ref_gamma = idx, gamma
-        if row.observable == "speedup_ratio":
-            ref = _reference(ps, row)
-            ref_idx, ref_gamma = _sd_passes(ps, ref, entries), ref.gamma
-        for key, value in zip(("kind", "tp", "tq", "tv", "ref_tp", "ref_tq", "ref_tv", "gamma", "ref_gamma", "tau"),
-                              (_KINDS[row.observable], *idx, *ref_idx, gamma, ref_gamma, row.tau or 1.0)):
+        ref = _reference(ps, row) if row.observable == "speedup_ratio" else row
+        ref_idx, ref_gamma = (idx, gamma) if ref is row else (_sd_passes(ps, ref, entries), ref.gamma)
+        for key, value in zip(keys, (_KINDS[row.observable], *idx, *ref_idx, gamma, ref_gamma, row.tau or 1.0,
+                                     _own_extra(row), _own_extra(ref))):
             cols[key].append(value)
-    ints = {k: np.array(cols[k], dtype=int) for k in ("kind", "tp", "tq", "tv", "ref_tp", "ref_tq", "ref_tv")}
-    floats = {k: np.array(cols[k], dtype=float) for k in ("gamma", "ref_gamma", "tau")}
+    ints = {k: np.array(cols[k], dtype=int) for k in keys[:7]}
+    floats = {k: np.array(cols[k], dtype=float) for k in keys[7:]}
     return RowModel(tuple(rows), pass_table(entries), measured=np.array([r.measured for r in rows], dtype=float),
                     **ints, **floats)

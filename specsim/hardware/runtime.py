@@ -4,6 +4,9 @@ A runtime sets what the roofline alone cannot see (ARCHITECTURE.md, "Runtime"):
 - fixed costs: ``overhead_ms_per_forward`` (launch/dispatch, Python, sampling), ``overhead_ms_per_layer``
   (kernel launches per decoder layer in eager mode), ``overhead_ms_per_block`` (SD bookkeeping per
   draft/verify block: acceptance, cache crop) and ``overhead_ms_per_allreduce`` (tensor parallel);
+- ``extra_draft_forwards_per_block``: draft forwards a block runs beyond its γ drafts (0: the first draft
+  forward also takes the target's new token; llama.cpp's speculative example first evaluates the target's token
+  alone, then every drafted token, the last one included: 1), so block = (γ + extra)·Tq + Tv + per block;
 - efficiency as a function of the rows r a pass carries (batch × new positions):
   memory: ``memory_efficiency_gemv`` at r = 1 (GEMV kernels) and ``memory_efficiency_gemm`` above
   ``gemv_max_rows`` (GEMM kernels re-tile or pack the weights and stream them less efficiently); a runtime
@@ -60,13 +63,15 @@ PARAM_BOUNDS = {
     "gemv_max_rows": (1.0, 64.0), "gemv_time_fraction_per_row": (0.0, 10.0),
     "compute_efficiency": (1e-4, 8.0), "compute_rows_half": (0.0, 1e4),
     "attention_score_bytes": (0.0, 64.0), "overlap": (0.0, 1.0), "interconnect_efficiency": (1e-3, 1.0),
-    "dequant_ms_per_layer": (0.0, 1e2),
+    "dequant_ms_per_layer": (0.0, 1e2), "extra_draft_forwards_per_block": (0.0, 4.0),
 }
 PARAMS = tuple(PARAM_BOUNDS)
 _KEYS = {"schema_version", "name", "display_name", "kind", "split_mode", "notes", "fit", *PARAMS}
 # Written for a parameter that a runtime file leaves out (it keeps the dataclass default).
 _UNSET_SOURCES = {"gemv_max_rows": "default: only a 1-row pass runs the matrix-vector (GEMV) kernels",
-                  "gemv_time_fraction_per_row": "default: not used (gemv_max_rows is 1)"}
+                  "gemv_time_fraction_per_row": "default: not used (gemv_max_rows is 1)",
+                  "extra_draft_forwards_per_block": "default: γ draft forwards per block (the first also takes the "
+                                                    "target's new token)"}
 _SPLIT_MODE_SOURCE = "default: Megatron tensor parallel (vLLM, SGLang, gpt-fast)"
 
 # The runtime a plan assumes when none is named: CUDA graphs on GPUs (vLLM), PyTorch eager on CPUs.
@@ -94,6 +99,7 @@ class Runtime:
     overlap: float = 1.0
     interconnect_efficiency: float = 0.7
     dequant_ms_per_layer: float = 0.0
+    extra_draft_forwards_per_block: float = 0.0
     split_mode: str = "tensor"  # one of specsim.hardware.parallel.SPLIT_MODES
     split_mode_source: str = _SPLIT_MODE_SOURCE
     sources: dict[str, str] = field(default_factory=dict)

@@ -4,7 +4,8 @@ the best tree depends on the hardware through the cost of verifying n tokens).
 On each device the roofline prices a tree block (:mod:`specsim.hardware.roofline`): the draft's root pass
 is a decode step and its level pass ℓ ≥ 1 a forward over the level's m_ℓ expanded nodes (batch B·k for a
 k-member ensemble, on the draft's context plus the nodes fed before it); Tv(n) is the target's forward over
-n+1 rows; the runtime adds its per-block overhead. τ(tree) comes from per-rank acceptance
+n+1 rows; the runtime adds its per-block overhead and its extra draft forwards per block (decode steps).
+τ(tree) comes from per-rank acceptance
 (:func:`specsim.trees.expected_tokens`, the same acceptance at every depth). Candidates are the optimal
 trees (:func:`specsim.tree_search.optimal_trees`) of every size n ≤ n_max and depth bound ≤ max_depth,
 chains included, so the best chain under the same acceptance model is found too; speedup =
@@ -109,7 +110,9 @@ def plan_trees(target: ModelSpec, draft: ModelSpec, devices: list[Device], metho
             eff = effs.get(dev.name, Efficiency())
             tp = decode_ms(target, dev, eff, ctx, b)                                       # [B, L, 1]
             passes = forward_ms(draft, dev, eff, b * mt.draft_batch_size, ctx + offset, rows)  # [B, L, P]
-            block = passes @ members.T + verify_ms(target, dev, eff, nodes, ctx, b) + eff.overhead_ms_per_block
+            catch_up = eff.extra_draft_forwards_per_block * decode_ms(draft, dev, eff, ctx, b * mt.draft_batch_size)
+            block = (passes @ members.T + catch_up + verify_ms(target, dev, eff, nodes, ctx, b)
+                     + eff.overhead_ms_per_block)
             speedups = tau * tp / block                                                     # [B, L, T]
             out += _rows(dev.name, mt.method, trees, tau, speedups, tp, chains, b, ctx)
     return out
@@ -172,7 +175,8 @@ def _block_ms(target, draft, dev, eff, plan, batch: int, context: float, k: int)
         g = np.asarray(plan.drafts, dtype=float)
         tq = float(decode_ms(draft, dev, eff, context, batch * k))
         tv = np.where(g > 0, verify_ms(target, dev, eff, np.maximum(g, 1), context, batch), tp)
-        return float(np.sum(plan.weight * (g * tq + tv + eff.overhead_ms_per_block)))
+        forwards = np.where(g > 0, g + eff.extra_draft_forwards_per_block, 0.0)
+        return float(np.sum(plan.weight * (forwards * tq + tv + eff.overhead_ms_per_block)))
     total = 0.0
     for step in plan.steps:
         if step.tree is None:
@@ -180,6 +184,7 @@ def _block_ms(target, draft, dev, eff, plan, batch: int, context: float, k: int)
             continue
         levels = np.array(draft_pass_rows(step.tree)[1:], dtype=float)
         total += float(forward_ms(draft, dev, eff, batch * k, context, step.root_rows, logits=1))
+        total += eff.extra_draft_forwards_per_block * float(decode_ms(draft, dev, eff, context, batch * k))
         if levels.size:  # a level pass keeps the logits of every fed node: their children come from them
             fed = step.root_rows + np.concatenate([[0.0], np.cumsum(levels)[:-1]])
             total += float(np.sum(forward_ms(draft, dev, eff, batch * k, context + fed, levels)))
