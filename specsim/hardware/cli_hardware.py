@@ -289,9 +289,6 @@ def cmd_hardware(args: argparse.Namespace) -> int:
         notes += [f"fit: skipped {s}" for s in skipped]
         fitted = fit.fit.efficiency if isinstance(fit, HoldoutResult) else fit.efficiency
         efficiency = {d.name: fitted for d in devices}
-    notes += [f"draft: γ + {e.extra_draft_forwards_per_block:g} forwards per block under {e.display_name} "
-              "(extra_draft_forwards_per_block)" for e in {id(e): e for e in efficiency.values()}.values()
-              if e.extra_draft_forwards_per_block > 0]
     parallel = Parallel(args.tp, args.draft_sharded, _split_mode(args, efficiency))
     plan = plan_hardware(target, draft, devices, methods, efficiency=efficiency, batches=batches,
                          contexts=contexts, notes=tuple(notes), parallel=parallel)

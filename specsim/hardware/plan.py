@@ -217,6 +217,9 @@ def _assumptions(target: ModelSpec, draft: ModelSpec, methods: list[MethodTau], 
                    "are per replica")
     for eff in effs.values():  # one line per runtime, not per device (each device has its own copy)
         out.append(f"runtime {eff.name}: {eff.display_name}" if hasattr(eff, "fit") else f"efficiencies: {eff.source}")
+        if eff.extra_draft_forwards_per_block > 0:
+            out.append(f"draft: γ + {eff.extra_draft_forwards_per_block:g} forwards per block under "
+                       f"{eff.display_name} (extra_draft_forwards_per_block)")
     return tuple(dict.fromkeys(out))
 
 

@@ -171,9 +171,9 @@ def _block_ms(target, draft, dev, eff, plan, batch: int, context: float, k: int)
     from specsim.walk_drafts import TreePlan
 
     tp = float(decode_ms(target, dev, eff, context, batch))
+    tq = float(decode_ms(draft, dev, eff, context, batch * k))
     if not isinstance(plan, TreePlan):  # chain or policy blocks: g draft steps and Tv(g), or one target step
         g = np.asarray(plan.drafts, dtype=float)
-        tq = float(decode_ms(draft, dev, eff, context, batch * k))
         tv = np.where(g > 0, verify_ms(target, dev, eff, np.maximum(g, 1), context, batch), tp)
         forwards = np.where(g > 0, g + eff.extra_draft_forwards_per_block, 0.0)
         return float(np.sum(plan.weight * (forwards * tq + tv + eff.overhead_ms_per_block)))
@@ -184,7 +184,7 @@ def _block_ms(target, draft, dev, eff, plan, batch: int, context: float, k: int)
             continue
         levels = np.array(draft_pass_rows(step.tree)[1:], dtype=float)
         total += float(forward_ms(draft, dev, eff, batch * k, context, step.root_rows, logits=1))
-        total += eff.extra_draft_forwards_per_block * float(decode_ms(draft, dev, eff, context, batch * k))
+        total += eff.extra_draft_forwards_per_block * tq
         if levels.size:  # a level pass keeps the logits of every fed node: their children come from them
             fed = step.root_rows + np.concatenate([[0.0], np.cumsum(levels)[:-1]])
             total += float(np.sum(forward_ms(draft, dev, eff, batch * k, context + fed, levels)))
