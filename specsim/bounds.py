@@ -16,6 +16,7 @@ images          0 .. 1024              images or captions per prompt
 ratio           1e-6 .. 1e6            c, v, γ·c + v, speedups, ensemble weights
 bytes_per_s     1e6 .. 1e16            memory bandwidth (1 MB/s .. 10 PB/s)
 flops_per_s     1e6 .. 1e19            peak FLOP/s
+ops_per_s       1e6 .. 1e19            peak integer operations per second
 bytes           1e6 .. 1e16            memory size (1 MB .. 10 PB)
 usd_per_hour    0 .. 1e6               price of a device-hour
 threads         1 .. 65536             CPU threads
@@ -53,6 +54,7 @@ RANGES: dict[str, tuple[float, float]] = {
     "ratio": (1e-6, 1e6),
     "bytes_per_s": (1e6, 1e16),
     "flops_per_s": (1e6, 1e19),
+    "ops_per_s": (1e6, 1e19),
     "bytes": (1e6, 1e16),
     "usd_per_hour": (0, 1e6),
     "threads": (1, 65536),

@@ -29,7 +29,10 @@ def test_catalog_complete_and_valid():
         dev = load_device(name)
         assert dev.name == name and dev.kind == "gpu"
         assert set(dev.sources) - {"interconnect_gpus", "scale_out_bandwidth_bytes_per_s"} == {
-            "memory_bandwidth_bytes_per_s", "peak_flops_per_s", "memory_bytes", "interconnect_bandwidth_bytes_per_s"}
+            "memory_bandwidth_bytes_per_s", "peak_flops_per_s", "memory_bytes", "interconnect_bandwidth_bytes_per_s",
+            "int32_ops_per_s"}
+        # the CUDA cores' integer rate is far below the tensor-core peak
+        assert 1e12 < dev.int32_ops_per_s < dev.peak_flops_per_s
         assert all(any(w in s.lower() for w in ("datasheet", "data sheet", "whitepaper", "aws", "specifications",
                                                 "reference architecture")) for s in dev.sources.values())
         assert 1e9 < dev.interconnect_bytes_per_s <= dev.memory_bandwidth_bytes_per_s

@@ -1,6 +1,7 @@
 """Runtimes, tensor parallel, the published set and `specsim validate`; hand-computed oracles."""
 
 import json
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -45,6 +46,9 @@ def test_every_runtime_parameter_has_a_source():
     (lambda d: d.update(split_mode={"value": "layer"}), "split_mode.source"),
     (lambda d: d.update(extra_draft_forwards_per_block={"value": -1, "source": "x"}),
      "extra_draft_forwards_per_block: expected a number in"),
+    (lambda d: d.update(gemv_int32_ops_per_weight_per_row={"value": 99, "source": "x"}),
+     "gemv_int32_ops_per_weight_per_row: expected a number in"),
+    (lambda d: d.update(schema_version=1), "schema_version: expected 2, got 1 .*replaced gemv_time_fraction_per_row"),
 ])
 def test_bad_runtime_files_one_line(tmp_path, capsys, mutate, message):
     d = json.loads((RUNTIMES_DIR / "vllm.json").read_text())
@@ -72,22 +76,50 @@ def test_row_dependent_efficiency_gemv_vs_gemm():
 
 
 def test_gemv_row_curve_prices_small_passes_by_hand():
-    """Up to gemv_max_rows a pass keeps the GEMV kernel and each row past the first adds
-    gemv_time_fraction_per_row of the 1-row memory time; above it the GEMM efficiency prices it."""
+    """Up to gemv_max_rows a pass keeps the GEMV kernel's bandwidth and each row past the first adds its integer
+    dot products: weights · ops per weight / the device's INT32 rate; above it the GEMM efficiency prices it."""
     m = spec_from_config(LLAMA2_7B, "7b")
     dev = load_device("a100-80gb-sxm")
     rt = Runtime(name="t", memory_efficiency_gemv=0.5, memory_efficiency_gemm=0.25, gemv_max_rows=4,
-                 gemv_time_fraction_per_row=0.1, compute_efficiency=1.0)
-    assert rt.memory_efficiency([1, 2, 3, 4, 5]) == pytest.approx([0.5, 0.5 / 1.1, 0.5 / 1.2, 0.5 / 1.3, 0.25])
+                 gemv_int32_ops_per_weight_per_row=2.0, compute_efficiency=1.0)
+    assert rt.memory_efficiency([1, 2, 3, 4, 5]) == pytest.approx([0.5, 0.5, 0.5, 0.5, 0.25])
     bw = dev.memory_bandwidth_bytes_per_s
-    # 3 rows: bytes / (bw * 0.5) * (1 + 0.1 * 2); 5 rows: bytes / (bw * 0.25) (weights dominate: memory-bound)
-    assert verify_ms(m, dev, rt, 2, 0) == pytest.approx(forward_bytes(m, 1, 0, 3) / (bw * 0.5) * 1.2 * 1e3)
+    # Llama-2-7B streams 32 layers of (4 · 4096² + 3 · 4096 · 11008) weights and a 32000 × 4096 LM head.
+    weights = 32 * (4 * 4096 * 4096 + 3 * 4096 * 11008) + 32000 * 4096
+    row_ms = weights * 2.0 / 19.5e12 * 1e3  # one row's dot products at the A100's INT32 rate
+    # 3 rows: bytes / (bw · 0.5) + 2 rows of arithmetic; 5 rows: bytes / (bw · 0.25), no row term (GEMM)
+    assert verify_ms(m, dev, rt, 2, 0) == pytest.approx(forward_bytes(m, 1, 0, 3) / (bw * 0.5) * 1e3 + 2 * row_ms)
     assert verify_ms(m, dev, rt, 4, 0) == pytest.approx(forward_bytes(m, 1, 0, 5) / (bw * 0.25) * 1e3)
-    # The defaults (1 row, no slope) keep the GEMV/GEMM split at one row, as before the row curve existed.
+    # The defaults (1 row, no arithmetic) keep the GEMV/GEMM split at one row, as before the row curve existed.
     plain = Runtime(name="p", memory_efficiency_gemv=0.5, memory_efficiency_gemm=0.25)
     assert plain.memory_efficiency([1, 2, 8]) == pytest.approx([0.5, 0.25, 0.25])
     with pytest.raises(SpecsimError, match="runtime.gemv_max_rows: expected a number"):
         Runtime(name="bad", gemv_max_rows=0.5)
+    # A device file without the INT32 rate cannot price those rows: one line naming the device and the field.
+    bare = replace(dev, name="my-gpu", int32_ops_per_s=None)
+    assert verify_ms(m, bare, plain, 2, 0) > 0  # a runtime without row arithmetic does not need it
+    with pytest.raises(SpecsimError, match="device 'my-gpu': int32_ops_per_s is missing"):
+        verify_ms(m, bare, rt, 2, 0)
+
+
+def test_llama_cpp_plan_needs_the_devices_int32_rate(tmp_path, capsys):
+    """llama.cpp prices its 2- to 8-row passes by the CUDA cores' INT32 rate: a device file without it, or with a
+    bad one, is a one-line error naming the field."""
+    d = json.loads((CATALOG_DIR / "rtx-3090.json").read_text())
+    args = ["hardware", "--target", "llama-2-7b", "--draft", "llama-2-7b", "--alpha", "0.7", "--batch", "1",
+            "--runtime", "llama.cpp", "--device", str(tmp_path / "gpu.json")]
+    (tmp_path / "gpu.json").write_text(json.dumps(d))
+    assert main(args) == 0
+    capsys.readouterr()
+    d.pop("int32_ops_per_s")
+    (tmp_path / "gpu.json").write_text(json.dumps(d))
+    assert main(args) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "int32_ops_per_s is missing" in err and "'rtx-3090'" in err
+    d["int32_ops_per_s"] = {"value": -1, "source": "x"}
+    (tmp_path / "gpu.json").write_text(json.dumps(d))
+    assert main(args) == 2
+    assert "int32_ops_per_s.value: expected a finite number > 0, got -1" in capsys.readouterr().err
 
 
 def test_tensor_parallel_allreduce_bytes_by_hand():

@@ -38,14 +38,15 @@ def test_pass_table_equals_forward_ms():
     rng = np.random.default_rng(0)
     dev = load_device("a100-80gb-sxm")
     cases = [(spec_from_config(L70, "70b", dtype=dt), b, ctx, n, tp) for dt in ("bfloat16", "int8", "int4-g32")
-             for b, ctx, n, tp in ((1, 0, 1, 1), (4, 8000, 5, 8), (64, 300, 1, 2), (2, 100, 3, 16))]
+             for b, ctx, n, tp in ((1, 0, 1, 1), (4, 8000, 5, 8), (64, 300, 1, 2), (2, 100, 3, 16), (1, 50, 6, 1))]
     table = pass_table([pass_terms(m, dev, b, ctx, n, tp) for m, b, ctx, n, tp in cases])
     for _ in range(5):
         rt = Runtime(name="r", overhead_ms_per_forward=rng.uniform(0, 2), overhead_ms_per_layer=rng.uniform(0, 0.5),
                      overhead_ms_per_allreduce=rng.uniform(0, 0.05), memory_efficiency_gemv=rng.uniform(0.2, 1),
                      memory_efficiency_gemm=rng.uniform(0.2, 1), compute_efficiency=rng.uniform(0.1, 1),
                      compute_rows_half=rng.uniform(0, 16), attention_score_bytes=rng.uniform(0, 16),
-                     overlap=rng.uniform(0, 1), dequant_ms_per_layer=rng.uniform(0, 0.1))
+                     overlap=rng.uniform(0, 1), dequant_ms_per_layer=rng.uniform(0, 0.1),
+                     gemv_max_rows=rng.choice([1.0, 8.0]), gemv_int32_ops_per_weight_per_row=rng.uniform(0, 3))
         ref = [forward_ms(m, dev, rt, b, ctx, n, tp=tp) for m, b, ctx, n, tp in cases]
         assert table.ms(rt) == pytest.approx(ref, rel=1e-12)
 

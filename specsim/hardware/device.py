@@ -3,7 +3,9 @@
 A device file holds memory bandwidth (bytes/s), dense BF16/FP16 peak FLOP/s (FP32 for CPUs), memory
 size (bytes), optionally the GPU-to-GPU link bandwidth per direction (bytes/s, for tensor parallel), how
 many GPUs that link joins (an NVLink domain: 8 in a DGX, 2 over an RTX 3090's bridge) with the per-GPU
-scale-out bandwidth beyond them (InfiniBand, PCIe), and an optional price per hour the user fills in. Each number is an object
+scale-out bandwidth beyond them (InfiniBand, PCIe), optionally the peak 32-bit integer rate of the CUDA cores
+(ops/s, a multiply-add counted as 2 like an FMA; what llama.cpp's quantised matrix-vector kernels run at, see
+:mod:`specsim.hardware.runtime`), and an optional price per hour the user fills in. Each number is an object
 ``{"value": ..., "source": "..."}`` so the datasheet (or measurement) behind it travels with it.
 The shipped catalog is ``specsim/hardware/catalog/*.json``; users pass their own files by path.
 The ``cpu`` entry has no numbers: they are measured on this machine when it is loaded.
@@ -34,11 +36,12 @@ CATALOG_DIR = Path(__file__).parent / "catalog"
 _NUMBERS = ("memory_bandwidth_bytes_per_s", "peak_flops_per_s", "memory_bytes")
 _UNITS = {"memory_bandwidth_bytes_per_s": "bytes_per_s", "peak_flops_per_s": "flops_per_s", "memory_bytes": "bytes",
           "interconnect_bandwidth_bytes_per_s": "bytes_per_s", "scale_out_bandwidth_bytes_per_s": "bytes_per_s",
-          "interconnect_gpus": "gpus"}
+          "interconnect_gpus": "gpus", "int32_ops_per_s": "ops_per_s"}
 _LINK = "interconnect_bandwidth_bytes_per_s"
 _SCALE_OUT = "scale_out_bandwidth_bytes_per_s"
+_INT32 = "int32_ops_per_s"
 _KEYS = {"schema_version", "name", "display_name", "vendor", "kind", "measure", "price_per_hour_usd",
-         "notes", _LINK, "interconnect_gpus", _SCALE_OUT, *_NUMBERS}
+         "notes", _LINK, "interconnect_gpus", _SCALE_OUT, _INT32, *_NUMBERS}
 _DTYPES = ("bf16", "fp16", "fp32", "fp8")
 
 
@@ -62,6 +65,7 @@ class Device:
     interconnect_gpus: int | None = None  # GPUs the interconnect joins (None: any count)
     scale_out_bytes_per_s: float | None = None  # per direction per GPU beyond interconnect_gpus
     scale_out_link: str = ""
+    int32_ops_per_s: float | None = None  # CUDA-core INT32 peak (None: the file does not say)
     schema_version: int = SCHEMA_VERSION
 
     @property
@@ -91,6 +95,8 @@ class Device:
         if self.scale_out_bytes_per_s is not None:
             out[_SCALE_OUT] = {"value": self.scale_out_bytes_per_s, "source": self.sources.get(_SCALE_OUT, ""),
                                "link": self.scale_out_link}
+        if self.int32_ops_per_s is not None:
+            out[_INT32] = {"value": self.int32_ops_per_s, "source": self.sources.get(_INT32, "")}
         out["price_per_hour_usd"] = self.price_per_hour_usd
         if self.notes:
             out["notes"] = self.notes
@@ -124,6 +130,9 @@ class Device:
         if d.get(_SCALE_OUT) is not None:
             scale_out, sources[_SCALE_OUT] = _quantity(d, _SCALE_OUT, where)
             scale_out_name = str(d[_SCALE_OUT].get("link", ""))
+        int32 = None
+        if d.get(_INT32) is not None:
+            int32, sources[_INT32] = _quantity(d, _INT32, where)
         price = d.get("price_per_hour_usd")
         if price is not None and (isinstance(price, bool) or not isinstance(price, (int, float)) or price < 0):
             raise SpecsimError(f"{where}.price_per_hour_usd: expected null or a number >= 0, got {price!r}")
@@ -134,7 +143,7 @@ class Device:
                    price_per_hour_usd=None if price is None else float(price),
                    notes=str(d.get("notes", "")), interconnect_bytes_per_s=link, interconnect_link=link_name,
                    interconnect_gpus=link_gpus, scale_out_bytes_per_s=scale_out, scale_out_link=scale_out_name,
-                   **values)
+                   int32_ops_per_s=int32, **values)
 
     def with_price(self, price_per_hour_usd: float | None) -> Device:
         """A copy with the user's price per hour (USD); specsim never invents prices."""

@@ -6,7 +6,7 @@ materialised scores, score elements, rows, layers, all-reduce traffic, the devic
 per pass here; :meth:`PassTable.ms` then applies the runtime exactly as ``forward_ms`` does:
 
     time = max(C, M) + (1 − overlap)·min(C, M) + per_forward + per_layer·layers + dequant
-           (+ all-reduces when tp > 1)
+           (+ all-reduces when tp > 1) (+ row arithmetic for 1 < rows ≤ gemv_max_rows)
     C = FLOPs / (peak · eff_c(rows)),  M = (bytes + score_elems · attention_score_bytes) / (bw · eff_m(rows))
 
 ``tests/test_hardware_passes.py`` checks it against ``forward_ms`` (a second implementation).
@@ -18,13 +18,15 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from specsim.errors import SpecsimError
 from specsim.hardware.device import Device
 from specsim.hardware.model import ModelSpec
 from specsim.hardware.parallel import allreduce_link_bytes, allreduces_per_pass
-from specsim.hardware.roofline import forward_flops, quantized_layers, sharded_bytes
+from specsim.hardware.roofline import forward_flops, quantized_layers, sharded_bytes, streamed_weights
 
 _FIELDS = ("flops", "base_bytes", "score_elems", "rows", "layers", "tp", "link_bytes", "allreduces",
-           "quantized_layers", "peak_flops_per_s", "bandwidth_bytes_per_s", "link_bytes_per_s")
+           "quantized_layers", "weights", "peak_flops_per_s", "bandwidth_bytes_per_s", "link_bytes_per_s",
+           "int32_ops_per_s")
 
 
 @dataclass(frozen=True)
@@ -40,9 +42,11 @@ class PassTable:
     link_bytes: np.ndarray
     allreduces: np.ndarray
     quantized_layers: np.ndarray
+    weights: np.ndarray  # streamed weights per GPU (elements)
     peak_flops_per_s: np.ndarray
     bandwidth_bytes_per_s: np.ndarray
     link_bytes_per_s: np.ndarray
+    int32_ops_per_s: np.ndarray  # NaN where the device file does not give it
 
     def ms(self, rt) -> np.ndarray:
         """Time (ms) of every pass under runtime ``rt`` (a Runtime or an Efficiency)."""
@@ -55,7 +59,18 @@ class PassTable:
         link = np.where(sharded, self.link_bytes_per_s, 1.0) * rt.interconnect_efficiency
         allreduce = np.where(sharded, self.link_bytes / link * 1e3 + rt.overhead_ms_per_allreduce * self.allreduces,
                              0.0)
-        return roof + overhead + rt.dequant_ms_per_layer * self.quantized_layers + allreduce
+        return roof + overhead + rt.dequant_ms_per_layer * self.quantized_layers + allreduce + self._gemv_rows_ms(rt)
+
+    def _gemv_rows_ms(self, rt) -> np.ndarray:
+        """As :func:`specsim.hardware.roofline.gemv_rows_ms`."""
+        ops = rt.gemv_int32_ops_per_weight_per_row
+        multi = (self.rows > 1) & (self.rows <= rt.gemv_max_rows)
+        if ops == 0 or not np.any(multi):
+            return np.zeros_like(self.rows)
+        if np.any(multi & np.isnan(self.int32_ops_per_s)):
+            raise SpecsimError(f"a device has no int32_ops_per_s, and runtime {rt.name!r} prices passes of 2 to "
+                               f"{rt.gemv_max_rows:g} rows by it (expected the device file to give it)")
+        return np.where(multi, (self.rows - 1.0) * self.weights * ops / self.int32_ops_per_s * 1e3, 0.0)
 
 
 def pass_terms(m: ModelSpec, dev: Device, batch: float, context: float, new: float, tp: int = 1) -> dict:
@@ -73,9 +88,11 @@ def pass_terms(m: ModelSpec, dev: Device, batch: float, context: float, new: flo
         "link_bytes": float(allreduce_link_bytes(m, b, n, tp)) if tp > 1 else 0.0,
         "allreduces": float(allreduces_per_pass(m)),
         "quantized_layers": float(quantized_layers(m)),
+        "weights": float(streamed_weights(m)) / tp,
         "peak_flops_per_s": dev.peak_flops_per_s,
         "bandwidth_bytes_per_s": dev.memory_bandwidth_bytes_per_s,
         "link_bytes_per_s": float(link) if link else 1.0,
+        "int32_ops_per_s": float("nan") if dev.int32_ops_per_s is None else dev.int32_ops_per_s,
     }
 
 

@@ -1,6 +1,7 @@
 """Roofline latency of one forward pass (ms), vectorised over batch, context and new positions.
 
 time = max(C, M) + (1 − overlap) · min(C, M) + overhead + all-reduce (tensor parallel, :mod:`.parallel`)
+       + row arithmetic (runtimes whose matrix-vector kernel takes a few rows, see :func:`gemv_rows_ms`)
 C = FLOPs / (peak · eff_compute(rows)), M = bytes / (bandwidth · eff_memory(rows))
 (Williams et al. 2009, "Roofline"; applied to LLM decoding as in Pope et al. 2022 and llm-analysis).
 overhead = per forward + per layer · layers: launch/dispatch cost that no roofline sees; weights stored in
@@ -68,6 +69,8 @@ class Efficiency:
     interconnect_efficiency = 0.7
     dequant_ms_per_layer = 0.0
     extra_draft_forwards_per_block = 0.0
+    gemv_max_rows = 1.0
+    gemv_int32_ops_per_weight_per_row = 0.0
 
     def memory_efficiency(self, rows) -> np.ndarray:
         return np.full(np.shape(rows), self.memory)
@@ -121,12 +124,38 @@ def forward_bytes(m: ModelSpec, batch, context, new, logits=None, score_bytes: f
     """Bytes moved to/from memory by one pass (see module docstring)."""
     b, ctx, n = _arr(batch, "batch", 1), _arr(context, "context_tokens", 0), _arr(new, "new_tokens", 1)
     lg = n if logits is None else _arr(logits, "logit_tokens", 0)
-    weights = (m.layers * m.layer_params + m.vocab * m.hidden) * m.dtype_bytes
+    weights = streamed_weights(m) * m.dtype_bytes
     kv = kv_pass_bytes(m, b, ctx, n)
     act_bytes = max(m.dtype_bytes, m.kv_element_bytes)  # quantised weights still compute in fp16/fp32
     act = b * n * m.layers * _activation_elems(m) * act_bytes
     scores = b * m.layers * m.heads * n * (ctx + n) * score_bytes
     return weights + kv + act + b * lg * m.vocab * 4.0 + scores
+
+
+def streamed_weights(m: ModelSpec) -> int:
+    """Weights a pass reads: the decoder layers and the LM head (embedding rows are a gather)."""
+    return m.layers * m.layer_params + m.vocab * m.hidden
+
+
+def gemv_rows_ms(m: ModelSpec, dev: Device, eff, batch, new, tp: int = 1):
+    """Integer arithmetic of the rows past the first in a matrix-vector kernel that takes a few rows (ms).
+
+    = (rows − 1) · weights / tp · ``gemv_int32_ops_per_weight_per_row`` / INT32 ops/s, for 1 < rows ≤
+    ``gemv_max_rows`` (0 elsewhere). llama.cpp's mul_mat_vec_q reads each quantised weight block once and
+    dot-products it with every row's q8_1 activations (unpack, dp4a, scale): the weight stream is shared, the
+    integer work per row is not, so each row adds time in proportion to weights / the CUDA cores' INT32 rate.
+    """
+    rows = np.asarray(batch, dtype=float) * np.asarray(new, dtype=float)
+    ops = eff.gemv_int32_ops_per_weight_per_row
+    if ops == 0 or eff.gemv_max_rows <= 1:
+        return np.zeros_like(rows)
+    if dev.int32_ops_per_s is None and np.any((rows > 1) & (rows <= eff.gemv_max_rows)):
+        raise SpecsimError(f"device {dev.name!r}: int32_ops_per_s is missing, and runtime "
+                           f"{getattr(eff, 'name', 'this runtime')!r} prices passes of 2 to {eff.gemv_max_rows:g} rows "
+                           "by it (expected the device file to give the CUDA cores' INT32 peak)")
+    rate = dev.int32_ops_per_s or 1.0
+    return np.where((rows > 1) & (rows <= eff.gemv_max_rows),
+                    (rows - 1.0) * streamed_weights(m) / tp * ops / rate * 1e3, 0.0)
 
 
 def kv_pass_bytes(m: ModelSpec, batch, context, new) -> np.ndarray:
@@ -163,7 +192,8 @@ def forward_ms(m: ModelSpec, dev: Device, eff, batch, context, new, logits=None,
     compute, memory = roofline_terms_ms(m, dev, eff, batch, context, new, logits, tp)
     roof = np.maximum(compute, memory) + (1.0 - eff.overlap) * np.minimum(compute, memory)
     dequant = eff.dequant_ms_per_layer * quantized_layers(m)
-    out = roof + eff.pass_overhead_ms(m.layers) + dequant + allreduce_ms(m, dev, eff, batch, new, tp)
+    out = (roof + eff.pass_overhead_ms(m.layers) + dequant + allreduce_ms(m, dev, eff, batch, new, tp)
+           + gemv_rows_ms(m, dev, eff, batch, new, tp))
     return out if out.ndim else float(out)
 
 

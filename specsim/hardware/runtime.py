@@ -8,12 +8,12 @@ A runtime sets what the roofline alone cannot see (ARCHITECTURE.md, "Runtime"):
   forward also takes the target's new token; llama.cpp's speculative example first evaluates the target's token
   alone, then every drafted token, the last one included: 1), so block = (γ + extra)·Tq + Tv + per block;
 - efficiency as a function of the rows r a pass carries (batch × new positions):
-  memory: ``memory_efficiency_gemv`` at r = 1 (GEMV kernels) and ``memory_efficiency_gemm`` above
-  ``gemv_max_rows`` (GEMM kernels re-tile or pack the weights and stream them less efficiently); a runtime
-  whose matrix-vector kernel also takes a few rows (llama.cpp's mul_mat_vec_q up to 8) sets
-  ``gemv_max_rows`` > 1, and each row past the first adds ``gemv_time_fraction_per_row`` of the 1-row
-  memory time: eff_m(r) = gemv / (1 + fraction · (r − 1)) for r ≤ gemv_max_rows (defaults 1 and 0: GEMV
-  at one row only);
+  memory: ``memory_efficiency_gemv`` up to ``gemv_max_rows`` rows (matrix-vector kernels; default 1) and
+  ``memory_efficiency_gemm`` above (GEMM kernels re-tile or pack the weights and stream them less
+  efficiently); a runtime whose matrix-vector kernel also takes a few rows (llama.cpp's mul_mat_vec_q, up to 8)
+  streams the weights once for all of them, and each row past the first adds its integer dot products:
+  (r − 1) · weights · ``gemv_int32_ops_per_weight_per_row`` / the device's ``int32_ops_per_s``
+  (:func:`specsim.hardware.roofline.gemv_rows_ms`);
   compute: eff_c(r) = ``compute_efficiency`` · r / (r + ``compute_rows_half``), GEMV-like at one row,
   rising toward the GEMM asymptote (tiles filled);
 - attention context: ``attention_score_bytes`` per (query row × cached position × head) when scores are
@@ -51,7 +51,7 @@ from specsim.jsonio import (
     sourced,
 )
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: gemv_int32_ops_per_weight_per_row replaced gemv_time_fraction_per_row
 RUNTIMES_DIR = Path(__file__).parent / "runtimes"
 # name -> (lowest, highest) allowed value
 PARAM_BOUNDS = {
@@ -60,7 +60,7 @@ PARAM_BOUNDS = {
     # Up to 8: on a CPU the "peaks" are a quick numpy measurement on a possibly busy machine, a proxy that a
     # fitted fraction may exceed; datasheet GPU fits stay well below 1.
     "memory_efficiency_gemv": (1e-4, 8.0), "memory_efficiency_gemm": (1e-4, 8.0),
-    "gemv_max_rows": (1.0, 64.0), "gemv_time_fraction_per_row": (0.0, 10.0),
+    "gemv_max_rows": (1.0, 64.0), "gemv_int32_ops_per_weight_per_row": (0.0, 64.0),
     "compute_efficiency": (1e-4, 8.0), "compute_rows_half": (0.0, 1e4),
     "attention_score_bytes": (0.0, 64.0), "overlap": (0.0, 1.0), "interconnect_efficiency": (1e-3, 1.0),
     "dequant_ms_per_layer": (0.0, 1e2), "extra_draft_forwards_per_block": (0.0, 4.0),
@@ -69,7 +69,7 @@ PARAMS = tuple(PARAM_BOUNDS)
 _KEYS = {"schema_version", "name", "display_name", "kind", "split_mode", "notes", "fit", *PARAMS}
 # Written for a parameter that a runtime file leaves out (it keeps the dataclass default).
 _UNSET_SOURCES = {"gemv_max_rows": "default: only a 1-row pass runs the matrix-vector (GEMV) kernels",
-                  "gemv_time_fraction_per_row": "default: not used (gemv_max_rows is 1)",
+                  "gemv_int32_ops_per_weight_per_row": "default: not used (gemv_max_rows is 1)",
                   "extra_draft_forwards_per_block": "default: γ draft forwards per block (the first also takes the "
                                                     "target's new token)"}
 _SPLIT_MODE_SOURCE = "default: Megatron tensor parallel (vLLM, SGLang, gpt-fast)"
@@ -92,7 +92,7 @@ class Runtime:
     memory_efficiency_gemv: float = 0.8
     memory_efficiency_gemm: float = 0.8
     gemv_max_rows: float = 1.0
-    gemv_time_fraction_per_row: float = 0.0
+    gemv_int32_ops_per_weight_per_row: float = 0.0
     compute_efficiency: float = 0.6
     compute_rows_half: float = 0.0
     attention_score_bytes: float = 0.0
@@ -124,11 +124,11 @@ class Runtime:
 
     # The interface the roofline uses (Efficiency has the same methods).
     def memory_efficiency(self, rows) -> np.ndarray:
-        """Fraction of peak bandwidth reached by a pass over ``rows`` rows: GEMV up to ``gemv_max_rows`` (each row
-        past the first adding ``gemv_time_fraction_per_row`` of the 1-row time), GEMM above."""
+        """Fraction of peak bandwidth reached by a pass over ``rows`` rows: GEMV up to ``gemv_max_rows``, GEMM
+        above (the GEMV rows' own arithmetic is :func:`specsim.hardware.roofline.gemv_rows_ms`)."""
         r = np.asarray(rows, dtype=float)
-        gemv = self.memory_efficiency_gemv / (1.0 + self.gemv_time_fraction_per_row * np.maximum(r - 1.0, 0.0))
-        return np.where(r <= np.maximum(self.gemv_max_rows, 1.0), gemv, self.memory_efficiency_gemm)
+        return np.where(r <= np.maximum(self.gemv_max_rows, 1.0), self.memory_efficiency_gemv,
+                        self.memory_efficiency_gemm)
 
     def compute_efficiency_at(self, rows) -> np.ndarray:
         """Fraction of peak FLOP/s: compute_efficiency · r / (r + compute_rows_half)."""
@@ -156,6 +156,10 @@ class Runtime:
     @classmethod
     def from_json(cls, d: Any, where: str = "runtime") -> Runtime:
         """Validate a runtime dict; every error names the field and the bad value."""
+        if isinstance(d, dict) and d.get("schema_version") == 1 and type(d["schema_version"]) is int:
+            raise SpecsimError(f"{where}.schema_version: expected {SCHEMA_VERSION}, got 1 (version 2 prices the rows "
+                               "of a multi-row GEMV pass by gemv_int32_ops_per_weight_per_row, which replaced "
+                               "gemv_time_fraction_per_row: set it, or 0 where gemv_max_rows is 1)")
         check_object(d, _KEYS, where, schema_version=SCHEMA_VERSION)
         name = d.get("name")
         if not isinstance(name, str) or not name.strip():

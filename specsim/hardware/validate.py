@@ -26,7 +26,7 @@ PRIOR_WEIGHT = 0.05  # residual units (log error of one row) per ``PRIOR_SCALE``
 PRIOR_SCALE = {"overhead_ms_per_forward": 0.5, "overhead_ms_per_layer": 0.1, "overhead_ms_per_block": 0.5,
                "overhead_ms_per_allreduce": 0.01, "dequant_ms_per_layer": 0.02, "compute_rows_half": 8.0,
                "attention_score_bytes": 4.0, "overlap": 0.5,
-               "gemv_time_fraction_per_row": 0.1, "gemv_max_rows": 4.0}
+               "gemv_int32_ops_per_weight_per_row": 1.0, "gemv_max_rows": 4.0}
 _OVERHEAD_CAP_MS = 100.0
 
 

@@ -55,11 +55,12 @@ def check_object(d: Any, allowed: Iterable[str], where: str, *, schema_version: 
     ``schema_version``); SpecsimError naming ``where`` and the bad key or value otherwise."""
     if not isinstance(d, dict):
         raise SpecsimError(f"{where}: expected a JSON object, got {type(d).__name__}")
-    check_keys(d, allowed, where)
     version = d.get("schema_version")
+    # The version first: a file of another version is told so, not which of its fields this one lacks.
     if schema_version is not None and (type(version) is not int or version != schema_version):
         # true == 1 and 1.0 == 1 in Python, but no writer of these files wrote them.
         raise SpecsimError(f"{where}.schema_version: expected {schema_version}, got {version!r}")
+    check_keys(d, allowed, where)
     return d
 
 
