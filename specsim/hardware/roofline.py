@@ -147,15 +147,14 @@ def gemv_rows_ms(m: ModelSpec, dev: Device, eff, batch, new, tp: int = 1):
     """
     rows = np.asarray(batch, dtype=float) * np.asarray(new, dtype=float)
     ops = eff.gemv_int32_ops_per_weight_per_row
-    if ops == 0 or eff.gemv_max_rows <= 1:
+    multi = (rows > 1) & (rows <= eff.gemv_max_rows)
+    if ops == 0 or not np.any(multi):
         return np.zeros_like(rows)
-    if dev.int32_ops_per_s is None and np.any((rows > 1) & (rows <= eff.gemv_max_rows)):
-        raise SpecsimError(f"device {dev.name!r}: int32_ops_per_s is missing, and runtime "
-                           f"{getattr(eff, 'name', 'this runtime')!r} prices passes of 2 to {eff.gemv_max_rows:g} rows "
-                           "by it (expected the device file to give the CUDA cores' INT32 peak)")
-    rate = dev.int32_ops_per_s or 1.0
-    return np.where((rows > 1) & (rows <= eff.gemv_max_rows),
-                    (rows - 1.0) * streamed_weights(m) / tp * ops / rate * 1e3, 0.0)
+    if dev.int32_ops_per_s is None:  # only a Runtime (it has a name) sets ops > 0
+        raise SpecsimError(f"device {dev.name!r}: int32_ops_per_s is missing, and runtime {eff.name!r} prices "
+                           f"passes of 2 to {eff.gemv_max_rows:g} rows by it (expected the device file to give the "
+                           "CUDA cores' INT32 peak)")
+    return np.where(multi, (rows - 1.0) * streamed_weights(m) / tp * ops / dev.int32_ops_per_s * 1e3, 0.0)
 
 
 def kv_pass_bytes(m: ModelSpec, batch, context, new) -> np.ndarray:
