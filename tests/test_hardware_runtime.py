@@ -260,6 +260,11 @@ def test_published_set_is_cited_and_keeps_reserved_sources_out():
         assert not is_reserved(s), key
     derived = [r for r in ps.rows if r.tau_derivation and r.tau is not None]
     assert derived and all(r.flags for r in derived)
+    # vLLM issue #20780's AL table is offline inference; its EAGLE-3 TPOTs are online runs that accepted less
+    # (vLLM PR #25916): only K=3, whose online AL the PR gives, carries a tau
+    e3 = {r.gamma: r for r in ps.rows if r.source == "vllm-20780" and r.draft and r.draft.startswith("eagle3")}
+    assert e3[3].tau == 2.2 and "25916" in e3[3].tau_derivation
+    assert all(r.observable is None and "25916" in r.tau_derivation for k, r in e3.items() if k != 3)
     data = json.loads(json.dumps({"schema_version": 1, "sources": {"spec-bench": {
         "title": "x", "authors": "y", "year": 2024, "venue": "v", "where": "w"}}, "rows": [{}]}))
     with pytest.raises(SpecsimError, match="sources\\['spec-bench'\\]: 'x' is reserved"):

@@ -107,6 +107,20 @@ def test_ratio_rows_and_their_reference(ps):
         parse_published_set(data, "mine.json")
 
 
+def test_row_without_tau_must_say_why():
+    row = {"id": "a", "source": "s", "kind": "sd", "where": "w", "target": "preset:llava-1.5-7b", "device": "l4",
+           "runtime": "vllm", "batch": 1, "weights_dtype": "float16", "kv_dtype": "float16", "gpus": 1,
+           "target_context_tokens": 10, "draft": "preset:llava-1.5-7b", "draft_weights_dtype": "float16",
+           "gamma": 3, "speedup": 1.5}
+    data = {"schema_version": 1, "sources": {"s": {"title": "t", "authors": "a", "year": 2024, "venue": "v",
+                                                   "where": "w"}}, "rows": [row]}
+    with pytest.raises(SpecsimError, match=r"rows\[0\].tau_derivation: missing \(a row without tau must say why"):
+        parse_published_set(json.loads(json.dumps(data)), "mine.json")
+    row["tau_derivation"] = "the source gives no acceptance figure"
+    (parsed,) = parse_published_set(data, "mine.json").rows
+    assert parsed.observable is None
+
+
 def test_reserved_sources_by_title_or_venue():
     eagle = Source("eagle2", "EAGLE-2: Faster Inference of Language Models with Dynamic Draft Trees", "Li et al.",
                    2024, "EMNLP", "Table 1")

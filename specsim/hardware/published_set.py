@@ -238,6 +238,9 @@ def _check_row(row: Row, where: str) -> None:
             raise SpecsimError(f"{where}: expected speedup or sd_ms_per_token, got neither")
         if row.tau is not None and not row.tau_definition:
             raise SpecsimError(f"{where}.tau_definition: missing (say whether the bonus token is counted)")
+        if row.tau is None and not row.tau_derivation:
+            raise SpecsimError(f"{where}.tau_derivation: missing (a row without tau must say why it has none; "
+                               "validate prints it as the reason the row is not predicted)")
     elif row.kind == "pass":
         for key in ("pass_new_tokens", "pass_ms"):
             if getattr(row, key) is None:
