@@ -33,6 +33,15 @@ def ps():
     return load_published_set()
 
 
+def _one_row_set(**row) -> dict:
+    """A published-set document of one source and one row: a 1-GPU float16 decode-style row plus ``row``."""
+    base = {"id": "a", "source": "s", "where": "w", "target": "preset:llava-1.5-7b", "device": "l4",
+            "runtime": "vllm", "batch": 1, "weights_dtype": "float16", "kv_dtype": "float16", "gpus": 1,
+            "target_context_tokens": 10}
+    return {"schema_version": 1, "rows": [{**base, **row}],
+            "sources": {"s": {"title": "t", "authors": "a", "year": 2024, "venue": "v", "where": "w"}}}
+
+
 def test_pass_table_equals_forward_ms():
     """Vectorised pricing == roofline.forward_ms over dtypes, tp, rows, contexts and runtime parameters."""
     rng = np.random.default_rng(0)
@@ -98,25 +107,16 @@ def test_ratio_rows_and_their_reference(ps):
     assert len(ratio) == 3 and all(r.tau is None and r.batch == 64 for r in ratio)
     ref = next(r for r in ps.rows if r.id == ratio[0].ratio_to)
     assert ratio[0].measured == pytest.approx(ratio[0].speedup / ref.speedup)
-    data = json.loads(json.dumps({"schema_version": 1, "sources": {"s": {"title": "t", "authors": "a", "year": 2024,
-                                  "venue": "v", "where": "w"}}, "rows": [
-        {"id": "a", "source": "s", "kind": "decode", "where": "w", "target": "preset:llava-1.5-7b", "device": "l4",
-         "runtime": "vllm", "batch": 1, "weights_dtype": "float16", "kv_dtype": "float16", "gpus": 1,
-         "target_context_tokens": 10, "target_ms_per_token": 9.0, "ratio_to": "zzz"}]}))
+    data = _one_row_set(kind="decode", target_ms_per_token=9.0, ratio_to="zzz")
     with pytest.raises(SpecsimError, match=r"rows\[0\].ratio_to: expected the id of another row"):
         parse_published_set(data, "mine.json")
 
 
 def test_row_without_tau_must_say_why():
-    row = {"id": "a", "source": "s", "kind": "sd", "where": "w", "target": "preset:llava-1.5-7b", "device": "l4",
-           "runtime": "vllm", "batch": 1, "weights_dtype": "float16", "kv_dtype": "float16", "gpus": 1,
-           "target_context_tokens": 10, "draft": "preset:llava-1.5-7b", "draft_weights_dtype": "float16",
-           "gamma": 3, "speedup": 1.5}
-    data = {"schema_version": 1, "sources": {"s": {"title": "t", "authors": "a", "year": 2024, "venue": "v",
-                                                   "where": "w"}}, "rows": [row]}
+    sd = {"kind": "sd", "draft": "preset:llava-1.5-7b", "draft_weights_dtype": "float16", "gamma": 3, "speedup": 1.5}
     with pytest.raises(SpecsimError, match=r"rows\[0\].tau_derivation: missing \(a row without tau must say why"):
-        parse_published_set(json.loads(json.dumps(data)), "mine.json")
-    row["tau_derivation"] = "the source gives no acceptance figure"
+        parse_published_set(_one_row_set(**sd), "mine.json")
+    data = _one_row_set(**sd, tau_derivation="the source gives no acceptance figure")
     (parsed,) = parse_published_set(data, "mine.json").rows
     assert parsed.observable is None
 
@@ -160,15 +160,12 @@ def test_pass_rows_price_one_forward_over_their_new_positions(ps):
     predicted = [predict_row(ps, r, rt) for r in rows]
     assert predicted == pytest.approx([float(forward_ms(target, dev, rt, 1, 0, n)) for n in range(1, 9)], rel=1e-12)
     assert predicted[1] > predicted[0] and np.all(np.diff(predicted) >= 0)
-    row = {"id": "p", "source": "s", "kind": "pass", "where": "w", "target": "preset:llava-1.5-7b", "device": "l4",
-           "runtime": "llama.cpp", "batch": 1, "weights_dtype": "q8_0", "kv_dtype": "float16", "gpus": 1,
-           "target_context_tokens": 0, "pass_new_tokens": 4}
-    data = {"schema_version": 1, "sources": {"s": {"title": "t", "authors": "a", "year": 2024, "venue": "v",
-                                                   "where": "w"}}, "rows": [row]}
+    row = {"id": "p", "kind": "pass", "runtime": "llama.cpp", "weights_dtype": "q8_0", "target_context_tokens": 0,
+           "pass_new_tokens": 4}
     with pytest.raises(SpecsimError, match=r"rows\[0\].pass_ms: missing"):
-        parse_published_set(data, "mine.json")
+        parse_published_set(_one_row_set(**row), "mine.json")
     with pytest.raises(SpecsimError, match=r"rows\[0\].pass_new_tokens: expected an integer >= 1"):
-        parse_published_set({**data, "rows": [{**row, "pass_ms": 30.0, "pass_new_tokens": 0}]}, "mine.json")
+        parse_published_set(_one_row_set(**{**row, "pass_ms": 30.0, "pass_new_tokens": 0}), "mine.json")
 
 
 def test_sept_2023_llamacpp_row_is_priced_as_the_row_split_of_its_date(ps):
