@@ -11,7 +11,7 @@ import time
 
 import numpy as np
 
-from specsim.theory import optimal_gamma, speedup, tau_iid
+from specsim.acceptance.theory import optimal_gamma, speedup, tau_iid
 
 
 def _median_s(fn, repeats: int) -> float:
@@ -40,16 +40,20 @@ def main() -> None:
         return speedup(tau_iid(alpha, gamma), gamma, c, v)
 
     s = _median_s(full, args.repeats)
-    print(f"speedup(tau_iid(alpha, gamma), gamma, c, v) over {n:,} (gamma, alpha, c) points: "
-          f"{s * 1e3:.1f} ms -> {n / s:,.0f} evaluations/s")
+    print(
+        f"speedup(tau_iid(alpha, gamma), gamma, c, v) over {n:,} (gamma, alpha, c) points: "
+        f"{s * 1e3:.1f} ms -> {n / s:,.0f} evaluations/s"
+    )
 
     side = int(np.sqrt(n / 16))
     a_grid = np.linspace(0.01, 0.99, side)[None, :]
     c_grid = np.geomspace(0.005, 0.5, side)[:, None]
     s_opt = _median_s(lambda: optimal_gamma(a_grid, c_grid, gamma_max=16), args.repeats)
     evals = side * side * 16
-    print(f"optimal_gamma over a {side}x{side} (alpha, c) grid, gamma 1..16: {s_opt * 1e3:.1f} ms -> "
-          f"{evals / s_opt:,.0f} speedup evaluations/s, {side * side / s_opt:,.0f} grid points/s")
+    print(
+        f"optimal_gamma over a {side}x{side} (alpha, c) grid, gamma 1..16: {s_opt * 1e3:.1f} ms -> "
+        f"{evals / s_opt:,.0f} speedup evaluations/s, {side * side / s_opt:,.0f} grid points/s"
+    )
 
 
 if __name__ == "__main__":

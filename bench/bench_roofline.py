@@ -12,10 +12,22 @@ import numpy as np
 from specsim.hardware import Efficiency, MethodTau, decode_ms, load_devices, plan_hardware, spec_from_config
 from specsim.profile import MethodAcceptance
 
-LLAMA2_7B = {"model_type": "llama", "hidden_size": 4096, "intermediate_size": 11008, "num_hidden_layers": 32,
-             "num_attention_heads": 32, "vocab_size": 32000}
-DRAFT_68M = {"model_type": "llama", "hidden_size": 768, "intermediate_size": 3072, "num_hidden_layers": 2,
-             "num_attention_heads": 12, "vocab_size": 32000}
+LLAMA2_7B = {
+    "model_type": "llama",
+    "hidden_size": 4096,
+    "intermediate_size": 11008,
+    "num_hidden_layers": 32,
+    "num_attention_heads": 32,
+    "vocab_size": 32000,
+}
+DRAFT_68M = {
+    "model_type": "llama",
+    "hidden_size": 768,
+    "intermediate_size": 3072,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 12,
+    "vocab_size": 32000,
+}
 
 
 def main() -> None:
@@ -29,11 +41,15 @@ def main() -> None:
     dt = time.perf_counter() - t0
     n = batch.size * context.size * len(devices)
     print(f"roofline decode_ms: {n / dt:,.0f} evaluations/s ({n:,} points in {dt * 1e3:.0f} ms)")
-    mt = MethodTau.from_entry(MethodAcceptance(method="M", scenario="s", images_per_prompt=1, gamma=5, tau=2.24))
+    mt = MethodTau.from_entry(
+        MethodAcceptance(method="M", scenario="s", images_per_prompt=1, gamma=5, tau=2.24)
+    )
     t0 = time.perf_counter()
     plan = plan_hardware(target, draft, devices, [mt], batches=2 ** np.arange(7), contexts=(1024, 4096, 8192))
-    print(f"plan_hardware: {len(plan.rows)} rows ({len(devices)} devices x 7 batches x 3 contexts x 8 gammas) "
-          f"in {(time.perf_counter() - t0) * 1e3:.1f} ms")
+    print(
+        f"plan_hardware: {len(plan.rows)} rows ({len(devices)} devices x 7 batches x 3 contexts x 8 gammas) "
+        f"in {(time.perf_counter() - t0) * 1e3:.1f} ms"
+    )
 
 
 if __name__ == "__main__":

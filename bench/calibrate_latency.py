@@ -5,7 +5,8 @@ Goal (issue: predictions that hold beyond the point they were measured): the ref
 with the grid sized to the pair's prompt set (contexts from its shortest prompt to its longest + N new
 tokens), and prints model loading, measuring, the host check and the worst half-width:
 
-    python bench/calibrate_latency.py --out /tmp/ref-latency.json -- --max-seconds-per-point 40   # reference pair
+    python bench/calibrate_latency.py --out /tmp/ref-latency.json -- \\
+        --max-seconds-per-point 40  # reference pair
     python bench/calibrate_latency.py --preset zoo --gammas 1,2,3,4,6 --out /tmp/zoo-latency.json
 """
 
@@ -17,7 +18,7 @@ import sys
 
 
 def main(argv: list[str] | None = None) -> int:
-    from specsim.cli import main as specsim
+    from specsim.cli.main import main as specsim
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--preset", default="qwen2.5-coder-0.5b-1.5b")
@@ -29,11 +30,29 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     load = os.getloadavg()[0]
     if load > 0.5 + args.threads:
-        print(f"warning: 1-min load average {load:.1f} on {os.cpu_count()} CPUs before measuring: other processes "
-              "compete and will inflate the numbers", file=sys.stderr)
-    return specsim(["calibrate", "latency", "--preset", args.preset, "--threads", str(args.threads),
-                    "--gammas", args.gammas, "--max-new-tokens", str(args.max_new_tokens), "--no-resume",
-                    "--out", args.out, *args.extra])
+        print(
+            f"warning: 1-min load average {load:.1f} on {os.cpu_count()} CPUs before measuring: other "
+            "processes compete and will inflate the numbers",
+            file=sys.stderr,
+        )
+    return specsim(
+        [
+            "calibrate",
+            "latency",
+            "--preset",
+            args.preset,
+            "--threads",
+            str(args.threads),
+            "--gammas",
+            args.gammas,
+            "--max-new-tokens",
+            str(args.max_new_tokens),
+            "--no-resume",
+            "--out",
+            args.out,
+            *args.extra,
+        ]
+    )
 
 
 if __name__ == "__main__":

@@ -38,7 +38,7 @@ def parse_args(argv=None):
 
 
 def _run(argv: list[str]) -> float:
-    from specsim.cli import main
+    from specsim.cli.main import main
 
     print("$ specsim " + " ".join(argv), file=sys.stderr)
     t0 = time.perf_counter()
@@ -48,7 +48,7 @@ def _run(argv: list[str]) -> float:
 
 
 def main(argv=None) -> int:
-    from specsim.profile import load_profile
+    from specsim.profiles import load_profile
 
     args = parse_args(argv)
     out = Path(args.out)
@@ -57,15 +57,54 @@ def main(argv=None) -> int:
     methods = [x for m in (args.method or []) for x in ("--method", m)]
     prof = load_profile(str(out)) if out.is_file() else None
     times = {}
-    if args.redo or prof is None or prof.latency.cost_model is None:
-        times["latency"] = _run(["calibrate", "latency", *common, "--max-new-tokens", str(args.max_new_tokens),
-                                 "--gammas", args.gamma, "--out", str(out), *args.latency_args.split()])
+    if args.redo or prof is None or "cost_model" not in prof.latency.to_json():
+        times["latency"] = _run(
+            [
+                "calibrate",
+                "latency",
+                *common,
+                "--max-new-tokens",
+                str(args.max_new_tokens),
+                "--gammas",
+                args.gamma,
+                "--out",
+                str(out),
+                *args.latency_args.split(),
+            ]
+        )
     if args.redo or prof is None or not prof.acceptance:
-        times["acceptance"] = _run(["calibrate", "acceptance", *common, *limit, *methods, "--max-new-tokens",
-                                    str(args.max_new_tokens), "--out", str(out), "--no-progress"])
-    times["check"] = _run(["check", "--profile", str(out), *common, *limit, *methods, "--gamma", args.gamma,
-                           "--max-new-tokens", str(args.max_new_tokens), "--max-rounds", str(args.max_rounds),
-                           "--no-progress", *args.check_args.split()])
+        times["acceptance"] = _run(
+            [
+                "calibrate",
+                "acceptance",
+                *common,
+                *limit,
+                *methods,
+                "--max-new-tokens",
+                str(args.max_new_tokens),
+                "--out",
+                str(out),
+                "--no-progress",
+            ]
+        )
+    times["check"] = _run(
+        [
+            "check",
+            "--profile",
+            str(out),
+            *common,
+            *limit,
+            *methods,
+            "--gamma",
+            args.gamma,
+            "--max-new-tokens",
+            str(args.max_new_tokens),
+            "--max-rounds",
+            str(args.max_rounds),
+            "--no-progress",
+            *args.check_args.split(),
+        ]
+    )
     print("wall time (model loading included): " + ", ".join(f"{k} {v:.0f} s" for k, v in times.items()))
     return 0
 

@@ -16,11 +16,11 @@ import argparse
 import torch
 
 from calibrate.drafting import make_drafter, make_request
-from calibrate.engine import crop_cache
-from calibrate.timing import measure_interleaved
+from calibrate.run.engine import crop_cache
+from calibrate.run.timing import measure_interleaved
 from calibrate.zoo import task as zt
-from calibrate.zoo.models import build_model, make_processor, zoo_config
 from calibrate.zoo.tokenizer import train_tokenizer, wrap
+from calibrate.zoo.zoo_models import build_model, make_processor, zoo_config
 
 MEMBERS = ("M", "T", "P4", "P1")
 
@@ -32,6 +32,7 @@ def _restorer(d):
     def restore():
         crop_cache(d.cache, cols)
         d.start_from_cache(d.cache, mask.clone(), tail.clone())
+
     return restore
 
 
@@ -48,8 +49,14 @@ def main() -> None:
     draft = build_model(zoo_config("draft", len(tok), args.size), seed=1).eval().to(args.device)
     ex = next(e for e in examples if e.images_per_prompt == 2)
     req = make_request(proc, ex.prompt, ex.images(), prompt_id=ex.uid)
-    req = type(req)(req.input_ids.to(args.device), {k: v.to(args.device) for k, v in req.target_kwargs.items()},
-                    req.text, req.images, req.prompt_id, req.image_token_id)
+    req = type(req)(
+        req.input_ids.to(args.device),
+        {k: v.to(args.device) for k, v in req.target_kwargs.items()},
+        req.text,
+        req.images,
+        req.prompt_id,
+        req.image_token_id,
+    )
     calls = {}
     with torch.inference_mode():
         for k in range(1, len(MEMBERS) + 1):
@@ -60,17 +67,31 @@ def main() -> None:
             restore = _restorer(d)
             calls[f"model k={k}"] = (lambda d=d: d.step(d.tail), restore)
             calls[f"step k={k}"] = (lambda d=d: d.propose(1), restore)
-        res = measure_interleaved(calls, device=args.device, warmup=5, min_repeats=30, max_repeats=200,
-                                  target_rel_halfwidth=0.02, max_seconds=10)
+        res = measure_interleaved(
+            calls,
+            device=args.device,
+            warmup=5,
+            min_repeats=30,
+            max_repeats=200,
+            target_rel_halfwidth=0.02,
+            max_seconds=10,
+        )
     base_model, base_step = res["model k=1"].median_ms, res["step k=1"].median_ms
-    print(f"draft {args.size} zoo LLaVA, device {args.device}, threads {args.threads}, 2-image request, "
-          f"members {'+'.join(MEMBERS)}")
-    print(f"{'k':>2} {'method':>10} {'model ms':>9} {'±95%':>6} {'ratio':>6} {'step ms':>8} {'ratio':>6} {'overhead ms':>11}")
+    print(
+        f"draft {args.size} zoo LLaVA, device {args.device}, threads {args.threads}, 2-image request, "
+        f"members {'+'.join(MEMBERS)}"
+    )
+    print(
+        f"{'k':>2} {'method':>10} {'model ms':>9} {'±95%':>6} {'ratio':>6} {'step ms':>8} {'ratio':>6} "
+        f"{'overhead ms':>11}"
+    )
     for k in range(1, len(MEMBERS) + 1):
         m, s = res[f"model k={k}"], res[f"step k={k}"]
-        print(f"{k:>2} {''.join(MEMBERS[:k]):>10} {m.median_ms:9.3f} {m.halfwidth_ms:6.3f} "
-              f"{m.median_ms / base_model:6.2f} {s.median_ms:8.3f} {s.median_ms / base_step:6.2f} "
-              f"{s.median_ms - m.median_ms:11.3f}")
+        print(
+            f"{k:>2} {''.join(MEMBERS[:k]):>10} {m.median_ms:9.3f} {m.halfwidth_ms:6.3f} "
+            f"{m.median_ms / base_model:6.2f} {s.median_ms:8.3f} {s.median_ms / base_step:6.2f} "
+            f"{s.median_ms - m.median_ms:11.3f}"
+        )
 
 
 if __name__ == "__main__":

@@ -1,7 +1,8 @@
-"""Benchmark: our speculative-decoding engine vs HF transformers' assisted generation, same models and prompts.
+"""Benchmark: our speculative-decoding engine vs HF transformers' assisted generation, same models and
+prompts.
 
-Per repetition and prompt, interleaved in alternating order: ``calibrate.engine.speculative_decode`` with the
-text drafter, and ``target.generate(assistant_model=draft)`` with a constant number of assistant tokens
+Per repetition and prompt, interleaved in alternating order: ``calibrate.run.engine.speculative_decode`` with
+the text drafter, and ``target.generate(assistant_model=draft)`` with a constant number of assistant tokens
 (schedule "constant", confidence threshold 0, so both draft exactly γ), greedy, exactly ``--max-new-tokens``
 new tokens (no EOS). Wall time of the whole call, prefill included. Prints per γ the summed wall times, their
 ratio (ours / HF; ≤ 1 means ours is at least as fast) with a 95% half-width over repetitions, and whether the
@@ -31,7 +32,7 @@ PROMPTS = (
 
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(description=" ".join(__doc__.split("\n\n")[0].split()))
     p.add_argument("--preset", default="qwen2.5-coder-0.5b-1.5b")
     p.add_argument("--gamma", default="1,3,5")
     p.add_argument("--repeats", type=int, default=3)
@@ -43,7 +44,7 @@ def parse_args(argv=None):
 
 def _ours(target, draft, ids, gamma, n):
     from calibrate.drafting import TextDrafter
-    from calibrate.engine import Request, speculative_decode, target_decode
+    from calibrate.run.engine import Request, speculative_decode, target_decode
 
     t0 = time.perf_counter()
     if gamma:
@@ -56,8 +57,14 @@ def _ours(target, draft, ids, gamma, n):
 def _hf(target, draft, ids, gamma, n):
     import torch
 
-    common = {"do_sample": False, "max_new_tokens": n, "min_new_tokens": n, "eos_token_id": None,
-              "pad_token_id": 0, "attention_mask": torch.ones_like(ids)}
+    common = {
+        "do_sample": False,
+        "max_new_tokens": n,
+        "min_new_tokens": n,
+        "eos_token_id": None,
+        "pad_token_id": 0,
+        "attention_mask": torch.ones_like(ids),
+    }
     if gamma:
         draft.generation_config.num_assistant_tokens = gamma
         draft.generation_config.num_assistant_tokens_schedule = "constant"
@@ -66,15 +73,15 @@ def _hf(target, draft, ids, gamma, n):
     t0 = time.perf_counter()
     with torch.inference_mode():
         out = target.generate(ids, **common)
-    return (time.perf_counter() - t0) * 1e3, out[0, ids.shape[1]:].tolist()
+    return (time.perf_counter() - t0) * 1e3, out[0, ids.shape[1] :].tolist()
 
 
 def main(argv=None) -> int:
     import torch
 
-    from calibrate.models import load_pair
-    from calibrate.prompts import Prompt, encode
-    from specsim.check import ratio_halfwidth
+    from calibrate.models.loading import load_pair
+    from calibrate.workload.prompt_sets import Prompt, encode
+    from specsim.check.comparison import ratio_halfwidth
     from specsim.report import parse_int_list
 
     args = parse_args(argv)
@@ -90,7 +97,7 @@ def main(argv=None) -> int:
     same = {g: 0 for g in gammas}
     for r in range(args.repeats):
         for i, ids in enumerate(prompts):
-            for g in gammas[r % len(gammas):] + gammas[: r % len(gammas)]:
+            for g in gammas[r % len(gammas) :] + gammas[: r % len(gammas)]:
                 runs = [("ours", _ours, target, draft), ("hf", _hf, target.model, draft.model)]
                 if (r + i) % 2:
                     runs.reverse()
@@ -106,10 +113,18 @@ def main(argv=None) -> int:
         ratio = ours.mean(1).sum() / hf.mean(1).sum()
         hw = ratio_halfwidth(ours, hf)
         label = "target" if g == 0 else str(g)
-        print(f"{label:>5} {ours.mean(1).sum():10.0f} {hf.mean(1).sum():10.0f} {ratio:8.3f} {hw:7.1%} "
-              f"{same[g]:>6}/{len(prompts) * args.repeats}")
-        results[label] = {"ours_ms": float(ours.mean(1).sum()), "hf_ms": float(hf.mean(1).sum()), "ratio": ratio,
-                          "halfwidth": hw, "same_output": same[g], "runs": len(prompts) * args.repeats}
+        print(
+            f"{label:>5} {ours.mean(1).sum():10.0f} {hf.mean(1).sum():10.0f} {ratio:8.3f} {hw:7.1%} "
+            f"{same[g]:>6}/{len(prompts) * args.repeats}"
+        )
+        results[label] = {
+            "ours_ms": float(ours.mean(1).sum()),
+            "hf_ms": float(hf.mean(1).sum()),
+            "ratio": ratio,
+            "halfwidth": hw,
+            "same_output": same[g],
+            "runs": len(prompts) * args.repeats,
+        }
     if args.out_json:
         Path(args.out_json).write_text(json.dumps(results, indent=1))
     return 0

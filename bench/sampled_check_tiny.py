@@ -1,8 +1,8 @@
 """Benchmark: coverage of the sampled check's 95% prediction intervals on tiny seeded pairs (draft = the
 target plus weight noise), the way ``specsim check --temperature T`` computes them.
 
-Per pair: its latency cost model (calibrate.latency), then per temperature: acceptance traces at that
-T (β teacher-forced on the target's greedy output and, with --sample-paths K, the acceptance along K
+Per pair: its latency cost model (calibrate.measure.latency_plan), then per temperature: acceptance traces at
+that T (β teacher-forced on the target's greedy output and, with --sample-paths K, the acceptance along K
 seeded sampled target paths per prompt, as ``calibrate acceptance --sample-paths K`` stores them),
 seeded sampled runs (every prompt × γ once per seed), and one row per γ. Prints each row (τ and speedup:
 Monte Carlo mean, 95% interval, measured, inside?) and the share of rows inside over all pairs and
@@ -26,70 +26,115 @@ sys.path.insert(0, str(ROOT))
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--noise", default="0.05,0.2,0.5", help="draft weight noise of each pair (default 0.05,0.2,0.5)")
+    p.add_argument(
+        "--noise", default="0.05,0.2,0.5", help="draft weight noise of each pair (default 0.05,0.2,0.5)"
+    )
     p.add_argument("--temperature", default="1.0,0.7", help="temperatures (default 1.0,0.7)")
     p.add_argument("--gamma", default="1,2,3,4,6")
     p.add_argument("--prompts", type=int, default=8)
     p.add_argument("--new-tokens", type=int, default=32)
     p.add_argument("--seeds", type=int, default=6, help="runs per prompt (default 6)")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--sample-paths", type=int, default=8, help="sampled target paths per prompt (default 8; 0: "
-                   "beta on the greedy output only)")
+    p.add_argument(
+        "--sample-paths",
+        type=int,
+        default=8,
+        help="sampled target paths per prompt (default 8; 0: beta on the greedy output only)",
+    )
     p.add_argument("--json", default=None, help="also write every row and the coverage here")
     return p.parse_args(argv)
 
 
 def _pair(k: int, noise: float, args, folder: Path):
     """(models, requests, profile with the pair's cost model) of tiny pair ``k``."""
-    from calibrate import latency as L
-    from calibrate.engine import Request
-    from calibrate.models import LoadedModel
-    from specsim.profile import load_profile
+    from calibrate.measure import latency_plan as L
+    from calibrate.models.loaded_model import LoadedModel
+    from calibrate.run.engine import Request
+    from specsim.profiles import load_profile
     from tests.tiny_pair import tiny_pair, tiny_prompts
 
     target, draft = tiny_pair(seed=k, noise=noise)
-    wrap = {role: LoadedModel(model=m, tokenizer=None, name=f"tiny-llama-{role}-{noise}", kind="causal",
-                              weights="random", device="cpu", dtype="float32")
-            for role, m in (("target", target), ("draft", draft))}
-    reqs = [Request(ids, prompt_id=f"p{i}") for i, ids in enumerate(tiny_prompts(n=args.prompts, seed=5 + k,
-                                                                                 max_len=24))]
+    wrap = {
+        role: LoadedModel(
+            model=m,
+            tokenizer=None,
+            name=f"tiny-llama-{role}-{noise}",
+            kind="causal",
+            weights="random",
+            device="cpu",
+            dtype="float32",
+        )
+        for role, m in (("target", target), ("draft", draft))
+    }
+    reqs = [
+        Request(ids, prompt_id=f"p{i}")
+        for i, ids in enumerate(tiny_prompts(n=args.prompts, seed=5 + k, max_len=24))
+    ]
     lengths = [r.input_ids.shape[1] for r in reqs]
     gammas = [int(g) for g in args.gamma.split(",")]
-    plan = L.default_plan(wrap["target"], **L.workload_plan(lengths, lengths, args.new_tokens, gammas),
-                          max_repeats=40, target_rel_halfwidth=0.03)
+    plan = L.default_plan(
+        wrap["target"],
+        **L.workload_plan(lengths, lengths, args.new_tokens, gammas),
+        max_repeats=40,
+        target_rel_halfwidth=0.03,
+    )
     path = folder / f"pair{k}.json"
     L.calibrate_latency(wrap, plan, path, progress=False, name=f"tiny-pair-noise-{noise}")
     return wrap, reqs, load_profile(str(path))
 
 
 def _rows(wrap, reqs, prof, temperature: float, args, rng) -> list:
-    from calibrate import workload as C
-    from calibrate.acceptance import acceptance_entry, acceptance_trace, target_paths
-    from calibrate.check_sampled import run_sampled_check
-    from calibrate.prompts import Prompt
-    from specsim.check_sampled import sampled_row
+    from calibrate.measure.acceptance_traces import acceptance_entry, acceptance_trace, target_paths
+    from calibrate.measure.sampled_check_runs import run_sampled_check
+    from calibrate.workload import run_setup as C
+    from calibrate.workload.prompt_sets import Prompt
+    from specsim.check.sampled import sampled_row
 
     gammas = [int(g) for g in args.gamma.split(",")]
     kw = {"max_new_tokens": args.new_tokens, "temperature": temperature}
-    traces = [acceptance_trace(wrap["target"], wrap["draft"], r, **kw, paths=target_paths(
-        wrap["target"], r, paths=args.sample_paths, seed=args.seed, **kw)) for r in reqs]
-    entry = acceptance_entry(traces, method="plain", scenario=f"{prof.name}-T{temperature:g}",
-                             notes=f"beta at T={temperature}")
-    setup = C.Setup(target=wrap["target"], draft=wrap["draft"], prompts=[Prompt(id=r.prompt_id, text="") for r in reqs],
-                    requests=reqs, eos=None, name="tiny", methods=["plain"])
-    runs = run_sampled_check(setup, gammas, temperature=temperature, seeds=args.seeds,
-                             max_new_tokens=args.new_tokens, seed=args.seed)
+    traces = [
+        acceptance_trace(
+            wrap["target"],
+            wrap["draft"],
+            r,
+            **kw,
+            paths=target_paths(wrap["target"], r, paths=args.sample_paths, seed=args.seed, **kw),
+        )
+        for r in reqs
+    ]
+    entry = acceptance_entry(
+        traces, method="plain", scenario=f"{prof.name}-T{temperature:g}", notes=f"beta at T={temperature}"
+    )
+    setup = C.Setup(
+        target=wrap["target"],
+        draft=wrap["draft"],
+        prompts=[Prompt(id=r.prompt_id, text="") for r in reqs],
+        requests=reqs,
+        eos=None,
+        name="tiny",
+        methods=["plain"],
+    )
+    runs = run_sampled_check(
+        setup,
+        gammas,
+        temperature=temperature,
+        seeds=args.seeds,
+        max_new_tokens=args.new_tokens,
+        seed=args.seed,
+    )
     ids = [r.prompt_id for r in reqs]
     specs = [runs.specs[("plain", i)] for i in ids]
-    return [sampled_row(prof, entry, g, specs, runs.measured("plain", g, ids), temperature=temperature, rng=rng)
-            for g in gammas]
+    return [
+        sampled_row(prof, entry, g, specs, runs.measured("plain", g, ids), temperature=temperature, rng=rng)
+        for g in gammas
+    ]
 
 
 def main(argv=None) -> int:
     import numpy as np
     import torch
 
-    from specsim.check_report import coverage, coverage_line, sampled_table
+    from specsim.check.check_tables import coverage, coverage_line, sampled_table
     from specsim.jsonio import write_json_atomic
 
     args = parse_args(argv)

@@ -34,24 +34,30 @@ def main(argv: list[str] | None = None) -> int:
     import numpy as np
     import torch
 
-    from calibrate import engine as E
-    from calibrate.costgrid import Sweep
-    from calibrate.models import load_pair
+    from calibrate.measure.costgrid import Sweep
+    from calibrate.models.loading import load_pair
+    from calibrate.run import engine as E
 
     target, draft = load_pair(args.preset, threads=args.threads, progress=False)
     gammas = [int(g) for g in args.gammas.split(",")]
-    print(f"{args.preset}: target step at each context, {args.rounds} interleaved rounds, {args.threads} thread(s)")
+    print(
+        f"{args.preset}: target step at each context, {args.rounds} interleaved rounds, "
+        f"{args.threads} thread(s)"
+    )
     print(f"{'context':>7}  {'style':<13} {'forward ms':>10} {'step ms':>8}  {'fwd / growing':>13}")
     for context in (int(c) for c in args.contexts.split(",")):
-        sweep = Sweep({"target": target, "draft": draft}, context, (1,), False, torch.Generator().manual_seed(0))
+        sweep = Sweep(
+            {"target": target, "draft": draft}, context, (1,), False, torch.Generator().manual_seed(0)
+        )
         fwd: dict[str, list[float]] = {"grid": [], "back-to-back": [], "growing": []}
         step: dict[str, list[float]] = {k: [] for k in fwd}
         growing_ctx: list[int] = []
 
         def timed_step(pending, sweep=sweep):
             t0 = time.perf_counter()
-            nxt, ms = E.target_step(sweep.model, sweep.cache, pending, temperature=0.0, generator=None,
-                                    device=sweep.device)
+            nxt, ms = E.target_step(
+                sweep.model, sweep.cache, pending, temperature=0.0, generator=None, device=sweep.device
+            )
             return nxt, ms, (time.perf_counter() - t0) * 1e3
 
         with torch.inference_mode():

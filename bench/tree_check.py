@@ -8,7 +8,8 @@ whether every output equals the target's greedy output. Exit status 1 if either 
 
     python bench/tree_check.py --preset zoo --method MT --limit 2 --max-new-tokens 16 --threads 1   # tiny
     python bench/tree_check.py --preset qwen2.5-coder-0.5b-1.5b --limit 12 --max-new-tokens 64 --threads 1 \\
-        --gamma 2,4 --tree 4,2,1 --tree 2,2,2,1 --tree 8,1,1 --policy heuristic:5 --policy confidence:0.4,gamma=8
+        --gamma 2,4 --tree 4,2,1 --tree 2,2,2,1 --tree 8,1,1 --policy heuristic:5 \\
+        --policy confidence:0.4,gamma=8
 """
 
 from __future__ import annotations
@@ -16,40 +17,50 @@ from __future__ import annotations
 import argparse
 import sys
 
-from calibrate import workload as C
+from calibrate.workload import run_setup as C
 
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--preset", default="zoo")
-    p.add_argument("--method", default=None, help="drafting method (default: plain for text pairs, T for VLMs)")
+    p.add_argument(
+        "--method", default=None, help="drafting method (default: plain for text pairs, T for VLMs)"
+    )
     p.add_argument("--prompts", default=None)
     p.add_argument("--limit", type=int, default=2)
     p.add_argument("--max-new-tokens", type=int, default=16)
     p.add_argument("--gamma", default="3", help="chain gammas, comma-separated")
-    p.add_argument("--tree", action="append", default=None, help="tree spec, repeatable (default 4,2,1 and 2,2,2)")
-    p.add_argument("--policy", action="append", default=None,
-                   help="draft-length policy, repeatable (default heuristic:5 and confidence:0.4,gamma=6)")
+    p.add_argument(
+        "--tree", action="append", default=None, help="tree spec, repeatable (default 4,2,1 and 2,2,2)"
+    )
+    p.add_argument(
+        "--policy",
+        action="append",
+        default=None,
+        help="draft-length policy, repeatable (default heuristic:5 and confidence:0.4,gamma=6)",
+    )
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--json", default=None, help="also write the rows here")
     return p.parse_args(argv)
 
 
 def _runs(args):
-    from specsim.policies import parse_policy
+    from specsim.drafts.policies import parse_policy
+    from specsim.drafts.trees import parse_tree
     from specsim.report import parse_int_list
-    from specsim.trees import parse_tree
 
     runs = [("chain", f"gamma={g}", g) for g in parse_int_list(args.gamma, name="--gamma")]
     runs += [("tree", t, parse_tree(t)) for t in (args.tree or ["4,2,1", "2,2,2"])]
-    runs += [("policy", p, parse_policy(p)) for p in (args.policy or ["heuristic:5", "confidence:0.4,gamma=6"])]
+    runs += [
+        ("policy", p, parse_policy(p)) for p in (args.policy or ["heuristic:5", "confidence:0.4,gamma=6"])
+    ]
     return runs
 
 
 def _replayed_blocks(kind, spec, trace) -> int:
-    from specsim.policies import replay_policy_blocks
-    from specsim.replay import replay_blocks_per_prompt
-    from specsim.tree_replay import replay_tree_blocks
+    from specsim.acceptance.replay import replay_blocks_per_prompt
+    from specsim.drafts.policies import replay_policy_blocks
+    from specsim.drafts.tree_replay import replay_tree_blocks
 
     if kind == "chain":
         return int(replay_blocks_per_prompt([trace], spec)[0])
@@ -59,8 +70,8 @@ def _replayed_blocks(kind, spec, trace) -> int:
 
 
 def _decode(setup, method, kind, spec, req, kw):
-    from calibrate.engine import speculative_decode
-    from calibrate.tree_engine import tree_decode
+    from calibrate.run.engine import speculative_decode
+    from calibrate.run.tree_engine import tree_decode
 
     drafter = setup.drafter(method)
     if kind == "tree":
@@ -72,10 +83,22 @@ def _load(args):
     """The pair, prompts and one drafting method (plain for text pairs, T by default for image prompts)."""
     from specsim.errors import SpecsimError
 
-    ns = argparse.Namespace(preset=args.preset, target=None, draft=None, random_weights=False, prompts=args.prompts,
-                            limit=args.limit, max_new_tokens=args.max_new_tokens, device="cpu", dtype="float32",
-                            threads=args.threads, no_progress=True, captioner=None, caption_prefix="Image: ",
-                            method=[args.method] if args.method else None)
+    ns = argparse.Namespace(
+        preset=args.preset,
+        target=None,
+        draft=None,
+        random_weights=False,
+        prompts=args.prompts,
+        limit=args.limit,
+        max_new_tokens=args.max_new_tokens,
+        device="cpu",
+        dtype="float32",
+        threads=args.threads,
+        no_progress=True,
+        captioner=None,
+        caption_prefix="Image: ",
+        method=[args.method] if args.method else None,
+    )
     try:
         return C.load_setup(ns)
     except SpecsimError:
@@ -88,20 +111,33 @@ def _load(args):
 def _measure(setup, runs, kw, top_k):
     """Per run: summed blocks, replayed blocks, tokens, decode/draft/verify ms, output identity; and the
     target-only ms and tokens (before and after each prompt's runs)."""
-    from calibrate.acceptance import acceptance_trace, drafter_trace
     from calibrate.drafting import PLAIN
-    from calibrate.engine import target_decode
+    from calibrate.measure.acceptance_traces import acceptance_trace, drafter_trace
+    from calibrate.run.engine import target_decode
 
     method = setup.methods[0]
-    totals = {name: {"blocks": 0, "replayed": 0, "tokens": 0, "ms": 0.0, "draft": 0.0, "verify": 0.0,
-                     "lossless": True} for _, name, _ in runs}
+    totals = {
+        name: {
+            "blocks": 0,
+            "replayed": 0,
+            "tokens": 0,
+            "ms": 0.0,
+            "draft": 0.0,
+            "verify": 0.0,
+            "lossless": True,
+        }
+        for _, name, _ in runs
+    }
     base_ms = base_tokens = 0
     for kind, _, spec in runs:  # warm-up (first-call allocations, mask paths), thrown away
         _decode(setup, method, kind, spec, setup.requests[0], kw | {"max_new_tokens": 4})
     target_decode(setup.target, setup.requests[0], **kw | {"max_new_tokens": 4})
     for req in setup.requests:
-        pt = (acceptance_trace(setup.target, setup.draft, req, top_k=top_k, **kw) if method == PLAIN
-              else drafter_trace(setup.target, setup.drafter(method), req, top_k=top_k, **kw))
+        pt = (
+            acceptance_trace(setup.target, setup.draft, req, top_k=top_k, **kw)
+            if method == PLAIN
+            else drafter_trace(setup.target, setup.drafter(method), req, top_k=top_k, **kw)
+        )
         for _ in range(2):  # target-only before and after, so drift hits both sides
             base = target_decode(setup.target, req, **kw)
             base_ms += base.decode_ms
@@ -124,10 +160,20 @@ def _rows(runs, totals, base_per_token) -> list[dict]:
     for kind, name, _ in runs:
         t = totals[name]
         per_token = t["ms"] / t["tokens"]
-        rows.append({"kind": kind, "run": name, "blocks": t["blocks"], "replayed_blocks": t["replayed"],
-                     "tau": t["tokens"] / t["blocks"], "draft_ms_per_block": t["draft"] / t["blocks"],
-                     "verify_ms_per_block": t["verify"] / t["blocks"], "ms_per_token": per_token,
-                     "speedup": base_per_token / per_token, "output_equals_target": t["lossless"]})
+        rows.append(
+            {
+                "kind": kind,
+                "run": name,
+                "blocks": t["blocks"],
+                "replayed_blocks": t["replayed"],
+                "tau": t["tokens"] / t["blocks"],
+                "draft_ms_per_block": t["draft"] / t["blocks"],
+                "verify_ms_per_block": t["verify"] / t["blocks"],
+                "ms_per_token": per_token,
+                "speedup": base_per_token / per_token,
+                "output_equals_target": t["lossless"],
+            }
+        )
     return rows
 
 
@@ -142,23 +188,33 @@ def main(argv=None) -> int:
     kw = {"max_new_tokens": args.max_new_tokens, "eos_token_id": setup.eos}
     totals, base_per_token = _measure(setup, runs, kw, top_k)
     rows = _rows(runs, totals, base_per_token)
-    print(f"{setup.target.name} / {setup.draft.name}, method {setup.methods[0]}, {len(setup.requests)} prompts, "
-          f"{args.max_new_tokens} new tokens; target-only {base_per_token:.2f} ms/token")
-    print(f"{'run':<34}{'blocks':>7}{'replay':>7}{'tau':>7}{'draft/blk':>10}{'verify/blk':>11}{'ms/token':>9}"
-          f"{'speedup':>8}")
+    print(
+        f"{setup.target.name} / {setup.draft.name}, method {setup.methods[0]}, "
+        f"{len(setup.requests)} prompts, {args.max_new_tokens} new tokens; "
+        f"target-only {base_per_token:.2f} ms/token"
+    )
+    print(
+        f"{'run':<34}{'blocks':>7}{'replay':>7}{'tau':>7}{'draft/blk':>10}{'verify/blk':>11}{'ms/token':>9}"
+        f"{'speedup':>8}"
+    )
     for r in rows:
-        print(f"{r['kind'] + ' ' + r['run']:<34}{r['blocks']:>7}{r['replayed_blocks']:>7}{r['tau']:>7.2f}"
-              f"{r['draft_ms_per_block']:>10.1f}{r['verify_ms_per_block']:>11.1f}{r['ms_per_token']:>9.2f}"
-              f"{r['speedup']:>8.2f}")
+        print(
+            f"{r['kind'] + ' ' + r['run']:<34}{r['blocks']:>7}{r['replayed_blocks']:>7}{r['tau']:>7.2f}"
+            f"{r['draft_ms_per_block']:>10.1f}{r['verify_ms_per_block']:>11.1f}{r['ms_per_token']:>9.2f}"
+            f"{r['speedup']:>8.2f}"
+        )
     same = sum(r["blocks"] == r["replayed_blocks"] for r in rows)
     lossless = sum(r["output_equals_target"] for r in rows)
-    print(f"replay == engine (blocks summed over prompts) for {same}/{len(rows)} runs; "
-          f"output == target greedy for {lossless}/{len(rows)}")
+    print(
+        f"replay == engine (blocks summed over prompts) for {same}/{len(rows)} runs; "
+        f"output == target greedy for {lossless}/{len(rows)}"
+    )
     if args.json:
         from specsim.jsonio import write_json_atomic
 
-        write_json_atomic(args.json, {"method": setup.methods[0], "target_ms_per_token": base_per_token,
-                                      "rows": rows})
+        write_json_atomic(
+            args.json, {"method": setup.methods[0], "target_ms_per_token": base_per_token, "rows": rows}
+        )
     return 0 if same == lossless == len(rows) else 1
 
 

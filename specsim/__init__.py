@@ -15,7 +15,7 @@ Symbols, defined once here and used with these names everywhere in the package:
 - ``c`` = Tq/Tp, ``v`` = v(γ) = Tv(γ)/Tp.
 - speedup(γ) = τ(γ) / (γ·c + v(γ)) for the decode phase (Leviathan et al. 2023, Eq. 2 of
   IbED, Lee et al. 2024); v = 1 is the textbook (Leviathan) approximation, used only when asked for.
-- Token trees (:mod:`specsim.trees`): n draft nodes below the root (the pending token);
+- Token trees (:mod:`specsim.drafts.trees`): n draft nodes below the root (the pending token);
   ``Tv(n)`` is the target pass over the n+1 positions, so the chain of γ drafts is the tree with n = γ.
   Per-depth, per-rank acceptance: P(the target's token is the draft's r-th candidate | parent accepted).
 
@@ -23,8 +23,7 @@ Times are milliseconds everywhere. ``specsim`` imports numpy and scipy only (mat
 measuring is ``calibrate``'s job, and a JSON profile (:mod:`specsim.profile`) sits between them.
 """
 
-from specsim.errors import SpecsimError
-from specsim.theory import (
+from specsim.acceptance.theory import (
     alpha_from_tau,
     optimal_gamma,
     speedup,
@@ -32,6 +31,7 @@ from specsim.theory import (
     tau_from_survival,
     tau_iid,
 )
+from specsim.errors import SpecsimError
 
 __version__ = "0.1.0"
 

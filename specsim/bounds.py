@@ -99,11 +99,13 @@ def number_arg(unit: str, *, zero_ok: bool = False, integer: bool = False):
         try:
             value = int(text) if integer else float(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"expected {kind} in {range_text(unit, zero_ok=zero_ok)}, "
-                                             f"got {text!r}") from None
+            raise argparse.ArgumentTypeError(
+                f"expected {kind} in {range_text(unit, zero_ok=zero_ok)}, got {text!r}"
+            ) from None
         if not in_range(value, unit, zero_ok=zero_ok):
-            raise argparse.ArgumentTypeError(f"expected {kind} in {range_text(unit, zero_ok=zero_ok)}, "
-                                             f"got {text!r}")
+            raise argparse.ArgumentTypeError(
+                f"expected {kind} in {range_text(unit, zero_ok=zero_ok)}, got {text!r}"
+            )
         return value
 
     parse.__name__ = f"{unit} {'integer' if integer else 'number'}"

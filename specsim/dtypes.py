@@ -5,8 +5,13 @@ from __future__ import annotations
 
 from specsim.errors import SpecsimError
 
-DTYPE_ALIASES: dict[str, str] = {"fp32": "float32", "fp16": "float16", "half": "float16", "bf16": "bfloat16",
-                                 "fp8": "float8"}
+DTYPE_ALIASES: dict[str, str] = {
+    "fp32": "float32",
+    "fp16": "float16",
+    "half": "float16",
+    "bf16": "bfloat16",
+    "fp8": "float8",
+}
 FLOAT_DTYPES: tuple[str, ...] = ("float32", "float16", "bfloat16")  # what models are loaded and timed in
 
 

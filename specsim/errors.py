@@ -10,7 +10,8 @@ class SpecsimError(ValueError):
 
 
 class SpecsimWarning(UserWarning):
-    """Something suspicious but harmless to the result; the CLI prints it as one ``specsim: warning:`` line."""
+    """Something suspicious but harmless to the result; the CLI prints it as one ``specsim: warning:``
+    line."""
 
 
 def warn(message: str) -> None:

@@ -16,11 +16,15 @@ def fmt(value, digits: int = 3, missing: str = "-") -> str:
 
 def format_table(headers: Sequence[str], rows: Sequence[Sequence[str]], *, indent: str = "  ") -> str:
     """Columns padded to their widest cell; the first column left-aligned, the rest right-aligned."""
-    widths = [max(len(str(h)), *(len(str(r[i])) for r in rows)) if rows else len(str(h))
-              for i, h in enumerate(headers)]
+    widths = [
+        max(len(str(h)), *(len(str(r[i])) for r in rows)) if rows else len(str(h))
+        for i, h in enumerate(headers)
+    ]
 
     def line(cells: Sequence[str]) -> str:
-        parts = [str(c).ljust(w) if i == 0 else str(c).rjust(w) for i, (c, w) in enumerate(zip(cells, widths))]
+        parts = [
+            str(c).ljust(w) if i == 0 else str(c).rjust(w) for i, (c, w) in enumerate(zip(cells, widths))
+        ]
         return (indent + "  ".join(parts)).rstrip()
 
     return "\n".join([line(headers), line(["-" * w for w in widths]), *(line(r) for r in rows)])
@@ -93,5 +97,7 @@ def parse_int(text: str, *, name: str, unit: str) -> int:
     if value < 1:
         raise SpecsimError(f"{name}: expected an integer >= 1, got {clip(text)!r}")
     if value > RANGES[unit][1]:
-        raise SpecsimError(f"{name}: expected at most {int(RANGES[unit][1])} (the cap on {unit}), got {clip(text)!r}")
+        raise SpecsimError(
+            f"{name}: expected at most {int(RANGES[unit][1])} (the cap on {unit}), got {clip(text)!r}"
+        )
     return value

@@ -10,8 +10,9 @@ def make_profile(**overrides) -> Profile:
     latency = LatencySection(
         target_decode_ms_by_context=Curve((128.0, 1024.0), (10.0, 12.0)),
         draft_decode_ms_by_context=Curve((128.0, 1024.0), (1.0, 1.2)),
-        target_verify_ms_by_gamma=Curve(tuple(float(g) for g in range(1, 9)),
-                                        tuple(10.0 + 2.0 * g for g in range(1, 9))),
+        target_verify_ms_by_gamma=Curve(
+            tuple(float(g) for g in range(1, 9)), tuple(10.0 + 2.0 * g for g in range(1, 9))
+        ),
         verify_context_tokens=128,
         target_prefill_ms_by_tokens=Curve((16.0, 1024.0), (20.0, 400.0)),
         draft_prefill_ms_by_tokens=Curve((16.0, 1024.0), (2.0, 40.0)),
@@ -22,16 +23,43 @@ def make_profile(**overrides) -> Profile:
     )
     kwargs = dict(
         name="synthetic",
-        provenance=Provenance(target="t", draft="d", device="test", dtype="float32", date="2026-01-01",
-                              source="measured", software={"numpy": "x"}, weights="random", threads=2),
+        provenance=Provenance(
+            target="t",
+            draft="d",
+            device="test",
+            dtype="float32",
+            date="2026-01-01",
+            source="measured",
+            software={"numpy": "x"},
+            weights="random",
+            threads=2,
+        ),
         latency=latency,
         acceptance=(
-            MethodAcceptance(method="M", scenario="one", images_per_prompt=1, gamma=4, tau=2.5,
-                             accepted_histogram=(1, 1, 1, 1, 0), target_prompt_tokens=600,
-                             draft_prompt_tokens=600, uses_draft_vision=True),
-            MethodAcceptance(method="MT", scenario="one", images_per_prompt=1, gamma=4, tau=2.8,
-                             draft_batch_size=2, weights=(1.0, 1.0), target_prompt_tokens=600,
-                             draft_prompt_tokens=600, uses_draft_vision=True, captions_per_prompt=0),
+            MethodAcceptance(
+                method="M",
+                scenario="one",
+                images_per_prompt=1,
+                gamma=4,
+                tau=2.5,
+                accepted_histogram=(1, 1, 1, 1, 0),
+                target_prompt_tokens=600,
+                draft_prompt_tokens=600,
+                uses_draft_vision=True,
+            ),
+            MethodAcceptance(
+                method="MT",
+                scenario="one",
+                images_per_prompt=1,
+                gamma=4,
+                tau=2.8,
+                draft_batch_size=2,
+                weights=(1.0, 1.0),
+                target_prompt_tokens=600,
+                draft_prompt_tokens=600,
+                uses_draft_vision=True,
+                captions_per_prompt=0,
+            ),
         ),
     )
     kwargs.update(overrides)
@@ -60,7 +88,9 @@ def run_notebook(path, workdir, timeout: int = 300) -> tuple[str, int]:
     from nbclient import NotebookClient
 
     nb = nbformat.read(path, as_version=4)
-    NotebookClient(nb, timeout=timeout, kernel_name="python3", resources={"metadata": {"path": str(workdir)}}).execute()
+    NotebookClient(
+        nb, timeout=timeout, kernel_name="python3", resources={"metadata": {"path": str(workdir)}}
+    ).execute()
     outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])]
     text = "".join(o.get("text", "") for o in outputs)
     return text, sum("image/png" in o.get("data", {}) for o in outputs)

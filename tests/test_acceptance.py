@@ -6,13 +6,14 @@ import numpy as np
 import pytest
 import torch
 
-from calibrate.acceptance import acceptance_entry, acceptance_trace, trace_from_logits
 from calibrate.drafting import TextDrafter
-from calibrate.engine import Request, speculative_decode
-from calibrate.prompts import Prompt, builtin_sets, load_prompts
+from calibrate.measure.acceptance_traces import acceptance_entry, acceptance_trace
+from calibrate.measure.trace_fields import trace_from_logits
+from calibrate.run.engine import Request, speculative_decode
+from calibrate.workload.prompt_sets import Prompt, builtin_sets, load_prompts
+from specsim.acceptance.replay import replay_blocks_per_prompt, replay_histogram, replay_traces_tau
 from specsim.errors import SpecsimError
 from specsim.profile import MethodAcceptance, Profile, Provenance
-from specsim.replay import replay_blocks_per_prompt, replay_histogram, replay_traces_tau
 from tests.tiny_pair import tiny_pair, tiny_prompts
 
 torch.set_num_threads(1)
@@ -48,7 +49,9 @@ def test_replay_equals_real_engine_for_every_prompt_and_gamma(traced):
             engine_blocks.append(len(out.blocks))
             engine_hist += np.array(out.accepted_histogram())
         raw = [pt.trace for pt in traces]
-        np.testing.assert_array_equal(replay_blocks_per_prompt(raw, gamma), engine_blocks, err_msg=f"gamma={gamma}")
+        np.testing.assert_array_equal(
+            replay_blocks_per_prompt(raw, gamma), engine_blocks, err_msg=f"gamma={gamma}"
+        )
         np.testing.assert_array_equal(replay_histogram(raw, gamma), engine_hist)
         assert replay_traces_tau(raw, gamma) == pytest.approx(32 * len(reqs) / sum(engine_blocks))
 
@@ -58,8 +61,18 @@ def test_entry_round_trips_through_a_profile(traced):
     entry = acceptance_entry(traces, method="plain", scenario="tiny", reference_gamma=5)
     assert entry.tau == pytest.approx(replay_traces_tau(entry.traces, 5))
     assert len(entry.accepted_histogram) == 6 and entry.target_prompt_tokens > 0
-    prof = Profile(provenance=Provenance(target="t", draft="d", device="cpu", dtype="float32", date="2026-01-01",
-                                         source="measured", weights="random"), acceptance=(entry,))
+    prof = Profile(
+        provenance=Provenance(
+            target="t",
+            draft="d",
+            device="cpu",
+            dtype="float32",
+            date="2026-01-01",
+            source="measured",
+            weights="random",
+        ),
+        acceptance=(entry,),
+    )
     back = Profile.from_json(json.loads(json.dumps(prof.to_json())))
     assert back.acceptance[0] == entry
     with pytest.raises(SpecsimError, match="at least one"):
@@ -91,9 +104,14 @@ def test_jsonl_file_and_errors(tmp_path):
     a, b = load_prompts(str(good))
     assert a == Prompt(id="a", text="hi", task="vqa", images=(str(tmp_path / "x.png"),), images_per_prompt=1)
     assert b.id == "3" and b.images == ()
-    cases = {"": "empty", '{"prompt": ""}': "non-empty", '{"prompt": "x", "img": 1}': "unknown field",
-             "{not json": "not valid JSON", '{"prompt": "x", "images_per_prompt": -1}': "images_per_prompt",
-             '{"id": "a", "prompt": "x"}\n{"id": "a", "prompt": "y"}': "duplicate"}
+    cases = {
+        "": "empty",
+        '{"prompt": ""}': "non-empty",
+        '{"prompt": "x", "img": 1}': "unknown field",
+        "{not json": "not valid JSON",
+        '{"prompt": "x", "images_per_prompt": -1}': "images_per_prompt",
+        '{"id": "a", "prompt": "x"}\n{"id": "a", "prompt": "y"}': "duplicate",
+    }
     for text, msg in cases.items():
         bad = tmp_path / "bad.jsonl"
         bad.write_text(text)
@@ -104,12 +122,16 @@ def test_jsonl_file_and_errors(tmp_path):
 
 
 def test_top_k_fields_rank_ties_like_argmax():
-    from calibrate.acceptance import top_k_fields
+    from calibrate.measure.trace_fields import top_k_fields
 
     q = torch.tensor([[0.4, 0.4, 0.2], [0.1, 0.2, 0.7], [0.3, 0.3, 0.4]])
     y = torch.tensor([1, 0, 2])
     f = top_k_fields(q, y, 2)
-    assert f["draft_rank"] == (1, 2, 0)  # an equally likely token with a smaller id ranks first, as argmax picks it
+    assert f["draft_rank"] == (
+        1,
+        2,
+        0,
+    )  # an equally likely token with a smaller id ranks first, as argmax picks it
     assert [int(torch.argmax(r)) == int(t) for r, t in zip(q, y)] == [r == 0 for r in f["draft_rank"]]
     assert f["draft_top_probs"] == ((0.4, 0.4), (0.7, 0.2), (0.4, 0.3))
     assert top_k_fields(q, y, 0) == {}
@@ -119,14 +141,18 @@ def test_sampled_paths_are_seeded_and_both_tracers_agree(traced):
     """K seeded target paths: the same seed gives the same paths, another seed others; the plain forward
     (acceptance_trace) and the drafting protocol (drafter_trace) give the same accept_paths; greedy fields
     are those of the run without paths."""
-    from calibrate.acceptance import drafter_trace, path_seed, target_paths
+    from calibrate.measure.acceptance_traces import drafter_trace, path_seed, target_paths
 
     target, draft, reqs, traces = traced
     kw = {"max_new_tokens": 12, "temperature": 0.7}
     paths = target_paths(target, reqs[0], paths=3, seed=5, **kw)
-    assert [p.tokens for p in paths] == [p.tokens for p in target_paths(target, reqs[0], paths=3, seed=5, **kw)]
+    assert [p.tokens for p in paths] == [
+        p.tokens for p in target_paths(target, reqs[0], paths=3, seed=5, **kw)
+    ]
     assert len({p.tokens for p in paths}) == 3
-    assert [p.tokens for p in paths] != [p.tokens for p in target_paths(target, reqs[0], paths=3, seed=6, **kw)]
+    assert [p.tokens for p in paths] != [
+        p.tokens for p in target_paths(target, reqs[0], paths=3, seed=6, **kw)
+    ]
     assert path_seed(5, "p0", 1) != path_seed(5, "p1", 1) and path_seed(5, "p0", 1) == path_seed(5, "p0", 1)
     plain = acceptance_trace(target, draft, reqs[0], paths=paths, **kw).trace
     via = drafter_trace(target, TextDrafter(draft), reqs[0], paths=paths, **kw).trace
@@ -141,7 +167,7 @@ def test_acceptance_along_paths_averages_to_beta():
     """At position 0 (context = the prompt, the same on every path) E[min(1, q(y)/p(y))] over y ~ p is
     β_0 = Σ min(p, q) of the greedy trace (Leviathan et al. 2023, §3.5); 200 seeded paths agree within
     their sampling error."""
-    from calibrate.acceptance import target_paths
+    from calibrate.measure.acceptance_traces import target_paths
 
     target, draft = tiny_pair(seed=2, noise=0.2)
     req = Request(tiny_prompts(n=1, seed=0)[0], prompt_id="q")

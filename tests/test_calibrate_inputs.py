@@ -9,13 +9,13 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from calibrate import acceptance_run as CA  # noqa: E402
-from calibrate import latency as L  # noqa: E402
-from calibrate import models as M  # noqa: E402
-from calibrate import workload as W  # noqa: E402
-from calibrate.prompts import Prompt, load_prompts  # noqa: E402
-from calibrate.timing import Timing  # noqa: E402
-from specsim.cli import main  # noqa: E402
+from calibrate.measure import acceptance_run as CA  # noqa: E402
+from calibrate.measure import latency_plan as L  # noqa: E402
+from calibrate.models import loading as M  # noqa: E402
+from calibrate.run.timing import Timing  # noqa: E402
+from calibrate.workload import run_setup as W  # noqa: E402
+from calibrate.workload.prompt_sets import Prompt, load_prompts  # noqa: E402
+from specsim.cli.main import main  # noqa: E402
 from specsim.errors import SpecsimWarning  # noqa: E402
 from tests.test_models import TINY_LLAMA  # noqa: E402
 
@@ -36,45 +36,97 @@ def cfg(tmp_path):
     return str(path)
 
 
-@pytest.mark.parametrize("out, expected", [
-    ("{dir}", "is a directory"), ("", "expected a file path"), ("{file}/p.json", "is a file, not a folder"),
-    ("/dev/null", "character device"),
-])
+@pytest.mark.parametrize(
+    "out, expected",
+    [
+        ("{dir}", "is a directory"),
+        ("", "expected a file path"),
+        ("{file}/p.json", "is a file, not a folder"),
+        ("/dev/null", "character device"),
+    ],
+)
 def test_latency_out_is_checked_before_models_load(tmp_path, cfg, capsys, monkeypatch, out, expected):
     (tmp_path / "file").write_text("x")
-    monkeypatch.setattr(W, "latency_models", lambda args: pytest.fail("models loaded before --out was checked"))
+    monkeypatch.setattr(
+        W, "latency_models", lambda args: pytest.fail("models loaded before --out was checked")
+    )
     out = out.format(dir=tmp_path, file=tmp_path / "file")
     assert main(["calibrate", "latency", "--target-config", cfg, "--draft-config", cfg, "--out", out]) == 2
     assert expected in _one_line(capsys)
 
 
-@pytest.mark.parametrize("device, expected", [
-    ("mps", "device 'mps' is not available"), ("xpu", "is not a device specsim can time"),
-    ("cuda:99", "cuda:99"), ("gpu!", "unknown device"),
-])
+@pytest.mark.parametrize(
+    "device, expected",
+    [
+        ("mps", "device 'mps' is not available"),
+        ("xpu", "is not a device specsim can time"),
+        ("cuda:99", "cuda:99"),
+        ("gpu!", "unknown device"),
+    ],
+)
 def test_unusable_devices_are_one_line(tmp_path, cfg, capsys, monkeypatch, device, expected):
     if device == "mps" and M._mps_available():
         pytest.skip("this machine has MPS")
-    monkeypatch.setattr(W, "latency_models", lambda args: pytest.fail("models loaded before --device was checked"))
-    assert main(["calibrate", "latency", "--target-config", cfg, "--draft-config", cfg, "--device", device,
-                 "--out", str(tmp_path / "p.json")]) == 2
+    monkeypatch.setattr(
+        W, "latency_models", lambda args: pytest.fail("models loaded before --device was checked")
+    )
+    assert (
+        main(
+            [
+                "calibrate",
+                "latency",
+                "--target-config",
+                cfg,
+                "--draft-config",
+                cfg,
+                "--device",
+                device,
+                "--out",
+                str(tmp_path / "p.json"),
+            ]
+        )
+        == 2
+    )
     assert expected in _one_line(capsys)
 
 
-@pytest.mark.parametrize("extra, expected", [
-    (["--contexts", "8,100"], "--contexts/--verify-context/--gammas: the target 'tiny' has at most 64 positions"),
-    (["--verify-context", "60", "--gammas", "1-8"], "--contexts/--verify-context/--gammas: the target"),
-    (["--prefill-tokens", "65"], "--prefill-tokens: the target"),
-    (["--gammas", "1-100000"], "argument --gammas: expected values <= 1024 (the cap on gamma)"),
-    (["--batch-sizes", "1-10000000000"], "argument --batch-sizes: expected values <= 4096"),
-    (["--contexts", "nan"], "argument --contexts: expected integers >= 1"),
-    (["--seed", str(10**30)], "argument --seed: expected an integer in 0..9223372036854775807"),
-    (["--max-seconds-per-point", "inf"], "argument --max-seconds-per-point: expected a finite number"),
-])
+@pytest.mark.parametrize(
+    "extra, expected",
+    [
+        (
+            ["--contexts", "8,100"],
+            "--contexts/--verify-context/--gammas: the target 'tiny' has at most 64 positions",
+        ),
+        (["--verify-context", "60", "--gammas", "1-8"], "--contexts/--verify-context/--gammas: the target"),
+        (["--prefill-tokens", "65"], "--prefill-tokens: the target"),
+        (["--gammas", "1-100000"], "argument --gammas: expected values <= 1024 (the cap on gamma)"),
+        (["--batch-sizes", "1-10000000000"], "argument --batch-sizes: expected values <= 4096"),
+        (["--contexts", "nan"], "argument --contexts: expected integers >= 1"),
+        (["--seed", str(10**30)], "argument --seed: expected an integer in 0..9223372036854775807"),
+        (["--max-seconds-per-point", "inf"], "argument --max-seconds-per-point: expected a finite number"),
+    ],
+)
 def test_latency_plan_bounds(tmp_path, cfg, capsys, monkeypatch, extra, expected):
     monkeypatch.setattr(L, "calibrate_latency", lambda *a, **k: pytest.fail("measured an impossible plan"))
-    argv = ["calibrate", "latency", "--target-config", cfg, "--draft-config", cfg, "--out", str(tmp_path / "p.json"),
-            "--contexts", "8,16", "--verify-context", "8", "--gammas", "1,2", "--prefill-tokens", "8", "--quiet"]
+    argv = [
+        "calibrate",
+        "latency",
+        "--target-config",
+        cfg,
+        "--draft-config",
+        cfg,
+        "--out",
+        str(tmp_path / "p.json"),
+        "--contexts",
+        "8,16",
+        "--verify-context",
+        "8",
+        "--gammas",
+        "1,2",
+        "--prefill-tokens",
+        "8",
+        "--quiet",
+    ]
     assert main(argv + extra) == 2
     assert expected in _one_line(capsys)
     assert not (tmp_path / "p.json").exists()
@@ -85,16 +137,30 @@ def _fake_runner(unit, models_, plan):
     return {t.key: Timing(1.0, 0.1, 3, 0.01, (1.0, 1.0, 1.0)) for t in unit}
 
 
-@pytest.mark.parametrize("content", [
-    b"\xff\xfe garbage", b'{"schema_version": 1, "identity": [1, 2], "timings": {}}',
-    b'{"schema_version": 1, "identity": {}, "timings": {"k": null}}',
-    b'{"schema_version": 1, "identity": {}, "timings": {"k": {"schema_version": 1, "median_ms": "x"}}}',
-    b'{"schema_version": true, "identity": {}, "timings": {}}', b"[1, 2]",
-])
+@pytest.mark.parametrize(
+    "content",
+    [
+        b"\xff\xfe garbage",
+        b'{"schema_version": 1, "identity": [1, 2], "timings": {}}',
+        b'{"schema_version": 1, "identity": {}, "timings": {"k": null}}',
+        b'{"schema_version": 1, "identity": {}, "timings": {"k": {"schema_version": 1, "median_ms": "x"}}}',
+        b'{"schema_version": true, "identity": {}, "timings": {}}',
+        b"[1, 2]",
+    ],
+)
 def test_broken_latency_partial_is_reported_and_restarted(tmp_path, content):
-    models = {"target": M.build_random_model(TINY, name="t"), "draft": M.build_random_model(TINY, seed=1, name="d")}
-    plan = L.LatencyPlan(contexts_tokens=(8,), verify_context_tokens=8, gammas=(1,), batch_sizes=(1,),
-                         prefill_tokens=(4,), vision=False)
+    models = {
+        "target": M.build_random_model(TINY, name="t"),
+        "draft": M.build_random_model(TINY, seed=1, name="d"),
+    }
+    plan = L.LatencyPlan(
+        contexts_tokens=(8,),
+        verify_context_tokens=8,
+        gammas=(1,),
+        batch_sizes=(1,),
+        prefill_tokens=(4,),
+        vision=False,
+    )
     partial = tmp_path / "p.json.partial"
     partial.write_bytes(content)
     with warnings.catch_warnings(record=True) as caught:
@@ -102,13 +168,30 @@ def test_broken_latency_partial_is_reported_and_restarted(tmp_path, content):
         done = L.measure_latency(models, plan, partial=partial, progress=False, runner=_fake_runner)
     assert len(done) == len(L.plan_tasks(plan, models))
     messages = [str(w.message) for w in caught if w.category is SpecsimWarning]
-    assert len(messages) == 1 and "p.json.partial" in messages[0] and "measuring from the start" in messages[0]
+    assert (
+        len(messages) == 1 and "p.json.partial" in messages[0] and "measuring from the start" in messages[0]
+    )
     assert L._partial_timings(json.loads(partial.read_text()), "x")  # overwritten with a valid file
 
 
-@pytest.mark.parametrize("traces", [[None], [[1]], ["x"], [{"method": "plain", "trace": {"match": [1]}}],
-                                    [{"method": "plain", "trace": None, "output_tokens": [], "prompt_tokens": 1,
-                                      "draft_prompt_tokens": 1}]])
+@pytest.mark.parametrize(
+    "traces",
+    [
+        [None],
+        [[1]],
+        ["x"],
+        [{"method": "plain", "trace": {"match": [1]}}],
+        [
+            {
+                "method": "plain",
+                "trace": None,
+                "output_tokens": [],
+                "prompt_tokens": 1,
+                "draft_prompt_tokens": 1,
+            }
+        ],
+    ],
+)
 def test_corrupt_acceptance_partial_is_reported_and_ignored(tmp_path, traces):
     path = tmp_path / "p.json.partial.json"
     key = {"target": "t"}
@@ -140,16 +223,22 @@ def test_prompt_images_stay_inside_the_prompt_folder(tmp_path):
     _image(folder / "img" / "a.png")
     _image(tmp_path / "outside.png")
     (folder / "img" / "link.png").symlink_to(tmp_path / "outside.png")
-    cases = {"../outside.png": "resolves outside the prompt file's folder",
-             str(tmp_path / "outside.png"): "absolute path", "img/link.png": "resolves outside",
-             "img/missing.png": "does not exist", "img": "is a directory"}
+    cases = {
+        "../outside.png": "resolves outside the prompt file's folder",
+        str(tmp_path / "outside.png"): "absolute path",
+        "img/link.png": "resolves outside",
+        "img/missing.png": "does not exist",
+        "img": "is a directory",
+    }
     for image, expected in cases.items():
         (folder / "p.jsonl").write_text(json.dumps({"prompt": "x", "images": [image]}) + "\n")
         with pytest.raises(Exception) as err:
             load_prompts(str(folder / "p.jsonl"))
         assert expected in str(err.value) and "line 1.images[0]" in str(err.value)
     (folder / "p.jsonl").write_text(json.dumps({"prompt": "x", "images": ["../outside.png"]}) + "\n")
-    assert load_prompts(str(folder / "p.jsonl"), allow_outside_images=True)[0].images == (str(tmp_path / "outside.png"),)
+    assert load_prompts(str(folder / "p.jsonl"), allow_outside_images=True)[0].images == (
+        str(tmp_path / "outside.png"),
+    )
 
 
 def test_fifo_image_is_refused_without_opening(tmp_path):
@@ -184,8 +273,26 @@ def test_decompression_bomb_is_one_line(tmp_path, monkeypatch):
 
 def test_prompt_longer_than_the_model_is_an_error(tmp_path, cfg, capsys):
     (tmp_path / "p.jsonl").write_text(json.dumps({"id": "long", "prompt": "y" * 60}) + "\n")
-    assert main(["calibrate", "acceptance", "--target", cfg, "--draft", cfg, "--prompts", str(tmp_path / "p.jsonl"),
-                 "--max-new-tokens", "8", "--no-progress", "--out", str(tmp_path / "p.json")]) == 2
+    assert (
+        main(
+            [
+                "calibrate",
+                "acceptance",
+                "--target",
+                cfg,
+                "--draft",
+                cfg,
+                "--prompts",
+                str(tmp_path / "p.jsonl"),
+                "--max-new-tokens",
+                "8",
+                "--no-progress",
+                "--out",
+                str(tmp_path / "p.json"),
+            ]
+        )
+        == 2
+    )
     assert "prompt 'long': 60 prompt tokens + --max-new-tokens 8 = 68 positions" in _one_line(capsys)
     assert not (tmp_path / "p.json").exists()
 

@@ -7,32 +7,51 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from calibrate import latency as L  # noqa: E402
-from calibrate import models as M  # noqa: E402
-from calibrate.timing import Timing  # noqa: E402
-from specsim.cli import main  # noqa: E402
+from calibrate.measure import latency_plan as L  # noqa: E402
+from calibrate.models import loading as M  # noqa: E402
+from calibrate.run.timing import Timing  # noqa: E402
+from specsim.cli.main import main  # noqa: E402
 from specsim.errors import SpecsimError  # noqa: E402
-from specsim.profile import MethodAcceptance, Profile, Provenance, load_profile, save_profile  # noqa: E402
+from specsim.profile import MethodAcceptance, Profile, Provenance  # noqa: E402
+from specsim.profiles import (  # noqa: E402
+    load_profile,
+    save_profile,  # noqa: E402
+)
 from tests.test_models import TINY_LLAMA, TINY_LLAVA, TINY_QWEN2  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 
-PLAN = L.LatencyPlan(contexts_tokens=(8, 24), verify_context_tokens=16, gammas=(1, 2, 3), batch_sizes=(1, 2),
-                     prefill_tokens=(4, 12), warmup=0, min_repeats=2, max_repeats=3, prefill_warmup=0,
-                     prefill_min_repeats=1, prefill_max_repeats=2)
+PLAN = L.LatencyPlan(
+    contexts_tokens=(8, 24),
+    verify_context_tokens=16,
+    gammas=(1, 2, 3),
+    batch_sizes=(1, 2),
+    prefill_tokens=(4, 12),
+    warmup=0,
+    min_repeats=2,
+    max_repeats=3,
+    prefill_warmup=0,
+    prefill_min_repeats=1,
+    prefill_max_repeats=2,
+)
 
 
 def _pair(target_cfg, draft_cfg):
-    return {"target": M.build_random_model(target_cfg, name="tiny-target"),
-            "draft": M.build_random_model(draft_cfg, seed=1, name="tiny-draft")}
+    return {
+        "target": M.build_random_model(target_cfg, name="tiny-target"),
+        "draft": M.build_random_model(draft_cfg, seed=1, name="tiny-draft"),
+    }
 
 
-@pytest.mark.parametrize("target_cfg, draft_cfg", [
-    (TINY_LLAMA, {**TINY_LLAMA, "num_hidden_layers": 1}),
-    (TINY_QWEN2, {**TINY_QWEN2, "hidden_size": 16}),
-    (TINY_LLAVA, {**TINY_LLAVA, "text_config": {**TINY_LLAMA, "num_hidden_layers": 1}}),
-])
+@pytest.mark.parametrize(
+    "target_cfg, draft_cfg",
+    [
+        (TINY_LLAMA, {**TINY_LLAMA, "num_hidden_layers": 1}),
+        (TINY_QWEN2, {**TINY_QWEN2, "hidden_size": 16}),
+        (TINY_LLAVA, {**TINY_LLAVA, "text_config": {**TINY_LLAMA, "num_hidden_layers": 1}}),
+    ],
+)
 def test_profile_is_written_valid_and_complete(tmp_path, target_cfg, draft_cfg):
     models = _pair(target_cfg, draft_cfg)
     out = tmp_path / "p.json"
@@ -44,20 +63,31 @@ def test_profile_is_written_valid_and_complete(tmp_path, target_cfg, draft_cfg):
     assert lat.target_verify_ms_by_gamma.x == (1.0, 2.0, 3.0) and lat.verify_context_tokens == 16
     assert lat.draft_decode_ms_by_batch.x == (1.0, 2.0)
     assert lat.target_prefill_ms_by_tokens.x == lat.draft_prefill_ms_by_tokens.x == (4.0, 12.0)
-    assert all(2 <= n <= 2 * 3 for n in lat.target_verify_ms_by_gamma.n)  # one block per draft batch per round
+    assert all(
+        2 <= n <= 2 * 3 for n in lat.target_verify_ms_by_gamma.n
+    )  # one block per draft batch per round
     cm = lat.cost_model
-    assert cm.target_verify.rows == (2, 3, 4) and cm.draft_first.rows == (1, 2) and cm.draft_first.batch == (1, 2)
+    assert (
+        cm.target_verify.rows == (2, 3, 4)
+        and cm.draft_first.rows == (1, 2)
+        and cm.draft_first.batch == (1, 2)
+    )
     assert cm.draft_next.context_tokens == (9.0, 17.0, 25.0) and cm.target_prefill.rows == (4, 12)
     assert cm.overhead_ms_per_block.gamma == (1, 2, 3) and cm.overhead_ms_per_target_step >= 0
     assert cm.overhead_ms_per_block.context_tokens == (8.0, 16.0, 24.0)  # overhead by context too
     assert all(len(per_ctx) == 3 for per_ctx in cm.overhead_ms_per_block.ms_by_context)
     assert cm.host_check is not None and cm.host_check.sentinel.endswith("c=8.b=1")
     smp = cm.sampling  # what T > 0 adds: draws and acceptance at γ = 0 and every measured γ
-    assert smp.accept_gammas == (0, 1, 2, 3) and min(smp.accept_ms + (smp.draft_step_ms, smp.target_step_ms)) >= 0
+    assert (
+        smp.accept_gammas == (0, 1, 2, 3)
+        and min(smp.accept_ms + (smp.draft_step_ms, smp.target_step_ms)) >= 0
+    )
     assert {"sampling.draft.T=1", "sampling.target.T=0", "sampling.accept.g=3.T=1"} <= set(timings)
     # batch 1 at the verify context is the same point as Tq there: measured once.
-    assert lat.draft_decode_ms_by_batch.ms[0] == dict(zip(lat.draft_decode_ms_by_context.x,
-                                                          lat.draft_decode_ms_by_context.ms))[16.0]
+    assert (
+        lat.draft_decode_ms_by_batch.ms[0]
+        == dict(zip(lat.draft_decode_ms_by_context.x, lat.draft_decode_ms_by_context.ms))[16.0]
+    )
     vlm = models["target"].kind == "vlm"
     # An ensemble pair also times the adaptive weight update after each block; a text pair has no ensembles.
     assert (cm.adaptive_ms_per_block is not None) == vlm
@@ -68,7 +98,12 @@ def test_profile_is_written_valid_and_complete(tmp_path, target_cfg, draft_cfg):
     assert (lat.vision_encoder_ms_per_image is not None) == vlm
     assert (lat.draft_vision_encoder_ms_per_image is not None) == vlm
     prov = prof.provenance
-    assert (prov.source, prov.weights, prov.target, prov.draft) == ("measured", "random", "tiny-target", "tiny-draft")
+    assert (prov.source, prov.weights, prov.target, prov.draft) == (
+        "measured",
+        "random",
+        "tiny-target",
+        "tiny-draft",
+    )
     assert {"torch", "transformers"} <= set(prov.software) and prov.threads == torch.get_num_threads()
     assert lat.provenance == prov
     assert not L.partial_path(out).exists()
@@ -142,15 +177,22 @@ def test_partial_from_other_models_is_refused(tmp_path):
     b = {"target": M.build_random_model(TINY_QWEN2, name="other"), "draft": a["draft"]}
     with pytest.raises(SpecsimError, match="no-resume"):
         L.measure_latency(b, PLAN, partial=L.partial_path(out), progress=False, runner=fake_runner)
-    done = L.measure_latency(b, PLAN, partial=L.partial_path(out), resume=False, progress=False,
-                             runner=fake_runner)
+    done = L.measure_latency(
+        b, PLAN, partial=L.partial_path(out), resume=False, progress=False, runner=fake_runner
+    )
     assert set(done) == {t.key for t in L.plan_tasks(PLAN, b)}
 
 
 def test_latency_written_into_existing_profile_keeps_acceptance(tmp_path):
     out = tmp_path / "p.json"
-    prov = Provenance(target="tiny-target", draft="tiny-draft", device="x", dtype="float32", date="2026-01-01",
-                      source="measured")
+    prov = Provenance(
+        target="tiny-target",
+        draft="tiny-draft",
+        device="x",
+        dtype="float32",
+        date="2026-01-01",
+        source="measured",
+    )
     entry = MethodAcceptance(method="M", scenario="s", images_per_prompt=0, gamma=3, tau=2.0)
     save_profile(Profile(provenance=prov, acceptance=(entry,)), out)
     L.calibrate_latency(_pair(TINY_LLAMA, TINY_LLAMA), PLAN, out, progress=False)
@@ -159,7 +201,7 @@ def test_latency_written_into_existing_profile_keeps_acceptance(tmp_path):
 
 
 def test_predict_reads_the_measured_ratios(tmp_path):
-    predict = pytest.importorskip("specsim.latency")
+    predict = pytest.importorskip("specsim.predict.latency_tables")
     out = tmp_path / "p.json"
     L.calibrate_latency(_pair(TINY_LLAMA, TINY_LLAMA), PLAN, out, progress=False)
     lat = load_profile(str(out)).latency
@@ -201,29 +243,63 @@ def _configs(tmp_path):
     return str(t), str(d)
 
 
-FAST = ["--contexts", "8,24", "--verify-context", "16", "--gammas", "1,2", "--batch-sizes", "1,2",
-        "--prefill-tokens", "8", "--warmup", "0", "--min-repeats", "1", "--max-repeats", "2", "--quiet", "--threads", "1"]
+FAST = [
+    "--contexts",
+    "8,24",
+    "--verify-context",
+    "16",
+    "--gammas",
+    "1,2",
+    "--batch-sizes",
+    "1,2",
+    "--prefill-tokens",
+    "8",
+    "--warmup",
+    "0",
+    "--min-repeats",
+    "1",
+    "--max-repeats",
+    "2",
+    "--quiet",
+    "--threads",
+    "1",
+]
 
 
 def test_cli_with_configs(tmp_path, capsys):
     t, d = _configs(tmp_path)
     out = tmp_path / "prof.json"
-    assert main(["calibrate", "latency", "--target-config", t, "--draft-config", d, "--out", str(out), *FAST]) == 0
+    assert (
+        main(["calibrate", "latency", "--target-config", t, "--draft-config", d, "--out", str(out), *FAST])
+        == 0
+    )
     text = capsys.readouterr().out
     assert "c = Tq/Tp" in text and "v(gamma)" in text and "worst 95% CI half-width" in text
     lat = load_profile(str(out)).latency
     assert lat.vision_encoder_ms_per_image > 0 and lat.target_verify_ms_by_gamma.x == (1.0, 2.0)
 
 
-@pytest.mark.parametrize("extra, message", [
-    (["--dtype", "int8"], "unknown dtype 'int8'"),
-    (["--preset", "no-such-pair"], "unknown preset pair 'no-such-pair'"),
-    (["--target-config", "no-such-config"], "unknown model config 'no-such-config'"),
-    (["--verify-context", "0"], "--verify-context: expected an integer >= 1"),
-])
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (["--dtype", "int8"], "unknown dtype 'int8'"),
+        (["--preset", "no-such-pair"], "unknown preset pair 'no-such-pair'"),
+        (["--target-config", "no-such-config"], "unknown model config 'no-such-config'"),
+        (["--verify-context", "0"], "--verify-context: expected an integer >= 1"),
+    ],
+)
 def test_cli_bad_inputs_exit_2_with_one_line(tmp_path, capsys, extra, message):
     t, d = _configs(tmp_path)
-    args = ["calibrate", "latency", "--target-config", t, "--draft-config", d, "--out", str(tmp_path / "p.json")]
+    args = [
+        "calibrate",
+        "latency",
+        "--target-config",
+        t,
+        "--draft-config",
+        d,
+        "--out",
+        str(tmp_path / "p.json"),
+    ]
     assert main(args + extra + ["--quiet"]) == 2
     err = capsys.readouterr().err.strip()
     assert message in err and len(err.splitlines()) == 1
@@ -235,16 +311,31 @@ def test_cli_missing_draft_and_vocab_mismatch(tmp_path, capsys):
     assert "--draft/--draft-config" in capsys.readouterr().err
     other = tmp_path / "other.json"
     other.write_text(json.dumps({**TINY_LLAMA, "vocab_size": 64}))
-    assert main(["calibrate", "latency", "--target-config", t, "--draft-config", str(other),
-                 "--out", str(tmp_path / "p.json")]) == 2
+    assert (
+        main(
+            [
+                "calibrate",
+                "latency",
+                "--target-config",
+                t,
+                "--draft-config",
+                str(other),
+                "--out",
+                str(tmp_path / "p.json"),
+            ]
+        )
+        == 2
+    )
     assert "vocabulary" in capsys.readouterr().err
 
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_cuda_sweep_uses_the_gpu(tmp_path):
-    models = {"target": M.build_random_model(TINY_LLAMA, device="cuda", dtype="float16", name="t"),
-              "draft": M.build_random_model(TINY_LLAMA, device="cuda", dtype="float16", seed=1, name="d")}
+    models = {
+        "target": M.build_random_model(TINY_LLAMA, device="cuda", dtype="float16", name="t"),
+        "draft": M.build_random_model(TINY_LLAMA, device="cuda", dtype="float16", seed=1, name="d"),
+    }
     path, timings = L.calibrate_latency(models, PLAN, tmp_path / "p.json", progress=False)
     prof = load_profile(str(path))
     assert prof.provenance.device == torch.cuda.get_device_name(0) and prof.provenance.dtype == "float16"

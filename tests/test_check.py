@@ -6,7 +6,10 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from specsim.check import (
+from specsim.acceptance.replay import replay_traces_tau
+from specsim.acceptance.theory import alpha_from_tau, tau_iid
+from specsim.check.check_tables import check_table, error_rows, summary, terms_table
+from specsim.check.comparison import (
     PromptSpec,
     RequestRun,
     check_row,
@@ -15,16 +18,17 @@ from specsim.check import (
     relative_error,
     textbook_speedup,
 )
-from specsim.check_report import check_table, error_rows, summary, terms_table
-from specsim.cli import main
+from specsim.cli.main import main
+from specsim.drafts.block_plans import greedy_plan
 from specsim.errors import SpecsimError
-from specsim.profile import LatencySection, MethodAcceptance, Trace, load_profile, save_profile
-from specsim.replay import replay_traces_tau
-from specsim.theory import alpha_from_tau, tau_iid
+from specsim.profile import LatencySection, MethodAcceptance, Trace
+from specsim.profiles import load_profile, save_profile
 from tests.conftest import make_profile
 
-TRACES = (Trace(match=(1, 1, 0, 1, 1, 1, 0, 0, 1, 1), prompt_id="a"),
-          Trace(match=(0, 1, 1, 1, 1, 0, 1, 1, 1, 1, 1, 1), prompt_id="b"))
+TRACES = (
+    Trace(match=(1, 1, 0, 1, 1, 1, 0, 0, 1, 1), prompt_id="a"),
+    Trace(match=(0, 1, 1, 1, 1, 0, 1, 1, 1, 1, 1, 1), prompt_id="b"),
+)
 SPECS = [PromptSpec("a", 100, 100, 0, 10), PromptSpec("b", 140, 140, 0, 12)]
 
 
@@ -33,9 +37,17 @@ def _entry(**kw):
 
 
 def _run(pid, ms, tokens=10, blocks=4, scale=1.0):
-    return RequestRun(prompt_id=pid, setup_ms=0.0, first_ms=5.0 * scale, draft_ms=ms * 0.3 * scale,
-                      verify_ms=ms * 0.6 * scale, overhead_ms=ms * 0.1 * scale, tokens=tokens, first_tokens=1,
-                      blocks=blocks)
+    return RequestRun(
+        prompt_id=pid,
+        setup_ms=0.0,
+        first_ms=5.0 * scale,
+        draft_ms=ms * 0.3 * scale,
+        verify_ms=ms * 0.6 * scale,
+        overhead_ms=ms * 0.1 * scale,
+        tokens=tokens,
+        first_tokens=1,
+        blocks=blocks,
+    )
 
 
 def test_relative_error():
@@ -59,8 +71,10 @@ def test_ratio_halfwidth_matches_monte_carlo_coverage():
 
 
 def test_measure_reduces_runs_to_speedups_and_terms():
-    base = {"a": [_run("a", 90.0, blocks=10), _run("a", 90.0, blocks=10)],
-            "b": [_run("b", 110.0, tokens=12, blocks=12)] * 2}
+    base = {
+        "a": [_run("a", 90.0, blocks=10), _run("a", 90.0, blocks=10)],
+        "b": [_run("b", 110.0, tokens=12, blocks=12)] * 2,
+    }
     sd = {"a": [_run("a", 45.0), _run("a", 47.0)], "b": [_run("b", 50.0, tokens=12, blocks=5)] * 2}
     m = measure(base, sd)
     assert m.tau == pytest.approx(22 / 9) and m.rounds == 2 and m.prompts == 2
@@ -73,32 +87,41 @@ def test_measure_reduces_runs_to_speedups_and_terms():
 
 def _measured(sd_ms: float, gamma: int):
     base = {p.prompt_id: [_run(p.prompt_id, 100.0, tokens=p.max_new_tokens)] * 2 for p in SPECS}
-    sd = {p.prompt_id: [_run(p.prompt_id, sd_ms, tokens=p.max_new_tokens), _run(p.prompt_id, sd_ms * 1.01,
-                                                                               tokens=p.max_new_tokens)]
-          for p in SPECS}
+    sd = {
+        p.prompt_id: [
+            _run(p.prompt_id, sd_ms, tokens=p.max_new_tokens),
+            _run(p.prompt_id, sd_ms * 1.01, tokens=p.max_new_tokens),
+        ]
+        for p in SPECS
+    }
     return measure(base, sd)
 
 
-def test_check_row_schema1_profile_uses_replay_and_tables():
+def test_check_row_schema1_profile_prices_its_tables_at_one_context():
+    """Schema-1 tables are a one-context cost model (Tp 10, Tq 1, Tv(γ) = 10 + 2γ at context 128, no
+    overhead): each prompt's replayed blocks after the first cost g·Tq + Tv(g), target-only steps 10 ms."""
     prof = make_profile()
     row = check_row(prof, _entry(gamma=5, tau=2.4), 3, SPECS, _measured(60.0, 3))
-    tau = replay_traces_tau(TRACES, 3)
-    c, v = 1.0 / 10.0, (10.0 + 2.0 * 3) / 10.0  # conftest: Tp=10, Tq=1, Tv(γ)=10+2γ at context 128
-    assert row.tau_predicted == pytest.approx(tau)
-    assert row.speedup_predicted == pytest.approx(tau / (3 * c + v), rel=0.02)  # read at the mean context
-    assert row.speedup_textbook == pytest.approx(tau_iid(alpha_from_tau(2.4, 5), 3) / (3 * row_c(row) + 1.0))
-    assert row.request_speedup_predicted is None and row.rounds == 2
-    assert "replay (same prompts)" in row.notes
+    sd_ms = sd_tokens = base_tokens = 0.0
+    for spec in SPECS:
+        trace = next(t for t in TRACES if t.prompt_id == spec.prompt_id)
+        after = greedy_plan(trace.match, 3, spec.max_new_tokens).after_first()
+        g = after.drafts
+        sd_ms += float(np.sum(np.where(g > 0, g * 1.0 + 10.0 + 2.0 * g, 10.0)))
+        sd_tokens += after.tokens
+        base_tokens += len(trace.match) - 1
+    assert row.tau_predicted == pytest.approx(replay_traces_tau(TRACES, 3))
+    assert row.speedup_predicted == pytest.approx(10.0 / (sd_ms / sd_tokens))
+    c = 1.0 / 10.0
+    assert row.speedup_textbook == pytest.approx(tau_iid(alpha_from_tau(2.4, 5), 3) / (3 * c + 1.0))
+    assert row.request_speedup_predicted is not None and row.rounds == 2
+    assert base_tokens > 0
 
 
-def row_c(row) -> float:
-    return float(row.notes.split("c=")[1].split(",")[0])
-
-
-def test_context_outside_the_table_falls_back_to_default():
+def test_one_context_tables_answer_any_context_flagged():
     far = [PromptSpec("a", 10_000, 10_000, 0, 10), PromptSpec("b", 10_000, 10_000, 0, 12)]
     row = check_row(make_profile(), _entry(), 2, far, _measured(60.0, 2))
-    assert "default context" in row.notes
+    assert "extrapolated" in row.notes
 
 
 def test_textbook_speedup_at_reference_gamma_only_differs_by_v():
@@ -107,22 +130,32 @@ def test_textbook_speedup_at_reference_gamma_only_differs_by_v():
 
 def test_table_and_summary():
     prof = make_profile()
-    rows = [check_row(prof, _entry(gamma=5, tau=2.4), g, SPECS, _measured(50.0 + 5 * g, g)) for g in (1, 2, 4)]
+    rows = [
+        check_row(prof, _entry(gamma=5, tau=2.4), g, SPECS, _measured(50.0 + 5 * g, g)) for g in (1, 2, 4)
+    ]
     errs = error_rows(rows)
     s = summary(rows)
     assert s["max_abs_rel_err"] == pytest.approx(max(abs(e["speedup_rel_err"]) for e in errs))
     assert s["rows_within_halfwidth_goal"] <= 3 and "textbook_median_abs_rel_err" in s
     text = check_table(rows)
     assert "textbook" in text and "95% hw" in text and text.count("\n") == len(rows) + 3
-    assert terms_table(rows) == ""  # schema-1 rows have no predicted terms
+    assert "ms per block after the first" in terms_table(rows)  # schema-1 rows are priced by term too
     with pytest.raises(SpecsimError):
         summary([])
 
 
 # --------------------------------------------------------------------------- CLI on tiny random models
-TINY = {"model_type": "llama", "vocab_size": 128, "hidden_size": 32, "intermediate_size": 64,
-        "num_hidden_layers": 1, "num_attention_heads": 2, "num_key_value_heads": 1,
-        "max_position_embeddings": 512, "initializer_range": 0.3}
+TINY = {
+    "model_type": "llama",
+    "vocab_size": 128,
+    "hidden_size": 32,
+    "intermediate_size": 64,
+    "num_hidden_layers": 1,
+    "num_attention_heads": 2,
+    "num_key_value_heads": 1,
+    "max_position_embeddings": 512,
+    "initializer_range": 0.3,
+}
 
 
 @pytest.fixture
@@ -130,7 +163,9 @@ def tiny_files(tmp_path):
     cfg = tmp_path / "tiny.json"
     cfg.write_text(json.dumps(TINY))
     prompts = tmp_path / "p.jsonl"
-    prompts.write_text('{"id": "x", "prompt": "def add(a, b):"}\n{"id": "y", "prompt": "Explain recursion."}\n')
+    prompts.write_text(
+        '{"id": "x", "prompt": "def add(a, b):"}\n{"id": "y", "prompt": "Explain recursion."}\n'
+    )
     prof = tmp_path / "prof.json"
     save_profile(make_profile(acceptance=()), prof)
     return cfg, prompts, prof
@@ -138,8 +173,19 @@ def tiny_files(tmp_path):
 
 def test_cli_acceptance_then_check(tiny_files, capsys):
     cfg, prompts, prof = tiny_files
-    models = ["--target", str(cfg), "--draft", str(cfg), "--prompts", str(prompts), "--max-new-tokens", "8",
-              "--threads", "1", "--no-progress"]
+    models = [
+        "--target",
+        str(cfg),
+        "--draft",
+        str(cfg),
+        "--prompts",
+        str(prompts),
+        "--max-new-tokens",
+        "8",
+        "--threads",
+        "1",
+        "--no-progress",
+    ]
     assert main(["calibrate", "acceptance", *models, "--out", str(prof)]) == 0
     entry = load_profile(str(prof)).acceptance[0]
     assert entry.method == "plain" and entry.scenario == "p" and len(entry.traces) == 2
@@ -156,9 +202,15 @@ def test_cli_acceptance_then_check(tiny_files, capsys):
 
 def test_cli_errors(tiny_files, capsys):
     cfg, prompts, prof = tiny_files
-    assert main(["check", "--profile", str(prof), "--gamma", "0,2", "--target", str(cfg), "--draft", str(cfg)]) == 2
+    assert (
+        main(["check", "--profile", str(prof), "--gamma", "0,2", "--target", str(cfg), "--draft", str(cfg)])
+        == 2
+    )
     assert "--gamma" in capsys.readouterr().err
-    assert main(["check", "--profile", str(prof), "--gamma", "2", "--target", str(cfg), "--draft", str(cfg)]) == 2
+    assert (
+        main(["check", "--profile", str(prof), "--gamma", "2", "--target", str(cfg), "--draft", str(cfg)])
+        == 2
+    )
     assert "no acceptance entry" in capsys.readouterr().err
     bare = prompts.parent / "bare.json"
     save_profile(make_profile(latency=LatencySection()), bare)
@@ -166,22 +218,65 @@ def test_cli_errors(tiny_files, capsys):
     assert "no latency section" in capsys.readouterr().err
     empty = prompts.parent / "empty.jsonl"
     empty.write_text("")
-    assert main(["calibrate", "acceptance", "--target", str(cfg), "--draft", str(cfg), "--prompts", str(empty),
-                 "--out", str(prof)]) == 2
+    assert (
+        main(
+            [
+                "calibrate",
+                "acceptance",
+                "--target",
+                str(cfg),
+                "--draft",
+                str(cfg),
+                "--prompts",
+                str(empty),
+                "--out",
+                str(prof),
+            ]
+        )
+        == 2
+    )
     assert "empty" in capsys.readouterr().err
     other = dict(TINY, vocab_size=100)
     (prompts.parent / "other.json").write_text(json.dumps(other))
-    assert main(["calibrate", "acceptance", "--target", str(cfg), "--draft", str(prompts.parent / "other.json"),
-                 "--prompts", str(prompts), "--out", str(prof)]) == 2
+    assert (
+        main(
+            [
+                "calibrate",
+                "acceptance",
+                "--target",
+                str(cfg),
+                "--draft",
+                str(prompts.parent / "other.json"),
+                "--prompts",
+                str(prompts),
+                "--out",
+                str(prof),
+            ]
+        )
+        == 2
+    )
     assert "vocabular" in capsys.readouterr().err
 
 
 def test_acceptance_resumes_from_partial_file(tiny_files, monkeypatch, capsys):
-    import calibrate.acceptance as A
+    import calibrate.measure.acceptance_traces as A
 
     cfg, prompts, prof = tiny_files
-    argv = ["calibrate", "acceptance", "--target", str(cfg), "--draft", str(cfg), "--prompts", str(prompts),
-            "--max-new-tokens", "6", "--no-progress", "--out", str(prof)]
+    argv = [
+        "calibrate",
+        "acceptance",
+        "--target",
+        str(cfg),
+        "--draft",
+        str(cfg),
+        "--prompts",
+        str(prompts),
+        "--max-new-tokens",
+        "6",
+        "--no-progress",
+        "--out",
+        str(prof),
+    ]
     real, calls = A.acceptance_trace, []
 
     def flaky(*a, **kw):
@@ -193,19 +288,28 @@ def test_acceptance_resumes_from_partial_file(tiny_files, monkeypatch, capsys):
     monkeypatch.setattr(A, "acceptance_trace", flaky)
     assert main(argv) == 130
     assert (prof.parent / "prof.json.partial.json").is_file()
-    monkeypatch.setattr(A, "acceptance_trace", lambda *a, **kw: calls.append(a[2].prompt_id) or real(*a, **kw))
+    monkeypatch.setattr(
+        A, "acceptance_trace", lambda *a, **kw: calls.append(a[2].prompt_id) or real(*a, **kw)
+    )
     assert main(argv) == 0
     assert calls == ["x", "y", "y"]  # the finished prompt was not redone
     assert len(load_profile(str(prof)).acceptance[0].traces) == 2
 
 
 def test_other_host_names_the_device_and_thread_changes():
-    from calibrate.check import other_host
+    from calibrate.measure.check_runs import other_host
     from specsim.profile import Provenance
 
     here = "cpu: Intel(R) Xeon(R) Processor (2 logical CPUs)"
-    prov = Provenance(target="t", draft="d", device="cpu: AMD EPYC 7B13 (2 logical CPUs)", dtype="float32",
-                      date="2026-11-22", source="measured", threads=1)
+    prov = Provenance(
+        target="t",
+        draft="d",
+        device="cpu: AMD EPYC 7B13 (2 logical CPUs)",
+        dtype="float32",
+        date="2026-11-22",
+        source="measured",
+        threads=1,
+    )
     why = other_host(prov, here, 1)
     assert why is not None and "AMD EPYC 7B13" in why and "Intel(R) Xeon(R)" in why and "thread(s)" not in why
     assert "2 thread(s)" not in why

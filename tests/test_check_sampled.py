@@ -1,6 +1,6 @@
 """Sampled-mode ``specsim check``: the Monte Carlo intervals cover what a finite run measures (a synthetic
 world simulated block by block, a second implementation of the engine's loop), the pool against
-specsim.montecarlo and the cost-model walk, the reductions, the β checks, rows and tables."""
+specsim.acceptance.montecarlo and the cost-model walk, the reductions, the β checks, rows and tables."""
 
 import math
 import warnings
@@ -8,22 +8,15 @@ import warnings
 import numpy as np
 import pytest
 
-from specsim.check import PromptSpec, RequestRun
-from specsim.check_report import coverage, inside, sampled_table
-from specsim.check_sampled import (
-    beta_at_length,
-    check_sampling_entry,
-    measure_sampled,
-    predict_sampled,
-    sampled_row,
-    simulate_pool,
-    timing_halfwidth,
-    widen,
-)
+from specsim.acceptance.montecarlo import simulate
+from specsim.check.check_tables import coverage, inside, sampled_table
+from specsim.check.comparison import PromptSpec, RequestRun
+from specsim.check.sampled import predict_sampled, sampled_row, simulate_pool, widen
+from specsim.check.sampled_runs import beta_at_length, check_sampling_entry, measure_sampled, timing_halfwidth
+from specsim.drafts.block_plans import greedy_plan
 from specsim.errors import SpecsimError, SpecsimWarning
-from specsim.montecarlo import simulate
+from specsim.predict.chain_costs import block_ms, sd_request_cost
 from specsim.profile import CheckRow, LatencySection, MethodAcceptance, Profile, Trace
-from specsim.walk import block_ms, greedy_plan, sd_request_cost
 from tests.conftest import make_profile
 from tests.test_costmodel import _cost_model
 
@@ -40,11 +33,17 @@ def _world(seed=0, shrink=1.0):
     """A schema-2 profile whose cost model is ``target_ms`` / Q_MS / OVERHEAD_MS at every context, β traces
     (×``shrink``) for three prompts, and their specs (prompt 40 tokens, max new tokens = trace length)."""
     rng = np.random.default_rng(seed)
-    traces = tuple(Trace(beta=tuple(float(b) for b in shrink * rng.beta(3, 1.5, n)), prompt_id=f"p{i}")
-                   for i, n in enumerate(LENGTHS))
-    entry = MethodAcceptance(method="plain", scenario="s", images_per_prompt=0, traces=traces, notes="beta at T=1.0")
+    traces = tuple(
+        Trace(beta=tuple(float(b) for b in shrink * rng.beta(3, 1.5, n)), prompt_id=f"p{i}")
+        for i, n in enumerate(LENGTHS)
+    )
+    entry = MethodAcceptance(
+        method="plain", scenario="s", images_per_prompt=0, traces=traces, notes="beta at T=1.0"
+    )
     cm = _cost_model(f_target=lambda r, c: target_ms(r), f_draft=lambda r, c, b: Q_MS, overhead=OVERHEAD_MS)
-    prof = Profile(provenance=make_profile().provenance, latency=LatencySection(cost_model=cm), acceptance=(entry,))
+    prof = Profile(
+        provenance=make_profile().provenance, latency=LatencySection(cost_model=cm), acceptance=(entry,)
+    )
     return prof, entry, [PromptSpec(f"p{i}", 40, 40, 0, n) for i, n in enumerate(LENGTHS)]
 
 
@@ -77,17 +76,29 @@ def _measurement(entry, rng, rounds=4, sigma=0.03):
     base, sd = {}, {}
     for t in entry.traces:
         n = len(t.beta)
-        base[t.prompt_id] = [(_target_run(t.prompt_id, n, rng, sigma), _target_run(t.prompt_id, n, rng, sigma))
-                             for _ in range(rounds)]
+        base[t.prompt_id] = [
+            (_target_run(t.prompt_id, n, rng, sigma), _target_run(t.prompt_id, n, rng, sigma))
+            for _ in range(rounds)
+        ]
         sd[t.prompt_id] = []
         for _ in range(rounds):
             blocks = _engine_run(t.beta, GAMMA, rng)
             later = blocks[1:]
             verify = sum(target_ms(g + 1) if g else target_ms(1) for g, _ in later)
             noise = _noisy(rng, 1.0, sigma)
-            sd[t.prompt_id].append(RequestRun(t.prompt_id, 0.0, 7.0, noise * Q_MS * sum(g for g, _ in later),
-                                              noise * verify, noise * OVERHEAD_MS * len(later), n, blocks[0][1],
-                                              len(blocks)))
+            sd[t.prompt_id].append(
+                RequestRun(
+                    t.prompt_id,
+                    0.0,
+                    7.0,
+                    noise * Q_MS * sum(g for g, _ in later),
+                    noise * verify,
+                    noise * OVERHEAD_MS * len(later),
+                    n,
+                    blocks[0][1],
+                    len(blocks),
+                )
+            )
     return base, sd
 
 
@@ -104,11 +115,15 @@ def test_intervals_cover_finite_runs_of_a_synthetic_world():
     for _ in range(400):
         m = measure_sampled(*_measurement(entry, rng))
         tau_in += inside(m.tau, pred.tau_interval)
-        speedup_in += inside(m.decode_speedup, widen(pred.decode_speedup, pred.decode_interval, m.timing_halfwidth))
+        speedup_in += inside(
+            m.decode_speedup, widen(pred.decode_speedup, pred.decode_interval, m.timing_halfwidth)
+        )
     assert 0.92 <= tau_in / 400 <= 0.99
     assert 0.92 <= speedup_in / 400 <= 0.995
     worse = _world(shrink=0.8)[1]
-    missed = sum(not inside(measure_sampled(*_measurement(worse, rng)).tau, pred.tau_interval) for _ in range(100))
+    missed = sum(
+        not inside(measure_sampled(*_measurement(worse, rng)).tau, pred.tau_interval) for _ in range(100)
+    )
     assert missed >= 60
 
 
@@ -127,10 +142,14 @@ def test_interval_width_follows_the_number_of_runs():
 def test_pool_blocks_equal_the_montecarlo_and_costs_equal_the_walk():
     prof, entry, specs = _world()
     beta = np.asarray(entry.traces[1].beta)
-    pool = simulate_pool(beta, specs[1], GAMMA, rng=np.random.default_rng(5), runs=64, cost=prof.latency.cost_model)
+    pool = simulate_pool(
+        beta, specs[1], GAMMA, rng=np.random.default_rng(5), runs=64, cost=prof.latency.cost_model
+    )
     mc = simulate([beta], GAMMA, rng=np.random.default_rng(5), runs=64)
     np.testing.assert_array_equal(pool.blocks, mc.blocks[:, 0])
-    draws = np.random.default_rng(5).random((64, beta.size)) < beta  # the same draws, walked one plan at a time
+    draws = (
+        np.random.default_rng(5).random((64, beta.size)) < beta
+    )  # the same draws, walked one plan at a time
     for i in (0, 7, 63):
         plan = greedy_plan(draws[i], GAMMA, specs[1].max_new_tokens)
         kw = {"target_prompt_tokens": 40, "draft_prompt_tokens": 40}
@@ -144,13 +163,19 @@ def test_pool_blocks_equal_the_montecarlo_and_costs_equal_the_walk():
 
 
 def test_measure_sampled_reduces_runs():
-    run = lambda ms, tokens=10, blocks=4: RequestRun("a", 1.0, 5.0, 0.2 * ms, 0.7 * ms, 0.1 * ms, tokens, 1, blocks)  # noqa: E731
-    base = {"a": [(run(90.0, blocks=10), run(100.0, blocks=10)), (run(95.0, blocks=10), run(105.0, blocks=10))]}
+    run = lambda ms, tokens=10, blocks=4: RequestRun(
+        "a", 1.0, 5.0, 0.2 * ms, 0.7 * ms, 0.1 * ms, tokens, 1, blocks
+    )  # noqa: E731
+    base = {
+        "a": [(run(90.0, blocks=10), run(100.0, blocks=10)), (run(95.0, blocks=10), run(105.0, blocks=10))]
+    }
     sd = {"a": [run(40.0, blocks=4), run(50.0, blocks=5)]}
     m = measure_sampled(base, sd)
     assert m.tau == pytest.approx(20 / 9) and m.rounds == 2 and m.sd_tokens == {"a": (10, 10)}
     assert m.decode_speedup == pytest.approx((390 / 36) / (90 / 18))
-    assert m.request_speedup == pytest.approx(((101.0 + 106.0) / 2) / ((46.0 + 56.0) / 2))  # + 6 ms set-up, first
+    assert m.request_speedup == pytest.approx(
+        ((101.0 + 106.0) / 2) / ((46.0 + 56.0) / 2)
+    )  # + 6 ms set-up, first
     assert m.terms_ms_per_block["verify"] == pytest.approx(0.7 * 90 / 7)
     assert timing_halfwidth(np.array([[10.0, 10.0]])) == 0.0
     assert 0 < m.timing_halfwidth < 1
@@ -167,10 +192,14 @@ def test_beta_checks():
     greedy = MethodAcceptance(method="M", scenario="s", images_per_prompt=0, traces=(Trace(match=(1, 0)),))
     with pytest.raises(SpecsimError, match="acceptance entry M/s: a sampled check needs beta traces"):
         check_sampling_entry(greedy, 1.0)
-    with pytest.warns(SpecsimWarning, match="does not say at which temperature"), \
-            pytest.warns(SpecsimWarning, match="greedy output only"):
-        check_sampling_entry(MethodAcceptance(method="M", scenario="s", images_per_prompt=0,
-                                              traces=(Trace(beta=(0.5, 0.5)),)), 1.0)
+    with (
+        pytest.warns(SpecsimWarning, match="does not say at which temperature"),
+        pytest.warns(SpecsimWarning, match="greedy output only"),
+    ):
+        check_sampling_entry(
+            MethodAcceptance(method="M", scenario="s", images_per_prompt=0, traces=(Trace(beta=(0.5, 0.5)),)),
+            1.0,
+        )
     b, longer = beta_at_length([0.2, 0.4], 4)
     assert longer and b.tolist() == pytest.approx([0.2, 0.4, 0.3, 0.3])
     b, longer = beta_at_length([0.2, 0.4, 0.9], 2)
@@ -178,11 +207,13 @@ def test_beta_checks():
 
 
 def test_rows_table_coverage_and_profile_round_trip(tmp_path):
-    from specsim.profile import load_profile, save_profile
+    from specsim.profiles import load_profile, save_profile
 
     prof, entry, specs = _world()
     m = measure_sampled(*_measurement(entry, np.random.default_rng(6)))
-    rows = [sampled_row(prof, entry, g, specs, m, temperature=1.0, rng=np.random.default_rng(g)) for g in (1, 3)]
+    rows = [
+        sampled_row(prof, entry, g, specs, m, temperature=1.0, rng=np.random.default_rng(g)) for g in (1, 3)
+    ]
     for r in rows:
         assert r.temperature == 1.0 and r.rounds == 4
         assert r.tau_interval[0] <= r.tau_predicted <= r.tau_interval[1]
@@ -192,8 +223,15 @@ def test_rows_table_coverage_and_profile_round_trip(tmp_path):
     assert cov["rows"] == 2 and 0 <= cov["both_coverage"] <= min(cov["tau_coverage"], cov["speedup_coverage"])
     text = sampled_table(rows)
     assert "95% interval" in text and "prediction interval: tau" in text and "nan" not in text
-    greedy = CheckRow(method="plain", scenario="s", gamma=3, tau_predicted=2.0, tau_measured=2.0,
-                      speedup_predicted=1.5, speedup_measured=1.5)
+    greedy = CheckRow(
+        method="plain",
+        scenario="s",
+        gamma=3,
+        tau_predicted=2.0,
+        tau_measured=2.0,
+        speedup_predicted=1.5,
+        speedup_measured=1.5,
+    )
     path = save_profile(prof.with_checks([greedy]).with_checks(rows), tmp_path / "p.json")
     back = load_profile(str(path)).checks
     assert back[0] == greedy and back[1:] == tuple(rows)  # sampled rows do not replace greedy rows
@@ -201,26 +239,40 @@ def test_rows_table_coverage_and_profile_round_trip(tmp_path):
         coverage([greedy])
 
 
-@pytest.mark.parametrize("bad, message", [([2.0, 1.5], "expected lo <= hi"), ([1.0], "expected [lo, hi]"),
-                                          ([0.5, 2.0], "tau_interval[0]: expected >= 1"),
-                                          ("1..2", "expected a non-empty list")])
+@pytest.mark.parametrize(
+    "bad, message",
+    [
+        ([2.0, 1.5], "expected lo <= hi"),
+        ([1.0], "expected [lo, hi]"),
+        ([0.5, 2.0], "tau_interval[0]: expected >= 1"),
+        ("1..2", "expected a non-empty list"),
+    ],
+)
 def test_bad_intervals_name_the_field(bad, message):
-    d = {"method": "M", "scenario": "s", "gamma": 2, "tau_predicted": 2.0, "tau_measured": 2.0,
-         "speedup_predicted": 1.2, "speedup_measured": 1.2, "temperature": 1.0, "tau_interval": bad}
+    d = {
+        "method": "M",
+        "scenario": "s",
+        "gamma": 2,
+        "tau_predicted": 2.0,
+        "tau_measured": 2.0,
+        "speedup_predicted": 1.2,
+        "speedup_measured": 1.2,
+        "temperature": 1.0,
+        "tau_interval": bad,
+    }
     with pytest.raises(SpecsimError) as err:
         CheckRow.from_json(d, "checks[0]")
     assert message in str(err.value) and "checks[0].tau_interval" in str(err.value)
 
 
-def test_schema1_profile_prices_tau_with_the_tables():
+def test_schema1_profile_prices_its_tables_at_one_context():
     prof = make_profile()  # Tp 10, Tq 1, Tv(γ) = 10 + 2γ at context 128
     entry, specs = _world()[1:]
     m = measure_sampled(*_measurement(entry, np.random.default_rng(7)))
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         pred = predict_sampled(prof, entry, 2, specs, m, rng=np.random.default_rng(8))
-    assert pred.request_speedup is None and "from the tables" in pred.note
-    # the prompts' mean context (62.5) is below the tables, so c and v are read at the default context 128
-    assert pred.c == pytest.approx(0.1) and pred.decode_speedup == pytest.approx(pred.tau / (2 * 0.1 + 1.4))
-    lo, hi = pred.decode_interval
-    assert lo == pytest.approx(pred.tau_interval[0] / 1.6) and hi == pytest.approx(pred.tau_interval[1] / 1.6)
+    assert pred.request_speedup is not None and "cost-model walk of simulated blocks" in pred.note
+    # the tables read at the verify context 128: every full block costs 2·Tq + Tv(2) = 16 ms = 1.6 Tp
+    assert pred.c == pytest.approx(0.1)
+    assert pred.decode_speedup == pytest.approx(pred.tau / (2 * 0.1 + 1.4), rel=0.05)

@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from specsim.cli import main
-from specsim.profile import load_profile, save_profile
+from specsim.cli.main import main
+from specsim.profiles import load_profile, save_profile
 from tests.conftest import make_profile
 
 
@@ -21,11 +21,24 @@ def tiny(tmp_path_factory):
     target.save_pretrained(folder / "target")
     draft.save_pretrained(folder / "draft")
     prompts = folder / "p.jsonl"
-    prompts.write_text('{"id": "x", "prompt": "def add(a, b):"}\n{"id": "y", "prompt": "Explain recursion."}\n')
+    prompts.write_text(
+        '{"id": "x", "prompt": "def add(a, b):"}\n{"id": "y", "prompt": "Explain recursion."}\n'
+    )
     prof = folder / "prof.json"
     save_profile(make_profile(acceptance=()), prof)
-    models = ["--target", str(folder / "target"), "--draft", str(folder / "draft"), "--prompts", str(prompts),
-              "--max-new-tokens", "12", "--threads", "1", "--no-progress"]
+    models = [
+        "--target",
+        str(folder / "target"),
+        "--draft",
+        str(folder / "draft"),
+        "--prompts",
+        str(prompts),
+        "--max-new-tokens",
+        "12",
+        "--threads",
+        "1",
+        "--no-progress",
+    ]
     assert main(["calibrate", "acceptance", *models, "--sample-paths", "3", "--out", str(prof)]) == 0
     return prof, models
 
@@ -39,9 +52,23 @@ def _strict(text: str):
 
 def test_sampled_check_rows_intervals_and_seeds(tiny, capsys):
     prof, models = tiny
-    assert main(["check", "--profile", str(prof), "--gamma", "1,3", "--max-rounds", "2", "--json", *models]) == 0
+    assert (
+        main(["check", "--profile", str(prof), "--gamma", "1,3", "--max-rounds", "2", "--json", *models]) == 0
+    )
     assert len(_strict(capsys.readouterr().out)["rows"]) == 2  # the greedy check's JSON is strict too
-    argv = ["check", "--profile", str(prof), "--gamma", "1,3", "--temperature", "1", "--seeds", "3", "--json", *models]
+    argv = [
+        "check",
+        "--profile",
+        str(prof),
+        "--gamma",
+        "1,3",
+        "--temperature",
+        "1",
+        "--seeds",
+        "3",
+        "--json",
+        *models,
+    ]
     assert main(argv) == 0
     out = _strict(capsys.readouterr().out)
     rows = out["rows"]
@@ -60,8 +87,9 @@ def test_sampled_check_rows_intervals_and_seeds(tiny, capsys):
     # the same --seed: the same sampled runs (τ) and the same Monte Carlo (intervals)
     assert main([*argv, "--no-write"]) == 0
     again = _strict(capsys.readouterr().out)["rows"]
-    assert [(r["tau_measured"], r["tau_interval"]) for r in again] == [(r["tau_measured"], r["tau_interval"])
-                                                                      for r in rows]
+    assert [(r["tau_measured"], r["tau_interval"]) for r in again] == [
+        (r["tau_measured"], r["tau_interval"]) for r in rows
+    ]
     assert main([a for a in argv if a != "--json"] + ["--no-write"]) == 0  # text tables
     text = capsys.readouterr().out
     assert "95% interval" in text and "prediction interval: tau" in text
@@ -75,24 +103,30 @@ def test_sampled_check_needs_beta_at_the_same_temperature(tiny, capsys):
     assert "beta was measured at T=1, but --temperature is 0.5" in err and err.count("\n") == 1
 
 
-@pytest.mark.parametrize("extra, message", [
-    (["--temperature", "1", "--seeds", "1"], "--seeds: expected at least 2 runs per prompt"),
-    (["--temperature", "nan"], "argument --temperature: expected a finite number"),
-    (["--temperature", "-1"], "argument --temperature: expected a finite number in 0 or 0.001..1000"),
-    (["--temperature", "1", "--seeds", "0"], "argument --seeds: expected an integer in 1..100000"),
-    (["--seed", "-3"], "argument --seed: expected an integer"),
-    (["--max-new-tokens", "1"], "--max-new-tokens: expected an integer >= 2"),
-    (["--max-rounds", "10000000"], "argument --max-rounds: expected an integer in 1..100000"),
-    (["--min-rounds", "3", "--max-rounds", "2"], "--min-rounds/--max-rounds: expected 1 <= min <= max"),
-    (["--max-minutes", "inf"], "argument --max-minutes: expected a finite number"),
-    (["--max-minutes", "1e9"], "argument --max-minutes: expected a finite number in 0.001..100000 (minutes)"),
-    (["--halfwidth", "nan"], "argument --halfwidth: expected a finite number"),
-    (["--halfwidth", "1.5"], "--halfwidth: expected a fraction in (0, 1)"),
-    (["--gamma", "1-100000"], "--gamma: expected values <= 1024"),
-])
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (["--temperature", "1", "--seeds", "1"], "--seeds: expected at least 2 runs per prompt"),
+        (["--temperature", "nan"], "argument --temperature: expected a finite number"),
+        (["--temperature", "-1"], "argument --temperature: expected a finite number in 0 or 0.001..1000"),
+        (["--temperature", "1", "--seeds", "0"], "argument --seeds: expected an integer in 1..100000"),
+        (["--seed", "-3"], "argument --seed: expected an integer"),
+        (["--max-new-tokens", "1"], "--max-new-tokens: expected an integer >= 2"),
+        (["--max-rounds", "10000000"], "argument --max-rounds: expected an integer in 1..100000"),
+        (["--min-rounds", "3", "--max-rounds", "2"], "--min-rounds/--max-rounds: expected 1 <= min <= max"),
+        (["--max-minutes", "inf"], "argument --max-minutes: expected a finite number"),
+        (
+            ["--max-minutes", "1e9"],
+            "argument --max-minutes: expected a finite number in 0.001..100000 (minutes)",
+        ),
+        (["--halfwidth", "nan"], "argument --halfwidth: expected a finite number"),
+        (["--halfwidth", "1.5"], "--halfwidth: expected a fraction in (0, 1)"),
+        (["--gamma", "1-100000"], "--gamma: expected values <= 1024"),
+    ],
+)
 def test_check_arguments_fail_before_models_load(tmp_path, capsys, monkeypatch, extra, message):
     pytest.importorskip("torch")
-    import calibrate.workload as CA
+    import calibrate.workload.run_setup as CA
 
     def no_models(*a, **k):
         raise AssertionError("models loaded before the arguments were checked")
@@ -106,18 +140,34 @@ def test_check_arguments_fail_before_models_load(tmp_path, capsys, monkeypatch, 
     assert sorted(p.name for p in tmp_path.iterdir()) == ["p.json"]
 
 
-@pytest.mark.parametrize("extra, message", [
-    (["--sample-paths", "1"], "--sample-paths: expected 0 (off) or at least 2"),
-    (["--sample-paths", "-1"], "argument --sample-paths: expected an integer"),
-    (["--seed", "x"], "argument --seed: expected an integer"),
-])
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (["--sample-paths", "1"], "--sample-paths: expected 0 (off) or at least 2"),
+        (["--sample-paths", "-1"], "argument --sample-paths: expected an integer"),
+        (["--seed", "x"], "argument --seed: expected an integer"),
+    ],
+)
 def test_acceptance_path_arguments_fail_before_models_load(tmp_path, capsys, monkeypatch, extra, message):
     pytest.importorskip("torch")
-    import calibrate.workload as CA
+    import calibrate.workload.run_setup as CA
 
-    monkeypatch.setattr(CA, "load_setup", lambda *a, **k: (_ for _ in ()).throw(AssertionError("models loaded")))
-    code = main(["calibrate", "acceptance", "--target", "x.json", "--draft", "y.json", "--out",
-                 str(tmp_path / "p.json"), *extra])
+    monkeypatch.setattr(
+        CA, "load_setup", lambda *a, **k: (_ for _ in ()).throw(AssertionError("models loaded"))
+    )
+    code = main(
+        [
+            "calibrate",
+            "acceptance",
+            "--target",
+            "x.json",
+            "--draft",
+            "y.json",
+            "--out",
+            str(tmp_path / "p.json"),
+            *extra,
+        ]
+    )
     out, err = capsys.readouterr()
     assert code == 2 and out == "" and message in err, err
     assert err.count("\n") == 1 and "Traceback" not in err and not list(tmp_path.iterdir())

@@ -10,17 +10,13 @@ import json
 import numpy as np
 import pytest
 
-from specsim.check import PromptSpec, RequestRun
-from specsim.check_report import inside
-from specsim.check_sampled import (
-    acceptance_paths,
-    check_sampling_entry,
-    measure_sampled,
-    predict_sampled,
-    replicate_runs,
-)
+from specsim.check.check_tables import inside
+from specsim.check.comparison import PromptSpec, RequestRun
+from specsim.check.sampled import predict_sampled
+from specsim.check.sampled_runs import acceptance_paths, check_sampling_entry, measure_sampled, replicate_runs
 from specsim.errors import SpecsimError, SpecsimWarning
-from specsim.profile import MethodAcceptance, Trace, load_profile, save_profile
+from specsim.profile import MethodAcceptance, Trace
+from specsim.profiles import load_profile, save_profile
 from tests.conftest import make_profile
 
 # A 3-token Markov "language" (the state is the last token). The target's argmax is always token 0, and in
@@ -74,9 +70,12 @@ def calibration(paths: int, rng) -> MethodAcceptance:
                 row.append(min(1.0, Q[state, y] / P[state, y]))
                 state = y
             sampled.append(tuple(row))
-        traces.append(Trace(beta=tuple(greedy), prompt_id=f"p{i}", accept_paths=tuple(sampled) if paths else None))
-    return MethodAcceptance(method="plain", scenario="s", images_per_prompt=0, traces=tuple(traces),
-                            notes="beta at T=1.0")
+        traces.append(
+            Trace(beta=tuple(greedy), prompt_id=f"p{i}", accept_paths=tuple(sampled) if paths else None)
+        )
+    return MethodAcceptance(
+        method="plain", scenario="s", images_per_prompt=0, traces=tuple(traces), notes="beta at T=1.0"
+    )
 
 
 def measurement(rng, rounds: int = 4):
@@ -90,8 +89,9 @@ SPECS = [PromptSpec(f"p{i}", 10, 10, 0, N) for i in range(len(STARTS))]
 
 
 def _predict(entry, measured, seed):
-    return predict_sampled(make_profile(), entry, GAMMA, SPECS, measured, rng=np.random.default_rng(seed),
-                           replicates=1000)
+    return predict_sampled(
+        make_profile(), entry, GAMMA, SPECS, measured, rng=np.random.default_rng(seed), replicates=1000
+    )
 
 
 def test_sampled_paths_predict_real_speculative_sampling_and_greedy_beta_does_not():
@@ -162,17 +162,32 @@ def test_accept_paths_round_trip_and_old_profiles_load(tmp_path):
     prof = make_profile(acceptance=(entry,))
     back = load_profile(str(save_profile(prof, tmp_path / "p.json"))).acceptance[0]
     np.testing.assert_allclose(back.traces[0].accept_paths, entry.traces[0].accept_paths)
-    assert load_profile(str(save_profile(make_profile(acceptance=(calibration(0, np.random.default_rng(4)),)),
-                                         tmp_path / "old.json"))).acceptance[0].traces[0].accept_paths is None
+    assert (
+        load_profile(
+            str(
+                save_profile(
+                    make_profile(acceptance=(calibration(0, np.random.default_rng(4)),)),
+                    tmp_path / "old.json",
+                )
+            )
+        )
+        .acceptance[0]
+        .traces[0]
+        .accept_paths
+        is None
+    )
 
 
-@pytest.mark.parametrize("bad, message", [
-    ([[0.5, 1.5]], "traces[0].accept_paths[0][1]: expected <= "),
-    ([[0.5], []], "traces[0].accept_paths[1]: expected a non-empty list"),
-    ([], "traces[0].accept_paths: expected a non-empty list"),
-    ([[0.5, None]], "traces[0].accept_paths[0][1]: expected a finite number"),
-    ("0.5", "traces[0].accept_paths: expected a non-empty list"),
-])
+@pytest.mark.parametrize(
+    "bad, message",
+    [
+        ([[0.5, 1.5]], "traces[0].accept_paths[0][1]: expected <= "),
+        ([[0.5], []], "traces[0].accept_paths[1]: expected a non-empty list"),
+        ([], "traces[0].accept_paths: expected a non-empty list"),
+        ([[0.5, None]], "traces[0].accept_paths[0][1]: expected a finite number"),
+        ("0.5", "traces[0].accept_paths: expected a non-empty list"),
+    ],
+)
 def test_bad_accept_paths_name_the_field(tmp_path, bad, message):
     d = json.loads(json.dumps(make_profile(acceptance=(calibration(2, np.random.default_rng(5)),)).to_json()))
     d["acceptance"][0]["traces"][0]["accept_paths"] = bad

@@ -6,8 +6,8 @@ import sys
 
 import pytest
 
-from specsim.cli import main
-from specsim.profile import save_profile
+from specsim.cli.main import main
+from specsim.profiles import save_profile
 
 
 def run(capsys, *argv):
@@ -55,16 +55,14 @@ def test_predict_measured_profile_with_e2e(capsys, tmp_path, profile):
 
 
 def test_predict_e2e_not_computable_is_na_with_a_note(capsys, tmp_path, profile):
-    """A draft prefill table that does not reach the prompt length: n/a in the table, the reason below."""
+    """Images without a measured vision encoder: n/a in the table, the reason below."""
     from dataclasses import replace
 
-    from specsim.profile import Curve
-
-    short = replace(profile.latency, draft_prefill_ms_by_tokens=Curve((4096.0, 8192.0), (50.0, 100.0)))
+    short = replace(profile.latency, vision_encoder_ms_per_image=None)
     path = save_profile(replace(profile, latency=short), tmp_path / "p.json")
     code, out, err = run(capsys, "predict", "--gamma", "4", "--profile", str(path), "--new-tokens", "64")
     assert code == 0 and not err
-    assert "n/a" in out and "note: end-to-end latency not computable: draft prefill" in out
+    assert "n/a" in out and "note: end-to-end latency not computable: vision_encoder_ms_per_image" in out
 
 
 def test_profiles_lists_shipped(capsys):
@@ -72,16 +70,19 @@ def test_profiles_lists_shipped(capsys):
     assert code == 0 and "ibed-llava1.5-7b-68m (default)" in out
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["predict", "--gamma", "0"], "--gamma: expected an integer >= 1, got '0'"),
-    (["predict", "--gamma", "-2"], "--gamma: expected an integer >= 1, got '-2'"),
-    (["predict", "--gamma", "2.5"], "--gamma: expected an integer >= 1, got '2.5'"),
-    (["predict", "--gamma", "5", "--method", "Q"], "unknown method 'Q'"),
-    (["predict", "--gamma", "5", "--scenario", "Mars"], "unknown scenario 'Mars'"),
-    (["predict", "--gamma", "5", "--profile", "nope"], "unknown profile 'nope'"),
-    (["sweep", "--gamma", "3-1"], "--gamma: expected integers >= 1"),
-    (["predict", "--gamma", "5", "--new-tokens", "0"], "--new-tokens: expected an integer >= 1"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["predict", "--gamma", "0"], "--gamma: expected an integer >= 1, got '0'"),
+        (["predict", "--gamma", "-2"], "--gamma: expected an integer >= 1, got '-2'"),
+        (["predict", "--gamma", "2.5"], "--gamma: expected an integer >= 1, got '2.5'"),
+        (["predict", "--gamma", "5", "--method", "Q"], "unknown method 'Q'"),
+        (["predict", "--gamma", "5", "--scenario", "Mars"], "unknown scenario 'Mars'"),
+        (["predict", "--gamma", "5", "--profile", "nope"], "unknown profile 'nope'"),
+        (["sweep", "--gamma", "3-1"], "--gamma: expected integers >= 1"),
+        (["predict", "--gamma", "5", "--new-tokens", "0"], "--new-tokens: expected an integer >= 1"),
+    ],
+)
 def test_bad_inputs_exit_2_one_line(capsys, argv, message):
     code, out, err = run(capsys, *argv)
     assert code == 2
@@ -102,8 +103,9 @@ def test_malformed_and_truncated_profile_files(capsys, tmp_path, profile):
 
 
 def test_console_script_exit_status():
-    proc = subprocess.run([sys.executable, "-m", "specsim.cli", "predict", "--gamma", "x"],
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, "-m", "specsim.cli.main", "predict", "--gamma", "x"], capture_output=True, text=True
+    )
     assert proc.returncode == 2
     assert proc.stderr.strip() == "specsim: error: --gamma: expected an integer >= 1, got 'x'"
 

@@ -5,12 +5,15 @@ import json
 import numpy as np
 import pytest
 
-from specsim.costmodel import CostModel, OverheadGrid, grid_ms, make_grid
+from specsim.acceptance.replay import replay_block_starts, replay_blocks_per_prompt, replay_traces_tau
+from specsim.drafts.block_plans import expected_plan, greedy_plan
 from specsim.errors import SpecsimError
-from specsim.predict import predict_entry
-from specsim.profile import LatencySection, MethodAcceptance, Profile, Trace, load_profile, save_profile
-from specsim.replay import replay_block_starts, replay_blocks_per_prompt, replay_traces_tau
-from specsim.walk import expected_plan, greedy_plan, sd_request_cost, target_request_cost
+from specsim.predict.chain_costs import sd_request_cost, target_request_cost
+from specsim.predict.prediction import predict_entry
+from specsim.profile import LatencySection, MethodAcceptance, Profile, Trace
+from specsim.profile.cost_grid import grid_ms, make_grid
+from specsim.profile.cost_model import CostModel, OverheadGrid
+from specsim.profiles import load_profile, save_profile
 from tests.conftest import make_profile
 
 ROWS, CTX, BATCH = (1, 2, 4), (16.0, 64.0, 256.0), (1, 3)
@@ -55,8 +58,12 @@ def test_outside_the_grid():
     assert ms == pytest.approx(90.0) and out
 
 
-def _cost_model(f_target=lambda r, c: 10.0 + 2 * (r - 1) + 0.01 * c, f_draft=lambda r, c, b: 1.0 + 0.001 * c,
-                overhead=0.0, max_gamma=6) -> CostModel:
+def _cost_model(
+    f_target=lambda r, c: 10.0 + 2 * (r - 1) + 0.01 * c,
+    f_draft=lambda r, c, b: 1.0 + 0.001 * c,
+    overhead=0.0,
+    max_gamma=6,
+) -> CostModel:
     ctx = (8.0, 512.0)
     rows_v = tuple(range(2, max_gamma + 2))
     t = lambda rows, cs: [[[f_target(r, c)] for c in cs] for r in rows]  # noqa: E731
@@ -68,8 +75,11 @@ def _cost_model(f_target=lambda r, c: 10.0 + 2 * (r - 1) + 0.01 * c, f_draft=lam
         draft_next=make_grid((1,), ctx, (1, 2), d((1,), ctx, (1, 2))),
         target_prefill=make_grid((1, 512), (0.0,), (1,), [[[5.0]], [[100.0]]]),
         draft_prefill=make_grid((1, 512), (0.0,), (1, 2), [[[1.0, 1.5]], [[10.0, 15.0]]]),
-        overhead_ms_per_block=OverheadGrid((1, max_gamma), (1, 2), ((overhead, overhead), (overhead, overhead))),
-        overhead_ms_per_target_step=overhead)
+        overhead_ms_per_block=OverheadGrid(
+            (1, max_gamma), (1, 2), ((overhead, overhead), (overhead, overhead))
+        ),
+        overhead_ms_per_target_step=overhead,
+    )
 
 
 def test_cost_model_json_round_trip_and_errors(tmp_path):
@@ -82,7 +92,9 @@ def test_cost_model_json_round_trip_and_errors(tmp_path):
     data = json.loads(path.read_text())
     data["latency"]["cost_model"]["target_verify"]["ms"][0][1] = [-1.0]
     path.write_text(json.dumps(data))
-    with pytest.raises(SpecsimError, match=r"latency.cost_model.target_verify.ms\[0\]\[1\]\[0\]: expected > 0"):
+    with pytest.raises(
+        SpecsimError, match=r"latency.cost_model.target_verify.ms\[0\]\[1\]\[0\]: expected > 0"
+    ):
         load_profile(str(path))
     data["latency"]["cost_model"]["target_verify"]["ms"] = [[[1.0]]]
     path.write_text(json.dumps(data))
@@ -95,7 +107,8 @@ def test_schema1_profile_still_loads(tmp_path):
     path = tmp_path / "old.json"
     path.write_text(json.dumps(data))
     prof = load_profile(str(path))
-    assert prof.schema_version == 1 and prof.latency.cost_model is None
+    assert prof.schema_version == 1 and prof.latency.cost_model_from_tables  # its tables, at one context
+    assert "cost_model" not in prof.latency.to_json()
 
 
 @pytest.mark.parametrize("seed", range(5))
@@ -142,23 +155,34 @@ def test_constant_costs_reduce_the_walk_to_the_formula():
 def _one_trace_world():
     """(cost model, one 30-token trace of a 40-token prompt, its entry, a profile holding both)."""
     cm = _cost_model(overhead=0.5)
-    traces = (Trace(match=tuple(int(x) for x in np.random.default_rng(1).random(30) < 0.8), prompt_id="a",
-                    prompt_tokens=40, draft_prompt_tokens=40),)
+    traces = (
+        Trace(
+            match=tuple(int(x) for x in np.random.default_rng(1).random(30) < 0.8),
+            prompt_id="a",
+            prompt_tokens=40,
+            draft_prompt_tokens=40,
+        ),
+    )
     entry = MethodAcceptance(method="plain", scenario="s", images_per_prompt=0, traces=traces)
-    prof = Profile(provenance=make_profile().provenance, latency=LatencySection(cost_model=cm), acceptance=(entry,))
+    prof = Profile(
+        provenance=make_profile().provenance, latency=LatencySection(cost_model=cm), acceptance=(entry,)
+    )
     return cm, traces, entry, prof
 
 
 def test_predict_walks_the_traces_of_a_schema2_profile():
     cm, traces, entry, prof = _one_trace_world()
     row = predict_entry(prof, entry, 3)
+    # the decode phase: SD blocks after the first against target-only steps after the first
     plan = greedy_plan(traces[0].match, 3)
-    sd = sd_request_cost(cm, plan, target_prompt_tokens=40, draft_prompt_tokens=40, fused=False)
-    base = target_request_cost(cm, prompt_tokens=40, new_tokens=30, fused=False)
-    assert row.speedup == pytest.approx(base.total_ms / sd.total_ms)
+    after = plan.after_first()
+    sd = sd_request_cost(cm, after, target_prompt_tokens=40, draft_prompt_tokens=40, fused=False)
+    base = target_request_cost(cm, prompt_tokens=41, new_tokens=29, fused=False)
+    tp = base.total_ms / 29
+    assert row.speedup == pytest.approx(tp / (sd.total_ms / after.tokens))
     assert row.tau == pytest.approx(replay_traces_tau(traces, 3))
-    assert row.tau / row.speedup == pytest.approx(row.gamma_c_plus_v)
-    assert row.o == pytest.approx(0.5 * plan.blocks / plan.blocks / (base.total_ms / 30))
+    assert row.gamma_c_plus_v == pytest.approx(sd.total_ms / after.blocks / tp)
+    assert row.o == pytest.approx(0.5 / tp)
     e2e = predict_entry(prof, entry, 3, new_tokens=30).end_to_end
     assert e2e["speedup"] < row.speedup  # the prefill is not accelerated
     # a context that has no prompt length is a clear note, not a crash
@@ -168,13 +192,24 @@ def test_predict_walks_the_traces_of_a_schema2_profile():
 
 def test_check_row_names_the_target_only_step_term():
     """The speedup's denominator is a term of its own: predicted vs measured ms per target-only step."""
-    from specsim.check import PromptSpec, RequestRun, check_row, measure
-    from specsim.check_report import terms_table
+    from specsim.check.check_tables import terms_table
+    from specsim.check.comparison import PromptSpec, RequestRun, check_row, measure
 
     cm, traces, entry, prof = _one_trace_world()
-    run = RequestRun(prompt_id="a", setup_ms=0.0, first_ms=5.0, draft_ms=30.0, verify_ms=60.0, overhead_ms=10.0,
-                     tokens=30, first_tokens=1, blocks=9)
-    row = check_row(prof, entry, 3, [PromptSpec("a", 40, 40, 0, 30)], measure({"a": [run] * 2}, {"a": [run] * 2}))
+    run = RequestRun(
+        prompt_id="a",
+        setup_ms=0.0,
+        first_ms=5.0,
+        draft_ms=30.0,
+        verify_ms=60.0,
+        overhead_ms=10.0,
+        tokens=30,
+        first_tokens=1,
+        blocks=9,
+    )
+    row = check_row(
+        prof, entry, 3, [PromptSpec("a", 40, 40, 0, 30)], measure({"a": [run] * 2}, {"a": [run] * 2})
+    )
     step = row.terms_ms_per_block["target_step"]
     base = target_request_cost(cm, prompt_tokens=41, new_tokens=29, fused=False)
     assert step["predicted"] == pytest.approx(base.total_ms / 29)
@@ -188,8 +223,11 @@ def test_overhead_by_context_is_interpolated_and_walked_per_block():
     from dataclasses import replace
 
     pooled = OverheadGrid((1, 6), (1, 2), ((1.0, 1.0), (1.0, 1.0)))
-    grid = replace(pooled, context_tokens=(8.0, 512.0),
-                   ms_by_context=(((0.5, 0.5), (2.5, 2.5)), ((1.5, 1.5), (3.5, 3.5))))
+    grid = replace(
+        pooled,
+        context_tokens=(8.0, 512.0),
+        ms_by_context=(((0.5, 0.5), (2.5, 2.5)), ((1.5, 1.5), (3.5, 3.5))),
+    )
     assert grid.at(1, 1, 260.0) == pytest.approx(1.5) and grid.at(6, 2, 8.0) == pytest.approx(1.5)
     assert grid.at(1, 1, 4000.0) == pytest.approx(2.5) and grid.at(1, 1) == pytest.approx(1.0)
     np.testing.assert_allclose(grid.at(np.array([1, 6]), 1, np.array([8.0, 512.0])), [0.5, 3.5])
@@ -211,8 +249,13 @@ def test_an_adaptive_ensemble_pays_its_weight_update_per_block(tmp_path):
     context), to no other method's; profiles without it price the update as free; it round-trips."""
     from dataclasses import replace
 
-    update = OverheadGrid((1, 6), (1, 2), ((0.25, 0.5), (0.75, 1.0)), (8.0, 512.0),
-                          (((0.1, 0.2), (0.3, 0.4)), ((0.5, 0.6), (0.7, 0.8))))
+    update = OverheadGrid(
+        (1, 6),
+        (1, 2),
+        ((0.25, 0.5), (0.75, 1.0)),
+        (8.0, 512.0),
+        (((0.1, 0.2), (0.3, 0.4)), ((0.5, 0.6), (0.7, 0.8))),
+    )
     cm = replace(_cost_model(overhead=1.0), adaptive_ms_per_block=update)
     assert CostModel.from_json(json.loads(json.dumps(cm.to_json()))) == cm
     plan = greedy_plan(tuple(int(x) for x in np.random.default_rng(4).random(40) < 0.7), 4)
@@ -235,7 +278,7 @@ def test_an_adaptive_ensemble_pays_its_weight_update_per_block(tmp_path):
 
 def test_extrapolation_below_the_grid_never_goes_negative():
     """A steep (noisy) slope carried far below the first measured context stops at 0 ms, flagged."""
-    from specsim.costmodel import grid_ms, make_grid
+    from specsim.profile.cost_grid import grid_ms, make_grid
 
     grid = make_grid(rows=(1,), context_tokens=(64, 256), batch=(1,), ms=[[[1.0], [9.0]]])
     ms, out = grid_ms(grid, 1, 8, 1, name="draft_next")
@@ -247,13 +290,15 @@ def test_extrapolation_below_the_grid_never_goes_negative():
 def test_tree_overhead_plane_in_size_and_depth():
     """A plane through swept trees of 3+ depths prices a deep chain exactly (a grid by n alone would price it
     as a shallow tree); fewer depths give no fit; the JSON names a bad field."""
-    from specsim.overhead_grid import TreeOverheadFit
+    from specsim.profile.overhead_grid import TreeOverheadFit
 
     plane = lambda n, d, c, b: 0.3 + 0.07 * d + 0.006 * n + 0.001 * c + 0.05 * b  # noqa: E731
     sizes, depths = (1, 2, 4, 8, 16, 20, 22, 24), (1, 2, 2, 2, 2, 3, 4, 2)
     ms = [[[plane(n, d, c, b) for b in (1, 2)] for c in (13.0, 230.0)] for n, d in zip(sizes, depths)]
     fit = TreeOverheadFit.fit(sizes, depths, ms, (1, 2), (13.0, 230.0))
-    assert fit.at(10, 10, 1, 13.0) == pytest.approx(plane(10, 10, 13.0, 1))  # chain:10, far outside the depths
+    assert fit.at(10, 10, 1, 13.0) == pytest.approx(
+        plane(10, 10, 13.0, 1)
+    )  # chain:10, far outside the depths
     assert fit.at(10, 10, 2, 100.0) == pytest.approx(plane(10, 10, 100.0, 2))
     assert TreeOverheadFit.fit(sizes[:5], depths[:5], ms[:5], (1, 2), (13.0, 230.0)) is None
     assert TreeOverheadFit.from_json(json.loads(json.dumps(fit.to_json())), "fit") == fit

@@ -9,13 +9,14 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from calibrate import latency as L  # noqa: E402
-from calibrate.acceptance import acceptance_trace, drafter_trace  # noqa: E402
 from calibrate.drafting import EnsembleDrafter, TextDrafter  # noqa: E402
 from calibrate.drafting.contexts import TextOnlyContext  # noqa: E402
-from calibrate.engine import Request, speculative_decode, target_decode  # noqa: E402
-from calibrate.models import LoadedModel  # noqa: E402
-from specsim.walk import greedy_plan, sd_request_cost, target_request_cost  # noqa: E402
+from calibrate.measure import latency_plan as L  # noqa: E402
+from calibrate.measure.acceptance_traces import acceptance_trace, drafter_trace  # noqa: E402
+from calibrate.models.loaded_model import LoadedModel  # noqa: E402
+from calibrate.run.engine import Request, speculative_decode, target_decode  # noqa: E402
+from specsim.drafts.block_plans import greedy_plan  # noqa: E402
+from specsim.predict.chain_costs import sd_request_cost, target_request_cost  # noqa: E402
 from tests.tiny_pair import tiny_pair, tiny_prompts  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -45,6 +46,7 @@ class SyntheticClock:
             cache = kwargs.get("past_key_values")
             context = 0 if cache is None else cache.get_seq_length()
             self.now += synthetic_ms(role, x.shape[1], context, x.shape[0]) / 1e3
+
         return pre
 
 
@@ -54,19 +56,34 @@ def world():
     clock = SyntheticClock()
     target.register_forward_pre_hook(clock.hook("target"), with_kwargs=True)
     draft.register_forward_pre_hook(clock.hook("draft"), with_kwargs=True)
-    loaded = {role: LoadedModel(model=m, tokenizer=None, name=role, kind="causal", weights="random", device="cpu",
-                                dtype="float32") for role, m in (("target", target), ("draft", draft))}
+    loaded = {
+        role: LoadedModel(
+            model=m, tokenizer=None, name=role, kind="causal", weights="random", device="cpu", dtype="float32"
+        )
+        for role, m in (("target", target), ("draft", draft))
+    }
     prompts = tiny_prompts(n=4, seed=3, min_len=4, max_len=12)
     return target, draft, loaded, clock, prompts
 
 
 def _calibrate(loaded, clock, monkeypatch, tmp_path, gammas, batches):
     monkeypatch.setattr(time, "perf_counter", clock)
-    plan = L.LatencyPlan(contexts_tokens=(2, 40), verify_context_tokens=40, gammas=gammas, batch_sizes=batches,
-                         prefill_tokens=(1, 24), warmup=0, min_repeats=2, max_repeats=2, prefill_warmup=0,
-                         prefill_min_repeats=1, prefill_max_repeats=1, sentinel_steps=1)
+    plan = L.LatencyPlan(
+        contexts_tokens=(2, 40),
+        verify_context_tokens=40,
+        gammas=gammas,
+        batch_sizes=batches,
+        prefill_tokens=(1, 24),
+        warmup=0,
+        min_repeats=2,
+        max_repeats=2,
+        prefill_warmup=0,
+        prefill_min_repeats=1,
+        prefill_max_repeats=1,
+        sentinel_steps=1,
+    )
     path, _ = L.calibrate_latency(loaded, plan, tmp_path / "p.json", progress=False)
-    from specsim.profile import load_profile
+    from specsim.profiles import load_profile
 
     return load_profile(str(path)).latency.cost_model
 
@@ -81,7 +98,9 @@ def test_grid_points_are_the_synthetic_cost(world, monkeypatch, tmp_path):
         for b_i, b in enumerate(cost.draft_next.batch):
             assert cost.draft_next.ms[0][c_i][b_i] == pytest.approx(synthetic_ms("draft", 1, c, b))
     assert cost.draft_first.ms[1][0][1] == pytest.approx(synthetic_ms("draft", 2, 2, 2))
-    assert cost.overhead_ms_per_target_step == pytest.approx(0.0, abs=1e-9)  # the clock moves only in forwards
+    assert cost.overhead_ms_per_target_step == pytest.approx(
+        0.0, abs=1e-9
+    )  # the clock moves only in forwards
     assert not cost.host_check.contended
 
 
@@ -101,8 +120,11 @@ def test_walk_reproduces_the_engine_exactly(world, monkeypatch, tmp_path, batch)
         pred = target_request_cost(cost, prompt_tokens=P, new_tokens=NEW_TOKENS)
         assert pred.total_ms == pytest.approx(sum(b.block_ms for b in base.blocks), rel=1e-9)
         assert pred.prefill_ms == pytest.approx(base.blocks[0].verify_ms, rel=1e-9)
-        trace = (acceptance_trace(target, draft, req, max_new_tokens=NEW_TOKENS) if batch == 1 else
-                 drafter_trace(target, drafter(), req, max_new_tokens=NEW_TOKENS)).trace
+        trace = (
+            acceptance_trace(target, draft, req, max_new_tokens=NEW_TOKENS)
+            if batch == 1
+            else drafter_trace(target, drafter(), req, max_new_tokens=NEW_TOKENS)
+        ).trace
         for g in gammas:
             out = speculative_decode(target, drafter(), req, gamma=g, max_new_tokens=NEW_TOKENS)
             plan = greedy_plan(trace.match, g)
@@ -112,8 +134,10 @@ def test_walk_reproduces_the_engine_exactly(world, monkeypatch, tmp_path, batch)
             assert plan.first_rows[1:].tolist() == [b.draft_first_rows for b in out.blocks[1:]]
             pred = sd_request_cost(cost, plan, target_prompt_tokens=P, draft_prompt_tokens=P, batch=batch)
             assert not pred.extrapolated
-            assert pred.draft_ms + pred.draft_prefill_ms == pytest.approx(sum(b.draft_ms for b in out.blocks),
-                                                                          rel=1e-9)
-            assert pred.prefill_ms + pred.verify_ms == pytest.approx(sum(b.verify_ms for b in out.blocks),
-                                                                     rel=1e-9)
+            assert pred.draft_ms + pred.draft_prefill_ms == pytest.approx(
+                sum(b.draft_ms for b in out.blocks), rel=1e-9
+            )
+            assert pred.prefill_ms + pred.verify_ms == pytest.approx(
+                sum(b.verify_ms for b in out.blocks), rel=1e-9
+            )
             assert pred.total_ms == pytest.approx(sum(b.block_ms for b in out.blocks), rel=1e-9)

@@ -10,18 +10,19 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from calibrate import latency as L  # noqa: E402
-from calibrate.acceptance import acceptance_trace, drafter_trace  # noqa: E402
 from calibrate.drafting import EnsembleDrafter, TextDrafter  # noqa: E402
 from calibrate.drafting.contexts import TextOnlyContext  # noqa: E402
-from calibrate.engine import Request, speculative_decode  # noqa: E402
-from calibrate.models import LoadedModel  # noqa: E402
-from calibrate.tree_engine import tree_decode  # noqa: E402
-from specsim.policies import parse_policy  # noqa: E402
-from specsim.profile import load_profile  # noqa: E402
-from specsim.trees import parse_tree  # noqa: E402
-from specsim.walk import sd_request_cost  # noqa: E402
-from specsim.walk_drafts import policy_plan, tree_plan, tree_request_cost  # noqa: E402
+from calibrate.measure import latency_plan as L  # noqa: E402
+from calibrate.measure.acceptance_traces import acceptance_trace, drafter_trace  # noqa: E402
+from calibrate.models.loaded_model import LoadedModel  # noqa: E402
+from calibrate.run.engine import Request, speculative_decode  # noqa: E402
+from calibrate.run.tree_engine import tree_decode  # noqa: E402
+from specsim.drafts.draft_plans import policy_plan, tree_plan  # noqa: E402
+from specsim.drafts.policies import parse_policy  # noqa: E402
+from specsim.drafts.trees import parse_tree  # noqa: E402
+from specsim.predict.chain_costs import sd_request_cost  # noqa: E402
+from specsim.predict.tree_costs import tree_request_cost  # noqa: E402
+from specsim.profiles import load_profile  # noqa: E402
 from tests.test_costmodel_exact import SyntheticClock, synthetic_ms  # noqa: E402
 from tests.tiny_pair import tiny_pair, tiny_prompts  # noqa: E402
 
@@ -37,15 +38,33 @@ def world(tmp_path_factory):
     clock = SyntheticClock()
     target.register_forward_pre_hook(clock.hook("target"), with_kwargs=True)
     draft.register_forward_pre_hook(clock.hook("draft"), with_kwargs=True)
-    loaded = {role: LoadedModel(model=m, tokenizer=None, name=role, kind="causal", weights="random", device="cpu",
-                                dtype="float32") for role, m in (("target", target), ("draft", draft))}
-    plan = L.LatencyPlan(contexts_tokens=(2, 40), verify_context_tokens=40, gammas=(1, 2, 4), batch_sizes=(1, 2),
-                         prefill_tokens=(1, 24), warmup=0, min_repeats=2, max_repeats=2, prefill_warmup=0,
-                         prefill_min_repeats=1, prefill_max_repeats=1, sentinel_steps=1, trees=TREES)
+    loaded = {
+        role: LoadedModel(
+            model=m, tokenizer=None, name=role, kind="causal", weights="random", device="cpu", dtype="float32"
+        )
+        for role, m in (("target", target), ("draft", draft))
+    }
+    plan = L.LatencyPlan(
+        contexts_tokens=(2, 40),
+        verify_context_tokens=40,
+        gammas=(1, 2, 4),
+        batch_sizes=(1, 2),
+        prefill_tokens=(1, 24),
+        warmup=0,
+        min_repeats=2,
+        max_repeats=2,
+        prefill_warmup=0,
+        prefill_min_repeats=1,
+        prefill_max_repeats=1,
+        sentinel_steps=1,
+        trees=TREES,
+    )
     real = time.perf_counter
     time.perf_counter = clock
     try:
-        path, _ = L.calibrate_latency(loaded, plan, tmp_path_factory.mktemp("tree") / "p.json", progress=False)
+        path, _ = L.calibrate_latency(
+            loaded, plan, tmp_path_factory.mktemp("tree") / "p.json", progress=False
+        )
     finally:
         time.perf_counter = real
     cost = load_profile(str(path)).latency.cost_model
@@ -55,7 +74,9 @@ def world(tmp_path_factory):
 def test_tree_grid_points_are_the_synthetic_cost(world):
     *_, cost, _ = world
     tc = cost.tree
-    assert tc.trees == ("chain:1", "chain:3", "2,2") and tc.verify.rows == (2, 4, 7) and tc.draft.rows == (1, 2)
+    assert (
+        tc.trees == ("chain:1", "chain:3", "2,2") and tc.verify.rows == (2, 4, 7) and tc.draft.rows == (1, 2)
+    )
     for c_i, c in enumerate(tc.verify.context_tokens):
         for r_i, r in enumerate(tc.verify.rows):
             assert tc.verify.ms[r_i][c_i][0] == pytest.approx(synthetic_ms("target", r, c, 1))
@@ -93,19 +114,22 @@ def test_tree_and_policy_walks_reproduce_the_engines_exactly(world, monkeypatch,
             # the plan is the engine's schedule, block for block (root rows included)
             assert [b.emitted for b in plan.steps] == [b.emitted for b in out.blocks], spec
             assert [b.tree.n if b.tree else 0 for b in plan.steps] == [b.gamma for b in out.blocks]
-            assert [b.root_rows for b in plan.steps[1:] if b.tree] == [b.draft_first_rows for b in out.blocks[1:]
-                                                                       if b.gamma]
+            assert [b.root_rows for b in plan.steps[1:] if b.tree] == [
+                b.draft_first_rows for b in out.blocks[1:] if b.gamma
+            ]
             roots += sum(b.root_rows == 2 for b in plan.steps)
             pred = tree_request_cost(cost, plan, target_prompt_tokens=P, draft_prompt_tokens=P, batch=batch)
             assert not pred.extrapolated
             assert pred.prefill_ms == pytest.approx(out.setup_ms["target_prefill_ms"], rel=1e-9)
-            assert pred.draft_ms + pred.draft_prefill_ms == pytest.approx(sum(b.draft_ms for b in out.blocks),
-                                                                          rel=1e-9)
+            assert pred.draft_ms + pred.draft_prefill_ms == pytest.approx(
+                sum(b.draft_ms for b in out.blocks), rel=1e-9
+            )
             assert pred.verify_ms == pytest.approx(sum(b.verify_ms for b in out.blocks), rel=1e-9)
             assert pred.total_ms == pytest.approx(out.decode_ms + out.setup_ms["target_prefill_ms"], rel=1e-9)
         for spec in POLICIES:
-            out = speculative_decode(target, _drafter(draft, batch), req, gamma=parse_policy(spec),
-                                     max_new_tokens=NEW_TOKENS)
+            out = speculative_decode(
+                target, _drafter(draft, batch), req, gamma=parse_policy(spec), max_new_tokens=NEW_TOKENS
+            )
             plan = policy_plan(trace, parse_policy(spec), NEW_TOKENS)
             assert plan.drafts.tolist() == [b.gamma for b in out.blocks], spec
             pred = sd_request_cost(cost, plan, target_prompt_tokens=P, draft_prompt_tokens=P, batch=batch)

@@ -1,15 +1,14 @@
 """Multimodal drafting methods on tiny random LLaVA models: lossless, pooling, ensembles, adaptive weights."""
 
-
 import numpy as np
 import pytest
 import torch
 
 from calibrate.drafting import Method, TextDrafter, make_drafter, make_request
 from calibrate.drafting.contexts import pool_features
-from calibrate.engine import Request, speculative_decode, target_decode
-from calibrate.proposal import Drafter
-from calibrate.zoo.models import IMAGE_TOKENS_PER_IMAGE
+from calibrate.run.engine import Request, speculative_decode, target_decode
+from calibrate.run.proposal import Drafter
+from calibrate.zoo.zoo_models import IMAGE_TOKENS_PER_IMAGE
 from specsim.errors import SpecsimError
 from tests.tiny_pair import tiny_zoo
 
@@ -58,7 +57,10 @@ def test_text_only_works_with_a_text_lm_draft(zoo):
     base = target_decode(zoo["target"], req, max_new_tokens=NEW_TOKENS)
     for method in ("T", "TC"):
         d = make_drafter(method, lm, tokenizer=zoo["tok"], captioner=zoo["captioner"])
-        assert speculative_decode(zoo["target"], d, req, gamma=4, max_new_tokens=NEW_TOKENS).tokens == base.tokens
+        assert (
+            speculative_decode(zoo["target"], d, req, gamma=4, max_new_tokens=NEW_TOKENS).tokens
+            == base.tokens
+        )
     with pytest.raises(SpecsimError, match="VLM draft"):
         make_drafter("MT", lm, tokenizer=zoo["tok"])
 
@@ -91,7 +93,7 @@ def test_context_lengths_and_left_padding_masks(zoo):
     assert d.mask.sum(1).tolist() == lengths.tolist() and d.pos.tolist() == lengths.tolist()
     cols = d.mask.shape[1]
     for row, n in zip(d.mask, lengths.tolist()):
-        assert row[: cols - n].sum() == 0 and row[cols - n:].all()
+        assert row[: cols - n].sum() == 0 and row[cols - n :].all()
     assert d.cache.get_seq_length() == cols
 
 
@@ -116,9 +118,12 @@ def test_weights_one_zero_equal_the_first_member(zoo):
     kw = dict(gamma=4, max_new_tokens=NEW_TOKENS)
     for method, weights, alone in (("MT", (1, 0), "M"), ("MT", (0, 1), "T"), ("CM", (1, 0), "C")):
         mixed = speculative_decode(target, _drafter(zoo, method, weights=weights), req, **kw)
-        assert _accepted(mixed) == _accepted(speculative_decode(target, _drafter(zoo, alone), req, **kw)), method
-    assert _accepted(speculative_decode(target, _drafter(zoo, "MT"), req, **kw)) != \
-        _accepted(speculative_decode(target, _drafter(zoo, "T"), req, **kw))  # the comparison has power
+        assert _accepted(mixed) == _accepted(speculative_decode(target, _drafter(zoo, alone), req, **kw)), (
+            method
+        )
+    assert _accepted(speculative_decode(target, _drafter(zoo, "MT"), req, **kw)) != _accepted(
+        speculative_decode(target, _drafter(zoo, "T"), req, **kw)
+    )  # the comparison has power
 
 
 def test_batch_padding_does_not_change_a_members_distribution(zoo):
@@ -177,15 +182,17 @@ def test_parse_method_and_bad_inputs(zoo):
 
 
 def test_protocol_trace_replays_to_the_engine_for_every_method(zoo):
-    from calibrate.acceptance import acceptance_trace, drafter_trace
-    from specsim.replay import replay_blocks_per_prompt
+    from calibrate.measure.acceptance_traces import acceptance_trace, drafter_trace
+    from specsim.acceptance.replay import replay_blocks_per_prompt
 
     target, req = zoo["target"], zoo["requests"][2]
     for method in ("M", "T", "MTC", "P4"):
         pt = drafter_trace(target, _drafter(zoo, method), req, max_new_tokens=NEW_TOKENS)
         assert len(pt.trace.match) == NEW_TOKENS and all(0 <= b <= 1 for b in pt.trace.beta)
         for gamma in (2, 5):
-            out = speculative_decode(target, _drafter(zoo, method), req, gamma=gamma, max_new_tokens=NEW_TOKENS)
+            out = speculative_decode(
+                target, _drafter(zoo, method), req, gamma=gamma, max_new_tokens=NEW_TOKENS
+            )
             assert replay_blocks_per_prompt([pt.trace], gamma)[0] == len(out.blocks), (method, gamma)
     # second implementation: the plain drafter's protocol trace equals the two-forward teacher-forced one
     ids = zoo["tok"](req.text.replace("<image>", "\n"), return_tensors="pt")["input_ids"]
@@ -197,15 +204,15 @@ def test_protocol_trace_replays_to_the_engine_for_every_method(zoo):
 
 
 def test_adaptive_trace_replays_the_engine_block_by_block(zoo):
-    """An adaptive ensemble's weights move per block, so its replay re-runs them (specsim.adaptive): the
+    """An adaptive ensemble's weights move per block, so its replay re-runs them (specsim.drafts.adaptive): the
     replayed accepted counts equal the engine's at every γ and under draft-length policies (a confidence
     stop reads the mixture's top probability at the block's weights), on 1, 2 and 5 images."""
-    from calibrate.acceptance import acceptance_entry, drafter_trace
-    from specsim.adaptive import AdaptiveTrace, adaptive_plan
-    from specsim.policies import parse_policy
+    from calibrate.measure.acceptance_traces import acceptance_entry, drafter_trace
+    from specsim.drafts.adaptive import AdaptiveTrace, adaptive_plan
+    from specsim.drafts.draft_plans import draft_plan
+    from specsim.drafts.policies import parse_policy
+    from specsim.predict.tau_at_gamma import tau_at
     from specsim.profile import MethodAcceptance, Trace
-    from specsim.tau import tau_at
-    from specsim.walk_drafts import draft_plan
 
     target = zoo["target"]
     for n_images, req in zoo["requests"].items():
@@ -214,19 +221,27 @@ def test_adaptive_trace_replays_the_engine_block_by_block(zoo):
         assert isinstance(ad, AdaptiveTrace) and len(ad) == len(pt.trace.match)
         assert Trace.from_json(pt.trace.to_json(), "t") == pt.trace
         for gamma in (1, 2, 3, 5, parse_policy("heuristic:2,max=4"), parse_policy("confidence:0.6,gamma=4")):
-            out = speculative_decode(target, _drafter(zoo, "adaptive:MTC"), req, gamma=gamma,
-                                     max_new_tokens=NEW_TOKENS)
+            out = speculative_decode(
+                target, _drafter(zoo, "adaptive:MTC"), req, gamma=gamma, max_new_tokens=NEW_TOKENS
+            )
             plan = adaptive_plan(ad, gamma, NEW_TOKENS)
             assert [int(e) - 1 for e in plan.emitted] == _accepted(out), (n_images, gamma)
             assert [int(g) for g in plan.drafts] == [b.gamma for b in out.blocks], (n_images, gamma)
             assert (draft_plan(gamma, pt.trace, NEW_TOKENS).start == plan.start).all()
             if isinstance(gamma, int):  # predict's τ column reads the same replay
-                entry = MethodAcceptance(method="adaptive:MTC", scenario="s", images_per_prompt=n_images,
-                                         traces=(pt.trace,))
+                entry = MethodAcceptance(
+                    method="adaptive:MTC", scenario="s", images_per_prompt=n_images, traces=(pt.trace,)
+                )
                 assert tau_at(entry, gamma)[0] == pytest.approx(len(out.tokens) / len(out.blocks))
                 # and the entry calibrate stores records the engine's blocks, not the per-token match
                 stored = acceptance_entry([pt], method="adaptive:MTC", scenario="s", reference_gamma=gamma)
-                assert list(stored.accepted_histogram) == np.bincount(_accepted(out), minlength=gamma + 1).tolist()
+                assert (
+                    list(stored.accepted_histogram)
+                    == np.bincount(_accepted(out), minlength=gamma + 1).tolist()
+                )
                 assert stored.tau == pytest.approx(len(out.tokens) / len(out.blocks))
-    assert _drafter(zoo, "MTC") is not None and drafter_trace(
-        target, _drafter(zoo, "MTC"), zoo["requests"][1], max_new_tokens=4).trace.adaptive is None
+    assert (
+        _drafter(zoo, "MTC") is not None
+        and drafter_trace(target, _drafter(zoo, "MTC"), zoo["requests"][1], max_new_tokens=4).trace.adaptive
+        is None
+    )

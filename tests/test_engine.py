@@ -6,8 +6,8 @@ import torch
 from scipy.stats import chi2, chisquare, ncx2
 
 from calibrate.drafting import TextDrafter
-from calibrate.engine import Request, accept_phase, speculative_decode, target_decode
-from calibrate.proposal import Drafter, Proposal
+from calibrate.run.engine import Request, accept_phase, speculative_decode, target_decode
+from calibrate.run.proposal import Drafter, Proposal
 from specsim.errors import SpecsimError
 from tests.tiny_pair import tiny_pair, tiny_prompts
 
@@ -46,7 +46,9 @@ def test_eos_stops_both_decoders_identically(pair):
     cut = full[: full.index(eos) + 1]
     assert target_decode(target, req, max_new_tokens=25, eos_token_id=eos).tokens == cut
     for gamma in (2, 6):
-        out = speculative_decode(target, TextDrafter(draft), req, gamma=gamma, max_new_tokens=25, eos_token_id=[eos])
+        out = speculative_decode(
+            target, TextDrafter(draft), req, gamma=gamma, max_new_tokens=25, eos_token_id=[eos]
+        )
         assert out.tokens == cut
 
 
@@ -67,7 +69,10 @@ def test_block_records_and_stage_times(pair):
         committed += prev.emitted
         assert (b.target_context_tokens, b.target_rows) == (committed, b.gamma + 1)
         full = prev.accepted == prev.gamma
-        assert b.gamma == 0 or (b.draft_context_tokens, b.draft_first_rows) == (committed - int(full), 1 + int(full))
+        assert b.gamma == 0 or (b.draft_context_tokens, b.draft_first_rows) == (
+            committed - int(full),
+            1 + int(full),
+        )
     for b in out.blocks:
         assert b.verify_ms > 0 and b.block_ms >= b.verify_ms + b.draft_ms - 1e-6
         assert (b.draft_ms > 0) == (b.gamma > 0)
@@ -91,11 +96,14 @@ def test_bad_arguments(pair):
 
 
 # --------------------------------------------------------------------------- sampling: losslessness
-P = torch.tensor([[0.30, 0.25, 0.20, 0.10, 0.10, 0.05],
-                  [0.05, 0.10, 0.15, 0.20, 0.20, 0.30],
-                  [0.40, 0.10, 0.10, 0.10, 0.10, 0.20]])
-Q = torch.tensor([[0.10, 0.40, 0.10, 0.30, 0.05, 0.05],
-                  [0.30, 0.30, 0.10, 0.10, 0.10, 0.10]])
+P = torch.tensor(
+    [
+        [0.30, 0.25, 0.20, 0.10, 0.10, 0.05],
+        [0.05, 0.10, 0.15, 0.20, 0.20, 0.30],
+        [0.40, 0.10, 0.10, 0.10, 0.10, 0.20],
+    ]
+)
+Q = torch.tensor([[0.10, 0.40, 0.10, 0.30, 0.05, 0.05], [0.30, 0.30, 0.10, 0.10, 0.10, 0.10]])
 N_SAMPLES = 60_000
 SIGNIFICANCE = 1e-3
 
@@ -110,7 +118,9 @@ def _emitted_first_two(q_claimed, n, seed):
     gen = torch.Generator().manual_seed(seed)
     logits = torch.log(P)
     first, second = np.empty(n, int), np.empty(n, int)
-    drafts_all = torch.stack([torch.multinomial(Q[i], n, replacement=True, generator=gen) for i in range(2)], 1)
+    drafts_all = torch.stack(
+        [torch.multinomial(Q[i], n, replacement=True, generator=gen) for i in range(2)], 1
+    )
     for k in range(n):
         drafts = drafts_all[k]
         nacc, nxt = accept_phase(logits, Proposal(drafts, q_claimed, 0.0), 1.0, gen)
@@ -157,8 +167,9 @@ def test_sampled_engine_end_to_end_matches_target_joint_distribution():
     gen = torch.Generator().manual_seed(0)
     counts = np.zeros(64)
     for _ in range(n):
-        out = speculative_decode(target, TextDrafter(draft), req, gamma=3, max_new_tokens=2, temperature=1.0,
-                                 generator=gen)
+        out = speculative_decode(
+            target, TextDrafter(draft), req, gamma=3, max_new_tokens=2, temperature=1.0, generator=gen
+        )
         counts[out.tokens[0] * 8 + out.tokens[1]] += 1
     keep = joint * n >= 5  # pool rare cells so the chi-square approximation holds
     obs = np.r_[counts[keep], counts[~keep].sum()]

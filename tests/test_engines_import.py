@@ -5,15 +5,16 @@ from pathlib import Path
 
 import pytest
 
-from specsim.cli import main
+from specsim.acceptance.theory import alpha_from_tau, tau_iid
+from specsim.cli.main import main
 from specsim.engines.imported import import_sglang, import_vllm
-from specsim.engines.metrics import parse_exposition, read_metrics
+from specsim.engines.metric_samples import parse_exposition, read_metrics
 from specsim.engines.vllm import SpecCounters, read_counters
 from specsim.errors import SpecsimError
-from specsim.predict import predict
-from specsim.profile import MethodAcceptance, Profile, load_profile
-from specsim.tau import tau_with_source
-from specsim.theory import alpha_from_tau, tau_iid
+from specsim.predict.prediction import predict
+from specsim.predict.tau_at_gamma import tau_with_source
+from specsim.profile import MethodAcceptance, Profile
+from specsim.profiles import load_profile
 
 DATA = Path(__file__).resolve().parents[1] / "notebooks" / "data" / "engines"
 SCRAPE_1, SCRAPE_2 = DATA / "vllm_scrape_1.prom", DATA / "vllm_scrape_2.prom"
@@ -27,7 +28,9 @@ def test_scrape_parses_with_total_suffix_and_created_samples_dropped():
     assert model == "llava-hf/llava-1.5-7b-hf"
     assert counters == SpecCounters(S2[0], S2[1], sum(S2[2]), S2[2])
     names = {s.name for s in read_metrics(SCRAPE_2)}
-    assert "vllm:spec_decode_num_drafts" in names and not any(n.endswith(("_total", "_created")) for n in names)
+    assert "vllm:spec_decode_num_drafts" in names and not any(
+        n.endswith(("_total", "_created")) for n in names
+    )
 
 
 def test_two_scrapes_give_the_window_and_its_exact_tau():
@@ -64,8 +67,25 @@ def test_get_metrics_json_equals_the_exposition_form():
 
 def test_imported_entry_predicts_exact_tau_up_to_k_and_flags_beyond(tmp_path):
     out = tmp_path / "imported.json"
-    assert main(["import", "vllm", str(SCRAPE_1), str(SCRAPE_2), "--method", "M", "--scenario", "chat",
-                 "--engine-version", "0.11.0", "--out", str(out)]) == 0
+    assert (
+        main(
+            [
+                "import",
+                "vllm",
+                str(SCRAPE_1),
+                str(SCRAPE_2),
+                "--method",
+                "M",
+                "--scenario",
+                "chat",
+                "--engine-version",
+                "0.11.0",
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     profile = load_profile(str(out))
     entry = profile.acceptance[0]
     counters, _ = read_counters([SCRAPE_1, SCRAPE_2])
@@ -83,7 +103,9 @@ def test_imported_entry_predicts_exact_tau_up_to_k_and_flags_beyond(tmp_path):
 
 def test_predict_cli_on_an_imported_only_profile(tmp_path, capsys):
     out = tmp_path / "imported.json"
-    assert main(["import", "vllm", str(SCRAPE_2), "--method", "M", "--scenario", "chat", "--out", str(out)]) == 0
+    assert (
+        main(["import", "vllm", str(SCRAPE_2), "--method", "M", "--scenario", "chat", "--out", str(out)]) == 0
+    )
     capsys.readouterr()
     assert main(["predict", "--profile", str(out), "--gamma", "3"]) == 0
     text = capsys.readouterr().out
@@ -94,12 +116,26 @@ def test_predict_cli_on_an_imported_only_profile(tmp_path, capsys):
 
 
 def test_import_adds_to_an_existing_profile_and_keeps_it(tmp_path, profile):
-    from specsim.profile import save_profile
+    from specsim.profiles import save_profile
 
     path = tmp_path / "p.json"
     save_profile(profile, path)
-    assert main(["import", "vllm", str(SCRAPE_2), "--method", "vllm-draft", "--scenario", "one",
-                 "--out", str(path)]) == 0
+    assert (
+        main(
+            [
+                "import",
+                "vllm",
+                str(SCRAPE_2),
+                "--method",
+                "vllm-draft",
+                "--scenario",
+                "one",
+                "--out",
+                str(path),
+            ]
+        )
+        == 0
+    )
     back = load_profile(str(path))
     assert [a.method for a in back.acceptance] == ["M", "MT", "vllm-draft"]
     assert back.latency == profile.latency
@@ -153,7 +189,9 @@ def test_malformed_inputs_give_one_line_and_write_nothing(tmp_path, capsys):
     _run_fails(capsys, ["import", "vllm", str(SCRAPE_2), str(SCRAPE_1)], out, "counter reset", "went down")
     # a per-position sample without its position label
     no_pos = s2.replace(',position="3"', "", 1)
-    _run_fails(capsys, ["import", "vllm", str(_bad(tmp_path, "nopos.prom", no_pos))], out, "no position label")
+    _run_fails(
+        capsys, ["import", "vllm", str(_bad(tmp_path, "nopos.prom", no_pos))], out, "no position label"
+    )
     # a position missing (0,1,2,4): K cannot be read
     gap = "\n".join(ln for ln in s2.splitlines() if 'position="3"} ' not in ln) + "\n"
     _run_fails(capsys, ["import", "vllm", str(_bad(tmp_path, "gap.prom", gap))], out, "position 3 is missing")
@@ -166,28 +204,63 @@ def test_malformed_inputs_give_one_line_and_write_nothing(tmp_path, capsys):
     # K differs between the two scrapes
     short = "\n".join(ln for ln in s1.splitlines() if 'position="4"' not in ln) + "\n"
     short = short.replace("} 2760.0", "} 2490.0").replace("} 6000.0", "} 4800.0")
-    _run_fails(capsys, ["import", "vllm", str(_bad(tmp_path, "k4.prom", short)), str(SCRAPE_2)], out,
-               "K disagrees between the scrapes")
+    _run_fails(
+        capsys,
+        ["import", "vllm", str(_bad(tmp_path, "k4.prom", short)), str(SCRAPE_2)],
+        out,
+        "K disagrees between the scrapes",
+    )
     # zero drafts in the window
-    _run_fails(capsys, ["import", "vllm", str(SCRAPE_1), str(_bad(tmp_path, "same.prom", s1))], out, "zero drafts")
+    _run_fails(
+        capsys, ["import", "vllm", str(SCRAPE_1), str(_bad(tmp_path, "same.prom", s1))], out, "zero drafts"
+    )
     # not exposition text / not a vLLM scrape / unreadable
-    _run_fails(capsys, ["import", "vllm", str(_bad(tmp_path, "junk.prom", "this is { not metrics\n"))], out,
-               "not Prometheus text exposition")
-    _run_fails(capsys, ["import", "vllm", str(DATA / "sglang_metrics.prom")], out, "no vLLM spec-decode counters")
+    _run_fails(
+        capsys,
+        ["import", "vllm", str(_bad(tmp_path, "junk.prom", "this is { not metrics\n"))],
+        out,
+        "not Prometheus text exposition",
+    )
+    _run_fails(
+        capsys, ["import", "vllm", str(DATA / "sglang_metrics.prom")], out, "no vLLM spec-decode counters"
+    )
     _run_fails(capsys, ["import", "vllm", str(tmp_path / "missing.prom")], out, "does not exist")
     # SGLang: zero verify steps, gauge at 0
     zero = '{"meta_info": {"completion_tokens": 5, "spec_verify_ct": 0}}\n'
-    _run_fails(capsys, ["import", "sglang", str(_bad(tmp_path, "z.jsonl", zero)), "--num-steps", "3"], out,
-               "zero verify steps")
+    _run_fails(
+        capsys,
+        ["import", "sglang", str(_bad(tmp_path, "z.jsonl", zero)), "--num-steps", "3"],
+        out,
+        "zero verify steps",
+    )
     idle = (DATA / "sglang_metrics.prom").read_text().replace("} 2.91", "} 0.0")
-    _run_fails(capsys, ["import", "sglang", str(_bad(tmp_path, "idle.prom", idle)), "--num-steps", "3"], out,
-               "is 0")
+    _run_fails(
+        capsys, ["import", "sglang", str(_bad(tmp_path, "idle.prom", idle)), "--num-steps", "3"], out, "is 0"
+    )
 
 
 def test_json_output_and_parse_error_detail(tmp_path, capsys):
     out = tmp_path / "p.json"
-    assert main(["import", "vllm", str(SCRAPE_1), str(SCRAPE_2), "--method", "M", "--scenario", "s",
-                 "--out", str(out), "--json", "--show-k", "6"]) == 0
+    assert (
+        main(
+            [
+                "import",
+                "vllm",
+                str(SCRAPE_1),
+                str(SCRAPE_2),
+                "--method",
+                "M",
+                "--scenario",
+                "s",
+                "--out",
+                str(out),
+                "--json",
+                "--show-k",
+                "6",
+            ]
+        )
+        == 0
+    )
     data = json.loads(capsys.readouterr().out)
     assert data["K"] == 5 and [r["extrapolated"] for r in data["tau"]] == [False] * 5 + [True]
     assert data["tau"][0]["a_k"] == pytest.approx(2220 / 3000) and data["created"] is True
@@ -196,7 +269,7 @@ def test_json_output_and_parse_error_detail(tmp_path, capsys):
 
 
 def test_shipped_profiles_still_load_unchanged():
-    from specsim.profile import shipped_profiles
+    from specsim.profiles import shipped_profiles
 
     for name, path in shipped_profiles().items():
         data = json.loads(path.read_text())
@@ -204,7 +277,7 @@ def test_shipped_profiles_still_load_unchanged():
 
 
 def test_tau_from_histogram_at_is_the_per_block_truncation():
-    from specsim.theory import tau_from_histogram, tau_from_histogram_at
+    from specsim.acceptance.theory import tau_from_histogram, tau_from_histogram_at
 
     accepted = [0, 3, 1, 3, 2, 0, 3, 3]  # blocks at K = 3
     hist = [accepted.count(j) for j in range(4)]

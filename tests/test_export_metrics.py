@@ -3,22 +3,23 @@
 import pytest
 import torch
 
-from calibrate.engine import speculative_decode
-from calibrate.export_metrics import counters_from_results, engine_tau, exposition_text
-from specsim.cli import build_parser, main
+from calibrate.measure.export_metrics import counters_from_results, engine_tau, exposition_text
+from calibrate.run.engine import speculative_decode
+from specsim.cli.main import build_parser, main
 from specsim.engines.vllm import read_counters
-from specsim.predict import predict
-from specsim.profile import load_profile
+from specsim.predict.prediction import predict
+from specsim.profiles import load_profile
 
 torch.set_num_threads(1)
 K = 5
 
 
 def _setup(argv: list[str]):
-    from calibrate.workload import load_setup
+    from calibrate.workload.run_setup import load_setup
 
-    args = build_parser().parse_args(["calibrate", "acceptance", "--threads", "1", "--no-progress",
-                                      "--out", "unused.json", *argv])
+    args = build_parser().parse_args(
+        ["calibrate", "acceptance", "--threads", "1", "--no-progress", "--out", "unused.json", *argv]
+    )
     return load_setup(args)
 
 
@@ -28,8 +29,26 @@ def _round_trip(tmp_path, results, model: str) -> dict[int, tuple[float, float]]
     s1.write_text(exposition_text(counters_from_results(results[:1]), model))
     s2.write_text(exposition_text(counters_from_results(results), model))
     out = tmp_path / "imported.json"
-    assert main(["import", "vllm", str(s1), str(s2), "--method", "M", "--scenario", "rt", "--out", str(out),
-                 "--num-speculative-tokens", str(K), "--json"]) == 0
+    assert (
+        main(
+            [
+                "import",
+                "vllm",
+                str(s1),
+                str(s2),
+                "--method",
+                "M",
+                "--scenario",
+                "rt",
+                "--out",
+                str(out),
+                "--num-speculative-tokens",
+                str(K),
+                "--json",
+            ]
+        )
+        == 0
+    )
     profile = load_profile(str(out))
     window = results[1:]  # the delta of the two scrapes
     return {k: (predict(profile, k)[0].tau, engine_tau(window, k)) for k in range(1, K + 1)}
@@ -49,8 +68,10 @@ def zoo_runs():
     setup = _setup(["--preset", "zoo", "--method", "M", "--limit", "12"])
     reqs = setup.groups[2]  # the 2-image prompts
     drafter = setup.drafter("M")
-    return [speculative_decode(setup.target, drafter, r, gamma=K, max_new_tokens=48, eos_token_id=setup.eos)
-            for r in reqs]
+    return [
+        speculative_decode(setup.target, drafter, r, gamma=K, max_new_tokens=48, eos_token_id=setup.eos)
+        for r in reqs
+    ]
 
 
 def test_zoo_round_trip_is_exact_for_every_k(zoo_runs, tmp_path):
@@ -81,8 +102,10 @@ def test_reference_pair_round_trip_is_exact(tmp_path):
     runs the full set."""
     setup = _setup(["--preset", "qwen2.5-coder-0.5b-1.5b", "--prompts", "reference", "--limit", "2"])
     drafter = setup.drafter("plain")
-    runs = [speculative_decode(setup.target, drafter, r, gamma=K, max_new_tokens=16, eos_token_id=setup.eos)
-            for r in setup.requests]
+    runs = [
+        speculative_decode(setup.target, drafter, r, gamma=K, max_new_tokens=16, eos_token_id=setup.eos)
+        for r in setup.requests
+    ]
     pairs = _round_trip(tmp_path, runs, "qwen2.5-coder-1.5b")
     for k, (imported, engine) in pairs.items():
         assert imported == engine, k

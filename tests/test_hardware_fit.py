@@ -5,7 +5,7 @@ import pytest
 
 from specsim.errors import SpecsimError
 from specsim.hardware.device import Device
-from specsim.hardware.fit import (
+from specsim.hardware.efficiency_fit import (
     fit_efficiency,
     holdout,
     points_from_latency,
@@ -16,27 +16,60 @@ from specsim.hardware.model import spec_from_config
 from specsim.hardware.roofline import Efficiency, decode_ms, prefill_ms, verify_ms
 from specsim.profile import Curve, LatencySection
 
-TARGET = spec_from_config({"model_type": "qwen2", "hidden_size": 1536, "intermediate_size": 8960,
-                           "num_hidden_layers": 28, "num_attention_heads": 12, "num_key_value_heads": 2,
-                           "vocab_size": 151936, "tie_word_embeddings": True}, "t", dtype="float32")
-DRAFT = spec_from_config({"model_type": "qwen2", "hidden_size": 896, "intermediate_size": 4864,
-                          "num_hidden_layers": 24, "num_attention_heads": 14, "num_key_value_heads": 2,
-                          "vocab_size": 151936, "tie_word_embeddings": True}, "d", dtype="float32")
+TARGET = spec_from_config(
+    {
+        "model_type": "qwen2",
+        "hidden_size": 1536,
+        "intermediate_size": 8960,
+        "num_hidden_layers": 28,
+        "num_attention_heads": 12,
+        "num_key_value_heads": 2,
+        "vocab_size": 151936,
+        "tie_word_embeddings": True,
+    },
+    "t",
+    dtype="float32",
+)
+DRAFT = spec_from_config(
+    {
+        "model_type": "qwen2",
+        "hidden_size": 896,
+        "intermediate_size": 4864,
+        "num_hidden_layers": 24,
+        "num_attention_heads": 14,
+        "num_key_value_heads": 2,
+        "vocab_size": 151936,
+        "tie_word_embeddings": True,
+    },
+    "d",
+    dtype="float32",
+)
 MODELS = {"target": TARGET, "draft": DRAFT}
-DEV = Device(name="box", display_name="box", kind="cpu", memory_bandwidth_bytes_per_s=20e9,
-             peak_flops_per_s=400e9, memory_bytes=64e9, peak_flops_dtype="fp32")
+DEV = Device(
+    name="box",
+    display_name="box",
+    kind="cpu",
+    memory_bandwidth_bytes_per_s=20e9,
+    peak_flops_per_s=400e9,
+    memory_bytes=64e9,
+    peak_flops_dtype="fp32",
+)
 TRUE = Efficiency(compute=0.35, memory=0.7, overhead_ms=2.0, overhead_ms_per_layer=0.0, source="truth")
 CTX = (64.0, 256.0, 1024.0, 2048.0)
 PROMPTS = (16.0, 64.0, 256.0, 1024.0)
 
 
-def synthetic_latency(eff: Efficiency, rng: np.random.Generator | None = None, noise: float = 0.0) -> LatencySection:
+def synthetic_latency(
+    eff: Efficiency, rng: np.random.Generator | None = None, noise: float = 0.0
+) -> LatencySection:
     """The tables calibrate would measure if the machine followed the roofline exactly (times lognormal noise)."""
+
     def curve(x, ms):
         ms = np.asarray(ms, dtype=float)
         if rng is not None:
             ms = ms * np.exp(rng.normal(0.0, noise, ms.shape))
         return Curve(tuple(float(v) for v in x), tuple(float(v) for v in ms))
+
     gammas = np.arange(1, 9, dtype=float)
     return LatencySection(
         target_decode_ms_by_context=curve(CTX, decode_ms(TARGET, DEV, eff, np.array(CTX))),
@@ -44,8 +77,11 @@ def synthetic_latency(eff: Efficiency, rng: np.random.Generator | None = None, n
         target_prefill_ms_by_tokens=curve(PROMPTS, prefill_ms(TARGET, DEV, eff, np.array(PROMPTS))),
         draft_prefill_ms_by_tokens=curve(PROMPTS, prefill_ms(DRAFT, DEV, eff, np.array(PROMPTS))),
         target_verify_ms_by_gamma=curve(gammas, verify_ms(TARGET, DEV, eff, gammas, 256)),
-        draft_decode_ms_by_batch=curve((1.0, 2.0, 4.0, 8.0), decode_ms(DRAFT, DEV, eff, 256, np.array([1, 2, 4, 8]))),
-        verify_context_tokens=256)
+        draft_decode_ms_by_batch=curve(
+            (1.0, 2.0, 4.0, 8.0), decode_ms(DRAFT, DEV, eff, 256, np.array([1, 2, 4, 8]))
+        ),
+        verify_context_tokens=256,
+    )
 
 
 def test_points_from_latency_covers_every_table():
@@ -71,7 +107,9 @@ def test_fit_recovers_known_efficiencies_exactly():
 def test_fit_with_noise_and_per_layer_overhead():
     truth = Efficiency(compute=0.5, memory=0.6, overhead_ms=1.0, overhead_ms_per_layer=0.1)
     points, _ = points_from_latency(synthetic_latency(truth, np.random.default_rng(7), noise=0.02))
-    fit = fit_efficiency(points, MODELS, DEV, free=("compute", "memory", "overhead_ms", "overhead_ms_per_layer"))
+    fit = fit_efficiency(
+        points, MODELS, DEV, free=("compute", "memory", "overhead_ms", "overhead_ms_per_layer")
+    )
     e = fit.efficiency
     assert e.compute == pytest.approx(0.5, rel=0.08) and e.memory == pytest.approx(0.6, rel=0.08)
     # Total per-pass overhead of the target is what the data pins (28 vs 24 layers barely separate the terms).
@@ -81,8 +119,10 @@ def test_fit_with_noise_and_per_layer_overhead():
 
 def test_memory_bound_only_data_leaves_compute_unconstrained():
     lat = synthetic_latency(TRUE)
-    only_decode = LatencySection(target_decode_ms_by_context=lat.target_decode_ms_by_context,
-                                 draft_decode_ms_by_context=lat.draft_decode_ms_by_context)
+    only_decode = LatencySection(
+        target_decode_ms_by_context=lat.target_decode_ms_by_context,
+        draft_decode_ms_by_context=lat.draft_decode_ms_by_context,
+    )
     points, _ = points_from_latency(only_decode)
     fit = fit_efficiency(points, MODELS, DEV)
     assert fit.constrained["memory"] and not fit.constrained["compute"]

@@ -8,16 +8,39 @@ from specsim.errors import SpecsimError
 from specsim.hardware.model import load_model_spec, preset_names, spec_from_config
 from specsim.presets import pair_models as load_pair
 
-LLAVA = {"model_type": "llava", "image_seq_length": 576,
-         "text_config": {"model_type": "llama", "hidden_size": 4096, "intermediate_size": 11008,
-                         "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 32,
-                         "vocab_size": 32064},
-         "vision_config": {"model_type": "clip_vision_model", "hidden_size": 1024, "intermediate_size": 4096,
-                           "num_hidden_layers": 24, "num_attention_heads": 16, "image_size": 336,
-                           "patch_size": 14}}
-QWEN_1_5B = {"model_type": "qwen2", "hidden_size": 1536, "intermediate_size": 8960, "num_hidden_layers": 28,
-             "num_attention_heads": 12, "num_key_value_heads": 2, "vocab_size": 151936,
-             "tie_word_embeddings": True, "torch_dtype": "bfloat16"}
+LLAVA = {
+    "model_type": "llava",
+    "image_seq_length": 576,
+    "text_config": {
+        "model_type": "llama",
+        "hidden_size": 4096,
+        "intermediate_size": 11008,
+        "num_hidden_layers": 32,
+        "num_attention_heads": 32,
+        "num_key_value_heads": 32,
+        "vocab_size": 32064,
+    },
+    "vision_config": {
+        "model_type": "clip_vision_model",
+        "hidden_size": 1024,
+        "intermediate_size": 4096,
+        "num_hidden_layers": 24,
+        "num_attention_heads": 16,
+        "image_size": 336,
+        "patch_size": 14,
+    },
+}
+QWEN_1_5B = {
+    "model_type": "qwen2",
+    "hidden_size": 1536,
+    "intermediate_size": 8960,
+    "num_hidden_layers": 28,
+    "num_attention_heads": 12,
+    "num_key_value_heads": 2,
+    "vocab_size": 151936,
+    "tie_word_embeddings": True,
+    "torch_dtype": "bfloat16",
+}
 
 
 def test_llava_7b_sizes():
@@ -31,8 +54,14 @@ def test_llava_7b_sizes():
 
 
 def test_llava_text_config_defaults_like_transformers():
-    m = spec_from_config({"model_type": "llava", "text_config": {"model_type": "llama"},
-                          "vision_config": {"image_size": 336, "patch_size": 14}}, "minimal")
+    m = spec_from_config(
+        {
+            "model_type": "llava",
+            "text_config": {"model_type": "llama"},
+            "vision_config": {"image_size": 336, "patch_size": 14},
+        },
+        "minimal",
+    )
     assert (m.layers, m.hidden, m.intermediate, m.vocab) == (32, 4096, 11008, 32000)
     assert m.vision.image_tokens == 576
 
@@ -47,8 +76,9 @@ def test_qwen_gqa_and_tied_embeddings():
 
 def test_bad_configs_name_the_problem():
     with pytest.raises(SpecsimError, match="num_hidden_layers"):
-        spec_from_config({"model_type": "mystery", "hidden_size": 64, "num_attention_heads": 4,
-                          "vocab_size": 10}, "m")
+        spec_from_config(
+            {"model_type": "mystery", "hidden_size": 64, "num_attention_heads": 4, "vocab_size": 10}, "m"
+        )
     with pytest.raises(SpecsimError, match="hidden_size.*expected an integer"):
         spec_from_config({**QWEN_1_5B, "hidden_size": -3}, "m")
     with pytest.raises(SpecsimError, match="dtype"):

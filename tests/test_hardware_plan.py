@@ -5,20 +5,36 @@ import json
 import numpy as np
 import pytest
 
-from specsim.cli import main
+from specsim.acceptance.theory import tau_iid
+from specsim.cli.main import main
 from specsim.hardware.device import Device, load_device
 from specsim.hardware.model import preset_names, spec_from_config
 from specsim.hardware.plan import MethodTau, plan_hardware, ranking, speedup_crossover_batch
 from specsim.hardware.roofline import Efficiency, decode_ms, verify_ms
-from specsim.profile import MethodAcceptance, save_profile
-from specsim.theory import tau_iid
+from specsim.profile import MethodAcceptance
+from specsim.profiles import save_profile
 from tests.conftest import make_profile
 
-QWEN = {"model_type": "qwen2", "num_attention_heads": 12, "num_key_value_heads": 2, "vocab_size": 151936,
-        "tie_word_embeddings": True}
-TARGET = spec_from_config({**QWEN, "hidden_size": 1536, "intermediate_size": 8960, "num_hidden_layers": 28}, "t")
-DRAFT = spec_from_config({**QWEN, "hidden_size": 896, "intermediate_size": 4864, "num_hidden_layers": 24,
-                          "num_attention_heads": 14}, "d")
+QWEN = {
+    "model_type": "qwen2",
+    "num_attention_heads": 12,
+    "num_key_value_heads": 2,
+    "vocab_size": 151936,
+    "tie_word_embeddings": True,
+}
+TARGET = spec_from_config(
+    {**QWEN, "hidden_size": 1536, "intermediate_size": 8960, "num_hidden_layers": 28}, "t"
+)
+DRAFT = spec_from_config(
+    {
+        **QWEN,
+        "hidden_size": 896,
+        "intermediate_size": 4864,
+        "num_hidden_layers": 24,
+        "num_attention_heads": 14,
+    },
+    "d",
+)
 ENTRY = MethodAcceptance(method="M", scenario="s", images_per_prompt=0, gamma=5, tau=3.0)
 
 
@@ -33,7 +49,9 @@ def test_plan_rows_follow_the_speedup_formula_and_best_gamma():
         tp = decode_ms(TARGET, h100, eff, 512, row.batch_size)
         tq = decode_ms(DRAFT, h100, eff, 512, row.batch_size)
         gammas = np.arange(1, 9)
-        s = np.array(mt.tau) / (gammas * tq / tp + verify_ms(TARGET, h100, eff, gammas, 512, row.batch_size) / tp)
+        s = np.array(mt.tau) / (
+            gammas * tq / tp + verify_ms(TARGET, h100, eff, gammas, 512, row.batch_size) / tp
+        )
         assert row.best_gamma == int(gammas[np.argmax(s)]) and row.speedup == pytest.approx(s.max())
         assert row.sd_tokens_per_s == pytest.approx(row.target_tokens_per_s * row.speedup)
         assert row.c == pytest.approx(tq / tp)
@@ -42,10 +60,13 @@ def test_plan_rows_follow_the_speedup_formula_and_best_gamma():
 def test_speedup_stops_paying_at_large_batch_on_gqa_model():
     """GQA keeps the KV cache small, so verification turns compute-bound as the batch grows."""
     alpha = 0.6
-    entry = MethodAcceptance(method="M", scenario="s", images_per_prompt=0, gamma=5, tau=float(tau_iid(alpha, 5)))
+    entry = MethodAcceptance(
+        method="M", scenario="s", images_per_prompt=0, gamma=5, tau=float(tau_iid(alpha, 5))
+    )
     l4 = load_device("l4")
-    plan = plan_hardware(TARGET, DRAFT, [l4], [MethodTau.from_entry(entry)],
-                         batches=(1, 4, 16, 64, 256, 1024), contexts=(256,))
+    plan = plan_hardware(
+        TARGET, DRAFT, [l4], [MethodTau.from_entry(entry)], batches=(1, 4, 16, 64, 256, 1024), contexts=(256,)
+    )
     rows = sorted(plan.select(device="l4"), key=lambda r: r.batch_size)
     assert rows[0].speedup > 1.0 and rows[-1].speedup < 1.0
     crossover = speedup_crossover_batch(plan, "l4", "M", 256)
@@ -56,7 +77,9 @@ def test_speedup_stops_paying_at_large_batch_on_gqa_model():
 def test_ranking_order_and_costs():
     cheap = load_device("l4").with_price(1.0)
     devices = [cheap, load_device("h100-sxm"), load_device("a100-80gb-sxm")]
-    plan = plan_hardware(TARGET, DRAFT, devices, [MethodTau.from_entry(ENTRY)], batches=(1,), contexts=(1024,))
+    plan = plan_hardware(
+        TARGET, DRAFT, devices, [MethodTau.from_entry(ENTRY)], batches=(1,), contexts=(1024,)
+    )
     order = [r.device for r in ranking(plan, "M")]
     assert order == ["h100-sxm", "a100-80gb-sxm", "l4"]
     row = plan.select(device="l4")[0]
@@ -69,8 +92,9 @@ def test_ranking_order_and_costs():
 def test_ensemble_draft_batch_costs_more():
     h100 = load_device("h100-sxm")
     single = MethodTau.from_entry(ENTRY)
-    ensemble = MethodTau.from_entry(MethodAcceptance(method="MT", scenario="s", images_per_prompt=0, gamma=5,
-                                                     tau=3.0, draft_batch_size=4))
+    ensemble = MethodTau.from_entry(
+        MethodAcceptance(method="MT", scenario="s", images_per_prompt=0, gamma=5, tau=3.0, draft_batch_size=4)
+    )
     plan = plan_hardware(TARGET, DRAFT, [h100], [single, ensemble], batches=(32,), contexts=(1024,))
     assert plan.select(method="MT")[0].c > plan.select(method="M")[0].c
 
@@ -93,9 +117,20 @@ CFG_ARGS = ("--device", "h100-sxm", "--device", "l4", "--batch", "1,8", "--conte
 
 def _config_files(tmp_path):
     t, d = tmp_path / "t.json", tmp_path / "d.json"
-    t.write_text(json.dumps({**QWEN, "hidden_size": 1536, "intermediate_size": 8960, "num_hidden_layers": 28}))
-    d.write_text(json.dumps({**QWEN, "hidden_size": 896, "intermediate_size": 4864, "num_hidden_layers": 24,
-                             "num_attention_heads": 14}))
+    t.write_text(
+        json.dumps({**QWEN, "hidden_size": 1536, "intermediate_size": 8960, "num_hidden_layers": 28})
+    )
+    d.write_text(
+        json.dumps(
+            {
+                **QWEN,
+                "hidden_size": 896,
+                "intermediate_size": 4864,
+                "num_hidden_layers": 24,
+                "num_attention_heads": 14,
+            }
+        )
+    )
     return str(t), str(d)
 
 
@@ -104,10 +139,25 @@ def test_cli_text_json_and_plot(tmp_path, capsys):
     prof = _profile_path(tmp_path)
     rc, out, err = _run(capsys, "--target", t, "--draft", d, "--profile", prof, *CFG_ARGS)
     assert rc == 0, err
-    assert "ranking at batch 1, context 1024" in out and "assumptions:" in out and "i.i.d. extrapolation" in out
+    assert (
+        "ranking at batch 1, context 1024" in out and "assumptions:" in out and "i.i.d. extrapolation" in out
+    )
     assert out.index("h100-sxm") < out.index(" l4 ")
-    rc, out, err = _run(capsys, "--target", t, "--draft", d, "--profile", prof, "--method", "all", "--json",
-                        "--plot", str(tmp_path / "s.png"), *CFG_ARGS)
+    rc, out, err = _run(
+        capsys,
+        "--target",
+        t,
+        "--draft",
+        d,
+        "--profile",
+        prof,
+        "--method",
+        "all",
+        "--json",
+        "--plot",
+        str(tmp_path / "s.png"),
+        *CFG_ARGS,
+    )
     assert rc == 0, err
     data = json.loads(out)
     assert data["plan"]["methods"] == ["M", "MT"] and len(data["plan"]["rows"]) == 2 * 2 * 2
@@ -117,18 +167,45 @@ def test_cli_text_json_and_plot(tmp_path, capsys):
 def test_cli_fit_profile_and_validate(tmp_path, capsys):
     t, d = _config_files(tmp_path)
     prof = _profile_path(tmp_path)
-    rc, out, err = _run(capsys, "--target", t, "--draft", d, "--profile", prof, "--fit-profile", prof,
-                        "--fit-device", "l4", "--validate", *CFG_ARGS)
+    rc, out, err = _run(
+        capsys,
+        "--target",
+        t,
+        "--draft",
+        d,
+        "--profile",
+        prof,
+        "--fit-profile",
+        prof,
+        "--fit-device",
+        "l4",
+        "--validate",
+        *CFG_ARGS,
+    )
     assert rc == 0, err
     assert "fitted: compute" in out and "held-out: rms" in out and "target decode ctx=1024" in out
-    rc, out, err = _run(capsys, "--target", t, "--draft", d, "--profile", prof, "--fit-profile", prof, *CFG_ARGS)
+    rc, out, err = _run(
+        capsys, "--target", t, "--draft", d, "--profile", prof, "--fit-profile", prof, *CFG_ARGS
+    )
     assert rc == 2 and "--fit-device" in err  # provenance device 'test' is not a catalog name
 
 
 def test_cli_fit_profile_takes_the_profiles_models(capsys):
     """--fit-profile without --pair prices the models the profile was measured with, not the default pair's."""
-    common = ("--fit-profile", "qwen2.5-coder-0.5b-1.5b-cpu", "--profile", "qwen2.5-coder-0.5b-1.5b-cpu-check",
-              "--validate", "--device", "l4", "--batch", "1", "--context", "1024", "--json")
+    common = (
+        "--fit-profile",
+        "qwen2.5-coder-0.5b-1.5b-cpu",
+        "--profile",
+        "qwen2.5-coder-0.5b-1.5b-cpu-check",
+        "--validate",
+        "--device",
+        "l4",
+        "--batch",
+        "1",
+        "--context",
+        "1024",
+        "--json",
+    )
     rc, out, err = _run(capsys, *common)
     assert rc == 0, err
     implicit = json.loads(out)
@@ -136,7 +213,9 @@ def test_cli_fit_profile_takes_the_profiles_models(capsys):
     assert rc == 0, err
     explicit = json.loads(out)
     assert (implicit["target"], implicit["draft"]) == ("qwen2.5-coder-1.5b", "qwen2.5-coder-0.5b")
-    assert implicit["fit"]["held_out_rms_rel_error"] == pytest.approx(explicit["fit"]["held_out_rms_rel_error"])
+    assert implicit["fit"]["held_out_rms_rel_error"] == pytest.approx(
+        explicit["fit"]["held_out_rms_rel_error"]
+    )
     # The zoo's models are not presets the roofline can size: a one-line error naming what to pass.
     rc, out, err = _run(capsys, "--fit-profile", "zoo-cpu", "--validate", "--device", "l4")
     assert rc == 2 and "zoo-cpu" in err and "--target/--draft" in err and len(err.strip().splitlines()) == 1
@@ -145,15 +224,18 @@ def test_cli_fit_profile_takes_the_profiles_models(capsys):
     assert rc == 2 and "no acceptance entries: pass --profile" in err and "--alpha A" in err
 
 
-@pytest.mark.parametrize("argv, message", [
-    (("--device", "tpu-v9"), "unknown device 'tpu-v9'"),
-    (("--batch", "0"), "--batch"),
-    (("--pair", "nope"), "unknown pair"),
-    (("--target", "x.json"), "give both"),
-    (("--method", "ZZ"), "unknown method 'ZZ'"),
-    (("--profile", "missing.json"), "does not exist"),
-    (("--context", "lots"), "--context"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (("--device", "tpu-v9"), "unknown device 'tpu-v9'"),
+        (("--batch", "0"), "--batch"),
+        (("--pair", "nope"), "unknown pair"),
+        (("--target", "x.json"), "give both"),
+        (("--method", "ZZ"), "unknown method 'ZZ'"),
+        (("--profile", "missing.json"), "does not exist"),
+        (("--context", "lots"), "--context"),
+    ],
+)
 def test_cli_bad_inputs_exit_2_without_traceback(capsys, argv, message):
     rc, out, err = _run(capsys, *argv)
     assert rc == 2 and message in err and "Traceback" not in err and err.count("\n") == 1

@@ -18,15 +18,29 @@ from specsim.hardware.roofline import (
     vision_ms,
 )
 
-LLAMA2_7B = {"model_type": "llama", "hidden_size": 4096, "intermediate_size": 11008, "num_hidden_layers": 32,
-             "num_attention_heads": 32, "num_key_value_heads": 32, "vocab_size": 32000,
-             "tie_word_embeddings": False, "torch_dtype": "float16"}
+LLAMA2_7B = {
+    "model_type": "llama",
+    "hidden_size": 4096,
+    "intermediate_size": 11008,
+    "num_hidden_layers": 32,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 32,
+    "vocab_size": 32000,
+    "tie_word_embeddings": False,
+    "torch_dtype": "float16",
+}
 IDEAL = Efficiency(compute=1.0, memory=1.0, overhead_ms=0.0, overhead_ms_per_layer=0.0, source="test")
 
 
 def device(bw: float, flops: float, mem: float = 80e9) -> Device:
-    return Device(name="test", display_name="test", kind="gpu", memory_bandwidth_bytes_per_s=bw,
-                  peak_flops_per_s=flops, memory_bytes=mem)
+    return Device(
+        name="test",
+        display_name="test",
+        kind="gpu",
+        memory_bandwidth_bytes_per_s=bw,
+        peak_flops_per_s=flops,
+        memory_bytes=mem,
+    )
 
 
 def test_7b_fp16_decode_on_2tbps_is_about_7ms():
@@ -59,8 +73,9 @@ def test_prefill_is_compute_bound_and_matches_flops_over_peak():
     h100 = device(3.35e12, 989e12)
     s = 2048
     flops = forward_flops(m, 1, 0, s, logits=1)
-    assert flops == pytest.approx(2 * 32 * (4 * 4096**2 + 3 * 4096 * 11008) * s + 2 * 32000 * 4096
-                                  + 4 * 32 * 32 * 128 * s * (s + 1) / 2)
+    assert flops == pytest.approx(
+        2 * 32 * (4 * 4096**2 + 3 * 4096 * 11008) * s + 2 * 32000 * 4096 + 4 * 32 * 32 * 128 * s * (s + 1) / 2
+    )
     assert bool(compute_bound(m, h100, IDEAL, 1, 0, s, logits=1))
     assert prefill_ms(m, h100, IDEAL, s) == pytest.approx(flops / 989e12 * 1e3)
 
@@ -75,7 +90,7 @@ def test_decode_crossover_near_ridge_point_without_kv():
     crossover = int(batches[np.argmax(bound)])
     # Activation traffic grows with the batch too, which pushes the crossover up a little.
     assert ridge <= crossover <= 1.3 * ridge
-    assert not bound[: int(ridge) - 1].any() and bound[crossover - 1:].all()
+    assert not bound[: int(ridge) - 1].any() and bound[crossover - 1 :].all()
 
 
 def test_mha_decode_at_long_context_stays_memory_bound():
@@ -119,9 +134,18 @@ def test_fits_memory():
 
 
 def test_vision_tower_time_positive_and_zero_without_images():
-    cfg = {"model_type": "llava", "text_config": LLAMA2_7B,
-           "vision_config": {"hidden_size": 1024, "intermediate_size": 4096, "num_hidden_layers": 24,
-                             "num_attention_heads": 16, "image_size": 336, "patch_size": 14}}
+    cfg = {
+        "model_type": "llava",
+        "text_config": LLAMA2_7B,
+        "vision_config": {
+            "hidden_size": 1024,
+            "intermediate_size": 4096,
+            "num_hidden_layers": 24,
+            "num_attention_heads": 16,
+            "image_size": 336,
+            "patch_size": 14,
+        },
+    }
     m = spec_from_config(cfg, "llava")
     dev = device(3.35e12, 989e12)
     one, zero, five = vision_ms(m.vision, 2, dev, IDEAL, np.array([1, 0, 5]))

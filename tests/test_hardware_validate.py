@@ -11,21 +11,34 @@ from specsim.hardware.device import load_device
 from specsim.hardware.model import spec_from_config
 from specsim.hardware.passes import pass_table, pass_terms
 from specsim.hardware.plan import paying_range
-from specsim.hardware.published_set import (
+from specsim.hardware.roofline import forward_ms
+from specsim.hardware.runtime import RUNTIMES_DIR, Runtime, load_runtime
+from specsim.validation.batch_sweeps import published_sweeps
+from specsim.validation.published_set import (
     PublishedSet,
     Source,
     is_reserved,
     load_published_set,
     parse_published_set,
 )
-from specsim.hardware.roofline import forward_ms
-from specsim.hardware.row_predict import predict_row, row_model
-from specsim.hardware.runtime import RUNTIMES_DIR, Runtime, load_runtime
-from specsim.hardware.sweeps import published_sweeps
-from specsim.hardware.validate import fit_all, in_sample, leave_one_source_out, load_runtimes, usable_rows
+from specsim.validation.row_predict import predict_row, row_model
+from specsim.validation.runtime_fit import (
+    fit_all,
+    in_sample,
+    leave_one_source_out,
+    load_runtimes,
+    usable_rows,
+)
 
-L70 = {"model_type": "llama", "hidden_size": 8192, "intermediate_size": 28672, "num_hidden_layers": 80,
-       "num_attention_heads": 64, "num_key_value_heads": 8, "vocab_size": 32000}
+L70 = {
+    "model_type": "llama",
+    "hidden_size": 8192,
+    "intermediate_size": 28672,
+    "num_hidden_layers": 80,
+    "num_attention_heads": 64,
+    "num_key_value_heads": 8,
+    "vocab_size": 32000,
+}
 
 
 @pytest.fixture(scope="module")
@@ -35,27 +48,52 @@ def ps():
 
 def _one_row_set(**row) -> dict:
     """A published-set document of one source and one row: a 1-GPU float16 decode-style row plus ``row``."""
-    base = {"id": "a", "source": "s", "where": "w", "target": "preset:llava-1.5-7b", "device": "l4",
-            "runtime": "vllm", "batch": 1, "weights_dtype": "float16", "kv_dtype": "float16", "gpus": 1,
-            "target_context_tokens": 10}
-    return {"schema_version": 1, "rows": [{**base, **row}],
-            "sources": {"s": {"title": "t", "authors": "a", "year": 2024, "venue": "v", "where": "w"}}}
+    base = {
+        "id": "a",
+        "source": "s",
+        "where": "w",
+        "target": "preset:llava-1.5-7b",
+        "device": "l4",
+        "runtime": "vllm",
+        "batch": 1,
+        "weights_dtype": "float16",
+        "kv_dtype": "float16",
+        "gpus": 1,
+        "target_context_tokens": 10,
+    }
+    return {
+        "schema_version": 1,
+        "rows": [{**base, **row}],
+        "sources": {"s": {"title": "t", "authors": "a", "year": 2024, "venue": "v", "where": "w"}},
+    }
 
 
 def test_pass_table_equals_forward_ms():
     """Vectorised pricing == roofline.forward_ms over dtypes, tp, rows, contexts and runtime parameters."""
     rng = np.random.default_rng(0)
     dev = load_device("a100-80gb-sxm")
-    cases = [(spec_from_config(L70, "70b", dtype=dt), b, ctx, n, tp) for dt in ("bfloat16", "int8", "int4-g32")
-             for b, ctx, n, tp in ((1, 0, 1, 1), (4, 8000, 5, 8), (64, 300, 1, 2), (2, 100, 3, 16), (1, 50, 6, 1))]
+    cases = [
+        (spec_from_config(L70, "70b", dtype=dt), b, ctx, n, tp)
+        for dt in ("bfloat16", "int8", "int4-g32")
+        for b, ctx, n, tp in ((1, 0, 1, 1), (4, 8000, 5, 8), (64, 300, 1, 2), (2, 100, 3, 16), (1, 50, 6, 1))
+    ]
     table = pass_table([pass_terms(m, dev, b, ctx, n, tp) for m, b, ctx, n, tp in cases])
     for _ in range(5):
-        rt = Runtime(name="r", overhead_ms_per_forward=rng.uniform(0, 2), overhead_ms_per_layer=rng.uniform(0, 0.5),
-                     overhead_ms_per_allreduce=rng.uniform(0, 0.05), memory_efficiency_gemv=rng.uniform(0.2, 1),
-                     memory_efficiency_gemm=rng.uniform(0.2, 1), compute_efficiency=rng.uniform(0.1, 1),
-                     compute_rows_half=rng.uniform(0, 16), attention_score_bytes=rng.uniform(0, 16),
-                     overlap=rng.uniform(0, 1), dequant_ms_per_layer=rng.uniform(0, 0.1),
-                     gemv_max_rows=rng.choice([1.0, 8.0]), gemv_int32_ops_per_weight_per_row=rng.uniform(0, 3))
+        rt = Runtime(
+            name="r",
+            overhead_ms_per_forward=rng.uniform(0, 2),
+            overhead_ms_per_layer=rng.uniform(0, 0.5),
+            overhead_ms_per_allreduce=rng.uniform(0, 0.05),
+            memory_efficiency_gemv=rng.uniform(0.2, 1),
+            memory_efficiency_gemm=rng.uniform(0.2, 1),
+            compute_efficiency=rng.uniform(0.1, 1),
+            compute_rows_half=rng.uniform(0, 16),
+            attention_score_bytes=rng.uniform(0, 16),
+            overlap=rng.uniform(0, 1),
+            dequant_ms_per_layer=rng.uniform(0, 0.1),
+            gemv_max_rows=rng.choice([1.0, 8.0]),
+            gemv_int32_ops_per_weight_per_row=rng.uniform(0, 3),
+        )
         ref = [forward_ms(m, dev, rt, b, ctx, n, tp=tp) for m, b, ctx, n, tp in cases]
         assert table.ms(rt) == pytest.approx(ref, rel=1e-12)
 
@@ -63,7 +101,9 @@ def test_pass_table_equals_forward_ms():
 def test_row_model_equals_reference_rows(ps):
     for name, rt in load_runtimes(ps).items():
         rows = [r for r in usable_rows(ps) if r.runtime == name]
-        assert row_model(ps, rows).predict(rt) == pytest.approx([predict_row(ps, r, rt) for r in rows], rel=1e-12)
+        assert row_model(ps, rows).predict(rt) == pytest.approx(
+            [predict_row(ps, r, rt) for r in rows], rel=1e-12
+        )
 
 
 def test_held_out_source_never_shapes_its_own_prediction(ps):
@@ -72,9 +112,16 @@ def test_held_out_source_never_shapes_its_own_prediction(ps):
     runtimes = load_runtimes(ps)
     base = {r.id: r for r in leave_one_source_out(ps, runtimes)}
     for key in ("gpt-fast", "vllm-20780"):
-        rows = tuple(replace(r, speedup=r.speedup and r.speedup * 1.3,
-                             target_ms_per_token=r.target_ms_per_token and r.target_ms_per_token * 1.3)
-                     if r.source == key else r for r in ps.rows)
+        rows = tuple(
+            replace(
+                r,
+                speedup=r.speedup and r.speedup * 1.3,
+                target_ms_per_token=r.target_ms_per_token and r.target_ms_per_token * 1.3,
+            )
+            if r.source == key
+            else r
+            for r in ps.rows
+        )
         moved = PublishedSet(ps.sources, ps.models, rows)
         for r in leave_one_source_out(moved, runtimes):
             if r.source == key:
@@ -113,8 +160,16 @@ def test_ratio_rows_and_their_reference(ps):
 
 
 def test_row_without_tau_must_say_why():
-    sd = {"kind": "sd", "draft": "preset:llava-1.5-7b", "draft_weights_dtype": "float16", "gamma": 3, "speedup": 1.5}
-    with pytest.raises(SpecsimError, match=r"rows\[0\].tau_derivation: missing \(a row without tau must say why"):
+    sd = {
+        "kind": "sd",
+        "draft": "preset:llava-1.5-7b",
+        "draft_weights_dtype": "float16",
+        "gamma": 3,
+        "speedup": 1.5,
+    }
+    with pytest.raises(
+        SpecsimError, match=r"rows\[0\].tau_derivation: missing \(a row without tau must say why"
+    ):
         parse_published_set(_one_row_set(**sd), "mine.json")
     data = _one_row_set(**sd, tau_derivation="the source gives no acceptance figure")
     (parsed,) = parse_published_set(data, "mine.json").rows
@@ -122,8 +177,14 @@ def test_row_without_tau_must_say_why():
 
 
 def test_reserved_sources_by_title_or_venue():
-    eagle = Source("eagle2", "EAGLE-2: Faster Inference of Language Models with Dynamic Draft Trees", "Li et al.",
-                   2024, "EMNLP", "Table 1")
+    eagle = Source(
+        "eagle2",
+        "EAGLE-2: Faster Inference of Language Models with Dynamic Draft Trees",
+        "Li et al.",
+        2024,
+        "EMNLP",
+        "Table 1",
+    )
     board = Source("x", "Leaderboard", "Xia et al.", 2024, "https://github.com/hemingkx/Spec-Bench", "SpS")
     vllm_issue = Source("v", "[Bug]: Eagle 3 vs Eagle 1 in vLLM", "someone", 2025, "vllm issue", "table")
     assert is_reserved(eagle) and is_reserved(board) and not is_reserved(vllm_issue)
@@ -142,26 +203,41 @@ def test_published_set_has_batch_and_long_context_rows(ps):
 def test_paying_range_by_hand():
     b = [1, 2, 4, 8, 16]
     assert paying_range(b, [1.5, 1.2, 0.9, 0.8, 0.7]) == (1, 4)
-    assert paying_range(b, [0.8, 0.9, 1.1, 1.3, 1.4]) == (4, None)  # self-speculation: pays only at large batch
+    assert paying_range(b, [0.8, 0.9, 1.1, 1.3, 1.4]) == (
+        4,
+        None,
+    )  # self-speculation: pays only at large batch
     assert paying_range(b, [0.8] * 5) == (None, None)
     assert paying_range(b, [1.1, 0.9, 1.2, 0.9, 0.8]) == (1, 8)  # stops for good after the last paying batch
 
 
 def test_pass_rows_price_one_forward_over_their_new_positions(ps):
     """A ``pass`` row (llama-bench ``pp N``) is one target forward over N new positions: ms = 1000·N / (t/s)."""
-    rows = sorted((r for r in ps.rows if r.kind == "pass" and r.source == "llamacpp-5625"),
-                  key=lambda r: r.pass_new_tokens)
-    assert [r.pass_new_tokens for r in rows] == list(range(1, 9)) and all(r.observable == "pass_ms" for r in rows)
+    rows = sorted(
+        (r for r in ps.rows if r.kind == "pass" and r.source == "llamacpp-5625"),
+        key=lambda r: r.pass_new_tokens,
+    )
+    assert [r.pass_new_tokens for r in rows] == list(range(1, 9)) and all(
+        r.observable == "pass_ms" for r in rows
+    )
     tps = float(rows[3].where.rsplit(": ", 1)[1].split()[0])
     assert rows[3].measured == pytest.approx(1000.0 * 4 / tps, rel=1e-4)
     rt = load_runtime("llama.cpp")
     target = ps.model(rows[0].target, rows[0].weights_dtype, rows[0].kv_dtype)
     dev = load_device(rows[0].device)
     predicted = [predict_row(ps, r, rt) for r in rows]
-    assert predicted == pytest.approx([float(forward_ms(target, dev, rt, 1, 0, n)) for n in range(1, 9)], rel=1e-12)
+    assert predicted == pytest.approx(
+        [float(forward_ms(target, dev, rt, 1, 0, n)) for n in range(1, 9)], rel=1e-12
+    )
     assert predicted[1] > predicted[0] and np.all(np.diff(predicted) >= 0)
-    row = {"id": "p", "kind": "pass", "runtime": "llama.cpp", "weights_dtype": "q8_0", "target_context_tokens": 0,
-           "pass_new_tokens": 4}
+    row = {
+        "id": "p",
+        "kind": "pass",
+        "runtime": "llama.cpp",
+        "weights_dtype": "q8_0",
+        "target_context_tokens": 0,
+        "pass_new_tokens": 4,
+    }
     with pytest.raises(SpecsimError, match=r"rows\[0\].pass_ms: missing"):
         parse_published_set(_one_row_set(**row), "mine.json")
     with pytest.raises(SpecsimError, match=r"rows\[0\].pass_new_tokens: expected an integer >= 1"):

@@ -7,12 +7,12 @@ import time
 
 import pytest
 
-from specsim.cli import main
+from specsim.cli.main import main
+from specsim.drafts.policies import parse_policy
+from specsim.drafts.trees import TreeSpec, parse_tree
 from specsim.errors import SpecsimError
-from specsim.hardware.published_set import parse_published_set
 from specsim.hardware.roofline import Efficiency
-from specsim.policies import parse_policy
-from specsim.trees import TreeSpec, parse_tree
+from specsim.validation.published_set import parse_published_set
 from tests.test_fuzz_commands import ENGINES, _small_published_set
 
 
@@ -41,9 +41,9 @@ def test_schema_version_is_an_exact_integer(version):
 
 def test_calibrate_records_need_their_exact_schema_version(tmp_path):
     pytest.importorskip("torch")
-    from calibrate import latency as L
-    from calibrate.engine import DecodeResult
-    from calibrate.timing import Timing
+    from calibrate.measure import latency_plan as L
+    from calibrate.run.decode_records import DecodeResult
+    from calibrate.run.timing import Timing
 
     timing = Timing(1.0, 0.1, 3, 0.01, (1.0, 1.0, 1.0))
     with pytest.raises(SpecsimError, match="schema_version 1, got true"):
@@ -69,19 +69,30 @@ def _set_with(mutate):
     return data
 
 
-@pytest.mark.parametrize("mutate, message", [
-    (lambda d: d.update(models=[1, 2]), "fuzz.json.models: expected an object of model configs"),
-    (lambda d: d["models"].update(x={"source": "s"}), "models['x']: expected an object with a 'config' object"),
-    (lambda d: d["rows"][0].update(flags=5), "rows[0].flags: expected a list of strings"),
-    (lambda d: d["rows"][0].update(weights_dtype=5), "rows[0].weights_dtype: expected a string"),
-    (lambda d: d["rows"][0].update(tau_derivation={"a": 1}), "rows[0].tau_derivation: expected a string"),
-    (lambda d: d["rows"][0].update(batch=10**9), "rows[0].batch: expected a value in 1..4096"),
-    (lambda d: d["rows"][0].update(target_context_tokens=1e30), "target_context_tokens: expected a value in 0..16777216"),
-    (lambda d: d["rows"][0].update(gpus=10**6), "rows[0].gpus: expected a value in 1..1024"),
-    (lambda d: d["rows"][0].update(multimodal="yes"), "rows[0].multimodal: expected true or false"),
-    (lambda d: d["rows"][0].update(extra_draft_forwards_per_block=-1),
-     "rows[0].extra_draft_forwards_per_block: expected a number >= 0"),
-])
+@pytest.mark.parametrize(
+    "mutate, message",
+    [
+        (lambda d: d.update(models=[1, 2]), "fuzz.json.models: expected an object of model configs"),
+        (
+            lambda d: d["models"].update(x={"source": "s"}),
+            "models['x']: expected an object with a 'config' object",
+        ),
+        (lambda d: d["rows"][0].update(flags=5), "rows[0].flags: expected a list of strings"),
+        (lambda d: d["rows"][0].update(weights_dtype=5), "rows[0].weights_dtype: expected a string"),
+        (lambda d: d["rows"][0].update(tau_derivation={"a": 1}), "rows[0].tau_derivation: expected a string"),
+        (lambda d: d["rows"][0].update(batch=10**9), "rows[0].batch: expected a value in 1..4096"),
+        (
+            lambda d: d["rows"][0].update(target_context_tokens=1e30),
+            "target_context_tokens: expected a value in 0..16777216",
+        ),
+        (lambda d: d["rows"][0].update(gpus=10**6), "rows[0].gpus: expected a value in 1..1024"),
+        (lambda d: d["rows"][0].update(multimodal="yes"), "rows[0].multimodal: expected true or false"),
+        (
+            lambda d: d["rows"][0].update(extra_draft_forwards_per_block=-1),
+            "rows[0].extra_draft_forwards_per_block: expected a number >= 0",
+        ),
+    ],
+)
 def test_published_set_structure_and_ranges(mutate, message):
     with pytest.raises(SpecsimError) as err:
         parse_published_set(_set_with(mutate), "fuzz.json")
@@ -111,13 +122,16 @@ def test_trees_are_capped_before_they_are_built():
         parse_tree("chain:5000")
 
 
-@pytest.mark.parametrize("text, message", [
-    ("fixed:5000", "gamma: expected an integer in 1..1024"),
-    ("heuristic:5,max=2", "max: expected an integer in 5..1024"),
-    ("confidence:0.4,gamma=100000", "gamma: expected an integer in 1..1024"),
-    ("batch:1=5,8=3@100000", "batch size: expected an integer in 1..4096"),
-    ("batch:1=5,100000=3", "batch: expected an integer in 1..4096"),
-])
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("fixed:5000", "gamma: expected an integer in 1..1024"),
+        ("heuristic:5,max=2", "max: expected an integer in 5..1024"),
+        ("confidence:0.4,gamma=100000", "gamma: expected an integer in 1..1024"),
+        ("batch:1=5,8=3@100000", "batch size: expected an integer in 1..4096"),
+        ("batch:1=5,100000=3", "batch: expected an integer in 1..4096"),
+    ],
+)
 def test_policies_are_capped_and_say_which_value(text, message):
     with pytest.raises(SpecsimError) as err:
         parse_policy(text)
@@ -128,81 +142,179 @@ def test_policies_are_capped_and_say_which_value(text, message):
 SCRAPES = [str(ENGINES / "vllm_scrape_1.prom"), str(ENGINES / "vllm_scrape_2.prom")]
 
 
-@pytest.mark.parametrize("extra, message", [
-    (["--show-k", "2000"], "argument --show-k: expected an integer in 1..1024"),
-    (["--images-per-prompt", "5000"], "argument --images-per-prompt: expected an integer in 0..1024"),
-    (["--num-speculative-tokens", "99999"], "argument --num-speculative-tokens: expected an integer in 1..1024"),
-])
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (["--show-k", "2000"], "argument --show-k: expected an integer in 1..1024"),
+        (["--images-per-prompt", "5000"], "argument --images-per-prompt: expected an integer in 0..1024"),
+        (
+            ["--num-speculative-tokens", "99999"],
+            "argument --num-speculative-tokens: expected an integer in 1..1024",
+        ),
+    ],
+)
 def test_import_flags_are_bounded(tmp_path, capsys, extra, message):
     out = tmp_path / "p.json"
-    _one_line_error(capsys, ["import", "vllm", *SCRAPES, "--method", "m", "--scenario", "s", "--out", str(out),
-                             *extra], message)
+    _one_line_error(
+        capsys,
+        ["import", "vllm", *SCRAPES, "--method", "m", "--scenario", "s", "--out", str(out), *extra],
+        message,
+    )
     assert not out.exists()
 
 
 def test_import_sglang_steps_are_bounded(tmp_path, capsys):
-    _one_line_error(capsys, ["import", "sglang", str(ENGINES / "sglang_metrics.prom"), "--num-steps", "5000",
-                             "--method", "m", "--scenario", "s", "--out", str(tmp_path / "p.json")],
-                    "argument --num-steps: expected an integer in 1..1024")
+    _one_line_error(
+        capsys,
+        [
+            "import",
+            "sglang",
+            str(ENGINES / "sglang_metrics.prom"),
+            "--num-steps",
+            "5000",
+            "--method",
+            "m",
+            "--scenario",
+            "s",
+            "--out",
+            str(tmp_path / "p.json"),
+        ],
+        "argument --num-steps: expected an integer in 1..1024",
+    )
 
 
-@pytest.mark.parametrize("extra, message", [
-    (["--gamma-max", "5000"], "--gamma-max: expected one integer in 1..1024 (gamma)"),
-    (["--context", "100000000"], "--context: expected one integer in 0..16777216 (tokens)"),
-    (["--min-speedup", "inf"], "argument --min-speedup: expected a finite number"),
-    (["--at-batch", "100000"], "argument --at-batch: expected an integer in 1..4096"),
-])
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (["--gamma-max", "5000"], "--gamma-max: expected one integer in 1..1024 (gamma)"),
+        (["--context", "100000000"], "--context: expected one integer in 0..16777216 (tokens)"),
+        (["--min-speedup", "inf"], "argument --min-speedup: expected a finite number"),
+        (["--at-batch", "100000"], "argument --at-batch: expected an integer in 1..4096"),
+    ],
+)
 def test_recommend_flags_are_bounded(tmp_path, capsys, extra, message):
     prof = tmp_path / "p.json"
-    assert main(["import", "vllm", *SCRAPES, "--method", "m", "--scenario", "s", "--draft", "org/d", "--out",
-                 str(prof)]) == 0
+    assert (
+        main(
+            [
+                "import",
+                "vllm",
+                *SCRAPES,
+                "--method",
+                "m",
+                "--scenario",
+                "s",
+                "--draft",
+                "org/d",
+                "--out",
+                str(prof),
+            ]
+        )
+        == 0
+    )
     capsys.readouterr()
-    _one_line_error(capsys, ["recommend", "--engine", "vllm", "--profile", str(prof), "--pair", "llava-1.5-7b-68m",
-                             *extra], message)
+    _one_line_error(
+        capsys,
+        ["recommend", "--engine", "vllm", "--profile", str(prof), "--pair", "llava-1.5-7b-68m", *extra],
+        message,
+    )
 
 
 # --------------------------------------------------------------------------- calibrate flags before models
-@pytest.mark.parametrize("extra, message", [
-    (["--rel-halfwidth", "1.5"], "--rel-halfwidth: expected a fraction in (0, 1)"),
-    (["--rel-halfwidth", "nan"], "argument --rel-halfwidth: expected a finite number"),
-    (["--min-repeats", "10", "--max-repeats", "5"], "--min-repeats/--max-repeats: expected min <= max, got 10 and 5"),
-    (["--max-repeats", "3"], "--min-repeats/--max-repeats: expected min <= max, got 5 and 3"),
-])
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (["--rel-halfwidth", "1.5"], "--rel-halfwidth: expected a fraction in (0, 1)"),
+        (["--rel-halfwidth", "nan"], "argument --rel-halfwidth: expected a finite number"),
+        (
+            ["--min-repeats", "10", "--max-repeats", "5"],
+            "--min-repeats/--max-repeats: expected min <= max, got 10 and 5",
+        ),
+        (["--max-repeats", "3"], "--min-repeats/--max-repeats: expected min <= max, got 5 and 3"),
+    ],
+)
 def test_latency_flags_fail_before_models_load(tmp_path, capsys, monkeypatch, extra, message):
     pytest.importorskip("torch")
-    from calibrate import workload as CL
+    from calibrate.workload import run_setup as CL
 
-    monkeypatch.setattr(CL, "latency_models", lambda args: pytest.fail("models loaded before the flags were checked"))
-    _one_line_error(capsys, ["calibrate", "latency", "--target-config", "llava-1.5-68m", "--draft-config",
-                             "llava-1.5-68m", "--out", str(tmp_path / "p.json"), *extra], message)
+    monkeypatch.setattr(
+        CL, "latency_models", lambda args: pytest.fail("models loaded before the flags were checked")
+    )
+    _one_line_error(
+        capsys,
+        [
+            "calibrate",
+            "latency",
+            "--target-config",
+            "llava-1.5-68m",
+            "--draft-config",
+            "llava-1.5-68m",
+            "--out",
+            str(tmp_path / "p.json"),
+            *extra,
+        ],
+        message,
+    )
 
 
 def test_acceptance_limit_is_an_argument_error(tmp_path, capsys):
     pytest.importorskip("torch")
-    _one_line_error(capsys, ["calibrate", "acceptance", "--target", "t.json", "--draft", "d.json", "--limit", "-1",
-                             "--out", str(tmp_path / "p.json")], "argument --limit: expected an integer in 1..")
+    _one_line_error(
+        capsys,
+        [
+            "calibrate",
+            "acceptance",
+            "--target",
+            "t.json",
+            "--draft",
+            "d.json",
+            "--limit",
+            "-1",
+            "--out",
+            str(tmp_path / "p.json"),
+        ],
+        "argument --limit: expected an integer in 1..",
+    )
 
 
 def test_check_finds_a_missing_acceptance_entry_before_measuring(tmp_path, capsys, monkeypatch):
     pytest.importorskip("torch")
-    import calibrate.check as CC
-    from specsim.profile import save_profile
+    import calibrate.measure.check_runs as CC
+    from specsim.profiles import save_profile
     from tests.conftest import make_profile
     from tests.test_check import TINY
 
-    monkeypatch.setattr(CC, "run_check", lambda *a, **k: pytest.fail("measured before the entry was looked up"))
+    monkeypatch.setattr(
+        CC, "run_check", lambda *a, **k: pytest.fail("measured before the entry was looked up")
+    )
     cfg = tmp_path / "tiny.json"
     cfg.write_text(json.dumps(TINY))
     prompts = tmp_path / "p.jsonl"
     prompts.write_text('{"id": "x", "prompt": "def add(a, b):"}\n')
     prof = save_profile(make_profile(acceptance=()), tmp_path / "p.json")
-    _one_line_error(capsys, ["check", "--profile", str(prof), "--target", str(cfg), "--draft", str(cfg), "--prompts",
-                             str(prompts), "--threads", "1", "--no-progress"], "no acceptance entry")
+    _one_line_error(
+        capsys,
+        [
+            "check",
+            "--profile",
+            str(prof),
+            "--target",
+            str(cfg),
+            "--draft",
+            str(cfg),
+            "--prompts",
+            str(prompts),
+            "--threads",
+            "1",
+            "--no-progress",
+        ],
+        "no acceptance entry",
+    )
 
 
 def test_max_memory_sizes_are_bounded():
     pytest.importorskip("torch")
-    from calibrate.placement import parse_max_memory
+    from calibrate.models.placement import parse_max_memory
 
     with pytest.raises(SpecsimError, match="--max-memory: cpu: expected a value in"):
         parse_max_memory("cpu=" + "9" * 400 + "GiB")  # float inf: int() raised OverflowError before the cap
@@ -211,10 +323,12 @@ def test_max_memory_sizes_are_bounded():
 
 
 def test_reference_pair_cache_dir_that_is_a_file(tmp_path):
-    from calibrate.reference_pair import REFERENCE_PAIR, fetch_model
+    from calibrate.models.reference_pair import REFERENCE_PAIR, fetch_model
     from specsim.presets import pair
 
     (tmp_path / "file").write_text("x")
     spec = pair(REFERENCE_PAIR)["gguf"]["draft"]
     with pytest.raises(SpecsimError, match="--cache-dir .*is a file, not a folder"):
-        fetch_model(spec, tmp_path / "file" / "cache", progress=False)  # NotADirectoryError before, no download
+        fetch_model(
+            spec, tmp_path / "file" / "cache", progress=False
+        )  # NotADirectoryError before, no download

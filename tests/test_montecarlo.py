@@ -3,11 +3,11 @@
 import numpy as np
 import pytest
 
+from specsim.acceptance.montecarlo import _blocks_per_run, iid_beta_traces, simulate
+from specsim.acceptance.replay import replay_blocks_per_prompt
+from specsim.acceptance.theory import tau_iid
 from specsim.errors import SpecsimError
-from specsim.montecarlo import _blocks_per_run, iid_beta_traces, simulate
 from specsim.profile import Trace
-from specsim.replay import replay_blocks_per_prompt
-from specsim.theory import tau_iid
 
 
 @pytest.mark.parametrize("alpha,gamma", [(0.3, 1), (0.6, 3), (0.8, 5), (0.95, 8)])

@@ -7,9 +7,9 @@ import pytest
 import torch
 
 from calibrate.drafting import make_drafter
-from calibrate.engine import speculative_decode, target_decode
-from calibrate.models import LoadedModel
-from calibrate.placeholders import forbid_placeholders, placeholder_ids
+from calibrate.models.loaded_model import LoadedModel
+from calibrate.models.placeholders import forbid_placeholders, placeholder_ids
+from calibrate.run.engine import speculative_decode, target_decode
 from tests.tiny_pair import tiny_zoo
 
 torch.set_num_threads(1)
@@ -47,25 +47,44 @@ def test_sampled_sd_with_a_placeholder_loving_draft_runs_and_never_emits_it(zoo)
     unmasked.prefill(req)
     q = unmasked.propose(1, temperature=1.0, generator=gen)
     assert int(q.tokens[0]) == image_id  # the bias works: without the mask the draft proposes the placeholder
-    with pytest.raises(ValueError, match="(?i)image"):  # ... and the target cannot verify it (the bug this fixes)
-        speculative_decode(target, make_drafter("M", draft, tokenizer=zoo["tok"], captioner=zoo["captioner"]),
-                           req, gamma=2, max_new_tokens=8, temperature=1.0, generator=torch.Generator().manual_seed(0))
+    with pytest.raises(
+        ValueError, match="(?i)image"
+    ):  # ... and the target cannot verify it (the bug this fixes)
+        speculative_decode(
+            target,
+            make_drafter("M", draft, tokenizer=zoo["tok"], captioner=zoo["captioner"]),
+            req,
+            gamma=2,
+            max_new_tokens=8,
+            temperature=1.0,
+            generator=torch.Generator().manual_seed(0),
+        )
     assert forbid_placeholders(draft) == (image_id,)
     assert forbid_placeholders(draft) == (image_id,)  # idempotent: one hook only
     forbid_placeholders(target)
     for seed in range(3):
         drafter = make_drafter("M", draft, tokenizer=zoo["tok"], captioner=zoo["captioner"])
-        out = speculative_decode(target, drafter, req, gamma=3, max_new_tokens=12, temperature=1.0,
-                                 generator=torch.Generator().manual_seed(seed))
+        out = speculative_decode(
+            target,
+            drafter,
+            req,
+            gamma=3,
+            max_new_tokens=12,
+            temperature=1.0,
+            generator=torch.Generator().manual_seed(seed),
+        )
         assert image_id not in out.tokens and len(out.tokens) == 12
-        base = target_decode(target, req, max_new_tokens=12, temperature=1.0,
-                             generator=torch.Generator().manual_seed(seed))
+        base = target_decode(
+            target, req, max_new_tokens=12, temperature=1.0, generator=torch.Generator().manual_seed(seed)
+        )
         assert image_id not in base.tokens
 
 
 def test_loaded_models_are_masked(zoo):
     model = copy.deepcopy(zoo["target"])
-    LoadedModel(model=model, tokenizer=None, name="t", kind="vlm", weights="random", device="cpu", dtype="float32")
+    LoadedModel(
+        model=model, tokenizer=None, name="t", kind="vlm", weights="random", device="cpu", dtype="float32"
+    )
     req = zoo["requests"][1]
     with torch.no_grad():
         logits = model(**{"input_ids": req.input_ids, **req.target_kwargs}).logits

@@ -3,8 +3,8 @@
 import numpy as np
 import pytest
 
-from specsim.errors import SpecsimError
-from specsim.policies import (
+from specsim.acceptance.replay import replay_blocks_per_prompt
+from specsim.drafts.policies import (
     BatchTable,
     GammaPolicy,
     as_policy,
@@ -14,9 +14,9 @@ from specsim.policies import (
     replay_policy_decode_ms,
     replay_policy_tau,
 )
+from specsim.drafts.trees import chain_block_ms
+from specsim.errors import SpecsimError
 from specsim.profile import Trace
-from specsim.replay import replay_blocks_per_prompt
-from specsim.trees import chain_block_ms
 
 
 def _outcomes(blocks):
@@ -36,8 +36,21 @@ def test_parse_and_print():
         assert parse_policy(str(p)) == p
 
 
-@pytest.mark.parametrize("bad", ["", "fixed:0", "heuristic:x", "confidence", "confidence:1.5", "batch:2=3",
-                                 "batch:1=2,1=3", "heuristic:5,max=2", "heuristic:5,foo=1", "sometimes"])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        "",
+        "fixed:0",
+        "heuristic:x",
+        "confidence",
+        "confidence:1.5",
+        "batch:2=3",
+        "batch:1=2,1=3",
+        "heuristic:5,max=2",
+        "heuristic:5,foo=1",
+        "sometimes",
+    ],
+)
 def test_bad_policies_are_refused(bad):
     with pytest.raises(SpecsimError):
         parse_policy(bad)
@@ -53,7 +66,9 @@ def test_fixed_policy_replays_like_the_chain():
     rng = np.random.default_rng(0)
     matches = [rng.random(n) < 0.7 for n in (1, 5, 33, 80)]
     for g in (1, 3, 6):
-        np.testing.assert_array_equal(replay_policy_blocks_per_prompt(matches, g), replay_blocks_per_prompt(matches, g))
+        np.testing.assert_array_equal(
+            replay_policy_blocks_per_prompt(matches, g), replay_blocks_per_prompt(matches, g)
+        )
 
 
 def test_heuristic_schedule_by_hand():
@@ -66,8 +81,11 @@ def test_heuristic_schedule_by_hand():
 
 
 def test_confidence_stop_by_hand():
-    trace = Trace(match=(1,) * 8, draft_rank=(0,) * 8,
-                  draft_top_probs=tuple((p, 0.0) for p in (0.9, 0.4, 0.9, 0.9, 0.9, 0.3, 0.9, 0.9)))
+    trace = Trace(
+        match=(1,) * 8,
+        draft_rank=(0,) * 8,
+        draft_top_probs=tuple((p, 0.0) for p in (0.9, 0.4, 0.9, 0.9, 0.9, 0.3, 0.9, 0.9)),
+    )
     blocks = replay_policy_blocks(trace, parse_policy("confidence:0.5,gamma=3"))
     assert _outcomes(blocks) == [(0, 2, 2), (3, 3, 3), (7, 0, 0)]  # the low draft itself is still proposed
     with pytest.raises(SpecsimError, match="top-k"):
@@ -77,7 +95,9 @@ def test_confidence_stop_by_hand():
 def test_batch_table_can_turn_drafting_off():
     match = [np.array([1, 1, 0, 1, 1, 1])]
     assert replay_policy_blocks_per_prompt(match, parse_policy("batch:1=5,8=3,32=0@32")).tolist() == [6]
-    assert replay_policy_tau(match, parse_policy("batch:1=5,8=2@8")) == pytest.approx(6 / 2)  # blocks at 0 and 3, each of 3 tokens
+    assert replay_policy_tau(match, parse_policy("batch:1=5,8=2@8")) == pytest.approx(
+        6 / 2
+    )  # blocks at 0 and 3, each of 3 tokens
 
 
 def test_policy_decode_ms_sums_block_costs():
@@ -85,6 +105,10 @@ def test_policy_decode_ms_sums_block_costs():
     tv = lambda rows, ctx: 10.0 + rows + 0.01 * ctx  # noqa: E731
     match = np.array([1, 1, 1, 1, 1, 1, 0, 1, 0, 0, 1, 1])
     blocks = replay_policy_blocks(match, parse_policy("heuristic:2"))
-    want = sum(chain_block_ms(b.proposed, target_ms=tv, draft_ms=tq, context_tokens=20 + b.start) for b in blocks)
-    ms = replay_policy_decode_ms([match], parse_policy("heuristic:2"), target_ms=tv, draft_ms=tq, prompt_tokens=20)
+    want = sum(
+        chain_block_ms(b.proposed, target_ms=tv, draft_ms=tq, context_tokens=20 + b.start) for b in blocks
+    )
+    ms = replay_policy_decode_ms(
+        [match], parse_policy("heuristic:2"), target_ms=tv, draft_ms=tq, prompt_tokens=20
+    )
     assert ms.tolist() == pytest.approx([want])

@@ -3,31 +3,32 @@
 import pytest
 
 from specsim import SpecsimError
-from specsim.e2e import request_latency
-from specsim.latency import interp_curve, latency_ratios
-from specsim.predict import predict
+from specsim.acceptance.theory import alpha_from_tau, tau_iid
+from specsim.predict.prediction import predict
+from specsim.predict.sweep import sweep
+from specsim.predict.tau_at_gamma import tau_at
 from specsim.profile import MethodAcceptance, Trace
-from specsim.sweep import sweep
-from specsim.tau import tau_at
-from specsim.theory import alpha_from_tau, tau_iid
+from specsim.profile.cost_grid import grid_ms
 
 
-def test_measured_ratios(profile):
-    c, v = latency_ratios(profile.latency, 4)
-    assert c == pytest.approx(1.0 / 10.0)
-    assert v == pytest.approx(18.0 / 10.0)
-    c2, _ = latency_ratios(profile.latency, 4, batch_size=2)
-    assert c2 == pytest.approx(0.11)
-    assert latency_ratios(profile.latency, 4, textbook=True)[1] == 1.0
+def test_tables_become_a_one_context_cost_model(profile):
+    """A schema-1 section's tables, read at the verify context (128), are the cost model's grids."""
+    cost = profile.latency.cost_model
+    assert profile.latency.cost_model_from_tables and "cost_model" not in profile.latency.to_json()
+    assert grid_ms(cost.target_decode, 1, 128)[0] == pytest.approx(10.0)
+    assert grid_ms(cost.target_verify, 5, 128)[0] == pytest.approx(18.0)
+    assert grid_ms(cost.draft_next, 1, 128, 2)[0] == pytest.approx(1.1)
+    rows = {r.method: r for r in predict(profile, 4)}
+    assert rows["M"].c == pytest.approx(0.1) and rows["M"].v == pytest.approx(1.8)
+    assert rows["MT"].c == pytest.approx(0.11)
 
 
 def test_interpolation_and_refusal(profile):
-    curve = profile.latency.target_verify_ms_by_gamma
-    assert interp_curve(curve, 2.5, name="Tv") == pytest.approx(15.0)
-    with pytest.raises(SpecsimError, match="outside the measured range 1..8"):
-        interp_curve(curve, 9, name="Tv")
-    with pytest.raises(SpecsimError, match="outside the measured range"):
-        latency_ratios(profile.latency, 12)
+    verify = profile.latency.cost_model.target_verify
+    assert grid_ms(verify, 3.5, 128)[0] == pytest.approx(15.0)
+    with pytest.raises(SpecsimError, match="outside the measured range 2..9"):
+        grid_ms(verify, 10, 128)
+    assert "outside the measured range" in predict(profile, 12, methods=["M"])[0].note
 
 
 def test_predict_speedup_at_measured_gamma(profile):
@@ -48,8 +49,14 @@ def test_predict_other_gamma_is_flagged(profile):
 
 def test_traces_take_precedence_over_iid():
     # matches 1,1,0,1 then the target token: with gamma=2 blocks start at 0 -> accept 2 (+1) ...
-    entry = MethodAcceptance(method="X", scenario="s", images_per_prompt=0, gamma=4, tau=2.0,
-                             traces=(Trace(match=(1, 1, 0, 1, 1, 1, 1, 0)),))
+    entry = MethodAcceptance(
+        method="X",
+        scenario="s",
+        images_per_prompt=0,
+        gamma=4,
+        tau=2.0,
+        traces=(Trace(match=(1, 1, 0, 1, 1, 1, 1, 0)),),
+    )
     tau, extrapolated = tau_at(entry, 2)
     assert not extrapolated
     # replay by hand: t=0 accept 2 -> emit 3 (t=3); t=3 accept 2 (t=3,4) -> emit 3 (t=6);
@@ -66,20 +73,20 @@ def test_selection_errors(profile):
 
 
 def test_end_to_end_latency_by_hand(profile):
-    entry = profile.acceptance[0]
-    r = request_latency(profile, entry, 4, 100)
-    target_prefill = 20 + (600 - 16) * (400 - 20) / (1024 - 16)
-    draft_prefill = 2 + (600 - 16) * (40 - 2) / (1024 - 16)
-    assert r.vision_ms == 30.0
-    assert r.target_prefill_ms == pytest.approx(target_prefill)
-    assert r.draft_setup_ms == pytest.approx(draft_prefill + 30.0)
-    assert r.decode_ms == pytest.approx(100 / 2.5 * (4 * 1.0 + 18.0))
-    plain = 30 + target_prefill + 100 * 10.0
-    assert r.speedup == pytest.approx(plain / (30 + target_prefill + draft_prefill + 30 + 100 / 2.5 * 22.0))
+    """N = 100 tokens in blocks of τ = 2.5 at γ = 4 from a 600-token prompt, the first pass fused with the
+    prompt as the engine runs it: the target's over 600 + 4 rows, the draft's over its 600; the other 39
+    blocks cost 4·Tq + Tv(4) = 22 ms; target-only: its prefill, then 99 steps of 10 ms."""
+    prefill = lambda tokens, lo, hi: lo + (tokens - 16) * (hi - lo) / (1024 - 16)  # noqa: E731
+    r = predict(profile, 4, methods=["M"], new_tokens=100)[0].end_to_end
+    sd = prefill(604, 20, 400) + prefill(600, 2, 40) + 3 * 1.0 + 39 * 22.0
+    assert r["vision_ms"] == 30.0 and r["draft_setup_ms"] == pytest.approx(30.0)
+    assert r["target_prefill_ms"] == pytest.approx(prefill(600, 20, 400))
+    assert r["plain_decode_ms"] == pytest.approx(99 * 10.0)
+    assert r["decode_ms"] == pytest.approx(sd - prefill(600, 20, 400))
+    plain = 30 + prefill(600, 20, 400) + 990.0
+    assert r["speedup"] == pytest.approx(plain / (30 + 30 + sd))
     # prefill is not accelerated, so end-to-end is below the decode-phase speedup
-    assert r.speedup < predict(profile, 4, methods=["M"])[0].speedup
-    with pytest.raises(SpecsimError, match="new_tokens"):
-        request_latency(profile, entry, 4, 0)
+    assert r["speedup"] < predict(profile, 4, methods=["M"])[0].speedup
 
 
 def test_sweep_best_gamma(profile):

@@ -5,7 +5,8 @@ import json
 import pytest
 
 from specsim import SpecsimError
-from specsim.profile import Profile, load_profile, save_profile, shipped_profiles
+from specsim.profile import Profile
+from specsim.profiles import load_profile, save_profile, shipped_profiles
 from tests.conftest import make_profile
 
 
@@ -35,23 +36,38 @@ def _mutate(data: dict, path: list, value):
     return data
 
 
-@pytest.mark.parametrize("path, value, expected", [
-    (["schema_version"], 3, "schema_version: expected one of [1, 2], got 3"),
-    (["schema_version"], True, "schema_version: expected one of [1, 2], got true"),
-    (["provenance", "source"], "blog", "provenance.source: expected 'measured' or 'published"),
-    (["provenance", "target"], KeyError, "provenance.target: missing"),
-    (["provenance", "threads"], 0, "provenance.threads: expected an integer >= 1, got 0"),
-    (["latency", "target_decode_ms_by_context", "ms", 1], -3, "latency.target_decode_ms_by_context.ms[1]"),
-    (["latency", "target_decode_ms_by_context", "x"], [1024, 128], "strictly increasing"),
-    (["latency", "target_verify_ms_by_gamma", "x", 0], 0.5, "integer gamma >= 1, got 0.5"),
-    (["latency", "bogus"], 1, "unknown field 'bogus'"),
-    (["acceptance", 0, "tau"], 9.0, "acceptance[0].tau: expected 1 <= tau <= gamma+1 = 5, got 9.0"),
-    (["acceptance", 0, "tau"], "2.5", "acceptance[0].tau: expected a finite number, got '2.5'"),
-    (["acceptance", 0, "accepted_histogram"], [1, 2], "acceptance[0].accepted_histogram: expected gamma+1 = 5"),
-    (["acceptance", 0, "draft_batch_size"], 0, "acceptance[0].draft_batch_size"),
-    (["acceptance", 1, "method"], "M", "duplicate entry for method 'M'"),
-    (["acceptance", 0, "traces"], [{"match": [1, 2]}], "acceptance[0].traces[0].match[1]: expected 0 or 1, got 2"),
-])
+@pytest.mark.parametrize(
+    "path, value, expected",
+    [
+        (["schema_version"], 3, "schema_version: expected one of [1, 2], got 3"),
+        (["schema_version"], True, "schema_version: expected one of [1, 2], got true"),
+        (["provenance", "source"], "blog", "provenance.source: expected 'measured' or 'published"),
+        (["provenance", "target"], KeyError, "provenance.target: missing"),
+        (["provenance", "threads"], 0, "provenance.threads: expected an integer >= 1, got 0"),
+        (
+            ["latency", "target_decode_ms_by_context", "ms", 1],
+            -3,
+            "latency.target_decode_ms_by_context.ms[1]",
+        ),
+        (["latency", "target_decode_ms_by_context", "x"], [1024, 128], "strictly increasing"),
+        (["latency", "target_verify_ms_by_gamma", "x", 0], 0.5, "integer gamma >= 1, got 0.5"),
+        (["latency", "bogus"], 1, "unknown field 'bogus'"),
+        (["acceptance", 0, "tau"], 9.0, "acceptance[0].tau: expected 1 <= tau <= gamma+1 = 5, got 9.0"),
+        (["acceptance", 0, "tau"], "2.5", "acceptance[0].tau: expected a finite number, got '2.5'"),
+        (
+            ["acceptance", 0, "accepted_histogram"],
+            [1, 2],
+            "acceptance[0].accepted_histogram: expected gamma+1 = 5",
+        ),
+        (["acceptance", 0, "draft_batch_size"], 0, "acceptance[0].draft_batch_size"),
+        (["acceptance", 1, "method"], "M", "duplicate entry for method 'M'"),
+        (
+            ["acceptance", 0, "traces"],
+            [{"match": [1, 2]}],
+            "acceptance[0].traces[0].match[1]: expected 0 or 1, got 2",
+        ),
+    ],
+)
 def test_validation_names_field_and_value(tmp_path, profile, path, value, expected):
     data = _mutate(profile.to_json(), path, value)
     bad = tmp_path / "bad.json"
@@ -96,8 +112,15 @@ def test_with_acceptance_and_checks_replace_same_keys(profile):
     new = MethodAcceptance(method="M", scenario="one", images_per_prompt=1, gamma=4, tau=3.0)
     p2 = profile.with_acceptance([new])
     assert [a.tau for a in p2.acceptance if a.method == "M"] == [3.0]
-    row = CheckRow(method="M", scenario="one", gamma=4, tau_predicted=2.5, tau_measured=2.4,
-                   speedup_predicted=1.5, speedup_measured=1.4)
+    row = CheckRow(
+        method="M",
+        scenario="one",
+        gamma=4,
+        tau_predicted=2.5,
+        tau_measured=2.4,
+        speedup_predicted=1.5,
+        speedup_measured=1.4,
+    )
     p3 = p2.with_checks([row]).with_checks([row])
     assert len(p3.checks) == 1
     assert Profile.from_json(json.loads(json.dumps(p3.to_json()))) == p3

@@ -4,9 +4,9 @@ import json
 
 import pytest
 
-from specsim.predict import predict
-from specsim.profile import load_profile, shipped_profiles
-from specsim.published import build_profile, read_table
+from specsim.predict.prediction import predict
+from specsim.profiles import load_profile, shipped_profiles
+from specsim.profiles.ibed_tables import build_profile, read_table
 
 
 def test_committed_json_matches_builder():

@@ -29,13 +29,22 @@ def _layout() -> str:
 def test_layout_names_every_module_and_nothing_gone():
     text = _layout()
     named = set(re.findall(r"`([A-Za-z0-9_./]+)`", text))
-    files = {p for pkg in ("specsim", "calibrate") for p in (ROOT / pkg).rglob("*.py")
-             if "__pycache__" not in p.parts and p.name != "__init__.py"}
+    files = {
+        p
+        for pkg in ("specsim", "calibrate")
+        for p in (ROOT / pkg).rglob("*.py")
+        if "__pycache__" not in p.parts and p.name != "__init__.py"
+    }
     missing = sorted(str(p.relative_to(ROOT)) for p in files if p.name not in named)
     assert not missing, f"README layout does not name: {missing}"
-    folders = {p.name + "/" for pkg in ("specsim", "calibrate") for p in (ROOT / pkg).rglob("*")
-               if p.is_dir() and "__pycache__" not in p.parts and p.parent.name in ("specsim", "calibrate",
-                                                                                     "hardware", "zoo")}
+    folders = {
+        p.name + "/"
+        for pkg in ("specsim", "calibrate")
+        for p in (ROOT / pkg).rglob("*")
+        if p.is_dir()
+        and "__pycache__" not in p.parts
+        and p.parent.name in ("specsim", "calibrate", "hardware", "zoo")
+    }
     assert not folders - named, f"README layout does not name folders: {sorted(folders - named)}"
     existing = {p.name for p in files} | {"regenerate.py"}
     gone = sorted(n for n in named if n.endswith(".py") and n not in existing and not (ROOT / n).is_file())

@@ -8,17 +8,19 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from specsim.cli import main
-from specsim.engines.config import sglang_server_args, vllm_speculative_config
+from specsim.cli.main import main
+from specsim.engines.engine_config import sglang_server_args, vllm_speculative_config
 from specsim.engines.imported import import_vllm
+from specsim.engines.recommend import LatencyModel, first_losing_batch, fixed_gamma_speedups, recommend
 from specsim.errors import SpecsimError
 from specsim.hardware.device import load_device
 from specsim.hardware.model import load_model_spec, preset_names
 from specsim.hardware.roofline import Efficiency, decode_ms, verify_ms
 from specsim.presets import pair_models as load_pair
-from specsim.recommend import LatencyModel, first_losing_batch, fixed_gamma_speedups, recommend
 
-pytestmark = pytest.mark.skipif("llava-1.5-7b" not in preset_names(), reason="calibrate presets not installed")
+pytestmark = pytest.mark.skipif(
+    "llava-1.5-7b" not in preset_names(), reason="calibrate presets not installed"
+)
 DATA = Path(__file__).resolve().parents[1] / "notebooks" / "data" / "engines"
 SCRAPES = [str(DATA / "vllm_scrape_1.prom"), str(DATA / "vllm_scrape_2.prom")]
 BATCHES = (1, 8, 64, 128, 256, 512, 1024)
@@ -52,7 +54,9 @@ def test_best_gamma_per_batch_matches_a_direct_computation(setting):
     for b in BATCHES:
         s = _by_hand(entry, lm, b, 5)
         choice = rec.at(b)
-        assert choice.best_gamma == int(np.argmax(s)) + 1 and choice.best_speedup == pytest.approx(s.max(), rel=1e-9)
+        assert choice.best_gamma == int(np.argmax(s)) + 1 and choice.best_speedup == pytest.approx(
+            s.max(), rel=1e-9
+        )
         assert choice.gamma == (choice.best_gamma if s.max() >= 1 else 0)
         assert not choice.extrapolated  # gamma <= K = 5: tau read off the counters exactly
         gammas.append(choice.gamma)
@@ -89,13 +93,29 @@ def test_gamma_beyond_k_is_flagged_and_sglang_fixed_gamma(setting):
 
 def _vllm_documented_schema(config: dict) -> None:
     """Keys and types of SpeculativeConfig (vllm/config/speculative.py; docs/features/speculative_decoding)."""
-    documented = {"method": str, "model": str, "num_speculative_tokens": int,
-                  "num_speculative_tokens_per_batch_size": list, "draft_tensor_parallel_size": int,
-                  "disable_by_batch_size": int, "prompt_lookup_max": int, "prompt_lookup_min": int}
+    documented = {
+        "method": str,
+        "model": str,
+        "num_speculative_tokens": int,
+        "num_speculative_tokens_per_batch_size": list,
+        "draft_tensor_parallel_size": int,
+        "disable_by_batch_size": int,
+        "prompt_lookup_max": int,
+        "prompt_lookup_min": int,
+    }
     for key, value in config.items():
         assert key in documented and isinstance(value, documented[key]), key
-    assert config["method"] in {"ngram", "medusa", "mlp_speculator", "draft_model", "suffix", "eagle", "eagle3",
-                                "mtp", "ngram_gpu"}
+    assert config["method"] in {
+        "ngram",
+        "medusa",
+        "mlp_speculator",
+        "draft_model",
+        "suffix",
+        "eagle",
+        "eagle3",
+        "mtp",
+        "ngram_gpu",
+    }
     assert config["num_speculative_tokens"] > 0
     for entry in config.get("num_speculative_tokens_per_batch_size", []):
         assert len(entry) == 3 and all(isinstance(x, int) for x in entry)
@@ -114,14 +134,39 @@ def _sglang_documented_parser() -> argparse.ArgumentParser:
 
 def test_cli_vllm_prints_table_and_writes_valid_config(tmp_path, capsys):
     profile = tmp_path / "imported.json"
-    assert main(["import", "vllm", *SCRAPES, "--method", "M", "--scenario", "chat", "--out", str(profile)]) == 0
+    assert (
+        main(["import", "vllm", *SCRAPES, "--method", "M", "--scenario", "chat", "--out", str(profile)]) == 0
+    )
     capsys.readouterr()
     cfg, full = tmp_path / "spec.json", tmp_path / "rec.json"
-    assert main(["recommend", "--engine", "vllm", "--profile", str(profile), "--pair", "llava-1.5-7b-68m",
-                 "--context", str(CONTEXT), "--batch", ",".join(map(str, BATCHES)), "--draft-model", "my/draft",
-                 "--config-out", str(cfg), "--out", str(full)]) == 0
+    assert (
+        main(
+            [
+                "recommend",
+                "--engine",
+                "vllm",
+                "--profile",
+                str(profile),
+                "--pair",
+                "llava-1.5-7b-68m",
+                "--context",
+                str(CONTEXT),
+                "--batch",
+                ",".join(map(str, BATCHES)),
+                "--draft-model",
+                "my/draft",
+                "--config-out",
+                str(cfg),
+                "--out",
+                str(full),
+            ]
+        )
+        == 0
+    )
     text = capsys.readouterr().out
-    assert "draft length" in text and "assumptions:" in text and "num_speculative_tokens_per_batch_size" in text
+    assert (
+        "draft length" in text and "assumptions:" in text and "num_speculative_tokens_per_batch_size" in text
+    )
     config = json.loads(cfg.read_text())
     _vllm_documented_schema(config)
     assert config["model"] == "my/draft" and config["num_speculative_tokens_per_batch_size"][-1][2] == 0
@@ -132,16 +177,54 @@ def test_cli_vllm_prints_table_and_writes_valid_config(tmp_path, capsys):
 
 def test_cli_sglang_flags_parse_with_the_documented_names(tmp_path, capsys):
     profile = tmp_path / "imported.json"
-    assert main(["import", "sglang", str(DATA / "sglang_metrics.prom"), "--num-steps", "3", "--method", "EAGLE",
-                 "--scenario", "chat", "--out", str(profile)]) == 0
+    assert (
+        main(
+            [
+                "import",
+                "sglang",
+                str(DATA / "sglang_metrics.prom"),
+                "--num-steps",
+                "3",
+                "--method",
+                "EAGLE",
+                "--scenario",
+                "chat",
+                "--out",
+                str(profile),
+            ]
+        )
+        == 0
+    )
     out = tmp_path / "flags.txt"
-    assert main(["recommend", "--engine", "sglang", "--profile", str(profile), "--pair", "llava-1.5-7b-68m",
-                 "--context", str(CONTEXT), "--batch", "1,64,512", "--draft-model", "my/draft",
-                 "--config-out", str(out)]) == 0
+    assert (
+        main(
+            [
+                "recommend",
+                "--engine",
+                "sglang",
+                "--profile",
+                str(profile),
+                "--pair",
+                "llava-1.5-7b-68m",
+                "--context",
+                str(CONTEXT),
+                "--batch",
+                "1,64,512",
+                "--draft-model",
+                "my/draft",
+                "--config-out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     text = capsys.readouterr().out
     flags = _sglang_documented_parser().parse_args(shlex.split(out.read_text()))
     assert flags.speculative_algorithm == "STANDALONE" and flags.speculative_draft_model_path == "my/draft"
-    assert flags.speculative_eagle_topk == 1 and flags.speculative_num_draft_tokens == flags.speculative_num_steps + 1
+    assert (
+        flags.speculative_eagle_topk == 1
+        and flags.speculative_num_draft_tokens == flags.speculative_num_steps + 1
+    )
     assert 1 <= flags.speculative_num_steps <= 3
     assert "SGLang has one draft length" in text and "*" in text  # tau away from K = 3 is extrapolated
 
@@ -159,7 +242,9 @@ def test_recommend_bad_input(tmp_path, capsys, setting):
     with pytest.raises(SpecsimError, match="needs the draft model"):
         vllm_speculative_config(recommend(entry, lm, batches=(1,), context_tokens=CONTEXT), method="eagle")
     profile = tmp_path / "imported.json"
-    assert main(["import", "vllm", *SCRAPES, "--method", "M", "--scenario", "chat", "--out", str(profile)]) == 0
+    assert (
+        main(["import", "vllm", *SCRAPES, "--method", "M", "--scenario", "chat", "--out", str(profile)]) == 0
+    )
     capsys.readouterr()
     base = ["recommend", "--profile", str(profile), "--draft-model", "d"]
     for argv, fragment in [
@@ -168,7 +253,10 @@ def test_recommend_bad_input(tmp_path, capsys, setting):
         (["--engine", "vllm", "--pair", "llava-1.5-7b-68m", "--context", "-3"], "--context"),
         (["--engine", "vllm", "--pair", "llava-1.5-7b-68m", "--device", "tpu-v9"], "unknown device 'tpu-v9'"),
         (["--engine", "vllm", "--pair", "llava-1.5-7b-68m", "--method", "Z"], "unknown method 'Z'"),
-        (["--engine", "sglang", "--pair", "llava-1.5-7b-68m", "--batch", "1-8", "--at-batch", "9"], "--at-batch"),
+        (
+            ["--engine", "sglang", "--pair", "llava-1.5-7b-68m", "--batch", "1-8", "--at-batch", "9"],
+            "--at-batch",
+        ),
     ]:
         assert main(base + argv) == 2
         err = capsys.readouterr().err

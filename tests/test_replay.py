@@ -5,9 +5,7 @@ import time
 import numpy as np
 import pytest
 
-from specsim.errors import SpecsimError
-from specsim.profile import Trace
-from specsim.replay import (
+from specsim.acceptance.replay import (
     match_rate_by_position,
     replay_block_starts,
     replay_blocks_per_prompt,
@@ -18,7 +16,9 @@ from specsim.replay import (
     replay_traces_tau,
     tau_table,
 )
-from specsim.theory import tau_from_histogram
+from specsim.acceptance.theory import tau_from_histogram
+from specsim.errors import SpecsimError
+from specsim.profile import Trace
 
 
 def _random_traces(rng, n=20, p=0.7):
@@ -38,7 +38,7 @@ def test_vectorised_blocks_equal_reference_loop(seed):
 
 def test_limits_all_match_and_no_match():
     ones, zeros = np.ones(12, int), np.zeros(12, int)
-    assert replay_tau(ones, 3) == 4.0          # 12 positions, blocks of 4
+    assert replay_tau(ones, 3) == 4.0  # 12 positions, blocks of 4
     assert replay_tau(ones, 5) == 6.0
     assert replay_tau(ones, 4) == pytest.approx(12 / 3)  # 5 + 5 + 2 (last block capped by tokens left)
     assert replay_tau(zeros, 7) == 1.0

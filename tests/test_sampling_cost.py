@@ -1,4 +1,4 @@
-"""What sampling adds at T > 0 (specsim.sampling_cost): the contract, interpolation, and the sampled
+"""What sampling adds at T > 0 (specsim.profile.sampling_cost): the contract, interpolation, and the sampled
 check's walk pricing every draw and acceptance exactly once."""
 
 from dataclasses import replace
@@ -6,15 +6,18 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from specsim.check_sampled import _base_ms, simulate_pool
-from specsim.costmodel import CostModel
+from specsim.check.sampled import _base_ms, simulate_pool
+from specsim.drafts.block_plans import greedy_plan
 from specsim.errors import SpecsimError
+from specsim.predict.chain_costs import sd_request_cost, target_request_cost
 from specsim.profile import LatencySection
-from specsim.sampling_cost import SamplingCost
-from specsim.walk import greedy_plan, sd_request_cost, target_request_cost
+from specsim.profile.cost_model import CostModel
+from specsim.profile.sampling_cost import SamplingCost
 from tests.test_check_sampled import GAMMA, _world
 
-COST = SamplingCost(draft_step_ms=0.2, target_step_ms=0.1, accept_gammas=(0, 1, 3), accept_ms=(0.05, 0.1, 0.3))
+COST = SamplingCost(
+    draft_step_ms=0.2, target_step_ms=0.1, accept_gammas=(0, 1, 3), accept_ms=(0.05, 0.1, 0.3)
+)
 
 
 def test_accept_cost_interpolates_and_extrapolates_linearly():
@@ -28,12 +31,14 @@ def test_accept_cost_interpolates_and_extrapolates_linearly():
 def test_round_trip_and_errors_name_the_field():
     assert SamplingCost.from_json(COST.to_json()) == COST
     good = COST.to_json()
-    for bad, message in [({**good, "draft_step_ms": -1}, "draft_step_ms: expected >= 0"),
-                         ({**good, "accept_ms": [0.1]}, "accept_ms: expected 3 values"),
-                         ({**good, "accept_gammas": [0, 3, 1]}, "accept_gammas: expected strictly increasing"),
-                         ({**good, "schema_version": True}, "schema_version: expected 1"),
-                         ({**good, "extra": 1}, "unknown field 'extra'"),
-                         ({**good, "target_step_ms": float("nan")}, "target_step_ms: expected a finite number")]:
+    for bad, message in [
+        ({**good, "draft_step_ms": -1}, "draft_step_ms: expected >= 0"),
+        ({**good, "accept_ms": [0.1]}, "accept_ms: expected 3 values"),
+        ({**good, "accept_gammas": [0, 3, 1]}, "accept_gammas: expected strictly increasing"),
+        ({**good, "schema_version": True}, "schema_version: expected 1"),
+        ({**good, "extra": 1}, "unknown field 'extra'"),
+        ({**good, "target_step_ms": float("nan")}, "target_step_ms: expected a finite number"),
+    ]:
         with pytest.raises(SpecsimError, match=message):
             SamplingCost.from_json(bad)
 
@@ -62,9 +67,12 @@ def test_sampled_walk_adds_every_draw_and_acceptance_once():
         added_first = float(plan.drafts[0] * 0.2 + COST.accept_ms_at(plan.drafts[0]))
         decode = sd_request_cost(greedy, rest, fused=False, **kw).total_ms
         assert pool.decode_ms[i] == pytest.approx(decode + added_decode)
-        assert pool.request_ms[i] == pytest.approx(sd_request_cost(greedy, plan, **kw).total_ms + added_first
-                                                   + added_decode)
+        assert pool.request_ms[i] == pytest.approx(
+            sd_request_cost(greedy, plan, **kw).total_ms + added_first + added_decode
+        )
     dec_ms, dec_tok, req_ms = _base_ms(cm, specs[1], 30)
     base = target_request_cost(greedy, prompt_tokens=41, new_tokens=29, fused=False).total_ms
     assert (dec_ms, dec_tok) == (pytest.approx(base + 29 * 0.1), 29.0)
-    assert req_ms == pytest.approx(target_request_cost(greedy, prompt_tokens=40, new_tokens=30).total_ms + 3.0)
+    assert req_ms == pytest.approx(
+        target_request_cost(greedy, prompt_tokens=40, new_tokens=30).total_ms + 3.0
+    )

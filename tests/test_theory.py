@@ -6,7 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from specsim import SpecsimError
-from specsim.theory import (
+from specsim.acceptance.theory import (
     alpha_from_tau,
     optimal_gamma,
     speedup,

@@ -5,7 +5,7 @@ from math import comb
 import numpy as np
 import pytest
 
-from calibrate.timing import Timing, measure, median_ci_rank, summarize, timed
+from calibrate.run.timing import Timing, measure, median_ci_rank, summarize, timed
 from specsim.errors import SpecsimError
 
 
@@ -75,7 +75,9 @@ def test_warmup_is_discarded():
 def test_stops_once_halfwidth_reached():
     # n=5..8: the CI spans the outliers 5 and 15; at n=9 (k=2) it is [10, 10] -> stop.
     clock = FakeClock()
-    t = measure(clock.workload([5.0, 15.0] + [10.0] * 40), clock=clock, warmup=0, min_repeats=5, max_repeats=50)
+    t = measure(
+        clock.workload([5.0, 15.0] + [10.0] * 40), clock=clock, warmup=0, min_repeats=5, max_repeats=50
+    )
     assert t.n == 9
     assert t.median_ms == pytest.approx(10.0)
     assert t.halfwidth_ms == pytest.approx(0.0)
@@ -90,8 +92,14 @@ def test_noisy_workload_hits_the_cap():
 
 def test_max_seconds_stops_early():
     clock = FakeClock()
-    t = measure(clock.workload([900.0, 1100.0] * 50), clock=clock, warmup=0, min_repeats=3, max_repeats=50,
-                max_seconds=4.0)
+    t = measure(
+        clock.workload([900.0, 1100.0] * 50),
+        clock=clock,
+        warmup=0,
+        min_repeats=3,
+        max_repeats=50,
+        max_seconds=4.0,
+    )
     assert t.n == 4  # 0.9 + 1.1 + 0.9 + 1.1 s >= 4 s
 
 
@@ -141,7 +149,7 @@ def test_median_ci_coverage_monte_carlo():
 
 
 def test_interleaved_round_robin_and_joint_stop():
-    from calibrate.timing import measure_interleaved
+    from calibrate.run.timing import measure_interleaved
 
     clock = FakeClock()
     order = []
@@ -156,8 +164,13 @@ def test_interleaved_round_robin_and_joint_stop():
         return fn
 
     # "a" is steady; "b" has outliers in its first two calls, so rounds go on until b's CI is tight (n=9).
-    out = measure_interleaved({"a": (make("a", [10.0] * 50), None), "b": (make("b", [5.0, 15.0] + [20.0] * 48), None)},
-                              clock=clock, warmup=1, min_repeats=5, max_repeats=50)
+    out = measure_interleaved(
+        {"a": (make("a", [10.0] * 50), None), "b": (make("b", [5.0, 15.0] + [20.0] * 48), None)},
+        clock=clock,
+        warmup=1,
+        min_repeats=5,
+        max_repeats=50,
+    )
     assert order[:6] == ["a", "b", "a", "b", "a", "b"]  # warm-up round, then alternating
     assert out["a"].n == out["b"].n == 9
     assert out["a"].median_ms == pytest.approx(10.0) and out["b"].median_ms == pytest.approx(20.0)

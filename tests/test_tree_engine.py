@@ -6,13 +6,13 @@ import pytest
 import torch
 from scipy.stats import chi2, chisquare, ncx2
 
-from calibrate.acceptance import acceptance_trace, drafter_trace, target_reference
 from calibrate.drafting import TextDrafter, TreeProposal, make_drafter
-from calibrate.engine import Request, speculative_decode, target_decode
-from calibrate.tree_engine import TreeDecodeResult, accept_sampled, tree_decode
+from calibrate.measure.acceptance_traces import acceptance_trace, drafter_trace, target_reference
+from calibrate.run.engine import Request, speculative_decode, target_decode
+from calibrate.run.tree_engine import TreeDecodeResult, accept_sampled, tree_decode
+from specsim.drafts.tree_replay import replay_tree_blocks_per_prompt
+from specsim.drafts.trees import parse_tree
 from specsim.errors import SpecsimError
-from specsim.tree_replay import replay_tree_blocks_per_prompt
-from specsim.trees import parse_tree
 from tests.tiny_pair import tiny_pair, tiny_prompts, tiny_zoo
 
 torch.set_num_threads(1)
@@ -27,7 +27,10 @@ def pair():
 
 def test_greedy_tree_equals_target_greedy_and_replay(pair):
     target, draft = pair
-    reqs = [Request(ids, prompt_id=f"p{i}") for i, ids in enumerate(tiny_prompts(n=4, seed=1, min_len=1, max_len=14))]
+    reqs = [
+        Request(ids, prompt_id=f"p{i}")
+        for i, ids in enumerate(tiny_prompts(n=4, seed=1, min_len=1, max_len=14))
+    ]
     pts = [acceptance_trace(target, draft, r, max_new_tokens=24, top_k=4) for r in reqs]
     traces = [pt.trace for pt in pts]
     blocks = 0
@@ -37,9 +40,12 @@ def test_greedy_tree_equals_target_greedy_and_replay(pair):
         blocks += sum(len(o.blocks) for o in runs)
         for out, pt in zip(runs, pts):
             assert out.tokens == pt.output_tokens, spec  # the target's greedy output (target_decode)
-        np.testing.assert_array_equal([len(o.blocks) for o in runs], replay_tree_blocks_per_prompt(traces, tree),
-                                      err_msg=spec)
-    assert 24 * len(reqs) * len(TREES) / blocks > 1.8  # multi-token blocks are common: the comparison has power
+        np.testing.assert_array_equal(
+            [len(o.blocks) for o in runs], replay_tree_blocks_per_prompt(traces, tree), err_msg=spec
+        )
+    assert (
+        24 * len(reqs) * len(TREES) / blocks > 1.8
+    )  # multi-token blocks are common: the comparison has power
 
 
 def test_chain_tree_takes_the_chain_engines_blocks(pair):
@@ -68,8 +74,16 @@ def test_eos_and_records(pair):
 def test_qwen2_tree_masks():
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
-    cfg = Qwen2Config(vocab_size=96, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-                      num_key_value_heads=2, initializer_range=0.3, tie_word_embeddings=False)
+    cfg = Qwen2Config(
+        vocab_size=96,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        initializer_range=0.3,
+        tie_word_embeddings=False,
+    )
     torch.manual_seed(0)
     target = Qwen2ForCausalLM(cfg).eval()
     draft = Qwen2ForCausalLM(cfg).eval()
@@ -95,14 +109,14 @@ def test_zoo_llava_ensembles_are_lossless_and_replay_exactly():
         assert out.tokens == ref.tokens, method
         assert len(out.blocks) == replay_tree_blocks_per_prompt([trace], tree)[0], method
     with pytest.raises(SpecsimError, match="adaptive"):
-        tree_decode(target, make_drafter("adaptive:MT", zoo["draft"], tokenizer=zoo["tok"]), req, tree=tree, **kw)
+        tree_decode(
+            target, make_drafter("adaptive:MT", zoo["draft"], tokenizer=zoo["tok"]), req, tree=tree, **kw
+        )
 
 
 # --------------------------------------------------------------------------- sampling: losslessness
-P = torch.tensor([[0.30, 0.25, 0.20, 0.10, 0.10, 0.05],
-                  [0.05, 0.10, 0.15, 0.20, 0.20, 0.30]])
-Q = torch.tensor([[0.10, 0.40, 0.10, 0.30, 0.05, 0.05],
-                  [0.30, 0.30, 0.10, 0.10, 0.10, 0.10]])
+P = torch.tensor([[0.30, 0.25, 0.20, 0.10, 0.10, 0.05], [0.05, 0.10, 0.15, 0.20, 0.20, 0.30]])
+Q = torch.tensor([[0.10, 0.40, 0.10, 0.30, 0.05, 0.05], [0.30, 0.30, 0.10, 0.10, 0.10, 0.10]])
 
 
 def _emitted_first_two(q_claimed, n, seed, spec="3,2"):
@@ -114,16 +128,19 @@ def _emitted_first_two(q_claimed, n, seed, spec="3,2"):
     logits = torch.log(P[np.minimum(depths, 1)])  # [n+1, V]
     expanded = tuple(u for level in tree.expanded_levels() for u in level)
     kids = tree.children()
-    draws = {u: torch.multinomial(Q[depths[u]], n * len(kids[u]), replacement=True, generator=gen).view(n, -1)
-             for u in expanded}  # children i.i.d. from the draft's q at their parent's depth
+    draws = {
+        u: torch.multinomial(Q[depths[u]], n * len(kids[u]), replacement=True, generator=gen).view(n, -1)
+        for u in expanded
+    }  # children i.i.d. from the draft's q at their parent's depth
     q_rows = q_claimed[depths[list(expanded)]]
     first, second = np.empty(n, int), np.full(n, -1)
     for i in range(n):
         tokens = torch.zeros(tree.n + 1, dtype=torch.long)
         for u in expanded:
             tokens[kids[u]] = draws[u][i]
-        prop = TreeProposal(tree=tree, tokens=tokens, q_probs=q_rows, expanded=expanded,
-                            model_ms=0.0, pass_rows=())
+        prop = TreeProposal(
+            tree=tree, tokens=tokens, q_probs=q_rows, expanded=expanded, model_ms=0.0, pass_rows=()
+        )
         path, nxt = accept_sampled(logits, prop, 1.0, gen)
         emitted = [int(tokens[u]) for u in path] + [nxt]
         first[i] = emitted[0]
@@ -169,8 +186,15 @@ def test_sampled_tree_engine_end_to_end_matches_target_joint_distribution():
     gen = torch.Generator().manual_seed(0)
     n, counts, accepted = 700, np.zeros(64), 0
     for _ in range(n):
-        out = tree_decode(target, TextDrafter(draft), Request(ids), tree="3,2", max_new_tokens=2, temperature=1.0,
-                          generator=gen)
+        out = tree_decode(
+            target,
+            TextDrafter(draft),
+            Request(ids),
+            tree="3,2",
+            max_new_tokens=2,
+            temperature=1.0,
+            generator=gen,
+        )
         counts[out.tokens[0] * 8 + out.tokens[1]] += 1
         accepted += out.blocks[0].accepted
     assert accepted > n / 4  # the draft's candidates are often accepted: the tree path is exercised

@@ -6,17 +6,17 @@ import json
 import numpy as np
 import pytest
 
-from specsim.errors import SpecsimError
-from specsim.profile import Trace
-from specsim.replay import replay_blocks_per_prompt
-from specsim.tree_replay import (
+from specsim.acceptance.replay import replay_blocks_per_prompt
+from specsim.drafts.tree_replay import (
     rank_acceptance,
     replay_tree_blocks,
     replay_tree_blocks_per_prompt,
     replay_tree_decode_ms,
     replay_tree_tau,
 )
-from specsim.trees import chain_block_ms, chain_tree, expected_tokens, parse_tree, rank_acceptance_iid
+from specsim.drafts.trees import chain_block_ms, chain_tree, expected_tokens, parse_tree, rank_acceptance_iid
+from specsim.errors import SpecsimError
+from specsim.profile import Trace
 
 
 def _geometric_ranks(rng, alpha, size):
@@ -40,8 +40,10 @@ def test_chain_tree_replays_like_the_chain():
     rng = np.random.default_rng(0)
     ranks = [_geometric_ranks(rng, 0.6, n) for n in (1, 7, 40, 65)]
     for g in (1, 2, 3, 5, 8):
-        np.testing.assert_array_equal(replay_tree_blocks_per_prompt(ranks, chain_tree(g)),
-                                      replay_blocks_per_prompt([r == 0 for r in ranks], g))
+        np.testing.assert_array_equal(
+            replay_tree_blocks_per_prompt(ranks, chain_tree(g)),
+            replay_blocks_per_prompt([r == 0 for r in ranks], g),
+        )
 
 
 def test_tree_replay_equals_a_block_by_block_walk():
@@ -83,8 +85,13 @@ def test_replayed_decode_ms_charges_each_block_at_its_context():
 
 # --------------------------------------------------------------------------- the profile's trace fields
 def test_trace_top_k_fields_round_trip_and_old_traces_load():
-    d = {"prompt_id": "p", "match": [1, 0, 0], "beta": [0.9, 0.2, 0.1], "draft_rank": [0, 2, 7],
-         "draft_top_probs": [[0.8, 0.1], [0.5, 0.3], [0.4, 0.4]]}
+    d = {
+        "prompt_id": "p",
+        "match": [1, 0, 0],
+        "beta": [0.9, 0.2, 0.1],
+        "draft_rank": [0, 2, 7],
+        "draft_top_probs": [[0.8, 0.1], [0.5, 0.3], [0.4, 0.4]],
+    }
     t = Trace.from_json(d, "t")
     assert t.draft_rank == (0, 2, 7) and t.draft_top_probs[1] == (0.5, 0.3)
     assert Trace.from_json(json.loads(json.dumps(t.to_json())), "t") == t
@@ -92,15 +99,21 @@ def test_trace_top_k_fields_round_trip_and_old_traces_load():
     assert old.draft_rank is None and "draft_rank" not in old.to_json()
 
 
-@pytest.mark.parametrize("change, field", [
-    ({"draft_rank": [0, 1]}, r"draft_rank: expected one per position"),
-    ({"draft_rank": [1, 2, 7]}, r"draft_rank\[0\]: rank 1 contradicts match"),
-    ({"draft_rank": [0, -1, 2]}, r"draft_rank\[1\]"),
-    ({"draft_top_probs": [[0.8, 0.1], [0.5, 0.3]]}, r"draft_top_probs: expected one row"),
-    ({"draft_top_probs": [[0.1, 0.8], [0.5, 0.3], [0.4, 0.4]]}, r"draft_top_probs\[0\]: expected 2 decreasing"),
-    ({"draft_top_probs": [[0.8, 0.1], [0.5], [0.4, 0.4]]}, r"draft_top_probs\[1\]"),
-    ({"draft_top_probs": [[0.8, 0.1], [0.5, 0.3], [1.4, 0.4]]}, r"draft_top_probs\[2\]\[0\]"),
-])
+@pytest.mark.parametrize(
+    "change, field",
+    [
+        ({"draft_rank": [0, 1]}, r"draft_rank: expected one per position"),
+        ({"draft_rank": [1, 2, 7]}, r"draft_rank\[0\]: rank 1 contradicts match"),
+        ({"draft_rank": [0, -1, 2]}, r"draft_rank\[1\]"),
+        ({"draft_top_probs": [[0.8, 0.1], [0.5, 0.3]]}, r"draft_top_probs: expected one row"),
+        (
+            {"draft_top_probs": [[0.1, 0.8], [0.5, 0.3], [0.4, 0.4]]},
+            r"draft_top_probs\[0\]: expected 2 decreasing",
+        ),
+        ({"draft_top_probs": [[0.8, 0.1], [0.5], [0.4, 0.4]]}, r"draft_top_probs\[1\]"),
+        ({"draft_top_probs": [[0.8, 0.1], [0.5, 0.3], [1.4, 0.4]]}, r"draft_top_probs\[2\]\[0\]"),
+    ],
+)
 def test_trace_top_k_errors_name_the_field(change, field):
     d = {"match": [1, 0, 0], "draft_rank": [0, 2, 7], "draft_top_probs": [[0.8, 0.1], [0.5, 0.3], [0.4, 0.4]]}
     with pytest.raises(SpecsimError, match=field):

@@ -7,11 +7,10 @@ import json
 import numpy as np
 import pytest
 
-from specsim.errors import SpecsimError
-from specsim.montecarlo import simulate_tree_tokens
-from specsim.theory import tau_iid
-from specsim.tree_search import best_tree, optimal_trees
-from specsim.trees import (
+from specsim.acceptance.montecarlo import simulate_tree_tokens
+from specsim.acceptance.theory import tau_iid
+from specsim.drafts.tree_search import best_tree, optimal_trees
+from specsim.drafts.trees import (
     TreeSpec,
     branching_tree,
     chain_block_ms,
@@ -23,6 +22,7 @@ from specsim.trees import (
     rank_acceptance_iid,
     tree_block_ms,
 )
+from specsim.errors import SpecsimError
 
 
 # --------------------------------------------------------------------------- spec format
@@ -34,7 +34,9 @@ def test_parse_forms_and_structure():
     assert parse_tree("chain:3") == parse_tree("1,1,1") == chain_tree(3) == TreeSpec((0, 1, 2))
     assert str(chain_tree(3)) == "chain:3"
     p = parse_tree("parents:0,0,1,1,3")
-    assert p.children()[1] == [3, 4] and p.ranks.tolist() == [0, 0, 1, 0, 1, 0] and str(p) == "parents:0,0,1,1,3"
+    assert (
+        p.children()[1] == [3, 4] and p.ranks.tolist() == [0, 0, 1, 0, 1, 0] and str(p) == "parents:0,0,1,1,3"
+    )
     anc = p.ancestors()
     assert anc[5].tolist() == [True, True, False, True, False, True]  # 5 -> 3 -> 1 -> 0
     assert TreeSpec.from_json(json.loads(json.dumps(p.to_json()))) == p
@@ -60,7 +62,9 @@ def test_bad_specs_name_the_problem(bad):
 def test_chain_tree_equals_the_iid_closed_form_vectorised():
     alphas = np.array([0.0, 0.3, 0.8, 1.0])
     for g in (1, 4, 7):
-        np.testing.assert_allclose(expected_tokens(chain_tree(g), alphas[:, None, None]), tau_iid(alphas, g), rtol=1e-12)
+        np.testing.assert_allclose(
+            expected_tokens(chain_tree(g), alphas[:, None, None]), tau_iid(alphas, g), rtol=1e-12
+        )
 
 
 def test_acceptance_validation():
@@ -114,10 +118,14 @@ def test_dynamic_programme_equals_brute_force():
             best = optimal_trees(raw, 7, max_depth=max_depth)
             for n in range(1, 8):
                 trees = [TreeSpec(tuple(p)) for p in _plane_trees(n)]
-                trees = [t for t in trees if t.ranks.max() < 3 and (max_depth is None or t.depth <= max_depth)]
+                trees = [
+                    t for t in trees if t.ranks.max() < 3 and (max_depth is None or t.depth <= max_depth)
+                ]
                 brute = max(expected_tokens(t, raw) for t in trees)
                 assert best[n - 1].tau == pytest.approx(brute, abs=1e-12), (trial, max_depth, n)
-                assert best[n - 1].tree.n == n and best[n - 1].tau == pytest.approx(expected_tokens(best[n - 1].tree, raw))
+                assert best[n - 1].tree.n == n and best[n - 1].tau == pytest.approx(
+                    expected_tokens(best[n - 1].tree, raw)
+                )
     assert sum(1 for _ in _plane_trees(5)) == 42  # Catalan(5): the enumeration is complete
 
 
@@ -151,7 +159,8 @@ def test_block_cost_of_chain_and_tree():
     assert chain_block_ms(0, target_ms=tv, draft_ms=tq, context_tokens=ctx) == pytest.approx(tv(1, ctx))
     t = parse_tree("3,2")  # passes: root (1 row), 3 depth-1 nodes; target over 1 + 3 + 6 rows
     assert tree_block_ms(t, target_ms=tv, draft_ms=tq, context_tokens=ctx) == pytest.approx(
-        tq(1, ctx) + tq(3, ctx + 1) + tv(10, ctx))
+        tq(1, ctx) + tq(3, ctx + 1) + tv(10, ctx)
+    )
 
 
 def test_brute_force_enumeration_is_distinct():

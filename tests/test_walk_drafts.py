@@ -7,17 +7,21 @@ import json
 import numpy as np
 import pytest
 
-from specsim.cli import main
-from specsim.costmodel import CostModel, OverheadGrid, TreeCosts, make_grid
+from specsim.cli.main import main
+from specsim.drafts.block_plans import greedy_plan
+from specsim.drafts.draft_plans import policy_plan, tree_plan
+from specsim.drafts.policies import parse_policy
+from specsim.drafts.tree_replay import replay_tree_blocks, replay_tree_decode_ms
+from specsim.drafts.trees import parse_tree
 from specsim.errors import SpecsimError
-from specsim.policies import parse_policy
-from specsim.predict import predict_entry
-from specsim.predict_drafts import best_tree_for, predict_draft
-from specsim.profile import LatencySection, MethodAcceptance, Profile, Trace, load_profile, save_profile
-from specsim.tree_replay import replay_tree_blocks, replay_tree_decode_ms
-from specsim.trees import parse_tree
-from specsim.walk import greedy_plan, sd_request_cost
-from specsim.walk_drafts import policy_plan, tree_plan, tree_request_cost
+from specsim.predict.chain_costs import sd_request_cost
+from specsim.predict.predict_drafts import best_tree_for, predict_draft
+from specsim.predict.prediction import predict_entry
+from specsim.predict.tree_costs import tree_request_cost
+from specsim.profile import LatencySection, MethodAcceptance, Profile, Trace
+from specsim.profile.cost_grid import make_grid
+from specsim.profile.cost_model import CostModel, OverheadGrid, TreeCosts
+from specsim.profiles import load_profile, save_profile
 from tests.conftest import make_profile
 from tests.test_costmodel import _cost_model
 
@@ -29,9 +33,11 @@ CTX = (8.0, 512.0)
 def _with_trees(cm: CostModel, f_target=F_TARGET, f_draft=F_DRAFT, max_n=24, max_rows=8) -> CostModel:
     """``cm`` plus tree grids from the same cost functions (no overhead)."""
     vr, dr = tuple(range(2, max_n + 2)), tuple(range(1, max_rows + 1))
-    tree = TreeCosts(verify=make_grid(vr, CTX, (1,), [[[f_target(r, c)] for c in CTX] for r in vr]),
-                     draft=make_grid(dr, CTX, (1, 2), [[[f_draft(r, c, b) for b in (1, 2)] for c in CTX] for r in dr]),
-                     overhead_ms_per_block=OverheadGrid((1, max_n), (1, 2), ((0.0, 0.0), (0.0, 0.0))))
+    tree = TreeCosts(
+        verify=make_grid(vr, CTX, (1,), [[[f_target(r, c)] for c in CTX] for r in vr]),
+        draft=make_grid(dr, CTX, (1, 2), [[[f_draft(r, c, b) for b in (1, 2)] for c in CTX] for r in dr]),
+        overhead_ms_per_block=OverheadGrid((1, max_n), (1, 2), ((0.0, 0.0), (0.0, 0.0))),
+    )
     return CostModel(**{f: getattr(cm, f) for f in CostModel.__dataclass_fields__} | {"tree": tree})
 
 
@@ -41,17 +47,25 @@ def _traces(n=3, length=40, p=0.55, seed=0):
     for i in range(n):
         ranks = np.minimum(rng.geometric(p, size=length) - 1, 30)
         top = np.sort(rng.dirichlet(np.ones(4), size=length), axis=1)[:, ::-1]
-        out.append(Trace(match=tuple(int(r == 0) for r in ranks), prompt_id=f"p{i}", prompt_tokens=60 + 10 * i,
-                         draft_prompt_tokens=60 + 10 * i, draft_rank=tuple(int(r) for r in ranks),
-                         draft_top_probs=tuple(tuple(float(x) for x in row) for row in top)))
+        out.append(
+            Trace(
+                match=tuple(int(r == 0) for r in ranks),
+                prompt_id=f"p{i}",
+                prompt_tokens=60 + 10 * i,
+                draft_prompt_tokens=60 + 10 * i,
+                draft_rank=tuple(int(r) for r in ranks),
+                draft_top_probs=tuple(tuple(float(x) for x in row) for row in top),
+            )
+        )
     return tuple(out)
 
 
 def _profile(cm=None, traces=None) -> tuple[Profile, MethodAcceptance]:
     cm = cm or _with_trees(_cost_model(f_target=F_TARGET, f_draft=F_DRAFT, max_gamma=8))
     entry = MethodAcceptance(method="plain", scenario="s", images_per_prompt=0, traces=traces or _traces())
-    return Profile(provenance=make_profile().provenance, latency=LatencySection(cost_model=cm),
-                   acceptance=(entry,)), entry
+    return Profile(
+        provenance=make_profile().provenance, latency=LatencySection(cost_model=cm), acceptance=(entry,)
+    ), entry
 
 
 @pytest.mark.parametrize("spec", ["4,2,1", "chain:3", "2,2,2", "parents:0,0,1,1,3"])
@@ -62,14 +76,18 @@ def test_tree_plan_is_the_replayed_schedule(spec):
         blocks = replay_tree_blocks(t.draft_rank, tree)
         assert [s.start for s in plan.steps] == [b.start for b in blocks] and plan.tokens == 37
         assert [s.tree.n if s.tree else 0 for s in plan.steps] == [b.proposed for b in blocks]
-        eos = tree_plan(t.draft_rank, tree, max_new_tokens=60)  # an EOS-cut trace drafts whole trees to its end
+        eos = tree_plan(
+            t.draft_rank, tree, max_new_tokens=60
+        )  # an EOS-cut trace drafts whole trees to its end
         assert eos.blocks == plan.blocks and all(s.tree is not None for s in eos.steps)
 
 
 def test_root_rows_follow_unfed_leaves():
     # "2,1": nodes 1, 2 at depth 1 (node 1 has child 3, node 2 is a leaf), node 3 at depth 2
     tree = parse_tree("parents:0,0,1")
-    plan = tree_plan(np.array([1, 0, 0, 0, 5, 0, 0]), tree)  # rank 1 -> node 2 (a leaf); then 0, 0 -> nodes 1, 3
+    plan = tree_plan(
+        np.array([1, 0, 0, 0, 5, 0, 0]), tree
+    )  # rank 1 -> node 2 (a leaf); then 0, 0 -> nodes 1, 3
     assert [(s.start, s.emitted, s.root_rows) for s in plan.steps] == [(0, 2, 1), (2, 3, 2), (5, 2, 2)]
 
 
@@ -78,12 +96,16 @@ def test_chain_tree_and_fixed_policy_walk_like_the_chain():
     for t in entry.traces:
         chain = greedy_plan(t.match, 3)
         fixed = policy_plan(t, parse_policy("fixed:3"))
-        assert all(np.array_equal(getattr(chain, f), getattr(fixed, f)) for f in ("start", "drafts", "first_rows"))
+        assert all(
+            np.array_equal(getattr(chain, f), getattr(fixed, f)) for f in ("start", "drafts", "first_rows")
+        )
         kw = {"target_prompt_tokens": t.prompt_tokens, "draft_prompt_tokens": t.prompt_tokens, "fused": False}
         a = sd_request_cost(prof.latency.cost_model, chain, **kw)
         b = tree_request_cost(prof.latency.cost_model, tree_plan(t.draft_rank, parse_tree("chain:3")), **kw)
         assert (a.draft_ms, a.verify_ms) == pytest.approx((b.draft_ms, b.verify_ms), rel=1e-12)
-    assert predict_draft(prof, entry, parse_tree("chain:3")).speedup == pytest.approx(predict_entry(prof, entry, 3).speedup)
+    assert predict_draft(prof, entry, parse_tree("chain:3")).speedup == pytest.approx(
+        predict_entry(prof, entry, 3).speedup
+    )
 
 
 def test_tree_pricing_equals_the_block_cost_of_part_one():
@@ -93,18 +115,30 @@ def test_tree_pricing_equals_the_block_cost_of_part_one():
     for spec in ("4,2,1", "2,2,2", "parents:0,0,1,1,3"):
         tree = parse_tree(spec)
         for t in entry.traces:
-            ours = tree_request_cost(prof.latency.cost_model, tree_plan(t.draft_rank, tree),
-                                     target_prompt_tokens=t.prompt_tokens, draft_prompt_tokens=t.prompt_tokens,
-                                     fused=False)
-            theirs = replay_tree_decode_ms([t], tree, target_ms=F_TARGET, draft_ms=lambda r, c: F_DRAFT(r, c, 1),
-                                           prompt_tokens=t.prompt_tokens - 1)[0]
+            ours = tree_request_cost(
+                prof.latency.cost_model,
+                tree_plan(t.draft_rank, tree),
+                target_prompt_tokens=t.prompt_tokens,
+                draft_prompt_tokens=t.prompt_tokens,
+                fused=False,
+            )
+            theirs = replay_tree_decode_ms(
+                [t],
+                tree,
+                target_ms=F_TARGET,
+                draft_ms=lambda r, c: F_DRAFT(r, c, 1),
+                prompt_tokens=t.prompt_tokens - 1,
+            )[0]
             assert ours.total_ms == pytest.approx(theirs, rel=1e-9), spec
 
 
 def test_best_tree_grows_when_verification_is_flat():
     steep = _with_trees(_cost_model(f_target=F_TARGET, max_gamma=8), f_target=lambda r, c: 10.0 + 6 * (r - 1))
-    flat = _with_trees(_cost_model(f_target=F_TARGET, max_gamma=8), f_target=lambda r, c: 10.0 + 0.01 * (r - 1),
-                       f_draft=lambda r, c, b: 0.1)
+    flat = _with_trees(
+        _cost_model(f_target=F_TARGET, max_gamma=8),
+        f_target=lambda r, c: 10.0 + 0.01 * (r - 1),
+        f_draft=lambda r, c, b: 0.1,
+    )
     sizes = {}
     for name, cm in (("steep", steep), ("flat", flat)):
         prof, entry = _profile(cm)
@@ -119,8 +153,12 @@ def test_errors_name_what_is_missing():
     with pytest.raises(SpecsimError, match="token-tree grids"):
         best_tree_for(prof, entry)
     assert "token-tree grids" in predict_draft(prof, entry, parse_tree("2,1")).note
-    bare = MethodAcceptance(method="plain", scenario="s", images_per_prompt=0,
-                            traces=(Trace(match=(1,) * 30, prompt_id="a", prompt_tokens=9),))
+    bare = MethodAcceptance(
+        method="plain",
+        scenario="s",
+        images_per_prompt=0,
+        traces=(Trace(match=(1,) * 30, prompt_id="a", prompt_tokens=9),),
+    )
     with pytest.raises(SpecsimError, match="--top-k"):
         tree_plan(bare.traces[0], parse_tree("2,1"))
     assert predict_draft(prof, bare, parse_policy("heuristic:20")).speedup is None  # γ 20 is outside the grid
@@ -157,23 +195,50 @@ def test_predict_and_sweep_list_chain_tree_and_policy(tmp_path, capsys):
 
 
 def test_hardware_picks_smaller_trees_where_verification_is_compute_bound(capsys):
+    from specsim.drafts.trees import rank_acceptance_iid
     from specsim.hardware.device import load_device
     from specsim.hardware.model import load_model_spec, preset_names
     from specsim.hardware.runtime import load_runtime
     from specsim.hardware.tree_plan import TreeMethod, plan_trees
-    from specsim.trees import rank_acceptance_iid
 
     if "llava-1.5-7b" not in preset_names():
         pytest.skip("calibrate presets not installed")
     target, draft = load_model_spec("llava-1.5-7b"), load_model_spec("llava-1.5-68m")
     method = TreeMethod("iid", rank_acceptance_iid(0.6, 8))
     devices = [load_device("h100-sxm"), load_device("l4")]
-    rows = plan_trees(target, draft, devices, [method], efficiency=load_runtime("vllm"), batches=(1, 64),
-                      contexts=(1024,), n_max=32)
+    rows = plan_trees(
+        target,
+        draft,
+        devices,
+        [method],
+        efficiency=load_runtime("vllm"),
+        batches=(1, 64),
+        contexts=(1024,),
+        n_max=32,
+    )
     by = {(r.device, r.batch_size): r for r in rows}
     assert len(rows) == 4 and all(r.speedup >= r.chain_speedup for r in rows)  # chains are candidates
     # at batch 64 the verification turns compute-bound: each node costs, so the best tree shrinks
     assert by[("h100-sxm", 64)].nodes < by[("h100-sxm", 1)].nodes
-    assert main(["hardware", "--pair", "llava-1.5-7b-68m", "--alpha", "0.6", "--trees", "--device", "h100-sxm",
-                 "--batch", "1,8", "--context", "1024", "--tree-max-nodes", "16"]) == 0
+    assert (
+        main(
+            [
+                "hardware",
+                "--pair",
+                "llava-1.5-7b-68m",
+                "--alpha",
+                "0.6",
+                "--trees",
+                "--device",
+                "h100-sxm",
+                "--batch",
+                "1,8",
+                "--context",
+                "1024",
+                "--tree-max-nodes",
+                "16",
+            ]
+        )
+        == 0
+    )
     assert "best tree speedup" in capsys.readouterr().out

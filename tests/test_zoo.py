@@ -28,9 +28,9 @@ def splits():
 
 @pytest.fixture(scope="module")
 def processor(splits):
-    from calibrate.zoo.models import make_processor
     from calibrate.zoo.task import corpus
     from calibrate.zoo.tokenizer import train_tokenizer, wrap
+    from calibrate.zoo.zoo_models import make_processor
 
     return make_processor(wrap(train_tokenizer(corpus(splits["train"]))))
 
@@ -141,23 +141,31 @@ def test_tokenizer_round_trip_and_special_tokens(processor, splits, tmp_path):
 
 
 def test_flop_ratio_and_second_count():
-    from calibrate.zoo.models import build_model, decoder_flops_per_token, zoo_config
+    from calibrate.zoo.zoo_models import build_model, decoder_flops_per_token, zoo_config
 
     target, draft = (zoo_config(r, 700) for r in ("target", "draft"))
     for ctx in (0, 110, 450):  # no context, a 1-image and a 5-image request
-        ratio = decoder_flops_per_token(target.text_config, ctx) / decoder_flops_per_token(draft.text_config, ctx)
+        ratio = decoder_flops_per_token(target.text_config, ctx) / decoder_flops_per_token(
+            draft.text_config, ctx
+        )
         assert ratio >= 10, (ctx, ratio)
     # second implementation: 2 × (weights of every Linear in the decoder layers and lm head)
     model = build_model(draft)
-    linear = sum(m.weight.numel() for m in model.model.language_model.layers.modules()
-                 if isinstance(m, torch.nn.Linear)) + model.lm_head.weight.numel()
+    linear = (
+        sum(
+            m.weight.numel()
+            for m in model.model.language_model.layers.modules()
+            if isinstance(m, torch.nn.Linear)
+        )
+        + model.lm_head.weight.numel()
+    )
     assert decoder_flops_per_token(draft.text_config) == 2 * linear
 
 
 @pytest.mark.parametrize("task", ["describe", "story"])
 def test_forward_with_one_and_five_images(processor, splits, task):
     from calibrate.zoo.data import encode_prompt
-    from calibrate.zoo.models import IMAGE_TOKENS_PER_IMAGE, build_model, zoo_config
+    from calibrate.zoo.zoo_models import IMAGE_TOKENS_PER_IMAGE, build_model, zoo_config
 
     e = _example(splits, task)
     inputs = processor(text=e.prompt, images=e.images(), return_tensors="pt")
@@ -188,14 +196,18 @@ def test_batches_respect_token_budget():
 
 def test_short_training_lowers_loss_and_saves_loadable_model(processor, splits, tmp_path):
     from calibrate.zoo.data import encode_examples
-    from calibrate.zoo.models import build_model, load_zoo_model, save_zoo_model, zoo_config
     from calibrate.zoo.train import TrainConfig, train_role, validation_loss
+    from calibrate.zoo.zoo_models import build_model, load_zoo_model, save_zoo_model, zoo_config
 
     torch.set_num_threads(1)
-    data = encode_examples([e for e in splits["train"] if e.task in ("vqa", "describe")][:48], processor.tokenizer)
+    data = encode_examples(
+        [e for e in splits["train"] if e.task in ("vqa", "describe")][:48], processor.tokenizer
+    )
     model = build_model(zoo_config("target", len(processor.tokenizer), "tiny"), seed=0)
     before = validation_loss(model, data[:16], processor, 1024)
-    cfg = TrainConfig(out=tmp_path, size="tiny", tokens_per_batch=1024, lr=3e-3, steps={"target": 25}, progress=False)
+    cfg = TrainConfig(
+        out=tmp_path, size="tiny", tokens_per_batch=1024, lr=3e-3, steps={"target": 25}, progress=False
+    )
     log = train_role("target", model, data, data[:16], processor, cfg)
     assert log.steps == 25 and len(log.losses) == 25 and log.seconds > 0
     assert log.validation_loss < 0.7 * before
@@ -213,13 +225,44 @@ def test_cli_end_to_end_tiny(tmp_path):
 
     torch.set_num_threads(1)
     out = tmp_path / "zoo"
-    assert main(["--out", str(out), "--size", "tiny", "--threads", "1", "--n-train", "80", "--n-validation", "8", "--n-eval", "2",
-                 "--steps", "vision=2", "--steps", "target=2", "--steps", "draft=2", "--steps", "captioner=2", "--no-progress"]) == 0
+    assert (
+        main(
+            [
+                "--out",
+                str(out),
+                "--size",
+                "tiny",
+                "--threads",
+                "1",
+                "--n-train",
+                "80",
+                "--n-validation",
+                "8",
+                "--n-eval",
+                "2",
+                "--steps",
+                "vision=2",
+                "--steps",
+                "target=2",
+                "--steps",
+                "draft=2",
+                "--steps",
+                "captioner=2",
+                "--no-progress",
+            ]
+        )
+        == 0
+    )
     for role in ("target", "draft", "captioner"):
-        assert {"config.json", "model.safetensors", "tokenizer.json", "processor_config.json"} <= \
-            {p.name for p in (out / role).iterdir()}
+        assert {"config.json", "model.safetensors", "tokenizer.json", "processor_config.json"} <= {
+            p.name for p in (out / role).iterdir()
+        }
     log = json.loads((out / "train_log.json").read_text())
-    assert {r: m["steps"] for r, m in log["summary"]["models"].items()} == {"target": 2, "draft": 2, "captioner": 2}
+    assert {r: m["steps"] for r, m in log["summary"]["models"].items()} == {
+        "target": 2,
+        "draft": 2,
+        "captioner": 2,
+    }
     assert (out / "loss_curves.png").stat().st_size > 1000
     card = (out / "MODEL_CARD.md").read_text()
     assert "text_only_accuracy" in log["summary"]["models"]["draft"]
@@ -228,13 +271,16 @@ def test_cli_end_to_end_tiny(tmp_path):
         parse_args(["--out", "x", "--steps", "teacher=3"])
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--lr", "0"], "--lr: expected a positive number, got 0.0"),
-    (["--target-lr", "-0.001"], "--target-lr: expected a positive number, got -0.001"),
-    (["--minutes", "0"], "--minutes: expected a positive number, got 0.0"),
-    (["--distill", "1.5"], "--distill: expected a weight in [0, 1], got 1.5"),
-    (["--caption-warmup", "1"], "--caption-warmup: expected a fraction in [0, 1), got 1.0"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--lr", "0"], "--lr: expected a positive number, got 0.0"),
+        (["--target-lr", "-0.001"], "--target-lr: expected a positive number, got -0.001"),
+        (["--minutes", "0"], "--minutes: expected a positive number, got 0.0"),
+        (["--distill", "1.5"], "--distill: expected a weight in [0, 1], got 1.5"),
+        (["--caption-warmup", "1"], "--caption-warmup: expected a fraction in [0, 1), got 1.0"),
+    ],
+)
 def test_train_cli_rejects_bad_settings(args, message, capsys):
     from calibrate.zoo.train import parse_args
 
@@ -246,13 +292,20 @@ def test_train_cli_rejects_bad_settings(args, message, capsys):
 def test_target_trains_at_its_own_learning_rate(processor, splits, tmp_path):
     """``target_lr`` drives the target's updates, ``lr`` every other role's (same model, same batches)."""
     from calibrate.zoo.data import encode_examples
-    from calibrate.zoo.models import build_model, zoo_config
     from calibrate.zoo.train import TrainConfig, train_role
+    from calibrate.zoo.zoo_models import build_model, zoo_config
 
     torch.set_num_threads(1)
     data = encode_examples([e for e in splits["train"] if e.task == "describe"][:8], processor.tokenizer)
-    cfg = TrainConfig(out=tmp_path, size="tiny", tokens_per_batch=512, lr=1e-2, target_lr=1e-9,
-                      steps={"target": 2, "captioner": 2}, progress=False)
+    cfg = TrainConfig(
+        out=tmp_path,
+        size="tiny",
+        tokens_per_batch=512,
+        lr=1e-2,
+        target_lr=1e-9,
+        steps={"target": 2, "captioner": 2},
+        progress=False,
+    )
     moved = {}
     for role in ("target", "captioner"):
         model = build_model(zoo_config("target", len(processor.tokenizer), "tiny"), seed=0)

@@ -15,10 +15,20 @@ import torch
 def tiny_config(vocab: int = 96, hidden: int = 48, layers: int = 2, init: float = 0.3):
     from transformers import LlamaConfig
 
-    return LlamaConfig(vocab_size=vocab, hidden_size=hidden, intermediate_size=2 * hidden,
-                       num_hidden_layers=layers, num_attention_heads=4, num_key_value_heads=2,
-                       max_position_embeddings=512, initializer_range=init, tie_word_embeddings=False,
-                       bos_token_id=None, eos_token_id=None, pad_token_id=None)
+    return LlamaConfig(
+        vocab_size=vocab,
+        hidden_size=hidden,
+        intermediate_size=2 * hidden,
+        num_hidden_layers=layers,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=512,
+        initializer_range=init,
+        tie_word_embeddings=False,
+        bos_token_id=None,
+        eos_token_id=None,
+        pad_token_id=None,
+    )
 
 
 def tiny_pair(seed: int = 0, noise: float = 0.1, vocab: int = 96, init: float = 0.3):
@@ -47,8 +57,8 @@ def tiny_zoo():
     captioner, and one request with 1, 2 and 5 images (story frames = a multi-image request)."""
     from calibrate.drafting import HFCaptioner, make_request
     from calibrate.zoo import task as zt
-    from calibrate.zoo.models import build_model, make_processor, zoo_config
     from calibrate.zoo.tokenizer import train_tokenizer, wrap
+    from calibrate.zoo.zoo_models import build_model, make_processor, zoo_config
 
     examples = zt.make_split("test", 12, seed=0)
     tok = wrap(train_tokenizer(zt.corpus(examples), vocab_size=400))
@@ -61,10 +71,16 @@ def tiny_zoo():
     with torch.no_grad():
         for p in draft.parameters():
             p.add_(0.05 * p.std() * torch.randn(p.shape, generator=gen))
-    captioner = HFCaptioner(build_model(zoo_config("captioner", len(tok), "tiny"), seed=2).eval(), proc,
-                            prompt=zt.CAPTION_PROMPT, max_new_tokens=5)
+    captioner = HFCaptioner(
+        build_model(zoo_config("captioner", len(tok), "tiny"), seed=2).eval(),
+        proc,
+        prompt=zt.CAPTION_PROMPT,
+        max_new_tokens=5,
+    )
     by_images = {}
     for ex in examples:
-        by_images.setdefault(ex.images_per_prompt, make_request(proc, ex.prompt, ex.images(), prompt_id=ex.uid))
+        by_images.setdefault(
+            ex.images_per_prompt, make_request(proc, ex.prompt, ex.images(), prompt_id=ex.uid)
+        )
     assert sorted(by_images) == [1, 2, 5]
     return dict(tok=tok, proc=proc, target=target, draft=draft, captioner=captioner, requests=by_images)

@@ -1,7 +1,9 @@
-"""Drafting methods: every one implements :class:`calibrate.proposal.Drafter`, so the engine never branches on them.
+"""Drafting methods: every one implements :class:`calibrate.run.proposal.Drafter`, so the engine never
+branches on them.
 
-- :class:`Method` (:mod:`.methods`): a method parsed once from its code (``plain``, ``M``, ``T``, ``C``, ``F``,
-  ``Pn``, ensembles such as ``MTCP4``, ``adaptive:MTC``): members, cost fields, captioner need, drafter.
+- :class:`Method` (:mod:`.methods`): a method parsed once from its code (``plain``, ``M``, ``T``, ``C``,
+  ``F``, ``Pn``, ensembles such as ``MTCP4``, ``adaptive:MTC``): members, cost fields, captioner need,
+  drafter.
   :func:`make_drafter` builds a drafter from a code over a bare draft model.
 - :class:`TextDrafter` (:mod:`.text`): ``plain``, a causal LM draft over the target's token ids.
 - :class:`EnsembleDrafter`, :class:`AdaptiveEnsembleDrafter` (:mod:`.ensemble`): every multimodal method,
@@ -21,9 +23,24 @@ from calibrate.drafting.contexts import (
 )
 from calibrate.drafting.ensemble import AdaptiveEnsembleDrafter, EnsembleDrafter
 from calibrate.drafting.methods import MemberSpec, Method, make_drafter
-from calibrate.drafting.text import PLAIN, TextDrafter
-from calibrate.drafting.tree import TreeProposal, accept_path, propose_tree
+from calibrate.drafting.text_drafter import PLAIN, TextDrafter
+from calibrate.drafting.tree_drafter import TreeProposal, accept_path, propose_tree
 
-__all__ = ["CAPTION_PROMPT", "IMAGE_PLACEHOLDER", "PLAIN", "AdaptiveEnsembleDrafter", "CachedCaptioner",
-           "EnsembleDrafter", "HFCaptioner", "MemberSpec", "Method", "TextDrafter", "TreeProposal", "accept_path",
-           "hf_captioner", "make_drafter", "make_request", "propose_tree"]
+__all__ = [
+    "CAPTION_PROMPT",
+    "IMAGE_PLACEHOLDER",
+    "PLAIN",
+    "AdaptiveEnsembleDrafter",
+    "CachedCaptioner",
+    "EnsembleDrafter",
+    "HFCaptioner",
+    "MemberSpec",
+    "Method",
+    "TextDrafter",
+    "TreeProposal",
+    "accept_path",
+    "hf_captioner",
+    "make_drafter",
+    "make_request",
+    "propose_tree",
+]

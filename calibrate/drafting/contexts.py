@@ -23,8 +23,8 @@ from typing import Any
 
 import torch
 
-from calibrate.proposal import Request
-from calibrate.timing import timed
+from calibrate.run.proposal import Request
+from calibrate.run.timing import timed
 from specsim.errors import SpecsimError
 
 IMAGE_PLACEHOLDER = "<image>"
@@ -46,16 +46,24 @@ def make_request(processor, text: str, images=(), *, prompt_id: str | None = Non
     to the model's image tokens); with no images a tokenizer works too."""
     images = list(images)
     if text.count(IMAGE_PLACEHOLDER) != len(images):
-        raise SpecsimError(f"prompt {prompt_id!r}: {text.count(IMAGE_PLACEHOLDER)} {IMAGE_PLACEHOLDER} "
-                           f"placeholders but {len(images)} images")
+        raise SpecsimError(
+            f"prompt {prompt_id!r}: {text.count(IMAGE_PLACEHOLDER)} {IMAGE_PLACEHOLDER} "
+            f"placeholders but {len(images)} images"
+        )
     if not images:
         ids = processor(text=text, return_tensors="pt")["input_ids"]
         return Request(ids, text=text, prompt_id=prompt_id)
     enc = processor(text=text, images=images, return_tensors="pt")
     tok = getattr(processor, "tokenizer", processor)
     image_id = tok.convert_tokens_to_ids(IMAGE_PLACEHOLDER)
-    return Request(enc["input_ids"], target_kwargs={"pixel_values": enc["pixel_values"]}, text=text,
-                   images=tuple(images), prompt_id=prompt_id, image_token_id=int(image_id))
+    return Request(
+        enc["input_ids"],
+        target_kwargs={"pixel_values": enc["pixel_values"]},
+        text=text,
+        images=tuple(images),
+        prompt_id=prompt_id,
+        image_token_id=int(image_id),
+    )
 
 
 def _embed(model, ids: list[int]) -> torch.Tensor:
@@ -72,7 +80,9 @@ def image_runs(request: Request) -> tuple[int, int]:
         return -1, 0
     total = int((request.input_ids == image_id).sum())
     if total % n_images:
-        raise SpecsimError(f"request {request.prompt_id!r}: {total} image tokens do not split into {n_images} images")
+        raise SpecsimError(
+            f"request {request.prompt_id!r}: {total} image tokens do not split into {n_images} images"
+        )
     return image_id, total // n_images
 
 
@@ -103,16 +113,18 @@ def pool_features(features: torch.Tensor, tokens: int) -> torch.Tensor:
     return pooled.reshape(n_img, c, tokens).transpose(1, 2)
 
 
-def splice_image_features(model, ids: list[int], image_id: int, per_image: int,
-                          feats: torch.Tensor) -> tuple[list[int], torch.Tensor]:
+def splice_image_features(
+    model, ids: list[int], image_id: int, per_image: int, feats: torch.Tensor
+) -> tuple[list[int], torch.Tensor]:
     """Target ``ids`` with each image's run resized to the draft's ``n`` image tokens, and the draft's
     embeddings [L, H] with projected features ``feats`` [n_img, n, H] written at those tokens."""
     draft_image_id = int(getattr(model.config, "image_token_id", image_id))
     n = feats.shape[1]
     ids = replace_image_runs(ids, image_id, per_image, lambda k: [draft_image_id] * n)
     embeds = _embed(model, ids)
-    embeds[torch.tensor(ids, device=embeds.device) == draft_image_id] = \
-        feats.reshape(-1, feats.shape[-1]).to(embeds.dtype)
+    embeds[torch.tensor(ids, device=embeds.device) == draft_image_id] = feats.reshape(-1, feats.shape[-1]).to(
+        embeds.dtype
+    )
     return ids, embeds
 
 
@@ -120,8 +132,11 @@ def vision_hidden(model, pixel_values: torch.Tensor) -> torch.Tensor:
     """The draft VLM's selected vision features before the projector, [n_img, N, C] (LLaVA convention)."""
     cfg = model.config
     out = model.model.vision_tower(pixel_values.to(model.device, model.dtype), output_hidden_states=True)
-    layers = cfg.vision_feature_layer if isinstance(cfg.vision_feature_layer, (list, tuple)) \
+    layers = (
+        cfg.vision_feature_layer
+        if isinstance(cfg.vision_feature_layer, (list, tuple))
         else [cfg.vision_feature_layer]
+    )
     hs = [out.hidden_states[i] for i in layers]
     if getattr(cfg, "vision_feature_select_strategy", "default") == "default":
         hs = [h[:, 1:] for h in hs]  # drop CLS
@@ -145,8 +160,10 @@ class MultimodalContext:
         if pv is not None and pv.shape[-1] == size and pv.shape[-2] == size:
             return pv  # same preprocessing as the target: reuse its pixel values
         if self.image_processor is None or not request.images:
-            raise SpecsimError(f"multimodal drafting: the draft's vision tower needs {size}px images; "
-                               "pass image_processor= (and images in the request)")
+            raise SpecsimError(
+                f"multimodal drafting: the draft's vision tower needs {size}px images; "
+                "pass image_processor= (and images in the request)"
+            )
         return self.image_processor(list(request.images), return_tensors="pt")["pixel_values"]
 
     def build(self, request: Request, model, shared: dict, device) -> DraftContext:
@@ -172,11 +189,11 @@ class MultimodalContext:
 
 @dataclass
 class TargetFeaturesContext:
-    """F (``target-features``, Gagrani et al. 2024's vision-feature reuse): the target's own selected vision features
-    go through the draft's projector, so the draft runs no vision encoder. Needs the target's feature
-    width to equal the draft projector's input width. In a server the target's prefill already holds
-    these features; here they are recomputed once per request and timed as ``reused_target_vision_ms``,
-    which is not charged to the draft."""
+    """F (``target-features``, Gagrani et al. 2024's vision-feature reuse): the target's own selected vision
+    features go through the draft's projector, so the draft runs no vision encoder. Needs the target's
+    feature width to equal the draft projector's input width. In a server the target's prefill already
+    holds these features; here they are recomputed once per request and timed as
+    ``reused_target_vision_ms``, which is not charged to the draft."""
 
     target: object
     code: str = "F"
@@ -190,8 +207,10 @@ class TargetFeaturesContext:
             hs = vision_hidden(self.target, request.target_kwargs["pixel_values"])
         width = model.model.multi_modal_projector.linear_1.in_features
         if hs.shape[-1] != width:
-            raise SpecsimError(f"target-features drafting: the target's vision features are {hs.shape[-1]} wide "
-                               f"but the draft's projector takes {width} (expected equal widths)")
+            raise SpecsimError(
+                f"target-features drafting: the target's vision features are {hs.shape[-1]} wide "
+                f"but the draft's projector takes {width} (expected equal widths)"
+            )
         feats = model.model.multi_modal_projector(hs.to(model.device, model.dtype))
         ids, embeds = splice_image_features(model, ids, image_id, per_image, feats)
         return DraftContext(embeds=embeds, last_id=ids[-1], stages_ms={"reused_target_vision_ms": t.ms})
@@ -214,8 +233,9 @@ class TextOnlyContext:
             image_id, per_image = image_runs(request)
             if per_image and self.newline_ids is None:
                 raise SpecsimError("text-only drafting: needs a tokenizer (or newline_ids) to replace images")
-            ids = replace_image_runs(request.input_ids[0].tolist(), image_id, per_image,
-                                     lambda k: list(self.newline_ids))
+            ids = replace_image_runs(
+                request.input_ids[0].tolist(), image_id, per_image, lambda k: list(self.newline_ids)
+            )
         return DraftContext(embeds=_embed(model, ids), last_id=ids[-1])
 
 
@@ -230,8 +250,10 @@ class CaptionContext:
 
     def build(self, request: Request, model, shared: dict, device) -> DraftContext:
         if request.text.count(IMAGE_PLACEHOLDER) != len(request.images):
-            raise SpecsimError(f"caption drafting: request {request.prompt_id!r} needs its text with "
-                               f"{IMAGE_PLACEHOLDER} placeholders and one image each")
+            raise SpecsimError(
+                f"caption drafting: request {request.prompt_id!r} needs its text with "
+                f"{IMAGE_PLACEHOLDER} placeholders and one image each"
+            )
         with timed(device) as t:
             captions = [str(self.captioner(img)).strip() for img in request.images]
         pieces = request.text.split(IMAGE_PLACEHOLDER)
@@ -253,7 +275,7 @@ class HFCaptioner:
         enc = self.processor(text=self.prompt or None, images=[image], return_tensors="pt")
         enc = {k: v.to(self.model.device) for k, v in enc.items()}
         out = self.model.generate(**enc, max_new_tokens=self.max_new_tokens, do_sample=False)
-        new = out[0, enc["input_ids"].shape[1]:] if "input_ids" in enc else out[0]
+        new = out[0, enc["input_ids"].shape[1] :] if "input_ids" in enc else out[0]
         tok = getattr(self.processor, "tokenizer", self.processor)
         return tok.decode(new, skip_special_tokens=True)
 
@@ -276,10 +298,16 @@ class CachedCaptioner:
 
 
 def hf_captioner(loaded, prompt: str | None = None, max_new_tokens: int = 24) -> HFCaptioner:
-    """An :class:`HFCaptioner` over a loaded captioner VLM (:class:`calibrate.models.LoadedModel`); ``prompt``
-    defaults to :data:`CAPTION_PROMPT`."""
+    """An :class:`HFCaptioner` over a loaded captioner VLM
+    (:class:`calibrate.models.loaded_model.LoadedModel`); ``prompt`` defaults to :data:`CAPTION_PROMPT`."""
     if loaded.processor is None:
-        raise SpecsimError(f"captioner {loaded.name!r} has no processor (expected a VLM folder with "
-                           "preprocessor and tokenizer files)")
-    return HFCaptioner(loaded.model, loaded.processor, prompt=CAPTION_PROMPT if prompt is None else prompt,
-                       max_new_tokens=max_new_tokens)
+        raise SpecsimError(
+            f"captioner {loaded.name!r} has no processor (expected a VLM folder with "
+            "preprocessor and tokenizer files)"
+        )
+    return HFCaptioner(
+        loaded.model,
+        loaded.processor,
+        prompt=CAPTION_PROMPT if prompt is None else prompt,
+        max_new_tokens=max_new_tokens,
+    )

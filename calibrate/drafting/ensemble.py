@@ -1,6 +1,6 @@
 """In-batch ensembles of draft contexts (IbED): every multimodal method — multimodal (M), text-only (T),
 caption (C), target features (F), pooled (Pn), ensembles of any subset (MT, MTC, MTCP, ...) and adaptive
-ensembles — is an :class:`EnsembleDrafter` behind :class:`calibrate.proposal.Drafter`.
+ensembles — is an :class:`EnsembleDrafter` behind :class:`calibrate.run.proposal.Drafter`.
 
 A member turns a request into one draft context (input embeddings [L, H]; :mod:`calibrate.drafting.contexts`)
 and the drafter runs all contexts as one left-padded batch (attention mask 0 on pads, position ids counted
@@ -15,12 +15,13 @@ from __future__ import annotations
 import torch
 
 from calibrate.drafting.contexts import DraftContext
-from calibrate.engine import crop_cache, new_cache, unwrap
-from calibrate.proposal import Proposal, Request
-from calibrate.timing import timed
-from specsim.adaptive import ETA, FLOOR, update_weights
+from calibrate.run.engine import crop_cache, new_cache, unwrap
+from calibrate.run.proposal import Proposal, Request
+from calibrate.run.timing import timed
+from specsim.drafts.adaptive import update_weights
 from specsim.errors import SpecsimError
 from specsim.profile import ADAPTIVE_PREFIX
+from specsim.profile.adaptive_trace import ETA, FLOOR
 
 
 class EnsembleDrafter:
@@ -38,11 +39,16 @@ class EnsembleDrafter:
         self.members = list(members)
         if not self.members:
             raise SpecsimError("ensemble: expected at least one member, got none")
-        w = torch.ones(len(self.members), dtype=torch.float64) if weights is None else \
-            torch.tensor([float(x) for x in weights], dtype=torch.float64)
+        w = (
+            torch.ones(len(self.members), dtype=torch.float64)
+            if weights is None
+            else torch.tensor([float(x) for x in weights], dtype=torch.float64)
+        )
         if w.numel() != len(self.members) or bool((w < 0).any()) or not float(w.sum()) > 0:
-            raise SpecsimError(f"weights: expected {len(self.members)} non-negative numbers with a positive sum, "
-                               f"got {list(weights)}")
+            raise SpecsimError(
+                f"weights: expected {len(self.members)} non-negative numbers with a positive sum, "
+                f"got {list(weights)}"
+            )
         self.prior = w / w.sum()
         self.weights = self.prior.clone()
         self.device = device
@@ -85,12 +91,21 @@ class EnsembleDrafter:
     def step(self, x: torch.Tensor) -> torch.Tensor:
         """Feed x [k, m] to every row (one batched draft forward); logits [k, V] of the last position."""
         k, m = x.shape
-        self.mask = torch.cat([self.mask, torch.ones(k, m, dtype=self.mask.dtype, device=self.mask.device)], 1)
+        self.mask = torch.cat(
+            [self.mask, torch.ones(k, m, dtype=self.mask.dtype, device=self.mask.device)], 1
+        )
         pos = self.pos[:, None] + torch.arange(m, device=self.pos.device)  # [k, m]
-        # One row never has pads: without a mask HF takes its cheaper causal-only path (as plain drafting does).
+        # One row never has pads: without a mask HF takes its cheaper causal-only path (as plain drafting
+        # does).
         mask = self.mask if k > 1 else None
-        out = self.model(input_ids=x, attention_mask=mask, position_ids=pos, past_key_values=self.cache,
-                         use_cache=True, logits_to_keep=1)
+        out = self.model(
+            input_ids=x,
+            attention_mask=mask,
+            position_ids=pos,
+            past_key_values=self.cache,
+            use_cache=True,
+            logits_to_keep=1,
+        )
         self.pos = self.pos + m
         return out.logits[:, -1].float()
 
@@ -99,15 +114,26 @@ class EnsembleDrafter:
         embeds, mask = self._prompt
         self._prompt = None
         self.mask = mask
-        out = self.model(inputs_embeds=embeds, attention_mask=mask if mask.shape[0] > 1 else None,
-                         position_ids=_positions(mask), past_key_values=self.cache, use_cache=True,
-                         logits_to_keep=1)
+        out = self.model(
+            inputs_embeds=embeds,
+            attention_mask=mask if mask.shape[0] > 1 else None,
+            position_ids=_positions(mask),
+            past_key_values=self.cache,
+            use_cache=True,
+            logits_to_keep=1,
+        )
         self.pos = mask.sum(1)
         return out.logits[:, -1].float()
 
     @torch.inference_mode()
-    def propose(self, gamma: int, *, temperature: float = 0.0,
-                generator: torch.Generator | None = None, stop_below: float = 0.0) -> Proposal:
+    def propose(
+        self,
+        gamma: int,
+        *,
+        temperature: float = 0.0,
+        generator: torch.Generator | None = None,
+        stop_below: float = 0.0,
+    ) -> Proposal:
         """γ steps of the batch (fewer after a draft whose mixture's top probability is below ``stop_below``);
         each token comes from the weighted mixture and is appended to every row."""
         k = len(self.members)
@@ -123,7 +149,11 @@ class EnsembleDrafter:
             steps.append(t.ms)
             p = torch.softmax(logits / (temperature if temperature > 0 else 1.0), -1)  # [k, V]
             q = (w * p).sum(0)  # [V]
-            tok = int(torch.argmax(q)) if temperature == 0 else int(torch.multinomial(q, 1, generator=generator))
+            tok = (
+                int(torch.argmax(q))
+                if temperature == 0
+                else int(torch.multinomial(q, 1, generator=generator))
+            )
             tokens.append(tok)
             mixed.append(q)
             members.append(p)
@@ -132,9 +162,14 @@ class EnsembleDrafter:
             x = torch.full((k, 1), tok, dtype=torch.long, device=self.model.device)
         self._drafts = tokens
         self.member_probs = torch.stack(members)  # [γ, k, V]
-        return Proposal(tokens=torch.tensor(tokens, dtype=torch.long, device=self.model.device),
-                        q_probs=None if temperature == 0 else torch.stack(mixed), model_ms=float(sum(steps)),
-                        step_ms=tuple(steps), context_tokens=self._cols0, first_rows=self._m)
+        return Proposal(
+            tokens=torch.tensor(tokens, dtype=torch.long, device=self.model.device),
+            q_probs=None if temperature == 0 else torch.stack(mixed),
+            model_ms=float(sum(steps)),
+            step_ms=tuple(steps),
+            context_tokens=self._cols0,
+            first_rows=self._m,
+        )
 
     # ------------------------------------------------------------------ accept / rollback
     def accept(self, n_accepted: int, next_token: int) -> None:
@@ -174,13 +209,30 @@ class AdaptiveEnsembleDrafter(EnsembleDrafter):
 
     def accept(self, n_accepted: int, next_token: int) -> None:
         if self._drafts is not None and self.member_probs is not None:
-            self.weights = adaptive_weights(self.weights, self.prior, self.member_probs, self._drafts, n_accepted,
-                                            next_token, eta=self.eta, floor=self.floor)
+            self.weights = adaptive_weights(
+                self.weights,
+                self.prior,
+                self.member_probs,
+                self._drafts,
+                n_accepted,
+                next_token,
+                eta=self.eta,
+                floor=self.floor,
+            )
         super().accept(n_accepted, next_token)
 
 
-def adaptive_weights(weights: torch.Tensor, prior: torch.Tensor, member_probs: torch.Tensor, drafts: list[int],
-                     n_accepted: int, next_token: int, *, eta: float = ETA, floor: float = FLOOR) -> torch.Tensor:
+def adaptive_weights(
+    weights: torch.Tensor,
+    prior: torch.Tensor,
+    member_probs: torch.Tensor,
+    drafts: list[int],
+    n_accepted: int,
+    next_token: int,
+    *,
+    eta: float = ETA,
+    floor: float = FLOOR,
+) -> torch.Tensor:
     """The adaptive ensemble's weights [k] after one block (the rule in :class:`AdaptiveEnsembleDrafter`):
     ``member_probs`` [γ, k, V] of the block's drafts, of which ``n_accepted`` were accepted before the
     target's ``next_token``. ``calibrate latency`` times this call alone (what an adaptive block adds)."""
@@ -200,8 +252,8 @@ def _left_pad(rows: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
     mask = torch.zeros(len(rows), length, dtype=torch.long, device=rows[0].device)
     for j, r in enumerate(rows):
         if r.shape[0]:
-            out[j, length - r.shape[0]:] = r
-            mask[j, length - r.shape[0]:] = 1
+            out[j, length - r.shape[0] :] = r
+            mask[j, length - r.shape[0] :] = 1
     return out, mask
 
 

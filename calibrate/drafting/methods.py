@@ -1,12 +1,13 @@
-"""Drafting methods by code: :class:`Method` is parsed once from a code and knows its members, costs and drafter.
+"""Drafting methods by code: :class:`Method` is parsed once from a code and knows its members, costs and
+drafter.
 
-Codes: ``plain`` (the text drafter of a text pair, :class:`calibrate.drafting.text.TextDrafter`); for VLM
-targets one or more members ``M`` (multimodal), ``T`` (text-only), ``C`` (caption), ``F`` (target
+Codes: ``plain`` (the text drafter of a text pair, :class:`calibrate.drafting.text_drafter.TextDrafter`);
+for VLM targets one or more members ``M`` (multimodal), ``T`` (text-only), ``C`` (caption), ``F`` (target
 features), ``Pn`` (pooled to n visual tokens per image), e.g. ``MT`` or ``MTCP4`` (in-batch ensembles),
 optionally ``adaptive:`` (weights follow the target's verdicts). Long names ``multimodal``, ``text-only``,
 ``caption``, ``target-features`` and ``pooled(n)`` are accepted for single members. Cost fields are what
-:mod:`specsim.e2e` charges a method: draft batch size (ensemble members), draft vision encoder, captions
-per prompt, ensemble weights.
+:mod:`specsim.predict.end_to_end` charges a method: draft batch size (ensemble members), draft vision
+encoder, captions per prompt, ensemble weights.
 """
 
 from __future__ import annotations
@@ -22,8 +23,8 @@ from calibrate.drafting.contexts import (
     TextOnlyContext,
 )
 from calibrate.drafting.ensemble import AdaptiveEnsembleDrafter, EnsembleDrafter
-from calibrate.drafting.text import PLAIN, TextDrafter
-from calibrate.engine import unwrap
+from calibrate.drafting.text_drafter import PLAIN, TextDrafter
+from calibrate.run.engine import unwrap
 from specsim.errors import SpecsimError
 from specsim.profile import ADAPTIVE_PREFIX
 
@@ -54,7 +55,8 @@ class Method:
 
     @classmethod
     def parse(cls, code: str | Method) -> Method:
-        """'multimodal' -> M, 'pooled(4)' -> P4, 'adaptive:MTC', 'plain', ...; SpecsimError naming the bad code."""
+        """'multimodal' -> M, 'pooled(4)' -> P4, 'adaptive:MTC', 'plain', ...; SpecsimError naming the bad
+        code."""
         if isinstance(code, Method):
             return code
         text = str(code).strip()
@@ -71,10 +73,14 @@ class Method:
             specs.append(MemberSpec("P", int(m.group(1))) if m.group(1) else MemberSpec(m.group(0)))
             pos = m.end()
         if not specs or pos != len(body) or any(s.kind == "P" and s.pool_tokens < 1 for s in specs):
-            raise SpecsimError(f"--method: expected plain (text pairs) or codes like M, T, C, F, P144, MT, MTCP or "
-                               f"adaptive:MTC (or multimodal, text-only, caption, target-features, pooled(N)), "
-                               f"got {code!r}")
-        return cls((ADAPTIVE_PREFIX if adaptive else "") + "".join(s.code for s in specs), tuple(specs), adaptive)
+            raise SpecsimError(
+                f"--method: expected plain (text pairs) or codes like M, T, C, F, P144, MT, MTCP or "
+                f"adaptive:MTC (or multimodal, text-only, caption, target-features, pooled(N)), "
+                f"got {code!r}"
+            )
+        return cls(
+            (ADAPTIVE_PREFIX if adaptive else "") + "".join(s.code for s in specs), tuple(specs), adaptive
+        )
 
     def __str__(self) -> str:
         return self.code
@@ -100,20 +106,41 @@ class Method:
             return {"draft_batch_size": 1}
         kinds = [s.kind for s in self.members]
         k = len(kinds)
-        return {"draft_batch_size": k,
-                "uses_draft_vision": bool(images_per_prompt) and any(c in ("M", "P") for c in kinds),
-                "captions_per_prompt": images_per_prompt if "C" in kinds else 0,
-                "weights": tuple(1.0 / k for _ in kinds) if k > 1 else None}
+        return {
+            "draft_batch_size": k,
+            "uses_draft_vision": bool(images_per_prompt) and any(c in ("M", "P") for c in kinds),
+            "captions_per_prompt": images_per_prompt if "C" in kinds else 0,
+            "weights": tuple(1.0 / k for _ in kinds) if k > 1 else None,
+        }
 
     def make_drafter(self, target, draft, *, captioner=None, caption_prefix: str = "Image: ", device="cpu"):
-        """A fresh drafter over loaded ``target``/``draft`` (:class:`calibrate.models.LoadedModel`)."""
-        return make_drafter(self, draft.model, tokenizer=draft.tokenizer or target.tokenizer, captioner=captioner,
-                            caption_prefix=caption_prefix, device=device, target=target.model,
-                            image_processor=getattr(draft.processor, "image_processor", None))
+        """A fresh drafter over loaded ``target``/``draft``
+        (:class:`calibrate.models.loaded_model.LoadedModel`)."""
+        return make_drafter(
+            self,
+            draft.model,
+            tokenizer=draft.tokenizer or target.tokenizer,
+            captioner=captioner,
+            caption_prefix=caption_prefix,
+            device=device,
+            target=target.model,
+            image_processor=getattr(draft.processor, "image_processor", None),
+        )
 
 
-def make_drafter(method: str | Method, draft, *, tokenizer=None, captioner=None, caption_prefix: str = "Image: ",
-                 weights=None, image_processor=None, device="cpu", eta: float = 2.0, target=None):
+def make_drafter(
+    method: str | Method,
+    draft,
+    *,
+    tokenizer=None,
+    captioner=None,
+    caption_prefix: str = "Image: ",
+    weights=None,
+    image_processor=None,
+    device="cpu",
+    eta: float = 2.0,
+    target=None,
+):
     """A drafter for a method (code or :class:`Method`) over a bare ``draft`` model.
 
     ``tokenizer`` re-encodes T/C prompts (T falls back to swapping image-token runs for "\\n" ids
@@ -132,7 +159,9 @@ def make_drafter(method: str | Method, draft, *, tokenizer=None, captioner=None,
             members.append(TextOnlyContext(tokenizer=tokenizer))
         elif s.kind == "F":
             if target is None or not hasattr(unwrap(target), "get_image_features"):
-                raise SpecsimError(f"method {m.code!r}: target-features drafting needs the target VLM (target=)")
+                raise SpecsimError(
+                    f"method {m.code!r}: target-features drafting needs the target VLM (target=)"
+                )
             members.append(TargetFeaturesContext(target=unwrap(target)))
         else:
             if captioner is None or tokenizer is None:

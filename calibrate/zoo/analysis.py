@@ -1,9 +1,9 @@
 """Where drafts survive: acceptance on image-fact tokens vs generic tokens, from a profile's traces.
 
 A trace position is an *image-fact token* when the target's token there overlaps a fact word
-(colour, shape, count, side, same/new verdict or attribute name; :data:`calibrate.zoo.task.FACT_RE`) of the decoded
-output. Needs traces recorded with ``tokens`` (``specsim calibrate acceptance`` stores them) and the
-zoo tokenizer. No torch: only the ``tokenizers`` library.
+(colour, shape, count, side, same/new verdict or attribute name; :data:`calibrate.zoo.task.FACT_RE`) of
+the decoded output. Needs traces recorded with ``tokens`` (``specsim calibrate acceptance`` stores them)
+and the zoo tokenizer. No torch: only the ``tokenizers`` library.
 """
 
 from __future__ import annotations
@@ -57,8 +57,10 @@ def match_by_class(entry: Any, tokenizer: Any) -> MatchByClass:
     hits = {True: [0, 0], False: [0, 0]}
     for t in entry.traces:
         if t.tokens is None or t.match is None:
-            raise ValueError(f"entry {entry.method}/{entry.scenario}: traces lack 'tokens' (re-run "
-                             "'specsim calibrate acceptance')")
+            raise ValueError(
+                f"entry {entry.method}/{entry.scenario}: traces lack 'tokens' (re-run "
+                "'specsim calibrate acceptance')"
+            )
         for is_fact, m in zip(fact_mask(list(t.tokens), tokenizer), t.match):
             hits[is_fact][0] += m
             hits[is_fact][1] += 1

@@ -14,17 +14,18 @@ from typing import Any
 
 import numpy as np
 
-from calibrate.zoo.models import IMAGE_TOKENS_PER_IMAGE
 from calibrate.zoo.scenes import Scene, render
 from calibrate.zoo.task import CAPTION_PROMPT, FACT_RE, IMAGE_TOKEN, Example, caption
 from calibrate.zoo.tokenizer import EOS_ID, PAD_ID
+from calibrate.zoo.zoo_models import IMAGE_TOKENS_PER_IMAGE
 
 IGNORE_INDEX = -100
 
 
 @dataclass(frozen=True)
 class Encoded:
-    """One sequence: ``input_ids`` (answer and eos included), where the answer starts, its scenes, fact tokens."""
+    """One sequence: ``input_ids`` (answer and eos included), where the answer starts, its scenes, fact
+    tokens."""
 
     input_ids: tuple[int, ...]
     answer_start: int
@@ -33,7 +34,8 @@ class Encoded:
 
 
 def encode_prompt(prompt: str, tokenizer: Any) -> list[int]:
-    """Prompt ids with ``<s>`` and each ``<image>`` expanded to 16 image tokens (as ``LlavaProcessor`` does)."""
+    """Prompt ids with ``<s>`` and each ``<image>`` expanded to 16 image tokens (as ``LlavaProcessor``
+    does)."""
     return tokenizer(prompt.replace(IMAGE_TOKEN, IMAGE_TOKEN * IMAGE_TOKENS_PER_IMAGE)).input_ids
 
 
@@ -42,8 +44,11 @@ def encode(prompt: str, answer: str, scenes: tuple[Scene, ...], tokenizer: Any) 
     p = encode_prompt(prompt, tokenizer)
     enc = tokenizer(answer, add_special_tokens=False, return_offsets_mapping=True)
     spans = [m.span() for m in FACT_RE.finditer(answer)]
-    facts = tuple(len(p) + k for k, (a, b) in enumerate(enc["offset_mapping"])
-                  if any(a < end and b > start for start, end in spans))
+    facts = tuple(
+        len(p) + k
+        for k, (a, b) in enumerate(enc["offset_mapping"])
+        if any(a < end and b > start for start, end in spans)
+    )
     return Encoded(tuple(p + enc["input_ids"] + [EOS_ID]), len(p), scenes, facts)
 
 
@@ -78,13 +83,18 @@ def collate(items: list[Encoded], image_processor: Any, fact_weight: float = 1.0
     for b, e in enumerate(items):
         n = len(e.input_ids)
         ids[b, :n] = torch.tensor(e.input_ids)
-        labels[b, e.answer_start:n] = ids[b, e.answer_start:n]
+        labels[b, e.answer_start : n] = ids[b, e.answer_start : n]
         mask[b, :n] = 1
-        weights[b, e.answer_start:n] = 1.0
+        weights[b, e.answer_start : n] = 1.0
         weights[b, list(e.fact_positions)] = fact_weight
     scenes = [s for e in items for s in e.scenes]
-    return {"input_ids": ids, "attention_mask": mask, "labels": labels,
-            "pixel_values": pixel_values(scenes, image_processor), "loss_weights": weights}
+    return {
+        "input_ids": ids,
+        "attention_mask": mask,
+        "labels": labels,
+        "pixel_values": pixel_values(scenes, image_processor),
+        "loss_weights": weights,
+    }
 
 
 def model_inputs(batch: dict[str, Any]) -> dict[str, Any]:
@@ -92,8 +102,9 @@ def model_inputs(batch: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in batch.items() if k not in ("labels", "loss_weights")}
 
 
-def batch_indices(lengths: list[int], tokens_per_batch: int, rng: np.random.Generator,
-                  pool_batches: int = 50) -> Iterator[list[int]]:
+def batch_indices(
+    lengths: list[int], tokens_per_batch: int, rng: np.random.Generator, pool_batches: int = 50
+) -> Iterator[list[int]]:
     """Endless length-bucketed batches of indices, each with at most ``tokens_per_batch`` padded tokens.
 
     Shuffle, sort pools of ~``pool_batches`` batches by length, cut by the budget, shuffle the batches.
@@ -104,7 +115,7 @@ def batch_indices(lengths: list[int], tokens_per_batch: int, rng: np.random.Gene
     while True:
         order = rng.permutation(n)
         for start in range(0, n, pool):
-            chunk = sorted(order[start:start + pool].tolist(), key=lambda i: lengths[i])
+            chunk = sorted(order[start : start + pool].tolist(), key=lambda i: lengths[i])
             batches, cur = [], []
             for i in chunk:
                 if cur and (len(cur) + 1) * max(lengths[j] for j in cur + [i]) > tokens_per_batch:

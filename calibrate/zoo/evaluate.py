@@ -19,11 +19,12 @@ def generate(model: Any, processor: Any, prompt: str, images: list, max_new_toke
     inputs = processor(text=prompt, images=images, return_tensors="pt")
     with torch.inference_mode():
         out = model.generate(**inputs, max_new_tokens=max_new_tokens, do_sample=False)
-    return processor.tokenizer.decode(out[0, inputs["input_ids"].shape[1]:], skip_special_tokens=True)
+    return processor.tokenizer.decode(out[0, inputs["input_ids"].shape[1] :], skip_special_tokens=True)
 
 
-def fact_accuracy(model: Any, processor: Any, examples: list[Example], progress: Any = None,
-                  text_only: bool = False) -> dict[str, float]:
+def fact_accuracy(
+    model: Any, processor: Any, examples: list[Example], progress: Any = None, text_only: bool = False
+) -> dict[str, float]:
     """Fraction of ``examples`` whose greedy answer states the image facts correctly, overall and per task.
 
     ``text_only``: images dropped, placeholders replaced by newlines (how much the facts need the image).
@@ -40,11 +41,15 @@ def fact_accuracy(model: Any, processor: Any, examples: list[Example], progress:
     return out
 
 
-def caption_accuracy(model: Any, processor: Any, scenes: list[Scene], progress: Any = None) -> dict[str, float]:
+def caption_accuracy(
+    model: Any, processor: Any, scenes: list[Scene], progress: Any = None
+) -> dict[str, float]:
     """Fraction of ``scenes`` whose greedy caption equals the reference caption exactly."""
     hits = 0
     for s in scenes:
-        hits += generate(model, processor, CAPTION_PROMPT, [render(s)], max_new_tokens=16).strip() == caption(s)
+        hits += generate(model, processor, CAPTION_PROMPT, [render(s)], max_new_tokens=16).strip() == caption(
+            s
+        )
         if progress is not None:
             progress.update(1)
     return {"caption": hits / max(1, len(scenes)), "all": hits / max(1, len(scenes))}

@@ -12,8 +12,12 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 COLOURS: dict[str, tuple[int, int, int]] = {
-    "red": (215, 40, 40), "green": (40, 165, 60), "blue": (40, 80, 215),
-    "yellow": (225, 195, 25), "purple": (145, 60, 190), "orange": (240, 130, 30),
+    "red": (215, 40, 40),
+    "green": (40, 165, 60),
+    "blue": (40, 80, 215),
+    "yellow": (225, 195, 25),
+    "purple": (145, 60, 190),
+    "orange": (240, 130, 30),
 }
 SHAPES: tuple[str, ...] = ("circle", "square", "triangle")
 COUNT_WORDS: tuple[str, ...] = ("one", "two", "three", "four")
@@ -25,7 +29,8 @@ _CELL_PX = 16  # a half image is 2×4 cells of 16 px; each object sits in its ow
 
 @dataclass(frozen=True)
 class Scene:
-    """``count`` identical ``colour`` ``shape`` objects in the ``side`` half; ``layout`` = (x, y, size_px) each."""
+    """``count`` identical ``colour`` ``shape`` objects in the ``side`` half; ``layout`` = (x, y, size_px)
+    each."""
 
     shape: str
     colour: str
@@ -35,13 +40,25 @@ class Scene:
     background: int = 245  # grey level of the background, 235..255
 
     def to_json(self) -> dict:
-        return {"shape": self.shape, "colour": self.colour, "count": self.count, "side": self.side,
-                "layout": [list(t) for t in self.layout], "background": self.background}
+        return {
+            "shape": self.shape,
+            "colour": self.colour,
+            "count": self.count,
+            "side": self.side,
+            "layout": [list(t) for t in self.layout],
+            "background": self.background,
+        }
 
     @classmethod
     def from_json(cls, d: dict) -> Scene:
-        return cls(shape=d["shape"], colour=d["colour"], count=int(d["count"]), side=d["side"],
-                   layout=tuple(tuple(int(v) for v in t) for t in d["layout"]), background=int(d["background"]))
+        return cls(
+            shape=d["shape"],
+            colour=d["colour"],
+            count=int(d["count"]),
+            side=d["side"],
+            layout=tuple(tuple(int(v) for v in t) for t in d["layout"]),
+            background=int(d["background"]),
+        )
 
 
 def shape_noun(shape: str, count: int) -> str:
@@ -51,21 +68,34 @@ def shape_noun(shape: str, count: int) -> str:
 
 def caption(scene: Scene) -> str:
     """One-line caption, e.g. 'two red circles on the left.' (the captioner's training target)."""
-    return f"{COUNT_WORDS[scene.count - 1]} {scene.colour} {shape_noun(scene.shape, scene.count)} on the {scene.side}."
+    return (
+        f"{COUNT_WORDS[scene.count - 1]} {scene.colour} {shape_noun(scene.shape, scene.count)} "
+        f"on the {scene.side}."
+    )
 
 
 def attribute_value(scene: Scene, attribute: str) -> str:
     """The word an answer uses for one attribute: colour name, shape, count word or side."""
-    return {"colour": scene.colour, "shape": scene.shape, "number": COUNT_WORDS[scene.count - 1],
-            "position": scene.side}[attribute]
+    return {
+        "colour": scene.colour,
+        "shape": scene.shape,
+        "number": COUNT_WORDS[scene.count - 1],
+        "position": scene.side,
+    }[attribute]
 
 
 def _half_cells(side: str) -> list[tuple[int, int]]:
     """Top-left corners (x, y) in px of the 8 cells of one half of the image."""
     half = IMAGE_SIZE_PX // 2
-    x0, y0, w, h = {"left": (0, 0, half, IMAGE_SIZE_PX), "right": (half, 0, half, IMAGE_SIZE_PX),
-                    "top": (0, 0, IMAGE_SIZE_PX, half), "bottom": (0, half, IMAGE_SIZE_PX, half)}[side]
-    return [(x0 + i * _CELL_PX, y0 + j * _CELL_PX) for j in range(h // _CELL_PX) for i in range(w // _CELL_PX)]
+    x0, y0, w, h = {
+        "left": (0, 0, half, IMAGE_SIZE_PX),
+        "right": (half, 0, half, IMAGE_SIZE_PX),
+        "top": (0, 0, IMAGE_SIZE_PX, half),
+        "bottom": (0, half, IMAGE_SIZE_PX, half),
+    }[side]
+    return [
+        (x0 + i * _CELL_PX, y0 + j * _CELL_PX) for j in range(h // _CELL_PX) for i in range(w // _CELL_PX)
+    ]
 
 
 def _spans_both_halves(side: str, layout: list[tuple[int, int, int]]) -> bool:
@@ -105,12 +135,19 @@ def random_scene(rng: np.random.Generator) -> Scene:
     """A scene with every attribute drawn uniformly."""
     side = SIDES[int(rng.integers(len(SIDES)))]
     count = int(rng.integers(1, len(COUNT_WORDS) + 1))
-    return Scene(shape=SHAPES[int(rng.integers(len(SHAPES)))], colour=list(COLOURS)[int(rng.integers(len(COLOURS)))],
-                 count=count, side=side, layout=random_layout(side, count, rng), background=int(rng.integers(235, 256)))
+    return Scene(
+        shape=SHAPES[int(rng.integers(len(SHAPES)))],
+        colour=list(COLOURS)[int(rng.integers(len(COLOURS)))],
+        count=count,
+        side=side,
+        layout=random_layout(side, count, rng),
+        background=int(rng.integers(235, 256)),
+    )
 
 
 def change_scene(scene: Scene, attribute: str, rng: np.random.Generator) -> Scene:
-    """A copy of ``scene`` where only ``attribute`` takes a different value (objects re-laid out as needed)."""
+    """A copy of ``scene`` where only ``attribute`` takes a different value (objects re-laid out as
+    needed)."""
     if attribute == "colour":
         return replace(scene, colour=_other(list(COLOURS), scene.colour, rng))
     if attribute == "shape":

@@ -23,13 +23,18 @@ def train_tokenizer(texts: list[str], vocab_size: int = DEFAULT_VOCAB_SIZE) -> A
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=list(SPECIAL_TOKENS),
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=list(SPECIAL_TOKENS),
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
     tok.train_from_iterator(texts + ["\n"], trainer=trainer)
     for i, t in enumerate(SPECIAL_TOKENS):
         assert tok.token_to_id(t) == i, f"special token {t} got id {tok.token_to_id(t)}"
-    tok.post_processor = processors.TemplateProcessing(single="<s> $A", pair="<s> $A $B",
-                                                       special_tokens=[("<s>", BOS_ID)])
+    tok.post_processor = processors.TemplateProcessing(
+        single="<s> $A", pair="<s> $A $B", special_tokens=[("<s>", BOS_ID)]
+    )
     return tok
 
 
@@ -37,9 +42,15 @@ def wrap(tok: Any) -> Any:
     """``PreTrainedTokenizerFast`` around a ``tokenizers.Tokenizer`` with the zoo's special tokens."""
     from transformers import PreTrainedTokenizerFast
 
-    return PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>", pad_token="<pad>",
-                                   extra_special_tokens={"image_token": "<image>"}, padding_side="left",
-                                   model_max_length=2048)
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        bos_token="<s>",
+        eos_token="</s>",
+        pad_token="<pad>",
+        extra_special_tokens={"image_token": "<image>"},
+        padding_side="left",
+        model_max_length=2048,
+    )
 
 
 def save_tokenizer(tokenizer: Any, directory: str | Path) -> None:

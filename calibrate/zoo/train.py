@@ -1,12 +1,13 @@
 """Train the zoo (target, draft, captioner) on CPU: ``python -m calibrate.zoo.train --out DIR``.
 
 Order: tokenizer on the train corpus; supervised pre-training of the target's vision tower on scene
-attributes (:mod:`calibrate.zoo.vision`); target (tower frozen, projector + decoder trained, captions first); draft (vision tower copied from
-the trained target and frozen, projector + decoder trained, optionally distilled: loss = (1−w)·CE +
-w·KL(target‖draft) on answer tokens, Hinton et al. 2015); captioner (draft architecture, tower copied and
-frozen, trained on one-line captions). Step counts come from ``--steps`` or are planned from the
-``--minutes`` budget by timing a few probe steps; the chosen counts are written to the model card so a
-run can be repeated exactly. AdamW, linear warm-up then cosine decay, gradient clipping at 1.
+attributes (:mod:`calibrate.zoo.vision`); target (tower frozen, projector + decoder trained, captions
+first); draft (vision tower copied from the trained target and frozen, projector + decoder trained,
+optionally distilled: loss = (1−w)·CE + w·KL(target‖draft) on answer tokens, Hinton et al. 2015);
+captioner (draft architecture, tower copied and frozen, trained on one-line captions). Step counts come
+from ``--steps`` or are planned from the ``--minutes`` budget by timing a few probe steps; the chosen
+counts are written to the model card so a run can be repeated exactly. AdamW, linear warm-up then cosine
+decay, gradient clipping at 1.
 """
 
 from __future__ import annotations
@@ -92,13 +93,17 @@ def _loss(model: Any, batch: dict, teacher: Any, distill: float):
         return loss
     with torch.no_grad():
         t_logp = F.log_softmax(teacher(**inputs).logits[:, :-1], dim=-1)
-    kl = F.kl_div(F.log_softmax(logits, dim=-1), t_logp, log_target=True, reduction="none").sum(-1)  # [B, S-1]
+    kl = F.kl_div(F.log_softmax(logits, dim=-1), t_logp, log_target=True, reduction="none").sum(
+        -1
+    )  # [B, S-1]
     return (1.0 - distill) * loss + distill * (kl * w).sum() / w.sum()
 
 
 def _probe(model: Any, data: list[Encoded], processor: Any, cfg: TrainConfig, teacher: Any) -> float:
     """Seconds per training step (forward + backward, no update), median of a few steps on own batches."""
-    it = batch_indices([len(e.input_ids) for e in data], cfg.tokens_per_batch, np.random.default_rng(cfg.seed + 99))
+    it = batch_indices(
+        [len(e.input_ids) for e in data], cfg.tokens_per_batch, np.random.default_rng(cfg.seed + 99)
+    )
     times = []
     for _ in range(PROBE_STEPS):
         t0 = time.perf_counter()
@@ -117,7 +122,7 @@ def validation_loss(model: Any, data: list[Encoded], processor: Any, tokens_per_
     total, count = 0.0, 0
     with torch.inference_mode():
         for i in range(0, len(data), 8):
-            batch = collate(data[i:i + 8], processor.image_processor)
+            batch = collate(data[i : i + 8], processor.image_processor)
             n = int((batch["labels"][:, 1:] != -100).sum())
             total += float(model(**model_inputs(batch), labels=batch["labels"]).loss) * n
             count += n
@@ -125,8 +130,16 @@ def validation_loss(model: Any, data: list[Encoded], processor: Any, tokens_per_
     return total / max(1, count)
 
 
-def train_role(role: str, model: Any, data: list[Encoded], val: list[Encoded], processor: Any,
-               cfg: TrainConfig, teacher: Any = None, warmup_data: list[Encoded] | None = None) -> RoleLog:
+def train_role(
+    role: str,
+    model: Any,
+    data: list[Encoded],
+    val: list[Encoded],
+    processor: Any,
+    cfg: TrainConfig,
+    teacher: Any = None,
+    warmup_data: list[Encoded] | None = None,
+) -> RoleLog:
     """Train ``model`` in place on ``data``; steps from ``cfg.steps[role]`` or the time budget.
 
     ``warmup_data`` (captions, nearly all fact tokens) replaces ``data`` for the first ``cfg.caption_warmup``
@@ -141,14 +154,21 @@ def train_role(role: str, model: Any, data: list[Encoded], val: list[Encoded], p
     log = RoleLog(role)
     model.train()
     log.probe_seconds_per_step = _probe(model, data, processor, cfg, teacher)
-    total = cfg.steps.get(role) or max(PROBE_STEPS, int(cfg.minutes * 60 * SHARES[role] / log.probe_seconds_per_step))
+    total = cfg.steps.get(role) or max(
+        PROBE_STEPS, int(cfg.minutes * 60 * SHARES[role] / log.probe_seconds_per_step)
+    )
     peak = cfg.target_lr if role == "target" else cfg.lr
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=peak, betas=(0.9, 0.98), weight_decay=0.01)
-    it = batch_indices([len(e.input_ids) for e in data], cfg.tokens_per_batch, np.random.default_rng(cfg.seed))
+    it = batch_indices(
+        [len(e.input_ids) for e in data], cfg.tokens_per_batch, np.random.default_rng(cfg.seed)
+    )
     n_warm = int(cfg.caption_warmup * total) if warmup_data else 0
-    warm_it = batch_indices([len(e.input_ids) for e in warmup_data or data], cfg.tokens_per_batch,
-                            np.random.default_rng(cfg.seed + 1))
+    warm_it = batch_indices(
+        [len(e.input_ids) for e in warmup_data or data],
+        cfg.tokens_per_batch,
+        np.random.default_rng(cfg.seed + 1),
+    )
     bar = tqdm(range(total), desc=f"train {role}", disable=not cfg.progress, mininterval=1.0)
     t0 = time.perf_counter()
     for step in bar:
@@ -170,11 +190,13 @@ def _pretrain_vision(model: Any, processor: Any, cfg: TrainConfig) -> RoleLog:
     log = RoleLog("vision")
     tower = model.model.vision_tower
     log.probe_seconds_per_step = probe_seconds_per_step(tower, processor.image_processor)
-    steps = cfg.steps.get("vision") or max(PROBE_STEPS, int(cfg.minutes * 60 * SHARES["vision"]
-                                                             / log.probe_seconds_per_step))
+    steps = cfg.steps.get("vision") or max(
+        PROBE_STEPS, int(cfg.minutes * 60 * SHARES["vision"] / log.probe_seconds_per_step)
+    )
     t0 = time.perf_counter()
-    log.losses = pretrain_vision(tower, processor.image_processor, steps, np.random.default_rng([cfg.seed, 7]),
-                                 progress=cfg.progress)
+    log.losses = pretrain_vision(
+        tower, processor.image_processor, steps, np.random.default_rng([cfg.seed, 7]), progress=cfg.progress
+    )
     log.seconds, log.steps = time.perf_counter() - t0, steps
     return log
 
@@ -191,9 +213,9 @@ def run(cfg: TrainConfig) -> dict[str, Any]:
     import torch
 
     from calibrate.zoo import card
-    from calibrate.zoo.models import ROLES, build_model, make_processor, save_zoo_model, zoo_config
     from calibrate.zoo.task import corpus, make_splits
     from calibrate.zoo.tokenizer import train_tokenizer, wrap
+    from calibrate.zoo.zoo_models import ROLES, build_model, make_processor, save_zoo_model, zoo_config
 
     torch.set_num_threads(cfg.threads)
     t_start = time.perf_counter()
@@ -227,26 +249,54 @@ def run(cfg: TrainConfig) -> dict[str, Any]:
 
 def parse_args(argv: list[str] | None = None) -> TrainConfig:
     p = argparse.ArgumentParser(prog="python -m calibrate.zoo.train", description=__doc__.splitlines()[0])
-    p.add_argument("--out", type=Path, required=True, help="output directory (target/, draft/, captioner/, card)")
-    p.add_argument("--minutes", type=float, default=45.0, help="wall-clock budget for training all three (min)")
+    p.add_argument(
+        "--out", type=Path, required=True, help="output directory (target/, draft/, captioner/, card)"
+    )
+    p.add_argument(
+        "--minutes", type=float, default=45.0, help="wall-clock budget for training all three (min)"
+    )
     p.add_argument("--threads", type=int, default=2, help="torch CPU threads")
     p.add_argument("--seed", type=int, default=0, help="seed of data, initialisation and batch order")
     p.add_argument("--size", choices=("full", "tiny"), default="full", help="model sizes (tiny: tests)")
     p.add_argument("--n-train", type=int, default=20000, help="training examples")
     p.add_argument("--n-validation", type=int, default=100, help="validation examples (validation loss)")
-    p.add_argument("--n-eval", type=int, default=100, help="held-out test examples used for the card's accuracy")
+    p.add_argument(
+        "--n-eval", type=int, default=100, help="held-out test examples used for the card's accuracy"
+    )
     p.add_argument("--tokens-per-batch", type=int, default=2048, help="padded tokens per batch")
     p.add_argument("--lr", type=float, default=2e-3, help="peak learning rate of the draft and captioner")
     p.add_argument("--target-lr", type=float, default=7e-4, help="peak learning rate of the target")
-    p.add_argument("--distill", type=float, default=0.5, help="weight w of KL(target‖draft) in the draft's loss")
-    p.add_argument("--fact-weight", type=float, default=4.0, help="loss weight of image-fact tokens (others 1)")
-    p.add_argument("--caption-warmup", type=float, default=0.1,
-                   help="fraction of the target's steps trained on captions first")
-    p.add_argument("--steps", action="append", default=[], metavar="ROLE=N",
-                   help="fixed step count for a stage (vision, target, draft, captioner); overrides --minutes")
+    p.add_argument(
+        "--distill", type=float, default=0.5, help="weight w of KL(target‖draft) in the draft's loss"
+    )
+    p.add_argument(
+        "--fact-weight", type=float, default=4.0, help="loss weight of image-fact tokens (others 1)"
+    )
+    p.add_argument(
+        "--caption-warmup",
+        type=float,
+        default=0.1,
+        help="fraction of the target's steps trained on captions first",
+    )
+    p.add_argument(
+        "--steps",
+        action="append",
+        default=[],
+        metavar="ROLE=N",
+        help="fixed step count for a stage (vision, target, draft, captioner); overrides --minutes",
+    )
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     a = p.parse_args(argv)
-    for name in ("minutes", "threads", "n_train", "n_validation", "n_eval", "tokens_per_batch", "lr", "target_lr"):
+    for name in (
+        "minutes",
+        "threads",
+        "n_train",
+        "n_validation",
+        "n_eval",
+        "tokens_per_batch",
+        "lr",
+        "target_lr",
+    ):
         if getattr(a, name) <= 0:
             p.error(f"--{name.replace('_', '-')}: expected a positive number, got {getattr(a, name)}")
     if not 0.0 <= a.distill <= 1.0:
@@ -259,17 +309,32 @@ def parse_args(argv: list[str] | None = None) -> TrainConfig:
         if role not in SHARES or not n.isdigit() or int(n) < 1:
             p.error(f"--steps: expected ROLE=N with ROLE in {sorted(SHARES)} and N ≥ 1, got {s!r}")
         steps[role] = int(n)
-    return TrainConfig(out=a.out, minutes=a.minutes, threads=a.threads, seed=a.seed, size=a.size, n_train=a.n_train,
-                       n_validation=a.n_validation,
-                       n_eval=a.n_eval, tokens_per_batch=a.tokens_per_batch, lr=a.lr, target_lr=a.target_lr,
-                       distill=a.distill, steps=steps, fact_weight=a.fact_weight, caption_warmup=a.caption_warmup,
-                       progress=not a.no_progress)
+    return TrainConfig(
+        out=a.out,
+        minutes=a.minutes,
+        threads=a.threads,
+        seed=a.seed,
+        size=a.size,
+        n_train=a.n_train,
+        n_validation=a.n_validation,
+        n_eval=a.n_eval,
+        tokens_per_batch=a.tokens_per_batch,
+        lr=a.lr,
+        target_lr=a.target_lr,
+        distill=a.distill,
+        steps=steps,
+        fact_weight=a.fact_weight,
+        caption_warmup=a.caption_warmup,
+        progress=not a.no_progress,
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
     summary = run(parse_args(argv))
-    print(f"wrote {summary['out']} in {summary['total_seconds'] / 60:.1f} min; "
-          + ", ".join(f"{r}: {m['accuracy']['all']:.0%}" for r, m in summary["models"].items()))
+    print(
+        f"wrote {summary['out']} in {summary['total_seconds'] / 60:.1f} min; "
+        + ", ".join(f"{r}: {m['accuracy']['all']:.0%}" for r, m in summary["models"].items())
+    )
     return 0
 
 

@@ -32,17 +32,27 @@ _CONCATENATED = ("side",)  # heads that read the concatenated patch tokens; the 
 
 
 def _features(tower: Any, pixels: Any):
-    """The patch tokens of the last layer in grid order, [B, tokens, hidden] (CLS dropped, as LLaVA's "default")."""
+    """The patch tokens of the last layer in grid order, [B, tokens, hidden] (CLS dropped, as LLaVA's
+    "default")."""
     return tower(pixel_values=pixels, output_hidden_states=True).hidden_states[-1][:, 1:]
 
 
 def _head_input(feats: Any, attribute: str):
-    """What ``attribute``'s head reads: the concatenated tokens [B, tokens·hidden] or their mean [B, hidden]."""
+    """What ``attribute``'s head reads: the concatenated tokens [B, tokens·hidden] or their mean
+    [B, hidden]."""
     return feats.flatten(1) if attribute in _CONCATENATED else feats.mean(1)
 
 
-def pretrain_vision(tower: Any, image_processor: Any, steps: int, rng: np.random.Generator, *,
-                    batch_images: int = 64, lr: float = 2e-3, progress: bool = True) -> list[float]:
+def pretrain_vision(
+    tower: Any,
+    image_processor: Any,
+    steps: int,
+    rng: np.random.Generator,
+    *,
+    batch_images: int = 64,
+    lr: float = 2e-3,
+    progress: bool = True,
+) -> list[float]:
     """Train ``tower`` (a CLIPVisionModel) in place on freshly drawn scenes; returns per-step losses."""
     import torch
     from tqdm.auto import tqdm
@@ -61,14 +71,18 @@ def pretrain_vision(tower: Any, image_processor: Any, steps: int, rng: np.random
             g["lr"] = lr * min(1.0, (step + 1) / 20) * (0.1 + 0.9 * (1 - step / steps))
         scenes = [random_scene(rng) for _ in range(batch_images)]
         feats = _features(tower, pixel_values(scenes, image_processor))
-        loss = sum(torch.nn.functional.cross_entropy(heads[k](_head_input(feats, k)), y)
-                   for k, y in _targets(scenes).items())
+        loss = sum(
+            torch.nn.functional.cross_entropy(heads[k](_head_input(feats, k)), y)
+            for k, y in _targets(scenes).items()
+        )
         losses.append(optimizer_step(opt, loss, params))
     tower.eval()
     return losses
 
 
-def probe_seconds_per_step(tower: Any, image_processor: Any, batch_images: int = 64, repeats: int = 3) -> float:
+def probe_seconds_per_step(
+    tower: Any, image_processor: Any, batch_images: int = 64, repeats: int = 3
+) -> float:
     """Median seconds of one forward + backward pre-training step (no update; for planning step counts)."""
     import time
 
@@ -78,7 +92,9 @@ def probe_seconds_per_step(tower: Any, image_processor: Any, batch_images: int =
     times = []
     for _ in range(repeats):
         t0 = time.perf_counter()
-        _features(tower, pixel_values([random_scene(rng) for _ in range(batch_images)], image_processor)).sum().backward()
+        _features(
+            tower, pixel_values([random_scene(rng) for _ in range(batch_images)], image_processor)
+        ).sum().backward()
         times.append(time.perf_counter() - t0)
     tower.zero_grad(set_to_none=True)
     return float(np.median(times))

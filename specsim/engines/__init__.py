@@ -1,10 +1,10 @@
 """Serving engines: read what vLLM and SGLang expose about speculative decoding, write back their settings.
 
-- :mod:`~specsim.engines.metrics` reads Prometheus text exposition (``/metrics``) and vLLM's
+- :mod:`~specsim.engines.metric_samples` reads Prometheus text exposition (``/metrics``) and vLLM's
   ``LLM.get_metrics()`` JSON into labelled samples (``prometheus_client``'s own text parser).
 - :mod:`~specsim.engines.vllm` turns vLLM's spec-decode counters into survival a_i, τ(k) for k ≤ K
   and an acceptance entry; :mod:`~specsim.engines.sglang` does the same for SGLang's accept length.
 - :mod:`~specsim.engines.imported` builds the profile entry and its provenance (engine, version,
-  model, time window); :mod:`~specsim.engines.config` writes vLLM ``speculative_config`` and SGLang
-  server flags from a :class:`specsim.recommend.Recommendation`.
+  model, time window); :mod:`~specsim.engines.engine_config` writes vLLM ``speculative_config`` and SGLang
+  server flags from a :class:`specsim.engines.recommend.Recommendation`.
 """

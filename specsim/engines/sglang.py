@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from specsim.engines.metrics import models_of, of_model, parse_exposition, pick_model, read_text
+from specsim.engines.metric_samples import models_of, of_model, parse_exposition, pick_model, read_text
 from specsim.errors import SpecsimError
 from specsim.jsonio import parse_json
 
@@ -28,11 +28,15 @@ ACCEPT_LENGTH = "sglang:spec_accept_length"
 
 def _check_tau(tau: float, num_steps: int, where: str) -> float:
     if tau == 0:
-        raise SpecsimError(f"{where}: {ACCEPT_LENGTH} is 0: no speculative decoding in the last logging interval "
-                           "(scrape while the server decodes with speculative decoding on)")
+        raise SpecsimError(
+            f"{where}: {ACCEPT_LENGTH} is 0: no speculative decoding in the last logging interval "
+            "(scrape while the server decodes with speculative decoding on)"
+        )
     if not 1.0 <= tau <= num_steps + 1 + 1e-9:  # NaN fails here too
-        raise SpecsimError(f"{where}: accept length {tau:g} is outside 1..num_steps+1 = 1..{num_steps + 1} "
-                           "(is --num-steps the server's --speculative-num-steps?)")
+        raise SpecsimError(
+            f"{where}: accept length {tau:g} is outside 1..num_steps+1 = 1..{num_steps + 1} "
+            "(is --num-steps the server's --speculative-num-steps?)"
+        )
     return float(tau)
 
 
@@ -42,13 +46,17 @@ def tau_from_gauge(path: str | Path, num_steps: int, *, model: str | None = None
     samples = parse_exposition(read_text(path, "metrics file"), where)
     models = models_of(samples, (ACCEPT_LENGTH,))
     if not models:
-        raise SpecsimError(f"{where}: no {ACCEPT_LENGTH} gauge (start SGLang with --enable-metrics and "
-                           "speculative decoding on)")
+        raise SpecsimError(
+            f"{where}: no {ACCEPT_LENGTH} gauge (start SGLang with --enable-metrics and "
+            "speculative decoding on)"
+        )
     chosen = pick_model(models, model, where)
     values = sorted({s.value for s in of_model(samples, ACCEPT_LENGTH, chosen)})
     if len(values) > 1:  # one sample per scheduler (tp/dp rank); they log the same batch statistics
-        raise SpecsimError(f"{where}: {ACCEPT_LENGTH} has several different values for model {chosen!r} "
-                           f"({', '.join(f'{v:g}' for v in values)}); keep one scheduler's sample")
+        raise SpecsimError(
+            f"{where}: {ACCEPT_LENGTH} has several different values for model {chosen!r} "
+            f"({', '.join(f'{v:g}' for v in values)}); keep one scheduler's sample"
+        )
     return _check_tau(values[0], num_steps, where), chosen
 
 
@@ -62,20 +70,26 @@ def tau_from_responses(path: str | Path, num_steps: int) -> tuple[float, int, in
         obj = parse_json(line, f"{where} line {n}")
         meta = obj.get("meta_info") if isinstance(obj, dict) else None
         if not isinstance(meta, dict):
-            raise SpecsimError(f"{where} line {n}: expected an object with 'meta_info' (SGLang /generate response)")
+            raise SpecsimError(
+                f"{where} line {n}: expected an object with 'meta_info' (SGLang /generate response)"
+            )
         for key in ("completion_tokens", "spec_verify_ct"):
             v = meta.get(key)
             if isinstance(v, bool) or not isinstance(v, int) or v < 0:
-                raise SpecsimError(f"{where} line {n}: meta_info.{key}: expected an integer >= 0, got {v!r} "
-                                   "(was the server started with speculative decoding?)")
+                raise SpecsimError(
+                    f"{where} line {n}: meta_info.{key}: expected an integer >= 0, got {v!r} "
+                    "(was the server started with speculative decoding?)"
+                )
         tokens += meta["completion_tokens"]
         steps += meta["spec_verify_ct"]
         requests += 1
     if requests == 0:
         raise SpecsimError(f"{where}: no responses")
     if steps == 0:
-        raise SpecsimError(f"{where}: zero verify steps (meta_info.spec_verify_ct is 0 in every response): "
-                           "no speculative decoding happened")
+        raise SpecsimError(
+            f"{where}: zero verify steps (meta_info.spec_verify_ct is 0 in every response): "
+            "no speculative decoding happened"
+        )
     return _check_tau(tokens / steps, num_steps, where), requests, steps
 
 

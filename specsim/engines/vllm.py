@@ -26,9 +26,9 @@ from pathlib import Path
 
 import numpy as np
 
-from specsim.engines.metrics import Sample, models_of, of_model, pick_model, read_metrics
+from specsim.acceptance.theory import survival_from_histogram, tau_from_histogram_at
+from specsim.engines.metric_samples import Sample, models_of, of_model, pick_model, read_metrics
 from specsim.errors import SpecsimError
-from specsim.theory import survival_from_histogram, tau_from_histogram_at
 
 DRAFTS = "vllm:spec_decode_num_drafts"
 DRAFT_TOKENS = "vllm:spec_decode_num_draft_tokens"
@@ -36,8 +36,11 @@ ACCEPTED = "vllm:spec_decode_num_accepted_tokens"
 PER_POS = "vllm:spec_decode_num_accepted_tokens_per_pos"
 POSITION_LABEL = "position"
 # vLLM V0 reported rates as gauges and no per-position counts (vllm/engine/metrics.py, V0).
-LEGACY_V0 = ("vllm:spec_decode_draft_acceptance_rate", "vllm:spec_decode_efficiency",
-             "vllm:spec_decode_num_emitted_tokens")
+LEGACY_V0 = (
+    "vllm:spec_decode_draft_acceptance_rate",
+    "vllm:spec_decode_efficiency",
+    "vllm:spec_decode_num_emitted_tokens",
+)
 
 
 @dataclass(frozen=True)
@@ -57,39 +60,63 @@ class SpecCounters:
     def minus(self, earlier: SpecCounters, where: str) -> SpecCounters:
         """The window between two scrapes (``self`` is the later one); a counter that fell is a reset."""
         if earlier.k != self.k:
-            raise SpecsimError(f"{where}: K disagrees between the scrapes ({earlier.k} positions, then {self.k})")
-        pairs = [(DRAFTS, earlier.drafts, self.drafts), (DRAFT_TOKENS, earlier.draft_tokens, self.draft_tokens),
-                 (ACCEPTED, earlier.accepted, self.accepted)]
-        pairs += [(f'{PER_POS}{{position="{i}"}}', a, b)
-                  for i, (a, b) in enumerate(zip(earlier.accepted_per_pos, self.accepted_per_pos))]
+            raise SpecsimError(
+                f"{where}: K disagrees between the scrapes ({earlier.k} positions, then {self.k})"
+            )
+        pairs = [
+            (DRAFTS, earlier.drafts, self.drafts),
+            (DRAFT_TOKENS, earlier.draft_tokens, self.draft_tokens),
+            (ACCEPTED, earlier.accepted, self.accepted),
+        ]
+        pairs += [
+            (f'{PER_POS}{{position="{i}"}}', a, b)
+            for i, (a, b) in enumerate(zip(earlier.accepted_per_pos, self.accepted_per_pos))
+        ]
         for name, a, b in pairs:
             if b < a:
-                raise SpecsimError(f"{where}: counter reset between the scrapes: {name} went down from {a} to {b} "
-                                   "(server restarted, or the files are in the wrong order: earlier scrape first)")
-        return SpecCounters(self.drafts - earlier.drafts, self.draft_tokens - earlier.draft_tokens,
-                            self.accepted - earlier.accepted,
-                            tuple(b - a for a, b in zip(earlier.accepted_per_pos, self.accepted_per_pos)))
+                raise SpecsimError(
+                    f"{where}: counter reset between the scrapes: {name} went down from {a} to {b} "
+                    "(server restarted, or the files are in the wrong order: earlier scrape first)"
+                )
+        return SpecCounters(
+            self.drafts - earlier.drafts,
+            self.draft_tokens - earlier.draft_tokens,
+            self.accepted - earlier.accepted,
+            tuple(b - a for a, b in zip(earlier.accepted_per_pos, self.accepted_per_pos)),
+        )
 
     def check(self, where: str) -> SpecCounters:
         """Self, after the identities vLLM's counting guarantees; SpecsimError naming the first broken one."""
         k, pos = self.k, self.accepted_per_pos
         if self.drafts == 0:
-            raise SpecsimError(f"{where}: zero drafts ({DRAFTS} = 0): no speculative decoding happened in this "
-                               "window, so there is no acceptance to import")
+            raise SpecsimError(
+                f"{where}: zero drafts ({DRAFTS} = 0): no speculative decoding happened in this "
+                "window, so there is no acceptance to import"
+            )
         if pos[0] > self.drafts:
-            raise SpecsimError(f"{where}: {PER_POS}{{position=\"0\"}} = {pos[0]} exceeds {DRAFTS} = {self.drafts}")
+            raise SpecsimError(
+                f'{where}: {PER_POS}{{position="0"}} = {pos[0]} exceeds {DRAFTS} = {self.drafts}'
+            )
         for i in range(1, k):
             if pos[i] > pos[i - 1]:
-                raise SpecsimError(f"{where}: per-position counts must not increase, but position {i} has "
-                                   f"{pos[i]} > position {i - 1} with {pos[i - 1]}")
+                raise SpecsimError(
+                    f"{where}: per-position counts must not increase, but position {i} has "
+                    f"{pos[i]} > position {i - 1} with {pos[i - 1]}"
+                )
         if sum(pos) != self.accepted:
-            raise SpecsimError(f"{where}: K disagrees between counters: {ACCEPTED} = {self.accepted}, but the "
-                               f"per-position counts of positions 0..{k - 1} sum to {sum(pos)}")
+            raise SpecsimError(
+                f"{where}: K disagrees between counters: {ACCEPTED} = {self.accepted}, but the "
+                f"per-position counts of positions 0..{k - 1} sum to {sum(pos)}"
+            )
         if self.draft_tokens > k * self.drafts:
-            raise SpecsimError(f"{where}: K disagrees between counters: {DRAFT_TOKENS} = {self.draft_tokens} is more "
-                               f"than K x {DRAFTS} = {k} x {self.drafts}, but only K = {k} positions are reported")
+            raise SpecsimError(
+                f"{where}: K disagrees between counters: {DRAFT_TOKENS} = {self.draft_tokens} is more "
+                f"than K x {DRAFTS} = {k} x {self.drafts}, but only K = {k} positions are reported"
+            )
         if self.accepted > self.draft_tokens:
-            raise SpecsimError(f"{where}: {ACCEPTED} = {self.accepted} exceeds {DRAFT_TOKENS} = {self.draft_tokens}")
+            raise SpecsimError(
+                f"{where}: {ACCEPTED} = {self.accepted} exceeds {DRAFT_TOKENS} = {self.draft_tokens}"
+            )
         return self
 
     def histogram(self) -> tuple[int, ...]:
@@ -130,8 +157,10 @@ def _count(value: float, what: str, where: str) -> int:
 def _scalar(samples: list[Sample], name: str, model: str, where: str) -> int:
     found = of_model(samples, name, model)
     if not found:
-        raise SpecsimError(f"{where}: no {name} counter for model {model or '(unlabelled)'!r} "
-                           "(was speculative decoding enabled?)")
+        raise SpecsimError(
+            f"{where}: no {name} counter for model {model or '(unlabelled)'!r} "
+            "(was speculative decoding enabled?)"
+        )
     return sum(_count(s.value, name, where) for s in found)
 
 
@@ -141,7 +170,9 @@ def _per_position(samples: list[Sample], model: str, where: str) -> tuple[int, .
     for s in of_model(samples, PER_POS, model):
         pos = s.label(POSITION_LABEL)
         if pos is None:
-            raise SpecsimError(f"{where}: a {PER_POS} sample has no position label (labels: {dict(s.labels)})")
+            raise SpecsimError(
+                f"{where}: a {PER_POS} sample has no position label (labels: {dict(s.labels)})"
+            )
         if not pos.isdigit():
             raise SpecsimError(f"{where}: {PER_POS}: expected position labels 0, 1, ..., got {pos!r}")
         key = tuple(kv for kv in s.labels if kv[0] != POSITION_LABEL)
@@ -154,33 +185,46 @@ def _per_position(samples: list[Sample], model: str, where: str) -> tuple[int, .
         k = max(by_pos) + 1
         missing = [i for i in range(k) if i not in by_pos]
         if missing:
-            raise SpecsimError(f"{where}: {PER_POS}: position {missing[0]} is missing (positions present: "
-                               f"{', '.join(str(p) for p in sorted(by_pos))})")
+            raise SpecsimError(
+                f"{where}: {PER_POS}: position {missing[0]} is missing (positions present: "
+                f"{', '.join(str(p) for p in sorted(by_pos))})"
+            )
         ks.add(k)
     if len(ks) > 1:
-        raise SpecsimError(f"{where}: K disagrees between engines: per-position counters for {sorted(ks)} positions")
+        raise SpecsimError(
+            f"{where}: K disagrees between engines: per-position counters for {sorted(ks)} positions"
+        )
     k = ks.pop()
     return tuple(sum(g[i] for g in groups.values()) for i in range(k))
 
 
 def counters_from_samples(samples: list[Sample], model: str, where: str) -> SpecCounters:
     """The four counters of ``model`` (summed over the ``engine`` label)."""
-    return SpecCounters(_scalar(samples, DRAFTS, model, where), _scalar(samples, DRAFT_TOKENS, model, where),
-                        _scalar(samples, ACCEPTED, model, where), _per_position(samples, model, where))
+    return SpecCounters(
+        _scalar(samples, DRAFTS, model, where),
+        _scalar(samples, DRAFT_TOKENS, model, where),
+        _scalar(samples, ACCEPTED, model, where),
+        _per_position(samples, model, where),
+    )
 
 
 def _models(samples: list[Sample], where: str) -> list[str]:
     models = models_of(samples, (DRAFTS, DRAFT_TOKENS, ACCEPTED, PER_POS))
     if not models:
         legacy = sorted({s.name for s in samples if s.name in LEGACY_V0})
-        hint = (f"only vLLM V0 metrics ({', '.join(legacy)}), which carry no per-position counts; upgrade to the "
-                "V1 engine" if legacy else f"no {DRAFTS}; is speculative decoding enabled on this server")
+        hint = (
+            f"only vLLM V0 metrics ({', '.join(legacy)}), which carry no per-position counts; upgrade to the "
+            "V1 engine"
+            if legacy
+            else f"no {DRAFTS}; is speculative decoding enabled on this server"
+        )
         raise SpecsimError(f"{where}: no vLLM spec-decode counters ({hint})")
     return models
 
 
-def read_counters(paths: list[str | Path], *, model: str | None = None,
-                  num_speculative_tokens: int | None = None) -> tuple[SpecCounters, str]:
+def read_counters(
+    paths: list[str | Path], *, model: str | None = None, num_speculative_tokens: int | None = None
+) -> tuple[SpecCounters, str]:
     """(counters of the window, model name) from one scrape (since start) or two (their difference)."""
     if not 1 <= len(paths) <= 2:
         raise SpecsimError(f"vLLM import: expected one or two metrics files, got {len(paths)}")
@@ -194,6 +238,8 @@ def read_counters(paths: list[str | Path], *, model: str | None = None,
     else:
         where, window = where_last, counters[0]
     if num_speculative_tokens is not None and num_speculative_tokens != window.k:
-        raise SpecsimError(f"--num-speculative-tokens: the server was said to draft {num_speculative_tokens}, but "
-                           f"its counters report {window.k} positions (K disagrees)")
+        raise SpecsimError(
+            f"--num-speculative-tokens: the server was said to draft {num_speculative_tokens}, but "
+            f"its counters report {window.k} positions (K disagrees)"
+        )
     return window.check(where), chosen

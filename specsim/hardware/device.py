@@ -34,14 +34,33 @@ from specsim.jsonio import (
 SCHEMA_VERSION = 1
 CATALOG_DIR = Path(__file__).parent / "catalog"
 _NUMBERS = ("memory_bandwidth_bytes_per_s", "peak_flops_per_s", "memory_bytes")
-_UNITS = {"memory_bandwidth_bytes_per_s": "bytes_per_s", "peak_flops_per_s": "flops_per_s", "memory_bytes": "bytes",
-          "interconnect_bandwidth_bytes_per_s": "bytes_per_s", "scale_out_bandwidth_bytes_per_s": "bytes_per_s",
-          "interconnect_gpus": "gpus", "int32_ops_per_s": "ops_per_s"}
+_UNITS = {
+    "memory_bandwidth_bytes_per_s": "bytes_per_s",
+    "peak_flops_per_s": "flops_per_s",
+    "memory_bytes": "bytes",
+    "interconnect_bandwidth_bytes_per_s": "bytes_per_s",
+    "scale_out_bandwidth_bytes_per_s": "bytes_per_s",
+    "interconnect_gpus": "gpus",
+    "int32_ops_per_s": "ops_per_s",
+}
 _LINK = "interconnect_bandwidth_bytes_per_s"
 _SCALE_OUT = "scale_out_bandwidth_bytes_per_s"
 _INT32 = "int32_ops_per_s"
-_KEYS = {"schema_version", "name", "display_name", "vendor", "kind", "measure", "price_per_hour_usd",
-         "notes", _LINK, "interconnect_gpus", _SCALE_OUT, _INT32, *_NUMBERS}
+_KEYS = {
+    "schema_version",
+    "name",
+    "display_name",
+    "vendor",
+    "kind",
+    "measure",
+    "price_per_hour_usd",
+    "notes",
+    _LINK,
+    "interconnect_gpus",
+    _SCALE_OUT,
+    _INT32,
+    *_NUMBERS,
+}
 _DTYPES = ("bf16", "fp16", "fp32", "fp8")
 
 
@@ -74,27 +93,41 @@ class Device:
         return self.peak_flops_per_s / self.memory_bandwidth_bytes_per_s
 
     def link_bytes_per_s(self, gpus: int) -> float | None:
-        """Per-GPU bandwidth (bytes/s, per direction) of a collective over ``gpus`` GPUs: the interconnect within
-        the ``interconnect_gpus`` it joins, the scale-out link beyond them; None when the file does not say."""
+        """Per-GPU bandwidth (bytes/s, per direction) of a collective over ``gpus`` GPUs: the interconnect
+        within the ``interconnect_gpus`` it joins, the scale-out link beyond them; None when the file does not
+        say."""
         if self.interconnect_gpus is None or gpus <= self.interconnect_gpus:
             return self.interconnect_bytes_per_s
         return self.scale_out_bytes_per_s
 
     def to_json(self) -> dict:
-        out: dict[str, Any] = {"schema_version": self.schema_version, "name": self.name,
-                               "display_name": self.display_name, "vendor": self.vendor, "kind": self.kind}
+        out: dict[str, Any] = {
+            "schema_version": self.schema_version,
+            "name": self.name,
+            "display_name": self.display_name,
+            "vendor": self.vendor,
+            "kind": self.kind,
+        }
         for key in _NUMBERS:
             out[key] = {"value": getattr(self, key), "source": self.sources.get(key, "")}
         out["peak_flops_per_s"]["dtype"] = self.peak_flops_dtype
         if self.interconnect_bytes_per_s is not None:
-            out[_LINK] = {"value": self.interconnect_bytes_per_s, "source": self.sources.get(_LINK, ""),
-                          "link": self.interconnect_link}
+            out[_LINK] = {
+                "value": self.interconnect_bytes_per_s,
+                "source": self.sources.get(_LINK, ""),
+                "link": self.interconnect_link,
+            }
         if self.interconnect_gpus is not None:
-            out["interconnect_gpus"] = {"value": self.interconnect_gpus,
-                                        "source": self.sources.get("interconnect_gpus", "")}
+            out["interconnect_gpus"] = {
+                "value": self.interconnect_gpus,
+                "source": self.sources.get("interconnect_gpus", ""),
+            }
         if self.scale_out_bytes_per_s is not None:
-            out[_SCALE_OUT] = {"value": self.scale_out_bytes_per_s, "source": self.sources.get(_SCALE_OUT, ""),
-                               "link": self.scale_out_link}
+            out[_SCALE_OUT] = {
+                "value": self.scale_out_bytes_per_s,
+                "source": self.sources.get(_SCALE_OUT, ""),
+                "link": self.scale_out_link,
+            }
         if self.int32_ops_per_s is not None:
             out[_INT32] = {"value": self.int32_ops_per_s, "source": self.sources.get(_INT32, "")}
         out["price_per_hour_usd"] = self.price_per_hour_usd
@@ -115,7 +148,9 @@ class Device:
             values[key], sources[key] = _quantity(d, key, where)
         dtype = d["peak_flops_per_s"].get("dtype", "bf16")
         if dtype not in _DTYPES:
-            raise SpecsimError(f"{where}.peak_flops_per_s.dtype: expected one of {list(_DTYPES)}, got {dtype!r}")
+            raise SpecsimError(
+                f"{where}.peak_flops_per_s.dtype: expected one of {list(_DTYPES)}, got {dtype!r}"
+            )
         link, link_name = None, ""
         if d.get(_LINK) is not None:
             link, sources[_LINK] = _quantity(d, _LINK, where)
@@ -124,7 +159,9 @@ class Device:
         if d.get("interconnect_gpus") is not None:
             value, sources["interconnect_gpus"] = _quantity(d, "interconnect_gpus", where)
             if value != int(value) or value < 2:
-                raise SpecsimError(f"{where}.interconnect_gpus.value: expected an integer >= 2, got {value!r}")
+                raise SpecsimError(
+                    f"{where}.interconnect_gpus.value: expected an integer >= 2, got {value!r}"
+                )
             link_gpus = int(value)
         scale_out, scale_out_name = None, ""
         if d.get(_SCALE_OUT) is not None:
@@ -134,16 +171,29 @@ class Device:
         if d.get(_INT32) is not None:
             int32, sources[_INT32] = _quantity(d, _INT32, where)
         price = d.get("price_per_hour_usd")
-        if price is not None and (isinstance(price, bool) or not isinstance(price, (int, float)) or price < 0):
+        if price is not None and (
+            isinstance(price, bool) or not isinstance(price, (int, float)) or price < 0
+        ):
             raise SpecsimError(f"{where}.price_per_hour_usd: expected null or a number >= 0, got {price!r}")
         if price is not None:
             check_range(price, "usd_per_hour", f"{where}.price_per_hour_usd")
-        return cls(name=name, display_name=d.get("display_name") or name, kind=kind, sources=sources,
-                   peak_flops_dtype=dtype, vendor=str(d.get("vendor", "")),
-                   price_per_hour_usd=None if price is None else float(price),
-                   notes=str(d.get("notes", "")), interconnect_bytes_per_s=link, interconnect_link=link_name,
-                   interconnect_gpus=link_gpus, scale_out_bytes_per_s=scale_out, scale_out_link=scale_out_name,
-                   int32_ops_per_s=int32, **values)
+        return cls(
+            name=name,
+            display_name=d.get("display_name") or name,
+            kind=kind,
+            sources=sources,
+            peak_flops_dtype=dtype,
+            vendor=str(d.get("vendor", "")),
+            price_per_hour_usd=None if price is None else float(price),
+            notes=str(d.get("notes", "")),
+            interconnect_bytes_per_s=link,
+            interconnect_link=link_name,
+            interconnect_gpus=link_gpus,
+            scale_out_bytes_per_s=scale_out,
+            scale_out_link=scale_out_name,
+            int32_ops_per_s=int32,
+            **values,
+        )
 
     def with_price(self, price_per_hour_usd: float | None) -> Device:
         """A copy with the user's price per hour (USD); specsim never invents prices."""
@@ -158,8 +208,15 @@ def _text(d: dict, key: str, where: str) -> str:
 
 
 def _quantity(d: dict, key: str, where: str) -> tuple[float, str]:
-    value, source = sourced(d.get(key), f"{where}.{key}", "the datasheet or measurement this number comes from")
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0 or value == float("inf"):
+    value, source = sourced(
+        d.get(key), f"{where}.{key}", "the datasheet or measurement this number comes from"
+    )
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or not value > 0
+        or value == float("inf")
+    ):
         raise SpecsimError(f"{where}.{key}.value: expected a finite number > 0, got {value!r}")
     check_range(value, _UNITS[key], f"{where}.{key}.value")
     return float(value), source
@@ -179,8 +236,10 @@ def load_device(name_or_path: str) -> Device:
         raise SpecsimError(f"device file {path.name}: measure: expected true or false, got {measure!r}")
     if measure and path.resolve().parent != CATALOG_DIR.resolve():
         # Measuring would silently replace the file's numbers with this machine's.
-        raise SpecsimError(f"device file {path.name}: \"measure\": true is only for the shipped 'cpu' entry; "
-                           "remove it to use this file's numbers, or pass --device cpu to measure this machine")
+        raise SpecsimError(
+            f"device file {path.name}: \"measure\": true is only for the shipped 'cpu' entry; "
+            "remove it to use this file's numbers, or pass --device cpu to measure this machine"
+        )
     if measure:
         return measured_cpu_device()
     return parse_file_data(data, path, "device", Device.from_json)
@@ -210,12 +269,22 @@ def measure_cpu(name: str = "cpu") -> Device:
     bw = measure_bandwidth_bytes_per_s()
     flops = measure_flops_per_s()
     stamp = time.strftime("%Y-%m-%d %H:%M")
-    sources = {key: f"{meta[key]['source']} ({stamp})" for key in
-               ("memory_bandwidth_bytes_per_s", "peak_flops_per_s", "memory_bytes")}
-    return Device(name=name, display_name=f"{os.cpu_count()}-core CPU (measured {stamp})", kind="cpu",
-                  memory_bandwidth_bytes_per_s=bw, peak_flops_per_s=flops,
-                  memory_bytes=physical_memory_bytes() or 1.0, sources=sources, peak_flops_dtype="fp32",
-                  vendor="generic", notes=meta.get("notes", ""))
+    sources = {
+        key: f"{meta[key]['source']} ({stamp})"
+        for key in ("memory_bandwidth_bytes_per_s", "peak_flops_per_s", "memory_bytes")
+    }
+    return Device(
+        name=name,
+        display_name=f"{os.cpu_count()}-core CPU (measured {stamp})",
+        kind="cpu",
+        memory_bandwidth_bytes_per_s=bw,
+        peak_flops_per_s=flops,
+        memory_bytes=physical_memory_bytes() or 1.0,
+        sources=sources,
+        peak_flops_dtype="fp32",
+        vendor="generic",
+        notes=meta.get("notes", ""),
+    )
 
 
 @functools.lru_cache(maxsize=1)

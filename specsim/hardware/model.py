@@ -21,23 +21,57 @@ from specsim.presets import preset_names, preset_path
 
 # transformers' defaults for keys a config may omit (LlamaConfig, Qwen2Config, CLIPVisionConfig).
 _TEXT_DEFAULTS: dict[str, dict[str, Any]] = {
-    "llama": {"hidden_size": 4096, "intermediate_size": 11008, "num_hidden_layers": 32,
-              "num_attention_heads": 32, "vocab_size": 32000, "tie_word_embeddings": False},
-    "mistral": {"hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32,
-                "num_attention_heads": 32, "num_key_value_heads": 8, "vocab_size": 32000,
-                "tie_word_embeddings": False},
-    "qwen2": {"hidden_size": 4096, "intermediate_size": 22016, "num_hidden_layers": 32,
-              "num_attention_heads": 32, "vocab_size": 151936, "tie_word_embeddings": False},
+    "llama": {
+        "hidden_size": 4096,
+        "intermediate_size": 11008,
+        "num_hidden_layers": 32,
+        "num_attention_heads": 32,
+        "vocab_size": 32000,
+        "tie_word_embeddings": False,
+    },
+    "mistral": {
+        "hidden_size": 4096,
+        "intermediate_size": 14336,
+        "num_hidden_layers": 32,
+        "num_attention_heads": 32,
+        "num_key_value_heads": 8,
+        "vocab_size": 32000,
+        "tie_word_embeddings": False,
+    },
+    "qwen2": {
+        "hidden_size": 4096,
+        "intermediate_size": 22016,
+        "num_hidden_layers": 32,
+        "num_attention_heads": 32,
+        "vocab_size": 151936,
+        "tie_word_embeddings": False,
+    },
 }
-_VISION_DEFAULTS = {"hidden_size": 768, "intermediate_size": 3072, "num_hidden_layers": 12,
-                    "num_attention_heads": 12, "image_size": 224, "patch_size": 32}
+_VISION_DEFAULTS = {
+    "hidden_size": 768,
+    "intermediate_size": 3072,
+    "num_hidden_layers": 12,
+    "num_attention_heads": 12,
+    "image_size": 224,
+    "patch_size": 32,
+}
 # Bytes per weight. Quantised formats count their scales: GGUF Q8_0 stores 32 int8 + one fp16 scale per block
 # (34 B / 32), Q4_0 16 B of nibbles + an fp16 scale (18 B / 32), Q4_K 144 B per 256 weights (4.5 bits); Q4_K_M
 # keeps attn_v and half of ffn_down in Q6_K (6.5625 bits), about 4.85 bits per weight on a Llama model
 # (ggml-quants.h block layouts). int4 g32 (gpt-fast): 4 bits + a bf16 scale and zero per 32 weights = 5 bits.
 # Keys are canonical names (specsim.dtypes); aliases such as bf16 resolve to them.
-_DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "float8": 1, "int8": 1, "int4": 0.5, "int4-g32": 5 / 8,
-                "q8_0": 34 / 32, "q4_0": 18 / 32, "q4_k_m": 4.85 / 8}
+_DTYPE_BYTES = {
+    "float32": 4,
+    "float16": 2,
+    "bfloat16": 2,
+    "float8": 1,
+    "int8": 1,
+    "int4": 0.5,
+    "int4-g32": 5 / 8,
+    "q8_0": 34 / 32,
+    "q4_0": 18 / 32,
+    "q4_k_m": 4.85 / 8,
+}
 KV_DTYPES = ("float32", "float16", "bfloat16", "float8", "int8")
 _NAMES = sorted(set(_DTYPE_BYTES) | {a for a, c in DTYPE_ALIASES.items() if c in _DTYPE_BYTES})
 
@@ -57,7 +91,9 @@ def dtype_bytes(name: str | float) -> float:
 def kv_dtype_bytes(name: str) -> float:
     """Bytes per KV-cache element; weight-only formats (int4, GGUF blocks) are not KV dtypes."""
     if dtype_name(name) not in KV_DTYPES:
-        raise SpecsimError(f"kv dtype: expected one of {list(KV_DTYPES)} (or an alias such as bf16), got {name!r}")
+        raise SpecsimError(
+            f"kv dtype: expected one of {list(KV_DTYPES)} (or an alias such as bf16), got {name!r}"
+        )
     return dtype_bytes(name)
 
 
@@ -76,12 +112,15 @@ class VisionSpec:
     @property
     def params(self) -> int:
         """Tower (attention 4h², plain 2-matrix MLP) + projector parameters (biases ignored)."""
-        return self.layers * (4 * self.hidden**2 + 2 * self.hidden * self.intermediate) + self.projector_params
+        return (
+            self.layers * (4 * self.hidden**2 + 2 * self.hidden * self.intermediate) + self.projector_params
+        )
 
 
 @dataclass(frozen=True)
 class ModelSpec:
-    """The sizes the roofline needs; ``dtype_bytes`` per weight, ``kv_bytes`` per KV-cache element (None: same)."""
+    """The sizes the roofline needs; ``dtype_bytes`` per weight, ``kv_bytes`` per KV-cache element (None:
+    same)."""
 
     name: str
     layers: int
@@ -128,7 +167,8 @@ class ModelSpec:
 
     @property
     def kv_element_bytes(self) -> float:
-        """Bytes per KV-cache element: ``kv_bytes`` if set, else the weights' (a quantised format caches fp16)."""
+        """Bytes per KV-cache element: ``kv_bytes`` if set, else the weights' (a quantised format caches
+        fp16)."""
         if self.kv_bytes is not None:
             return self.kv_bytes
         return self.dtype_bytes if self.dtype_bytes >= 1 else 2
@@ -150,7 +190,9 @@ def _get(cfg: dict, key: str, defaults: dict, where: str, *alt: str) -> Any:
             return cfg[k]
     if key in defaults:
         return defaults[key]
-    raise SpecsimError(f"{where}: missing {key!r} (model_type {cfg.get('model_type')!r} has no default for it)")
+    raise SpecsimError(
+        f"{where}: missing {key!r} (model_type {cfg.get('model_type')!r} has no default for it)"
+    )
 
 
 def _pos_int(value: Any, where: str) -> int:
@@ -164,19 +206,29 @@ def _text_spec(cfg: dict, name: str, where: str) -> dict[str, Any]:
     if not isinstance(model_type, str):
         raise SpecsimError(f"{where}.model_type: expected a string, got {model_type!r:.60}")
     defaults = _TEXT_DEFAULTS.get(model_type, {})
-    heads = _pos_int(_get(cfg, "num_attention_heads", defaults, where, "n_head"), f"{where}.num_attention_heads")
+    heads = _pos_int(
+        _get(cfg, "num_attention_heads", defaults, where, "n_head"), f"{where}.num_attention_heads"
+    )
     hidden = _pos_int(_get(cfg, "hidden_size", defaults, where, "n_embd", "d_model"), f"{where}.hidden_size")
     kv = cfg.get("num_key_value_heads") or defaults.get("num_key_value_heads") or heads
     head_dim = cfg.get("head_dim") or hidden // heads
-    inter = cfg.get("intermediate_size") or cfg.get("n_inner") or defaults.get("intermediate_size") or 4 * hidden
+    inter = (
+        cfg.get("intermediate_size") or cfg.get("n_inner") or defaults.get("intermediate_size") or 4 * hidden
+    )
     return {
-        "layers": _pos_int(_get(cfg, "num_hidden_layers", defaults, where, "n_layer"), f"{where}.num_hidden_layers"),
-        "hidden": hidden, "heads": heads, "kv_heads": _pos_int(kv, f"{where}.num_key_value_heads"),
+        "layers": _pos_int(
+            _get(cfg, "num_hidden_layers", defaults, where, "n_layer"), f"{where}.num_hidden_layers"
+        ),
+        "hidden": hidden,
+        "heads": heads,
+        "kv_heads": _pos_int(kv, f"{where}.num_key_value_heads"),
         "head_dim": _pos_int(head_dim, f"{where}.head_dim"),
         "intermediate": _pos_int(inter, f"{where}.intermediate_size"),
         "vocab": _pos_int(_get(cfg, "vocab_size", defaults, where), f"{where}.vocab_size"),
         "gated_mlp": cfg.get("model_type") not in ("gpt2", "opt", "gpt_neox"),
-        "tie_word_embeddings": bool(cfg.get("tie_word_embeddings", defaults.get("tie_word_embeddings", True))),
+        "tie_word_embeddings": bool(
+            cfg.get("tie_word_embeddings", defaults.get("tie_word_embeddings", True))
+        ),
     }
 
 
@@ -186,20 +238,28 @@ def _vision_spec(cfg: dict, lm_hidden: int, top: dict, where: str) -> VisionSpec
     # LLaVA "default" feature selection drops CLS: grid² tokens reach the LM; the tower sees grid² + 1.
     image_tokens = top.get("image_seq_length") or grid * grid
     projector = hidden * lm_hidden + lm_hidden * lm_hidden  # 2-layer MLP (mlp2x_gelu)
-    return VisionSpec(layers=get("num_hidden_layers"), hidden=hidden, intermediate=get("intermediate_size"),
-                      heads=get("num_attention_heads"), patch_tokens=grid * grid + 1,
-                      image_tokens=_pos_int(image_tokens, f"{where}.image_seq_length"),
-                      projector_params=projector)
+    return VisionSpec(
+        layers=get("num_hidden_layers"),
+        hidden=hidden,
+        intermediate=get("intermediate_size"),
+        heads=get("num_attention_heads"),
+        patch_tokens=grid * grid + 1,
+        image_tokens=_pos_int(image_tokens, f"{where}.image_seq_length"),
+        projector_params=projector,
+    )
 
 
-def spec_from_config(cfg: dict, name: str = "model", *, dtype: str | None = None,
-                     kv_dtype: str | None = None) -> ModelSpec:
+def spec_from_config(
+    cfg: dict, name: str = "model", *, dtype: str | None = None, kv_dtype: str | None = None
+) -> ModelSpec:
     """ModelSpec from a HF config dict (text or LLaVA-style); ``dtype``/``kv_dtype`` override the config's."""
     if not isinstance(cfg, dict):
         raise SpecsimError(f"{name}: expected a config JSON object, got {type(cfg).__name__}")
     if not isinstance(cfg.get("model_type"), str) or not cfg["model_type"]:
-        raise SpecsimError(f"{name}.model_type: missing (expected the HF config's model_type, e.g. 'llama', "
-                           "'qwen2', 'llava'; specsim does not guess an architecture)")
+        raise SpecsimError(
+            f"{name}.model_type: missing (expected the HF config's model_type, e.g. 'llama', "
+            "'qwen2', 'llava'; specsim does not guess an architecture)"
+        )
     text_cfg = cfg.get("text_config") if isinstance(cfg.get("text_config"), dict) else cfg
     if text_cfg is not cfg and "model_type" not in text_cfg:
         text_cfg = {**text_cfg, "model_type": "llama"}  # LlavaConfig's default text backbone
@@ -212,10 +272,16 @@ def spec_from_config(cfg: dict, name: str = "model", *, dtype: str | None = None
     return ModelSpec(name=name, dtype_bytes=dtype_bytes(dt), kv_bytes=kv, vision=vision, **fields)
 
 
-def load_model_spec(name_or_path: str, *, dtype: str | None = None, kv_dtype: str | None = None,
-                    named_configs: dict[str, dict] | None = None) -> ModelSpec:
-    """A preset name (``llava-1.5-7b``, :mod:`specsim.presets`), a path to a HF config.json (file or its folder),
-    or a key of ``named_configs`` (name -> HF config dict, e.g. the published set's cited models), in that order."""
+def load_model_spec(
+    name_or_path: str,
+    *,
+    dtype: str | None = None,
+    kv_dtype: str | None = None,
+    named_configs: dict[str, dict] | None = None,
+) -> ModelSpec:
+    """A preset name (``llava-1.5-7b``, :mod:`specsim.presets`), a path to a HF config.json (file or its
+    folder), or a key of ``named_configs`` (name -> HF config dict, e.g. the published set's cited models), in
+    that order."""
     preset = preset_path(name_or_path)
     if preset is not None:
         path, name = preset, name_or_path
@@ -226,10 +292,14 @@ def load_model_spec(name_or_path: str, *, dtype: str | None = None, kv_dtype: st
             check_regular_file(path, "model config")
         if not path.is_file():
             if named_configs and name_or_path in named_configs:
-                return spec_from_config(named_configs[name_or_path], name_or_path, dtype=dtype, kv_dtype=kv_dtype)
+                return spec_from_config(
+                    named_configs[name_or_path], name_or_path, dtype=dtype, kv_dtype=kv_dtype
+                )
             names = preset_names() + sorted(named_configs or ())
-            raise SpecsimError(f"unknown model {name_or_path!r} (expected a HF config.json path or one of: "
-                               f"{', '.join(names)})")
+            raise SpecsimError(
+                f"unknown model {name_or_path!r} (expected a HF config.json path or one of: "
+                f"{', '.join(names)})"
+            )
         name = path.parent.name if path.name == "config.json" else path.stem
     cfg = read_json(path, "model config")
     if isinstance(cfg, dict):

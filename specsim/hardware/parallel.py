@@ -14,8 +14,9 @@ are sharded, so ``tp`` must divide the attention heads; the KV heads either divi
 the KV cache then divides by kv_heads only.
 
 A layer split (llama.cpp's default ``--split-mode layer`` since its pull request #4766; Hugging Face
-Accelerate's ``device_map``) gives each GPU whole layers, which run one GPU after another: a pass costs what it
-costs on one GPU (the hand-off of one activation vector between GPUs is not priced), and only memory divides.
+Accelerate's ``device_map``) gives each GPU whole layers, which run one GPU after another: a pass costs what
+it costs on one GPU (the hand-off of one activation vector between GPUs is not priced), and only memory
+divides.
 """
 
 from __future__ import annotations
@@ -48,8 +49,10 @@ def check_splittable(m: ModelSpec, gpus: int, split: str, what: str = "model") -
     if check_split_mode(split) == "tensor":
         check_shardable(m, gpus, what)
     elif gpus > m.layers:
-        raise SpecsimError(f"layer split over {gpus} GPUs: {what} {m.name!r} has {m.layers} layers (expected at "
-                           f"most {m.layers} GPUs)")
+        raise SpecsimError(
+            f"layer split over {gpus} GPUs: {what} {m.name!r} has {m.layers} layers (expected at "
+            f"most {m.layers} GPUs)"
+        )
 
 
 def layer_share(m: ModelSpec, gpus: int) -> float:
@@ -63,23 +66,31 @@ def check_tp(tp: int, dev: Device | None = None) -> int:
     if isinstance(tp, bool) or not isinstance(tp, (int, np.integer)) or tp < 1:
         raise SpecsimError(f"tensor parallel degree: expected an integer >= 1, got {tp!r}")
     if tp > 1 and dev is not None and dev.interconnect_bytes_per_s is None:
-        raise SpecsimError(f"device {dev.name!r} has no interconnect_bandwidth_bytes_per_s, so tensor parallel "
-                           f"degree {tp} cannot be priced (expected tp = 1 or a device file with that field)")
+        raise SpecsimError(
+            f"device {dev.name!r} has no interconnect_bandwidth_bytes_per_s, so tensor parallel "
+            f"degree {tp} cannot be priced (expected tp = 1 or a device file with that field)"
+        )
     if tp > 1 and dev is not None and dev.link_bytes_per_s(tp) is None:
-        raise SpecsimError(f"device {dev.name!r} joins {dev.interconnect_gpus} GPUs over its interconnect and has no "
-                           f"scale_out_bandwidth_bytes_per_s, so tensor parallel degree {tp} cannot be priced "
-                           f"(expected tp <= {dev.interconnect_gpus} or a device file with that field)")
+        raise SpecsimError(
+            f"device {dev.name!r} joins {dev.interconnect_gpus} GPUs over its interconnect and has no "
+            f"scale_out_bandwidth_bytes_per_s, so tensor parallel degree {tp} cannot be priced "
+            f"(expected tp <= {dev.interconnect_gpus} or a device file with that field)"
+        )
     return int(tp)
 
 
 def check_shardable(m: ModelSpec, tp: int, what: str = "model") -> None:
     """Whole heads per GPU: ``tp`` divides the attention heads, and the KV heads divide by or into ``tp``."""
     if m.heads % tp:
-        raise SpecsimError(f"tensor parallel degree {tp}: {what} {m.name!r} has {m.heads} attention heads, which "
-                           f"{tp} GPUs cannot share whole (expected a divisor of {m.heads})")
+        raise SpecsimError(
+            f"tensor parallel degree {tp}: {what} {m.name!r} has {m.heads} attention heads, which "
+            f"{tp} GPUs cannot share whole (expected a divisor of {m.heads})"
+        )
     if m.kv_heads % tp and tp % m.kv_heads:
-        raise SpecsimError(f"tensor parallel degree {tp}: {what} {m.name!r} has {m.kv_heads} KV heads (expected tp "
-                           f"to divide them or be a multiple of them)")
+        raise SpecsimError(
+            f"tensor parallel degree {tp}: {what} {m.name!r} has {m.kv_heads} KV heads (expected tp "
+            f"to divide them or be a multiple of them)"
+        )
 
 
 def kv_shards(m: ModelSpec, tp: int) -> int:
@@ -118,11 +129,21 @@ def _shares(m: ModelSpec, gpus: int, split: str) -> tuple[float, float]:
     return 1.0 / gpus, 1.0 / kv_shards(m, gpus)
 
 
-def per_gpu_resident_bytes(target: ModelSpec, draft: ModelSpec, batch, context, tp: int, draft_tp: int = 1, *,
-                           draft_context=None, shared_weights: bool = False, split: str = "tensor") -> np.ndarray:
-    """Bytes on the most loaded GPU: the target spread over ``tp`` GPUs and the draft over ``draft_tp`` (1: whole
-    on GPU 0), both by ``split`` (tensor: weights over the GPUs, KV over :func:`kv_shards`; layer: both by
-    :func:`layer_share`); ``shared_weights``: self-speculation, no draft weights."""
+def per_gpu_resident_bytes(
+    target: ModelSpec,
+    draft: ModelSpec,
+    batch,
+    context,
+    tp: int,
+    draft_tp: int = 1,
+    *,
+    draft_context=None,
+    shared_weights: bool = False,
+    split: str = "tensor",
+) -> np.ndarray:
+    """Bytes on the most loaded GPU: the target spread over ``tp`` GPUs and the draft over ``draft_tp`` (1:
+    whole on GPU 0), both by ``split`` (tensor: weights over the GPUs, KV over :func:`kv_shards`; layer: both
+    by :func:`layer_share`); ``shared_weights``: self-speculation, no draft weights."""
     b, ctx = np.asarray(batch, dtype=float), np.asarray(context, dtype=float)
     d_ctx = ctx if draft_context is None else np.asarray(draft_context, dtype=float)
     (tw, tk), (dw, dk) = _shares(target, tp, split), _shares(draft, draft_tp, split)

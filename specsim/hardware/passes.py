@@ -24,9 +24,22 @@ from specsim.hardware.model import ModelSpec
 from specsim.hardware.parallel import allreduce_link_bytes, allreduces_per_pass
 from specsim.hardware.roofline import forward_flops, quantized_layers, sharded_bytes, streamed_weights
 
-_FIELDS = ("flops", "base_bytes", "score_elems", "rows", "layers", "tp", "link_bytes", "allreduces",
-           "quantized_layers", "weights", "peak_flops_per_s", "bandwidth_bytes_per_s", "link_bytes_per_s",
-           "int32_ops_per_s")
+_FIELDS = (
+    "flops",
+    "base_bytes",
+    "score_elems",
+    "rows",
+    "layers",
+    "tp",
+    "link_bytes",
+    "allreduces",
+    "quantized_layers",
+    "weights",
+    "peak_flops_per_s",
+    "bandwidth_bytes_per_s",
+    "link_bytes_per_s",
+    "int32_ops_per_s",
+)
 
 
 @dataclass(frozen=True)
@@ -57,9 +70,16 @@ class PassTable:
         overhead = rt.pass_overhead_ms(0) + (rt.pass_overhead_ms(1) - rt.pass_overhead_ms(0)) * self.layers
         sharded = self.tp > 1
         link = np.where(sharded, self.link_bytes_per_s, 1.0) * rt.interconnect_efficiency
-        allreduce = np.where(sharded, self.link_bytes / link * 1e3 + rt.overhead_ms_per_allreduce * self.allreduces,
-                             0.0)
-        return roof + overhead + rt.dequant_ms_per_layer * self.quantized_layers + allreduce + self._gemv_rows_ms(rt)
+        allreduce = np.where(
+            sharded, self.link_bytes / link * 1e3 + rt.overhead_ms_per_allreduce * self.allreduces, 0.0
+        )
+        return (
+            roof
+            + overhead
+            + rt.dequant_ms_per_layer * self.quantized_layers
+            + allreduce
+            + self._gemv_rows_ms(rt)
+        )
 
     def _gemv_rows_ms(self, rt) -> np.ndarray:
         """As :func:`specsim.hardware.roofline.gemv_rows_ms`."""
@@ -68,8 +88,10 @@ class PassTable:
         if ops == 0 or not np.any(multi):
             return np.zeros_like(self.rows)
         if np.any(multi & np.isnan(self.int32_ops_per_s)):
-            raise SpecsimError(f"a device has no int32_ops_per_s, and runtime {rt.name!r} prices passes of 2 to "
-                               f"{rt.gemv_max_rows:g} rows by it (expected the device file to give it)")
+            raise SpecsimError(
+                f"a device has no int32_ops_per_s, and runtime {rt.name!r} prices passes of 2 to "
+                f"{rt.gemv_max_rows:g} rows by it (expected the device file to give it)"
+            )
         return np.where(multi, (self.rows - 1.0) * self.weights * ops / self.int32_ops_per_s * 1e3, 0.0)
 
 

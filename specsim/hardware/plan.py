@@ -3,7 +3,7 @@
 For each device, batch size B, context L and γ, the roofline gives Tp = decode(target), Tq =
 decode(draft, batch B·k for a k-member ensemble), Tv(γ) = verify(target, γ+1 positions); then
 speedup = τ(γ)·Tp / ((γ + e)·Tq + Tv(γ) + o) = τ / ((γ + e)·c + v + o/Tp) (decode phase; e and o are the
-runtime's extra draft forwards and overhead per block, 0 for the textbook) and the best γ is kept. τ(γ) comes from a profile through :func:`specsim.tau.tau_with_source`.
+runtime's extra draft forwards and overhead per block, 0 for the textbook) and the best γ is kept. τ(γ) comes from a profile through :func:`specsim.predict.tau_at_gamma.tau_with_source`.
 """
 
 from __future__ import annotations
@@ -49,11 +49,19 @@ class MethodTau:
 
     @classmethod
     def from_entry(cls, entry: MethodAcceptance, gammas=DEFAULT_GAMMAS) -> MethodTau:
-        from specsim.tau import tau_with_source  # lead's module: replay > measured > i.i.d. carry
+        from specsim.predict.tau_at_gamma import (
+            tau_with_source,  # lead's module: replay > measured > i.i.d. carry
+        )
 
         pairs = [tau_with_source(entry, int(g)) for g in gammas]
-        return cls(entry.method, entry.scenario, tuple(int(g) for g in gammas), tuple(float(t) for t, _ in pairs),
-                   tuple(s for _, s in pairs), entry.draft_batch_size)
+        return cls(
+            entry.method,
+            entry.scenario,
+            tuple(int(g) for g in gammas),
+            tuple(float(t) for t, _ in pairs),
+            tuple(s for _, s in pairs),
+            entry.draft_batch_size,
+        )
 
 
 @dataclass(frozen=True)
@@ -91,18 +99,34 @@ class Plan:
     efficiencies: dict[str, dict] = field(default_factory=dict)
 
     def to_json(self) -> dict:
-        return {"schema_version": 1, "assumptions": list(self.assumptions), "devices": list(self.devices),
-                "methods": list(self.methods), "batches": list(self.batches), "contexts": list(self.contexts),
-                "efficiencies": self.efficiencies, "rows": [asdict(r) for r in self.rows],
-                "ranking": {m: [r.device for r in ranking(self, m)] for m in self.methods},
-                "speedup_below_1_from_batch": {
-                    m: {d: {str(c): speedup_crossover_batch(self, d, m, c) for c in self.contexts}
-                        for d in self.devices} for m in self.methods}}
+        return {
+            "schema_version": 1,
+            "assumptions": list(self.assumptions),
+            "devices": list(self.devices),
+            "methods": list(self.methods),
+            "batches": list(self.batches),
+            "contexts": list(self.contexts),
+            "efficiencies": self.efficiencies,
+            "rows": [asdict(r) for r in self.rows],
+            "ranking": {m: [r.device for r in ranking(self, m)] for m in self.methods},
+            "speedup_below_1_from_batch": {
+                m: {
+                    d: {str(c): speedup_crossover_batch(self, d, m, c) for c in self.contexts}
+                    for d in self.devices
+                }
+                for m in self.methods
+            },
+        }
 
     def select(self, *, device=None, method=None, batch=None, context=None) -> list[PlanRow]:
-        return [r for r in self.rows if (device is None or r.device == device)
-                and (method is None or r.method == method) and (batch is None or r.batch_size == batch)
-                and (context is None or r.context_tokens == context)]
+        return [
+            r
+            for r in self.rows
+            if (device is None or r.device == device)
+            and (method is None or r.method == method)
+            and (batch is None or r.batch_size == batch)
+            and (context is None or r.context_tokens == context)
+        ]
 
 
 @dataclass(frozen=True)
@@ -119,43 +143,74 @@ class Parallel:
         check_split_mode(self.split)
 
 
-def _device_rows(target: ModelSpec, draft: ModelSpec, dev: Device, eff, mt: MethodTau,
-                 batches: np.ndarray, contexts: np.ndarray, par: Parallel) -> list[PlanRow]:
+def _device_rows(
+    target: ModelSpec,
+    draft: ModelSpec,
+    dev: Device,
+    eff,
+    mt: MethodTau,
+    batches: np.ndarray,
+    contexts: np.ndarray,
+    par: Parallel,
+) -> list[PlanRow]:
     b, ctx = batches[:, None, None], contexts[None, :, None]
     g = np.asarray(mt.gammas, dtype=float)[None, None, :]
     d_tp = par.tp if par.draft_sharded else 1
     t_tp, t_dtp = timing_gpus(par.tp, par.split), timing_gpus(d_tp, par.split)
-    tp = decode_ms(target, dev, eff, ctx, b, tp=t_tp)                           # [B, L, 1]
-    tq = decode_ms(draft, dev, eff, ctx, b * mt.draft_batch_size, tp=t_dtp)     # [B, L, 1]
-    tv = verify_ms(target, dev, eff, g, ctx, b, tp=t_tp)                        # [B, L, G]
+    tp = decode_ms(target, dev, eff, ctx, b, tp=t_tp)  # [B, L, 1]
+    tq = decode_ms(draft, dev, eff, ctx, b * mt.draft_batch_size, tp=t_dtp)  # [B, L, 1]
+    tv = verify_ms(target, dev, eff, g, ctx, b, tp=t_tp)  # [B, L, G]
     tau = np.asarray(mt.tau)[None, None, :]
     block_ms = (g + eff.extra_draft_forwards_per_block) * tq + tv + eff.overhead_ms_per_block
-    speedups = tau * tp / block_ms                                 # = τ / ((γ + e)·c + v + o / Tp)
-    best = np.argmax(speedups, axis=-1)                            # [B, L]
+    speedups = tau * tp / block_ms  # = τ / ((γ + e)·c + v + o / Tp)
+    best = np.argmax(speedups, axis=-1)  # [B, L]
     bound = compute_bound(target, dev, eff, b, ctx, 1, tp=t_tp)[..., 0]
-    per_gpu = per_gpu_resident_bytes(target, draft, b[..., 0], ctx[..., 0] + max(mt.gammas) + 1, par.tp, d_tp,
-                                     split=par.split)
+    per_gpu = per_gpu_resident_bytes(
+        target, draft, b[..., 0], ctx[..., 0] + max(mt.gammas) + 1, par.tp, d_tp, split=par.split
+    )
     fits = per_gpu <= USABLE_MEMORY_FRACTION * dev.memory_bytes
     rows = []
     for i, j in np.ndindex(best.shape):
         k = int(best[i, j])
         sd_tps = float(batches[i] * tau[0, 0, k] * 1e3 / block_ms[i, j, k])
         price = dev.price_per_hour_usd
-        rows.append(PlanRow(
-            device=dev.name, method=mt.method, batch_size=int(batches[i]), context_tokens=int(contexts[j]),
-            best_gamma=mt.gammas[k], tau=mt.tau[k], tau_source=mt.tau_source[k],
-            c=float(tq[i, j, 0] / tp[i, j, 0]), v=float(tv[i, j, k] / tp[i, j, 0]),
-            speedup=float(speedups[i, j, k]), target_ms_per_step=float(tp[i, j, 0]),
-            target_tokens_per_s=float(batches[i] * 1e3 / tp[i, j, 0]), sd_tokens_per_s=sd_tps,
-            target_compute_bound=bool(bound[i, j]), fits_memory=bool(fits[i, j]),
-            usd_per_million_tokens=None if price is None else price * par.tp / (sd_tps * 3600.0) * 1e6,
-            tp=par.tp, per_gpu_bytes=float(per_gpu[i, j])))
+        rows.append(
+            PlanRow(
+                device=dev.name,
+                method=mt.method,
+                batch_size=int(batches[i]),
+                context_tokens=int(contexts[j]),
+                best_gamma=mt.gammas[k],
+                tau=mt.tau[k],
+                tau_source=mt.tau_source[k],
+                c=float(tq[i, j, 0] / tp[i, j, 0]),
+                v=float(tv[i, j, k] / tp[i, j, 0]),
+                speedup=float(speedups[i, j, k]),
+                target_ms_per_step=float(tp[i, j, 0]),
+                target_tokens_per_s=float(batches[i] * 1e3 / tp[i, j, 0]),
+                sd_tokens_per_s=sd_tps,
+                target_compute_bound=bool(bound[i, j]),
+                fits_memory=bool(fits[i, j]),
+                usd_per_million_tokens=None if price is None else price * par.tp / (sd_tps * 3600.0) * 1e6,
+                tp=par.tp,
+                per_gpu_bytes=float(per_gpu[i, j]),
+            )
+        )
     return rows
 
 
-def plan_hardware(target: ModelSpec, draft: ModelSpec, devices: list[Device], methods: list[MethodTau], *,
-                  efficiency=None, batches=DEFAULT_BATCHES, contexts=DEFAULT_CONTEXTS,
-                  notes: tuple[str, ...] = (), parallel: Parallel | None = None) -> Plan:
+def plan_hardware(
+    target: ModelSpec,
+    draft: ModelSpec,
+    devices: list[Device],
+    methods: list[MethodTau],
+    *,
+    efficiency=None,
+    batches=DEFAULT_BATCHES,
+    contexts=DEFAULT_CONTEXTS,
+    notes: tuple[str, ...] = (),
+    parallel: Parallel | None = None,
+) -> Plan:
     """Predicted throughput and best-γ speedup for every device × method × batch × context.
 
     ``efficiency``: an Efficiency or Runtime for every device, or a dict device name -> one of them.
@@ -176,18 +231,31 @@ def plan_hardware(target: ModelSpec, draft: ModelSpec, devices: list[Device], me
         raise SpecsimError(f"batch sizes: expected integers >= 1, got {list(batches)!r}")
     if contexts_a.size == 0 or contexts_a[0] < 0:
         raise SpecsimError(f"context lengths: expected integers >= 0, got {list(contexts)!r}")
-    effs = efficiency if isinstance(efficiency, dict) else {d.name: efficiency or Efficiency() for d in devices}
-    rows = [row for dev in devices for mt in methods
-            for row in _device_rows(target, draft, dev, effs.get(dev.name, Efficiency()), mt, batches_a, contexts_a,
-                                    par)]
-    return Plan(tuple(rows), _assumptions(target, draft, methods, effs, par) + _scale_out(devices, par) + tuple(notes),
-                tuple(d.name for d in devices), tuple(m.method for m in methods),
-                tuple(int(b) for b in batches_a), tuple(int(c) for c in contexts_a),
-                {k: e.to_json() for k, e in effs.items()})
+    effs = (
+        efficiency if isinstance(efficiency, dict) else {d.name: efficiency or Efficiency() for d in devices}
+    )
+    rows = [
+        row
+        for dev in devices
+        for mt in methods
+        for row in _device_rows(
+            target, draft, dev, effs.get(dev.name, Efficiency()), mt, batches_a, contexts_a, par
+        )
+    ]
+    return Plan(
+        tuple(rows),
+        _assumptions(target, draft, methods, effs, par) + _scale_out(devices, par) + tuple(notes),
+        tuple(d.name for d in devices),
+        tuple(m.method for m in methods),
+        tuple(int(b) for b in batches_a),
+        tuple(int(c) for c in contexts_a),
+        {k: e.to_json() for k, e in effs.items()},
+    )
 
 
-def _assumptions(target: ModelSpec, draft: ModelSpec, methods: list[MethodTau], effs: dict,
-                 par: Parallel) -> tuple[str, ...]:
+def _assumptions(
+    target: ModelSpec, draft: ModelSpec, methods: list[MethodTau], effs: dict, par: Parallel
+) -> tuple[str, ...]:
     out = [
         "decode phase only: speedup = tau/(gamma*c + v); prefill, vision encoding and draft set-up excluded",
         f"weights {target.dtype_bytes:g} (target) / {draft.dtype_bytes:g} (draft) bytes per parameter, KV cache "
@@ -195,31 +263,46 @@ def _assumptions(target: ModelSpec, draft: ModelSpec, methods: list[MethodTau], 
         "for the CPU)",
         "tau does not depend on batch size or context (taken from the profile); a batch verifies in lockstep "
         "and emits tau tokens per sequence per block",
-        "'fits' = per GPU: " + ("the most loaded GPU's share of the target's layers (weights and KV)"
-                                if par.split == "layer" else "target weights over tp and KV over tp (over the KV "
-                                "heads when tp exceeds them)") +
-        f", the draft {'split the same way' if par.draft_sharded else 'whole on GPU 0'}, "
+        "'fits' = per GPU: "
+        + (
+            "the most loaded GPU's share of the target's layers (weights and KV)"
+            if par.split == "layer"
+            else "target weights over tp and KV over tp (over the KV heads when tp exceeds them)"
+        )
+        + f", the draft {'split the same way' if par.draft_sharded else 'whole on GPU 0'}, "
         f"KV for batch x (context + gamma_max + 1) <= {USABLE_MEMORY_FRACTION:.0%} of device memory",
         "context = tokens already in the KV cache (image tokens included: 576 per LLaVA-1.5 image)",
     ]
     for mt in methods:
         extra = sorted({s for s in mt.tau_source if s.startswith("iid")})
         if extra:
-            out.append(f"method {mt.method} ({mt.scenario}): tau at other gamma is an i.i.d. extrapolation "
-                       f"({', '.join(extra)}), not measured")
+            out.append(
+                f"method {mt.method} ({mt.scenario}): tau at other gamma is an i.i.d. extrapolation "
+                f"({', '.join(extra)}), not measured"
+            )
     if par.tp > 1 and par.split == "layer":
-        out.append(f"layer split over {par.tp} GPUs (whole layers per GPU, run one GPU after another): a pass costs "
-                   "what it costs on one GPU and only memory divides; draft "
-                   f"{'split the same way' if par.draft_sharded else 'on one GPU'}; tokens/s are per replica")
+        out.append(
+            f"layer split over {par.tp} GPUs (whole layers per GPU, run one GPU after another): a pass costs "
+            "what it costs on one GPU and only memory divides; draft "
+            f"{'split the same way' if par.draft_sharded else 'on one GPU'}; tokens/s are per replica"
+        )
     elif par.tp > 1:
-        out.append(f"tensor parallel over {par.tp} GPUs (Megatron layout, 2 all-reduces per layer over the device's "
-                   f"interconnect); draft {'sharded the same way' if par.draft_sharded else 'on one GPU'}; tokens/s "
-                   "are per replica")
+        out.append(
+            f"tensor parallel over {par.tp} GPUs (Megatron layout, 2 all-reduces per layer over the device's "
+            f"interconnect); draft {'sharded the same way' if par.draft_sharded else 'on one GPU'}; tokens/s "
+            "are per replica"
+        )
     for eff in effs.values():  # one line per runtime, not per device (each device has its own copy)
-        out.append(f"runtime {eff.name}: {eff.display_name}" if hasattr(eff, "fit") else f"efficiencies: {eff.source}")
+        out.append(
+            f"runtime {eff.name}: {eff.display_name}"
+            if hasattr(eff, "fit")
+            else f"efficiencies: {eff.source}"
+        )
         if eff.extra_draft_forwards_per_block > 0:
-            out.append(f"draft: γ + {eff.extra_draft_forwards_per_block:g} forwards per block under "
-                       f"{eff.display_name} (extra_draft_forwards_per_block)")
+            out.append(
+                f"draft: γ + {eff.extra_draft_forwards_per_block:g} forwards per block under "
+                f"{eff.display_name} (extra_draft_forwards_per_block)"
+            )
     return tuple(dict.fromkeys(out))
 
 
@@ -227,14 +310,19 @@ def _scale_out(devices: list[Device], par: Parallel) -> tuple[str, ...]:
     """One line per device whose tensor-parallel ring leaves the GPUs its interconnect joins."""
     if par.split != "tensor":
         return ()
-    return tuple(f"{d.name}: {par.tp} GPUs span {-(-par.tp // d.interconnect_gpus)} groups of {d.interconnect_gpus} "
-                 f"joined by {d.interconnect_link or 'the interconnect'}; all-reduces run at the scale-out link's "
-                 f"bandwidth ({d.scale_out_link or 'scale-out'}), their latency at the runtime's per-all-reduce "
-                 "figure for one group (under-estimated)"
-                 for d in devices if d.interconnect_gpus is not None and par.tp > d.interconnect_gpus)
+    return tuple(
+        f"{d.name}: {par.tp} GPUs span {-(-par.tp // d.interconnect_gpus)} groups of {d.interconnect_gpus} "
+        f"joined by {d.interconnect_link or 'the interconnect'}; all-reduces run at the scale-out link's "
+        f"bandwidth ({d.scale_out_link or 'scale-out'}), their latency at the runtime's per-all-reduce "
+        "figure for one group (under-estimated)"
+        for d in devices
+        if d.interconnect_gpus is not None and par.tp > d.interconnect_gpus
+    )
 
 
-def ranking(plan: Plan, method: str, *, batch: int | None = None, context: int | None = None) -> list[PlanRow]:
+def ranking(
+    plan: Plan, method: str, *, batch: int | None = None, context: int | None = None
+) -> list[PlanRow]:
     """Devices by SD tokens/s at (batch, context) (default: smallest of each); non-fitting ones last."""
     batch = plan.batches[0] if batch is None else batch
     context = plan.contexts[0] if context is None else context

@@ -1,8 +1,9 @@
-"""Plain-text report of a hardware plan: models, fitted efficiencies, assumptions, rankings, speedup vs batch."""
+"""Plain-text report of a hardware plan: models, fitted efficiencies, assumptions, rankings, speedup vs
+batch."""
 
 from __future__ import annotations
 
-from specsim.hardware.fit import FitResult, HoldoutResult
+from specsim.hardware.efficiency_fit import FitResult, HoldoutResult
 from specsim.hardware.model import ModelSpec
 from specsim.hardware.plan import Plan, ranking, speedup_crossover_batch
 from specsim.hardware.runtime import Runtime
@@ -11,9 +12,15 @@ from specsim.report import fmt, format_table
 
 def describe_model(m: ModelSpec) -> str:
     """One line: name, parameters, bytes per weight and per KV element, vision tower."""
-    vision = f", vision tower {m.vision.params / 1e6:.0f}M ({m.vision.image_tokens} tokens/image)" if m.vision else ""
-    return (f"{m.name} ({m.params / 1e9:.2f}B params, {m.dtype_bytes:g} bytes/weight, {m.kv_element_bytes:g} "
-            f"bytes/KV element{vision})")
+    vision = (
+        f", vision tower {m.vision.params / 1e6:.0f}M ({m.vision.image_tokens} tokens/image)"
+        if m.vision
+        else ""
+    )
+    return (
+        f"{m.name} ({m.params / 1e9:.2f}B params, {m.dtype_bytes:g} bytes/weight, {m.kv_element_bytes:g} "
+        f"bytes/KV element{vision})"
+    )
 
 
 def fit_text(fit: FitResult | HoldoutResult) -> list[str]:
@@ -21,21 +28,35 @@ def fit_text(fit: FitResult | HoldoutResult) -> list[str]:
     f = fit.fit if isinstance(fit, HoldoutResult) else fit
     e = f.efficiency
     free = ", ".join(k for k, ok in f.constrained.items() if not ok)
-    values = ", ".join(f"{k} {getattr(e, k):.4g}" for k in f.constrained) if isinstance(e, Runtime) else \
-        (f"compute {e.compute:.3f}, memory {e.memory:.3f}, overhead {e.overhead_ms:.3f} ms + "
-         f"{e.overhead_ms_per_layer:.4f} ms/layer")
-    lines = [f"fitted: {values} on {f.device}; fit error rms {f.rms_rel_error:.1%}, "
-             f"max {f.max_abs_rel_error:.1%} over {len(f.rows)} points" + (f" (unconstrained: {free})" if free else "")]
+    values = (
+        ", ".join(f"{k} {getattr(e, k):.4g}" for k in f.constrained)
+        if isinstance(e, Runtime)
+        else (
+            f"compute {e.compute:.3f}, memory {e.memory:.3f}, overhead {e.overhead_ms:.3f} ms + "
+            f"{e.overhead_ms_per_layer:.4f} ms/layer"
+        )
+    )
+    lines = [
+        f"fitted: {values} on {f.device}; fit error rms {f.rms_rel_error:.1%}, "
+        f"max {f.max_abs_rel_error:.1%} over {len(f.rows)} points"
+        + (f" (unconstrained: {free})" if free else "")
+    ]
     if isinstance(fit, HoldoutResult):
-        lines.append(f"held-out: rms {fit.rms_rel_error:.1%}, max {fit.max_abs_rel_error:.1%} over "
-                     f"{len(fit.held_out)} points")
-        lines += [f"  {r.label}: measured {r.measured_ms:.2f} ms, predicted {r.predicted_ms:.2f} ms "
-                  f"({r.rel_error:+.1%})" for r in fit.held_out]
+        lines.append(
+            f"held-out: rms {fit.rms_rel_error:.1%}, max {fit.max_abs_rel_error:.1%} over "
+            f"{len(fit.held_out)} points"
+        )
+        lines += [
+            f"  {r.label}: measured {r.measured_ms:.2f} ms, predicted {r.predicted_ms:.2f} ms "
+            f"({r.rel_error:+.1%})"
+            for r in fit.held_out
+        ]
     return lines
 
 
 def plan_text(plan: Plan, target: ModelSpec, draft: ModelSpec, fit=None) -> str:
-    """``specsim hardware``'s text report: models, fit, assumptions, the ranking and speedup vs batch per method."""
+    """``specsim hardware``'s text report: models, fit, assumptions, the ranking and speedup vs batch per
+    method."""
     lines = [f"target {describe_model(target)}", f"draft  {describe_model(draft)}"]
     if fit is not None:
         lines += fit_text(fit)
@@ -44,23 +65,58 @@ def plan_text(plan: Plan, target: ModelSpec, draft: ModelSpec, fit=None) -> str:
     batch, context = plan.batches[0], plan.contexts[0]
     for method in plan.methods:
         lines.append(f"\nmethod {method}: ranking at batch {batch}, context {context} tokens")
-        rows = [[str(i + 1), r.device, f"{r.target_tokens_per_s:.1f}", f"{r.sd_tokens_per_s:.1f}",
-                 f"{r.speedup:.2f}", str(r.best_gamma), f"{r.tau:.2f}" + ("*" if r.tau_source.startswith("iid") else ""),
-                 f"{r.c:.3f}", f"{r.v:.2f}", "compute" if r.target_compute_bound else "memory",
-                 "yes" if r.fits_memory else "NO", fmt(r.usd_per_million_tokens, 3)]
-                for i, r in enumerate(ranking(plan, method, batch=batch, context=context))]
-        lines.append(format_table(["#", "device", "target tok/s", "SD tok/s", "speedup", "best γ", "tau", "c", "v",
-                                   "target bound", "fits", "$/Mtok"], rows))
+        rows = [
+            [
+                str(i + 1),
+                r.device,
+                f"{r.target_tokens_per_s:.1f}",
+                f"{r.sd_tokens_per_s:.1f}",
+                f"{r.speedup:.2f}",
+                str(r.best_gamma),
+                f"{r.tau:.2f}" + ("*" if r.tau_source.startswith("iid") else ""),
+                f"{r.c:.3f}",
+                f"{r.v:.2f}",
+                "compute" if r.target_compute_bound else "memory",
+                "yes" if r.fits_memory else "NO",
+                fmt(r.usd_per_million_tokens, 3),
+            ]
+            for i, r in enumerate(ranking(plan, method, batch=batch, context=context))
+        ]
+        lines.append(
+            format_table(
+                [
+                    "#",
+                    "device",
+                    "target tok/s",
+                    "SD tok/s",
+                    "speedup",
+                    "best γ",
+                    "tau",
+                    "c",
+                    "v",
+                    "target bound",
+                    "fits",
+                    "$/Mtok",
+                ],
+                rows,
+            )
+        )
         for ctx in plan.contexts:
             lines.append(f"  best-γ speedup vs batch size, context {ctx} (! = does not fit in memory):")
             table = []
             for dev in plan.devices:
                 rs = sorted(plan.select(device=dev, method=method, context=ctx), key=lambda r: r.batch_size)
                 below = speedup_crossover_batch(plan, dev, method, ctx)
-                table.append([dev] + [f"{r.speedup:.2f}" + ("" if r.fits_memory else "!") for r in rs]
-                             + ["never" if below is None else f"batch {below}"])
-            lines.append(format_table(["device"] + [f"B={b}" for b in plan.batches] + ["speedup<1 from"], table,
-                                      indent="    "))
+                table.append(
+                    [dev]
+                    + [f"{r.speedup:.2f}" + ("" if r.fits_memory else "!") for r in rs]
+                    + ["never" if below is None else f"batch {below}"]
+                )
+            lines.append(
+                format_table(
+                    ["device"] + [f"B={b}" for b in plan.batches] + ["speedup<1 from"], table, indent="    "
+                )
+            )
     if any(r.tau_source.startswith("iid") for r in plan.rows):
         lines.append("\n* tau at this gamma is an i.i.d. extrapolation from the measured gamma")
     return "\n".join(lines)

@@ -11,8 +11,9 @@ from specsim.hardware.plan import Plan
 from specsim.jsonio import write_bytes_atomic
 
 
-def plot_speedup_vs_batch(plan: Plan, path: str | os.PathLike, *, method: str | None = None,
-                          context: int | None = None) -> Path:
+def plot_speedup_vs_batch(
+    plan: Plan, path: str | os.PathLike, *, method: str | None = None, context: int | None = None
+) -> Path:
     """Best-γ SD speedup vs batch size, one line per device (hollow markers: does not fit in memory)."""
     method = method or plan.methods[0]
     context = plan.contexts[0] if context is None else context
@@ -23,8 +24,13 @@ def plot_speedup_vs_batch(plan: Plan, path: str | os.PathLike, *, method: str | 
         xs, ys = [r.batch_size for r in rows], [r.speedup for r in rows]
         (line,) = ax.plot(xs, ys, "-", label=dev)
         for r in rows:
-            ax.plot(r.batch_size, r.speedup, "o", color=line.get_color(),
-                    markerfacecolor=line.get_color() if r.fits_memory else "none")
+            ax.plot(
+                r.batch_size,
+                r.speedup,
+                "o",
+                color=line.get_color(),
+                markerfacecolor=line.get_color() if r.fits_memory else "none",
+            )
     ax.axhline(1.0, color="k", lw=0.8, ls="--")
     ax.set_xscale("log", base=2)
     ax.set_xlabel("batch size (sequences)")
@@ -35,9 +41,11 @@ def plot_speedup_vs_batch(plan: Plan, path: str | os.PathLike, *, method: str | 
     return _save(fig, path)
 
 
-def plot_validation(results, path: str | os.PathLike, *, goal_median: float = 0.10, goal_max: float = 0.25) -> Path:
-    """Top: signed error per row (specsim filled, textbook hollow), rows grouped by source, the goal bands shaded.
-    Below: predicted vs published, one panel per observable, y = x dashed."""
+def plot_validation(
+    results, path: str | os.PathLike, *, goal_median: float = 0.10, goal_max: float = 0.25
+) -> Path:
+    """Top: signed error per row (specsim filled, textbook hollow), rows grouped by source, the goal bands
+    shaded. Below: predicted vs published, one panel per observable, y = x dashed."""
     from matplotlib.ticker import FuncFormatter
 
     kinds = sorted({r.observable for r in results})
@@ -49,13 +57,22 @@ def plot_validation(results, path: str | os.PathLike, *, goal_median: float = 0.
     rows = sorted(results, key=lambda r: (r.source, r.id))
     x = range(len(rows))
     ax.axhspan(-100 * goal_max, 100 * goal_max, color="0.93", zorder=0, label=f"|error| <= {goal_max:.0%}")
-    ax.axhspan(-100 * goal_median, 100 * goal_median, color="0.85", zorder=0, label=f"|error| <= {goal_median:.0%}")
+    ax.axhspan(
+        -100 * goal_median, 100 * goal_median, color="0.85", zorder=0, label=f"|error| <= {goal_median:.0%}"
+    )
     ax.axhline(0.0, color="k", lw=0.8)
     for src in sources:
         idx = [i for i, r in enumerate(rows) if r.source == src]
         ax.plot(idx, [100 * rows[i].error for i in idx], "o", color=color[src], ms=5, label=src)
-        ax.plot(idx, [100 * rows[i].textbook_error for i in idx], "o", color=color[src], markerfacecolor="none",
-                alpha=0.5, ms=5)
+        ax.plot(
+            idx,
+            [100 * rows[i].textbook_error for i in idx],
+            "o",
+            color=color[src],
+            markerfacecolor="none",
+            alpha=0.5,
+            ms=5,
+        )
     ax.set_xticks(list(x), [r.id for r in rows], rotation=90, fontsize=5)
     ax.set_xlim(-1, len(rows))
     ax.set_ylabel("signed error (%)")
@@ -68,8 +85,15 @@ def plot_validation(results, path: str | os.PathLike, *, goal_median: float = 0.
         for src in sorted({r.source for r in rs}):
             sub = [r for r in rs if r.source == src]
             ax.plot([r.measured for r in sub], [r.predicted for r in sub], "o", color=color[src], ms=4)
-            ax.plot([r.measured for r in sub], [r.textbook for r in sub], "o", color=color[src], ms=4,
-                    markerfacecolor="none", alpha=0.5)
+            ax.plot(
+                [r.measured for r in sub],
+                [r.textbook for r in sub],
+                "o",
+                color=color[src],
+                ms=4,
+                markerfacecolor="none",
+                alpha=0.5,
+            )
         lo = min(min(r.measured, r.predicted, r.textbook) for r in rs) * 0.9
         hi = max(max(r.measured, r.predicted, r.textbook) for r in rs) * 1.1
         ax.plot([lo, hi], [lo, hi], "k--", lw=0.8)
@@ -94,14 +118,24 @@ def plot_sweeps(comparisons, path: str | os.PathLike) -> Path:
     axes = fig.subplots(1, len(comparisons), squeeze=False)
     for ax, c in zip(axes[0], comparisons):
         ax.plot(c.grid_batches, c.grid_best_speedup, "-", color="C0", label="specsim, best γ")
-        ax.plot([p.batch for p in c.points], [p.predicted for p in c.points], "x", color="C0", ms=8,
-                label="specsim at published γ")
-        ax.plot([p.batch for p in c.points], [p.published for p in c.points], "o", color="C3", label="published")
+        ax.plot(
+            [p.batch for p in c.points],
+            [p.predicted for p in c.points],
+            "x",
+            color="C0",
+            ms=8,
+            label="specsim at published γ",
+        )
+        ax.plot(
+            [p.batch for p in c.points], [p.published for p in c.points], "o", color="C3", label="published"
+        )
         ax.axhline(1.0, color="k", lw=0.8, ls="--")
         ax.set_xscale("log", base=2)
         ax.set_xlabel("batch size (sequences)")
         ax.set_ylabel("SD speedup")
-        ax.set_title(f"{c.label}\n{c.gpus}x {c.device}, {c.runtime}, context {c.context_tokens:g}", fontsize=8)
+        ax.set_title(
+            f"{c.label}\n{c.gpus}x {c.device}, {c.runtime}, context {c.context_tokens:g}", fontsize=8
+        )
         ax.legend(fontsize=7)
     fig.tight_layout()
     return _save(fig, path)

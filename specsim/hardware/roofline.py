@@ -5,9 +5,9 @@ time = max(C, M) + (1 − overlap) · min(C, M) + overhead + all-reduce (tensor 
 C = FLOPs / (peak · eff_compute(rows)), M = bytes / (bandwidth · eff_memory(rows))
 (Williams et al. 2009, "Roofline"; applied to LLM decoding as in Pope et al. 2022 and llm-analysis).
 overhead = per forward + per layer · layers: launch/dispatch cost that no roofline sees; weights stored in
-under 2 bytes add dequant_ms_per_layer per decoder layer (the unpacking matmul kernels of int8/int4 weights run
-below the bandwidth roofline by a roughly fixed time per kernel; PyTorch blog "Accelerating Generative AI II",
-2023: int8 halves the bytes of Llama-7B but gains only 1.47×). ``eff`` is an
+under 2 bytes add dequant_ms_per_layer per decoder layer (the unpacking matmul kernels of int8/int4 weights
+run below the bandwidth roofline by a roughly fixed time per kernel; PyTorch blog "Accelerating Generative AI
+II", 2023: int8 halves the bytes of Llama-7B but gains only 1.47×). ``eff`` is an
 :class:`Efficiency` (one pair of fractions) or a :class:`~specsim.hardware.runtime.Runtime` (fractions
 that depend on the rows of the pass, rows = batch · new).
 
@@ -47,8 +47,10 @@ class Efficiency:
     memory: float = 0.8
     overhead_ms: float = 0.1
     overhead_ms_per_layer: float = 0.01
-    source: str = ("default assumptions: 60% of dense peak FLOP/s (large GEMMs), 80% of peak bandwidth "
-                   "(decode kernels), 0.1 ms + 0.01 ms/layer per pass (fused kernels / CUDA graphs); not measured")
+    source: str = (
+        "default assumptions: 60% of dense peak FLOP/s (large GEMMs), 80% of peak bandwidth "
+        "(decode kernels), 0.1 ms + 0.01 ms/layer per pass (fused kernels / CUDA graphs); not measured"
+    )
     schema_version: int = 1
 
     def __post_init__(self) -> None:
@@ -82,20 +84,32 @@ class Efficiency:
         return self.overhead_ms + self.overhead_ms_per_layer * layers
 
     def to_json(self) -> dict:
-        return {"schema_version": self.schema_version, "compute": self.compute, "memory": self.memory,
-                "overhead_ms": self.overhead_ms, "overhead_ms_per_layer": self.overhead_ms_per_layer,
-                "source": self.source}
+        return {
+            "schema_version": self.schema_version,
+            "compute": self.compute,
+            "memory": self.memory,
+            "overhead_ms": self.overhead_ms,
+            "overhead_ms_per_layer": self.overhead_ms_per_layer,
+            "source": self.source,
+        }
 
     @classmethod
     def from_json(cls, d: dict) -> Efficiency:
         check_schema_version(d, 1, "efficiency")
-        check_keys(d, {"schema_version", "compute", "memory", "overhead_ms", "overhead_ms_per_layer", "source"},
-                   "efficiency")
+        check_keys(
+            d,
+            {"schema_version", "compute", "memory", "overhead_ms", "overhead_ms_per_layer", "source"},
+            "efficiency",
+        )
         return replace(cls(), **{k: v for k, v in d.items() if k != "schema_version"})
 
 
 def _is_num(value) -> bool:
-    return isinstance(value, (int, float, np.floating)) and not isinstance(value, bool) and bool(np.isfinite(value))
+    return (
+        isinstance(value, (int, float, np.floating))
+        and not isinstance(value, bool)
+        and bool(np.isfinite(value))
+    )
 
 
 def _arr(x, name: str, lo: float) -> np.ndarray:
@@ -151,9 +165,11 @@ def gemv_rows_ms(m: ModelSpec, dev: Device, eff, batch, new, tp: int = 1):
     if ops == 0 or not np.any(multi):
         return np.zeros_like(rows)
     if dev.int32_ops_per_s is None:  # only a Runtime (it has a name) sets ops > 0
-        raise SpecsimError(f"device {dev.name!r}: int32_ops_per_s is missing, and runtime {eff.name!r} prices "
-                           f"passes of 2 to {eff.gemv_max_rows:g} rows by it (expected the device file to give the "
-                           "CUDA cores' INT32 peak)")
+        raise SpecsimError(
+            f"device {dev.name!r}: int32_ops_per_s is missing, and runtime {eff.name!r} prices "
+            f"passes of 2 to {eff.gemv_max_rows:g} rows by it (expected the device file to give the "
+            "CUDA cores' INT32 peak)"
+        )
     return np.where(multi, (rows - 1.0) * streamed_weights(m) / tp * ops / dev.int32_ops_per_s * 1e3, 0.0)
 
 
@@ -164,7 +180,8 @@ def kv_pass_bytes(m: ModelSpec, batch, context, new) -> np.ndarray:
 
 def sharded_bytes(m: ModelSpec, batch, context, new, logits=None, score_bytes: float = 0.0, tp: int = 1):
     """Bytes one GPU of a ``tp``-way shard moves in a pass: all over ``tp``, except the KV cache over
-    :func:`~specsim.hardware.parallel.kv_shards` (replicated KV heads are read on every GPU that holds them)."""
+    :func:`~specsim.hardware.parallel.kv_shards` (replicated KV heads are read on every GPU that holds
+    them)."""
     whole = forward_bytes(m, batch, context, new, logits, score_bytes) / tp
     if kv_shards(m, tp) == tp:
         return whole
@@ -187,12 +204,18 @@ def roofline_terms_ms(m: ModelSpec, dev: Device, eff, batch, context, new, logit
 
 
 def forward_ms(m: ModelSpec, dev: Device, eff, batch, context, new, logits=None, tp: int = 1):
-    """Time (ms) of one pass: roofline + overhead (+ all-reduces when ``tp`` > 1); broadcasts array arguments."""
+    """Time (ms) of one pass: roofline + overhead (+ all-reduces when ``tp`` > 1); broadcasts array
+    arguments."""
     compute, memory = roofline_terms_ms(m, dev, eff, batch, context, new, logits, tp)
     roof = np.maximum(compute, memory) + (1.0 - eff.overlap) * np.minimum(compute, memory)
     dequant = eff.dequant_ms_per_layer * quantized_layers(m)
-    out = (roof + eff.pass_overhead_ms(m.layers) + dequant + allreduce_ms(m, dev, eff, batch, new, tp)
-           + gemv_rows_ms(m, dev, eff, batch, new, tp))
+    out = (
+        roof
+        + eff.pass_overhead_ms(m.layers)
+        + dequant
+        + allreduce_ms(m, dev, eff, batch, new, tp)
+        + gemv_rows_ms(m, dev, eff, batch, new, tp)
+    )
     return out if out.ndim else float(out)
 
 
@@ -216,18 +239,25 @@ def vision_ms(v: VisionSpec, dtype_bytes: float, dev: Device, eff, images=1):
     """Vision tower + projector over ``images`` images (ms): same roofline, tokens = patches per image."""
     n = _arr(images, "images", 0)
     tower = v.layers * (4 * v.hidden**2 + 2 * v.hidden * v.intermediate)
-    flops = n * (2.0 * tower * v.patch_tokens + 4.0 * v.layers * v.hidden * v.patch_tokens**2
-                 + 2.0 * v.projector_params * v.image_tokens)
+    flops = n * (
+        2.0 * tower * v.patch_tokens
+        + 4.0 * v.layers * v.hidden * v.patch_tokens**2
+        + 2.0 * v.projector_params * v.image_tokens
+    )
     act = n * v.patch_tokens * v.layers * (10 * v.hidden + 4 * v.intermediate) * dtype_bytes
     nbytes = v.params * dtype_bytes + act
     rows = n * v.patch_tokens
-    t = np.maximum(flops / (dev.peak_flops_per_s * eff.compute_efficiency_at(np.maximum(rows, 1))),
-                   nbytes / (dev.memory_bandwidth_bytes_per_s * eff.memory_efficiency(np.maximum(rows, 1))))
+    t = np.maximum(
+        flops / (dev.peak_flops_per_s * eff.compute_efficiency_at(np.maximum(rows, 1))),
+        nbytes / (dev.memory_bandwidth_bytes_per_s * eff.memory_efficiency(np.maximum(rows, 1))),
+    )
     out = np.where(n > 0, t * 1e3 + eff.pass_overhead_ms(v.layers), 0.0)
     return out if out.ndim else float(out)
 
 
-def compute_bound(m: ModelSpec, dev: Device, eff, batch, context, new, logits=None, tp: int = 1) -> np.ndarray:
+def compute_bound(
+    m: ModelSpec, dev: Device, eff, batch, context, new, logits=None, tp: int = 1
+) -> np.ndarray:
     """True where the compute term of the roofline exceeds the memory term."""
     compute, memory = roofline_terms_ms(m, dev, eff, batch, context, new, logits, tp)
     return compute > memory
@@ -235,7 +265,9 @@ def compute_bound(m: ModelSpec, dev: Device, eff, batch, context, new, logits=No
 
 def resident_bytes(m: ModelSpec, batch, context) -> np.ndarray:
     """Weights (vision tower included) + KV cache for ``batch`` sequences of ``context`` positions."""
-    return m.weight_bytes + _arr(batch, "batch", 1) * _arr(context, "context_tokens", 0) * m.kv_bytes_per_token
+    return (
+        m.weight_bytes + _arr(batch, "batch", 1) * _arr(context, "context_tokens", 0) * m.kv_bytes_per_token
+    )
 
 
 def fits_memory(models: list[ModelSpec], dev: Device, batch, context) -> np.ndarray:

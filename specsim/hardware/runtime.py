@@ -5,13 +5,14 @@ A runtime sets what the roofline alone cannot see (ARCHITECTURE.md, "Runtime"):
   (kernel launches per decoder layer in eager mode), ``overhead_ms_per_block`` (SD bookkeeping per
   draft/verify block: acceptance, cache crop) and ``overhead_ms_per_allreduce`` (tensor parallel);
 - ``extra_draft_forwards_per_block``: draft forwards a block runs beyond its γ drafts (0: the first draft
-  forward also takes the target's new token; llama.cpp's speculative example first evaluates the target's token
-  alone, then every drafted token, the last one included: 1), so block = (γ + extra)·Tq + Tv + per block;
+  forward also takes the target's new token; llama.cpp's speculative example first evaluates the target's
+  token alone, then every drafted token, the last one included: 1), so block = (γ + extra)·Tq + Tv + per
+  block;
 - efficiency as a function of the rows r a pass carries (batch × new positions):
   memory: ``memory_efficiency_gemv`` up to ``gemv_max_rows`` rows (matrix-vector kernels; default 1) and
   ``memory_efficiency_gemm`` above (GEMM kernels re-tile or pack the weights and stream them less
-  efficiently); a runtime whose matrix-vector kernel also takes a few rows (llama.cpp's mul_mat_vec_q, up to 8)
-  streams the weights once for all of them, and each row past the first adds its integer dot products:
+  efficiently); a runtime whose matrix-vector kernel also takes a few rows (llama.cpp's mul_mat_vec_q, up to
+  8) streams the weights once for all of them, and each row past the first adds its integer dot products:
   (r − 1) · weights · ``gemv_int32_ops_per_weight_per_row`` / the device's ``int32_ops_per_s``
   (:func:`specsim.hardware.roofline.gemv_rows_ms`);
   compute: eff_c(r) = ``compute_efficiency`` · r / (r + ``compute_rows_half``), GEMV-like at one row,
@@ -55,23 +56,33 @@ SCHEMA_VERSION = 2  # 2: gemv_int32_ops_per_weight_per_row replaced gemv_time_fr
 RUNTIMES_DIR = Path(__file__).parent / "runtimes"
 # name -> (lowest, highest) allowed value
 PARAM_BOUNDS = {
-    "overhead_ms_per_forward": (0.0, 1e4), "overhead_ms_per_layer": (0.0, 1e3),
-    "overhead_ms_per_block": (0.0, 1e4), "overhead_ms_per_allreduce": (0.0, 1e2),
+    "overhead_ms_per_forward": (0.0, 1e4),
+    "overhead_ms_per_layer": (0.0, 1e3),
+    "overhead_ms_per_block": (0.0, 1e4),
+    "overhead_ms_per_allreduce": (0.0, 1e2),
     # Up to 8: on a CPU the "peaks" are a quick numpy measurement on a possibly busy machine, a proxy that a
     # fitted fraction may exceed; datasheet GPU fits stay well below 1.
-    "memory_efficiency_gemv": (1e-4, 8.0), "memory_efficiency_gemm": (1e-4, 8.0),
-    "gemv_max_rows": (1.0, 64.0), "gemv_int32_ops_per_weight_per_row": (0.0, 64.0),
-    "compute_efficiency": (1e-4, 8.0), "compute_rows_half": (0.0, 1e4),
-    "attention_score_bytes": (0.0, 64.0), "overlap": (0.0, 1.0), "interconnect_efficiency": (1e-3, 1.0),
-    "dequant_ms_per_layer": (0.0, 1e2), "extra_draft_forwards_per_block": (0.0, 4.0),
+    "memory_efficiency_gemv": (1e-4, 8.0),
+    "memory_efficiency_gemm": (1e-4, 8.0),
+    "gemv_max_rows": (1.0, 64.0),
+    "gemv_int32_ops_per_weight_per_row": (0.0, 64.0),
+    "compute_efficiency": (1e-4, 8.0),
+    "compute_rows_half": (0.0, 1e4),
+    "attention_score_bytes": (0.0, 64.0),
+    "overlap": (0.0, 1.0),
+    "interconnect_efficiency": (1e-3, 1.0),
+    "dequant_ms_per_layer": (0.0, 1e2),
+    "extra_draft_forwards_per_block": (0.0, 4.0),
 }
 PARAMS = tuple(PARAM_BOUNDS)
 _KEYS = {"schema_version", "name", "display_name", "kind", "split_mode", "notes", "fit", *PARAMS}
 # Written for a parameter that a runtime file leaves out (it keeps the dataclass default).
-_UNSET_SOURCES = {"gemv_max_rows": "default: only a 1-row pass runs the matrix-vector (GEMV) kernels",
-                  "gemv_int32_ops_per_weight_per_row": "default: not used (gemv_max_rows is 1)",
-                  "extra_draft_forwards_per_block": "default: γ draft forwards per block (the first also takes the "
-                                                    "target's new token)"}
+_UNSET_SOURCES = {
+    "gemv_max_rows": "default: only a 1-row pass runs the matrix-vector (GEMV) kernels",
+    "gemv_int32_ops_per_weight_per_row": "default: not used (gemv_max_rows is 1)",
+    "extra_draft_forwards_per_block": "default: γ draft forwards per block (the first also takes the "
+    "target's new token)",
+}
 _SPLIT_MODE_SOURCE = "default: Megatron tensor parallel (vLLM, SGLang, gpt-fast)"
 
 # The runtime a plan assumes when none is named: CUDA graphs on GPUs (vLLM), PyTorch eager on CPUs.
@@ -113,22 +124,33 @@ class Runtime:
         check_split_mode(self.split_mode, "runtime.split_mode.value")
         for key, (lo, hi) in PARAM_BOUNDS.items():
             value = getattr(self, key)
-            if isinstance(value, bool) or not isinstance(value, (int, float, np.floating)) \
-                    or not np.isfinite(value) or not lo <= value <= hi:
+            if (
+                isinstance(value, bool)
+                or not isinstance(value, (int, float, np.floating))
+                or not np.isfinite(value)
+                or not lo <= value <= hi
+            ):
                 raise SpecsimError(f"runtime.{key}: expected a number in [{lo:g}, {hi:g}], got {value!r}")
         for key, value in self.defaults.items():
             lo, hi = PARAM_BOUNDS[key]
-            if isinstance(value, bool) or not isinstance(value, (int, float, np.floating)) \
-                    or not np.isfinite(value) or not lo <= value <= hi:
-                raise SpecsimError(f"runtime.{key}.default: expected a number in [{lo:g}, {hi:g}], got {value!r}")
+            if (
+                isinstance(value, bool)
+                or not isinstance(value, (int, float, np.floating))
+                or not np.isfinite(value)
+                or not lo <= value <= hi
+            ):
+                raise SpecsimError(
+                    f"runtime.{key}.default: expected a number in [{lo:g}, {hi:g}], got {value!r}"
+                )
 
     # The interface the roofline uses (Efficiency has the same methods).
     def memory_efficiency(self, rows) -> np.ndarray:
         """Fraction of peak bandwidth reached by a pass over ``rows`` rows: GEMV up to ``gemv_max_rows``, GEMM
         above (the GEMV rows' own arithmetic is :func:`specsim.hardware.roofline.gemv_rows_ms`)."""
         r = np.asarray(rows, dtype=float)
-        return np.where(r <= np.maximum(self.gemv_max_rows, 1.0), self.memory_efficiency_gemv,
-                        self.memory_efficiency_gemm)
+        return np.where(
+            r <= np.maximum(self.gemv_max_rows, 1.0), self.memory_efficiency_gemv, self.memory_efficiency_gemm
+        )
 
     def compute_efficiency_at(self, rows) -> np.ndarray:
         """Fraction of peak FLOP/s: compute_efficiency · r / (r + compute_rows_half)."""
@@ -139,14 +161,22 @@ class Runtime:
         return self.overhead_ms_per_forward + self.overhead_ms_per_layer * layers
 
     def to_json(self) -> dict:
-        out: dict[str, Any] = {"schema_version": self.schema_version, "name": self.name,
-                               "display_name": self.display_name or self.name, "kind": self.kind}
+        out: dict[str, Any] = {
+            "schema_version": self.schema_version,
+            "name": self.name,
+            "display_name": self.display_name or self.name,
+            "kind": self.kind,
+        }
         for key in PARAMS:
-            out[key] = {"value": float(getattr(self, key)),
-                        "source": self.sources.get(key) or _UNSET_SOURCES.get(key, "")}
+            out[key] = {
+                "value": float(getattr(self, key)),
+                "source": self.sources.get(key) or _UNSET_SOURCES.get(key, ""),
+            }
             if key in self.defaults:
-                out[key]["default"] = {"value": float(self.defaults[key]),
-                                       "source": self.default_sources.get(key, "")}
+                out[key]["default"] = {
+                    "value": float(self.defaults[key]),
+                    "source": self.default_sources.get(key, ""),
+                }
         out["split_mode"] = {"value": self.split_mode, "source": self.split_mode_source}
         out["fit"] = list(self.fit)
         if self.notes:
@@ -157,9 +187,11 @@ class Runtime:
     def from_json(cls, d: Any, where: str = "runtime") -> Runtime:
         """Validate a runtime dict; every error names the field and the bad value."""
         if isinstance(d, dict) and d.get("schema_version") == 1 and type(d["schema_version"]) is int:
-            raise SpecsimError(f"{where}.schema_version: expected {SCHEMA_VERSION}, got 1 (version 2 prices the rows "
-                               "of a multi-row GEMV pass by gemv_int32_ops_per_weight_per_row, which replaced "
-                               "gemv_time_fraction_per_row: set it, or 0 where gemv_max_rows is 1)")
+            raise SpecsimError(
+                f"{where}.schema_version: expected {SCHEMA_VERSION}, got 1 (version 2 prices the rows "
+                "of a multi-row GEMV pass by gemv_int32_ops_per_weight_per_row, which replaced "
+                "gemv_time_fraction_per_row: set it, or 0 where gemv_max_rows is 1)"
+            )
         check_object(d, _KEYS, where, schema_version=SCHEMA_VERSION)
         name = d.get("name")
         if not isinstance(name, str) or not name.strip():
@@ -176,18 +208,31 @@ class Runtime:
                 defaults[key], default_sources[key] = _number(d[key]["default"], f"{where}.{key}.default")
         if "split_mode" in d:
             values["split_mode"], values["split_mode_source"] = sourced(
-                d["split_mode"], f"{where}.split_mode", "where the runtime documents its multi-GPU split")
+                d["split_mode"], f"{where}.split_mode", "where the runtime documents its multi-GPU split"
+            )
         fit = d.get("fit", [])
         if not isinstance(fit, list) or any(k not in PARAMS for k in fit):
-            raise SpecsimError(f"{where}.fit: expected a list of parameter names from {list(PARAMS)}, got {fit!r}")
+            raise SpecsimError(
+                f"{where}.fit: expected a list of parameter names from {list(PARAMS)}, got {fit!r}"
+            )
         missing = [k for k in fit if k not in defaults]
         if missing:
-            raise SpecsimError(f"{where}.{missing[0]}.default: missing (every parameter in 'fit' needs the cited "
-                               "value leave-one-source-out falls back to)")
+            raise SpecsimError(
+                f"{where}.{missing[0]}.default: missing (every parameter in 'fit' needs the cited "
+                "value leave-one-source-out falls back to)"
+            )
         try:
-            return cls(name=name, display_name=str(d.get("display_name") or name), kind=kind, sources=sources,
-                       fit=tuple(fit), notes=str(d.get("notes", "")), defaults=defaults,
-                       default_sources=default_sources, **values)
+            return cls(
+                name=name,
+                display_name=str(d.get("display_name") or name),
+                kind=kind,
+                sources=sources,
+                fit=tuple(fit),
+                notes=str(d.get("notes", "")),
+                defaults=defaults,
+                default_sources=default_sources,
+                **values,
+            )
         except SpecsimError as err:
             raise SpecsimError(str(err).replace("runtime.", f"{where}.", 1)) from None
 

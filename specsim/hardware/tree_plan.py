@@ -6,8 +6,8 @@ is a decode step and its level pass ℓ ≥ 1 a forward over the level's m_ℓ e
 k-member ensemble, on the draft's context plus the nodes fed before it); Tv(n) is the target's forward over
 n+1 rows; the runtime adds its per-block overhead and its extra draft forwards per block (decode steps).
 τ(tree) comes from per-rank acceptance
-(:func:`specsim.trees.expected_tokens`, the same acceptance at every depth). Candidates are the optimal
-trees (:func:`specsim.tree_search.optimal_trees`) of every size n ≤ n_max and depth bound ≤ max_depth,
+(:func:`specsim.drafts.trees.expected_tokens`, the same acceptance at every depth). Candidates are the optimal
+trees (:func:`specsim.drafts.tree_search.optimal_trees`) of every size n ≤ n_max and depth bound ≤ max_depth,
 chains included, so the best chain under the same acceptance model is found too; speedup =
 τ·Tp / block ms, the decode phase as in :mod:`specsim.hardware.plan`.
 """
@@ -18,12 +18,12 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
+from specsim.drafts.trees import TreeSpec, chain_tree, draft_pass_rows, expected_tokens
 from specsim.errors import SpecsimError
 from specsim.hardware.device import Device
 from specsim.hardware.model import ModelSpec
 from specsim.hardware.roofline import Efficiency, decode_ms, forward_ms, verify_ms
 from specsim.report import format_table
-from specsim.trees import TreeSpec, chain_tree, draft_pass_rows, expected_tokens
 
 
 @dataclass(frozen=True)
@@ -61,12 +61,12 @@ class TreePlanRow:
 def candidate_trees(acceptance, n_max: int = 64, max_depth: int = 10, gamma_max: int = 8) -> list[TreeSpec]:
     """The optimal trees of every size ≤ ``n_max`` for every depth bound ≤ ``max_depth`` (sizes up to what
     K candidates per node allow at that depth), and the chains of γ ≤ ``gamma_max``; distinct, chains first."""
-    from specsim.tree_search import optimal_trees
+    from specsim.drafts.tree_search import optimal_trees
 
     k = np.asarray(acceptance).shape[-1]
     seen = {chain_tree(g).parents: chain_tree(g) for g in range(1, gamma_max + 1)}
     for depth in range(1, min(max_depth, n_max) + 1):
-        fits = min(n_max, sum(k ** level for level in range(1, depth + 1)))
+        fits = min(n_max, sum(k**level for level in range(1, depth + 1)))
         for choice in optimal_trees(acceptance, fits, max_depth=depth):
             seen.setdefault(choice.tree.parents, choice.tree)
     return list(seen.values())
@@ -86,16 +86,28 @@ def _tree_arrays(trees: list[TreeSpec]):
     return nodes, np.array(rows, dtype=float), np.array(offset, dtype=float), np.array(owner)
 
 
-def plan_trees(target: ModelSpec, draft: ModelSpec, devices: list[Device], methods: list[TreeMethod], *,
-               efficiency=None, batches=(1,), contexts=(1024,), n_max: int = 64, max_depth: int = 10,
-               gamma_max: int = 8) -> list[TreePlanRow]:
+def plan_trees(
+    target: ModelSpec,
+    draft: ModelSpec,
+    devices: list[Device],
+    methods: list[TreeMethod],
+    *,
+    efficiency=None,
+    batches=(1,),
+    contexts=(1024,),
+    n_max: int = 64,
+    max_depth: int = 10,
+    gamma_max: int = 8,
+) -> list[TreePlanRow]:
     """The best tree and chain for every device × method × batch × context (module docstring).
 
     ``efficiency``: an Efficiency or Runtime for every device, or a dict device name -> one of them.
     """
     if not devices or not methods:
         raise SpecsimError("tree plan: need at least one device and one method")
-    effs = efficiency if isinstance(efficiency, dict) else {d.name: efficiency or Efficiency() for d in devices}
+    effs = (
+        efficiency if isinstance(efficiency, dict) else {d.name: efficiency or Efficiency() for d in devices}
+    )
     b = np.asarray(sorted({int(x) for x in batches}), dtype=float)[:, None, None]
     ctx = np.asarray(sorted({int(x) for x in contexts}), dtype=float)[None, :, None]
     out = []
@@ -108,12 +120,18 @@ def plan_trees(target: ModelSpec, draft: ModelSpec, devices: list[Device], metho
         members[owner, np.arange(rows.size)] = 1.0
         for dev in devices:
             eff = effs.get(dev.name, Efficiency())
-            tp = decode_ms(target, dev, eff, ctx, b)                                       # [B, L, 1]
+            tp = decode_ms(target, dev, eff, ctx, b)  # [B, L, 1]
             passes = forward_ms(draft, dev, eff, b * mt.draft_batch_size, ctx + offset, rows)  # [B, L, P]
-            catch_up = eff.extra_draft_forwards_per_block * decode_ms(draft, dev, eff, ctx, b * mt.draft_batch_size)
-            block = (passes @ members.T + catch_up + verify_ms(target, dev, eff, nodes, ctx, b)
-                     + eff.overhead_ms_per_block)
-            speedups = tau * tp / block                                                     # [B, L, T]
+            catch_up = eff.extra_draft_forwards_per_block * decode_ms(
+                draft, dev, eff, ctx, b * mt.draft_batch_size
+            )
+            block = (
+                passes @ members.T
+                + catch_up
+                + verify_ms(target, dev, eff, nodes, ctx, b)
+                + eff.overhead_ms_per_block
+            )
+            speedups = tau * tp / block  # [B, L, T]
             out += _rows(dev.name, mt.method, trees, tau, speedups, tp, chains, b, ctx)
     return out
 
@@ -124,27 +142,47 @@ def _rows(device: str, method: str, trees, tau, speedups, tp, chains, b, ctx) ->
     for i, j in np.ndindex(speedups.shape[:2]):
         k = int(np.argmax(speedups[i, j]))
         c = int(chain_idx[np.argmax(speedups[i, j, chain_idx])])
-        rows.append(TreePlanRow(device=device, method=method, batch_size=int(b[i, 0, 0]),
-                                context_tokens=int(ctx[0, j, 0]), best_tree=str(trees[k]), nodes=trees[k].n,
-                                depth=trees[k].depth, tau=float(tau[k]), speedup=float(speedups[i, j, k]),
-                                chain_gamma=trees[c].n, chain_tau=float(tau[c]),
-                                chain_speedup=float(speedups[i, j, c]), target_ms_per_step=float(tp[i, j, 0])))
+        rows.append(
+            TreePlanRow(
+                device=device,
+                method=method,
+                batch_size=int(b[i, 0, 0]),
+                context_tokens=int(ctx[0, j, 0]),
+                best_tree=str(trees[k]),
+                nodes=trees[k].n,
+                depth=trees[k].depth,
+                tau=float(tau[k]),
+                speedup=float(speedups[i, j, k]),
+                chain_gamma=trees[c].n,
+                chain_tau=float(tau[c]),
+                chain_speedup=float(speedups[i, j, c]),
+                target_ms_per_step=float(tp[i, j, 0]),
+            )
+        )
     return rows
 
 
 # --------------------------------------------------------------------------- inputs and text
 def tree_methods(entries, *, ranks: int = 8) -> list[TreeMethod]:
-    """Per-rank acceptance of profile entries from their top-k traces (:func:`specsim.tree_replay.rank_acceptance`)."""
-    from specsim.tree_replay import rank_acceptance
+    """Per-rank acceptance of profile entries from their top-k traces (:func:`specsim.drafts.tree_replay.rank_acceptance`)."""
+    from specsim.drafts.tree_replay import rank_acceptance
 
     out = []
     for e in entries:
         traces = [t for t in e.traces if t.draft_rank is not None]
         if not traces:
-            raise SpecsimError(f"--trees: method {e.method!r} ({e.scenario}) has no top-k traces (run 'specsim "
-                               "calibrate acceptance --top-k K'), or pass --alpha for i.i.d. ranks")
-        out.append(TreeMethod(e.method, rank_acceptance(traces, ranks), e.draft_batch_size,
-                              f"per-rank acceptance of {len(traces)} traces ({e.scenario})"))
+            raise SpecsimError(
+                f"--trees: method {e.method!r} ({e.scenario}) has no top-k traces (run 'specsim "
+                "calibrate acceptance --top-k K'), or pass --alpha for i.i.d. ranks"
+            )
+        out.append(
+            TreeMethod(
+                e.method,
+                rank_acceptance(traces, ranks),
+                e.draft_batch_size,
+                f"per-rank acceptance of {len(traces)} traces ({e.scenario})",
+            )
+        )
     return out
 
 
@@ -157,9 +195,19 @@ def tree_plan_text(rows: list[TreePlanRow]) -> str:
         for ctx in sorted({r.context_tokens for r in rows if r.method == method}):
             table = []
             for dev in dict.fromkeys(r.device for r in rows):
-                by_b = {r.batch_size: r for r in rows if (r.method, r.context_tokens, r.device) == (method, ctx, dev)}
-                table.append([dev] + [f"{by_b[b].speedup:.2f} n={by_b[b].nodes}/d={by_b[b].depth} "
-                                      f"(chain γ={by_b[b].chain_gamma} {by_b[b].chain_speedup:.2f})" for b in batches])
+                by_b = {
+                    r.batch_size: r
+                    for r in rows
+                    if (r.method, r.context_tokens, r.device) == (method, ctx, dev)
+                }
+                table.append(
+                    [dev]
+                    + [
+                        f"{by_b[b].speedup:.2f} n={by_b[b].nodes}/d={by_b[b].depth} "
+                        f"(chain γ={by_b[b].chain_gamma} {by_b[b].chain_speedup:.2f})"
+                        for b in batches
+                    ]
+                )
             lines.append(f"  method {method}, context {ctx}: best tree speedup, n nodes / depth (best chain)")
             lines.append(format_table(["device"] + [f"B={b}" for b in batches], table, indent="    "))
     return "\n".join(lines)
@@ -168,7 +216,7 @@ def tree_plan_text(rows: list[TreePlanRow]) -> str:
 # --------------------------------------------------------------------------- replayed schedules on a device
 def _block_ms(target, draft, dev, eff, plan, batch: int, context: float, k: int) -> float:
     """Σ over a plan's blocks of its roofline ms (see :func:`replay_speedup`)."""
-    from specsim.walk_drafts import TreePlan
+    from specsim.drafts.draft_plans import TreePlan
 
     tp = float(decode_ms(target, dev, eff, context, batch))
     tq = float(decode_ms(draft, dev, eff, context, batch * k))
@@ -192,10 +240,19 @@ def _block_ms(target, draft, dev, eff, plan, batch: int, context: float, k: int)
     return total
 
 
-def replay_speedup(target: ModelSpec, draft: ModelSpec, dev: Device, eff, plans: list, *, batch: int = 1,
-                   context: float = 1024, draft_batch_size: int = 1) -> float:
-    """Decode-phase speedup on a device of replayed schedules (chain or policy :class:`specsim.walk.BlockPlan`,
-    tree :class:`specsim.walk_drafts.TreePlan`) at one context: tokens·Tp / Σ blocks, a block being its draft
+def replay_speedup(
+    target: ModelSpec,
+    draft: ModelSpec,
+    dev: Device,
+    eff,
+    plans: list,
+    *,
+    batch: int = 1,
+    context: float = 1024,
+    draft_batch_size: int = 1,
+) -> float:
+    """Decode-phase speedup on a device of replayed schedules (chain or policy :class:`specsim.drafts.block_plans.BlockPlan`,
+    tree :class:`specsim.drafts.draft_plans.TreePlan`) at one context: tokens·Tp / Σ blocks, a block being its draft
     passes (the root over its 1 or 2 rows, each level pass over its m rows with their logits), its verification
     Tv over its drafts + 1 rows and the runtime's per-block overhead."""
     tp = float(decode_ms(target, dev, eff, context, batch))

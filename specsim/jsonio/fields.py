@@ -43,7 +43,7 @@ def sourced(q: Any, where: str, source_hint: str) -> tuple[Any, str]:
     """(value, source) of a ``{"value": ..., "source": "..."}`` entry; errors name the field, and
     ``source_hint`` says what a source is (a datasheet, a paper, a fit command)."""
     if not isinstance(q, dict) or "value" not in q:
-        raise SpecsimError(f"{where}: expected {{\"value\": number, \"source\": \"...\"}}, got {q!r}")
+        raise SpecsimError(f'{where}: expected {{"value": number, "source": "..."}}, got {q!r}')
     source = q.get("source")
     if not isinstance(source, str) or not source.strip():
         raise SpecsimError(f"{where}.source: expected {source_hint}, got {source!r}")
@@ -81,8 +81,16 @@ def field_req(d: Any, key: str, where: str) -> Any:
     return d[key]
 
 
-def field_num(value: Any, where: str, *, lo: float | None = None, hi: float | None = None,
-              lo_open: bool = False, unit: str | None = None, zero_ok: bool = False) -> float:
+def field_num(
+    value: Any,
+    where: str,
+    *,
+    lo: float | None = None,
+    hi: float | None = None,
+    lo_open: bool = False,
+    unit: str | None = None,
+    zero_ok: bool = False,
+) -> float:
     """A finite number within [lo, hi] (lo excluded when ``lo_open``) and, when ``unit`` is given,
     within that unit's plausible range (:mod:`specsim.bounds`; 0 also allowed when ``zero_ok``)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
@@ -121,8 +129,9 @@ def field_list(value: Any, where: str, *, nonempty: bool = True) -> list:
     return value
 
 
-def field_nested(value: Any, shape: tuple[int, ...], where: str, parse, axes: tuple[str, ...], *,
-                 noun: str = "rows") -> tuple:
+def field_nested(
+    value: Any, shape: tuple[int, ...], where: str, parse, axes: tuple[str, ...], *, noun: str = "rows"
+) -> tuple:
     """A nested JSON list of ``shape`` as nested tuples, each leaf through ``parse(leaf, where[i][j]..)``;
     level k holds one entry per ``axes[k]``, named in the error when a length is wrong (the outermost
     level's entries are ``noun``, the inner ones values)."""
@@ -131,8 +140,10 @@ def field_nested(value: Any, shape: tuple[int, ...], where: str, parse, axes: tu
         raise SpecsimError(f"{where}: expected {shape[0]} {noun} (one per {axes[0]}), got {len(items)}")
     if len(shape) == 1:
         return tuple(parse(v, f"{where}[{i}]") for i, v in enumerate(items))
-    return tuple(field_nested(v, shape[1:], f"{where}[{i}]", parse, axes[1:], noun="values")
-                 for i, v in enumerate(items))
+    return tuple(
+        field_nested(v, shape[1:], f"{where}[{i}]", parse, axes[1:], noun="values")
+        for i, v in enumerate(items)
+    )
 
 
 def field_opt(d: dict, key: str, parse, where: str):

@@ -14,15 +14,19 @@ from typing import Any
 from specsim.errors import SpecsimError
 
 MAX_FILE_BYTES = 1 << 30  # 1 GiB: far above any profile with traces; bounds memory on a wrong path
-MAX_DEPTH = 64            # specsim's formats nest at most ~6 levels
+MAX_DEPTH = 64  # specsim's formats nest at most ~6 levels
 _INT64_MAX = 2**63 - 1
 
 
 # --------------------------------------------------------------------------- file types
 def _kind(mode: int) -> str:
-    for test, name in ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
-                       (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
-                       (stat.S_ISSOCK, "a socket")):
+    for test, name in (
+        (stat.S_ISDIR, "a directory"),
+        (stat.S_ISFIFO, "a FIFO (named pipe)"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISSOCK, "a socket"),
+    ):
         if test(mode):
             return name
     return "not a regular file"
@@ -69,24 +73,31 @@ def read_bytes(path: str | os.PathLike, what: str, *, max_bytes: int = MAX_FILE_
         except OSError as err:
             raise SpecsimError(f"{what} {str(path)!r} cannot be read ({err.strerror})") from None
     if len(data) > max_bytes:
-        raise SpecsimError(f"{what} {str(path)!r} is larger than {max_bytes} bytes (the most specsim reads); "
-                           "wrong file?")
+        raise SpecsimError(
+            f"{what} {str(path)!r} is larger than {max_bytes} bytes (the most specsim reads); wrong file?"
+        )
     return data
 
 
 def decode_utf8(data: bytes, where: str) -> str:
     """UTF-8 text of ``data`` (a leading byte-order mark dropped); SpecsimError for other encodings."""
     if data[:4] in (b"\xff\xfe\x00\x00", b"\x00\x00\xfe\xff") or data[:2] in (b"\xff\xfe", b"\xfe\xff"):
-        raise SpecsimError(f"{where} is UTF-16 or UTF-32 text (byte-order mark); expected UTF-8: re-save it as UTF-8")
+        raise SpecsimError(
+            f"{where} is UTF-16 or UTF-32 text (byte-order mark); expected UTF-8: re-save it as UTF-8"
+        )
     if b"\x00" in data:
-        raise SpecsimError(f"{where} contains NUL bytes (a binary file, or UTF-16 text?); expected UTF-8 JSON text")
+        raise SpecsimError(
+            f"{where} contains NUL bytes (a binary file, or UTF-16 text?); expected UTF-8 JSON text"
+        )
     try:
         return data.decode("utf-8-sig")
     except UnicodeDecodeError as err:
         if err.end >= len(data) and err.reason == "unexpected end of data":
             raise SpecsimError(f"{where} ends in the middle of a UTF-8 character (truncated file?)") from None
-        raise SpecsimError(f"{where} is not UTF-8 text (byte 0x{data[err.start]:02x} at offset {err.start}); "
-                           "binary file or another encoding?") from None
+        raise SpecsimError(
+            f"{where} is not UTF-8 text (byte 0x{data[err.start]:02x} at offset {err.start}); "
+            "binary file or another encoding?"
+        ) from None
 
 
 def read_text(path: str | os.PathLike, what: str) -> str:
@@ -120,7 +131,7 @@ def _scan(value: Any, allow_nan: bool = False) -> str | None:
         v, d = stack.pop()
         if d > MAX_DEPTH:
             return f"JSON nested too deeply (expected at most {MAX_DEPTH} levels)"
-        for c in (v.values() if type(v) is dict else v):
+        for c in v.values() if type(v) is dict else v:
             t = type(c)
             if t is dict or t is list:
                 stack.append((c, d + 1))
@@ -142,14 +153,18 @@ def parse_json(text: str, where: str, *, allow_nan: bool = False) -> Any:
     try:
         value = json.loads(text, object_pairs_hook=_no_duplicates, parse_constant=constant)
     except json.JSONDecodeError as err:
-        raise SpecsimError(f"{where} is not valid JSON (line {err.lineno}, column {err.colno}: {err.msg}); "
-                           "truncated or malformed file?") from None
+        raise SpecsimError(
+            f"{where} is not valid JSON (line {err.lineno}, column {err.colno}: {err.msg}); "
+            "truncated or malformed file?"
+        ) from None
     except _Refused as err:
         raise SpecsimError(f"{where}: {err}") from None
     except RecursionError:
         raise SpecsimError(f"{where}: JSON nested too deeply (expected at most {MAX_DEPTH} levels)") from None
     except ValueError:  # an integer literal beyond Python's digit limit for str -> int
-        raise SpecsimError(f"{where}: an integer is too large (expected at most 2**63-1 in magnitude)") from None
+        raise SpecsimError(
+            f"{where}: an integer is too large (expected at most 2**63-1 in magnitude)"
+        ) from None
     problem = _scan(value, allow_nan)
     if problem:
         raise SpecsimError(f"{where}: {problem}")
@@ -182,6 +197,8 @@ def shipped_or_user_file(name_or_path: str, folder: Path, what: str) -> Path:
         return path
     path = Path(name_or_path)
     if not (path.suffix == ".json" or os.sep in name_or_path or os.path.lexists(path)):
-        raise SpecsimError(f"unknown {what} {name_or_path!r} (expected a path to a .json file or one of: "
-                           f"{', '.join(shipped_names(folder))})")
+        raise SpecsimError(
+            f"unknown {what} {name_or_path!r} (expected a path to a .json file or one of: "
+            f"{', '.join(shipped_names(folder))})"
+        )
     return check_regular_file(path, f"{what} file")

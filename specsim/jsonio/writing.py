@@ -52,11 +52,15 @@ def check_writable(path: str | os.PathLike | None, what: str, *, suffix: str | N
     try:
         fd, probe = tempfile.mkstemp(prefix=".specsim-probe-", dir=folder)
     except OSError as err:
-        raise SpecsimError(f"{what} {text!r}: cannot create files in folder {str(folder)!r} ({err.strerror})") from None
+        raise SpecsimError(
+            f"{what} {text!r}: cannot create files in folder {str(folder)!r} ({err.strerror})"
+        ) from None
     os.close(fd)
     os.unlink(probe)
     if suffix is not None and given.suffix.lower() != suffix:
-        raise SpecsimError(f"{what} {text!r}: expected a {suffix} file name (it is written as {suffix[1:].upper()})")
+        raise SpecsimError(
+            f"{what} {text!r}: expected a {suffix} file name (it is written as {suffix[1:].upper()})"
+        )
     return target
 
 

@@ -30,8 +30,9 @@ def preset_path(name: str) -> Path | None:
 
 def preset_names() -> list[str]:
     """Names of the shipped architecture presets (file stems, ``pairs`` excluded)."""
-    return sorted(p.name[:-5] for p in _presets_dir().iterdir()
-                  if p.name.endswith(".json") and p.name != "pairs.json")
+    return sorted(
+        p.name[:-5] for p in _presets_dir().iterdir() if p.name.endswith(".json") and p.name != "pairs.json"
+    )
 
 
 def pairs() -> dict[str, dict]:
@@ -58,8 +59,11 @@ def pair_models(name: str) -> tuple[str, str]:
 
 def _checked(known: dict, name: str) -> dict:
     entry = known[name]
-    if not isinstance(entry, dict) or not isinstance(entry.get("target"), str) \
-            or not isinstance(entry.get("draft"), str):
+    if (
+        not isinstance(entry, dict)
+        or not isinstance(entry.get("target"), str)
+        or not isinstance(entry.get("draft"), str)
+    ):
         raise SpecsimError(f"pairs.json[{name!r}]: expected an object with 'target' and 'draft' strings")
     return entry
 
@@ -84,8 +88,10 @@ def load_preset(name_or_path: str | Path) -> dict:
     else:
         path = Path(name)
         if not name.strip() or not os.path.lexists(path):
-            raise SpecsimError(f"unknown model config {name!r} (expected a config JSON path or one of: "
-                               f"{', '.join(preset_names())})")
+            raise SpecsimError(
+                f"unknown model config {name!r} (expected a config JSON path or one of: "
+                f"{', '.join(preset_names())})"
+            )
         data = read_json(path, "config file")
         where = f"config file {name!r}"
     if not isinstance(data, dict) or not isinstance(data.get("model_type"), str):

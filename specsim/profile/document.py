@@ -7,14 +7,14 @@ from dataclasses import dataclass, field, replace
 from specsim.errors import SpecsimError
 from specsim.jsonio import check_keys
 from specsim.profile._fields import _list, _req, _show, _str
-from specsim.profile.acceptance import MethodAcceptance
-from specsim.profile.checks import CheckRow
-from specsim.profile.latency import LatencySection
+from specsim.profile.acceptance_entry import MethodAcceptance
+from specsim.profile.check_row import CheckRow
+from specsim.profile.latency_section import LatencySection
 from specsim.profile.provenance import Provenance
 
 SCHEMA_VERSION = 2
 # Schema 1: latency as 1-D tables only. Schema 2 adds ``latency.cost_model`` (forward cost over rows ×
-# context × batch, :mod:`specsim.costmodel`) and per-trace prompt lengths; schema-1 files still load.
+# context × batch, :mod:`specsim.profile.cost_model`) and per-trace prompt lengths; schema-1 files still load.
 SCHEMA_VERSIONS = (1, 2)
 
 
@@ -45,24 +45,35 @@ class Profile:
     def from_json(cls, d: dict) -> Profile:
         if not isinstance(d, dict):
             raise SpecsimError(f"profile: expected a JSON object, got {_show(d)}")
-        check_keys(d, {"schema_version", "name", "description", "provenance", "latency", "acceptance", "checks"},
-                    "profile")
+        check_keys(
+            d,
+            {"schema_version", "name", "description", "provenance", "latency", "acceptance", "checks"},
+            "profile",
+        )
         version = _req(d, "schema_version", "profile")
         if isinstance(version, bool) or not isinstance(version, int) or version not in SCHEMA_VERSIONS:
-            raise SpecsimError(f"profile.schema_version: expected one of {list(SCHEMA_VERSIONS)}, got {_show(version)}")
-        acceptance = tuple(MethodAcceptance.from_json(a, f"acceptance[{i}]")
-                           for i, a in enumerate(_list(d.get("acceptance", []), "acceptance", nonempty=False)))
+            raise SpecsimError(
+                f"profile.schema_version: expected one of {list(SCHEMA_VERSIONS)}, got {_show(version)}"
+            )
+        acceptance = tuple(
+            MethodAcceptance.from_json(a, f"acceptance[{i}]")
+            for i, a in enumerate(_list(d.get("acceptance", []), "acceptance", nonempty=False))
+        )
         seen: set[tuple[str, str]] = set()
         for i, a in enumerate(acceptance):
             if (a.method, a.scenario) in seen:
-                raise SpecsimError(f"acceptance[{i}]: duplicate entry for method {a.method!r} in scenario {a.scenario!r}")
+                raise SpecsimError(
+                    f"acceptance[{i}]: duplicate entry for method {a.method!r} in scenario {a.scenario!r}"
+                )
             seen.add((a.method, a.scenario))
         return cls(
             provenance=Provenance.from_json(_req(d, "provenance", "profile")),
             latency=LatencySection.from_json(d.get("latency", {})),
             acceptance=acceptance,
-            checks=tuple(CheckRow.from_json(c, f"checks[{i}]")
-                         for i, c in enumerate(_list(d.get("checks", []), "checks", nonempty=False))),
+            checks=tuple(
+                CheckRow.from_json(c, f"checks[{i}]")
+                for i, c in enumerate(_list(d.get("checks", []), "checks", nonempty=False))
+            ),
             name=_str(d.get("name", ""), "profile.name", allow_empty=True),
             description=_str(d.get("description", ""), "profile.description", allow_empty=True),
             schema_version=version,

@@ -25,22 +25,49 @@ class Provenance:
     notes: str = ""
 
     def to_json(self) -> dict:
-        return _drop_none({
-            "target": self.target, "draft": self.draft, "device": self.device, "dtype": self.dtype,
-            "date": self.date, "source": self.source, "software": dict(self.software),
-            "weights": self.weights, "threads": self.threads, "notes": self.notes,
-        })
+        return _drop_none(
+            {
+                "target": self.target,
+                "draft": self.draft,
+                "device": self.device,
+                "dtype": self.dtype,
+                "date": self.date,
+                "source": self.source,
+                "software": dict(self.software),
+                "weights": self.weights,
+                "threads": self.threads,
+                "notes": self.notes,
+            }
+        )
 
     @classmethod
     def from_json(cls, d: dict, where: str = "provenance") -> Provenance:
-        check_keys(d if isinstance(d, dict) else {}, {"target", "draft", "device", "dtype", "date", "source",
-                                                      "software", "weights", "threads", "notes"}, where)
+        check_keys(
+            d if isinstance(d, dict) else {},
+            {
+                "target",
+                "draft",
+                "device",
+                "dtype",
+                "date",
+                "source",
+                "software",
+                "weights",
+                "threads",
+                "notes",
+            },
+            where,
+        )
         source = _str(_req(d, "source", where), f"{where}.source")
         if source != "measured" and not source.startswith("published: "):
-            raise SpecsimError(f"{where}.source: expected 'measured' or 'published: <citation>', got {source!r}")
+            raise SpecsimError(
+                f"{where}.source: expected 'measured' or 'published: <citation>', got {source!r}"
+            )
         software = d.get("software", {})
         if not isinstance(software, dict) or not all(isinstance(v, str) for v in software.values()):
-            raise SpecsimError(f"{where}.software: expected an object of name -> version strings, got {_show(software)}")
+            raise SpecsimError(
+                f"{where}.software: expected an object of name -> version strings, got {_show(software)}"
+            )
         weights = d.get("weights", "real")
         if weights not in ("real", "random", "n/a"):
             raise SpecsimError(f"{where}.weights: expected 'real', 'random' or 'n/a', got {_show(weights)}")

@@ -5,10 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from specsim.adaptive import AdaptiveTrace
 from specsim.errors import SpecsimError
 from specsim.jsonio import check_keys
 from specsim.profile._fields import _drop_none, _int, _list, _num, _opt, _show, _str
+from specsim.profile.adaptive_trace import AdaptiveTrace
 
 
 @dataclass(frozen=True)
@@ -24,13 +24,13 @@ class Trace:
     ``draft_rank[t]``, the rank of the target's token in the draft's greedy distribution (0 = the
     draft's argmax, ties broken by token id; for ensembles the mixture q), and ``draft_top_probs[t]``,
     that distribution's K largest probabilities in decreasing order: greedy token trees replay exactly
-    from the ranks (:mod:`specsim.tree_replay`), confidence policies from the top-1 probability.
+    from the ranks (:mod:`specsim.drafts.tree_replay`), confidence policies from the top-1 probability.
     Sampled-path traces (``calibrate acceptance --sample-paths K``, optional) add ``accept_paths[k][t]``
     = min(1, q_t(y_t) / p_t(y_t)) along the target's k-th seeded sampled continuation y at the entry's
     temperature: the probability that a sampled draft at t is accepted given that the target emitted
     y_t there (Leviathan et al. 2023, §3.5; its mean over y_t ~ p_t is β_t). A sampled run follows its
     own tokens, so the sampled check simulates runs along these paths rather than the greedy output.
-    Adaptive ensembles add ``adaptive`` (:class:`specsim.adaptive.AdaptiveTrace`): their exact replay.
+    Adaptive ensembles add ``adaptive`` (:class:`specsim.profile.adaptive_trace.AdaptiveTrace`): their exact replay.
     """
 
     match: tuple[int, ...] | None = None
@@ -45,24 +45,43 @@ class Trace:
     adaptive: AdaptiveTrace | None = None  # adaptive ensembles: what the exact block-by-block replay needs
 
     def to_json(self) -> dict:
-        return _drop_none({
-            "prompt_id": self.prompt_id,
-            "match": None if self.match is None else list(self.match),
-            "beta": None if self.beta is None else list(self.beta),
-            "tokens": None if self.tokens is None else list(self.tokens),
-            "prompt_tokens": self.prompt_tokens, "draft_prompt_tokens": self.draft_prompt_tokens,
-            "draft_rank": None if self.draft_rank is None else list(self.draft_rank),
-            "draft_top_probs": None if self.draft_top_probs is None else [list(p) for p in self.draft_top_probs],
-            "accept_paths": None if self.accept_paths is None else [list(p) for p in self.accept_paths],
-            "adaptive": None if self.adaptive is None else self.adaptive.to_json(),
-        })
+        return _drop_none(
+            {
+                "prompt_id": self.prompt_id,
+                "match": None if self.match is None else list(self.match),
+                "beta": None if self.beta is None else list(self.beta),
+                "tokens": None if self.tokens is None else list(self.tokens),
+                "prompt_tokens": self.prompt_tokens,
+                "draft_prompt_tokens": self.draft_prompt_tokens,
+                "draft_rank": None if self.draft_rank is None else list(self.draft_rank),
+                "draft_top_probs": None
+                if self.draft_top_probs is None
+                else [list(p) for p in self.draft_top_probs],
+                "accept_paths": None if self.accept_paths is None else [list(p) for p in self.accept_paths],
+                "adaptive": None if self.adaptive is None else self.adaptive.to_json(),
+            }
+        )
 
     @classmethod
     def from_json(cls, d: dict, where: str) -> Trace:
         if not isinstance(d, dict):
             raise SpecsimError(f"{where}: expected an object, got {_show(d)}")
-        check_keys(d, {"match", "beta", "prompt_id", "tokens", "prompt_tokens", "draft_prompt_tokens", "draft_rank",
-                       "draft_top_probs", "accept_paths", "adaptive"}, where)
+        check_keys(
+            d,
+            {
+                "match",
+                "beta",
+                "prompt_id",
+                "tokens",
+                "prompt_tokens",
+                "draft_prompt_tokens",
+                "draft_rank",
+                "draft_top_probs",
+                "accept_paths",
+                "adaptive",
+            },
+            where,
+        )
         match = d.get("match")
         beta = d.get("beta")
         if match is None and beta is None:
@@ -73,16 +92,23 @@ class Trace:
                 if m not in (0, 1) or isinstance(m, float):
                     raise SpecsimError(f"{where}.match[{i}]: expected 0 or 1, got {_show(m)}")
         if beta is not None:
-            beta = [_num(b, f"{where}.beta[{i}]", lo=0, hi=1 + 1e-9)
-                    for i, b in enumerate(_list(beta, f"{where}.beta", nonempty=False))]
+            beta = [
+                _num(b, f"{where}.beta[{i}]", lo=0, hi=1 + 1e-9)
+                for i, b in enumerate(_list(beta, f"{where}.beta", nonempty=False))
+            ]
         if match is not None and beta is not None and len(match) != len(beta):
             raise SpecsimError(f"{where}: match has {len(match)} positions but beta has {len(beta)}")
         tokens = d.get("tokens")
         if tokens is not None:
-            tokens = [_int(t, f"{where}.tokens[{i}]", lo=0, unit="tokens") for i, t in enumerate(_list(tokens, f"{where}.tokens"))]
+            tokens = [
+                _int(t, f"{where}.tokens[{i}]", lo=0, unit="tokens")
+                for i, t in enumerate(_list(tokens, f"{where}.tokens"))
+            ]
             if len(tokens) != len(match if match is not None else beta):
-                raise SpecsimError(f"{where}.tokens: expected one per position "
-                                   f"({len(match if match is not None else beta)}), got {len(tokens)}")
+                raise SpecsimError(
+                    f"{where}.tokens: expected one per position "
+                    f"({len(match if match is not None else beta)}), got {len(tokens)}"
+                )
         rank, top = _top_k_fields(d, where, len(match if match is not None else beta), match)
         return cls(
             match=None if match is None else tuple(int(m) for m in match),
@@ -91,7 +117,9 @@ class Trace:
             tokens=None if tokens is None else tuple(tokens),
             prompt_tokens=_opt(d, "prompt_tokens", lambda v, w: _int(v, w, lo=1), where),
             draft_prompt_tokens=_opt(d, "draft_prompt_tokens", lambda v, w: _int(v, w, lo=1), where),
-            draft_rank=rank, draft_top_probs=top, accept_paths=_accept_paths(d.get("accept_paths"), where),
+            draft_rank=rank,
+            draft_top_probs=top,
+            accept_paths=_accept_paths(d.get("accept_paths"), where),
             adaptive=_adaptive(d, where, len(match if match is not None else beta)),
         )
 
@@ -102,7 +130,9 @@ def _adaptive(d: dict, where: str, positions: int) -> AdaptiveTrace | None:
         return None
     out = AdaptiveTrace.from_json(d["adaptive"], f"{where}.adaptive")
     if len(out) != positions:
-        raise SpecsimError(f"{where}.adaptive.target_probs: expected one per position ({positions}), got {len(out)}")
+        raise SpecsimError(
+            f"{where}.adaptive.target_probs: expected one per position ({positions}), got {len(out)}"
+        )
     return out
 
 
@@ -112,32 +142,54 @@ def _accept_paths(paths: Any, where: str) -> tuple[tuple[float, ...], ...] | Non
     if paths is None:
         return None
     rows = _list(paths, f"{where}.accept_paths")
-    return tuple(tuple(min(_num(b, f"{where}.accept_paths[{k}][{t}]", lo=0, hi=1 + 1e-9), 1.0)
-                       for t, b in enumerate(_list(row, f"{where}.accept_paths[{k}]")))
-                 for k, row in enumerate(rows))
+    return tuple(
+        tuple(
+            min(_num(b, f"{where}.accept_paths[{k}][{t}]", lo=0, hi=1 + 1e-9), 1.0)
+            for t, b in enumerate(_list(row, f"{where}.accept_paths[{k}]"))
+        )
+        for k, row in enumerate(rows)
+    )
 
 
 def _top_k_fields(d: dict, where: str, positions: int, match) -> tuple:
     """Validated (draft_rank, draft_top_probs) of a trace; each optional, one entry per position."""
     rank, top = d.get("draft_rank"), d.get("draft_top_probs")
     if rank is not None:
-        rank = tuple(_int(r, f"{where}.draft_rank[{i}]", lo=0)
-                     for i, r in enumerate(_list(rank, f"{where}.draft_rank", nonempty=False)))
+        rank = tuple(
+            _int(r, f"{where}.draft_rank[{i}]", lo=0)
+            for i, r in enumerate(_list(rank, f"{where}.draft_rank", nonempty=False))
+        )
         if len(rank) != positions:
-            raise SpecsimError(f"{where}.draft_rank: expected one per position ({positions}), got {len(rank)}")
+            raise SpecsimError(
+                f"{where}.draft_rank: expected one per position ({positions}), got {len(rank)}"
+            )
         if match is not None and any((r == 0) != bool(m) for r, m in zip(rank, match)):
             i = next(i for i, (r, m) in enumerate(zip(rank, match)) if (r == 0) != bool(m))
-            raise SpecsimError(f"{where}.draft_rank[{i}]: rank {rank[i]} contradicts match[{i}] = {match[i]} "
-                               "(expected rank 0 exactly where the draft's argmax matches)")
+            raise SpecsimError(
+                f"{where}.draft_rank[{i}]: rank {rank[i]} contradicts match[{i}] = {match[i]} "
+                "(expected rank 0 exactly where the draft's argmax matches)"
+            )
     if top is not None:
         rows = _list(top, f"{where}.draft_top_probs", nonempty=False)
         if len(rows) != positions:
-            raise SpecsimError(f"{where}.draft_top_probs: expected one row per position ({positions}), got {len(rows)}")
-        top = tuple(tuple(_num(p, f"{where}.draft_top_probs[{i}][{j}]", lo=0, hi=1 + 1e-9)
-                          for j, p in enumerate(_list(row, f"{where}.draft_top_probs[{i}]")))
-                    for i, row in enumerate(rows))
+            raise SpecsimError(
+                f"{where}.draft_top_probs: expected one row per position ({positions}), got {len(rows)}"
+            )
+        top = tuple(
+            tuple(
+                _num(p, f"{where}.draft_top_probs[{i}][{j}]", lo=0, hi=1 + 1e-9)
+                for j, p in enumerate(_list(row, f"{where}.draft_top_probs[{i}]"))
+            )
+            for i, row in enumerate(rows)
+        )
         for i, row in enumerate(top):
-            if len(row) != len(top[0]) or any(b > a + 1e-9 for a, b in zip(row, row[1:])) or sum(row) > 1 + 1e-6:
-                raise SpecsimError(f"{where}.draft_top_probs[{i}]: expected {len(top[0])} decreasing probabilities "
-                                   f"summing to <= 1, got {_show(list(row))}")
+            if (
+                len(row) != len(top[0])
+                or any(b > a + 1e-9 for a, b in zip(row, row[1:]))
+                or sum(row) > 1 + 1e-6
+            ):
+                raise SpecsimError(
+                    f"{where}.draft_top_probs[{i}]: expected {len(top[0])} decreasing probabilities "
+                    f"summing to <= 1, got {_show(list(row))}"
+                )
     return rank, top

@@ -1,0 +1,1 @@
+"""Command line of the calibrate half: one module per command (argument parsing and printing only)."""

@@ -1,0 +1,99 @@
+"""``specsim calibrate acceptance``: teacher-forced acceptance traces of every drafting method into a profile.
+
+Found by :mod:`specsim.cli.main` through the ``specsim.commands`` entry point; torch is imported only inside
+the command. The run is :func:`calibrate.measure.acceptance_run.run_acceptance`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from calibrate.cli.shared_options import method_args, model_args
+from specsim.bounds import number_arg
+from specsim.errors import SpecsimError
+from specsim.jsonio import check_writable
+
+
+def register(subparsers) -> None:
+    """Add ``calibrate acceptance``."""
+    acc = subparsers.add_parser(
+        "acceptance",
+        help="teacher-forced acceptance traces (match, beta) into a profile",
+        description="Target greedy output per prompt, then one forward of each model over it: per position "
+        "match = [draft argmax == target token] (greedy) and beta = sum_x min(p, q) (sampling). "
+        "Resumable: finished prompts are kept in OUT.partial.json.",
+    )
+    model_args(acc)
+    acc.add_argument("--out", required=True, help="profile JSON to create or update")
+    acc.add_argument(
+        "--temperature",
+        type=number_arg("temperature"),
+        default=1.0,
+        help="temperature of p and q for beta (default 1)",
+    )
+    method_args(acc)
+    acc.add_argument(
+        "--scenario",
+        default=None,
+        help="scenario name (default: the prompt set's name; image "
+        "prompts get '-<n>img' appended per images-per-prompt group)",
+    )
+    acc.add_argument(
+        "--top-k",
+        type=number_arg("size", integer=True, zero_ok=True),
+        default=0,
+        metavar="K",
+        help="also store per position the rank of the target's token in the draft's greedy "
+        "distribution and the draft's K largest probabilities (token-tree and confidence-policy "
+        "replay; default 0 = off)",
+    )
+    acc.add_argument(
+        "--sample-paths",
+        type=number_arg("size", integer=True, zero_ok=True),
+        default=0,
+        metavar="K",
+        help="also sample K continuations of the target per prompt at --temperature (each from its own "
+        "seeded torch.Generator) and store per position the acceptance probability of a sampled "
+        "draft along each, min(1, q/p) at the target's token: 'specsim check --temperature T' "
+        "simulates runs along them, since a sampled run follows its own tokens, not the greedy "
+        "output (default 0 = off; 8 or more recommended)",
+    )
+    acc.add_argument(
+        "--seed",
+        type=number_arg("seed", integer=True),
+        default=0,
+        help="base seed of the sampled paths' generators (default 0)",
+    )
+    acc.add_argument(
+        "--reference-gamma",
+        type=number_arg("gamma", integer=True),
+        default=5,
+        help="gamma of the stored single-gamma tau and histogram (default 5)",
+    )
+    acc.add_argument("--restart", action="store_true", help="ignore a partial file from an interrupted run")
+    acc.set_defaults(func=cmd_acceptance)
+
+
+def cmd_acceptance(args) -> int:
+    """Check the arguments and --out, load the models and prompts, run, write the profile."""
+    if args.reference_gamma < 1:
+        raise SpecsimError(f"--reference-gamma: expected an integer >= 1, got {args.reference_gamma}")
+    if not args.temperature > 0:
+        raise SpecsimError(f"--temperature: expected > 0 for beta, got {args.temperature}")
+    if args.top_k < 0 or (args.top_k and args.temperature != 1.0):
+        raise SpecsimError(
+            f"--top-k: expected an integer >= 0 with --temperature 1 (ranks are of the greedy draft "
+            f"distribution), got --top-k {args.top_k} at --temperature {args.temperature}"
+        )
+    if args.sample_paths == 1:
+        raise SpecsimError(
+            "--sample-paths: expected 0 (off) or at least 2 (the sampled check resamples the paths "
+            "to carry the error of estimating acceptance from them), got 1"
+        )
+    check_writable(args.out, "--out")
+    from calibrate.measure.acceptance_run import partial_path, run_acceptance
+    from calibrate.workload.run_setup import load_setup
+
+    check_writable(partial_path(Path(args.out)), "--out's partial file")
+    run_acceptance(load_setup(args), args)
+    return 0

@@ -1,0 +1,321 @@
+"""``specsim check``: run real speculative decoding and compare it with the profile's prediction.
+
+Found by :mod:`specsim.cli.main` through the ``specsim.commands`` entry point; torch is imported only when the
+command runs. Greedy (T = 0): the runs are :func:`calibrate.measure.check_runs.run_check` (rounds until each row's measured
+speedup is precise enough); the predictions and tables are :mod:`specsim.check.comparison` and
+:mod:`specsim.check.check_tables`. Sampled (--temperature T > 0): seeded runs
+(:func:`calibrate.measure.sampled_check_runs.run_sampled_check`) against Monte Carlo intervals from the profile's β
+traces (:mod:`specsim.check.sampled`).
+"""
+
+from __future__ import annotations
+
+import sys
+
+from calibrate.cli.shared_options import method_args, model_args
+from specsim.bounds import number_arg
+from specsim.errors import SpecsimError
+from specsim.jsonio import check_writable, dumps_json, show
+from specsim.profiles import load_profile, resolve_profile_path, save_profile
+from specsim.report import parse_int_list
+
+_DESC = (
+    "Per gamma and method: tau and speedup over target-only decoding, predicted from the profile (tau from "
+    "trace replay; with a cost model, every forward priced at its own rows, context and batch along each "
+    "prompt's blocks, plus the engine's overhead) vs measured (wall clock, interleaved, repeated in rounds "
+    "until the measured speedup's 95%% confidence half-width is within --halfwidth), with the textbook "
+    "prediction (v = 1, i.i.d. alpha) beside it. Writes the rows into the profile's checks."
+)
+
+
+def register(subparsers) -> None:
+    """Add ``specsim check``."""
+    chk = subparsers.add_parser(
+        "check", help="run real speculative decoding and compare with the prediction", description=_DESC
+    )
+    chk.add_argument("--profile", required=True, help="profile with latency and acceptance sections")
+    chk.add_argument(
+        "--gamma", default="1,2,3,4,6,8", help="gammas, e.g. 1,2,3,4,6,8 or 1-4 (default 1,2,3,4,6,8)"
+    )
+    model_args(chk)
+    method_args(chk)
+    chk.add_argument(
+        "--scenario",
+        default=None,
+        help="scenario name as in 'calibrate acceptance' (default: the prompt set's name)",
+    )
+    chk.add_argument(
+        "--tree",
+        action="append",
+        default=None,
+        metavar="SPEC",
+        help="also run token-tree decoding "
+        "with this tree (repeatable; e.g. 4,2,1, chain:5, parents:0,0,1); needs top-k traces "
+        "('calibrate acceptance --top-k K') and tree grids ('calibrate latency --tree-sizes/--tree')",
+    )
+    chk.add_argument(
+        "--policy",
+        action="append",
+        default=None,
+        metavar="SPEC",
+        help="also run a draft-length "
+        "policy (repeatable; e.g. heuristic:4,max=8, confidence:0.4,gamma=8, batch:1=4@1); every gamma "
+        "it reaches must be in the profile's latency grid",
+    )
+    rep = chk.add_argument_group("repeats (rounds of every prompt x method x gamma, interleaved)")
+    rep.add_argument(
+        "--halfwidth",
+        type=number_arg("ratio"),
+        default=0.015,
+        help="stop repeating a row once its "
+        "measured decode-phase speedup has a 95%% half-width within this fraction (default 0.015)",
+    )
+    rep.add_argument(
+        "--min-rounds",
+        type=number_arg("repeats", integer=True),
+        default=2,
+        help="at least this many rounds (default 2; one round gives no half-width)",
+    )
+    rep.add_argument(
+        "--max-rounds",
+        type=number_arg("repeats", integer=True),
+        default=6,
+        help="at most this many rounds (default 6)",
+    )
+    rep.add_argument(
+        "--max-minutes", type=number_arg("minutes"), default=None, help="stop starting rounds after this long"
+    )
+    _sampling_args(chk)
+    chk.add_argument("--json", action="store_true", help="print JSON instead of the tables")
+    chk.add_argument("--no-write", action="store_true", help="do not write the rows into the profile")
+    chk.set_defaults(func=cmd_check)
+
+
+def _check_args(args) -> list[int]:
+    gammas = sorted(parse_int_list(args.gamma, name="--gamma"))
+    if args.max_new_tokens < 2:  # the first pass carries the prompt; the decode phase starts at token 2
+        raise SpecsimError(
+            f"--max-new-tokens: expected an integer >= 2 (a decode phase to time), got {args.max_new_tokens}"
+        )
+    if not 0 < args.halfwidth < 1:
+        raise SpecsimError(f"--halfwidth: expected a fraction in (0, 1), got {args.halfwidth}")
+    if args.min_rounds < 1 or args.max_rounds < args.min_rounds:
+        raise SpecsimError(
+            f"--min-rounds/--max-rounds: expected 1 <= min <= max, got {args.min_rounds} and "
+            f"{args.max_rounds}"
+        )
+    if args.max_minutes is not None and not args.max_minutes > 0:
+        raise SpecsimError(f"--max-minutes: expected a positive number, got {args.max_minutes}")
+    return gammas
+
+
+def _drafts(args) -> list:
+    """The token trees and draft-length policies of --tree / --policy."""
+    from specsim.drafts.policies import parse_policy
+    from specsim.drafts.trees import parse_tree
+
+    drafts = []
+    for option, parse, texts in (("--tree", parse_tree, args.tree), ("--policy", parse_policy, args.policy)):
+        for text in texts or []:
+            try:
+                drafts.append(parse(text))
+            except SpecsimError as err:
+                raise SpecsimError(f"{option} {show(text)}: {err}") from None
+    return drafts
+
+
+def prepare(args) -> tuple:
+    """(γs, profile path, profile, methods) after every check that needs no model: arguments, --profile
+    writable, a latency section; methods default to a single-method profile's one."""
+    gammas = _check_args(args)
+    profile_path = resolve_profile_path(args.profile)
+    if not args.no_write:
+        check_writable(profile_path, "--profile")
+    profile = load_profile(str(profile_path))
+    profile.latency.forward_costs()  # a profile without timings is refused before anything runs
+    methods = args.method
+    if methods is None and len({a.method for a in profile.acceptance}) == 1 and profile.acceptance:
+        methods = [profile.acceptance[0].method]  # a single-method profile needs no --method
+    return gammas, profile_path, profile, methods
+
+
+def _warn_other_host(profile, device: str) -> None:
+    """Say on screen when the profile's latency comes from another device model or thread count."""
+    import torch
+
+    from calibrate.measure.check_runs import other_host
+    from calibrate.measure.latency_assembly import device_name
+
+    measured = profile.latency.provenance or profile.provenance  # the latency's own, when it has one
+    why = other_host(measured, device_name(str(device)), torch.get_num_threads())
+    if why:
+        print(f"warning: {why}", file=sys.stderr)
+
+
+def cmd_check(args) -> int:
+    """Check arguments and the profile, load models, run in rounds, write the rows, print the tables."""
+    from calibrate.measure.check_runs import check_rows, entries_of, preflight, run_check
+    from calibrate.workload.run_setup import load_setup, progress
+    from specsim.check.check_tables import check_table, summary, terms_table
+
+    if args.temperature > 0:
+        return cmd_check_sampled(args)
+    gammas, profile_path, profile, methods = prepare(args)
+    drafts = _drafts(args)
+    setup = load_setup(args, methods=methods, cache_captions=False)
+    if drafts:
+        preflight(
+            profile, [a for a in profile.acceptance if a.method in setup.methods], drafts, args.max_new_tokens
+        )
+    entries = entries_of(setup, profile, args.scenario)  # before any run: a missing entry costs no measuring
+    _warn_other_host(profile, args.device)  # after the checks above: an error stays one line
+    bar = (
+        None
+        if args.no_progress
+        else (lambda xs, rnd: progress(xs, True, f"check round {rnd + 1}/{args.max_rounds}"))
+    )
+    runs = run_check(
+        setup,
+        gammas + drafts,
+        max_new_tokens=args.max_new_tokens,
+        device=args.device,
+        halfwidth=args.halfwidth,
+        min_rounds=args.min_rounds,
+        max_rounds=args.max_rounds,
+        max_seconds=None if args.max_minutes is None else 60 * args.max_minutes,
+        progress=bar,
+    )
+    rows, agreement, stages = check_rows(profile, setup, entries, runs, gammas, drafts)
+    if not args.no_write:
+        save_profile(profile.with_checks(rows), profile_path)
+    if args.json:
+        print(
+            dumps_json(
+                {
+                    "rows": [r.to_json() for r in rows],
+                    "summary": summary(rows),
+                    "rounds": runs.rounds,
+                    "seconds": runs.seconds,
+                    "replay_equals_engine": {
+                        f"{m}/{s}": list(v) for (m, s, k), v in agreement.items() if k == "gamma"
+                    },
+                    "tree_replay_equals_engine": {
+                        f"{m}/{s}": list(v) for (m, s, k), v in agreement.items() if k == "tree"
+                    },
+                    "policy_replay_equals_engine": {
+                        f"{m}/{s}": list(v) for (m, s, k), v in agreement.items() if k == "policy"
+                    },
+                    "stages": {f"{m}/{s}": v for (m, s), v in stages.items()},
+                }
+            )
+        )
+        return 0
+    print(check_table(rows))
+    terms = terms_table(rows)
+    if terms:
+        print("\n" + terms)
+    for (m, s, kind), (same, total) in agreement.items():
+        what = {"gamma": "greedy tau", "tree": "greedy trees", "policy": "greedy policies"}[kind]
+        print(f"{s}/{m}: {what}, trace replay == engine for {same}/{total} (prompt, {kind})")
+    print(f"{runs.rounds} round(s) in {runs.seconds:.0f} s", file=sys.stderr)
+    return 0
+
+
+def _sampling_args(parser) -> None:
+    """--temperature, --seeds and --seed of ``specsim check``."""
+    smp = parser.add_argument_group("sampling (T > 0: seeded runs vs Monte Carlo intervals from beta)")
+    smp.add_argument(
+        "--temperature",
+        type=number_arg("temperature", zero_ok=True),
+        default=0.0,
+        help="sampling temperature T (default 0: greedy, checked against trace replay). T > 0 runs "
+        "every prompt x method x gamma once per seed and checks tau and speedup against 95%% "
+        "prediction intervals from a Monte Carlo over the profile's acceptance traces, measured at "
+        "the same T along the target's sampled paths ('specsim calibrate acceptance --temperature T "
+        "--sample-paths 8'; without paths, beta on the greedy output, with a warning)",
+    )
+    smp.add_argument(
+        "--seeds",
+        type=number_arg("repeats", integer=True),
+        default=4,
+        help="with T > 0: runs per prompt, one seed each, in rounds (default 4, at least 2); "
+        "--halfwidth, --min-rounds and --max-rounds are for greedy checks",
+    )
+    smp.add_argument(
+        "--seed",
+        type=number_arg("seed", integer=True),
+        default=0,
+        help="base seed of the runs' generators and of the Monte Carlo (default 0)",
+    )
+
+
+def cmd_check_sampled(args) -> int:
+    """Check arguments and the profile, load models, run, predict, write the rows, print."""
+    import numpy as np
+
+    from calibrate.measure.check_runs import entries_of
+    from calibrate.measure.sampled_check_runs import run_sampled_check, sampled_rows
+    from calibrate.workload.run_setup import load_setup, progress
+    from specsim.check.check_tables import coverage, sampled_table, summary
+    from specsim.check.sampled_runs import check_sampling_entry
+
+    if args.seeds < 2:
+        raise SpecsimError(
+            f"--seeds: expected at least 2 runs per prompt with --temperature (one run gives no "
+            f"spread to judge), got {args.seeds}"
+        )
+    gammas, profile_path, profile, methods = prepare(args)
+    for entry in profile.acceptance:  # before models load: a wrong temperature costs no loading
+        if (methods is None or entry.method in methods) and args.scenario in (None, entry.scenario):
+            check_sampling_entry(entry, args.temperature)
+    setup = load_setup(args, methods=methods, cache_captions=False)
+    entries = entries_of(setup, profile, args.scenario)
+    for entry in entries.values():
+        check_sampling_entry(entry, args.temperature)
+    _warn_other_host(profile, args.device)
+    bar = (
+        None
+        if args.no_progress
+        else (lambda xs, rnd: progress(xs, True, f"sampled check, seed {rnd + 1}/{args.seeds}"))
+    )
+    runs = run_sampled_check(
+        setup,
+        gammas,
+        temperature=args.temperature,
+        seeds=args.seeds,
+        max_new_tokens=args.max_new_tokens,
+        device=args.device,
+        seed=args.seed,
+        max_seconds=None if args.max_minutes is None else 60 * args.max_minutes,
+        progress=bar,
+    )
+    rows = sampled_rows(
+        profile,
+        setup,
+        entries,
+        runs,
+        gammas,
+        temperature=args.temperature,
+        rng=np.random.default_rng(args.seed),
+    )
+    if not args.no_write:
+        save_profile(profile.with_checks(rows), profile_path)
+    if args.json:
+        print(
+            dumps_json(
+                {
+                    "rows": [r.to_json() for r in rows],
+                    "coverage": coverage(rows),
+                    "summary": summary(rows),
+                    "temperature": args.temperature,
+                    "rounds": runs.rounds,
+                    "seconds": runs.seconds,
+                }
+            )
+        )
+        return 0
+    print(sampled_table(rows))
+    print(
+        f"T={args.temperature:g}: {runs.rounds} seed(s) per prompt in {runs.seconds:.0f} s", file=sys.stderr
+    )
+    return 0

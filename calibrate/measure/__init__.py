@@ -1,0 +1,1 @@
+"""Measurements: latency grids, acceptance traces, real check runs, exported engine counters."""

@@ -1,0 +1,360 @@
+"""The workload of a calibration run: models, prompts and encoded requests, methods and captioner.
+
+:func:`load_setup` turns the shared model/prompt flags (:mod:`calibrate.cli.shared_options`) into a
+:class:`Setup`, used by ``specsim calibrate acceptance`` and ``specsim check``; :func:`prompt_lengths`
+gives the token lengths of a prompt set's requests (to size latency grids).
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, replace
+from datetime import date
+from pathlib import Path
+
+from calibrate.drafting import IMAGE_PLACEHOLDER
+from calibrate.models import loading as M
+from calibrate.models.loaded_model import LoadedModel, image_token_count
+from calibrate.workload.prompt_sets import encode, load_prompts
+from specsim.errors import SpecsimError
+from specsim.profile import Provenance
+
+
+@dataclass
+class Setup:
+    """Loaded target and draft, prompts and their requests, EOS id, prompt-set name, methods, captioner."""
+
+    target: object
+    draft: object
+    prompts: list
+    requests: list
+    eos: object
+    name: str
+    methods: list
+    captioner: object = None
+    caption_prefix: str = "Image: "
+
+    @property
+    def groups(self) -> dict[int, list]:
+        """Requests by images per prompt (scenario groups), in prompt order."""
+        out: dict[int, list] = {}
+        for p, r in zip(self.prompts, self.requests):
+            out.setdefault(len(p.images), []).append(r)
+        return dict(sorted(out.items()))
+
+    def scenario(self, images_per_prompt: int, name: str | None) -> str:
+        """Scenario name of a group: ``name`` (default: the prompt set's) plus '-<n>img' for image groups."""
+        base = name or self.name
+        return base if images_per_prompt == 0 else f"{base}-{images_per_prompt}img"
+
+    def drafter(self, method: str):
+        from calibrate.drafting import Method
+
+        return Method.parse(method).make_drafter(
+            self.target,
+            self.draft,
+            captioner=self.captioner,
+            caption_prefix=self.caption_prefix,
+            device=self.target.device,
+        )
+
+
+def _byte_ids(text: str, vocab: int):
+    """Architecture-only models have no tokenizer: ids = UTF-8 bytes mod vocab (timing is what matters)."""
+    import torch
+
+    return torch.tensor([[b % vocab for b in text.encode("utf-8")] or [0]], dtype=torch.long)
+
+
+def _open_images(prompt) -> list:
+    """The prompt's images as RGB (paths were checked at load: inside the folder, regular files).
+
+    Pillow's decompression-bomb limit (Image.MAX_IMAGE_PIXELS) is an error here, not a warning.
+    """
+    import warnings
+
+    from PIL import Image
+
+    out = []
+    for path in prompt.images:
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("error", Image.DecompressionBombWarning)
+                with Image.open(path) as img:
+                    out.append(img.convert("RGB"))
+        except (Image.DecompressionBombWarning, Image.DecompressionBombError) as err:
+            raise SpecsimError(
+                f"prompt {prompt.id!r}: image {path!r} is too large to decode safely ({err}); "
+                "a decompression bomb?"
+            ) from None
+        except (OSError, ValueError, SyntaxError) as err:
+            raise SpecsimError(
+                f"prompt {prompt.id!r}: cannot read image {path!r} ({err.__class__.__name__})"
+            ) from None
+    return out
+
+
+def _methods(given: list[str] | None, has_images: bool) -> list[str]:
+    from calibrate.drafting import PLAIN, Method
+
+    methods = list(dict.fromkeys(Method.parse(m).code for m in (given or [PLAIN])))
+    if has_images and PLAIN in methods:
+        raise SpecsimError(
+            "--method: the prompts have images; expected multimodal methods such as --method M "
+            "--method T --method C (plain is for text-only pairs)"
+        )
+    return methods
+
+
+def load_setup(args, methods: list[str] | None = None, cache_captions: bool = True) -> Setup:
+    """Models, prompts, encoded requests, methods (``methods``, else ``--method``) and captioner from the
+    shared flags; ``cache_captions`` reuses an image's caption across methods (acceptance, not timing)."""
+    from calibrate.drafting import CachedCaptioner, Method, hf_captioner, make_request
+    from calibrate.models.loading import canonical_dtype, check_device, load_pair, model_from_spec
+    from calibrate.run.engine import Request
+    from specsim.presets import pair
+
+    if args.max_new_tokens < 1:
+        raise SpecsimError(f"--max-new-tokens: expected an integer >= 1, got {args.max_new_tokens}")
+    if not args.preset and not (args.target and args.draft):
+        raise SpecsimError("models: expected --preset PAIR or both --target and --draft")
+    check_device(args.device)
+    canonical_dtype(args.dtype)
+    preset = pair(args.preset) if args.preset else {}
+    prompt_set = args.prompts or preset.get("prompts", "reference")
+    prompts = load_prompts(
+        prompt_set, limit=args.limit, allow_outside_images=getattr(args, "allow_outside_images", False)
+    )
+    methods = _methods(methods or args.method, any(p.images for p in prompts))
+    target, draft = load_pair(
+        args.preset or args.target,
+        None if args.preset else args.draft,
+        device=args.device,
+        dtype=args.dtype,
+        threads=args.threads,
+        random_weights=args.random_weights,
+        progress=not args.no_progress,
+    )
+    tok = target.tokenizer
+    reqs = []
+    for p in prompts:
+        if p.images:
+            if target.processor is None:
+                raise SpecsimError(
+                    f"prompt {p.id!r} has images but target {target.name!r} has no image processor "
+                    "(expected a VLM folder with processor files)"
+                )
+            reqs.append(make_request(target.processor, p.text, _open_images(p), prompt_id=p.id))
+            continue
+        ids = encode(tok, p) if tok is not None else _byte_ids(p.text, target.vocab_size)
+        reqs.append(Request(ids.to(target.device), text=p.text, prompt_id=p.id))
+    for model in (target, draft):
+        _check_positions(model, prompts, reqs, args.max_new_tokens)
+    eos = getattr(getattr(target.model, "generation_config", None), "eos_token_id", None)
+    if eos is None and tok is not None:
+        eos = tok.eos_token_id
+    captioner = None
+    if any(Method.parse(m).needs_captioner for m in methods):
+        spec = args.captioner or preset.get("captioner")
+        if not spec:
+            raise SpecsimError("--method C: caption drafting needs --captioner (an image-to-text VLM)")
+        captioner = hf_captioner(
+            model_from_spec(
+                spec, device=args.device, dtype=args.dtype, threads=args.threads, random_weights=False, seed=2
+            )
+        )
+        # Acceptance captions each image once for every method; a check times every request's own captions.
+        captioner = CachedCaptioner(captioner) if cache_captions else captioner
+    name = Path(prompt_set).stem if prompt_set.endswith(".jsonl") else prompt_set
+    return Setup(target, draft, prompts, reqs, eos, name, methods, captioner, args.caption_prefix)
+
+
+def _check_positions(model, prompts, requests, max_new_tokens: int) -> None:
+    """SpecsimError when prompt + new tokens exceed a model's maximum positions (max_position_embeddings)."""
+    limit = getattr(model.text_config, "max_position_embeddings", None)
+    if not isinstance(limit, int):
+        return
+    for p, r in zip(prompts, requests):
+        need = r.input_ids.shape[1] + max_new_tokens
+        if need > limit:
+            raise SpecsimError(
+                f"prompt {p.id!r}: {r.input_ids.shape[1]} prompt tokens + --max-new-tokens "
+                f"{max_new_tokens} = {need} positions, but {model.name!r} has at most {limit} "
+                "(max_position_embeddings)"
+            )
+
+
+def progress(items, enabled: bool, desc: str, unit: str = "prompt"):
+    """``items`` behind a tqdm bar on stderr when ``enabled``, else ``items`` unchanged."""
+    if not enabled:
+        return items
+    from tqdm import tqdm
+
+    return tqdm(items, desc=desc, unit=unit, file=sys.stderr)
+
+
+def provenance(setup: Setup, args) -> Provenance:
+    """Provenance of a profile measured on ``setup`` (software versions, threads, prompt set)."""
+    import torch
+    import transformers
+
+    return Provenance(
+        target=setup.target.name,
+        draft=setup.draft.name,
+        device=str(args.device),
+        dtype=setup.target.dtype,
+        date=date.today().isoformat(),
+        source="measured",
+        software={"torch": torch.__version__, "transformers": transformers.__version__},
+        weights=setup.target.weights,
+        threads=torch.get_num_threads(),
+        notes=f"acceptance: prompts={setup.name}, max_new_tokens={args.max_new_tokens}"
+        + (f", caption prefix {setup.caption_prefix!r}" if setup.captioner else ""),
+    )
+
+
+def prompt_lengths(prompt_set: str, target: LoadedModel) -> tuple[list[int], list[int]]:
+    """(target prompt tokens, shortest draft prompt tokens) per prompt of ``prompt_set``.
+
+    The target sees each image as its run of visual tokens; the shortest draft context drops the images
+    (text-only drafting). Without a tokenizer (random weights) a prompt costs one token per UTF-8 byte,
+    as ``calibrate`` encodes it then.
+    """
+    tok = target.tokenizer or getattr(target.processor, "tokenizer", None)
+    per_image = image_token_count(target.model.config) if target.kind == "vlm" else 0
+    targets, drafts = [], []
+    for p in load_prompts(prompt_set):
+        text = p.text.replace(IMAGE_PLACEHOLDER, "\n")
+        n = encode(tok, replace(p, text=text)).shape[1] if tok is not None else len(text.encode("utf-8"))
+        images = p.text.count(IMAGE_PLACEHOLDER)
+        targets.append(int(n + images * per_image))
+        drafts.append(int(n))
+    return targets, drafts
+
+
+# --------------------------------------------------------------------------- latency
+def latency_models(args) -> dict:
+    """Target, draft and (when asked or the preset has one) captioner of ``specsim calibrate latency``'s
+    flags."""
+    from specsim.presets import pair
+
+    threads = args.threads
+    place = _placement(args)
+    target_spec = args.target_config or args.target
+    draft_spec = args.draft_config or args.draft
+    rand_t, rand_d = bool(args.target_config), bool(args.draft_config)
+    if args.preset:
+        entry = pair(args.preset)
+        if target_spec is None and draft_spec is None:
+            target, draft = M.load_pair(
+                args.preset,
+                device=args.device,
+                dtype=args.dtype,
+                threads=threads,
+                random_weights=args.random_weights,
+                cache_dir=args.cache_dir,
+                progress=not args.quiet,
+                seed=args.seed,
+                **place,
+            )
+            return _with_captioner(args, {"target": target, "draft": draft})
+        target_spec = target_spec or entry["target"]
+        draft_spec = draft_spec or entry["draft"]
+    if target_spec is None or draft_spec is None:
+        missing = "--target/--target-config" if target_spec is None else "--draft/--draft-config"
+        raise SpecsimError(f"no model given for {missing} (expected it, or --preset PAIR)")
+    M.set_threads(threads)
+    target = M.model_from_spec(
+        target_spec,
+        device=args.device,
+        dtype=args.dtype,
+        threads=threads,
+        random_weights=rand_t,
+        seed=args.seed,
+        **place,
+    )
+    draft = M.model_from_spec(
+        draft_spec,
+        device=args.device,
+        dtype=args.dtype,
+        threads=threads,
+        random_weights=rand_d,
+        seed=args.seed + 1,
+    )
+    M.check_pair_vocab(target, draft)
+    return _with_captioner(args, {"target": target, "draft": draft})
+
+
+def _placement(args) -> dict:
+    """--device-map / --max-memory for the target's loader."""
+    from calibrate.models.placement import parse_max_memory
+
+    if args.max_memory and not args.device_map:
+        raise SpecsimError("--max-memory: needs --device-map auto|balanced")
+    return {"device_map": args.device_map, "max_memory": parse_max_memory(args.max_memory)}
+
+
+def _with_captioner(args, models: dict) -> dict:
+    """Adds ``--captioner``, or the preset pair's own captioner (the zoo has one)."""
+    from specsim.presets import pair
+
+    spec = args.captioner or (pair(args.preset).get("captioner") if args.preset else None)
+    if spec:
+        models["captioner"] = M.model_from_spec(
+            spec,
+            device=args.device,
+            dtype=args.dtype,
+            threads=args.threads,
+            random_weights=bool(args.random_weights and not args.captioner),
+            seed=args.seed + 2,
+        )
+    return models
+
+
+def check_plan_positions(models: dict, plan) -> None:
+    """SpecsimError when a planned forward reaches past a model's maximum positions (its config's
+    ``max_position_embeddings``): every γ block runs at every context (context + γ + 1 positions), and
+    prefill over the prompt tokens."""
+    from specsim.drafts.trees import parse_tree
+
+    longest = {
+        "--contexts/--verify-context/--gammas": max(plan.contexts_tokens) + max(plan.gammas) + 1,
+        "--prefill-tokens": max(plan.prefill_tokens),
+    }
+    if plan.trees:
+        longest["--tree-sizes/--tree"] = (
+            max(plan.contexts_tokens) + max(parse_tree(t).n for t in plan.trees) + 1
+        )
+    for role in ("target", "draft"):
+        limit = getattr(models[role].text_config, "max_position_embeddings", None)
+        if not isinstance(limit, int):
+            continue
+        for option, positions in longest.items():
+            if positions > limit:
+                raise SpecsimError(
+                    f"{option}: the {role} {models[role].name!r} has at most {limit} positions "
+                    f"(max_position_embeddings), but this plan needs {positions}"
+                )
+
+
+def latency_workload(args, target) -> dict:
+    """Plan fields sized to the prompt set's token lengths (see
+    :func:`calibrate.measure.latency_plan.workload_plan`)."""
+    from calibrate.measure import latency_plan as L
+    from specsim.presets import pair
+
+    # A text pair without its own prompt set is sized to the built-in reference set, as its acceptance is.
+    fallback = None if target.kind == "vlm" else "reference"
+    name = args.prompts or (
+        None if args.no_workload or not args.preset else pair(args.preset).get("prompts", fallback)
+    )
+    if name is None:
+        return {}
+    target_tokens, draft_tokens = prompt_lengths(name, target)
+    gammas = args.gammas or L.LatencyPlan().gammas
+    print(
+        f"workload {name}: prompts of {min(target_tokens)}..{max(target_tokens)} tokens (draft contexts from "
+        f"{min(draft_tokens)}), {args.max_new_tokens} new tokens",
+        file=sys.stderr,
+    )
+    return L.workload_plan(target_tokens, draft_tokens, args.max_new_tokens, gammas)

@@ -1,0 +1,1 @@
+"""Acceptance: closed forms, τ at γ from the best evidence, exact trace replay, Monte Carlo."""

@@ -1,0 +1,1 @@
+"""Predicted vs measured speculative decoding: comparison, sampled mode, tables."""

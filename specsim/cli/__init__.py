@@ -1,0 +1,1 @@
+"""Command line: one module per command (argument parsing and printing only)."""

@@ -1,0 +1,32 @@
+"""``specsim calibrate cpu-device``: measure this CPU's memory bandwidth and peak FLOP/s into a device JSON.
+
+Numpy only (:func:`specsim.hardware.device.measure_cpu`); the file feeds ``specsim hardware --device FILE``.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from specsim.jsonio import check_writable, write_json_atomic
+
+
+def register(sub) -> None:
+    """Add ``specsim calibrate cpu-device``."""
+    c = sub.add_parser("cpu-device", help="measure this CPU (numpy) and write a device JSON file")
+    c.add_argument("--out", required=True, help="where to write the device JSON")
+    c.add_argument("--name", default="my-cpu", help="device name (default my-cpu)")
+    c.set_defaults(func=cmd_cpu_device)
+
+
+def cmd_cpu_device(args: argparse.Namespace) -> int:
+    """Measure, write --out atomically, print the figures."""
+    from specsim.hardware.device import measure_cpu
+
+    check_writable(args.out, "--out")
+    dev = measure_cpu(args.name)
+    write_json_atomic(args.out, dev.to_json())
+    print(
+        f"wrote {args.out}: {dev.memory_bandwidth_bytes_per_s / 1e9:.1f} GB/s, "
+        f"{dev.peak_flops_per_s / 1e9:.1f} GFLOP/s fp32, {dev.memory_bytes / 1e9:.1f} GB"
+    )
+    return 0

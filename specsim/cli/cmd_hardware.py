@@ -1,0 +1,313 @@
+"""``specsim hardware``: rank devices for a target/draft pair.
+
+Numpy only at import (plug-in rule: no torch). Text tables by default, ``--json`` for machines.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from specsim.bounds import MAX_PLAN_ROWS, number_arg
+from specsim.cli.hardware_inputs import (
+    best_trees,
+    device_runtimes,
+    fit_on_profile,
+    resolve_models,
+    split_mode,
+    tau_methods,
+)
+from specsim.errors import SpecsimError
+from specsim.hardware.device import load_devices
+from specsim.hardware.efficiency_fit import HoldoutResult
+from specsim.hardware.parallel import SPLIT_MODES
+from specsim.hardware.plan import DEFAULT_BATCHES, Parallel, plan_hardware
+from specsim.hardware.plan_text import plan_text
+from specsim.jsonio import check_writable, dumps_json
+from specsim.profiles import DEFAULT_PROFILE
+from specsim.report import fmt, format_table, parse_int, parse_int_list
+
+_DESC = (
+    "Rank devices by predicted tokens/s and speculative-decoding speedup for a target/draft pair, using a "
+    "roofline latency model (time = max(FLOPs/(peak*eff_compute(rows)), bytes/(bandwidth*eff_memory(rows))) "
+    "+ the runtime's per-forward/per-layer overhead, + all-reduces under tensor parallel) and acceptance tau "
+    "(from a profile, or --tau/--alpha). speedup = tau/(gamma*c + v), c = Tq/Tp, v = Tv(gamma)/Tp, best "
+    "gamma per device unless --gamma; tokens/s are summed over the batch. Decode phase only. The local CPU "
+    "is measured only when asked (--device cpu)."
+)
+
+
+def register(sub) -> None:
+    """Add ``specsim hardware``."""
+    p = sub.add_parser(
+        "hardware", help="rank GPUs/CPUs for a target/draft pair (roofline + profile tau)", description=_DESC
+    )
+    p.add_argument(
+        "--pair", default=None, help="preset pair: llava-1.5-7b-68m (default) or qwen2.5-coder-0.5b-1.5b"
+    )
+    p.add_argument(
+        "--target",
+        default=None,
+        help="target: calibrate preset, HF config.json path, or a model of the "
+        "published set (llama-2-70b, llama-3.1-8b, codellama-34b, ...; cited configs)",
+    )
+    p.add_argument("--draft", default=None, help="draft: same choices as --target")
+    p.add_argument(
+        "--model-config",
+        default=None,
+        metavar="CONFIG_JSON",
+        help="target as a HF config.json (same as --target PATH); needs --draft",
+    )
+    p.add_argument(
+        "--dtype",
+        default=None,
+        help="weights dtype: bfloat16, float16, float32, int8, int4, int4-g32, "
+        "q8_0, q4_0, q4_k_m (default: bfloat16 or the config's)",
+    )
+    p.add_argument(
+        "--kv-dtype",
+        default=None,
+        help="KV-cache dtype when it differs from the weights' (e.g. "
+        "--dtype int4 --kv-dtype float16; default: the weights' or float16 for quantised weights)",
+    )
+    p.add_argument(
+        "--runtime",
+        default=None,
+        metavar="NAME_OR_JSON",
+        help="serving runtime: hf-eager, vllm, "
+        "gpt-fast, llama.cpp, torch-cpu or a runtime JSON (default: vllm on GPUs, torch-cpu on CPUs)",
+    )
+    p.add_argument(
+        "--tp",
+        type=number_arg("gpus", integer=True),
+        default=1,
+        help="GPUs per replica of the target (default 1), split as --split-mode says",
+    )
+    p.add_argument(
+        "--split-mode",
+        choices=SPLIT_MODES,
+        default=None,
+        help="how --tp GPUs share the target: "
+        "'tensor' (Megatron sharding: a pass's time divides, all-reduces added) or 'layer' (whole layers "
+        "per GPU, run in turn: only memory divides); default: the runtime's (layer for llama.cpp and "
+        "hf-eager, tensor for vllm and gpt-fast)",
+    )
+    p.add_argument(
+        "--draft-sharded",
+        action="store_true",
+        help="with --tp: split the draft the same way (default: the draft runs whole on one GPU)",
+    )
+    p.add_argument(
+        "--gamma",
+        type=number_arg("gamma", integer=True),
+        default=None,
+        help="evaluate at this fixed gamma instead of the best",
+    )
+    p.add_argument(
+        "--tau",
+        type=float,
+        default=None,
+        help="tau at --gamma (tokens per block, bonus included) "
+        "instead of a profile; other gammas are not used",
+    )
+    p.add_argument(
+        "--alpha",
+        type=float,
+        default=None,
+        help="i.i.d. acceptance alpha instead of a profile: tau(gamma) = (1 - alpha^(gamma+1)) / (1 - alpha)",
+    )
+    p.add_argument(
+        "--profile", default=None, help=f"profile for tau (default: the pair's, {DEFAULT_PROFILE})"
+    )
+    p.add_argument(
+        "--method", action="append", default=None, help="method code (repeatable) or 'all'; default: first"
+    )
+    p.add_argument("--scenario", default=None, help="profile scenario (default: its first)")
+    p.add_argument(
+        "--batch", action="append", default=None, help="batch sizes, e.g. 1,2,4 or 1-8 (default 1..64 x2)"
+    )
+    p.add_argument("--context", action="append", default=None, help="context tokens (default 1024,4096,8192)")
+    p.add_argument("--gamma-max", default="8", help="largest gamma tried (default 8)")
+    p.add_argument(
+        "--device",
+        action="append",
+        default=None,
+        help="catalog name or device JSON (repeatable; "
+        "default: the whole GPU catalog; 'cpu' measures this machine)",
+    )
+    p.add_argument(
+        "--fit-profile",
+        default=None,
+        help="fit efficiencies on this profile's measured latencies and use them on every device",
+    )
+    p.add_argument(
+        "--fit-device",
+        default=None,
+        help="device the fit profile was measured on (default: from its provenance, 'cpu' = this machine)",
+    )
+    p.add_argument(
+        "--fit-dtype",
+        default=None,
+        help="weights dtype of the fit profile's models (default: its provenance dtype, e.g. float32)",
+    )
+    p.add_argument(
+        "--validate",
+        action="store_true",
+        help="with --fit-profile: fit on short contexts / small "
+        "gamma, report the error on the held-out points",
+    )
+    p.add_argument(
+        "--trees",
+        action="store_true",
+        help="also pick the best token tree per device, batch and "
+        "context (Tv(n) from the roofline over n+1 rows; tau from the profile's top-k traces or --alpha; "
+        "trees of <= --tree-max-nodes nodes)",
+    )
+    p.add_argument(
+        "--tree-max-nodes",
+        type=number_arg("gamma", integer=True),
+        default=64,
+        help="largest tree searched with --trees (default 64)",
+    )
+    p.add_argument("--list-devices", action="store_true", help="list the catalog with sources and exit")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.add_argument("--plot", default=None, metavar="PNG", help="write speedup vs batch size per device")
+    p.set_defaults(func=cmd_hardware)
+
+
+def _ints(values: list[str] | None, default, name: str, unit: str) -> list[int]:
+    if not values:
+        return list(default)
+    return sorted({x for text in values for x in parse_int_list(text, name=name, unit=unit)})
+
+
+def cmd_hardware(args: argparse.Namespace) -> int:
+    if args.list_devices:
+        return _list_devices(args)
+    if args.plot is not None:
+        check_writable(args.plot, "--plot", suffix=".png")
+    gamma_max = parse_int(args.gamma_max, name="--gamma-max", unit="gamma")
+    batches = _ints(args.batch, DEFAULT_BATCHES, "--batch", "batch")
+    contexts = _ints(args.context, (1024, 4096, 8192), "--context", "tokens")
+    pair, target, draft = resolve_models(
+        pair=args.pair,
+        target=args.target,
+        draft=args.draft,
+        model_config=args.model_config,
+        fit_profile=args.fit_profile,
+        dtype=args.dtype,
+        kv_dtype=args.kv_dtype,
+    )
+    profile, methods, notes = tau_methods(
+        pair=pair,
+        target=target,
+        draft=draft,
+        profile_name=args.profile,
+        methods=args.method,
+        scenario=args.scenario,
+        tau=args.tau,
+        alpha=args.alpha,
+        gamma=args.gamma,
+        gamma_max=gamma_max,
+    )
+    devices = load_devices(args.device)
+    rows = len(batches) * len(contexts) * len(devices) * len(methods)
+    if rows > MAX_PLAN_ROWS:
+        raise SpecsimError(
+            f"--batch/--context: {len(batches)} batch sizes x {len(contexts)} contexts x {len(devices)} "
+            f"devices x {len(methods)} methods = {rows} rows; expected at most {MAX_PLAN_ROWS} "
+            "(narrow the ranges)"
+        )
+    fit = None
+    efficiency = device_runtimes(args.runtime, devices)
+    if args.fit_profile is not None:
+        fit, skipped = fit_on_profile(
+            args.fit_profile,
+            target,
+            draft,
+            fit_device=args.fit_device,
+            fit_dtype=args.fit_dtype,
+            runtime=args.runtime,
+            validate=args.validate,
+        )
+        notes += [f"fit: skipped {s}" for s in skipped]
+        fitted = fit.fit.efficiency if isinstance(fit, HoldoutResult) else fit.efficiency
+        efficiency = {d.name: fitted for d in devices}
+    parallel = Parallel(args.tp, args.draft_sharded, split_mode(args.split_mode, args.tp, efficiency))
+    plan = plan_hardware(
+        target,
+        draft,
+        devices,
+        methods,
+        efficiency=efficiency,
+        batches=batches,
+        contexts=contexts,
+        notes=tuple(notes),
+        parallel=parallel,
+    )
+    trees = None
+    if args.trees:
+        trees = best_trees(
+            profile,
+            target,
+            draft,
+            devices,
+            efficiency=efficiency,
+            batches=batches,
+            contexts=contexts,
+            alpha=args.alpha,
+            methods=args.method,
+            scenario=args.scenario,
+            tp=args.tp,
+            n_max=args.tree_max_nodes,
+            gamma_max=gamma_max,
+        )
+    if args.plot:
+        from specsim.hardware.plots import plot_speedup_vs_batch
+
+        plot_speedup_vs_batch(plan, args.plot)
+    if args.json:
+        out = {
+            "target": target.name,
+            "draft": draft.name,
+            "profile": None if profile is None else profile.name,
+            "plan": plan.to_json(),
+            "fit": None if fit is None else fit.to_json(),
+        }
+        if trees is not None:
+            out["trees"] = [r.to_json() for r in trees]
+        print(dumps_json(out))
+        return 0
+    print(plan_text(plan, target, draft, fit))
+    if trees is not None:
+        from specsim.hardware.tree_plan import tree_plan_text
+
+        print(
+            "\ntoken trees (Sequoia-style search; tau from per-rank acceptance, the same at every depth; "
+            "speedup = tau*Tp / (draft passes + Tv(n) + runtime overhead per block)):"
+        )
+        print(tree_plan_text(trees))
+    return 0
+
+
+def _list_devices(args: argparse.Namespace) -> int:
+    devices = load_devices(args.device)
+    if args.json:
+        print(dumps_json([d.to_json() for d in devices]))
+        return 0
+    rows = [
+        [
+            d.name,
+            f"{d.memory_bandwidth_bytes_per_s / 1e9:.0f}",
+            f"{d.peak_flops_per_s / 1e12:.1f}",
+            d.peak_flops_dtype,
+            f"{d.memory_bytes / 1e9:.0f}",
+            fmt(d.price_per_hour_usd, 2),
+        ]
+        for d in devices
+    ]
+    print(format_table(["device", "GB/s", "TFLOP/s", "dtype", "GB", "$/h"], rows))
+    for d in devices:
+        print(f"{d.name}:")
+        for key, src in d.sources.items():
+            print(f"  {key}: {src}")
+    return 0

@@ -1,0 +1,398 @@
+"""``specsim predict``, ``specsim sweep`` and ``specsim profiles``: speedup per method and scenario from a profile."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from itertools import groupby
+
+from specsim.bounds import number_arg
+from specsim.errors import SpecsimError
+from specsim.jsonio import dumps_json
+from specsim.predict.prediction import Prediction, predict
+from specsim.predict.sweep import sweep
+from specsim.profile import MethodAcceptance, Profile
+from specsim.profiles import DEFAULT_PROFILE, load_profile, shipped_profiles
+from specsim.report import fmt, format_table, parse_int, parse_int_list
+
+EXTRAPOLATED_MARK = "*"
+ASSUMED_MARK = "+"
+
+_SYMBOLS = (
+    "tau: tokens per block (bonus included); c = Tq/Tp; v = Tv(gamma)/Tp; "
+    "speedup = tau / (gamma*c + v) for the decode phase"
+)
+
+
+def register(sub) -> None:
+    """Add predict, sweep and profiles to the ``specsim`` parser."""
+    p = sub.add_parser(
+        "predict",
+        help="predicted speedup at one gamma, per method and scenario",
+        description="Predicted decode-phase speedup at one gamma. " + _SYMBOLS,
+    )
+    p.add_argument("--gamma", required=True, help="draft length gamma, an integer in 1..1024")
+    _common(p)
+    p.add_argument(
+        "--new-tokens",
+        type=str,
+        default=None,
+        help="also show end-to-end request latency (ms) for this many output tokens "
+        "(needs absolute latency tables in the profile)",
+    )
+    p.add_argument(
+        "--max-new-tokens",
+        type=str,
+        default=None,
+        help="the engine's cap on new tokens per traced request (as 'specsim check --max-new-tokens'): "
+        "drafting near it is cut as the engine cuts it (default: each trace's own length)",
+    )
+    _draft_args(p)
+    p.add_argument(
+        "--best-tree",
+        action="store_true",
+        help="also list the best token tree for the profile's "
+        "acceptance (Sequoia-style search over trees of <= 64 nodes, priced with the measured Tv(n))",
+    )
+    p.set_defaults(func=cmd_predict)
+
+    s = sub.add_parser(
+        "sweep",
+        help="speedup per gamma and the best gamma per method and scenario",
+        description="Speedup over a range of gamma and the best gamma. " + _SYMBOLS,
+    )
+    s.add_argument("--gamma", default="1-10", help="gammas: 1-10, or 1,2,4 (default 1-10; each <= 1024)")
+    _common(s)
+    _draft_args(s)
+    s.set_defaults(func=cmd_sweep)
+
+    pr = sub.add_parser("profiles", help="list the shipped profiles")
+    pr.add_argument("--json", action="store_true", help="machine-readable output")
+    pr.set_defaults(func=cmd_profiles)
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--profile",
+        default=DEFAULT_PROFILE,
+        help=f"shipped profile name or path to a profile JSON (default {DEFAULT_PROFILE}; "
+        "see `specsim profiles`)",
+    )
+    p.add_argument(
+        "--method",
+        action="append",
+        default=None,
+        help="drafting method code (repeatable), e.g. M, T, C, MT; default: all",
+    )
+    p.add_argument(
+        "--scenario",
+        default=None,
+        help="scenario name (e.g. ChartQA) or image-count group (1img, 2img, 5img); default: all",
+    )
+    p.add_argument(
+        "--textbook",
+        action="store_true",
+        help="use the textbook model instead of measured latency: v = Tv/Tp = 1 and i.i.d. alpha",
+    )
+    p.add_argument(
+        "--context-tokens",
+        type=number_arg("tokens"),
+        default=None,
+        help="schema-1 profiles: the context at which Tp, Tq are read (default: the verify context); "
+        "cost-model profiles: the prompt length each request walks from (default: its own)",
+    )
+    p.add_argument(
+        "--alpha",
+        default=None,
+        help="what-if: add an i.i.d. acceptance row with this alpha in [0, 1] (the only acceptance "
+        "a latency-only profile can use)",
+    )
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+
+
+def _draft_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--tree",
+        action="append",
+        default=None,
+        metavar="SPEC",
+        help="token tree to compare (repeatable): 4,2,1 (branching per depth), chain:5, parents:0,0,1; "
+        "needs top-k traces and the profile's tree grids",
+    )
+    p.add_argument(
+        "--policy",
+        action="append",
+        default=None,
+        metavar="SPEC",
+        help="draft-length policy to compare (repeatable): fixed:5, heuristic:4,max=8, "
+        "confidence:0.4,gamma=8, batch:1=5,8=3,32=0@8",
+    )
+
+
+def _drafts(args) -> list:
+    from specsim.drafts.policies import parse_policy
+    from specsim.drafts.trees import parse_tree
+
+    return [parse_tree(t) for t in args.tree or []] + [parse_policy(p) for p in args.policy or []]
+
+
+def _comparison(args, profile: Profile, methods, gammas) -> list | None:
+    """Chain vs tree vs policy rows when --tree, --policy or --best-tree asked for them; else None."""
+    from specsim.predict.predict_drafts import compare
+    from specsim.predict.prediction import select_entries
+
+    drafts = _drafts(args)
+    if not drafts and not getattr(args, "best_tree", False):
+        return None
+    # --sweep always compares with the best tree when the profile can price one.
+    best = getattr(args, "best_tree", True)
+    return compare(
+        profile,
+        select_entries(profile, methods, args.scenario),
+        gammas,
+        drafts,
+        best_tree=best,
+        context_tokens=args.context_tokens,
+        max_new_tokens=_max_new_tokens(args),
+    )
+
+
+def _max_new_tokens(args) -> int | None:
+    """``--max-new-tokens`` (predict only; None: each trace's own length)."""
+    raw = getattr(args, "max_new_tokens", None)
+    return None if raw is None else parse_int(raw, name="--max-new-tokens", unit="tokens")
+
+
+def _print_comparison(rows: list) -> None:
+    from specsim.predict.predict_drafts import comparison_table
+
+    print(
+        "\nchain vs token tree vs draft-length policy (decode phase; every traced request walked through the "
+        "cost model; block/Tp = ms per block in units of the target's ms per token)"
+    )
+    print(comparison_table(rows))
+
+
+def _load(args) -> tuple[Profile, list[str] | None]:
+    """(profile named by --profile, methods to show): with --alpha, the profile gains an i.i.d. what-if row,
+    which joins --method's list when one was given."""
+    profile = load_profile(args.profile)
+    if args.alpha is None:
+        if not profile.acceptance:
+            raise SpecsimError(
+                f"profile {profile.name!r} has latency but no acceptance entries: pass --alpha A "
+                "for an i.i.d. what-if, or add acceptance with `specsim calibrate acceptance`"
+            )
+        return profile, args.method
+    try:
+        alpha = float(args.alpha)
+    except ValueError:
+        alpha = float("nan")
+    if not 0.0 <= alpha <= 1.0:
+        raise SpecsimError(f"--alpha: expected a probability in [0, 1], got {args.alpha!r}")
+    # τ at γ=1 is 1+α exactly, so predictions at any γ are the i.i.d. closed form (marked extrapolated).
+    entry = MethodAcceptance(
+        method=f"iid(alpha={alpha:g})",
+        scenario="what-if",
+        images_per_prompt=0,
+        gamma=1,
+        tau=1.0 + alpha,
+        notes="--alpha what-if",
+    )
+    methods = [*args.method, entry.method] if args.method else None
+    return profile.with_acceptance([entry]), methods
+
+
+def _header(profile: Profile) -> str:
+    prov = profile.provenance
+    return (
+        f"profile {profile.name}: target {prov.target}, draft {prov.draft}\n"
+        f"source: {prov.source}; device: {prov.device}"
+    )
+
+
+def _marks(p: Prediction) -> tuple[str, str]:
+    tau_mark = EXTRAPOLATED_MARK if p.extrapolated else ""
+    sp_mark = ASSUMED_MARK if ("assumed" in p.note or p.textbook) and p.speedup is not None else ""
+    return tau_mark, sp_mark
+
+
+def cmd_predict(args) -> int:
+    """Predictions at one γ per method and scenario, with end-to-end latency when --new-tokens is given."""
+    gamma = parse_int(args.gamma, name="--gamma", unit="gamma")
+    new_tokens = (
+        None if args.new_tokens is None else parse_int(args.new_tokens, name="--new-tokens", unit="tokens")
+    )
+    max_new = _max_new_tokens(args)
+    profile, methods = _load(args)
+    _drafts(args)  # a bad --tree/--policy fails before any work
+    rows = predict(
+        profile,
+        gamma,
+        methods=methods,
+        scenario=args.scenario,
+        textbook=args.textbook,
+        context_tokens=args.context_tokens,
+        new_tokens=new_tokens,
+        max_new_tokens=max_new,
+    )
+    drafts = _comparison(args, profile, methods, [gamma])
+    if args.json:
+        out = [r.to_json() for r in rows]
+        print(
+            dumps_json(
+                out if drafts is None else {"predictions": out, "drafts": [c.to_json() for c in drafts]}
+            )
+        )
+        return 0
+    print(_header(profile))
+    print(f"gamma = {gamma}" + ("  (textbook: v = 1, i.i.d. alpha)" if args.textbook else ""))
+    walked = any(r.o is not None for r in rows)
+
+    def row_of(r: Prediction) -> list[str]:
+        tau_mark, sp_mark = _marks(r)
+        row = (
+            [r.method, fmt(r.tau) + tau_mark, fmt(r.c), fmt(r.v)]
+            + ([fmt(r.o)] if walked else [])
+            + [
+                fmt(r.gamma_c_plus_v),
+                (fmt(r.speedup, 2) + sp_mark) if r.speedup is not None else "n/a",
+                fmt(r.tokens_per_s, 1),
+            ]
+        )
+        if new_tokens:
+            e = r.end_to_end
+            row += [fmt(e["sd_total_ms"], 0) if e else "n/a", fmt(e["speedup"], 2) if e else "n/a"]
+        return row
+
+    headers = (
+        ["method", "tau", "c", "v"]
+        + (["o"] if walked else [])
+        + ["g*c+v+o" if walked else "g*c+v", "speedup", "tok/s"]
+    )
+    if new_tokens:
+        headers += [f"e2e ms ({new_tokens} tok)", "e2e speedup"]
+    _print_by_scenario(rows, headers, row_of)
+    _print_notes(
+        rows,
+        {r.note: None for r in rows if r.note},
+        e2e_missing=[r.end_to_end_note for r in rows if r.end_to_end_note],
+    )
+    if walked:
+        print(
+            "o: the engine's overhead per block outside the models, in units of Tp; c, v, o are averages over "
+            "each request's walk from its prompt to prompt + new tokens"
+        )
+    if drafts is not None:
+        _print_comparison(drafts)
+    return 0
+
+
+def _print_by_scenario(items, headers: list[str], row_of) -> None:
+    """One table per (scenario, images per prompt) run of ``items``, each item a row ``row_of(item)``."""
+    for (scenario, images), group in groupby(items, key=lambda r: (r.scenario, r.images_per_prompt)):
+        print(f"\nscenario {scenario} ({images} image{'s' if images != 1 else ''})")
+        print(format_table(headers, [row_of(r) for r in group]))
+
+
+def _print_notes(rows, notes: dict, e2e_missing=()) -> None:
+    lines = []
+    if any(r.extrapolated for r in rows):
+        srcs = sorted({r.tau_source for r in rows if r.extrapolated})
+        lines.append(
+            f"{EXTRAPOLATED_MARK} tau extrapolated from another gamma assuming i.i.d. acceptance "
+            f"({', '.join(srcs)})"
+        )
+    if any(_marks(r)[1] for r in rows):
+        lines.append(f"{ASSUMED_MARK} speedup rests on an assumption stated below")
+    lines += [f"note: {n}" for n in notes]
+    lines += [f"note: {m}" for m in dict.fromkeys(e2e_missing)]
+    if all(r.tokens_per_s is None for r in rows):
+        lines.append("tok/s needs absolute Tp (ms); this profile has none")
+    if lines:
+        print("\n" + "\n".join(lines))
+
+
+def cmd_sweep(args) -> int:
+    """Speedup per γ and the best γ per method and scenario."""
+    gammas = parse_int_list(args.gamma, name="--gamma", unit="gamma")
+    profile, methods = _load(args)
+    _drafts(args)  # a bad --tree/--policy fails before any work
+    results = sweep(
+        profile,
+        gammas,
+        methods=methods,
+        scenario=args.scenario,
+        textbook=args.textbook,
+        context_tokens=args.context_tokens,
+    )
+    drafts = _comparison(args, profile, methods, gammas)
+    if args.json:
+        out = [r.to_json() for r in results]
+        print(dumps_json(out if drafts is None else {"sweep": out, "drafts": [c.to_json() for c in drafts]}))
+        return 0
+    print(_header(profile))
+    print("speedup per gamma" + ("  (textbook: v = 1, i.i.d. alpha)" if args.textbook else ""))
+
+    def row_of(res) -> list[str]:
+        cells = [
+            "n/a" if p.speedup is None else fmt(p.speedup, 2) + "".join(_marks(p)) for p in res.predictions
+        ]
+        best = res.best
+        return [
+            res.method,
+            *cells,
+            "n/a" if best is None else str(best.gamma),
+            "n/a" if best is None else fmt(best.speedup, 2),
+        ]
+
+    _print_by_scenario(results, ["method", *[f"g={g}" for g in gammas], "best g", "best"], row_of)
+    all_rows = [p for res in results for p in res.predictions]
+    _print_notes(all_rows, {p.note: None for p in all_rows if p.note})
+    if drafts is not None:
+        _print_comparison(drafts)
+    return 0
+
+
+def cmd_profiles(args) -> int:
+    """The shipped profiles, one line (or JSON object) each."""
+    items = []
+    for name, path in shipped_profiles().items():
+        try:
+            prof = load_profile(str(path))
+        except SpecsimError as err:
+            print(f"specsim: warning: shipped profile {name} does not load: {err}", file=sys.stderr)
+            continue
+        methods = list(dict.fromkeys(a.method for a in prof.acceptance))
+        scenarios = list(dict.fromkeys(a.scenario for a in prof.acceptance))
+        items.append(
+            {
+                "name": name,
+                "schema_version": prof.schema_version,
+                "cost_model": prof.latency.published_ratio is None,
+                "source": prof.provenance.source,
+                "device": prof.provenance.device,
+                "target": prof.provenance.target,
+                "draft": prof.provenance.draft,
+                "methods": methods,
+                "scenarios": scenarios,
+                "path": str(path),
+                "default": name == DEFAULT_PROFILE,
+            }
+        )
+    if args.json:
+        print(dumps_json(items))
+        return 0
+    for it in items:
+        src = it["source"] if it["source"] == "measured" else "published"
+        extra = (
+            f"{len(it['methods'])} methods x {len(it['scenarios'])} scenarios"
+            if it["methods"]
+            else "latency only"
+        )
+        schema = f"schema {it['schema_version']}" + (", cost model" if it["cost_model"] else "")
+        print(
+            f"{it['name']}{' (default)' if it['default'] else ''}: {it['target']} / {it['draft']}; "
+            f"{src}; {it['device']}; {extra}; {schema}"
+        )
+    return 0

@@ -1,0 +1,311 @@
+"""``specsim recommend``: a serving engine's speculative settings per batch size, from a profile and the
+planner."""
+
+from __future__ import annotations
+
+import json
+import shlex
+
+from specsim.bounds import RANGES, number_arg
+from specsim.engines.engine_config import sglang_server_args, vllm_speculative_config
+from specsim.engines.imported import NOT_REPORTED
+from specsim.engines.recommend import (
+    DEFAULT_SHOWN_BATCHES,
+    LatencyModel,
+    Recommendation,
+    first_losing_batch,
+    fixed_gamma_speedups,
+    recommend,
+)
+from specsim.errors import SpecsimError
+from specsim.hardware.device import load_device
+from specsim.hardware.runtime import DEFAULT_RUNTIMES, load_runtime
+from specsim.jsonio import check_writable, dumps_json, show, write_json_atomic, write_text_atomic
+from specsim.predict.prediction import select_entries
+from specsim.presets import pair_models
+from specsim.profile import MethodAcceptance, Profile
+from specsim.profiles import load_profile
+from specsim.report import fmt, format_table, parse_int_list
+from specsim.validation.published_set import resolve_model_spec
+
+ENGINE_NAMES = {"vllm": "vLLM", "sglang": "SGLang"}
+DEFAULT_ENGINE_METHOD = {"vllm": "draft_model", "sglang": "STANDALONE"}
+_DESC = (
+    "Recommend a serving engine's speculative-decoding settings per batch size: the best draft length "
+    "gamma (0 = turn SD off there) from the profile's tau(gamma) and the hardware planner's roofline latency "
+    "(speedup = tau/(gamma*c + v), c = Tq/Tp, v = Tv(gamma)/Tp, decode phase). Prints a table and the "
+    "engine's config: vLLM speculative_config (num_speculative_tokens, num_speculative_tokens_per_batch_size)"
+    " or SGLang --speculative-* flags."
+)
+
+
+def register(sub) -> None:
+    """Add ``specsim recommend``."""
+    p = sub.add_parser(
+        "recommend", help="vLLM / SGLang speculative settings per batch size", description=_DESC
+    )
+    p.add_argument("--engine", required=True, choices=sorted(ENGINE_NAMES), help="serving engine")
+    p.add_argument(
+        "--profile", required=True, help="profile with the acceptance entry (e.g. from `specsim import`)"
+    )
+    p.add_argument("--method", default=None, help="method of the entry (default: the profile's only one)")
+    p.add_argument("--scenario", default=None, help="scenario of the entry (default: the profile's only one)")
+    p.add_argument(
+        "--pair",
+        default=None,
+        help="preset pair for the roofline: llava-1.5-7b-68m, qwen2.5-coder-0.5b-1.5b (or --target/--draft)",
+    )
+    p.add_argument(
+        "--target",
+        default=None,
+        help="target: calibrate preset, HF config.json path, or a model of the "
+        "published set (llama-2-70b, llama-3.1-8b, codellama-34b, ...; cited configs)",
+    )
+    p.add_argument("--draft", default=None, help="draft: same choices as --target")
+    p.add_argument("--dtype", default=None, help="weights/KV dtype (default: bfloat16 or the config's)")
+    p.add_argument(
+        "--device",
+        default="h100-sxm",
+        help="catalog name or device JSON (default h100-sxm; `specsim hardware --list-devices`)",
+    )
+    p.add_argument(
+        "--runtime",
+        default=None,
+        metavar="NAME_OR_JSON",
+        help="serving runtime of the roofline "
+        "(default: vllm on GPUs, for SGLang too; torch-cpu on CPUs); see `specsim hardware --runtime`",
+    )
+    p.add_argument(
+        "--batch",
+        default=",".join(str(b) for b in DEFAULT_SHOWN_BATCHES),
+        help="batch sizes shown, e.g. 1,8,64 or 1-16; every size up to the largest is evaluated "
+        "(default 1,2,4,...,256)",
+    )
+    p.add_argument("--context", default="1024", help="tokens in each sequence's KV cache (default 1024)")
+    p.add_argument("--gamma-max", default=None, help="largest draft length tried (default: the measured K)")
+    p.add_argument(
+        "--min-speedup",
+        type=number_arg("ratio"),
+        default=1.0,
+        help="turn SD off where the best predicted speedup is below this (default 1.0)",
+    )
+    p.add_argument(
+        "--engine-method",
+        default=None,
+        help="vLLM method (default draft_model) or SGLang algorithm (default STANDALONE)",
+    )
+    p.add_argument(
+        "--draft-model",
+        default=None,
+        help="draft model id/path for the engine config (default: the profile's draft name)",
+    )
+    p.add_argument(
+        "--at-batch",
+        type=number_arg("batch", integer=True),
+        default=1,
+        help="SGLang: the batch size its one draft length is chosen for (default 1)",
+    )
+    p.add_argument(
+        "--out", default=None, help="write the whole recommendation (table, config, assumptions) as JSON"
+    )
+    p.add_argument(
+        "--config-out",
+        default=None,
+        help="write only the engine config: vLLM speculative_config JSON, "
+        "or the SGLang flags as one shell line",
+    )
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(func=cmd_recommend)
+
+
+def latency_model(args) -> LatencyModel:
+    """Target, draft and device for the planner's roofline: the one place that picks device/runtime."""
+    if args.pair and (args.target or args.draft):
+        raise SpecsimError("--pair: give either --pair or --target/--draft, not both")
+    if args.pair:
+        target_name, draft_name = pair_models(args.pair)
+    elif args.target and args.draft:
+        target_name, draft_name = args.target, args.draft
+    else:
+        raise SpecsimError(
+            "models: expected --pair NAME or both --target and --draft (preset or config.json)"
+        )
+    device = load_device(args.device)
+    # SGLang, like vLLM, runs decoding under CUDA graphs with paged attention: no runtime file of its own yet.
+    runtime = load_runtime(DEFAULT_RUNTIMES[device.kind] if args.runtime is None else args.runtime)
+    if runtime.kind != device.kind:
+        raise SpecsimError(
+            f"--runtime: {runtime.name!r} runs on {runtime.kind} devices, but {device.name!r} is a "
+            f"{device.kind}"
+        )
+    note = (
+        f"latency: roofline on {device.name} with the {runtime.name} runtime "
+        "(overheads and efficiencies by rows)"
+    )
+    if args.engine == "sglang" and args.runtime is None and device.kind == "gpu":
+        note += "; SGLang assumed to cost what vLLM does (both run CUDA graphs)"
+    return LatencyModel(
+        resolve_model_spec(target_name, dtype=args.dtype),
+        resolve_model_spec(draft_name, dtype=args.dtype),
+        device,
+        efficiency=runtime,
+        notes=(note,),
+    )
+
+
+def _entry(profile: Profile, args) -> MethodAcceptance:
+    entries = select_entries(profile, [args.method] if args.method else None, args.scenario)
+    if len(entries) != 1:
+        shown = ", ".join(f"{e.method}/{e.scenario}" for e in entries)
+        raise SpecsimError(
+            f"profile {profile.name!r}: expected one acceptance entry, found {len(entries)} "
+            f"({shown}); pass --method and --scenario"
+        )
+    return entries[0]
+
+
+def _draft_model(args, profile: Profile, entry: MethodAcceptance) -> str | None:
+    if args.draft_model:
+        return args.draft_model
+    prov = entry.provenance or profile.provenance
+    return None if prov.draft in (NOT_REPORTED, "") else prov.draft
+
+
+def _one_int(text: str, name: str, lo: int, unit: str) -> int:
+    """One integer in lo..the cap of ``unit`` (:mod:`specsim.bounds`); SpecsimError naming ``name``."""
+    hi = int(RANGES[unit][1])
+    try:
+        value = int(str(text).strip())
+    except ValueError:
+        value = lo - 1
+    if not lo <= value <= hi:
+        raise SpecsimError(f"{name}: expected one integer in {lo}..{hi} ({unit}), got {show(text)}")
+    return value
+
+
+def cmd_recommend(args) -> int:
+    for path, option in ((args.out, "--out"), (args.config_out, "--config-out")):
+        if path is not None:
+            check_writable(path, option)
+    profile = load_profile(args.profile)
+    entry = _entry(profile, args)
+    lm = latency_model(args)
+    context = _one_int(args.context, "--context", 0, "tokens")
+    gamma_max = None if args.gamma_max is None else _one_int(args.gamma_max, "--gamma-max", 1, "gamma")
+    rec = recommend(
+        entry,
+        lm,
+        batches=parse_int_list(args.batch, name="--batch", unit="batch"),
+        context_tokens=context,
+        gamma_max=gamma_max,
+        min_speedup=args.min_speedup,
+    )
+    method = args.engine_method or DEFAULT_ENGINE_METHOD[args.engine]
+    draft_model = _draft_model(args, profile, entry)
+    snippet, extra = _snippet(args, rec, entry, lm, method, draft_model)
+    out = rec.to_json() | {
+        "engine": ENGINE_NAMES[args.engine],
+        "profile": profile.name,
+        "target": lm.target.name,
+        "draft": lm.draft.name,
+        "config": snippet,
+        "notes": extra,
+    }
+    if args.out:
+        write_json_atomic(args.out, out)
+    if args.config_out and snippet is not None:
+        write_text_atomic(
+            args.config_out,
+            (json.dumps(snippet, indent=1) if args.engine == "vllm" else shlex.join(snippet)) + "\n",
+        )
+    if args.json:
+        print(dumps_json(out))
+        return 0
+    print(_text(args, rec, lm, profile, snippet, extra))
+    return 0
+
+
+def _snippet(args, rec: Recommendation, entry, lm, method, draft_model):
+    """(engine config or None, notes about it)."""
+    if args.engine == "vllm":
+        config = vllm_speculative_config(rec, method=method, draft_model=draft_model)
+        notes = (
+            ["SD does not pay at any evaluated batch size: run without --speculative-config"]
+            if config is None
+            else [
+                f"above batch {rec.choices[-1].batch_size} vLLM keeps the last range's draft length",
+                "num_speculative_tokens_per_batch_size needs a vLLM with dynamic speculative decoding; older "
+                "versions take one num_speculative_tokens (pick the row of your usual batch size)",
+            ]
+        )
+        return config, notes
+    if not 1 <= args.at_batch <= rec.choices[-1].batch_size:
+        raise SpecsimError(
+            f"--at-batch: expected a batch size in 1..{rec.choices[-1].batch_size}, got {args.at_batch}"
+        )
+    flags = sglang_server_args(rec, at_batch=args.at_batch, algorithm=method, draft_model=draft_model)
+    if flags is None:
+        return None, [
+            f"SD does not pay at batch {args.at_batch}: launch SGLang without --speculative-* flags"
+        ]
+    gamma = rec.at(args.at_batch).gamma
+    speedups = fixed_gamma_speedups(
+        entry, lm, gamma, max_batch=rec.choices[-1].batch_size, context_tokens=rec.context_tokens
+    )
+    losing = first_losing_batch(speedups, rec.min_speedup)
+    notes = [f"SGLang has one draft length for all batch sizes: chosen for batch {args.at_batch}"]
+    notes.append(
+        f"with --speculative-num-steps {gamma}, SD is predicted below {rec.min_speedup:g}x from batch "
+        f"{losing}: cap concurrency there or serve without SD"
+        if losing
+        else f"with --speculative-num-steps {gamma}, SD is predicted to pay at every batch size evaluated"
+    )
+    return flags, notes
+
+
+def _text(args, rec: Recommendation, lm: LatencyModel, profile: Profile, snippet, notes) -> str:
+    lines = [
+        f"{ENGINE_NAMES[args.engine]} speculative settings for method {rec.method!r} (scenario "
+        f"{rec.scenario!r}) of profile {profile.name}",
+        f"latency: roofline on {rec.device}; target {lm.target.name}, draft {lm.draft.name}; "
+        f"context {rec.context_tokens} tokens",
+    ]
+    rows = []
+    for b in rec.shown_batches:
+        c = rec.at(b)
+        mark = "*" if c.extrapolated else ""
+        rows.append(
+            [
+                str(b),
+                str(c.gamma),
+                fmt(c.speedup, 2),
+                str(c.best_gamma),
+                fmt(c.best_speedup, 2),
+                fmt(c.tau, 3) + mark,
+                fmt(c.c, 3),
+                fmt(c.v, 2),
+                "yes" if c.fits_memory else "NO",
+            ]
+        )
+    lines += [
+        "",
+        format_table(
+            ["batch", "draft length", "speedup", "best gamma", "its speedup", "tau", "c", "v", "fits"], rows
+        ),
+    ]
+    lines.append("draft length 0 = SD off at that batch size (plain decoding, speedup 1)")
+    if any(rec.at(b).extrapolated for b in rec.shown_batches):
+        lines.append("* tau at this gamma is an i.i.d. extrapolation from the measured gamma")
+    if args.engine == "vllm":
+        lines.append("\nvLLM --speculative-config (docs/features/speculative_decoding):")
+        lines.append("  (none)" if snippet is None else json.dumps(snippet))
+    else:
+        lines.append("\nSGLang server flags (docs/advanced_features/speculative_decoding.md):")
+        lines.append("  (none)" if snippet is None else "  " + shlex.join(snippet))
+    lines += [f"note: {n}" for n in notes]
+    lines.append("assumptions:")
+    lines += [f"  - {a}" for a in rec.assumptions]
+    for path in (args.out, args.config_out if snippet is not None else None):
+        if path:
+            lines.append(f"wrote {path}")
+    return "\n".join(lines)

@@ -1,0 +1,323 @@
+"""What a hardware plan is computed from: the model pair, tau per method, runtimes, fitted efficiencies,
+token trees.
+
+``specsim hardware`` parses its options and hands them here; each function turns some of them into the
+inputs of :func:`~specsim.hardware.plan.plan_hardware` or :func:`~specsim.hardware.tree_plan.plan_trees`.
+Errors name the option they are about (``--tau: ...``).
+"""
+
+from __future__ import annotations
+
+from specsim.errors import SpecsimError, warn
+from specsim.hardware.device import Device, load_device
+from specsim.hardware.efficiency_fit import (
+    FitResult,
+    HoldoutResult,
+    fit_efficiency,
+    holdout,
+    points_from_latency,
+    short_context_split,
+)
+from specsim.hardware.model import ModelSpec, dtype_bytes
+from specsim.hardware.plan import MethodTau
+from specsim.hardware.runtime import DEFAULT_RUNTIMES, Runtime, load_runtime
+from specsim.presets import pair_models, pair_profile, profile_pair
+from specsim.profile import Profile
+from specsim.profiles import DEFAULT_PROFILE, load_profile, shipped_profiles
+from specsim.validation.published_set import resolve_model_spec
+
+DEFAULT_PAIR = "llava-1.5-7b-68m"
+
+# What a latency profile constrains of a GPU runtime: its efficiencies and per-forward overhead.
+PROFILE_FIT_GPU = (
+    "compute_efficiency",
+    "memory_efficiency_gemv",
+    "memory_efficiency_gemm",
+    "overhead_ms_per_forward",
+)
+
+
+def resolve_models(
+    *,
+    pair: str | None,
+    target: str | None,
+    draft: str | None,
+    model_config: str | None = None,
+    fit_profile: str | None = None,
+    dtype: str | None = None,
+    kv_dtype: str | None = None,
+) -> tuple[str | None, ModelSpec, ModelSpec]:
+    """(pair or None, target, draft) from --pair, --target/--draft (or --model-config) or --fit-profile."""
+    if model_config:
+        if target:
+            raise SpecsimError("--model-config: give either --model-config or --target, not both")
+        target = model_config
+    if pair and (target or draft):
+        raise SpecsimError("--pair: give either --pair or --target/--draft, not both")
+    if bool(target) != bool(draft):
+        raise SpecsimError("--target/--draft: give both (or --pair)")
+    kw = {"dtype": dtype, "kv_dtype": kv_dtype}
+    if target:
+        target_name, draft_name = target, draft
+    elif pair is None and fit_profile is not None:
+        return fit_profile_models(fit_profile, **kw)
+    else:
+        pair = pair or DEFAULT_PAIR
+        target_name, draft_name = pair_models(pair)
+    return pair, resolve_model_spec(target_name, **kw), resolve_model_spec(draft_name, **kw)
+
+
+def fit_profile_models(fit_profile: str, **kw) -> tuple[str | None, ModelSpec, ModelSpec]:
+    """The models a --fit-profile was measured with: those of the pair whose profile it is, else its
+    provenance's. ``kw``: ``dtype``/``kv_dtype`` for :func:`resolve_model_spec`."""
+    profile = load_profile(fit_profile)
+    pair = profile_pair(profile.name)
+    target_name, draft_name = (
+        pair_models(pair) if pair else (profile.provenance.target, profile.provenance.draft)
+    )
+    try:
+        return pair, resolve_model_spec(target_name, **kw), resolve_model_spec(draft_name, **kw)
+    except SpecsimError:
+        raise SpecsimError(
+            f"--fit-profile: profile {profile.name!r} was measured with {target_name!r} / "
+            f"{draft_name!r}, which are not model presets or config files; pass --pair NAME or "
+            "--target/--draft CONFIG_JSON for its models"
+        ) from None
+
+
+def _entries(profile: Profile, methods: list[str] | None, scenario: str | None) -> list:
+    """The profile's acceptance entries for --method (default: the first; 'all') and --scenario
+    (default: the first entry's)."""
+    from specsim.predict.prediction import select_entries
+
+    wanted = None if not methods or methods == ["all"] else methods
+    entries = select_entries(profile, wanted, scenario)
+    if scenario is None:
+        entries = [e for e in entries if e.scenario == entries[0].scenario]
+    return entries if methods else entries[:1]
+
+
+def profile_methods(
+    profile: Profile, methods: list[str] | None, scenario: str | None, gamma_max: int
+) -> list[MethodTau]:
+    """tau at gamma 1..``gamma_max`` for each selected method of ``profile``."""
+    return [MethodTau.from_entry(e, range(1, gamma_max + 1)) for e in _entries(profile, methods, scenario)]
+
+
+def user_methods(
+    tau: float | None, alpha: float | None, gamma: int | None, gamma_max: int
+) -> list[MethodTau] | None:
+    """--tau (at --gamma) or --alpha (i.i.d.) instead of a profile; None when neither is given."""
+    if tau is None and alpha is None:
+        return None
+    if tau is not None and alpha is not None:
+        raise SpecsimError("--tau/--alpha: give one of them, not both")
+    if tau is not None:
+        if gamma is None:
+            raise SpecsimError("--tau: needs --gamma (the gamma that tau belongs to)")
+        if not 1.0 <= tau <= gamma + 1:
+            raise SpecsimError(f"--tau: expected 1 <= tau <= gamma+1 = {gamma + 1}, got {tau}")
+        return [MethodTau("user", f"tau={tau:g}", (gamma,), (tau,), ("--tau",))]
+    if not 0.0 <= alpha < 1.0:
+        raise SpecsimError(f"--alpha: expected 0 <= alpha < 1, got {alpha}")
+    from specsim.acceptance.theory import tau_iid
+
+    gammas = (gamma,) if gamma else tuple(range(1, gamma_max + 1))
+    return [
+        MethodTau(
+            "user",
+            f"alpha={alpha:g}",
+            gammas,
+            tuple(float(tau_iid(alpha, g)) for g in gammas),
+            tuple("iid --alpha" for _ in gammas),
+        )
+    ]
+
+
+def fixed_gamma(methods: list[MethodTau], gamma: int | None) -> list[MethodTau]:
+    """Keep only ``gamma`` in every method (--gamma)."""
+    if gamma is None:
+        return methods
+    if gamma < 1:
+        raise SpecsimError(f"--gamma: expected an integer >= 1, got {gamma}")
+    out = []
+    for mt in methods:
+        if gamma not in mt.gammas:
+            raise SpecsimError(
+                f"--gamma: method {mt.method} has tau for gamma {list(mt.gammas)}, not {gamma}"
+            )
+        k = mt.gammas.index(gamma)
+        out.append(
+            MethodTau(
+                mt.method, mt.scenario, (gamma,), (mt.tau[k],), (mt.tau_source[k],), mt.draft_batch_size
+            )
+        )
+    return out
+
+
+def tau_methods(
+    *,
+    pair: str | None,
+    target: ModelSpec,
+    draft: ModelSpec,
+    profile_name: str | None,
+    methods: list[str] | None,
+    scenario: str | None,
+    tau: float | None,
+    alpha: float | None,
+    gamma: int | None,
+    gamma_max: int,
+) -> tuple[Profile | None, list[MethodTau], list[str]]:
+    """(profile or None, tau per method, notes): from --tau/--alpha, else from --profile or the pair's
+    (the default profile, with a warning, when tau may not belong to ``target``/``draft``)."""
+    user = user_methods(tau, alpha, gamma, gamma_max)
+    if user is not None:
+        return None, user, [f"tau from the command line ({user[0].scenario})"]
+    name = (
+        profile_name
+        if profile_name is not None
+        else ((pair_profile(pair) if pair else None) or DEFAULT_PROFILE)
+    )
+    if profile_name is None and name not in shipped_profiles():
+        raise SpecsimError(
+            f"--profile: the default profile {name!r} for pair {pair!r} is not shipped "
+            "yet; pass --profile NAME_OR_PATH"
+        )
+    profile = load_profile(name)
+    if not profile.acceptance:
+        raise SpecsimError(
+            f"--profile: profile {profile.name!r} has latency but no acceptance entries: pass "
+            "--profile NAME_OR_PATH with acceptance, --alpha A, or --tau T --gamma N"
+        )
+    out = fixed_gamma(profile_methods(profile, methods, scenario, max(gamma_max, gamma or 0)), gamma)
+    if profile_name is None and pair is None:
+        warn(
+            f"tau comes from the default profile {profile.name} ({profile.provenance.target} / "
+            f"{profile.provenance.draft}), not from {target.name} / {draft.name}: pass --alpha A, --tau T "
+            "--gamma N or --profile with their acceptance"
+        )
+    return profile, out, [f"tau from profile {profile.name} ({profile.provenance.source})"]
+
+
+def device_runtimes(runtime: str | None, devices: list[Device]) -> dict[str, Runtime]:
+    """The runtime per device: --runtime for all, else the kind's default; kinds must match."""
+    out = {}
+    for dev in devices:
+        rt = load_runtime(DEFAULT_RUNTIMES[dev.kind] if runtime is None else runtime)
+        if rt.kind != dev.kind:
+            raise SpecsimError(
+                f"--runtime: {rt.name!r} runs on {rt.kind} devices, but {dev.name!r} is a {dev.kind}"
+            )
+        out[dev.name] = rt
+    return out
+
+
+def split_mode(given: str | None, tp: int, efficiency: dict) -> str:
+    """--split-mode, else the runtimes' own (tensor for fitted efficiencies); runtimes that disagree
+    need it."""
+    if given is not None:
+        return given
+    modes = {getattr(e, "split_mode", "tensor") for e in efficiency.values()}
+    if len(modes) > 1 and tp > 1:
+        raise SpecsimError(
+            f"--split-mode: the devices' runtimes split a model differently ({sorted(modes)}); "
+            "expected --split-mode tensor or layer"
+        )
+    return modes.pop() if len(modes) == 1 else "tensor"
+
+
+def fit_device_name(profile: Profile, given: str | None) -> str:
+    """--fit-device, else the profile's provenance device when it is 'cpu…' or a catalog name."""
+    if given:
+        return given
+    device = profile.provenance.device.strip().lower()
+    if device.startswith("cpu"):
+        return "cpu"
+    from specsim.hardware.device import catalog_names
+
+    if device in catalog_names():
+        return device
+    raise SpecsimError(
+        f"--fit-device: profile {profile.name!r} was measured on {profile.provenance.device!r}, "
+        "which is not a catalog name; pass --fit-device NAME_OR_JSON"
+    )
+
+
+def fit_on_profile(
+    fit_profile: str,
+    target: ModelSpec,
+    draft: ModelSpec,
+    *,
+    fit_device: str | None = None,
+    fit_dtype: str | None = None,
+    runtime: str | None = None,
+    validate: bool = False,
+) -> tuple[FitResult | HoldoutResult, list[str]]:
+    """Efficiencies fitted on a profile's measured latencies (a hold-out on long contexts when
+    ``validate``), and the latency entries skipped."""
+    profile = load_profile(fit_profile)
+    dev = load_device(fit_device_name(profile, fit_device))
+    dtype = fit_dtype or profile.provenance.dtype
+    try:
+        dtype_bytes(dtype)
+    except SpecsimError:
+        raise SpecsimError(
+            f"--fit-dtype: profile {profile.name!r} has dtype {dtype!r}, which the roofline cannot "
+            "size; pass --fit-dtype float32|bfloat16|float16|int8"
+        ) from None
+    models = {"target": target.with_dtype(dtype), "draft": draft.with_dtype(dtype)}
+    points, skipped = points_from_latency(profile.latency)
+    source = f"fitted on profile {profile.name} ({len(points)} points, {dtype}) measured on {dev.name}"
+    rt = load_runtime(DEFAULT_RUNTIMES[dev.kind] if runtime is None else runtime)
+    # A GPU runtime's ``fit`` list is for the published set (SD blocks, all-reduces, quantized kernels); a
+    # latency profile constrains its efficiencies and per-forward overhead. The CPU runtime was made for
+    # profiles.
+    free = rt.fit if rt.kind == "cpu" else PROFILE_FIT_GPU
+    kw = {"source": source, "start": rt, "free": free}
+    if validate:
+        return holdout(points, models, dev, short_context_split(points), **kw), skipped
+    return fit_efficiency(points, models, dev, **kw), skipped
+
+
+def best_trees(
+    profile: Profile | None,
+    target: ModelSpec,
+    draft: ModelSpec,
+    devices: list[Device],
+    *,
+    efficiency: dict,
+    batches: list[int],
+    contexts: list[int],
+    alpha: float | None,
+    methods: list[str] | None,
+    scenario: str | None,
+    tp: int,
+    n_max: int,
+    gamma_max: int,
+) -> list:
+    """The best tree per device × batch × context (--trees), per-rank acceptance from --alpha or the
+    profile's top-k traces."""
+    if tp > 1:
+        raise SpecsimError("--trees: several GPUs per replica are not modelled for token trees (use --tp 1)")
+    from specsim.drafts.trees import rank_acceptance_iid
+    from specsim.hardware.tree_plan import TreeMethod, plan_trees, tree_methods
+
+    if alpha is not None:
+        tree = [TreeMethod("user", rank_acceptance_iid(alpha, 8), 1, f"iid ranks, alpha={alpha:g}")]
+    elif profile is None:
+        raise SpecsimError(
+            "--trees: needs per-rank acceptance, from a profile's top-k traces or --alpha (not --tau)"
+        )
+    else:
+        tree = tree_methods(_entries(profile, methods, scenario))
+    return plan_trees(
+        target,
+        draft,
+        devices,
+        tree,
+        efficiency=efficiency,
+        batches=batches,
+        contexts=contexts,
+        n_max=n_max,
+        gamma_max=gamma_max,
+    )

@@ -1,0 +1,129 @@
+"""Command line: the ``specsim`` parser, with every command found through entry points.
+
+Each command lives in a ``cli_<command>.py`` module named in the ``specsim.commands`` entry-point group
+(pyproject.toml); its ``register(subparsers)`` adds its parsers, each setting ``func=cmd_*(args) -> int``.
+An entry point named ``calibrate.<what>`` registers under ``specsim calibrate``. This module names no
+command module, so the measuring half plugs in without specsim importing it. Command modules must not
+import torch at module level (``specsim --help`` has to work without it). Any :class:`SpecsimError`,
+and any argparse error, becomes one line on stderr and exit status 2; a :class:`SpecsimWarning` is one
+``specsim: warning:`` line. See ARCHITECTURE.md for the command → file table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import warnings
+from importlib.metadata import entry_points
+
+from specsim.errors import SpecsimError, SpecsimWarning
+
+COMMAND_GROUP = "specsim.commands"
+# Top-level packages of the calibrate extra (pyproject.toml) that the measuring commands import lazily.
+_CALIBRATE_EXTRA = {
+    "torch",
+    "transformers",
+    "gguf",
+    "accelerate",
+    "tqdm",
+    "PIL",
+    "safetensors",
+    "tokenizers",
+    "sentencepiece",
+    "google",
+}
+CALIBRATE_PREFIX = "calibrate."
+
+
+def command_entry_points() -> list:
+    """The ``specsim.commands`` entry points; SpecsimError when there are none (not installed)."""
+    # Registration order is the order in pyproject.toml (the order of `specsim --help`), calibrate last.
+    eps = sorted(entry_points(group=COMMAND_GROUP), key=lambda ep: ep.name.startswith(CALIBRATE_PREFIX))
+    if not eps:
+        raise SpecsimError(
+            "no commands found: specsim is not installed as a package (expected "
+            "`pip install -e .` in the repository, which registers the 'specsim.commands' "
+            "entry points)"
+        )
+    return eps
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """argparse whose errors are a SpecsimError (one line, exit 2) instead of usage text plus a message."""
+
+    def error(self, message: str):
+        sub = self.prog.split(" ", 1)[1] + ": " if " " in self.prog else ""
+        raise SpecsimError(f"{sub}{message} (see --help)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The full argparse tree, plug-ins included."""
+    parser = OneLineParser(
+        prog="specsim",
+        description=(
+            "Predict speculative-decoding speedups for (multimodal) LLMs from a profile. "
+            "speedup = tau / (gamma*c + v): tau = tokens per block (bonus included), "
+            "c = Tq/Tp draft/target per-token time, v = Tv(gamma)/Tp verify/decode time."
+        ),
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    calib = sub.add_parser("calibrate", help="measure a profile on this machine (needs the calibrate extra)")
+    calib_sub = calib.add_subparsers(dest="calibrate_command", metavar="WHAT")
+    calib.set_defaults(func=lambda args: _usage(calib))
+    for ep in command_entry_points():
+        try:
+            register = ep.load()
+        except ModuleNotFoundError as err:
+            # A half whose package is absent (e.g. a wheel without calibrate) just has no commands.
+            if err.name and ep.value.startswith(err.name):
+                continue
+            raise
+        register(calib_sub if ep.name.startswith(CALIBRATE_PREFIX) else sub)
+    return parser
+
+
+def _usage(parser: argparse.ArgumentParser) -> int:
+    parser.print_help(sys.stderr)
+    return 2
+
+
+def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    if issubclass(category, SpecsimWarning):
+        print(f"specsim: warning: {message}", file=sys.stderr)
+    else:
+        sys.stderr.write(warnings.formatwarning(message, category, filename, lineno, line))
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the ``specsim`` console script; returns the exit status."""
+    try:
+        parser = build_parser()
+        with warnings.catch_warnings():
+            warnings.simplefilter("default", SpecsimWarning)
+            warnings.showwarning = _show_warning
+            args = parser.parse_args(argv)
+            if not getattr(args, "func", None):
+                return _usage(parser)
+            return int(args.func(args) or 0)
+    except SpecsimError as err:
+        print(f"specsim: error: {err}", file=sys.stderr)
+        return 2
+    except ModuleNotFoundError as err:
+        # Measuring commands import torch and transformers only when they run (the calibrate extra).
+        if (err.name or "").split(".")[0] not in _CALIBRATE_EXTRA:
+            raise
+        print(
+            f"specsim: error: this command needs the calibrate extra ({err.name} is not installed): "
+            "python -m pip install torch==2.13.0 && python -m pip install -e '.[calibrate]'",
+            file=sys.stderr,
+        )
+        return 2
+    except KeyboardInterrupt:
+        print("specsim: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

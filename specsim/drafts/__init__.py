@@ -1,0 +1,1 @@
+"""Drafts: block plans, token trees and their search, draft-length policies, adaptive ensembles."""

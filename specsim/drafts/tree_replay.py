@@ -1,0 +1,140 @@
+"""Exact greedy replay of token trees from top-k traces, and per-rank acceptance estimated from them.
+
+A top-k trace stores, at every output position t (teacher-forced on the target's greedy output),
+``draft_rank[t]``: the rank of the target's token in the draft's greedy distribution. Greedy tree
+decoding follows the target's own tokens, so a block that starts at t (root = the pending token)
+accepts its depth-1 node of rank R[t] if the root has such a child, then that node's child of rank
+R[t+1], and so on: every context on this path is the teacher-forced one, so the walk is exact. The
+block emits its accepted nodes plus the target's token after the last one, and the next block
+starts there. Like the engine, a block never accepts the request's last token as a draft (its tree
+is cut to depth ≤ tokens left − 1), so blocks match :mod:`specsim.acceptance.replay` for "chain:γ".
+
+The walk is vectorised over all start positions (one array step per depth); chaining blocks is a
+loop over blocks.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from specsim.acceptance.replay import trace_arrays
+from specsim.drafts.trees import CostFn, TreeSpec, tree_block_ms
+from specsim.errors import SpecsimError
+
+
+@dataclass(frozen=True)
+class ReplayBlock:
+    """One replayed block: output position it starts at, drafts proposed (tree nodes after the
+    end-of-request cut, or γ), drafts accepted, and tokens emitted (accepted + 1)."""
+
+    start: int
+    proposed: int
+    accepted: int
+
+    @property
+    def emitted(self) -> int:
+        return self.accepted + 1
+
+
+def _as_ranks(r, where: str) -> np.ndarray:
+    r = np.asarray(r)
+    if r.ndim != 1 or (r.size and (r.dtype.kind not in "iu" or r.min() < 0)):
+        raise SpecsimError(f"{where}: expected a 1-D array of integers >= 0")
+    return r.astype(np.int64)
+
+
+def rank_arrays(traces) -> list[np.ndarray]:
+    """``draft_rank`` arrays of ``Trace`` objects (or plain integer sequences), validated."""
+    return trace_arrays(
+        traces,
+        "draft_rank",
+        _as_ranks,
+        "no draft_rank (run 'specsim calibrate acceptance --top-k K' for tree replay)",
+    )
+
+
+def accepted_from_each_start(ranks: np.ndarray, tree: TreeSpec, *, with_nodes: bool = False):
+    """a[t] = drafts a block starting at output position t accepts (before the end-of-request cut
+    a[t] ≤ N-1-t, which this includes), for all t at once; with ``with_nodes`` also the node each walk
+    ends on (0 = the root: nothing accepted)."""
+    n_pos = ranks.size
+    table = tree.child_table()
+    last_col = table.shape[1] - 1
+    t = np.arange(n_pos)
+    node = np.zeros(n_pos, dtype=np.int64)
+    alive = np.ones(n_pos, dtype=bool)
+    accepted = np.zeros(n_pos, dtype=np.int64)
+    for d in range(tree.depth):
+        pos = t + d
+        inside = pos <= n_pos - 2  # the last token of the request always comes from the target
+        r = np.minimum(ranks[np.minimum(pos, n_pos - 1)], last_col)
+        child = table[node, r]
+        alive &= inside & (child >= 0)
+        node = np.where(alive, child, node)
+        accepted += alive
+        if not alive.any():
+            break
+    return (accepted, node) if with_nodes else accepted
+
+
+def replay_tree_blocks(ranks, tree: TreeSpec) -> list[ReplayBlock]:
+    """The blocks greedy tree decoding spends on one prompt's trace, in order."""
+    r = rank_arrays([ranks])[0]
+    acc = accepted_from_each_start(r, tree)
+    depths = tree.depths
+    blocks, t = [], 0
+    while t < r.size:
+        cut = r.size - 1 - t  # tokens left − 1: the engine's depth bound for this block
+        proposed = int(np.count_nonzero((depths > 0) & (depths <= cut)))
+        blocks.append(ReplayBlock(start=t, proposed=proposed, accepted=int(acc[t])))
+        t += int(acc[t]) + 1
+    return blocks
+
+
+def replay_tree_blocks_per_prompt(traces, tree: TreeSpec) -> np.ndarray:
+    """Blocks greedy decoding with ``tree`` spends on each prompt (int array, one per trace)."""
+    return np.array([len(replay_tree_blocks(r, tree)) for r in rank_arrays(traces)], dtype=np.int64)
+
+
+def replay_tree_tau(traces, tree: TreeSpec) -> float:
+    """τ of ``tree`` over all prompts = tokens emitted / blocks."""
+    ranks = rank_arrays(traces)
+    tokens = sum(r.size for r in ranks)
+    if tokens == 0:
+        raise SpecsimError("traces: expected at least one position, got only empty traces")
+    return tokens / float(replay_tree_blocks_per_prompt(ranks, tree).sum())
+
+
+def rank_acceptance(traces, k: int) -> np.ndarray:
+    """Per-rank acceptance (1, k) pooled over all positions: row[r] = share of positions whose target
+    token has draft rank r (Sequoia's positional acceptance vector, measured teacher-forced). Depth
+    is not separated: the context of each position is the target's own, whatever the tree."""
+    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
+        raise SpecsimError(f"k: expected an integer >= 1, got {k!r}")
+    ranks = np.concatenate(rank_arrays(traces))
+    if ranks.size == 0:
+        raise SpecsimError("traces: expected at least one position, got only empty traces")
+    return (np.bincount(np.minimum(ranks, k), minlength=k + 1)[:k] / ranks.size)[None, :]
+
+
+def replay_tree_decode_ms(
+    traces, tree: TreeSpec, *, target_ms: CostFn, draft_ms: CostFn, prompt_tokens
+) -> np.ndarray:
+    """Decode-phase ms of each prompt under greedy ``tree`` decoding: Σ over its replayed blocks of
+    :func:`specsim.drafts.trees.tree_block_ms` at the block's context (prompt + tokens emitted so far), with
+    the tree cut at the request's end as the engine cuts it. ``prompt_tokens`` scalar or one per prompt."""
+    ranks = rank_arrays(traces)
+    prompts = np.broadcast_to(np.asarray(prompt_tokens, dtype=float), (len(ranks),))
+    out = np.zeros(len(ranks))
+    for j, r in enumerate(ranks):
+        for b in replay_tree_blocks(r, tree):
+            cut = tree.truncated(r.size - 1 - b.start)
+            if cut is None:
+                out[j] += float(target_ms(1, prompts[j] + b.start))
+            else:
+                out[j] += tree_block_ms(
+                    cut, target_ms=target_ms, draft_ms=draft_ms, context_tokens=prompts[j] + b.start
+                )
+    return out

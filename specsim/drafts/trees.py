@@ -1,0 +1,286 @@
+"""Token trees: the spec format, expected tokens per block from per-depth, per-rank acceptance, and
+the block cost of a tree.
+
+A token tree (SpecInfer, Miao et al. 2024; Sequoia, Chen et al. 2024) has a root, the block's
+pending token, and n draft nodes. A node's children are candidates for the next position, in rank
+order: the r-th child is the draft's r-th most likely token there (rank 0 = the draft's top choice;
+when sampling, the r-th of the node's i.i.d. draws). One target pass verifies the pending token and
+all n nodes (n+1 positions; a tree attention mask lets each node see only its ancestors). A chain of
+γ drafts is the tree "chain:γ" with n = γ, so Tv(n) keeps the chain's convention: n+1 positions.
+
+Spec strings (:func:`parse_tree`):
+
+- ``"4,2,1"``: branching per depth. The root has 4 children, each depth-1 node 2, each depth-2
+  node 1 (n = 4 + 8 + 8 = 20).
+- ``"chain:5"``: a chain of 5 drafts (the same tree as ``"1,1,1,1,1"``).
+- ``"parents:0,0,1,1,3"``: the parent of nodes 1..n (the root is node 0; a parent comes before its
+  children). Siblings take ranks 0, 1, ... in the order they appear.
+
+Acceptance: ``acc[d-1, r]`` = P(the target's token at depth d is the draft's r-th candidate | the
+parent node was accepted), for d = 1..D and r = 0..K-1; depths beyond D reuse row D. With
+independence across depths (Sequoia's positional acceptance) node u is accepted with probability
+Π_{v on the path root→u} acc[depth(v)-1, rank(v)], and
+
+    τ(tree) = 1 + Σ_u P(u accepted)        (tokens per block, bonus token included).
+
+The best tree of each size is in :mod:`specsim.drafts.tree_search`; exact greedy replay from traces in
+:mod:`specsim.drafts.tree_replay`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from specsim.acceptance.theory import as_acceptance
+from specsim.errors import SpecsimError
+from specsim.jsonio import check_schema_version, show
+
+SCHEMA_VERSION = 1
+MAX_NODES = 1024  # a bigger tree is a typo ("8,8,8,8,8" has 37448 nodes), not a plan
+
+CostFn = Callable[[int, float], float]  # (rows, context_tokens) -> ms of one forward pass
+
+
+@dataclass(frozen=True)
+class TreeSpec:
+    """A token tree as the parent of each draft node: ``parents[i-1]`` is node i's parent (root 0).
+
+    Nodes are numbered in a topological order (a parent before its children); the engine feeds
+    them to the target in this order after the pending token.
+    """
+
+    parents: tuple[int, ...]
+
+    def __post_init__(self):
+        ps = self.parents
+        if not isinstance(ps, tuple) or not ps or len(ps) > MAX_NODES:
+            raise SpecsimError(
+                f"tree: expected 1..{MAX_NODES} nodes, got {len(ps) if isinstance(ps, tuple) else ps!r}"
+            )
+        for i, p in enumerate(ps, start=1):
+            if isinstance(p, bool) or not isinstance(p, (int, np.integer)) or not 0 <= p < i:
+                raise SpecsimError(f"tree: node {i}'s parent must be an earlier node 0..{i - 1}, got {p!r}")
+
+    # ------------------------------------------------------------------ structure
+    @property
+    def n(self) -> int:
+        """Draft nodes (the root, the pending token, not counted)."""
+        return len(self.parents)
+
+    @property
+    def parent_array(self) -> np.ndarray:
+        """Parent of every node, root included (root's parent is -1), shape (n+1,)."""
+        return np.array((-1, *self.parents), dtype=np.int64)
+
+    @property
+    def depths(self) -> np.ndarray:
+        """Depth of every node (root 0), shape (n+1,)."""
+        d = np.zeros(self.n + 1, dtype=np.int64)
+        for i, p in enumerate(self.parents, start=1):
+            d[i] = d[p] + 1
+        return d
+
+    @property
+    def ranks(self) -> np.ndarray:
+        """Rank of every node among its siblings (root 0), shape (n+1,)."""
+        r = np.zeros(self.n + 1, dtype=np.int64)
+        count = np.zeros(self.n + 1, dtype=np.int64)
+        for i, p in enumerate(self.parents, start=1):
+            r[i] = count[p]
+            count[p] += 1
+        return r
+
+    @property
+    def depth(self) -> int:
+        """Depth of the deepest node: the most drafts a block can accept."""
+        return int(self.depths.max())
+
+    def children(self) -> list[list[int]]:
+        """Children of every node in rank order, root included."""
+        out: list[list[int]] = [[] for _ in range(self.n + 1)]
+        for i, p in enumerate(self.parents, start=1):
+            out[p].append(i)
+        return out
+
+    def child_table(self) -> np.ndarray:
+        """child[u, r] = the node of rank r under u, or -1; shape (n+1, max branching + 1), the last
+        column all -1 (a rank past the widest node)."""
+        kids = self.children()
+        table = np.full((self.n + 1, max(len(k) for k in kids) + 1), -1, dtype=np.int64)
+        for u, k in enumerate(kids):
+            table[u, : len(k)] = k
+        return table
+
+    def ancestors(self) -> np.ndarray:
+        """anc[i, j] = node j is node i or one of its ancestors; bool (n+1, n+1), the tree attention mask."""
+        anc = np.eye(self.n + 1, dtype=bool)
+        for i, p in enumerate(self.parents, start=1):
+            anc[i] |= anc[p]
+        return anc
+
+    def expanded_levels(self) -> list[list[int]]:
+        """Per depth ℓ = 0..depth-1, the nodes at ℓ that have children, in node order: the draft feeds
+        these in pass ℓ to get their children's candidates (pass 0 is the root)."""
+        kids = self.children()
+        d = self.depths
+        levels: list[list[int]] = [[] for _ in range(self.depth)]
+        for u in range(self.n + 1):
+            if kids[u]:
+                levels[d[u]].append(u)
+        return levels
+
+    def truncated(self, max_depth: int) -> TreeSpec | None:
+        """The subtree of nodes at depth ≤ ``max_depth`` (None when that leaves no node)."""
+        keep = np.flatnonzero(self.depths <= max_depth)
+        if keep.size <= 1:
+            return None
+        if keep.size == self.n + 1:
+            return self
+        new_index = {int(u): i for i, u in enumerate(keep)}
+        return TreeSpec(tuple(new_index[self.parents[u - 1]] for u in keep[1:].tolist()))
+
+    # ------------------------------------------------------------------ text
+    def __str__(self) -> str:
+        b = self.branching()
+        if b is not None:
+            return f"chain:{len(b)}" if all(x == 1 for x in b) else ",".join(map(str, b))
+        return "parents:" + ",".join(map(str, self.parents))
+
+    def branching(self) -> tuple[int, ...] | None:
+        """(b_1, ..., b_L) when every node at depth ℓ-1 has b_ℓ children and the numbering is
+        breadth-first (the tree :func:`parse_tree` builds from "b_1,...,b_L"); else None."""
+        kids = self.children()
+        d = self.depths
+        b = []
+        for level in range(self.depth):
+            sizes = {len(kids[u]) for u in range(self.n + 1) if d[u] == level}
+            if len(sizes) != 1 or 0 in sizes:
+                return None
+            b.append(sizes.pop())
+        return tuple(b) if self == branching_tree(b) else None
+
+    def to_json(self) -> dict:
+        return {"schema_version": SCHEMA_VERSION, "spec": str(self), "parents": list(self.parents)}
+
+    @classmethod
+    def from_json(cls, d: dict, where: str = "tree") -> TreeSpec:
+        check_schema_version(d, SCHEMA_VERSION, where)
+        parents = d.get("parents")
+        if not isinstance(parents, list):
+            raise SpecsimError(f"{where}.parents: expected a list of integers, got {parents!r}")
+        return cls(tuple(parents))
+
+
+def branching_tree(branching) -> TreeSpec:
+    """The breadth-first tree where every node at depth ℓ-1 has ``branching[ℓ-1]`` children."""
+    parents: list[int] = []
+    level = [0]
+    for b in branching:
+        if (
+            len(parents) + len(level) * b > MAX_NODES
+        ):  # checked before building: "1000000" is a typo, not a plan
+            raise SpecsimError(
+                f"tree: expected at most {MAX_NODES} nodes, got more from branching {show(list(branching))}"
+            )
+        nxt = []
+        for u in level:
+            for _ in range(b):
+                parents.append(u)
+                nxt.append(len(parents))
+        level = nxt
+    return TreeSpec(tuple(parents))
+
+
+def chain_tree(gamma: int) -> TreeSpec:
+    """The chain of γ drafts as a tree (n = γ)."""
+    if not 1 <= int(gamma) <= MAX_NODES:
+        raise SpecsimError(f"tree: expected a chain of 1..{MAX_NODES} drafts, got {gamma!r}")
+    return TreeSpec(tuple(range(int(gamma))))
+
+
+def parse_tree(text: str) -> TreeSpec:
+    """A tree from "4,2,1" (branching per depth), "chain:5" or "parents:0,0,1,1,3" (see the module docstring)."""
+    raw = str(text).strip()
+    expected = "expected a tree like '4,2,1' (branching per depth), 'chain:5' or 'parents:0,0,1'"
+    kind, _, body = raw.rpartition(":")
+    try:
+        values = [int(x) for x in body.split(",")]
+    except ValueError:
+        raise SpecsimError(f"tree: {expected}, got {show(raw)}") from None
+    if kind == "chain" and len(values) == 1 and values[0] >= 1:
+        return chain_tree(values[0])
+    if kind == "parents":
+        return TreeSpec(tuple(values))
+    if kind == "" and values and all(v >= 1 for v in values):
+        return branching_tree(values)
+    raise SpecsimError(f"tree: {expected}, got {show(raw)}")
+
+
+# --------------------------------------------------------------------------- expected tokens
+
+
+def node_probabilities(tree: TreeSpec, acceptance) -> np.ndarray:
+    """P(node u accepted) for every node (root = 1), shape (..., n+1); batch axes from ``acceptance``."""
+    a = as_acceptance(acceptance)
+    depth_rows, k = a.shape[-2:]
+    ranks, depths, parents = tree.ranks, tree.depths, tree.parent_array
+    if ranks.max() >= k:
+        raise SpecsimError(
+            f"acceptance: tree {tree} has a node of rank {int(ranks.max())} but acceptance gives "
+            f"ranks 0..{k - 1} only"
+        )
+    per_node = a[..., np.minimum(depths, depth_rows) - 1, ranks]  # (..., n+1); the root's column is unused
+    prob = np.ones(a.shape[:-2] + (tree.n + 1,))
+    for level in range(1, tree.depth + 1):  # a parent is one level up, so it is final before its children
+        nodes = np.flatnonzero(depths == level)
+        prob[..., nodes] = prob[..., parents[nodes]] * per_node[..., nodes]
+    return prob
+
+
+def expected_tokens(tree: TreeSpec, acceptance):
+    """τ(tree) = 1 + Σ_u P(u accepted): tokens per block, bonus included (vectorised over acceptance batches)."""
+    out = node_probabilities(tree, acceptance).sum(axis=-1)
+    return out if np.ndim(out) else float(out)
+
+
+def rank_acceptance_iid(alpha, k: int) -> np.ndarray:
+    """A one-row acceptance where the target's token is rank r with probability (1-α)^r·α, r < k
+    (geometric ranks; rank 0 is the chain's α). For synthetic checks and what-ifs."""
+    a = np.asarray(alpha, dtype=float)
+    if np.any(~np.isfinite(a)) or np.any(a < 0) or np.any(a > 1) or k < 1:
+        raise SpecsimError(f"alpha and k: expected 0 <= alpha <= 1 and k >= 1, got {alpha!r}, {k!r}")
+    r = np.arange(k)
+    return (a[..., None] * (1 - a[..., None]) ** r)[..., None, :]
+
+
+# --------------------------------------------------------------------------- cost
+def draft_pass_rows(tree: TreeSpec) -> list[int]:
+    """Rows of each draft pass of a block: pass ℓ feeds the nodes at depth ℓ that have children
+    (pass 0 feeds the pending token); the leaves are never fed, as the chain's last draft is not."""
+    return [len(level) for level in tree.expanded_levels()]
+
+
+def tree_block_ms(tree: TreeSpec, *, target_ms: CostFn, draft_ms: CostFn, context_tokens: float) -> float:
+    """One block of ``tree``: Σ_ℓ draft_ms(rows_ℓ, ctx + fed before ℓ) + target_ms(n+1, ctx), ms.
+
+    ``target_ms(rows, context)`` and ``draft_ms(rows, context)`` give the ms of one forward pass over
+    ``rows`` new positions with ``context`` tokens in the KV cache (the cost grid of ``calibrate``);
+    ``context_tokens`` is the committed sequence. For "chain:γ" this is Σ_i Tq(ctx+i) + Tv(γ).
+    """
+    rows = draft_pass_rows(tree)
+    fed = np.concatenate([[0], np.cumsum(rows)[:-1]])
+    draft = sum(float(draft_ms(r, context_tokens + f)) for r, f in zip(rows, fed))
+    return draft + float(target_ms(tree.n + 1, context_tokens))
+
+
+def chain_block_ms(gamma: int, *, target_ms: CostFn, draft_ms: CostFn, context_tokens: float) -> float:
+    """One chain block of γ drafts, Σ_{i<γ} draft_ms(1, ctx+i) + target_ms(γ+1, ctx), ms; γ = 0 is one
+    target step (the engine's last block of a request, or a policy that turned drafting off)."""
+    if gamma == 0:
+        return float(target_ms(1, context_tokens))
+    return tree_block_ms(
+        chain_tree(gamma), target_ms=target_ms, draft_ms=draft_ms, context_tokens=context_tokens
+    )

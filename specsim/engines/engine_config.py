@@ -1,0 +1,82 @@
+"""Engine settings from a :class:`~specsim.engines.recommend.Recommendation`: vLLM ``speculative_config``,
+SGLang flags.
+
+vLLM (``--speculative-config`` JSON / ``LLM(speculative_config=...)``; option names from
+vllm/config/speculative.py ``SpeculativeConfig`` and docs/features/speculative_decoding/README.md):
+``method``, ``model``, ``num_speculative_tokens`` (> 0, the most drafts per step) and, for a draft
+length per batch size, ``num_speculative_tokens_per_batch_size`` = [[first_bs, last_bs, K], ...]
+(docs/features/speculative_decoding/dynamic_speculative_decoding.md: ranges start at 1, do not
+overlap, each K ≤ num_speculative_tokens, K = 0 drafts nothing; above the last range vLLM keeps
+its K, vllm/v1/spec_decode/dynamic/utils.py). Older vLLM without that key takes one fixed
+``num_speculative_tokens``.
+
+SGLang (server flags; docs/advanced_features/speculative_decoding.md, python/sglang/srt/server_args.py):
+``--speculative-algorithm`` (EAGLE, EAGLE3, STANDALONE, NGRAM, ...), ``--speculative-draft-model-path``,
+``--speculative-num-steps`` (draft depth), ``--speculative-eagle-topk`` (branching; 1 = a chain) and
+``--speculative-num-draft-tokens`` (verified tokens; num_steps + 1 for a chain). SGLang has no
+per-batch-size draft length, so one K is written and the batch size where it stops paying is reported.
+"""
+
+from __future__ import annotations
+
+from specsim.engines.recommend import Recommendation
+from specsim.errors import SpecsimError
+
+# vLLM speculative methods that bring no separate draft model (SpeculativeConfig.__post_init__).
+VLLM_METHODS_WITHOUT_MODEL = ("ngram", "ngram_gpu", "suffix", "mtp")
+VLLM_KEYS = ("method", "model", "num_speculative_tokens", "num_speculative_tokens_per_batch_size")
+SGLANG_FLAGS = (
+    "--speculative-algorithm",
+    "--speculative-draft-model-path",
+    "--speculative-num-steps",
+    "--speculative-eagle-topk",
+    "--speculative-num-draft-tokens",
+)
+SGLANG_ALGORITHMS_WITHOUT_MODEL = ("NGRAM",)
+
+
+def vllm_speculative_config(
+    rec: Recommendation, *, method: str = "draft_model", draft_model: str | None = None
+) -> dict | None:
+    """The ``speculative_config`` dict (None when SD should be off at every batch size)."""
+    schedule = rec.schedule()
+    k_max = max(g for _, _, g in schedule)
+    if k_max == 0:
+        return None
+    if not method or not isinstance(method, str):
+        raise SpecsimError(f"--engine-method: expected a vLLM speculative method name, got {method!r}")
+    if method not in VLLM_METHODS_WITHOUT_MODEL and not draft_model:
+        raise SpecsimError(f"--draft-model: vLLM method {method!r} needs the draft model (HF id or path)")
+    config: dict = {"method": method}
+    if draft_model:
+        config["model"] = draft_model
+    config["num_speculative_tokens"] = k_max
+    if len(schedule) > 1:
+        config["num_speculative_tokens_per_batch_size"] = [[lo, hi, g] for lo, hi, g in schedule]
+    return config
+
+
+def sglang_server_args(
+    rec: Recommendation, *, at_batch: int, algorithm: str = "STANDALONE", draft_model: str | None = None
+) -> list[str] | None:
+    """``python -m sglang.launch_server`` flags for the best K at ``at_batch`` (None: SD off there)."""
+    gamma = rec.at(at_batch).gamma
+    if gamma == 0:
+        return None
+    if not algorithm or not isinstance(algorithm, str):
+        raise SpecsimError(f"--engine-method: expected an SGLang speculative algorithm, got {algorithm!r}")
+    if algorithm.upper() not in SGLANG_ALGORITHMS_WITHOUT_MODEL and not draft_model:
+        raise SpecsimError(
+            f"--draft-model: SGLang algorithm {algorithm!r} needs --speculative-draft-model-path"
+        )
+    args = ["--speculative-algorithm", algorithm.upper()]
+    if draft_model:
+        args += ["--speculative-draft-model-path", draft_model]
+    return args + [
+        "--speculative-num-steps",
+        str(gamma),
+        "--speculative-eagle-topk",
+        "1",
+        "--speculative-num-draft-tokens",
+        str(gamma + 1),
+    ]

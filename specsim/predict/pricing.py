@@ -1,0 +1,242 @@
+"""The one pricing of speculative decoding: a drafting method's requests through the profile's cost model.
+
+Every command that prints a predicted speedup or latency (``predict``, ``sweep``, ``check``, ``recommend``)
+comes here, so a check tests exactly what ``predict`` prints. :func:`price` takes requests
+(:class:`RequestSpec`: traced prompts, replayed exactly, or one request of N tokens in blocks of τ), a fixed
+γ, a token tree or a draft-length policy, and returns their costs by term, SD and target-only:
+
+- the whole request: vision encoder, the draft's set-up (its vision encoder, captions), the first pass
+  fused with the prompt as the engine runs it, every later block (:mod:`specsim.predict.chain_costs`,
+  :mod:`specsim.predict.tree_costs`);
+- the decode phase: ms per token after the first pass, target-only steps ≥ 1 against SD blocks ≥ 1, every
+  block priced as if the prompt were cached (the convention of τ / (γ·c + v), Leviathan et al. 2023).
+
+Speedup = target-only ms / SD ms over the same tokens.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from specsim.acceptance.replay import replay_survival
+from specsim.acceptance.theory import alpha_from_tau
+from specsim.drafts.block_plans import expected_plan
+from specsim.drafts.draft_plans import Draft, draft_plan
+from specsim.errors import SpecsimError
+from specsim.predict.chain_costs import RequestCost, target_request_cost
+from specsim.predict.tau_at_gamma import tau_with_source
+from specsim.predict.tree_costs import plan_cost
+from specsim.profile import MethodAcceptance, Profile, Trace
+
+# Output length of a request when neither traces nor the caller say (the zoo and reference workloads use 64).
+DEFAULT_NEW_TOKENS = 64
+TERMS = ("draft", "verify", "overhead")
+
+
+@dataclass(frozen=True)
+class RequestSpec:
+    """One request to price: target and draft prompt tokens, images, and either its greedy ``trace`` (the
+    engine's exact schedule, with drafting capped at ``max_new_tokens``; None: the trace's length) or, with
+    no trace, ``new_tokens`` in blocks of τ."""
+
+    prompt_tokens: float
+    draft_prompt_tokens: float
+    images: int
+    trace: Trace | None = None
+    max_new_tokens: int | None = None
+    new_tokens: int | None = None
+    prompt_id: str = ""
+
+
+def request_specs(
+    entry: MethodAcceptance,
+    *,
+    context_tokens=None,
+    new_tokens=None,
+    max_new_tokens=None,
+    default_context_tokens=None,
+) -> list[RequestSpec]:
+    """The requests a prediction prices: every greedy trace of ``entry`` from its own prompt, or (no traces,
+    or ``new_tokens`` asked for) one request of ``new_tokens`` tokens; ``context_tokens`` overrides the
+    prompts (target and draft); ``default_context_tokens`` stands in for a prompt length nobody recorded
+    (the profile's verify context: where its latency was read)."""
+    traces = [t for t in entry.traces if t.match is not None]
+    images = entry.images_per_prompt
+    if traces and new_tokens is None:
+        out = []
+        for t in traces:
+            p = context_tokens if context_tokens is not None else (t.prompt_tokens or entry.target_prompt_tokens)
+            p = p or default_context_tokens
+            if p is None:
+                raise SpecsimError(f"method {entry.method!r}: prompt length unknown (pass --context-tokens)")
+            d = t.draft_prompt_tokens or entry.draft_prompt_tokens or p
+            d = context_tokens if context_tokens is not None else d
+            out.append(RequestSpec(float(p), float(d), images, t, max_new_tokens, prompt_id=t.prompt_id or ""))
+        return out
+    p = context_tokens if context_tokens is not None else (entry.target_prompt_tokens or _mean(traces, "prompt_tokens"))
+    p = p or default_context_tokens
+    if p is None:
+        raise SpecsimError(
+            f"method {entry.method!r} in scenario {entry.scenario!r}: the prompt length is unknown "
+            "(pass --context-tokens N to walk from an N-token prompt)"
+        )
+    n = new_tokens or (int(round(np.mean([len(t.match) for t in traces]))) if traces else DEFAULT_NEW_TOKENS)
+    d = (entry.draft_prompt_tokens or _mean(traces, "draft_prompt_tokens") or p) if context_tokens is None else p
+    return [RequestSpec(float(p), float(d), images, None, new_tokens=int(n))]
+
+
+def _mean(traces, name: str) -> float | None:
+    """The mean of a per-trace prompt length, when every trace records it."""
+    values = [getattr(t, name) for t in traces]
+    return float(np.mean(values)) if values and all(v is not None for v in values) else None
+
+
+def setup_ms(profile: Profile, entry: MethodAcceptance, images: int) -> tuple[float, float]:
+    """(target-only, SD) set-up ms of one request: the target's vision encoder; SD adds the draft's vision
+    encoder (methods that see the images) and a caption per image (methods that read captions)."""
+    lat = profile.latency
+    if not images:
+        return 0.0, 0.0
+    if lat.vision_encoder_ms_per_image is None:
+        raise SpecsimError("vision_encoder_ms_per_image: not measured in this profile")
+    vision = images * lat.vision_encoder_ms_per_image
+    draft = 0.0
+    if entry.uses_draft_vision:
+        if lat.draft_vision_encoder_ms_per_image is None:
+            raise SpecsimError(
+                f"method {entry.method!r} runs the draft's vision encoder, "
+                "but draft_vision_encoder_ms_per_image is not measured"
+            )
+        draft += images * lat.draft_vision_encoder_ms_per_image
+    if entry.captions_per_prompt:
+        if lat.captioner_ms_per_image is None:
+            raise SpecsimError(
+                f"method {entry.method!r} uses captions, but captioner_ms_per_image is not measured"
+            )
+        draft += images * lat.captioner_ms_per_image
+    return vision, vision + draft
+
+
+@dataclass(frozen=True)
+class Priced:
+    """Summed costs of the priced requests: whole requests (first pass fused) and the decode phase (after
+    it), SD and target-only; set-up ms (None, with ``setup_note``, when the profile lacks a vision cost);
+    drafts proposed in the decode phase; τ = tokens per block over the whole requests."""
+
+    sd_request: RequestCost
+    base_request: RequestCost
+    sd_decode: RequestCost
+    base_decode: RequestCost
+    decode_drafts: float
+    base_setup_ms: float | None
+    sd_setup_ms: float | None
+    setup_note: str = ""
+
+    @property
+    def tau(self) -> float:
+        return self.sd_request.tokens / self.sd_request.blocks
+
+    @property
+    def target_ms_per_token(self) -> float:
+        """Tp: a target-only decode step, ms."""
+        return self.base_decode.total_ms / self.base_decode.tokens
+
+    @property
+    def sd_ms_per_token(self) -> float:
+        return self.sd_decode.total_ms / self.sd_decode.tokens
+
+    @property
+    def decode_speedup(self) -> float:
+        return self.target_ms_per_token / self.sd_ms_per_token
+
+    @property
+    def request_speedup(self) -> float | None:
+        if self.base_setup_ms is None:
+            return None
+        return (self.base_setup_ms + self.base_request.total_ms) / (self.sd_setup_ms + self.sd_request.total_ms)
+
+    @property
+    def extrapolated(self) -> bool:
+        return self.sd_request.extrapolated or self.base_request.extrapolated
+
+    def terms_ms_per_block(self) -> dict[str, float]:
+        """Decode-phase ms per SD block by term, and ``target_step``: ms per target-only step."""
+        blocks = max(self.sd_decode.blocks, 1e-12)
+        terms = {t: getattr(self.sd_decode, f"{t}_ms") / blocks for t in TERMS}
+        return terms | {"target_step": self.target_ms_per_token}
+
+    def ratios(self) -> dict[str, float]:
+        """Decode-phase c (per draft), v and o (per block) in units of Tp, and γ·c + v + o per block."""
+        tp, blocks = self.target_ms_per_token, max(self.sd_decode.blocks, 1e-12)
+        return {
+            "c": self.sd_decode.draft_ms / max(self.decode_drafts, 1e-12) / tp,
+            "v": self.sd_decode.verify_ms / blocks / tp,
+            "o": self.sd_decode.overhead_ms / blocks / tp,
+            "gamma_c_plus_v": self.sd_decode.total_ms / blocks / tp,
+        }
+
+
+def price(profile: Profile, entry: MethodAcceptance, draft: Draft, requests: list[RequestSpec]) -> Priced:
+    """Price ``requests`` of ``entry`` at ``draft`` (a fixed γ, a token tree or a draft-length policy) with
+    the profile's cost model; SpecsimError names what the profile cannot price."""
+    cost = profile.latency.forward_costs()
+    if not requests:
+        raise SpecsimError(f"method {entry.method!r}: no requests to price")
+    totals: dict[str, RequestCost | None] = dict.fromkeys(("sd_req", "base_req", "sd_dec", "base_dec"))
+    drafts, setups, note = 0.0, np.zeros(2), ""
+    for r in requests:
+        plan = _plan(entry, draft, r)
+        kw = {
+            "target_prompt_tokens": r.prompt_tokens,
+            "draft_prompt_tokens": r.draft_prompt_tokens,
+            "batch": entry.draft_batch_size,
+            "adaptive": entry.adaptive,
+        }
+        n, P = plan.tokens, r.prompt_tokens
+        # The decode phase starts after the first pass, unless that pass is the whole request.
+        dec, first = (plan.after_first(), 1.0) if plan.after_first().tokens > 0 else (plan, 0.0)
+        parts = {
+            "sd_req": plan_cost(cost, plan, **kw),
+            "base_req": target_request_cost(cost, prompt_tokens=P, new_tokens=n),
+            "sd_dec": plan_cost(cost, dec, fused=False, **kw),
+            "base_dec": target_request_cost(cost, prompt_tokens=P + first, new_tokens=n - first, fused=False),
+        }
+        for k, v in parts.items():
+            totals[k] = v if totals[k] is None else totals[k] + v
+        drafts += dec.draft_tokens
+        if setups is not None:
+            try:
+                setups = setups + np.array(setup_ms(profile, entry, r.images))
+            except SpecsimError as err:
+                setups, note = None, str(err)
+    return Priced(
+        sd_request=totals["sd_req"],
+        base_request=totals["base_req"],
+        sd_decode=totals["sd_dec"],
+        base_decode=totals["base_dec"],
+        decode_drafts=drafts,
+        base_setup_ms=None if setups is None else float(setups[0]),
+        sd_setup_ms=None if setups is None else float(setups[1]),
+        setup_note=note,
+    )
+
+
+def _plan(entry: MethodAcceptance, draft: Draft, request: RequestSpec):
+    """The request's blocks: its trace's exact schedule, or N tokens in blocks of τ at a fixed γ."""
+    if request.trace is not None:
+        return draft_plan(draft, request.trace, request.max_new_tokens)
+    if not isinstance(draft, (int, np.integer)):
+        raise SpecsimError(
+            f"method {entry.method!r} in scenario {entry.scenario!r}: trees and policies are replayed from "
+            "greedy traces, and this request has none"
+        )
+    gamma = int(draft)
+    tau, _ = tau_with_source(entry, gamma)
+    traces = [t for t in entry.traces if t.match is not None]
+    if traces:
+        full = float(replay_survival(traces, gamma)[-1])
+    else:
+        full = float(alpha_from_tau(tau, gamma)) ** gamma if tau < gamma + 1 else 1.0
+    return expected_plan(tau, gamma, request.new_tokens, full)

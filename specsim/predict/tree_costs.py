@@ -1,0 +1,176 @@
+"""Price requests decoded with a token tree or a draft-length policy, every
+forward with the cost model (:mod:`specsim.profile.cost_model`) in the engines' cache conventions.
+
+Trees (the tree engine of the calibrate half, ARCHITECTURE.md), for a request with target prompt P and draft prompt D:
+
+- the target's prefill over the prompt's first P − 1 tokens runs apart (``target_prefill``, rows P − 1);
+- a block that starts after t emitted tokens verifies the pending token and its n nodes (``tree.verify``,
+  rows n + 1) on P − 1 + t cached positions;
+- the draft's root pass feeds its unfed tokens (``draft_first``, 1 row, or 2 after a block whose last
+  accepted node was a leaf and so never fed) on D + t − rows, and in the request's first block the whole
+  draft prompt (``draft_prefill``, D rows, fused as in the chain engine); level pass ℓ ≥ 1 feeds the
+  level's m_ℓ expanded nodes (``tree.draft``) on D + t + Σ_{j<ℓ} m_j;
+- each block pays the tree engine's overhead at its n and depth (``tree.overhead_fit``; older profiles: at its
+  n, ``tree.overhead_ms_per_block``) and context; a block whose tree
+  the end of the request cut to nothing is one target step (``target_decode``, its overhead per step).
+
+``fused=False`` prices the decode phase alone: no prefill, every block's root pass as a 1- or 2-row step,
+as :func:`specsim.predict.chain_costs.sd_request_cost` does for chains. Plans come from exact greedy replay
+(:mod:`specsim.drafts.tree_replay`, :mod:`specsim.drafts.policies`) with every block's drafting capped at the request's
+max new tokens as the engines cap it; a policy's blocks are chain blocks of varying γ, priced by
+:func:`specsim.predict.chain_costs.sd_request_cost`.
+"""
+
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+import numpy as np
+
+from specsim.drafts.block_plans import BlockPlan
+from specsim.drafts.draft_plans import TreeBlockPlan, TreePlan
+from specsim.drafts.trees import TreeSpec, draft_pass_rows
+from specsim.errors import SpecsimError
+from specsim.predict.chain_costs import RequestCost, sd_request_cost
+from specsim.profile.cost_grid import grid_ms
+from specsim.profile.cost_model import CostModel, TreeCosts
+
+_GRIDS = {
+    "target_prefill": ("target prefill (target_prefill)", "rows"),
+    "draft_prefill": ("draft prefill (draft_prefill)", "rows"),
+    "target_decode": ("Tp (target_decode)", "context"),
+    "draft_first": ("Tq root pass (draft_first)", "context"),
+    "tree_draft": ("tree draft level pass (tree.draft)", "context"),
+    "tree_verify": ("Tv(n) (tree.verify)", "context"),
+}
+
+
+def tree_costs(cost: CostModel) -> TreeCosts:
+    """The cost model's token-tree grids; SpecsimError naming the command that measures them."""
+    if cost is None or cost.tree is None:
+        raise SpecsimError(
+            "the profile's cost model has no token-tree grids (run 'specsim calibrate latency "
+            "--tree-sizes 2,4,8,16,32,64' or '--tree SPEC')"
+        )
+    return cost.tree
+
+
+class _Forwards:
+    """Forwards to price, collected per grid and term, then priced with one :func:`grid_ms` call per grid."""
+
+    def __init__(self):
+        self.queries: dict[str, list[tuple[float, float, float, str]]] = defaultdict(list)
+
+    def add(self, grid: str, rows: float, context: float, batch: float, term: str) -> None:
+        self.queries[grid].append((rows, context, batch, term))
+
+    def price(self, grids: dict) -> tuple[dict[str, float], bool]:
+        terms: dict[str, float] = defaultdict(float)
+        outside = False
+        for name, items in self.queries.items():
+            if grids[name] is None:
+                raise SpecsimError(
+                    f"the cost model has no {_GRIDS[name][0]} grid (every swept tree had depth 1; "
+                    "add --tree-sizes 4 or deeper trees to 'specsim calibrate latency')"
+                )
+            rows, ctx, batch, labels = zip(*items)
+            label, along = _GRIDS[name]
+            ms, out = grid_ms(
+                grids[name], np.array(rows), np.array(ctx), np.array(batch), name=label, along=along
+            )
+            outside |= bool(np.any(out))
+            for term, value in zip(labels, np.atleast_1d(ms)):
+                terms[term] += float(value)
+        return terms, outside
+
+
+def tree_request_cost(
+    cost: CostModel,
+    plan: TreePlan,
+    *,
+    target_prompt_tokens: float,
+    draft_prompt_tokens: float,
+    batch: int = 1,
+    fused: bool = True,
+) -> RequestCost:
+    """ms of tree decoding along ``plan`` (see the module docstring for where each pass runs)."""
+    tc = tree_costs(cost)
+    P, D = float(target_prompt_tokens), float(draft_prompt_tokens)
+    f = _Forwards()
+    overhead = 0.0
+    if fused and P > 1:
+        f.add("target_prefill", P - 1, 0, 1, "prefill_ms")
+    for k, b in enumerate(plan.steps):
+        if b.tree is None:
+            f.add("target_decode", 1, P - 1 + b.start, 1, "verify_ms")
+            overhead += cost.overhead_ms_per_target_step
+            continue
+        if fused and k == 0:
+            f.add("draft_prefill", D, 0, batch, "draft_prefill_ms")
+        else:
+            f.add("draft_first", b.root_rows, D + b.start - b.root_rows, batch, "draft_ms")
+        fed = D + b.start
+        for m in draft_pass_rows(b.tree)[1:]:
+            f.add("tree_draft", m, fed, batch, "draft_ms")
+            fed += m
+        f.add("tree_verify", b.tree.n + 1, P - 1 + b.start, 1, "verify_ms")
+        overhead += tc.overhead_at(b.tree, batch, P - 1 + b.start)
+    grids = {
+        "target_prefill": cost.target_prefill,
+        "draft_prefill": cost.draft_prefill,
+        "target_decode": cost.target_decode,
+        "draft_first": cost.draft_first,
+        "tree_draft": tc.draft,
+        "tree_verify": tc.verify,
+    }
+    terms, outside = f.price(grids)
+    return RequestCost(
+        tokens=plan.tokens,
+        blocks=plan.blocks,
+        prefill_ms=terms["prefill_ms"],
+        draft_ms=terms["draft_ms"],
+        verify_ms=terms["verify_ms"],
+        overhead_ms=overhead,
+        extrapolated=outside,
+        draft_prefill_ms=terms["draft_prefill_ms"],
+    )
+
+
+def plan_cost(
+    cost: CostModel,
+    plan: BlockPlan | TreePlan,
+    *,
+    target_prompt_tokens: float,
+    draft_prompt_tokens: float,
+    batch: int = 1,
+    fused: bool = True,
+    adaptive: bool = False,
+) -> RequestCost:
+    """ms of a chain or policy plan (:func:`specsim.predict.chain_costs.sd_request_cost`; ``adaptive``: an adaptive
+    ensemble's) or a tree plan (:func:`tree_request_cost`)."""
+    kw = {
+        "target_prompt_tokens": target_prompt_tokens,
+        "draft_prompt_tokens": draft_prompt_tokens,
+        "batch": batch,
+        "fused": fused,
+    }
+    if isinstance(plan, TreePlan):
+        return tree_request_cost(cost, plan, **kw)
+    return sd_request_cost(cost, plan, adaptive=adaptive, **kw)
+
+
+def tree_block_ms(
+    cost: CostModel, tree: TreeSpec, *, target_context: float, draft_context: float, batch: int = 1
+) -> float:
+    """ms of one decode-phase block of ``tree`` (root pass of 1 row, level passes, verification, overhead)
+    whose target cache holds ``target_context`` positions and the draft's ``draft_context`` before the root."""
+    plan = TreePlan((TreeBlockPlan(start=0, tree=tree, emitted=1, root_rows=1),))
+    return tree_request_cost(
+        cost,
+        plan,
+        target_prompt_tokens=target_context + 1,
+        draft_prompt_tokens=draft_context + 1,
+        batch=batch,
+        fused=False,
+    ).total_ms

@@ -1,0 +1,281 @@
+"""The forward-cost model of a profile (schema 2): ms of one forward pass over rows × context × batch.
+
+A prediction that reads one number at one context is right only there. So ``calibrate latency``
+times the engine's own forwards, in the alternation the engine runs them (target-only steps back to
+back; γ draft steps then one verification, so the draft and the target evict each other's weights
+from the caches as they do in speculative decoding), on a grid:
+
+- ``target_decode``: the target-only step, 1 row, after another target step;
+- ``target_verify``: the verification pass over ``rows`` = γ+1 positions, after γ draft steps;
+- ``draft_first``: the first draft step of a block (1 row, or 2 after a fully accepted block),
+  right after a verification, at draft batch ``batch`` (the members of an in-batch ensemble);
+- ``draft_next``: the later draft steps of a block (1 row);
+- ``target_prefill`` / ``draft_prefill``: the first pass of a request over its whole prompt (``rows``
+  = prompt tokens, context 0), which the engine fuses with the first verification / draft step.
+
+Optional token-tree grids (:class:`TreeCosts`, ``calibrate latency --tree-sizes/--tree``), timed in the
+tree engine's own alternation: ``tree.verify``, the target pass over ``rows`` = n+1 positions with the
+tree attention mask; ``tree.draft``, a draft level pass over ``rows`` = the level's expanded nodes (the
+root pass is a chain first step, ``draft_first``); ``tree.overhead_ms_per_block`` by n, draft batch and
+context, and (when the swept trees span 3 depths or more) ``tree.overhead_fit``, a plane in n and depth.
+
+Each grid stores ms[rows][context][batch] (medians) on the KV-cache length ``context_tokens`` the
+pass starts from. Outside the models, the engine's per-block overhead (sampling, acceptance, cache
+crop, Python) is ``overhead_ms_per_block`` by γ, draft batch and (profiles from now on) target context,
+linear between measured values and the end value outside them, and ``overhead_ms_per_target_step``
+that of a target-only step, both greedy; ``adaptive_ms_per_block`` (same axes) what an adaptive
+ensemble's weight update adds to each of its blocks; ``sampling`` (:mod:`specsim.profile.sampling_cost`) is what drawing
+tokens at T > 0 adds.
+
+Interpolation: :mod:`specsim.profile.cost_grid`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from specsim.errors import SpecsimError
+from specsim.jsonio import (
+    check_keys,
+    drop_none,
+    field_list,
+    field_num,
+    field_opt,
+    field_req,
+    field_str,
+    show,
+)
+from specsim.profile.cost_grid import CostGrid
+from specsim.profile.overhead_grid import OverheadGrid, TreeOverheadFit
+from specsim.profile.sampling_cost import SamplingCost
+
+GRID_NAMES = (
+    "target_decode",
+    "target_verify",
+    "draft_first",
+    "draft_next",
+    "target_prefill",
+    "draft_prefill",
+)
+INTERPOLATION = (
+    "context_tokens: piecewise linear, flagged linear extrapolation outside the measured range; "
+    "rows and batch: exact or linear between measured values, an error outside them"
+)
+
+# --------------------------------------------------------------------------- overhead and host check
+@dataclass(frozen=True)
+class HostCheck:
+    """A sentinel point re-timed at the end of a calibration: did the machine's load change meanwhile?"""
+
+    sentinel: str
+    start_ms: float
+    end_ms: float
+    threshold: float
+    contended: bool
+    note: str = ""
+
+    @property
+    def rel_change(self) -> float:
+        return self.end_ms / self.start_ms - 1.0
+
+    def to_json(self) -> dict:
+        return {
+            "sentinel": self.sentinel,
+            "start_ms": self.start_ms,
+            "end_ms": self.end_ms,
+            "threshold": self.threshold,
+            "contended": self.contended,
+            "note": self.note,
+        }
+
+    @classmethod
+    def from_json(cls, d: dict, where: str) -> HostCheck:
+        check_keys(
+            d if isinstance(d, dict) else {},
+            {"sentinel", "start_ms", "end_ms", "threshold", "contended", "note"},
+            where,
+        )
+        contended = field_req(d, "contended", where)
+        if not isinstance(contended, bool):
+            raise SpecsimError(f"{where}.contended: expected true or false, got {show(contended)}")
+        return cls(
+            sentinel=field_str(field_req(d, "sentinel", where), f"{where}.sentinel"),
+            start_ms=field_num(field_req(d, "start_ms", where), f"{where}.start_ms", unit="ms"),
+            end_ms=field_num(field_req(d, "end_ms", where), f"{where}.end_ms", unit="ms"),
+            threshold=field_num(field_req(d, "threshold", where), f"{where}.threshold", lo=0),
+            contended=contended,
+            note=field_str(d.get("note", ""), f"{where}.note", allow_empty=True),
+        )
+
+
+# --------------------------------------------------------------------------- token trees
+@dataclass(frozen=True)
+class TreeCosts:
+    """Token-tree forwards: ``verify`` (rows = n+1, context, batch 1), ``draft`` (rows = expanded nodes of
+    one level pass ℓ ≥ 1, at the cache length the pass starts from, by draft batch; None when every swept
+    tree had depth 1), the tree engine's ms per block outside the models by n (the grid's ``gamma`` axis)
+    and draft batch, and the tree specs the sweep ran (:mod:`specsim.drafts.trees`)."""
+
+    verify: CostGrid
+    draft: CostGrid | None
+    overhead_ms_per_block: OverheadGrid
+    trees: tuple[str, ...] = ()
+    overhead_fit: TreeOverheadFit | None = None  # by size and depth; used when present (deep trees)
+
+    def overhead_at(self, tree, batch, context) -> float:
+        """ms per block outside the models for ``tree`` (a :class:`specsim.drafts.trees.TreeSpec`) at ``context``: the
+        size × depth plane when the sweep spanned enough depths, else the grid by n."""
+        if self.overhead_fit is not None:  # deep trees: one more level is one more pass and acceptance step
+            return self.overhead_fit.at(tree.n, tree.depth, batch, context)
+        return float(self.overhead_ms_per_block.at(tree.n, batch, context))
+
+    @property
+    def max_nodes(self) -> int:
+        """The largest n whose verification was measured."""
+        return int(self.verify.rows[-1]) - 1
+
+    def to_json(self) -> dict:
+        return drop_none(
+            {
+                "verify": self.verify.to_json(),
+                "draft": None if self.draft is None else self.draft.to_json(),
+                "overhead_ms_per_block": self.overhead_ms_per_block.to_json(),
+                "trees": list(self.trees),
+                "overhead_fit": None if self.overhead_fit is None else self.overhead_fit.to_json(),
+            }
+        )
+
+    @classmethod
+    def from_json(cls, d: dict, where: str) -> TreeCosts:
+        check_keys(
+            d if isinstance(d, dict) else {},
+            {"verify", "draft", "overhead_ms_per_block", "trees", "overhead_fit"},
+            where,
+        )
+        verify = CostGrid.from_json(field_req(d, "verify", where), f"{where}.verify")
+        if verify.batch != (1,) or verify.rows[0] < 2:
+            raise SpecsimError(
+                f"{where}.verify: expected batch [1] and rows >= 2 (n+1 positions), got batch "
+                f"{show(list(verify.batch))}, rows {show(list(verify.rows))}"
+            )
+        trees = field_list(d.get("trees", []), f"{where}.trees", nonempty=False)
+        return cls(
+            verify=verify,
+            draft=field_opt(d, "draft", CostGrid.from_json, where),
+            overhead_ms_per_block=OverheadGrid.from_json(
+                field_req(d, "overhead_ms_per_block", where), f"{where}.overhead_ms_per_block"
+            ),
+            trees=tuple(field_str(t, f"{where}.trees[{i}]") for i, t in enumerate(trees)),
+            overhead_fit=field_opt(d, "overhead_fit", TreeOverheadFit.from_json, where),
+        )
+
+
+# --------------------------------------------------------------------------- the model
+@dataclass(frozen=True)
+class CostModel:
+    """The grids, the engine's overhead and the host check of one latency calibration (plus, optionally,
+    the token-tree grids)."""
+
+    target_decode: CostGrid
+    target_verify: CostGrid
+    draft_first: CostGrid
+    draft_next: CostGrid
+    target_prefill: CostGrid | None  # None: not measured (a schema-1 profile without prefill tables)
+    draft_prefill: CostGrid | None
+    overhead_ms_per_block: OverheadGrid
+    overhead_ms_per_target_step: float
+    host_check: HostCheck | None = None
+    interpolation: str = INTERPOLATION
+    tree: TreeCosts | None = None
+    sampling: SamplingCost | None = (
+        None  # what T > 0 adds (specsim.profile.sampling_cost); None: not measured
+    )
+    adaptive_ms_per_block: OverheadGrid | None = (
+        None  # what an adaptive ensemble's weight update adds; None: free
+    )
+
+    def block_overhead_ms(self, gamma, batch, context, adaptive: bool = False):
+        """The engine's overhead of blocks at ``gamma`` (ms, array-like), plus an adaptive ensemble's
+        weight update when ``adaptive`` (free in profiles that did not time it)."""
+        ms = np.asarray(self.overhead_ms_per_block.at(gamma, batch, context), dtype=float)
+        if adaptive and self.adaptive_ms_per_block is not None:
+            ms = ms + np.asarray(self.adaptive_ms_per_block.at(gamma, batch, context), dtype=float)
+        return ms
+
+    def to_json(self) -> dict:
+        return drop_none(
+            {
+                **{name: getattr(self, name).to_json() for name in GRID_NAMES if getattr(self, name) is not None},
+                "overhead_ms_per_block": self.overhead_ms_per_block.to_json(),
+                "overhead_ms_per_target_step": self.overhead_ms_per_target_step,
+                "host_check": None if self.host_check is None else self.host_check.to_json(),
+                "interpolation": self.interpolation,
+                "tree": None if self.tree is None else self.tree.to_json(),
+                "sampling": None if self.sampling is None else self.sampling.to_json(),
+                "adaptive_ms_per_block": None
+                if self.adaptive_ms_per_block is None
+                else self.adaptive_ms_per_block.to_json(),
+            }
+        )
+
+    @classmethod
+    def from_json(cls, d: dict, where: str = "latency.cost_model") -> CostModel:
+        check_keys(
+            d if isinstance(d, dict) else {},
+            {
+                *GRID_NAMES,
+                "overhead_ms_per_block",
+                "overhead_ms_per_target_step",
+                "host_check",
+                "interpolation",
+                "tree",
+                "sampling",
+                "adaptive_ms_per_block",
+            },
+            where,
+        )
+        grids = {
+            name: CostGrid.from_json(field_req(d, name, where), f"{where}.{name}") for name in GRID_NAMES
+        }
+        if grids["target_decode"].rows[0] != 1:
+            raise SpecsimError(
+                f"{where}.target_decode.rows: expected to start at 1, got {show(list(grids['target_decode'].rows))}"
+            )
+        for name in ("target_prefill", "draft_prefill"):
+            if grids[name].context_tokens != (0.0,):
+                raise SpecsimError(
+                    f"{where}.{name}.context_tokens: expected [0] (a prompt's first pass), "
+                    f"got {show(list(grids[name].context_tokens))}"
+                )
+        for name in ("target_decode", "target_verify", "target_prefill"):
+            if grids[name].batch != (1,):
+                raise SpecsimError(
+                    f"{where}.{name}.batch: expected [1] (the target runs one request), "
+                    f"got {show(list(grids[name].batch))}"
+                )
+        overhead = OverheadGrid.from_json(
+            field_req(d, "overhead_ms_per_block", where), f"{where}.overhead_ms_per_block"
+        )
+        step = field_num(
+            field_req(d, "overhead_ms_per_target_step", where),
+            f"{where}.overhead_ms_per_target_step",
+            unit="ms",
+            zero_ok=True,
+        )
+        return cls(
+            **grids,
+            overhead_ms_per_block=overhead,
+            overhead_ms_per_target_step=step,
+            host_check=field_opt(d, "host_check", HostCheck.from_json, where),
+            interpolation=field_str(d.get("interpolation", INTERPOLATION), f"{where}.interpolation"),
+            tree=field_opt(d, "tree", TreeCosts.from_json, where),
+            sampling=field_opt(d, "sampling", SamplingCost.from_json, where),
+            adaptive_ms_per_block=field_opt(d, "adaptive_ms_per_block", OverheadGrid.from_json, where),
+        )
+
+    @property
+    def max_gamma(self) -> int:
+        """The largest γ whose verification was measured."""
+        return int(self.target_verify.rows[-1]) - 1

@@ -1,0 +1,2 @@
+"""Validation against published GPU measurements: the cited set, row prediction, fits,
+leave-one-source-out."""

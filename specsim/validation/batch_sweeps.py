@@ -1,0 +1,245 @@
+"""Where SD stops paying as batch grows: published batch sweeps against the runtime-aware roofline.
+
+A *sweep* is a set of a source's SD rows with a published speedup that share everything (pair, device, GPUs,
+runtime, dtypes, contexts) but the batch size. For each sweep:
+- the runtime's parameters are fitted on the *other* sources (as leave-one-source-out does);
+- τ: the row's own when published; otherwise calibrated on the sweep's smallest batch (τ̂ = S·block/Tp, the one
+  number taken from the sweep) and carried to another γ by the i.i.d. closed form (an extrapolation, flagged);
+- predicted speedup at each published batch, and where SD pays on a doubling grid of batches whose weights
+  and KV caches fit: the best-γ speedup (γ = 1..8, τ(γ) from the same α) is >= 1 from ``pays_from`` on and SD
+  stops paying from ``stops_from`` (the smallest batch from which every larger fitting batch is below 1;
+  None: it still pays at the largest that fits). Self-speculation (MagicDec) pays only at large batch and long
+  context, so both ends matter.
+:func:`crossover_grid` gives the same crossover for the sweep's pair on other devices, runtimes and contexts.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, replace
+
+import numpy as np
+
+from specsim.acceptance.theory import alpha_from_tau, tau_iid
+from specsim.hardware.parallel import per_gpu_resident_bytes
+from specsim.hardware.plan import paying_range
+from specsim.hardware.roofline import USABLE_MEMORY_FRACTION
+from specsim.hardware.runtime import Runtime
+from specsim.validation.published_set import PublishedSet, Row
+from specsim.validation.row_predict import device, models, row_model
+from specsim.validation.runtime_fit import fit_runtime, usable_rows
+
+_SAME = (
+    "source",
+    "target",
+    "draft",
+    "device",
+    "runtime",
+    "gpus",
+    "parallel",
+    "draft_tp",
+    "weights_dtype",
+    "draft_weights_dtype",
+    "kv_dtype",
+    "target_context_tokens",
+    "draft_context_tokens",
+)
+GRID_BATCHES = tuple(2**i for i in range(13))  # 1 .. 4096
+GRID_GAMMAS = tuple(range(1, 9))
+
+
+@dataclass(frozen=True)
+class SweepPoint:
+    batch: int
+    gamma: float
+    tau: float
+    tau_note: str  # "published", "calibrated" (this point fixed τ) or "iid from calibrated"
+    published: float
+    predicted: float
+
+    @property
+    def error(self) -> float:
+        return self.predicted / self.published - 1.0
+
+
+@dataclass(frozen=True)
+class SweepComparison:
+    """One published sweep against specsim (see module docstring)."""
+
+    label: str
+    source: str
+    device: str
+    gpus: int
+    runtime: str
+    context_tokens: float
+    alpha: float  # i.i.d. acceptance implied by the calibrated τ
+    points: tuple[SweepPoint, ...]
+    published_below_one: tuple[int, ...]  # published batches with speedup < 1
+    pays_from: int | None  # predicted: smallest grid batch with best-γ speedup >= 1 (None: never pays)
+    stops_from: int | None  # predicted: SD stops paying from this batch on (None: never pays, or pays up to
+    #                         max_fit_batch)
+    max_fit_batch: int  # largest grid batch whose weights + KV fit the GPUs
+    grid_batches: tuple[int, ...] = ()  # the doubling grid (fitting batches) ...
+    grid_best_speedup: tuple[float, ...] = ()  # ... and the predicted best-γ speedup at each
+
+    def to_json(self) -> dict:
+        return asdict(self) | {"points": [asdict(p) | {"error": p.error} for p in self.points]}
+
+
+def published_sweeps(ps: PublishedSet) -> list[list[Row]]:
+    """Groups of SD rows with a published speedup that differ only in batch size (>= 2 batch sizes)."""
+    groups: dict[tuple, list[Row]] = {}
+    for row in ps.rows:
+        if row.kind == "sd" and row.speedup is not None:
+            groups.setdefault(tuple(getattr(row, k) for k in _SAME), []).append(row)
+    return [
+        sorted(g, key=lambda r: (r.batch, r.gamma)) for g in groups.values() if len({r.batch for r in g}) > 1
+    ]
+
+
+def _priced(ps: PublishedSet, row: Row, batch: int, gamma: float, tau: float) -> Row:
+    """A copy of ``row`` at another batch/γ/τ, compared as a plain speedup (for pricing only)."""
+    return replace(
+        row,
+        batch=int(batch),
+        gamma=float(gamma),
+        tau=float(tau),
+        speedup=1.0,
+        ratio_to=None,
+        speedup_ratio=None,
+        sd_ms_per_token=None,
+    )
+
+
+def _speedups(ps: PublishedSet, rows: list[Row], rt: Runtime) -> np.ndarray:
+    return row_model(ps, rows).predict(rt)
+
+
+def max_fit_batch(ps: PublishedSet, row: Row, batches=GRID_BATCHES) -> int:
+    """Largest batch whose weights + KV caches fit USABLE_MEMORY_FRACTION of every GPU (0: not even 1)."""
+    target, draft = models(ps, row)
+    mem = device(row.device).memory_bytes * USABLE_MEMORY_FRACTION
+    d_ctx = row.target_context_tokens if row.draft_context_tokens is None else row.draft_context_tokens
+    ok = [
+        b
+        for b in batches
+        if per_gpu_resident_bytes(
+            target,
+            draft,
+            b,
+            row.target_context_tokens,
+            row.gpus,
+            row.draft_tp,
+            draft_context=d_ctx,
+            shared_weights=row.draft == row.target,
+            split=row.split,
+        )
+        <= mem
+    ]
+    return max(ok, default=0)
+
+
+def best_speedups(ps: PublishedSet, row: Row, rt: Runtime, alpha: float) -> tuple[list[int], np.ndarray]:
+    """(fitting grid batches, best-γ predicted speedup at each) for ``row``'s setup under i.i.d. α."""
+    fit = max_fit_batch(ps, row)
+    batches = [b for b in GRID_BATCHES if b <= fit]
+    if not batches:
+        return [], np.zeros(0)
+    grid = [_priced(ps, row, b, g, float(tau_iid(alpha, g))) for b in batches for g in GRID_GAMMAS]
+    return batches, _speedups(ps, grid, rt).reshape(len(batches), len(GRID_GAMMAS)).max(axis=1)
+
+
+def _calibrated_tau(ps: PublishedSet, ref: Row, rt: Runtime) -> float:
+    """τ̂ that makes specsim reproduce the reference row's speedup (clipped to [1, γ+1])."""
+    unit = _speedups(ps, [_priced(ps, ref, ref.batch, ref.gamma, 1.0)], rt)[0]  # speedup at τ = 1 = Tp/block
+    return float(np.clip(ref.speedup / unit, 1.0, ref.gamma + 1.0))
+
+
+def compare_sweep(ps: PublishedSet, rows: list[Row], runtime: Runtime) -> SweepComparison:
+    """One sweep: runtime fitted on the other sources, τ as in the module docstring, points and crossovers."""
+    ref = rows[0]
+    train = [r for r in usable_rows(ps) if r.runtime == ref.runtime and r.source != ref.source]
+    rt = fit_runtime(ps, train, runtime, f"fitted without {ref.source}")
+    tau_ref = ref.tau if ref.tau is not None else _calibrated_tau(ps, ref, rt)
+    alpha = float(alpha_from_tau(tau_ref, int(round(ref.gamma))))
+    points = []
+    for i, row in enumerate(rows):
+        if row.tau is not None:
+            tau, note = row.tau, "published"
+        elif row.gamma == ref.gamma:
+            tau, note = tau_ref, "calibrated" if i == 0 else "calibrated at the smallest batch"
+        else:
+            tau, note = float(tau_iid(alpha, int(round(row.gamma)))), "iid from calibrated"
+        pred = _speedups(ps, [_priced(ps, row, row.batch, row.gamma, tau)], rt)[0]
+        points.append(SweepPoint(row.batch, row.gamma, float(tau), note, float(row.speedup), float(pred)))
+    batches, best = best_speedups(ps, ref, rt, alpha)
+    label = f"{ref.source}: {ref.target} / {'self' if ref.draft == ref.target else ref.draft}"
+    return SweepComparison(
+        label,
+        ref.source,
+        ref.device,
+        ref.gpus,
+        ref.runtime,
+        ref.target_context_tokens,
+        alpha,
+        tuple(points),
+        tuple(p.batch for p in points if p.published < 1.0),
+        *paying_range(batches, best),
+        max(batches, default=0),
+        tuple(batches),
+        tuple(float(x) for x in best),
+    )
+
+
+def crossover_grid(
+    ps: PublishedSet,
+    rows: list[Row],
+    alpha: float,
+    devices: list[str],
+    runtimes: list[Runtime],
+    contexts: list[float],
+) -> list[dict]:
+    """Where SD pays for a sweep's pair (same GPUs, same τ model) per device × runtime × context."""
+    ref = rows[0]
+    out = []
+    for dev in devices:
+        for rt in runtimes:
+            for ctx in contexts:
+                row = replace(
+                    ref,
+                    device=dev,
+                    runtime=rt.name,
+                    target_context_tokens=float(ctx),
+                    draft_context_tokens=ref.draft_context_tokens and min(ref.draft_context_tokens, ctx),
+                )
+                batches, best = best_speedups(ps, row, rt, alpha)
+                pays, stops = paying_range(batches, best)
+                out.append(
+                    {
+                        "device": dev,
+                        "runtime": rt.name,
+                        "context_tokens": float(ctx),
+                        "pays_from": pays,
+                        "stops_from": stops,
+                        "max_fit_batch": max(batches, default=0),
+                    }
+                )
+    return out
+
+
+def describe_range(
+    pays_from: int | None, stops_from: int | None, max_fit_batch: int, short: bool = False
+) -> str:
+    """Where SD pays on the batch grid: never / from 8 up to the largest that fits / 8 to 64."""
+    if pays_from is None:
+        return f"never <={max_fit_batch}" if short else f"never (up to batch {max_fit_batch})"
+    if stops_from is None:
+        return (
+            f"{pays_from}..{max_fit_batch}+"
+            if short
+            else f"from {pays_from} (up to {max_fit_batch}, the largest that fits)"
+        )
+    return (
+        f"{pays_from}..{stops_from // 2}"
+        if short
+        else f"{pays_from} to {stops_from // 2}, not from {stops_from}"
+    )

@@ -1,0 +1,399 @@
+"""The published GPU measurement set: ``specsim/data/published_gpu_measurements.json``, every row cited.
+
+A row is ``sd`` (speculative decoding with a draft model: γ, τ with its definition, and the
+measured speedup and/or SD ms per token), ``decode`` (target-only ms per token) or ``pass`` (one target
+forward over ``pass_new_tokens`` new positions per sequence after ``target_context_tokens`` cached ones, in
+ms: a benchmark of the multi-row passes that verification runs, e.g. llama-bench ``pp N``). Sources carry
+title, authors, year, venue and where in the source the numbers are. τ is specsim's τ (tokens per
+block, bonus included); a row whose source reports other counters says how τ was derived
+(``tau_derivation``) and is flagged. A row with ``ratio_to`` (the id of a row of the same source that differs
+only in batch size) is compared as ``speedup_ratio`` = its speedup / the reference row's: τ cancels when
+acceptance does not depend on batch size, so a published batch sweep that gives no τ still tests how the cost
+of a block scales with batch. Reserved for an independent check and kept out: the Spec-Bench leaderboard and
+the EAGLE, EAGLE-2 and EAGLE-3 papers' SpS / vanilla-SD rows.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass, field, replace
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from specsim.bounds import check_range
+from specsim.errors import SpecsimError
+from specsim.hardware.model import ModelSpec, dtype_bytes, kv_dtype_bytes, load_model_spec, spec_from_config
+from specsim.hardware.parallel import timing_gpus
+from specsim.jsonio import check_schema_version, read_json, show
+
+DATA_FILE = "data/published_gpu_measurements.json"
+_PARALLEL = ("none", "tensor", "layer-split")
+_RESERVED = ("spec-bench", "eagle")  # source keys
+# Reserved sources recognised by title, venue or address: the Spec-Bench leaderboard (hemingkx/Spec-Bench) and
+# the EAGLE papers (arXiv 2401.15077, 2406.16858, 2503.01840; SafeAILab/EAGLE). EAGLE-method rows measured by
+# others in another runtime (e.g. vLLM issues) are not those papers' SpS rows and may stay.
+_RESERVED_MARKS = (
+    "spec-bench",
+    "specbench",
+    "hemingkx",
+    "safeailab/eagle",
+    "2401.15077",
+    "2406.16858",
+    "2503.01840",
+)
+_EAGLE_PAPER_TITLES = ("eagle:", "eagle-2:", "eagle-3:", "eagle 2:", "eagle 3:")
+
+
+@dataclass(frozen=True)
+class Source:
+    key: str
+    title: str
+    authors: str
+    year: int
+    venue: str
+    where: str
+
+    def cite(self) -> str:
+        return f"{self.authors} ({self.year}), {self.title}; {self.venue}"
+
+
+@dataclass(frozen=True)
+class Row:
+    """One published measurement (see module docstring); ms in milliseconds, contexts in tokens."""
+
+    id: str
+    source: str
+    kind: str  # "sd" | "decode" | "pass"
+    where: str
+    target: str
+    device: str
+    runtime: str
+    batch: int
+    weights_dtype: str
+    kv_dtype: str
+    target_context_tokens: float
+    gpus: int = 1
+    parallel: str = "none"
+    draft: str | None = None
+    draft_weights_dtype: str | None = None
+    draft_context_tokens: float | None = None
+    gamma: float | None = None
+    tau: float | None = None
+    tau_definition: str = ""
+    tau_derivation: str | None = None
+    speedup: float | None = None
+    sd_ms_per_token: float | None = None
+    target_ms_per_token: float | None = None
+    multimodal: bool = False
+    flags: tuple[str, ...] = ()
+    draft_tp: int = 1  # tensor-parallel degree of the draft (MagicDec shards a 1.1B draft over 4 GPUs)
+    ratio_to: str | None = None  # id of the reference row of a ``speedup_ratio`` comparison
+    speedup_ratio: float | None = None  # speedup / reference row's speedup (set when the set is parsed)
+    pass_new_tokens: int | None = None  # a ``pass`` row: new positions per sequence in the one forward
+    pass_ms: float | None = None  # a ``pass`` row: the forward's time (ms)
+    # Draft forwards per block beyond γ when the row's tool differs from its runtime's usual one (None: the
+    # runtime's ``extra_draft_forwards_per_block``), e.g. llama.cpp's speculative example against
+    # llama-server.
+    extra_draft_forwards_per_block: float | None = None
+
+    @property
+    def split(self) -> str:
+        """The row's split mode (:data:`specsim.hardware.parallel.SPLIT_MODES`)."""
+        return "layer" if self.parallel == "layer-split" else "tensor"
+
+    @property
+    def tp(self) -> int:
+        """GPUs a pass's time divides over (a layer split runs one GPU at a time: priced as one)."""
+        return timing_gpus(self.gpus, self.split) if self.parallel != "none" else 1
+
+    @property
+    def observable(self) -> str | None:
+        """What is compared: 'speedup', 'sd_ms_per_token', 'target_ms_per_token', 'pass_ms' or
+        'speedup_ratio'; None: not predictable."""
+        if self.kind == "decode":
+            return "target_ms_per_token"
+        if self.kind == "pass":
+            return "pass_ms"
+        if self.speedup_ratio is not None:
+            return "speedup_ratio"
+        if self.tau is None:
+            return None
+        return "speedup" if self.speedup is not None else "sd_ms_per_token"
+
+    @property
+    def measured(self) -> float | None:
+        return None if self.observable is None else getattr(self, self.observable)
+
+
+@dataclass(frozen=True, eq=False)
+class PublishedSet:
+    sources: dict[str, Source]
+    models: dict[str, dict]
+    rows: tuple[Row, ...]
+    description: str = ""
+    model_sources: dict[str, str] = field(default_factory=dict)
+
+    def model(self, name: str, dtype: str, kv_dtype: str) -> ModelSpec:
+        """ModelSpec of a row's model: ``preset:NAME`` (calibrate preset) or a key of ``models``."""
+        if name.startswith("preset:"):
+            return load_model_spec(name.removeprefix("preset:"), dtype=dtype, kv_dtype=kv_dtype)
+        return spec_from_config(self.models[name], name, dtype=dtype, kv_dtype=kv_dtype)
+
+
+def _field(
+    d: dict,
+    key: str,
+    where: str,
+    kind,
+    *,
+    optional: bool = False,
+    lo: float | None = None,
+    unit: str | None = None,
+):
+    """``d[key]`` of type ``kind`` (>= ``lo``; numbers within ``unit``'s plausible range,
+    :mod:`specsim.bounds`)."""
+    value = d.get(key)
+    if value is None:
+        if optional:
+            return None
+        raise SpecsimError(f"{where}.{key}: missing")
+    ok = (
+        isinstance(value, kind) and not isinstance(value, bool)
+        if kind is not bool
+        else isinstance(value, bool)
+    )
+    if not ok or (lo is not None and value < lo):
+        want = {str: "a string", int: "an integer", float: "a number", bool: "true or false"}.get(
+            kind, "a number"
+        )
+        raise SpecsimError(
+            f"{where}.{key}: expected {want}{'' if lo is None else f' >= {lo:g}'}, got {show(value)}"
+        )
+    if unit is not None:
+        check_range(value, unit, f"{where}.{key}")
+    return value
+
+
+def _row(d: Any, where: str, sources: dict, models: dict) -> Row:
+    if not isinstance(d, dict):
+        raise SpecsimError(f"{where}: expected an object, got {type(d).__name__}")
+    num = (int, float)
+    kind = _field(d, "kind", where, str)
+    if kind not in ("sd", "decode", "pass"):
+        raise SpecsimError(f"{where}.kind: expected 'sd', 'decode' or 'pass', got {kind!r}")
+    source = _field(d, "source", where, str)
+    if source not in sources:
+        raise SpecsimError(f"{where}.source: expected one of {sorted(sources)}, got {source!r}")
+    if any(word in source.lower() for word in _RESERVED):
+        raise SpecsimError(
+            f"{where}.source: {source!r} is reserved for an independent check and must stay out"
+        )
+    for key in ("target", "draft"):
+        name = _field(d, key, where, str, optional=True)
+        if name is not None and not name.startswith("preset:") and name not in models:
+            raise SpecsimError(
+                f"{where}.{key}: expected 'preset:NAME' or one of {sorted(models)}, got {name!r}"
+            )
+    parallel = d.get("parallel", "none")
+    if parallel not in _PARALLEL:
+        raise SpecsimError(f"{where}.parallel: expected one of {list(_PARALLEL)}, got {parallel!r}")
+    for key in ("weights_dtype", "draft_weights_dtype"):
+        if _field(d, key, where, str, optional=True) is not None:
+            dtype_bytes(d[key])
+    kv_dtype_bytes(_field(d, "kv_dtype", where, str))
+    flags = d.get("flags", [])
+    if not isinstance(flags, list) or not all(isinstance(f, str) for f in flags):
+        raise SpecsimError(f"{where}.flags: expected a list of strings, got {show(flags)}")
+    row = Row(
+        id=_field(d, "id", where, str),
+        source=source,
+        kind=kind,
+        where=_field(d, "where", where, str),
+        target=_field(d, "target", where, str),
+        device=_field(d, "device", where, str),
+        runtime=_field(d, "runtime", where, str),
+        batch=_field(d, "batch", where, int, unit="batch"),
+        weights_dtype=_field(d, "weights_dtype", where, str),
+        kv_dtype=d["kv_dtype"],
+        target_context_tokens=float(_field(d, "target_context_tokens", where, num, unit="tokens")),
+        gpus=_field(d, "gpus", where, int, unit="gpus"),
+        parallel=parallel,
+        draft=_field(d, "draft", where, str, optional=True),
+        draft_weights_dtype=_field(d, "draft_weights_dtype", where, str, optional=True),
+        draft_context_tokens=_field(d, "draft_context_tokens", where, num, optional=True, unit="tokens"),
+        gamma=_field(d, "gamma", where, num, optional=True, unit="gamma"),
+        tau=_field(d, "tau", where, num, optional=True, lo=1),
+        tau_definition=str(d.get("tau_definition", "")),
+        tau_derivation=_field(d, "tau_derivation", where, str, optional=True),
+        speedup=_field(d, "speedup", where, num, optional=True, unit="ratio"),
+        sd_ms_per_token=_field(d, "sd_ms_per_token", where, num, optional=True, unit="ms"),
+        target_ms_per_token=_field(d, "target_ms_per_token", where, num, optional=True, unit="ms"),
+        multimodal=_field(d, "multimodal", where, bool, optional=True) or False,
+        flags=tuple(flags),
+        draft_tp=_field(d, "draft_tp", where, int, optional=True, unit="gpus") or 1,
+        ratio_to=_field(d, "ratio_to", where, str, optional=True),
+        pass_new_tokens=_field(d, "pass_new_tokens", where, int, optional=True, lo=1, unit="tokens"),
+        pass_ms=_field(d, "pass_ms", where, num, optional=True, unit="ms"),
+        extra_draft_forwards_per_block=_field(
+            d, "extra_draft_forwards_per_block", where, num, optional=True, lo=0
+        ),
+    )
+    _check_row(row, where)
+    return row
+
+
+_SAME_FOR_RATIO = (
+    "source",
+    "kind",
+    "target",
+    "draft",
+    "device",
+    "runtime",
+    "gpus",
+    "parallel",
+    "draft_tp",
+    "weights_dtype",
+    "draft_weights_dtype",
+    "kv_dtype",
+    "gamma",
+    "target_context_tokens",
+    "draft_context_tokens",
+)
+
+
+def _with_ratios(rows: tuple[Row, ...], name: str) -> tuple[Row, ...]:
+    """Set ``speedup_ratio`` on rows with ``ratio_to``; the reference must differ only in batch size."""
+    by_id = {r.id: r for r in rows}
+    out = []
+    for i, row in enumerate(rows):
+        if row.ratio_to is not None:
+            where = f"{name}.rows[{i}].ratio_to"
+            ref = by_id.get(row.ratio_to)
+            if ref is None or ref.id == row.id:
+                raise SpecsimError(f"{where}: expected the id of another row, got {row.ratio_to!r}")
+            diff = [k for k in _SAME_FOR_RATIO if getattr(ref, k) != getattr(row, k)]
+            if diff or row.speedup is None or ref.speedup is None:
+                raise SpecsimError(
+                    f"{where}: row {ref.id!r} must have a speedup and differ only in batch size "
+                    f"(differs in {diff or ['speedup missing']})"
+                )
+            row = replace(row, speedup_ratio=row.speedup / ref.speedup)
+        out.append(row)
+    return tuple(out)
+
+
+def _check_row(row: Row, where: str) -> None:
+    if row.kind == "sd":
+        for key in ("draft", "gamma", "draft_weights_dtype"):
+            if getattr(row, key) is None:
+                raise SpecsimError(f"{where}.{key}: missing (an 'sd' row needs it)")
+        if row.tau is not None and row.tau > row.gamma + 1 + 1e-9:
+            raise SpecsimError(
+                f"{where}.tau: expected 1 <= tau <= gamma+1 = {row.gamma + 1:g}, got {row.tau}"
+            )
+        if row.speedup is None and row.sd_ms_per_token is None:
+            raise SpecsimError(f"{where}: expected speedup or sd_ms_per_token, got neither")
+        if row.tau is not None and not row.tau_definition:
+            raise SpecsimError(f"{where}.tau_definition: missing (say whether the bonus token is counted)")
+        if row.tau is None and not row.tau_derivation:
+            raise SpecsimError(
+                f"{where}.tau_derivation: missing (a row without tau must say why it has none; "
+                "validate prints it as the reason the row is not predicted)"
+            )
+    elif row.kind == "pass":
+        for key in ("pass_new_tokens", "pass_ms"):
+            if getattr(row, key) is None:
+                raise SpecsimError(f"{where}.{key}: missing (a 'pass' row needs it)")
+    elif row.target_ms_per_token is None:
+        raise SpecsimError(f"{where}.target_ms_per_token: missing (a 'decode' row needs it)")
+
+
+def _source(key: str, d: Any, where: str) -> Source:
+    if not isinstance(d, dict):
+        raise SpecsimError(f"{where}: expected an object, got {type(d).__name__}")
+    src = Source(
+        key,
+        _field(d, "title", where, str),
+        _field(d, "authors", where, str),
+        _field(d, "year", where, int, lo=1900),
+        _field(d, "venue", where, str),
+        _field(d, "where", where, str),
+    )
+    if is_reserved(src):
+        raise SpecsimError(
+            f"{where}: {src.title!r} is reserved for an independent check (the Spec-Bench "
+            "leaderboard or an EAGLE paper) and must stay out"
+        )
+    return src
+
+
+def is_reserved(src: Source) -> bool:
+    """True for the Spec-Bench leaderboard and the EAGLE, EAGLE-2 and EAGLE-3 papers (by key, title or
+    venue)."""
+    text = f"{src.key} {src.title} {src.venue} {src.where}".lower()
+    return (
+        any(word in src.key.lower() for word in _RESERVED)
+        or any(m in text for m in _RESERVED_MARKS)
+        or src.title.lower().startswith(_EAGLE_PAPER_TITLES)
+    )
+
+
+def parse_published_set(data: Any, name: str = "published set") -> PublishedSet:
+    """Validate the set; every error names the row/field and the bad value."""
+    check_schema_version(data, 1, name)
+    srcs = data.get("sources")
+    if not isinstance(srcs, dict) or not srcs:
+        raise SpecsimError(f"{name}.sources: expected a non-empty object of citations")
+    sources = {k: _source(k, v, f"{name}.sources[{k!r}]") for k, v in srcs.items()}
+    models_in = data.get("models", {})
+    if not isinstance(models_in, dict):
+        raise SpecsimError(f"{name}.models: expected an object of model configs, got {show(models_in)}")
+    for k, v in models_in.items():
+        if not isinstance(v, dict) or not isinstance(v.get("config"), dict):
+            raise SpecsimError(
+                f"{name}.models[{k!r}]: expected an object with a 'config' object, got {show(v)}"
+            )
+    models = {k: v["config"] for k, v in models_in.items()}
+    rows_in = data.get("rows")
+    if not isinstance(rows_in, list) or not rows_in:
+        raise SpecsimError(f"{name}.rows: expected a non-empty list")
+    rows = tuple(_row(r, f"{name}.rows[{i}]", sources, models) for i, r in enumerate(rows_in))
+    ids = [r.id for r in rows]
+    dup = sorted({i for i in ids if ids.count(i) > 1})
+    if dup:
+        raise SpecsimError(f"{name}.rows: duplicate id {dup[0]!r}")
+    rows = _with_ratios(rows, name)
+    return PublishedSet(
+        sources,
+        models,
+        rows,
+        str(data.get("description", "")),
+        {k: str(v.get("source", "")) for k, v in models_in.items()},
+    )
+
+
+def load_published_set(path: str | Path | None = None) -> PublishedSet:
+    """The shipped set, or a user file of the same form."""
+    if path is None:
+        data = read_json(Path(str(resources.files("specsim") / DATA_FILE)), "published set")
+        return parse_published_set(data, "published_gpu_measurements.json")
+    data = read_json(Path(path), "published set")
+    return parse_published_set(data, Path(path).name)
+
+
+@functools.cache
+def _shipped_model_configs() -> dict[str, dict]:
+    """The shipped set's cited model configs, parsed once per process (a command resolves target and
+    draft)."""
+    return load_published_set().models
+
+
+def resolve_model_spec(
+    name_or_path: str, *, dtype: str | None = None, kv_dtype: str | None = None
+) -> ModelSpec:
+    """A model by preset name, HF config.json path, or the name of one of the shipped set's cited model
+    configs (``llama-2-70b``, ``llama-3.1-8b``, ...): what ``--target``/``--draft`` take."""
+    return load_model_spec(
+        name_or_path, dtype=dtype, kv_dtype=kv_dtype, named_configs=_shipped_model_configs()
+    )
