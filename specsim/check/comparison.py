@@ -182,29 +182,59 @@ def check_row(
         tau_ref, g_ref = reference_tau(entry, reference_gamma or gamma)
         book = textbook_speedup(tau_ref, g_ref, gamma, pred.ratios()["c"])
         note += f"; textbook: v=1, iid alpha from tau={tau_ref:.3f} at gamma={g_ref}"
-    predicted_terms = pred.terms_ms_per_block()
+    return compared_row(
+        entry,
+        draft_gamma(gamma),
+        measured,
+        tau=pred.tau,
+        decode_speedup=pred.decode_speedup,
+        request_speedup=pred.request_speedup,
+        textbook=book,
+        terms=pred.terms_ms_per_block(),
+        notes=note,
+        draft=None if chain else draft_label(gamma),
+    )
+
+
+def compared_row(
+    entry: MethodAcceptance,
+    gamma: int,
+    measured,
+    *,
+    tau: float,
+    decode_speedup: float,
+    request_speedup: float | None,
+    textbook: float | None,
+    terms: dict,
+    notes: str,
+    **extra,
+) -> CheckRow:
+    """A :class:`CheckRow`: the predicted τ, speedups and ms per block by term (``terms``) beside
+    ``measured`` (greedy :class:`Measured` or sampled, with the same fields); ``extra`` fills the rest."""
     return CheckRow(
         method=entry.method,
         scenario=entry.scenario,
-        gamma=draft_gamma(gamma),
-        draft=None if chain else draft_label(gamma),
-        tau_predicted=pred.tau,
+        gamma=gamma,
+        tau_predicted=tau,
         tau_measured=measured.tau,
-        speedup_predicted=pred.decode_speedup,
+        speedup_predicted=decode_speedup,
         speedup_measured=measured.decode_speedup,
-        speedup_textbook=book,
+        speedup_textbook=textbook,
         prompts=measured.prompts,
         new_tokens=measured.new_tokens,
         speedup_halfwidth=_finite(measured.decode_halfwidth),
-        request_speedup_predicted=pred.request_speedup,
+        request_speedup_predicted=request_speedup,
         request_speedup_measured=measured.request_speedup,
         request_speedup_halfwidth=_finite(measured.request_halfwidth),
         rounds=measured.rounds,
         terms_ms_per_block={
-            t: {"predicted": predicted_terms[t], "measured": measured.terms_ms_per_block[t]}
+            t: {"predicted": terms[t], "measured": measured.terms_ms_per_block[t]}
             for t in (*TERMS, TARGET_TERM)
-        },
-        notes=note,
+            if t in terms
+        }
+        or None,
+        notes=notes,
+        **extra,
     )
 
 

@@ -42,7 +42,7 @@ import numpy as np
 
 from specsim.acceptance.montecarlo import central_interval
 from specsim.acceptance.theory import tau_iid
-from specsim.check.comparison import PromptSpec
+from specsim.check.comparison import PromptSpec, compared_row
 from specsim.check.sampled_runs import SampledMeasured, acceptance_paths, replicate_runs
 from specsim.drafts.block_plans import BlockPlan, greedy_plan
 from specsim.errors import SpecsimError
@@ -241,7 +241,9 @@ def predict_sampled(
         "; a context outside the measured grid was extrapolated" if extrapolated else ""
     )
     note += (
-        "" if cost.sampling else "; sampling cost not measured (re-run 'specsim calibrate latency'): greedy costs"
+        ""
+        if cost.sampling
+        else "; sampling cost not measured (re-run 'specsim calibrate latency'): greedy costs"
     )
     note += (
         "; runs longer than their path continue at its mean acceptance" if extended else ""
@@ -295,32 +297,18 @@ def sampled_row(
     if not math.isfinite(hw):
         raise SpecsimError("check: a sampled check needs at least 2 rounds (seeds) for its timing noise")
     textbook = float(tau_iid(pred.alpha, gamma)) / (gamma * pred.c + 1.0)
-    finite = lambda x: float(x) if math.isfinite(x) else None  # noqa: E731
-    return CheckRow(
-        method=entry.method,
-        scenario=entry.scenario,
-        gamma=gamma,
-        tau_predicted=pred.tau,
-        tau_measured=measured.tau,
-        speedup_predicted=pred.decode_speedup,
-        speedup_measured=measured.decode_speedup,
-        speedup_textbook=textbook,
-        prompts=measured.prompts,
-        new_tokens=measured.new_tokens,
-        speedup_halfwidth=finite(measured.decode_halfwidth),
-        request_speedup_predicted=pred.request_speedup,
-        request_speedup_measured=measured.request_speedup,
-        request_speedup_halfwidth=finite(measured.request_halfwidth),
-        rounds=measured.rounds,
-        terms_ms_per_block={
-            t: {"predicted": pred.terms_ms_per_block[t], "measured": measured.terms_ms_per_block[t]}
-            for t in TERMS
-            if t in pred.terms_ms_per_block
-        }
-        or None,
+    return compared_row(
+        entry,
+        gamma,
+        measured,
+        tau=pred.tau,
+        decode_speedup=pred.decode_speedup,
+        request_speedup=pred.request_speedup,
+        textbook=textbook,
+        terms=pred.terms_ms_per_block,
+        notes=f"{pred.note}; speedup interval widened by timing noise ±{hw:.1%}; textbook: v=1, iid "
+        f"alpha = mean beta = {pred.alpha:.3f}",
         temperature=float(temperature),
         tau_interval=pred.tau_interval,
         speedup_interval=widen(pred.decode_speedup, pred.decode_interval, hw),
-        notes=f"{pred.note}; speedup interval widened by timing noise ±{hw:.1%}; textbook: v=1, iid "
-        f"alpha = mean beta = {pred.alpha:.3f}",
     )

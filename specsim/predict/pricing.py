@@ -67,15 +67,25 @@ def request_specs(
     if traces and new_tokens is None:
         out = []
         for t in traces:
-            p = context_tokens if context_tokens is not None else (t.prompt_tokens or entry.target_prompt_tokens)
+            p = (
+                context_tokens
+                if context_tokens is not None
+                else (t.prompt_tokens or entry.target_prompt_tokens)
+            )
             p = p or default_context_tokens
             if p is None:
                 raise SpecsimError(f"method {entry.method!r}: prompt length unknown (pass --context-tokens)")
             d = t.draft_prompt_tokens or entry.draft_prompt_tokens or p
             d = context_tokens if context_tokens is not None else d
-            out.append(RequestSpec(float(p), float(d), images, t, max_new_tokens, prompt_id=t.prompt_id or ""))
+            out.append(
+                RequestSpec(float(p), float(d), images, t, max_new_tokens, prompt_id=t.prompt_id or "")
+            )
         return out
-    p = context_tokens if context_tokens is not None else (entry.target_prompt_tokens or _mean(traces, "prompt_tokens"))
+    p = (
+        context_tokens
+        if context_tokens is not None
+        else (entry.target_prompt_tokens or _mean(traces, "prompt_tokens"))
+    )
     p = p or default_context_tokens
     if p is None:
         raise SpecsimError(
@@ -83,7 +93,11 @@ def request_specs(
             "(pass --context-tokens N to walk from an N-token prompt)"
         )
     n = new_tokens or (int(round(np.mean([len(t.match) for t in traces]))) if traces else DEFAULT_NEW_TOKENS)
-    d = (entry.draft_prompt_tokens or _mean(traces, "draft_prompt_tokens") or p) if context_tokens is None else p
+    d = (
+        (entry.draft_prompt_tokens or _mean(traces, "draft_prompt_tokens") or p)
+        if context_tokens is None
+        else p
+    )
     return [RequestSpec(float(p), float(d), images, None, new_tokens=int(n))]
 
 
@@ -155,7 +169,9 @@ class Priced:
     def request_speedup(self) -> float | None:
         if self.base_setup_ms is None:
             return None
-        return (self.base_setup_ms + self.base_request.total_ms) / (self.sd_setup_ms + self.sd_request.total_ms)
+        return (self.base_setup_ms + self.base_request.total_ms) / (
+            self.sd_setup_ms + self.sd_request.total_ms
+        )
 
     @property
     def extrapolated(self) -> bool:
@@ -196,7 +212,9 @@ def price(profile: Profile, entry: MethodAcceptance, draft: Draft, requests: lis
         }
         n, P = plan.tokens, r.prompt_tokens
         # The decode phase starts after the first pass, unless that pass is the whole request.
-        dec, first = (plan.after_first(), 1.0) if plan.after_first().tokens > 0 else (plan, 0.0)
+        dec, first = plan.after_first(), 1.0
+        if dec.tokens == 0:
+            dec, first = plan, 0.0
         parts = {
             "sd_req": plan_cost(cost, plan, **kw),
             "base_req": target_request_cost(cost, prompt_tokens=P, new_tokens=n),

@@ -7,7 +7,7 @@ A section with only a published ratio (``block_cost``) has none: :attr:`LatencyS
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from specsim.bounds import RANGES, check_range
@@ -16,7 +16,7 @@ from specsim.jsonio import check_keys
 from specsim.profile._fields import _drop_none, _int, _list, _num, _opt, _req, _show, _str
 from specsim.profile.cost_model import CostModel
 from specsim.profile.provenance import Provenance
-from specsim.profile.table_cost_model import tables_cost_model
+from specsim.profile.table_cost_model import TABLES_INTERPOLATION, tables_cost_model
 
 
 @dataclass(frozen=True)
@@ -120,13 +120,16 @@ class LatencySection:
     block_cost: BlockCost | None = None
     provenance: Provenance | None = None  # when latency was measured apart from acceptance
     cost_model: CostModel | None = None  # forward cost over rows × context × batch (module docstring)
-    cost_model_from_tables: bool = False  # built from the 1-D tables, never written
+    cost_model_from_tables: bool = field(default=False, init=False)  # built from the 1-D tables, never written
 
     def __post_init__(self):
-        if self.cost_model is None:
+        # A model built from the tables is derived state, rebuilt whenever the section is (a replace() of
+        # a table must not keep the old model); a measured one (any other interpolation) is kept as given.
+        derived = self.cost_model is None or self.cost_model.interpolation == TABLES_INTERPOLATION
+        if derived:
             model = tables_cost_model(self)
             object.__setattr__(self, "cost_model", model)
-            object.__setattr__(self, "cost_model_from_tables", model is not None)
+        object.__setattr__(self, "cost_model_from_tables", derived and self.cost_model is not None)
 
     @property
     def published_ratio(self) -> BlockCost | None:
