@@ -157,6 +157,24 @@ def speedup(tau, gamma, c, v):
     return out if out.ndim else float(out)
 
 
+def block_speedup(tau, target_ms_per_token, block_ms):
+    """Decode-phase speedup of blocks that take ``block_ms`` and emit τ tokens each, against target-only
+    steps of Tp = ``target_ms_per_token``: τ·Tp / block_ms, i.e. :func:`speedup` with the block's ms in units
+    of Tp (γ·c + v, plus whatever else a block pays). Vectorised; ms in any one unit."""
+    out = (
+        np.asarray(tau, dtype=float)
+        * np.asarray(target_ms_per_token, dtype=float)
+        / np.asarray(block_ms, dtype=float)
+    )
+    return out if out.ndim else float(out)
+
+
+def sd_block_ms(draft_forwards, draft_ms, verify_ms, overhead_ms=0.0):
+    """ms of one speculative block: ``draft_forwards`` draft steps of ``draft_ms`` (γ, plus any extra
+    forward a runtime runs), one verification of ``verify_ms`` and ``overhead_ms`` outside the models."""
+    return draft_forwards * draft_ms + verify_ms + overhead_ms
+
+
 def optimal_gamma(alpha, c, v_of_gamma=None, gamma_max: int = 16):
     """argmax over γ = 1..gamma_max of speedup(tau_iid(α, γ), γ, c, v(γ)).
 

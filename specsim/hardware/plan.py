@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
+from specsim.acceptance.theory import block_speedup, sd_block_ms
 from specsim.errors import SpecsimError
 from specsim.hardware.device import Device
 from specsim.hardware.model import ModelSpec
@@ -161,8 +162,8 @@ def _device_rows(
     tq = decode_ms(draft, dev, eff, ctx, b * mt.draft_batch_size, tp=t_dtp)  # [B, L, 1]
     tv = verify_ms(target, dev, eff, g, ctx, b, tp=t_tp)  # [B, L, G]
     tau = np.asarray(mt.tau)[None, None, :]
-    block_ms = (g + eff.extra_draft_forwards_per_block) * tq + tv + eff.overhead_ms_per_block
-    speedups = tau * tp / block_ms  # = τ / ((γ + e)·c + v + o / Tp)
+    block_ms = sd_block_ms(g + eff.extra_draft_forwards_per_block, tq, tv, eff.overhead_ms_per_block)
+    speedups = block_speedup(tau, tp, block_ms)  # = τ / ((γ + e)·c + v + o / Tp)
     best = np.argmax(speedups, axis=-1)  # [B, L]
     bound = compute_bound(target, dev, eff, b, ctx, 1, tp=t_tp)[..., 0]
     per_gpu = per_gpu_resident_bytes(

@@ -18,6 +18,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
+from specsim.acceptance.theory import block_speedup
 from specsim.drafts.trees import TreeSpec, chain_tree, draft_pass_rows, expected_tokens
 from specsim.errors import SpecsimError
 from specsim.hardware.device import Device
@@ -131,7 +132,7 @@ def plan_trees(
                 + verify_ms(target, dev, eff, nodes, ctx, b)
                 + eff.overhead_ms_per_block
             )
-            speedups = tau * tp / block  # [B, L, T]
+            speedups = block_speedup(tau, tp, block)  # [B, L, T]
             out += _rows(dev.name, mt.method, trees, tau, speedups, tp, chains, b, ctx)
     return out
 

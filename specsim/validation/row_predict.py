@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from specsim.acceptance.theory import block_speedup, sd_block_ms
 from specsim.hardware.device import Device, load_device
 from specsim.hardware.passes import PassTable, pass_table, pass_terms
 from specsim.hardware.roofline import decode_ms, forward_bytes, forward_ms, verify_ms
@@ -64,7 +65,7 @@ def _tp_over_block(ps: PublishedSet, row: Row, rt) -> tuple[float, float]:
     tq = decode_ms(draft, dev, rt, d_ctx, row.batch, tp=row.draft_tp)
     tv = verify_ms(target, dev, rt, row.gamma, ctx, row.batch, tp=row.tp)
     forwards = row.gamma + extra_forwards(row, rt)
-    return float(tp), float(forwards * tq + tv + rt.overhead_ms_per_block)
+    return float(tp), float(sd_block_ms(forwards, tq, tv, rt.overhead_ms_per_block))
 
 
 def _new_tokens(row: Row) -> int:
@@ -96,7 +97,7 @@ def predict_row(ps: PublishedSet, row: Row, rt) -> float:
     if row.observable == "speedup_ratio":
         tp_ref, block_ref = _tp_over_block(ps, _reference(ps, row), rt)
         return (tp / block) / (tp_ref / block_ref)
-    return float(row.tau * tp / block) if row.observable == "speedup" else float(block / row.tau)
+    return block_speedup(row.tau, tp, block) if row.observable == "speedup" else float(block / row.tau)
 
 
 def textbook_row(ps: PublishedSet, row: Row) -> float:
@@ -114,7 +115,7 @@ def textbook_row(ps: PublishedSet, row: Row) -> float:
     if row.kind in ("decode", "pass"):
         return ideal_tp
     c = draft.weight_bytes / target.weight_bytes
-    speedup = row.tau / (row.gamma * c + 1.0)
+    speedup = block_speedup(row.tau, 1.0, row.gamma * c + 1.0)  # v = 1; γ may be a mean (not whole)
     return speedup if row.observable == "speedup" else ideal_tp / speedup
 
 
@@ -148,8 +149,15 @@ class RowModel:
         extra, ref_extra = (
             np.where(np.isnan(e), rt.extra_draft_forwards_per_block, e) for e in (self.extra, self.ref_extra)
         )
-        rate = t[self.tp] / ((self.gamma + extra) * t[self.tq] + t[self.tv] + per_block)
-        ref = t[self.ref_tp] / ((self.ref_gamma + ref_extra) * t[self.ref_tq] + t[self.ref_tv] + per_block)
+        # tokens per block ms in units of the target's: the speedup of a block that emits one token
+        rate = block_speedup(
+            1.0, t[self.tp], sd_block_ms(self.gamma + extra, t[self.tq], t[self.tv], per_block)
+        )
+        ref = block_speedup(
+            1.0,
+            t[self.ref_tp],
+            sd_block_ms(self.ref_gamma + ref_extra, t[self.ref_tq], t[self.ref_tv], per_block),
+        )
         out = np.select(
             [self.kind == 0, self.kind == 1, self.kind == 2],
             [t[self.tp], self.tau * rate, t[self.tp] / (self.tau * rate)],
