@@ -1,5 +1,6 @@
-"""What ``specsim check`` prints: per-row errors, the summary judged against the measurement noise, and tables;
-for sampled rows (``--temperature T``) the share inside their prediction intervals (:func:`coverage`)."""
+"""What ``specsim check`` prints: per-row errors, the summary judged against the measurement noise, and
+tables; for sampled rows (``--temperature T``) the share inside their prediction intervals
+(:func:`coverage`)."""
 
 from __future__ import annotations
 
@@ -169,7 +170,8 @@ def summary_line(rows: list[CheckRow]) -> str:
         )
     if "rows_within_halfwidth_goal" in s:
         line += (
-            f"\nmeasured half-width <= {HALFWIDTH_GOAL:.1%}: {s['rows_within_halfwidth_goal']}/{s['rows']} rows; "
+            f"\nmeasured half-width <= {HALFWIDTH_GOAL:.1%}: "
+            f"{s['rows_within_halfwidth_goal']}/{s['rows']} rows; "
             f"error within the measurement's half-width: {s['rows_error_within_noise']}/{s['rows']} rows"
         )
     return line
@@ -217,7 +219,8 @@ def inside(value: float, interval) -> bool:
 
 
 def coverage(rows: list[CheckRow]) -> dict:
-    """How many sampled rows' measured τ and speedup lie inside their 95% prediction intervals (goal ≥ 90%)."""
+    """How many sampled rows' measured τ and speedup lie inside their 95% prediction intervals
+    (goal ≥ 90%)."""
     rows = [r for r in rows if r.tau_interval is not None and r.speedup_interval is not None]
     if not rows:
         raise SpecsimError("check: no sampled rows with prediction intervals")

@@ -1,5 +1,5 @@
-"""Predicted vs measured speculative decoding (``specsim check``): one :class:`CheckRow` per method × scenario × γ
-(or token tree, or draft-length policy).
+"""Predicted vs measured speculative decoding (``specsim check``): one :class:`CheckRow` per method × scenario
+× γ (or token tree, or draft-length policy).
 
 Measured: real runs of the engine, per prompt and round, reduced to :class:`RequestRun` (ms by term).
 Two speedups: *request* = target-only request ms / SD request ms, everything the engine does (vision,

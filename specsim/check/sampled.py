@@ -14,14 +14,14 @@ sampled draft was accepted with probability min(p_t(y_t), q_t(y_t)) / p_t(y_t) (
 falls back to one path, β_t on the target's greedy output (a warning says so: a sampled run follows its
 own tokens, whose acceptance can differ). Per prompt, a pool of simulated runs: draws m_t ~ Bernoulli
 over the run's length (:mod:`specsim.acceptance.montecarlo`), replayed into the engine's blocks
-(:func:`specsim.drafts.block_plans.greedy_plan`, γ capped at tokens left − 1), every block priced where it runs by
-the chain costs :func:`specsim.predict.pricing.price` composes (:func:`specsim.predict.chain_costs.block_ms`).
-A *replicate* of the measurement first resamples the prompt's K paths with replacement (so the interval
-carries the error of estimating acceptance from K paths: the measured runs follow other paths), then
-draws, for every run actually made (prompt p, n tokens), one simulated run of p at length n along a
-path of that resample, and reduces them as the measurement is reduced. The central 95% of the
-replicates is the interval: it covers the sampling randomness of a run of P × R runs and the finite
-number of calibration paths, not only the Monte Carlo mean's error. The prompts themselves are the
+(:func:`specsim.drafts.block_plans.greedy_plan`, γ capped at tokens left − 1), every block priced where it
+runs by the chain costs :func:`specsim.predict.pricing.price` composes
+(:func:`specsim.predict.chain_costs.block_ms`). A *replicate* of the measurement first resamples the prompt's
+K paths with replacement (so the interval carries the error of estimating acceptance from K paths: the
+measured runs follow other paths), then draws, for every run actually made (prompt p, n tokens), one simulated
+run of p at length n along a path of that resample, and reduces them as the measurement is reduced. The
+central 95% of the replicates is the interval: it covers the sampling randomness of a run of P × R runs and
+the finite number of calibration paths, not only the Monte Carlo mean's error. The prompts themselves are the
 calibration's, so they are not resampled.
 
 Timing noise: the speedup interval is widened in quadrature by the measurement's timing noise (see
@@ -148,7 +148,8 @@ class SampledPrediction:
 
 
 def _base_ms(cost, spec: PromptSpec, tokens: int) -> tuple[float, float, float]:
-    """Target-only (decode-phase ms, decode-phase tokens, request ms without set-up) of one run of ``tokens``."""
+    """Target-only (decode-phase ms, decode-phase tokens, request ms without set-up) of one run of
+    ``tokens``."""
     step = 0.0 if cost.sampling is None else cost.sampling.target_step_ms  # a draw instead of an argmax
     request = (
         target_request_cost(cost, prompt_tokens=spec.prompt_tokens, new_tokens=tokens).total_ms
@@ -291,7 +292,8 @@ def sampled_row(
     rng: np.random.Generator,
     **mc,
 ) -> CheckRow:
-    """Predicted (Monte Carlo, with intervals) vs ``measured`` at one γ and temperature as a :class:`CheckRow`."""
+    """Predicted (Monte Carlo, with intervals) vs ``measured`` at one γ and temperature as a
+    :class:`CheckRow`."""
     pred = predict_sampled(profile, entry, gamma, prompts, measured, rng=rng, **mc)
     hw = measured.timing_halfwidth
     if not math.isfinite(hw):

@@ -108,7 +108,8 @@ _BETA_T = re.compile(r"beta at T=([0-9.eE+-]+)")
 
 
 def beta_temperature(entry: MethodAcceptance) -> float | None:
-    """The temperature the entry's β was measured at, as ``calibrate acceptance`` notes it ("beta at T=1.0")."""
+    """The temperature the entry's β was measured at, as ``calibrate acceptance`` notes it ("beta at
+    T=1.0")."""
     found = _BETA_T.search(entry.notes or "")
     try:
         return float(found.group(1)) if found else None
@@ -136,8 +137,9 @@ def check_sampling_entry(entry: MethodAcceptance, temperature: float) -> None:
         )
     if not all(t.accept_paths for t in entry.traces):
         warn(
-            f"{where} has beta on the target's greedy output only, while a sampled run follows its own tokens "
-            "(their acceptance can differ, and the intervals then miss); measure the target's sampled paths with "
+            f"{where} has beta on the target's greedy output only, while a sampled run follows its own "
+            "tokens (their acceptance can differ, and the intervals then miss); measure the target's sampled "
+            "paths with "
             f"'specsim calibrate acceptance --temperature {temperature:g} --sample-paths 8'"
         )
 

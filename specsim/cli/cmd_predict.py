@@ -1,4 +1,5 @@
-"""``specsim predict``, ``specsim sweep`` and ``specsim profiles``: speedup per method and scenario from a profile."""
+"""``specsim predict``, ``specsim sweep`` and ``specsim profiles``: speedup per method and scenario from a
+profile."""
 
 from __future__ import annotations
 
@@ -136,12 +137,11 @@ def _drafts(args) -> list:
     return [parse_tree(t) for t in args.tree or []] + [parse_policy(p) for p in args.policy or []]
 
 
-def _comparison(args, profile: Profile, methods, gammas) -> list | None:
+def _comparison(args, profile: Profile, methods, gammas, drafts: list, max_new_tokens=None) -> list | None:
     """Chain vs tree vs policy rows when --tree, --policy or --best-tree asked for them; else None."""
     from specsim.predict.predict_drafts import compare
     from specsim.predict.prediction import select_entries
 
-    drafts = _drafts(args)
     if not drafts and not getattr(args, "best_tree", False):
         return None
     # --sweep always compares with the best tree when the profile can price one.
@@ -153,14 +153,8 @@ def _comparison(args, profile: Profile, methods, gammas) -> list | None:
         drafts,
         best_tree=best,
         context_tokens=args.context_tokens,
-        max_new_tokens=_max_new_tokens(args),
+        max_new_tokens=max_new_tokens,
     )
-
-
-def _max_new_tokens(args) -> int | None:
-    """``--max-new-tokens`` (predict only; None: each trace's own length)."""
-    raw = getattr(args, "max_new_tokens", None)
-    return None if raw is None else parse_int(raw, name="--max-new-tokens", unit="tokens")
 
 
 def _print_comparison(rows: list) -> None:
@@ -223,9 +217,13 @@ def cmd_predict(args) -> int:
     new_tokens = (
         None if args.new_tokens is None else parse_int(args.new_tokens, name="--new-tokens", unit="tokens")
     )
-    max_new = _max_new_tokens(args)
+    max_new = (
+        None
+        if args.max_new_tokens is None
+        else parse_int(args.max_new_tokens, name="--max-new-tokens", unit="tokens")
+    )
     profile, methods = _load(args)
-    _drafts(args)  # a bad --tree/--policy fails before any work
+    drafts = _drafts(args)  # a bad --tree/--policy fails before any work
     rows = predict(
         profile,
         gamma,
@@ -236,7 +234,9 @@ def cmd_predict(args) -> int:
         new_tokens=new_tokens,
         max_new_tokens=max_new,
     )
-    drafts = _comparison(args, profile, methods, [gamma])
+    drafts = (
+        _comparison(args, profile, methods, [gamma], drafts, max_new) if drafts or args.best_tree else None
+    )
     if args.json:
         out = [r.to_json() for r in rows]
         print(
@@ -280,8 +280,8 @@ def cmd_predict(args) -> int:
     )
     if walked:
         print(
-            "o: the engine's overhead per block outside the models, in units of Tp; c, v, o are averages over "
-            "each request's walk from its prompt to prompt + new tokens"
+            "o: the engine's overhead per block outside the models, in units of Tp; c, v, o are averages "
+            "over each request's walk from its prompt to prompt + new tokens"
         )
     if drafts is not None:
         _print_comparison(drafts)
@@ -317,7 +317,7 @@ def cmd_sweep(args) -> int:
     """Speedup per γ and the best γ per method and scenario."""
     gammas = parse_int_list(args.gamma, name="--gamma", unit="gamma")
     profile, methods = _load(args)
-    _drafts(args)  # a bad --tree/--policy fails before any work
+    drafts = _drafts(args)  # a bad --tree/--policy fails before any work
     results = sweep(
         profile,
         gammas,
@@ -326,7 +326,7 @@ def cmd_sweep(args) -> int:
         textbook=args.textbook,
         context_tokens=args.context_tokens,
     )
-    drafts = _comparison(args, profile, methods, gammas)
+    drafts = _comparison(args, profile, methods, gammas, drafts)
     if args.json:
         out = [r.to_json() for r in results]
         print(dumps_json(out if drafts is None else {"sweep": out, "drafts": [c.to_json() for c in drafts]}))

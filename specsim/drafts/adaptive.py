@@ -33,10 +33,10 @@ def update_weights(
 
 def adaptive_plan(trace: AdaptiveTrace, gamma, max_new_tokens: int | None = None) -> BlockPlan:
     """The engine's blocks for one adaptive ensemble's greedy trace at a fixed γ or under a draft-length
-    policy (:func:`specsim.drafts.block_plans.greedy_plan`'s and :func:`specsim.drafts.policies.replay_policy_blocks`'
-    schedules), with the weights re-run block by block. A confidence policy stops drafting after a draft
-    whose mixture's top probability (the best of the target's token and its rivals under the block's
-    weights) is below its threshold, as the engine does."""
+    policy (:func:`specsim.drafts.block_plans.greedy_plan`'s and
+    :func:`specsim.drafts.policies.replay_policy_blocks`' schedules), with the weights re-run block by block.
+    A confidence policy stops drafting after a draft whose mixture's top probability (the best of the target's
+    token and its rivals under the block's weights) is below its threshold, as the engine does."""
     policy = as_policy(gamma)
     n = len(trace)
     max_new = token_budget(n, max_new_tokens)
@@ -75,8 +75,8 @@ def adaptive_plan(trace: AdaptiveTrace, gamma, max_new_tokens: int | None = None
 
 def adaptive_histogram(traces, gamma: int) -> np.ndarray:
     """h[k] = blocks that accepted exactly k drafts at a fixed γ, k = 0..γ, over adaptive traces replayed
-    block by block (:func:`adaptive_plan`); the twin of :func:`specsim.acceptance.replay.replay_histogram`, with the
-    last block of a prompt likewise counted as its tokens minus one."""
+    block by block (:func:`adaptive_plan`); the twin of :func:`specsim.acceptance.replay.replay_histogram`,
+    with the last block of a prompt likewise counted as its tokens minus one."""
     g = int(gamma)
     hist = np.zeros(g + 1, dtype=np.int64)
     for trace in traces:

@@ -79,8 +79,8 @@ def match_runs(match) -> np.ndarray:
 
 
 def greedy_plan(match, gamma: int, max_new_tokens: int | None = None) -> BlockPlan:
-    """The engine's blocks for one greedy trace at γ: a block starting at t drafts g = min(γ, max_new − t − 1),
-    accepts the run of matches from t (capped at g), and emits that run plus the target's token."""
+    """The engine's blocks for one greedy trace at γ: a block starting at t drafts g = min(γ, max_new − t −
+    1), accepts the run of matches from t (capped at g), and emits that run plus the target's token."""
     m = np.asarray(match, dtype=bool)
     n = m.size
     max_new = token_budget(n, max_new_tokens)

@@ -35,7 +35,8 @@ def draft_label(draft: Draft) -> str:
 
 
 def draft_gamma(draft: Draft) -> int:
-    """The γ a check or prediction row carries: the fixed γ, a tree's node count, a policy's starting γ (≥ 1)."""
+    """The γ a check or prediction row carries: the fixed γ, a tree's node count, a policy's starting γ (≥
+    1)."""
     if isinstance(draft, TreeSpec):
         return draft.n
     return max(1, int(getattr(draft, "gamma", draft)))
@@ -79,7 +80,8 @@ class TreePlan:
 
 def tree_plan(ranks, tree: TreeSpec, max_new_tokens: int | None = None) -> TreePlan:
     """The tree engine's blocks for one greedy top-k trace (its ``draft_rank``): block boundaries from
-    :func:`specsim.drafts.tree_replay.accepted_from_each_start`, each block's tree cut to depth ≤ max_new − 1 − t."""
+    :func:`specsim.drafts.tree_replay.accepted_from_each_start`, each block's tree cut to depth
+    ≤ max_new − 1 − t."""
     r = rank_arrays([ranks])[0]
     n = r.size
     budget = token_budget(n, max_new_tokens)
@@ -99,9 +101,10 @@ def tree_plan(ranks, tree: TreeSpec, max_new_tokens: int | None = None) -> TreeP
 
 
 def policy_plan(trace, policy, max_new_tokens: int | None = None) -> BlockPlan:
-    """The chain engine's blocks under a draft-length policy (:func:`specsim.drafts.policies.replay_policy_blocks`),
-    in :func:`specsim.drafts.block_plans.greedy_plan`'s form: the draft's first step feeds 2 rows after a block that
-    accepted every draft it proposed."""
+    """The chain engine's blocks under a draft-length policy
+    (:func:`specsim.drafts.policies.replay_policy_blocks`), in
+    :func:`specsim.drafts.block_plans.greedy_plan`'s form: the draft's first step feeds 2 rows after a block
+    that accepted every draft it proposed."""
     n = len(getattr(trace, "match", trace))
     blocks = replay_policy_blocks(trace, as_policy(policy), max_new_tokens)  # it checks the budget
     return plan_of_blocks(((b.start, b.proposed, b.accepted) for b in blocks), n)

@@ -114,7 +114,8 @@ def _check_sizes(n_max, max_depth) -> int:
 
 
 def _optimal(acc: np.ndarray, n_max: int, depth: int) -> list[TreeChoice | None]:
-    """Best tree per size n = 1..n_max within ``depth`` (None where no tree fits: n > K + K² + ... + K^depth)."""
+    """Best tree per size n = 1..n_max within ``depth`` (None where no tree fits: n > K + K² + ... +
+    K^depth)."""
     v, choices = _dp(acc, n_max, depth)
     out: list[TreeChoice | None] = []
     for n in range(1, n_max + 1):

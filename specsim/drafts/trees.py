@@ -202,7 +202,8 @@ def chain_tree(gamma: int) -> TreeSpec:
 
 
 def parse_tree(text: str) -> TreeSpec:
-    """A tree from "4,2,1" (branching per depth), "chain:5" or "parents:0,0,1,1,3" (see the module docstring)."""
+    """A tree from "4,2,1" (branching per depth), "chain:5" or "parents:0,0,1,1,3" (see the module
+    docstring)."""
     raw = str(text).strip()
     expected = "expected a tree like '4,2,1' (branching per depth), 'chain:5' or 'parents:0,0,1'"
     kind, _, body = raw.rpartition(":")
@@ -241,7 +242,8 @@ def node_probabilities(tree: TreeSpec, acceptance) -> np.ndarray:
 
 
 def expected_tokens(tree: TreeSpec, acceptance):
-    """τ(tree) = 1 + Σ_u P(u accepted): tokens per block, bonus included (vectorised over acceptance batches)."""
+    """τ(tree) = 1 + Σ_u P(u accepted): tokens per block, bonus included (vectorised over acceptance
+    batches)."""
     out = node_probabilities(tree, acceptance).sum(axis=-1)
     return out if np.ndim(out) else float(out)
 

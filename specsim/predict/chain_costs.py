@@ -1,4 +1,5 @@
-"""Price a chain request's forwards with the cost model (:mod:`specsim.profile.cost_model`), each where it runs.
+"""Price a chain request's forwards with the cost model (:mod:`specsim.profile.cost_model`), each where it
+runs.
 
 A request's context grows from its prompt P to P + N as it decodes, and each forward costs what it
 costs at its own rows, context and batch. So a prediction lists the blocks (a

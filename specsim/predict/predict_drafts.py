@@ -2,15 +2,15 @@
 (``specsim predict --tree/--policy/--best-tree``, ``specsim sweep --tree/--policy``).
 
 Every row is the decode phase walked through the cost model over each traced request's exact greedy
-schedule (:func:`specsim.drafts.draft_plans.draft_plan`), as :func:`specsim.predict.prediction.predict_entry` walks a fixed
-γ: every block priced at its own rows, context and batch as if the prompt were cached; speedup =
+schedule (:func:`specsim.drafts.draft_plans.draft_plan`), as :func:`specsim.predict.prediction.predict_entry`
+walks a fixed γ: every block priced at its own rows, context and batch as if the prompt were cached; speedup =
 target-only ms / speculative ms over the same tokens.
 
 The best tree (:func:`best_tree_for`) is Sequoia's hardware-aware choice (Chen et al. 2024;
 :func:`specsim.drafts.tree_search.best_tree`): over the optimal trees of every size n ≤ n_max and depth ≤
 max_depth, the most expected tokens per ms, with τ(tree) from the per-rank acceptance measured on the
-traces (:func:`specsim.drafts.tree_replay.rank_acceptance`, the same at every depth) and the block's ms from the
-tree grids at the requests' mean context. Its row then reports the exact replayed τ and walked speedup,
+traces (:func:`specsim.drafts.tree_replay.rank_acceptance`, the same at every depth) and the block's ms from
+the tree grids at the requests' mean context. Its row then reports the exact replayed τ and walked speedup,
 which can differ from the search's estimate: the search assumes acceptance independent across depths.
 """
 
@@ -37,8 +37,9 @@ UNPRICEABLE_MS = 1e18  # a tree the grids cannot price (a level wider than measu
 def predict_draft(
     profile: Profile, entry: MethodAcceptance, draft: Draft, *, context_tokens=None, max_new_tokens=None
 ) -> Prediction:
-    """The decode-phase prediction of one fixed γ, tree or policy (:func:`specsim.predict.prediction.predict_entry`);
-    a row whose speedup is None carries the reason in ``note``."""
+    """The decode-phase prediction of one fixed γ, tree or policy
+    (:func:`specsim.predict.prediction.predict_entry`); a row whose speedup is None carries the reason in
+    ``note``."""
     return predict_entry(profile, entry, draft, context_tokens=context_tokens, max_new_tokens=max_new_tokens)
 
 
@@ -51,7 +52,8 @@ def best_tree_for(
     ranks: int = BEST_TREE_RANKS,
     context_tokens=None,
 ):
-    """(the :class:`specsim.drafts.tree_search.TreeChoice` with the most τ per block ms, its :class:`Prediction`)."""
+    """(the :class:`specsim.drafts.tree_search.TreeChoice` with the most τ per block ms, its
+    :class:`Prediction`)."""
     from specsim.drafts.tree_replay import rank_acceptance
     from specsim.drafts.tree_search import best_tree
 
@@ -98,7 +100,8 @@ def best_tree_for(
 # --------------------------------------------------------------------------- comparison
 @dataclass(frozen=True)
 class Comparison:
-    """One method × scenario: the best fixed γ of ``gammas``, each tree and policy asked for, the best tree."""
+    """One method × scenario: the best fixed γ of ``gammas``, each tree and policy asked for, the best
+    tree."""
 
     method: str
     scenario: str

@@ -164,7 +164,8 @@ def priced_prediction(base: dict, priced: Priced, note: str) -> Prediction:
 
 
 def reference_tau(entry: MethodAcceptance, fallback_gamma: int) -> tuple[float, int]:
-    """(τ_ref, γ_ref) the textbook fit starts from: the entry's own single-γ τ, else τ at ``fallback_gamma``."""
+    """(τ_ref, γ_ref) the textbook fit starts from: the entry's own single-γ τ, else τ at
+    ``fallback_gamma``."""
     if entry.gamma is not None and entry.tau is not None:
         return entry.tau, entry.gamma
     if entry.gamma is not None and entry.accepted_histogram is not None:
@@ -229,19 +230,16 @@ def request_latency(priced: Priced, entry: MethodAcceptance, gamma, new_tokens: 
     return out | {"sd_total_ms": sd_total, "plain_total_ms": plain_total, "speedup": plain_total / sd_total}
 
 
-def _ratio_prediction(entry: MethodAcceptance, draft: Draft, ratio: BlockCost, *, textbook: bool) -> Prediction:
+def _ratio_prediction(
+    entry: MethodAcceptance, draft: Draft, ratio: BlockCost, *, textbook: bool
+) -> Prediction:
     """A published ratio γ·c + v at one γ: τ / (γ·c + v) there; the textbook's v = 1 carries c to any γ."""
-    base = {
-        "method": entry.method,
-        "scenario": entry.scenario,
-        "images_per_prompt": entry.images_per_prompt,
-        "gamma": draft_gamma(draft),
-    }
+    base = {"method": entry.method, "scenario": entry.scenario, "images_per_prompt": entry.images_per_prompt}
     if not isinstance(draft, int):
+        note = "trees and policies are priced with a cost model (run 'specsim calibrate latency')"
         return Prediction(
-            **base, tau=None, tau_source="replay", extrapolated=False, c=None, v=None, gamma_c_plus_v=None,
-            speedup=None, draft=draft_label(draft),
-            note="trees and policies are priced with a cost model (run 'specsim calibrate latency')",
+            **base, gamma=draft_gamma(draft), draft=draft_label(draft), tau=None, tau_source="replay",
+            extrapolated=False, c=None, v=None, gamma_c_plus_v=None, speedup=None, note=note,
         )  # fmt: skip
     gamma = draft
     tau, source = textbook_tau(entry, gamma) if textbook else tau_with_source(entry, gamma)
@@ -265,7 +263,7 @@ def _ratio_prediction(entry: MethodAcceptance, draft: Draft, ratio: BlockCost, *
             "(IbED, Lee et al. 2024, §6.1)"
         )
     return Prediction(
-        **base, tau=tau, tau_source=source, extrapolated=source.startswith("iid"), c=c, v=v,
+        **base, gamma=gamma, tau=tau, tau_source=source, extrapolated=source.startswith("iid"), c=c, v=v,
         gamma_c_plus_v=cost, speedup=None if cost is None else tau / cost, textbook=textbook, note=note,
     )  # fmt: skip
 

@@ -1,9 +1,9 @@
 """τ at γ for one acceptance entry, from the most direct evidence it holds (IbED, Lee et al. 2024, Eq. 1).
 
-Greedy traces replayed at γ (exact; an adaptive ensemble's through :mod:`specsim.drafts.adaptive`), else τ or the
-histogram measured at this γ, or (an entry recorded as a histogram at K, no separate τ, e.g. imported engine
-counters) the survival read off it for γ ≤ K (exact), else an i.i.d. extrapolation through α(τ) from the
-measured γ, always flagged as such.
+Greedy traces replayed at γ (exact; an adaptive ensemble's through :mod:`specsim.drafts.adaptive`), else τ or
+the histogram measured at this γ, or (an entry recorded as a histogram at K, no separate τ, e.g. imported
+engine counters) the survival read off it for γ ≤ K (exact), else an i.i.d. extrapolation through α(τ) from
+the measured γ, always flagged as such.
 """
 
 from __future__ import annotations
@@ -40,7 +40,8 @@ def tau_with_source(entry: MethodAcceptance, gamma: int) -> tuple[float, str]:
 
         return float(replay_traces_tau(entry.traces, gamma)), "replay"
     if entry.tau is None and entry.accepted_histogram is not None and gamma <= entry.gamma:
-        # The histogram at K is the record (e.g. imported engine counters): τ(γ ≤ K) = 1 + Σ_{i≤γ} a_i exactly.
+        # The histogram at K is the record (e.g. imported engine counters): τ(γ ≤ K) = 1 + Σ_{i≤γ} a_i
+        # exactly.
         source = "histogram" if gamma == entry.gamma else f"histogram at gamma={entry.gamma}"
         return tau_from_histogram_at(entry.accepted_histogram, gamma), source
     measured = _measured_tau(entry)

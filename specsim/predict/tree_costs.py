@@ -1,7 +1,8 @@
 """Price requests decoded with a token tree or a draft-length policy, every
 forward with the cost model (:mod:`specsim.profile.cost_model`) in the engines' cache conventions.
 
-Trees (the tree engine of the calibrate half, ARCHITECTURE.md), for a request with target prompt P and draft prompt D:
+Trees (the tree engine of the calibrate half, ARCHITECTURE.md), for a request with target prompt P and draft
+prompt D:
 
 - the target's prefill over the prompt's first P − 1 tokens runs apart (``target_prefill``, rows P − 1);
 - a block that starts after t emitted tokens verifies the pending token and its n nodes (``tree.verify``,
@@ -16,11 +17,10 @@ Trees (the tree engine of the calibrate half, ARCHITECTURE.md), for a request wi
 
 ``fused=False`` prices the decode phase alone: no prefill, every block's root pass as a 1- or 2-row step,
 as :func:`specsim.predict.chain_costs.sd_request_cost` does for chains. Plans come from exact greedy replay
-(:mod:`specsim.drafts.tree_replay`, :mod:`specsim.drafts.policies`) with every block's drafting capped at the request's
-max new tokens as the engines cap it; a policy's blocks are chain blocks of varying γ, priced by
+(:mod:`specsim.drafts.tree_replay`, :mod:`specsim.drafts.policies`) with every block's drafting capped at the
+request's max new tokens as the engines cap it; a policy's blocks are chain blocks of varying γ, priced by
 :func:`specsim.predict.chain_costs.sd_request_cost`.
 """
-
 
 from __future__ import annotations
 
@@ -147,8 +147,8 @@ def plan_cost(
     fused: bool = True,
     adaptive: bool = False,
 ) -> RequestCost:
-    """ms of a chain or policy plan (:func:`specsim.predict.chain_costs.sd_request_cost`; ``adaptive``: an adaptive
-    ensemble's) or a tree plan (:func:`tree_request_cost`)."""
+    """ms of a chain or policy plan (:func:`specsim.predict.chain_costs.sd_request_cost`; ``adaptive``: an
+    adaptive ensemble's) or a tree plan (:func:`tree_request_cost`)."""
     kw = {
         "target_prompt_tokens": target_prompt_tokens,
         "draft_prompt_tokens": draft_prompt_tokens,
@@ -164,7 +164,8 @@ def tree_block_ms(
     cost: CostModel, tree: TreeSpec, *, target_context: float, draft_context: float, batch: int = 1
 ) -> float:
     """ms of one decode-phase block of ``tree`` (root pass of 1 row, level passes, verification, overhead)
-    whose target cache holds ``target_context`` positions and the draft's ``draft_context`` before the root."""
+    whose target cache holds ``target_context`` positions and the draft's ``draft_context`` before the
+    root."""
     plan = TreePlan((TreeBlockPlan(start=0, tree=tree, emitted=1, root_rows=1),))
     return tree_request_cost(
         cost,

@@ -8,7 +8,8 @@ nothing of specsim but :mod:`specsim.jsonio`, :mod:`specsim.errors`, :mod:`specs
 :mod:`specsim.dtypes`. Profiles on disk (shipped, loaded, saved, their traces replayed against their τ)
 are :mod:`specsim.profiles`.
 
-One module per part of the document: :mod:`~specsim.profile.provenance`, :mod:`~specsim.profile.latency_section`,
+One module per part of the document: :mod:`~specsim.profile.provenance`,
+:mod:`~specsim.profile.latency_section`,
 :mod:`~specsim.profile.trace`, :mod:`~specsim.profile.acceptance_entry`, :mod:`~specsim.profile.check_row`,
 :mod:`~specsim.profile.document` (the whole). Import from here.
 """

@@ -171,8 +171,6 @@ def _acceptance_evidence(d: dict, where: str) -> tuple[int | None, float | None,
 TAU_TOLERANCE = 0.005  # papers print tau with 2 decimals; calibrate writes tau and histogram exactly
 
 
-
-
 def _check_tau_histogram(gamma: int | None, tau: float | None, hist: list | None, where: str) -> None:
     """tau and the histogram must tell one story: predictions use tau before the histogram, so a
     disagreement would silently ignore an edit. (That both agree with the greedy traces replayed at gamma

@@ -24,8 +24,8 @@ pass starts from. Outside the models, the engine's per-block overhead (sampling,
 crop, Python) is ``overhead_ms_per_block`` by γ, draft batch and (profiles from now on) target context,
 linear between measured values and the end value outside them, and ``overhead_ms_per_target_step``
 that of a target-only step, both greedy; ``adaptive_ms_per_block`` (same axes) what an adaptive
-ensemble's weight update adds to each of its blocks; ``sampling`` (:mod:`specsim.profile.sampling_cost`) is what drawing
-tokens at T > 0 adds.
+ensemble's weight update adds to each of its blocks; ``sampling`` (:mod:`specsim.profile.sampling_cost`) is
+what drawing tokens at T > 0 adds.
 
 Interpolation: :mod:`specsim.profile.cost_grid`.
 """
@@ -63,6 +63,7 @@ INTERPOLATION = (
     "context_tokens: piecewise linear, flagged linear extrapolation outside the measured range; "
     "rows and batch: exact or linear between measured values, an error outside them"
 )
+
 
 # --------------------------------------------------------------------------- overhead and host check
 @dataclass(frozen=True)
@@ -125,8 +126,8 @@ class TreeCosts:
     overhead_fit: TreeOverheadFit | None = None  # by size and depth; used when present (deep trees)
 
     def overhead_at(self, tree, batch, context) -> float:
-        """ms per block outside the models for ``tree`` (a :class:`specsim.drafts.trees.TreeSpec`) at ``context``: the
-        size × depth plane when the sweep spanned enough depths, else the grid by n."""
+        """ms per block outside the models for ``tree`` (a :class:`specsim.drafts.trees.TreeSpec`) at
+        ``context``: the size × depth plane when the sweep spanned enough depths, else the grid by n."""
         if self.overhead_fit is not None:  # deep trees: one more level is one more pass and acceptance step
             return self.overhead_fit.at(tree.n, tree.depth, batch, context)
         return float(self.overhead_ms_per_block.at(tree.n, batch, context))
@@ -207,7 +208,7 @@ class CostModel:
     def to_json(self) -> dict:
         return drop_none(
             {
-                **{name: getattr(self, name).to_json() for name in GRID_NAMES if getattr(self, name) is not None},
+                **{n: getattr(self, n).to_json() for n in GRID_NAMES if getattr(self, n) is not None},
                 "overhead_ms_per_block": self.overhead_ms_per_block.to_json(),
                 "overhead_ms_per_target_step": self.overhead_ms_per_target_step,
                 "host_check": None if self.host_check is None else self.host_check.to_json(),
@@ -241,7 +242,8 @@ class CostModel:
         }
         if grids["target_decode"].rows[0] != 1:
             raise SpecsimError(
-                f"{where}.target_decode.rows: expected to start at 1, got {show(list(grids['target_decode'].rows))}"
+                f"{where}.target_decode.rows: expected to start at 1, "
+                f"got {show(list(grids['target_decode'].rows))}"
             )
         for name in ("target_prefill", "draft_prefill"):
             if grids[name].context_tokens != (0.0,):

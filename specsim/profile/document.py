@@ -86,7 +86,8 @@ class Profile:
         return replace(self, acceptance=kept + tuple(entries))
 
     def with_checks(self, rows: tuple[CheckRow, ...] | list[CheckRow]) -> Profile:
-        """A copy where ``rows`` replace existing rows of the same (method, scenario, gamma, draft, temperature)."""
+        """A copy where ``rows`` replace existing rows of the same (method, scenario, gamma, draft,
+        temperature)."""
         key = lambda r: (r.method, r.scenario, r.gamma, r.draft, r.temperature)  # noqa: E731
         keys = {key(r) for r in rows}
         kept = tuple(c for c in self.checks if key(c) not in keys)

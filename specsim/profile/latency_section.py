@@ -120,7 +120,8 @@ class LatencySection:
     block_cost: BlockCost | None = None
     provenance: Provenance | None = None  # when latency was measured apart from acceptance
     cost_model: CostModel | None = None  # forward cost over rows × context × batch (module docstring)
-    cost_model_from_tables: bool = field(default=False, init=False)  # built from the 1-D tables, never written
+    # built from the 1-D tables on construction, never written
+    cost_model_from_tables: bool = field(default=False, init=False)
 
     def __post_init__(self):
         # A model built from the tables is derived state, rebuilt whenever the section is (a replace() of

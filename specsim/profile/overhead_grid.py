@@ -15,7 +15,8 @@ from specsim.jsonio import check_keys, field_int, field_list, field_nested, fiel
 
 
 def axis_values(value, where: str, *, integer: bool) -> tuple:
-    """A grid axis: strictly increasing token counts (integers when ``integer``); SpecsimError naming ``where``."""
+    """A grid axis: strictly increasing token counts (integers when ``integer``); SpecsimError naming
+    ``where``."""
     vals = field_list(value, where)
     parsed = [
         field_int(v, f"{where}[{i}]", lo=1, unit="tokens")
@@ -101,7 +102,8 @@ class OverheadGrid:
 
 
 def _corners(x: np.ndarray, xs: np.ndarray):
-    """(index, weight) pairs of linear interpolation of ``x`` on the sorted axis ``xs``, clamped at its ends."""
+    """(index, weight) pairs of linear interpolation of ``x`` on the sorted axis ``xs``, clamped at its
+    ends."""
     x = np.clip(x, xs[0], xs[-1])
     lo = np.clip(np.searchsorted(xs, x, side="right") - 1, 0, len(xs) - 1)
     hi = np.minimum(lo + 1, len(xs) - 1)

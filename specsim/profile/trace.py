@@ -30,7 +30,8 @@ class Trace:
     temperature: the probability that a sampled draft at t is accepted given that the target emitted
     y_t there (Leviathan et al. 2023, §3.5; its mean over y_t ~ p_t is β_t). A sampled run follows its
     own tokens, so the sampled check simulates runs along these paths rather than the greedy output.
-    Adaptive ensembles add ``adaptive`` (:class:`specsim.profile.adaptive_trace.AdaptiveTrace`): their exact replay.
+    Adaptive ensembles add ``adaptive`` (:class:`specsim.profile.adaptive_trace.AdaptiveTrace`): their exact
+    replay.
     """
 
     match: tuple[int, ...] | None = None

@@ -1,5 +1,5 @@
-"""The shipped profiles (``published/``: papers' tables, each row cited; ``measured/``: this project's runs) and
-loading, resolving and saving profiles (:mod:`specsim.profiles.loading`). Import from here."""
+"""The shipped profiles (``published/``: papers' tables, each row cited; ``measured/``: this project's runs)
+and loading, resolving and saving profiles (:mod:`specsim.profiles.loading`). Import from here."""
 
 from specsim.profiles.loading import (
     DEFAULT_PROFILE,

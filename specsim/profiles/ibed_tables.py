@@ -1,4 +1,5 @@
-"""The shipped profile of IbED (Lee et al. 2024; LLaVA-1.5-7B target, LLaVA-1.5-68M draft, γ=5), built from its tables.
+"""The shipped profile of IbED (Lee et al. 2024; LLaVA-1.5-7B target, LLaVA-1.5-68M draft, γ=5), built from
+its tables.
 
 Source: ``specsim/data/ibed_block_efficiency.csv`` (Tables 1a/1b/2/3/5/6 transcribed). The paper
 gives τ at γ=5 for every method and dataset, and wall-clock speedups only for M and T (Table 1b).
@@ -86,7 +87,10 @@ def build_profile() -> Profile:
     )
     return Profile(
         name=PROFILE_NAME,
-        description="IbED (Lee et al. 2024): LLaVA-1.5-7B target, LLaVA-1.5-68M draft, gamma=5, greedy, 128 new tokens",
+        description=(
+            "IbED (Lee et al. 2024): LLaVA-1.5-7B target, LLaVA-1.5-68M draft, gamma=5, greedy, "
+            "128 new tokens"
+        ),
         provenance=Provenance(
             target="llava-hf/llava-1.5-7b-hf",
             draft="LLaVA-1.5-68M (LLaMA-68M, visual instruction tuned)",

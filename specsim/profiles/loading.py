@@ -71,7 +71,8 @@ def check_traces_agree(profile: Profile) -> Profile:
     adaptive ensemble's re-run block by block); SpecsimError naming the entry otherwise."""
     for i, entry in enumerate(profile.acceptance):
         where, gamma, traces = f"acceptance[{i}]", entry.gamma, entry.traces
-        if gamma is None or not traces or any(t.match is None for t in traces) or not any(t.match for t in traces):
+        greedy = [t.match for t in traces]
+        if gamma is None or not greedy or any(m is None for m in greedy) or not any(greedy):
             continue
         tau_replay, hist_replay = replay_at(traces, gamma)
         if entry.tau is not None and abs(entry.tau - tau_replay) > TAU_TOLERANCE:
