@@ -1,4 +1,5 @@
-"""calibrate commands: bad paths, devices, lengths and partial files fail (or restart) before any measuring."""
+"""calibrate commands: bad paths, devices, lengths and partial files fail (or restart) before any
+measuring."""
 
 import json
 import os

@@ -1,4 +1,5 @@
-"""Latency sweeps on tiny random Llama, Qwen2 and LLaVA models: profile written, valid, resumable; CLI errors."""
+"""Latency sweeps on tiny random Llama, Qwen2 and LLaVA models: profile written, valid, resumable; CLI
+errors."""
 
 import json
 
@@ -200,15 +201,23 @@ def test_latency_written_into_existing_profile_keeps_acceptance(tmp_path):
     assert prof.acceptance == (entry,) and prof.latency.target_decode_ms_by_context is not None
 
 
-def test_predict_reads_the_measured_ratios(tmp_path):
-    predict = pytest.importorskip("specsim.predict.latency_tables")
+def test_the_tables_read_the_cost_model_that_predict_prices_with(tmp_path):
+    """The 1-D tables a measured profile carries are its cost grids read at their contexts: Tp, Tq and
+    Tv(2) at context 16 are the grids' target_decode, draft_next and target_verify (3 rows) there."""
+    from specsim.profile.cost_grid import grid_ms
+
     out = tmp_path / "p.json"
     L.calibrate_latency(_pair(TINY_LLAMA, TINY_LLAMA), PLAN, out, progress=False)
     lat = load_profile(str(out)).latency
-    c, v = predict.latency_ratios(lat, 2)
+    cost = lat.forward_costs()
+    assert not lat.cost_model_from_tables
     tp = dict(zip(lat.target_decode_ms_by_context.x, lat.target_decode_ms_by_context.ms))[16.0]
     tq = dict(zip(lat.draft_decode_ms_by_context.x, lat.draft_decode_ms_by_context.ms))[16.0]
-    assert c == pytest.approx(tq / tp) and v == pytest.approx(lat.target_verify_ms_by_gamma.ms[1] / tp)
+    assert grid_ms(cost.target_decode, 1, 16)[0] == pytest.approx(tp)
+    assert grid_ms(cost.draft_first, 1, 16)[0] == pytest.approx(tq)
+    assert grid_ms(cost.target_verify, 3, lat.verify_context_tokens)[0] == pytest.approx(
+        lat.target_verify_ms_by_gamma.ms[1]
+    )
 
 
 def test_captioner_is_timed(tmp_path):

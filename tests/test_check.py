@@ -1,4 +1,5 @@
-"""`specsim check`: measured speedups with half-widths, predicted rows (pure), the tables, the CLI on tiny models."""
+"""`specsim check`: measured speedups with half-widths, predicted rows (pure), the tables, the CLI on tiny
+models."""
 
 import json
 from dataclasses import replace
@@ -56,7 +57,8 @@ def test_relative_error():
 
 
 def test_ratio_halfwidth_matches_monte_carlo_coverage():
-    """95% half-width: in repeated synthetic experiments the interval covers the true ratio ~95% of the time."""
+    """95% half-width: in repeated synthetic experiments the interval covers the true ratio ~95% of the
+    time."""
     rng = np.random.default_rng(0)
     true_b, true_s = np.array([50.0, 80.0, 65.0]), np.array([30.0, 40.0, 45.0])
     cover = 0

@@ -1,6 +1,6 @@
-"""`specsim check --tree/--policy` end to end on tiny random models, as a user runs it: latency with tree grids,
-top-k acceptance, then real tree and policy runs next to the chain, rows written under their draft names with
-replay == engine; and the one-line refusals before any run."""
+"""`specsim check --tree/--policy` end to end on tiny random models, as a user runs it: latency with tree
+grids, top-k acceptance, then real tree and policy runs next to the chain, rows written under their draft
+names with replay == engine; and the one-line refusals before any run."""
 
 import json
 

@@ -24,7 +24,8 @@ NEW_TOKENS = 20
 
 
 def synthetic_ms(role: str, rows: int, context: int, batch: int) -> float:
-    """A cost that depends on all three axes and is linear in context (what linear interpolation is exact for)."""
+    """A cost that depends on all three axes and is linear in context (what linear interpolation is exact
+    for)."""
     if role == "target":
         return 2.0 + 0.5 * rows + 0.01 * context + 0.002 * rows * context
     return 0.4 + 0.1 * rows + 0.003 * context + 0.25 * (batch - 1) + 0.001 * batch * context

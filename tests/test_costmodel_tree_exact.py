@@ -1,7 +1,8 @@
-"""The tree grids, and the tree and policy walks, reproduce a synthetic cost exactly (as test_costmodel_exact.py
-does for chains): calibration with a clock that moves only inside forward passes, by a known function of rows,
-context and batch; then the walk over each prompt's replayed blocks equals what the tree engine and the
-policy-driven chain engine spent, ms for ms, on the text drafter and on an in-batch ensemble."""
+"""The tree grids, and the tree and policy walks, reproduce a synthetic cost exactly (as
+test_costmodel_exact.py does for chains): calibration with a clock that moves only inside forward passes, by a
+known function of rows, context and batch; then the walk over each prompt's replayed blocks equals what the
+tree engine and the policy-driven chain engine spent, ms for ms, on the text drafter and on an in-batch
+ensemble."""
 
 import time
 

@@ -1,4 +1,5 @@
-"""`specsim import vllm|sglang`: parsing real-format samples, the derived survival and tau, bad inputs, predict."""
+"""`specsim import vllm|sglang`: parsing real-format samples, the derived survival and tau, bad inputs,
+predict."""
 
 import json
 from pathlib import Path

@@ -1,4 +1,5 @@
-"""Round trip: our engine's runs -> vLLM counters (exposition text) -> `specsim import vllm` -> tau(k) == engine's."""
+"""Round trip: our engine's runs -> vLLM counters (exposition text) -> `specsim import vllm` -> tau(k) ==
+engine's."""
 
 import pytest
 import torch

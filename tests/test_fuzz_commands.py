@@ -1,6 +1,6 @@
-"""Seeded fuzzing of the commands added after the first hostile-input pass: ``validate``, ``import vllm|sglang``,
-``recommend``, ``check``'s arguments, ``hardware --runtime/--tp/--gamma/--tau/--alpha``, and the tree and
-draft-length policy spec strings.
+"""Seeded fuzzing of the commands added after the first hostile-input pass: ``validate``, ``import
+vllm|sglang``, ``recommend``, ``check``'s arguments, ``hardware --runtime/--tp/--gamma/--tau/--alpha``, and
+the tree and draft-length policy spec strings.
 
 Invariant (:func:`tests.test_fuzz_inputs.check_run`): exit 0 with strict output (``--json`` parses with
 NaN/Infinity refused; text has no nan/inf), or exit 2 with exactly one ``specsim: error:`` line, no
@@ -38,7 +38,8 @@ _SMALL_SOURCES = (
 
 
 def mutate_text(text: str, rng: random.Random) -> bytes:
-    """One hostile edit of a Prometheus exposition (mostly on its speculative-decoding lines) or JSONL text."""
+    """One hostile edit of a Prometheus exposition (mostly on its speculative-decoding lines) or JSONL
+    text."""
     lines = text.splitlines()
     spec = [i for i, line in enumerate(lines) if "spec" in line and not line.startswith("#")] or [0]
     i = rng.choice(spec)

@@ -1,4 +1,5 @@
-"""Seeded fuzzing of every input class: mutated profiles, device files and model configs, bad paths, bad ranges.
+"""Seeded fuzzing of every input class: mutated profiles, device files and model configs, bad paths, bad
+ranges.
 
 Invariant for every run of the CLI: exit 0 with strict output (``--json`` parses with NaN/Infinity
 refused; text has no nan/inf), or exit 2 with exactly one ``specsim: error:`` line on stderr, no

@@ -62,7 +62,8 @@ PROMPTS = (16.0, 64.0, 256.0, 1024.0)
 def synthetic_latency(
     eff: Efficiency, rng: np.random.Generator | None = None, noise: float = 0.0
 ) -> LatencySection:
-    """The tables calibrate would measure if the machine followed the roofline exactly (times lognormal noise)."""
+    """The tables calibrate would measure if the machine followed the roofline exactly (times lognormal
+    noise)."""
 
     def curve(x, ms):
         ms = np.asarray(ms, dtype=float)

@@ -191,7 +191,8 @@ def test_cli_fit_profile_and_validate(tmp_path, capsys):
 
 
 def test_cli_fit_profile_takes_the_profiles_models(capsys):
-    """--fit-profile without --pair prices the models the profile was measured with, not the default pair's."""
+    """--fit-profile without --pair prices the models the profile was measured with, not the default
+    pair's."""
     common = (
         "--fit-profile",
         "qwen2.5-coder-0.5b-1.5b-cpu",

@@ -81,7 +81,8 @@ def test_prefill_is_compute_bound_and_matches_flops_over_peak():
 
 
 def test_decode_crossover_near_ridge_point_without_kv():
-    """Decode turns compute-bound where batch ~ peak/bandwidth (1 FLOP per weight byte per sequence in FP16)."""
+    """Decode turns compute-bound where batch ~ peak/bandwidth (1 FLOP per weight byte per sequence in
+    FP16)."""
     m = spec_from_config(LLAMA2_7B, "llama2-7b")
     h100 = device(3.35e12, 989e12)
     ridge = h100.ridge_flops_per_byte  # 295 FLOP/byte

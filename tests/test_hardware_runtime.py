@@ -111,8 +111,9 @@ def test_row_dependent_efficiency_gemv_vs_gemm():
 
 
 def test_gemv_row_curve_prices_small_passes_by_hand():
-    """Up to gemv_max_rows a pass keeps the GEMV kernel's bandwidth and each row past the first adds its integer
-    dot products: weights · ops per weight / the device's INT32 rate; above it the GEMM efficiency prices it."""
+    """Up to gemv_max_rows a pass keeps the GEMV kernel's bandwidth and each row past the first adds its
+    integer dot products: weights · ops per weight / the device's INT32 rate; above it the GEMM efficiency
+    prices it."""
     m = spec_from_config(LLAMA2_7B, "7b")
     dev = load_device("a100-80gb-sxm")
     rt = Runtime(
@@ -133,7 +134,8 @@ def test_gemv_row_curve_prices_small_passes_by_hand():
         forward_bytes(m, 1, 0, 3) / (bw * 0.5) * 1e3 + 2 * row_ms
     )
     assert verify_ms(m, dev, rt, 4, 0) == pytest.approx(forward_bytes(m, 1, 0, 5) / (bw * 0.25) * 1e3)
-    # The defaults (1 row, no arithmetic) keep the GEMV/GEMM split at one row, as before the row curve existed.
+    # The defaults (1 row, no arithmetic) keep the GEMV/GEMM split at one row, as before the row curve
+    # existed.
     plain = Runtime(name="p", memory_efficiency_gemv=0.5, memory_efficiency_gemm=0.25)
     assert plain.memory_efficiency([1, 2, 8]) == pytest.approx([0.5, 0.25, 0.25])
     with pytest.raises(SpecsimError, match="runtime.gemv_max_rows: expected a number"):
@@ -146,8 +148,8 @@ def test_gemv_row_curve_prices_small_passes_by_hand():
 
 
 def test_llama_cpp_plan_needs_the_devices_int32_rate(tmp_path, capsys):
-    """llama.cpp prices its 2- to 8-row passes by the CUDA cores' INT32 rate: a device file without it, or with a
-    bad one, is a one-line error naming the field."""
+    """llama.cpp prices its 2- to 8-row passes by the CUDA cores' INT32 rate: a device file without it, or
+    with a bad one, is a one-line error naming the field."""
     d = json.loads((CATALOG_DIR / "rtx-3090.json").read_text())
     args = [
         "hardware",
@@ -200,8 +202,8 @@ def test_tensor_parallel_allreduce_bytes_by_hand():
 
 
 def test_tensor_parallel_beyond_the_interconnect_runs_at_the_scale_out_link(tmp_path, capsys):
-    """A DGX H100 joins 8 GPUs over NVLink and has one 400 Gb/s InfiniBand adapter per GPU; an RTX 3090's bridge
-    joins 2 cards. A ring over more GPUs than that runs at the slower link."""
+    """A DGX H100 joins 8 GPUs over NVLink and has one 400 Gb/s InfiniBand adapter per GPU; an RTX 3090's
+    bridge joins 2 cards. A ring over more GPUs than that runs at the slower link."""
     m = spec_from_config(LLAMA2_70B, "70b")
     rt = Runtime(name="t", interconnect_efficiency=1.0, overhead_ms_per_allreduce=0.0)
     hand = 2 * 15 / 16 * (8192 * 2) * 160  # bytes through each GPU's link in one 1-token pass over 16 GPUs
@@ -302,8 +304,8 @@ def test_70b_7b_tensor_parallel_plan():
 
 
 def test_layer_split_divides_memory_not_time(capsys):
-    """llama.cpp (pull request #4766) and Accelerate place whole layers per GPU and run them in turn: over N GPUs a
-    pass costs what it costs on one, and the most loaded GPU holds ceil(layers / N) of the layers."""
+    """llama.cpp (pull request #4766) and Accelerate place whole layers per GPU and run them in turn: over N
+    GPUs a pass costs what it costs on one, and the most loaded GPU holds ceil(layers / N) of the layers."""
     target, draft = (
         spec_from_config(LLAMA2_70B, "70b", dtype="q4_k_m"),
         spec_from_config(LLAMA2_7B, "7b", dtype="q4_k_m"),
@@ -345,7 +347,8 @@ def test_layer_split_divides_memory_not_time(capsys):
     assert not plans[1].fits_memory and plans[3].fits_memory
     with pytest.raises(SpecsimError, match="layer split over 81 GPUs: target '70b' has 80 layers"):
         plan_hardware(target, draft, [rtx], [mt], efficiency=rt, parallel=Parallel(81, split="layer"))
-    # the CLI takes the runtime's split and says so; --split-mode overrides it, and 3 GPUs need no head divisor
+    # the CLI takes the runtime's split and says so; --split-mode overrides it, and 3 GPUs need no head
+    # divisor
     args = [
         "hardware",
         "--target",
@@ -417,7 +420,8 @@ def test_published_set_is_cited_and_keeps_reserved_sources_out():
 
 
 def test_validate_cli_json_plots_and_sweeps(tmp_path, capsys):
-    """One leave-one-source-out run through the CLI (JSON + both plots): all rows summarised, sweeps present."""
+    """One leave-one-source-out run through the CLI (JSON + both plots): all rows summarised, sweeps
+    present."""
     rc = main(
         ["validate", "--json", "--plot", str(tmp_path / "v.png"), "--sweep-plot", str(tmp_path / "s.png")]
     )
@@ -492,7 +496,8 @@ def test_model_config_without_model_type_is_an_error(tmp_path, capsys):
 
 
 def test_hardware_cli_takes_the_published_sets_models_by_name(capsys):
-    # the published set ships cited HF configs; they plan by name like presets, and match the hand-written config
+    # the published set ships cited HF configs; they plan by name like presets, and match the hand-written
+    # config
     rc = main(
         [
             "hardware",

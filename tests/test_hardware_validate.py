@@ -212,7 +212,8 @@ def test_paying_range_by_hand():
 
 
 def test_pass_rows_price_one_forward_over_their_new_positions(ps):
-    """A ``pass`` row (llama-bench ``pp N``) is one target forward over N new positions: ms = 1000·N / (t/s)."""
+    """A ``pass`` row (llama-bench ``pp N``) is one target forward over N new positions: ms = 1000·N /
+    (t/s)."""
     rows = sorted(
         (r for r in ps.rows if r.kind == "pass" and r.source == "llamacpp-5625"),
         key=lambda r: r.pass_new_tokens,
@@ -254,9 +255,9 @@ def test_sept_2023_llamacpp_row_is_priced_as_the_row_split_of_its_date(ps):
 
 
 def test_layer_split_rows_are_priced_at_one_gpus_time(ps):
-    """XiongjieDai's llama.cpp rows on 1-6 RTX 3090s ran llama.cpp's default layer split: every GPU count of the same
-    model and context gets the same prediction, and the published figures agree (within 15 % across GPU counts,
-    where a tensor split would have divided the time by the GPU count)."""
+    """XiongjieDai's llama.cpp rows on 1-6 RTX 3090s ran llama.cpp's default layer split: every GPU count of
+    the same model and context gets the same prediction, and the published figures agree (within 15 % across
+    GPU counts, where a tensor split would have divided the time by the GPU count)."""
     rows = [r for r in ps.rows if r.source == "xiongjiedai-llama3"]
     assert {r.gpus for r in rows} == {1, 2, 4, 6} and all(r.tp == 1 for r in rows)
     assert all(r.split == "layer" for r in rows if r.gpus > 1)

@@ -182,8 +182,8 @@ def test_draft_vision_without_images_warns(tmp_path, profile):
         warnings.simplefilter("always")
         _load_mutated(tmp_path, profile, _set(["acceptance", 0, "images_per_prompt"], 0))
     assert [str(w.message) for w in caught if w.category is SpecsimWarning] == [
-        "acceptance[0]: uses_draft_vision is true but images_per_prompt is 0, so no draft vision cost is charged; "
-        "is the entry mislabeled?"
+        "acceptance[0]: uses_draft_vision is true but images_per_prompt is 0, so no draft vision cost is "
+        "charged; is the entry mislabeled?"
     ]
 
 
@@ -273,7 +273,8 @@ def test_hardware_plot_path_is_checked_before_work(capsys, tmp_path, monkeypatch
     [["hardware", "--device", "h100-sxm", "--plot"], ["validate", "--plot"], ["validate", "--sweep-plot"]],
 )
 def test_plot_paths_must_say_png(capsys, tmp_path, argv):
-    """A plot is written as PNG: a name that says otherwise is refused before any work, and nothing is written."""
+    """A plot is written as PNG: a name that says otherwise is refused before any work, and nothing is
+    written."""
     code, out, err = run(capsys, *argv, str(tmp_path / "speedup.pdf"))
     assert code == 2 and out == "" and err.count("\n") == 1 and "expected a .png file name" in err
     assert not any(tmp_path.iterdir())

@@ -17,7 +17,8 @@ def test_specsim_imports_without_torch():
                     raise ImportError('blocked for the layering test: ' + name)
                 return None
         sys.meta_path.insert(0, Block())
-        import specsim, specsim.cli.main, specsim.predict.prediction, specsim.predict.pricing, specsim.predict.sweep, specsim.profile
+        import specsim, specsim.cli.main, specsim.predict.prediction, specsim.predict.pricing
+        import specsim.predict.sweep, specsim.profile
         import pkgutil, importlib
         for m in pkgutil.walk_packages(specsim.__path__, 'specsim.'):
             importlib.import_module(m.name)
@@ -31,7 +32,8 @@ def test_specsim_imports_without_torch():
 
 ROOT = Path(__file__).resolve().parent.parent
 # A module path of the measuring half, or an import of it: `calibrate.run.engine`, `from calibrate import`,
-# `import calibrate`, `files("calibrate")`. The word alone ("calibrated", the `specsim calibrate` command) is fine.
+# `import calibrate`, `files("calibrate")`. The word alone ("calibrated", the `specsim calibrate` command)
+# is fine.
 _NAMES_CALIBRATE = re.compile(
     r"\bcalibrate\.[A-Za-z_]|^\s*(from|import)\s+calibrate\b|(files|import_module)\(\s*[\"']calibrate", re.M
 )
@@ -129,7 +131,8 @@ def test_no_module_over_400_lines():
 
 
 def test_every_command_lives_in_a_cli_module_found_by_entry_point():
-    """Each ``specsim.commands`` entry point is a ``register`` in a ``cmd_<name>.py`` module of a ``cli`` package."""
+    """Each ``specsim.commands`` entry point is a ``register`` in a ``cmd_<name>.py`` module of a ``cli``
+    package."""
     from importlib.metadata import entry_points
 
     eps = list(entry_points(group="specsim.commands"))
@@ -170,7 +173,8 @@ def test_measuring_command_without_torch_is_one_line():
                 return None
         sys.meta_path.insert(0, Block())
         import specsim.cli.main
-        sys.exit(specsim.cli.main.main(['calibrate', 'acceptance', '--preset', 'zoo', '--out', '/tmp/never.json']))
+        argv = ['calibrate', 'acceptance', '--preset', 'zoo', '--out', '/tmp/never.json']
+        sys.exit(specsim.cli.main.main(argv))
     """)
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert proc.returncode == 2, proc.stderr[-2000:]

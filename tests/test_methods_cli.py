@@ -1,4 +1,5 @@
-"""`calibrate acceptance` / `check` with --method on tiny zoo-architecture models, and the built-in zoo prompt set."""
+"""`calibrate acceptance` / `check` with --method on tiny zoo-architecture models, and the built-in zoo prompt
+set."""
 
 import json
 from importlib import resources

@@ -1,4 +1,5 @@
-"""Execute notebooks/05_validation_and_planning.ipynb end to end (leave-one-source-out, sweeps, crossovers, TP plan)."""
+"""Execute notebooks/05_validation_and_planning.ipynb end to end (leave-one-source-out, sweeps, crossovers, TP
+plan)."""
 
 from pathlib import Path
 

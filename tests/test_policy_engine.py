@@ -1,5 +1,6 @@
 """Draft-length policies in the real engine: lossless, block counts equal to their greedy replay from top-k
-traces, and equal to HF transformers' assisted generation under the same schedule (target forwards counted)."""
+traces, and equal to HF transformers' assisted generation under the same schedule (target forwards
+counted)."""
 
 import numpy as np
 import pytest

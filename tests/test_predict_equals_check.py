@@ -1,8 +1,8 @@
-"""``specsim check`` tests exactly what ``specsim predict`` prints: for every greedy check row committed in the
-reference pair's and the zoo's profiles (chains, token trees, draft-length policies), the speedup that
-``specsim predict --json`` prints at the check's settings (its γ, tree or policy, its --max-new-tokens 64)
-is the row's predicted column. Both come from :func:`specsim.predict.pricing.price`; a second pricing path
-in either command would break this."""
+"""``specsim check`` tests exactly what ``specsim predict`` prints: for every greedy check row committed in
+the reference pair's and the zoo's profiles (chains, token trees, draft-length policies), the speedup that
+``specsim predict --json`` prints at the check's settings (its γ, tree or policy, its --max-new-tokens 64) is
+the row's predicted column. Both come from :func:`specsim.predict.pricing.price`; a second pricing path in
+either command would break this."""
 
 import json
 

@@ -1,4 +1,5 @@
-"""`specsim recommend`: best draft length per batch size, vLLM / SGLang config with the documented option names."""
+"""`specsim recommend`: best draft length per batch size, vLLM / SGLang config with the documented option
+names."""
 
 import argparse
 import json
@@ -92,7 +93,8 @@ def test_gamma_beyond_k_is_flagged_and_sglang_fixed_gamma(setting):
 
 
 def _vllm_documented_schema(config: dict) -> None:
-    """Keys and types of SpeculativeConfig (vllm/config/speculative.py; docs/features/speculative_decoding)."""
+    """Keys and types of SpeculativeConfig (vllm/config/speculative.py;
+    docs/features/speculative_decoding)."""
     documented = {
         "method": str,
         "model": str,

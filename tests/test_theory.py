@@ -101,7 +101,8 @@ def test_alpha_from_tau_rejects_impossible():
 
 def test_speedup_formula_and_paper_cell():
     assert speedup(2.24, 5, 0.0, 1.0) == pytest.approx(2.24)
-    # seed 003: c = 0.05, tau = 2.5 -> batch 2 vs 1 draft cost (c doubled) changes speedup a lot only if c large
+    # seed 003: c = 0.05, tau = 2.5 -> batch 2 vs 1 draft cost (c doubled) changes speedup a lot only if c
+    # large
     assert speedup(3.0, 4, 0.25, 1.0) == pytest.approx(1.5)
     with pytest.raises(SpecsimError):
         speedup(2.0, 0, 0.1, 1.0)

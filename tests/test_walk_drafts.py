@@ -1,6 +1,6 @@
-"""Token-tree and draft-length-policy walks (numpy only): plans equal greedy replay, a chain tree walks like the
-chain, tree pricing equals part 1's block cost, the best-tree search follows the verification cost, and the
-predict / sweep / hardware commands list chain, tree and policy side by side."""
+"""Token-tree and draft-length-policy walks (numpy only): plans equal greedy replay, a chain tree walks like
+the chain, tree pricing equals part 1's block cost, the best-tree search follows the verification cost, and
+the predict / sweep / hardware commands list chain, tree and policy side by side."""
 
 import json
 
@@ -109,8 +109,9 @@ def test_chain_tree_and_fixed_policy_walk_like_the_chain():
 
 
 def test_tree_pricing_equals_the_block_cost_of_part_one():
-    """A second implementation: trees.tree_block_ms over the replayed blocks (its root feeds 1 row one position
-    later than a 2-row root; with equal rows and context slopes in the draft cost the two price it alike)."""
+    """A second implementation: trees.tree_block_ms over the replayed blocks (its root feeds 1 row one
+    position later than a 2-row root; with equal rows and context slopes in the draft cost the two price it
+    alike)."""
     prof, entry = _profile()
     for spec in ("4,2,1", "2,2,2", "parents:0,0,1,1,3"):
         tree = parse_tree(spec)

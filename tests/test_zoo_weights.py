@@ -1,4 +1,5 @@
-"""The shipped zoo weights: load offline, answer held-out requests exactly, caption, and the model card's claims."""
+"""The shipped zoo weights: load offline, answer held-out requests exactly, caption, and the model card's
+claims."""
 
 import json
 
@@ -12,14 +13,14 @@ from calibrate.zoo.zoo_models import decoder_flops_per_token, load_zoo_model
 from calibrate.zoo.zoo_prompts import select_examples
 
 EXPECTED = {  # greedy answers of the shipped target (seed 0) to the first 1-, 2- and 5-image zoo prompts
-    "test-00000": " The picture shows two yellow circles on the right. Everything is placed on that side of the "
-    "picture. The background is plain and nothing else is drawn.",
-    "test-00001": " From the first image to the second, the count goes from four to four (same), the hue from yellow "
-    "to yellow (same), the form from squares to squares (same) and the side from right to left (new "
-    "position). So only the position is different. Everything else stays as it was.",
-    "test-00004": " From the fourth picture to the fifth, the count goes from four to four (same), the hue from "
-    "yellow to yellow (same), the form from circles to circles (same) and the side from left to top "
-    "(new position). So only the position changed. And that is how the story ends.",
+    "test-00000": " The picture shows two yellow circles on the right. Everything is placed on that side "
+    "of the picture. The background is plain and nothing else is drawn.",
+    "test-00001": " From the first image to the second, the count goes from four to four (same), the hue "
+    "from yellow to yellow (same), the form from squares to squares (same) and the side from right to "
+    "left (new position). So only the position is different. Everything else stays as it was.",
+    "test-00004": " From the fourth picture to the fifth, the count goes from four to four (same), the "
+    "hue from yellow to yellow (same), the form from circles to circles (same) and the side from left "
+    "to top (new position). So only the position changed. And that is how the story ends.",
 }
 
 

@@ -1,11 +1,11 @@
 """``specsim check``: run real speculative decoding and compare it with the profile's prediction.
 
-Found by :mod:`specsim.cli.main` through the ``specsim.commands`` entry point; torch is imported only when the
-command runs. Greedy (T = 0): the runs are :func:`calibrate.measure.check_runs.run_check` (rounds until each row's measured
-speedup is precise enough); the predictions and tables are :mod:`specsim.check.comparison` and
-:mod:`specsim.check.check_tables`. Sampled (--temperature T > 0): seeded runs
-(:func:`calibrate.measure.sampled_check_runs.run_sampled_check`) against Monte Carlo intervals from the profile's β
-traces (:mod:`specsim.check.sampled`).
+Found by :mod:`specsim.cli.main` through the ``specsim.commands`` entry point; torch is imported only when
+the command runs. Greedy (T = 0): the runs are :func:`calibrate.measure.check_runs.run_check` (rounds until
+each row's measured speedup is precise enough); the predictions and tables are
+:mod:`specsim.check.comparison` and :mod:`specsim.check.check_tables`. Sampled (--temperature T > 0): seeded
+runs (:func:`calibrate.measure.sampled_check_runs.run_sampled_check`) against Monte Carlo intervals from the
+profile's β traces (:mod:`specsim.check.sampled`).
 """
 
 from __future__ import annotations

@@ -5,12 +5,12 @@ branches on them.
   ``F``, ``Pn``, ensembles such as ``MTCP4``, ``adaptive:MTC``): members, cost fields, captioner need,
   drafter.
   :func:`make_drafter` builds a drafter from a code over a bare draft model.
-- :class:`TextDrafter` (:mod:`.text`): ``plain``, a causal LM draft over the target's token ids.
+- :class:`TextDrafter` (:mod:`.text_drafter`): ``plain``, a causal LM draft over the target's token ids.
 - :class:`EnsembleDrafter`, :class:`AdaptiveEnsembleDrafter` (:mod:`.ensemble`): every multimodal method,
   an in-batch ensemble of draft contexts (:mod:`.contexts`: M, T, C, F, Pn) over one draft model.
 - :func:`make_request` builds a target request from a prompt with ``<image>`` placeholders; captions come
   from :func:`hf_captioner` (default prompt :data:`CAPTION_PROMPT`), optionally :class:`CachedCaptioner`.
-- :func:`propose_tree`, :func:`accept_path` (:mod:`.tree`): token-tree drafting for the tree engine.
+- :func:`propose_tree`, :func:`accept_path` (:mod:`.tree_drafter`): token-tree drafting for the tree engine.
 """
 
 from calibrate.drafting.contexts import (

@@ -1,12 +1,14 @@
 """Real runs for ``specsim check``: target-only and speculative decoding interleaved, in rounds, until each
-row's measured speedup is precise enough or a cap is reached; reduced to :class:`specsim.check.comparison.RequestRun`.
+row's measured speedup is precise enough or a cap is reached; reduced to
+:class:`specsim.check.comparison.RequestRun`.
 
 A round runs, per prompt (the prompt order and the order of the runs rotate from round to round, so slow
 drift of the machine hits every row alike): target-only decoding, every method × γ still measuring, then
-target-only decoding again. A "γ" may also be a token tree (:class:`specsim.drafts.trees.TreeSpec`, run by
-:func:`calibrate.run.tree_engine.tree_decode`) or a draft-length policy (:mod:`specsim.drafts.policies`, run by
-:func:`calibrate.run.engine.speculative_decode`): they are rows like any other. After each round from ``min_rounds`` on, a row (method × scenario × γ) whose
-decode-phase speedup has a 95% half-width ≤ ``halfwidth`` stops; the target-only runs go on for the rest.
+target-only decoding again. A "γ" may also be a token tree (:class:`specsim.drafts.trees.TreeSpec`, run
+by :func:`calibrate.run.tree_engine.tree_decode`) or a draft-length policy (:mod:`specsim.drafts.policies`,
+run by :func:`calibrate.run.engine.speculative_decode`): they are rows like any other. After each round from
+``min_rounds`` on, a row (method × scenario × γ) whose decode-phase speedup has a 95% half-width
+≤ ``halfwidth`` stops; the target-only runs go on for the rest.
 """
 
 from __future__ import annotations
@@ -25,7 +27,8 @@ NOT_CHARGED = ("reused_target_vision_ms",)
 
 
 def request_run(result) -> RequestRun:
-    """A :class:`calibrate.run.engine.DecodeResult` reduced to ms by term (blocks after the first) and counts."""
+    """A :class:`calibrate.run.decode_records.DecodeResult` reduced to ms by term (blocks after the first)
+    and counts."""
     rest = result.blocks[1:]
     setup = sum(v for k, v in result.setup_ms.items() if k not in NOT_CHARGED)
     return RequestRun(
@@ -53,7 +56,8 @@ def mean_run(a: RequestRun, b: RequestRun) -> RequestRun:
 
 
 def prompt_spec(result, images: int, max_new_tokens: int) -> PromptSpec:
-    """Where a prompt's walk starts, read off an SD run: the draft's prompt is its first (fused) step's rows."""
+    """Where a prompt's walk starts, read off an SD run: the draft's prompt is its first (fused) step's
+    rows."""
     first = result.blocks[0]
     draft = first.draft_first_rows if first.gamma > 0 else result.prompt_tokens
     return PromptSpec(
@@ -122,8 +126,8 @@ def run_check(
     progress: Callable | None = None,
 ) -> CheckRuns:
     """Interleaved real runs in rounds (see the module docstring); ``setup`` is a
-    :class:`calibrate.workload.run_setup.Setup`-like object (target, methods, requests, prompts, drafter(), eos, groups);
-    ``gammas``: fixed γ (int), token trees and draft-length policies, in any mix."""
+    :class:`calibrate.workload.run_setup.Setup`-like object (target, methods, requests, prompts, drafter(),
+    eos, groups); ``gammas``: fixed γ (int), token trees and draft-length policies, in any mix."""
     from calibrate.run.engine import target_decode
 
     kw = {"max_new_tokens": max_new_tokens, "eos_token_id": setup.eos, "device": device}
@@ -192,7 +196,8 @@ def stage_shares(results: list) -> dict[str, float]:
 
 # --------------------------------------------------------------------------- rows of a check
 def entry_of(profile, method: str, scenario: str | None):
-    """The profile's acceptance entry of ``method`` (and ``scenario`` when given); SpecsimError naming both."""
+    """The profile's acceptance entry of ``method`` (and ``scenario`` when given); SpecsimError naming
+    both."""
     cands = [
         a for a in profile.acceptance if a.method == method and (scenario is None or a.scenario == scenario)
     ]

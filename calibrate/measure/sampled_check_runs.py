@@ -2,10 +2,10 @@
 target-only decoding at the same T around them, reduced to :class:`specsim.check.comparison.RequestRun`.
 
 A round is one seed: per prompt, target-only decoding, every method × γ, then target-only decoding again
-(the prompt order and the order of the runs rotate from round to round, as in :mod:`calibrate.measure.check_runs`, so
-slow drift of the machine hits every row alike). Every run samples from its own ``torch.Generator``,
-seeded from (``seed``, round, prompt, run) through numpy's ``SeedSequence``: runs are reproducible and
-independent of each other and of how many rows run beside them.
+(the prompt order and the order of the runs rotate from round to round, as in
+:mod:`calibrate.measure.check_runs`, so slow drift of the machine hits every row alike). Every run samples
+from its own ``torch.Generator``, seeded from (``seed``, round, prompt, run) through numpy's
+``SeedSequence``: runs are reproducible and independent of each other and of how many rows run beside them.
 """
 
 from __future__ import annotations

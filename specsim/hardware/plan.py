@@ -3,7 +3,8 @@
 For each device, batch size B, context L and γ, the roofline gives Tp = decode(target), Tq =
 decode(draft, batch B·k for a k-member ensemble), Tv(γ) = verify(target, γ+1 positions); then
 speedup = τ(γ)·Tp / ((γ + e)·Tq + Tv(γ) + o) = τ / ((γ + e)·c + v + o/Tp) (decode phase; e and o are the
-runtime's extra draft forwards and overhead per block, 0 for the textbook) and the best γ is kept. τ(γ) comes from a profile through :func:`specsim.predict.tau_at_gamma.tau_with_source`.
+runtime's extra draft forwards and overhead per block, 0 for the textbook) and the best γ is kept. τ(γ)
+comes from a profile through :func:`specsim.predict.tau_at_gamma.tau_with_source`.
 """
 
 from __future__ import annotations
@@ -133,8 +134,8 @@ class Plan:
 @dataclass(frozen=True)
 class Parallel:
     """GPUs per replica of the target, how it is split over them (:data:`SPLIT_MODES
-    <specsim.hardware.parallel.SPLIT_MODES>`: "tensor" divides a pass's time, "layer" only its memory) and whether
-    the draft is split the same way (else it runs whole on GPU 0)."""
+    <specsim.hardware.parallel.SPLIT_MODES>`: "tensor" divides a pass's time, "layer" only its memory) and
+    whether the draft is split the same way (else it runs whole on GPU 0)."""
 
     tp: int = 1
     draft_sharded: bool = False
@@ -259,9 +260,9 @@ def _assumptions(
 ) -> tuple[str, ...]:
     out = [
         "decode phase only: speedup = tau/(gamma*c + v); prefill, vision encoding and draft set-up excluded",
-        f"weights {target.dtype_bytes:g} (target) / {draft.dtype_bytes:g} (draft) bytes per parameter, KV cache "
-        f"{target.kv_element_bytes:g} bytes per element; device peaks are datasheet dense BF16/FP16 (measured FP32 "
-        "for the CPU)",
+        f"weights {target.dtype_bytes:g} (target) / {draft.dtype_bytes:g} (draft) bytes per parameter, "
+        f"KV cache {target.kv_element_bytes:g} bytes per element; device peaks are datasheet dense "
+        "BF16/FP16 (measured FP32 for the CPU)",
         "tau does not depend on batch size or context (taken from the profile); a batch verifies in lockstep "
         "and emits tau tokens per sequence per block",
         "'fits' = per GPU: "
@@ -345,7 +346,7 @@ def paying_range(batches, speedups) -> tuple[int | None, int | None]:
 
 
 def speedup_crossover_batch(plan: Plan, device: str, method: str, context: int) -> int | None:
-    """Planned batch size from which the best-γ speedup stays below 1 (SD stops paying); None: it still pays at
-    the largest planned batch, or never pays (see :func:`paying_range`)."""
+    """Planned batch size from which the best-γ speedup stays below 1 (SD stops paying); None: it still pays
+    at the largest planned batch, or never pays (see :func:`paying_range`)."""
     rows = sorted(plan.select(device=device, method=method, context=context), key=lambda r: r.batch_size)
     return paying_range([r.batch_size for r in rows], [r.speedup for r in rows])[1]

@@ -29,7 +29,8 @@ from specsim.report import format_table
 
 @dataclass(frozen=True)
 class TreeMethod:
-    """A drafting method for the tree planner: per-rank acceptance (D, K) and its draft batch (ensemble members)."""
+    """A drafting method for the tree planner: per-rank acceptance (D, K) and its draft batch (ensemble
+    members)."""
 
     method: str
     acceptance: np.ndarray
@@ -61,7 +62,8 @@ class TreePlanRow:
 
 def candidate_trees(acceptance, n_max: int = 64, max_depth: int = 10, gamma_max: int = 8) -> list[TreeSpec]:
     """The optimal trees of every size ≤ ``n_max`` for every depth bound ≤ ``max_depth`` (sizes up to what
-    K candidates per node allow at that depth), and the chains of γ ≤ ``gamma_max``; distinct, chains first."""
+    K candidates per node allow at that depth), and the chains of γ ≤ ``gamma_max``; distinct, chains
+    first."""
     from specsim.drafts.tree_search import optimal_trees
 
     k = np.asarray(acceptance).shape[-1]
@@ -165,7 +167,8 @@ def _rows(device: str, method: str, trees, tau, speedups, tp, chains, b, ctx) ->
 
 # --------------------------------------------------------------------------- inputs and text
 def tree_methods(entries, *, ranks: int = 8) -> list[TreeMethod]:
-    """Per-rank acceptance of profile entries from their top-k traces (:func:`specsim.drafts.tree_replay.rank_acceptance`)."""
+    """Per-rank acceptance of profile entries from their top-k traces
+    (:func:`specsim.drafts.tree_replay.rank_acceptance`)."""
     from specsim.drafts.tree_replay import rank_acceptance
 
     out = []
@@ -252,10 +255,11 @@ def replay_speedup(
     context: float = 1024,
     draft_batch_size: int = 1,
 ) -> float:
-    """Decode-phase speedup on a device of replayed schedules (chain or policy :class:`specsim.drafts.block_plans.BlockPlan`,
-    tree :class:`specsim.drafts.draft_plans.TreePlan`) at one context: tokens·Tp / Σ blocks, a block being its draft
-    passes (the root over its 1 or 2 rows, each level pass over its m rows with their logits), its verification
-    Tv over its drafts + 1 rows and the runtime's per-block overhead."""
+    """Decode-phase speedup on a device of replayed schedules (chain or policy
+    :class:`specsim.drafts.block_plans.BlockPlan`, tree :class:`specsim.drafts.draft_plans.TreePlan`) at one
+    context: tokens·Tp / Σ blocks, a block being its draft passes (the root over its 1 or 2 rows, each level
+    pass over its m rows with their logits), its verification Tv over its drafts + 1 rows and the runtime's
+    per-block overhead."""
     tp = float(decode_ms(target, dev, eff, context, batch))
     tokens = sum(p.tokens for p in plans)
     spent = sum(_block_ms(target, draft, dev, eff, p, batch, context, draft_batch_size) for p in plans)

@@ -2,15 +2,14 @@
 
 For an ``sd`` row: Tp = decode(target, tp GPUs), Tq = decode(draft, draft_tp GPUs, its own cached
 context), Tv = verify(target, γ+1 rows), block = (γ + e)·Tq + Tv + runtime.overhead_ms_per_block with
-e = the draft forwards a block runs beyond its γ drafts (the row's ``extra_draft_forwards_per_block``, else the
-runtime's); speedup =
-τ·Tp / block and SD ms per token = block / τ. A ``decode`` row compares Tp with the published ms per token, a
-``pass`` row one target forward over its ``pass_new_tokens`` new positions with the published ms. A
-``speedup_ratio`` row compares its speedup over its reference row's (same pair, context and γ, another batch
-size): (Tp/block)(row) / (Tp/block)(ref), τ cancelling.
-Textbook (Leviathan et al. 2023): speedup = τ / (γ·c + 1) with c = draft weight bytes / target weight bytes and
-v = 1; ms per token (and per pass) from bytes / peak bandwidth with no overhead; a speedup ratio of 1 (no batch
-dependence).
+e = the draft forwards a block runs beyond its γ drafts (the row's ``extra_draft_forwards_per_block``, else
+the runtime's); speedup = τ·Tp / block and SD ms per token = block / τ. A ``decode`` row compares Tp with the
+published ms per token, a ``pass`` row one target forward over its ``pass_new_tokens`` new positions with the
+published ms. A ``speedup_ratio`` row compares its speedup over its reference row's (same pair, context and
+γ, another batch size): (Tp/block)(row) / (Tp/block)(ref), τ cancelling.
+Textbook (Leviathan et al. 2023): speedup = τ / (γ·c + 1) with c = draft weight bytes / target weight bytes
+and v = 1; ms per token (and per pass) from bytes / peak bandwidth with no overhead; a speedup ratio of 1 (no
+batch dependence).
 """
 
 from __future__ import annotations
