@@ -44,7 +44,9 @@ def tau_with_source(entry: MethodAcceptance, gamma: int) -> tuple[float, str]:
         # exactly.
         source = "histogram" if gamma == entry.gamma else f"histogram at gamma={entry.gamma}"
         return tau_from_histogram_at(entry.accepted_histogram, gamma), source
-    measured = _measured_tau(entry)
+    measured = entry.tau
+    if measured is None and entry.accepted_histogram is not None:
+        measured = float(tau_from_histogram(entry.accepted_histogram))
     if measured is None:
         raise SpecsimError(
             f"method {entry.method!r} in scenario {entry.scenario!r}: only beta traces; "
@@ -54,11 +56,3 @@ def tau_with_source(entry: MethodAcceptance, gamma: int) -> tuple[float, str]:
         return measured, "measured" if entry.tau is not None else "histogram"
     alpha = alpha_from_tau(measured, entry.gamma)
     return float(tau_iid(alpha, gamma)), f"iid from gamma={entry.gamma}"
-
-
-def _measured_tau(entry: MethodAcceptance) -> float | None:
-    if entry.tau is not None:
-        return entry.tau
-    if entry.accepted_histogram is not None:
-        return float(tau_from_histogram(entry.accepted_histogram))
-    return None
