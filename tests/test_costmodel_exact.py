@@ -44,7 +44,7 @@ class SyntheticClock:
         def pre(module, args, kwargs):
             x = kwargs.get("input_ids")
             x = kwargs.get("inputs_embeds") if x is None else x
-            cache = kwargs.get("past_key_values")
+            cache = kwargs.get("cache", kwargs.get("past_key_values"))
             context = 0 if cache is None else cache.get_seq_length()
             self.now += synthetic_ms(role, x.shape[1], context, x.shape[0]) / 1e3
 

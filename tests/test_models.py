@@ -12,7 +12,7 @@ transformers = pytest.importorskip("transformers")
 
 from calibrate.models import loading as M  # noqa: E402
 from calibrate.models import reference_pair as R  # noqa: E402
-from calibrate.run.engine import crop_cache  # noqa: E402
+from calibrate.run.engine import crop_cache, with_cache  # noqa: E402
 from specsim.errors import SpecsimError  # noqa: E402
 from specsim.presets import pairs, preset_config, preset_meta, preset_names  # noqa: E402
 
@@ -147,7 +147,7 @@ def test_synthetic_cache_matches_prefill_cache(cfg):
         fake = M.random_kv_cache(m, 2, 12, gen)
         assert [tuple(x.keys.shape) for x in real.layers] == [tuple(x.keys.shape) for x in fake.layers]
         assert [x.keys.dtype for x in real.layers] == [x.keys.dtype for x in fake.layers]
-        out = m.model(input_ids=ids[:, :4], past_key_values=fake, use_cache=True)
+        out = m.model(input_ids=ids[:, :4], **with_cache(m.model, fake), use_cache=True)
         assert out.logits.shape[:2] == (2, 4) and fake.get_seq_length() == 16
         crop_cache(fake, 12)
         assert fake.get_seq_length() == 12

@@ -15,7 +15,7 @@ from __future__ import annotations
 import torch
 
 from calibrate.drafting.contexts import DraftContext
-from calibrate.run.engine import crop_cache, new_cache, unwrap
+from calibrate.run.engine import crop_cache, new_cache, unwrap, with_cache
 from calibrate.run.proposal import Proposal, Request
 from calibrate.run.timing import timed
 from specsim.drafts.adaptive import update_weights
@@ -102,7 +102,7 @@ class EnsembleDrafter:
             input_ids=x,
             attention_mask=mask,
             position_ids=pos,
-            past_key_values=self.cache,
+            **with_cache(self.model, self.cache),
             use_cache=True,
             logits_to_keep=1,
         )
@@ -118,7 +118,7 @@ class EnsembleDrafter:
             inputs_embeds=embeds,
             attention_mask=mask if mask.shape[0] > 1 else None,
             position_ids=_positions(mask),
-            past_key_values=self.cache,
+            **with_cache(self.model, self.cache),
             use_cache=True,
             logits_to_keep=1,
         )

@@ -27,7 +27,7 @@ import torch
 
 from calibrate.drafting.ensemble import AdaptiveEnsembleDrafter, EnsembleDrafter
 from calibrate.drafting.text_drafter import TextDrafter
-from calibrate.run.engine import forward
+from calibrate.run.engine import forward, with_cache
 from calibrate.run.timing import timed
 from specsim.drafts.trees import TreeSpec
 from specsim.errors import SpecsimError
@@ -132,7 +132,7 @@ class _EnsembleTree:
         pos = d.pos[:, None] + torch.as_tensor(depths - 1, device=d.pos.device)[None]  # [k, m]
         mask = additive_mask(d.mask, allowed, d.model.dtype)
         out = d.model(
-            input_ids=x, attention_mask=mask, position_ids=pos, past_key_values=d.cache, use_cache=True
+            input_ids=x, attention_mask=mask, position_ids=pos, **with_cache(d.model, d.cache), use_cache=True
         )
         return out.logits.float()  # [k, m, V]
 

@@ -28,6 +28,8 @@ Shapes: batch 1 throughout; ``logits`` [n, V] after dropping the batch axis.
 
 from __future__ import annotations
 
+import functools
+import inspect
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -49,6 +51,18 @@ def unwrap(model):
     return model if isinstance(model, torch.nn.Module) else model.model
 
 
+@functools.cache
+def _cache_keyword(model_class) -> str:
+    """``cache`` where the model's forward takes it (transformers 5.x, which deprecates the old name for
+    removal in 5.40), else ``past_key_values`` (transformers 4.x)."""
+    return "cache" if "cache" in inspect.signature(model_class.forward).parameters else "past_key_values"
+
+
+def with_cache(model, cache) -> dict:
+    """The forward keyword argument that hands ``model`` its KV cache, by the name its transformers takes."""
+    return {_cache_keyword(type(model)): cache}
+
+
 def new_cache():
     """An empty KV cache (transformers ``DynamicCache``)."""
     from transformers import DynamicCache
@@ -60,7 +74,7 @@ def forward(model, input_ids: torch.Tensor, cache, *, last_only: bool = False, *
     """One cached forward over ``input_ids`` [1, n]; returns float logits [n, V] (or [1, V])."""
     out = model(
         input_ids=input_ids,
-        past_key_values=cache,
+        **with_cache(model, cache),
         use_cache=True,
         logits_to_keep=1 if last_only else 0,
         **kwargs,
@@ -123,8 +137,6 @@ def vision_phase(model, request: Request, device="cpu") -> tuple[dict[str, Any],
 
 
 def _takes_encoder_outputs(model) -> bool:
-    import inspect
-
     inner = getattr(model, "model", None)
     return (
         hasattr(inner, "get_image_features")
@@ -143,7 +155,11 @@ def verify_phase(
     ids = torch.cat([pending, drafts[None]], dim=1) if drafts.numel() else pending  # [1, m+γ]
     with timed(device) as t:
         out = model(
-            input_ids=ids, past_key_values=cache, use_cache=True, logits_to_keep=drafts.numel() + 1, **kwargs
+            input_ids=ids,
+            **with_cache(model, cache),
+            use_cache=True,
+            logits_to_keep=drafts.numel() + 1,
+            **kwargs,
         )
     return out.logits[0], t.ms
 
@@ -219,7 +235,7 @@ def target_step(
 ) -> tuple[int, float]:
     """One target-only step over ``pending`` [1, m] (the whole prompt first, then one token): (token, ms)."""
     with timed(device) as t:
-        out = model(input_ids=pending, past_key_values=cache, use_cache=True, logits_to_keep=1, **kwargs)
+        out = model(input_ids=pending, **with_cache(model, cache), use_cache=True, logits_to_keep=1, **kwargs)
     return pick(out.logits[0, -1], temperature, generator)[0], t.ms
 
 

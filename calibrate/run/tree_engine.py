@@ -37,6 +37,7 @@ from calibrate.run.engine import (
     forward,
     probs_of,
     verify_phase,
+    with_cache,
 )
 from calibrate.run.timing import timed
 from specsim.drafts.trees import TreeSpec, parse_tree
@@ -146,7 +147,7 @@ def _prefill(model, cache, request: Request, device, kwargs) -> tuple[int, float
     ms = 0.0
     if ids.shape[1]:
         with timed(device) as t:
-            model(input_ids=ids, past_key_values=cache, use_cache=True, logits_to_keep=1, **kwargs)
+            model(input_ids=ids, **with_cache(model, cache), use_cache=True, logits_to_keep=1, **kwargs)
         ms = t.ms
     return int(request.input_ids[0, -1]), ms
 
