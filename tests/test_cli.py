@@ -44,8 +44,9 @@ def test_sweep_json(capsys, tmp_path, profile):
     code, out, _ = run(capsys, "sweep", "--gamma", "1-8", "--profile", str(path), "--json")
     rows = json.loads(out)
     assert code == 0
-    assert {"method", "scenario", "best_gamma", "best_speedup"} <= set(rows[0])
-    assert 1 <= rows[0]["best_gamma"] <= 8
+    assert {"method", "scenario", "best_gamma", "best_speedup", "best_note"} <= set(rows[0])
+    # τ is measured at γ = 4 only: no best γ among extrapolations, and the JSON says why
+    assert rows[0]["best_gamma"] is None and rows[0]["best_note"].startswith("only gamma = 4")
 
 
 def test_predict_measured_profile_with_e2e(capsys, tmp_path, profile):

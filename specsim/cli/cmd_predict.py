@@ -349,6 +349,8 @@ def cmd_sweep(args) -> int:
     _print_by_scenario(results, ["method", *[f"g={g}" for g in gammas], "best g", "best"], row_of)
     all_rows = [p for res in results for p in res.predictions]
     _print_notes(all_rows, {p.note: None for p in all_rows if p.note})
+    for note in dict.fromkeys(r.best_note for r in results if r.best_note):
+        print(f"best g n/a: {note}")
     if drafts is not None:
         _print_comparison(drafts)
     return 0

@@ -1,4 +1,9 @@
-"""Speedup over a range of γ per method and scenario, and the best γ (argmax over the range)."""
+"""Speedup over a range of γ per method and scenario, and the best γ (argmax over the range).
+
+A best γ is named only among the γ priced from evidence at that γ (traces replayed, τ measured there):
+an argmax over values whose τ was extrapolated with an i.i.d. α, or over one value, would look like a
+finding and is none. Then the sweep says why there is no best instead (``best_note``).
+"""
 
 from __future__ import annotations
 
@@ -18,9 +23,25 @@ class SweepResult:
     predictions: tuple[Prediction, ...]
 
     @property
+    def priced_from_evidence(self) -> list[Prediction]:
+        """The predictions with a speedup whose τ was not extrapolated from another γ."""
+        return [p for p in self.predictions if p.speedup is not None and not p.extrapolated]
+
+    @property
     def best(self) -> Prediction | None:
-        known = [p for p in self.predictions if p.speedup is not None]
-        return max(known, key=lambda p: p.speedup) if known else None
+        """The highest speedup among the γ priced from evidence, when there are at least two; else None."""
+        known = self.priced_from_evidence
+        return max(known, key=lambda p: p.speedup) if len(known) >= 2 else None
+
+    @property
+    def best_note(self) -> str:
+        """Why no best γ is named ("" when one is)."""
+        known = self.priced_from_evidence
+        if len(known) >= 2:
+            return ""
+        if known:
+            return f"only gamma = {known[0].gamma} priced from its own evidence: no best gamma"
+        return "no gamma priced from its own evidence: no best gamma"
 
     def to_json(self) -> dict:
         best = self.best
@@ -30,7 +51,7 @@ class SweepResult:
             "images_per_prompt": self.images_per_prompt,
             "best_gamma": None if best is None else best.gamma,
             "best_speedup": None if best is None else best.speedup,
-            "best_extrapolated": None if best is None else best.extrapolated,
+            "best_note": self.best_note,
             "gammas": [p.gamma for p in self.predictions],
             "tau": [p.tau for p in self.predictions],
             "speedup": [p.speedup for p in self.predictions],
