@@ -121,7 +121,8 @@ def test_sweep_runs_the_engine_passes_on_exactly_its_context():
 
         def spy(*args, _role=role, _forward=forward, **kwargs):
             ids = kwargs["input_ids"]
-            seen[_role].append((tuple(ids.shape), kwargs.get("cache", kwargs.get("past_key_values")).get_seq_length()))
+            cache = kwargs.get("cache", kwargs.get("past_key_values"))
+            seen[_role].append((tuple(ids.shape), cache.get_seq_length()))
             out = _forward(*args, **kwargs)
             seen[_role][-1] += (out.logits.shape[1],)
             return out
