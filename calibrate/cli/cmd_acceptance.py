@@ -13,6 +13,12 @@ from specsim.bounds import number_arg
 from specsim.errors import SpecsimError
 from specsim.jsonio import check_writable
 
+# Paths sampled per prompt (--sample-paths). Each path is one more target generation of --max-new-tokens
+# per prompt and K x tokens numbers per trace in the profile, while the error of the acceptance estimated
+# from K paths only falls as 1/sqrt(K): 1024 paths (128x the recommended 8) put it at 3 % of one path's
+# spread, and a larger K is a typo (1,000,000 ran until killed), as for gamma and list lengths (1024).
+MAX_SAMPLE_PATHS = 1024
+
 
 def register(subparsers) -> None:
     """Add ``calibrate acceptance``."""
@@ -56,7 +62,7 @@ def register(subparsers) -> None:
         "seeded torch.Generator) and store per position the acceptance probability of a sampled "
         "draft along each, min(1, q/p) at the target's token: 'specsim check --temperature T' "
         "simulates runs along them, since a sampled run follows its own tokens, not the greedy "
-        "output (default 0 = off; 8 or more recommended)",
+        f"output (default 0 = off; 8 or more recommended, at most {MAX_SAMPLE_PATHS})",
     )
     acc.add_argument(
         "--seed",
@@ -85,10 +91,11 @@ def cmd_acceptance(args) -> int:
             f"--top-k: expected an integer >= 0 with --temperature 1 (ranks are of the greedy draft "
             f"distribution), got --top-k {args.top_k} at --temperature {args.temperature}"
         )
-    if args.sample_paths == 1:
+    if args.sample_paths == 1 or args.sample_paths > MAX_SAMPLE_PATHS:
         raise SpecsimError(
-            "--sample-paths: expected 0 (off) or at least 2 (the sampled check resamples the paths "
-            "to carry the error of estimating acceptance from them), got 1"
+            f"--sample-paths: expected 0 (off) or at least 2 and at most {MAX_SAMPLE_PATHS} paths per prompt "
+            "(the sampled check resamples the paths to carry the error of estimating acceptance from "
+            f"them; each path costs one more target generation), got {args.sample_paths}"
         )
     check_writable(args.out, "--out")
     from calibrate.measure.acceptance_run import partial_path, run_acceptance

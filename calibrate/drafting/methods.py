@@ -59,7 +59,12 @@ class Method:
         code."""
         if isinstance(code, Method):
             return code
-        text = str(code).strip()
+        text = str(code)
+        if any(c.isspace() or not c.isprintable() for c in text):
+            raise SpecsimError(
+                f"--method: expected a method code without spaces, newlines or control characters (such "
+                f"as M, MTC or adaptive:MTC), got {text!r}"
+            )
         if text == PLAIN:
             return cls(PLAIN)
         adaptive = text.startswith(ADAPTIVE_PREFIX)

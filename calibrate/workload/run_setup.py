@@ -94,6 +94,17 @@ def _open_images(prompt) -> list:
     return out
 
 
+def check_image_counts(prompts) -> None:
+    """SpecsimError when a prompt declares ``images_per_prompt`` other than the images it carries: its
+    requests, scenario group ('-<n>img') and captions follow the images, so the label would be wrong."""
+    for p in prompts:
+        if p.images_per_prompt != len(p.images):
+            raise SpecsimError(
+                f"prompt {p.id!r}: images_per_prompt: expected {len(p.images)} (the prompt's images), "
+                f"got {p.images_per_prompt}"
+            )
+
+
 def _methods(given: list[str] | None, has_images: bool) -> list[str]:
     from calibrate.drafting import PLAIN, Method
 
@@ -125,6 +136,7 @@ def load_setup(args, methods: list[str] | None = None, cache_captions: bool = Tr
     prompts = load_prompts(
         prompt_set, limit=args.limit, allow_outside_images=getattr(args, "allow_outside_images", False)
     )
+    check_image_counts(prompts)
     methods = _methods(methods or args.method, any(p.images for p in prompts))
     target, draft = load_pair(
         args.preset or args.target,
@@ -223,7 +235,9 @@ def prompt_lengths(prompt_set: str, target: LoadedModel) -> tuple[list[int], lis
     tok = target.tokenizer or getattr(target.processor, "tokenizer", None)
     per_image = image_token_count(target.model.config) if target.kind == "vlm" else 0
     targets, drafts = [], []
-    for p in load_prompts(prompt_set):
+    prompts = load_prompts(prompt_set)
+    check_image_counts(prompts)
+    for p in prompts:
         text = p.text.replace(IMAGE_PLACEHOLDER, "\n")
         n = encode(tok, replace(p, text=text)).shape[1] if tok is not None else len(text.encode("utf-8"))
         images = p.text.count(IMAGE_PLACEHOLDER)

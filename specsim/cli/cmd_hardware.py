@@ -10,6 +10,7 @@ import argparse
 from specsim.bounds import MAX_PLAN_ROWS, number_arg
 from specsim.cli.hardware_inputs import (
     best_trees,
+    check_options,
     device_runtimes,
     fit_on_profile,
     resolve_models,
@@ -183,6 +184,14 @@ def _ints(values: list[str] | None, default, name: str, unit: str) -> list[int]:
 def cmd_hardware(args: argparse.Namespace) -> int:
     if args.list_devices:
         return _list_devices(args)
+    check_options(
+        dtype=args.dtype,
+        kv_dtype=args.kv_dtype,
+        fit_profile=args.fit_profile,
+        validate=args.validate,
+        fit_device=args.fit_device,
+        fit_dtype=args.fit_dtype,
+    )
     if args.plot is not None:
         check_writable(args.plot, "--plot", suffix=".png")
     gamma_max = parse_int(args.gamma_max, name="--gamma-max", unit="gamma")

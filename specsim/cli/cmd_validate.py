@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from specsim.errors import SpecsimError
 from specsim.hardware.runtime import load_runtime
 from specsim.jsonio import check_writable, dumps_json, write_json_atomic
 from specsim.report import format_table
@@ -92,6 +93,13 @@ def cmd_validate(args: argparse.Namespace) -> int:
     if args.sweep_plot is not None:
         check_writable(args.sweep_plot, "--sweep-plot", suffix=".png")
     if args.write_runtimes is not None:
+        if not args.fit_all:
+            raise SpecsimError(
+                "--write-runtimes: needs --fit-all (it writes the runtimes fitted on every row), got "
+                "--write-runtimes without --fit-all"
+            )
+        if not args.write_runtimes.strip():
+            raise SpecsimError(f"--write-runtimes: expected a folder, got {args.write_runtimes!r}")
         check_writable(Path(args.write_runtimes) / "runtime.json", "--write-runtimes")
     ps = load_published_set(args.data)
     overrides = {rt.name: rt for rt in (load_runtime(x) for x in args.runtime or [])}
@@ -99,7 +107,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
     check_runtime_kinds(ps, runtimes)
     if args.fit_all:
         fitted = fit_all(ps, runtimes, FIT_COMMAND)
-        if args.write_runtimes:
+        if args.write_runtimes is not None:
             for name, rt in fitted.items():
                 write_json_atomic(f"{args.write_runtimes}/{name}.json", rt.to_json())
         results = in_sample(ps, fitted)

@@ -18,7 +18,7 @@ from specsim.hardware.efficiency_fit import (
     points_from_latency,
     short_context_split,
 )
-from specsim.hardware.model import ModelSpec, dtype_bytes
+from specsim.hardware.model import ModelSpec, dtype_bytes, kv_dtype_bytes
 from specsim.hardware.plan import MethodTau
 from specsim.hardware.runtime import DEFAULT_RUNTIMES, Runtime, load_runtime
 from specsim.presets import pair_models, pair_profile, profile_pair
@@ -35,6 +35,39 @@ PROFILE_FIT_GPU = (
     "memory_efficiency_gemm",
     "overhead_ms_per_forward",
 )
+
+
+def check_options(
+    *,
+    dtype: str | None,
+    kv_dtype: str | None,
+    fit_profile: str | None,
+    validate: bool,
+    fit_device: str | None,
+    fit_dtype: str | None,
+) -> None:
+    """Refuse what nothing later would notice: a dtype option given empty or unknown (named by its
+    flag, not read as "the config's"), and the fit's options without --fit-profile (they would be ignored)."""
+    if fit_profile is None:
+        for flag, given in (
+            ("--validate", validate),
+            ("--fit-device", fit_device is not None),
+            ("--fit-dtype", fit_dtype is not None),
+        ):
+            if given:
+                raise SpecsimError(
+                    f"{flag}: needs --fit-profile (it is an option of the efficiency fit on a profile), "
+                    f"got {flag} without --fit-profile"
+                )
+    for flag, value, size in (
+        ("--dtype", dtype, dtype_bytes),
+        ("--kv-dtype", kv_dtype, kv_dtype_bytes),
+        ("--fit-dtype", fit_dtype, dtype_bytes),
+    ):
+        if value is not None:
+            size(value, flag)
+    if fit_device is not None and not fit_device.strip():
+        raise SpecsimError(f"--fit-device: expected a catalog name or device JSON, got {fit_device!r}")
 
 
 def resolve_models(
@@ -228,7 +261,7 @@ def split_mode(given: str | None, tp: int, efficiency: dict) -> str:
 
 def fit_device_name(profile: Profile, given: str | None) -> str:
     """--fit-device, else the profile's provenance device when it is 'cpu…' or a catalog name."""
-    if given:
+    if given is not None:
         return given
     device = profile.provenance.device.strip().lower()
     if device.startswith("cpu"):
@@ -257,7 +290,7 @@ def fit_on_profile(
     ``validate``), and the latency entries skipped."""
     profile = load_profile(fit_profile)
     dev = load_device(fit_device_name(profile, fit_device))
-    dtype = fit_dtype or profile.provenance.dtype
+    dtype = fit_dtype if fit_dtype is not None else profile.provenance.dtype
     try:
         dtype_bytes(dtype)
     except SpecsimError:

@@ -148,26 +148,37 @@ def as_policy(gamma) -> GammaPolicy | BatchTable:
 
 
 def parse_policy(text: str) -> GammaPolicy | BatchTable:
-    """A policy from its string form (see the module docstring)."""
+    """A policy from its string form (see the module docstring). A colon or ``@`` with nothing after it,
+    ``fixed`` without its γ and an option given twice are refused, not read as a default or the last."""
     raw = str(text).strip()
     expected = (
         "expected a policy like fixed:5, heuristic:20, heuristic:5,max=16, confidence:0.4,gamma=8 "
         "or batch:1=5,8=3,32=0@8"
     )
-    kind, _, body = raw.partition(":")
+    kind, colon, body = raw.partition(":")
     try:
         if raw.isdigit():
             return GammaPolicy("fixed", int(raw))
+        if colon and not body.strip():
+            raise ValueError  # 'fixed:': the value after the colon is missing
         if kind == "batch":
-            rows, _, batch = body.partition("@")
+            rows, at, batch = body.partition("@")
+            if at and not batch.strip():
+                raise ValueError  # 'batch:1=5@': the batch size after @ is missing
             table = tuple(tuple(int(x) for x in row.split("=")) for row in rows.split(","))
-            return BatchTable(table, int(batch) if batch else 1)
+            return BatchTable(table, int(batch) if at else 1)
         parts = [p.strip() for p in body.split(",")] if body else []
+        names = [p.split("=", 1)[0] + ("=" if "=" in p else "") for p in parts[1:]]
+        twice = next((n for n in names if names.count(n) > 1), None)
+        if twice is not None:
+            raise SpecsimError(f"option {twice} given twice; expected each option at most once")
         opts = dict(p.split("=", 1) for p in parts[1:] if "=" in p)
         flags = {p for p in parts[1:] if "=" not in p}
         if set(opts) - {"max", "gamma"} or flags - {"heuristic"}:
             raise ValueError
         cap = int(opts["max"]) if "max" in opts else None
+        if kind == "fixed" and not parts:
+            raise ValueError  # 'fixed' needs its gamma; only heuristic has HF's default start
         if kind in ("fixed", "heuristic") and "gamma" not in opts and not flags:
             return GammaPolicy(kind, int(parts[0]) if parts else HF_NUM_ASSISTANT_TOKENS, gamma_max=cap)
         if kind == "confidence" and parts:

@@ -76,25 +76,30 @@ KV_DTYPES = ("float32", "float16", "bfloat16", "float8", "int8")
 _NAMES = sorted(set(_DTYPE_BYTES) | {a for a, c in DTYPE_ALIASES.items() if c in _DTYPE_BYTES})
 
 
-def dtype_bytes(name: str | float) -> float:
-    """Bytes per element of a dtype name (``bfloat16`` → 2, ``q4_0`` → 0.5625); a number passes through."""
+def dtype_bytes(name: str | float, where: str = "dtype") -> float:
+    """Bytes per element of a dtype name (``bfloat16`` → 2, ``q4_0`` → 0.5625); a number passes through.
+    Errors name ``where`` (e.g. ``--dtype``)."""
     if isinstance(name, (int, float)) and not isinstance(name, bool):
         if not name > 0:
-            raise SpecsimError(f"dtype: expected bytes per element > 0, got {name!r}")
+            raise SpecsimError(f"{where}: expected bytes per element > 0, got {name!r}")
         return name
+    if not str(name).strip():
+        raise SpecsimError(f"{where}: expected a dtype name (one of {_NAMES}), got {name!r}")
     key = dtype_name(name)
     if key not in _DTYPE_BYTES:
-        raise SpecsimError(f"dtype: expected one of {_NAMES}, got {name!r}")
+        raise SpecsimError(f"{where}: expected one of {_NAMES}, got {name!r}")
     return _DTYPE_BYTES[key]
 
 
-def kv_dtype_bytes(name: str) -> float:
+def kv_dtype_bytes(name: str, where: str = "kv dtype") -> float:
     """Bytes per KV-cache element; weight-only formats (int4, GGUF blocks) are not KV dtypes."""
+    if not str(name).strip():
+        raise SpecsimError(f"{where}: expected a dtype name (one of {list(KV_DTYPES)}), got {name!r}")
     if dtype_name(name) not in KV_DTYPES:
         raise SpecsimError(
-            f"kv dtype: expected one of {list(KV_DTYPES)} (or an alias such as bf16), got {name!r}"
+            f"{where}: expected one of {list(KV_DTYPES)} (or an alias such as bf16), got {name!r}"
         )
-    return dtype_bytes(name)
+    return dtype_bytes(name, where)
 
 
 @dataclass(frozen=True)
@@ -201,29 +206,62 @@ def _pos_int(value: Any, where: str) -> int:
     return check_range(value, "size", where)
 
 
+def _given(cfg: dict, where: str, *keys: str) -> int | None:
+    """The first of ``keys`` the config sets (null counts as unset), checked >= 1 under its own name; None
+    when it sets none. A 0 is a value, not a missing key: it is refused, never replaced by a default."""
+    for k in keys:
+        if cfg.get(k) is not None:
+            return _pos_int(cfg[k], f"{where}.{k}")
+    return None
+
+
+def _heads(cfg: dict, defaults: dict, where: str, hidden: int) -> tuple[int, int, int]:
+    """(attention heads, KV heads, head dim): KV heads divide the heads (grouped-query attention shares
+    each KV head among heads / kv_heads query heads); without ``head_dim``, the heads divide hidden_size."""
+    heads = _pos_int(
+        _get(cfg, "num_attention_heads", defaults, where, "n_head"), f"{where}.num_attention_heads"
+    )
+    kv = _given(cfg, where, "num_key_value_heads")
+    shown = f"{kv}"
+    if kv is None:
+        kv = defaults.get("num_key_value_heads", heads)
+        shown = f"{kv} (model_type {cfg.get('model_type')!r}'s default)"
+    if kv > heads:
+        raise SpecsimError(
+            f"{where}.num_key_value_heads: expected at most num_attention_heads ({heads}), got {shown}"
+        )
+    if heads % kv:
+        raise SpecsimError(
+            f"{where}.num_key_value_heads: expected a divisor of num_attention_heads ({heads}), got {shown}"
+        )
+    head_dim = _given(cfg, where, "head_dim")
+    if head_dim is None:
+        if hidden % heads:
+            raise SpecsimError(
+                f"{where}.num_attention_heads: expected a divisor of hidden_size ({hidden}) when the "
+                f"config has no head_dim, got {heads}"
+            )
+        head_dim = hidden // heads
+    return heads, kv, head_dim
+
+
 def _text_spec(cfg: dict, name: str, where: str) -> dict[str, Any]:
     model_type = cfg.get("model_type", "")
     if not isinstance(model_type, str):
         raise SpecsimError(f"{where}.model_type: expected a string, got {model_type!r:.60}")
     defaults = _TEXT_DEFAULTS.get(model_type, {})
-    heads = _pos_int(
-        _get(cfg, "num_attention_heads", defaults, where, "n_head"), f"{where}.num_attention_heads"
-    )
     hidden = _pos_int(_get(cfg, "hidden_size", defaults, where, "n_embd", "d_model"), f"{where}.hidden_size")
-    kv = cfg.get("num_key_value_heads") or defaults.get("num_key_value_heads") or heads
-    head_dim = cfg.get("head_dim") or hidden // heads
-    inter = (
-        cfg.get("intermediate_size") or cfg.get("n_inner") or defaults.get("intermediate_size") or 4 * hidden
-    )
+    heads, kv, head_dim = _heads(cfg, defaults, where, hidden)
+    inter = _given(cfg, where, "intermediate_size", "n_inner")
     return {
         "layers": _pos_int(
             _get(cfg, "num_hidden_layers", defaults, where, "n_layer"), f"{where}.num_hidden_layers"
         ),
         "hidden": hidden,
         "heads": heads,
-        "kv_heads": _pos_int(kv, f"{where}.num_key_value_heads"),
-        "head_dim": _pos_int(head_dim, f"{where}.head_dim"),
-        "intermediate": _pos_int(inter, f"{where}.intermediate_size"),
+        "kv_heads": kv,
+        "head_dim": head_dim,
+        "intermediate": inter or defaults.get("intermediate_size") or 4 * hidden,
         "vocab": _pos_int(_get(cfg, "vocab_size", defaults, where), f"{where}.vocab_size"),
         "gated_mlp": cfg.get("model_type") not in ("gpt2", "opt", "gpt_neox"),
         "tie_word_embeddings": bool(
@@ -233,10 +271,13 @@ def _text_spec(cfg: dict, name: str, where: str) -> dict[str, Any]:
 
 
 def _vision_spec(cfg: dict, lm_hidden: int, top: dict, where: str) -> VisionSpec:
-    get = lambda k: _pos_int(cfg.get(k) or _VISION_DEFAULTS[k], f"{where}.{k}")  # noqa: E731
-    hidden, grid = get("hidden_size"), get("image_size") // get("patch_size")
+    get = lambda k: _given(cfg, where, k) or _VISION_DEFAULTS[k]  # noqa: E731
+    hidden, image, patch = get("hidden_size"), get("image_size"), get("patch_size")
+    if patch > image:
+        raise SpecsimError(f"{where}.patch_size: expected at most image_size ({image}), got {patch}")
+    grid = image // patch
     # LLaVA "default" feature selection drops CLS: grid² tokens reach the LM; the tower sees grid² + 1.
-    image_tokens = top.get("image_seq_length") or grid * grid
+    image_tokens = _given(top, where.removesuffix(".vision_config"), "image_seq_length") or grid * grid
     projector = hidden * lm_hidden + lm_hidden * lm_hidden  # 2-layer MLP (mlp2x_gelu)
     return VisionSpec(
         layers=get("num_hidden_layers"),
@@ -267,7 +308,9 @@ def spec_from_config(
     vision = None
     if isinstance(cfg.get("vision_config"), dict):
         vision = _vision_spec(cfg["vision_config"], fields["hidden"], cfg, f"{name}.vision_config")
-    dt = dtype or cfg.get("torch_dtype") or cfg.get("dtype") or text_cfg.get("torch_dtype") or "bfloat16"
+    dt = dtype  # a given dtype is used as given: '' is refused by dtype_bytes, not read as "the config's"
+    if dt is None:
+        dt = cfg.get("torch_dtype") or cfg.get("dtype") or text_cfg.get("torch_dtype") or "bfloat16"
     kv = None if kv_dtype is None else kv_dtype_bytes(kv_dtype)
     return ModelSpec(name=name, dtype_bytes=dtype_bytes(dt), kv_bytes=kv, vision=vision, **fields)
 

@@ -1,0 +1,183 @@
+"""Red-team inputs that used to be accepted silently or priced wrongly: each is one line, exit 2, nothing
+written, and (calibrate) no model loaded."""
+
+import json
+
+import pytest
+
+from specsim.cli.main import main
+from specsim.errors import SpecsimError
+from specsim.hardware.model import spec_from_config
+
+LLAMA = {
+    "model_type": "llama",
+    "hidden_size": 4096,
+    "intermediate_size": 11008,
+    "num_hidden_layers": 32,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 8,
+    "vocab_size": 32000,
+}
+HARDWARE = ["hardware", "--device", "h100-sxm", "--batch", "1", "--context", "1024", "--alpha", "0.8"]
+
+
+def _one_line(capsys) -> str:
+    captured = capsys.readouterr()
+    assert captured.err.count("\n") == 1 and "Traceback" not in captured.err, captured.err
+    assert captured.err.startswith("specsim: error: "), captured.err
+    assert captured.out == "", captured.out
+    return captured.err
+
+
+# --------------------------------------------------------------------------- 1: HF config values
+@pytest.mark.parametrize(
+    "key, value, expected",
+    [
+        ("intermediate_size", 0, ".intermediate_size: expected an integer >= 1, got 0"),
+        ("intermediate_size", -4, ".intermediate_size: expected an integer >= 1, got -4"),
+        ("num_key_value_heads", 0, ".num_key_value_heads: expected an integer >= 1, got 0"),
+        ("num_key_value_heads", -8, ".num_key_value_heads: expected an integer >= 1, got -8"),
+        ("head_dim", 0, ".head_dim: expected an integer >= 1, got 0"),
+        (
+            "num_key_value_heads",
+            64,
+            ".num_key_value_heads: expected at most num_attention_heads (32), got 64",
+        ),
+        (
+            "num_key_value_heads",
+            5,
+            ".num_key_value_heads: expected a divisor of num_attention_heads (32), got 5",
+        ),
+        ("num_attention_heads", 30, ".num_attention_heads: expected a divisor of hidden_size (4096)"),
+    ],
+)
+def test_config_zero_negative_or_inconsistent_heads_are_errors(tmp_path, capsys, key, value, expected):
+    path = tmp_path / ".json"
+    cfg = {**LLAMA, key: value}
+    if key == "num_attention_heads":
+        cfg["num_key_value_heads"] = 30
+    path.write_text(json.dumps(cfg))
+    assert main([*HARDWARE, "--target", str(path), "--draft", "llava-1.5-68m"]) == 2
+    assert expected in _one_line(capsys)
+
+
+@pytest.mark.parametrize("key", ["hidden_size", "image_size", "patch_size"])
+def test_vision_config_zero_is_an_error(key):
+    cfg = {"model_type": "llava", "text_config": LLAMA, "vision_config": {key: 0}}
+    with pytest.raises(SpecsimError, match=rf"vision_config\.{key}: expected an integer >= 1, got 0"):
+        spec_from_config(cfg, "m")
+
+
+def test_config_missing_keys_still_default():
+    cfg = {k: v for k, v in LLAMA.items() if k not in ("intermediate_size", "num_key_value_heads")}
+    m = spec_from_config(cfg, "m")
+    assert (m.intermediate, m.kv_heads, m.head_dim) == (11008, 32, 128)  # LlamaConfig's defaults
+    assert spec_from_config({**cfg, "head_dim": 256}, "m").head_dim == 256  # given: no division needed
+
+
+# --------------------------------------------------------------------------- 2: flags
+@pytest.mark.parametrize("flag", ["--dtype", "--kv-dtype"])
+@pytest.mark.parametrize("value", ["", "  "])
+def test_hardware_empty_dtype_is_an_error(capsys, flag, value):
+    assert main([*HARDWARE, flag, value]) == 2
+    assert f"{flag}: expected a dtype name" in _one_line(capsys)
+
+
+def test_hardware_unknown_dtype_names_the_flag(capsys):
+    assert main([*HARDWARE, "--dtype", "float12"]) == 2
+    assert "--dtype: expected one of" in _one_line(capsys)
+
+
+@pytest.mark.parametrize(
+    "flag, value", [("--validate", None), ("--fit-device", "h100-sxm"), ("--fit-dtype", "float32")]
+)
+def test_hardware_fit_options_need_fit_profile(tmp_path, capsys, flag, value):
+    plot = tmp_path / "p.png"
+    args = [*HARDWARE, flag] + ([value] if value else []) + ["--plot", str(plot)]
+    assert main(args) == 2
+    assert f"{flag}: needs --fit-profile" in _one_line(capsys)
+    assert not plot.exists()
+
+
+def test_validate_write_runtimes_needs_fit_all(tmp_path, capsys):
+    out = tmp_path / "runtimes"
+    out.mkdir()
+    assert main(["validate", "--no-sweeps", "--write-runtimes", str(out)]) == 2
+    assert "--write-runtimes: needs --fit-all" in _one_line(capsys)
+    assert list(out.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    "policy, expected",
+    [
+        ("fixed:", "expected a policy like"),
+        ("fixed", "expected a policy like"),
+        ("heuristic:", "expected a policy like"),
+        ("batch:1=5,8=3@", "expected a policy like"),
+        ("heuristic:2,max=4,max=8", "max= given twice"),
+        ("confidence:0.4,gamma=8,gamma=4", "gamma= given twice"),
+        ("confidence:0.4,heuristic,heuristic", "heuristic given twice"),
+    ],
+)
+def test_policy_without_value_or_with_repeated_keys_is_an_error(capsys, policy, expected):
+    assert main(["predict", "--gamma", "3", "--policy", policy]) == 2
+    err = _one_line(capsys)
+    assert expected in err and "--policy" in err and repr(policy) in err
+
+
+# --------------------------------------------------------------------------- calibrate: before models load
+def _no_models(monkeypatch):
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    from calibrate.models import loading as M
+
+    def refuse(*a, **k):
+        pytest.fail("a model was loaded before the bad argument was refused")
+
+    monkeypatch.setattr(M, "load_pair", refuse)
+    monkeypatch.setattr(M, "model_from_spec", refuse)
+
+
+def _acceptance(tmp_path, *extra) -> list[str]:
+    return [
+        "calibrate",
+        "acceptance",
+        "--preset",
+        "qwen2.5-coder-0.5b-1.5b",
+        "--no-progress",
+        "--out",
+        str(tmp_path / "p.json"),
+        *extra,
+    ]
+
+
+@pytest.mark.parametrize("method", ["M\n", "\nM", "plain\n", "M T", "M\t"])
+def test_method_with_whitespace_is_an_error(tmp_path, capsys, monkeypatch, method):
+    _no_models(monkeypatch)
+    assert main(_acceptance(tmp_path, "--method", method)) == 2
+    err = _one_line(capsys)
+    assert "--method:" in err and repr(method) in err
+    assert not (tmp_path / "p.json").exists()
+
+
+def test_images_per_prompt_must_match_the_images(tmp_path, capsys, monkeypatch):
+    _no_models(monkeypatch)
+    (tmp_path / "a.png").write_bytes(b"not decoded before the models load")
+    record = {"id": "one", "prompt": "<image> what is this?", "images": ["a.png"], "images_per_prompt": 5}
+    (tmp_path / "p.jsonl").write_text(json.dumps(record) + "\n")
+    args = _acceptance(tmp_path, "--prompts", str(tmp_path / "p.jsonl"), "--method", "M")
+    assert main(args) == 2
+    err = _one_line(capsys)
+    assert "images_per_prompt: expected 1 (the prompt's images), got 5" in err and "'one'" in err
+    assert not (tmp_path / "p.json").exists()
+
+
+def test_sample_paths_is_capped_before_models_load(tmp_path, capsys, monkeypatch):
+    _no_models(monkeypatch)
+    from calibrate.workload import run_setup as W
+
+    monkeypatch.setattr(W, "load_setup", lambda *a, **k: pytest.fail("set up before --sample-paths"))
+    assert main(_acceptance(tmp_path, "--sample-paths", "1000000")) == 2
+    err = _one_line(capsys)
+    assert "--sample-paths: expected 0 (off) or at least 2 and at most 1024" in err and "1000000" in err
+    assert not (tmp_path / "p.json").exists()
