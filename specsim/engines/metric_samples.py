@@ -120,6 +120,38 @@ def read_metrics(path: str | Path) -> list[Sample]:
     return parse_exposition(text, where)
 
 
+def series_text(name: str, labels: Iterable[tuple[str, str]]) -> str:
+    """``name{k="v",...}`` on one line (values escaped as in the exposition, long ones cut), for messages."""
+
+    def shown(v: str) -> str:
+        v = v if len(v) <= 80 else v[:77] + "..."
+        return v.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+    return name + "{" + ",".join(f'{shown(k)}="{shown(v)}"' for k, v in labels) + "}"
+
+
+def duplicate_series(s: Sample, where: str) -> SpecsimError:
+    """The error for a series (name and labels) met twice in one scrape.
+
+    A scrape holds each series once; a repeat (two scrapes pasted together, or a counter written both
+    with and without ``_total``) would otherwise be summed like two data-parallel engines, silently
+    doubling that count.
+    """
+    return SpecsimError(
+        f"{where}: duplicate series {series_text(s.name, s.labels)}: the same name and labels appear "
+        "twice (expected each series once per scrape; were two scrapes concatenated?)"
+    )
+
+
+def check_unique(samples: Iterable[Sample], where: str) -> None:
+    """:func:`duplicate_series` for the first series of ``samples`` that appears twice."""
+    seen = set()
+    for s in samples:
+        if (s.name, s.labels) in seen:
+            raise duplicate_series(s, where)
+        seen.add((s.name, s.labels))
+
+
 def models_of(samples: Iterable[Sample], names: Iterable[str]) -> list[str]:
     """Distinct ``model_name`` label values among samples of ``names`` ('' for unlabelled ones)."""
     wanted = set(names)

@@ -60,37 +60,66 @@ def tau_from_gauge(path: str | Path, num_steps: int, *, model: str | None = None
     return _check_tau(values[0], num_steps, where), chosen
 
 
+def _response_counts(obj, where: str) -> tuple[int, int, str]:
+    """(completion_tokens, spec_verify_ct, request label) of one ``/generate`` response line."""
+    meta = obj.get("meta_info") if isinstance(obj, dict) else None
+    if not isinstance(meta, dict):
+        raise SpecsimError(f"{where}: expected an object with 'meta_info' (SGLang /generate response)")
+    for key in ("completion_tokens", "spec_verify_ct"):
+        v = meta.get(key)
+        if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+            raise SpecsimError(
+                f"{where}: meta_info.{key}: expected an integer >= 0, got {v!r} "
+                "(was the server started with speculative decoding?)"
+            )
+    rid = meta.get("id")
+    label = f" (request {rid[:60]!r})" if isinstance(rid, str) else ""
+    return meta["completion_tokens"], meta["spec_verify_ct"], label
+
+
+def _check_request(tokens: int, steps: int, num_steps: int, where: str) -> None:
+    """SpecsimError unless one request's numbers fit K = num_steps: steps <= tokens <= (K+1)·steps + 1.
+
+    Each verify step emits 1..K+1 tokens (accepted drafts and the target's own token) and the first
+    token comes from the prefill, with no verify step. A line outside would be folded into
+    Σ tokens / Σ steps as if it were a request decoded speculatively at K.
+    """
+    most = (num_steps + 1) * steps + 1
+    if steps > tokens:
+        raise SpecsimError(
+            f"{where}: meta_info.completion_tokens = {tokens} with spec_verify_ct = {steps}: expected "
+            f"at least {steps} tokens (each verify step emits at least one)"
+        )
+    if tokens > most:
+        raise SpecsimError(
+            f"{where}: meta_info.completion_tokens = {tokens} with spec_verify_ct = {steps}: expected at "
+            f"most {most} = ({num_steps} + 1) x {steps} + 1 (each verify step emits at most num_steps + 1 "
+            "tokens, the first token comes from the prefill; is --num-steps the server's "
+            "--speculative-num-steps?)"
+        )
+
+
 def tau_from_responses(path: str | Path, num_steps: int) -> tuple[float, int, int]:
     """(τ at K, requests, verify steps) from a JSONL of ``/generate`` responses with ``meta_info``."""
     where = f"responses file {str(path)!r}"
-    tokens = steps = requests = 0
+    rows = []  # (line number, request label, completion tokens, verify steps)
     for n, line in enumerate(read_text(path, "responses file").splitlines(), start=1):
-        if not line.strip():
-            continue
-        obj = parse_json(line, f"{where} line {n}")
-        meta = obj.get("meta_info") if isinstance(obj, dict) else None
-        if not isinstance(meta, dict):
-            raise SpecsimError(
-                f"{where} line {n}: expected an object with 'meta_info' (SGLang /generate response)"
+        if line.strip():
+            tokens, steps, label = _response_counts(
+                parse_json(line, f"{where} line {n}"), f"{where} line {n}"
             )
-        for key in ("completion_tokens", "spec_verify_ct"):
-            v = meta.get(key)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
-                raise SpecsimError(
-                    f"{where} line {n}: meta_info.{key}: expected an integer >= 0, got {v!r} "
-                    "(was the server started with speculative decoding?)"
-                )
-        tokens += meta["completion_tokens"]
-        steps += meta["spec_verify_ct"]
-        requests += 1
-    if requests == 0:
+            rows.append((n, label, tokens, steps))
+    if not rows:
         raise SpecsimError(f"{where}: no responses")
-    if steps == 0:
+    steps = sum(r[3] for r in rows)
+    if steps == 0:  # before the per-line check: every line without a verify step means SD was off
         raise SpecsimError(
             f"{where}: zero verify steps (meta_info.spec_verify_ct is 0 in every response): "
             "no speculative decoding happened"
         )
-    return _check_tau(tokens / steps, num_steps, where), requests, steps
+    for n, label, request_tokens, request_steps in rows:
+        _check_request(request_tokens, request_steps, num_steps, f"{where} line {n}{label}")
+    return _check_tau(sum(r[2] for r in rows) / steps, num_steps, where), len(rows), steps
 
 
 def is_responses_file(path: str | Path) -> bool:

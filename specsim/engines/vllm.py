@@ -27,7 +27,16 @@ from pathlib import Path
 import numpy as np
 
 from specsim.acceptance.theory import survival_from_histogram, tau_from_histogram_at
-from specsim.engines.metric_samples import Sample, models_of, of_model, pick_model, read_metrics
+from specsim.bounds import MAX_GAMMA
+from specsim.engines.metric_samples import (
+    Sample,
+    check_unique,
+    duplicate_series,
+    models_of,
+    of_model,
+    pick_model,
+    read_metrics,
+)
 from specsim.errors import SpecsimError
 
 DRAFTS = "vllm:spec_decode_num_drafts"
@@ -93,6 +102,17 @@ class SpecCounters:
                 f"{where}: zero drafts ({DRAFTS} = 0): no speculative decoding happened in this "
                 "window, so there is no acceptance to import"
             )
+        # Drafts but no draft token: refused rather than given a value. vLLM counts a draft when it
+        # verified draft tokens (the scheduler skips steps with none; newer versions subtract drafts a
+        # grammar rejected, so a draft may carry 0). A window whose drafts carried no token holds no
+        # acceptance evidence at all: the rate accepted/draft_tokens is 0/0, and the histogram would
+        # claim tau = 1 (every draft rejected at once), a measurement nobody made.
+        if self.draft_tokens == 0:
+            raise SpecsimError(
+                f"{where}: {DRAFTS} = {self.drafts} but {DRAFT_TOKENS} = 0: no draft tokens were "
+                "proposed or verified in this window, so there is no acceptance to import "
+                "(expected at least one draft token; the acceptance rate would be 0/0)"
+            )
         if pos[0] > self.drafts:
             raise SpecsimError(
                 f'{where}: {PER_POS}{{position="0"}} = {pos[0]} exceeds {DRAFTS} = {self.drafts}'
@@ -139,8 +159,10 @@ class SpecCounters:
 
     @property
     def acceptance_rate(self) -> float:
-        """accepted / draft tokens (vLLM's 'Avg Draft acceptance rate')."""
-        return self.accepted / self.draft_tokens if self.draft_tokens else float("nan")
+        """accepted / draft tokens (vLLM's 'Avg Draft acceptance rate'); :meth:`check` ensures a token."""
+        if self.draft_tokens == 0:
+            raise SpecsimError(f"acceptance rate: zero draft tokens ({self.accepted}/0 is undefined)")
+        return self.accepted / self.draft_tokens
 
     @property
     def full_drafts_fraction(self) -> float:
@@ -148,14 +170,20 @@ class SpecCounters:
         return self.draft_tokens / (self.k * self.drafts)
 
 
+MAX_COUNT = 2**53  # the largest count a Prometheus (float64) value holds exactly
+
+
 def _count(value: float, what: str, where: str) -> int:
-    if not math.isfinite(value) or value < 0 or value != int(value):
-        raise SpecsimError(f"{where}: {what}: expected a non-negative whole count, got {value:g}")
+    """A counter value as an int: whole, >= 0 and <= 2**53 (beyond it a float64 is no exact count, so
+    the counters' identities cannot be checked, and the histogram would not fit a profile's integers)."""
+    if not math.isfinite(value) or value < 0 or value != int(value) or value > MAX_COUNT:
+        raise SpecsimError(f"{where}: {what}: expected a non-negative whole count up to 2**53, got {value:g}")
     return int(value)
 
 
 def _scalar(samples: list[Sample], name: str, model: str, where: str) -> int:
     found = of_model(samples, name, model)
+    check_unique(found, where)
     if not found:
         raise SpecsimError(
             f"{where}: no {name} counter for model {model or '(unlabelled)'!r} "
@@ -164,20 +192,35 @@ def _scalar(samples: list[Sample], name: str, model: str, where: str) -> int:
     return sum(_count(s.value, name, where) for s in found)
 
 
+def _position(s: Sample, where: str) -> int:
+    """The draft position of a per-position sample: decimal 0..MAX_GAMMA-1, checked before any use.
+
+    vLLM numbers positions 0..K-1 (K = num_speculative_tokens); specsim accepts K <= MAX_GAMMA, so a
+    larger label (or one written another way, e.g. '03', which would alias position 3) is refused here,
+    before anything is sized by it.
+    """
+    pos = s.label(POSITION_LABEL)
+    if pos is None:
+        raise SpecsimError(f"{where}: a {PER_POS} sample has no position label (labels: {dict(s.labels)})")
+    canonical = len(pos) <= len(str(MAX_GAMMA)) and pos.isascii() and pos.isdigit() and str(int(pos)) == pos
+    if not canonical or int(pos) >= MAX_GAMMA:
+        shown = pos if len(pos) <= 40 else pos[:37] + "..."
+        raise SpecsimError(
+            f"{where}: {PER_POS}: position label {shown!r}: expected a draft position 0..{MAX_GAMMA - 1} "
+            f"in plain decimal (vLLM numbers positions 0..K-1, K = num_speculative_tokens <= {MAX_GAMMA})"
+        )
+    return int(pos)
+
+
 def _per_position(samples: list[Sample], model: str, where: str) -> tuple[int, ...]:
     """Per-position counts summed over engines; every engine must report the same positions 0..K-1."""
     groups: dict[tuple, dict[int, int]] = {}
     for s in of_model(samples, PER_POS, model):
-        pos = s.label(POSITION_LABEL)
-        if pos is None:
-            raise SpecsimError(
-                f"{where}: a {PER_POS} sample has no position label (labels: {dict(s.labels)})"
-            )
-        if not pos.isdigit():
-            raise SpecsimError(f"{where}: {PER_POS}: expected position labels 0, 1, ..., got {pos!r}")
-        key = tuple(kv for kv in s.labels if kv[0] != POSITION_LABEL)
-        groups.setdefault(key, {})
-        groups[key][int(pos)] = groups[key].get(int(pos), 0) + _count(s.value, f"{PER_POS}[{pos}]", where)
+        pos = _position(s, where)
+        by_pos = groups.setdefault(tuple(kv for kv in s.labels if kv[0] != POSITION_LABEL), {})
+        if pos in by_pos:  # same engine, same position: the series twice (positions are canonical)
+            raise duplicate_series(s, where)
+        by_pos[pos] = _count(s.value, f"{PER_POS}[{pos}]", where)
     if not groups:
         raise SpecsimError(f"{where}: no {PER_POS} counter for model {model or '(unlabelled)'!r}")
     ks = set()
