@@ -83,6 +83,8 @@ def image_path(image: str, base: Path, where: str, allow_outside: bool = False) 
     (a FIFO or device is refused by ``stat``, without opening it)."""
     if not image.strip():
         raise SpecsimError(f"{where}: expected an image path, got ''")
+    if "\x00" in image:  # no file system path holds one (os.stat would raise ValueError)
+        raise SpecsimError(f"{where}: {image!r} contains a NUL byte; expected an image path")
     if Path(image).is_absolute() and not allow_outside:
         raise SpecsimError(
             f"{where}: absolute path {image!r}; expected a path relative to the prompt file's folder "

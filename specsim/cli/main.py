@@ -6,12 +6,15 @@ An entry point named ``calibrate.<what>`` registers under ``specsim calibrate``.
 command module, so the measuring half plugs in without specsim importing it. Command modules must not
 import torch at module level (``specsim --help`` has to work without it). Any :class:`SpecsimError`,
 and any argparse error, becomes one line on stderr and exit status 2; a :class:`SpecsimWarning` is one
-``specsim: warning:`` line. See ARCHITECTURE.md for the command → file table.
+``specsim: warning:`` line. Stdout that cannot be written (a full device) is one line and exit 2 too; a
+reader that went away (``| head``) ends the command quietly, status 0. See ARCHITECTURE.md for the
+command → file table.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import warnings
 from importlib.metadata import entry_points
@@ -96,6 +99,29 @@ def _show_warning(message, category, filename, lineno, file=None, line=None) -> 
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``specsim`` console script; returns the exit status."""
+    stdout = sys.stdout
+    guard = sys.stdout = _GuardedStdout(stdout) if stdout is not None else None
+    try:
+        status = _run(argv)
+        if guard is not None:
+            guard.flush()  # a full device behind stdout fails here, while it can still be reported
+        return status
+    except _StdoutError as failed:
+        _discard_stdout(stdout)
+        if isinstance(failed.err, BrokenPipeError):  # the reader went away (`| head`): not an error
+            return 0
+        reason = failed.err.strerror or str(failed.err)
+        print(f"specsim: error: cannot write to standard output ({reason})", file=sys.stderr)
+        return 2
+    except BrokenPipeError:  # written around the guard (not done today): still not an error
+        _discard_stdout(stdout)
+        return 0
+    finally:
+        if sys.stdout is guard:
+            sys.stdout = stdout
+
+
+def _run(argv: list[str] | None) -> int:
     try:
         parser = build_parser()
         with warnings.catch_warnings():
@@ -121,8 +147,57 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("specsim: interrupted", file=sys.stderr)
         return 130
-    except BrokenPipeError:
-        return 0
+
+
+class _StdoutError(Exception):
+    """An OSError raised while writing stdout (:class:`_GuardedStdout`), so that :func:`main` reports
+    stdout's failures, and only those, as such."""
+
+    def __init__(self, err: OSError):
+        super().__init__(str(err))
+        self.err = err
+
+
+class _GuardedStdout:
+    """``sys.stdout`` while a command runs: writes and flushes go to the real stream, and an OSError from
+    them (a full device, a closed pipe) comes out as :class:`_StdoutError`; anything else is delegated."""
+
+    def __init__(self, stream):
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        try:
+            return self._stream.write(text)
+        except OSError as err:
+            raise _StdoutError(err) from err
+
+    def writelines(self, lines) -> None:
+        for line in lines:
+            self.write(line)
+
+    def flush(self) -> None:
+        try:
+            self._stream.flush()
+        except OSError as err:
+            raise _StdoutError(err) from err
+
+    def __getattr__(self, name: str):
+        return getattr(self._stream, name)
+
+
+def _discard_stdout(stream) -> None:
+    """Point the process's stdout at /dev/null, so the interpreter's last flush of what stdout still
+    buffers neither fails nor prints "Exception ignored" (Python's recipe for SIGPIPE); only for the
+    real stdout (not a test's capture)."""
+    if stream is None or stream is not sys.__stdout__:
+        return
+    try:
+        fd = stream.fileno()
+        devnull = os.open(os.devnull, os.O_WRONLY)
+    except (OSError, ValueError):
+        return
+    os.dup2(devnull, fd)
+    os.close(devnull)
 
 
 if __name__ == "__main__":

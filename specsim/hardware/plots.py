@@ -152,7 +152,8 @@ def _figure(size):
 
 
 def _save(fig, path) -> Path:
-    """Write a figure to ``path`` atomically (:func:`specsim.jsonio.write_bytes_atomic`)."""
+    """Write a figure to ``path``: rendered in memory, then :func:`specsim.jsonio.write_bytes_atomic`
+    (atomic; a failed write is one SpecsimError and leaves any old file as it was)."""
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=110)
     return write_bytes_atomic(path, buf.getvalue())

@@ -14,10 +14,14 @@ What the reader refuses (before or while parsing):
 - files over :data:`MAX_FILE_BYTES`; text that is not UTF-8 (binary, UTF-16, truncated mid-character;
   a UTF-8 byte-order mark is allowed and skipped, RFC 8259 §8.1);
 - JSON nested deeper than :data:`MAX_DEPTH`, NaN/Infinity literals, numbers outside a float's
-  range, integers outside int64, and duplicate keys in one object (which value was meant is ambiguous).
+  range, integers outside int64, duplicate keys in one object (which value was meant is ambiguous),
+  and lone surrogate escapes (``"\\ud800"`` without its pair: no character, so it could be neither
+  printed nor written as UTF-8) in a string or key; errors inside the document name its JSON path.
 
-Writers keep what the user had: an existing file keeps its permission bits, a new file gets the
-umask's (0666 & ~umask), and a path that is a symlink is written through to the link's target.
+A path holding a NUL byte is refused by name. Writers keep what the user had: an existing file keeps its
+permission bits, a new file gets the umask's (0666 & ~umask), and a path that is a symlink is written
+through to the link's target. A write that fails on the way (a full disk, ``ulimit -f``) is one
+SpecsimError naming the path and the OS reason; the temp file is removed and the old file left as it was.
 """
 
 from specsim.jsonio.fields import (
@@ -42,6 +46,7 @@ from specsim.jsonio.reading import (
     check_regular_file,
     decode_utf8,
     dumps_json,
+    lone_surrogate,
     parse_json,
     read_bytes,
     read_json,
@@ -49,11 +54,18 @@ from specsim.jsonio.reading import (
     shipped_names,
     shipped_or_user_file,
 )
-from specsim.jsonio.writing import check_writable, write_bytes_atomic, write_json_atomic, write_text_atomic
+from specsim.jsonio.writing import (
+    WriteError,
+    check_writable,
+    write_bytes_atomic,
+    write_json_atomic,
+    write_text_atomic,
+)
 
 __all__ = [
     "MAX_DEPTH",
     "MAX_FILE_BYTES",
+    "WriteError",
     "check_keys",
     "check_object",
     "check_regular_file",
@@ -69,6 +81,7 @@ __all__ = [
     "field_opt",
     "field_req",
     "field_str",
+    "lone_surrogate",
     "parse_file_data",
     "parse_json",
     "read_bytes",

@@ -11,6 +11,7 @@ from typing import Any
 
 from specsim.bounds import check_range
 from specsim.errors import SpecsimError
+from specsim.jsonio.reading import lone_surrogate, surrogate_problem
 
 
 def check_schema_version(d: Any, expected: int, where: str) -> int:
@@ -47,7 +48,7 @@ def sourced(q: Any, where: str, source_hint: str) -> tuple[Any, str]:
     source = q.get("source")
     if not isinstance(source, str) or not source.strip():
         raise SpecsimError(f"{where}.source: expected {source_hint}, got {source!r}")
-    return q["value"], source
+    return q["value"], field_str(source, f"{where}.source")
 
 
 def check_object(d: Any, allowed: Iterable[str], where: str, *, schema_version: int | None = None) -> dict:
@@ -116,9 +117,13 @@ def field_int(value: Any, where: str, *, lo: int | None = None, unit: str | None
 
 
 def field_str(value: Any, where: str, *, allow_empty: bool = False) -> str:
-    """A (non-empty unless ``allow_empty``) string."""
+    """A (non-empty unless ``allow_empty``) string of valid Unicode text: a lone surrogate (a JSON
+    ``\\ud800`` escape without its pair) could not be printed or written as UTF-8 later."""
     if not isinstance(value, str) or (not allow_empty and not value.strip()):
         raise SpecsimError(f"{where}: expected a non-empty string, got {show(value)}")
+    bad = lone_surrogate(value)
+    if bad:
+        raise SpecsimError(f"{where}: {surrogate_problem(value, bad)}")
     return value
 
 

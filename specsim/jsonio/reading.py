@@ -7,6 +7,7 @@ import errno
 import json
 import math
 import os
+import re
 import stat
 from pathlib import Path
 from typing import Any
@@ -52,6 +53,8 @@ def check_regular_file(path: str | os.PathLike, what: str) -> Path:
         st = os.stat(path)
     except OSError as err:
         raise SpecsimError(f"{what} {str(path)!r} {_stat_problem(err)}") from None
+    except ValueError:  # no file system path holds a NUL byte
+        raise SpecsimError(f"{what} {str(path)!r} contains a NUL byte; expected a file path") from None
     if not stat.S_ISREG(st.st_mode):
         raise SpecsimError(f"{what} {str(path)!r} is {_kind(st.st_mode)}; expected a regular file")
     return path
@@ -123,23 +126,79 @@ def _refuse_constant(name: str):
     raise _Refused(f"{name} is not a JSON number (expected finite numbers)")
 
 
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def lone_surrogate(text: str) -> str | None:
+    """The first lone surrogate in ``text``, or None. JSON's ``\\ud800``..``\\udfff`` escapes only make a
+    character in pairs; one alone is no character, so it cannot be printed or written as UTF-8."""
+    if text.isascii():
+        return None
+    found = _SURROGATE.search(text)
+    return found.group() if found else None
+
+
+def surrogate_problem(text: str, bad: str) -> str:
+    """What is wrong with ``text``, which holds the lone surrogate ``bad``; ASCII, so it prints anywhere."""
+    shown = ascii(text)
+    shown = shown if len(shown) <= 60 else shown[:57] + "..."
+    return (
+        f"expected valid Unicode text, got {shown} (lone surrogate escape {ascii(bad)[1:-1]}: not a "
+        "character; one beyond U+FFFF is written as a pair of escapes)"
+    )
+
+
+def _path(trail) -> str:
+    """The JSON path (``a.b[2]``) of the value at the end of ``trail`` (parent, child) links, each child
+    found in its parent by identity; built only when a problem is reported."""
+    parts = []
+    while trail is not None:
+        trail, parent, child = trail
+        if trail is None:  # the list wrapped around the document
+            break
+        if type(parent) is dict:
+            key = next(k for k, x in parent.items() if x is child)
+            parts.append("." + (key if key.isprintable() else ascii(key)))
+        else:
+            parts.append(f"[{next(i for i, x in enumerate(parent) if x is child)}]")
+    return "".join(reversed(parts)).lstrip(".")
+
+
+def _at(trail) -> str:
+    path = _path(trail)
+    return f"{path}: " if path else ""
+
+
 def _scan(value: Any, allow_nan: bool = False) -> str | None:
-    """The first problem json.loads lets through: nesting over MAX_DEPTH, a float that overflowed to
-    inf (a literal like 1e400), an integer outside int64. Iterative, so deep input cannot overflow."""
-    stack = [([value], 0)]
+    """The first problem json.loads lets through, prefixed with its JSON path: nesting over MAX_DEPTH, a
+    float that overflowed to inf (a literal like 1e400), an integer outside int64, a lone surrogate in a
+    string or key. Iterative, so deep input cannot overflow."""
+    stack = [([value], 0, None)]
     while stack:
-        v, d = stack.pop()
+        v, d, trail = stack.pop()
         if d > MAX_DEPTH:
             return f"JSON nested too deeply (expected at most {MAX_DEPTH} levels)"
+        if type(v) is dict:
+            for key in v:
+                bad = lone_surrogate(key)
+                if bad:
+                    return f"{_at(trail)}key: {surrogate_problem(key, bad)}"
         for c in v.values() if type(v) is dict else v:
             t = type(c)
             if t is dict or t is list:
-                stack.append((c, d + 1))
+                stack.append((c, d + 1, (trail, v, c)))
+            elif t is str:
+                bad = lone_surrogate(c)
+                if bad:
+                    return f"{_at((trail, v, c))}{surrogate_problem(c, bad)}"
             elif t is float and not allow_nan and not math.isfinite(c):
-                return "a number is outside a float's range (a literal like 1e400?)"
+                return f"{_at((trail, v, c))}a number is outside a float's range (a literal like 1e400?)"
             elif t is int and not -_INT64_MAX <= c <= _INT64_MAX:
                 digits = len(str(abs(c)))
-                return f"integer of {digits} digits is too large (expected at most 2**63-1 in magnitude)"
+                return (
+                    f"{_at((trail, v, c))}integer of {digits} digits is too large "
+                    "(expected at most 2**63-1 in magnitude)"
+                )
     return None
 
 

@@ -3,6 +3,7 @@ write through symlinks (the rules in :mod:`specsim.jsonio`)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import stat
 import tempfile
@@ -14,6 +15,12 @@ from specsim.jsonio.reading import _kind, _stat_problem, dumps_json
 
 
 # --------------------------------------------------------------------------- writing
+class WriteError(SpecsimError, OSError):
+    """A write that failed on the way (full disk, quota, ``ulimit -f``): one line naming the path and the
+    OS reason (a SpecsimError: exit 2 in the CLI), and still an OSError, with its ``errno``, for callers
+    that catch those."""
+
+
 def _nearest_existing(folder: Path) -> Path:
     while not os.path.lexists(folder) and folder != folder.parent:
         folder = folder.parent
@@ -38,6 +45,8 @@ def check_writable(path: str | os.PathLike | None, what: str, *, suffix: str | N
         st = None
     except OSError as err:
         raise SpecsimError(f"{what} {text!r} {_stat_problem(err)}") from None
+    except ValueError:  # no file system path holds a NUL byte
+        raise SpecsimError(f"{what} {text!r} contains a NUL byte; expected a file path") from None
     if st is not None:
         if stat.S_ISDIR(st.st_mode):
             raise SpecsimError(f"{what} {text!r} is a directory; expected a file path")
@@ -81,31 +90,51 @@ def write_bytes_atomic(path: str | os.PathLike, data: bytes) -> Path:
     """Write ``data`` via a temp file beside the target and a rename (never half-written).
 
     A symlink is written through to its target; an existing file keeps its mode, a new one gets
-    0666 & ~umask. Returns ``path`` as given.
+    0666 & ~umask. Returns ``path`` as given. A write that fails on the way (a full disk, a quota, the
+    file-size limit of ``ulimit -f``, a read-only remount) is one SpecsimError naming the path and the
+    OS reason; the temp file is removed, so the target is either the new file or what it was before.
     """
-    target = Path(os.path.realpath(path))
-    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = None
     try:
-        mode = stat.S_IMODE(os.stat(target).st_mode)
-    except FileNotFoundError:
-        mode = 0o666 & ~_umask()
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-    try:
+        target = Path(os.path.realpath(path))
+        target.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            mode = stat.S_IMODE(os.stat(target).st_mode)
+        except FileNotFoundError:
+            mode = 0o666 & ~_umask()
+        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
             fh.flush()
             os.fsync(fh.fileno())
         os.chmod(tmp, mode)
         os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+        tmp = None
+    except (OSError, ValueError) as err:  # ValueError: a NUL byte in the path
+        reason = err.strerror if isinstance(err, OSError) and err.strerror else str(err)
+        failed = WriteError(
+            f"cannot write {os.fspath(path)!r} ({reason}): nothing was written, an existing file is unchanged"
+        )
+        failed.errno = getattr(err, "errno", None)
+        raise failed from None
+    finally:
+        if tmp is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
     return Path(path)
 
 
 def write_text_atomic(path: str | os.PathLike, text: str) -> Path:
-    """Write ``text`` (UTF-8) atomically (:func:`write_bytes_atomic`)."""
-    return write_bytes_atomic(path, text.encode("utf-8"))
+    """Write ``text`` (UTF-8) atomically (:func:`write_bytes_atomic`); text that is not valid Unicode (a
+    lone surrogate, e.g. from a command-line argument that was not UTF-8) is a SpecsimError."""
+    try:
+        data = text.encode("utf-8")
+    except UnicodeEncodeError as err:
+        raise SpecsimError(
+            f"cannot write {os.fspath(path)!r}: its text holds {text[err.start]!r}, a lone surrogate "
+            "(not a character); expected valid Unicode text"
+        ) from None
+    return write_bytes_atomic(path, data)
 
 
 def write_json_atomic(path: str | os.PathLike, data: Any) -> Path:
