@@ -259,7 +259,7 @@ def _ratio_prediction(
         # IbED §6.1 measures a batch-2 draft step at well under 1% of the speedup; with no batch
         # table we take its claim, and say so.
         note += (
-            f"; the {entry.draft_batch_size}-context draft batch is assumed to cost as batch 1 "
+            "; an ensemble's draft batch of contexts is assumed to cost as batch 1 "
             "(IbED, Lee et al. 2024, §6.1)"
         )
     return Prediction(
