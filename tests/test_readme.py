@@ -49,3 +49,12 @@ def test_layout_names_every_module_and_nothing_gone():
     existing = {p.name for p in files} | {"regenerate.py"}
     gone = sorted(n for n in named if n.endswith(".py") and n not in existing and not (ROOT / n).is_file())
     assert not gone, f"README layout names modules that do not exist: {gone}"
+
+
+def test_every_notebook_title_carries_its_own_number():
+    """Notebook 07 was titled "05 ·": a title's number is its file's."""
+    import json
+
+    for path in sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb")):
+        first = "".join(json.loads(path.read_text(encoding="utf-8"))["cells"][0]["source"])
+        assert first.startswith(f"# {path.name[:2]} ·"), (path.name, first.splitlines()[0])
