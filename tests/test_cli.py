@@ -124,3 +124,15 @@ def test_latency_only_profile_needs_alpha(capsys, tmp_path, profile):
     assert row["speedup"] == pytest.approx(row["tau"] / (4 * 0.1 + 1.8))
     code, _, err = run(capsys, "sweep", "--profile", str(path), "--alpha", "1.5")
     assert code == 2 and "--alpha: expected a probability in [0, 1], got '1.5'" in err
+
+
+def test_profiles_show_says_what_a_profile_holds(capsys):
+    code, out, _ = run(capsys, "profiles", "show", "zoo-cpu")
+    assert code == 0
+    assert "methods (11):" in out and "latency: measured cost model (gamma <= 4, token-tree grids)" in out
+    assert "check rows: 222" in out and "greedy: median |err|" in out
+    code, out, _ = run(capsys, "profiles", "show", "ibed-llava1.5-7b-68m", "--json")
+    info = json.loads(out)
+    assert info["gammas_measured"] == [5] and info["latency"].startswith("published ratio g*c+v = 1.3128")
+    code, _, err = run(capsys, "profiles", "show")
+    assert code == 2 and "expected a profile name or path" in err

@@ -1,10 +1,8 @@
-"""``specsim predict``, ``specsim sweep`` and ``specsim profiles``: speedup per method and scenario from a
-profile."""
+"""``specsim predict`` and ``specsim sweep``: speedup per method and scenario from a profile."""
 
 from __future__ import annotations
 
 import argparse
-import sys
 from itertools import groupby
 
 from specsim.bounds import number_arg
@@ -13,7 +11,7 @@ from specsim.jsonio import dumps_json
 from specsim.predict.prediction import Prediction, predict
 from specsim.predict.sweep import sweep
 from specsim.profile import MethodAcceptance, Profile
-from specsim.profiles import DEFAULT_PROFILE, load_profile, shipped_profiles
+from specsim.profiles import DEFAULT_PROFILE, load_profile
 from specsim.report import fmt, format_table, parse_int, parse_int_list
 
 EXTRAPOLATED_MARK = "*"
@@ -26,7 +24,7 @@ _SYMBOLS = (
 
 
 def register(sub) -> None:
-    """Add predict, sweep and profiles to the ``specsim`` parser."""
+    """Add predict and sweep to the ``specsim`` parser."""
     p = sub.add_parser(
         "predict",
         help="predicted speedup at one gamma, per method and scenario",
@@ -66,10 +64,6 @@ def register(sub) -> None:
     _common(s)
     _draft_args(s)
     s.set_defaults(func=cmd_sweep)
-
-    pr = sub.add_parser("profiles", help="list the shipped profiles")
-    pr.add_argument("--json", action="store_true", help="machine-readable output")
-    pr.set_defaults(func=cmd_profiles)
 
 
 def _common(p: argparse.ArgumentParser) -> None:
@@ -355,48 +349,4 @@ def cmd_sweep(args) -> int:
         print(f"best g n/a: {note}")
     if drafts is not None:
         _print_comparison(drafts)
-    return 0
-
-
-def cmd_profiles(args) -> int:
-    """The shipped profiles, one line (or JSON object) each."""
-    items = []
-    for name, path in shipped_profiles().items():
-        try:
-            prof = load_profile(str(path))
-        except SpecsimError as err:
-            print(f"specsim: warning: shipped profile {name} does not load: {err}", file=sys.stderr)
-            continue
-        methods = list(dict.fromkeys(a.method for a in prof.acceptance))
-        scenarios = list(dict.fromkeys(a.scenario for a in prof.acceptance))
-        items.append(
-            {
-                "name": name,
-                "schema_version": prof.schema_version,
-                "cost_model": prof.latency.published_ratio is None,
-                "source": prof.provenance.source,
-                "device": prof.provenance.device,
-                "target": prof.provenance.target,
-                "draft": prof.provenance.draft,
-                "methods": methods,
-                "scenarios": scenarios,
-                "path": str(path),
-                "default": name == DEFAULT_PROFILE,
-            }
-        )
-    if args.json:
-        print(dumps_json(items))
-        return 0
-    for it in items:
-        src = it["source"] if it["source"] == "measured" else "published"
-        extra = (
-            f"{len(it['methods'])} methods x {len(it['scenarios'])} scenarios"
-            if it["methods"]
-            else "latency only"
-        )
-        schema = f"schema {it['schema_version']}" + (", cost model" if it["cost_model"] else "")
-        print(
-            f"{it['name']}{' (default)' if it['default'] else ''}: {it['target']} / {it['draft']}; "
-            f"{src}; {it['device']}; {extra}; {schema}"
-        )
     return 0
