@@ -7,12 +7,21 @@ import json
 import shlex
 
 from specsim.bounds import RANGES, number_arg
-from specsim.engines.engine_config import sglang_server_args, vllm_speculative_config
+from specsim.engines.engine_config import (
+    SGLANG_ALGORITHMS_WITHOUT_MODEL,
+    VLLM_METHODS_WITHOUT_MODEL,
+    check_model_id,
+    is_model_id,
+    sglang_server_args,
+    vllm_speculative_config,
+)
 from specsim.engines.imported import NOT_REPORTED
 from specsim.engines.recommend import (
+    DEFAULT_GAMMA_MAX,
     DEFAULT_SHOWN_BATCHES,
     LatencyModel,
     Recommendation,
+    default_gamma_max,
     first_losing_batch,
     fixed_gamma_speedups,
     recommend,
@@ -82,7 +91,13 @@ def register(sub) -> None:
         "(default 1,2,4,...,256)",
     )
     p.add_argument("--context", default="1024", help="tokens in each sequence's KV cache (default 1024)")
-    p.add_argument("--gamma-max", default=None, help="largest draft length tried (default: the measured K)")
+    p.add_argument(
+        "--gamma-max",
+        default=None,
+        help="largest draft length tried (default: the measured K where tau past K would be an i.i.d. "
+        f"extrapolation, as for imported counters, marked * when asked for; max(K, {DEFAULT_GAMMA_MAX}) "
+        "where the profile's traces replay tau exactly)",
+    )
     p.add_argument(
         "--min-speedup",
         type=number_arg("ratio"),
@@ -97,7 +112,8 @@ def register(sub) -> None:
     p.add_argument(
         "--draft-model",
         default=None,
-        help="draft model id/path for the engine config (default: the profile's draft name)",
+        help="draft model for the engine config: a Hugging Face id org/name or a local path (default: the "
+        "profile's draft name; --config-out refuses one that is not a model id)",
     )
     p.add_argument(
         "--at-batch",
@@ -164,11 +180,27 @@ def _entry(profile: Profile, args) -> MethodAcceptance:
     return entries[0]
 
 
-def _draft_model(args, profile: Profile, entry: MethodAcceptance) -> str | None:
+def _draft_model(args, profile: Profile, entry: MethodAcceptance, method: str) -> tuple[str | None, bool]:
+    """(draft model for the config, taken from the profile?); a method that brings no draft model gets only
+    an explicit --draft-model."""
     if args.draft_model:
-        return args.draft_model
+        return args.draft_model, False
+    without = VLLM_METHODS_WITHOUT_MODEL if args.engine == "vllm" else SGLANG_ALGORITHMS_WITHOUT_MODEL
+    if method in without or method.upper() in without:
+        return None, False
     prov = entry.provenance or profile.provenance
-    return None if prov.draft in (NOT_REPORTED, "") else prov.draft
+    return (None, False) if prov.draft in (NOT_REPORTED, "") else (prov.draft, True)
+
+
+def _draft_id_note(draft_model: str | None, from_profile: bool, snippet) -> list[str]:
+    """Refusal is for --config-out; a printed config whose draft is not a model id gets this note."""
+    if snippet is None or not draft_model or is_model_id(draft_model, bare_ok=not from_profile):
+        return []
+    where = "the profile's draft name" if from_profile else "given by --draft-model"
+    return [
+        f"the draft {show(draft_model)} ({where}) is not a model id (Hugging Face org/name or a local path): "
+        "give --draft-model ID before using this config; --config-out refuses it"
+    ]
 
 
 def _one_int(text: str, name: str, lo: int, unit: str) -> int:
@@ -191,7 +223,11 @@ def cmd_recommend(args) -> int:
     entry = _entry(profile, args)
     lm = latency_model(args)
     context = _one_int(args.context, "--context", 0, "tokens")
-    gamma_max = None if args.gamma_max is None else _one_int(args.gamma_max, "--gamma-max", 1, "gamma")
+    gamma_max = (
+        default_gamma_max(entry)
+        if args.gamma_max is None
+        else _one_int(args.gamma_max, "--gamma-max", 1, "gamma")
+    )
     rec = recommend(
         entry,
         lm,
@@ -201,8 +237,14 @@ def cmd_recommend(args) -> int:
         min_speedup=args.min_speedup,
     )
     method = args.engine_method or DEFAULT_ENGINE_METHOD[args.engine]
-    draft_model = _draft_model(args, profile, entry)
+    draft_model, from_profile = _draft_model(args, profile, entry, method)
     snippet, extra = _snippet(args, rec, entry, lm, method, draft_model)
+    if args.config_out and snippet is not None and draft_model:
+        label = " (the profile's draft name)" if from_profile else ""
+        check_model_id(
+            draft_model, "--draft-model", label=label, bare_ok=not from_profile
+        )  # nothing written yet
+    extra = extra + _draft_id_note(draft_model, from_profile, snippet) + list(rec.notes)
     out = rec.to_json() | {
         "engine": ENGINE_NAMES[args.engine],
         "profile": profile.name,
@@ -254,6 +296,8 @@ def _snippet(args, rec: Recommendation, entry, lm, method, draft_model):
     )
     losing = first_losing_batch(speedups, rec.min_speedup)
     notes = [f"SGLang has one draft length for all batch sizes: chosen for batch {args.at_batch}"]
+    if not rec.at(args.at_batch).fits_memory:
+        notes.append(f"--at-batch {args.at_batch} does not fit in memory at this context (fits NO)")
     notes.append(
         f"with --speculative-num-steps {gamma}, SD is predicted below {rec.min_speedup:g}x from batch "
         f"{losing}: cap concurrency there or serve without SD"
@@ -261,6 +305,20 @@ def _snippet(args, rec: Recommendation, entry, lm, method, draft_model):
         else f"with --speculative-num-steps {gamma}, SD is predicted to pay at every batch size evaluated"
     )
     return flags, notes
+
+
+def _schedule_text(rec: Recommendation) -> str:
+    """'1..104: 5; 105..256: 5, does NOT fit' from the schedule rows."""
+    return "; ".join(
+        (
+            f"{r['first_batch']}"
+            if r["first_batch"] == r["last_batch"]
+            else f"{r['first_batch']}..{r['last_batch']}"
+        )
+        + f": {r['gamma']}"
+        + ("" if r["fits"] else ", does NOT fit")
+        for r in rec.schedule_rows()
+    )
 
 
 def _text(args, rec: Recommendation, lm: LatencyModel, profile: Profile, snippet, notes) -> str:
@@ -294,6 +352,7 @@ def _text(args, rec: Recommendation, lm: LatencyModel, profile: Profile, snippet
         ),
     ]
     lines.append("draft length 0 = SD off at that batch size (plain decoding, speedup 1)")
+    lines.append("schedule (batch sizes: draft length): " + _schedule_text(rec))
     if any(rec.at(b).extrapolated for b in rec.shown_batches):
         lines.append("* tau at this gamma is an i.i.d. extrapolation from the measured gamma")
     if args.engine == "vllm":

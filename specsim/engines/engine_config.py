@@ -15,12 +15,23 @@ SGLang (server flags; docs/advanced_features/speculative_decoding.md, python/sgl
 ``--speculative-num-steps`` (draft depth), ``--speculative-eagle-topk`` (branching; 1 = a chain) and
 ``--speculative-num-draft-tokens`` (verified tokens; num_steps + 1 for a chain). SGLang has no
 per-batch-size draft length, so one K is written and the batch size where it stops paying is reported.
+
+Both take the draft as a model id: a Hugging Face repo id ``org/name`` (huggingface_hub's validate_repo_id:
+letters, digits, ``-``, ``_``, ``.``, no ``--`` or ``..``, at most 96 characters) or a local path
+(``/``, ``./``, ``../``, ``~``, or a folder that exists here). A bare ``name`` (a legacy Hub id, or a
+relative folder on the server) passes only when the user typed it (``bare_ok``): a profile's draft name
+must be unambiguous. :func:`check_model_id` refuses anything else (a profile's descriptive draft name,
+say) before a config is written.
 """
 
 from __future__ import annotations
 
+import os
+import re
+
 from specsim.engines.recommend import Recommendation
 from specsim.errors import SpecsimError
+from specsim.jsonio import show
 
 # vLLM speculative methods that bring no separate draft model (SpeculativeConfig.__post_init__).
 VLLM_METHODS_WITHOUT_MODEL = ("ngram", "ngram_gpu", "suffix", "mtp")
@@ -33,6 +44,35 @@ SGLANG_FLAGS = (
     "--speculative-num-draft-tokens",
 )
 SGLANG_ALGORITHMS_WITHOUT_MODEL = ("NGRAM",)
+_HF_REPO_ID = re.compile(r"([A-Za-z0-9][\w.-]*/)?[\w.-]+")
+_PATH_PREFIXES = ("/", "./", "../", "~")
+
+
+def is_model_id(text, *, bare_ok: bool = False) -> bool:
+    """True for a Hugging Face repo id ``org/name`` (or ``name`` when ``bare_ok``) or a local path (see the
+    module docstring)."""
+    if not isinstance(text, str) or not text or not text.isprintable():
+        return False
+    if text.startswith(_PATH_PREFIXES) or os.path.isdir(text):
+        return True
+    return (
+        len(text) <= 96
+        and (bare_ok or "/" in text)
+        and _HF_REPO_ID.fullmatch(text) is not None
+        and "--" not in text
+        and ".." not in text
+        and not text.endswith((".", "-", ".git"))
+    )
+
+
+def check_model_id(value: str, flag: str, *, label: str = "", bare_ok: bool = False) -> str:
+    """``value`` if it is a model id; else SpecsimError naming it, what was expected and ``flag``."""
+    if is_model_id(value, bare_ok=bare_ok):
+        return value
+    raise SpecsimError(
+        f"{flag}: {show(value)}{label} is not a model id: expected a Hugging Face id org/name or a local "
+        f"path (/..., ./..., ~/...); give {flag} ID"
+    )
 
 
 def vllm_speculative_config(

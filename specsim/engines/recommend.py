@@ -5,7 +5,9 @@ model) the hardware planner (:func:`specsim.hardware.plan.plan_hardware`) gives 
 speedup τ(γ)·Tp / (γ·Tq + Tv(γ)) over γ = 1..γ_max on one device; where even the best is below
 ``min_speedup`` the recommendation is γ = 0 (plain decoding). τ(γ) comes from the profile entry via
 :func:`specsim.predict.tau_at_gamma.tau_with_source` (exact for γ ≤ K of imported engine counters, flagged
-beyond).
+beyond). The CLI searches γ up to :func:`default_gamma_max` (past K only where τ is exact). The
+recommendation carries notes on what its numbers rest on: batch sizes whose weights and KV cache do not
+fit, γ tried past K (or not), and why v = Tv/Tp prints below 1 where it does.
 """
 
 from __future__ import annotations
@@ -15,12 +17,16 @@ from dataclasses import asdict, dataclass
 from specsim.errors import SpecsimError
 from specsim.hardware.device import Device
 from specsim.hardware.model import ModelSpec
-from specsim.hardware.plan import MethodTau, Plan, plan_hardware
-from specsim.hardware.roofline import Efficiency
+from specsim.hardware.plan import DEFAULT_GAMMAS, MethodTau, Plan, plan_hardware
+from specsim.hardware.roofline import USABLE_MEMORY_FRACTION, Efficiency
 from specsim.hardware.runtime import Runtime
 from specsim.profile import MethodAcceptance
 
 DEFAULT_SHOWN_BATCHES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+# γ the CLI tries by default where τ past K is exact (replayed traces): the hardware planner's range (1..8).
+DEFAULT_GAMMA_MAX = max(DEFAULT_GAMMAS)
+# The planner's own context line names one model's image tokens; recommend states the target's instead.
+_PLAN_CONTEXT_LINE = "context = tokens already in the KV cache"
 
 
 @dataclass(frozen=True)
@@ -67,6 +73,8 @@ class Recommendation:
     choices: tuple[BatchChoice, ...]  # batch sizes 1..B_max
     shown_batches: tuple[int, ...]
     assumptions: tuple[str, ...]
+    measured_gamma: int | None = None  # the entry's K (None: no measured γ)
+    notes: tuple[str, ...] = ()  # what the numbers rest on: fit, γ past K, v < 1
 
     def at(self, batch_size: int) -> BatchChoice:
         for c in self.choices:
@@ -86,9 +94,24 @@ class Recommendation:
                 out.append([c.batch_size, c.batch_size, c.gamma])
         return [tuple(r) for r in out]
 
+    def schedule_rows(self) -> list[dict]:
+        """The schedule split also where fitting in memory changes: [{first_batch, last_batch, gamma, fits}]
+        (fits: weights + KV cache of that many sequences fit the device; False rows are not a recommendation,
+        an engine cannot hold that many sequences at this context)."""
+        out: list[dict] = []
+        for c in self.choices:
+            if out and out[-1]["gamma"] == c.gamma and out[-1]["fits"] == c.fits_memory:
+                out[-1]["last_batch"] = c.batch_size
+            else:
+                out.append(
+                    {"first_batch": c.batch_size, "last_batch": c.batch_size, "gamma": c.gamma}
+                    | {"fits": c.fits_memory}
+                )
+        return out
+
     def to_json(self) -> dict:
         return {
-            "schema_version": 1,
+            "schema_version": 2,  # 2: schedule rows are objects with "fits"; "notes" added
             "method": self.method,
             "scenario": self.scenario,
             "device": self.device,
@@ -98,17 +121,19 @@ class Recommendation:
             "table": [
                 asdict(self.at(b)) | {"extrapolated": self.at(b).extrapolated} for b in self.shown_batches
             ],
-            "schedule": [list(r) for r in self.schedule()],
+            "measured_gamma": self.measured_gamma,
+            "schedule": self.schedule_rows(),
             "assumptions": list(self.assumptions),
+            "notes": list(self.notes),
         }
 
 
-def _plan(entry: MethodAcceptance, lm: LatencyModel, gammas, max_batch: int, context_tokens: int) -> Plan:
+def _plan(mt: MethodTau, lm: LatencyModel, max_batch: int, context_tokens: int) -> Plan:
     return plan_hardware(
         lm.target,
         lm.draft,
         [lm.device],
-        [MethodTau.from_entry(entry, gammas)],
+        [mt],
         efficiency=lm.efficiency,
         batches=range(1, max_batch + 1),
         contexts=(context_tokens,),
@@ -129,6 +154,23 @@ def _check(batches, context_tokens: int, gamma_max: int, min_speedup: float) -> 
     return shown
 
 
+def default_gamma_max(entry: MethodAcceptance) -> int:
+    """Largest γ the CLI tries when not told: as far as τ is exact, up to :data:`DEFAULT_GAMMA_MAX`.
+
+    An entry with greedy traces replays τ at any γ exactly: max(K, 8). An entry known only up to its K
+    (imported engine counters, a published τ): K, since τ past K would be an i.i.d. extrapolation from τ(K),
+    optimistic where acceptance falls with depth, and a config would be written from it; the recommendation
+    says so and ``--gamma-max`` (the library's ``gamma_max``) searches further, flagged."""
+    k = entry.gamma
+    if k is None or not _iid_at(entry, k + 1):
+        return max(k or 0, DEFAULT_GAMMA_MAX)
+    return k
+
+
+def _iid_at(entry: MethodAcceptance, gamma: int) -> bool:
+    return MethodTau.from_entry(entry, (gamma,)).tau_source[0].startswith("iid")
+
+
 def recommend(
     entry: MethodAcceptance,
     lm: LatencyModel,
@@ -139,12 +181,13 @@ def recommend(
     min_speedup: float = 1.0,
 ) -> Recommendation:
     """Best γ (0 = off) for every batch size 1..max(batches); γ tried 1..gamma_max (default: the entry's
-    K)."""
+    K; the CLI passes :func:`default_gamma_max`)."""
     gamma_max = entry.gamma if gamma_max is None else gamma_max
     if gamma_max is None:
         raise SpecsimError(f"method {entry.method!r}: the entry has no measured gamma; pass a gamma max")
     shown = _check(batches, context_tokens, gamma_max, min_speedup)
-    plan = _plan(entry, lm, range(1, gamma_max + 1), shown[-1], context_tokens)
+    mt = MethodTau.from_entry(entry, range(1, gamma_max + 1))
+    plan = _plan(mt, lm, shown[-1], context_tokens)
     choices = tuple(
         BatchChoice(
             batch_size=r.batch_size,
@@ -160,17 +203,27 @@ def recommend(
         )
         for r in sorted(plan.rows, key=lambda r: r.batch_size)
     )
-    assumptions = plan.assumptions + (
+    past_k = _extrapolated_past_k(entry, mt)
+    k = entry.gamma
+    assumptions = tuple(a for a in plan.assumptions if not a.startswith(_PLAN_CONTEXT_LINE)) + (
         f"SD is turned off (draft length 0) where the best predicted speedup is below {min_speedup:g}",
         "batch size = sequences decoding together in one engine step (concurrency), every size "
         f"1..{shown[-1]} evaluated",
-        f"context = {context_tokens} tokens already in each sequence's KV cache",
+        f"context = {context_tokens} tokens already in each sequence's KV cache ({_image_tokens(lm.target)})",
         f"draft lengths tried: 1..{gamma_max}"
         + (
-            f" (tau beyond the measured K = {entry.gamma} is an i.i.d. extrapolation)"
-            if entry.gamma and gamma_max > entry.gamma
+            f" (tau beyond the measured K = {k} is an i.i.d. extrapolation)"
+            if past_k
+            else f" (tau beyond the measured K = {k} replayed from the profile's traces)"
+            if k and gamma_max > k
             else ""
         ),
+    )
+    notes = (  # fit and γ over every batch evaluated (the schedule's); v over the rows printed
+        _fit_note(choices, lm.device.name, context_tokens, gamma_max),
+        _past_k_note(k, past_k, choices),
+        _boundary_note(entry, gamma_max, choices),
+        _v_note([c for c in choices if c.batch_size in set(shown)], lm.efficiency),
     )
     return Recommendation(
         entry.method,
@@ -182,6 +235,110 @@ def recommend(
         choices,
         tuple(shown),
         assumptions,
+        k,
+        tuple(n for n in notes if n),
+    )
+
+
+def _image_tokens(target: ModelSpec) -> str:
+    """Where the image tokens in the context come from: the target's own vision spec."""
+    if target.vision is None:
+        return f"no image tokens: {target.name} has no vision tower"
+    return f"image tokens included: {target.vision.image_tokens} per image for {target.name}"
+
+
+def _ranges(batches: list[int]) -> str:
+    """'1, 3..5' for [1, 3, 4, 5]."""
+    out: list[list[int]] = []
+    for b in batches:
+        if out and b == out[-1][1] + 1:
+            out[-1][1] = b
+        else:
+            out.append([b, b])
+    return ", ".join(str(lo) if lo == hi else f"{lo}..{hi}" for lo, hi in out)
+
+
+def _fit_note(choices, device: str, context_tokens: int, gamma_max: int) -> str | None:
+    no = [c.batch_size for c in choices if not c.fits_memory]
+    if not no:
+        return None
+    return (
+        f"batch sizes {_ranges(no)} do not fit on {device}: target and draft weights + KV cache of "
+        f"{context_tokens} + {gamma_max} + 1 tokens per sequence exceed {USABLE_MEMORY_FRACTION:.0%} of its "
+        "memory, so an engine cannot run that many sequences at this context; their draft lengths (fits NO) "
+        "are what SD would give if they did, not a recommendation"
+    )
+
+
+def _extrapolated_past_k(entry: MethodAcceptance, mt: MethodTau) -> list[int]:
+    """γ > K whose τ is an i.i.d. extrapolation from τ(K) (not replayed from traces)."""
+    k = entry.gamma or 0
+    return [g for g, src in zip(mt.gammas, mt.tau_source) if g > k and src.startswith("iid")]
+
+
+def _past_k_note(k: int | None, past_k: list[int], choices) -> str | None:
+    if not past_k:
+        return None
+    chosen = [c.batch_size for c in choices if c.gamma > k]
+    return (
+        f"draft lengths {_ranges(past_k)} lie past the measured K = {k}: their tau carries the i.i.d. "
+        f"alpha of tau({k}) (extrapolated, marked *; optimistic where acceptance falls with depth)"
+        + (
+            f"; chosen at batch {_ranges(chosen)}: serve with that K and import again to measure it"
+            if chosen
+            else "; none is chosen (longer drafts do not pay here)"
+        )
+    )
+
+
+def _boundary_note(entry: MethodAcceptance, gamma_max: int, choices) -> str | None:
+    """Where the search stopped at K (τ past it not exact), or the best γ sits at the largest tried."""
+    at_max = [c.batch_size for c in choices if c.best_gamma == gamma_max]
+    best = (
+        f"; the best is {gamma_max} at batch {_ranges(at_max)}, so a longer draft may pay" if at_max else ""
+    )
+    if gamma_max == entry.gamma and _iid_at(entry, gamma_max + 1):
+        return (
+            f"draft lengths tried 1..{gamma_max} = the measured K only: tau past K = {gamma_max} would be an "
+            f"i.i.d. extrapolation from tau({gamma_max}), so it is not searched by default{best}; "
+            "--gamma-max N searches further (marked *), or serve with a larger K and import again"
+        )
+    if not at_max:
+        return None
+    past = (
+        f" (tau past the measured K = {entry.gamma} is extrapolated)" if _iid_at(entry, gamma_max + 1) else ""
+    )
+    return (
+        f"the best draft length is the largest tried ({gamma_max}) at batch {_ranges(at_max)}: longer "
+        f"drafts were not searched; --gamma-max N widens the search{past}"
+    )
+
+
+def _v_note(shown: list[BatchChoice], eff) -> str | None:
+    """Why v = Tv(γ)/Tp is below 1 at the batch sizes shown, in this runtime model (None: it is not)."""
+    low = [c for c in shown if c.v < 1.0]
+    if not low:
+        return None
+    c = low[0]
+    rows_tp, rows_tv = c.batch_size, c.batch_size * (c.best_gamma + 1)
+    m_tp, m_tv = (float(eff.memory_efficiency(r)) for r in (rows_tp, rows_tv))
+    where = f"v < 1 at batch {', '.join(str(x.batch_size) for x in low)}"
+    if m_tv > m_tp and hasattr(eff, "memory_efficiency_gemv"):
+        fitted = set(getattr(eff, "fit", ()))
+
+        def how(key: str) -> str:
+            return "fitted" if key in fitted else "assumed"
+
+        return (
+            f"{where}: runtime {eff.name} streams weights at {m_tv:.1%} of peak bandwidth in a pass of "
+            f"{rows_tv} rows (memory_efficiency_gemm, {how('memory_efficiency_gemm')}) but at {m_tp:.1%} in "
+            f"a {rows_tp}-row pass (memory_efficiency_gemv, {how('memory_efficiency_gemv')}), so verifying "
+            f"gamma+1 = {c.best_gamma + 1} positions is priced below one target-only step; a property of "
+            "these two efficiencies, not a measured Tv < Tp"
+        )
+    return (
+        f"{where}: the roofline prices the verification of gamma+1 = {c.best_gamma + 1} positions below one "
+        "target-only step (efficiencies and overheads by rows of the runtime); not a measured Tv < Tp"
     )
 
 
@@ -189,7 +346,7 @@ def fixed_gamma_speedups(
     entry: MethodAcceptance, lm: LatencyModel, gamma: int, *, max_batch: int, context_tokens: int
 ) -> list[tuple[int, float]]:
     """[(batch, speedup at this one γ)] for batch 1..max_batch: what an engine with one fixed γ gets."""
-    plan = _plan(entry, lm, (gamma,), max_batch, context_tokens)
+    plan = _plan(MethodTau.from_entry(entry, (gamma,)), lm, max_batch, context_tokens)
     return [(r.batch_size, r.speedup) for r in sorted(plan.rows, key=lambda r: r.batch_size)]
 
 

@@ -1,0 +1,202 @@
+"""`specsim recommend` says what its numbers rest on: a draft that is a model id, batch sizes that do not fit,
+gamma searched past the measured K, the target's own image tokens, and why v can print below 1."""
+
+import json
+
+import pytest
+
+from specsim.cli.main import main
+from specsim.hardware.model import preset_names
+
+pytestmark = pytest.mark.skipif(
+    "llava-1.5-7b" not in preset_names(), reason="calibrate presets not installed"
+)
+IBED = [
+    "recommend",
+    "--engine",
+    "vllm",
+    "--profile",
+    "ibed-llava1.5-7b-68m",
+    "--method",
+    "M",
+    "--scenario",
+    "ChartQA",
+    "--pair",
+    "llava-1.5-7b-68m",
+]
+LABEL = "LLaVA-1.5-68M (LLaMA-68M, visual instruction tuned)"  # the published profile's draft name
+QWEN = ["recommend", "--engine", "vllm", "--profile", "qwen2.5-coder-0.5b-1.5b-cpu-xeon"]
+
+
+def _run(capsys, argv: list[str]) -> tuple[int, str, str]:
+    rc = main(argv)
+    captured = capsys.readouterr()
+    return rc, captured.out, captured.err
+
+
+def _one_line_error(rc: int, out: str, err: str) -> str:
+    assert rc == 2 and out == "" and err.startswith("specsim: error: ") and err.count("\n") == 1, err
+    assert "Traceback" not in err
+    return err
+
+
+# --- 1. the engine config's draft must be a model id ------------------------------------------------------
+
+
+@pytest.mark.parametrize("engine", ["vllm", "sglang"])
+def test_config_out_refuses_the_profiles_draft_label(tmp_path, capsys, engine):
+    cfg, full = tmp_path / "c.json", tmp_path / "rec.json"
+    argv = [a if a != "vllm" else engine for a in IBED]
+    err = _one_line_error(*_run(capsys, argv + ["--config-out", str(cfg), "--out", str(full)]))
+    assert LABEL in err and "--draft-model" in err and "org/name" in err
+    assert not cfg.exists() and not full.exists()
+
+
+@pytest.mark.parametrize("bad", ["my draft", "org/name (v2)", "a/b/c d", "org/na--me", "x/y\n"])
+def test_config_out_refuses_a_given_draft_that_is_no_model_id(tmp_path, capsys, bad):
+    cfg = tmp_path / "c.json"
+    err = _one_line_error(*_run(capsys, IBED + ["--draft-model", bad, "--config-out", str(cfg)]))
+    assert repr(bad) in err and "--draft-model" in err and not cfg.exists()
+
+
+@pytest.mark.parametrize("good", ["llava-hf/llava-68m", "/models/llava-68m", "./drafts/68m", "gpt2"])
+def test_config_out_writes_a_model_id_or_a_path(tmp_path, capsys, good):
+    cfg = tmp_path / "c.json"
+    rc, out, err = _run(capsys, IBED + ["--draft-model", good, "--config-out", str(cfg)])
+    assert rc == 0, err
+    assert json.loads(cfg.read_text())["model"] == good
+
+
+def test_a_bare_profile_draft_name_is_no_model_id(tmp_path, capsys):
+    # typed by the user, a bare name may be a legacy Hub id or a relative folder; read from a profile it is a
+    # label ('qwen2.5-coder-0.5b-instruct' is not the Hub's Qwen/Qwen2.5-Coder-0.5B-Instruct)
+    cfg = tmp_path / "c.json"
+    argv = QWEN + ["--pair", "qwen2.5-coder-0.5b-1.5b", "--config-out", str(cfg)]
+    err = _one_line_error(*_run(capsys, argv))
+    assert "'qwen2.5-coder-0.5b-instruct' (the profile's draft name)" in err and not cfg.exists()
+
+
+def test_printing_without_config_out_names_the_label_in_a_note(capsys):
+    rc, out, _ = _run(capsys, IBED)
+    assert rc == 0
+    notes = [line for line in out.splitlines() if line.startswith("note:") and "not a model id" in line]
+    assert len(notes) == 1 and LABEL in notes[0] and "--draft-model" in notes[0]
+
+
+# --- 2. batch sizes that do not fit are marked -------------------------------------------------------------
+
+
+def test_schedule_marks_batch_sizes_that_do_not_fit(capsys):
+    rc, out, _ = _run(capsys, IBED + ["--draft-model", "org/d", "--json"])
+    assert rc == 0
+    rec = json.loads(out)
+    rows = rec["schedule"]
+    assert all({"first_batch", "last_batch", "gamma", "fits"} <= set(r) for r in rows)
+    assert rows[0]["first_batch"] == 1 and rows[-1]["last_batch"] == 256
+    fits = {r["batch_size"]: r["fits_memory"] for r in rec["table"]}
+    assert fits[64] and not fits[128] and not fits[256]
+    for r in rows:  # every schedule row is all-fitting or all-not-fitting, and agrees with the table
+        for b, ok in fits.items():
+            if r["first_batch"] <= b <= r["last_batch"]:
+                assert r["fits"] == ok
+    no = [r for r in rows if not r["fits"]]
+    assert no and no[-1]["last_batch"] == 256
+    assert any("do not fit" in n and str(no[0]["first_batch"]) in n for n in rec["notes"])
+
+
+def test_text_says_which_batch_sizes_do_not_fit(capsys):
+    rc, out, _ = _run(capsys, IBED + ["--draft-model", "org/d"])
+    assert rc == 0
+    lines = [line for line in out.splitlines() if line.startswith("note:") and "do not fit" in line]
+    assert len(lines) == 1 and "256" in lines[0]
+    sched = [line for line in out.splitlines() if "NOT fit" in line or "does not fit" in line]
+    assert sched, out
+
+
+def test_no_fit_note_when_everything_fits(capsys):
+    rc, out, _ = _run(capsys, IBED + ["--draft-model", "org/d", "--batch", "1,8,32"])
+    assert rc == 0 and "do not fit" not in out
+
+
+# --- 3. gamma past the measured K: searched where tau is exact, else a note says how to widen ---
+
+
+def test_default_search_stops_at_k_and_says_so(capsys):
+    rc, out, _ = _run(capsys, IBED + ["--draft-model", "org/d", "--json"])
+    assert rc == 0
+    rec = json.loads(out)
+    assert rec["gamma_max"] == 5 and rec["measured_gamma"] == 5  # published tau at K = 5 only
+    notes = [n for n in rec["notes"] if "--gamma-max" in n]
+    assert len(notes) == 1 and "measured K" in notes[0] and "i.i.d." in notes[0] and "1..5" in notes[0]
+
+
+def test_gamma_max_at_k_says_how_to_widen(capsys):
+    rc, out, _ = _run(capsys, IBED + ["--draft-model", "org/d", "--gamma-max", "5"])
+    assert rc == 0
+    notes = [line for line in out.splitlines() if line.startswith("note:") and "--gamma-max" in line]
+    assert len(notes) == 1 and "the best is 5 at batch 1..256" in notes[0]
+
+
+def test_gamma_max_past_k_flags_the_extrapolation(capsys):
+    rc, out, _ = _run(capsys, IBED + ["--draft-model", "org/d", "--gamma-max", "8", "--json"])
+    assert rc == 0
+    rec = json.loads(out)
+    assert rec["gamma_max"] == 8
+    assert any("1..8" in a and "K = 5" in a and "i.i.d." in a for a in rec["assumptions"])
+    notes = [n for n in rec["notes"] if "i.i.d." in n and "K = 5" in n]
+    assert len(notes) == 1 and "6..8" in notes[0]
+
+
+def test_traces_replay_past_k_so_the_default_search_goes_on(capsys):
+    rc, out, _ = _run(capsys, QWEN + ["--pair", "qwen2.5-coder-0.5b-1.5b", "--json"])
+    assert rc == 0
+    rec = json.loads(out)
+    k = rec["measured_gamma"]
+    assert k is not None and rec["gamma_max"] == max(k, 8) > k
+    assert not any(r["extrapolated"] for r in rec["table"])
+    assert any(f"1..{rec['gamma_max']}" in a and "replayed" in a for a in rec["assumptions"])
+
+
+# --- 4. image tokens come from the target's spec ----------------------------------------------------------
+
+
+def test_text_only_target_prints_no_llava_image_tokens(capsys):
+    rc, out, _ = _run(capsys, QWEN + ["--pair", "qwen2.5-coder-0.5b-1.5b"])
+    assert rc == 0
+    assert "576" not in out and "LLaVA-1.5 image" not in out
+    assert any("qwen2.5-coder-1.5b" in line and "image" in line for line in out.splitlines()[3:])
+
+
+def test_image_tokens_are_the_targets_own(tmp_path, capsys):
+    from specsim.presets import preset_path
+
+    cfg = json.loads(preset_path("llava-1.5-7b").read_text())
+    cfg["image_seq_length"] = 729
+    folder = tmp_path / "my-vlm"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps(cfg))
+    argv = [a for a in IBED if a not in ("--pair", "llava-1.5-7b-68m")]
+    rc, out, err = _run(capsys, argv + ["--target", str(folder), "--draft", "llava-1.5-68m"])
+    assert rc == 0, err
+    lines = [line for line in out.splitlines() if "image tokens" in line]
+    assert len(lines) == 1 and "729 per image" in lines[0] and "my-vlm" in lines[0]
+    assert "576" not in out and "LLaVA-1.5 image" not in out
+
+
+# --- 5. v below 1 is explained ---------------------------------------------------------------------------
+
+
+def test_v_below_one_is_explained(capsys):
+    rc, out, _ = _run(capsys, IBED + ["--draft-model", "org/d", "--batch", "1,4"])
+    assert rc == 0
+    row = next(line.split() for line in out.splitlines() if line.split()[:1] == ["1"])
+    assert float(row[7]) < 1  # v at batch 1
+    notes = [line for line in out.splitlines() if line.startswith("note: v < 1")]
+    assert len(notes) == 1
+    assert "memory_efficiency_gemm" in notes[0] and "memory_efficiency_gemv" in notes[0]
+    assert "batch 1" in notes[0]
+
+
+def test_no_v_note_when_every_v_is_at_least_one(capsys):
+    rc, out, _ = _run(capsys, IBED + ["--draft-model", "org/d", "--batch", "64"])
+    assert rc == 0 and "v < 1" not in out
