@@ -17,7 +17,15 @@ from dataclasses import asdict, dataclass
 from specsim.errors import SpecsimError
 from specsim.hardware.device import Device
 from specsim.hardware.model import ModelSpec
-from specsim.hardware.plan import DEFAULT_GAMMAS, MethodTau, Plan, plan_hardware
+from specsim.hardware.plan import (
+    DEFAULT_GAMMAS,
+    V_BELOW_ONE,
+    MethodTau,
+    Plan,
+    image_tokens_note,
+    plan_hardware,
+    v_below_one_note,
+)
 from specsim.hardware.roofline import USABLE_MEMORY_FRACTION, Efficiency
 from specsim.hardware.runtime import Runtime
 from specsim.profile import MethodAcceptance
@@ -205,11 +213,15 @@ def recommend(
     )
     past_k = _extrapolated_past_k(entry, mt)
     k = entry.gamma
-    assumptions = tuple(a for a in plan.assumptions if not a.startswith(_PLAN_CONTEXT_LINE)) + (
+    # the plan's context line and its v < 1 note (over every batch) give way to this recommendation's own
+    assumptions = tuple(
+        a for a in plan.assumptions if not a.startswith((_PLAN_CONTEXT_LINE, V_BELOW_ONE))
+    ) + (
         f"SD is turned off (draft length 0) where the best predicted speedup is below {min_speedup:g}",
         "batch size = sequences decoding together in one engine step (concurrency), every size "
         f"1..{shown[-1]} evaluated",
-        f"context = {context_tokens} tokens already in each sequence's KV cache ({_image_tokens(lm.target)})",
+        f"context = {context_tokens} tokens already in each sequence's KV cache "
+        f"({image_tokens_note(lm.target)})",
         f"draft lengths tried: 1..{gamma_max}"
         + (
             f" (tau beyond the measured K = {k} is an i.i.d. extrapolation)"
@@ -223,7 +235,7 @@ def recommend(
         _fit_note(choices, lm.device.name, context_tokens, gamma_max),
         _past_k_note(k, past_k, choices),
         _boundary_note(entry, gamma_max, choices),
-        _v_note([c for c in choices if c.batch_size in set(shown)], lm.efficiency),
+        v_below_one_note([c for c in choices if c.batch_size in set(shown)], lm.efficiency),
     )
     return Recommendation(
         entry.method,
@@ -238,13 +250,6 @@ def recommend(
         k,
         tuple(n for n in notes if n),
     )
-
-
-def _image_tokens(target: ModelSpec) -> str:
-    """Where the image tokens in the context come from: the target's own vision spec."""
-    if target.vision is None:
-        return f"no image tokens: {target.name} has no vision tower"
-    return f"image tokens included: {target.vision.image_tokens} per image for {target.name}"
 
 
 def _ranges(batches: list[int]) -> str:
@@ -311,34 +316,6 @@ def _boundary_note(entry: MethodAcceptance, gamma_max: int, choices) -> str | No
     return (
         f"the best draft length is the largest tried ({gamma_max}) at batch {_ranges(at_max)}: longer "
         f"drafts were not searched; --gamma-max N widens the search{past}"
-    )
-
-
-def _v_note(shown: list[BatchChoice], eff) -> str | None:
-    """Why v = Tv(γ)/Tp is below 1 at the batch sizes shown, in this runtime model (None: it is not)."""
-    low = [c for c in shown if c.v < 1.0]
-    if not low:
-        return None
-    c = low[0]
-    rows_tp, rows_tv = c.batch_size, c.batch_size * (c.best_gamma + 1)
-    m_tp, m_tv = (float(eff.memory_efficiency(r)) for r in (rows_tp, rows_tv))
-    where = f"v < 1 at batch {', '.join(str(x.batch_size) for x in low)}"
-    if m_tv > m_tp and hasattr(eff, "memory_efficiency_gemv"):
-        fitted = set(getattr(eff, "fit", ()))
-
-        def how(key: str) -> str:
-            return "fitted" if key in fitted else "assumed"
-
-        return (
-            f"{where}: runtime {eff.name} streams weights at {m_tv:.1%} of peak bandwidth in a pass of "
-            f"{rows_tv} rows (memory_efficiency_gemm, {how('memory_efficiency_gemm')}) but at {m_tp:.1%} in "
-            f"a {rows_tp}-row pass (memory_efficiency_gemv, {how('memory_efficiency_gemv')}), so verifying "
-            f"gamma+1 = {c.best_gamma + 1} positions is priced below one target-only step; a property of "
-            "these two efficiencies, not a measured Tv < Tp"
-        )
-    return (
-        f"{where}: the roofline prices the verification of gamma+1 = {c.best_gamma + 1} positions below one "
-        "target-only step (efficiencies and overheads by rows of the runtime); not a measured Tv < Tp"
     )
 
 
