@@ -6,12 +6,15 @@ the command. The run is :func:`calibrate.measure.acceptance_run.run_acceptance`.
 
 from __future__ import annotations
 
+import contextlib
+import io
+import time
 from pathlib import Path
 
 from calibrate.cli.shared_options import method_args, model_args
 from specsim.bounds import number_arg
 from specsim.errors import SpecsimError
-from specsim.jsonio import check_writable
+from specsim.jsonio import check_writable, dumps_json
 
 # Paths sampled per prompt (--sample-paths). Each path is one more target generation of --max-new-tokens
 # per prompt and K x tokens numbers per trace in the profile, while the error of the acceptance estimated
@@ -77,6 +80,13 @@ def register(subparsers) -> None:
         help="gamma of the stored single-gamma tau and histogram (default 5)",
     )
     acc.add_argument("--restart", action="store_true", help="ignore a partial file from an interrupted run")
+    acc.add_argument(
+        "--json",
+        action="store_true",
+        help="print one JSON object instead of the text summary: out, methods, scenarios, per entry "
+        "(method x scenario) its prompts, positions, match rate and tau at --reference-gamma, the prompt "
+        "count and the seconds taken (load_seconds of them loading)",
+    )
     acc.set_defaults(func=cmd_acceptance)
 
 
@@ -99,8 +109,48 @@ def cmd_acceptance(args) -> int:
         )
     check_writable(args.out, "--out")
     from calibrate.measure.acceptance_run import partial_path, run_acceptance
+    from calibrate.models.loading import quiet_loading
     from calibrate.workload.run_setup import load_setup
 
     check_writable(partial_path(Path(args.out)), "--out's partial file")
-    run_acceptance(load_setup(args), args)
+    start_s = time.perf_counter()
+    with quiet_loading(not args.no_progress):  # the captioner too: every model loads quietly
+        setup = load_setup(args)
+    load_s = time.perf_counter() - start_s
+    if not args.json:
+        run_acceptance(setup, args)
+        return 0
+    with contextlib.redirect_stdout(io.StringIO()):  # the run prints the text summary; --json replaces it
+        entries = run_acceptance(setup, args)
+    print(dumps_json(json_summary(args, setup, entries, time.perf_counter() - start_s, load_s)))
     return 0
+
+
+def json_summary(args, setup, entries: list, seconds: float, load_seconds: float) -> dict:
+    """What ``--json`` prints: the written profile, its entries (method x scenario) with tau and match rate,
+    the prompts and the time taken."""
+    rows = []
+    for e in entries:
+        matches = [m for t in e.traces for m in (t.match or ())]
+        rows.append(
+            {
+                "method": e.method,
+                "scenario": e.scenario,
+                "images_per_prompt": e.images_per_prompt,
+                "prompts": len(e.traces),
+                "positions": len(matches),
+                "match_rate": sum(matches) / len(matches) if matches else None,
+                "gamma": e.gamma,
+                "tau": e.tau,
+            }
+        )
+    return {
+        "out": str(args.out),
+        "methods": list(setup.methods),
+        "scenarios": list(dict.fromkeys(e.scenario for e in entries)),
+        "entries": rows,
+        "prompts": len(setup.prompts),
+        "max_new_tokens": args.max_new_tokens,
+        "seconds": round(seconds, 3),
+        "load_seconds": round(load_seconds, 3),
+    }

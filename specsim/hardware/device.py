@@ -8,13 +8,17 @@ scale-out bandwidth beyond them (InfiniBand, PCIe), optionally the peak 32-bit i
 :mod:`specsim.hardware.runtime`), and an optional price per hour the user fills in. Each number is an object
 ``{"value": ..., "source": "..."}`` so the datasheet (or measurement) behind it travels with it.
 The shipped catalog is ``specsim/hardware/catalog/*.json``; users pass their own files by path.
-The ``cpu`` entry has no numbers: they are measured on this machine when it is loaded.
+The ``cpu`` entry has no numbers: they are measured on this machine when it is loaded. Catalog names are
+case-insensitive and have aliases (:data:`DEVICE_ALIASES`, :func:`resolve_device_name`), among them what
+``nvidia-smi`` and ``torch.cuda.get_device_name()`` print; a name that fits parts with different numbers
+(``a100``) is refused with the candidates.
 """
 
 from __future__ import annotations
 
 import functools
 import os
+import re
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -62,6 +66,40 @@ _KEYS = {
     *_NUMBERS,
 }
 _DTYPES = ("bf16", "fp16", "fp32", "fp8")
+
+
+# Other spellings of catalog names. A name is compared lower-case, with runs of spaces, '_' and '-' as one '-'
+# and leading vendor and brand words dropped (_BRANDS), so what nvidia-smi and torch.cuda.get_device_name()
+# print names its entry as it is: "NVIDIA L4", "Tesla T4", "NVIDIA GeForce RTX 4090", "NVIDIA H100 PCIe",
+# "AMD Instinct MI300X". The aliases below are the spellings that rule does not reach, each with its reason.
+_BRANDS = ("nvidia", "tesla", "geforce", "amd", "instinct")
+DEVICE_ALIASES = {
+    # The bare "H100" is the SXM5 board: NVIDIA's H100 datasheet lists H100 SXM first (then PCIe, now NVL),
+    # and the cloud's H100 instances (AWS p5, Google Cloud A3, Azure ND H100 v5) are SXM5 HGX boards. The
+    # PCIe card (2.0 vs 3.35 TB/s) is h100-pcie; `specsim hardware` prints the entry it used.
+    "h100": "h100-sxm",
+    "h100-sxm5": "h100-sxm",  # SXM5 is the H100's SXM socket (the entry's display name)
+    "h100-80gb-hbm3": "h100-sxm",  # nvidia-smi's "NVIDIA H100 80GB HBM3"; the PCIe card says "H100 PCIe"
+    "h200-sxm": "h200",  # the h200 entry is the SXM board (datasheet's H200 SXM); the H200 NVL is not listed
+    "a100-sxm4-40gb": "a100-40gb-sxm",  # nvidia-smi's "NVIDIA A100-SXM4-40GB"
+    "a100-sxm4-80gb": "a100-80gb-sxm",  # nvidia-smi's "NVIDIA A100-SXM4-80GB"
+    "a100-sxm-40gb": "a100-40gb-sxm",  # the datasheet's words, the catalog's order
+    "a100-sxm-80gb": "a100-80gb-sxm",
+    "a100-pcie-80gb": "a100-80gb-pcie",
+    "rtx3060": "rtx-3060",  # "RTX 3060" written as one word
+    "rtx3090": "rtx-3090",
+    "rtx4090": "rtx-4090",
+}
+# Names that fit several entries whose numbers differ, refused with the candidates: NVIDIA's A100 datasheet
+# gives 1,555, 2,039 and 1,935 GB/s for the 40GB SXM, 80GB SXM and 80GB PCIe (no convention picks one A100,
+# and 40 or 80 GB decides what fits); "h100-80gb" names the memory both H100 entries have (3.35 vs 2.0 TB/s).
+AMBIGUOUS_DEVICE_NAMES = {
+    "a100": ("a100-40gb-sxm", "a100-80gb-sxm", "a100-80gb-pcie"),
+    "a100-80gb": ("a100-80gb-sxm", "a100-80gb-pcie"),
+    "a100-sxm": ("a100-40gb-sxm", "a100-80gb-sxm"),
+    "a100-sxm4": ("a100-40gb-sxm", "a100-80gb-sxm"),
+    "h100-80gb": ("h100-sxm", "h100-pcie"),
+}
 
 
 @dataclass(frozen=True)
@@ -227,8 +265,32 @@ def catalog_names() -> list[str]:
     return shipped_names(CATALOG_DIR)
 
 
+def resolve_device_name(name: str) -> str | None:
+    """The catalog name ``name`` stands for (itself, any case or spacing, or an alias), or None.
+
+    SpecsimError naming the candidates for a name that fits several entries (``a100``).
+    """
+    names = catalog_names()
+    if name in names:
+        return name
+    words = [w for w in re.split(r"[\s_-]+", name.strip().lower()) if w]
+    while len(words) > 1 and words[0] in _BRANDS:
+        words.pop(0)
+    key = "-".join(words)
+    if key in AMBIGUOUS_DEVICE_NAMES:
+        raise SpecsimError(
+            f"device {name!r} is ambiguous: the catalog has {', '.join(AMBIGUOUS_DEVICE_NAMES[key])}, whose "
+            "bandwidth or memory differ (expected one of them)"
+        )
+    key = DEVICE_ALIASES.get(key, key)
+    return key if key in names else None
+
+
 def load_device(name_or_path: str) -> Device:
-    """A catalog name (``h100-sxm``, ``cpu``) or a path to a user device JSON file."""
+    """A catalog name (``h100-sxm``, ``cpu``; any case, or an alias: :func:`resolve_device_name`) or a path
+    to a user device JSON file (an existing file wins over an alias)."""
+    if not os.path.lexists(name_or_path):
+        name_or_path = resolve_device_name(name_or_path) or name_or_path
     path = shipped_or_user_file(name_or_path, CATALOG_DIR, "device")
     data = read_json(path, "device file")
     measure = data.get("measure", False) if isinstance(data, dict) else False
