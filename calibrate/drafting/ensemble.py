@@ -15,6 +15,7 @@ from __future__ import annotations
 import torch
 
 from calibrate.drafting.contexts import DraftContext
+from calibrate.run.batch_engine import left_pad
 from calibrate.run.engine import crop_cache, new_cache, unwrap, with_cache
 from calibrate.run.proposal import Proposal, Request
 from calibrate.run.timing import timed
@@ -73,7 +74,7 @@ class EnsembleDrafter:
                 stages[k] = stages.get(k, 0.0) + v
             contexts.append(ctx)
         self.context_tokens = [c.embeds.shape[0] for c in contexts]
-        embeds, mask = _left_pad([c.embeds for c in contexts])  # [k, L, H], [k, L]
+        embeds, mask = left_pad([c.embeds for c in contexts])  # [k, L, H], [k, L]
         self.start_from_cache(new_cache(), mask[:, :0], None)
         self._prompt = (embeds, mask)
         return stages
@@ -244,19 +245,6 @@ def adaptive_weights(
 
 
 # --------------------------------------------------------------------------- helpers
-def _left_pad(rows: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
-    """Embeddings [L_j, H] -> left-padded batch [k, L, H] (zeros on pads) and mask [k, L] (long)."""
-    length = max(r.shape[0] for r in rows)
-    h = rows[0].shape[-1]
-    out = rows[0].new_zeros(len(rows), length, h)
-    mask = torch.zeros(len(rows), length, dtype=torch.long, device=rows[0].device)
-    for j, r in enumerate(rows):
-        if r.shape[0]:
-            out[j, length - r.shape[0] :] = r
-            mask[j, length - r.shape[0] :] = 1
-    return out, mask
-
-
 def _positions(mask: torch.Tensor) -> torch.Tensor:
     """Position ids [k, L]: 0 at each row's first real token (pads get 0; they are masked anyway)."""
     return (mask.cumsum(1) - 1).clamp(min=0)

@@ -113,26 +113,17 @@ class PaddedCache:
         self.mask = self.mask.masked_fill(dead, 0)
 
 
-def _left_pad_ids(rows: list[torch.Tensor], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Token ids [1, S_b] -> [B, S] left-padded with ``pad_id`` and the mask [B, S]."""
-    length = max(r.shape[1] for r in rows)
-    ids = torch.full((len(rows), length), pad_id, dtype=torch.long)
-    live = torch.zeros(len(rows), length, dtype=torch.long)
-    for b, r in enumerate(rows):
-        ids[b, length - r.shape[1] :] = r[0]
-        live[b, length - r.shape[1] :] = 1
-    return ids, live
-
-
-def _left_pad_embeds(rows: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
-    """Embeddings [L_b, H] -> [B, L, H] left-padded with zeros and the mask [B, L]."""
+def left_pad(rows: list[torch.Tensor], fill=0) -> tuple[torch.Tensor, torch.Tensor]:
+    """Rows [L_b, ...] (token ids, or embeddings [L_b, H]) -> one left-padded batch [B, L, ...] with ``fill``
+    on the pads, and the mask [B, L] (long, 1 on real positions)."""
     length = max(r.shape[0] for r in rows)
-    out = rows[0].new_zeros(len(rows), length, rows[0].shape[-1])
-    live = torch.zeros(len(rows), length, dtype=torch.long, device=rows[0].device)
+    out = rows[0].new_full((len(rows), length, *rows[0].shape[1:]), fill)
+    mask = torch.zeros(len(rows), length, dtype=torch.long, device=rows[0].device)
     for b, r in enumerate(rows):
-        out[b, length - r.shape[0] :] = r
-        live[b, length - r.shape[0] :] = 1
-    return out, live
+        if r.shape[0]:
+            out[b, length - r.shape[0] :] = r
+            mask[b, length - r.shape[0] :] = 1
+    return out, mask
 
 
 def _check(requests: list[Request], max_new_tokens: int) -> None:
@@ -156,7 +147,7 @@ def batch_prefill_phase(model, requests: list[Request], pad_id: int) -> tuple[di
     extra = sorted({k for r in requests for k in r.target_kwargs} - {"pixel_values"})
     if extra:
         raise SpecsimError(f"batch: target inputs {extra} cannot be batched yet (pixel_values only)")
-    ids, live = _left_pad_ids([r.input_ids for r in requests], pad_id)
+    ids, live = left_pad([r.input_ids[0].cpu() for r in requests], pad_id)
     inputs = {"input_ids": ids.to(model.device)}
     pixels = [r.target_kwargs["pixel_values"] for r in requests if "pixel_values" in r.target_kwargs]
     if pixels:
@@ -209,11 +200,11 @@ def _draft_prompt(draft_model, members, requests: list[Request], device) -> tupl
     """The draft's first-pass inputs: each request's draft context (its drafting method's embeddings),
     left-padded into one batch."""
     if members is None:  # a plain text draft reads the target's prompt
-        ids, live = _left_pad_ids([r.input_ids for r in requests], 0)
+        ids, live = left_pad([r.input_ids[0].cpu() for r in requests], 0)
         return {"input_ids": ids.to(draft_model.device)}, live.to(draft_model.device)
     (member,) = members
     embeds = [member.build(r, draft_model, {}, device).embeds for r in requests]
-    padded, live = _left_pad_embeds(embeds)
+    padded, live = left_pad(embeds)
     return {"inputs_embeds": padded}, live
 
 
