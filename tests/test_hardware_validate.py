@@ -197,7 +197,7 @@ def test_published_set_has_batch_and_long_context_rows(ps):
     for r in ps.rows:
         by_runtime.setdefault(r.runtime, set()).add(r.source)
     assert all(len(by_runtime[n]) >= 2 for n in ("vllm", "gpt-fast", "llama.cpp"))
-    assert [len(s) for s in published_sweeps(ps)] == [3, 3, 3]
+    assert [len(s) for s in published_sweeps(ps)] == [3, 3, 3, 7, 6]
 
 
 def test_paying_range_by_hand():

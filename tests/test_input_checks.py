@@ -86,8 +86,8 @@ def test_non_object_trace_names_the_field(tmp_path, profile, bad):
             1e30,
             "draft_prompt_tokens: expected a value in 0..16777216",
         ),
-        (["schema_version"], True, "profile.schema_version: expected one of [1, 2], got true"),
-        (["schema_version"], 1.0, "profile.schema_version: expected one of [1, 2], got 1.0"),
+        (["schema_version"], True, "profile.schema_version: expected one of [1, 2, 3], got true"),
+        (["schema_version"], 1.0, "profile.schema_version: expected one of [1, 2, 3], got 1.0"),
     ],
 )
 def test_implausible_values_name_the_field_and_range(tmp_path, profile, path, value, expected):

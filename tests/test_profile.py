@@ -14,7 +14,7 @@ def test_round_trip(tmp_path, profile):
     path = save_profile(profile, tmp_path / "p.json")
     back = load_profile(str(path))
     assert back == profile
-    assert json.loads(path.read_text())["schema_version"] == 2
+    assert json.loads(path.read_text())["schema_version"] == 3
 
 
 def test_shipped_profiles_load():
@@ -39,8 +39,8 @@ def _mutate(data: dict, path: list, value):
 @pytest.mark.parametrize(
     "path, value, expected",
     [
-        (["schema_version"], 3, "schema_version: expected one of [1, 2], got 3"),
-        (["schema_version"], True, "schema_version: expected one of [1, 2], got true"),
+        (["schema_version"], 4, "schema_version: expected one of [1, 2, 3], got 4"),
+        (["schema_version"], True, "schema_version: expected one of [1, 2, 3], got true"),
         (["provenance", "source"], "blog", "provenance.source: expected 'measured' or 'published"),
         (["provenance", "target"], KeyError, "provenance.target: missing"),
         (["provenance", "threads"], 0, "provenance.threads: expected an integer >= 1, got 0"),

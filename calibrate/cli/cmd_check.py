@@ -85,6 +85,12 @@ def register(subparsers) -> None:
     rep.add_argument(
         "--max-minutes", type=number_arg("minutes"), default=None, help="stop starting rounds after this long"
     )
+    chk.add_argument(
+        "--batch",
+        default=None,
+        help="run B requests together (batched engine against batched target-only decoding), e.g. 1,2,4,8; "
+        "fixed gamma, greedy; needs the profile's batched cost (calibrate latency --request-batches)",
+    )
     _sampling_args(chk)
     chk.add_argument("--json", action="store_true", help="print JSON instead of the tables")
     chk.add_argument("--no-write", action="store_true", help="do not write the rows into the profile")
@@ -158,9 +164,13 @@ def cmd_check(args) -> int:
     from calibrate.workload.run_setup import load_setup, progress
     from specsim.check.check_tables import check_table, summary, terms_table
 
-    if args.temperature > 0:
+    if args.temperature > 0 and args.batch is None:
         return cmd_check_sampled(args)
     gammas, profile_path, profile, methods = prepare(args)
+    if args.batch is not None:
+        from calibrate.cli.check_batch import cmd_check_batch
+
+        return cmd_check_batch(args, gammas, profile_path, profile, methods)
     drafts = _drafts(args)
     setup = load_setup(args, methods=methods, cache_captions=False)
     if drafts:

@@ -140,6 +140,18 @@ def register(subparsers) -> None:
     )
     what.add_argument("--no-vision", action="store_true", help="skip the vision-encoder timing")
     what.add_argument(
+        "--request-batches",
+        type=int_list_arg("batch"),
+        help="also time the batched engine (B requests decoded together) at these B, e.g. 1,2,4,8, for "
+        "`specsim check --batch`: its passes by rows x cache width x B and its overhead",
+    )
+    what.add_argument(
+        "--request-gammas",
+        type=int_list_arg("gamma"),
+        default=[1, 3, 5],
+        help="gammas of the batched sweep (default 1,3,5; rows between them are interpolated)",
+    )
+    what.add_argument(
         "--caption-tokens",
         type=number_arg("tokens", integer=True),
         help="tokens per caption when timing --captioner (default 32)",
@@ -221,13 +233,38 @@ def cmd_latency(args) -> int:
     seconds = time.perf_counter() - t0
     from specsim.profiles import load_profile
 
+    batched_s = _batched(args, models, plan, path) if args.request_batches else None
     section = load_profile(str(path)).latency
     if args.json:
         print(dumps_json(section.to_json()))
     else:
         print(f"models loaded in {load_s:.1f} s")
         print("\n".join(summary_lines(section, timings, seconds, path)))
+        if batched_s is not None:
+            print(f"batched engine at B = {args.request_batches}: measured in {batched_s:.1f} s")
     return 0
+
+
+def _batched(args, models, plan, path) -> float:
+    """Time the batched engine and add its costs to the profile at ``path``; the seconds it took."""
+    from dataclasses import replace
+
+    from calibrate.measure.batch_costgrid import BatchSweepPlan, measure_batched
+    from specsim.profiles import load_profile, save_profile
+
+    longest = max(1, plan.contexts_tokens[-1] - args.max_new_tokens)
+    sweep = BatchSweepPlan(
+        batch_sizes=tuple(sorted(set(args.request_batches))),
+        gammas=tuple(sorted(set(args.request_gammas))),
+        prompt_tokens=tuple(sorted({max(1, min(plan.contexts_tokens[0] + 2, longest)), longest})),
+        target_new_tokens=args.max_new_tokens,
+        seed=args.seed,
+    )
+    costs, seconds = measure_batched(models, sweep)
+    profile = load_profile(str(path))
+    model = replace(profile.latency.forward_costs(), batched=costs)
+    save_profile(replace(profile, latency=replace(profile.latency, cost_model=model)), path)
+    return seconds
 
 
 def _check_args(args) -> None:

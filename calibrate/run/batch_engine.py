@@ -289,11 +289,11 @@ def _draft_tail(drafts: torch.Tensor, n: torch.Tensor, nxt: torch.Tensor, g: int
     (d_g was never fed), else [next]; one masked pad column in front where a row has one."""
     if g == 0:
         return {"input_ids": nxt[:, None]}, live
-    full = (n == g).long()[:, None]  # [B, 1]
+    full = (n == g).long()[:, None] * live  # [B, 1]; a finished row's acceptance is of pads: never full
     ids = torch.stack([drafts[:, g - 1], nxt], 1)  # [B, 2]
     if not bool(full.any()):
         return {"input_ids": nxt[:, None]}, live
-    return {"input_ids": ids}, torch.cat([full * live, live], 1)
+    return {"input_ids": ids}, torch.cat([full, live], 1)
 
 
 @torch.inference_mode()

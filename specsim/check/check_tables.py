@@ -200,17 +200,60 @@ def terms_table(rows: list[CheckRow]) -> str:
                     ),
                 ]
             )
-        table.append(([r.scenario] if scen else []) + [r.method, draft_name(r), *cells])
+        table.append(
+            _batch_cell(rows, r) + ([r.scenario] if scen else []) + [r.method, draft_name(r), *cells]
+        )
     if not table:
         return ""
     heads = (
-        (["scenario"] if scen else [])
+        _batch_cell(rows)
+        + (["scenario"] if scen else [])
         + ["method", _draft_head(rows)]
         + [f"{t.replace('_', ' ')} {k}" for t in terms for k in ("pred", "meas", "err")]
     )
     return "ms per block after the first, and per target-only step (predicted vs measured):\n" + format_table(
         heads, table, indent=""
     )
+
+
+def _batch_cell(rows: list[CheckRow], row: CheckRow | None = None) -> list[str]:
+    """The batch column of a table whose rows include batched checks: its head, or ``row``'s cell."""
+    if all(r.batch is None for r in rows):
+        return []
+    return ["batch"] if row is None else [str(row.batch or 1)]
+
+
+def batch_table(rows: list[CheckRow]) -> str:
+    """Batched rows: predicted vs measured τ per running request and decode-phase speedup over batched
+    target-only decoding, with the measured half-width, by batch size, scenario, method and γ."""
+    body = [
+        [
+            str(r.batch),
+            r.scenario,
+            r.method,
+            str(r.gamma),
+            fmt(r.tau_predicted),
+            fmt(r.tau_measured),
+            fmt(r.speedup_predicted),
+            fmt(r.speedup_measured),
+            "±" + _pct(r.speedup_halfwidth, False),
+            _pct(relative_error(r.speedup_predicted, r.speedup_measured)),
+        ]
+        for r in rows
+    ]
+    heads = [
+        "batch",
+        "scenario",
+        "method",
+        "gamma",
+        "tau pred",
+        "meas",
+        "speedup pred",
+        "meas",
+        "95% hw",
+        "err",
+    ]
+    return format_table(heads, body, indent="")
 
 
 # --------------------------------------------------------------------------- sampled rows: coverage

@@ -23,6 +23,7 @@ from specsim.hardware.efficiency_fit import HoldoutResult
 from specsim.hardware.parallel import SPLIT_MODES
 from specsim.hardware.plan import DEFAULT_BATCHES, Parallel, plan_hardware
 from specsim.hardware.plan_text import plan_text
+from specsim.hardware.runtime import Runtime
 from specsim.jsonio import check_writable, dumps_json
 from specsim.profiles import DEFAULT_PROFILE
 from specsim.report import fmt, format_table, parse_int, parse_int_list
@@ -274,6 +275,7 @@ def cmd_hardware(args: argparse.Namespace) -> int:
         from specsim.hardware.plots import plot_speedup_vs_batch
 
         plot_speedup_vs_batch(plan, args.plot)
+    validation = _validation(efficiency, batches, contexts)
     if args.json:
         out = {
             "target": target.name,
@@ -281,12 +283,16 @@ def cmd_hardware(args: argparse.Namespace) -> int:
             "profile": None if profile is None else profile.name,
             "plan": plan.to_json(),
             "fit": None if fit is None else fit.to_json(),
+            "validation": [v.to_json() | {"context_tokens": c} for c, v in validation],
         }
         if trees is not None:
             out["trees"] = [r.to_json() for r in trees]
         print(dumps_json(out))
         return 0
     print(plan_text(plan, target, draft, fit))
+    if validation:
+        print("\nvalidation of these speedups (published rows, `specsim validate`):")
+        print("\n".join(f"  context {c}: {v.text()}" for c, v in validation))
     if trees is not None:
         from specsim.hardware.tree_plan import tree_plan_text
 
@@ -296,6 +302,15 @@ def cmd_hardware(args: argparse.Namespace) -> int:
         )
         print(tree_plan_text(trees))
     return 0
+
+
+def _validation(efficiency: dict, batches, contexts) -> list[tuple[int, object]]:
+    """(context, :class:`specsim.validation.regime_error.RegimeError`) for each shipped runtime the plan
+    uses, batch band and context (none for efficiencies fitted on a profile: their hold-out says it)."""
+    from specsim.validation.regime_error import regime_errors
+
+    names = sorted({e.name for e in efficiency.values() if isinstance(e, Runtime)})
+    return [(c, v) for n in names for c in contexts for v in regime_errors(n, batches, c)]
 
 
 def _list_devices(args: argparse.Namespace) -> int:

@@ -36,6 +36,7 @@ from specsim.profile import MethodAcceptance, Profile
 from specsim.profiles import load_profile
 from specsim.report import fmt, format_table, parse_int_list
 from specsim.validation.published_set import resolve_model_spec
+from specsim.validation.regime_error import regime_errors
 
 ENGINE_NAMES = {"vllm": "vLLM", "sglang": "SGLang"}
 DEFAULT_ENGINE_METHOD = {"vllm": "draft_model", "sglang": "STANDALONE"}
@@ -245,7 +246,9 @@ def cmd_recommend(args) -> int:
             draft_model, "--draft-model", label=label, bare_ok=not from_profile
         )  # nothing written yet
     extra = extra + _draft_id_note(draft_model, from_profile, snippet) + list(rec.notes)
+    validation = regime_errors(lm.efficiency.name, rec.shown_batches, rec.context_tokens)
     out = rec.to_json() | {
+        "validation": [v.to_json() for v in validation],
         "engine": ENGINE_NAMES[args.engine],
         "profile": profile.name,
         "target": lm.target.name,
@@ -263,7 +266,7 @@ def cmd_recommend(args) -> int:
     if args.json:
         print(dumps_json(out))
         return 0
-    print(_text(args, rec, lm, profile, snippet, extra))
+    print(_text(args, rec, lm, profile, snippet, extra, validation))
     return 0
 
 
@@ -321,7 +324,7 @@ def _schedule_text(rec: Recommendation) -> str:
     )
 
 
-def _text(args, rec: Recommendation, lm: LatencyModel, profile: Profile, snippet, notes) -> str:
+def _text(args, rec: Recommendation, lm: LatencyModel, profile: Profile, snippet, notes, validation) -> str:
     lines = [
         f"{ENGINE_NAMES[args.engine]} speculative settings for method {rec.method!r} (scenario "
         f"{rec.scenario!r}) of profile {profile.name}",
@@ -355,6 +358,7 @@ def _text(args, rec: Recommendation, lm: LatencyModel, profile: Profile, snippet
     lines.append("schedule (batch sizes: draft length): " + _schedule_text(rec))
     if any(rec.at(b).extrapolated for b in rec.shown_batches):
         lines.append("* tau at this gamma is an i.i.d. extrapolation from the measured gamma")
+    lines += [f"validation: {v.text()}" for v in validation]
     if args.engine == "vllm":
         lines.append("\nvLLM --speculative-config (docs/features/speculative_decoding):")
         lines.append("  (none)" if snippet is None else json.dumps(snippet))

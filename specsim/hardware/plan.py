@@ -24,13 +24,8 @@ from specsim.hardware.parallel import (
     per_gpu_resident_bytes,
     timing_gpus,
 )
-from specsim.hardware.roofline import (
-    USABLE_MEMORY_FRACTION,
-    Efficiency,
-    compute_bound,
-    decode_ms,
-    verify_ms,
-)
+from specsim.hardware.roofline import USABLE_MEMORY_FRACTION, Efficiency, compute_bound, decode_ms, verify_ms
+from specsim.hardware.runtime import block_overhead_ms
 from specsim.profile import MethodAcceptance
 
 DEFAULT_BATCHES = (1, 2, 4, 8, 16, 32, 64)
@@ -163,7 +158,7 @@ def _device_rows(
     tq = decode_ms(draft, dev, eff, ctx, b * mt.draft_batch_size, tp=t_dtp)  # [B, L, 1]
     tv = verify_ms(target, dev, eff, g, ctx, b, tp=t_tp)  # [B, L, G]
     tau = np.asarray(mt.tau)[None, None, :]
-    block_ms = sd_block_ms(g + eff.extra_draft_forwards_per_block, tq, tv, eff.overhead_ms_per_block)
+    block_ms = sd_block_ms(g + eff.extra_draft_forwards_per_block, tq, tv, block_overhead_ms(eff, b))
     speedups = block_speedup(tau, tp, block_ms)  # = τ / ((γ + e)·c + v + o / Tp)
     best = np.argmax(speedups, axis=-1)  # [B, L]
     bound = compute_bound(target, dev, eff, b, ctx, 1, tp=t_tp)[..., 0]

@@ -67,6 +67,7 @@ class Efficiency:
     overlap = 1.0
     attention_score_bytes = 0.0
     overhead_ms_per_block = 0.0
+    overhead_ms_per_sequence_per_block = 0.0
     overhead_ms_per_allreduce = 0.0
     interconnect_efficiency = 0.7
     dequant_ms_per_layer = 0.0

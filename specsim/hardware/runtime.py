@@ -3,7 +3,10 @@
 A runtime sets what the roofline alone cannot see (ARCHITECTURE.md, "Runtime"):
 - fixed costs: ``overhead_ms_per_forward`` (launch/dispatch, Python, sampling), ``overhead_ms_per_layer``
   (kernel launches per decoder layer in eager mode), ``overhead_ms_per_block`` (SD bookkeeping per
-  draft/verify block: acceptance, cache crop) and ``overhead_ms_per_allreduce`` (tensor parallel);
+  draft/verify block: acceptance, cache crop), ``overhead_ms_per_sequence_per_block`` (the part of it that
+  grows with the batch: rejection sampling and the proposer's inputs per sequence; a block at batch B pays
+  ``overhead_ms_per_block`` + B · ``overhead_ms_per_sequence_per_block``, :func:`block_overhead_ms`) and
+  ``overhead_ms_per_allreduce`` (tensor parallel);
 - ``extra_draft_forwards_per_block``: draft forwards a block runs beyond its γ drafts (0: the first draft
   forward also takes the target's new token; llama.cpp's speculative example first evaluates the target's
   token alone, then every drafted token, the last one included: 1), so block = (γ + extra)·Tq + Tv + per
@@ -59,6 +62,7 @@ PARAM_BOUNDS = {
     "overhead_ms_per_forward": (0.0, 1e4),
     "overhead_ms_per_layer": (0.0, 1e3),
     "overhead_ms_per_block": (0.0, 1e4),
+    "overhead_ms_per_sequence_per_block": (0.0, 1e2),
     "overhead_ms_per_allreduce": (0.0, 1e2),
     # Up to 8: on a CPU the "peaks" are a quick numpy measurement on a possibly busy machine, a proxy that a
     # fitted fraction may exceed; datasheet GPU fits stay well below 1.
@@ -80,10 +84,18 @@ _KEYS = {"schema_version", "name", "display_name", "kind", "split_mode", "notes"
 _UNSET_SOURCES = {
     "gemv_max_rows": "default: only a 1-row pass runs the matrix-vector (GEMV) kernels",
     "gemv_int32_ops_per_weight_per_row": "default: not used (gemv_max_rows is 1)",
+    "overhead_ms_per_sequence_per_block": "default: SD bookkeeping taken as independent of the batch",
     "extra_draft_forwards_per_block": "default: γ draft forwards per block (the first also takes the "
     "target's new token)",
 }
 _SPLIT_MODE_SOURCE = "default: Megatron tensor parallel (vLLM, SGLang, gpt-fast)"
+
+def block_overhead_ms(eff, batch):
+    """ms of SD bookkeeping per draft/verify block at ``batch`` sequences (array-like): the fixed part plus
+    B · ``overhead_ms_per_sequence_per_block`` (0 for efficiencies that do not model it)."""
+    per_seq = getattr(eff, "overhead_ms_per_sequence_per_block", 0.0)
+    return eff.overhead_ms_per_block + per_seq * np.asarray(batch, dtype=float)
+
 
 # The runtime a plan assumes when none is named: CUDA graphs on GPUs (vLLM), PyTorch eager on CPUs.
 DEFAULT_RUNTIMES = {"gpu": "vllm", "cpu": "torch-cpu"}
@@ -99,6 +111,7 @@ class Runtime:
     overhead_ms_per_forward: float = 0.0
     overhead_ms_per_layer: float = 0.0
     overhead_ms_per_block: float = 0.0
+    overhead_ms_per_sequence_per_block: float = 0.0
     overhead_ms_per_allreduce: float = 0.0
     memory_efficiency_gemv: float = 0.8
     memory_efficiency_gemm: float = 0.8

@@ -24,6 +24,7 @@ from specsim.errors import SpecsimError
 from specsim.hardware.device import Device
 from specsim.hardware.model import ModelSpec
 from specsim.hardware.roofline import Efficiency, decode_ms, forward_ms, verify_ms
+from specsim.hardware.runtime import block_overhead_ms
 from specsim.report import format_table
 
 
@@ -132,7 +133,7 @@ def plan_trees(
                 passes @ members.T
                 + catch_up
                 + verify_ms(target, dev, eff, nodes, ctx, b)
-                + eff.overhead_ms_per_block
+                + block_overhead_ms(eff, b)
             )
             speedups = block_speedup(tau, tp, block)  # [B, L, T]
             out += _rows(dev.name, mt.method, trees, tau, speedups, tp, chains, b, ctx)
@@ -228,11 +229,11 @@ def _block_ms(target, draft, dev, eff, plan, batch: int, context: float, k: int)
         g = np.asarray(plan.drafts, dtype=float)
         tv = np.where(g > 0, verify_ms(target, dev, eff, np.maximum(g, 1), context, batch), tp)
         forwards = np.where(g > 0, g + eff.extra_draft_forwards_per_block, 0.0)
-        return float(np.sum(plan.weight * (forwards * tq + tv + eff.overhead_ms_per_block)))
+        return float(np.sum(plan.weight * (forwards * tq + tv + block_overhead_ms(eff, batch))))
     total = 0.0
     for step in plan.steps:
         if step.tree is None:
-            total += tp + eff.overhead_ms_per_block
+            total += tp + block_overhead_ms(eff, batch)
             continue
         levels = np.array(draft_pass_rows(step.tree)[1:], dtype=float)
         total += float(forward_ms(draft, dev, eff, batch * k, context, step.root_rows, logits=1))
@@ -240,7 +241,8 @@ def _block_ms(target, draft, dev, eff, plan, batch: int, context: float, k: int)
         if levels.size:  # a level pass keeps the logits of every fed node: their children come from them
             fed = step.root_rows + np.concatenate([[0.0], np.cumsum(levels)[:-1]])
             total += float(np.sum(forward_ms(draft, dev, eff, batch * k, context + fed, levels)))
-        total += float(verify_ms(target, dev, eff, step.tree.n, context, batch)) + eff.overhead_ms_per_block
+        tv = verify_ms(target, dev, eff, step.tree.n, context, batch)
+        total += float(tv + block_overhead_ms(eff, batch))
     return total
 
 

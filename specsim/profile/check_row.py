@@ -24,6 +24,8 @@ class CheckRow:
     Sampled checks (``temperature`` T > 0; absent = greedy) add the 95% prediction intervals of the
     measured τ and decode-phase speedup (``tau_interval``, ``speedup_interval``: [lo, hi], from the Monte
     Carlo of :mod:`specsim.check.sampled`); ``rounds`` is then the number of seeds per prompt.
+    ``batch`` (schema 3; absent: one request at a time) is B of a batched check: the batched engine against
+    batched target-only decoding, B requests per batch (``prompts`` in all).
     """
 
     method: str
@@ -49,6 +51,7 @@ class CheckRow:
     temperature: float | None = None
     tau_interval: tuple[float, float] | None = None
     speedup_interval: tuple[float, float] | None = None
+    batch: int | None = None
 
     def to_json(self) -> dict:
         out = {k: getattr(self, k) for k in self.__dataclass_fields__} | {"notes": self.notes or None}
@@ -88,6 +91,7 @@ class CheckRow:
             temperature=_opt(d, "temperature", lambda v, w: _num(v, w, unit="temperature"), where),
             tau_interval=_opt(d, "tau_interval", lambda v, w: _interval(v, w, lo=1), where),
             speedup_interval=_opt(d, "speedup_interval", lambda v, w: _interval(v, w, lo=0), where),
+            batch=_opt(d, "batch", lambda v, w: _int(v, w, lo=1, unit="batch"), where),
         )
 
 

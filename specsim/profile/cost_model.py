@@ -25,7 +25,8 @@ crop, Python) is ``overhead_ms_per_block`` by γ, draft batch and (profiles from
 linear between measured values and the end value outside them, and ``overhead_ms_per_target_step``
 that of a target-only step, both greedy; ``adaptive_ms_per_block`` (same axes) what an adaptive
 ensemble's weight update adds to each of its blocks; ``sampling`` (:mod:`specsim.profile.sampling_cost`) is
-what drawing tokens at T > 0 adds.
+what drawing tokens at T > 0 adds. ``batched`` (schema 3, :mod:`specsim.profile.batched_cost`) is the cost
+of B requests decoded together by the batched engine.
 
 Interpolation: :mod:`specsim.profile.cost_grid`.
 """
@@ -47,6 +48,7 @@ from specsim.jsonio import (
     field_str,
     show,
 )
+from specsim.profile.batched_cost import BatchedCosts
 from specsim.profile.cost_grid import CostGrid
 from specsim.profile.overhead_grid import OverheadGrid, TreeOverheadFit
 from specsim.profile.sampling_cost import SamplingCost
@@ -196,6 +198,7 @@ class CostModel:
     adaptive_ms_per_block: OverheadGrid | None = (
         None  # what an adaptive ensemble's weight update adds; None: free
     )
+    batched: BatchedCosts | None = None  # B requests decoded together (schema 3); None: not measured
 
     def block_overhead_ms(self, gamma, batch, context, adaptive: bool = False):
         """The engine's overhead of blocks at ``gamma`` (ms, array-like), plus an adaptive ensemble's
@@ -218,6 +221,7 @@ class CostModel:
                 "adaptive_ms_per_block": None
                 if self.adaptive_ms_per_block is None
                 else self.adaptive_ms_per_block.to_json(),
+                "batched": None if self.batched is None else self.batched.to_json(),
             }
         )
 
@@ -234,6 +238,7 @@ class CostModel:
                 "tree",
                 "sampling",
                 "adaptive_ms_per_block",
+                "batched",
             },
             where,
         )
@@ -275,6 +280,7 @@ class CostModel:
             tree=field_opt(d, "tree", TreeCosts.from_json, where),
             sampling=field_opt(d, "sampling", SamplingCost.from_json, where),
             adaptive_ms_per_block=field_opt(d, "adaptive_ms_per_block", OverheadGrid.from_json, where),
+            batched=field_opt(d, "batched", BatchedCosts.from_json, where),
         )
 
     @property

@@ -12,10 +12,12 @@ from specsim.profile.check_row import CheckRow
 from specsim.profile.latency_section import LatencySection
 from specsim.profile.provenance import Provenance
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 # Schema 1: latency as 1-D tables only. Schema 2 adds ``latency.cost_model`` (forward cost over rows ×
-# context × batch, :mod:`specsim.profile.cost_model`) and per-trace prompt lengths; schema-1 files still load.
-SCHEMA_VERSIONS = (1, 2)
+# context × batch, :mod:`specsim.profile.cost_model`) and per-trace prompt lengths. Schema 3 adds the batched
+# engine's cost (``latency.cost_model.batched``) and check rows at a batch (``checks[].batch``).
+# Older files load.
+SCHEMA_VERSIONS = (1, 2, 3)
 
 
 @dataclass(frozen=True)
@@ -28,11 +30,11 @@ class Profile:
     checks: tuple[CheckRow, ...] = ()
     name: str = ""
     description: str = ""
-    schema_version: int = SCHEMA_VERSION  # as loaded (1 or 2)
+    schema_version: int = SCHEMA_VERSION  # as loaded (1, 2 or 3)
 
     def to_json(self) -> dict:
         return {
-            "schema_version": SCHEMA_VERSION,  # schema-1 content is valid schema 2: files are written as 2
+            "schema_version": SCHEMA_VERSION,  # older content is valid schema 3: files are written as 3
             "name": self.name,
             "description": self.description,
             "provenance": self.provenance.to_json(),
@@ -87,8 +89,8 @@ class Profile:
 
     def with_checks(self, rows: tuple[CheckRow, ...] | list[CheckRow]) -> Profile:
         """A copy where ``rows`` replace existing rows of the same (method, scenario, gamma, draft,
-        temperature)."""
-        key = lambda r: (r.method, r.scenario, r.gamma, r.draft, r.temperature)  # noqa: E731
+        temperature, batch)."""
+        key = lambda r: (r.method, r.scenario, r.gamma, r.draft, r.temperature, r.batch)  # noqa: E731
         keys = {key(r) for r in rows}
         kept = tuple(c for c in self.checks if key(c) not in keys)
         return replace(self, checks=kept + tuple(rows))

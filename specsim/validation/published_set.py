@@ -9,8 +9,8 @@ block, bonus included); a row whose source reports other counters says how τ wa
 (``tau_derivation``) and is flagged. A row with ``ratio_to`` (the id of a row of the same source that differs
 only in batch size) is compared as ``speedup_ratio`` = its speedup / the reference row's: τ cancels when
 acceptance does not depend on batch size, so a published batch sweep that gives no τ still tests how the cost
-of a block scales with batch. Reserved for an independent check and kept out: the Spec-Bench leaderboard and
-the EAGLE, EAGLE-2 and EAGLE-3 papers' SpS / vanilla-SD rows.
+of a block scales with batch. Reserved for an independent check and kept out: the Spec-Bench leaderboard, the
+EAGLE, EAGLE-2 and EAGLE-3 papers' SpS / vanilla-SD rows, and SpecDecode-Bench (arXiv 2601.11580).
 """
 
 from __future__ import annotations
@@ -31,8 +31,9 @@ DATA_FILE = "data/published_gpu_measurements.json"
 _PARALLEL = ("none", "tensor", "layer-split")
 _RESERVED = ("spec-bench", "eagle")  # source keys
 # Reserved sources recognised by title, venue or address: the Spec-Bench leaderboard (hemingkx/Spec-Bench) and
-# the EAGLE papers (arXiv 2401.15077, 2406.16858, 2503.01840; SafeAILab/EAGLE). EAGLE-method rows measured by
-# others in another runtime (e.g. vLLM issues) are not those papers' SpS rows and may stay.
+# the EAGLE papers (arXiv 2401.15077, 2406.16858, 2503.01840; SafeAILab/EAGLE); SpecDecode-Bench ('Speculative
+# Decoding: Performance or Illusion?', arXiv 2601.11580). EAGLE-method rows measured by others in another
+# runtime (e.g. vLLM issues) are not those papers' SpS rows and may stay.
 _RESERVED_MARKS = (
     "spec-bench",
     "specbench",
@@ -41,6 +42,7 @@ _RESERVED_MARKS = (
     "2401.15077",
     "2406.16858",
     "2503.01840",
+    "2601.11580", "specdecode-bench",  # SpecDecode-Bench: paper and repositories
 )
 _EAGLE_PAPER_TITLES = ("eagle:", "eagle-2:", "eagle-3:", "eagle 2:", "eagle 3:")
 
@@ -323,14 +325,13 @@ def _source(key: str, d: Any, where: str) -> Source:
     if is_reserved(src):
         raise SpecsimError(
             f"{where}: {src.title!r} is reserved for an independent check (the Spec-Bench "
-            "leaderboard or an EAGLE paper) and must stay out"
+            "leaderboard, an EAGLE paper or SpecDecode-Bench) and must stay out"
         )
     return src
 
 
 def is_reserved(src: Source) -> bool:
-    """True for the Spec-Bench leaderboard and the EAGLE, EAGLE-2 and EAGLE-3 papers (by key, title or
-    venue)."""
+    """True for the Spec-Bench leaderboard, the EAGLE papers and SpecDecode-Bench (by key, title or venue)."""
     text = f"{src.key} {src.title} {src.venue} {src.where}".lower()
     return (
         any(word in src.key.lower() for word in _RESERVED)

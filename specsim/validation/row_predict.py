@@ -23,6 +23,7 @@ from specsim.acceptance.theory import block_speedup, sd_block_ms
 from specsim.hardware.device import Device, load_device
 from specsim.hardware.passes import PassTable, pass_table, pass_terms
 from specsim.hardware.roofline import decode_ms, forward_bytes, forward_ms, verify_ms
+from specsim.hardware.runtime import block_overhead_ms
 from specsim.validation.published_set import PublishedSet, Row
 
 
@@ -64,7 +65,7 @@ def _tp_over_block(ps: PublishedSet, row: Row, rt) -> tuple[float, float]:
     tq = decode_ms(draft, dev, rt, d_ctx, row.batch, tp=row.draft_tp)
     tv = verify_ms(target, dev, rt, row.gamma, ctx, row.batch, tp=row.tp)
     forwards = row.gamma + extra_forwards(row, rt)
-    return float(tp), float(sd_block_ms(forwards, tq, tv, rt.overhead_ms_per_block))
+    return float(tp), float(sd_block_ms(forwards, tq, tv, block_overhead_ms(rt, row.batch)))
 
 
 def _new_tokens(row: Row) -> int:
@@ -140,11 +141,13 @@ class RowModel:
     measured: np.ndarray
     extra: np.ndarray  # the row's extra draft forwards per block; NaN: the runtime's
     ref_extra: np.ndarray
+    batch: np.ndarray
+    ref_batch: np.ndarray
 
     def predict(self, rt) -> np.ndarray:
         """Every row's observable under runtime ``rt`` (same values as :func:`predict_row`)."""
         t = self.table.ms(rt)
-        per_block = rt.overhead_ms_per_block
+        per_block, ref_per_block = block_overhead_ms(rt, self.batch), block_overhead_ms(rt, self.ref_batch)
         extra, ref_extra = (
             np.where(np.isnan(e), rt.extra_draft_forwards_per_block, e) for e in (self.extra, self.ref_extra)
         )
@@ -155,7 +158,7 @@ class RowModel:
         ref = block_speedup(
             1.0,
             t[self.ref_tp],
-            sd_block_ms(self.ref_gamma + ref_extra, t[self.ref_tq], t[self.ref_tv], per_block),
+            sd_block_ms(self.ref_gamma + ref_extra, t[self.ref_tq], t[self.ref_tv], ref_per_block),
         )
         out = np.select(
             [self.kind == 0, self.kind == 1, self.kind == 2],
@@ -201,6 +204,8 @@ def row_model(ps: PublishedSet, rows: list[Row]) -> RowModel:
         "tau",
         "extra",
         "ref_extra",
+        "batch",
+        "ref_batch",
     )
     cols: dict[str, list] = {k: [] for k in keys}
     for row in rows:
@@ -229,6 +234,8 @@ def row_model(ps: PublishedSet, rows: list[Row]) -> RowModel:
                 row.tau or 1.0,
                 _own_extra(row),
                 _own_extra(ref),
+                row.batch,
+                ref.batch,
             ),
         ):
             cols[key].append(value)

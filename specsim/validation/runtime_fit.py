@@ -29,6 +29,7 @@ PRIOR_SCALE = {
     "overhead_ms_per_forward": 0.5,
     "overhead_ms_per_layer": 0.1,
     "overhead_ms_per_block": 0.5,
+    "overhead_ms_per_sequence_per_block": 0.05,
     "overhead_ms_per_allreduce": 0.01,
     "dequant_ms_per_layer": 0.02,
     "compute_rows_half": 8.0,
@@ -68,6 +69,10 @@ class RowResult:
         return asdict(self) | {"error": self.error, "textbook_error": self.textbook_error}
 
 
+# Parameters whose effect grows with the batch: fitted only on rows of two batch sizes or more.
+BATCH_PARAMS = ("overhead_ms_per_sequence_per_block",)
+
+
 def _is_log(name: str) -> bool:
     return "efficiency" in name
 
@@ -85,6 +90,8 @@ def fit_runtime(ps: PublishedSet, rows: list[Row], rt: Runtime, source: str) -> 
     defaults."""
     start = rt.at_defaults()
     keys = list(rt.fit)
+    if len({r.batch for r in rows}) < 2:  # one batch size cannot tell a per-sequence cost from a fixed one
+        keys = [k for k in keys if k not in BATCH_PARAMS]
     if not keys or not rows:
         return start
     model = row_model(ps, rows)

@@ -1,0 +1,93 @@
+"""``specsim check --batch B``: the batched engine against batched target-only decoding, B requests per
+batch, compared with the batched walk (handler called by :mod:`calibrate.cli.cmd_check`)."""
+
+from __future__ import annotations
+
+import sys
+
+from specsim.errors import SpecsimError
+from specsim.jsonio import dumps_json
+from specsim.profiles import save_profile
+
+
+def batch_sizes(args) -> list[int]:
+    """--batch as a sorted list of batch sizes; SpecsimError for anything else."""
+    from specsim.report import parse_int_list
+
+    sizes = sorted(set(parse_int_list(args.batch, name="--batch", unit="batch")))
+    if any(b < 1 for b in sizes):
+        raise SpecsimError(f"--batch: expected batch sizes >= 1, got {args.batch}")
+    if args.tree or args.policy or args.temperature > 0:
+        raise SpecsimError("--batch: runs fixed gamma, greedy (no --tree, --policy or --temperature)")
+    return sizes
+
+
+def cmd_check_batch(args, gammas, profile_path, profile, methods) -> int:
+    """Per batch size: run in rounds, price, write the rows, print the table and summary."""
+    from calibrate.measure.batch_check_runs import run_batch_check
+    from calibrate.measure.check_runs import entries_of
+    from calibrate.workload.run_setup import load_setup, progress
+    from specsim.check.batch_comparison import batch_check_row, batch_specs, measure_batches
+    from specsim.check.check_tables import batch_table, summary, summary_line, terms_table
+    from specsim.drafts.draft_plans import draft_plan
+
+    sizes = batch_sizes(args)
+    cost = profile.latency.forward_costs().batched
+    if cost is None:
+        raise SpecsimError(
+            f"--profile {profile_path}: has no batched cost (calibrate latency --request-batches 1,2,4,8)"
+        )
+    for b in sizes:
+        cost.check_batch(b)
+    setup = load_setup(args, methods=methods, cache_captions=False)
+    entries = entries_of(setup, profile, args.scenario)
+    for entry in entries.values():  # a trace the runs could not price fails before anything runs
+        for trace in entry.traces:
+            if trace.match is not None:
+                draft_plan(max(gammas), trace, args.max_new_tokens)
+    rows, seconds = [], 0.0
+    for b in sizes:
+        bar = (
+            None
+            if args.no_progress
+            else (lambda xs, rnd, b=b: progress(xs, True, f"batch {b}, round {rnd + 1}/{args.max_rounds}"))
+        )
+        runs = run_batch_check(
+            setup,
+            gammas,
+            b,
+            max_new_tokens=args.max_new_tokens,
+            halfwidth=args.halfwidth,
+            min_rounds=args.min_rounds,
+            max_rounds=args.max_rounds,
+            max_seconds=None if args.max_minutes is None else 60 * args.max_minutes,
+            progress=bar,
+        )
+        seconds += runs.seconds
+        for group in sorted({k[0] for k in runs.base}):
+            keys = [k for k in runs.base if k[0] == group]
+            for m in setup.methods:
+                entry = entries[(group, m)]
+                specs = [
+                    batch_specs(
+                        entry,
+                        runs.prompts[k],
+                        runs.prompt_tokens[k],
+                        runs.draft_tokens[(m, k)],
+                        args.max_new_tokens,
+                    )
+                    for k in keys
+                ]
+                for g in gammas:
+                    measured = measure_batches(runs.base, runs.sd[(m, g)], keys)
+                    rows.append(batch_check_row(profile, entry, g, b, specs, measured, args.max_new_tokens))
+    if not args.no_write:
+        save_profile(profile.with_checks(rows), profile_path)
+    if args.json:
+        print(dumps_json({"rows": [r.to_json() for r in rows], "summary": summary(rows), "seconds": seconds}))
+        return 0
+    print(batch_table(rows))
+    print("\n" + terms_table(rows))
+    print(summary_line(rows))
+    print(f"measured in {seconds:.0f} s", file=sys.stderr)
+    return 0

@@ -1,0 +1,166 @@
+"""Real runs for ``specsim check --batch B``: the batched engine against batched target-only decoding of
+the same B requests, interleaved, in rounds until each row's measured speedup is precise enough or a cap
+is reached.
+
+A scenario group's prompts are cut, in prompt order, into batches of B (a last, smaller batch is left out:
+its composition is another batch size). A round runs, per batch (batches and their runs rotate from round to
+round, so slow drift of the machine hits every row alike): target-only, every γ still measuring, target-only
+again. After each round from ``min_rounds`` on, a row (method × scenario × γ) whose decode-phase speedup has a
+95% half-width ≤ ``halfwidth`` stops.
+
+Each run is reduced to its decode phase (the blocks after the first pass, which carries the prompt): ms,
+tokens, and for SD the draft, verify and overhead ms, blocks and requests running per block.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from specsim.errors import SpecsimError
+
+
+@dataclass(frozen=True)
+class BatchRun:
+    """One batched run's decode phase: ms and tokens after the first pass; SD terms, blocks, running
+    request-blocks; target-only steps; per request its prompt tokens and the draft's (from the widths)."""
+
+    ms: float
+    tokens: int
+    draft_ms: float = 0.0
+    verify_ms: float = 0.0
+    blocks: int = 0
+    request_blocks: int = 0
+
+    @property
+    def overhead_ms(self) -> float:
+        return self.ms - self.draft_ms - self.verify_ms
+
+
+def batch_run(result) -> BatchRun:
+    """A :class:`calibrate.run.batch_engine.BatchResult` reduced to its decode phase."""
+    blocks = result.blocks[1:]
+    return BatchRun(
+        ms=sum(b.block_ms for b in blocks),
+        tokens=sum(sum(b.emitted) for b in blocks),
+        draft_ms=sum(b.draft_ms for b in blocks),
+        verify_ms=sum(b.verify_ms for b in blocks),
+        blocks=len(blocks),
+        request_blocks=sum(sum(1 for e in b.emitted if e) for b in blocks),
+    )
+
+
+def draft_prompt_tokens(result) -> int:
+    """The longest draft prompt of a batched SD run, from the draft's width after its first block (the
+    prompt, then g₀ − 1 draft steps of one column)."""
+    if len(result.blocks) < 2:
+        return max(result.prompt_tokens)
+    return result.blocks[1].draft_columns - result.blocks[0].gamma + 1
+
+
+@dataclass
+class BatchRuns:
+    """Per (scenario group, batch index): target-only runs and, per (method, γ), SD runs (one per round); the
+    batches' prompt ids, prompt tokens and draft prompt tokens."""
+
+    base: dict[tuple, list[BatchRun]] = field(default_factory=dict)
+    sd: dict[tuple, dict[tuple, list[BatchRun]]] = field(default_factory=dict)
+    prompts: dict[tuple, list[str]] = field(default_factory=dict)
+    prompt_tokens: dict[tuple, tuple[int, ...]] = field(default_factory=dict)
+    draft_tokens: dict[tuple, int] = field(default_factory=dict)
+    rounds: int = 0
+    seconds: float = 0.0
+
+
+def batches_of(setup, batch: int) -> dict[tuple, list]:
+    """Requests in batches of B per scenario group (prompt order), keyed (group, index)."""
+    out = {}
+    for group, reqs in setup.groups.items():
+        if len(reqs) < batch:
+            raise SpecsimError(
+                f"--batch {batch}: the {setup.scenario(group, None)} prompts number {len(reqs)}, fewer than "
+                "one batch (pass --prompts with more, or a smaller --batch)"
+            )
+        for i in range(len(reqs) // batch):
+            out[(group, i)] = reqs[i * batch : (i + 1) * batch]
+    return out
+
+
+def members_of(drafter):
+    """The batched engine's draft context: None for a text pair's drafter, else the one member."""
+    members = getattr(drafter, "members", None)
+    if members is not None and len(members) != 1:
+        raise SpecsimError(
+            f"--batch: the batched engine drafts with one context per request; method "
+            f"{getattr(drafter, 'method', '?')!r} has {len(members)} (an ensemble)"
+        )
+    return members
+
+
+def run_batch_check(
+    setup,
+    gammas: list[int],
+    batch: int,
+    *,
+    max_new_tokens: int,
+    halfwidth: float = 0.015,
+    min_rounds: int = 2,
+    max_rounds: int = 6,
+    max_seconds: float | None = None,
+    progress: Callable | None = None,
+) -> BatchRuns:
+    """Interleaved batched runs in rounds (module docstring)."""
+    from calibrate.run.batch_engine import batch_speculative_decode, batch_target_decode
+    from specsim.check.batch_comparison import measure_batches
+
+    pad = getattr(getattr(setup.target, "config", None), "pad_token_id", None) or 0
+    kw = {"max_new_tokens": max_new_tokens, "eos_token_id": setup.eos, "pad_id": pad}
+    members = {m: members_of(setup.drafter(m)) for m in setup.methods}
+    batches = batches_of(setup, batch)
+    runs = BatchRuns(
+        base={k: [] for k in batches},
+        sd={(m, g): {k: [] for k in batches} for m in setup.methods for g in gammas},
+        prompts={k: [r.prompt_id for r in reqs] for k, reqs in batches.items()},
+    )
+
+    def sd_run(m, g, reqs):
+        return batch_speculative_decode(
+            setup.target, setup.draft, reqs, gamma=g, members=members[m], method=m, **kw
+        )
+
+    first = next(iter(batches.values()))  # warm-up: first-call allocations, thrown away
+    batch_target_decode(setup.target, first, **(kw | {"max_new_tokens": 4}))
+    sd_run(setup.methods[0], max(gammas), first)
+    active = [(m, g) for m in setup.methods for g in gammas]
+    keys = list(batches)
+    t0 = time.perf_counter()
+    for rnd in range(max_rounds):
+        order = keys[rnd % len(keys) :] + keys[: rnd % len(keys)]
+        for i, k in enumerate(progress(order, rnd) if progress else order):
+            reqs = batches[k]
+            before = batch_target_decode(setup.target, reqs, **kw)
+            j = (i + rnd) % len(active)
+            for m, g in active[j:] + active[:j]:
+                out = sd_run(m, g, reqs)
+                runs.sd[(m, g)][k].append(batch_run(out))
+                runs.draft_tokens.setdefault((m, k), draft_prompt_tokens(out))
+            after = batch_target_decode(setup.target, reqs, **kw)
+            a, b = batch_run(before), batch_run(after)
+            runs.base[k].append(BatchRun(ms=(a.ms + b.ms) / 2, tokens=a.tokens, blocks=a.blocks))
+            runs.prompt_tokens[k] = before.prompt_tokens
+        runs.rounds = rnd + 1
+        if rnd + 1 >= min_rounds:
+            active = [
+                (m, g)
+                for m, g in active
+                if any(
+                    measure_batches(runs.base, runs.sd[(m, g)], [k for k in keys if k[0] == grp]).halfwidth
+                    > halfwidth
+                    for grp in {k[0] for k in keys}
+                )
+            ]
+        if not active or (max_seconds is not None and time.perf_counter() - t0 > max_seconds):
+            break
+    runs.seconds = time.perf_counter() - t0
+    return runs

@@ -1,0 +1,173 @@
+"""Measure the batched engine's cost (:mod:`specsim.profile.batched_cost`) by running the batched engine.
+
+Each round runs, for every batch size B and prompt length, B synthetic ragged prompts (random text ids; the
+longest has the given length, the others are shorter, so the pads and masks of a ragged batch are in every
+pass) through :func:`calibrate.run.batch_engine.batch_target_decode` and, for every γ,
+:func:`calibrate.run.batch_engine.batch_speculative_decode`: the engine's own passes in its own alternation.
+Its records give every pass's ms and the cache width it ran on. Random prompts make most drafts rejected, so
+blocks emit about one token and the width grows by γ+1 per block: one run covers a range of widths.
+
+Each grid point (pass, rows, B) is a line in width fitted through the passes' ms (attention over the cache
+is linear in its length; :mod:`specsim.profile.cost_grid` reads the grid the same way), stored at the
+narrowest and widest width any pass ran on, with the 95% half-width of the fitted value from the
+residuals. The first block of a run (the prompt's prefill fused with it) is left out. The engine's overhead
+is a block's wall ms minus its passes', the median over blocks of each γ (blocks of a smaller end-of-request
+γ count at that γ).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from calibrate.models.loaded_model import LoadedModel, token_id_limit
+from calibrate.run.batch_engine import batch_speculative_decode, batch_target_decode
+from calibrate.run.proposal import Request
+from specsim.profile.batched_cost import BatchedCosts
+from specsim.profile.cost_grid import make_grid
+from specsim.profile.overhead_grid import OverheadGrid
+
+
+@dataclass(frozen=True)
+class BatchSweepPlan:
+    """What the batched sweep runs: batch sizes B, γ values, the longest prompt of each batch (tokens), new
+    tokens per request of an SD run and of a target-only run (longer: one column per step), rounds."""
+
+    batch_sizes: tuple[int, ...] = (1, 2, 4, 8)
+    gammas: tuple[int, ...] = (1, 3, 5)
+    prompt_tokens: tuple[int, ...] = (32, 96)
+    new_tokens: int = 24
+    target_new_tokens: int = 64
+    rounds: int = 2
+    seed: int = 0
+
+
+def ragged_requests(loaded: LoadedModel, batch: int, longest: int, generator) -> list[Request]:
+    """``batch`` requests of random text ids, the longest ``longest`` tokens, the rest down to half."""
+    limit = token_id_limit(loaded)
+    lengths = [max(1, longest - (b * longest) // (2 * batch)) for b in range(batch)]
+    return [
+        Request(torch.randint(1, limit, (1, n), generator=generator), prompt_id=f"synthetic-{b}")
+        for b, n in enumerate(lengths)
+    ]
+
+
+class _Samples:
+    """(width, ms) samples per grid point and overhead samples per (γ, B)."""
+
+    def __init__(self):
+        self.passes: dict[tuple[str, int, int], list[tuple[float, float]]] = defaultdict(list)
+        self.overhead: dict[tuple[int, int], list[float]] = defaultdict(list)
+
+    def add_target(self, result, batch: int) -> None:
+        for blk in result.blocks[1:]:
+            self.passes[("target_decode", 1, batch)].append((blk.target_columns, blk.verify_ms))
+            self.overhead[(0, batch)].append(blk.block_ms - blk.verify_ms)
+
+    def add_sd(self, result, batch: int) -> None:
+        for blk in result.blocks[1:]:
+            g = blk.gamma
+            self.passes[("target_verify", g + 1, batch)].append((blk.target_columns, blk.verify_ms))
+            for i, ms in enumerate(blk.draft_step_ms):
+                self.passes[("draft_step", 1, batch)].append((blk.draft_columns + i, ms))
+            self.overhead[(g, batch)].append(blk.block_ms - blk.draft_ms - blk.verify_ms)
+
+
+def run_rounds(
+    models: dict[str, LoadedModel], plan: BatchSweepPlan, on_run: Callable[[], None] | None = None
+):
+    """Every round: each B × prompt length, target-only then SD at each γ; the collected samples."""
+    target, draft = models["target"], models["draft"]
+    gen = torch.Generator().manual_seed(plan.seed)
+    samples = _Samples()
+    eos = None  # synthetic requests run to their length: an early EOS would shorten the width range
+    with torch.inference_mode():
+        for batch in plan.batch_sizes:  # warm-up: first calls at a new shape allocate; thrown away
+            reqs = ragged_requests(target, batch, plan.prompt_tokens[0], gen)
+            batch_target_decode(target.model, reqs, max_new_tokens=4, eos_token_id=eos)
+            batch_speculative_decode(
+                target.model, draft.model, reqs, gamma=max(plan.gammas), max_new_tokens=4, eos_token_id=eos
+            )
+        for _ in range(plan.rounds):
+            for batch in plan.batch_sizes:
+                for longest in plan.prompt_tokens:
+                    reqs = ragged_requests(target, batch, longest, gen)
+                    kw = {"max_new_tokens": plan.new_tokens, "eos_token_id": eos}
+                    base = batch_target_decode(
+                        target.model, reqs, max_new_tokens=plan.target_new_tokens, eos_token_id=eos
+                    )
+                    samples.add_target(base, batch)
+                    if on_run:
+                        on_run()
+                    for g in plan.gammas:
+                        res = batch_speculative_decode(target.model, draft.model, reqs, gamma=g, **kw)
+                        samples.add_sd(res, batch)
+                        if on_run:
+                            on_run()
+    return samples
+
+
+def _line(points: list[tuple[float, float]], at: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
+    """A least-squares line ms(width) through ``points``, its value at ``at`` (clipped at > 0) and the 95%
+    half-width of that value; one width only: the median and its spread."""
+    w = np.array([p[0] for p in points], dtype=float)
+    y = np.array([p[1] for p in points], dtype=float)
+    n = y.size
+    if np.ptp(w) == 0 or n < 3:
+        med = float(np.median(y))
+        hw = 1.96 * float(np.std(y)) / np.sqrt(max(n, 1))
+        return np.full(at.shape, med), np.full(at.shape, hw), n
+    # one pass in twenty may be a scheduler hiccup: drop residuals beyond 4 MADs before the final fit
+    coef = np.polyfit(w, y, 1)
+    res = y - np.polyval(coef, w)
+    mad = float(np.median(np.abs(res - np.median(res)))) or float(np.std(res)) or 1.0
+    keep = np.abs(res) <= 4 * 1.4826 * mad
+    if keep.sum() >= 3:
+        w, y = w[keep], y[keep]
+    coef = np.polyfit(w, y, 1)
+    res = y - np.polyval(coef, w)
+    s2 = float(res @ res) / max(w.size - 2, 1)
+    se = np.sqrt(s2 * (1 / w.size + (at - w.mean()) ** 2 / max(float(((w - w.mean()) ** 2).sum()), 1e-12)))
+    return np.maximum(np.polyval(coef, at), 1e-6), 1.96 * se, int(w.size)
+
+
+def batched_costs(samples: _Samples, batch_sizes, gammas) -> BatchedCosts:
+    """The :class:`BatchedCosts` of a sweep's samples at the planned γ values (module docstring; the blocks of
+    a smaller end-of-request γ are too few to fit and are left out of the grids)."""
+    grids = {}
+    planned = {"target_decode": [1], "target_verify": [g + 1 for g in gammas], "draft_step": [1]}
+    for name, rows in planned.items():
+        keys = [(name, r, b) for r in rows for b in batch_sizes]
+        widths = [p[0] for k in keys for p in samples.passes[k]]
+        ctx = np.array(sorted({float(min(widths)), float(max(widths))}))
+        ms = np.zeros((len(rows), ctx.size, len(batch_sizes)))
+        hw, n = np.zeros_like(ms), np.zeros(ms.shape, dtype=int)
+        for i, r in enumerate(rows):
+            for j, b in enumerate(batch_sizes):
+                ms[i, :, j], hw[i, :, j], n[i, :, j] = _line(samples.passes[(name, r, b)], ctx)
+        grids[name] = make_grid(rows, ctx, batch_sizes, ms, hw, n)
+    over = [[float(np.median(samples.overhead[(g, b)])) for b in batch_sizes] for g in gammas]
+    steps = tuple(float(np.median(samples.overhead[(0, b)])) for b in batch_sizes)
+    return BatchedCosts(
+        **grids,
+        overhead_ms_per_block=OverheadGrid(
+            tuple(gammas),
+            tuple(int(b) for b in batch_sizes),
+            tuple(tuple(max(x, 0.0) for x in r) for r in over),
+        ),
+        overhead_ms_per_target_step=tuple(max(x, 0.0) for x in steps),
+    )
+
+
+def measure_batched(
+    models: dict[str, LoadedModel], plan: BatchSweepPlan, on_run: Callable[[], None] | None = None
+) -> tuple[BatchedCosts, float]:
+    """Run the sweep; the batched costs and the seconds it took."""
+    t0 = time.perf_counter()
+    samples = run_rounds(models, plan, on_run)
+    return batched_costs(samples, plan.batch_sizes, sorted(plan.gammas)), time.perf_counter() - t0

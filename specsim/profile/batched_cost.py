@@ -1,0 +1,123 @@
+"""The forward cost of B requests decoded together (schema 3): ms of the batched engine's passes by rows ×
+cache width × requests.
+
+``calibrate latency --request-batches 1,2,4,8`` runs the batched engine (static batch, rows left-padded,
+rejected drafts masked in place: ``calibrate/run/batch_engine.py``) on synthetic ragged prompts and times
+its own passes in its own alternation (γ draft steps at batch B, then one verification of B × (γ+1) rows;
+target-only steps back to back):
+
+- ``target_decode``: a target-only step, 1 row per request;
+- ``target_verify``: the verification, ``rows`` = γ+1 per request;
+- ``draft_step``: one draft step of a block, 1 row per request (a first step that feeds 2 columns after a
+  fully accepted block is priced as 1: the rows of a step at batch B differ by one column);
+- ``overhead_ms_per_block``: the engine's work outside the models per block by γ × B (acceptance per row,
+  masking, Python), and ``overhead_ms_per_target_step`` per target-only step by B.
+
+The context axis of every grid is the **cache width**: the columns each row's pass attends over, pads and
+masked columns included (the longest prompt, plus γ+1 columns per block whatever was accepted; the
+records' ``target_columns``). The grid's batch axis is B, the requests in the pass. Reading it:
+:func:`specsim.profile.cost_grid.grid_ms` (linear in width, flagged extrapolation outside; B and rows
+exact or linear between measured values).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from specsim.errors import SpecsimError
+from specsim.jsonio import check_keys, field_list, field_num, field_req, field_str, show
+from specsim.profile.cost_grid import CostGrid
+from specsim.profile.overhead_grid import OverheadGrid
+
+BATCHED_GRIDS = ("target_decode", "target_verify", "draft_step")
+BATCHED_ENGINE = (
+    "static batch of B requests, rows left-padded, rejected drafts masked in place "
+    "(calibrate/run/batch_engine.py)"
+)
+
+
+@dataclass(frozen=True)
+class BatchedCosts:
+    """The batched engine's grids (rows × cache width × B), its overhead per block (γ × B) and per
+    target-only step (by B, ms)."""
+
+    target_decode: CostGrid
+    target_verify: CostGrid
+    draft_step: CostGrid
+    overhead_ms_per_block: OverheadGrid
+    overhead_ms_per_target_step: tuple[float, ...]  # one per ``target_decode.batch``
+    engine: str = BATCHED_ENGINE
+
+    @property
+    def batch_sizes(self) -> tuple[int, ...]:
+        return self.target_decode.batch
+
+    def target_step_overhead_ms(self, batch) -> float:
+        """ms outside the model per target-only step at B (linear between measured B, end value outside)."""
+        return float(np.interp(batch, self.batch_sizes, self.overhead_ms_per_target_step))
+
+    def check_batch(self, batch: int, where: str = "--batch") -> None:
+        """SpecsimError unless B lies within the measured batch sizes."""
+        lo, hi = self.batch_sizes[0], self.batch_sizes[-1]
+        if not lo <= batch <= hi:
+            raise SpecsimError(
+                f"{where}: batch {batch} was not measured (the profile's batched grid covers {lo}..{hi}; "
+                f"calibrate latency --request-batches)"
+            )
+
+    def to_json(self) -> dict:
+        return {
+            **{n: getattr(self, n).to_json() for n in BATCHED_GRIDS},
+            "overhead_ms_per_block": self.overhead_ms_per_block.to_json(),
+            "overhead_ms_per_target_step": list(self.overhead_ms_per_target_step),
+            "engine": self.engine,
+        }
+
+    @classmethod
+    def from_json(cls, d: dict, where: str = "latency.cost_model.batched") -> BatchedCosts:
+        check_keys(
+            d if isinstance(d, dict) else {},
+            {*BATCHED_GRIDS, "overhead_ms_per_block", "overhead_ms_per_target_step", "engine"},
+            where,
+        )
+        grids = {n: CostGrid.from_json(field_req(d, n, where), f"{where}.{n}") for n in BATCHED_GRIDS}
+        batch = grids["target_decode"].batch
+        for name, g in grids.items():
+            if g.batch != batch:
+                raise SpecsimError(
+                    f"{where}.{name}.batch: expected the target_decode grid's {show(list(batch))}, "
+                    f"got {show(list(g.batch))}"
+                )
+        for name in ("target_decode", "draft_step"):
+            if grids[name].rows != (1,):
+                raise SpecsimError(
+                    f"{where}.{name}.rows: expected [1] (one row per request), "
+                    f"got {show(list(grids[name].rows))}"
+                )
+        if grids["target_verify"].rows[0] < 2:
+            raise SpecsimError(
+                f"{where}.target_verify.rows: expected values >= 2 (gamma + 1 per request), "
+                f"got {show(list(grids['target_verify'].rows))}"
+            )
+        overhead = OverheadGrid.from_json(
+            field_req(d, "overhead_ms_per_block", where), f"{where}.overhead_ms_per_block"
+        )
+        steps = field_list(
+            field_req(d, "overhead_ms_per_target_step", where), f"{where}.overhead_ms_per_target_step"
+        )
+        if len(steps) != len(batch):
+            raise SpecsimError(
+                f"{where}.overhead_ms_per_target_step: expected {len(batch)} values (one per batch size "
+                f"{show(list(batch))}), got {len(steps)}"
+            )
+        return cls(
+            **grids,
+            overhead_ms_per_block=overhead,
+            overhead_ms_per_target_step=tuple(
+                field_num(v, f"{where}.overhead_ms_per_target_step[{i}]", unit="ms", zero_ok=True)
+                for i, v in enumerate(steps)
+            ),
+            engine=field_str(d.get("engine", BATCHED_ENGINE), f"{where}.engine"),
+        )

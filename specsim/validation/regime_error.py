@@ -1,0 +1,110 @@
+"""How well the planner is validated where an answer lies: the leave-one-source-out error of the published
+speedup rows of the same runtime, batch band and context band (:mod:`specsim.validation.runtime_fit`).
+
+``hardware`` and ``recommend`` print it beside their speedups, so an answer says whether anything measured
+backs it. Bands: batch 1, 2..15, 16..127, ≥ 128; context ≤ 2k, 2k..8k, > 8k tokens (the short-context and
+long-context regimes of serving batches, where speculative decoding stops or starts paying). Where no row
+of the runtime falls in the band the answer is "not validated here".
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from functools import lru_cache
+
+import numpy as np
+
+BATCH_BANDS = ((1, 1), (2, 15), (16, 127), (128, None))
+CONTEXT_BANDS = ((0, 2048), (2049, 8192), (8193, None))
+
+
+def _band(value: float, bands) -> tuple:
+    for lo, hi in bands:
+        if value >= lo and (hi is None or value <= hi):
+            return lo, hi
+    return bands[-1]
+
+
+def _span(band: tuple, unit: str) -> str:
+    lo, hi = band
+    if hi is None:
+        return f"{unit} >= {lo}"
+    return f"{unit} {lo}" if lo == hi else f"{unit} {lo}..{hi}"
+
+
+@dataclass(frozen=True)
+class RegimeError:
+    """The published speedup rows of ``runtime`` in one batch × context band and their leave-one-source-out
+    |relative error| (None: no row there)."""
+
+    runtime: str
+    batch_band: tuple
+    context_band: tuple
+    rows: int
+    sources: tuple[str, ...]
+    median_abs_error: float | None
+    max_abs_error: float | None
+
+    @property
+    def validated(self) -> bool:
+        return self.rows > 0
+
+    def text(self) -> str:
+        where = (
+            f"runtime {self.runtime}, {_span(self.batch_band, 'batch')}, "
+            f"{_span(self.context_band, 'context tokens')}"
+        )
+        if not self.validated:
+            return f"not validated here: no published speedup row at {where}"
+        return (
+            f"validated on published rows at {where}: leave-one-source-out median |error| "
+            f"{self.median_abs_error:.1%}, max {self.max_abs_error:.1%} over {self.rows} rows "
+            f"({', '.join(self.sources)}; `specsim validate`)"
+        )
+
+    def to_json(self) -> dict:
+        return asdict(self) | {"validated": self.validated, "text": self.text()}
+
+
+@lru_cache(maxsize=1)
+def _speedup_results() -> tuple:
+    """The published set's speedup rows, each predicted leave-one-source-out (computed once per process)."""
+    from specsim.validation.published_set import load_published_set
+    from specsim.validation.runtime_fit import leave_one_source_out, load_runtimes
+
+    ps = load_published_set()
+    return tuple(r for r in leave_one_source_out(ps, load_runtimes(ps)) if r.observable == "speedup")
+
+
+def regime_error(runtime: str, batch: int, context_tokens: float, results=None) -> RegimeError:
+    """The validation of an answer at ``batch`` and ``context_tokens`` under ``runtime`` (module docstring);
+    ``results``: leave-one-source-out rows to use (default: the published set's)."""
+    rows = _speedup_results() if results is None else results
+    b_band, c_band = _band(batch, BATCH_BANDS), _band(context_tokens, CONTEXT_BANDS)
+    inside = [
+        r
+        for r in rows
+        if r.runtime == runtime
+        and _band(r.batch, BATCH_BANDS) == b_band
+        and _band(r.context_tokens, CONTEXT_BANDS) == c_band
+    ]
+    errs = np.abs([r.error for r in inside])
+    return RegimeError(
+        runtime=runtime,
+        batch_band=b_band,
+        context_band=c_band,
+        rows=len(inside),
+        sources=tuple(sorted({r.source for r in inside})),
+        median_abs_error=float(np.median(errs)) if inside else None,
+        max_abs_error=float(errs.max()) if inside else None,
+    )
+
+
+def regime_errors(runtime: str, batches, context_tokens: float) -> list[RegimeError]:
+    """One :class:`RegimeError` per distinct band the ``batches`` fall in, in batch order."""
+    out: list[RegimeError] = []
+    for b in sorted(batches):
+        e = regime_error(runtime, b, context_tokens)
+        if not out or out[-1].batch_band != e.batch_band:
+            out.append(e)
+    return out

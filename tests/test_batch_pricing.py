@@ -1,0 +1,113 @@
+"""The batched walk (specsim/predict/batch_pricing.py) reproduces the batched engine's schedule exactly, the
+batched sweep (calibrate/measure/batch_costgrid.py) writes a grid a schema-3 profile round-trips, and the
+walk's sums are the hand-computed ones on a linear synthetic grid."""
+
+import json
+
+import numpy as np
+import pytest
+
+from calibrate.measure.batch_costgrid import BatchSweepPlan, measure_batched
+from calibrate.models.loaded_model import LoadedModel
+from calibrate.run.batch_engine import batch_speculative_decode
+from calibrate.run.proposal import Request
+from specsim.errors import SpecsimError
+from specsim.predict.batch_pricing import batch_schedule, price_batch
+from specsim.profile.batched_cost import BatchedCosts
+from specsim.profile.cost_grid import make_grid
+from specsim.profile.overhead_grid import OverheadGrid
+from tests.tiny_pair import tiny_pair, tiny_prompts
+
+NEW = 16
+
+
+def _emitted_alone(target, draft, requests, gamma):
+    """Each request's tokens per block when it decodes alone (B = 1)."""
+    out = []
+    for r in requests:
+        res = batch_speculative_decode(target, draft, [r], gamma=gamma, max_new_tokens=NEW)
+        out.append(np.array([b.emitted[0] for b in res.blocks], float))
+    return out
+
+
+@pytest.mark.parametrize("batch,gamma", [(3, 2), (5, 4), (8, 3)])
+def test_walk_reproduces_the_batched_engine(batch, gamma):
+    """g per block, the cache widths each pass ran on and the tokens per block, from the requests' schedules
+    alone, equal the batched engine's records."""
+    target, draft = tiny_pair()
+    requests = [Request(input_ids=p, prompt_id=f"p{i}") for i, p in enumerate(tiny_prompts(batch))]
+    emitted = _emitted_alone(target, draft, requests, gamma)
+    res = batch_speculative_decode(target, draft, requests, gamma=gamma, max_new_tokens=NEW)
+    gs, tokens, full, alive = batch_schedule(emitted, gamma)
+    assert gs.tolist() == [b.gamma for b in res.blocks]
+    assert tokens.tolist() == [sum(b.emitted) for b in res.blocks]
+    assert alive.tolist() == [sum(1 for e in b.emitted if e) for b in res.blocks]
+    P = max(r.input_ids.shape[1] for r in requests)
+    t_width = P + gs[0] + np.concatenate([[0], np.cumsum(gs[1:-1] + 1)])
+    assert t_width.tolist() == [b.target_columns for b in res.blocks[1:]]
+    fed = np.where(full[:-1], 2, 1) + gs[1:] - 1
+    d_width = P + gs[0] - 1 + np.concatenate([[0], np.cumsum(fed[:-1])])
+    assert d_width.tolist() == [b.draft_columns for b in res.blocks[1:]]
+
+
+def _linear_costs() -> BatchedCosts:
+    """ms = a + b·width on two widths (exact for a line), by B 1 and 4."""
+    ctx, batch = [0.0, 1000.0], [1, 4]
+
+    def grid(rows, f):
+        ms = [[[f(r, c, b) for b in batch] for c in ctx] for r in rows]
+        return make_grid(rows, ctx, batch, ms)
+
+    return BatchedCosts(
+        target_decode=grid([1], lambda r, c, b: 3.0 + 0.01 * c * b),
+        target_verify=grid([2, 4], lambda r, c, b: 2.0 * r + 0.01 * c * b),
+        draft_step=grid([1], lambda r, c, b: 1.0 + 0.001 * c * b),
+        overhead_ms_per_block=OverheadGrid((1, 3), (1, 4), ((0.5, 2.0), (0.5, 2.0))),
+        overhead_ms_per_target_step=(0.2, 0.8),
+    )
+
+
+def test_walk_sums_by_hand():
+    """Two requests, γ 3, prompts 10 and 6 (draft prompts 8 and 4): A emits 4,4,1 (9 tokens), B 1,2."""
+    cost = _linear_costs()
+    emitted = [np.array([4.0, 4.0, 1.0]), np.array([1.0, 2.0])]
+    p = price_batch(cost, 3, emitted, [10, 6], [8, 4])
+    # blocks: g0 = 3; block 1: max left = 8 -> g 3; block 2: A left 1 -> g 0. B = 2 (between 1 and 4).
+    # target width: block 1 at 10 + 3 = 13, block 2 at 13 + 4 = 17. Block 0: A accepted 3 = g (full).
+    # draft width: 8 + 3 - 1 = 10 before block 1; block 1 feeds 2 + 2 -> 14 before block 2 (no drafts).
+    lerp = lambda v1, v4: v1 + (v4 - v1) / 3  # noqa: E731  (B = 2 between measured 1 and 4)
+    draft = sum(lerp(1 + 0.001 * w, 1 + 0.004 * w) for w in (10, 11, 12))
+    verify = lerp(8 + 0.13, 8 + 0.52) + lerp(3 + 0.17, 3 + 0.68)  # rows 4 at 13; a target step at 17
+    overhead = 2 * lerp(0.5, 2.0)
+    assert p.draft_ms == pytest.approx(draft)
+    assert p.verify_ms == pytest.approx(verify)
+    assert p.overhead_ms == pytest.approx(overhead)
+    assert (p.sd_tokens, p.blocks, p.drafts, p.request_blocks) == (4 + 2 + 1, 2, 3, 3)
+    # target-only: 9 steps, steps 1..8 on 10..17 columns
+    base = sum(lerp(3 + 0.01 * w, 3 + 0.04 * w) for w in range(10, 18))
+    assert p.target_ms == pytest.approx(base)
+    assert p.target_overhead_ms == pytest.approx(8 * lerp(0.2, 0.8))
+    assert p.target_tokens == 8 + 2 and p.target_steps == 8
+    assert p.decode_speedup == pytest.approx(
+        (base + 8 * lerp(0.2, 0.8)) / 10 / ((draft + verify + overhead) / 7)
+    )
+    with pytest.raises(SpecsimError, match="batch 5 was not measured"):
+        price_batch(cost, 3, emitted * 2 + emitted[:1], [10] * 5, [8] * 5)
+
+
+def test_sweep_writes_a_grid_that_round_trips():
+    target, draft = tiny_pair()
+    models = {
+        "target": LoadedModel(target, None, "tiny-target", "causal", "random", "cpu", "float32"),
+        "draft": LoadedModel(draft, None, "tiny-draft", "causal", "random", "cpu", "float32"),
+    }
+    plan = BatchSweepPlan(batch_sizes=(1, 2, 4), gammas=(1, 3), prompt_tokens=(8, 16), new_tokens=8, rounds=1)
+    costs, seconds = measure_batched(models, plan)
+    assert seconds > 0 and costs.batch_sizes == (1, 2, 4)
+    assert costs.target_verify.rows == (2, 4) and costs.overhead_ms_per_block.gamma == (1, 3)
+    again = BatchedCosts.from_json(json.loads(json.dumps(costs.to_json())))
+    assert again == costs
+    assert all(v > 0 for v in np.ravel(costs.target_decode.values()))
+    bad = costs.to_json() | {"overhead_ms_per_target_step": [0.1]}
+    with pytest.raises(SpecsimError, match="overhead_ms_per_target_step: expected 3 values"):
+        BatchedCosts.from_json(bad)
