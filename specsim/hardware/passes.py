@@ -95,14 +95,17 @@ class PassTable:
         return np.where(multi, (self.rows - 1.0) * self.weights * ops / self.int32_ops_per_s * 1e3, 0.0)
 
 
-def pass_terms(m: ModelSpec, dev: Device, batch: float, context: float, new: float, tp: int = 1) -> dict:
-    """The runtime-independent terms of one pass (same shapes and conventions as ``forward_ms``)."""
+def pass_terms(
+    m: ModelSpec, dev: Device, batch: float, context: float, new: float, tp: int = 1, logits=None
+) -> dict:
+    """The runtime-independent terms of one pass (same shapes and conventions as ``forward_ms``; ``logits``
+    positions default to ``new``, 1 for a prefill)."""
     b, ctx, n = float(batch), float(context), float(new)
     score_elems = b * m.layers * m.heads * n * (ctx + n)
     link = dev.link_bytes_per_s(tp) if tp > 1 else None
     return {
-        "flops": float(forward_flops(m, b, ctx, n)) / tp,
-        "base_bytes": float(sharded_bytes(m, b, ctx, n, tp=tp)),
+        "flops": float(forward_flops(m, b, ctx, n, logits)) / tp,
+        "base_bytes": float(sharded_bytes(m, b, ctx, n, logits, tp=tp)),
         "score_elems": score_elems / tp,
         "rows": b * n,
         "layers": float(m.layers),

@@ -1,0 +1,331 @@
+"""``specsim serve``: simulate an inference server under load, SD on vs off side by side.
+
+Numpy only at import (plug-in rule: no torch). Text tables by default, ``--json`` for machines; writes no
+file. The work is in :mod:`specsim.serve`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+
+from specsim.bounds import number_arg
+from specsim.cli.hardware_inputs import device_runtimes, resolve_models, split_mode
+from specsim.errors import SpecsimError
+from specsim.hardware.device import load_device
+from specsim.jsonio import dumps_json
+from specsim.report import clip
+from specsim.serve.arrivals import read_trace
+from specsim.serve.compare import ServeSetup, Workload, compare_at, sweep_rates
+from specsim.serve.metrics import parse_slo
+from specsim.serve.roofline_cost import RooflineStepCost
+from specsim.serve.scheduler import DEFAULT_MAX_NUM_BATCHED_TOKENS, DEFAULT_MAX_NUM_SEQS, SchedulerConfig
+from specsim.serve.serve_text import comparison_text, sweep_text
+from specsim.serve.speculation import GammaPolicy, IidAcceptance, parse_gamma_schedule
+
+MAX_RATES = 64
+_DESC = (
+    "Simulate a vLLM-V1-like server (continuous batching, chunked prefill, decode first, an encoder budget "
+    "for images) serving requests that arrive at a rate (Poisson, or Gamma gaps with --burstiness) or from a "
+    "JSONL trace, with speculative decoding (SD: gamma drafts per step, each accepted with probability "
+    "alpha) and without it (target-only). Every step is priced by the GPU planner's roofline for the pair, "
+    "device and runtime (specsim hardware). Prints TTFT (arrival -> first token), TPOT (time per output "
+    "token after the first), ITL (gaps between tokens; SD emits tau tokens at once, so many gaps are 0) and "
+    "E2E at p50/p90/p99 in ms, output tokens/s, requests/s and goodput (requests/s meeting --slo). "
+    "--rates sweeps rates and names the one from which SD stops paying (p50 TPOT worse than target-only)."
+)
+
+
+def _rate(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and 0 < value <= 1e6):
+        raise argparse.ArgumentTypeError(f"expected requests per second in (0, 1e6], got {clip(text)!r}")
+    return value
+
+
+def _rates(text: str) -> list[float]:
+    parts = [p for p in str(text).split(",")]
+    if not parts or len(parts) > MAX_RATES:
+        raise argparse.ArgumentTypeError(f"expected 1..{MAX_RATES} rates like 1,2,4,8, got {clip(text)!r}")
+    values = [_rate(p.strip()) for p in parts]
+    if len(set(values)) != len(values):
+        raise argparse.ArgumentTypeError(f"expected distinct rates, got {clip(text)!r}")
+    return values
+
+
+def _burstiness(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and 1e-3 <= value <= 1e3):
+        raise argparse.ArgumentTypeError(
+            f"expected a Gamma shape in [0.001, 1000] (1 = Poisson), got {clip(text)!r}"
+        )
+    return value
+
+
+def _alpha(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not 0.0 <= value < 1.0:
+        raise argparse.ArgumentTypeError(f"expected 0 <= alpha < 1, got {clip(text)!r}")
+    return value
+
+
+def register(sub) -> None:
+    """Add ``specsim serve``."""
+    p = sub.add_parser(
+        "serve", help="simulate a server under load: SD on vs off (TTFT/TPOT/goodput)", description=_DESC
+    )
+    models = p.add_argument_group("models and hardware")
+    models.add_argument("--pair", default=None, help="preset pair (default llava-1.5-7b-68m)")
+    models.add_argument("--target", default=None, help="target model (as specsim hardware --target)")
+    models.add_argument("--draft", default=None, help="draft model (as specsim hardware --draft)")
+    models.add_argument("--device", default="h100-sxm", help="catalog name or device JSON (default h100-sxm)")
+    models.add_argument(
+        "--runtime", default=None, help="runtime name or JSON (default: the device's, vllm on GPUs)"
+    )
+    models.add_argument(
+        "--tp",
+        type=number_arg("gpus", integer=True),
+        default=1,
+        help="GPUs the target is split over (default 1; the draft runs on one)",
+    )
+    load = p.add_argument_group("load")
+    rate = load.add_mutually_exclusive_group()
+    rate.add_argument("--rate", type=_rate, default=None, help="requests per second (default 4)")
+    rate.add_argument("--rates", type=_rates, default=None, help="sweep these rates, e.g. 1,2,4,8")
+    rate.add_argument(
+        "--trace",
+        default=None,
+        metavar="JSONL",
+        help="requests from a JSONL file: arrival_s, prompt_tokens, images, output_tokens per line",
+    )
+    load.add_argument(
+        "--requests",
+        type=number_arg("size", integer=True),
+        default=1000,
+        help="requests per simulation (default 1000)",
+    )
+    load.add_argument(
+        "--burstiness",
+        type=_burstiness,
+        default=1.0,
+        help="Gamma shape of the inter-arrival gaps: 1 = Poisson (default), < 1 burstier",
+    )
+    load.add_argument(
+        "--prompt-tokens",
+        type=number_arg("tokens", integer=True),
+        default=512,
+        help="text tokens per prompt (default 512)",
+    )
+    load.add_argument(
+        "--images",
+        type=number_arg("images", zero_ok=True, integer=True),
+        default=1,
+        help="images per prompt, each taking the target's image tokens (default 1)",
+    )
+    load.add_argument(
+        "--output-tokens",
+        type=number_arg("tokens", integer=True),
+        default=256,
+        help="output tokens per request (default 256)",
+    )
+    sd = p.add_argument_group("speculative decoding")
+    sd.add_argument(
+        "--gamma",
+        type=number_arg("gamma", integer=True),
+        default=3,
+        help="draft tokens per step (num_speculative_tokens, default 3)",
+    )
+    sd.add_argument(
+        "--gamma-by-batch",
+        default=None,
+        metavar="LO-HI:G,...",
+        help="gamma per decode batch size, e.g. 1-8:5,9-32:3,33-256:0 "
+        "(vLLM num_speculative_tokens_per_batch_size); --gamma elsewhere",
+    )
+    sd.add_argument(
+        "--sd-off-from-batch",
+        type=number_arg("batch", integer=True),
+        default=None,
+        help="no SD in steps whose decode batch is at least this (vLLM disable_by_batch_size)",
+    )
+    sd.add_argument(
+        "--alpha", type=_alpha, default=None, help="i.i.d. acceptance probability per draft token (needed)"
+    )
+    sched = p.add_argument_group("scheduler (vLLM V1 knobs)")
+    sched.add_argument(
+        "--max-num-seqs",
+        type=number_arg("batch", integer=True),
+        default=DEFAULT_MAX_NUM_SEQS,
+        help=f"most running requests (default {DEFAULT_MAX_NUM_SEQS})",
+    )
+    sched.add_argument(
+        "--max-num-batched-tokens",
+        type=number_arg("tokens", integer=True),
+        default=DEFAULT_MAX_NUM_BATCHED_TOKENS,
+        help=f"token budget per step (default {DEFAULT_MAX_NUM_BATCHED_TOKENS})",
+    )
+    sched.add_argument(
+        "--encoder-budget",
+        type=number_arg("tokens", integer=True),
+        default=None,
+        help="image tokens the encoder takes per step (default: the token budget)",
+    )
+    sched.add_argument("--no-chunked-prefill", action="store_true", help="prefill whole prompts only")
+    sched.add_argument(
+        "--kv-cache-tokens",
+        type=number_arg("tokens", integer=True),
+        default=None,
+        help="KV positions that fit (default: device memory left by the weights, roofline)",
+    )
+    out = p.add_argument_group("output")
+    out.add_argument(
+        "--slo", default=None, help="goodput bounds in ms, e.g. ttft=500,tpot=50 (keys ttft, tpot, e2e)"
+    )
+    out.add_argument(
+        "--seed",
+        type=number_arg("seed", zero_ok=True, integer=True),
+        default=0,
+        help="seed of arrivals and acceptance (default 0)",
+    )
+    out.add_argument("--json", action="store_true", help="machine-readable output")
+    out.add_argument("--no-progress", action="store_true", help="no progress bar on stderr for --rates")
+    p.set_defaults(func=cmd_serve)
+
+
+def _policy(args) -> GammaPolicy:
+    by_batch = parse_gamma_schedule(args.gamma_by_batch) if args.gamma_by_batch is not None else ()
+    return GammaPolicy(args.gamma, by_batch, args.sd_off_from_batch)
+
+
+def _workload(args) -> Workload:
+    if args.trace is None:
+        return Workload(args.requests, args.prompt_tokens, args.images, args.output_tokens, args.burstiness)
+    for flag, given in (("--burstiness", args.burstiness != 1.0), ("--requests", args.requests != 1000)):
+        if given:
+            raise SpecsimError(f"{flag}: does not apply with --trace (the trace gives every request)")
+    return Workload(trace=read_trace(args.trace))
+
+
+def _setup(args) -> tuple[ServeSetup, dict]:
+    slo = parse_slo(args.slo) if args.slo is not None else None
+    policy = _policy(args)
+    if args.alpha is None:
+        raise SpecsimError("--alpha: needed (i.i.d. acceptance per draft token, 0 <= alpha < 1)")
+    workload = _workload(args)
+    _, target, draft = resolve_models(pair=args.pair, target=args.target, draft=args.draft)
+    device = load_device(args.device)
+    runtime = device_runtimes(args.runtime, [device])[device.name]
+    split = split_mode(None, args.tp, {device.name: runtime})
+    cost = RooflineStepCost(target, draft, device, runtime, tp=args.tp, split=split)
+    kv = args.kv_cache_tokens if args.kv_cache_tokens is not None else cost.kv_cache_tokens()
+    scheduler = SchedulerConfig(
+        args.max_num_seqs, args.max_num_batched_tokens, args.encoder_budget, not args.no_chunked_prefill, kv
+    )
+    setup = ServeSetup(cost, workload, policy, IidAcceptance(args.alpha), scheduler, slo, args.seed)
+    about = {
+        "target": target.name,
+        "draft": draft.name,
+        "device": device.name,
+        "runtime": getattr(runtime, "name", "efficiency"),
+        "tp": args.tp,
+        "sd_policy": policy.describe(),
+        "acceptance": f"iid alpha={args.alpha:g}",
+        "scheduler": {
+            "max_num_seqs": scheduler.max_num_seqs,
+            "max_num_batched_tokens": scheduler.max_num_batched_tokens,
+            "encoder_budget_tokens": scheduler.encoder_budget,
+            "chunked_prefill": scheduler.chunked_prefill,
+            "kv_cache_tokens": kv,
+        },
+        "image_tokens_per_image": cost.image_tokens_per_image,
+        "workload": "trace " + args.trace
+        if args.trace
+        else (
+            f"{args.requests} requests x ({args.prompt_tokens} text tokens + {args.images} images -> "
+            f"{args.output_tokens} output tokens), burstiness {args.burstiness:g}"
+        ),
+        "seed": args.seed,
+    }
+    return setup, about
+
+
+class _Progress:
+    """A bar on stderr (tqdm when installed, else a plain one); nothing when disabled."""
+
+    def __init__(self, total: int, enabled: bool):
+        self.total, self.done, self.bar = total, 0, None
+        self.enabled = enabled
+        if enabled:
+            try:
+                from tqdm import tqdm
+
+                self.bar = tqdm(total=total, desc="specsim serve", unit="rate", file=sys.stderr)
+            except ImportError:
+                self.bar = None
+
+    def step(self) -> None:
+        self.done += 1
+        if self.bar is not None:
+            self.bar.update(1)
+        elif self.enabled:
+            filled = round(20 * self.done / self.total)
+            end = "\n" if self.done == self.total else ""
+            print(
+                f"\rspecsim serve: [{'#' * filled}{' ' * (20 - filled)}] {self.done}/{self.total} rates",
+                end=end,
+                file=sys.stderr,
+                flush=True,
+            )
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    setup, about = _setup(args)
+    sd_label = f"SD ({setup.policy.describe()})"
+    if args.rates is not None:
+        progress = _Progress(len(args.rates), not args.no_progress)
+        try:
+            result = sweep_rates(setup, args.rates, progress.step)
+        finally:
+            progress.close()
+        if args.json:
+            print(dumps_json({**about, "sweep": result.to_json()}))
+            return 0
+        print(_header(about))
+        print(sweep_text(result, setup.slo is not None))
+        return 0
+    rate = None if args.trace else (args.rate if args.rate is not None else 4.0)
+    comparison = compare_at(setup, rate)
+    if args.json:
+        print(dumps_json({**about, "comparison": comparison.to_json()}))
+        return 0
+    print(_header(about) + (f"\nrate: {rate:g} req/s" if rate is not None else ""))
+    print(comparison_text(comparison, sd_label))
+    return 0
+
+
+def _header(about: dict) -> str:
+    s = about["scheduler"]
+    return (
+        f"{about['target']} / {about['draft']} on {about['tp']} x {about['device']} ({about['runtime']}), "
+        f"{about['image_tokens_per_image']} tokens per image\n"
+        f"workload: {about['workload']}, seed {about['seed']}\n"
+        f"scheduler: max_num_seqs {s['max_num_seqs']}, max_num_batched_tokens {s['max_num_batched_tokens']}, "
+        f"encoder budget {s['encoder_budget_tokens']}, "
+        f"chunked prefill {'on' if s['chunked_prefill'] else 'off'}, "
+        f"KV cache {s['kv_cache_tokens']} tokens\n"
+        f"SD: {about['sd_policy']}, acceptance {about['acceptance']}"
+    )

@@ -1,0 +1,142 @@
+"""Requests arriving at a server: seeded Poisson or Gamma arrivals, or a JSONL trace.
+
+A workload is a :class:`Requests`: per request its arrival time (s from the start), prompt text tokens,
+images and output tokens, sorted by arrival. Inter-arrival times:
+- Poisson at rate λ: exponential with mean 1/λ;
+- Gamma with shape k (``burstiness``) and scale 1/(λ·k): mean 1/λ, coefficient of variation 1/√k, so k = 1
+  is Poisson, k < 1 burstier, k > 1 smoother (the convention of ``vllm bench serve --burstiness``).
+The first request arrives one inter-arrival time after 0. Every draw comes from the caller's
+``np.random.Generator``, so a seed fixes the workload.
+
+A trace is JSONL, one request per line: ``{"arrival_s": 0.25, "prompt_tokens": 512, "images": 1,
+"output_tokens": 256}`` (``images`` may be left out: 0). Errors name the line and the field.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from specsim.bounds import check_range
+from specsim.errors import SpecsimError
+from specsim.jsonio import check_keys, field_int, field_num, parse_json, read_text
+
+TRACE_KEYS = ("arrival_s", "prompt_tokens", "images", "output_tokens")
+MAX_REQUESTS = 10_000_000  # a simulation holds a few arrays of this length
+
+
+@dataclass(frozen=True)
+class Requests:
+    """A workload: arrival time (s), prompt text tokens, images and output tokens per request, by arrival."""
+
+    arrival_s: np.ndarray
+    prompt_tokens: np.ndarray
+    images: np.ndarray
+    output_tokens: np.ndarray
+
+    def __post_init__(self) -> None:
+        n = len(self.arrival_s)
+        if not 1 <= n <= MAX_REQUESTS:
+            raise SpecsimError(f"requests: expected 1..{MAX_REQUESTS} requests, got {n}")
+        for name in ("prompt_tokens", "images", "output_tokens"):
+            if len(getattr(self, name)) != n:
+                raise SpecsimError(f"requests.{name}: expected {n} values (one per request)")
+        if np.any(np.diff(self.arrival_s) < 0) or not np.all(np.isfinite(self.arrival_s)):
+            raise SpecsimError("requests.arrival_s: expected finite times in arrival order")
+        if np.any(self.output_tokens < 1):
+            raise SpecsimError("requests.output_tokens: expected integers >= 1")
+        if np.any(self.prompt_tokens + self.images < 1):
+            raise SpecsimError("requests: every request needs at least one prompt token or image")
+
+    def __len__(self) -> int:
+        return len(self.arrival_s)
+
+
+def uniform_requests(arrival_s, prompt_tokens: int, images: int, output_tokens: int) -> Requests:
+    """Requests at ``arrival_s`` that all have the same prompt tokens, images and output tokens."""
+    arrival = np.asarray(arrival_s, dtype=float)
+    check_range(prompt_tokens, "tokens", "prompt tokens")
+    check_range(images, "images", "images")
+    check_range(output_tokens, "tokens", "output tokens")
+    n = len(arrival)
+    return Requests(
+        arrival,
+        np.full(n, int(prompt_tokens), dtype=np.int64),
+        np.full(n, int(images), dtype=np.int64),
+        np.full(n, int(output_tokens), dtype=np.int64),
+    )
+
+
+def _check_count_and_rate(n: int, rate_per_s: float) -> None:
+    if not 1 <= n <= MAX_REQUESTS:
+        raise SpecsimError(f"requests: expected 1..{MAX_REQUESTS}, got {n}")
+    if not (np.isfinite(rate_per_s) and rate_per_s > 0):
+        raise SpecsimError(f"rate: expected requests per second > 0, got {rate_per_s!r}")
+
+
+def poisson_arrivals(n: int, rate_per_s: float, rng: np.random.Generator) -> np.ndarray:
+    """Arrival times (s) of ``n`` requests of a Poisson process at ``rate_per_s``: cumsum of Exp(1/λ)."""
+    _check_count_and_rate(n, rate_per_s)
+    return np.cumsum(rng.exponential(1.0 / rate_per_s, size=n))
+
+
+def gamma_arrivals(n: int, rate_per_s: float, burstiness: float, rng: np.random.Generator) -> np.ndarray:
+    """Arrival times (s): cumsum of Gamma(shape k = ``burstiness``, scale 1/(λ·k)) gaps (mean 1/λ)."""
+    _check_count_and_rate(n, rate_per_s)
+    if not (np.isfinite(burstiness) and burstiness > 0):
+        raise SpecsimError(f"burstiness: expected a Gamma shape > 0 (1 = Poisson), got {burstiness!r}")
+    return np.cumsum(rng.gamma(burstiness, 1.0 / (rate_per_s * burstiness), size=n))
+
+
+def arrivals(n: int, rate_per_s: float, rng: np.random.Generator, burstiness: float = 1.0) -> np.ndarray:
+    """Poisson arrivals when ``burstiness`` is 1, Gamma-distributed gaps otherwise (see the module)."""
+    if burstiness == 1.0:
+        return poisson_arrivals(n, rate_per_s, rng)
+    return gamma_arrivals(n, rate_per_s, burstiness, rng)
+
+
+def _trace_line(text: str, where: str) -> tuple[float, int, int, int]:
+    d = parse_json(text, where)
+    if not isinstance(d, dict):
+        raise SpecsimError(
+            f'{where}: expected an object like {{"arrival_s": 0.5, "prompt_tokens": 512, ...}}'
+        )
+    check_keys(d, TRACE_KEYS, where)
+    for key in ("arrival_s", "prompt_tokens", "output_tokens"):
+        if key not in d:
+            raise SpecsimError(f"{where}.{key}: missing")
+    arrival = field_num(d["arrival_s"], f"{where}.arrival_s", lo=0.0, hi=1e9)
+    prompt = field_int(d["prompt_tokens"], f"{where}.prompt_tokens", lo=0, unit="tokens")
+    images = field_int(d.get("images", 0), f"{where}.images", lo=0, unit="images")
+    output = field_int(d["output_tokens"], f"{where}.output_tokens", lo=1, unit="tokens")
+    if prompt + images == 0:
+        raise SpecsimError(f"{where}: expected at least one prompt token or image, got neither")
+    return arrival, prompt, images, output
+
+
+def read_trace(path: str) -> Requests:
+    """Requests from a JSONL trace file (see the module docstring); blank lines are skipped; the
+    arrival times must not decrease. Each error names the file's line and field."""
+    text = read_text(path, "trace")
+    rows, last = [], -1.0
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        where = f"trace {path!r} line {number}"
+        row = _trace_line(line, where)
+        if row[0] < last:
+            raise SpecsimError(
+                f"{where}.arrival_s: expected arrival times in order, got {row[0]!r} after {last!r}"
+            )
+        last = row[0]
+        rows.append(row)
+        if len(rows) > MAX_REQUESTS:
+            raise SpecsimError(f"trace {path!r}: expected at most {MAX_REQUESTS} requests")
+    if not rows:
+        raise SpecsimError(f"trace {path!r}: expected at least one request line, got none")
+    cols = list(zip(*rows))
+    return Requests(
+        np.asarray(cols[0], dtype=float),
+        *(np.asarray(c, dtype=np.int64) for c in cols[1:]),
+    )

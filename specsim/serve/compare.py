@@ -1,0 +1,129 @@
+"""SD on vs off under the same load, at one rate or over a sweep of rates: pure functions of a frozen
+configuration (so any executor can map them over rates).
+
+Both runs of a comparison serve the same requests (arrivals drawn from ``seed``); SD off is the same server
+with γ = 0 (target-only decoding, no draft). SD pays at a rate when its p50 TPOT is below the target-only
+one (TPOT speedup = off / on > 1); the sweep names the rate from which it stops paying for good
+(:func:`specsim.hardware.plan.paying_range`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from specsim.errors import SpecsimError
+from specsim.hardware.plan import paying_range
+from specsim.serve.arrivals import Requests, arrivals, uniform_requests
+from specsim.serve.metrics import ServeMetrics, Slo, summarize
+from specsim.serve.scheduler import SchedulerConfig
+from specsim.serve.simulator import simulate
+from specsim.serve.speculation import AcceptanceSource, GammaPolicy
+from specsim.serve.step_cost import StepCost
+
+TARGET_ONLY = GammaPolicy(0)
+
+
+@dataclass(frozen=True)
+class Workload:
+    """``requests`` requests of the same shape arriving at a rate (Gamma gaps of shape ``burstiness``, 1 =
+    Poisson), or a fixed ``trace`` (then rates do not apply)."""
+
+    requests: int = 1000
+    prompt_tokens: int = 512
+    images: int = 1
+    output_tokens: int = 256
+    burstiness: float = 1.0
+    trace: Requests | None = None
+
+    def at_rate(self, rate_per_s: float | None, rng: np.random.Generator) -> Requests:
+        if self.trace is not None:
+            return self.trace
+        if rate_per_s is None:
+            raise SpecsimError("workload: a rate is needed unless requests come from a trace")
+        times = arrivals(self.requests, rate_per_s, rng, self.burstiness)
+        return uniform_requests(times, self.prompt_tokens, self.images, self.output_tokens)
+
+
+@dataclass(frozen=True)
+class ServeSetup:
+    """Everything but the rate: step costs, workload, scheduler, SD policy and acceptance, SLO, seed."""
+
+    cost: StepCost
+    workload: Workload
+    policy: GammaPolicy
+    acceptance: AcceptanceSource
+    scheduler: SchedulerConfig = SchedulerConfig()
+    slo: Slo | None = None
+    seed: int = 0
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """SD on and off at one rate (None: a trace's own arrivals); ``tpot_speedup`` = off p50 / on p50."""
+
+    rate_per_s: float | None
+    sd: ServeMetrics
+    target_only: ServeMetrics
+
+    @property
+    def tpot_speedup(self) -> float | None:
+        on, off = self.sd.tpot_ms.p50, self.target_only.tpot_ms.p50
+        return None if not on or off is None else off / on
+
+    def to_json(self) -> dict:
+        return {
+            "rate_per_s": self.rate_per_s,
+            "tpot_p50_speedup": self.tpot_speedup,
+            "sd": self.sd.to_json(),
+            "target_only": self.target_only.to_json(),
+        }
+
+
+def compare_at(setup: ServeSetup, rate_per_s: float | None) -> Comparison:
+    """Serve the same requests with SD (``setup.policy``) and target-only; summarise both."""
+    requests = setup.workload.at_rate(rate_per_s, np.random.default_rng([setup.seed, 0]))
+    out = []
+    for policy in (setup.policy, TARGET_ONLY):
+        run = simulate(
+            requests,
+            cost=setup.cost,
+            policy=policy,
+            acceptance=setup.acceptance,
+            rng=np.random.default_rng([setup.seed, 1]),
+            scheduler=setup.scheduler,
+        )
+        out.append(summarize(run, setup.slo))
+    return Comparison(rate_per_s, out[0], out[1])
+
+
+@dataclass(frozen=True)
+class Sweep:
+    """Comparisons over rates, and the rate from which SD's p50 TPOT stays worse than target-only (None:
+    it pays at every rate swept, or at none: see ``pays_at_all``)."""
+
+    rows: tuple[Comparison, ...]
+    stops_paying_from_rate: float | None
+    pays_at_all: bool
+
+    def to_json(self) -> dict:
+        return {
+            "rows": [r.to_json() for r in self.rows],
+            "sd_stops_paying_from_rate_per_s": self.stops_paying_from_rate,
+            "sd_pays_at_some_rate": self.pays_at_all,
+        }
+
+
+def sweep_rates(
+    setup: ServeSetup, rates: Sequence[float], on_done: Callable[[], None] | None = None
+) -> Sweep:
+    """:func:`compare_at` at every rate (in increasing order); ``on_done`` after each (progress)."""
+    rows = []
+    for rate in sorted(rates):
+        rows.append(compare_at(setup, float(rate)))
+        if on_done is not None:
+            on_done()
+    first, stop = paying_range([r.rate_per_s for r in rows], [r.tpot_speedup or 0.0 for r in rows])
+    return Sweep(tuple(rows), stop, first is not None)

@@ -1,0 +1,212 @@
+"""Serving steps priced by the GPU planner's roofline and runtimes (a :class:`~.step_cost.StepCost`).
+
+Every pass is a :class:`specsim.hardware.passes.PassTable` entry priced under the runtime exactly as
+:func:`specsim.hardware.roofline.forward_ms` prices a pass. A pass's runtime-independent terms (FLOPs, bytes,
+score elements, rows, all-reduce traffic) are affine in the batch B and in Σ context for a fixed number of
+new rows per sequence, so a decode/verify pass over sequences of different KV lengths has exactly the terms of
+B sequences at their mean context; they are taken from :func:`~specsim.hardware.passes.pass_terms` at three
+points per row count and cached. A step's target pass adds its prefill chunks' terms (each chunk: its tokens
+over its cached prompt positions, logits for the last only) with the weights streamed once, as vLLM V1 runs
+decode rows and chunked prefill in one forward. Draft passes: γ + the runtime's
+``extra_draft_forwards_per_block`` one-row passes at batch B, pass j over KV + j; the first carries the
+draft's prefill chunks. Vision encoder: :func:`~specsim.hardware.roofline.vision_ms` on one GPU, once per
+image, its features reused by the draft. Overhead: the runtime's ``overhead_ms_per_block`` per SD step
+(whatever B; no batched figure yet), 0 without SD. Tensor parallel: the target over ``tp`` GPUs as the
+planner splits it, the draft on one GPU.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+
+import numpy as np
+
+from specsim.errors import SpecsimError
+from specsim.hardware.device import Device
+from specsim.hardware.model import ModelSpec
+from specsim.hardware.parallel import check_splittable, check_tp, timing_gpus
+from specsim.hardware.passes import PassTable, pass_terms
+from specsim.hardware.roofline import USABLE_MEMORY_FRACTION, vision_ms
+
+_NAMES = tuple(f.name for f in fields(PassTable))
+_ADDITIVE = np.array([n in ("flops", "base_bytes", "score_elems", "rows", "link_bytes") for n in _NAMES])
+_BYTES = _NAMES.index("base_bytes")
+
+
+class _Model:
+    """Cached pass terms of one model on one device: affine per row count, exact per prefill chunk."""
+
+    def __init__(self, m: ModelSpec, dev: Device, tp: int):
+        self.m, self.dev, self.tp = m, dev, tp
+        self.affine: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+        self.chunks: dict[tuple[int, int], np.ndarray] = {}
+
+    def _terms(self, batch, context, new, logits=None) -> np.ndarray:
+        t = pass_terms(self.m, self.dev, batch, context, new, self.tp, logits)
+        return np.array([t[k] for k in _NAMES], dtype=float)
+
+    def coefficients(self, rows: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(per pass, per sequence, per context token) terms of passes with ``rows`` new rows per sequence."""
+        if rows not in self.affine:
+            base = self._terms(1, 0, rows)
+            per_seq = self._terms(2, 0, rows) - base
+            per_ctx = self._terms(1, 1, rows) - base
+            self.affine[rows] = (base - per_seq, per_seq, per_ctx)
+        return self.affine[rows]
+
+    def weight_bytes(self) -> float:
+        """Bytes of weights one pass streams per GPU (counted once in a merged pass)."""
+        return float(self.coefficients(1)[0][_BYTES])
+
+    def decode(self, batch: int, rows: int, context_sum: np.ndarray) -> np.ndarray:
+        """Terms of passes over ``batch`` sequences × ``rows`` rows at total KV ``context_sum`` (one each)."""
+        c0, c1, c2 = self.coefficients(rows)
+        return c0 + batch * c1 + np.asarray(context_sum, dtype=float)[:, None] * c2
+
+    def chunk(self, tokens: int, context: int) -> np.ndarray:
+        """Terms of one prefill chunk as a pass of its own (logits for its last position only)."""
+        key = (int(tokens), int(context))
+        if key not in self.chunks:
+            self.chunks[key] = self._terms(1, context, tokens, logits=1)
+        return self.chunks[key]
+
+    def merge(self, first: np.ndarray | None, chunks) -> np.ndarray | None:
+        """One pass's terms: ``first`` (or nothing) plus every chunk, the weights streamed once."""
+        if not chunks:
+            return first
+        parts = ([first] if first is not None else []) + [self.chunk(n, c) for n, c in chunks]
+        if not parts:
+            return None
+        out = parts[0].copy()
+        for p in parts[1:]:
+            out[_ADDITIVE] += p[_ADDITIVE]
+        out[_BYTES] -= (len(parts) - 1) * self.weight_bytes()
+        return out
+
+
+@dataclass(frozen=True)
+class RooflineStepCost:
+    """Step costs of ``target``/``draft`` on ``device`` under ``runtime`` (a Runtime or an Efficiency), the
+    target over ``tp`` GPUs split as ``split`` (see the module docstring)."""
+
+    target: ModelSpec
+    draft: ModelSpec
+    device: Device
+    runtime: object
+    tp: int = 1
+    split: str = "tensor"
+    _cache: dict = field(default_factory=dict, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        check_tp(self.tp, self.device)
+        check_splittable(self.target, self.tp, self.split, "target")
+        self._cache["target"] = _Model(self.target, self.device, timing_gpus(self.tp, self.split))
+        self._cache["draft"] = _Model(self.draft, self.device, 1)
+        self._cache["vision"] = {}
+
+    @property
+    def image_tokens_per_image(self) -> int:
+        return self.target.vision.image_tokens if self.target.vision is not None else 0
+
+    def kv_cache_tokens(self) -> int:
+        """KV positions that fit beside both models' weights: (usable memory of ``tp`` GPUs − weights) / KV
+        bytes per position of target + draft (the planner's usable fraction; replicated KV heads ignored)."""
+        weights = self.target.weight_bytes + self.draft.weight_bytes
+        free = USABLE_MEMORY_FRACTION * self.device.memory_bytes * self.tp - weights
+        per_token = self.target.kv_bytes_per_token + self.draft.kv_bytes_per_token
+        if free < per_token:
+            raise SpecsimError(
+                f"{self.target.name} and {self.draft.name} leave no room for a KV cache on {self.tp} x "
+                f"{self.device.name} (weights {weights / 1e9:.1f} GB)"
+            )
+        return int(free // per_token)
+
+    def _ms(self, terms: np.ndarray) -> np.ndarray:
+        """Time (ms) of each row of ``terms`` (passes × PassTable fields) under the runtime."""
+        table = PassTable(**{name: terms[:, i] for i, name in enumerate(_NAMES)})
+        return table.ms(self.runtime)
+
+    def _target_terms(self, batch, rows_per_seq, context_tokens, chunks) -> np.ndarray | None:
+        """[1, fields] terms of the step's target pass, or None when it runs nothing."""
+        model = self._cache["target"]
+        first = None
+        if batch:
+            first = model.decode(batch, rows_per_seq, np.array([float(np.sum(context_tokens[:batch]))]))[0]
+        merged = model.merge(first, chunks)
+        return None if merged is None else merged[None, :]
+
+    def _draft_terms(self, batch, gamma, context_tokens, chunks) -> tuple[np.ndarray, np.ndarray] | None:
+        """([passes, fields] terms, weights) of the step's draft passes, or None when it runs nothing."""
+        model = self._cache["draft"]
+        extra = float(self.runtime.extra_draft_forwards_per_block)
+        passes = gamma if batch else 0
+        if not passes:
+            merged = model.merge(None, chunks)
+            return None if merged is None else (merged[None, :], np.ones(1))
+        total_ctx = float(np.sum(context_tokens[:batch]))
+        sums = total_ctx + batch * np.arange(passes + (1 if extra else 0), dtype=float)
+        terms = model.decode(batch, 1, sums)
+        weights = np.ones(len(sums))
+        if extra:  # the extra forwards priced as one more pass at the block's start, scaled
+            terms[-1] = terms[0]
+            weights[-1] = extra
+        if chunks:
+            terms[0] = model.merge(terms[0], chunks)
+        return terms, weights
+
+    def decode_steps_ms(self, *, batch, gamma, context_tokens) -> np.ndarray:
+        """K decode-only steps at once (ms each; ``context_tokens`` [K, batch]): draft, target, overhead."""
+        sums = np.sum(context_tokens, axis=1, dtype=float)
+        k = len(sums)
+        target = self._cache["target"].decode(batch, gamma + 1, sums)
+        if gamma == 0:
+            return self._ms(target)
+        extra = float(self.runtime.extra_draft_forwards_per_block)
+        offsets = batch * np.arange(gamma, dtype=float)
+        if extra:
+            offsets = np.append(offsets, 0.0)
+        draft = self._cache["draft"].decode(batch, 1, (sums[:, None] + offsets).ravel())
+        weights = np.ones(len(offsets))
+        if extra:
+            weights[-1] = extra
+        ms = self._ms(np.concatenate([draft, target]))
+        per_step = ms[: draft.shape[0]].reshape(k, len(offsets)) @ weights + ms[draft.shape[0] :]
+        return per_step + self.overhead_ms(batch, gamma)
+
+    def target_step_ms(self, batch, rows_per_seq, context_tokens, prefill_chunks=()) -> float:
+        terms = self._target_terms(batch, rows_per_seq, context_tokens, prefill_chunks)
+        return 0.0 if terms is None else float(self._ms(terms)[0])
+
+    def draft_ms(self, batch, gamma, context_tokens, prefill_chunks=()) -> float:
+        out = self._draft_terms(batch, gamma, context_tokens, prefill_chunks)
+        return 0.0 if out is None else float(np.dot(self._ms(out[0]), out[1]))
+
+    def step_ms(self, *, batch, gamma, context_tokens, prefill_chunks, images, draft_prefill) -> float:
+        """:func:`specsim.serve.step_cost.step_parts_ms` with every pass priced in one vectorised call."""
+        terms, weights = [], []
+        if draft_prefill or (gamma > 0 and batch > 0):
+            chunks = prefill_chunks if draft_prefill else ()
+            draft = self._draft_terms(batch if gamma > 0 else 0, gamma, context_tokens, chunks)
+            if draft is not None:
+                terms.append(draft[0])
+                weights.append(draft[1])
+        target = self._target_terms(batch, gamma + 1, context_tokens, prefill_chunks)
+        if target is not None:
+            terms.append(target)
+            weights.append(np.ones(1))
+        total = float(np.dot(self._ms(np.concatenate(terms)), np.concatenate(weights))) if terms else 0.0
+        total += self.encoder_ms(images) if images else 0.0
+        return total + (self.overhead_ms(batch, gamma) if batch > 0 else 0.0)
+
+    def encoder_ms(self, images) -> float:
+        if not images or self.target.vision is None:
+            return 0.0
+        cache = self._cache["vision"]
+        if images not in cache:
+            cache[images] = float(
+                vision_ms(self.target.vision, self.target.dtype_bytes, self.device, self.runtime, images)
+            )
+        return cache[images]
+
+    def overhead_ms(self, batch, gamma) -> float:
+        return float(self.runtime.overhead_ms_per_block) if gamma > 0 and batch > 0 else 0.0

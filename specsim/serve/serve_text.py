@@ -1,0 +1,89 @@
+"""Plain-text tables of ``specsim serve``: SD on vs off at one rate, and a rate sweep."""
+
+from __future__ import annotations
+
+from specsim.report import format_table
+from specsim.serve.compare import Comparison, Sweep
+from specsim.serve.metrics import Percentiles
+
+
+def _ms(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1f}"
+
+
+def _rate(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}"
+
+
+def _percentile_rows(name: str, on: Percentiles, off: Percentiles) -> list[list[str]]:
+    return [
+        [f"{name} {label} ms", _ms(getattr(on, key)), _ms(getattr(off, key))]
+        for label, key in (("p50", "p50"), ("p90", "p90"), ("p99", "p99"), ("mean", "mean"))
+    ]
+
+
+def comparison_text(c: Comparison, sd_label: str) -> str:
+    """SD on and target-only side by side: percentiles, throughput, goodput, acceptance."""
+    on, off = c.sd, c.target_only
+    rows = []
+    for name, key in (("TTFT", "ttft_ms"), ("TPOT", "tpot_ms"), ("ITL", "itl_ms"), ("E2E", "e2e_ms")):
+        rows += _percentile_rows(name, getattr(on, key), getattr(off, key))
+    rows += [
+        ["output tokens/s", f"{on.output_tokens_per_s:.0f}", f"{off.output_tokens_per_s:.0f}"],
+        ["requests/s", _rate(on.requests_per_s), _rate(off.requests_per_s)],
+        ["duration s", f"{on.duration_s:.1f}", f"{off.duration_s:.1f}"],
+        ["steps", str(on.steps), str(off.steps)],
+        ["busy fraction", f"{on.busy_fraction:.2f}", f"{off.busy_fraction:.2f}"],
+        ["mean acceptance length (tau)", _rate(on.mean_acceptance_length), "-"],
+    ]
+    if on.slo is not None:
+        rows += [
+            [
+                f"goodput req/s ({on.slo.describe()})",
+                _rate(on.goodput_requests_per_s),
+                _rate(off.goodput_requests_per_s),
+            ],
+            ["requests meeting the SLO", f"{on.slo_met_fraction:.1%}", f"{off.slo_met_fraction:.1%}"],
+        ]
+    speedup = c.tpot_speedup
+    table = format_table(["metric", sd_label, "target-only"], rows)
+    tail = "" if speedup is None else f"\nTPOT p50 speedup (target-only / SD): {speedup:.2f}x"
+    return table + tail
+
+
+def _pair(on: float | None, off: float | None, fmt) -> str:
+    return f"{fmt(on)} / {fmt(off)}"
+
+
+def sweep_text(s: Sweep, slo_given: bool) -> str:
+    """One row per rate: SD / target-only for TPOT p50, TTFT p90, ITL p90, tokens/s (and goodput)."""
+    headers = ["rate req/s", "TPOT p50 ms", "TTFT p90 ms", "ITL p90 ms", "output tok/s"]
+    headers += ["goodput req/s"] if slo_given else []
+    headers += ["TPOT speedup"]
+    rows = []
+    for c in s.rows:
+        on, off = c.sd, c.target_only
+        row = [
+            _rate(c.rate_per_s),
+            _pair(on.tpot_ms.p50, off.tpot_ms.p50, _ms),
+            _pair(on.ttft_ms.p90, off.ttft_ms.p90, _ms),
+            _pair(on.itl_ms.p90, off.itl_ms.p90, _ms),
+            _pair(on.output_tokens_per_s, off.output_tokens_per_s, lambda v: f"{v:.0f}"),
+        ]
+        if slo_given:
+            row.append(_pair(on.goodput_requests_per_s, off.goodput_requests_per_s, _rate))
+        row.append("-" if c.tpot_speedup is None else f"{c.tpot_speedup:.2f}x")
+        rows.append(row)
+    return format_table(headers, rows) + "\n(cells: SD / target-only)\n" + verdict(s)
+
+
+def verdict(s: Sweep) -> str:
+    """Where SD stops paying (p50 TPOT worse than target-only)."""
+    if not s.pays_at_all:
+        return "SD does not pay at any rate swept (its p50 TPOT is worse than target-only at each)"
+    if s.stops_paying_from_rate is None:
+        return "SD pays at every rate from the first that pays up to the highest swept (p50 TPOT)"
+    return (
+        f"SD stops paying from {s.stops_paying_from_rate:g} req/s "
+        "(p50 TPOT worse than target-only from there on)"
+    )

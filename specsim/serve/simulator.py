@@ -1,0 +1,307 @@
+"""Discrete-event simulation of an inference server with continuous batching and speculative decoding.
+
+The server runs one step after another (vLLM V1's engine loop); between steps, requests that arrived join
+the waiting queue. A step: the scheduler (:mod:`.scheduler`) picks decodes and prefill chunks; γ comes from
+the policy at the decode batch B (:class:`.speculation.GammaPolicy`); each decoding request accepts a of its
+γ drafts (:mod:`.speculation` acceptance sources) and emits a + 1 tokens (bonus included, at most the tokens
+it has left), all at the step's end; a request whose prefill completes emits its first token at the step's
+end. The step lasts :func:`.step_cost.step_ms` (encoder + draft + target + overhead). Each decoding sequence's
+KV length before the step is prompt positions (images included) + emitted tokens − 1 (the last emitted token
+is the pending row). Time is in seconds from the start (arrivals) and ms (costs).
+
+Vectorised per step over the running batch (numpy index arithmetic, no per-token objects); ITL is kept as one
+gap per (request, step) emission plus a count of the tokens that share their step's instant (gap 0). Runs of
+decode-only steps over an unchanged batch (nothing prefilling, nobody admissible) are advanced together
+(:func:`_fast_forward`): acceptance is drawn step by step in the same order, every step priced in one call
+(:func:`.step_cost.decode_steps_ms`), and the run ends with the first step in which a request finishes or an
+admissible request arrives. With a deterministic acceptance source (trace replay) this is the step-by-step
+schedule exactly; with i.i.d. draws it consumes the generator differently (the same distribution).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from specsim.errors import SpecsimError
+from specsim.serve.arrivals import Requests
+from specsim.serve.scheduler import SchedulerConfig, schedule_step
+from specsim.serve.speculation import AcceptanceSource, GammaPolicy
+from specsim.serve.step_cost import StepCost, decode_steps_ms, step_ms
+
+MAX_FAST_FORWARD_STEPS = 512
+
+
+@dataclass(frozen=True)
+class StepRecord:
+    """One simulated step (kept only when recording): start and end (s), γ, the decoding requests, their
+    accepted drafts and emitted tokens, and the prefill chunks (request, first position, tokens, images)."""
+
+    start_s: float
+    end_s: float
+    gamma: int
+    decode: tuple[int, ...]
+    accepted: tuple[int, ...]
+    emitted: tuple[int, ...]
+    chunks: tuple[tuple[int, int, int, int], ...]
+
+
+@dataclass(frozen=True)
+class ServeRun:
+    """What a simulation produced: per-request first-token and finish times (s), ITL gaps (ms, one per
+    emission after the first token) and the count of tokens emitted at a gap of 0, step and SD counters,
+    and (when recorded) every step."""
+
+    requests: Requests
+    first_token_s: np.ndarray
+    finish_s: np.ndarray
+    itl_gaps_ms: np.ndarray
+    itl_zero_tokens: int
+    steps: int
+    busy_s: float
+    draft_tokens: int
+    accepted_tokens: int
+    sd_blocks: int
+    step_log: tuple[StepRecord, ...] | None = None
+
+    def token_times_s(self, request: int) -> list[float]:
+        """Each output token's emission time (s) of ``request``: its first token, then every decode step's
+        tokens at that step's end (needs a recorded run)."""
+        if self.step_log is None:
+            raise SpecsimError("token times: the run was not recorded (simulate(..., record=True))")
+        times = [float(self.first_token_s[request])]
+        for step in self.step_log:
+            if request in step.decode:
+                times.extend([step.end_s] * step.emitted[step.decode.index(request)])
+        return times
+
+
+class _State:
+    """Per-request progress arrays of a running simulation."""
+
+    def __init__(self, requests: Requests, image_tokens: int, max_gamma: int):
+        n = len(requests)
+        self.prompt_total = requests.prompt_tokens + requests.images * image_tokens
+        self.output = requests.output_tokens
+        self.kv_need = self.prompt_total + self.output + max_gamma
+        self.computed = np.zeros(n, dtype=np.int64)
+        self.generated = np.zeros(n, dtype=np.int64)
+        self.first_s = np.full(n, np.nan)
+        self.finish_s = np.full(n, np.nan)
+        self.last_emit_s = np.zeros(n)
+
+
+def simulate(
+    requests: Requests,
+    *,
+    cost: StepCost,
+    policy: GammaPolicy,
+    acceptance: AcceptanceSource | None,
+    rng: np.random.Generator,
+    scheduler: SchedulerConfig | None = None,
+    record: bool = False,
+) -> ServeRun:
+    """Serve ``requests`` to completion; ``acceptance`` may be None only when ``policy`` never drafts."""
+    sched = scheduler or SchedulerConfig()
+    image_tokens = int(cost.image_tokens_per_image)
+    st = _State(requests, image_tokens, policy.max_gamma)
+    kv_free = float(sched.kv_cache_tokens) if sched.kv_cache_tokens is not None else float("inf")
+    sched.check_workload(
+        image_tokens=image_tokens if np.any(requests.images) else 0,
+        max_gamma=policy.max_gamma,
+        longest_prompt=int(st.prompt_total.max()),
+        longest_sequence=int(st.kv_need.max()),
+    )
+    if policy.max_gamma > 0 and acceptance is None:
+        raise SpecsimError("simulate: speculative decoding needs an acceptance source (alpha or traces)")
+    draft_prefill = policy.max_gamma > 0
+    arrival, n = requests.arrival_s, len(requests)
+    run = np.empty(0, dtype=np.int64)
+    t, next_admit, done, steps, busy = 0.0, 0, 0, 0, 0.0
+    gaps: list[np.ndarray] = []
+    zero_tokens = draft_tokens = accepted_tokens = sd_blocks = 0
+    log: list[StepRecord] | None = [] if record else None
+    while done < n:
+        arrived = int(np.searchsorted(arrival, t, side="right"))
+        if run.size == 0 and next_admit == arrived:
+            t = max(t, float(arrival[next_admit]))  # idle until the next arrival
+            continue
+        is_dec = st.computed[run] >= st.prompt_total[run]
+        decoding = run[is_dec]
+        gamma = policy.gamma_at(len(decoding))
+        fast = not record and 0 < decoding.size == run.size
+        horizon = _horizon(st, sched, run, next_admit, arrived, arrival, kv_free, gamma) if fast else None
+        if horizon is not None:
+            k, end, stats = _fast_forward(st, decoding, gamma, acceptance, rng, cost, t, horizon, gaps)
+            zero_tokens, draft_tokens = zero_tokens + stats[0], draft_tokens + stats[1]
+            accepted_tokens, sd_blocks = accepted_tokens + stats[2], sd_blocks + stats[3]
+            finished = decoding[st.generated[decoding] >= st.output[decoding]]
+            if finished.size:
+                st.finish_s[finished] = end
+                kv_free += float(st.kv_need[finished].sum())
+                done += finished.size
+                run = run[np.isnan(st.finish_s[run])]
+            busy += end - t
+            t, steps = end, steps + k
+            continue
+        batch = schedule_step(
+            sched,
+            decoding=decoding,
+            prefilling=run[~is_dec],
+            waiting=range(next_admit, arrived),
+            computed=st.computed,
+            prompt_total=st.prompt_total,
+            images=requests.images,
+            image_tokens=image_tokens,
+            gamma=gamma,
+            kv_need=st.kv_need,
+            kv_free_tokens=kv_free,
+        )
+        if batch.empty:
+            raise SpecsimError(f"simulate: step {steps} at {t:.6g} s scheduled nothing (scheduler settings?)")
+        dec = batch.decode
+        ctx = st.prompt_total[dec] + st.generated[dec] - 1
+        ms = step_ms(
+            cost,
+            batch=len(dec),
+            gamma=gamma,
+            context_tokens=ctx,
+            prefill_chunks=[(c[2], c[1]) for c in batch.chunks],
+            images=sum(c[3] for c in batch.chunks),
+            draft_prefill=draft_prefill,
+        )
+        if not (np.isfinite(ms) and ms > 0):
+            raise SpecsimError(f"step cost: expected a step time > 0 ms, got {ms!r} at step {steps}")
+        end = t + ms / 1e3
+        busy += ms / 1e3
+        first = _finish_chunks(st, batch.chunks, end)
+        acc, emit = _decode(st, dec, gamma, acceptance, rng, end, gaps)
+        zero_tokens += int(emit.sum()) - len(dec)
+        if gamma > 0:
+            draft_tokens += gamma * len(dec)
+            accepted_tokens += int(acc.sum())
+            sd_blocks += len(dec)
+        if batch.admitted:
+            new = np.arange(next_admit, next_admit + batch.admitted)
+            run = np.concatenate([run, new])
+            kv_free -= float(st.kv_need[new].sum())
+            next_admit += batch.admitted
+        touched = np.concatenate([dec, first])
+        finished = touched[st.generated[touched] >= st.output[touched]]
+        if finished.size:
+            st.finish_s[finished] = end
+            kv_free += float(st.kv_need[finished].sum())
+            done += finished.size
+            run = run[np.isnan(st.finish_s[run])]
+        if log is not None:
+            log.append(
+                StepRecord(
+                    t,
+                    end,
+                    gamma,
+                    tuple(map(int, dec)),
+                    tuple(map(int, acc)),
+                    tuple(map(int, emit)),
+                    batch.chunks,
+                )
+            )
+        t = end
+        steps += 1
+    return ServeRun(
+        requests,
+        st.first_s,
+        st.finish_s,
+        np.concatenate(gaps) if gaps else np.empty(0, dtype=np.float32),
+        zero_tokens,
+        steps,
+        busy,
+        draft_tokens,
+        accepted_tokens,
+        sd_blocks,
+        tuple(log) if log is not None else None,
+    )
+
+
+def _horizon(st: _State, sched, run, next_admit, arrived, arrival, kv_free, gamma) -> float | None:
+    """When the next request becomes admissible (s; inf: not before a request finishes), or None when one is
+    admissible now or the decodes do not all fit the token budget (then a step goes through the scheduler)."""
+    budget_left = sched.max_num_batched_tokens - run.size * (gamma + 1)
+    if budget_left < 0:
+        return None
+    if budget_left == 0 or run.size >= sched.max_num_seqs:
+        return float("inf")
+    head = next_admit if next_admit < arrived else arrived
+    if head >= len(arrival) or st.kv_need[head] > kv_free:
+        return float("inf")  # FCFS: a head that does not fit blocks the queue until a request finishes
+    return None if head < arrived else float(arrival[head])
+
+
+def _fast_forward(st: _State, dec, gamma, acceptance, rng, cost, t, horizon, gaps):
+    """Advance decode-only steps over ``dec`` until a request finishes or an admissible request arrives
+    (``horizon``); returns (steps, end time, (zero-gap tokens, drafts, accepted, SD blocks))."""
+    out, prompt = st.output[dec], st.prompt_total[dec]
+    gen = st.generated[dec]
+    drafts = np.full(dec.size, gamma)
+    ctx, accs, emits = [], [], []
+    for _ in range(MAX_FAST_FORWARD_STEPS):
+        ctx.append(prompt + gen - 1)
+        acc = (
+            np.asarray(acceptance.accepted(dec, gen, drafts, rng), dtype=np.int64)
+            if gamma > 0
+            else np.zeros(dec.size, dtype=np.int64)
+        )
+        emit = np.minimum(acc + 1, out - gen)
+        gen = gen + emit
+        accs.append(acc)
+        emits.append(emit)
+        if np.any(gen >= out):
+            break
+    ms = decode_steps_ms(cost, batch=dec.size, gamma=gamma, context_tokens=np.array(ctx))
+    if not np.all(np.isfinite(ms) & (ms > 0)):
+        raise SpecsimError(
+            f"step cost: expected step times > 0 ms, got {ms[~(np.isfinite(ms) & (ms > 0))][0]!r}"
+        )
+    ends = np.cumsum(np.concatenate([[t], ms / 1e3]))[1:]  # sequential sums, as step by step
+    k = min(len(ends), int(np.searchsorted(ends, horizon, side="left")) + 1)
+    emitted = np.array(emits[:k])
+    gaps.append(((ends[0] - st.last_emit_s[dec]) * 1e3).astype(np.float32))
+    if k > 1:
+        gaps.append(np.repeat((np.diff(ends[:k]) * 1e3).astype(np.float32), dec.size))
+    st.generated[dec] += emitted.sum(axis=0)
+    st.last_emit_s[dec] = ends[k - 1]
+    accepted = int(np.sum(accs[:k])) if gamma > 0 else 0
+    blocks = k * dec.size if gamma > 0 else 0
+    return k, float(ends[k - 1]), (int(emitted.sum()) - k * dec.size, gamma * blocks, accepted, blocks)
+
+
+def _finish_chunks(st: _State, chunks, end_s: float) -> np.ndarray:
+    """Advance the prefills; requests whose prompt is now cached emit their first token at ``end_s``."""
+    first = []
+    for r, start, n, _ in chunks:
+        st.computed[r] = start + n
+        if start + n == st.prompt_total[r]:
+            first.append(r)
+    ids = np.asarray(first, dtype=np.int64)
+    if ids.size:
+        st.generated[ids] = 1
+        st.first_s[ids] = end_s
+        st.last_emit_s[ids] = end_s
+    return ids
+
+
+def _decode(st: _State, dec, gamma, acceptance, rng, end_s, gaps) -> tuple[np.ndarray, np.ndarray]:
+    """(accepted drafts, tokens emitted) of the decoding requests; records their ITL gaps (ms)."""
+    if dec.size == 0:
+        empty = np.empty(0, dtype=np.int64)
+        return empty, empty
+    made = st.generated[dec]
+    if gamma > 0:
+        acc = np.asarray(acceptance.accepted(dec, made, np.full(dec.size, gamma), rng), dtype=np.int64)
+    else:
+        acc = np.zeros(dec.size, dtype=np.int64)
+    emit = np.minimum(acc + 1, st.output[dec] - made)
+    gaps.append(((end_s - st.last_emit_s[dec]) * 1e3).astype(np.float32))
+    st.generated[dec] = made + emit
+    st.last_emit_s[dec] = end_s
+    return acc, emit

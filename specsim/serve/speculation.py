@@ -1,0 +1,177 @@
+"""Speculative decoding per serving step: how many drafts (γ policy) and how many are accepted.
+
+γ policy (:class:`GammaPolicy`), keyed on the step's decode batch B (running requests past their prefill):
+- a fixed γ (``num_speculative_tokens``); γ = 0 is target-only decoding;
+- a schedule ``((lo, hi, γ), ...)``: γ for lo ≤ B ≤ hi, the fixed γ elsewhere, as vLLM's
+  ``num_speculative_tokens_per_batch_size`` (``[[lo, hi, k], ...]``);
+- SD off (γ = 0) from a batch size upward, as vLLM V0's ``speculative_disable_by_batch_size``.
+
+Accepted drafts per request per block (an :class:`AcceptanceSource`), vectorised over the step's requests:
+- :class:`IidAcceptance`: each draft accepted with probability α, independently: accepted =
+  min(G − 1, drafts), G ~ Geometric(1 − α) (leading successes before the first rejection);
+- :class:`ReplayAcceptance`: each request follows one greedy trace ``match[t]`` (1 when the draft's token
+  equals the target's at output position t); a block whose first draft is at position t accepts the run of
+  matches from t, capped at its drafts (exact for greedy SD, :mod:`specsim.acceptance.replay`). Position t
+  counts the request's tokens already emitted (its prefill emitted t = 0); past the trace's end the request
+  wraps to the trace's start.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+
+from specsim.bounds import MAX_GAMMA
+from specsim.errors import SpecsimError
+
+
+@dataclass(frozen=True)
+class GammaPolicy:
+    """γ per step from the decode batch B: ``by_batch`` ranges first, then ``gamma``; 0 from
+    ``off_from_batch`` up."""
+
+    gamma: int
+    by_batch: tuple[tuple[int, int, int], ...] = ()
+    off_from_batch: int | None = None
+
+    def __post_init__(self) -> None:
+        if isinstance(self.gamma, bool) or not isinstance(self.gamma, (int, np.integer)):
+            raise SpecsimError(f"gamma: expected an integer in 0..{MAX_GAMMA}, got {self.gamma!r}")
+        if not 0 <= self.gamma <= MAX_GAMMA:
+            raise SpecsimError(f"gamma: expected an integer in 0..{MAX_GAMMA}, got {self.gamma!r}")
+        for lo, hi, g in self.by_batch:
+            if not (1 <= lo <= hi and 0 <= g <= MAX_GAMMA):
+                raise SpecsimError(
+                    f"gamma by batch: expected lo-hi:gamma with 1 <= lo <= hi and 0 <= gamma <= {MAX_GAMMA}, "
+                    f"got {lo}-{hi}:{g}"
+                )
+        spans = sorted((lo, hi) for lo, hi, _ in self.by_batch)
+        for (lo1, hi1), (lo2, _) in zip(spans, spans[1:]):
+            if lo2 <= hi1:
+                raise SpecsimError(f"gamma by batch: ranges {lo1}-{hi1} and {lo2}-... overlap")
+        if self.off_from_batch is not None and self.off_from_batch < 1:
+            raise SpecsimError(f"SD off from batch: expected a batch size >= 1, got {self.off_from_batch!r}")
+
+    def gamma_at(self, batch: int) -> int:
+        """Drafts per request in a step whose decode batch is ``batch``."""
+        if self.off_from_batch is not None and batch >= self.off_from_batch:
+            return 0
+        for lo, hi, g in self.by_batch:
+            if lo <= batch <= hi:
+                return g
+        return self.gamma
+
+    @property
+    def max_gamma(self) -> int:
+        """The largest γ any step can use (0: SD never runs, the draft is never loaded)."""
+        return max([self.gamma, *(g for _, _, g in self.by_batch)])
+
+    def describe(self) -> str:
+        parts = [f"gamma={self.gamma}"]
+        if self.by_batch:
+            parts.append("by batch " + ",".join(f"{lo}-{hi}:{g}" for lo, hi, g in self.by_batch))
+        if self.off_from_batch is not None:
+            parts.append(f"off from batch {self.off_from_batch}")
+        return ", ".join(parts)
+
+
+def parse_gamma_schedule(text: str, where: str = "--gamma-by-batch") -> tuple[tuple[int, int, int], ...]:
+    """'1-8:5,9-32:3,33-256:0' -> ((1, 8, 5), (9, 32, 3), (33, 256, 0)); 'B:γ' is the range B-B."""
+    usage = f"{where}: expected ranges like 1-8:5,9-32:3 (batch lo-hi:gamma), got {text!r}"
+    out = []
+    for part in str(text).split(","):
+        span, sep, g = part.strip().partition(":")
+        lo, dash, hi = span.partition("-")
+        try:
+            triple = (int(lo), int(hi) if dash else int(lo), int(g))
+        except ValueError:
+            raise SpecsimError(usage) from None
+        if not sep:
+            raise SpecsimError(usage)
+        out.append(triple)
+    try:
+        GammaPolicy(0, tuple(out))
+    except SpecsimError as err:
+        raise SpecsimError(f"{where}: {err} (in {text!r})") from None
+    return tuple(out)
+
+
+class AcceptanceSource(Protocol):
+    """Accepted drafts of one block per request (vectorised over a step's decoding requests)."""
+
+    def accepted(
+        self, requests: np.ndarray, positions: np.ndarray, drafts: np.ndarray, rng: np.random.Generator
+    ) -> np.ndarray:
+        """Accepted drafts (0..drafts) for ``requests`` (indices) whose block starts at output
+        ``positions`` with ``drafts`` drafts each."""
+        ...
+
+
+@dataclass(frozen=True)
+class IidAcceptance:
+    """Each draft accepted with probability ``alpha`` independently (0 <= alpha < 1)."""
+
+    alpha: float
+
+    def __post_init__(self) -> None:
+        if not (isinstance(self.alpha, (int, float)) and 0.0 <= self.alpha < 1.0):
+            raise SpecsimError(f"alpha: expected 0 <= alpha < 1, got {self.alpha!r}")
+
+    def accepted(self, requests, positions, drafts, rng) -> np.ndarray:
+        leading = rng.geometric(1.0 - self.alpha, size=len(requests)) - 1
+        return np.minimum(leading, drafts)
+
+
+@dataclass(frozen=True)
+class ReplayAcceptance:
+    """Request r follows trace ``trace_of[r % len(trace_of)]`` (default: trace r mod the number of traces);
+    ``runs[i, t]`` = matches in a row from t in trace i (wrapping), built by :meth:`from_matches`."""
+
+    runs: np.ndarray  # [traces, longest trace], int64; padding beyond a trace's length is unused
+    lengths: np.ndarray  # [traces]
+    trace_of: np.ndarray | None = None
+
+    @classmethod
+    def from_matches(cls, matches: Sequence, trace_of=None) -> ReplayAcceptance:
+        """From greedy 0/1 match arrays, one per traced prompt (each non-empty)."""
+        from specsim.acceptance.replay import trace_arrays
+
+        def parse(value, where):
+            m = np.asarray(value)
+            if m.ndim != 1 or m.size == 0 or not np.all((m == 0) | (m == 1)):
+                raise SpecsimError(f"{where}: expected a non-empty 1-D array of 0/1")
+            return m.astype(bool)
+
+        arrays = trace_arrays(matches, "match", parse, "no greedy 'match' trace")
+        lengths = np.array([len(m) for m in arrays], dtype=np.int64)
+        runs = np.zeros((len(arrays), int(lengths.max())), dtype=np.int64)
+        for i, m in enumerate(arrays):
+            runs[i, : len(m)] = _runs_wrapping(m)
+        if trace_of is not None:
+            trace_of = np.asarray(trace_of, dtype=np.int64)
+            if trace_of.size == 0 or trace_of.min() < 0 or trace_of.max() >= len(arrays):
+                raise SpecsimError(f"trace_of: expected trace indices in 0..{len(arrays) - 1}")
+        return cls(runs, lengths, trace_of)
+
+    def accepted(self, requests, positions, drafts, rng) -> np.ndarray:
+        requests = np.asarray(requests, dtype=np.int64)
+        traces = (
+            requests % len(self.lengths)
+            if self.trace_of is None
+            else self.trace_of[requests % len(self.trace_of)]
+        )
+        run = self.runs[traces, np.asarray(positions) % self.lengths[traces]]
+        return np.minimum(run, drafts)
+
+
+def _runs_wrapping(match: np.ndarray) -> np.ndarray:
+    """Matches in a row starting at each position, the trace read as a loop (all ones: its length)."""
+    n = len(match)
+    zeros = np.flatnonzero(~match)
+    if zeros.size == 0:
+        return np.full(n, n, dtype=np.int64)
+    loop = np.concatenate([zeros, zeros + n])  # the next mismatch at or after t, across the wrap
+    return loop[np.searchsorted(loop, np.arange(n))] - np.arange(n)

@@ -1,0 +1,186 @@
+"""What one serving step costs (ms): the interface the simulator prices steps through, and a hand-set one.
+
+A step runs, in this order (vLLM V1 with a draft model):
+1. the vision encoder over the images whose prompt positions the step's prefill chunks reach first;
+2. γ sequential draft passes over the B decoding sequences (the first also carries the draft's prefill of the
+   step's prompt chunks: the draft needs the prompt in its own KV cache);
+3. one target pass over B·(γ+1) verification rows (B·1 without SD) plus the step's prefill chunks: vLLM V1
+   puts decode rows and chunked-prefill tokens in the same forward, so a mixed step streams the weights once;
+4. per-step work outside the models: scheduling, sampling, rejection sampling.
+
+step_ms = encoder_ms + draft_ms + target_step_ms + overhead_ms (:func:`step_ms`); a cost may also define
+``step_ms(batch=, gamma=, context_tokens=, prefill_chunks=, images=, draft_prefill=)`` returning that same sum
+computed at once (e.g. every pass in one vectorised call), which :func:`step_ms` then uses.
+
+A prefill chunk is ``(tokens, context_tokens)``: ``tokens`` new prompt positions (image positions included)
+over ``context_tokens`` prompt positions already in the cache. ``context_tokens`` arrays hold each decoding
+sequence's KV length before the step. Implementations: :class:`ConstantStepCost` (hand-set, for tests),
+:class:`specsim.serve.roofline_cost.RooflineStepCost` (the GPU planner's roofline and runtimes). A measured
+profile's batched grids fit the same four methods: target_step_ms = verify/decode grid at (rows, context,
+batch) + prefill grid per chunk; draft_ms = draft steps at (context, batch).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+
+from specsim.errors import SpecsimError
+
+Chunks = Sequence[tuple[int, int]]  # (prompt tokens in the step, prompt tokens already cached) per chunk
+
+
+class StepCost(Protocol):
+    """Prices a serving step's parts (ms); ``image_tokens_per_image``: prompt positions one image fills."""
+
+    image_tokens_per_image: int
+
+    def target_step_ms(
+        self, batch: int, rows_per_seq: int, context_tokens: np.ndarray, prefill_chunks: Chunks = ()
+    ) -> float:
+        """One target pass: ``batch`` sequences × ``rows_per_seq`` query rows (γ+1 verify, 1 target-only)
+        over their KV (``context_tokens``, one per sequence), plus ``prefill_chunks`` in the same pass;
+        0 when there is nothing to run."""
+        ...
+
+    def draft_ms(
+        self, batch: int, gamma: int, context_tokens: np.ndarray, prefill_chunks: Chunks = ()
+    ) -> float:
+        """γ sequential draft passes at ``batch`` (KV ``context_tokens`` + j at pass j), the first also
+        prefilling ``prefill_chunks`` into the draft's cache; 0 when there is nothing to run."""
+        ...
+
+    def encoder_ms(self, images: int) -> float:
+        """Vision encoder (and projector) over ``images`` images; 0 for none."""
+        ...
+
+    def overhead_ms(self, batch: int, gamma: int) -> float:
+        """Per-step work outside the passes (scheduling, sampling, rejection sampling) at ``batch``, γ."""
+        ...
+
+
+def step_ms(
+    cost: StepCost,
+    *,
+    batch: int,
+    gamma: int,
+    context_tokens: np.ndarray,
+    prefill_chunks: Chunks,
+    images: int,
+    draft_prefill: bool,
+) -> float:
+    """One step (ms) = encoder + draft + target + overhead. ``draft_prefill``: the draft also prefills the
+    chunks (SD can run for these requests)."""
+    whole = getattr(cost, "step_ms", None)
+    if whole is not None:
+        return whole(
+            batch=batch,
+            gamma=gamma,
+            context_tokens=context_tokens,
+            prefill_chunks=prefill_chunks,
+            images=images,
+            draft_prefill=draft_prefill,
+        )
+    return step_parts_ms(
+        cost,
+        batch=batch,
+        gamma=gamma,
+        context_tokens=context_tokens,
+        prefill_chunks=prefill_chunks,
+        images=images,
+        draft_prefill=draft_prefill,
+    )
+
+
+def decode_steps_ms(cost: StepCost, *, batch: int, gamma: int, context_tokens: np.ndarray) -> np.ndarray:
+    """K consecutive decode-only steps (ms each): ``context_tokens`` [K, batch] holds each step's KV lengths.
+    Uses the cost's own ``decode_steps_ms`` when it has one (same values, computed at once)."""
+    own = getattr(cost, "decode_steps_ms", None)
+    if own is not None:
+        return own(batch=batch, gamma=gamma, context_tokens=context_tokens)
+    return np.array(
+        [
+            step_ms(
+                cost,
+                batch=batch,
+                gamma=gamma,
+                context_tokens=row,
+                prefill_chunks=(),
+                images=0,
+                draft_prefill=False,
+            )
+            for row in context_tokens
+        ]
+    )
+
+
+def step_parts_ms(
+    cost: StepCost, *, batch, gamma, context_tokens, prefill_chunks, images, draft_prefill
+) -> float:
+    """:func:`step_ms` from the four methods (the definition a whole-step ``step_ms`` must equal)."""
+    total = cost.encoder_ms(images) if images else 0.0
+    if draft_prefill or (gamma > 0 and batch > 0):
+        total += cost.draft_ms(
+            batch if gamma > 0 else 0, gamma, context_tokens, prefill_chunks if draft_prefill else ()
+        )
+    total += cost.target_step_ms(batch, gamma + 1, context_tokens, prefill_chunks)
+    if batch > 0:
+        total += cost.overhead_ms(batch, gamma)
+    return total
+
+
+@dataclass(frozen=True)
+class ConstantStepCost:
+    """Hand-set linear step costs (ms), for tests and what-ifs.
+
+    target pass = ``target_ms`` + ``target_ms_per_row`` · batch · rows + ``target_ms_per_context_token`` ·
+    Σ context + ``prefill_ms_per_token`` · prefill tokens;
+    draft = γ · (``draft_ms_per_pass`` + ``draft_ms_per_seq`` · batch) + ``draft_prefill_ms_per_token`` ·
+    prefill tokens; encoder = ``encoder_ms_per_image`` · images;
+    overhead = ``overhead_ms_per_step`` + ``overhead_ms_per_seq`` · batch when γ > 0, else
+    ``target_only_overhead_ms``.
+    """
+
+    target_ms: float = 10.0
+    target_ms_per_row: float = 0.0
+    target_ms_per_context_token: float = 0.0
+    prefill_ms_per_token: float = 0.0
+    draft_ms_per_pass: float = 0.0
+    draft_ms_per_seq: float = 0.0
+    draft_prefill_ms_per_token: float = 0.0
+    encoder_ms_per_image: float = 0.0
+    overhead_ms_per_step: float = 0.0
+    overhead_ms_per_seq: float = 0.0
+    target_only_overhead_ms: float = 0.0
+    image_tokens_per_image: int = 0
+
+    def __post_init__(self) -> None:
+        for key, value in self.__dict__.items():
+            if not (isinstance(value, (int, float)) and np.isfinite(value) and value >= 0):
+                raise SpecsimError(f"constant step cost.{key}: expected a number >= 0, got {value!r}")
+
+    def target_step_ms(self, batch, rows_per_seq, context_tokens, prefill_chunks=()) -> float:
+        prefill = sum(n for n, _ in prefill_chunks)
+        if batch == 0 and prefill == 0:
+            return 0.0
+        return (
+            self.target_ms
+            + self.target_ms_per_row * batch * rows_per_seq
+            + self.target_ms_per_context_token * float(np.sum(context_tokens[:batch]) if batch else 0.0)
+            + self.prefill_ms_per_token * prefill
+        )
+
+    def draft_ms(self, batch, gamma, context_tokens, prefill_chunks=()) -> float:
+        decode = gamma * (self.draft_ms_per_pass + self.draft_ms_per_seq * batch) if batch else 0.0
+        return decode + self.draft_prefill_ms_per_token * sum(n for n, _ in prefill_chunks)
+
+    def encoder_ms(self, images) -> float:
+        return self.encoder_ms_per_image * images
+
+    def overhead_ms(self, batch, gamma) -> float:
+        if gamma == 0:
+            return self.target_only_overhead_ms
+        return self.overhead_ms_per_step + self.overhead_ms_per_seq * batch

@@ -1,0 +1,409 @@
+"""specsim serve: a hand-computed schedule, arrivals, SD off = target-only, metrics, roofline pricing, CLI."""
+
+import json
+
+import numpy as np
+import pytest
+
+from specsim.cli.main import main
+from specsim.errors import SpecsimError
+from specsim.serve.arrivals import Requests, gamma_arrivals, poisson_arrivals, read_trace, uniform_requests
+from specsim.serve.compare import TARGET_ONLY
+from specsim.serve.metrics import Slo, itl_percentiles, parse_slo, per_request_ms, summarize
+from specsim.serve.scheduler import SchedulerConfig, schedule_step
+from specsim.serve.simulator import simulate
+from specsim.serve.speculation import GammaPolicy, IidAcceptance, ReplayAcceptance, parse_gamma_schedule
+from specsim.serve.step_cost import ConstantStepCost
+
+# --------------------------------------------------------------------------- the hand-computed schedule
+# step ms = 10 + 1 per verify row (B·(γ+1)) + 0.1 per prefill token + 2 per draft pass (γ of them when B > 0)
+HAND_COST = ConstantStepCost(
+    target_ms=10.0, target_ms_per_row=1.0, prefill_ms_per_token=0.1, draft_ms_per_pass=2.0
+)
+HAND_REQUESTS = Requests(
+    arrival_s=np.array([0.000, 0.005, 0.010]),
+    prompt_tokens=np.array([60, 80, 20]),
+    images=np.array([0, 0, 0]),
+    output_tokens=np.array([4, 3, 2]),
+)
+# Greedy match traces, one per request (position t = tokens already emitted; t = 0 is the prefill's token).
+HAND_TRACES = [[1, 1, 0, 1, 1, 1], [1, 0, 1, 1, 1, 1], [1, 1, 1, 1, 1, 1]]
+
+
+def _hand_run():
+    return simulate(
+        HAND_REQUESTS,
+        cost=HAND_COST,
+        policy=GammaPolicy(2),
+        acceptance=ReplayAcceptance.from_matches(HAND_TRACES),
+        rng=np.random.default_rng(0),
+        scheduler=SchedulerConfig(max_num_seqs=2, max_num_batched_tokens=50),
+        record=True,
+    )
+
+
+def test_hand_computed_schedule_is_reproduced_exactly():
+    # Budget 50 tokens/step, at most 2 running, γ = 2 (3 verify rows per decode).
+    # step 1, t=0:     R0 arrived; admit R0, chunk 0..50.            10 + 0.1*50          = 15 ms -> 0.015
+    # step 2, t=.015:  R1, R2 arrived; R0 chunk 50..60 (10), admit R1 chunk 0..40 (40; room for 1 only)
+    #                                                                10 + 0.1*50          = 15 ms -> 0.030
+    #                  R0's prompt is cached: its first token at 0.030 (TTFT 30 ms)
+    # step 3, t=.030:  decode R0 (3 rows; trace0 from t=1: 1,0 -> accepts 1, emits 2); R1 chunk 40..80
+    #                                                                10 + 3 + 0.1*40 + 2*2 = 21 ms -> 0.051
+    #                  R1's first token at 0.051 (TTFT 46 ms)
+    # step 4, t=.051:  decode R0 (t=3: 1,1 -> 2 accepted, 1 token left: emits 1, done), R1 (t=1: 0 -> emits 1)
+    #                                                                10 + 6 + 2*2          = 20 ms -> 0.071
+    # step 5, t=.071:  decode R1 (t=2: 1,1 -> 2 accepted, emits its last 1, done); admit R2, chunk 0..20
+    #                                                                10 + 3 + 0.1*20 + 4   = 19 ms -> 0.090
+    #                  R2's first token at 0.090 (TTFT 80 ms)
+    # step 6, t=.090:  decode R2 (t=1: 1,1 -> 2 accepted, emits its last 1, done)
+    #                                                                10 + 3 + 4            = 17 ms -> 0.107
+    run = _hand_run()
+    log = run.step_log
+    assert [s.start_s for s in log] == pytest.approx([0.0, 0.015, 0.030, 0.051, 0.071, 0.090])
+    assert [s.end_s for s in log] == pytest.approx([0.015, 0.030, 0.051, 0.071, 0.090, 0.107])
+    assert [s.gamma for s in log] == [2] * 6
+    assert [s.decode for s in log] == [(), (), (0,), (0, 1), (1,), (2,)]
+    assert [s.chunks for s in log] == [
+        ((0, 0, 50, 0),),
+        ((0, 50, 10, 0), (1, 0, 40, 0)),
+        ((1, 40, 40, 0),),
+        (),
+        ((2, 0, 20, 0),),
+        (),
+    ]
+    assert [s.accepted for s in log] == [(), (), (1,), (2, 0), (2,), (2,)]
+    assert [s.emitted for s in log] == [(), (), (2,), (1, 1), (1,), (1,)]
+    assert run.token_times_s(0) == pytest.approx([0.030, 0.051, 0.051, 0.071])
+    assert run.token_times_s(1) == pytest.approx([0.051, 0.071, 0.090])
+    assert run.token_times_s(2) == pytest.approx([0.090, 0.107])
+    ttft, tpot, e2e = per_request_ms(run)
+    assert ttft == pytest.approx([30.0, 46.0, 80.0])
+    assert e2e == pytest.approx([71.0, 85.0, 97.0])
+    assert tpot == pytest.approx([41.0 / 3, 39.0 / 2, 17.0])
+    # ITL gaps: R0 21, 0 (its 2nd token of step 3), 20; R1 20, 19; R2 17
+    assert sorted(run.itl_gaps_ms.tolist()) == pytest.approx([17.0, 19.0, 20.0, 20.0, 21.0])
+    assert run.itl_zero_tokens == 1
+    # vLLM counters: 5 blocks of 2 drafts, 1 + 2 + 0 + 2 + 2 = 7 accepted
+    assert (run.sd_blocks, run.draft_tokens, run.accepted_tokens) == (5, 10, 7)
+
+
+def test_goodput_counts_requests_meeting_every_bound():
+    m = summarize(_hand_run(), parse_slo("ttft=50,tpot=18"))
+    # TTFT 30, 46, 80 -> R0, R1; TPOT 13.7, 19.5, 17 -> R0, R2: only R0 meets both, over 0.107 s
+    assert m.goodput_requests_per_s == pytest.approx(1 / 0.107)
+    assert m.slo_met_fraction == pytest.approx(1 / 3)
+    assert m.output_tokens_per_s == pytest.approx(9 / 0.107)
+    assert m.mean_acceptance_length == pytest.approx(1 + 7 / 5)
+    assert summarize(_hand_run(), Slo(e2e_ms=90.0)).slo_met_fraction == pytest.approx(2 / 3)
+
+
+def test_encoder_budget_cuts_a_chunk_before_the_image_it_cannot_encode():
+    # Two images of 10 positions first, then 5 text tokens; the encoder takes one image per step.
+    cfg = SchedulerConfig(max_num_seqs=4, max_num_batched_tokens=100, encoder_budget_tokens=10)
+    kw = dict(prompt_total=np.array([25]), images=np.array([2]), image_tokens=10, gamma=0)
+    none = np.empty(0, dtype=np.int64)
+    first = schedule_step(
+        cfg, decoding=none, prefilling=none, waiting=range(0, 1), computed=np.array([0]), **kw
+    )
+    assert first.chunks == ((0, 0, 10, 1),)  # image 1 only
+    second = schedule_step(
+        cfg, decoding=none, prefilling=np.array([0]), waiting=range(1, 1), computed=np.array([10]), **kw
+    )
+    assert second.chunks == ((0, 10, 15, 1),)  # image 2 and the text
+
+
+def test_images_fill_prompt_positions_and_pay_the_encoder():
+    cost = ConstantStepCost(
+        target_ms=10.0, prefill_ms_per_token=0.1, encoder_ms_per_image=3.0, image_tokens_per_image=10
+    )
+    req = uniform_requests([0.0], prompt_tokens=5, images=2, output_tokens=1)
+    run = simulate(
+        req,
+        cost=cost,
+        policy=TARGET_ONLY,
+        acceptance=None,
+        rng=np.random.default_rng(0),
+        scheduler=SchedulerConfig(encoder_budget_tokens=10),
+        record=True,
+    )
+    # step 1: 10 tokens + image 1: 10 + 1 + 3 = 14 ms; step 2: 15 tokens + image 2: 10 + 1.5 + 3 = 14.5 ms
+    assert run.first_token_s[0] == pytest.approx(0.0285)
+    assert run.finish_s[0] == pytest.approx(0.0285)
+
+
+# --------------------------------------------------------------------------- arrivals
+def test_poisson_arrivals_match_their_rate():
+    t = poisson_arrivals(20000, 5.0, np.random.default_rng(1))
+    gaps = np.diff(np.concatenate([[0.0], t]))
+    assert abs(gaps.mean() - 0.2) < 4 * 0.2 / np.sqrt(gaps.size)
+    assert abs(gaps.std() / gaps.mean() - 1.0) < 0.05  # exponential: CV = 1
+    assert abs(20000 / t[-1] - 5.0) < 0.15
+
+
+def test_gamma_arrivals_keep_the_rate_and_set_the_burstiness():
+    t = gamma_arrivals(20000, 5.0, 0.25, np.random.default_rng(2))
+    gaps = np.diff(np.concatenate([[0.0], t]))
+    assert abs(gaps.mean() - 0.2) < 0.01
+    assert abs(gaps.std() / gaps.mean() - 2.0) < 0.1  # CV = 1/sqrt(shape)
+    assert np.array_equal(
+        poisson_arrivals(10, 2.0, np.random.default_rng(3)),
+        poisson_arrivals(10, 2.0, np.random.default_rng(3)),
+    )
+
+
+def test_trace_reads_and_names_the_bad_line(tmp_path):
+    path = tmp_path / "t.jsonl"
+    path.write_text(
+        '{"arrival_s": 0.5, "prompt_tokens": 10, "images": 1, "output_tokens": 4}\n\n'
+        '{"arrival_s": 0.7, "prompt_tokens": 3, "output_tokens": 2}\n'
+    )
+    req = read_trace(str(path))
+    assert req.arrival_s.tolist() == [0.5, 0.7] and req.images.tolist() == [1, 0]
+    path.write_text(
+        '{"arrival_s": 0.5, "prompt_tokens": 10, "output_tokens": 4}\n'
+        '{"arrival_s": 0.6, "prompt_tokens": 10, "output_tokens": 0}\n'
+    )
+    with pytest.raises(SpecsimError, match=r"line 2\.output_tokens: expected an integer >= 1, got 0"):
+        read_trace(str(path))
+
+
+# --------------------------------------------------------------------------- SD on / off
+def _workload(n=40, rate=20.0, seed=5):
+    times = poisson_arrivals(n, rate, np.random.default_rng(seed))
+    return uniform_requests(times, prompt_tokens=30, images=0, output_tokens=20)
+
+
+IID = IidAcceptance(0.6)
+
+
+def _run(policy, cost, acceptance=IID, **kw):
+    return simulate(
+        _workload(),
+        cost=cost,
+        policy=policy,
+        acceptance=acceptance,
+        rng=np.random.default_rng(9),
+        scheduler=SchedulerConfig(max_num_seqs=8),
+        **kw,
+    )
+
+
+def test_sd_off_is_target_only():
+    cost = ConstantStepCost(
+        target_ms=8.0,
+        target_ms_per_row=0.5,
+        draft_ms_per_pass=1.0,
+        overhead_ms_per_step=0.3,
+        prefill_ms_per_token=0.01,
+    )
+    off = _run(GammaPolicy(4, off_from_batch=1), cost)
+    target_only = _run(TARGET_ONLY, cost)
+    assert np.array_equal(off.first_token_s, target_only.first_token_s)
+    assert np.array_equal(off.finish_s, target_only.finish_s)
+    assert off.draft_tokens == 0 and target_only.steps == off.steps
+    # target-only decoding emits exactly one token per request per step: the tokens after the first
+    assert target_only.itl_zero_tokens == 0
+    assert target_only.itl_gaps_ms.size == int((_workload().output_tokens - 1).sum())
+
+
+def test_sd_that_never_accepts_and_costs_nothing_is_target_only():
+    cost = ConstantStepCost(target_ms=8.0, prefill_ms_per_token=0.01)  # verify rows and drafts are free
+    never = _run(GammaPolicy(3), cost, ReplayAcceptance.from_matches([[0]]))
+    assert np.allclose(never.finish_s, _run(TARGET_ONLY, cost).finish_s)
+
+
+def test_gamma_policy_schedule_and_off():
+    policy = GammaPolicy(3, parse_gamma_schedule("1-4:5,5-16:2"), off_from_batch=64)
+    assert [policy.gamma_at(b) for b in (1, 4, 5, 16, 17, 63, 64, 200)] == [5, 5, 2, 2, 3, 3, 0, 0]
+    with pytest.raises(SpecsimError, match="overlap"):
+        parse_gamma_schedule("1-8:3,4-9:2")
+
+
+def test_iid_acceptance_mean_matches_tau():
+    acc = IidAcceptance(0.7).accepted(
+        np.arange(200000), np.zeros(200000, int), np.full(200000, 3), np.random.default_rng(4)
+    )
+    tau = (1 - 0.7**4) / 0.3
+    assert abs(1 + acc.mean() - tau) < 0.01
+
+
+def test_itl_percentiles_equal_numpy_on_the_expanded_multiset():
+    gaps = np.random.default_rng(6).exponential(10.0, 301).astype(np.float32)
+    p = itl_percentiles(gaps, 250)
+    full = np.concatenate([np.zeros(250), gaps.astype(float)])
+    assert [p.p50, p.p90, p.p99] == pytest.approx(np.percentile(full, [50, 90, 99]).tolist())
+    assert p.mean == pytest.approx(full.mean())
+
+
+# --------------------------------------------------------------------------- roofline pricing
+def test_roofline_step_cost_prices_passes_as_the_planner():
+    from specsim.cli.hardware_inputs import resolve_models
+    from specsim.hardware.device import load_device
+    from specsim.hardware.roofline import decode_ms, forward_ms, prefill_ms
+    from specsim.hardware.runtime import load_runtime
+    from specsim.serve.roofline_cost import RooflineStepCost
+
+    _, t, d = resolve_models(pair="llava-1.5-7b-68m", target=None, draft=None)
+    dev, rt = load_device("h100-sxm"), load_runtime("llama.cpp")
+    cost = RooflineStepCost(t, d, dev, rt)
+    ctx = np.array([1000.0, 1500.0, 2200.0])
+    assert cost.target_step_ms(3, 4, ctx) == pytest.approx(forward_ms(t, dev, rt, 3, ctx.mean(), 4))
+    assert cost.target_step_ms(0, 1, ctx[:0], [(700, 0)]) == pytest.approx(prefill_ms(t, dev, rt, 700))
+    draft = sum(decode_ms(d, dev, rt, ctx.mean() + j, 3) for j in range(2))
+    draft += rt.extra_draft_forwards_per_block * decode_ms(d, dev, rt, ctx.mean(), 3)
+    assert cost.draft_ms(3, 2, ctx) == pytest.approx(draft)
+    mixed = cost.target_step_ms(3, 4, ctx, [(512, 576)])
+    alone = forward_ms(t, dev, rt, 3, ctx.mean(), 4) + forward_ms(t, dev, rt, 1, 576, 512, logits=1)
+    assert cost.target_step_ms(3, 4, ctx) < mixed < alone  # one pass: the weights stream once
+    assert cost.image_tokens_per_image == 576 and cost.kv_cache_tokens() > 10000
+
+
+# --------------------------------------------------------------------------- CLI
+SERVE = ["serve", "--requests", "30", "--output-tokens", "32", "--alpha", "0.7"]
+
+
+def test_cli_prints_sd_on_and_off(capsys):
+    assert main([*SERVE, "--rate", "4", "--slo", "ttft=500,tpot=50"]) == 0
+    out = capsys.readouterr().out
+    assert "target-only" in out and "TPOT p50 ms" in out and "goodput req/s" in out
+
+
+def test_cli_sweep_json_names_where_sd_stops_paying(capsys):
+    assert main([*SERVE, "--rates", "1,8", "--json", "--no-progress"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    rows = data["sweep"]["rows"]
+    assert [r["rate_per_s"] for r in rows] == [1.0, 8.0]
+    assert "sd_stops_paying_from_rate_per_s" in data["sweep"]
+    assert rows[0]["sd"]["tpot_ms"]["p50"] < rows[0]["target_only"]["tpot_ms"]["p50"]
+
+
+def _one_line(capsys) -> str:
+    captured = capsys.readouterr()
+    assert captured.err.count("\n") == 1 and "Traceback" not in captured.err, captured.err
+    assert captured.err.startswith("specsim: error: ") and captured.out == ""
+    return captured.err
+
+
+@pytest.mark.parametrize(
+    "argv, expected",
+    [
+        (["--rate", "0"], "--rate: expected requests per second in (0, 1e6], got '0'"),
+        (["--rate", "fast"], "--rate: expected requests per second"),
+        (["--rates", "1,,4"], "--rates: expected requests per second"),
+        (["--rates", "2,2"], "--rates: expected distinct rates"),
+        (["--slo", "ttft=abc"], "--slo: expected bounds in ms like ttft=500,tpot=50"),
+        (["--slo", "latency=3"], "--slo: expected bounds in ms"),
+        (["--slo", "ttft=-5"], "--slo: ttft expected a bound in ms"),
+        (["--max-num-batched-tokens", "0"], "--max-num-batched-tokens: expected an integer in 1.."),
+        (["--max-num-batched-tokens", "3"], "--max-num-batched-tokens: expected at least gamma+1 = 4"),
+        (["--max-num-seqs", "-1"], "--max-num-seqs: expected an integer"),
+        (["--encoder-budget", "100"], "--encoder-budget: expected at least one image's 576 tokens"),
+        (["--kv-cache-tokens", "50"], "--kv-cache-tokens: expected room for the longest request"),
+        (["--gamma-by-batch", "1-8"], "--gamma-by-batch: expected ranges like 1-8:5,9-32:3"),
+        (["--burstiness", "0"], "--burstiness: expected a Gamma shape"),
+    ],
+)
+def test_cli_bad_inputs_exit_2_with_one_line(capsys, argv, expected):
+    assert main([*SERVE, *argv]) == 2
+    assert expected in _one_line(capsys)
+
+
+def test_cli_needs_alpha(capsys):
+    assert main(["serve", "--rate", "2"]) == 2
+    assert "--alpha: needed" in _one_line(capsys)
+
+
+@pytest.mark.parametrize(
+    "line, expected",
+    [
+        ('{"arrival_s": 0.1, "prompt_tokens": 5}', "line 1.output_tokens: missing"),
+        ('{"arrival_s": -1, "prompt_tokens": 5, "output_tokens": 3}', "line 1.arrival_s: expected >= 0.0"),
+        ('{"arrival_s": 0.1, "prompt_tokens": 5, "output_tokens": 3, "speed": 1}', "line 1"),
+        ("[1, 2]", "line 1: expected an object"),
+        ("{not json", "line 1"),
+    ],
+)
+def test_cli_bad_trace_is_one_line_and_writes_nothing(tmp_path, capsys, line, expected):
+    path = tmp_path / "trace.jsonl"
+    path.write_text(line + "\n")
+    assert main(["serve", "--trace", str(path), "--alpha", "0.7"]) == 2
+    assert expected in _one_line(capsys)
+    assert [p.name for p in tmp_path.iterdir()] == ["trace.jsonl"]
+
+
+def test_cli_trace_runs(tmp_path, capsys):
+    path = tmp_path / "trace.jsonl"
+    path.write_text(
+        "".join(
+            json.dumps({"arrival_s": 0.1 * i, "prompt_tokens": 50, "images": i % 2, "output_tokens": 16})
+            + "\n"
+            for i in range(10)
+        )
+    )
+    assert main(["serve", "--trace", str(path), "--alpha", "0.5", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["comparison"]["rate_per_s"] is None and data["comparison"]["sd"]["requests"] == 10
+
+
+def test_roofline_whole_step_equals_the_sum_of_its_parts():
+    from specsim.cli.hardware_inputs import resolve_models
+    from specsim.hardware.device import load_device
+    from specsim.hardware.runtime import load_runtime
+    from specsim.serve.roofline_cost import RooflineStepCost
+    from specsim.serve.step_cost import step_parts_ms
+
+    _, t, d = resolve_models(pair="llava-1.5-7b-68m", target=None, draft=None)
+    ctx = np.array([900.0, 1300.0])
+    for runtime in ("vllm", "llama.cpp"):
+        cost = RooflineStepCost(t, d, load_device("a100-80gb-sxm"), load_runtime(runtime))
+        for batch, gamma, chunks, images, draft_prefill in [
+            (2, 3, [(300, 0), (64, 512)], 1, True),
+            (2, 0, [], 0, False),
+            (0, 3, [(1088, 0)], 1, True),
+            (2, 2, [(128, 0)], 0, False),
+        ]:
+            kw = dict(
+                batch=batch,
+                gamma=gamma,
+                context_tokens=ctx[:batch],
+                prefill_chunks=chunks,
+                images=images,
+                draft_prefill=draft_prefill,
+            )
+            assert cost.step_ms(**kw) == pytest.approx(step_parts_ms(cost, **kw), rel=1e-12)
+
+
+@pytest.mark.parametrize("kv_cache_tokens", [None, 200])
+def test_fast_forwarded_decode_steps_equal_the_step_by_step_schedule(kv_cache_tokens):
+    rng = np.random.default_rng(11)
+    traces = [rng.random(40) < 0.7 for _ in range(5)]
+    times = poisson_arrivals(60, 30.0, np.random.default_rng(12))
+    req = Requests(times, rng.integers(5, 60, 60), np.zeros(60, dtype=np.int64), rng.integers(1, 30, 60))
+    cost = ConstantStepCost(
+        target_ms=5.0,
+        target_ms_per_row=0.2,
+        target_ms_per_context_token=0.001,
+        prefill_ms_per_token=0.02,
+        draft_ms_per_pass=0.7,
+        overhead_ms_per_step=0.1,
+    )
+    sched = SchedulerConfig(max_num_seqs=6, max_num_batched_tokens=64, kv_cache_tokens=kv_cache_tokens)
+    runs = [
+        simulate(
+            req,
+            cost=cost,
+            policy=GammaPolicy(3, parse_gamma_schedule("5-6:1")),
+            acceptance=ReplayAcceptance.from_matches(traces),
+            rng=np.random.default_rng(0),
+            scheduler=sched,
+            record=record,
+        )
+        for record in (True, False)
+    ]
+    step, fast = runs
+    assert np.array_equal(step.first_token_s, fast.first_token_s)
+    assert np.array_equal(step.finish_s, fast.finish_s)
+    assert np.array_equal(np.sort(step.itl_gaps_ms), np.sort(fast.itl_gaps_ms))
+    for key in ("steps", "itl_zero_tokens", "draft_tokens", "accepted_tokens", "sd_blocks"):
+        assert getattr(step, key) == getattr(fast, key), key
