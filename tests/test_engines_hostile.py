@@ -97,6 +97,22 @@ def test_duplicate_series_in_get_metrics_json_is_refused(tmp_path, capsys):
     _fails(capsys, ["import", "vllm", str(bad)], out, "duplicate series", "vllm:spec_decode_num_drafts{")
 
 
+def test_duplicate_sglang_gauge_is_refused(tmp_path, capsys):
+    """The gauge twice (labels in another order; the same or another value) was imported as one sample, or
+    reported as several schedulers: it is a duplicate series, as vLLM's counters are (found by
+    tests/test_fuzz_io.py)."""
+    out = tmp_path / "never.json"
+    text = (DATA / "sglang_metrics.prom").read_text()
+    line = next(x for x in text.splitlines() if x.startswith("sglang:spec_accept_length{"))
+    name, rest = line.split("{", 1)
+    labels, value = rest.rsplit("}", 1)
+    for again in (value, " 2.5"):
+        copy = name + "{" + ",".join(reversed(labels.split(","))) + "}" + again
+        bad = _write(tmp_path, "twice.prom", text.replace(line, line + "\n" + copy))
+        argv = ["import", "sglang", str(bad), "--num-steps", "3"]
+        _fails(capsys, argv, out, "duplicate series", "sglang:spec_accept_length{")
+
+
 def test_distinct_engines_are_still_summed(tmp_path, capsys):
     # data-parallel engines differ in their `engine` label: not duplicates
     out = tmp_path / "ok.json"

@@ -124,9 +124,12 @@ def _paths(value, prefix=()):
 
 
 def mutate_json(data, rng: random.Random) -> bytes:
-    """One hostile edit of a JSON document: a value, a deleted key, a raw literal, or damaged bytes."""
+    """One hostile edit of a JSON document: a value, a deleted key, a raw literal, damaged bytes, or a lone
+    surrogate escape (``\\ud800``, valid JSON text but no Unicode string) in a string value or a key."""
     data = json.loads(json.dumps(data))
-    kind = rng.choice(["value", "value", "value", "delete", "raw", "truncate", "bytes", "duplicate", "utf16"])
+    kind = rng.choice(
+        ["value", "value", "value", "delete", "raw", "truncate", "bytes", "duplicate", "utf16", "surrogate"]
+    )
     text = json.dumps(data, indent=1)
     if kind in ("truncate", "bytes", "utf16", "duplicate"):
         raw = text.encode()
@@ -146,6 +149,14 @@ def mutate_json(data, rng: random.Random) -> bytes:
     if kind == "delete":
         parent.pop(path[-1]) if isinstance(parent, dict) else parent.pop(path[-1])
         return json.dumps(data).encode()
+    if kind == "surrogate":
+        lone = rng.choice(["\ud800", "\udfff", "\ud83d", "x\udc00y"])
+        if isinstance(parent, dict) and rng.random() < 0.3:
+            parent[path[-1] + lone] = parent.pop(path[-1])  # in a key
+        else:
+            value = parent[path[-1]]
+            parent[path[-1]] = (value if isinstance(value, str) else "") + lone
+        return json.dumps(data).encode()  # ensure_ascii: the file holds the escape, as a hostile writer's
     if kind == "raw":
         parent[path[-1]] = "__RAW__"
         return json.dumps(data).replace('"__RAW__"', rng.choice(_RAW)).encode()

@@ -45,6 +45,8 @@ from specsim.profile import MethodAcceptance, Trace
 
 # SeedSequence keys of sampled paths: (seed, 2, prompt id digest, path); check runs use 0 and 1
 PATH_SEED_KEY = 2
+# positions per softmax when only the sampled token's probability is kept (a [16, 151936] fp32 block: 10 MB)
+PROB_ROWS = 16
 
 
 @dataclass(frozen=True)
@@ -120,17 +122,15 @@ def acceptance_trace(
     draft_prompt = request.input_ids if draft_input_ids is None else draft_input_ids
     drf = next_token_logits(draft, torch.cat([draft_prompt[0], y[:-1]])[None], y.numel())
     trace = trace_from_logits(ref.logits, drf.cpu(), y.cpu(), temperature, request.prompt_id, top_k=top_k)
-    for path in paths:
-        ctx = torch.tensor(path.tokens[:-1], dtype=torch.long, device=draft_prompt.device)  # [N-1]
-        q = torch.softmax(
-            next_token_logits(draft, torch.cat([draft_prompt[0], ctx])[None], len(path.tokens)).cpu()
-            / temperature,
-            -1,
-        )  # [N, V]
-        trace = replace(trace, accept_paths=(trace.accept_paths or ()) + (accept_path(path, q),))
+    tokens = ref.tokens
+    del ref, drf  # the greedy [N, V] logits are done with: the paths need only one probability per position
+    if paths:
+        trace = replace(
+            trace, accept_paths=tuple(_plain_accept_path(draft, draft_prompt, p, temperature) for p in paths)
+        )
     return PromptTrace(
         trace=trace,
-        output_tokens=ref.tokens,
+        output_tokens=tokens,
         prompt_tokens=request.input_ids.shape[1],
         draft_prompt_tokens=draft_prompt.shape[1],
     )
@@ -250,11 +250,12 @@ def drafter_trace(
     )
     if members is not None:
         trace = replace(trace, adaptive=adaptive_trace(drafter, members, ref.tokens))
+    del q  # [N, V]: a path needs only q_t(y_t)
     if paths:
         trace = replace(
             trace,
             accept_paths=tuple(
-                accept_path(path, _drafter_probs(drafter, request, path.tokens, temperature, gen))
+                accept_path(path, _drafter_probs(drafter, request, path.tokens, temperature, gen, token=True))
                 for path in paths
             ),
         )
@@ -268,15 +269,24 @@ def drafter_trace(
 
 
 def _drafter_probs(
-    drafter, request: Request, tokens, temperature: float, gen: torch.Generator, members: list | None = None
+    drafter,
+    request: Request,
+    tokens,
+    temperature: float,
+    gen: torch.Generator,
+    members: list | None = None,
+    *,
+    token: bool = False,
 ) -> torch.Tensor:
     """q_t [N, V] of the drafting protocol teacher-forced along ``tokens``: prefill, then per position
     ``propose(1)`` (its q) and ``accept(0, y_t)`` (commit the target's token). ``members`` (a list)
-    collects an ensemble's member features per position (:func:`member_features`)."""
+    collects an ensemble's member features per position (:func:`member_features`). ``token``: keep only
+    q_t(y_t) [N] (what a sampled path needs), so no [N, V] tensor is built."""
     drafter.prefill(request)
     qs = []
     for tok in tokens:
-        qs.append(drafter.propose(1, temperature=temperature, generator=gen).q_probs[0].float().cpu())
+        q = drafter.propose(1, temperature=temperature, generator=gen).q_probs[0]  # [V]
+        qs.append((q[int(tok)] if token else q).float().cpu())
         if members is not None:
             members.append(member_features(drafter.member_probs[0], int(tok)))
         drafter.accept(0, int(tok))
@@ -335,14 +345,32 @@ def target_paths(
         y = torch.tensor(run.tokens, dtype=torch.long, device=request.input_ids.device)  # [N]
         logits = next_token_logits(
             target, torch.cat([request.input_ids[0], y[:-1]])[None], y.numel(), **request.target_kwargs
-        )
-        p = torch.softmax(logits.cpu() / temperature, -1).gather(1, y.cpu()[:, None])[:, 0]  # [N]
-        out.append(TargetPath(tokens=run.tokens, p_token=p))
+        )  # [N, V]
+        out.append(TargetPath(tokens=run.tokens, p_token=token_probs(logits, run.tokens, temperature)))
     return tuple(out)
 
 
-def accept_path(path: TargetPath, q: torch.Tensor) -> tuple[float, ...]:
-    """min(1, q_t(y_t) / p_t(y_t)) along ``path`` from the draft's distributions q [N, V] at its contexts."""
-    qy = q.float().cpu().gather(1, torch.tensor(path.tokens, dtype=torch.long)[:, None])[:, 0].double()
+def token_probs(logits: torch.Tensor, tokens, temperature: float, rows: int = PROB_ROWS) -> torch.Tensor:
+    """softmax(logits[t] / T)[y_t] [N] (float32) from logits [N, V], ``rows`` positions at a time, so no
+    second [N, V] tensor is made. Bitwise equal to gathering from the whole softmax: it is per row."""
+    y = torch.as_tensor(tokens, dtype=torch.long).cpu()[:, None]  # [N, 1]
+    parts = [
+        torch.softmax(logits[i : i + rows].float().cpu() / temperature, -1).gather(1, y[i : i + rows])[:, 0]
+        for i in range(0, y.shape[0], rows)
+    ]
+    return torch.cat(parts)  # [N]
+
+
+def _plain_accept_path(draft, draft_prompt: torch.Tensor, path: TargetPath, temperature: float):
+    """:func:`accept_path` of one path with the plain draft: one uncached forward over its tokens."""
+    ctx = torch.tensor(path.tokens[:-1], dtype=torch.long, device=draft_prompt.device)  # [N-1]
+    logits = next_token_logits(draft, torch.cat([draft_prompt[0], ctx])[None], len(path.tokens))  # [N, V]
+    return accept_path(path, token_probs(logits, path.tokens, temperature))
+
+
+def accept_path(path: TargetPath, q_token: torch.Tensor) -> tuple[float, ...]:
+    """min(1, q_t(y_t) / p_t(y_t)) along ``path`` from the draft's probabilities q_t(y_t) [N] of the path's
+    tokens."""
+    qy = q_token.float().cpu().double()
     r = torch.clamp(qy / path.p_token.double().clamp_min(1e-300), 0.0, 1.0).numpy()
     return tuple(float(b) for b in np.round(r, BETA_DECIMALS))

@@ -19,7 +19,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from specsim.engines.metric_samples import models_of, of_model, parse_exposition, pick_model, read_text
+from specsim.engines.metric_samples import (
+    check_unique,
+    models_of,
+    of_model,
+    parse_exposition,
+    pick_model,
+    read_text,
+)
 from specsim.errors import SpecsimError
 from specsim.jsonio import parse_json
 
@@ -51,7 +58,9 @@ def tau_from_gauge(path: str | Path, num_steps: int, *, model: str | None = None
             "speculative decoding on)"
         )
     chosen = pick_model(models, model, where)
-    values = sorted({s.value for s in of_model(samples, ACCEPT_LENGTH, chosen)})
+    found = of_model(samples, ACCEPT_LENGTH, chosen)
+    check_unique(found, where)  # the same series twice (two scrapes concatenated?), as for vLLM's counters
+    values = sorted({s.value for s in found})
     if len(values) > 1:  # one sample per scheduler (tp/dp rank); they log the same batch statistics
         raise SpecsimError(
             f"{where}: {ACCEPT_LENGTH} has several different values for model {chosen!r} "
