@@ -407,3 +407,25 @@ def test_fast_forwarded_decode_steps_equal_the_step_by_step_schedule(kv_cache_to
     assert np.array_equal(np.sort(step.itl_gaps_ms), np.sort(fast.itl_gaps_ms))
     for key in ("steps", "itl_zero_tokens", "draft_tokens", "accepted_tokens", "sd_blocks"):
         assert getattr(step, key) == getattr(fast, key), key
+
+
+def test_a_measured_profile_prices_steps_from_its_batched_grids(capsys):
+    """--cost-profile: decode passes read the batched grids at the widest cache and B; B beyond them fails."""
+    from specsim.profile.cost_grid import grid_ms
+    from specsim.profiles import load_profile
+    from specsim.serve.profile_cost import ProfileStepCost
+
+    cost = ProfileStepCost.from_profile(load_profile("zoo-cpu-batch"))
+    ctx = np.array([100.0, 120.0, 90.0, 80.0])
+    verify, _ = grid_ms(cost.batched.target_verify, 4, 120.0, 4)
+    assert cost.target_step_ms(4, 4, ctx) == pytest.approx(verify)
+    steps, _ = grid_ms(cost.batched.draft_step, 1, 120.0 + np.arange(3), 4)
+    assert cost.draft_ms(4, 3, ctx) == pytest.approx(float(np.sum(steps)))
+    assert cost.overhead_ms(4, 3) == pytest.approx(cost.batched.overhead_ms_per_block.at(3, 4))
+    with pytest.raises(SpecsimError, match="batch"):
+        cost.target_step_ms(64, 4, np.full(64, 100.0))
+    assert main([*SERVE, "--pair", "zoo", "--cost-profile", "zoo-cpu-batch", "--max-num-seqs", "64"]) == 2
+    assert "--max-num-seqs: 64 is beyond the profile's batched grid" in _one_line(capsys)
+    assert main([*SERVE, "--pair", "zoo", "--cost-profile", "zoo-cpu-batch", "--rate", "20", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["about"]["scheduler"]["max_num_seqs"] == 8

@@ -152,6 +152,18 @@ def register(subparsers) -> None:
         help="gammas of the batched sweep (default 1,3,5; rows between them are interpolated)",
     )
     what.add_argument(
+        "--request-new-tokens",
+        type=number_arg("tokens", integer=True),
+        default=24,
+        help="tokens per request of each batched SD run (default 24; target-only runs take --max-new-tokens)",
+    )
+    what.add_argument(
+        "--request-rounds",
+        type=number_arg("repeats", integer=True),
+        default=2,
+        help="rounds of the batched sweep (default 2; each runs every B x gamma once)",
+    )
+    what.add_argument(
         "--caption-tokens",
         type=number_arg("tokens", integer=True),
         help="tokens per caption when timing --captioner (default 32)",
@@ -252,12 +264,16 @@ def _batched(args, models, plan, path) -> float:
     from calibrate.measure.batch_costgrid import BatchSweepPlan, measure_batched
     from specsim.profiles import load_profile, save_profile
 
+    # prompts from the workload's shortest to its longest, with a middle one: the grid's widths span its runs
     longest = max(1, plan.contexts_tokens[-1] - args.max_new_tokens)
+    shortest = max(1, min(plan.contexts_tokens[0] + 2, longest))
     sweep = BatchSweepPlan(
         batch_sizes=tuple(sorted(set(args.request_batches))),
         gammas=tuple(sorted(set(args.request_gammas))),
-        prompt_tokens=tuple(sorted({max(1, min(plan.contexts_tokens[0] + 2, longest)), longest})),
+        prompt_tokens=tuple(sorted({shortest, (shortest + longest) // 2, longest})),
+        new_tokens=args.request_new_tokens,
         target_new_tokens=args.max_new_tokens,
+        rounds=args.request_rounds,
         seed=args.seed,
     )
     costs, seconds = measure_batched(models, sweep)

@@ -7,12 +7,13 @@ pass) through :func:`calibrate.run.batch_engine.batch_target_decode` and, for ev
 Its records give every pass's ms and the cache width it ran on. Random prompts make most drafts rejected, so
 blocks emit about one token and the width grows by γ+1 per block: one run covers a range of widths.
 
-Each grid point (pass, rows, B) is a line in width fitted through the passes' ms (attention over the cache
-is linear in its length; :mod:`specsim.profile.cost_grid` reads the grid the same way), stored at the
-narrowest and widest width any pass ran on, with the 95% half-width of the fitted value from the
-residuals. The first block of a run (the prompt's prefill fused with it) is left out. The engine's overhead
-is a block's wall ms minus its passes', the median over blocks of each γ (blocks of a smaller end-of-request
-γ count at that γ).
+Each grid point (pass, rows, B) is, per prompt length, a line in width fitted through the passes' ms of the
+runs from that length (attention over the cache is linear in its length; one line across far-apart lengths
+would miss what else changes with the cache's size), stored at the narrowest and widest width those runs
+reached, with the 95% half-width of the fitted value from the residuals; :mod:`specsim.profile.cost_grid`
+interpolates linearly between the stored widths. The first block of a run (the prompt's prefill fused with it)
+is left out. The engine's overhead is a block's wall ms minus its passes', the median over blocks of each γ
+(blocks of a smaller end-of-request γ count at that γ).
 """
 
 from __future__ import annotations
@@ -61,20 +62,21 @@ class _Samples:
     """(width, ms) samples per grid point and overhead samples per (γ, B)."""
 
     def __init__(self):
-        self.passes: dict[tuple[str, int, int], list[tuple[float, float]]] = defaultdict(list)
+        # (pass, rows, B, prompt length) -> (width, ms) samples
+        self.passes: dict[tuple[str, int, int, int], list[tuple[float, float]]] = defaultdict(list)
         self.overhead: dict[tuple[int, int], list[float]] = defaultdict(list)
 
-    def add_target(self, result, batch: int) -> None:
+    def add_target(self, result, batch: int, longest: int) -> None:
         for blk in result.blocks[1:]:
-            self.passes[("target_decode", 1, batch)].append((blk.target_columns, blk.verify_ms))
+            self.passes[("target_decode", 1, batch, longest)].append((blk.target_columns, blk.verify_ms))
             self.overhead[(0, batch)].append(blk.block_ms - blk.verify_ms)
 
-    def add_sd(self, result, batch: int) -> None:
+    def add_sd(self, result, batch: int, longest: int) -> None:
         for blk in result.blocks[1:]:
             g = blk.gamma
-            self.passes[("target_verify", g + 1, batch)].append((blk.target_columns, blk.verify_ms))
+            self.passes[("target_verify", g + 1, batch, longest)].append((blk.target_columns, blk.verify_ms))
             for i, ms in enumerate(blk.draft_step_ms):
-                self.passes[("draft_step", 1, batch)].append((blk.draft_columns + i, ms))
+                self.passes[("draft_step", 1, batch, longest)].append((blk.draft_columns + i, ms))
             self.overhead[(g, batch)].append(blk.block_ms - blk.draft_ms - blk.verify_ms)
 
 
@@ -101,12 +103,12 @@ def run_rounds(
                     base = batch_target_decode(
                         target.model, reqs, max_new_tokens=plan.target_new_tokens, eos_token_id=eos
                     )
-                    samples.add_target(base, batch)
+                    samples.add_target(base, batch, longest)
                     if on_run:
                         on_run()
                     for g in plan.gammas:
                         res = batch_speculative_decode(target.model, draft.model, reqs, gamma=g, **kw)
-                        samples.add_sd(res, batch)
+                        samples.add_sd(res, batch, longest)
                         if on_run:
                             on_run()
     return samples
@@ -136,21 +138,31 @@ def _line(points: list[tuple[float, float]], at: np.ndarray) -> tuple[np.ndarray
     return np.maximum(np.polyval(coef, at), 1e-6), 1.96 * se, int(w.size)
 
 
-def batched_costs(samples: _Samples, batch_sizes, gammas) -> BatchedCosts:
+def batched_costs(samples: _Samples, batch_sizes, gammas, prompt_tokens) -> BatchedCosts:
     """The :class:`BatchedCosts` of a sweep's samples at the planned γ values (module docstring; the blocks of
     a smaller end-of-request γ are too few to fit and are left out of the grids)."""
     grids = {}
     planned = {"target_decode": [1], "target_verify": [g + 1 for g in gammas], "draft_step": [1]}
     for name, rows in planned.items():
-        keys = [(name, r, b) for r in rows for b in batch_sizes]
-        widths = [p[0] for k in keys for p in samples.passes[k]]
-        ctx = np.array(sorted({float(min(widths)), float(max(widths))}))
+        # each prompt length's width range over every (rows, B): the grid's widths are their ends
+        spans = {}
+        for n in prompt_tokens:
+            w = [p[0] for r in rows for b in batch_sizes for p in samples.passes[(name, r, b, n)]]
+            spans[n] = (float(min(w)), float(max(w)))
+        ctx = np.array(sorted({x for span in spans.values() for x in span}))
+        # a width belongs to the prompt length whose range holds it (else the nearest range)
+        owner = [min(spans, key=lambda n, c=c: max(spans[n][0] - c, c - spans[n][1], 0.0)) for c in ctx]
         ms = np.zeros((len(rows), ctx.size, len(batch_sizes)))
-        hw, n = np.zeros_like(ms), np.zeros(ms.shape, dtype=int)
+        hw, count = np.zeros_like(ms), np.zeros(ms.shape, dtype=int)
         for i, r in enumerate(rows):
             for j, b in enumerate(batch_sizes):
-                ms[i, :, j], hw[i, :, j], n[i, :, j] = _line(samples.passes[(name, r, b)], ctx)
-        grids[name] = make_grid(rows, ctx, batch_sizes, ms, hw, n)
+                for n in prompt_tokens:
+                    at = np.array([k for k, o in enumerate(owner) if o == n])
+                    if at.size:
+                        ms[i, at, j], hw[i, at, j], count[i, at, j] = _line(
+                            samples.passes[(name, r, b, n)], ctx[at]
+                        )
+        grids[name] = make_grid(rows, ctx, batch_sizes, ms, hw, count)
     over = [[float(np.median(samples.overhead[(g, b)])) for b in batch_sizes] for g in gammas]
     steps = tuple(float(np.median(samples.overhead[(0, b)])) for b in batch_sizes)
     return BatchedCosts(
@@ -170,4 +182,6 @@ def measure_batched(
     """Run the sweep; the batched costs and the seconds it took."""
     t0 = time.perf_counter()
     samples = run_rounds(models, plan, on_run)
-    return batched_costs(samples, plan.batch_sizes, sorted(plan.gammas)), time.perf_counter() - t0
+    return batched_costs(
+        samples, plan.batch_sizes, sorted(plan.gammas), plan.prompt_tokens
+    ), time.perf_counter() - t0

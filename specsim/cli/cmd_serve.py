@@ -93,6 +93,13 @@ def register(sub) -> None:
         "--runtime", default=None, help="runtime name or JSON (default: the device's, vllm on GPUs)"
     )
     models.add_argument(
+        "--cost-profile",
+        default=None,
+        metavar="PROFILE",
+        help="price steps from a measured profile's batched grids (calibrate latency --request-batches) "
+        "instead of the roofline: this machine's cost; --max-num-seqs defaults to its largest batch",
+    )
+    models.add_argument(
         "--tp",
         type=number_arg("gpus", integer=True),
         default=1,
@@ -165,8 +172,8 @@ def register(sub) -> None:
     sched.add_argument(
         "--max-num-seqs",
         type=number_arg("batch", integer=True),
-        default=DEFAULT_MAX_NUM_SEQS,
-        help=f"most running requests (default {DEFAULT_MAX_NUM_SEQS})",
+        default=None,
+        help=f"most running requests (default {DEFAULT_MAX_NUM_SEQS}; with --cost-profile its largest batch)",
     )
     sched.add_argument(
         "--max-num-batched-tokens",
@@ -216,6 +223,22 @@ def _workload(args) -> Workload:
     return Workload(trace=read_trace(args.trace))
 
 
+def _profile_cost(args, target):
+    """The measured profile's step cost and the batch it may run at most (--max-num-seqs within its grid)."""
+    from specsim.profiles import load_profile
+    from specsim.serve.profile_cost import ProfileStepCost
+
+    image_tokens = target.vision.image_tokens if target.vision else 0
+    cost = ProfileStepCost.from_profile(load_profile(args.cost_profile), image_tokens)
+    largest = cost.batched.batch_sizes[-1]
+    if args.max_num_seqs is not None and args.max_num_seqs > largest:
+        raise SpecsimError(
+            f"--max-num-seqs: {args.max_num_seqs} is beyond the profile's batched grid (measured up to batch "
+            f"{largest}; calibrate latency --request-batches)"
+        )
+    return cost, largest if args.max_num_seqs is None else args.max_num_seqs
+
+
 def _setup(args) -> tuple[ServeSetup, dict]:
     slo = parse_slo(args.slo) if args.slo is not None else None
     policy = _policy(args)
@@ -226,17 +249,22 @@ def _setup(args) -> tuple[ServeSetup, dict]:
     device = load_device(args.device)
     runtime = device_runtimes(args.runtime, [device])[device.name]
     split = split_mode(None, args.tp, {device.name: runtime})
-    cost = RooflineStepCost(target, draft, device, runtime, tp=args.tp, split=split)
-    kv = args.kv_cache_tokens if args.kv_cache_tokens is not None else cost.kv_cache_tokens()
+    if args.cost_profile is None:
+        cost = RooflineStepCost(target, draft, device, runtime, tp=args.tp, split=split)
+        kv = args.kv_cache_tokens if args.kv_cache_tokens is not None else cost.kv_cache_tokens()
+        max_seqs = DEFAULT_MAX_NUM_SEQS if args.max_num_seqs is None else args.max_num_seqs
+    else:
+        cost, max_seqs = _profile_cost(args, target)
+        kv = args.kv_cache_tokens if args.kv_cache_tokens is not None else 1 << 30
     scheduler = SchedulerConfig(
-        args.max_num_seqs, args.max_num_batched_tokens, args.encoder_budget, not args.no_chunked_prefill, kv
+        max_seqs, args.max_num_batched_tokens, args.encoder_budget, not args.no_chunked_prefill, kv
     )
     setup = ServeSetup(cost, workload, policy, IidAcceptance(args.alpha), scheduler, slo, args.seed)
     about = {
         "target": target.name,
         "draft": draft.name,
-        "device": device.name,
-        "runtime": getattr(runtime, "name", "efficiency"),
+        "device": device.name if args.cost_profile is None else f"measured profile {args.cost_profile}",
+        "runtime": "its batched engine" if args.cost_profile else getattr(runtime, "name", "efficiency"),
         "tp": args.tp,
         "sd_policy": policy.describe(),
         "acceptance": f"iid alpha={args.alpha:g}",

@@ -12,7 +12,8 @@ block is priced where it runs (:mod:`specsim.profile.batched_cost`):
   was accepted (rejected drafts stay, masked); the draft's: its longest prompt D, then g₀ − 1, then per block
   1 column (2 when a running request accepted all g drafts of the block before) and g − 1 more;
 - draft: g steps at batch B, step i on the draft's width + i; verify: g + 1 rows per request (a block with
-  no drafts: a target step); overhead: the engine's at (g, B);
+  no drafts: a target step; an end-of-batch g below the measured rows: the nearest measured, flagged as
+  extrapolated); overhead: the engine's at (g, B);
 - target-only: step s ≥ 1 feeds one row per request on P + s − 1 columns, plus the step overhead at B.
 
 The decode phase leaves the first pass out (fused with the prefill), as the batch-1 check does: ms per
@@ -138,8 +139,12 @@ def price_batch(
         draft_ms, out = float(np.sum(np.where(live, ms, 0.0))), bool(np.any(ext & live))
     verify = np.zeros(g.size)
     if np.any(g > 0):
-        ms, ext = grid_ms(cost.target_verify, g[g > 0] + 1, t_width[g > 0], B, name="batched target_verify")
-        verify[g > 0], out = ms, out or bool(np.any(ext))
+        # an end-of-batch block's smaller g may lie below the measured rows: the nearest measured, flagged
+        measured = cost.target_verify.rows
+        rows = np.clip(g[g > 0] + 1, measured[0], measured[-1])
+        ms, ext = grid_ms(cost.target_verify, rows, t_width[g > 0], B, name="batched target_verify")
+        clipped = bool(np.any(rows != g[g > 0] + 1))
+        verify[g > 0], out = ms, out or bool(np.any(ext)) or clipped
     if np.any(g == 0):  # a block with no drafts is a target step
         ms, ext = grid_ms(cost.target_decode, 1, t_width[g == 0], B, name="batched target_decode")
         verify[g == 0], out = ms, out or bool(np.any(ext))

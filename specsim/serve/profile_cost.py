@@ -1,0 +1,77 @@
+"""A serving step priced from a measured profile (:class:`specsim.serve.step_cost.StepCost`): the batched
+engine's grids of this machine (:mod:`specsim.profile.batched_cost`) for decode steps, the profile's prefill
+grids and vision encoder for prompts.
+
+Decode rows of a step run as one padded batch, as the batched engine runs them: every sequence attends over
+the longest one's cache (the grids' cache width), so a step is read at width = max(context) and B = the
+sequences decoding. Prefill chunks are separate first passes (the profile's ``target_prefill`` /
+``draft_prefill`` grids at batch 1, one per chunk over its whole prompt so far minus what is cached), not
+fused into the decode pass as vLLM fuses them: the engine measured here does not fuse them either. A batch
+beyond the measured B is an error naming it (no extrapolation along B).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from specsim.errors import SpecsimError
+from specsim.profile import Profile
+from specsim.profile.batched_cost import BatchedCosts
+from specsim.profile.cost_grid import grid_ms
+from specsim.profile.cost_model import CostModel
+
+
+@dataclass(frozen=True)
+class ProfileStepCost:
+    """Step costs (ms) read from a measured profile's batched and prefill grids (module docstring)."""
+
+    model: CostModel
+    batched: BatchedCosts
+    vision_ms_per_image: float = 0.0
+    image_tokens_per_image: int = 0
+
+    @classmethod
+    def from_profile(cls, profile: Profile, image_tokens_per_image: int = 0) -> ProfileStepCost:
+        model = profile.latency.forward_costs()
+        if model.batched is None:
+            raise SpecsimError(
+                f"profile {profile.name!r}: no batched cost (calibrate latency --request-batches 1,2,4,8)"
+            )
+        vision = profile.latency.vision_encoder_ms_per_image or 0.0
+        return cls(model, model.batched, float(vision), int(image_tokens_per_image))
+
+    def _prefill(self, grid, chunks, name: str) -> float:
+        if grid is None:
+            raise SpecsimError(f"latency.cost_model.{name}: not measured in this profile")
+        rows = [n for n, _ in chunks if n > 0]
+        if not rows:
+            return 0.0
+        ms, _ = grid_ms(grid, np.asarray(rows, float), 0.0, 1, name=name, along="rows")
+        return float(np.sum(ms))
+
+    def target_step_ms(self, batch, rows_per_seq, context_tokens, prefill_chunks=()) -> float:
+        total = self._prefill(self.model.target_prefill, prefill_chunks, "target_prefill")
+        if batch:
+            width = float(np.max(context_tokens[:batch]))
+            grid = self.batched.target_verify if rows_per_seq > 1 else self.batched.target_decode
+            ms, _ = grid_ms(grid, rows_per_seq, width, batch, name="batched target pass")
+            total += float(ms)
+        return total
+
+    def draft_ms(self, batch, gamma, context_tokens, prefill_chunks=()) -> float:
+        total = self._prefill(self.model.draft_prefill, prefill_chunks, "draft_prefill")
+        if batch and gamma:
+            width = float(np.max(context_tokens[:batch])) + np.arange(gamma)
+            ms, _ = grid_ms(self.batched.draft_step, 1, width, batch, name="batched draft_step")
+            total += float(np.sum(ms))
+        return total
+
+    def encoder_ms(self, images) -> float:
+        return self.vision_ms_per_image * images
+
+    def overhead_ms(self, batch, gamma) -> float:
+        if gamma == 0:
+            return self.batched.target_step_overhead_ms(batch)
+        return float(self.batched.overhead_ms_per_block.at(gamma, batch))
