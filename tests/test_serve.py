@@ -424,8 +424,9 @@ def test_a_measured_profile_prices_steps_from_its_batched_grids(capsys):
     assert cost.overhead_ms(4, 3) == pytest.approx(cost.batched.overhead_ms_per_block.at(3, 4))
     with pytest.raises(SpecsimError, match="batch"):
         cost.target_step_ms(64, 4, np.full(64, 100.0))
-    assert main([*SERVE, "--images", "0", "--prompt-tokens", "32", "--cost-profile", "zoo-cpu-batch", "--max-num-seqs", "64"]) == 2
+    measured = [*SERVE, "--images", "0", "--prompt-tokens", "32", "--cost-profile", "zoo-cpu-batch"]
+    assert main([*measured, "--max-num-seqs", "64"]) == 2
     assert "--max-num-seqs: 64 is beyond the profile's batched grid" in _one_line(capsys)
-    assert main([*SERVE, "--images", "0", "--prompt-tokens", "32", "--cost-profile", "zoo-cpu-batch", "--rate", "20", "--json"]) == 0
+    assert main([*measured, "--rate", "20", "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["scheduler"]["max_num_seqs"] == 8 and data["device"] == "measured profile zoo-cpu-batch"
