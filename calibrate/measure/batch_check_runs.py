@@ -23,8 +23,8 @@ from specsim.errors import SpecsimError
 
 @dataclass(frozen=True)
 class BatchRun:
-    """One batched run's decode phase: ms and tokens after the first pass; SD terms, blocks, running
-    request-blocks; target-only steps; per request its prompt tokens and the draft's (from the widths)."""
+    """One batched run's decode phase: ms and tokens after the first pass; for SD the draft and verify ms,
+    blocks and running request-blocks (for target-only, ``blocks`` counts its steps)."""
 
     ms: float
     tokens: int

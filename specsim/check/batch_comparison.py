@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from specsim.check.comparison import ratio_halfwidth, relative_error
+from specsim.check.comparison import ratio_halfwidth
 from specsim.errors import SpecsimError
 from specsim.predict.batch_pricing import price_batches
 from specsim.predict.pricing import RequestSpec
@@ -113,7 +113,3 @@ def batch_check_row(
         batch=batch,
     )
 
-
-def batch_error(row: CheckRow) -> float:
-    """Signed relative error of a row's predicted speedup."""
-    return float(relative_error(row.speedup_predicted, row.speedup_measured))
