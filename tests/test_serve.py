@@ -430,3 +430,110 @@ def test_a_measured_profile_prices_steps_from_its_batched_grids(capsys):
     assert main([*measured, "--rate", "20", "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["scheduler"]["max_num_seqs"] == 8 and data["device"] == "measured profile zoo-cpu-batch"
+
+
+def test_acceptance_profile_replays_its_traces(capsys):
+    """--acceptance-profile: each simulated request follows a traced prompt, so the served mean acceptance
+    length is the traces' replayed τ at γ (the requests here stop at the traces' length, one token earlier
+    and from position 1: within a few %); bad combinations are one line, exit 2."""
+    from specsim.acceptance.replay import replay_traces_tau
+    from specsim.predict.prediction import one_entry
+    from specsim.profiles import load_profile
+
+    base = ["serve", "--requests", "24", "--output-tokens", "32", "--cost-profile", "zoo-cpu-batch"]
+    base += ["--images", "0", "--prompt-tokens", "30", "--gamma", "3"]
+    replay = ["--acceptance-profile", "zoo-cpu-batch", "--method", "M", "--scenario", "zoo-1img"]
+    assert main([*base, *replay, "--rate", "20", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["acceptance"] == "greedy traces of M/zoo-1img replayed"
+    entry = one_entry(load_profile("zoo-cpu-batch"), "M", "zoo-1img")
+    sd = data["comparison"]["sd"]
+    tau = float(replay_traces_tau([t.match for t in entry.traces], 3))
+    assert abs(sd["mean_acceptance_length"] / tau - 1) < 0.05, (sd["mean_acceptance_length"], tau)
+    assert main([*base, *replay, "--alpha", "0.5"]) == 2
+    assert "--alpha: give --alpha or --acceptance-profile, not both" in _one_line(capsys)
+    assert main([*base, "--method", "M", "--alpha", "0.5"]) == 2
+    assert "--method: applies with --acceptance-profile only" in _one_line(capsys)
+    assert main([*base, "--acceptance-profile", "zoo-cpu-batch"]) == 2
+    assert "expected one acceptance entry" in _one_line(capsys)
+
+
+def test_max_rate_search_brackets_the_slo_edge(capsys):
+    """The search returns a rate that meets the SLO attainment while 3% more does not (the bisection's
+    bracket), for SD and target-only; the CLI prints both; bad combinations are one line, exit 2."""
+    from specsim.serve.compare import TARGET_ONLY, ServeSetup, Workload, max_rate_meeting_slo, meets_slo
+
+    cost = ConstantStepCost(
+        target_ms=20.0, target_ms_per_row=0.5, prefill_ms_per_token=0.02, draft_ms_per_pass=3.0
+    )
+    setup = ServeSetup(
+        cost,
+        Workload(300, 64, 0, 48),
+        GammaPolicy(3),
+        IidAcceptance(0.7),
+        SchedulerConfig(max_num_seqs=16),
+        Slo(ttft_ms=400.0, tpot_ms=25.0),
+    )
+    for policy in (setup.policy, TARGET_ONLY):
+        rate = max_rate_meeting_slo(setup, policy, 0.9)
+        assert rate is not None and meets_slo(setup, policy, rate, 0.9)
+        assert not meets_slo(setup, policy, rate * 1.03, 0.9)
+    argv = [*SERVE, "--requests", "200", "--slo", "ttft=2000,tpot=40", "--max-rate"]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "highest rate at which 90% of requests meet ttft=2000,tpot=40" in out and "target-only:" in out
+    assert main([*SERVE, "--max-rate"]) == 2
+    assert "--max-rate: needs --slo" in _one_line(capsys)
+
+
+def _vllm_result(tmp_path, **over):
+    body = {
+        "date": "20261125-120000",
+        "backend": "vllm",
+        "model_id": "llava-hf/llava-1.5-7b-hf",
+        "num_prompts": 4,
+        "request_rate": 4.0,
+        "burstiness": 1.0,
+        "median_ttft_ms": 52.5,
+        "median_tpot_ms": 9.5,
+        "output_throughput": 400.0,
+        "input_lens": [120, 300, 80, 64],
+        "output_lens": [32, 64, 16, 0],
+        "errors": ["", "", "", "timeout"],
+    } | over
+    path = tmp_path / "result.json"
+    path.write_text(json.dumps(body))
+    return str(path)
+
+
+def test_a_vllm_bench_result_is_a_workload(tmp_path, capsys):
+    """--trace result.json (vllm bench serve --save-result --save-detailed): its successful requests at its
+    rate, its medians printed beside the simulation; a bad file is one line, exit 2."""
+    from specsim.serve.vllm_bench import read_vllm_bench_result
+
+    res = read_vllm_bench_result(_vllm_result(tmp_path))
+    assert res.input_lens.tolist() == [120, 300, 80] and res.output_lens.tolist() == [32, 64, 16]
+    assert res.request_rate == 4.0 and res.measured["median_tpot_ms"] == 9.5
+    reqs = res.requests(np.random.default_rng(0))
+    assert len(reqs) == 3 and np.all(np.diff(reqs.arrival_s) >= 0) and reqs.arrival_s[0] > 0
+    inf = read_vllm_bench_result(_vllm_result(tmp_path, request_rate="inf"))
+    assert inf.request_rate is None and np.all(inf.requests(np.random.default_rng(0)).arrival_s == 0)
+    argv = ["serve", "--alpha", "0.7", "--trace", _vllm_result(tmp_path)]
+    assert main(argv) == 0
+    assert "vllm bench serve measured: median_ttft_ms 52.5, median_tpot_ms 9.5" in capsys.readouterr().out
+    for over, expected in (
+        ({"input_lens": None}, "input_lens: expected a non-empty list"),
+        ({"request_rate": "fast"}, "request_rate: expected a finite number, got 'fast'"),
+        ({"output_lens": [1, 2]}, "expected input_lens and output_lens of the same length"),
+    ):
+        assert main(["serve", "--alpha", "0.7", "--trace", _vllm_result(tmp_path, **over)]) == 2
+        assert expected in _one_line(capsys)
+
+
+def test_a_sweep_on_two_processes_equals_one():
+    """--jobs: the rates of a sweep are pure functions of (setup, rate), so processes change nothing."""
+    from specsim.serve.compare import ServeSetup, Workload, sweep_rates
+
+    setup = ServeSetup(HAND_COST, Workload(200, 64, 0, 32), GammaPolicy(3), IidAcceptance(0.6), seed=3)
+    one = sweep_rates(setup, [8, 2, 4], jobs=1).to_json()
+    assert sweep_rates(setup, [2, 4, 8], jobs=2).to_json() == one

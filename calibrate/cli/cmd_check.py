@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import sys
 
+from calibrate.cli.check_serve import serve_args
 from calibrate.cli.shared_options import method_args, model_args
 from specsim.bounds import number_arg
 from specsim.errors import SpecsimError
@@ -91,6 +92,7 @@ def register(subparsers) -> None:
         help="run B requests together (batched engine against batched target-only decoding), e.g. 1,2,4,8; "
         "fixed gamma, greedy; needs the profile's batched cost (calibrate latency --request-batches)",
     )
+    serve_args(chk)
     _sampling_args(chk)
     chk.add_argument("--json", action="store_true", help="print JSON instead of the tables")
     chk.add_argument("--no-write", action="store_true", help="do not write the rows into the profile")
@@ -164,9 +166,13 @@ def cmd_check(args) -> int:
     from calibrate.workload.run_setup import load_setup, progress
     from specsim.check.check_tables import check_table, summary, terms_table
 
-    if args.temperature > 0 and args.batch is None:
+    if args.temperature > 0 and args.batch is None and args.serve_rates is None:
         return cmd_check_sampled(args)
     gammas, profile_path, profile, methods = prepare(args)
+    if args.serve_rates is not None:
+        from calibrate.cli.check_serve import cmd_check_serve
+
+        return cmd_check_serve(args, gammas, profile_path, profile, methods)
     if args.batch is not None:
         from calibrate.cli.check_batch import cmd_check_batch
 

@@ -30,7 +30,7 @@ from specsim.errors import SpecsimError
 from specsim.hardware.device import load_device
 from specsim.hardware.runtime import DEFAULT_RUNTIMES, load_runtime
 from specsim.jsonio import check_writable, dumps_json, show, write_json_atomic, write_text_atomic
-from specsim.predict.prediction import select_entries
+from specsim.predict.prediction import one_entry
 from specsim.presets import pair_models
 from specsim.profile import MethodAcceptance, Profile
 from specsim.profiles import load_profile
@@ -171,14 +171,7 @@ def latency_model(args) -> LatencyModel:
 
 
 def _entry(profile: Profile, args) -> MethodAcceptance:
-    entries = select_entries(profile, [args.method] if args.method else None, args.scenario)
-    if len(entries) != 1:
-        shown = ", ".join(f"{e.method}/{e.scenario}" for e in entries)
-        raise SpecsimError(
-            f"profile {profile.name!r}: expected one acceptance entry, found {len(entries)} "
-            f"({shown}); pass --method and --scenario"
-        )
-    return entries[0]
+    return one_entry(profile, args.method, args.scenario)
 
 
 def _draft_model(args, profile: Profile, entry: MethodAcceptance, method: str) -> tuple[str | None, bool]:

@@ -8,23 +8,32 @@ from __future__ import annotations
 
 import argparse
 import math
-import sys
+
+import numpy as np
 
 from specsim.bounds import number_arg
 from specsim.cli.hardware_inputs import device_runtimes, resolve_models, split_mode
+from specsim.cli.progress import ProgressBar
 from specsim.errors import SpecsimError
 from specsim.hardware.device import load_device
 from specsim.jsonio import dumps_json
 from specsim.report import clip
-from specsim.serve.arrivals import read_trace
-from specsim.serve.compare import ServeSetup, Workload, compare_at, sweep_rates
+from specsim.serve.arrivals import rate_arg, rates_arg, read_trace
+from specsim.serve.compare import (
+    TARGET_ONLY,
+    ServeSetup,
+    Workload,
+    compare_at,
+    max_rate_meeting_slo,
+    sweep_rates,
+)
 from specsim.serve.metrics import parse_slo
 from specsim.serve.roofline_cost import RooflineStepCost
 from specsim.serve.scheduler import DEFAULT_MAX_NUM_BATCHED_TOKENS, DEFAULT_MAX_NUM_SEQS, SchedulerConfig
-from specsim.serve.serve_text import comparison_text, sweep_text
-from specsim.serve.speculation import GammaPolicy, IidAcceptance, parse_gamma_schedule
+from specsim.serve.serve_text import comparison_text, max_rate_text, sweep_text, vllm_measured_text
+from specsim.serve.speculation import GammaPolicy, IidAcceptance, parse_gamma_schedule, replay_of
+from specsim.serve.vllm_bench import read_vllm_bench_result
 
-MAX_RATES = 64
 _DESC = (
     "Simulate a vLLM-V1-like server (continuous batching, chunked prefill, decode first, an encoder budget "
     "for images) serving requests that arrive at a rate (Poisson, or Gamma gaps with --burstiness) or from a "
@@ -35,26 +44,6 @@ _DESC = (
     "E2E at p50/p90/p99 in ms, output tokens/s, requests/s and goodput (requests/s meeting --slo). "
     "--rates sweeps rates and names the one from which SD stops paying (p50 TPOT worse than target-only)."
 )
-
-
-def _rate(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not (math.isfinite(value) and 0 < value <= 1e6):
-        raise argparse.ArgumentTypeError(f"expected requests per second in (0, 1e6], got {clip(text)!r}")
-    return value
-
-
-def _rates(text: str) -> list[float]:
-    parts = [p for p in str(text).split(",")]
-    if not parts or len(parts) > MAX_RATES:
-        raise argparse.ArgumentTypeError(f"expected 1..{MAX_RATES} rates like 1,2,4,8, got {clip(text)!r}")
-    values = [_rate(p.strip()) for p in parts]
-    if len(set(values)) != len(values):
-        raise argparse.ArgumentTypeError(f"expected distinct rates, got {clip(text)!r}")
-    return values
 
 
 def _burstiness(text: str) -> float:
@@ -107,13 +96,15 @@ def register(sub) -> None:
     )
     load = p.add_argument_group("load")
     rate = load.add_mutually_exclusive_group()
-    rate.add_argument("--rate", type=_rate, default=None, help="requests per second (default 4)")
-    rate.add_argument("--rates", type=_rates, default=None, help="sweep these rates, e.g. 1,2,4,8")
+    rate.add_argument("--rate", type=rate_arg, default=None, help="requests per second (default 4)")
+    rate.add_argument("--rates", type=rates_arg, default=None, help="sweep these rates, e.g. 1,2,4,8")
     rate.add_argument(
         "--trace",
         default=None,
         metavar="JSONL",
-        help="requests from a JSONL file: arrival_s, prompt_tokens, images, output_tokens per line",
+        help="requests from a JSONL file (arrival_s, prompt_tokens, images, output_tokens per line), or a "
+        "'vllm bench serve --save-result --save-detailed' JSON (its prompts and outputs at its rate and "
+        "burstiness; its measured medians are printed beside the simulation)",
     )
     load.add_argument(
         "--requests",
@@ -166,8 +157,21 @@ def register(sub) -> None:
         help="no SD in steps whose decode batch is at least this (vLLM disable_by_batch_size)",
     )
     sd.add_argument(
-        "--alpha", type=_alpha, default=None, help="i.i.d. acceptance probability per draft token (needed)"
+        "--alpha",
+        type=_alpha,
+        default=None,
+        help="i.i.d. acceptance probability per draft token (this or --acceptance-profile is needed)",
     )
+    sd.add_argument(
+        "--acceptance-profile",
+        metavar="PROFILE",
+        default=None,
+        help="replay a profile's greedy traces instead of --alpha: simulated request i follows traced prompt "
+        "i mod n (--method, --scenario pick the entry); with --cost-profile, the method's own prompt and "
+        "set-up per image are priced too",
+    )
+    sd.add_argument("--method", default=None, help="drafting method of --acceptance-profile's entry")
+    sd.add_argument("--scenario", default=None, help="scenario of --acceptance-profile's entry")
     sched = p.add_argument_group("scheduler (vLLM V1 knobs)")
     sched.add_argument(
         "--max-num-seqs",
@@ -199,6 +203,18 @@ def register(sub) -> None:
         "--slo", default=None, help="goodput bounds in ms, e.g. ttft=500,tpot=50 (keys ttft, tpot, e2e)"
     )
     out.add_argument(
+        "--max-rate",
+        action="store_true",
+        help="search the highest rate at which --slo-attainment of the requests meet --slo, SD and "
+        "target-only (a rate search; --rate/--rates then only print their comparison)",
+    )
+    out.add_argument(
+        "--slo-attainment",
+        type=number_arg("ratio"),
+        default=0.9,
+        help="share of requests that must meet --slo for --max-rate (default 0.9)",
+    )
+    out.add_argument(
         "--seed",
         type=number_arg("seed", zero_ok=True, integer=True),
         default=0,
@@ -206,6 +222,12 @@ def register(sub) -> None:
     )
     out.add_argument("--json", action="store_true", help="machine-readable output")
     out.add_argument("--no-progress", action="store_true", help="no progress bar on stderr for --rates")
+    out.add_argument(
+        "--jobs",
+        type=number_arg("threads", integer=True),
+        default=1,
+        help="processes for --rates (default 1; the rates are independent simulations)",
+    )
     p.set_defaults(func=cmd_serve)
 
 
@@ -214,22 +236,48 @@ def _policy(args) -> GammaPolicy:
     return GammaPolicy(args.gamma, by_batch, args.sd_off_from_batch)
 
 
-def _workload(args) -> Workload:
+def _workload(args) -> tuple[Workload, dict | None]:
+    """The workload, and a vLLM result's measured figures when --trace is one."""
     if args.trace is None:
-        return Workload(args.requests, args.prompt_tokens, args.images, args.output_tokens, args.burstiness)
+        shape = (args.requests, args.prompt_tokens, args.images, args.output_tokens, args.burstiness)
+        return Workload(*shape), None
     for flag, given in (("--burstiness", args.burstiness != 1.0), ("--requests", args.requests != 1000)):
         if given:
             raise SpecsimError(f"{flag}: does not apply with --trace (the trace gives every request)")
-    return Workload(trace=read_trace(args.trace))
+    if str(args.trace).endswith(".json"):
+        result = read_vllm_bench_result(args.trace)
+        return Workload(trace=result.requests(np.random.default_rng([args.seed, 2]))), result.measured
+    return Workload(trace=read_trace(args.trace)), None
 
 
-def _profile_cost(args, target):
+def _acceptance(args) -> tuple:
+    """(acceptance source, its description, the profile entries it replays) from --alpha or
+    --acceptance-profile."""
+    if args.acceptance_profile is None:
+        for flag, value in (("--method", args.method), ("--scenario", args.scenario)):
+            if value is not None:
+                raise SpecsimError(f"{flag}: applies with --acceptance-profile only")
+        if args.alpha is None:
+            raise SpecsimError(
+                "--alpha: needed (i.i.d. acceptance per draft token, 0 <= alpha < 1), or --acceptance-profile"
+            )
+        return IidAcceptance(args.alpha), f"iid alpha={args.alpha:g}", ()
+    if args.alpha is not None:
+        raise SpecsimError("--alpha: give --alpha or --acceptance-profile, not both")
+    from specsim.predict.prediction import one_entry
+    from specsim.profiles import load_profile
+
+    entry = one_entry(load_profile(args.acceptance_profile), args.method, args.scenario)
+    return replay_of(entry), f"greedy traces of {entry.method}/{entry.scenario} replayed", (entry,)
+
+
+def _profile_cost(args, target, entries=()):
     """The measured profile's step cost and the batch it may run at most (--max-num-seqs within its grid)."""
     from specsim.profiles import load_profile
     from specsim.serve.profile_cost import ProfileStepCost
 
     image_tokens = target.vision.image_tokens if target.vision else 0
-    cost = ProfileStepCost.from_profile(load_profile(args.cost_profile), image_tokens)
+    cost = ProfileStepCost.from_profile(load_profile(args.cost_profile), image_tokens, entries)
     largest = cost.batched.batch_sizes[-1]
     if args.max_num_seqs is not None and args.max_num_seqs > largest:
         raise SpecsimError(
@@ -242,9 +290,8 @@ def _profile_cost(args, target):
 def _setup(args) -> tuple[ServeSetup, dict]:
     slo = parse_slo(args.slo) if args.slo is not None else None
     policy = _policy(args)
-    if args.alpha is None:
-        raise SpecsimError("--alpha: needed (i.i.d. acceptance per draft token, 0 <= alpha < 1)")
-    workload = _workload(args)
+    acceptance, acceptance_text, entries = _acceptance(args)
+    workload, vllm_measured = _workload(args)
     _, target, draft = resolve_models(pair=args.pair, target=args.target, draft=args.draft)
     device = load_device(args.device)
     runtime = device_runtimes(args.runtime, [device])[device.name]
@@ -254,12 +301,12 @@ def _setup(args) -> tuple[ServeSetup, dict]:
         kv = args.kv_cache_tokens if args.kv_cache_tokens is not None else cost.kv_cache_tokens()
         max_seqs = DEFAULT_MAX_NUM_SEQS if args.max_num_seqs is None else args.max_num_seqs
     else:
-        cost, max_seqs = _profile_cost(args, target)
+        cost, max_seqs = _profile_cost(args, target, entries)
         kv = args.kv_cache_tokens if args.kv_cache_tokens is not None else 1 << 30
     scheduler = SchedulerConfig(
         max_seqs, args.max_num_batched_tokens, args.encoder_budget, not args.no_chunked_prefill, kv
     )
-    setup = ServeSetup(cost, workload, policy, IidAcceptance(args.alpha), scheduler, slo, args.seed)
+    setup = ServeSetup(cost, workload, policy, acceptance, scheduler, slo, args.seed)
     about = {
         "target": target.name,
         "draft": draft.name,
@@ -267,7 +314,7 @@ def _setup(args) -> tuple[ServeSetup, dict]:
         "runtime": "its batched engine" if args.cost_profile else getattr(runtime, "name", "efficiency"),
         "tp": args.tp,
         "sd_policy": policy.describe(),
-        "acceptance": f"iid alpha={args.alpha:g}",
+        "acceptance": acceptance_text,
         "scheduler": {
             "max_num_seqs": scheduler.max_num_seqs,
             "max_num_batched_tokens": scheduler.max_num_batched_tokens,
@@ -283,50 +330,32 @@ def _setup(args) -> tuple[ServeSetup, dict]:
             f"{args.output_tokens} output tokens), burstiness {args.burstiness:g}"
         ),
         "seed": args.seed,
-    }
+    } | ({"vllm_bench_measured": vllm_measured} if vllm_measured is not None else {})
     return setup, about
 
 
-class _Progress:
-    """A bar on stderr (tqdm when installed, else a plain one); nothing when disabled."""
-
-    def __init__(self, total: int, enabled: bool):
-        self.total, self.done, self.bar = total, 0, None
-        self.enabled = enabled
-        if enabled:
-            try:
-                from tqdm import tqdm
-
-                self.bar = tqdm(total=total, desc="specsim serve", unit="rate", file=sys.stderr)
-            except ImportError:
-                self.bar = None
-
-    def step(self) -> None:
-        self.done += 1
-        if self.bar is not None:
-            self.bar.update(1)
-        elif self.enabled:
-            filled = round(20 * self.done / self.total)
-            end = "\n" if self.done == self.total else ""
-            print(
-                f"\rspecsim serve: [{'#' * filled}{' ' * (20 - filled)}] {self.done}/{self.total} rates",
-                end=end,
-                file=sys.stderr,
-                flush=True,
-            )
-
-    def close(self) -> None:
-        if self.bar is not None:
-            self.bar.close()
-
-
 def cmd_serve(args: argparse.Namespace) -> int:
+    if args.max_rate and args.trace:
+        raise SpecsimError("--max-rate: searches request rates, so it does not apply with --trace")
+    if args.max_rate and args.slo is None:
+        raise SpecsimError("--max-rate: needs --slo (the bounds a request must meet)")
     setup, about = _setup(args)
     sd_label = f"SD ({setup.policy.describe()})"
+    if args.max_rate:
+        found = {
+            "sd": max_rate_meeting_slo(setup, setup.policy, args.slo_attainment),
+            "target_only": max_rate_meeting_slo(setup, TARGET_ONLY, args.slo_attainment),
+        }
+        if args.json:
+            print(dumps_json({**about, "slo_attainment": args.slo_attainment, "max_rate_per_s": found}))
+            return 0
+        print(_header(about))
+        print(max_rate_text(found, setup.slo, args.slo_attainment, sd_label))
+        return 0
     if args.rates is not None:
-        progress = _Progress(len(args.rates), not args.no_progress)
+        progress = ProgressBar(len(args.rates), not args.no_progress, "specsim serve", "rates")
         try:
-            result = sweep_rates(setup, args.rates, progress.step)
+            result = sweep_rates(setup, args.rates, progress.step, jobs=args.jobs)
         finally:
             progress.close()
         if args.json:
@@ -342,6 +371,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         return 0
     print(_header(about) + (f"\nrate: {rate:g} req/s" if rate is not None else ""))
     print(comparison_text(comparison, sd_label))
+    if "vllm_bench_measured" in about:
+        print(vllm_measured_text(about["vllm_bench_measured"]))
     return 0
 
 

@@ -80,6 +80,19 @@ def select_entries(profile: Profile, methods=None, scenario: str | None = None) 
     return sorted(entries, key=lambda e: (e.images_per_prompt, order[e.scenario]))
 
 
+def one_entry(profile: Profile, method: str | None, scenario: str | None) -> MethodAcceptance:
+    """The one acceptance entry of ``method`` in ``scenario`` (either None: any); SpecsimError naming the
+    entries found when there are several."""
+    entries = select_entries(profile, [method] if method else None, scenario)
+    if len(entries) != 1:
+        shown = ", ".join(f"{e.method}/{e.scenario}" for e in entries)
+        raise SpecsimError(
+            f"profile {profile.name!r}: expected one acceptance entry, found {len(entries)} "
+            f"({shown}); pass --method and --scenario"
+        )
+    return entries[0]
+
+
 def _scenario_matches(entry: MethodAcceptance, scenario: str) -> bool:
     s = scenario.strip().lower()
     return s == entry.scenario.lower() or s in (

@@ -11,6 +11,7 @@ are :mod:`specsim.profiles`.
 One module per part of the document: :mod:`~specsim.profile.provenance`,
 :mod:`~specsim.profile.latency_section`,
 :mod:`~specsim.profile.trace`, :mod:`~specsim.profile.acceptance_entry`, :mod:`~specsim.profile.check_row`,
+:mod:`~specsim.profile.serve_check_row`,
 :mod:`~specsim.profile.document` (the whole). Import from here.
 """
 
@@ -19,12 +20,14 @@ from specsim.profile.check_row import CheckRow
 from specsim.profile.document import SCHEMA_VERSION, SCHEMA_VERSIONS, Profile
 from specsim.profile.latency_section import BlockCost, Curve, LatencySection
 from specsim.profile.provenance import Provenance
+from specsim.profile.serve_check_row import SERVE_METRICS, ServeCheckRow
 from specsim.profile.trace import Trace
 
 __all__ = [
     "ADAPTIVE_PREFIX",
     "SCHEMA_VERSION",
     "SCHEMA_VERSIONS",
+    "SERVE_METRICS",
     "TAU_TOLERANCE",
     "BlockCost",
     "CheckRow",
@@ -33,5 +36,6 @@ __all__ = [
     "MethodAcceptance",
     "Profile",
     "Provenance",
+    "ServeCheckRow",
     "Trace",
 ]

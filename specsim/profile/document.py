@@ -11,11 +11,13 @@ from specsim.profile.acceptance_entry import MethodAcceptance
 from specsim.profile.check_row import CheckRow
 from specsim.profile.latency_section import LatencySection
 from specsim.profile.provenance import Provenance
+from specsim.profile.serve_check_row import ServeCheckRow
 
 SCHEMA_VERSION = 3
 # Schema 1: latency as 1-D tables only. Schema 2 adds ``latency.cost_model`` (forward cost over rows ×
 # context × batch, :mod:`specsim.profile.cost_model`) and per-trace prompt lengths. Schema 3 adds the batched
-# engine's cost (``latency.cost_model.batched``) and check rows at a batch (``checks[].batch``).
+# engine's cost (``latency.cost_model.batched``), check rows at a batch (``checks[].batch``) and serving check
+# rows (``serve_checks``, optional).
 # Older files load.
 SCHEMA_VERSIONS = (1, 2, 3)
 
@@ -28,6 +30,7 @@ class Profile:
     latency: LatencySection = field(default_factory=LatencySection)
     acceptance: tuple[MethodAcceptance, ...] = ()
     checks: tuple[CheckRow, ...] = ()
+    serve_checks: tuple[ServeCheckRow, ...] = ()
     name: str = ""
     description: str = ""
     schema_version: int = SCHEMA_VERSION  # as loaded (1, 2 or 3)
@@ -41,7 +44,7 @@ class Profile:
             "latency": self.latency.to_json(),
             "acceptance": [a.to_json() for a in self.acceptance],
             "checks": [c.to_json() for c in self.checks],
-        }
+        } | ({"serve_checks": [c.to_json() for c in self.serve_checks]} if self.serve_checks else {})
 
     @classmethod
     def from_json(cls, d: dict) -> Profile:
@@ -49,7 +52,8 @@ class Profile:
             raise SpecsimError(f"profile: expected a JSON object, got {_show(d)}")
         check_keys(
             d,
-            {"schema_version", "name", "description", "provenance", "latency", "acceptance", "checks"},
+            {"schema_version", "name", "description", "provenance", "latency", "acceptance", "checks"}
+            | {"serve_checks"},
             "profile",
         )
         version = _req(d, "schema_version", "profile")
@@ -76,6 +80,10 @@ class Profile:
                 CheckRow.from_json(c, f"checks[{i}]")
                 for i, c in enumerate(_list(d.get("checks", []), "checks", nonempty=False))
             ),
+            serve_checks=tuple(
+                ServeCheckRow.from_json(c, f"serve_checks[{i}]")
+                for i, c in enumerate(_list(d.get("serve_checks", []), "serve_checks", nonempty=False))
+            ),
             name=_str(d.get("name", ""), "profile.name", allow_empty=True),
             description=_str(d.get("description", ""), "profile.description", allow_empty=True),
             schema_version=version,
@@ -94,3 +102,10 @@ class Profile:
         keys = {key(r) for r in rows}
         kept = tuple(c for c in self.checks if key(c) not in keys)
         return replace(self, checks=kept + tuple(rows))
+
+    def with_serve_checks(self, rows: tuple[ServeCheckRow, ...] | list[ServeCheckRow]) -> Profile:
+        """A copy where ``rows`` replace existing serving rows of the same (method, scenario, gamma, rate)."""
+        key = lambda r: (r.method, r.scenario, r.gamma, r.rate_per_s)  # noqa: E731
+        keys = {key(r) for r in rows}
+        kept = tuple(c for c in self.serve_checks if key(c) not in keys)
+        return replace(self, serve_checks=kept + tuple(rows))

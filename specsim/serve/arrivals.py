@@ -14,6 +14,8 @@ A trace is JSONL, one request per line: ``{"arrival_s": 0.25, "prompt_tokens": 5
 
 from __future__ import annotations
 
+import argparse
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -21,8 +23,10 @@ import numpy as np
 from specsim.bounds import check_range
 from specsim.errors import SpecsimError
 from specsim.jsonio import check_keys, field_int, field_num, parse_json, read_text
+from specsim.report import clip
 
 TRACE_KEYS = ("arrival_s", "prompt_tokens", "images", "output_tokens")
+MAX_RATES = 64
 MAX_REQUESTS = 10_000_000  # a simulation holds a few arrays of this length
 
 
@@ -140,3 +144,25 @@ def read_trace(path: str) -> Requests:
         np.asarray(cols[0], dtype=float),
         *(np.asarray(c, dtype=np.int64) for c in cols[1:]),
     )
+
+
+def rate_arg(text: str) -> float:
+    """An argparse ``type=``: requests per second in (0, 1e6]."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and 0 < value <= 1e6):
+        raise argparse.ArgumentTypeError(f"expected requests per second in (0, 1e6], got {clip(text)!r}")
+    return value
+
+
+def rates_arg(text: str) -> list[float]:
+    """An argparse ``type=``: 1..MAX_RATES distinct rates, comma-separated."""
+    parts = [p for p in str(text).split(",")]
+    if not parts or len(parts) > MAX_RATES:
+        raise argparse.ArgumentTypeError(f"expected 1..{MAX_RATES} rates like 1,2,4,8, got {clip(text)!r}")
+    values = [rate_arg(p.strip()) for p in parts]
+    if len(set(values)) != len(values):
+        raise argparse.ArgumentTypeError(f"expected distinct rates, got {clip(text)!r}")
+    return values

@@ -117,13 +117,72 @@ class Sweep:
 
 
 def sweep_rates(
-    setup: ServeSetup, rates: Sequence[float], on_done: Callable[[], None] | None = None
+    setup: ServeSetup, rates: Sequence[float], on_done: Callable[[], None] | None = None, jobs: int = 1
 ) -> Sweep:
-    """:func:`compare_at` at every rate (in increasing order); ``on_done`` after each (progress)."""
+    """:func:`compare_at` at every rate (in increasing order); ``on_done`` after each (progress). With
+    ``jobs`` > 1 the rates run in that many processes (each comparison is a pure function of its setup and
+    rate, so the result is the same)."""
+    ordered = [float(r) for r in sorted(rates)]
     rows = []
-    for rate in sorted(rates):
-        rows.append(compare_at(setup, float(rate)))
-        if on_done is not None:
-            on_done()
+    if jobs > 1 and len(ordered) > 1:
+        from concurrent.futures import ProcessPoolExecutor
+
+        with ProcessPoolExecutor(max_workers=min(jobs, len(ordered))) as pool:
+            for row in pool.map(compare_at, [setup] * len(ordered), ordered):
+                rows.append(row)
+                if on_done is not None:
+                    on_done()
+    else:
+        for rate in ordered:
+            rows.append(compare_at(setup, rate))
+            if on_done is not None:
+                on_done()
     first, stop = paying_range([r.rate_per_s for r in rows], [r.tpot_speedup or 0.0 for r in rows])
     return Sweep(tuple(rows), stop, first is not None)
+
+
+def meets_slo(setup: ServeSetup, policy: GammaPolicy, rate_per_s: float, attainment: float) -> bool:
+    """Whether at least ``attainment`` of the requests served at ``rate_per_s`` meet ``setup.slo``."""
+    requests = setup.workload.at_rate(rate_per_s, np.random.default_rng([setup.seed, 0]))
+    run = simulate(
+        requests,
+        cost=setup.cost,
+        policy=policy,
+        acceptance=setup.acceptance,
+        rng=np.random.default_rng([setup.seed, 1]),
+        scheduler=setup.scheduler,
+    )
+    return summarize(run, setup.slo).slo_met_fraction >= attainment
+
+
+def max_rate_meeting_slo(
+    setup: ServeSetup,
+    policy: GammaPolicy,
+    attainment: float = 0.9,
+    *,
+    start_per_s: float = 1.0,
+    rel_tolerance: float = 0.02,
+) -> float | None:
+    """The highest rate (req/s) at which ``attainment`` of the requests meet ``setup.slo`` (DistServe's
+    SLO attainment, Zhong et al. 2024): doubled or halved from ``start_per_s`` until it brackets a change,
+    then bisected in log rate to ``rel_tolerance``; None when even 1e-4 req/s misses. Assumes attainment
+    falls as the rate grows (each rate serves its own seeded arrivals)."""
+    if setup.slo is None:
+        raise SpecsimError("--max-rate: needs --slo (the bounds a request must meet)")
+    if not 0 < attainment <= 1:
+        raise SpecsimError(f"--slo-attainment: expected a fraction in (0, 1], got {attainment!r}")
+    rate, ok = start_per_s, meets_slo(setup, policy, start_per_s, attainment)
+    step = 2.0 if ok else 0.5
+    while True:
+        nxt = rate * step
+        if not 1e-4 <= nxt <= 1e6:
+            return rate if ok else None
+        nxt_ok = meets_slo(setup, policy, nxt, attainment)
+        if nxt_ok != ok:
+            lo, hi = (rate, nxt) if ok else (nxt, rate)
+            break
+        rate = nxt
+    while hi / lo > 1 + rel_tolerance:
+        mid = float(np.sqrt(lo * hi))
+        lo, hi = (mid, hi) if meets_slo(setup, policy, mid, attainment) else (lo, mid)
+    return lo

@@ -8,16 +8,26 @@ sequences decoding. Prefill chunks are separate first passes (the profile's ``ta
 ``draft_prefill`` grids at batch 1, one per chunk over its whole prompt so far minus what is cached), not
 fused into the decode pass as vLLM fuses them: the engine measured here does not fuse them either. A batch
 beyond the measured B is an error naming it (no extrapolation along B).
+
+The drafting method's own costs per request (:func:`from_profile` with its acceptance entry): the draft's
+prompt drops ``draft_drop_tokens_per_image`` positions per image (text-only drafting drops every image
+position, a caption replaces them with fewer, multimodal keeps them), read from the entry's traces
+(target prompt − draft prompt, per image); and ``draft_setup_ms_per_image`` (the draft's vision encoder,
+a captioner) is added to the draft's prefill, as :func:`specsim.predict.pricing.setup_ms` adds it to a
+request.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
 from specsim.errors import SpecsimError
+from specsim.predict.pricing import setup_ms
 from specsim.profile import Profile
+from specsim.profile.acceptance_entry import MethodAcceptance
 from specsim.profile.batched_cost import BatchedCosts
 from specsim.profile.cost_grid import grid_ms
 from specsim.profile.cost_model import CostModel
@@ -31,21 +41,38 @@ class ProfileStepCost:
     batched: BatchedCosts
     vision_ms_per_image: float = 0.0
     image_tokens_per_image: int = 0
+    draft_drop_tokens_per_image: float = 0.0
+    draft_setup_ms_per_image: float = 0.0
 
     @classmethod
-    def from_profile(cls, profile: Profile, image_tokens_per_image: int = 0) -> ProfileStepCost:
+    def from_profile(
+        cls, profile: Profile, image_tokens_per_image: int = 0, entries: Sequence[MethodAcceptance] = ()
+    ) -> ProfileStepCost:
+        """The profile's costs; with ``entries`` (one drafting method's, any scenarios), that method's
+        prompt and set-up per image."""
         model = profile.latency.forward_costs()
         if model.batched is None:
             raise SpecsimError(
                 f"profile {profile.name!r}: no batched cost (calibrate latency --request-batches 1,2,4,8)"
             )
         vision = profile.latency.vision_encoder_ms_per_image or 0.0
-        return cls(model, model.batched, float(vision), int(image_tokens_per_image))
+        drop = setup = 0.0
+        if entries:
+            drop = draft_drop_tokens_per_image(entries)
+            if drop and not image_tokens_per_image:
+                raise SpecsimError(
+                    "image tokens per image: expected > 0 for a method whose draft drops image positions"
+                )
+            entry = entries[0]
+            if entry.uses_draft_vision or entry.captions_per_prompt:
+                base, sd = setup_ms(profile, entry, 1)
+                setup = sd - base
+        return cls(model, model.batched, float(vision), int(image_tokens_per_image), drop, setup)
 
-    def _prefill(self, grid, chunks, name: str) -> float:
+    def _prefill(self, grid, chunks, name: str, drop_per_image: float = 0.0) -> float:
         if grid is None:
             raise SpecsimError(f"latency.cost_model.{name}: not measured in this profile")
-        rows = [n for n, _ in chunks if n > 0]
+        rows = [c[0] - drop_per_image * (c[2] if len(c) > 2 else 0) for c in chunks if c[0] > 0]
         if not rows:
             return 0.0
         ms, _ = grid_ms(grid, np.asarray(rows, float), 0.0, 1, name=name, along="rows")
@@ -61,7 +88,9 @@ class ProfileStepCost:
         return total
 
     def draft_ms(self, batch, gamma, context_tokens, prefill_chunks=()) -> float:
-        total = self._prefill(self.model.draft_prefill, prefill_chunks, "draft_prefill")
+        drop = self.draft_drop_tokens_per_image
+        total = self._prefill(self.model.draft_prefill, prefill_chunks, "draft_prefill", drop)
+        total += self.draft_setup_ms_per_image * sum(c[2] for c in prefill_chunks if len(c) > 2)
         if batch and gamma:
             width = float(np.max(context_tokens[:batch])) + np.arange(gamma)
             ms, _ = grid_ms(self.batched.draft_step, 1, width, batch, name="batched draft_step")
@@ -75,3 +104,16 @@ class ProfileStepCost:
         if gamma == 0:
             return self.batched.target_step_overhead_ms(batch)
         return float(self.batched.overhead_ms_per_block.at(gamma, batch))
+
+
+def draft_drop_tokens_per_image(entries: Sequence[MethodAcceptance]) -> float:
+    """Prompt positions a method's draft leaves out per image: mean over the entries' traces of (target
+    prompt − draft prompt) / images (0 when no trace of an image scenario records both)."""
+    drops = [
+        (t.prompt_tokens - t.draft_prompt_tokens) / e.images_per_prompt
+        for e in entries
+        if e.images_per_prompt
+        for t in e.traces
+        if t.prompt_tokens is not None and t.draft_prompt_tokens is not None
+    ]
+    return float(np.mean(drops)) if drops else 0.0

@@ -74,7 +74,7 @@ class _Model:
         """One pass's terms: ``first`` (or nothing) plus every chunk, the weights streamed once."""
         if not chunks:
             return first
-        parts = ([first] if first is not None else []) + [self.chunk(n, c) for n, c in chunks]
+        parts = ([first] if first is not None else []) + [self.chunk(c[0], c[1]) for c in chunks]
         if not parts:
             return None
         out = parts[0].copy()

@@ -87,3 +87,27 @@ def verdict(s: Sweep) -> str:
         f"SD stops paying from {s.stops_paying_from_rate:g} req/s "
         "(p50 TPOT worse than target-only from there on)"
     )
+
+
+def max_rate_text(found: dict, slo, attainment: float, sd_label: str) -> str:
+    """The highest rates meeting the SLO, SD and target-only, and which side serves more."""
+    sd, base = found["sd"], found["target_only"]
+    lines = [
+        f"highest rate at which {attainment:.0%} of requests meet {slo.describe()} (ms):",
+        f"  {sd_label}: " + ("never (even at 1e-4 req/s)" if sd is None else f"{sd:.3g} req/s"),
+        "  target-only: " + ("never (even at 1e-4 req/s)" if base is None else f"{base:.3g} req/s"),
+    ]
+    if sd is not None and base is not None:
+        lines.append(
+            f"SD serves {sd / base:.2f}x the rate under this SLO"
+            if sd >= base
+            else f"target-only serves {base / sd:.2f}x the rate under this SLO: SD does not pay here"
+        )
+    return "\n".join(lines)
+
+
+def vllm_measured_text(measured: dict) -> str:
+    """The figures a ``vllm bench serve`` result measured, to read beside the simulated ones."""
+    if not measured:
+        return "vllm bench serve measured: no summary figures in the file"
+    return "vllm bench serve measured: " + ", ".join(f"{k} {v:.4g}" for k, v in measured.items())

@@ -167,7 +167,7 @@ def simulate(
             batch=len(dec),
             gamma=gamma,
             context_tokens=ctx,
-            prefill_chunks=[(c[2], c[1]) for c in batch.chunks],
+            prefill_chunks=[(c[2], c[1], c[3]) for c in batch.chunks],
             images=sum(c[3] for c in batch.chunks),
             draft_prefill=draft_prefill,
         )

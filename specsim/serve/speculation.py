@@ -167,6 +167,18 @@ class ReplayAcceptance:
         return np.minimum(run, drafts)
 
 
+def replay_of(entry) -> ReplayAcceptance:
+    """Replay of a profile entry's greedy traces (a :class:`specsim.profile.MethodAcceptance`): request i
+    follows traced prompt i mod n; SpecsimError when the entry has none."""
+    matches = [t.match for t in entry.traces if t.match is not None]
+    if not matches:
+        raise SpecsimError(
+            f"method {entry.method!r} in scenario {entry.scenario!r}: no greedy traces to replay "
+            "(calibrate acceptance)"
+        )
+    return ReplayAcceptance.from_matches(matches)
+
+
 def _runs_wrapping(match: np.ndarray) -> np.ndarray:
     """Matches in a row starting at each position, the trace read as a loop (all ones: its length)."""
     n = len(match)

@@ -12,12 +12,14 @@ step_ms = encoder_ms + draft_ms + target_step_ms + overhead_ms (:func:`step_ms`)
 ``step_ms(batch=, gamma=, context_tokens=, prefill_chunks=, images=, draft_prefill=)`` returning that same sum
 computed at once (e.g. every pass in one vectorised call), which :func:`step_ms` then uses.
 
-A prefill chunk is ``(tokens, context_tokens)``: ``tokens`` new prompt positions (image positions included)
-over ``context_tokens`` prompt positions already in the cache. ``context_tokens`` arrays hold each decoding
-sequence's KV length before the step. Implementations: :class:`ConstantStepCost` (hand-set, for tests),
-:class:`specsim.serve.roofline_cost.RooflineStepCost` (the GPU planner's roofline and runtimes). A measured
-profile's batched grids fit the same four methods: target_step_ms = verify/decode grid at (rows, context,
-batch) + prefill grid per chunk; draft_ms = draft steps at (context, batch).
+A prefill chunk is ``(tokens, context_tokens, images)``: ``tokens`` new prompt positions (image positions
+included) over ``context_tokens`` prompt positions already in the cache, and the images it encodes
+(optional: 0). ``context_tokens`` arrays hold each decoding sequence's KV length before the step.
+Implementations: :class:`ConstantStepCost` (hand-set, for tests),
+:class:`specsim.serve.roofline_cost.RooflineStepCost` (the GPU planner's roofline and runtimes),
+:class:`specsim.serve.profile_cost.ProfileStepCost` (a measured profile's batched grids: target_step_ms =
+verify/decode grid at (rows, width, batch) + prefill grid per chunk; draft_ms = draft steps at (width,
+batch)).
 """
 
 from __future__ import annotations
@@ -30,7 +32,8 @@ import numpy as np
 
 from specsim.errors import SpecsimError
 
-Chunks = Sequence[tuple[int, int]]  # (prompt tokens in the step, prompt tokens already cached) per chunk
+# per chunk: (prompt tokens in the step, prompt tokens already cached[, images the chunk encodes])
+Chunks = Sequence[tuple[int, ...]]
 
 
 class StepCost(Protocol):
@@ -163,7 +166,7 @@ class ConstantStepCost:
                 raise SpecsimError(f"constant step cost.{key}: expected a number >= 0, got {value!r}")
 
     def target_step_ms(self, batch, rows_per_seq, context_tokens, prefill_chunks=()) -> float:
-        prefill = sum(n for n, _ in prefill_chunks)
+        prefill = sum(c[0] for c in prefill_chunks)
         if batch == 0 and prefill == 0:
             return 0.0
         return (
@@ -175,7 +178,7 @@ class ConstantStepCost:
 
     def draft_ms(self, batch, gamma, context_tokens, prefill_chunks=()) -> float:
         decode = gamma * (self.draft_ms_per_pass + self.draft_ms_per_seq * batch) if batch else 0.0
-        return decode + self.draft_prefill_ms_per_token * sum(n for n, _ in prefill_chunks)
+        return decode + self.draft_prefill_ms_per_token * sum(c[0] for c in prefill_chunks)
 
     def encoder_ms(self, images) -> float:
         return self.encoder_ms_per_image * images

@@ -1,0 +1,141 @@
+"""``specsim check --serve-rates R,…``: a real server loop (continuous batching, SD on and off) at each
+request rate against ``specsim serve``'s simulation of the same requests (options registered and handler
+called by :mod:`calibrate.cli.cmd_check`)."""
+
+from __future__ import annotations
+
+import sys
+
+from specsim.bounds import number_arg
+from specsim.errors import SpecsimError
+from specsim.jsonio import dumps_json
+from specsim.profiles import save_profile
+from specsim.serve.arrivals import rates_arg
+
+
+def serve_args(parser) -> None:
+    """--serve-rates, --serve-requests, --max-num-seqs."""
+    grp = parser.add_argument_group("serving (a real server loop at request rates, SD on and off)")
+    grp.add_argument(
+        "--serve-rates",
+        type=rates_arg,
+        default=None,
+        help="serve a Poisson load at these request rates (requests/s, e.g. 0.5,4,32: light, near the knee, "
+        "past it) with continuous batching, target-only and SD per --method x --gamma, and compare p50/p90 "
+        "TTFT and TPOT and output tokens/s with the simulation; needs the profile's batched cost",
+    )
+    grp.add_argument(
+        "--serve-requests",
+        type=number_arg("size", integer=True),
+        default=24,
+        help="requests per run, the prompts in turn, image groups interleaved (default 24)",
+    )
+    grp.add_argument(
+        "--max-num-seqs",
+        type=number_arg("batch", integer=True),
+        default=8,
+        help="most requests decoding at once (default 8; at most the batched grid's largest B)",
+    )
+
+
+def cmd_check_serve(args, gammas, profile_path, profile, methods) -> int:
+    """Run the loop in rounds, simulate each (rate, side), write the rows, print the table and summary."""
+    from calibrate.measure.check_runs import entries_of
+    from calibrate.measure.serve_check_runs import image_positions, run_serve_check, workload_order
+    from calibrate.workload.run_setup import load_setup, progress
+    from specsim.check.serve_comparison import predicted_run, serve_check_row, serve_summary, serve_table
+
+    if args.tree or args.policy or args.temperature > 0 or args.batch is not None:
+        raise SpecsimError(
+            "--serve-rates: runs fixed gamma, greedy (no --tree, --policy, --temperature or --batch)"
+        )
+    batched = profile.latency.forward_costs().batched
+    if batched is None:
+        raise SpecsimError(
+            f"--profile {profile_path}: has no batched cost (calibrate latency --request-batches 1,2,4,8)"
+        )
+    batched.check_batch(args.max_num_seqs, "--max-num-seqs")
+    setup = load_setup(args, methods=methods, cache_captions=False)
+    entries = entries_of(setup, profile, args.scenario)
+    groups = list(setup.groups)
+    mixed = f"{args.scenario or setup.name}-mixed"
+    scenario = setup.scenario(groups[0], args.scenario) if len(groups) == 1 else mixed
+    order = workload_order(setup, args.serve_requests)
+    traces = {}
+    for m in setup.methods:  # each request's trace, before anything runs
+        traces[m] = []
+        for g, i in order:
+            entry, pid = entries[(g, m)], setup.groups[g][i].prompt_id
+            found = [t for t in entry.traces if t.prompt_id == pid and t.match is not None]
+            if not found:
+                raise SpecsimError(
+                    f"method {m!r} in scenario {entry.scenario!r}: no greedy trace for prompt {pid!r} "
+                    "(calibrate acceptance on the same prompts, or --limit N)"
+                )
+            traces[m].append(found[0])
+    sides = [(m, g) for m in setup.methods for g in gammas]
+    bar = (
+        None
+        if args.no_progress
+        else (lambda xs, rnd: progress(xs, True, f"serving round {rnd + 1}/{args.max_rounds}"))
+    )
+    runs = run_serve_check(
+        setup,
+        args.serve_rates,
+        sides,
+        requests=args.serve_requests,
+        max_new_tokens=args.max_new_tokens,
+        max_num_seqs=args.max_num_seqs,
+        seed=args.seed,
+        halfwidth=args.halfwidth,
+        min_rounds=args.min_rounds,
+        max_rounds=args.max_rounds,
+        max_seconds=None if args.max_minutes is None else 60 * args.max_minutes,
+        progress=bar,
+    )
+    image_tokens = max((image_positions(setup.groups[g][i]) for g, i in order), default=0)
+    rows = []
+    for rate in args.serve_rates:
+        for side in [("target", 0), *sides]:
+            measured = runs.runs[(rate, side)]
+            m, g = side
+            method_entries = [entries[(grp, m)] for grp in groups] if g else []
+            predicted = predicted_run(
+                profile,
+                measured[0].requests(),
+                gamma=g,
+                entries=method_entries,
+                traces=traces.get(m, []),
+                image_tokens_per_image=image_tokens,
+                max_num_seqs=args.max_num_seqs,
+            )
+            rows.append(
+                serve_check_row(
+                    measured,
+                    predicted,
+                    method=m,
+                    scenario=scenario,
+                    gamma=g,
+                    rate_per_s=rate,
+                    new_tokens=args.max_new_tokens,
+                    max_num_seqs=args.max_num_seqs,
+                    seed=args.seed,
+                )
+            )
+    if not args.no_write:
+        save_profile(profile.with_serve_checks(rows), profile_path)
+    if args.json:
+        out = {"rows": [r.to_json() for r in rows], "summary": serve_summary(rows)}
+        print(dumps_json(out | {"rounds": runs.rounds, "seconds": runs.seconds}))
+        return 0
+    print(serve_table(rows))
+    summ = serve_summary(rows)
+    print(
+        "|error| median / max: "
+        + "; ".join(
+            f"{name} {summ[name]['median_abs_rel_err']:.1%} / {summ[name]['max_abs_rel_err']:.1%}"
+            for name in ("tpot_p50_ms", "ttft_p90_ms", "output_tokens_per_s", "all")
+        )
+    )
+    print(f"{runs.rounds} round(s) in {runs.seconds:.0f} s", file=sys.stderr)
+    return 0

@@ -1,0 +1,318 @@
+"""A real server loop: requests join and leave the batched engine as they arrive and finish (continuous
+batching), decoding with speculative decoding at a fixed γ or target-only, greedy, on the wall clock.
+
+One step of the loop (vLLM V1's engine step, :mod:`specsim.serve.simulator` is its model):
+1. admit the requests that have arrived, in arrival order, while fewer than ``max_num_seqs`` run;
+2. one decode pass over the running requests: an SD block (γ draft steps at batch B, one target pass over
+   B × (γ+1) rows, per-row acceptance and rollback, :mod:`calibrate.run.batch_engine`'s phases) or one
+   target-only step;
+3. each admitted request's prefill, one at a time at batch 1 (the vision encoder and the target's prompt,
+   which emits its first token; with SD the draft's prompt too, into the draft's own cache);
+4. finished requests leave the batch (their cache rows are dropped), admitted ones join it (their caches
+   left-padded to the batch's width and stacked), and cache columns masked in every row are dropped once
+   there are ``compact_columns`` of them (rejected drafts that no row still uses, a departed row's prompt);
+5. every token of the step is stamped with the step's end, as a server returns a step's outputs together.
+With nothing running the loop sleeps until the next arrival. Where it departs from vLLM: prefills are their
+own batch-1 passes, not fused with the decode rows, and without chunking (the engine measured here does not
+fuse them); every request drafts γ every block, also past its last token (the extra drafts are dropped).
+
+Losslessness holds as in the static batch: each request's tokens are its greedy target output alone (tested).
+Times are seconds from the loop's start (arrivals, stamps) and ms (pass timings).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from calibrate.run.batch_engine import (
+    PaddedCache,
+    _draft_prompt,
+    batch_accept_phase,
+    batch_draft_phase,
+    batch_prefill_phase,
+    batch_verify_phase,
+    left_pad,
+)
+from calibrate.run.engine import _truncate, unwrap
+from calibrate.run.proposal import Request
+from calibrate.run.timing import timed
+from specsim.errors import SpecsimError
+
+COMPACT_COLUMNS = 16
+
+
+# --------------------------------------------------------------------------- records
+@dataclass(frozen=True)
+class ServedRequest:
+    """One request as the loop served it: arrival, first token and finish (s), every token's stamp (s),
+    its tokens and its prompt positions (images included)."""
+
+    arrival_s: float
+    first_token_s: float
+    finish_s: float
+    token_times_s: tuple[float, ...]
+    tokens: tuple[int, ...]
+    prompt_tokens: int
+
+
+@dataclass(frozen=True)
+class LoopStep:
+    """One step: start and end (s), γ (0: target-only), requests decoding and admitted, per decoding request
+    the drafts accepted and tokens emitted, the target's cache width before the pass, and ms in prefills,
+    draft steps and the target pass."""
+
+    start_s: float
+    end_s: float
+    gamma: int
+    decoding: int
+    admitted: int
+    accepted: tuple[int, ...]
+    emitted: tuple[int, ...]
+    width: int
+    prefill_ms: float
+    draft_ms: float
+    verify_ms: float
+
+
+@dataclass(frozen=True)
+class LoopRun:
+    """What the loop served, step by step."""
+
+    requests: tuple[ServedRequest, ...]
+    steps: tuple[LoopStep, ...]
+    gamma: int
+    method: str
+
+
+# --------------------------------------------------------------------------- the batch's caches
+def _pad_columns(x: torch.Tensor, left: int) -> torch.Tensor:
+    """``left`` zero columns in front of the sequence axis (-2 of KV [B, H, S, D], -1 of a mask [B, S])."""
+    if left == 0:
+        return x
+    return F.pad(x, (0, 0, left, 0)) if x.ndim == 4 else F.pad(x, (left, 0))
+
+
+def join_rows(batch: PaddedCache | None, new: PaddedCache) -> PaddedCache:
+    """``new``'s rows below ``batch``'s, both left-padded to the wider one's columns (masked pads)."""
+    if batch is None:
+        return new
+    wide = max(batch.columns, new.columns)
+    a, b = wide - batch.columns, wide - new.columns
+    for la, lb in zip(batch.cache.layers, new.cache.layers, strict=True):
+        la.keys = torch.cat([_pad_columns(la.keys, a), _pad_columns(lb.keys, b)], 0)
+        la.values = torch.cat([_pad_columns(la.values, a), _pad_columns(lb.values, b)], 0)
+    batch.mask = torch.cat([_pad_columns(batch.mask, a), _pad_columns(new.mask, b)], 0)
+    batch.pos = torch.cat([batch.pos, new.pos])
+    return batch
+
+
+def keep_rows(cache: PaddedCache, rows: Sequence[int]) -> PaddedCache | None:
+    """Only ``rows`` of the batch, in that order (None when none is left)."""
+    if not rows:
+        return None
+    idx = torch.tensor(list(rows), dtype=torch.long, device=cache.mask.device)
+    for layer in cache.cache.layers:
+        layer.keys, layer.values = layer.keys.index_select(0, idx), layer.values.index_select(0, idx)
+    cache.mask, cache.pos = cache.mask.index_select(0, idx), cache.pos.index_select(0, idx)
+    return cache
+
+
+def compact(cache: PaddedCache | None, at_least: int) -> None:
+    """Drop the cache columns masked in every row, once there are ``at_least`` of them (their KV is never
+    read; position ids are per row, so the rest keep theirs)."""
+    if cache is None:
+        return
+    alive = cache.mask.any(0)
+    if int((~alive).sum()) < at_least:
+        return
+    idx = torch.nonzero(alive)[:, 0]
+    for layer in cache.cache.layers:
+        layer.keys, layer.values = layer.keys.index_select(2, idx), layer.values.index_select(2, idx)
+    cache.mask = cache.mask.index_select(1, idx)
+
+
+# --------------------------------------------------------------------------- phases of a step
+def prefill_request(tm, dm, request: Request, *, members, pad_id: int, device):
+    """One request's prefill at batch 1: (its first token, the target's cache row, the draft's cache row or
+    None without a draft)."""
+    t_row = PaddedCache(tm, 1, tm.device)
+    inputs, live = batch_prefill_phase(tm, [request], pad_id)
+    first = int(torch.argmax(t_row.forward(live, keep=1, **inputs)[0, -1]))
+    if dm is None:
+        return first, t_row, None
+    d_row = PaddedCache(dm, 1, dm.device)
+    d_inputs, d_live = _draft_prompt(dm, members, [request], device)
+    d_row.forward(d_live, keep=1, **d_inputs)  # the draft's prompt into its cache; its logits are unused
+    return first, t_row, d_row
+
+
+def sd_step(t_cache: PaddedCache, d_cache: PaddedCache, last: list[int], tails: list[list[int]], gamma: int):
+    """One SD block over the batch: (accepted drafts [B], each row's kept tokens, its next draft tail, draft
+    ms, verify ms). ``last``: each row's last emitted token (the target's pending one); ``tails``: the
+    draft's unfed tokens per row (1 or 2)."""
+    ids, live = left_pad([torch.tensor(t) for t in tails], 0)
+    drafts, steps = batch_draft_phase(d_cache, ({"input_ids": ids}, live), gamma)
+    d_fed = d_cache.columns
+    t_start = t_cache.columns + 1
+    pending = torch.tensor(last)[:, None]
+    logits, verify_ms = batch_verify_phase(
+        t_cache, ({"input_ids": pending}, torch.ones_like(pending)), drafts
+    )
+    n, nxt = batch_accept_phase(logits, drafts)
+    t_cache.reject(t_start + n)
+    d_cache.reject(d_fed - (gamma - 1) + torch.clamp(n, max=gamma - 1))
+    kept, new_tails = [], []
+    for b in range(len(last)):
+        nb = int(n[b])
+        kept.append(drafts[b, :nb].tolist() + [int(nxt[b])])
+        new_tails.append([int(drafts[b, gamma - 1]), int(nxt[b])] if nb == gamma else [int(nxt[b])])
+    return n.tolist(), kept, new_tails, float(sum(steps)), verify_ms
+
+
+def target_step(t_cache: PaddedCache, last: list[int]) -> tuple[list[list[int]], float]:
+    """One target-only step over the batch: each row's next token, and the pass's ms."""
+    pending = torch.tensor(last)[:, None]
+    with timed() as t:
+        logits = t_cache.forward(torch.ones_like(pending), keep=1, input_ids=pending)
+    return [[int(x)] for x in torch.argmax(logits[:, -1], -1)], t.ms
+
+
+def _check(requests, arrival_s, gamma, max_new_tokens, max_num_seqs) -> None:
+    if not requests:
+        raise SpecsimError("server loop: expected at least one request, got none")
+    if len(arrival_s) != len(requests):
+        raise SpecsimError(
+            f"arrival_s: expected {len(requests)} times (one per request), got {len(arrival_s)}"
+        )
+    if any(b < a for a, b in zip(arrival_s, arrival_s[1:])) or min(arrival_s) < 0:
+        raise SpecsimError("arrival_s: expected times >= 0 in arrival order")
+    for name, value, lo in (
+        ("gamma", gamma, 0),
+        ("max_new_tokens", max_new_tokens, 1),
+        ("max_num_seqs", max_num_seqs, 1),
+    ):
+        if isinstance(value, bool) or not isinstance(value, int) or value < lo:
+            raise SpecsimError(f"{name}: expected an integer >= {lo}, got {value!r}")
+
+
+# --------------------------------------------------------------------------- the loop
+@torch.inference_mode()
+def serve_loop(
+    target,
+    draft,
+    requests: list[Request],
+    arrival_s: Sequence[float],
+    *,
+    gamma: int,
+    max_new_tokens: int,
+    max_num_seqs: int = 8,
+    members=None,
+    pad_id: int = 0,
+    eos_token_id=None,
+    device="cpu",
+    method: str = "target",
+    compact_columns: int = COMPACT_COLUMNS,
+    clock: Callable[[], float] = time.perf_counter,
+    sleep: Callable[[float], None] = time.sleep,
+) -> LoopRun:
+    """Serve ``requests`` arriving at ``arrival_s`` (s from the start) to completion (module docstring);
+    ``gamma`` 0 is target-only (``draft`` unused)."""
+    _check(requests, list(arrival_s), gamma, max_new_tokens, max_num_seqs)
+    tm, dm = unwrap(target), (unwrap(draft) if gamma else None)
+    n = len(requests)
+    out: list[list[int]] = [[] for _ in range(n)]
+    stamps: list[list[float]] = [[] for _ in range(n)]
+    first_s, finish_s = [float("nan")] * n, [float("nan")] * n
+    running: list[int] = []  # request ids in cache row order
+    tails: list[list[int]] = []  # the draft's unfed tokens per running row
+    t_cache = d_cache = None
+    steps: list[LoopStep] = []
+    arrived = done = 0
+    t0 = clock()
+    while done < n:
+        now = clock() - t0
+        if not running and arrived < n and arrival_s[arrived] > now:
+            sleep(arrival_s[arrived] - now)
+            continue
+        admit = []
+        while arrived < n and arrival_s[arrived] <= now and len(running) + len(admit) < max_num_seqs:
+            admit.append(arrived)
+            arrived += 1
+        width = t_cache.columns if t_cache is not None else 0
+        accepted, kept, draft_ms, verify_ms = [], [], 0.0, 0.0
+        if running:
+            last = [out[r][-1] for r in running]
+            if gamma:
+                accepted, kept, tails, draft_ms, verify_ms = sd_step(t_cache, d_cache, last, tails, gamma)
+            else:
+                kept, verify_ms = target_step(t_cache, last)
+        emitted, still, decoded = [], [], list(running)
+        for i, r in enumerate(running):
+            new, stop = _truncate(kept[i], max_new_tokens - len(out[r]), eos_token_id)
+            out[r].extend(new)
+            emitted.append(len(new))
+            if not stop:
+                still.append(i)
+        with timed() as prefill:
+            joined = [
+                prefill_request(tm, dm, requests[r], members=members, pad_id=pad_id, device=device)
+                for r in admit
+            ]
+        finished = [r for i, r in enumerate(running) if i not in still]
+        if len(still) < len(running):
+            t_cache = keep_rows(t_cache, still)
+            d_cache = keep_rows(d_cache, still) if d_cache is not None else None
+            running, tails = [running[i] for i in still], [tails[i] for i in still] if gamma else []
+        for r, (tok, t_row, d_row) in zip(admit, joined):
+            out[r].append(tok)
+            _, stop = _truncate([tok], max_new_tokens, eos_token_id)
+            if stop:
+                finished.append(r)
+                continue
+            t_cache = join_rows(t_cache, t_row)
+            if gamma:
+                d_cache = join_rows(d_cache, d_row)
+                tails.append([tok])
+            running.append(r)
+        compact(t_cache, compact_columns)
+        compact(d_cache, compact_columns)
+        end = clock() - t0
+        for r in decoded + admit:  # decoded: the step's decoding requests, in row order
+            stamps[r].extend([end] * (len(out[r]) - len(stamps[r])))
+        for r in admit:
+            first_s[r] = end
+        for r in finished:
+            finish_s[r] = end
+        done += len(finished)
+        steps.append(
+            LoopStep(
+                now,
+                end,
+                gamma,
+                len(emitted),
+                len(admit),
+                tuple(accepted),
+                tuple(emitted),
+                width,
+                prefill.ms,
+                draft_ms,
+                verify_ms,
+            )
+        )
+    served = tuple(
+        ServedRequest(
+            float(arrival_s[r]),
+            first_s[r],
+            finish_s[r],
+            tuple(stamps[r]),
+            tuple(out[r]),
+            int(requests[r].input_ids.shape[1]),
+        )
+        for r in range(n)
+    )
+    return LoopRun(served, tuple(steps), gamma, method if gamma else "target")

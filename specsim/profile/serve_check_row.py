@@ -1,0 +1,101 @@
+"""One serving check row (``specsim check --serve-rates``): predicted vs measured serving metrics of a real
+server loop at one request rate, SD or target-only."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from specsim.bounds import RANGES
+from specsim.errors import SpecsimError
+from specsim.jsonio import check_keys
+from specsim.profile._fields import _drop_none, _int, _num, _opt, _req, _show, _str
+
+# the metrics a row compares: p50/p90 TTFT and TPOT (ms), p50 end-to-end latency (ms), output tokens/s
+SERVE_METRICS = (
+    "ttft_p50_ms",
+    "ttft_p90_ms",
+    "tpot_p50_ms",
+    "tpot_p90_ms",
+    "e2e_p50_ms",
+    "output_tokens_per_s",
+)
+
+
+@dataclass(frozen=True)
+class ServeCheckRow:
+    """One serving check result (schema 3, optional ``serve_checks``).
+
+    The loop served ``requests`` requests of ``scenario`` (its prompts in turn) arriving as a seeded Poisson
+    process at ``rate_per_s``, at most ``max_num_seqs`` at once, ``new_tokens`` each at most; ``method`` and
+    ``gamma`` the SD side (``gamma`` 0: target-only, ``method`` "target"). ``metrics`` maps each name of
+    :data:`SERVE_METRICS` to its predicted and measured value (mean over ``rounds`` repeats of the same
+    arrivals) and the measured value's relative 95% half-width.
+    """
+
+    method: str
+    scenario: str
+    gamma: int
+    rate_per_s: float
+    requests: int
+    new_tokens: int
+    max_num_seqs: int
+    seed: int
+    rounds: int
+    metrics: dict
+    notes: str = ""
+
+    def error(self, metric: str) -> float:
+        """predicted / measured − 1 of ``metric``."""
+        m = self.metrics[metric]
+        return m["predicted"] / m["measured"] - 1.0
+
+    def to_json(self) -> dict:
+        out = {k: getattr(self, k) for k in self.__dataclass_fields__}
+        return _drop_none(out | {"notes": self.notes or None})
+
+    @classmethod
+    def from_json(cls, d: dict, where: str) -> ServeCheckRow:
+        if not isinstance(d, dict):
+            raise SpecsimError(f"{where}: expected an object, got {_show(d)}")
+        check_keys(d, set(cls.__dataclass_fields__), where)
+        count = lambda v, w: _int(v, w, lo=1)  # noqa: E731
+        return cls(
+            method=_str(_req(d, "method", where), f"{where}.method"),
+            scenario=_str(_req(d, "scenario", where), f"{where}.scenario"),
+            gamma=_gamma(_req(d, "gamma", where), f"{where}.gamma"),
+            rate_per_s=_num(_req(d, "rate_per_s", where), f"{where}.rate_per_s", lo=1e-6, hi=1e6),
+            requests=count(_req(d, "requests", where), f"{where}.requests"),
+            new_tokens=count(_req(d, "new_tokens", where), f"{where}.new_tokens"),
+            max_num_seqs=count(_req(d, "max_num_seqs", where), f"{where}.max_num_seqs"),
+            seed=_int(_req(d, "seed", where), f"{where}.seed", lo=0, unit="seed"),
+            rounds=count(_req(d, "rounds", where), f"{where}.rounds"),
+            metrics=_metrics(_req(d, "metrics", where), f"{where}.metrics"),
+            notes=_opt(d, "notes", lambda v, w: _str(v, w, allow_empty=True), where) or "",
+        )
+
+
+def _gamma(value: Any, where: str) -> int:
+    """γ of a serving row: 0 (target-only) or a γ in range."""
+    g = _int(value, where, lo=0)
+    if g > RANGES["gamma"][1]:
+        raise SpecsimError(f"{where}: expected an integer in 0..{RANGES['gamma'][1]}, got {g}")
+    return g
+
+
+def _metrics(value: Any, where: str) -> dict:
+    """{metric: {"predicted", "measured", "halfwidth"}} with every name of SERVE_METRICS."""
+    if not isinstance(value, dict):
+        raise SpecsimError(f"{where}: expected an object, got {_show(value)}")
+    check_keys(value, set(SERVE_METRICS), where)
+    out = {}
+    for name in SERVE_METRICS:
+        pair = _req(value, name, where)
+        if not isinstance(pair, dict):
+            raise SpecsimError(f"{where}.{name}: expected an object, got {_show(pair)}")
+        check_keys(pair, {"predicted", "measured", "halfwidth"}, f"{where}.{name}")
+        out[name] = {
+            k: _num(_req(pair, k, f"{where}.{name}"), f"{where}.{name}.{k}", lo=0, lo_open=k != "halfwidth")
+            for k in ("predicted", "measured", "halfwidth")
+        }
+    return out

@@ -1,0 +1,106 @@
+"""A workload from a ``vllm bench serve`` result file, and the figures it measured, to read beside the
+simulation.
+
+``vllm bench serve --save-result --save-detailed`` writes one JSON object with, among others, ``num_prompts``,
+``request_rate`` (a number, or "inf": every request at once), ``burstiness`` (Gamma shape of the gaps, 1 =
+Poisson), per request ``input_lens`` and ``output_lens`` (tokens) and ``errors`` (empty for a request that
+succeeded), and summaries such as ``median_ttft_ms``, ``p99_tpot_ms``, ``output_throughput`` (tok/s) and
+``request_throughput`` (req/s). The file does not keep the arrival times, so the workload redraws them from
+the rate and burstiness with the caller's seeded generator (vLLM draws them the same way). Failed requests
+and requests that emitted nothing are left out. Images are not recorded: the requests are text-only. Errors
+name the file and the field.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from specsim.errors import SpecsimError
+from specsim.jsonio import field_int, field_num, parse_json, read_text
+from specsim.serve.arrivals import MAX_REQUESTS, Requests, arrivals
+
+# the result's summary fields specsim can compare with (ms, except throughputs: per second)
+MEASURED_FIELDS = (
+    "median_ttft_ms",
+    "p99_ttft_ms",
+    "median_tpot_ms",
+    "p99_tpot_ms",
+    "median_itl_ms",
+    "median_e2el_ms",
+    "output_throughput",
+    "request_throughput",
+)
+
+
+@dataclass(frozen=True)
+class VllmBenchResult:
+    """What a result file says: per request prompt and output tokens, the rate (None: "inf"), burstiness, the
+    model, and the summary figures it measured (those of :data:`MEASURED_FIELDS` present)."""
+
+    input_lens: np.ndarray
+    output_lens: np.ndarray
+    request_rate: float | None
+    burstiness: float
+    model_id: str
+    measured: dict
+
+    def requests(self, rng: np.random.Generator) -> Requests:
+        """The workload: arrivals redrawn at the file's rate and burstiness (all at 0 for "inf")."""
+        n = len(self.input_lens)
+        if self.request_rate is None:
+            return Requests(np.zeros(n), self.input_lens, np.zeros(n, dtype=np.int64), self.output_lens)
+        times = arrivals(n, self.request_rate, rng, self.burstiness)
+        return Requests(times, self.input_lens, np.zeros(n, dtype=np.int64), self.output_lens)
+
+
+def _int_list(d: dict, key: str, where: str) -> list[int]:
+    value = d.get(key)
+    if not isinstance(value, list) or not value:
+        raise SpecsimError(
+            f"{where}.{key}: expected a non-empty list (run vllm bench serve with --save-detailed)"
+        )
+    if len(value) > MAX_REQUESTS:
+        raise SpecsimError(f"{where}.{key}: expected at most {MAX_REQUESTS} requests, got {len(value)}")
+    return [field_int(v, f"{where}.{key}[{i}]", lo=0, unit="tokens") for i, v in enumerate(value)]
+
+
+def read_vllm_bench_result(path: str) -> VllmBenchResult:
+    """Read and check a ``vllm bench serve --save-result --save-detailed`` JSON file (module docstring)."""
+    where = f"vllm result {str(path)!r}"
+    d = parse_json(read_text(path, "vllm result"), where, allow_nan=True)
+    if not isinstance(d, dict):
+        raise SpecsimError(f"{where}: expected a JSON object (vllm bench serve --save-result)")
+    inputs, outputs = _int_list(d, "input_lens", where), _int_list(d, "output_lens", where)
+    if len(inputs) != len(outputs):
+        raise SpecsimError(
+            f"{where}: expected input_lens and output_lens of the same length, got {len(inputs)} and "
+            f"{len(outputs)}"
+        )
+    errors = d.get("errors", [""] * len(inputs))
+    if not isinstance(errors, list) or len(errors) != len(inputs):
+        raise SpecsimError(f"{where}.errors: expected one entry per request ({len(inputs)})")
+    keep = [i for i in range(len(inputs)) if not errors[i] and outputs[i] >= 1 and inputs[i] >= 1]
+    if not keep:
+        raise SpecsimError(f"{where}: no request succeeded with at least one prompt and one output token")
+    rate = d.get("request_rate", "inf")
+    if rate in ("inf", "Infinity") or (isinstance(rate, float) and np.isinf(rate)):
+        rate = None
+    else:
+        rate = field_num(rate, f"{where}.request_rate", lo=0, lo_open=True, hi=1e6)
+    burst = field_num(d.get("burstiness", 1.0), f"{where}.burstiness", lo=0, lo_open=True, hi=1e3)
+    measured = {}
+    for key in MEASURED_FIELDS:
+        value = d.get(key)
+        if value is not None and not (isinstance(value, float) and not np.isfinite(value)):
+            measured[key] = field_num(value, f"{where}.{key}", lo=0)
+    model = d.get("model_id", "")
+    return VllmBenchResult(
+        np.asarray([inputs[i] for i in keep], dtype=np.int64),
+        np.asarray([outputs[i] for i in keep], dtype=np.int64),
+        rate,
+        burst,
+        model if isinstance(model, str) else "",
+        measured,
+    )
