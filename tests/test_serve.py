@@ -421,7 +421,12 @@ def test_a_measured_profile_prices_steps_from_its_batched_grids(capsys):
     assert cost.target_step_ms(4, 4, ctx) == pytest.approx(verify)
     steps, _ = grid_ms(cost.batched.draft_step, 1, 120.0 + np.arange(3), 4)
     assert cost.draft_ms(4, 3, ctx) == pytest.approx(float(np.sum(steps)))
-    assert cost.overhead_ms(4, 3) == pytest.approx(cost.batched.overhead_ms_per_block.at(3, 4))
+    loop = cost.batched.server_loop  # the server loop's own overhead where the profile measured it
+    assert loop is not None and cost.overhead_ms(4, 3) == pytest.approx(loop.step_overhead_ms(4, 3))
+    # one prompt's images go through the encoder in one call: the one-image call plus the slope after it
+    lat = cost.latency
+    two = cost.target_step_ms(0, 1, ctx, [(50, 0, 2)]) - cost.target_step_ms(0, 1, ctx, [(50, 0, 0)])
+    assert two == pytest.approx(lat.vision_ms(2))
     with pytest.raises(SpecsimError, match="batch"):
         cost.target_step_ms(64, 4, np.full(64, 100.0))
     measured = [*SERVE, "--images", "0", "--prompt-tokens", "32", "--cost-profile", "zoo-cpu-batch"]
@@ -537,3 +542,14 @@ def test_a_sweep_on_two_processes_equals_one():
     setup = ServeSetup(HAND_COST, Workload(200, 64, 0, 32), GammaPolicy(3), IidAcceptance(0.6), seed=3)
     one = sweep_rates(setup, [8, 2, 4], jobs=1).to_json()
     assert sweep_rates(setup, [2, 4, 8], jobs=2).to_json() == one
+
+
+def test_plot_of_a_rate_sweep(tmp_path, capsys):
+    """--plot writes a PNG of the sweep; without --rates it is refused before anything runs."""
+    out = tmp_path / "rates.png"
+    assert main([*SERVE, "--requests", "60", "--rates", "1,4,16", "--plot", str(out), "--no-progress"]) == 0
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    capsys.readouterr()
+    assert main([*SERVE, "--plot", str(tmp_path / "x.png")]) == 2
+    assert "--plot: draws a rate sweep; give --rates" in _one_line(capsys)
+    assert not (tmp_path / "x.png").exists()

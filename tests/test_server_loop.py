@@ -8,6 +8,7 @@
 - bad inputs give one-line errors.
 """
 
+import numpy as np
 import pytest
 import torch
 
@@ -261,3 +262,35 @@ def test_check_serve_runs_the_zoo_and_writes_its_rows(tmp_path, capsys):
         for m in r.metrics.values():
             assert m["predicted"] > 0 and m["measured"] > 0
         assert abs(r.error("output_tokens_per_s")) < 0.5  # same requests and arrivals on both sides
+
+
+def test_server_loop_costs_round_trip_and_price_steps():
+    """A profile's measured server-loop costs load back equal, replace the static engine's overhead per step
+    (a + b·B at γ, interpolated between γ) and charge each admission its join-and-leave ms."""
+    from dataclasses import replace
+
+    from specsim.profile.batched_cost import BatchedCosts, ServerLoopCosts
+    from specsim.profiles import load_profile
+    from specsim.serve.profile_cost import ProfileStepCost
+
+    loop = ServerLoopCosts((0, 1, 3), ((0.05, 0.01), (0.2, 0.03), (0.3, 0.05)), 0.5)
+    base = load_profile("qwen2.5-coder-0.5b-1.5b-cpu-batch").latency.forward_costs().batched
+    with_loop = replace(base, server_loop=loop)
+    assert BatchedCosts.from_json(with_loop.to_json()) == with_loop
+    model = replace(
+        load_profile("qwen2.5-coder-0.5b-1.5b-cpu-batch").latency.forward_costs(), batched=with_loop
+    )
+    cost = ProfileStepCost(model, with_loop)
+    assert cost.overhead_ms(4, 3) == pytest.approx(0.3 + 0.05 * 4)
+    assert cost.overhead_ms(4, 2) == pytest.approx(0.25 + 0.04 * 4)  # between γ 1 and 3
+    assert cost.overhead_ms(2, 0) == pytest.approx(0.07)
+    plain = ProfileStepCost(model, base)
+    chunks = [(40, 0, 0), (30, 0, 0)]
+    ctx = np.zeros(0)
+    assert cost.target_step_ms(0, 1, ctx, chunks) - plain.target_step_ms(0, 1, ctx, chunks) == pytest.approx(
+        1.0
+    )
+    with pytest.raises(SpecsimError, match="server_loop.step_ms: expected 3"):
+        BatchedCosts.from_json(
+            with_loop.to_json() | {"server_loop": loop.to_json() | {"step_ms": [[0.1, 0.0]]}}
+        )

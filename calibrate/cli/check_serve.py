@@ -43,7 +43,13 @@ def cmd_check_serve(args, gammas, profile_path, profile, methods) -> int:
     from calibrate.measure.check_runs import entries_of
     from calibrate.measure.serve_check_runs import image_positions, run_serve_check, workload_order
     from calibrate.workload.run_setup import load_setup, progress
-    from specsim.check.serve_comparison import predicted_run, serve_check_row, serve_summary, serve_table
+    from specsim.check.serve_comparison import (
+        pass_drift,
+        predicted_run,
+        serve_check_row,
+        serve_summary,
+        serve_table,
+    )
 
     if args.tree or args.policy or args.temperature > 0 or args.batch is not None:
         raise SpecsimError(
@@ -93,6 +99,7 @@ def cmd_check_serve(args, gammas, profile_path, profile, methods) -> int:
         max_seconds=None if args.max_minutes is None else 60 * args.max_minutes,
         progress=bar,
     )
+    drift = pass_drift(profile, [t for runs_ in runs.runs.values() for t in runs_])
     image_tokens = max((image_positions(setup.groups[g][i]) for g, i in order), default=0)
     rows = []
     for rate in args.serve_rates:
@@ -120,13 +127,14 @@ def cmd_check_serve(args, gammas, profile_path, profile, methods) -> int:
                     new_tokens=args.max_new_tokens,
                     max_num_seqs=args.max_num_seqs,
                     seed=args.seed,
+                    drift=drift,
                 )
             )
     if not args.no_write:
         save_profile(profile.with_serve_checks(rows), profile_path)
     if args.json:
         out = {"rows": [r.to_json() for r in rows], "summary": serve_summary(rows)}
-        print(dumps_json(out | {"rounds": runs.rounds, "seconds": runs.seconds}))
+        print(dumps_json(out | {"rounds": runs.rounds, "seconds": runs.seconds, "host_pass_drift": drift}))
         return 0
     print(serve_table(rows))
     summ = serve_summary(rows)
@@ -137,5 +145,10 @@ def cmd_check_serve(args, gammas, profile_path, profile, methods) -> int:
             for name in ("tpot_p50_ms", "ttft_p90_ms", "output_tokens_per_s", "all")
         )
     )
+    if drift is not None:
+        print(
+            f"host: the loop's target passes took {drift:.3f} x the profile's batched grid ms "
+            "(> 1: slower than when the profile was measured)"
+        )
     print(f"{runs.rounds} round(s) in {runs.seconds:.0f} s", file=sys.stderr)
     return 0

@@ -14,6 +14,12 @@ reached, with the 95% half-width of the fitted value from the residuals; :mod:`s
 interpolates linearly between the stored widths. The first block of a run (the prompt's prefill fused with it)
 is left out. The engine's overhead is a block's wall ms minus its passes', the median over blocks of each γ
 (blocks of a smaller end-of-request γ count at that γ).
+
+The server loop (:mod:`calibrate.run.server_loop`) is timed the same way: per B and γ (0: target-only), 2B
+synthetic requests of the plan's prompt lengths arriving at once, at most B running, so requests join as
+others leave. A step's loop overhead is its wall ms minus its prefills' and passes'; per γ, a least-squares
+fit over steps of overhead = a + b·(requests decoding) + c·(requests joining or leaving) gives a, b, and the
+loop's ms per request (2c: it joins once and leaves once, c averaged over γ).
 """
 
 from __future__ import annotations
@@ -21,7 +27,7 @@ from __future__ import annotations
 import time
 from collections import defaultdict
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import torch
@@ -29,7 +35,7 @@ import torch
 from calibrate.models.loaded_model import LoadedModel, token_id_limit
 from calibrate.run.batch_engine import batch_speculative_decode, batch_target_decode
 from calibrate.run.proposal import Request
-from specsim.profile.batched_cost import BatchedCosts
+from specsim.profile.batched_cost import BatchedCosts, ServerLoopCosts
 from specsim.profile.cost_grid import make_grid
 from specsim.profile.overhead_grid import OverheadGrid
 
@@ -114,6 +120,53 @@ def run_rounds(
     return samples
 
 
+def server_loop_costs(
+    models: dict[str, LoadedModel], plan: BatchSweepPlan, on_run: Callable[[], None] | None = None
+) -> ServerLoopCosts:
+    """The server loop's overhead per step and per request (module docstring)."""
+    from calibrate.run.server_loop import serve_loop
+
+    target, draft = models["target"], models["draft"]
+    gen = torch.Generator().manual_seed(plan.seed + 1)
+    rows: dict[int, list[tuple[float, int, int]]] = defaultdict(list)  # γ -> (ms, decoding, joined + left)
+    gammas = (0, *plan.gammas)
+    for rnd in range(plan.rounds + 1):  # the first round warms up and is thrown away
+        for batch in plan.batch_sizes:
+            for g in gammas:
+                reqs = [
+                    r
+                    for n in plan.prompt_tokens
+                    for r in ragged_requests(target, max(1, 2 * batch // len(plan.prompt_tokens)), n, gen)
+                ][: 2 * batch]
+                run = serve_loop(
+                    target.model,
+                    draft.model,
+                    reqs,
+                    [0.0] * len(reqs),
+                    gamma=g,
+                    max_new_tokens=plan.new_tokens,
+                    max_num_seqs=batch,
+                )
+                if on_run:
+                    on_run()
+                if rnd == 0:
+                    continue
+                finish = [r.finish_s for r in run.requests]
+                for s in run.steps:
+                    other = (s.end_s - s.start_s) * 1e3 - s.prefill_ms - s.draft_ms - s.verify_ms
+                    events = s.admitted + sum(1 for f in finish if f == s.end_s)
+                    if s.decoding:
+                        rows[g].append((other, s.decoding, events))
+    fits, per_request = [], []
+    for g in gammas:
+        data = np.array(rows[g], dtype=float)
+        design = np.column_stack([np.ones(len(data)), data[:, 1], data[:, 2]])
+        coef, *_ = np.linalg.lstsq(design, data[:, 0], rcond=None)
+        fits.append((float(coef[0]), float(coef[1])))
+        per_request.append(float(coef[2]))
+    return ServerLoopCosts(gammas, tuple(fits), max(2.0 * float(np.mean(per_request)), 0.0))
+
+
 def _line(points: list[tuple[float, float]], at: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
     """A least-squares line ms(width) through ``points``, its value at ``at`` (clipped at > 0) and the 95%
     half-width of that value; one width only: the median and its spread."""
@@ -182,6 +235,6 @@ def measure_batched(
     """Run the sweep; the batched costs and the seconds it took."""
     t0 = time.perf_counter()
     samples = run_rounds(models, plan, on_run)
-    return batched_costs(
-        samples, plan.batch_sizes, sorted(plan.gammas), plan.prompt_tokens
-    ), time.perf_counter() - t0
+    costs = batched_costs(samples, plan.batch_sizes, sorted(plan.gammas), plan.prompt_tokens)
+    costs = replace(costs, server_loop=server_loop_costs(models, plan, on_run))
+    return costs, time.perf_counter() - t0

@@ -181,6 +181,7 @@ def latency_section(timings: dict[str, Timing], plan, provenance=None) -> Latenc
         return _curve(pts) if pts else None
 
     vision = {role: timings.get(f"{role}.vision.images=1") for role in ("target", "draft")}
+    extra = {role: _extra_image_ms(timings, role) for role in ("target", "draft")}
     caption = timings.get(f"captioner.caption.tokens={plan.caption_tokens}")
     return LatencySection(
         target_decode_ms_by_context=curve(
@@ -200,10 +201,25 @@ def latency_section(timings: dict[str, Timing], plan, provenance=None) -> Latenc
         verify_context_tokens=v,
         vision_encoder_ms_per_image=None if vision["target"] is None else vision["target"].median_ms,
         draft_vision_encoder_ms_per_image=None if vision["draft"] is None else vision["draft"].median_ms,
+        vision_encoder_ms_per_extra_image=extra["target"],
+        draft_vision_encoder_ms_per_extra_image=extra["draft"],
         captioner_ms_per_image=None if caption is None else caption.median_ms,
         provenance=provenance,
         cost_model=cost_model(timings, plan),
     )
+
+
+def _extra_image_ms(timings: dict[str, Timing], role: str) -> float | None:
+    """What each image after the first adds to one vision call: the slope between the one-image call and
+    the largest one measured (None with one size only)."""
+    sizes = sorted(int(k.rsplit("=", 1)[1]) for k in timings if k.startswith(f"{role}.vision.images="))
+    if len(sizes) < 2 or sizes[0] != 1:
+        return None
+    one, most = (
+        timings[f"{role}.vision.images=1"].median_ms,
+        timings[f"{role}.vision.images={sizes[-1]}"].median_ms,
+    )
+    return max((most - one) / (sizes[-1] - 1), 0.0)
 
 
 def worst_rel_halfwidth(timings: dict[str, Timing]) -> tuple[str, float]:
@@ -321,6 +337,14 @@ def summary_lines(section, timings: dict, seconds: float, path) -> list[str]:
     for label, value in (
         ("vision encoder ms/image (target)", section.vision_encoder_ms_per_image),
         ("vision encoder ms/image (draft)", section.draft_vision_encoder_ms_per_image),
+        (
+            "vision encoder ms per further image in the same call (target)",
+            section.vision_encoder_ms_per_extra_image,
+        ),
+        (
+            "vision encoder ms per further image in the same call (draft)",
+            section.draft_vision_encoder_ms_per_extra_image,
+        ),
         ("captioner ms/image", section.captioner_ms_per_image),
     ):
         if value is not None:

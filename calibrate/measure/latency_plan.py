@@ -8,8 +8,8 @@ What is measured (one timing primitive, :mod:`calibrate.run.timing`; greedy; KV 
   overhead per block outside the models;
 - prefill: the first pass of a request over its whole prompt (context 0), target at batch 1 and draft
   at every draft batch, over the plan's prompt lengths (the engine fuses it with the first block);
-- the vision encoder (one image through vision tower + projector) of target and draft, and the
-  captioner (image prompt + ``caption_tokens`` greedy tokens) when there is one;
+- the vision encoder (1 and 4 images in one call through vision tower + projector) of target and draft,
+  and the captioner (image prompt + ``caption_tokens`` greedy tokens) when there is one;
 - a sentinel (target-only steps at the first context) timed at the start and again at the end: if
   it moved by more than the threshold, the host was contended and the profile and the screen say so.
 
@@ -50,6 +50,9 @@ from specsim.errors import SpecsimError
 from specsim.jsonio import check_schema_version, write_json_atomic
 
 Runner = Callable[[list, dict, "LatencyPlan"], dict]
+
+
+VISION_IMAGES = (1, 4)  # images per timed vision call
 
 
 @dataclass(frozen=True)
@@ -223,18 +226,18 @@ def plan_tasks(plan: LatencyPlan, models: dict[str, LoadedModel]) -> list[Task]:
             )
     for role in ("target", "draft"):
         if plan.vision and models[role].kind == "vlm" and hasattr(models[role].model, "get_image_features"):
-            key = f"{role}.vision.images=1"
-            tasks.append(
-                Task(
-                    key,
-                    role,
-                    "vision",
-                    1,
-                    0,
-                    image_token_count(models[role].model.config),
-                    sizes[role] * 8 * preps,
+            for images in VISION_IMAGES:  # one call: its line in images prices a prompt's images together
+                tasks.append(
+                    Task(
+                        f"{role}.vision.images={images}",
+                        role,
+                        "vision",
+                        images,
+                        0,
+                        image_token_count(models[role].model.config),
+                        sizes[role] * 8 * images * preps,
+                    )
                 )
-            )
     if "captioner" in models:
         key = f"captioner.caption.tokens={plan.caption_tokens}"
         tasks.append(

@@ -46,7 +46,7 @@ def task_call(task: Task, m: LoadedModel, caption_tokens: int, generator) -> Cal
         kw = _padded_mask_kwargs(task.batch, task.new_tokens, model.device) if task.batch > 1 else {}
         return lambda: model(input_ids=ids, use_cache=True, logits_to_keep=1, **kw)
     if task.what == "vision":
-        pixels = random_pixel_values(m, 1, generator)
+        pixels = random_pixel_values(m, task.batch, generator)  # batch: images in the one call
         return lambda: model.get_image_features(pixel_values=pixels)
     if task.what == "caption":
         return _caption_fn(m, caption_tokens, generator)

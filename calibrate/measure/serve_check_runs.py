@@ -75,6 +75,7 @@ def served_times(run, images: list[int], image_tokens: int):
         sd_blocks=sum(s.decoding for s in sd),
         steps=len(steps),
         busy_s=sum(s.end_s - s.start_s for s in steps),
+        target_passes=tuple((s.gamma + 1, s.width, s.decoding, s.verify_ms) for s in steps if s.decoding),
     )
 
 

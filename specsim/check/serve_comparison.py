@@ -47,6 +47,7 @@ class ServedTimes:
     sd_blocks: int = 0
     steps: int = 0
     busy_s: float = 0.0
+    target_passes: tuple[tuple[int, int, int, float], ...] = ()  # (rows per request, width, B, ms) per step
 
     def requests(self) -> Requests:
         """The workload the loop served, its output tokens as emitted."""
@@ -113,6 +114,22 @@ def predicted_run(
     )
 
 
+def pass_drift(profile: Profile, runs: Sequence[ServedTimes]) -> float | None:
+    """Σ measured ms / Σ the profile's batched grid ms over the runs' target passes (decode or
+    verification): how much slower (> 1) or faster this host ran than when the profile was measured. A
+    diagnostic printed with the rows, not a correction."""
+    from specsim.profile.cost_grid import grid_ms
+
+    batched = profile.latency.forward_costs().batched
+    measured = predicted = 0.0
+    for run in runs:
+        for rows, width, batch, ms in run.target_passes:
+            grid = batched.target_verify if rows > 1 else batched.target_decode
+            value, _ = grid_ms(grid, rows, float(width), batch, name="batched target pass")
+            measured, predicted = measured + ms, predicted + float(value)
+    return measured / predicted if predicted > 0 else None
+
+
 def metric_values(m: ServeMetrics) -> dict[str, float]:
     """The row metrics of one summary."""
     return {
@@ -146,8 +163,10 @@ def serve_check_row(
     new_tokens: int,
     max_num_seqs: int,
     seed: int,
+    drift: float | None = None,
 ) -> ServeCheckRow:
-    """One row from the rounds' loop runs (same arrivals) and the prediction."""
+    """One row from the rounds' loop runs (same arrivals) and the prediction; ``drift``
+    (:func:`pass_drift`) goes into the row's notes."""
     if not measured:
         raise SpecsimError("serving check: no measured runs")
     rounds = [metric_values(summarize(measured_run(t))) for t in measured]
@@ -174,7 +193,14 @@ def serve_check_row(
         seed=seed,
         rounds=len(measured),
         metrics=metrics,
-        notes="" if len(measured) > 1 else "one round: no half-width",
+        notes="; ".join(
+            n
+            for n in (
+                "" if len(measured) > 1 else "one round: no half-width",
+                "" if drift is None else f"target passes ran at {drift:.3f} x the profile's grid ms",
+            )
+            if n
+        ),
     )
 
 

@@ -7,7 +7,6 @@ file. The work is in :mod:`specsim.serve`.
 from __future__ import annotations
 
 import argparse
-import math
 
 import numpy as np
 
@@ -16,9 +15,8 @@ from specsim.cli.hardware_inputs import device_runtimes, resolve_models, split_m
 from specsim.cli.progress import ProgressBar
 from specsim.errors import SpecsimError
 from specsim.hardware.device import load_device
-from specsim.jsonio import dumps_json
-from specsim.report import clip
-from specsim.serve.arrivals import rate_arg, rates_arg, read_trace
+from specsim.jsonio import check_writable, dumps_json
+from specsim.serve.arrivals import burstiness_arg, rate_arg, rates_arg, read_trace
 from specsim.serve.compare import (
     TARGET_ONLY,
     ServeSetup,
@@ -31,7 +29,7 @@ from specsim.serve.metrics import parse_slo
 from specsim.serve.roofline_cost import RooflineStepCost
 from specsim.serve.scheduler import DEFAULT_MAX_NUM_BATCHED_TOKENS, DEFAULT_MAX_NUM_SEQS, SchedulerConfig
 from specsim.serve.serve_text import comparison_text, max_rate_text, sweep_text, vllm_measured_text
-from specsim.serve.speculation import GammaPolicy, IidAcceptance, parse_gamma_schedule, replay_of
+from specsim.serve.speculation import GammaPolicy, IidAcceptance, alpha_arg, parse_gamma_schedule, replay_of
 from specsim.serve.vllm_bench import read_vllm_bench_result
 
 _DESC = (
@@ -44,28 +42,6 @@ _DESC = (
     "E2E at p50/p90/p99 in ms, output tokens/s, requests/s and goodput (requests/s meeting --slo). "
     "--rates sweeps rates and names the one from which SD stops paying (p50 TPOT worse than target-only)."
 )
-
-
-def _burstiness(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not (math.isfinite(value) and 1e-3 <= value <= 1e3):
-        raise argparse.ArgumentTypeError(
-            f"expected a Gamma shape in [0.001, 1000] (1 = Poisson), got {clip(text)!r}"
-        )
-    return value
-
-
-def _alpha(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not 0.0 <= value < 1.0:
-        raise argparse.ArgumentTypeError(f"expected 0 <= alpha < 1, got {clip(text)!r}")
-    return value
 
 
 def register(sub) -> None:
@@ -114,7 +90,7 @@ def register(sub) -> None:
     )
     load.add_argument(
         "--burstiness",
-        type=_burstiness,
+        type=burstiness_arg,
         default=1.0,
         help="Gamma shape of the inter-arrival gaps: 1 = Poisson (default), < 1 burstier",
     )
@@ -158,7 +134,7 @@ def register(sub) -> None:
     )
     sd.add_argument(
         "--alpha",
-        type=_alpha,
+        type=alpha_arg,
         default=None,
         help="i.i.d. acceptance probability per draft token (this or --acceptance-profile is needed)",
     )
@@ -222,6 +198,9 @@ def register(sub) -> None:
     )
     out.add_argument("--json", action="store_true", help="machine-readable output")
     out.add_argument("--no-progress", action="store_true", help="no progress bar on stderr for --rates")
+    out.add_argument(
+        "--plot", default=None, metavar="PNG", help="with --rates: latency, throughput vs rate, SD on and off"
+    )
     out.add_argument(
         "--jobs",
         type=number_arg("threads", integer=True),
@@ -335,6 +314,10 @@ def _setup(args) -> tuple[ServeSetup, dict]:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
+    if args.plot is not None:
+        if args.rates is None:
+            raise SpecsimError("--plot: draws a rate sweep; give --rates")
+        check_writable(args.plot, "--plot", suffix=".png")
     if args.max_rate and args.trace:
         raise SpecsimError("--max-rate: searches request rates, so it does not apply with --trace")
     if args.max_rate and args.slo is None:
@@ -358,6 +341,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
             result = sweep_rates(setup, args.rates, progress.step, jobs=args.jobs)
         finally:
             progress.close()
+        if args.plot is not None:
+            from specsim.serve.serve_plots import plot_latency_vs_rate
+
+            plot_latency_vs_rate(result, args.plot, sd_label)
         if args.json:
             print(dumps_json({**about, "sweep": result.to_json()}))
             return 0

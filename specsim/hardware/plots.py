@@ -17,7 +17,7 @@ def plot_speedup_vs_batch(
     """Best-γ SD speedup vs batch size, one line per device (hollow markers: does not fit in memory)."""
     method = method or plan.methods[0]
     context = plan.contexts[0] if context is None else context
-    fig = _figure((7, 4.5))
+    fig = new_figure((7, 4.5))
     ax = fig.subplots()
     for dev in plan.devices:
         rows = sorted(plan.select(device=dev, method=method, context=context), key=lambda r: r.batch_size)
@@ -38,7 +38,7 @@ def plot_speedup_vs_batch(
     ax.set_title(f"method {method}, context {context} tokens (roofline; hollow = does not fit)")
     ax.legend(fontsize=7, ncol=2)
     fig.tight_layout()
-    return _save(fig, path)
+    return save_png(fig, path)
 
 
 def plot_validation(
@@ -51,7 +51,7 @@ def plot_validation(
     kinds = sorted({r.observable for r in results})
     sources = sorted({r.source for r in results})
     color = {src: f"C{i % 10}" for i, src in enumerate(sources)}
-    fig = _figure((max(12.0, 4.0 * len(kinds)), 9.0))
+    fig = new_figure((max(12.0, 4.0 * len(kinds)), 9.0))
     grid = fig.add_gridspec(2, len(kinds), height_ratios=(1.1, 1.0))
     ax = fig.add_subplot(grid[0, :])
     rows = sorted(results, key=lambda r: (r.source, r.id))
@@ -108,13 +108,13 @@ def plot_validation(
         ax.tick_params(labelsize=7)
     fig.suptitle("specsim validate (leave-one-source-out)")
     fig.tight_layout()
-    return _save(fig, path)
+    return save_png(fig, path)
 
 
 def plot_sweeps(comparisons, path: str | os.PathLike) -> Path:
     """Per published batch sweep: predicted best-γ speedup vs batch (line), predicted at the published batches
     (crosses) and published (dots); y = 1 dashed (below it SD does not pay)."""
-    fig = _figure((4.6 * len(comparisons), 4.2))
+    fig = new_figure((4.6 * len(comparisons), 4.2))
     axes = fig.subplots(1, len(comparisons), squeeze=False)
     for ax, c in zip(axes[0], comparisons):
         ax.plot(c.grid_batches, c.grid_best_speedup, "-", color="C0", label="specsim, best γ")
@@ -138,10 +138,10 @@ def plot_sweeps(comparisons, path: str | os.PathLike) -> Path:
         )
         ax.legend(fontsize=7)
     fig.tight_layout()
-    return _save(fig, path)
+    return save_png(fig, path)
 
 
-def _figure(size):
+def new_figure(size):
     """A Figure with an Agg canvas, outside pyplot (no global backend switch, nothing left open)."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
@@ -151,7 +151,7 @@ def _figure(size):
     return fig
 
 
-def _save(fig, path) -> Path:
+def save_png(fig, path) -> Path:
     """Write a figure to ``path``: rendered in memory, then :func:`specsim.jsonio.write_bytes_atomic`
     (atomic; a failed write is one SpecsimError and leaves any old file as it was)."""
     buf = io.BytesIO()

@@ -113,9 +113,7 @@ def setup_ms(profile: Profile, entry: MethodAcceptance, images: int) -> tuple[fl
     lat = profile.latency
     if not images:
         return 0.0, 0.0
-    if lat.vision_encoder_ms_per_image is None:
-        raise SpecsimError("vision_encoder_ms_per_image: not measured in this profile")
-    vision = images * lat.vision_encoder_ms_per_image
+    vision = lat.vision_ms(images)
     draft = 0.0
     if entry.uses_draft_vision:
         if lat.draft_vision_encoder_ms_per_image is None:
@@ -123,7 +121,7 @@ def setup_ms(profile: Profile, entry: MethodAcceptance, images: int) -> tuple[fl
                 f"method {entry.method!r} runs the draft's vision encoder, "
                 "but draft_vision_encoder_ms_per_image is not measured"
             )
-        draft += images * lat.draft_vision_encoder_ms_per_image
+        draft += lat.vision_ms(images, draft=True)
     if entry.captions_per_prompt:
         if lat.captioner_ms_per_image is None:
             raise SpecsimError(

@@ -11,7 +11,10 @@ target-only steps back to back):
 - ``draft_step``: one draft step of a block, 1 row per request (a first step that feeds 2 columns after a
   fully accepted block is priced as 1: the rows of a step at batch B differ by one column);
 - ``overhead_ms_per_block``: the engine's work outside the models per block by γ × B (acceptance per row,
-  masking, Python), and ``overhead_ms_per_target_step`` per target-only step by B.
+  masking, Python), and ``overhead_ms_per_target_step`` per target-only step by B;
+- ``server_loop`` (optional): what the server loop (``calibrate/run/server_loop.py``, requests joining and
+  leaving) spends outside its passes and prefills, per step (a + b·B by γ, γ = 0 target-only) and per request
+  (its cache rows joined to the batch and dropped from it).
 
 The context axis of every grid is the **cache width**: the columns each row's pass attends over, pads and
 masked columns included (the longest prompt, plus γ+1 columns per block whatever was accepted; the
@@ -27,7 +30,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from specsim.errors import SpecsimError
-from specsim.jsonio import check_keys, field_list, field_num, field_req, field_str, show
+from specsim.jsonio import check_keys, field_int, field_list, field_num, field_req, field_str, show
 from specsim.profile.cost_grid import CostGrid
 from specsim.profile.overhead_grid import OverheadGrid
 
@@ -36,6 +39,52 @@ BATCHED_ENGINE = (
     "static batch of B requests, rows left-padded, rejected drafts masked in place "
     "(calibrate/run/batch_engine.py)"
 )
+
+
+@dataclass(frozen=True)
+class ServerLoopCosts:
+    """The server loop's ms outside its passes: per step ``step_ms[i]`` = (a, b) → a + b·B at ``gammas[i]``
+    (0: target-only), and ``ms_per_request`` for joining and leaving the batch once."""
+
+    gammas: tuple[int, ...]
+    step_ms: tuple[tuple[float, float], ...]
+    ms_per_request: float
+
+    def step_overhead_ms(self, batch: float, gamma: int) -> float:
+        """a + b·B at γ (linear between measured γ, the end value outside), at least 0."""
+        a = np.interp(gamma, self.gammas, [c[0] for c in self.step_ms])
+        b = np.interp(gamma, self.gammas, [c[1] for c in self.step_ms])
+        return max(float(a + b * batch), 0.0)
+
+    def to_json(self) -> dict:
+        return {
+            "gammas": list(self.gammas),
+            "step_ms": [list(c) for c in self.step_ms],
+            "ms_per_request": self.ms_per_request,
+        }
+
+    @classmethod
+    def from_json(cls, d: dict, where: str) -> ServerLoopCosts:
+        check_keys(d if isinstance(d, dict) else {}, {"gammas", "step_ms", "ms_per_request"}, where)
+        gammas = [
+            field_int(g, f"{where}.gammas[{i}]", lo=0)
+            for i, g in enumerate(field_list(field_req(d, "gammas", where), f"{where}.gammas"))
+        ]
+        if gammas != sorted(set(gammas)) or not gammas:
+            raise SpecsimError(f"{where}.gammas: expected distinct increasing integers, got {show(gammas)}")
+        rows = field_list(field_req(d, "step_ms", where), f"{where}.step_ms")
+        if len(rows) != len(gammas):
+            raise SpecsimError(f"{where}.step_ms: expected {len(gammas)} [a, b] pairs (one per gamma)")
+        pairs = []
+        for i, r in enumerate(rows):
+            r = field_list(r, f"{where}.step_ms[{i}]")
+            if len(r) != 2:
+                raise SpecsimError(f"{where}.step_ms[{i}]: expected [a, b] (ms per step: a + b·B)")
+            pairs.append(
+                tuple(field_num(x, f"{where}.step_ms[{i}][{j}]", lo=-1e6, hi=1e6) for j, x in enumerate(r))
+            )
+        per = field_num(field_req(d, "ms_per_request", where), f"{where}.ms_per_request", lo=0, hi=1e8)
+        return cls(tuple(gammas), tuple(pairs), per)
 
 
 @dataclass(frozen=True)
@@ -49,6 +98,7 @@ class BatchedCosts:
     overhead_ms_per_block: OverheadGrid
     overhead_ms_per_target_step: tuple[float, ...]  # one per ``target_decode.batch``
     engine: str = BATCHED_ENGINE
+    server_loop: ServerLoopCosts | None = None
 
     @property
     def batch_sizes(self) -> tuple[int, ...]:
@@ -73,13 +123,13 @@ class BatchedCosts:
             "overhead_ms_per_block": self.overhead_ms_per_block.to_json(),
             "overhead_ms_per_target_step": list(self.overhead_ms_per_target_step),
             "engine": self.engine,
-        }
+        } | ({"server_loop": self.server_loop.to_json()} if self.server_loop is not None else {})
 
     @classmethod
     def from_json(cls, d: dict, where: str = "latency.cost_model.batched") -> BatchedCosts:
         check_keys(
             d if isinstance(d, dict) else {},
-            {*BATCHED_GRIDS, "overhead_ms_per_block", "overhead_ms_per_target_step", "engine"},
+            {*BATCHED_GRIDS, "overhead_ms_per_block", "overhead_ms_per_target_step", "engine", "server_loop"},
             where,
         )
         grids = {n: CostGrid.from_json(field_req(d, n, where), f"{where}.{n}") for n in BATCHED_GRIDS}
@@ -120,4 +170,7 @@ class BatchedCosts:
                 for i, v in enumerate(steps)
             ),
             engine=field_str(d.get("engine", BATCHED_ENGINE), f"{where}.engine"),
+            server_loop=None
+            if d.get("server_loop") is None
+            else ServerLoopCosts.from_json(d["server_loop"], f"{where}.server_loop"),
         )

@@ -117,6 +117,10 @@ class LatencySection:
     vision_encoder_ms_per_image: float | None = None
     draft_vision_encoder_ms_per_image: float | None = None
     captioner_ms_per_image: float | None = None
+    # what each further image of the same prompt adds (its images go through the encoder in one call);
+    # None: every image costs the one-image call
+    vision_encoder_ms_per_extra_image: float | None = None
+    draft_vision_encoder_ms_per_extra_image: float | None = None
     block_cost: BlockCost | None = None
     provenance: Provenance | None = None  # when latency was measured apart from acceptance
     cost_model: CostModel | None = None  # forward cost over rows × context × batch (module docstring)
@@ -136,6 +140,19 @@ class LatencySection:
     def published_ratio(self) -> BlockCost | None:
         """The published γ·c + v of a section with no timings to price forwards with, else None."""
         return self.block_cost if self.cost_model is None else None
+
+    def vision_ms(self, images: int, draft: bool = False) -> float:
+        """ms to encode one prompt's ``images`` in one call: the one-image call, plus the per-extra-image
+        slope for each further image when measured, else ``images`` one-image calls; SpecsimError naming the
+        field when it was not measured."""
+        prefix = "draft_" if draft else ""
+        one = getattr(self, f"{prefix}vision_encoder_ms_per_image")
+        if images <= 0:
+            return 0.0
+        if one is None:
+            raise SpecsimError(f"{prefix}vision_encoder_ms_per_image: not measured in this profile")
+        extra = getattr(self, f"{prefix}vision_encoder_ms_per_extra_image")
+        return images * one if extra is None else one + (images - 1) * extra
 
     def forward_costs(self) -> CostModel:
         """The cost model every prediction prices forwards with; SpecsimError when the section has none."""
@@ -157,6 +174,8 @@ class LatencySection:
             "vision_encoder_ms_per_image",
             "draft_vision_encoder_ms_per_image",
             "captioner_ms_per_image",
+            "vision_encoder_ms_per_extra_image",
+            "draft_vision_encoder_ms_per_extra_image",
         ):
             if getattr(self, name) is not None:
                 out[name] = getattr(self, name)
@@ -175,6 +194,8 @@ class LatencySection:
             "vision_encoder_ms_per_image",
             "draft_vision_encoder_ms_per_image",
             "captioner_ms_per_image",
+            "vision_encoder_ms_per_extra_image",
+            "draft_vision_encoder_ms_per_extra_image",
             "block_cost",
             "provenance",
             "cost_model",
@@ -196,6 +217,8 @@ class LatencySection:
             "vision_encoder_ms_per_image",
             "draft_vision_encoder_ms_per_image",
             "captioner_ms_per_image",
+            "vision_encoder_ms_per_extra_image",
+            "draft_vision_encoder_ms_per_extra_image",
         ):
             kwargs[name] = _opt(d, name, lambda v, w: _num(v, w, lo=0, unit="ms", zero_ok=True), where)
         kwargs["block_cost"] = _opt(d, "block_cost", BlockCost.from_json, where)

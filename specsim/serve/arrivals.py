@@ -166,3 +166,16 @@ def rates_arg(text: str) -> list[float]:
     if len(set(values)) != len(values):
         raise argparse.ArgumentTypeError(f"expected distinct rates, got {clip(text)!r}")
     return values
+
+
+def burstiness_arg(text: str) -> float:
+    """An argparse ``type=``: a Gamma shape of the inter-arrival gaps in [0.001, 1000] (1 = Poisson)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and 1e-3 <= value <= 1e3):
+        raise argparse.ArgumentTypeError(
+            f"expected a Gamma shape in [0.001, 1000] (1 = Poisson), got {clip(text)!r}"
+        )
+    return value

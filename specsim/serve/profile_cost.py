@@ -7,14 +7,17 @@ the longest one's cache (the grids' cache width), so a step is read at width = m
 sequences decoding. Prefill chunks are separate first passes (the profile's ``target_prefill`` /
 ``draft_prefill`` grids at batch 1, one per chunk over its whole prompt so far minus what is cached), not
 fused into the decode pass as vLLM fuses them: the engine measured here does not fuse them either. A batch
-beyond the measured B is an error naming it (no extrapolation along B).
+beyond the measured B is an error naming it (no extrapolation along B). The work outside the passes is the
+server loop's where the profile measured it (``batched.server_loop``: per step, and per request joining and
+leaving the batch), else the static batched engine's per block.
 
 The drafting method's own costs per request (:func:`from_profile` with its acceptance entry): the draft's
 prompt drops ``draft_drop_tokens_per_image`` positions per image (text-only drafting drops every image
 position, a caption replaces them with fewer, multimodal keeps them), read from the entry's traces
-(target prompt − draft prompt, per image); and ``draft_setup_ms_per_image`` (the draft's vision encoder,
-a captioner) is added to the draft's prefill, as :func:`specsim.predict.pricing.setup_ms` adds it to a
-request.
+(target prompt − draft prompt, per image); the draft's vision encoder (``draft_vision``) and a caption per
+image (``captioner_ms_per_image``) are added to the draft's prefill, as
+:func:`specsim.predict.pricing.setup_ms` adds them to a request. A prompt's images go through an encoder in
+one call (:meth:`specsim.profile.LatencySection.vision_ms`), priced with the prompt's prefill chunk.
 """
 
 from __future__ import annotations
@@ -25,8 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from specsim.errors import SpecsimError
-from specsim.predict.pricing import setup_ms
-from specsim.profile import Profile
+from specsim.profile import LatencySection, Profile
 from specsim.profile.acceptance_entry import MethodAcceptance
 from specsim.profile.batched_cost import BatchedCosts
 from specsim.profile.cost_grid import grid_ms
@@ -39,10 +41,11 @@ class ProfileStepCost:
 
     model: CostModel
     batched: BatchedCosts
-    vision_ms_per_image: float = 0.0
+    latency: LatencySection = LatencySection()
     image_tokens_per_image: int = 0
     draft_drop_tokens_per_image: float = 0.0
-    draft_setup_ms_per_image: float = 0.0
+    draft_vision: bool = False
+    captioner_ms_per_image: float = 0.0
 
     @classmethod
     def from_profile(
@@ -55,8 +58,7 @@ class ProfileStepCost:
             raise SpecsimError(
                 f"profile {profile.name!r}: no batched cost (calibrate latency --request-batches 1,2,4,8)"
             )
-        vision = profile.latency.vision_encoder_ms_per_image or 0.0
-        drop = setup = 0.0
+        drop, draft_vision, caption = 0.0, False, 0.0
         if entries:
             drop = draft_drop_tokens_per_image(entries)
             if drop and not image_tokens_per_image:
@@ -64,15 +66,17 @@ class ProfileStepCost:
                     "image tokens per image: expected > 0 for a method whose draft drops image positions"
                 )
             entry = entries[0]
-            if entry.uses_draft_vision or entry.captions_per_prompt:
-                base, sd = setup_ms(profile, entry, 1)
-                setup = sd - base
-        return cls(model, model.batched, float(vision), int(image_tokens_per_image), drop, setup)
+            draft_vision = entry.uses_draft_vision
+            if entry.captions_per_prompt:
+                caption = profile.latency.captioner_ms_per_image or 0.0
+        return cls(
+            model, model.batched, profile.latency, int(image_tokens_per_image), drop, draft_vision, caption
+        )
 
     def _prefill(self, grid, chunks, name: str, drop_per_image: float = 0.0) -> float:
         if grid is None:
             raise SpecsimError(f"latency.cost_model.{name}: not measured in this profile")
-        rows = [c[0] - drop_per_image * (c[2] if len(c) > 2 else 0) for c in chunks if c[0] > 0]
+        rows = [c[0] - drop_per_image * _images(c) for c in chunks if c[0] > 0]
         if not rows:
             return 0.0
         ms, _ = grid_ms(grid, np.asarray(rows, float), 0.0, 1, name=name, along="rows")
@@ -80,6 +84,10 @@ class ProfileStepCost:
 
     def target_step_ms(self, batch, rows_per_seq, context_tokens, prefill_chunks=()) -> float:
         total = self._prefill(self.model.target_prefill, prefill_chunks, "target_prefill")
+        total += sum(self.latency.vision_ms(_images(c)) for c in prefill_chunks)  # one call per prompt
+        loop = self.batched.server_loop
+        if loop is not None:  # each admission (a chunk from position 0) joins the batch once and leaves once
+            total += loop.ms_per_request * sum(1 for c in prefill_chunks if c[0] > 0 and c[1] == 0)
         if batch:
             width = float(np.max(context_tokens[:batch]))
             grid = self.batched.target_verify if rows_per_seq > 1 else self.batched.target_decode
@@ -90,7 +98,10 @@ class ProfileStepCost:
     def draft_ms(self, batch, gamma, context_tokens, prefill_chunks=()) -> float:
         drop = self.draft_drop_tokens_per_image
         total = self._prefill(self.model.draft_prefill, prefill_chunks, "draft_prefill", drop)
-        total += self.draft_setup_ms_per_image * sum(c[2] for c in prefill_chunks if len(c) > 2)
+        for c in prefill_chunks:
+            if self.draft_vision:
+                total += self.latency.vision_ms(_images(c), draft=True)
+            total += self.captioner_ms_per_image * _images(c)
         if batch and gamma:
             width = float(np.max(context_tokens[:batch])) + np.arange(gamma)
             ms, _ = grid_ms(self.batched.draft_step, 1, width, batch, name="batched draft_step")
@@ -98,9 +109,13 @@ class ProfileStepCost:
         return total
 
     def encoder_ms(self, images) -> float:
-        return self.vision_ms_per_image * images
+        """0: the vision encoder is priced with each prompt's prefill chunk (``target_step_ms``), one call per
+        prompt's images, as the server loop runs it."""
+        return 0.0
 
     def overhead_ms(self, batch, gamma) -> float:
+        if self.batched.server_loop is not None:
+            return self.batched.server_loop.step_overhead_ms(batch, gamma)
         if gamma == 0:
             return self.batched.target_step_overhead_ms(batch)
         return float(self.batched.overhead_ms_per_block.at(gamma, batch))
@@ -117,3 +132,8 @@ def draft_drop_tokens_per_image(entries: Sequence[MethodAcceptance]) -> float:
         if t.prompt_tokens is not None and t.draft_prompt_tokens is not None
     ]
     return float(np.mean(drops)) if drops else 0.0
+
+
+def _images(chunk) -> int:
+    """Images a prefill chunk encodes (0 for a chunk given as (tokens, cached))."""
+    return int(chunk[2]) if len(chunk) > 2 else 0

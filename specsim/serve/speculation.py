@@ -18,6 +18,8 @@ Accepted drafts per request per block (an :class:`AcceptanceSource`), vectorised
 
 from __future__ import annotations
 
+import argparse
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
@@ -26,6 +28,7 @@ import numpy as np
 
 from specsim.bounds import MAX_GAMMA
 from specsim.errors import SpecsimError
+from specsim.report import clip
 
 
 @dataclass(frozen=True)
@@ -187,3 +190,14 @@ def _runs_wrapping(match: np.ndarray) -> np.ndarray:
         return np.full(n, n, dtype=np.int64)
     loop = np.concatenate([zeros, zeros + n])  # the next mismatch at or after t, across the wrap
     return loop[np.searchsorted(loop, np.arange(n))] - np.arange(n)
+
+
+def alpha_arg(text: str) -> float:
+    """An argparse ``type=``: an i.i.d. acceptance probability, 0 <= alpha < 1."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not 0.0 <= value < 1.0:
+        raise argparse.ArgumentTypeError(f"expected 0 <= alpha < 1, got {clip(text)!r}")
+    return value
