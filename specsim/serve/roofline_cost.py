@@ -27,6 +27,7 @@ from specsim.hardware.model import ModelSpec
 from specsim.hardware.parallel import check_splittable, check_tp, timing_gpus
 from specsim.hardware.passes import PassTable, pass_terms
 from specsim.hardware.roofline import USABLE_MEMORY_FRACTION, vision_ms
+from specsim.hardware.runtime import block_overhead_ms
 
 _NAMES = tuple(f.name for f in fields(PassTable))
 _ADDITIVE = np.array([n in ("flops", "base_bytes", "score_elems", "rows", "link_bytes") for n in _NAMES])
@@ -209,4 +210,5 @@ class RooflineStepCost:
         return cache[images]
 
     def overhead_ms(self, batch, gamma) -> float:
-        return float(self.runtime.overhead_ms_per_block) if gamma > 0 and batch > 0 else 0.0
+        # the planner's block overhead: the fixed part plus B · the per-sequence part (runtime.py)
+        return float(block_overhead_ms(self.runtime, batch)) if gamma > 0 and batch > 0 else 0.0
