@@ -553,3 +553,33 @@ def test_plot_of_a_rate_sweep(tmp_path, capsys):
     assert main([*SERVE, "--plot", str(tmp_path / "x.png")]) == 2
     assert "--plot: draws a rate sweep; give --rates" in _one_line(capsys)
     assert not (tmp_path / "x.png").exists()
+
+
+def test_roofline_decode_steps_equal_step_by_step_pricing():
+    """The cached lines of decode_steps_ms price every step as step_parts_ms does (each roofline part is
+    affine in the summed context), for runtimes with and without extra draft forwards."""
+    from specsim.cli.hardware_inputs import resolve_models
+    from specsim.hardware.device import load_device
+    from specsim.hardware.runtime import load_runtime
+    from specsim.serve.roofline_cost import RooflineStepCost
+    from specsim.serve.step_cost import step_parts_ms
+
+    _, t, d = resolve_models(pair="llava-1.5-7b-68m", target=None, draft=None)
+    ctx = np.random.default_rng(5).integers(100, 4000, size=(6, 5)).astype(float)
+    for runtime in ("vllm", "llama.cpp", "hf-eager"):
+        cost = RooflineStepCost(t, d, load_device("a100-80gb-sxm"), load_runtime(runtime))
+        for gamma in (0, 3):
+            fast = cost.decode_steps_ms(batch=5, gamma=gamma, context_tokens=ctx)
+            slow = [
+                step_parts_ms(
+                    cost,
+                    batch=5,
+                    gamma=gamma,
+                    context_tokens=row,
+                    prefill_chunks=(),
+                    images=0,
+                    draft_prefill=False,
+                )
+                for row in ctx
+            ]
+            assert fast == pytest.approx(slow, rel=1e-9), (runtime, gamma)

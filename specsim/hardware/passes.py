@@ -63,23 +63,23 @@ class PassTable:
 
     def ms(self, rt) -> np.ndarray:
         """Time (ms) of every pass under runtime ``rt`` (a Runtime or an Efficiency)."""
+        compute, memory, rest = self.parts_ms(rt)
+        return roof_ms(compute, memory, rt.overlap) + rest
+
+    def parts_ms(self, rt) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(compute ms, memory ms, the rest in ms) of every pass; :meth:`ms` = :func:`roof_ms` of the first
+        two + the rest. Each is affine in the terms (efficiencies depend on the rows only)."""
         compute = self.flops / (self.peak_flops_per_s * rt.compute_efficiency_at(self.rows)) * 1e3
         nbytes = self.base_bytes + self.score_elems * rt.attention_score_bytes
         memory = nbytes / (self.bandwidth_bytes_per_s * rt.memory_efficiency(self.rows)) * 1e3
-        roof = np.maximum(compute, memory) + (1.0 - rt.overlap) * np.minimum(compute, memory)
         overhead = rt.pass_overhead_ms(0) + (rt.pass_overhead_ms(1) - rt.pass_overhead_ms(0)) * self.layers
         sharded = self.tp > 1
         link = np.where(sharded, self.link_bytes_per_s, 1.0) * rt.interconnect_efficiency
         allreduce = np.where(
             sharded, self.link_bytes / link * 1e3 + rt.overhead_ms_per_allreduce * self.allreduces, 0.0
         )
-        return (
-            roof
-            + overhead
-            + rt.dequant_ms_per_layer * self.quantized_layers
-            + allreduce
-            + self._gemv_rows_ms(rt)
-        )
+        rest = overhead + rt.dequant_ms_per_layer * self.quantized_layers + allreduce + self._gemv_rows_ms(rt)
+        return compute, memory, rest
 
     def _gemv_rows_ms(self, rt) -> np.ndarray:
         """As :func:`specsim.hardware.roofline.gemv_rows_ms`."""
@@ -93,6 +93,12 @@ class PassTable:
                 f"{rt.gemv_max_rows:g} rows by it (expected the device file to give it)"
             )
         return np.where(multi, (self.rows - 1.0) * self.weights * ops / self.int32_ops_per_s * 1e3, 0.0)
+
+
+def roof_ms(compute, memory, overlap: float):
+    """The roofline of a pass from its compute and memory times (ms): the larger, plus the part of the smaller
+    that does not overlap it."""
+    return np.maximum(compute, memory) + (1.0 - overlap) * np.minimum(compute, memory)
 
 
 def pass_terms(

@@ -25,7 +25,7 @@ from specsim.errors import SpecsimError
 from specsim.hardware.device import Device
 from specsim.hardware.model import ModelSpec
 from specsim.hardware.parallel import check_splittable, check_tp, timing_gpus
-from specsim.hardware.passes import PassTable, pass_terms
+from specsim.hardware.passes import PassTable, pass_terms, roof_ms
 from specsim.hardware.roofline import USABLE_MEMORY_FRACTION, vision_ms
 from specsim.hardware.runtime import block_overhead_ms
 
@@ -156,23 +156,29 @@ class RooflineStepCost:
         return terms, weights
 
     def decode_steps_ms(self, *, batch, gamma, context_tokens) -> np.ndarray:
-        """K decode-only steps at once (ms each; ``context_tokens`` [K, batch]): draft, target, overhead."""
+        """K decode-only steps at once (ms each; ``context_tokens`` [K, batch]): draft, target, overhead.
+        A decode pass's compute, memory and other ms are each affine in the batch's summed context, so each is
+        a cached line per (model, batch, rows) (:meth:`_decode_ms`)."""
         sums = np.sum(context_tokens, axis=1, dtype=float)
-        k = len(sums)
-        target = self._cache["target"].decode(batch, gamma + 1, sums)
+        target = self._decode_ms("target", batch, gamma + 1, sums)
         if gamma == 0:
-            return self._ms(target)
+            return target
+        draft = sum(self._decode_ms("draft", batch, 1, sums + batch * j) for j in range(gamma))
         extra = float(self.runtime.extra_draft_forwards_per_block)
-        offsets = batch * np.arange(gamma, dtype=float)
-        if extra:
-            offsets = np.append(offsets, 0.0)
-        draft = self._cache["draft"].decode(batch, 1, (sums[:, None] + offsets).ravel())
-        weights = np.ones(len(offsets))
-        if extra:
-            weights[-1] = extra
-        ms = self._ms(np.concatenate([draft, target]))
-        per_step = ms[: draft.shape[0]].reshape(k, len(offsets)) @ weights + ms[draft.shape[0] :]
-        return per_step + self.overhead_ms(batch, gamma)
+        if extra:  # the extra forwards priced as one more pass at the block's start, scaled
+            draft = draft + extra * self._decode_ms("draft", batch, 1, sums)
+        return draft + target + self.overhead_ms(batch, gamma)
+
+    def _decode_ms(self, role: str, batch: int, rows: int, sums: np.ndarray) -> np.ndarray:
+        """ms of ``role``'s decode passes over ``batch`` sequences × ``rows`` rows at summed KV ``sums``."""
+        lines = self._cache.setdefault("lines", {})
+        key = (role, batch, rows)
+        if key not in lines:
+            terms = self._cache[role].decode(batch, rows, np.array([0.0, 1.0]))
+            parts = PassTable(**{name: terms[:, i] for i, name in enumerate(_NAMES)}).parts_ms(self.runtime)
+            lines[key] = [(float(p[0]), float(p[1] - p[0])) for p in parts]
+        (c0, c1), (m0, m1), (r0, r1) = lines[key]
+        return roof_ms(c0 + c1 * sums, m0 + m1 * sums, self.runtime.overlap) + r0 + r1 * sums
 
     def target_step_ms(self, batch, rows_per_seq, context_tokens, prefill_chunks=()) -> float:
         terms = self._target_terms(batch, rows_per_seq, context_tokens, prefill_chunks)
