@@ -82,21 +82,26 @@ class Comparison:
         }
 
 
+def served(setup: ServeSetup, policy: GammaPolicy, rate_per_s: float | None) -> ServeMetrics:
+    """Summary of ``setup``'s requests at ``rate_per_s`` (arrivals from ``setup.seed``) served with
+    ``policy``."""
+    requests = setup.workload.at_rate(rate_per_s, np.random.default_rng([setup.seed, 0]))
+    run = simulate(
+        requests,
+        cost=setup.cost,
+        policy=policy,
+        acceptance=setup.acceptance,
+        rng=np.random.default_rng([setup.seed, 1]),
+        scheduler=setup.scheduler,
+    )
+    return summarize(run, setup.slo)
+
+
 def compare_at(setup: ServeSetup, rate_per_s: float | None) -> Comparison:
     """Serve the same requests with SD (``setup.policy``) and target-only; summarise both."""
-    requests = setup.workload.at_rate(rate_per_s, np.random.default_rng([setup.seed, 0]))
-    out = []
-    for policy in (setup.policy, TARGET_ONLY):
-        run = simulate(
-            requests,
-            cost=setup.cost,
-            policy=policy,
-            acceptance=setup.acceptance,
-            rng=np.random.default_rng([setup.seed, 1]),
-            scheduler=setup.scheduler,
-        )
-        out.append(summarize(run, setup.slo))
-    return Comparison(rate_per_s, out[0], out[1])
+    return Comparison(
+        rate_per_s, served(setup, setup.policy, rate_per_s), served(setup, TARGET_ONLY, rate_per_s)
+    )
 
 
 @dataclass(frozen=True)
@@ -143,16 +148,7 @@ def sweep_rates(
 
 def meets_slo(setup: ServeSetup, policy: GammaPolicy, rate_per_s: float, attainment: float) -> bool:
     """Whether at least ``attainment`` of the requests served at ``rate_per_s`` meet ``setup.slo``."""
-    requests = setup.workload.at_rate(rate_per_s, np.random.default_rng([setup.seed, 0]))
-    run = simulate(
-        requests,
-        cost=setup.cost,
-        policy=policy,
-        acceptance=setup.acceptance,
-        rng=np.random.default_rng([setup.seed, 1]),
-        scheduler=setup.scheduler,
-    )
-    return summarize(run, setup.slo).slo_met_fraction >= attainment
+    return served(setup, policy, rate_per_s).slo_met_fraction >= attainment
 
 
 def max_rate_meeting_slo(
