@@ -15,6 +15,7 @@ def test_serving_notebook_runs(tmp_path, monkeypatch):
     text, images = run_notebook(NOTEBOOK, tmp_path, timeout=600)
     assert text.count("highest rate with 90% of requests meeting") == 3
     assert "p50 TPOT ms pred/meas" in text and "median |error|" in text
+    assert text.count("largest p50 TPOT gain") == 3
     assert images >= 1
 
 
