@@ -70,6 +70,13 @@ def register(sub) -> None:
         default=1,
         help="GPUs the target is split over (default 1; the draft runs on one)",
     )
+    models.add_argument(
+        "--draft-image-tokens",
+        type=number_arg("tokens", integer=True),
+        default=None,
+        help="positions one image fills in the draft's prompt (default: the target's, multimodal drafting; "
+        "0: text-only drafting); roofline pricing only",
+    )
     load = p.add_argument_group("load")
     rate = load.add_mutually_exclusive_group()
     rate.add_argument("--rate", type=rate_arg, default=None, help="requests per second (default 4)")
@@ -276,10 +283,23 @@ def _setup(args) -> tuple[ServeSetup, dict]:
     runtime = device_runtimes(args.runtime, [device])[device.name]
     split = split_mode(None, args.tp, {device.name: runtime})
     if args.cost_profile is None:
-        cost = RooflineStepCost(target, draft, device, runtime, tp=args.tp, split=split)
+        cost = RooflineStepCost(
+            target,
+            draft,
+            device,
+            runtime,
+            tp=args.tp,
+            split=split,
+            draft_image_tokens_per_image=args.draft_image_tokens,
+        )
         kv = args.kv_cache_tokens if args.kv_cache_tokens is not None else cost.kv_cache_tokens()
         max_seqs = DEFAULT_MAX_NUM_SEQS if args.max_num_seqs is None else args.max_num_seqs
     else:
+        if args.draft_image_tokens is not None:
+            raise SpecsimError(
+                "--draft-image-tokens: applies to roofline pricing; with --cost-profile the drafting "
+                "method's prompt comes from --acceptance-profile's traces"
+            )
         cost, max_seqs = _profile_cost(args, target, entries)
         kv = args.kv_cache_tokens if args.kv_cache_tokens is not None else 1 << 30
     scheduler = SchedulerConfig(

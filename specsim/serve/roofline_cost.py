@@ -9,10 +9,12 @@ points per row count and cached. A step's target pass adds its prefill chunks' t
 over its cached prompt positions, logits for the last only) with the weights streamed once, as vLLM V1 runs
 decode rows and chunked prefill in one forward. Draft passes: γ + the runtime's
 ``extra_draft_forwards_per_block`` one-row passes at batch B, pass j over KV + j; the first carries the
-draft's prefill chunks. Vision encoder: :func:`~specsim.hardware.roofline.vision_ms` on one GPU, once per
-image, its features reused by the draft. Overhead: the runtime's ``overhead_ms_per_block`` per SD step
-(whatever B; no batched figure yet), 0 without SD. Tensor parallel: the target over ``tp`` GPUs as the
-planner splits it, the draft on one GPU.
+draft's prefill chunks. The draft's prompt holds ``draft_image_tokens_per_image`` positions per image (None:
+the target's, as multimodal drafting; 0: text-only drafting drops them), its decode passes are priced over the
+target's context. Vision encoder: :func:`~specsim.hardware.roofline.vision_ms` on one GPU, once per image, its
+features reused by the draft. Overhead: the planner's block overhead per SD step (the runtime's fixed part
+plus B · its per-sequence part, :func:`~specsim.hardware.runtime.block_overhead_ms`), 0 without SD. Tensor
+parallel: the target over ``tp`` GPUs as the planner splits it, the draft on one GPU.
 """
 
 from __future__ import annotations
@@ -96,9 +98,16 @@ class RooflineStepCost:
     runtime: object
     tp: int = 1
     split: str = "tensor"
+    draft_image_tokens_per_image: int | None = None
     _cache: dict = field(default_factory=dict, compare=False, repr=False)
 
     def __post_init__(self) -> None:
+        per = self.draft_image_tokens_per_image
+        if per is not None and not 0 <= per <= self.image_tokens_per_image:
+            raise SpecsimError(
+                f"--draft-image-tokens: expected 0..{self.image_tokens_per_image} positions per image (the "
+                f"target's), got {per!r}"
+            )
         check_tp(self.tp, self.device)
         check_splittable(self.target, self.tp, self.split, "target")
         self._cache["target"] = _Model(self.target, self.device, timing_gpus(self.tp, self.split))
@@ -155,6 +164,15 @@ class RooflineStepCost:
             terms[0] = model.merge(terms[0], chunks)
         return terms, weights
 
+    def _draft_chunks(self, chunks) -> list:
+        """The draft's share of prefill chunks: each image's positions replaced by the draft's own."""
+        per = self.draft_image_tokens_per_image
+        if per is None:
+            return list(chunks)
+        drop = self.image_tokens_per_image - per
+        out = [(c[0] - drop * (int(c[2]) if len(c) > 2 else 0), c[1]) for c in chunks]
+        return [c for c in out if c[0] > 0]
+
     def decode_steps_ms(self, *, batch, gamma, context_tokens) -> np.ndarray:
         """K decode-only steps at once (ms each; ``context_tokens`` [K, batch]): draft, target, overhead.
         A decode pass's compute, memory and other ms are each affine in the batch's summed context, so each is
@@ -185,14 +203,14 @@ class RooflineStepCost:
         return 0.0 if terms is None else float(self._ms(terms)[0])
 
     def draft_ms(self, batch, gamma, context_tokens, prefill_chunks=()) -> float:
-        out = self._draft_terms(batch, gamma, context_tokens, prefill_chunks)
+        out = self._draft_terms(batch, gamma, context_tokens, self._draft_chunks(prefill_chunks))
         return 0.0 if out is None else float(np.dot(self._ms(out[0]), out[1]))
 
     def step_ms(self, *, batch, gamma, context_tokens, prefill_chunks, images, draft_prefill) -> float:
         """:func:`specsim.serve.step_cost.step_parts_ms` with every pass priced in one vectorised call."""
         terms, weights = [], []
         if draft_prefill or (gamma > 0 and batch > 0):
-            chunks = prefill_chunks if draft_prefill else ()
+            chunks = self._draft_chunks(prefill_chunks) if draft_prefill else ()
             draft = self._draft_terms(batch if gamma > 0 else 0, gamma, context_tokens, chunks)
             if draft is not None:
                 terms.append(draft[0])
