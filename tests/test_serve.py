@@ -583,3 +583,36 @@ def test_roofline_decode_steps_equal_step_by_step_pricing():
                 for row in ctx
             ]
             assert fast == pytest.approx(slow, rel=1e-9), (runtime, gamma)
+
+
+def test_text_only_drafting_skips_the_image_positions_in_the_draft_prefill(capsys):
+    """--draft-image-tokens 0 (text-only drafting): the draft's prefill of an image prompt drops the image's
+    positions, so it costs what a text prompt of the remaining tokens costs; decode passes are unchanged and
+    the whole-step price still equals its parts. Out-of-range values are refused."""
+    from specsim.cli.hardware_inputs import resolve_models
+    from specsim.hardware.device import load_device
+    from specsim.hardware.runtime import load_runtime
+    from specsim.serve.roofline_cost import RooflineStepCost
+    from specsim.serve.step_cost import step_parts_ms
+
+    _, t, d = resolve_models(pair="llava-1.5-7b-68m", target=None, draft=None)
+    dev, rt = load_device("h100-sxm"), load_runtime("vllm")
+    multi = RooflineStepCost(t, d, dev, rt)
+    text = RooflineStepCost(t, d, dev, rt, draft_image_tokens_per_image=0)
+    ctx = np.array([900.0, 1200.0])
+    image_chunk = [(512 + 576, 0, 1)]
+    assert text.draft_ms(0, 3, ctx[:0], image_chunk) == pytest.approx(
+        multi.draft_ms(0, 3, ctx[:0], [(512, 0)])
+    )
+    assert text.draft_ms(0, 3, ctx[:0], image_chunk) < multi.draft_ms(0, 3, ctx[:0], image_chunk)
+    assert text.draft_ms(2, 3, ctx) == pytest.approx(multi.draft_ms(2, 3, ctx))
+    kw = dict(batch=2, gamma=3, context_tokens=ctx, prefill_chunks=image_chunk, images=1, draft_prefill=True)
+    assert text.step_ms(**kw) == pytest.approx(step_parts_ms(text, **kw), rel=1e-12)
+    with pytest.raises(SpecsimError, match="--draft-image-tokens: expected 0..576"):
+        RooflineStepCost(t, d, dev, rt, draft_image_tokens_per_image=600)
+    assert main([*SERVE, "--draft-image-tokens", "0", "--rate", "4"]) == 0
+    capsys.readouterr()
+    assert (
+        main([*SERVE, "--draft-image-tokens", "0", "--cost-profile", "zoo-cpu-batch", "--images", "0"]) == 2
+    )
+    assert "--draft-image-tokens: applies to roofline pricing" in _one_line(capsys)
