@@ -195,6 +195,28 @@ def batch_accept_phase(logits: torch.Tensor, drafts: torch.Tensor) -> tuple[torc
     return n, best.gather(1, n[:, None])[:, 0]
 
 
+def batch_sd_block(t_cache: PaddedCache, d_cache: PaddedCache, pending: tuple, tail: tuple, g: int):
+    """One SD block over the batch: draft g, verify, accept per row, and mask each row's rejected drafts in
+    both caches; (drafts [B, g], accepted n [B], the target's next token [B], draft step ms, verify ms).
+    ``pending``/``tail``: the target's and the draft's unfed inputs and live masks."""
+    drafts, steps = batch_draft_phase(d_cache, tail, g)
+    d_fed = d_cache.columns  # draft columns after feeding d_1..d_{g-1}
+    t_start = t_cache.columns + pending[1].shape[1]  # the target's first draft column
+    logits, verify_ms = batch_verify_phase(t_cache, pending, drafts)
+    n, nxt = batch_accept_phase(logits, drafts)
+    t_cache.reject(t_start + n)  # the KV of each row's rejected drafts goes dark
+    if g:
+        d_cache.reject(d_fed - (g - 1) + torch.clamp(n, max=g - 1))
+    return drafts, n, nxt, steps, verify_ms
+
+
+def batch_target_step(cache: PaddedCache, inputs: dict, live: torch.Tensor) -> tuple[torch.Tensor, float]:
+    """One target-only step over the batch: each row's next token [B] and the pass's ms."""
+    with timed() as t:
+        logits = cache.forward(live, keep=1, **inputs)
+    return torch.argmax(logits[:, -1], -1), t.ms
+
+
 # --------------------------------------------------------------------------- loops
 def _draft_prompt(draft_model, members, requests: list[Request], device) -> tuple[dict, torch.Tensor]:
     """The draft's first-pass inputs: each request's draft context (its drafting method's embeddings),
@@ -242,14 +264,7 @@ def batch_speculative_decode(
         left = torch.tensor([max_new_tokens - len(o) for o in out])
         g = int(min(gamma, int(left[running].max()) - 1))
         t_cols, d_cols = t_cache.columns, d_cache.columns
-        drafts, steps = batch_draft_phase(d_cache, tail, g)
-        d_fed = d_cache.columns  # draft columns after feeding d_1..d_{g-1}
-        t_start = t_cache.columns + pending[1].shape[1]  # the target's first draft column
-        logits, verify_ms = batch_verify_phase(t_cache, pending, drafts)
-        n, nxt = batch_accept_phase(logits, drafts)
-        t_cache.reject(t_start + n)  # the KV of each row's rejected drafts goes dark
-        if g:
-            d_cache.reject(d_fed - (g - 1) + torch.clamp(n, max=g - 1))
+        drafts, n, nxt, steps, verify_ms = batch_sd_block(t_cache, d_cache, pending, tail, g)
         accepted, emitted = [], []
         for b in range(B):
             if not running[b]:
@@ -311,9 +326,7 @@ def batch_target_decode(
     blocks = []
     while bool(running.any()):
         t0, cols = time.perf_counter(), cache.columns
-        with timed() as t:
-            logits = cache.forward(live, keep=1, **inputs)
-        nxt = torch.argmax(logits[:, -1], -1)  # [B]
+        nxt, step_ms = batch_target_step(cache, inputs, live)  # [B]
         emitted = []
         for b in range(B):
             if running[b]:
@@ -330,7 +343,7 @@ def batch_target_decode(
                 accepted=(0,) * B,
                 emitted=tuple(emitted),
                 draft_ms=0.0,
-                verify_ms=t.ms,
+                verify_ms=step_ms,
                 block_ms=(time.perf_counter() - t0) * 1e3,
                 target_columns=cols,
                 draft_columns=0,

@@ -32,12 +32,12 @@ import torch.nn.functional as F
 from calibrate.run.batch_engine import (
     PaddedCache,
     _draft_prompt,
-    batch_accept_phase,
-    batch_draft_phase,
     batch_prefill_phase,
-    batch_verify_phase,
+    batch_sd_block,
+    batch_target_step,
     left_pad,
 )
+from calibrate.run.batch_engine import _check as check_requests
 from calibrate.run.engine import _truncate, unwrap
 from calibrate.run.proposal import Request
 from calibrate.run.timing import timed
@@ -152,20 +152,18 @@ def prefill_request(tm, dm, request: Request, *, members, pad_id: int, device):
 
 
 def sd_step(t_cache: PaddedCache, d_cache: PaddedCache, last: list[int], tails: list[list[int]], gamma: int):
-    """One SD block over the batch: (accepted drafts [B], each row's kept tokens, its next draft tail, draft
-    ms, verify ms). ``last``: each row's last emitted token (the target's pending one); ``tails``: the
-    draft's unfed tokens per row (1 or 2)."""
+    """One SD block over the batch (:func:`calibrate.run.batch_engine.batch_sd_block`): (accepted drafts [B],
+    each row's kept tokens, its next draft tail, draft ms, verify ms). ``last``: each row's last emitted token
+    (the target's pending one); ``tails``: the draft's unfed tokens per row (1 or 2)."""
     ids, live = left_pad([torch.tensor(t) for t in tails], 0)
-    drafts, steps = batch_draft_phase(d_cache, ({"input_ids": ids}, live), gamma)
-    d_fed = d_cache.columns
-    t_start = t_cache.columns + 1
     pending = torch.tensor(last)[:, None]
-    logits, verify_ms = batch_verify_phase(
-        t_cache, ({"input_ids": pending}, torch.ones_like(pending)), drafts
+    drafts, n, nxt, steps, verify_ms = batch_sd_block(
+        t_cache,
+        d_cache,
+        ({"input_ids": pending}, torch.ones_like(pending)),
+        ({"input_ids": ids}, live),
+        gamma,
     )
-    n, nxt = batch_accept_phase(logits, drafts)
-    t_cache.reject(t_start + n)
-    d_cache.reject(d_fed - (gamma - 1) + torch.clamp(n, max=gamma - 1))
     kept, new_tails = [], []
     for b in range(len(last)):
         nb = int(n[b])
@@ -175,27 +173,23 @@ def sd_step(t_cache: PaddedCache, d_cache: PaddedCache, last: list[int], tails: 
 
 
 def target_step(t_cache: PaddedCache, last: list[int]) -> tuple[list[list[int]], float]:
-    """One target-only step over the batch: each row's next token, and the pass's ms."""
+    """One target-only step over the batch (:func:`calibrate.run.batch_engine.batch_target_step`): each row's
+    next token, and the pass's ms."""
     pending = torch.tensor(last)[:, None]
-    with timed() as t:
-        logits = t_cache.forward(torch.ones_like(pending), keep=1, input_ids=pending)
-    return [[int(x)] for x in torch.argmax(logits[:, -1], -1)], t.ms
+    nxt, ms = batch_target_step(t_cache, {"input_ids": pending}, torch.ones_like(pending))
+    return [[int(x)] for x in nxt], ms
 
 
 def _check(requests, arrival_s, gamma, max_new_tokens, max_num_seqs) -> None:
-    if not requests:
-        raise SpecsimError("server loop: expected at least one request, got none")
+    """The batch engine's checks of the requests and ``max_new_tokens``, then the loop's own arguments."""
+    check_requests(requests, max_new_tokens)
     if len(arrival_s) != len(requests):
         raise SpecsimError(
             f"arrival_s: expected {len(requests)} times (one per request), got {len(arrival_s)}"
         )
     if any(b < a for a, b in zip(arrival_s, arrival_s[1:])) or min(arrival_s) < 0:
         raise SpecsimError("arrival_s: expected times >= 0 in arrival order")
-    for name, value, lo in (
-        ("gamma", gamma, 0),
-        ("max_new_tokens", max_new_tokens, 1),
-        ("max_num_seqs", max_num_seqs, 1),
-    ):
+    for name, value, lo in (("gamma", gamma, 0), ("max_num_seqs", max_num_seqs, 1)):
         if isinstance(value, bool) or not isinstance(value, int) or value < lo:
             raise SpecsimError(f"{name}: expected an integer >= {lo}, got {value!r}")
 
