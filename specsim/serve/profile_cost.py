@@ -28,11 +28,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from specsim.errors import SpecsimError
-from specsim.profile import LatencySection, Profile
-from specsim.profile.acceptance_entry import MethodAcceptance
+from specsim.profile import LatencySection, MethodAcceptance, Profile
 from specsim.profile.batched_cost import BatchedCosts
 from specsim.profile.cost_grid import grid_ms
 from specsim.profile.cost_model import CostModel
+from specsim.serve.step_cost import chunk_images
 
 
 @dataclass(frozen=True)
@@ -76,7 +76,7 @@ class ProfileStepCost:
     def _prefill(self, grid, chunks, name: str, drop_per_image: float = 0.0) -> float:
         if grid is None:
             raise SpecsimError(f"latency.cost_model.{name}: not measured in this profile")
-        rows = [c[0] - drop_per_image * _images(c) for c in chunks if c[0] > 0]
+        rows = [c[0] - drop_per_image * chunk_images(c) for c in chunks if c[0] > 0]
         if not rows:
             return 0.0
         ms, _ = grid_ms(grid, np.asarray(rows, float), 0.0, 1, name=name, along="rows")
@@ -84,7 +84,7 @@ class ProfileStepCost:
 
     def target_step_ms(self, batch, rows_per_seq, context_tokens, prefill_chunks=()) -> float:
         total = self._prefill(self.model.target_prefill, prefill_chunks, "target_prefill")
-        total += sum(self.latency.vision_ms(_images(c)) for c in prefill_chunks)  # one call per prompt
+        total += sum(self.latency.vision_ms(chunk_images(c)) for c in prefill_chunks)  # one call per prompt
         loop = self.batched.server_loop
         if loop is not None:  # each admission (a chunk from position 0) joins the batch once and leaves once
             total += loop.ms_per_request * sum(1 for c in prefill_chunks if c[0] > 0 and c[1] == 0)
@@ -100,8 +100,8 @@ class ProfileStepCost:
         total = self._prefill(self.model.draft_prefill, prefill_chunks, "draft_prefill", drop)
         for c in prefill_chunks:
             if self.draft_vision:
-                total += self.latency.vision_ms(_images(c), draft=True)
-            total += self.captioner_ms_per_image * _images(c)
+                total += self.latency.vision_ms(chunk_images(c), draft=True)
+            total += self.captioner_ms_per_image * chunk_images(c)
         if batch and gamma:
             width = float(np.max(context_tokens[:batch])) + np.arange(gamma)
             ms, _ = grid_ms(self.batched.draft_step, 1, width, batch, name="batched draft_step")
@@ -132,8 +132,3 @@ def draft_drop_tokens_per_image(entries: Sequence[MethodAcceptance]) -> float:
         if t.prompt_tokens is not None and t.draft_prompt_tokens is not None
     ]
     return float(np.mean(drops)) if drops else 0.0
-
-
-def _images(chunk) -> int:
-    """Images a prefill chunk encodes (0 for a chunk given as (tokens, cached))."""
-    return int(chunk[2]) if len(chunk) > 2 else 0

@@ -30,6 +30,7 @@ from specsim.hardware.parallel import check_splittable, check_tp, timing_gpus
 from specsim.hardware.passes import PassTable, pass_terms, roof_ms
 from specsim.hardware.roofline import USABLE_MEMORY_FRACTION, vision_ms
 from specsim.hardware.runtime import block_overhead_ms
+from specsim.serve.step_cost import chunk_images
 
 _NAMES = tuple(f.name for f in fields(PassTable))
 _ADDITIVE = np.array([n in ("flops", "base_bytes", "score_elems", "rows", "link_bytes") for n in _NAMES])
@@ -170,7 +171,7 @@ class RooflineStepCost:
         if per is None:
             return list(chunks)
         drop = self.image_tokens_per_image - per
-        out = [(c[0] - drop * (int(c[2]) if len(c) > 2 else 0), c[1]) for c in chunks]
+        out = [(c[0] - drop * chunk_images(c), c[1]) for c in chunks]
         return [c for c in out if c[0] > 0]
 
     def decode_steps_ms(self, *, batch, gamma, context_tokens) -> np.ndarray:

@@ -36,6 +36,11 @@ from specsim.errors import SpecsimError
 Chunks = Sequence[tuple[int, ...]]
 
 
+def chunk_images(chunk) -> int:
+    """Images a prefill chunk encodes (0 for a chunk given as (tokens, cached))."""
+    return int(chunk[2]) if len(chunk) > 2 else 0
+
+
 class StepCost(Protocol):
     """Prices a serving step's parts (ms); ``image_tokens_per_image``: prompt positions one image fills."""
 
