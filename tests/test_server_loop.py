@@ -294,3 +294,19 @@ def test_server_loop_costs_round_trip_and_price_steps():
         BatchedCosts.from_json(
             with_loop.to_json() | {"server_loop": loop.to_json() | {"step_ms": [[0.1, 0.0]]}}
         )
+
+
+def test_greedy_trace_lookup_names_what_is_missing():
+    """The one trace lookup of `check --batch` and `check --serve-rates`: a prompt without a greedy trace is a
+    one-line error naming the method, the scenario and the prompt."""
+    from calibrate.measure.check_runs import greedy_trace
+    from specsim.predict.prediction import one_entry
+    from specsim.profiles import load_profile
+
+    entry = one_entry(load_profile("zoo-cpu-batch"), "M", "zoo-1img")
+    first = entry.traces[0]
+    assert greedy_trace(entry, first.prompt_id) is first
+    with pytest.raises(
+        SpecsimError, match="method 'M' in scenario 'zoo-1img': no greedy trace for prompt 'nope'"
+    ):
+        greedy_trace(entry, "nope")

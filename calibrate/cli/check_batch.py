@@ -25,7 +25,7 @@ def batch_sizes(args) -> list[int]:
 def cmd_check_batch(args, gammas, profile_path, profile, methods) -> int:
     """Per batch size: run in rounds, price, write the rows, print the table and summary."""
     from calibrate.measure.batch_check_runs import batches_of, run_batch_check
-    from calibrate.measure.check_runs import entries_of
+    from calibrate.measure.check_runs import entries_of, greedy_trace
     from calibrate.workload.run_setup import load_setup, progress
     from specsim.check.batch_comparison import batch_check_row, batch_specs, measure_batches
     from specsim.check.check_tables import batch_table, summary, summary_line, terms_table
@@ -41,16 +41,12 @@ def cmd_check_batch(args, gammas, profile_path, profile, methods) -> int:
         cost.check_batch(b)
     setup = load_setup(args, methods=methods, cache_captions=False)
     entries = entries_of(setup, profile, args.scenario)
-    for (group, _), entry in entries.items():  # what the runs could not price fails before anything runs
-        traced = {t.prompt_id for t in entry.traces if t.match is not None}
-        for b in sizes:
-            for key, reqs in batches_of(setup, b).items():
-                missing = [r.prompt_id for r in reqs if r.prompt_id not in traced]
-                if missing and key[0] == group:
-                    raise SpecsimError(
-                        f"method {entry.method!r} in scenario {entry.scenario!r}: no greedy trace for prompt "
-                        f"{missing[0]!r} (calibrate acceptance on the same prompts, or --limit N)"
-                    )
+    for b in sizes:  # what the runs could not price fails before anything runs
+        for (group, _), reqs in batches_of(setup, b).items():
+            for m in setup.methods:
+                for r in reqs:
+                    greedy_trace(entries[(group, m)], r.prompt_id)
+    for entry in entries.values():
         for trace in entry.traces:
             if trace.match is not None:
                 draft_plan(max(gammas), trace, args.max_new_tokens)

@@ -40,8 +40,8 @@ def serve_args(parser) -> None:
 
 def cmd_check_serve(args, gammas, profile_path, profile, methods) -> int:
     """Run the loop in rounds, simulate each (rate, side), write the rows, print the table and summary."""
-    from calibrate.measure.check_runs import entries_of
-    from calibrate.measure.serve_check_runs import image_positions, run_serve_check, workload_order
+    from calibrate.measure.check_runs import entries_of, greedy_trace
+    from calibrate.measure.serve_check_runs import run_serve_check, workload_order
     from calibrate.workload.run_setup import load_setup, progress
     from specsim.check.serve_comparison import (
         pass_drift,
@@ -67,18 +67,10 @@ def cmd_check_serve(args, gammas, profile_path, profile, methods) -> int:
     mixed = f"{args.scenario or setup.name}-mixed"
     scenario = setup.scenario(groups[0], args.scenario) if len(groups) == 1 else mixed
     order = workload_order(setup, args.serve_requests)
-    traces = {}
-    for m in setup.methods:  # each request's trace, before anything runs
-        traces[m] = []
-        for g, i in order:
-            entry, pid = entries[(g, m)], setup.groups[g][i].prompt_id
-            found = [t for t in entry.traces if t.prompt_id == pid and t.match is not None]
-            if not found:
-                raise SpecsimError(
-                    f"method {m!r} in scenario {entry.scenario!r}: no greedy trace for prompt {pid!r} "
-                    "(calibrate acceptance on the same prompts, or --limit N)"
-                )
-            traces[m].append(found[0])
+    traces = {  # each request's trace, before anything runs
+        m: [greedy_trace(entries[(g, m)], setup.groups[g][i].prompt_id) for g, i in order]
+        for m in setup.methods
+    }
     sides = [(m, g) for m in setup.methods for g in gammas]
     bar = (
         None
@@ -100,7 +92,6 @@ def cmd_check_serve(args, gammas, profile_path, profile, methods) -> int:
         progress=bar,
     )
     drift = pass_drift(profile, [t for runs_ in runs.runs.values() for t in runs_])
-    image_tokens = max((image_positions(setup.groups[g][i]) for g, i in order), default=0)
     rows = []
     for rate in args.serve_rates:
         for side in [("target", 0), *sides]:
@@ -113,7 +104,7 @@ def cmd_check_serve(args, gammas, profile_path, profile, methods) -> int:
                 gamma=g,
                 entries=method_entries,
                 traces=traces.get(m, []),
-                image_tokens_per_image=image_tokens,
+                image_tokens_per_image=runs.image_tokens,
                 max_num_seqs=args.max_num_seqs,
             )
             rows.append(

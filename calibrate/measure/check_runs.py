@@ -210,6 +210,18 @@ def entry_of(profile, method: str, scenario: str | None):
     return cands[0]
 
 
+def greedy_trace(entry, prompt_id: str):
+    """``entry``'s greedy trace of ``prompt_id``; SpecsimError naming the method, scenario and prompt when it
+    has none (a run of that prompt could not be priced)."""
+    for trace in entry.traces:
+        if trace.prompt_id == prompt_id and trace.match is not None:
+            return trace
+    raise SpecsimError(
+        f"method {entry.method!r} in scenario {entry.scenario!r}: no greedy trace for prompt {prompt_id!r} "
+        "(calibrate acceptance on the same prompts, or --limit N)"
+    )
+
+
 def entries_of(setup, profile, scenario: str | None) -> dict:
     """(images per prompt, method) -> the profile's acceptance entry of that scenario group."""
     return {

@@ -21,11 +21,13 @@ import numpy as np
 @dataclass
 class ServeRuns:
     """Per (rate, side) the rounds' :class:`specsim.check.serve_comparison.ServedTimes`; a side is
-    ("target", 0) or (method, γ). ``order``: each request's (scenario group, prompt index) in the workload."""
+    ("target", 0) or (method, γ). ``order``: each request's (scenario group, prompt index) in the workload;
+    ``image_tokens``: the prompt positions one image fills."""
 
     runs: dict[tuple, list] = field(default_factory=dict)
     arrivals: dict[float, np.ndarray] = field(default_factory=dict)
     order: list[tuple[int, int]] = field(default_factory=list)
+    image_tokens: int = 0  # prompt positions one image fills (0: no images)
     rounds: int = 0
     seconds: float = 0.0
 
@@ -105,7 +107,7 @@ def run_serve_check(
     out = ServeRuns(order=workload_order(setup, requests))
     reqs = [setup.groups[g][i] for g, i in out.order]
     images = [image_count(r) for r in reqs]
-    image_tokens = max((image_positions(r) for r in reqs), default=0)
+    image_tokens = out.image_tokens = max((image_positions(r) for r in reqs), default=0)
     members = {m: members_of(setup.drafter(m)) for m in {m for m, _ in sides}}
     all_sides = [("target", 0), *sides]
     for k, rate in enumerate(rates):
