@@ -68,7 +68,11 @@ class ProfileStepCost:
             entry = entries[0]
             draft_vision = entry.uses_draft_vision
             if entry.captions_per_prompt:
-                caption = profile.latency.captioner_ms_per_image or 0.0
+                if profile.latency.captioner_ms_per_image is None:  # as setup_ms refuses it for one request
+                    raise SpecsimError(
+                        f"method {entry.method!r} uses captions, but captioner_ms_per_image is not measured"
+                    )
+                caption = profile.latency.captioner_ms_per_image
         return cls(
             model, model.batched, profile.latency, int(image_tokens_per_image), drop, draft_vision, caption
         )
