@@ -226,6 +226,34 @@ def test_iid_acceptance_mean_matches_tau():
     )
     tau = (1 - 0.7**4) / 0.3
     assert abs(1 + acc.mean() - tau) < 0.01
+    blocks = IidAcceptance(0.7).accepted_steps(500, 3, 400, np.random.default_rng(5))
+    assert blocks.shape == (400, 500) and blocks.max() == 3
+    assert abs(1 + blocks.mean() - tau) < 0.01
+
+
+def test_iid_blocks_serve_as_step_by_step_draws_do():
+    """i.i.d. acceptance drawn in blocks by the fast-forward path gives the acceptance rate and TPOT of the
+    step-by-step path (other draws, the same distribution)."""
+    times = poisson_arrivals(400, 40.0, np.random.default_rng(2))
+    req = uniform_requests(times, 64, 0, 64)
+    cost = ConstantStepCost(target_ms=5.0, target_ms_per_row=0.05, draft_ms_per_pass=0.5)
+    runs = [
+        simulate(
+            req,
+            cost=cost,
+            policy=GammaPolicy(3),
+            acceptance=IidAcceptance(0.7),
+            rng=np.random.default_rng(9),
+            scheduler=SchedulerConfig(max_num_seqs=16),
+            record=record,
+        )
+        for record in (True, False)
+    ]
+    rates = [r.accepted_tokens / r.draft_tokens for r in runs]
+    assert rates[0] == pytest.approx(rates[1], abs=0.01)
+    assert rates[1] == pytest.approx((0.7 - 0.7**4) / 3 / 0.3, abs=0.01)  # E[accepted] / γ
+    tpot = [summarize(r).tpot_ms.p50 for r in runs]
+    assert tpot[0] == pytest.approx(tpot[1], rel=0.03)
 
 
 def test_itl_percentiles_equal_numpy_on_the_expanded_multiset():
@@ -346,38 +374,62 @@ def test_cli_trace_runs(tmp_path, capsys):
     assert data["comparison"]["rate_per_s"] is None and data["comparison"]["sd"]["requests"] == 10
 
 
-def test_roofline_whole_step_equals_the_sum_of_its_parts():
+def test_roofline_mixed_passes_equal_their_merged_pass_tables():
+    """A step's target pass (decode rows + prefill chunks) and a draft block carrying the draft's prefill,
+    priced from cached lines in Σ KV, equal the PassTable of their summed terms (the weights streamed once)
+    built here from pass_terms, at sequences of different lengths, for runtimes with and without extra draft
+    forwards."""
     from specsim.cli.hardware_inputs import resolve_models
     from specsim.hardware.device import load_device
+    from specsim.hardware.passes import pass_table, pass_terms
     from specsim.hardware.runtime import load_runtime
     from specsim.serve.roofline_cost import RooflineStepCost
-    from specsim.serve.step_cost import step_parts_ms
+
+    def merged_ms(m, dev, rt, decode, chunks):
+        """decode: (batch, mean KV, rows) or None; chunks: (tokens, cached)."""
+        parts = [pass_terms(m, dev, *decode)] if decode else []
+        parts += [pass_terms(m, dev, 1, cached, tokens, logits=1) for tokens, cached in chunks]
+        out = dict(parts[0])
+        for p in parts[1:]:
+            for k in ("flops", "base_bytes", "score_elems", "rows", "link_bytes"):
+                out[k] += p[k]
+        weights = pass_terms(m, dev, 1, 0, 1)["base_bytes"] - (
+            pass_terms(m, dev, 2, 0, 1)["base_bytes"] - pass_terms(m, dev, 1, 0, 1)["base_bytes"]
+        )
+        out["base_bytes"] -= (len(parts) - 1) * weights
+        return float(pass_table([out]).ms(rt)[0])
 
     _, t, d = resolve_models(pair="llava-1.5-7b-68m", target=None, draft=None)
-    ctx = np.array([900.0, 1300.0])
+    dev = load_device("a100-80gb-sxm")
+    ctx = np.array([900.0, 1300.0, 2051.0])
     for runtime in ("vllm", "llama.cpp"):
-        cost = RooflineStepCost(t, d, load_device("a100-80gb-sxm"), load_runtime(runtime))
-        for batch, gamma, chunks, images, draft_prefill in [
-            (2, 3, [(300, 0), (64, 512)], 1, True),
-            (2, 0, [], 0, False),
-            (0, 3, [(1088, 0)], 1, True),
-            (2, 2, [(128, 0)], 0, False),
-        ]:
-            kw = dict(
-                batch=batch,
-                gamma=gamma,
-                context_tokens=ctx[:batch],
-                prefill_chunks=chunks,
-                images=images,
-                draft_prefill=draft_prefill,
-            )
-            assert cost.step_ms(**kw) == pytest.approx(step_parts_ms(cost, **kw), rel=1e-12)
+        rt = load_runtime(runtime)
+        cost = RooflineStepCost(t, d, dev, rt)
+        for batch, rows, chunks in [(3, 4, [(300, 0), (64, 512)]), (0, 1, [(1088, 0)]), (3, 1, [(128, 0)])]:
+            decode = (batch, ctx[:batch].mean(), rows) if batch else None
+            assert cost.target_step_ms(batch, rows, ctx, chunks) == pytest.approx(
+                merged_ms(t, dev, rt, decode, chunks), rel=1e-9
+            ), (runtime, batch, chunks)
+        mean = ctx.mean()
+        draft = merged_ms(d, dev, rt, (3, mean, 1), [(300, 0)])
+        draft += sum(merged_ms(d, dev, rt, (3, mean + j, 1), []) for j in (1, 2))
+        draft += rt.extra_draft_forwards_per_block * merged_ms(d, dev, rt, (3, mean, 1), [])
+        assert cost.draft_ms(3, 3, ctx, [(300, 0)]) == pytest.approx(draft, rel=1e-9), runtime
 
 
 @pytest.mark.parametrize("kv_cache_tokens", [None, 200])
-def test_fast_forwarded_decode_steps_equal_the_step_by_step_schedule(kv_cache_tokens):
+@pytest.mark.parametrize("source", ["replay", "never", "always"])
+def test_fast_forwarded_decode_steps_equal_the_step_by_step_schedule(kv_cache_tokens, source):
+    """Fast-forwarded runs (record=False) equal step-by-step ones (record=True) exactly: trace replay one step
+    per draw, and i.i.d. acceptance drawn in blocks (``accepted_steps``) at α = 0 and α → 1, where every
+    draw is certain, so the blocks' caps at each request's last tokens are checked too."""
     rng = np.random.default_rng(11)
     traces = [rng.random(40) < 0.7 for _ in range(5)]
+    acceptance = {
+        "replay": ReplayAcceptance.from_matches(traces),
+        "never": IidAcceptance(0.0),
+        "always": IidAcceptance(1.0 - 1e-15),
+    }[source]
     times = poisson_arrivals(60, 30.0, np.random.default_rng(12))
     req = Requests(times, rng.integers(5, 60, 60), np.zeros(60, dtype=np.int64), rng.integers(1, 30, 60))
     cost = ConstantStepCost(
@@ -394,7 +446,7 @@ def test_fast_forwarded_decode_steps_equal_the_step_by_step_schedule(kv_cache_to
             req,
             cost=cost,
             policy=GammaPolicy(3, parse_gamma_schedule("5-6:1")),
-            acceptance=ReplayAcceptance.from_matches(traces),
+            acceptance=acceptance,
             rng=np.random.default_rng(0),
             scheduler=sched,
             record=record,
@@ -556,13 +608,13 @@ def test_plot_of_a_rate_sweep(tmp_path, capsys):
 
 
 def test_roofline_decode_steps_equal_step_by_step_pricing():
-    """The cached lines of decode_steps_ms price every step as step_parts_ms does (each roofline part is
+    """The cached lines of decode_steps_ms price every step as step_ms does (each roofline part is
     affine in the summed context), for runtimes with and without extra draft forwards."""
     from specsim.cli.hardware_inputs import resolve_models
     from specsim.hardware.device import load_device
     from specsim.hardware.runtime import load_runtime
     from specsim.serve.roofline_cost import RooflineStepCost
-    from specsim.serve.step_cost import step_parts_ms
+    from specsim.serve.step_cost import step_ms
 
     _, t, d = resolve_models(pair="llava-1.5-7b-68m", target=None, draft=None)
     ctx = np.random.default_rng(5).integers(100, 4000, size=(6, 5)).astype(float)
@@ -571,7 +623,7 @@ def test_roofline_decode_steps_equal_step_by_step_pricing():
         for gamma in (0, 3):
             fast = cost.decode_steps_ms(batch=5, gamma=gamma, context_tokens=ctx)
             slow = [
-                step_parts_ms(
+                step_ms(
                     cost,
                     batch=5,
                     gamma=gamma,
@@ -593,7 +645,6 @@ def test_text_only_drafting_skips_the_image_positions_in_the_draft_prefill(capsy
     from specsim.hardware.device import load_device
     from specsim.hardware.runtime import load_runtime
     from specsim.serve.roofline_cost import RooflineStepCost
-    from specsim.serve.step_cost import step_parts_ms
 
     _, t, d = resolve_models(pair="llava-1.5-7b-68m", target=None, draft=None)
     dev, rt = load_device("h100-sxm"), load_runtime("vllm")
@@ -606,8 +657,6 @@ def test_text_only_drafting_skips_the_image_positions_in_the_draft_prefill(capsy
     )
     assert text.draft_ms(0, 3, ctx[:0], image_chunk) < multi.draft_ms(0, 3, ctx[:0], image_chunk)
     assert text.draft_ms(2, 3, ctx) == pytest.approx(multi.draft_ms(2, 3, ctx))
-    kw = dict(batch=2, gamma=3, context_tokens=ctx, prefill_chunks=image_chunk, images=1, draft_prefill=True)
-    assert text.step_ms(**kw) == pytest.approx(step_parts_ms(text, **kw), rel=1e-12)
     with pytest.raises(SpecsimError, match="--draft-image-tokens: expected 0..576"):
         RooflineStepCost(t, d, dev, rt, draft_image_tokens_per_image=600)
     assert main([*SERVE, "--draft-image-tokens", "0", "--rate", "4"]) == 0

@@ -97,7 +97,9 @@ class PassTable:
 
 def roof_ms(compute, memory, overlap: float):
     """The roofline of a pass from its compute and memory times (ms): the larger, plus the part of the smaller
-    that does not overlap it."""
+    that does not overlap it (arrays, or floats without numpy's per-call cost)."""
+    if isinstance(compute, float) and isinstance(memory, float):
+        return max(compute, memory) + (1.0 - overlap) * min(compute, memory)
     return np.maximum(compute, memory) + (1.0 - overlap) * np.minimum(compute, memory)
 
 

@@ -5,9 +5,10 @@ Every pass is a :class:`specsim.hardware.passes.PassTable` entry priced under th
 score elements, rows, all-reduce traffic) are affine in the batch B and in Σ context for a fixed number of
 new rows per sequence, so a decode/verify pass over sequences of different KV lengths has exactly the terms of
 B sequences at their mean context; they are taken from :func:`~specsim.hardware.passes.pass_terms` at three
-points per row count and cached. A step's target pass adds its prefill chunks' terms (each chunk: its tokens
-over its cached prompt positions, logits for the last only) with the weights streamed once, as vLLM V1 runs
-decode rows and chunked prefill in one forward. Draft passes: γ + the runtime's
+points per row count and cached, and a pass's compute, memory and other ms, affine in its terms at fixed rows,
+are cached lines in Σ context per (batch, rows, prefill chunks). A step's target pass adds its prefill chunks'
+terms (each chunk: its tokens over its cached prompt positions, logits for the last only) with the weights
+streamed once, as vLLM V1 runs decode rows and chunked prefill in one forward. Draft passes: γ + the runtime's
 ``extra_draft_forwards_per_block`` one-row passes at batch B, pass j over KV + j; the first carries the
 draft's prefill chunks. The draft's prompt holds ``draft_image_tokens_per_image`` positions per image (None:
 the target's, as multimodal drafting; 0: text-only drafting drops them), its decode passes are priced over the
@@ -132,38 +133,41 @@ class RooflineStepCost:
             )
         return int(free // per_token)
 
-    def _ms(self, terms: np.ndarray) -> np.ndarray:
-        """Time (ms) of each row of ``terms`` (passes × PassTable fields) under the runtime."""
-        table = PassTable(**{name: terms[:, i] for i, name in enumerate(_NAMES)})
-        return table.ms(self.runtime)
+    def _line(self, role: str, batch: int, rows: int, chunks) -> tuple[float, ...]:
+        """(compute, memory, rest) ms of one ``role`` pass over ``batch`` sequences × ``rows`` rows with
+        prefill ``chunks`` (tokens, cached) in the same pass, each as (ms at Σ KV 0, ms per Σ KV token): at
+        fixed (batch, rows, chunks) the terms are affine in Σ KV and the efficiencies depend on the rows only,
+        so each part is a line, computed once from two points and cached."""
+        lines = self._cache.setdefault("lines", {})
+        key = (role, batch, rows, tuple((int(c[0]), int(c[1])) for c in chunks) if chunks else ())
+        line = lines.get(key)
+        if line is None:
+            model = self._cache[role]
+            if batch:
+                terms = model.decode(batch, rows, np.array([0.0, 1.0]))
+                if chunks:
+                    terms = np.stack([model.merge(t, chunks) for t in terms])
+            else:
+                terms = np.stack([model.merge(None, chunks)] * 2)
+            parts = PassTable(**{name: terms[:, i] for i, name in enumerate(_NAMES)}).parts_ms(self.runtime)
+            line = lines[key] = tuple(v for p in parts for v in (float(p[0]), float(p[1] - p[0])))
+        return line
 
-    def _target_terms(self, batch, rows_per_seq, context_tokens, chunks) -> np.ndarray | None:
-        """[1, fields] terms of the step's target pass, or None when it runs nothing."""
-        model = self._cache["target"]
-        first = None
-        if batch:
-            first = model.decode(batch, rows_per_seq, np.array([float(np.sum(context_tokens[:batch]))]))[0]
-        merged = model.merge(first, chunks)
-        return None if merged is None else merged[None, :]
+    def _pass_ms(self, role: str, batch: int, rows: int, chunks, sums: float) -> float:
+        """ms of one ``role`` pass at summed KV ``sums`` (:meth:`_line`)."""
+        c0, c1, m0, m1, r0, r1 = self._line(role, batch, rows, chunks)
+        return roof_ms(c0 + c1 * sums, m0 + m1 * sums, self.runtime.overlap) + r0 + r1 * sums
 
-    def _draft_terms(self, batch, gamma, context_tokens, chunks) -> tuple[np.ndarray, np.ndarray] | None:
-        """([passes, fields] terms, weights) of the step's draft passes, or None when it runs nothing."""
-        model = self._cache["draft"]
+    def _draft_passes_ms(self, batch: int, gamma: int, sums, chunks):
+        """ms of a block's draft passes: γ one-row passes at ``batch``, pass j over Σ KV + j·B, the first
+        carrying ``chunks``, plus the runtime's extra forwards priced as the first pass without them."""
+        if not (batch and gamma):
+            return self._pass_ms("draft", 0, 1, chunks, 0.0) if chunks else 0.0
+        out = sum(
+            self._pass_ms("draft", batch, 1, chunks if j == 0 else (), sums + batch * j) for j in range(gamma)
+        )
         extra = float(self.runtime.extra_draft_forwards_per_block)
-        passes = gamma if batch else 0
-        if not passes:
-            merged = model.merge(None, chunks)
-            return None if merged is None else (merged[None, :], np.ones(1))
-        total_ctx = float(np.sum(context_tokens[:batch]))
-        sums = total_ctx + batch * np.arange(passes + (1 if extra else 0), dtype=float)
-        terms = model.decode(batch, 1, sums)
-        weights = np.ones(len(sums))
-        if extra:  # the extra forwards priced as one more pass at the block's start, scaled
-            terms[-1] = terms[0]
-            weights[-1] = extra
-        if chunks:
-            terms[0] = model.merge(terms[0], chunks)
-        return terms, weights
+        return out + extra * self._pass_ms("draft", batch, 1, (), sums) if extra else out
 
     def _draft_chunks(self, chunks) -> list:
         """The draft's share of prefill chunks: each image's positions replaced by the draft's own."""
@@ -175,54 +179,36 @@ class RooflineStepCost:
         return [c for c in out if c[0] > 0]
 
     def decode_steps_ms(self, *, batch, gamma, context_tokens) -> np.ndarray:
-        """K decode-only steps at once (ms each; ``context_tokens`` [K, batch]): draft, target, overhead.
-        A decode pass's compute, memory and other ms are each affine in the batch's summed context, so each is
-        a cached line per (model, batch, rows) (:meth:`_decode_ms`)."""
-        sums = np.sum(context_tokens, axis=1, dtype=float)
-        target = self._decode_ms("target", batch, gamma + 1, sums)
-        if gamma == 0:
-            return target
-        draft = sum(self._decode_ms("draft", batch, 1, sums + batch * j) for j in range(gamma))
-        extra = float(self.runtime.extra_draft_forwards_per_block)
-        if extra:  # the extra forwards priced as one more pass at the block's start, scaled
-            draft = draft + extra * self._decode_ms("draft", batch, 1, sums)
-        return draft + target + self.overhead_ms(batch, gamma)
-
-    def _decode_ms(self, role: str, batch: int, rows: int, sums: np.ndarray) -> np.ndarray:
-        """ms of ``role``'s decode passes over ``batch`` sequences × ``rows`` rows at summed KV ``sums``."""
-        lines = self._cache.setdefault("lines", {})
-        key = (role, batch, rows)
-        if key not in lines:
-            terms = self._cache[role].decode(batch, rows, np.array([0.0, 1.0]))
-            parts = PassTable(**{name: terms[:, i] for i, name in enumerate(_NAMES)}).parts_ms(self.runtime)
-            lines[key] = [(float(p[0]), float(p[1] - p[0])) for p in parts]
-        (c0, c1), (m0, m1), (r0, r1) = lines[key]
-        return roof_ms(c0 + c1 * sums, m0 + m1 * sums, self.runtime.overlap) + r0 + r1 * sums
+        """K decode-only steps at once (ms each; ``context_tokens`` [K, batch]): draft, target, overhead,
+        every pass of every step from its :meth:`_line` in one array expression."""
+        blocks = self._cache.setdefault("blocks", {})
+        if (batch, gamma) not in blocks:
+            passes = [(self._line("target", batch, gamma + 1, ()), 0.0, 1.0)]
+            if gamma:
+                passes += [(self._line("draft", batch, 1, ()), batch * j, 1.0) for j in range(gamma)]
+                extra = float(self.runtime.extra_draft_forwards_per_block)
+                passes += [(self._line("draft", batch, 1, ()), 0.0, extra)] if extra else []
+            lines = np.array([p[0] for p in passes])
+            blocks[batch, gamma] = (
+                lines.T[:, :, None],  # [part, pass, 1]
+                np.array([p[1] for p in passes])[:, None],
+                np.array([p[2] for p in passes]),
+            )
+        lines, offsets, weights = blocks[batch, gamma]
+        sums = context_tokens.sum(axis=1)[None, :] + offsets
+        c0, c1, m0, m1, r0, r1 = lines
+        per_pass = roof_ms(c0 + c1 * sums, m0 + m1 * sums, self.runtime.overlap) + r0 + r1 * sums
+        return weights @ per_pass + self.overhead_ms(batch, gamma)
 
     def target_step_ms(self, batch, rows_per_seq, context_tokens, prefill_chunks=()) -> float:
-        terms = self._target_terms(batch, rows_per_seq, context_tokens, prefill_chunks)
-        return 0.0 if terms is None else float(self._ms(terms)[0])
+        if not batch and not prefill_chunks:
+            return 0.0
+        sums = float(context_tokens[:batch].sum()) if batch else 0.0
+        return float(self._pass_ms("target", batch, rows_per_seq, prefill_chunks, sums))
 
     def draft_ms(self, batch, gamma, context_tokens, prefill_chunks=()) -> float:
-        out = self._draft_terms(batch, gamma, context_tokens, self._draft_chunks(prefill_chunks))
-        return 0.0 if out is None else float(np.dot(self._ms(out[0]), out[1]))
-
-    def step_ms(self, *, batch, gamma, context_tokens, prefill_chunks, images, draft_prefill) -> float:
-        """:func:`specsim.serve.step_cost.step_parts_ms` with every pass priced in one vectorised call."""
-        terms, weights = [], []
-        if draft_prefill or (gamma > 0 and batch > 0):
-            chunks = self._draft_chunks(prefill_chunks) if draft_prefill else ()
-            draft = self._draft_terms(batch if gamma > 0 else 0, gamma, context_tokens, chunks)
-            if draft is not None:
-                terms.append(draft[0])
-                weights.append(draft[1])
-        target = self._target_terms(batch, gamma + 1, context_tokens, prefill_chunks)
-        if target is not None:
-            terms.append(target)
-            weights.append(np.ones(1))
-        total = float(np.dot(self._ms(np.concatenate(terms)), np.concatenate(weights))) if terms else 0.0
-        total += self.encoder_ms(images) if images else 0.0
-        return total + (self.overhead_ms(batch, gamma) if batch > 0 else 0.0)
+        sums = float(context_tokens[:batch].sum()) if batch else 0.0
+        return float(self._draft_passes_ms(batch, gamma, sums, self._draft_chunks(prefill_chunks)))
 
     def encoder_ms(self, images) -> float:
         if not images or self.target.vision is None:

@@ -240,39 +240,59 @@ def _horizon(st: _State, sched, run, next_admit, arrived, arrival, kv_free, gamm
 def _fast_forward(st: _State, dec, gamma, acceptance, rng, cost, t, horizon, gaps):
     """Advance decode-only steps over ``dec`` until a request finishes or an admissible request arrives
     (``horizon``); returns (steps, end time, (zero-gap tokens, drafts, accepted, SD blocks))."""
-    out, prompt = st.output[dec], st.prompt_total[dec]
-    gen = st.generated[dec]
-    drafts = np.full(dec.size, gamma)
-    ctx, accs, emits = [], [], []
-    for _ in range(MAX_FAST_FORWARD_STEPS):
-        ctx.append(prompt + gen - 1)
-        acc = (
-            np.asarray(acceptance.accepted(dec, gen, drafts, rng), dtype=np.int64)
-            if gamma > 0
-            else np.zeros(dec.size, dtype=np.int64)
-        )
-        emit = np.minimum(acc + 1, out - gen)
-        gen = gen + emit
-        accs.append(acc)
-        emits.append(emit)
-        if np.any(gen >= out):
-            break
-    ms = decode_steps_ms(cost, batch=dec.size, gamma=gamma, context_tokens=np.array(ctx))
-    if not np.all(np.isfinite(ms) & (ms > 0)):
+    gen0 = st.generated[dec]
+    accs, emitted = _emissions(acceptance, dec, gen0, st.output[dec] - gen0, gamma, rng)
+    before = np.cumsum(emitted, axis=0) - emitted  # tokens each step's own emission comes after
+    ctx = st.prompt_total[dec] + gen0 - 1 + before
+    ms = decode_steps_ms(cost, batch=dec.size, gamma=gamma, context_tokens=ctx)
+    if not (ms.min() > 0 and np.isfinite(ms.max())):
         raise SpecsimError(
             f"step cost: expected step times > 0 ms, got {ms[~(np.isfinite(ms) & (ms > 0))][0]!r}"
         )
     ends = np.cumsum(np.concatenate([[t], ms / 1e3]))[1:]  # sequential sums, as step by step
     k = min(len(ends), int(np.searchsorted(ends, horizon, side="left")) + 1)
-    emitted = np.array(emits[:k])
+    emitted = emitted[:k]
     gaps.append(((ends[0] - st.last_emit_s[dec]) * 1e3).astype(np.float32))
     if k > 1:
         gaps.append(np.repeat((np.diff(ends[:k]) * 1e3).astype(np.float32), dec.size))
     st.generated[dec] += emitted.sum(axis=0)
     st.last_emit_s[dec] = ends[k - 1]
-    accepted = int(np.sum(accs[:k])) if gamma > 0 else 0
+    accepted = int(accs[:k].sum())
     blocks = k * dec.size if gamma > 0 else 0
     return k, float(ends[k - 1]), (int(emitted.sum()) - k * dec.size, gamma * blocks, accepted, blocks)
+
+
+def _emissions(acceptance, dec, gen, left, gamma, rng) -> tuple[np.ndarray, np.ndarray]:
+    """([steps, requests] accepted drafts, tokens emitted) of the decode steps up to the first in which a
+    request finishes (at most MAX_FAST_FORWARD_STEPS). A source whose draws do not depend on positions
+    (``accepted_steps``, i.i.d.) is drawn for 2⌈min(left) / (γ + 1)⌉ steps at a time (no request can
+    finish in fewer than half of them; draws past the finishing step are dropped); trace replay one step at a
+    time."""
+    block = getattr(acceptance, "accepted_steps", None) if gamma > 0 else None
+    accs, emits, steps = [], [], 0
+    while steps < MAX_FAST_FORWARD_STEPS:
+        room = MAX_FAST_FORWARD_STEPS - steps
+        if gamma == 0:
+            acc = np.zeros((min(int(left.min()), room), dec.size), dtype=np.int64)
+        elif block is not None:
+            acc = block(dec.size, gamma, min(2 * -(-int(left.min()) // (gamma + 1)), room), rng)
+        else:
+            acc = np.asarray(acceptance.accepted(dec, gen, np.full(dec.size, gamma), rng))[None, :]
+        made = acc + 1
+        tokens = np.cumsum(made, axis=0)
+        over = (tokens >= left).any(axis=1)
+        finished = bool(over.any())
+        last = int(over.argmax()) + 1 if finished else len(acc)
+        acc, made, tokens = acc[:last], made[:last], tokens[:last]
+        emit = np.minimum(made, left - tokens + made)  # capped at what each request has left
+        accs.append(acc)
+        emits.append(emit)
+        steps += last
+        if finished:
+            break
+        total = tokens[-1]
+        gen, left = gen + total, left - total
+    return np.concatenate(accs), np.concatenate(emits)
 
 
 def _finish_chunks(st: _State, chunks, end_s: float) -> np.ndarray:

@@ -127,6 +127,12 @@ class IidAcceptance:
         leading = rng.geometric(1.0 - self.alpha, size=len(requests)) - 1
         return np.minimum(leading, drafts)
 
+    def accepted_steps(self, requests: int, gamma: int, steps: int, rng) -> np.ndarray:
+        """[steps, requests] accepted drafts of ``steps`` consecutive blocks of γ drafts at once (the draws do
+        not depend on positions, so the simulator may take several steps in one call)."""
+        leading = rng.geometric(1.0 - self.alpha, size=(steps, requests)) - 1
+        return np.minimum(leading, gamma)
+
 
 @dataclass(frozen=True)
 class ReplayAcceptance:

@@ -9,8 +9,8 @@ A step runs, in this order (vLLM V1 with a draft model):
 4. per-step work outside the models: scheduling, sampling, rejection sampling.
 
 step_ms = encoder_ms + draft_ms + target_step_ms + overhead_ms (:func:`step_ms`); a cost may also define
-``step_ms(batch=, gamma=, context_tokens=, prefill_chunks=, images=, draft_prefill=)`` returning that same sum
-computed at once (e.g. every pass in one vectorised call), which :func:`step_ms` then uses.
+``decode_steps_ms(batch=, gamma=, context_tokens=)`` pricing K decode-only steps at once (the same values as
+:func:`step_ms` step by step), which :func:`decode_steps_ms` then uses.
 
 A prefill chunk is ``(tokens, context_tokens, images)``: ``tokens`` new prompt positions (image positions
 included) over ``context_tokens`` prompt positions already in the cache, and the images it encodes
@@ -70,37 +70,18 @@ class StepCost(Protocol):
         ...
 
 
-def step_ms(
-    cost: StepCost,
-    *,
-    batch: int,
-    gamma: int,
-    context_tokens: np.ndarray,
-    prefill_chunks: Chunks,
-    images: int,
-    draft_prefill: bool,
-) -> float:
+def step_ms(cost: StepCost, *, batch, gamma, context_tokens, prefill_chunks, images, draft_prefill) -> float:
     """One step (ms) = encoder + draft + target + overhead. ``draft_prefill``: the draft also prefills the
     chunks (SD can run for these requests)."""
-    whole = getattr(cost, "step_ms", None)
-    if whole is not None:
-        return whole(
-            batch=batch,
-            gamma=gamma,
-            context_tokens=context_tokens,
-            prefill_chunks=prefill_chunks,
-            images=images,
-            draft_prefill=draft_prefill,
+    total = cost.encoder_ms(images) if images else 0.0
+    if draft_prefill or (gamma > 0 and batch > 0):
+        total += cost.draft_ms(
+            batch if gamma > 0 else 0, gamma, context_tokens, prefill_chunks if draft_prefill else ()
         )
-    return step_parts_ms(
-        cost,
-        batch=batch,
-        gamma=gamma,
-        context_tokens=context_tokens,
-        prefill_chunks=prefill_chunks,
-        images=images,
-        draft_prefill=draft_prefill,
-    )
+    total += cost.target_step_ms(batch, gamma + 1, context_tokens, prefill_chunks)
+    if batch > 0:
+        total += cost.overhead_ms(batch, gamma)
+    return total
 
 
 def decode_steps_ms(cost: StepCost, *, batch: int, gamma: int, context_tokens: np.ndarray) -> np.ndarray:
@@ -123,21 +104,6 @@ def decode_steps_ms(cost: StepCost, *, batch: int, gamma: int, context_tokens: n
             for row in context_tokens
         ]
     )
-
-
-def step_parts_ms(
-    cost: StepCost, *, batch, gamma, context_tokens, prefill_chunks, images, draft_prefill
-) -> float:
-    """:func:`step_ms` from the four methods (the definition a whole-step ``step_ms`` must equal)."""
-    total = cost.encoder_ms(images) if images else 0.0
-    if draft_prefill or (gamma > 0 and batch > 0):
-        total += cost.draft_ms(
-            batch if gamma > 0 else 0, gamma, context_tokens, prefill_chunks if draft_prefill else ()
-        )
-    total += cost.target_step_ms(batch, gamma + 1, context_tokens, prefill_chunks)
-    if batch > 0:
-        total += cost.overhead_ms(batch, gamma)
-    return total
 
 
 @dataclass(frozen=True)
