@@ -158,6 +158,25 @@ def register(subparsers) -> None:
         help="tokens per request of each batched SD run (default 24; target-only runs take --max-new-tokens)",
     )
     what.add_argument(
+        "--request-target-tokens",
+        type=number_arg("tokens", integer=True),
+        help="tokens per request of each batched target-only run (default: --max-new-tokens)",
+    )
+    what.add_argument(
+        "--request-prompt-lengths",
+        type=int,
+        choices=(1, 2, 3),
+        default=3,
+        help="longest-prompt lengths of the batched sweep: 3 = the workload's shortest, middle and longest "
+        "(default), 2 = shortest and longest, 1 = longest",
+    )
+    what.add_argument(
+        "--no-server-loop",
+        action="store_true",
+        help="skip timing the server loop's own overhead (for `specsim serve --cost-profile` and "
+        "`check --serve-rates`; it then prices steps without it)",
+    )
+    what.add_argument(
         "--request-rounds",
         type=number_arg("repeats", integer=True),
         default=2,
@@ -253,12 +272,15 @@ def cmd_latency(args) -> int:
         print(f"models loaded in {load_s:.1f} s")
         print("\n".join(summary_lines(section, timings, seconds, path)))
         if batched_s is not None:
-            print(f"batched engine at B = {args.request_batches}: measured in {batched_s:.1f} s")
+            grid_s, loop_s = batched_s
+            loop = f", server loop {loop_s:.1f} s" if loop_s is not None else ", server loop not timed"
+            print(f"batched engine at B = {args.request_batches}: grid measured in {grid_s:.1f} s{loop}")
     return 0
 
 
-def _batched(args, models, plan, path) -> float:
-    """Time the batched engine and add its costs to the profile at ``path``; the seconds it took."""
+def _batched(args, models, plan, path) -> tuple[float, float | None]:
+    """Time the batched engine and add its costs to the profile at ``path``; the seconds its grid and its
+    server loop took (None: not timed)."""
     from dataclasses import replace
 
     from calibrate.measure.batch_costgrid import BatchSweepPlan, measure_batched
@@ -267,16 +289,17 @@ def _batched(args, models, plan, path) -> float:
     # prompts from the workload's shortest to its longest, with a middle one: the grid's widths span its runs
     longest = max(1, plan.contexts_tokens[-1] - args.max_new_tokens)
     shortest = max(1, min(plan.contexts_tokens[0] + 2, longest))
+    lengths = {1: (longest,), 2: (shortest, longest), 3: (shortest, (shortest + longest) // 2, longest)}
     sweep = BatchSweepPlan(
         batch_sizes=tuple(sorted(set(args.request_batches))),
         gammas=tuple(sorted(set(args.request_gammas))),
-        prompt_tokens=tuple(sorted({shortest, (shortest + longest) // 2, longest})),
+        prompt_tokens=tuple(sorted(set(lengths[args.request_prompt_lengths]))),
         new_tokens=args.request_new_tokens,
-        target_new_tokens=args.max_new_tokens,
+        target_new_tokens=args.request_target_tokens or args.max_new_tokens,
         rounds=args.request_rounds,
         seed=args.seed,
     )
-    costs, seconds = measure_batched(models, sweep)
+    costs, seconds = measure_batched(models, sweep, server_loop=not args.no_server_loop)
     profile = load_profile(str(path))
     model = replace(profile.latency.forward_costs(), batched=costs)
     save_profile(replace(profile, latency=replace(profile.latency, cost_model=model)), path)

@@ -230,11 +230,18 @@ def batched_costs(samples: _Samples, batch_sizes, gammas, prompt_tokens) -> Batc
 
 
 def measure_batched(
-    models: dict[str, LoadedModel], plan: BatchSweepPlan, on_run: Callable[[], None] | None = None
-) -> tuple[BatchedCosts, float]:
-    """Run the sweep; the batched costs and the seconds it took."""
+    models: dict[str, LoadedModel],
+    plan: BatchSweepPlan,
+    on_run: Callable[[], None] | None = None,
+    server_loop: bool = True,
+) -> tuple[BatchedCosts, tuple[float, float | None]]:
+    """Run the sweep (and the server loop's, unless ``server_loop`` is False); the batched costs and the
+    seconds the grid and the server loop took (None: not timed)."""
     t0 = time.perf_counter()
     samples = run_rounds(models, plan, on_run)
     costs = batched_costs(samples, plan.batch_sizes, sorted(plan.gammas), plan.prompt_tokens)
+    grid_s = time.perf_counter() - t0
+    if not server_loop:
+        return costs, (grid_s, None)
     costs = replace(costs, server_loop=server_loop_costs(models, plan, on_run))
-    return costs, time.perf_counter() - t0
+    return costs, (grid_s, time.perf_counter() - t0 - grid_s)
