@@ -24,12 +24,10 @@ def batch_sizes(args) -> list[int]:
 
 def cmd_check_batch(args, gammas, profile_path, profile, methods) -> int:
     """Per batch size: run in rounds, price, write the rows, print the table and summary."""
-    from calibrate.measure.batch_check_runs import batches_of, run_batch_check
-    from calibrate.measure.check_runs import entries_of, greedy_trace
+    from calibrate.measure.batch_check_runs import batch_check_rows, preflight, run_batch_check
+    from calibrate.measure.check_runs import entries_of
     from calibrate.workload.run_setup import load_setup, progress
-    from specsim.check.batch_comparison import batch_check_row, batch_specs, measure_batches
     from specsim.check.check_tables import batch_table, summary, summary_line, terms_table
-    from specsim.drafts.draft_plans import draft_plan
 
     sizes = batch_sizes(args)
     cost = profile.latency.forward_costs().batched
@@ -41,15 +39,7 @@ def cmd_check_batch(args, gammas, profile_path, profile, methods) -> int:
         cost.check_batch(b)
     setup = load_setup(args, methods=methods, cache_captions=False)
     entries = entries_of(setup, profile, args.scenario)
-    for b in sizes:  # what the runs could not price fails before anything runs
-        for (group, _), reqs in batches_of(setup, b).items():
-            for m in setup.methods:
-                for r in reqs:
-                    greedy_trace(entries[(group, m)], r.prompt_id)
-    for entry in entries.values():
-        for trace in entry.traces:
-            if trace.match is not None:
-                draft_plan(max(gammas), trace, args.max_new_tokens)
+    preflight(setup, entries, sizes, gammas, args.max_new_tokens)
     rows, seconds = [], 0.0
     for b in sizes:
         bar = (
@@ -69,23 +59,7 @@ def cmd_check_batch(args, gammas, profile_path, profile, methods) -> int:
             progress=bar,
         )
         seconds += runs.seconds
-        for group in sorted({k[0] for k in runs.base}):
-            keys = [k for k in runs.base if k[0] == group]
-            for m in setup.methods:
-                entry = entries[(group, m)]
-                specs = [
-                    batch_specs(
-                        entry,
-                        runs.prompts[k],
-                        runs.prompt_tokens[k],
-                        runs.draft_tokens[(m, k)],
-                        args.max_new_tokens,
-                    )
-                    for k in keys
-                ]
-                for g in gammas:
-                    measured = measure_batches(runs.base, runs.sd[(m, g)], keys)
-                    rows.append(batch_check_row(profile, entry, g, b, specs, measured, args.max_new_tokens))
+        rows += batch_check_rows(runs, profile, entries, setup.methods, gammas, b, args.max_new_tokens)
     if not args.no_write:
         save_profile(profile.with_checks(rows), profile_path)
     if args.json:

@@ -41,15 +41,9 @@ def serve_args(parser) -> None:
 def cmd_check_serve(args, gammas, profile_path, profile, methods) -> int:
     """Run the loop in rounds, simulate each (rate, side), write the rows, print the table and summary."""
     from calibrate.measure.check_runs import entries_of, greedy_trace
-    from calibrate.measure.serve_check_runs import run_serve_check, workload_order
+    from calibrate.measure.serve_check_runs import run_serve_check, serve_check_rows, workload_order
     from calibrate.workload.run_setup import load_setup, progress
-    from specsim.check.serve_comparison import (
-        pass_drift,
-        predicted_run,
-        serve_check_row,
-        serve_summary,
-        serve_table,
-    )
+    from specsim.check.serve_comparison import serve_summary, serve_table
 
     if args.tree or args.policy or args.temperature > 0 or args.batch is not None:
         raise SpecsimError(
@@ -91,36 +85,19 @@ def cmd_check_serve(args, gammas, profile_path, profile, methods) -> int:
         max_seconds=None if args.max_minutes is None else 60 * args.max_minutes,
         progress=bar,
     )
-    drift = pass_drift(profile, [t for runs_ in runs.runs.values() for t in runs_])
-    rows = []
-    for rate in args.serve_rates:
-        for side in [("target", 0), *sides]:
-            measured = runs.runs[(rate, side)]
-            m, g = side
-            method_entries = [entries[(grp, m)] for grp in groups] if g else []
-            predicted = predicted_run(
-                profile,
-                measured[0].requests(),
-                gamma=g,
-                entries=method_entries,
-                traces=traces.get(m, []),
-                image_tokens_per_image=runs.image_tokens,
-                max_num_seqs=args.max_num_seqs,
-            )
-            rows.append(
-                serve_check_row(
-                    measured,
-                    predicted,
-                    method=m,
-                    scenario=scenario,
-                    gamma=g,
-                    rate_per_s=rate,
-                    new_tokens=args.max_new_tokens,
-                    max_num_seqs=args.max_num_seqs,
-                    seed=args.seed,
-                    drift=drift,
-                )
-            )
+    rows, drift = serve_check_rows(
+        runs,
+        profile,
+        entries=entries,
+        traces=traces,
+        groups=groups,
+        sides=sides,
+        scenario=scenario,
+        rates=args.serve_rates,
+        new_tokens=args.max_new_tokens,
+        max_num_seqs=args.max_num_seqs,
+        seed=args.seed,
+    )
     if not args.no_write:
         save_profile(profile.with_serve_checks(rows), profile_path)
     if args.json:

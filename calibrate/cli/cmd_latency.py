@@ -168,7 +168,8 @@ def register(subparsers) -> None:
         choices=(1, 2, 3),
         default=3,
         help="longest-prompt lengths of the batched sweep: 3 = the workload's shortest, middle and longest "
-        "(default), 2 = shortest and longest, 1 = longest",
+        "(default), 2 = shortest and longest, 1 = the middle one (enough where a pass's ms hardly changes "
+        "with the cache width, e.g. a large model over short prompts)",
     )
     what.add_argument(
         "--no-server-loop",
@@ -289,7 +290,8 @@ def _batched(args, models, plan, path) -> tuple[float, float | None]:
     # prompts from the workload's shortest to its longest, with a middle one: the grid's widths span its runs
     longest = max(1, plan.contexts_tokens[-1] - args.max_new_tokens)
     shortest = max(1, min(plan.contexts_tokens[0] + 2, longest))
-    lengths = {1: (longest,), 2: (shortest, longest), 3: (shortest, (shortest + longest) // 2, longest)}
+    middle = (shortest + longest) // 2
+    lengths = {1: (middle,), 2: (shortest, longest), 3: (shortest, middle, longest)}
     sweep = BatchSweepPlan(
         batch_sizes=tuple(sorted(set(args.request_batches))),
         gammas=tuple(sorted(set(args.request_gammas))),

@@ -164,3 +164,44 @@ def run_batch_check(
             break
     runs.seconds = time.perf_counter() - t0
     return runs
+
+
+def preflight(setup, entries: dict, sizes: list[int], gammas: list[int], max_new_tokens: int) -> None:
+    """What the runs could not price fails before anything runs: every batched prompt's greedy trace per
+    method, and every trace's draft plan at the largest γ."""
+    from calibrate.measure.check_runs import greedy_trace
+    from specsim.drafts.draft_plans import draft_plan
+
+    for b in sizes:
+        for (group, _), reqs in batches_of(setup, b).items():
+            for m in setup.methods:
+                for r in reqs:
+                    greedy_trace(entries[(group, m)], r.prompt_id)
+    for entry in entries.values():
+        for trace in entry.traces:
+            if trace.match is not None:
+                draft_plan(max(gammas), trace, max_new_tokens)
+
+
+def batch_check_rows(
+    runs: BatchRuns, profile, entries: dict, methods, gammas, batch: int, max_new_tokens: int
+):
+    """One :class:`~specsim.profile.CheckRow` per scenario group × method × γ: the measured batches' speedup
+    beside the batched walk's prediction for the same prompts."""
+    from specsim.check.batch_comparison import batch_check_row, batch_specs, measure_batches
+
+    rows = []
+    for group in sorted({k[0] for k in runs.base}):
+        keys = [k for k in runs.base if k[0] == group]
+        for m in methods:
+            entry = entries[(group, m)]
+            specs = [
+                batch_specs(
+                    entry, runs.prompts[k], runs.prompt_tokens[k], runs.draft_tokens[(m, k)], max_new_tokens
+                )
+                for k in keys
+            ]
+            for g in gammas:
+                measured = measure_batches(runs.base, runs.sd[(m, g)], keys)
+                rows.append(batch_check_row(profile, entry, g, batch, specs, measured, max_new_tokens))
+    return rows

@@ -158,3 +158,54 @@ def run_serve_check(
             break
     out.seconds = time.perf_counter() - t0
     return out
+
+
+def serve_check_rows(
+    runs: ServeRuns,
+    profile,
+    *,
+    entries: dict,
+    traces: dict,
+    groups: list,
+    sides: list[tuple[str, int]],
+    scenario: str,
+    rates,
+    new_tokens: int,
+    max_num_seqs: int,
+    seed: int,
+):
+    """Per rate, target-only and every SD side: the simulation of the measured requests (each replaying its
+    own prompt's trace, :func:`specsim.check.serve_comparison.predicted_run`) beside the rounds' runs, one
+    :class:`~specsim.profile.ServeCheckRow` each; and the host's pass drift against the profile."""
+    from specsim.check.serve_comparison import pass_drift, predicted_run, serve_check_row
+
+    drift = pass_drift(profile, [t for times in runs.runs.values() for t in times])
+    rows = []
+    for rate in rates:
+        for side in [("target", 0), *sides]:
+            measured = runs.runs[(rate, side)]
+            m, g = side
+            predicted = predicted_run(
+                profile,
+                measured[0].requests(),
+                gamma=g,
+                entries=[entries[(grp, m)] for grp in groups] if g else [],
+                traces=traces.get(m, []),
+                image_tokens_per_image=runs.image_tokens,
+                max_num_seqs=max_num_seqs,
+            )
+            rows.append(
+                serve_check_row(
+                    measured,
+                    predicted,
+                    method=m,
+                    scenario=scenario,
+                    gamma=g,
+                    rate_per_s=rate,
+                    new_tokens=new_tokens,
+                    max_num_seqs=max_num_seqs,
+                    seed=seed,
+                    drift=drift,
+                )
+            )
+    return rows, drift

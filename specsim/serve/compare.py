@@ -129,21 +129,34 @@ def sweep_rates(
     rate, so the result is the same)."""
     ordered = [float(r) for r in sorted(rates)]
     rows = []
-    if jobs > 1 and len(ordered) > 1:
-        from concurrent.futures import ProcessPoolExecutor
-
-        with ProcessPoolExecutor(max_workers=min(jobs, len(ordered))) as pool:
-            for row in pool.map(compare_at, [setup] * len(ordered), ordered):
-                rows.append(row)
-                if on_done is not None:
-                    on_done()
-    else:
-        for rate in ordered:
-            rows.append(compare_at(setup, rate))
+    with _executor(min(jobs, len(ordered))) as pool:
+        for row in pool.map(compare_at, [setup] * len(ordered), ordered):
+            rows.append(row)
             if on_done is not None:
                 on_done()
     first, stop = paying_range([r.rate_per_s for r in rows], [r.tpot_speedup or 0.0 for r in rows])
     return Sweep(tuple(rows), stop, first is not None)
+
+
+class _InProcess:
+    """An executor that maps in this process (one job: no pool to start)."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        return None
+
+    map = staticmethod(map)
+
+
+def _executor(jobs: int):
+    """A process pool of ``jobs`` workers, or this process for one."""
+    if jobs > 1:
+        from concurrent.futures import ProcessPoolExecutor
+
+        return ProcessPoolExecutor(max_workers=jobs)
+    return _InProcess()
 
 
 def meets_slo(setup: ServeSetup, policy: GammaPolicy, rate_per_s: float, attainment: float) -> bool:
