@@ -155,7 +155,7 @@ def register(subparsers) -> None:
         "--request-new-tokens",
         type=number_arg("tokens", integer=True),
         default=24,
-        help="tokens per request of each batched SD run (default 24; target-only runs take --max-new-tokens)",
+        help="tokens per request of each batched SD run (default 24; target-only: --request-target-tokens)",
     )
     what.add_argument(
         "--request-target-tokens",
