@@ -113,3 +113,23 @@ def test_sweep_writes_a_grid_that_round_trips():
     bad = costs.to_json() | {"overhead_ms_per_target_step": [0.1]}
     with pytest.raises(SpecsimError, match="overhead_ms_per_target_step: expected 3 values"):
         BatchedCosts.from_json(bad)
+
+
+@pytest.mark.parametrize(
+    "extra, lengths, target_tokens",
+    [
+        ([], (12, 37, 62), 64),
+        (["--request-prompt-lengths", "2", "--request-target-tokens", "16"], (12, 62), 16),
+        (["--request-prompt-lengths", "1"], (37,), 64),
+    ],
+)
+def test_the_batched_sweep_is_sized_by_its_flags(extra, lengths, target_tokens):
+    """calibrate latency's flags size the batched sweep: prompt lengths from the workload's shortest to its
+    longest (contexts less the new tokens), target-only run length from --request-target-tokens."""
+    from calibrate.cli.cmd_latency import batch_sweep_plan
+    from specsim.cli.main import build_parser
+
+    argv = ["calibrate", "latency", "--preset", "zoo", "--request-batches", "4,1,2", "--out", "p", *extra]
+    sweep = batch_sweep_plan(build_parser().parse_args(argv), (10, 126))
+    assert sweep.prompt_tokens == lengths and sweep.target_new_tokens == target_tokens
+    assert sweep.batch_sizes == (1, 2, 4) and sweep.gammas == (1, 3, 5) and sweep.new_tokens == 24

@@ -8,11 +8,15 @@ rerun resumes where it stopped.
 from __future__ import annotations
 
 import time
+from typing import TYPE_CHECKING
 
 from specsim.bounds import number_arg
 from specsim.errors import SpecsimError
 from specsim.jsonio import check_writable, dumps_json
 from specsim.report import int_list_arg
+
+if TYPE_CHECKING:
+    from calibrate.measure.batch_costgrid import BatchSweepPlan
 
 _HELP = (
     "Measure per-token decode Tp (target) and Tq (draft) at several context lengths, the verify forward "
@@ -279,20 +283,16 @@ def cmd_latency(args) -> int:
     return 0
 
 
-def _batched(args, models, plan, path) -> tuple[float, float | None]:
-    """Time the batched engine and add its costs to the profile at ``path``; the seconds its grid and its
-    server loop took (None: not timed)."""
-    from dataclasses import replace
+def batch_sweep_plan(args, contexts_tokens) -> BatchSweepPlan:
+    """The batched sweep the flags ask for: longest prompts from the workload's shortest to its longest
+    (``contexts_tokens`` less the new tokens), with a middle one, so the grid's widths span its runs."""
+    from calibrate.measure.batch_costgrid import BatchSweepPlan
 
-    from calibrate.measure.batch_costgrid import BatchSweepPlan, measure_batched
-    from specsim.profiles import load_profile, save_profile
-
-    # prompts from the workload's shortest to its longest, with a middle one: the grid's widths span its runs
-    longest = max(1, plan.contexts_tokens[-1] - args.max_new_tokens)
-    shortest = max(1, min(plan.contexts_tokens[0] + 2, longest))
+    longest = max(1, contexts_tokens[-1] - args.max_new_tokens)
+    shortest = max(1, min(contexts_tokens[0] + 2, longest))
     middle = (shortest + longest) // 2
     lengths = {1: (middle,), 2: (shortest, longest), 3: (shortest, middle, longest)}
-    sweep = BatchSweepPlan(
+    return BatchSweepPlan(
         batch_sizes=tuple(sorted(set(args.request_batches))),
         gammas=tuple(sorted(set(args.request_gammas))),
         prompt_tokens=tuple(sorted(set(lengths[args.request_prompt_lengths]))),
@@ -301,6 +301,17 @@ def _batched(args, models, plan, path) -> tuple[float, float | None]:
         rounds=args.request_rounds,
         seed=args.seed,
     )
+
+
+def _batched(args, models, plan, path) -> tuple[float, float | None]:
+    """Time the batched engine and add its costs to the profile at ``path``; the seconds its grid and its
+    server loop took (None: not timed)."""
+    from dataclasses import replace
+
+    from calibrate.measure.batch_costgrid import measure_batched
+    from specsim.profiles import load_profile, save_profile
+
+    sweep = batch_sweep_plan(args, plan.contexts_tokens)
     costs, seconds = measure_batched(models, sweep, server_loop=not args.no_server_loop)
     profile = load_profile(str(path))
     model = replace(profile.latency.forward_costs(), batched=costs)
