@@ -12,10 +12,11 @@ is the pending row). Time is in seconds from the start (arrivals) and ms (costs)
 Vectorised per step over the running batch (numpy index arithmetic, no per-token objects); ITL is kept as one
 gap per (request, step) emission plus a count of the tokens that share their step's instant (gap 0). Runs of
 decode-only steps over an unchanged batch (nothing prefilling, nobody admissible) are advanced together
-(:func:`_fast_forward`): acceptance is drawn step by step in the same order, every step priced in one call
-(:func:`.step_cost.decode_steps_ms`), and the run ends with the first step in which a request finishes or an
-admissible request arrives. With a deterministic acceptance source (trace replay) this is the step-by-step
-schedule exactly; with i.i.d. draws it consumes the generator differently (the same distribution).
+(:func:`_fast_forward`): acceptance is drawn step by step (trace replay) or several steps at a time (i.i.d.,
+:func:`_emissions`), every step priced in one call (:func:`.step_cost.decode_steps_ms`), and the run ends with
+the first step in which a request finishes or an admissible request arrives. With a deterministic acceptance
+source (trace replay) this is the step-by-step schedule exactly; with i.i.d. draws it consumes the generator
+differently (the same distribution).
 """
 
 from __future__ import annotations
