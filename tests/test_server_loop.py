@@ -310,3 +310,29 @@ def test_greedy_trace_lookup_names_what_is_missing():
         SpecsimError, match="method 'M' in scenario 'zoo-1img': no greedy trace for prompt 'nope'"
     ):
         greedy_trace(entry, "nope")
+
+
+def test_check_batch_remeasures_the_grid_in_its_own_process(tmp_path, capsys, monkeypatch):
+    """--remeasure-batched: the batched grid is measured again right before the runs (here one round, for
+    time), at the profile's batch sizes and gammas with prompts sized to the check's own; the rows are
+    predicted from it, and it is written with them (the server loop's costs kept, --batch does not time
+    them)."""
+    import calibrate.measure.batch_costgrid as grid_module
+    from specsim.cli.main import main
+    from specsim.profiles import load_profile
+
+    real = grid_module.remeasure
+    monkeypatch.setattr(grid_module, "remeasure", lambda *a, **k: real(*a, **{**k, "rounds": 1}))
+    path = _copy_zoo_profile(tmp_path)
+    old = load_profile(str(path)).latency.forward_costs().batched
+    argv = ["check", "--preset", "zoo", "--profile", str(path), "--threads", "1", "--method", "M"]
+    argv += ["--gamma", "3", "--batch", "2", "--max-new-tokens", "64", "--min-rounds", "1"]
+    argv += ["--max-rounds", "1"]
+    assert main([*argv, "--no-progress", "--remeasure-batched"]) == 0
+    assert "batched cost re-measured in this process" in capsys.readouterr().err
+    new = load_profile(str(path))
+    costs = new.latency.forward_costs().batched
+    assert costs.batch_sizes == old.batch_sizes
+    assert costs.overhead_ms_per_block.gamma == old.overhead_ms_per_block.gamma
+    assert costs.target_verify != old.target_verify and costs.server_loop == old.server_loop
+    assert any(r.batch == 2 and r.new_tokens == 64 for r in new.checks)

@@ -92,6 +92,13 @@ def register(subparsers) -> None:
         help="run B requests together (batched engine against batched target-only decoding), e.g. 1,2,4,8; "
         "fixed gamma, greedy; needs the profile's batched cost (calibrate latency --request-batches)",
     )
+    chk.add_argument(
+        "--remeasure-batched",
+        action="store_true",
+        help="with --batch or --serve-rates: measure the profile's batched cost again in this process right "
+        "before the runs (8 rounds at its batch sizes and gammas, prompts sized to the check's own), predict "
+        "from it, and write it with the rows",
+    )
     serve_args(chk)
     _sampling_args(chk)
     chk.add_argument("--json", action="store_true", help="print JSON instead of the tables")

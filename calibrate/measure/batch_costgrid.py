@@ -245,3 +245,26 @@ def measure_batched(
         return costs, (grid_s, None)
     costs = replace(costs, server_loop=server_loop_costs(models, plan, on_run))
     return costs, (grid_s, time.perf_counter() - t0 - grid_s)
+
+
+def remeasure(profile, models: dict, requests, *, rounds: int = 8, seed: int = 0, server_loop: bool = True):
+    """``profile`` with its batched cost measured again now, in this process (``models``: the check's own),
+    at its grid's batch sizes and γ, the longest prompts sized to ``requests`` (their shortest, middle and
+    longest prompt positions), the server loop's costs too unless ``server_loop`` is False (then kept as
+    they were); and the seconds it took. A check run right after it compares with costs of
+    the same minutes and the same process: this host's speed drifts by more than a check's tolerance."""
+    old = profile.latency.forward_costs().batched
+    positions = sorted(int(r.input_ids.shape[1]) for r in requests)
+    lengths = (positions[0], positions[len(positions) // 2], positions[-1])
+    plan = BatchSweepPlan(
+        batch_sizes=old.batch_sizes,
+        gammas=tuple(old.overhead_ms_per_block.gamma),
+        prompt_tokens=tuple(sorted(set(lengths))),
+        rounds=rounds,
+        seed=seed,
+    )
+    costs, (grid_s, loop_s) = measure_batched(models, plan, server_loop=server_loop)
+    if not server_loop:  # kept as measured before: only serving prices steps with it
+        costs = replace(costs, server_loop=old.server_loop)
+    model = replace(profile.latency.forward_costs(), batched=costs)
+    return replace(profile, latency=replace(profile.latency, cost_model=model)), grid_s + (loop_s or 0.0)
