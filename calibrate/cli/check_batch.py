@@ -43,8 +43,7 @@ def cmd_check_batch(args, gammas, profile_path, profile, methods) -> int:
     if args.remeasure_batched:
         from calibrate.measure.batch_costgrid import remeasure
 
-        models = {"target": setup.target, "draft": setup.draft}
-        profile, secs = remeasure(profile, models, setup.requests, seed=args.seed, server_loop=False)
+        profile, secs = remeasure(profile, setup, seed=args.seed, server_loop=False)
         print(f"batched cost re-measured in this process in {secs:.0f} s", file=sys.stderr)
     rows, seconds = [], 0.0
     for b in sizes:

@@ -69,8 +69,7 @@ def cmd_check_serve(args, gammas, profile_path, profile, methods) -> int:
     if args.remeasure_batched:
         from calibrate.measure.batch_costgrid import remeasure
 
-        models = {"target": setup.target, "draft": setup.draft}
-        profile, secs = remeasure(profile, models, setup.requests, seed=args.seed, server_loop=True)
+        profile, secs = remeasure(profile, setup, seed=args.seed, server_loop=True)
         print(f"batched cost re-measured in this process in {secs:.0f} s", file=sys.stderr)
     bar = (
         None

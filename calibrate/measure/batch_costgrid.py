@@ -247,14 +247,15 @@ def measure_batched(
     return costs, (grid_s, time.perf_counter() - t0 - grid_s)
 
 
-def remeasure(profile, models: dict, requests, *, rounds: int = 8, seed: int = 0, server_loop: bool = True):
-    """``profile`` with its batched cost measured again now, in this process (``models``: the check's own),
-    at its grid's batch sizes and γ, the longest prompts sized to ``requests`` (their shortest, middle and
-    longest prompt positions), the server loop's costs too unless ``server_loop`` is False (then kept as
-    they were); and the seconds it took. A check run right after it compares with costs of
-    the same minutes and the same process: this host's speed drifts by more than a check's tolerance."""
+def remeasure(profile, setup, *, rounds: int = 8, seed: int = 0, server_loop: bool = True):
+    """``profile`` with its batched cost measured again now, in this process (the check ``setup``'s
+    models), at its grid's batch sizes and γ, the longest prompts sized to the setup's requests (their
+    shortest, middle and longest prompt positions), the server loop's costs too unless ``server_loop`` is
+    False (then kept as they were); and the seconds it took. A check run right after it is compared with
+    costs of the same minutes and process."""
     old = profile.latency.forward_costs().batched
-    positions = sorted(int(r.input_ids.shape[1]) for r in requests)
+    models = {"target": setup.target, "draft": setup.draft}
+    positions = sorted(int(r.input_ids.shape[1]) for r in setup.requests)
     lengths = (positions[0], positions[len(positions) // 2], positions[-1])
     plan = BatchSweepPlan(
         batch_sizes=old.batch_sizes,
