@@ -153,21 +153,23 @@ class RooflineStepCost:
             line = lines[key] = tuple(v for p in parts for v in (float(p[0]), float(p[1] - p[0])))
         return line
 
-    def _pass_ms(self, role: str, batch: int, rows: int, chunks, sums: float) -> float:
-        """ms of one ``role`` pass at summed KV ``sums`` (:meth:`_line`)."""
-        c0, c1, m0, m1, r0, r1 = self._line(role, batch, rows, chunks)
+    def _pass_ms(self, line: tuple[float, ...], sums):
+        """ms of a pass from its :meth:`_line` at summed KV ``sums`` (a float or an array)."""
+        c0, c1, m0, m1, r0, r1 = line
         return roof_ms(c0 + c1 * sums, m0 + m1 * sums, self.runtime.overlap) + r0 + r1 * sums
 
-    def _draft_passes_ms(self, batch: int, gamma: int, sums, chunks):
-        """ms of a block's draft passes: γ one-row passes at ``batch``, pass j over Σ KV + j·B, the first
-        carrying ``chunks``, plus the runtime's extra forwards priced as the first pass without them."""
+    def _draft_passes(self, batch: int, gamma: int, chunks) -> list[tuple[tuple[float, ...], float, float]]:
+        """(line, Σ KV offset, weight) of a block's draft passes: γ one-row passes at ``batch``, pass j over
+        Σ KV + j·B, the first carrying ``chunks``, plus the runtime's extra forwards priced as the first pass
+        without them; with nothing decoding, ``chunks`` alone."""
         if not (batch and gamma):
-            return self._pass_ms("draft", 0, 1, chunks, 0.0) if chunks else 0.0
-        out = sum(
-            self._pass_ms("draft", batch, 1, chunks if j == 0 else (), sums + batch * j) for j in range(gamma)
-        )
+            return [(self._line("draft", 0, 1, chunks), 0.0, 1.0)] if chunks else []
+        out = [
+            (self._line("draft", batch, 1, chunks if j == 0 else ()), float(batch * j), 1.0)
+            for j in range(gamma)
+        ]
         extra = float(self.runtime.extra_draft_forwards_per_block)
-        return out + extra * self._pass_ms("draft", batch, 1, (), sums) if extra else out
+        return out + [(self._line("draft", batch, 1, ()), 0.0, extra)] if extra else out
 
     def _draft_chunks(self, chunks) -> list:
         """The draft's share of prefill chunks: each image's positions replaced by the draft's own."""
@@ -183,11 +185,10 @@ class RooflineStepCost:
         every pass of every step from its :meth:`_line` in one array expression."""
         blocks = self._cache.setdefault("blocks", {})
         if (batch, gamma) not in blocks:
-            passes = [(self._line("target", batch, gamma + 1, ()), 0.0, 1.0)]
-            if gamma:
-                passes += [(self._line("draft", batch, 1, ()), batch * j, 1.0) for j in range(gamma)]
-                extra = float(self.runtime.extra_draft_forwards_per_block)
-                passes += [(self._line("draft", batch, 1, ()), 0.0, extra)] if extra else []
+            passes = [
+                (self._line("target", batch, gamma + 1, ()), 0.0, 1.0),
+                *self._draft_passes(batch, gamma, ()),
+            ]
             lines = np.array([p[0] for p in passes])
             blocks[batch, gamma] = (
                 lines.T[:, :, None],  # [part, pass, 1]
@@ -195,20 +196,19 @@ class RooflineStepCost:
                 np.array([p[2] for p in passes]),
             )
         lines, offsets, weights = blocks[batch, gamma]
-        sums = context_tokens.sum(axis=1)[None, :] + offsets
-        c0, c1, m0, m1, r0, r1 = lines
-        per_pass = roof_ms(c0 + c1 * sums, m0 + m1 * sums, self.runtime.overlap) + r0 + r1 * sums
+        per_pass = self._pass_ms(lines, context_tokens.sum(axis=1)[None, :] + offsets)
         return weights @ per_pass + self.overhead_ms(batch, gamma)
 
     def target_step_ms(self, batch, rows_per_seq, context_tokens, prefill_chunks=()) -> float:
         if not batch and not prefill_chunks:
             return 0.0
         sums = float(context_tokens[:batch].sum()) if batch else 0.0
-        return float(self._pass_ms("target", batch, rows_per_seq, prefill_chunks, sums))
+        return float(self._pass_ms(self._line("target", batch, rows_per_seq, prefill_chunks), sums))
 
     def draft_ms(self, batch, gamma, context_tokens, prefill_chunks=()) -> float:
         sums = float(context_tokens[:batch].sum()) if batch else 0.0
-        return float(self._draft_passes_ms(batch, gamma, sums, self._draft_chunks(prefill_chunks)))
+        passes = self._draft_passes(batch, gamma, self._draft_chunks(prefill_chunks))
+        return float(sum(w * self._pass_ms(line, sums + off) for line, off, w in passes))
 
     def encoder_ms(self, images) -> float:
         if not images or self.target.vision is None:
