@@ -91,21 +91,22 @@ class Profile:
 
     def with_acceptance(self, entries: tuple[MethodAcceptance, ...] | list[MethodAcceptance]) -> Profile:
         """A copy where ``entries`` replace any existing entry of the same (method, scenario)."""
-        keys = {(e.method, e.scenario) for e in entries}
-        kept = tuple(a for a in self.acceptance if (a.method, a.scenario) not in keys)
-        return replace(self, acceptance=kept + tuple(entries))
+        key = lambda e: (e.method, e.scenario)  # noqa: E731
+        return replace(self, acceptance=_replaced(self.acceptance, entries, key))
 
     def with_checks(self, rows: tuple[CheckRow, ...] | list[CheckRow]) -> Profile:
         """A copy where ``rows`` replace existing rows of the same (method, scenario, gamma, draft,
         temperature, batch)."""
         key = lambda r: (r.method, r.scenario, r.gamma, r.draft, r.temperature, r.batch)  # noqa: E731
-        keys = {key(r) for r in rows}
-        kept = tuple(c for c in self.checks if key(c) not in keys)
-        return replace(self, checks=kept + tuple(rows))
+        return replace(self, checks=_replaced(self.checks, rows, key))
 
     def with_serve_checks(self, rows: tuple[ServeCheckRow, ...] | list[ServeCheckRow]) -> Profile:
         """A copy where ``rows`` replace existing serving rows of the same (method, scenario, gamma, rate)."""
         key = lambda r: (r.method, r.scenario, r.gamma, r.rate_per_s)  # noqa: E731
-        keys = {key(r) for r in rows}
-        kept = tuple(c for c in self.serve_checks if key(c) not in keys)
-        return replace(self, serve_checks=kept + tuple(rows))
+        return replace(self, serve_checks=_replaced(self.serve_checks, rows, key))
+
+
+def _replaced(old: tuple, new, key) -> tuple:
+    """``old`` without the items whose ``key`` one of ``new`` has, then ``new`` (in order)."""
+    keys = {key(x) for x in new}
+    return tuple(x for x in old if key(x) not in keys) + tuple(new)
