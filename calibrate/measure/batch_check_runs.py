@@ -114,8 +114,8 @@ def run_batch_check(
     from calibrate.run.batch_engine import batch_speculative_decode, batch_target_decode
     from specsim.check.batch_comparison import measure_batches
 
-    pad = getattr(getattr(setup.target, "config", None), "pad_token_id", None) or 0
-    kw = {"max_new_tokens": max_new_tokens, "eos_token_id": setup.eos, "pad_id": pad}
+    # pads are masked, so the engines' default pad id serves every vocabulary
+    kw = {"max_new_tokens": max_new_tokens, "eos_token_id": setup.eos}
     members = {m: members_of(setup.drafter(m)) for m in setup.methods}
     batches = batches_of(setup, batch)
     runs = BatchRuns(

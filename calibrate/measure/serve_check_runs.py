@@ -44,14 +44,6 @@ def workload_order(setup, requests: int) -> list[tuple[int, int]]:
     return out
 
 
-def image_positions(request) -> int:
-    """Prompt positions one image fills in ``request`` (its image tokens / its images; 0 without images)."""
-    image_id = getattr(request, "image_token_id", None)
-    if not image_count(request) or image_id is None:
-        return 0
-    return int((request.input_ids == image_id).sum()) // image_count(request)
-
-
 def image_count(request) -> int:
     """Images of ``request`` (rows of its ``pixel_values``; 0 without)."""
     pixels = request.target_kwargs.get("pixel_values")
@@ -97,17 +89,17 @@ def run_serve_check(
     progress: Callable | None = None,
 ) -> ServeRuns:
     """Interleaved server-loop runs in rounds (module docstring); ``sides`` the SD (method, γ) pairs."""
+    from calibrate.drafting.contexts import image_runs
     from calibrate.measure.batch_check_runs import members_of
     from calibrate.run.server_loop import serve_loop
     from specsim.check.serve_comparison import HEADLINE, measured_run, metric_values, rel_halfwidth
     from specsim.serve.arrivals import poisson_arrivals
     from specsim.serve.metrics import summarize
 
-    pad = getattr(getattr(setup.target, "config", None), "pad_token_id", None) or 0
     out = ServeRuns(order=workload_order(setup, requests))
     reqs = [setup.groups[g][i] for g, i in out.order]
     images = [image_count(r) for r in reqs]
-    image_tokens = out.image_tokens = max((image_positions(r) for r in reqs), default=0)
+    image_tokens = out.image_tokens = max((image_runs(r)[1] for r in reqs), default=0)
     members = {m: members_of(setup.drafter(m)) for m in {m for m, _ in sides}}
     all_sides = [("target", 0), *sides]
     for k, rate in enumerate(rates):
@@ -125,8 +117,7 @@ def run_serve_check(
             gamma=g,
             max_new_tokens=max_new_tokens,
             max_num_seqs=max_num_seqs,
-            members=members.get(m),
-            pad_id=pad,
+            members=members.get(m),  # pads are masked, so the loop's default pad id serves
             eos_token_id=setup.eos,
             method=m,
         )
