@@ -245,19 +245,20 @@ def serve_loop(
                 accepted, kept, tails, draft_ms, verify_ms = sd_step(t_cache, d_cache, last, tails, gamma)
             else:
                 kept, verify_ms = target_step(t_cache, last)
-        emitted, still, decoded = [], [], list(running)
+        emitted, still, finished, decoded = [], [], [], list(running)
         for i, r in enumerate(running):
             new, stop = _truncate(kept[i], max_new_tokens - len(out[r]), eos_token_id)
             out[r].extend(new)
             emitted.append(len(new))
-            if not stop:
+            if stop:
+                finished.append(r)
+            else:
                 still.append(i)
         with timed() as prefill:
             joined = [
                 prefill_request(tm, dm, requests[r], members=members, pad_id=pad_id, device=device)
                 for r in admit
             ]
-        finished = [r for i, r in enumerate(running) if i not in still]
         if len(still) < len(running):
             t_cache = keep_rows(t_cache, still)
             d_cache = keep_rows(d_cache, still) if d_cache is not None else None
