@@ -97,6 +97,44 @@ def test_bad_runtime_files_one_line(tmp_path, capsys, mutate, message):
     assert err.startswith("specsim: error: runtime file mine.json") and err.count("\n") == 1
 
 
+@pytest.mark.parametrize(
+    "same_as, message",
+    [
+        ("speed", "memory_efficiency_gemm.same_as: expected another parameter"),
+        ("memory_efficiency_gemm", "memory_efficiency_gemm.same_as: expected another parameter"),
+        (3, "memory_efficiency_gemm.same_as: expected another parameter"),
+    ],
+)
+def test_bad_tie_is_one_line(tmp_path, same_as, message):
+    d = json.loads((RUNTIMES_DIR / "vllm.json").read_text())
+    d["memory_efficiency_gemm"]["same_as"] = same_as
+    path = tmp_path / "mine.json"
+    path.write_text(json.dumps(d))
+    with pytest.raises(SpecsimError, match=message):
+        load_runtime(str(path))
+
+
+def test_tied_efficiency_follows_its_parameter_through_fits_and_files(tmp_path):
+    """vLLM's GEMM efficiency is tied to its GEMV one: a fit, a copy at the defaults and a file round trip all
+    keep them equal, so a 1-row and a 2-row pass stream the weights alike."""
+    rt = load_runtime("vllm")
+    assert rt.ties == {"memory_efficiency_gemm": "memory_efficiency_gemv"}
+    moved = rt.with_values("test", memory_efficiency_gemv=0.5)
+    assert moved.memory_efficiency_gemm == 0.5 and list(moved.memory_efficiency([1, 2, 64])) == [0.5] * 3
+    assert rt.at_defaults().memory_efficiency_gemm == rt.defaults["memory_efficiency_gemv"]
+    path = tmp_path / "rt.json"
+    path.write_text(json.dumps(moved.to_json()))
+    again = load_runtime(str(path))
+    assert again.ties == rt.ties and again.memory_efficiency_gemm == 0.5
+    # A fitted parameter cannot also be tied.
+    with pytest.raises(SpecsimError, match="same_as"):
+        Runtime(
+            name="t",
+            fit=("memory_efficiency_gemm",),
+            ties={"memory_efficiency_gemm": "memory_efficiency_gemv"},
+        )
+
+
 def test_row_dependent_efficiency_gemv_vs_gemm():
     """At 1 row the GEMV efficiency prices the weights; from 2 rows the GEMM one (weights dominate here)."""
     m = spec_from_config(LLAMA2_7B, "7b")

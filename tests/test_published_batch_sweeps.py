@@ -109,3 +109,21 @@ def test_new_sweeps_in_validate_json(ps, capsys):
         assert all(p["tau_note"] == "published" for p in sweep["points"])
     ids = {r["id"] for r in out["rows"]}
     assert {r.id for r in _new_rows(ps)} <= ids
+
+
+def test_sweep_crossover_is_read_on_the_whole_grid_not_cut_by_the_catalogs_memory(ps, capsys):
+    """Qwen3-32B with a 4B draft ran on a 94 GB card that the catalog's 80 GB H100 cannot hold: the sweep
+    still says where SD stops paying (on the whole doubling grid) and, apart, where the catalog's device
+    runs out of memory."""
+    assert main(["validate", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    sweeps = {s["label"]: s for s in out["batch_sweeps"]}
+    big = sweeps["tomasruiz-vllm-draft-model: qwen3-32b / qwen3-4b"]
+    assert big["max_fit_batch"] == 0 and big["grid_batches"][-1] == 4096
+    assert big["pays_from"] == 1 and big["stops_from"] is not None
+    below = [b for b, s in zip(big["grid_batches"], big["grid_best_speedup"]) if s < 1.0]
+    assert below and min(below) == big["stops_from"]
+    assert main(["validate"]) == 0
+    text = capsys.readouterr().out
+    assert "fit the catalog's h100-sxm at no batch" in text
+    assert "never (up to batch 0)" not in text

@@ -13,7 +13,14 @@ from specsim.errors import SpecsimError
 from specsim.hardware.runtime import load_runtime
 from specsim.jsonio import check_writable, dumps_json, write_json_atomic
 from specsim.report import format_table
-from specsim.validation.batch_sweeps import compare_sweep, crossover_grid, describe_range, published_sweeps
+from specsim.validation.batch_sweeps import (
+    compare_sweep,
+    crossover_grid,
+    describe_range,
+    describe_sweep_range,
+    published_sweeps,
+)
+from specsim.validation.load_rows import compare_load_rows, summarize_load_rows
 from specsim.validation.published_set import load_published_set
 from specsim.validation.runtime_fit import (
     check_runtime_kinds,
@@ -114,6 +121,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
     else:
         results = leave_one_source_out(ps, runtimes)
     comparisons, grids = ([], []) if args.no_sweeps else _sweeps(ps, runtimes)
+    # Served loads are a leave-one-source-out check: in-sample (--fit-all) they would test nothing new.
+    loads = [] if args.fit_all else compare_load_rows(ps, runtimes)
     skipped = [r for r in ps.rows if r.observable is None]
     if args.plot:
         from specsim.hardware.plots import plot_validation
@@ -132,6 +141,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
             "rows": [r.to_json() for r in results],
             "not_predictable": [{"id": r.id, "reason": r.tau_derivation or "no tau"} for r in skipped],
             "batch_sweeps": [c.to_json() | {"grid": g} for c, g in zip(comparisons, grids)],
+            "load_rows": {"rows": [r.to_json() for r in loads], "summary": summarize_load_rows(loads)},
             "sources": {k: s.cite() for k, s in ps.sources.items()},
         }
         print(dumps_json(out))
@@ -139,7 +149,37 @@ def cmd_validate(args: argparse.Namespace) -> int:
     print("\n".join(_text(results, overall, fitted_only, skipped, ps, args.fit_all)))
     if comparisons:
         print("\n".join(_sweep_text(comparisons, grids)))
+    if loads:
+        print("\n".join(_load_text(loads)))
     return 0
+
+
+def _load_text(loads) -> list[str]:
+    s = summarize_load_rows(loads)
+    table = format_table(
+        ["row", "concurrency", "published", "served", "error", "decode phase", "error"],
+        [
+            [
+                r.id,
+                str(r.batch),
+                f"{r.published:.3f}",
+                f"{r.served:.3f}",
+                f"{r.error:+.1%}",
+                f"{r.decode_phase:.3f}",
+                f"{r.decode_phase_error:+.1%}",
+            ]
+            for r in loads
+        ],
+    )
+    return [
+        "",
+        "published serving benchmarks (SD output tokens/s over target-only's; each row's load served in "
+        "specsim serve's simulation, runtime fitted without the row's source):",
+        table,
+        f"served: median |err| {s['median_abs_error']:.1%}, max {s['max_abs_error']:.1%} over "
+        f"{s['rows']} rows ({', '.join(s['sources'])}); the decode phase alone (the table above): median "
+        f"{s['decode_phase_median_abs_error']:.1%}, max {s['decode_phase_max_abs_error']:.1%}",
+    ]
 
 
 def _text(results, overall, fitted_only, skipped, ps, fit_all_mode: bool) -> list[str]:
@@ -242,7 +282,7 @@ def _sweep_text(comparisons, grids) -> list[str]:
         )
         lines.append(
             f"    where SD pays: published: {published}; specsim (best gamma): batches "
-            f"{describe_range(c.pays_from, c.stops_from, c.max_fit_batch)}"
+            f"{describe_sweep_range(c)}"
         )
         lines.append(
             "    same pair and tau with the shipped runtimes, batches where SD pays (best gamma; a..b+: "

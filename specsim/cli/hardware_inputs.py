@@ -28,7 +28,8 @@ from specsim.validation.published_set import resolve_model_spec
 
 DEFAULT_PAIR = "llava-1.5-7b-68m"
 
-# What a latency profile constrains of a GPU runtime: its efficiencies and per-forward overhead.
+# What a latency profile constrains of a GPU runtime: its efficiencies and per-forward overhead (less those
+# the runtime ties to another, which move with it).
 PROFILE_FIT_GPU = (
     "compute_efficiency",
     "memory_efficiency_gemv",
@@ -306,7 +307,7 @@ def fit_on_profile(
     # A GPU runtime's ``fit`` list is for the published set (SD blocks, all-reduces, quantized kernels); a
     # latency profile constrains its efficiencies and per-forward overhead. The CPU runtime was made for
     # profiles.
-    free = rt.fit if rt.kind == "cpu" else PROFILE_FIT_GPU
+    free = rt.fit if rt.kind == "cpu" else tuple(k for k in PROFILE_FIT_GPU if k not in rt.ties)
     kw = {"source": source, "start": rt, "free": free}
     if validate:
         return holdout(points, models, dev, short_context_split(points), **kw), skipped

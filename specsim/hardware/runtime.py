@@ -90,6 +90,7 @@ _UNSET_SOURCES = {
 }
 _SPLIT_MODE_SOURCE = "default: Megatron tensor parallel (vLLM, SGLang, gpt-fast)"
 
+
 def block_overhead_ms(eff, batch):
     """ms of SD bookkeeping per draft/verify block at ``batch`` sequences (array-like): the fixed part plus
     B · ``overhead_ms_per_sequence_per_block`` (0 for efficiencies that do not model it)."""
@@ -129,12 +130,28 @@ class Runtime:
     sources: dict[str, str] = field(default_factory=dict)
     fit: tuple[str, ...] = ()
     defaults: dict[str, float] = field(default_factory=dict)  # cited values of the ``fit`` parameters
+    # parameter -> the parameter whose value it always takes (``"same_as"`` in the file): a tie holds through
+    # fits and copies, so a fitted efficiency moves the one tied to it
+    ties: dict[str, str] = field(default_factory=dict)
     default_sources: dict[str, str] = field(default_factory=dict)
     notes: str = ""
     schema_version: int = SCHEMA_VERSION
 
     def __post_init__(self) -> None:
         check_split_mode(self.split_mode, "runtime.split_mode.value")
+        for key, to in self.ties.items():
+            if (
+                not isinstance(to, str)
+                or to == key
+                or to not in PARAM_BOUNDS
+                or to in self.ties
+                or key in self.fit
+            ):
+                raise SpecsimError(
+                    f"runtime.{key}.same_as: expected another parameter that is neither tied nor "
+                    f"{key!r} fitted on its own, got {to!r}"
+                )
+            object.__setattr__(self, key, getattr(self, to))
         for key, (lo, hi) in PARAM_BOUNDS.items():
             value = getattr(self, key)
             if (
@@ -185,6 +202,8 @@ class Runtime:
                 "value": float(getattr(self, key)),
                 "source": self.sources.get(key) or _UNSET_SOURCES.get(key, ""),
             }
+            if key in self.ties:
+                out[key]["same_as"] = self.ties[key]
             if key in self.defaults:
                 out[key]["default"] = {
                     "value": float(self.defaults[key]),
@@ -212,11 +231,13 @@ class Runtime:
         kind = d.get("kind", "gpu")
         if kind not in ("gpu", "cpu"):
             raise SpecsimError(f"{where}.kind: expected 'gpu' or 'cpu', got {kind!r}")
-        values, sources, defaults, default_sources = {}, {}, {}, {}
+        values, sources, defaults, default_sources, ties = {}, {}, {}, {}, {}
         for key in PARAMS:
             if key not in d:
                 continue
             values[key], sources[key] = _number(d[key], f"{where}.{key}")
+            if isinstance(d[key], dict) and "same_as" in d[key]:
+                ties[key] = d[key]["same_as"]
             if isinstance(d[key], dict) and "default" in d[key]:
                 defaults[key], default_sources[key] = _number(d[key]["default"], f"{where}.{key}.default")
         if "split_mode" in d:
@@ -244,6 +265,7 @@ class Runtime:
                 notes=str(d.get("notes", "")),
                 defaults=defaults,
                 default_sources=default_sources,
+                ties=ties,
                 **values,
             )
         except SpecsimError as err:

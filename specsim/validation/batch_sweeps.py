@@ -5,11 +5,12 @@ runtime, dtypes, contexts) but the batch size. For each sweep:
 - the runtime's parameters are fitted on the *other* sources (as leave-one-source-out does);
 - τ: the row's own when published; otherwise calibrated on the sweep's smallest batch (τ̂ = S·block/Tp, the one
   number taken from the sweep) and carried to another γ by the i.i.d. closed form (an extrapolation, flagged);
-- predicted speedup at each published batch, and where SD pays on a doubling grid of batches whose weights
-  and KV caches fit: the best-γ speedup (γ = 1..8, τ(γ) from the same α) is >= 1 from ``pays_from`` on and SD
-  stops paying from ``stops_from`` (the smallest batch from which every larger fitting batch is below 1;
-  None: it still pays at the largest that fits). Self-speculation (MagicDec) pays only at large batch and long
-  context, so both ends matter.
+- predicted speedup at each published batch, and where SD pays on a doubling grid of batches 1..4096: the
+  best-γ speedup (γ = 1..8, τ(γ) from the same α) is >= 1 from ``pays_from`` on and SD stops paying from
+  ``stops_from`` (the smallest batch from which every larger grid batch is below 1; None: it still pays at
+  4096). The grid is not cut where the catalog's device runs out of memory (the published run fitted on its
+  card, which may hold more: ``max_fit_batch`` says where the catalog's stops). Self-speculation (MagicDec)
+  pays only at large batch and long context, so both ends matter.
 :func:`crossover_grid` gives the same crossover for the sweep's pair on other devices, runtimes and contexts.
 """
 
@@ -76,9 +77,9 @@ class SweepComparison:
     published_below_one: tuple[int, ...]  # published batches with speedup < 1
     pays_from: int | None  # predicted: smallest grid batch with best-γ speedup >= 1 (None: never pays)
     stops_from: int | None  # predicted: SD stops paying from this batch on (None: never pays, or pays up to
-    #                         max_fit_batch)
-    max_fit_batch: int  # largest grid batch whose weights + KV fit the GPUs
-    grid_batches: tuple[int, ...] = ()  # the doubling grid (fitting batches) ...
+    #                         the grid's largest batch)
+    max_fit_batch: int  # largest grid batch whose weights + KV fit the catalog's GPUs (0: none)
+    grid_batches: tuple[int, ...] = ()  # the doubling grid ...
     grid_best_speedup: tuple[float, ...] = ()  # ... and the predicted best-γ speedup at each
 
     def to_json(self) -> dict:
@@ -138,9 +139,12 @@ def max_fit_batch(ps: PublishedSet, row: Row, batches=GRID_BATCHES) -> int:
     return max(ok, default=0)
 
 
-def best_speedups(ps: PublishedSet, row: Row, rt: Runtime, alpha: float) -> tuple[list[int], np.ndarray]:
-    """(fitting grid batches, best-γ predicted speedup at each) for ``row``'s setup under i.i.d. α."""
-    fit = max_fit_batch(ps, row)
+def best_speedups(
+    ps: PublishedSet, row: Row, rt: Runtime, alpha: float, *, fitting_only: bool = True
+) -> tuple[list[int], np.ndarray]:
+    """(grid batches, best-γ predicted speedup at each) for ``row``'s setup under i.i.d. α; ``fitting_only``:
+    only the batches whose weights and KV caches fit the catalog's GPUs."""
+    fit = max_fit_batch(ps, row) if fitting_only else GRID_BATCHES[-1]
     batches = [b for b in GRID_BATCHES if b <= fit]
     if not batches:
         return [], np.zeros(0)
@@ -171,7 +175,7 @@ def compare_sweep(ps: PublishedSet, rows: list[Row], runtime: Runtime) -> SweepC
             tau, note = float(tau_iid(alpha, int(round(row.gamma)))), "iid from calibrated"
         pred = _speedups(ps, [_priced(ps, row, row.batch, row.gamma, tau)], rt)[0]
         points.append(SweepPoint(row.batch, row.gamma, float(tau), note, float(row.speedup), float(pred)))
-    batches, best = best_speedups(ps, ref, rt, alpha)
+    batches, best = best_speedups(ps, ref, rt, alpha, fitting_only=False)
     label = f"{ref.source}: {ref.target} / {'self' if ref.draft == ref.target else ref.draft}"
     return SweepComparison(
         label,
@@ -184,7 +188,7 @@ def compare_sweep(ps: PublishedSet, rows: list[Row], runtime: Runtime) -> SweepC
         tuple(points),
         tuple(p.batch for p in points if p.published < 1.0),
         *paying_range(batches, best),
-        max(batches, default=0),
+        max_fit_batch(ps, ref),
         tuple(batches),
         tuple(float(x) for x in best),
     )
@@ -243,3 +247,20 @@ def describe_range(
         if short
         else f"{pays_from} to {stops_from // 2}, not from {stops_from}"
     )
+
+
+def describe_sweep_range(c: SweepComparison) -> str:
+    """Where a sweep's SD pays on the whole grid, and where the catalog's device runs out of memory."""
+    top = c.grid_batches[-1] if c.grid_batches else GRID_BATCHES[-1]
+    if c.pays_from is None:
+        text = f"never (at any batch up to {top})"
+    elif c.stops_from is None:
+        text = f"from {c.pays_from} (still at {top}, the grid's largest)"
+    else:
+        text = f"{c.pays_from} to {c.stops_from // 2}, not from {c.stops_from}"
+    fits = (
+        f"up to batch {c.max_fit_batch}"
+        if c.max_fit_batch
+        else "at no batch (the published card held more memory)"
+    )
+    return f"{text}; weights and KV caches fit the catalog's {c.device} {fits}"

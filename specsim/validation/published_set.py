@@ -26,6 +26,7 @@ from specsim.errors import SpecsimError
 from specsim.hardware.model import ModelSpec, dtype_bytes, kv_dtype_bytes, load_model_spec, spec_from_config
 from specsim.hardware.parallel import timing_gpus
 from specsim.jsonio import check_schema_version, read_json, show
+from specsim.validation.load_spec import ServedLoad, parse_load
 
 DATA_FILE = "data/published_gpu_measurements.json"
 _PARALLEL = ("none", "tensor", "layer-split")
@@ -34,16 +35,12 @@ _RESERVED = ("spec-bench", "eagle")  # source keys
 # the EAGLE papers (arXiv 2401.15077, 2406.16858, 2503.01840; SafeAILab/EAGLE); SpecDecode-Bench ('Speculative
 # Decoding: Performance or Illusion?', arXiv 2601.11580). EAGLE-method rows measured by others in another
 # runtime (e.g. vLLM issues) are not those papers' SpS rows and may stay.
-_RESERVED_MARKS = (
-    "spec-bench",
-    "specbench",
-    "hemingkx",
-    "safeailab/eagle",
-    "2401.15077",
-    "2406.16858",
+_RESERVED_MARKS = ("spec-bench", "specbench", "hemingkx", "safeailab/eagle", "2401.15077", "2406.16858")
+_RESERVED_MARKS += (
     "2503.01840",
-    "2601.11580", "specdecode-bench",  # SpecDecode-Bench: paper and repositories
-)
+    "2601.11580",
+    "specdecode-bench",
+)  # SpecDecode-Bench: paper and repositories
 _EAGLE_PAPER_TITLES = ("eagle:", "eagle-2:", "eagle-3:", "eagle 2:", "eagle 3:")
 
 
@@ -98,6 +95,7 @@ class Row:
     # runtime's ``extra_draft_forwards_per_block``), e.g. llama.cpp's speculative example against
     # llama-server.
     extra_draft_forwards_per_block: float | None = None
+    load: ServedLoad | None = None  # the serving benchmark's load, when the source gives it (``load_spec``)
 
     @property
     def split(self) -> str:
@@ -240,6 +238,7 @@ def _row(d: Any, where: str, sources: dict, models: dict) -> Row:
         extra_draft_forwards_per_block=_field(
             d, "extra_draft_forwards_per_block", where, num, optional=True, lo=0
         ),
+        load=parse_load(d.get("load"), f"{where}.load"),
     )
     _check_row(row, where)
     return row

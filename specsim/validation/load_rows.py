@@ -1,0 +1,119 @@
+"""Published rows measured under a serving load, replayed in ``specsim serve``'s simulation.
+
+A row with a ``load`` (:mod:`specsim.validation.load_spec`) publishes the output throughput of a serving
+benchmark with SD over the same benchmark without it. Its decode-phase prediction (:mod:`.row_predict`: one
+block at a batch of ``max_concurrency``) leaves out what the benchmark also timed: each request's prefill
+riding in the decode steps (the verification's B·(γ+1) rows reach the compute roof before the target-only
+step's B rows do), arrivals, ramp-up and the tail of the run. Here the row's load is served twice by
+:func:`specsim.serve.compare.served` (the same Poisson arrivals, prompts and outputs, the server's
+``max_num_seqs`` at the benchmark's concurrency, its logged KV caches and token budget): SD at the row's γ
+with i.i.d. acceptance α from its published τ (:func:`specsim.acceptance.theory.alpha_from_tau`), and
+target-only; the prediction is the ratio of their output tokens per second.
+
+Leave-one-source-out as elsewhere: the runtime is fitted (on the decode-phase model, :mod:`.runtime_fit`) on
+the other sources' rows only; the simulation then prices every step with it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+from specsim.acceptance.theory import alpha_from_tau
+from specsim.hardware.runtime import Runtime
+from specsim.serve.compare import TARGET_ONLY, ServeSetup, Workload, served
+from specsim.serve.roofline_cost import RooflineStepCost
+from specsim.serve.scheduler import SchedulerConfig
+from specsim.serve.speculation import GammaPolicy, IidAcceptance
+from specsim.validation.published_set import PublishedSet, Row
+from specsim.validation.row_predict import device, models, row_model
+from specsim.validation.runtime_fit import fit_runtime, usable_rows
+
+
+@dataclass(frozen=True)
+class LoadRowResult:
+    """One load row: published throughput ratio, the served simulation's and the decode-phase prediction."""
+
+    id: str
+    source: str
+    batch: int  # the benchmark's concurrency
+    published: float
+    served: float
+    decode_phase: float
+
+    @property
+    def error(self) -> float:
+        return self.served / self.published - 1.0
+
+    @property
+    def decode_phase_error(self) -> float:
+        return self.decode_phase / self.published - 1.0
+
+    def to_json(self) -> dict:
+        return asdict(self) | {"error": self.error, "decode_phase_error": self.decode_phase_error}
+
+
+def served_ratio(ps: PublishedSet, row: Row, rt: Runtime, seed: int = 0) -> float:
+    """SD output tokens/s over target-only's, each serving ``row.load`` in the simulation (module
+    docstring)."""
+    load = row.load
+    target, draft = models(ps, row)
+    cost = RooflineStepCost(target, draft, device(row.device), rt, tp=row.tp, split=row.split)
+    gamma = int(round(row.gamma))
+    workload = Workload(load.requests, load.prompt_tokens, 0, load.output_tokens)
+    acceptance = IidAcceptance(float(alpha_from_tau(row.tau, gamma)))
+
+    def tokens_per_s(policy: GammaPolicy, kv: int | None) -> float:
+        scheduler = SchedulerConfig(
+            load.max_concurrency,
+            load.max_num_batched_tokens,
+            None,
+            True,
+            kv if kv is not None else cost.kv_cache_tokens(),
+        )
+        setup = ServeSetup(cost, workload, policy, acceptance, scheduler, None, seed)
+        return served(setup, policy, load.rate_per_s).output_tokens_per_s
+
+    sd = tokens_per_s(GammaPolicy(gamma), load.sd_kv_cache_tokens)
+    return sd / tokens_per_s(TARGET_ONLY, load.target_kv_cache_tokens)
+
+
+def load_rows(ps: PublishedSet) -> list[Row]:
+    """The usable rows that carry a serving load and a published speedup."""
+    return [r for r in usable_rows(ps) if r.load is not None and r.observable == "speedup"]
+
+
+def compare_load_rows(ps: PublishedSet, runtimes: dict[str, Runtime], seed: int = 0) -> list[LoadRowResult]:
+    """Every load row served with its runtime fitted on the other sources (module docstring)."""
+    out = []
+    fitted: dict[tuple[str, str], Runtime] = {}
+    for row in load_rows(ps):
+        key = (row.runtime, row.source)
+        if key not in fitted:
+            train = [r for r in usable_rows(ps) if r.runtime == row.runtime and r.source != row.source]
+            fitted[key] = fit_runtime(ps, train, runtimes[row.runtime], f"fitted without {row.source}")
+        rt = fitted[key]
+        decode = float(row_model(ps, [row]).predict(rt)[0])
+        out.append(
+            LoadRowResult(
+                row.id, row.source, row.batch, float(row.speedup), served_ratio(ps, row, rt, seed), decode
+            )
+        )
+    return out
+
+
+def summarize_load_rows(results: list[LoadRowResult]) -> dict | None:
+    """Median and max |error| of the served predictions and of the decode-phase ones (None: no rows)."""
+    if not results:
+        return None
+    e = np.abs([r.error for r in results])
+    d = np.abs([r.decode_phase_error for r in results])
+    return {
+        "rows": len(results),
+        "sources": sorted({r.source for r in results}),
+        "median_abs_error": float(np.median(e)),
+        "max_abs_error": float(e.max()),
+        "decode_phase_median_abs_error": float(np.median(d)),
+        "decode_phase_max_abs_error": float(d.max()),
+    }

@@ -1,0 +1,110 @@
+"""Published serving benchmarks replayed in ``specsim serve``'s simulation (issue 36, published load rows):
+the load parses with one-line errors, the served prediction agrees with the decode-phase one where the load
+has nothing else in it (one request at a time, a short prompt, long outputs), it is leave-one-source-out, and
+``specsim validate`` prints and writes it. Offline and fast."""
+
+from __future__ import annotations
+
+import copy
+import json
+from dataclasses import replace
+
+import pytest
+
+from specsim.cli.main import main
+from specsim.errors import SpecsimError
+from specsim.validation.load_rows import compare_load_rows, load_rows, served_ratio
+from specsim.validation.load_spec import ServedLoad
+from specsim.validation.published_set import load_published_set, parse_published_set
+from specsim.validation.row_predict import row_model
+from specsim.validation.runtime_fit import fit_runtime, load_runtimes, usable_rows
+
+SOURCE = "tomasruiz-vllm-draft-model"
+
+
+@pytest.fixture(scope="module")
+def ps():
+    return load_published_set()
+
+
+def _raw():
+    from importlib import resources
+
+    return json.loads((resources.files("specsim") / "data/published_gpu_measurements.json").read_text())
+
+
+@pytest.mark.parametrize(
+    "mutate, message",
+    [
+        (lambda ld: ld.update(rate_per_s=0), r"load.rate_per_s: expected .*> 0"),
+        (lambda ld: ld.update(requests=2.5), r"load.requests: expected an integer"),
+        (lambda ld: ld.pop("output_tokens"), r"load.output_tokens: missing"),
+        (lambda ld: ld.update(where=" "), r"load.where: expected where in the source"),
+        (lambda ld: ld.update(turbo=1), r"load: unknown field 'turbo'"),
+        (lambda ld: ld.update(max_concurrency=0), r"load.max_concurrency: expected an integer >= 1"),
+    ],
+)
+def test_bad_load_is_one_line_naming_the_field(mutate, message):
+    data = copy.deepcopy(_raw())
+    row = next(r for r in data["rows"] if "load" in r)
+    mutate(row["load"])
+    with pytest.raises(SpecsimError, match=message) as err:
+        parse_published_set(data, "mine.json")
+    assert "\n" not in str(err.value) and "mine.json.rows[" in str(err.value)
+
+
+def test_every_row_of_the_sweep_carries_its_load(ps):
+    rows = load_rows(ps)
+    assert {r.source for r in rows} == {SOURCE} and len(rows) == 13
+    for r in rows:
+        assert r.load.max_concurrency == r.batch and r.load.rate_per_s == r.batch
+        assert r.load.requests == max(10 * r.batch, 50) and 140 <= r.load.prompt_tokens <= 155
+
+
+def test_served_equals_decode_phase_where_the_load_adds_nothing(ps):
+    """One request at a time, a 16-token prompt and 2000 output tokens: the simulation's ratio of output
+    throughputs and the decode-phase speedup (two implementations of the step costs) agree."""
+    row = next(r for r in ps.rows if r.id == "tomasruiz-qwen3-32b-1.7b-k3-c1")
+    rt = load_runtimes(ps)["vllm"]
+    lone = replace(
+        row,
+        target_context_tokens=1016.0,
+        draft_context_tokens=1016.0,
+        load=ServedLoad(4, 1000.0, 1, 16, 2000, "test", 100_000, 100_000),
+    )
+    assert served_ratio(ps, lone, rt) == pytest.approx(row_model(ps, [lone]).predict(rt)[0], rel=0.015)
+
+
+def test_prefills_in_the_decode_steps_cost_sd_more_at_high_concurrency(ps):
+    """At concurrency 64 SD's verification already fills the compute roof that the target-only step does
+    not reach, so the prefills riding along slow SD more: served below the decode phase, more than at 1."""
+    results = {r.id: r for r in compare_load_rows(ps, load_runtimes(ps))}
+    hi, lo = results["tomasruiz-qwen3-32b-1.7b-k3-c64"], results["tomasruiz-qwen3-32b-1.7b-k3-c1"]
+    assert hi.served < hi.decode_phase * 0.9
+    assert lo.served / lo.decode_phase > hi.served / hi.decode_phase
+
+
+def test_load_rows_are_leave_one_source_out(ps):
+    runtimes = load_runtimes(ps)
+    results = compare_load_rows(ps, runtimes)
+    row = next(r for r in ps.rows if r.id == "tomasruiz-qwen3-32b-4b-k3-c16")
+    train = [r for r in usable_rows(ps) if r.runtime == "vllm" and r.source != SOURCE]
+    held_out = fit_runtime(ps, train, runtimes["vllm"], "test")
+    got = next(r for r in results if r.id == row.id)
+    assert got.served == pytest.approx(served_ratio(ps, row, held_out), rel=1e-12)
+    in_sample = fit_runtime(ps, [r for r in usable_rows(ps) if r.runtime == "vllm"], runtimes["vllm"], "t")
+    assert served_ratio(ps, row, in_sample) != pytest.approx(got.served, rel=1e-6)
+
+
+def test_validate_prints_and_writes_the_served_loads(capsys):
+    assert main(["validate", "--json", "--no-sweeps"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    loads = out["load_rows"]
+    assert loads["summary"]["rows"] == len(loads["rows"]) == 13
+    assert loads["summary"]["median_abs_error"] <= loads["summary"]["decode_phase_median_abs_error"]
+    assert all(abs(r["error"]) < 0.5 for r in loads["rows"])
+    assert main(["validate", "--no-sweeps"]) == 0
+    text = capsys.readouterr().out
+    assert "published serving benchmarks" in text and "served: median |err|" in text
+    assert main(["validate", "--fit-all", "--json", "--no-sweeps"]) == 0
+    assert json.loads(capsys.readouterr().out)["load_rows"]["rows"] == []
