@@ -52,7 +52,8 @@ def test_new_sources_load_and_are_cited(ps):
         assert row.where.strip(), row.id
         assert row.runtime in SERVING_RUNTIMES, row.id
         assert row.tau is not None and row.tau_definition, row.id
-        assert row.speedup is not None and row.observable == "speedup", row.id
+        assert row.speedup is not None, row.id
+        assert row.observable == "speedup" or (row.served_only and row.load is not None), row.id
         for name in (row.target, row.draft):
             assert name.startswith("preset:") or ps.model_sources.get(name), (row.id, name)
 
@@ -108,7 +109,9 @@ def test_new_sweeps_in_validate_json(ps, capsys):
         assert max(batches) >= 16 and sweep["context_tokens"] <= MAX_CONTEXT_TOKENS
         assert all(p["tau_note"] == "published" for p in sweep["points"])
     ids = {r["id"] for r in out["rows"]}
-    assert {r.id for r in _new_rows(ps)} <= ids
+    assert {r.id for r in _new_rows(ps) if not r.served_only} <= ids
+    served = {r["id"] for r in out["load_rows"]["rows"]}
+    assert {r.id for r in _new_rows(ps) if r.served_only} <= served
 
 
 def test_sweep_crossover_is_read_on_the_whole_grid_not_cut_by_the_catalogs_memory(ps, capsys):

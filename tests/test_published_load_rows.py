@@ -55,7 +55,7 @@ def test_bad_load_is_one_line_naming_the_field(mutate, message):
 
 def test_every_row_of_the_sweep_carries_its_load(ps):
     rows = load_rows(ps)
-    assert {r.source for r in rows} == {SOURCE} and len(rows) == 13
+    assert {r.source for r in rows} == {SOURCE} and len(rows) == 18
     for r in rows:
         assert r.load.max_concurrency == r.batch and r.load.rate_per_s == r.batch
         assert r.load.requests == max(10 * r.batch, 50) and 140 <= r.load.prompt_tokens <= 155
@@ -100,7 +100,7 @@ def test_validate_prints_and_writes_the_served_loads(capsys):
     assert main(["validate", "--json", "--no-sweeps"]) == 0
     out = json.loads(capsys.readouterr().out)
     loads = out["load_rows"]
-    assert loads["summary"]["rows"] == len(loads["rows"]) == 13
+    assert loads["summary"]["rows"] == len(loads["rows"]) == 18
     assert loads["summary"]["median_abs_error"] <= loads["summary"]["decode_phase_median_abs_error"]
     assert all(abs(r["error"]) < 0.5 for r in loads["rows"])
     assert main(["validate", "--no-sweeps"]) == 0
@@ -108,3 +108,30 @@ def test_validate_prints_and_writes_the_served_loads(capsys):
     assert "published serving benchmarks" in text and "served: median |err|" in text
     assert main(["validate", "--fit-all", "--json", "--no-sweeps"]) == 0
     assert json.loads(capsys.readouterr().out)["load_rows"]["rows"] == []
+
+
+def test_served_only_rows_stay_out_of_the_decode_phase_table_fits_and_sweeps(ps):
+    """Rows where requests waited for KV cache ran no decode batch of their size: only served."""
+    served_only = [r for r in ps.rows if r.served_only]
+    assert served_only and all(r.load is not None and r.observable is None for r in served_only)
+    assert not set(served_only) & set(usable_rows(ps))
+    from specsim.validation.batch_sweeps import published_sweeps
+
+    assert not {r.id for s in published_sweeps(ps) for r in s} & {r.id for r in served_only}
+    data = copy.deepcopy(_raw())
+    row = next(r for r in data["rows"] if r.get("served_only"))
+    del row["load"]
+    with pytest.raises(SpecsimError, match=r"served_only: needs the row's load"):
+        parse_published_set(data, "mine.json")
+
+
+def test_served_loads_say_where_sd_stops_paying_within_a_power_of_two(ps):
+    """Issue 35's goal for short-context sweeps: the concurrency from which SD stops paying, served, is
+    within one power of two of the published one (both sweeps stop inside the published range)."""
+    from specsim.validation.load_rows import summarize_load_rows
+
+    stops = summarize_load_rows(compare_load_rows(ps, load_runtimes(ps)))["stop_paying"]
+    assert len(stops) == 2
+    for s in stops:
+        assert s["published_stops_from"] is not None and s["served_stops_from"] is not None
+        assert 0.5 <= s["served_stops_from"] / s["published_stops_from"] <= 2.0, s

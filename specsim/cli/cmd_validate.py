@@ -123,7 +123,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
     comparisons, grids = ([], []) if args.no_sweeps else _sweeps(ps, runtimes)
     # Served loads are a leave-one-source-out check: in-sample (--fit-all) they would test nothing new.
     loads = [] if args.fit_all else compare_load_rows(ps, runtimes)
-    skipped = [r for r in ps.rows if r.observable is None]
+    skipped = [r for r in ps.rows if r.observable is None and not r.served_only]  # served ones: below
     if args.plot:
         from specsim.hardware.plots import plot_validation
 
@@ -177,9 +177,17 @@ def _load_text(loads) -> list[str]:
         "specsim serve's simulation, runtime fitted without the row's source):",
         table,
         f"served: median |err| {s['median_abs_error']:.1%}, max {s['max_abs_error']:.1%} over "
-        f"{s['rows']} rows ({', '.join(s['sources'])}); the decode phase alone (the table above): median "
+        f"{s['rows']} rows ({', '.join(s['sources'])}); the decode phase alone: median "
         f"{s['decode_phase_median_abs_error']:.1%}, max {s['decode_phase_max_abs_error']:.1%}",
+    ] + [
+        f"  {x['sweep']}: SD stops paying from concurrency {_stop(x['published_stops_from'], x)} published, "
+        f"{_stop(x['served_stops_from'], x)} served"
+        for x in s["stop_paying"]
     ]
+
+
+def _stop(batch: int | None, sweep: dict) -> str:
+    return str(batch) if batch is not None else f"- (still pays at {sweep['largest_concurrency']})"
 
 
 def _text(results, overall, fitted_only, skipped, ps, fit_all_mode: bool) -> list[str]:

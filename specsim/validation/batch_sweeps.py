@@ -90,7 +90,7 @@ def published_sweeps(ps: PublishedSet) -> list[list[Row]]:
     """Groups of SD rows with a published speedup that differ only in batch size (>= 2 batch sizes)."""
     groups: dict[tuple, list[Row]] = {}
     for row in ps.rows:
-        if row.kind == "sd" and row.speedup is not None:
+        if row.kind == "sd" and row.speedup is not None and not row.served_only:
             groups.setdefault(tuple(getattr(row, k) for k in _SAME), []).append(row)
     return [
         sorted(g, key=lambda r: (r.batch, r.gamma)) for g in groups.values() if len({r.batch for r in g}) > 1

@@ -16,11 +16,12 @@ the other sources' rows only; the simulation then prices every step with it.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 import numpy as np
 
 from specsim.acceptance.theory import alpha_from_tau
+from specsim.hardware.plan import paying_range
 from specsim.hardware.runtime import Runtime
 from specsim.serve.compare import TARGET_ONLY, ServeSetup, Workload, served
 from specsim.serve.roofline_cost import RooflineStepCost
@@ -37,6 +38,7 @@ class LoadRowResult:
 
     id: str
     source: str
+    sweep: str  # what the rows of one sweep share: pair and γ (the concurrency varies)
     batch: int  # the benchmark's concurrency
     published: float
     served: float
@@ -80,8 +82,8 @@ def served_ratio(ps: PublishedSet, row: Row, rt: Runtime, seed: int = 0) -> floa
 
 
 def load_rows(ps: PublishedSet) -> list[Row]:
-    """The usable rows that carry a serving load and a published speedup."""
-    return [r for r in usable_rows(ps) if r.load is not None and r.observable == "speedup"]
+    """The rows that carry a serving load, a published speedup and τ (``served_only`` ones included)."""
+    return [r for r in ps.rows if r.load is not None and r.speedup is not None and r.tau is not None]
 
 
 def compare_load_rows(ps: PublishedSet, runtimes: dict[str, Runtime], seed: int = 0) -> list[LoadRowResult]:
@@ -94,11 +96,37 @@ def compare_load_rows(ps: PublishedSet, runtimes: dict[str, Runtime], seed: int 
             train = [r for r in usable_rows(ps) if r.runtime == row.runtime and r.source != row.source]
             fitted[key] = fit_runtime(ps, train, runtimes[row.runtime], f"fitted without {row.source}")
         rt = fitted[key]
-        decode = float(row_model(ps, [row]).predict(rt)[0])
+        # the decode phase of a served-only row too (as its speedup), beside what served it
+        decode = float(row_model(ps, [replace(row, served_only=False)]).predict(rt)[0])
         out.append(
             LoadRowResult(
-                row.id, row.source, row.batch, float(row.speedup), served_ratio(ps, row, rt, seed), decode
+                row.id,
+                row.source,
+                f"{row.target} / {row.draft}, gamma {row.gamma:g}",
+                row.batch,
+                float(row.speedup),
+                served_ratio(ps, row, rt, seed),
+                decode,
             )
+        )
+    return out
+
+
+def stop_paying(results: list[LoadRowResult]) -> list[dict]:
+    """Per sweep: the concurrency from which SD stops paying for good (:func:`paying_range`; None: it still
+    pays at the largest published), published and served."""
+    out = []
+    for sweep in dict.fromkeys(r.sweep for r in results):
+        rows = sorted((r for r in results if r.sweep == sweep), key=lambda r: r.batch)
+        batches = [r.batch for r in rows]
+        out.append(
+            {
+                "sweep": sweep,
+                "source": rows[0].source,
+                "published_stops_from": paying_range(batches, [r.published for r in rows])[1],
+                "served_stops_from": paying_range(batches, [r.served for r in rows])[1],
+                "largest_concurrency": batches[-1],
+            }
         )
     return out
 
@@ -116,4 +144,5 @@ def summarize_load_rows(results: list[LoadRowResult]) -> dict | None:
         "max_abs_error": float(e.max()),
         "decode_phase_median_abs_error": float(np.median(d)),
         "decode_phase_max_abs_error": float(d.max()),
+        "stop_paying": stop_paying(results),
     }

@@ -27,34 +27,10 @@ from specsim.hardware.model import ModelSpec, dtype_bytes, kv_dtype_bytes, load_
 from specsim.hardware.parallel import timing_gpus
 from specsim.jsonio import check_schema_version, read_json, show
 from specsim.validation.load_spec import ServedLoad, parse_load
+from specsim.validation.sources import RESERVED_KEYS, Source, is_reserved
 
 DATA_FILE = "data/published_gpu_measurements.json"
 _PARALLEL = ("none", "tensor", "layer-split")
-_RESERVED = ("spec-bench", "eagle")  # source keys
-# Reserved sources recognised by title, venue or address: the Spec-Bench leaderboard (hemingkx/Spec-Bench) and
-# the EAGLE papers (arXiv 2401.15077, 2406.16858, 2503.01840; SafeAILab/EAGLE); SpecDecode-Bench ('Speculative
-# Decoding: Performance or Illusion?', arXiv 2601.11580). EAGLE-method rows measured by others in another
-# runtime (e.g. vLLM issues) are not those papers' SpS rows and may stay.
-_RESERVED_MARKS = ("spec-bench", "specbench", "hemingkx", "safeailab/eagle", "2401.15077", "2406.16858")
-_RESERVED_MARKS += (
-    "2503.01840",
-    "2601.11580",
-    "specdecode-bench",
-)  # SpecDecode-Bench: paper and repositories
-_EAGLE_PAPER_TITLES = ("eagle:", "eagle-2:", "eagle-3:", "eagle 2:", "eagle 3:")
-
-
-@dataclass(frozen=True)
-class Source:
-    key: str
-    title: str
-    authors: str
-    year: int
-    venue: str
-    where: str
-
-    def cite(self) -> str:
-        return f"{self.authors} ({self.year}), {self.title}; {self.venue}"
 
 
 @dataclass(frozen=True)
@@ -96,6 +72,9 @@ class Row:
     # llama-server.
     extra_draft_forwards_per_block: float | None = None
     load: ServedLoad | None = None  # the serving benchmark's load, when the source gives it (``load_spec``)
+    # Compared only as a served load (its flags say why: e.g. requests waited for KV cache, so no decode batch
+    # of its size ran); left out of the decode-phase table, the fits and the sweeps.
+    served_only: bool = False
 
     @property
     def split(self) -> str:
@@ -115,6 +94,8 @@ class Row:
             return "target_ms_per_token"
         if self.kind == "pass":
             return "pass_ms"
+        if self.served_only:
+            return None
         if self.speedup_ratio is not None:
             return "speedup_ratio"
         if self.tau is None:
@@ -185,7 +166,7 @@ def _row(d: Any, where: str, sources: dict, models: dict) -> Row:
     source = _field(d, "source", where, str)
     if source not in sources:
         raise SpecsimError(f"{where}.source: expected one of {sorted(sources)}, got {source!r}")
-    if any(word in source.lower() for word in _RESERVED):
+    if any(word in source.lower() for word in RESERVED_KEYS):
         raise SpecsimError(
             f"{where}.source: {source!r} is reserved for an independent check and must stay out"
         )
@@ -239,6 +220,7 @@ def _row(d: Any, where: str, sources: dict, models: dict) -> Row:
             d, "extra_draft_forwards_per_block", where, num, optional=True, lo=0
         ),
         load=parse_load(d.get("load"), f"{where}.load"),
+        served_only=_field(d, "served_only", where, bool, optional=True) or False,
     )
     _check_row(row, where)
     return row
@@ -285,6 +267,8 @@ def _with_ratios(rows: tuple[Row, ...], name: str) -> tuple[Row, ...]:
 
 
 def _check_row(row: Row, where: str) -> None:
+    if row.served_only and (row.load is None or row.speedup is None or row.tau is None):
+        raise SpecsimError(f"{where}.served_only: needs the row's load, speedup and tau (it is only served)")
     if row.kind == "sd":
         for key in ("draft", "gamma", "draft_weights_dtype"):
             if getattr(row, key) is None:
@@ -327,16 +311,6 @@ def _source(key: str, d: Any, where: str) -> Source:
             "leaderboard, an EAGLE paper or SpecDecode-Bench) and must stay out"
         )
     return src
-
-
-def is_reserved(src: Source) -> bool:
-    """True for the Spec-Bench leaderboard, the EAGLE papers and SpecDecode-Bench (by key, title or venue)."""
-    text = f"{src.key} {src.title} {src.venue} {src.where}".lower()
-    return (
-        any(word in src.key.lower() for word in _RESERVED)
-        or any(m in text for m in _RESERVED_MARKS)
-        or src.title.lower().startswith(_EAGLE_PAPER_TITLES)
-    )
 
 
 def parse_published_set(data: Any, name: str = "published set") -> PublishedSet:
