@@ -16,6 +16,8 @@ def test_serving_notebook_runs(tmp_path, monkeypatch):
     assert text.count("highest rate with 90% of requests meeting") == 3
     assert "p50 TPOT ms pred/meas" in text and "median |error|" in text
     assert text.count("largest p50 TPOT gain") == 3
+    # the simulation against a published serving benchmark (leave-one-source-out)
+    assert text.count("SD stops paying from concurrency") == 2 and "served: median |error|" in text
     assert images >= 1
 
 
