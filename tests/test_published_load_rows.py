@@ -135,3 +135,23 @@ def test_served_loads_say_where_sd_stops_paying_within_a_power_of_two(ps):
     for s in stops:
         assert s["published_stops_from"] is not None and s["served_stops_from"] is not None
         assert 0.5 <= s["served_stops_from"] / s["published_stops_from"] <= 2.0, s
+
+
+def test_answers_name_the_served_validation_of_their_band():
+    """`hardware`/`recommend` bands: the served benchmarks in the band are counted and their error printed;
+    a band with none says nothing of load, and one with served rows only is still "not validated here"
+    for the decode phase."""
+    from specsim.validation.load_rows import LoadRowResult
+    from specsim.validation.regime_error import regime_error
+
+    served = [
+        LoadRowResult("a", "s", "p / q, gamma 3", "vllm", 250.0, 128, 1.0, 1.1, 1.3),
+        LoadRowResult("b", "s", "p / q, gamma 3", "vllm", 250.0, 256, 0.8, 0.76, 0.7),
+        LoadRowResult("c", "s", "p / q, gamma 3", "vllm", 9000.0, 256, 0.8, 0.1, 0.7),
+    ]
+    e = regime_error("vllm", 200, 1024, results=[], served=served)
+    assert not e.validated and e.served_rows == 2
+    assert e.served_median_abs_error == pytest.approx((0.1 + 0.05) / 2)
+    assert "not validated here" in e.text() and "reproduces 2 published serving benchmark rows" in e.text()
+    assert "under load" not in regime_error("vllm", 8, 1024, results=[], served=served).text()
+    assert regime_error("llama.cpp", 200, 1024, results=[], served=served).served_rows == 0

@@ -39,6 +39,8 @@ class LoadRowResult:
     id: str
     source: str
     sweep: str  # what the rows of one sweep share: pair and γ (the concurrency varies)
+    runtime: str
+    context_tokens: float  # the row's mean cached context
     batch: int  # the benchmark's concurrency
     published: float
     served: float
@@ -103,6 +105,8 @@ def compare_load_rows(ps: PublishedSet, runtimes: dict[str, Runtime], seed: int 
                 row.id,
                 row.source,
                 f"{row.target} / {row.draft}, gamma {row.gamma:g}",
+                row.runtime,
+                row.target_context_tokens,
                 row.batch,
                 float(row.speedup),
                 served_ratio(ps, row, rt, seed),

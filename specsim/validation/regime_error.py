@@ -4,7 +4,9 @@ speedup rows of the same runtime, batch band and context band (:mod:`specsim.val
 ``hardware`` and ``recommend`` print it beside their speedups, so an answer says whether anything measured
 backs it. Bands: batch 1, 2..15, 16..127, ≥ 128; context ≤ 2k, 2k..8k, > 8k tokens (the short-context and
 long-context regimes of serving batches, where speculative decoding stops or starts paying). Where no row
-of the runtime falls in the band the answer is "not validated here".
+of the runtime falls in the band the answer is "not validated here". Published serving benchmarks in the band
+(:mod:`specsim.validation.load_rows`, concurrency as the batch) add how well ``specsim serve``'s simulation
+reproduces them, leave-one-source-out: the figure for questions asked under load.
 """
 
 from __future__ import annotations
@@ -44,6 +46,9 @@ class RegimeError:
     sources: tuple[str, ...]
     median_abs_error: float | None
     max_abs_error: float | None
+    served_rows: int = 0  # published serving benchmarks in the band, replayed by `specsim serve`
+    served_median_abs_error: float | None = None
+    served_max_abs_error: float | None = None
 
     @property
     def validated(self) -> bool:
@@ -54,12 +59,18 @@ class RegimeError:
             f"runtime {self.runtime}, {_span(self.batch_band, 'batch')}, "
             f"{_span(self.context_band, 'context tokens')}"
         )
+        served = (
+            f"; under load, `specsim serve` reproduces {self.served_rows} published serving benchmark rows "
+            f"there within median {self.served_median_abs_error:.1%}, max {self.served_max_abs_error:.1%}"
+            if self.served_rows
+            else ""
+        )
         if not self.validated:
-            return f"not validated here: no published speedup row at {where}"
+            return f"not validated here: no published speedup row at {where}{served}"
         return (
             f"validated on published rows at {where}: leave-one-source-out median |error| "
             f"{self.median_abs_error:.1%}, max {self.max_abs_error:.1%} over {self.rows} rows "
-            f"({', '.join(self.sources)}; `specsim validate`)"
+            f"({', '.join(self.sources)}; `specsim validate`){served}"
         )
 
     def to_json(self) -> dict:
@@ -76,19 +87,36 @@ def _speedup_results() -> tuple:
     return tuple(r for r in leave_one_source_out(ps, load_runtimes(ps)) if r.observable == "speedup")
 
 
-def regime_error(runtime: str, batch: int, context_tokens: float, results=None) -> RegimeError:
-    """The validation of an answer at ``batch`` and ``context_tokens`` under ``runtime`` (module docstring);
-    ``results``: leave-one-source-out rows to use (default: the published set's)."""
-    rows = _speedup_results() if results is None else results
-    b_band, c_band = _band(batch, BATCH_BANDS), _band(context_tokens, CONTEXT_BANDS)
-    inside = [
+@lru_cache(maxsize=1)
+def _served_results() -> tuple:
+    """The published serving benchmarks, served leave-one-source-out (computed once per process)."""
+    from specsim.validation.load_rows import compare_load_rows
+    from specsim.validation.published_set import load_published_set
+    from specsim.validation.runtime_fit import load_runtimes
+
+    ps = load_published_set()
+    return tuple(compare_load_rows(ps, load_runtimes(ps)))
+
+
+def _in_band(rows, runtime: str, b_band: tuple, c_band: tuple) -> list:
+    return [
         r
         for r in rows
         if r.runtime == runtime
         and _band(r.batch, BATCH_BANDS) == b_band
         and _band(r.context_tokens, CONTEXT_BANDS) == c_band
     ]
+
+
+def regime_error(runtime: str, batch: int, context_tokens: float, results=None, served=None) -> RegimeError:
+    """The validation of an answer at ``batch`` and ``context_tokens`` under ``runtime`` (module docstring);
+    ``results`` / ``served``: leave-one-source-out rows to use (default: the published set's)."""
+    rows = _speedup_results() if results is None else results
+    b_band, c_band = _band(batch, BATCH_BANDS), _band(context_tokens, CONTEXT_BANDS)
+    inside = _in_band(rows, runtime, b_band, c_band)
+    loads = _in_band(_served_results() if served is None else served, runtime, b_band, c_band)
     errs = np.abs([r.error for r in inside])
+    load_errs = np.abs([r.error for r in loads])
     return RegimeError(
         runtime=runtime,
         batch_band=b_band,
@@ -97,6 +125,9 @@ def regime_error(runtime: str, batch: int, context_tokens: float, results=None) 
         sources=tuple(sorted({r.source for r in inside})),
         median_abs_error=float(np.median(errs)) if inside else None,
         max_abs_error=float(errs.max()) if inside else None,
+        served_rows=len(loads),
+        served_median_abs_error=float(np.median(load_errs)) if loads else None,
+        served_max_abs_error=float(load_errs.max()) if loads else None,
     )
 
 
