@@ -104,6 +104,7 @@ def test_sweep_writes_a_grid_that_round_trips():
     plan = BatchSweepPlan(batch_sizes=(1, 2, 4), gammas=(1, 3), prompt_tokens=(8, 16), new_tokens=8, rounds=1)
     costs, (grid_s, loop_s) = measure_batched(models, plan)
     assert grid_s > 0 and loop_s > 0 and costs.batch_sizes == (1, 2, 4) and costs.server_loop is not None
+    assert 0.1 < costs.server_loop.cold_pass_ms_scale < 10.0  # measured (a flushed step over a warm one)
     lean, (_, no_loop) = measure_batched(models, plan, server_loop=False)
     assert no_loop is None and lean.server_loop is None and lean.batch_sizes == costs.batch_sizes
     assert costs.target_verify.rows == (2, 4) and costs.overhead_ms_per_block.gamma == (1, 3)

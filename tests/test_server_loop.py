@@ -296,6 +296,43 @@ def test_server_loop_costs_round_trip_and_price_steps():
         )
 
 
+def test_a_step_with_prefills_prices_its_passes_cold():
+    """The server loop runs prefills (and the vision encoder) between its passes: a step that carries
+    prefills prices its target pass and draft steps at the loop's measured cold-pass scale, a step without
+    them as the grid measured them; older profiles (no scale) price every pass warm."""
+    from dataclasses import replace
+
+    from specsim.profile.batched_cost import BatchedCosts, ServerLoopCosts
+    from specsim.profiles import load_profile
+    from specsim.serve.profile_cost import ProfileStepCost
+
+    forward = load_profile("qwen2.5-coder-0.5b-1.5b-cpu-batch").latency.forward_costs()
+    warm_loop = ServerLoopCosts((0, 3), ((0.05, 0.01), (0.3, 0.05)), 0.5)
+    cold_loop = replace(warm_loop, cold_pass_ms_scale=1.25)
+
+    def cost(loop):
+        batched = replace(forward.batched, server_loop=loop)
+        return ProfileStepCost(replace(forward, batched=batched), batched)
+
+    cold, warm = cost(cold_loop), cost(warm_loop)
+    ctx, chunks = np.full(4, 60.0), [(40, 0, 0)]
+    assert cold.target_step_ms(4, 1, ctx) == warm.target_step_ms(4, 1, ctx)
+    assert cold.target_step_ms(4, 1, ctx, chunks) - warm.target_step_ms(4, 1, ctx, chunks) == pytest.approx(
+        0.25 * warm.target_step_ms(4, 1, ctx)
+    )
+    assert cold.draft_ms(4, 3, ctx, chunks) - warm.draft_ms(4, 3, ctx, chunks) == pytest.approx(
+        0.25 * warm.draft_ms(4, 3, ctx)
+    )
+    as_json = cold_loop.to_json()
+    assert ServerLoopCosts.from_json(as_json, "x") == cold_loop
+    old = {k: v for k, v in as_json.items() if k != "cold_pass_ms_scale"}
+    assert ServerLoopCosts.from_json(old, "x").cold_pass_ms_scale == 1.0
+    with pytest.raises(SpecsimError, match="server_loop.cold_pass_ms_scale"):
+        BatchedCosts.from_json(
+            forward.batched.to_json() | {"server_loop": as_json | {"cold_pass_ms_scale": 0}}
+        )
+
+
 def test_greedy_trace_lookup_names_what_is_missing():
     """The one trace lookup of `check --batch` and `check --serve-rates`: a prompt without a greedy trace is a
     one-line error naming the method, the scenario and the prompt."""

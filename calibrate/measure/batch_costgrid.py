@@ -19,7 +19,9 @@ The server loop (:mod:`calibrate.run.server_loop`) is timed the same way: per B 
 synthetic requests of the plan's prompt lengths arriving at once, at most B running, so requests join as
 others leave. A step's loop overhead is its wall ms minus its prefills' and passes'; per γ, a least-squares
 fit over steps of overhead = a + b·(requests decoding) + c·(requests joining or leaving) gives a, b, and the
-loop's ms per request (2c: it joins once and leaves once, c averaged over γ).
+loop's ms per request (2c: it joins once and leaves once, c averaged over γ). The loop runs prefills (and the
+vision encoder) between its passes, the grid runs passes back to back: a target step timed right after the
+CPU's caches are flushed, over one right after another step, is stored as the loop's ``cold_pass_ms_scale``.
 """
 
 from __future__ import annotations
@@ -33,7 +35,14 @@ import numpy as np
 import torch
 
 from calibrate.models.loaded_model import LoadedModel, token_id_limit
-from calibrate.run.batch_engine import batch_speculative_decode, batch_target_decode
+from calibrate.run.batch_engine import (
+    PaddedCache,
+    batch_prefill_phase,
+    batch_speculative_decode,
+    batch_target_decode,
+    batch_target_step,
+)
+from calibrate.run.engine import unwrap
 from calibrate.run.proposal import Request
 from specsim.profile.batched_cost import BatchedCosts, ServerLoopCosts
 from specsim.profile.cost_grid import make_grid
@@ -243,8 +252,42 @@ def measure_batched(
     grid_s = time.perf_counter() - t0
     if not server_loop:
         return costs, (grid_s, None)
-    costs = replace(costs, server_loop=server_loop_costs(models, plan, on_run))
+    loop = server_loop_costs(models, plan, on_run)
+    gen = torch.Generator().manual_seed(plan.seed + 2)
+    middle = plan.prompt_tokens[len(plan.prompt_tokens) // 2]
+    scale = cold_pass_scale(models["target"], max(plan.batch_sizes), middle, gen)
+    costs = replace(costs, server_loop=replace(loop, cold_pass_ms_scale=scale))
     return costs, (grid_s, time.perf_counter() - t0 - grid_s)
+
+
+# More than a server CPU's last-level cache share: after streaming it, every weight comes from memory again.
+FLUSH_BYTES = 64 * 2**20
+
+
+def cold_pass_scale(
+    target: LoadedModel, batch: int, longest: int, generator, *, steps: int = 60, max_seconds: float = 20.0
+) -> float:
+    """Median ms of a target-only step of the batched engine right after the CPU's caches are flushed, over
+    the median of one right after another step (alternating; at least 8 of each, within ``max_seconds``):
+    what a pass pays when the server loop ran prefills or the vision encoder before it instead of another
+    pass, as the grid does. About 1 where the weights never stay in cache (a large model)."""
+    tm = unwrap(target.model)
+    cache = PaddedCache(tm, batch, tm.device)
+    inputs, live = batch_prefill_phase(tm, ragged_requests(target, batch, longest, generator), 0)
+    junk = torch.zeros(FLUSH_BYTES // 4)
+    warm, cold = [], []
+    t0 = time.perf_counter()
+    with torch.inference_mode():
+        nxt, _ = batch_target_step(cache, inputs, live)  # the prompt's pass
+        live = torch.ones(batch, 1, dtype=torch.long, device=tm.device)
+        for i in range(steps):
+            if i >= 16 and time.perf_counter() - t0 > max_seconds:
+                break
+            if i % 2 == 0:
+                junk.add_(1.0)  # stream FLUSH_BYTES through the caches
+            nxt, ms = batch_target_step(cache, {"input_ids": nxt[:, None]}, live)
+            (cold if i % 2 == 0 else warm).append(ms)
+    return float(np.median(cold) / np.median(warm))
 
 
 def remeasure(profile, setup, *, rounds: int = 8, seed: int = 0, server_loop: bool = True):

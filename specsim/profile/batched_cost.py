@@ -44,11 +44,14 @@ BATCHED_ENGINE = (
 @dataclass(frozen=True)
 class ServerLoopCosts:
     """The server loop's ms outside its passes: per step ``step_ms[i]`` = (a, b) → a + b·B at ``gammas[i]``
-    (0: target-only), and ``ms_per_request`` for joining and leaving the batch once."""
+    (0: target-only), and ``ms_per_request`` for joining and leaving the batch once; and
+    ``cold_pass_ms_scale``, a pass's ms after the CPU's caches were flushed over its ms after another pass
+    (the loop runs prefills and the vision encoder between passes, the grid none; 1: not measured)."""
 
     gammas: tuple[int, ...]
     step_ms: tuple[tuple[float, float], ...]
     ms_per_request: float
+    cold_pass_ms_scale: float = 1.0
 
     def step_overhead_ms(self, batch: float, gamma: int) -> float:
         """a + b·B at γ (linear between measured γ, the end value outside), at least 0."""
@@ -61,11 +64,13 @@ class ServerLoopCosts:
             "gammas": list(self.gammas),
             "step_ms": [list(c) for c in self.step_ms],
             "ms_per_request": self.ms_per_request,
+            "cold_pass_ms_scale": self.cold_pass_ms_scale,
         }
 
     @classmethod
     def from_json(cls, d: dict, where: str) -> ServerLoopCosts:
-        check_keys(d if isinstance(d, dict) else {}, {"gammas", "step_ms", "ms_per_request"}, where)
+        keys = {"gammas", "step_ms", "ms_per_request", "cold_pass_ms_scale"}
+        check_keys(d if isinstance(d, dict) else {}, keys, where)
         gammas = [
             field_int(g, f"{where}.gammas[{i}]", lo=0)
             for i, g in enumerate(field_list(field_req(d, "gammas", where), f"{where}.gammas"))
@@ -84,7 +89,8 @@ class ServerLoopCosts:
                 tuple(field_num(x, f"{where}.step_ms[{i}][{j}]", lo=-1e6, hi=1e6) for j, x in enumerate(r))
             )
         per = field_num(field_req(d, "ms_per_request", where), f"{where}.ms_per_request", lo=0, hi=1e8)
-        return cls(tuple(gammas), tuple(pairs), per)
+        cold = field_num(d.get("cold_pass_ms_scale", 1.0), f"{where}.cold_pass_ms_scale", lo=0.1, hi=10.0)
+        return cls(tuple(gammas), tuple(pairs), per, cold)
 
 
 @dataclass(frozen=True)

@@ -77,6 +77,14 @@ class ProfileStepCost:
             model, model.batched, profile.latency, int(image_tokens_per_image), drop, draft_vision, caption
         )
 
+    def _cold(self, prefill_chunks) -> float:
+        """The loop's cold-pass scale for a step with prefills (the server loop runs them, and the vision
+        encoder, between its passes: the next pass finds its weights out of the CPU's caches), else 1. The
+        loop runs a step's prefills after its pass; pricing that step's pass cold instead shifts the cost by
+        one step."""
+        loop = self.batched.server_loop
+        return loop.cold_pass_ms_scale if loop is not None and len(prefill_chunks) else 1.0
+
     def _prefill(self, grid, chunks, name: str, drop_per_image: float = 0.0) -> float:
         if grid is None:
             raise SpecsimError(f"latency.cost_model.{name}: not measured in this profile")
@@ -96,7 +104,7 @@ class ProfileStepCost:
             width = float(np.max(context_tokens[:batch]))
             grid = self.batched.target_verify if rows_per_seq > 1 else self.batched.target_decode
             ms, _ = grid_ms(grid, rows_per_seq, width, batch, name="batched target pass")
-            total += float(ms)
+            total += float(ms) * self._cold(prefill_chunks)
         return total
 
     def draft_ms(self, batch, gamma, context_tokens, prefill_chunks=()) -> float:
@@ -109,7 +117,7 @@ class ProfileStepCost:
         if batch and gamma:
             width = float(np.max(context_tokens[:batch])) + np.arange(gamma)
             ms, _ = grid_ms(self.batched.draft_step, 1, width, batch, name="batched draft_step")
-            total += float(np.sum(ms))
+            total += float(np.sum(ms)) * self._cold(prefill_chunks)
         return total
 
     def encoder_ms(self, images) -> float:
