@@ -78,10 +78,11 @@ class ProfileStepCost:
         )
 
     def _cold(self, prefill_chunks) -> float:
-        """The loop's cold-pass scale for a step with prefills (the server loop runs them, and the vision
-        encoder, between its passes: the next pass finds its weights out of the CPU's caches), else 1. The
-        loop runs a step's prefills after its pass; pricing that step's pass cold instead shifts the cost by
-        one step."""
+        """The loop's cold-pass scale for a step with prefills, else 1: the server loop runs each prompt's
+        vision encoder, target prefill and draft prefill one after another between its decode passes, so each
+        of them, and the next pass, finds its weights out of the CPU's caches (the grids timed every pass
+        after another of its kind). The loop runs a step's prefills after its pass; pricing that step's pass
+        cold instead shifts the cost by one step."""
         loop = self.batched.server_loop
         return loop.cold_pass_ms_scale if loop is not None and len(prefill_chunks) else 1.0
 
@@ -97,6 +98,7 @@ class ProfileStepCost:
     def target_step_ms(self, batch, rows_per_seq, context_tokens, prefill_chunks=()) -> float:
         total = self._prefill(self.model.target_prefill, prefill_chunks, "target_prefill")
         total += sum(self.latency.vision_ms(chunk_images(c)) for c in prefill_chunks)  # one call per prompt
+        total *= self._cold(prefill_chunks)
         loop = self.batched.server_loop
         if loop is not None:  # each admission (a chunk from position 0) joins the batch once and leaves once
             total += loop.ms_per_request * sum(1 for c in prefill_chunks if c[0] > 0 and c[1] == 0)
@@ -114,6 +116,7 @@ class ProfileStepCost:
             if self.draft_vision:
                 total += self.latency.vision_ms(chunk_images(c), draft=True)
             total += self.captioner_ms_per_image * chunk_images(c)
+        total *= self._cold(prefill_chunks)
         if batch and gamma:
             width = float(np.max(context_tokens[:batch])) + np.arange(gamma)
             ms, _ = grid_ms(self.batched.draft_step, 1, width, batch, name="batched draft_step")
