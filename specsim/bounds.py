@@ -91,6 +91,30 @@ def check_range(value: float, unit: str, where: str, *, zero_ok: bool = False) -
     return value
 
 
+def clip(text, limit: int = 60) -> str:
+    """``text`` shortened to ``limit`` characters with '...' (for echoing user input in one-line errors)."""
+    text = str(text)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def interval_arg(lo: float, hi: float, expected: str, *, lo_open: bool = False, hi_open: bool = False):
+    """An argparse ``type=``: a finite number in [lo, hi] (an end excluded when open); the error says
+    ``expected`` and echoes the bad text."""
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            value = math.nan
+        ok = math.isfinite(value) and (lo < value if lo_open else lo <= value)
+        if not (ok and (value < hi if hi_open else value <= hi)):
+            raise argparse.ArgumentTypeError(f"expected {expected}, got {clip(text)!r}")
+        return value
+
+    parse.__name__ = expected
+    return parse
+
+
 def number_arg(unit: str, *, zero_ok: bool = False, integer: bool = False):
     """An argparse ``type=``: a finite number (an integer if ``integer``) in the range of ``unit``."""
     kind = "an integer" if integer else "a finite number"

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from specsim.bounds import clip  # noqa: F401  (re-exported: where commands import it from)
+
 
 def fmt(value, digits: int = 3, missing: str = "-") -> str:
     """A number with ``digits`` decimals, or ``missing`` for None."""
@@ -28,12 +30,6 @@ def format_table(headers: Sequence[str], rows: Sequence[Sequence[str]], *, inden
         return (indent + "  ".join(parts)).rstrip()
 
     return "\n".join([line(headers), line(["-" * w for w in widths]), *(line(r) for r in rows)])
-
-
-def clip(text, limit: int = 60) -> str:
-    """``text`` shortened to ``limit`` characters with '...' (for echoing user input in one-line errors)."""
-    text = str(text)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _int_list(text: str, unit: str) -> list[int]:

@@ -286,16 +286,15 @@ def cmd_latency(args) -> int:
 def batch_sweep_plan(args, contexts_tokens) -> BatchSweepPlan:
     """The batched sweep the flags ask for: longest prompts from the workload's shortest to its longest
     (``contexts_tokens`` less the new tokens), with a middle one, so the grid's widths span its runs."""
-    from calibrate.measure.batch_costgrid import BatchSweepPlan
+    from calibrate.measure.batch_costgrid import BatchSweepPlan, sweep_prompt_lengths
 
     longest = max(1, contexts_tokens[-1] - args.max_new_tokens)
     shortest = max(1, min(contexts_tokens[0] + 2, longest))
-    middle = (shortest + longest) // 2
-    lengths = {1: (middle,), 2: (shortest, longest), 3: (shortest, middle, longest)}
+    lengths = sweep_prompt_lengths(shortest, (shortest + longest) // 2, longest, args.request_prompt_lengths)
     return BatchSweepPlan(
         batch_sizes=tuple(sorted(set(args.request_batches))),
         gammas=tuple(sorted(set(args.request_gammas))),
-        prompt_tokens=tuple(sorted(set(lengths[args.request_prompt_lengths]))),
+        prompt_tokens=lengths,
         new_tokens=args.request_new_tokens,
         target_new_tokens=args.request_target_tokens or args.max_new_tokens,
         rounds=args.request_rounds,

@@ -63,6 +63,13 @@ class BatchSweepPlan:
     seed: int = 0
 
 
+def sweep_prompt_lengths(shortest: int, middle: int, longest: int, count: int = 3) -> tuple[int, ...]:
+    """The longest prompts a batched sweep runs (its grid's widths span their runs): 1: the middle one,
+    2: the shortest and the longest, 3: all three (distinct, increasing)."""
+    chosen = {1: (middle,), 2: (shortest, longest), 3: (shortest, middle, longest)}[count]
+    return tuple(sorted(set(chosen)))
+
+
 def ragged_requests(loaded: LoadedModel, batch: int, longest: int, generator) -> list[Request]:
     """``batch`` requests of random text ids, the longest ``longest`` tokens, the rest down to half."""
     limit = token_id_limit(loaded)
@@ -299,11 +306,11 @@ def remeasure(profile, setup, *, rounds: int = 8, seed: int = 0, server_loop: bo
     old = profile.latency.forward_costs().batched
     models = {"target": setup.target, "draft": setup.draft}
     positions = sorted(int(r.input_ids.shape[1]) for r in setup.requests)
-    lengths = (positions[0], positions[len(positions) // 2], positions[-1])
+    lengths = sweep_prompt_lengths(positions[0], positions[len(positions) // 2], positions[-1])
     plan = BatchSweepPlan(
         batch_sizes=old.batch_sizes,
         gammas=tuple(old.overhead_ms_per_block.gamma),
-        prompt_tokens=tuple(sorted(set(lengths))),
+        prompt_tokens=lengths,
         rounds=rounds,
         seed=seed,
     )

@@ -15,12 +15,11 @@ A trace is JSONL, one request per line: ``{"arrival_s": 0.25, "prompt_tokens": 5
 from __future__ import annotations
 
 import argparse
-import math
 from dataclasses import dataclass
 
 import numpy as np
 
-from specsim.bounds import check_range
+from specsim.bounds import check_range, interval_arg
 from specsim.errors import SpecsimError
 from specsim.jsonio import check_keys, field_int, field_num, parse_json, read_text
 from specsim.report import clip
@@ -146,15 +145,7 @@ def read_trace(path: str) -> Requests:
     )
 
 
-def rate_arg(text: str) -> float:
-    """An argparse ``type=``: requests per second in (0, 1e6]."""
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not (math.isfinite(value) and 0 < value <= 1e6):
-        raise argparse.ArgumentTypeError(f"expected requests per second in (0, 1e6], got {clip(text)!r}")
-    return value
+rate_arg = interval_arg(0.0, 1e6, "requests per second in (0, 1e6]", lo_open=True)
 
 
 def rates_arg(text: str) -> list[float]:
@@ -168,14 +159,5 @@ def rates_arg(text: str) -> list[float]:
     return values
 
 
-def burstiness_arg(text: str) -> float:
-    """An argparse ``type=``: a Gamma shape of the inter-arrival gaps in [0.001, 1000] (1 = Poisson)."""
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not (math.isfinite(value) and 1e-3 <= value <= 1e3):
-        raise argparse.ArgumentTypeError(
-            f"expected a Gamma shape in [0.001, 1000] (1 = Poisson), got {clip(text)!r}"
-        )
-    return value
+# a Gamma shape of the inter-arrival gaps (1 = Poisson)
+burstiness_arg = interval_arg(1e-3, 1e3, "a Gamma shape in [0.001, 1000] (1 = Poisson)")

@@ -18,17 +18,14 @@ Accepted drafts per request per block (an :class:`AcceptanceSource`), vectorised
 
 from __future__ import annotations
 
-import argparse
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
 import numpy as np
 
-from specsim.bounds import MAX_GAMMA
+from specsim.bounds import MAX_GAMMA, interval_arg
 from specsim.errors import SpecsimError
-from specsim.report import clip
 
 
 @dataclass(frozen=True)
@@ -198,12 +195,4 @@ def _runs_wrapping(match: np.ndarray) -> np.ndarray:
     return loop[np.searchsorted(loop, np.arange(n))] - np.arange(n)
 
 
-def alpha_arg(text: str) -> float:
-    """An argparse ``type=``: an i.i.d. acceptance probability, 0 <= alpha < 1."""
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not 0.0 <= value < 1.0:
-        raise argparse.ArgumentTypeError(f"expected 0 <= alpha < 1, got {clip(text)!r}")
-    return value
+alpha_arg = interval_arg(0.0, 1.0, "0 <= alpha < 1", hi_open=True)  # an i.i.d. acceptance probability
