@@ -299,7 +299,7 @@ def _sweep_text(comparisons, grids) -> list[str]:
         table = [
             [g["device"]]
             + [
-                describe_range(x["pays_from"], x["stops_from"], x["max_fit_batch"], short=True)
+                describe_range(x["pays_from"], x["stops_from"], x["max_fit_batch"])
                 for x in grid
                 if x["device"] == g["device"] and x["context_tokens"] == g["context_tokens"]
             ]

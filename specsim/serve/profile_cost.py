@@ -96,9 +96,10 @@ class ProfileStepCost:
         return float(np.sum(ms))
 
     def target_step_ms(self, batch, rows_per_seq, context_tokens, prefill_chunks=()) -> float:
+        cold = self._cold(prefill_chunks)
         total = self._prefill(self.model.target_prefill, prefill_chunks, "target_prefill")
         total += sum(self.latency.vision_ms(chunk_images(c)) for c in prefill_chunks)  # one call per prompt
-        total *= self._cold(prefill_chunks)
+        total *= cold
         loop = self.batched.server_loop
         if loop is not None:  # each admission (a chunk from position 0) joins the batch once and leaves once
             total += loop.ms_per_request * sum(1 for c in prefill_chunks if c[0] > 0 and c[1] == 0)
@@ -106,21 +107,21 @@ class ProfileStepCost:
             width = float(np.max(context_tokens[:batch]))
             grid = self.batched.target_verify if rows_per_seq > 1 else self.batched.target_decode
             ms, _ = grid_ms(grid, rows_per_seq, width, batch, name="batched target pass")
-            total += float(ms) * self._cold(prefill_chunks)
+            total += float(ms) * cold
         return total
 
     def draft_ms(self, batch, gamma, context_tokens, prefill_chunks=()) -> float:
-        drop = self.draft_drop_tokens_per_image
+        drop, cold = self.draft_drop_tokens_per_image, self._cold(prefill_chunks)
         total = self._prefill(self.model.draft_prefill, prefill_chunks, "draft_prefill", drop)
         for c in prefill_chunks:
             if self.draft_vision:
                 total += self.latency.vision_ms(chunk_images(c), draft=True)
             total += self.captioner_ms_per_image * chunk_images(c)
-        total *= self._cold(prefill_chunks)
+        total *= cold
         if batch and gamma:
             width = float(np.max(context_tokens[:batch])) + np.arange(gamma)
             ms, _ = grid_ms(self.batched.draft_step, 1, width, batch, name="batched draft_step")
-            total += float(np.sum(ms)) * self._cold(prefill_chunks)
+            total += float(np.sum(ms)) * cold
         return total
 
     def encoder_ms(self, images) -> float:

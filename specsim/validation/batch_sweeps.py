@@ -27,7 +27,7 @@ from specsim.hardware.roofline import USABLE_MEMORY_FRACTION
 from specsim.hardware.runtime import Runtime
 from specsim.validation.published_set import PublishedSet, Row
 from specsim.validation.row_predict import device, models, row_model
-from specsim.validation.runtime_fit import fit_runtime, usable_rows
+from specsim.validation.runtime_fit import fit_without
 
 _SAME = (
     "source",
@@ -161,8 +161,7 @@ def _calibrated_tau(ps: PublishedSet, ref: Row, rt: Runtime) -> float:
 def compare_sweep(ps: PublishedSet, rows: list[Row], runtime: Runtime) -> SweepComparison:
     """One sweep: runtime fitted on the other sources, τ as in the module docstring, points and crossovers."""
     ref = rows[0]
-    train = [r for r in usable_rows(ps) if r.runtime == ref.runtime and r.source != ref.source]
-    rt = fit_runtime(ps, train, runtime, f"fitted without {ref.source}")
+    rt = fit_without(ps, runtime, ref.source)
     tau_ref = ref.tau if ref.tau is not None else _calibrated_tau(ps, ref, rt)
     alpha = float(alpha_from_tau(tau_ref, int(round(ref.gamma))))
     points = []
@@ -230,23 +229,14 @@ def crossover_grid(
     return out
 
 
-def describe_range(
-    pays_from: int | None, stops_from: int | None, max_fit_batch: int, short: bool = False
-) -> str:
-    """Where SD pays on the batch grid: never / from 8 up to the largest that fits / 8 to 64."""
+def describe_range(pays_from: int | None, stops_from: int | None, max_fit_batch: int) -> str:
+    """Where SD pays on the batches that fit, in a table cell: never <=64 / 8..64+ (still at the largest that
+    fits) / 8..32 (not from 64)."""
     if pays_from is None:
-        return f"never <={max_fit_batch}" if short else f"never (up to batch {max_fit_batch})"
+        return f"never <={max_fit_batch}"
     if stops_from is None:
-        return (
-            f"{pays_from}..{max_fit_batch}+"
-            if short
-            else f"from {pays_from} (up to {max_fit_batch}, the largest that fits)"
-        )
-    return (
-        f"{pays_from}..{stops_from // 2}"
-        if short
-        else f"{pays_from} to {stops_from // 2}, not from {stops_from}"
-    )
+        return f"{pays_from}..{max_fit_batch}+"
+    return f"{pays_from}..{stops_from // 2}"
 
 
 def describe_sweep_range(c: SweepComparison) -> str:

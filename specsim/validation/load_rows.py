@@ -29,7 +29,7 @@ from specsim.serve.scheduler import SchedulerConfig
 from specsim.serve.speculation import GammaPolicy, IidAcceptance
 from specsim.validation.published_set import PublishedSet, Row
 from specsim.validation.row_predict import device, models, row_model
-from specsim.validation.runtime_fit import fit_runtime, usable_rows
+from specsim.validation.runtime_fit import fit_without
 
 
 @dataclass(frozen=True)
@@ -88,15 +88,17 @@ def load_rows(ps: PublishedSet) -> list[Row]:
     return [r for r in ps.rows if r.load is not None and r.speedup is not None and r.tau is not None]
 
 
-def compare_load_rows(ps: PublishedSet, runtimes: dict[str, Runtime], seed: int = 0) -> list[LoadRowResult]:
-    """Every load row served with its runtime fitted on the other sources (module docstring)."""
+def compare_load_rows(
+    ps: PublishedSet, runtimes: dict[str, Runtime], seed: int = 0, rows: list[Row] | None = None
+) -> list[LoadRowResult]:
+    """Every load row (or those of ``rows``) served with its runtime fitted on the other sources (module
+    docstring)."""
     out = []
     fitted: dict[tuple[str, str], Runtime] = {}
-    for row in load_rows(ps):
+    for row in load_rows(ps) if rows is None else rows:
         key = (row.runtime, row.source)
         if key not in fitted:
-            train = [r for r in usable_rows(ps) if r.runtime == row.runtime and r.source != row.source]
-            fitted[key] = fit_runtime(ps, train, runtimes[row.runtime], f"fitted without {row.source}")
+            fitted[key] = fit_without(ps, runtimes[row.runtime], row.source)
         rt = fitted[key]
         # the decode phase of a served-only row too (as its speedup), beside what served it
         decode = float(row_model(ps, [replace(row, served_only=False)]).predict(rt)[0])

@@ -87,24 +87,26 @@ def _speedup_results() -> tuple:
     return tuple(r for r in leave_one_source_out(ps, load_runtimes(ps)) if r.observable == "speedup")
 
 
-@lru_cache(maxsize=1)
-def _served_results() -> tuple:
-    """The published serving benchmarks, served leave-one-source-out (computed once per process)."""
-    from specsim.validation.load_rows import compare_load_rows
+@lru_cache(maxsize=16)
+def _served_in_band(runtime: str, b_band: tuple, c_band: tuple) -> tuple:
+    """The published serving benchmarks of ``runtime`` in one band, served leave-one-source-out (each band
+    once per process; only the bands an answer asks for are simulated)."""
+    from specsim.validation.load_rows import compare_load_rows, load_rows
     from specsim.validation.published_set import load_published_set
     from specsim.validation.runtime_fit import load_runtimes
 
     ps = load_published_set()
-    return tuple(compare_load_rows(ps, load_runtimes(ps)))
+    rows = _in_band(load_rows(ps), runtime, b_band, c_band, context=lambda r: r.target_context_tokens)
+    return tuple(compare_load_rows(ps, load_runtimes(ps), rows=rows)) if rows else ()
 
 
-def _in_band(rows, runtime: str, b_band: tuple, c_band: tuple) -> list:
+def _in_band(rows, runtime: str, b_band: tuple, c_band: tuple, context=lambda r: r.context_tokens) -> list:
     return [
         r
         for r in rows
         if r.runtime == runtime
         and _band(r.batch, BATCH_BANDS) == b_band
-        and _band(r.context_tokens, CONTEXT_BANDS) == c_band
+        and _band(context(r), CONTEXT_BANDS) == c_band
     ]
 
 
@@ -114,7 +116,11 @@ def regime_error(runtime: str, batch: int, context_tokens: float, results=None, 
     rows = _speedup_results() if results is None else results
     b_band, c_band = _band(batch, BATCH_BANDS), _band(context_tokens, CONTEXT_BANDS)
     inside = _in_band(rows, runtime, b_band, c_band)
-    loads = _in_band(_served_results() if served is None else served, runtime, b_band, c_band)
+    loads = (
+        _served_in_band(runtime, b_band, c_band)
+        if served is None
+        else _in_band(served, runtime, b_band, c_band)
+    )
     errs = np.abs([r.error for r in inside])
     load_errs = np.abs([r.error for r in loads])
     return RegimeError(

@@ -123,6 +123,13 @@ def fit_runtime(ps: PublishedSet, rows: list[Row], rt: Runtime, source: str) -> 
     return start.with_values(source, **{k: _from_theta(k, v) for k, v in zip(keys, best.x)})
 
 
+def fit_without(ps: PublishedSet, rt: Runtime, source: str) -> Runtime:
+    """``rt`` fitted on the usable rows of its runtime from every source but ``source`` (leave-one-source-out;
+    at its cited defaults where no other source covers it)."""
+    train = [r for r in usable_rows(ps) if r.runtime == rt.name and r.source != source]
+    return fit_runtime(ps, train, rt, f"fitted leave-one-source-out without {source}")
+
+
 def load_runtimes(ps: PublishedSet, overrides: dict[str, Runtime] | None = None) -> dict[str, Runtime]:
     """Runtime of every row (shipped files unless ``overrides`` names one)."""
     overrides = overrides or {}
@@ -161,9 +168,7 @@ def leave_one_source_out(ps: PublishedSet, runtimes: dict[str, Runtime]) -> list
             train = [r for r in usable if r.runtime == name and r.source != key]
             ident = (name, tuple(r.id for r in train))
             if ident not in cache:
-                cache[ident] = fit_runtime(
-                    ps, train, runtimes[name], f"fitted leave-one-source-out without {key}"
-                )
+                cache[ident] = fit_without(ps, runtimes[name], key)
             rows = [r for r in held if r.runtime == name]
             predicted = row_model(ps, rows).predict(cache[ident])
             out += [_result(ps, r, p, not train) for r, p in zip(rows, predicted)]
