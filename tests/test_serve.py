@@ -462,7 +462,8 @@ def test_fast_forwarded_decode_steps_equal_the_step_by_step_schedule(kv_cache_to
 
 
 def test_a_measured_profile_prices_steps_from_its_batched_grids(capsys):
-    """--cost-profile: decode passes read the batched grids at the widest cache and B; B beyond them fails."""
+    """--cost-profile: decode passes read the batched grids at the widest cache and B (a block's first draft
+    step from its own grid); B beyond them fails."""
     from specsim.profile.cost_grid import grid_ms
     from specsim.profiles import load_profile
     from specsim.serve.profile_cost import ProfileStepCost
@@ -471,8 +472,9 @@ def test_a_measured_profile_prices_steps_from_its_batched_grids(capsys):
     ctx = np.array([100.0, 120.0, 90.0, 80.0])
     verify, _ = grid_ms(cost.batched.target_verify, 4, 120.0, 4)
     assert cost.target_step_ms(4, 4, ctx) == pytest.approx(verify)
-    steps, _ = grid_ms(cost.batched.draft_step, 1, 120.0 + np.arange(3), 4)
-    assert cost.draft_ms(4, 3, ctx) == pytest.approx(float(np.sum(steps)))
+    steps, _ = grid_ms(cost.batched.draft_step, 1, 120.0 + np.arange(1, 3), 4)
+    first, _ = grid_ms(cost.batched.draft_first_step, 1, 120.0, 4)  # a block's first step, measured apart
+    assert cost.draft_ms(4, 3, ctx) == pytest.approx(first + float(np.sum(steps)))
     loop = cost.batched.server_loop  # the server loop's own overhead where the profile measured it
     assert loop is not None and cost.overhead_ms(4, 3) == pytest.approx(loop.step_overhead_ms(4, 3))
     # one prompt's images go through the encoder in one call: the one-image call plus the slope after it

@@ -219,10 +219,22 @@ def test_check_serve_bad_options_exit_2_and_write_nothing(tmp_path, capsys, extr
     assert path.read_bytes() == before
 
 
-def test_check_serve_runs_the_zoo_and_writes_its_rows(tmp_path, capsys):
+@pytest.mark.parametrize("remeasure", [False, True])
+def test_check_serve_runs_the_zoo_and_writes_its_rows(tmp_path, capsys, monkeypatch, remeasure):
     """A small serving check end to end: target-only and M at γ 2, one rate, one round; the rows land in the
-    profile with every metric predicted and measured."""
+    profile with every metric predicted and measured. With --remeasure-batched the server loop's costs are
+    measured first and a sweep round at every batch size runs before each serving round (the sweep itself is
+    stubbed here: its fit is tested in test_batch_pricing.py)."""
     import json
+
+    from calibrate.measure.interleaved_grid import InterleavedGrid
+
+    log = []
+    monkeypatch.setattr(InterleavedGrid, "measure_server_loop", lambda self: log.append("loop"))
+    monkeypatch.setattr(InterleavedGrid, "round", lambda self, sizes=None: log.append(sizes))
+    monkeypatch.setattr(
+        InterleavedGrid, "measured_profile", lambda self: (log.append("fit"), self.profile)[1]
+    )
 
     from specsim.cli.main import main
     from specsim.profiles import load_profile
@@ -252,8 +264,9 @@ def test_check_serve_runs_the_zoo_and_writes_its_rows(tmp_path, capsys):
         "1",
         "--no-progress",
         "--json",
-    ]
+    ] + (["--remeasure-batched"] if remeasure else [])
     assert main(argv) == 0
+    assert log == (["loop", None, "fit"] if remeasure else [])
     out = json.loads(capsys.readouterr().out)
     assert [(r["method"], r["gamma"]) for r in out["rows"]] == [("target", 0), ("M", 2)]
     rows = [r for r in load_profile(str(path)).serve_checks if r.rate_per_s == 40 and r.requests == 6]
@@ -350,23 +363,27 @@ def test_greedy_trace_lookup_names_what_is_missing():
 
 
 def test_check_batch_remeasures_the_grid_in_its_own_process(tmp_path, capsys, monkeypatch):
-    """--remeasure-batched: the batched grid is measured again right before the runs (here one round, for
-    time), at the profile's batch sizes and gammas with prompts sized to the check's own; the rows are
-    predicted from it, and it is written with them (the server loop's costs kept, --batch does not time
-    them)."""
-    import calibrate.measure.batch_costgrid as grid_module
+    """--remeasure-batched: a round of the batched sweep runs before each check round at its batch size, the
+    grid's other batch sizes get theirs after the check, at the profile's gammas with prompts sized to the
+    check's own; the rows are predicted from it, and it is written with them (the server loop's costs kept,
+    --batch does not time them)."""
+    from calibrate.measure.interleaved_grid import InterleavedGrid
     from specsim.cli.main import main
     from specsim.profiles import load_profile
 
-    real = grid_module.remeasure
-    monkeypatch.setattr(grid_module, "remeasure", lambda *a, **k: real(*a, **{**k, "rounds": 1}))
+    log = []
+    real = InterleavedGrid.round
+    monkeypatch.setattr(
+        InterleavedGrid, "round", lambda self, sizes=None: (log.append(sizes), real(self, sizes))
+    )
     path = _copy_zoo_profile(tmp_path)
     old = load_profile(str(path)).latency.forward_costs().batched
     argv = ["check", "--preset", "zoo", "--profile", str(path), "--threads", "1", "--method", "M"]
     argv += ["--gamma", "3", "--batch", "2", "--max-new-tokens", "64", "--min-rounds", "1"]
     argv += ["--max-rounds", "1"]
     assert main([*argv, "--no-progress", "--remeasure-batched"]) == 0
-    assert "batched cost re-measured in this process" in capsys.readouterr().err
+    assert "batched cost re-measured between the check's rounds" in capsys.readouterr().err
+    assert log == [(2,), (1,), (4,), (8,)]
     new = load_profile(str(path))
     costs = new.latency.forward_costs().batched
     assert costs.batch_sizes == old.batch_sizes

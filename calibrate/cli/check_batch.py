@@ -40,12 +40,12 @@ def cmd_check_batch(args, gammas, profile_path, profile, methods) -> int:
     setup = load_setup(args, methods=methods, cache_captions=False)
     entries = entries_of(setup, profile, args.scenario)
     preflight(setup, entries, sizes, gammas, args.max_new_tokens)
+    grid = None
     if args.remeasure_batched:
-        from calibrate.measure.batch_costgrid import remeasure
+        from calibrate.measure.interleaved_grid import InterleavedGrid
 
-        profile, secs = remeasure(profile, setup, seed=args.seed, server_loop=False)
-        print(f"batched cost re-measured in this process in {secs:.0f} s", file=sys.stderr)
-    rows, seconds = [], 0.0
+        grid = InterleavedGrid(profile, setup, seed=args.seed)
+    measured, seconds = [], 0.0
     for b in sizes:
         bar = (
             None
@@ -62,9 +62,19 @@ def cmd_check_batch(args, gammas, profile_path, profile, methods) -> int:
             max_rounds=args.max_rounds,
             max_seconds=None if args.max_minutes is None else 60 * args.max_minutes,
             progress=bar,
+            before_round=None if grid is None else (lambda rnd, b=b: grid.round((b,))),
         )
         seconds += runs.seconds
-        rows += batch_check_rows(runs, profile, entries, setup.methods, gammas, b, args.max_new_tokens)
+        measured.append((b, runs))
+    if grid is not None:
+        grid.complete(args.min_rounds)
+        profile = grid.measured_profile()
+        print(f"batched cost re-measured between the check's rounds: {grid.seconds:.0f} s", file=sys.stderr)
+    rows = [
+        row
+        for b, runs in measured
+        for row in batch_check_rows(runs, profile, entries, setup.methods, gammas, b, args.max_new_tokens)
+    ]
     if not args.no_write:
         save_profile(profile.with_checks(rows), profile_path)
     if args.json:

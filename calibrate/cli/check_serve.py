@@ -66,11 +66,12 @@ def cmd_check_serve(args, gammas, profile_path, profile, methods) -> int:
         for m in setup.methods
     }
     sides = [(m, g) for m in setup.methods for g in gammas]
+    grid = None
     if args.remeasure_batched:
-        from calibrate.measure.batch_costgrid import remeasure
+        from calibrate.measure.interleaved_grid import InterleavedGrid
 
-        profile, secs = remeasure(profile, setup, seed=args.seed, server_loop=True)
-        print(f"batched cost re-measured in this process in {secs:.0f} s", file=sys.stderr)
+        grid = InterleavedGrid(profile, setup, seed=args.seed)
+        grid.measure_server_loop()
     bar = (
         None
         if args.no_progress
@@ -89,7 +90,11 @@ def cmd_check_serve(args, gammas, profile_path, profile, methods) -> int:
         max_rounds=args.max_rounds,
         max_seconds=None if args.max_minutes is None else 60 * args.max_minutes,
         progress=bar,
+        before_round=None if grid is None else (lambda rnd: grid.round()),
     )
+    if grid is not None:
+        profile = grid.measured_profile()
+        print(f"batched cost re-measured between the serving rounds: {grid.seconds:.0f} s", file=sys.stderr)
     rows, drift = serve_check_rows(
         runs,
         profile,

@@ -95,9 +95,10 @@ def register(subparsers) -> None:
     chk.add_argument(
         "--remeasure-batched",
         action="store_true",
-        help="with --batch or --serve-rates: measure the profile's batched cost again in this process right "
-        "before the runs (8 rounds at its batch sizes and gammas, prompts sized to the check's own), predict "
-        "from it, and write it with the rows",
+        help="with --batch or --serve-rates: measure the profile's batched cost again in this process, one "
+        "sweep round before each of the check's rounds (at its batch sizes and gammas, prompts sized to the "
+        "check's own), so prediction and runs share the host's minutes; predict from it and write it with "
+        "the rows",
     )
     serve_args(chk)
     _sampling_args(chk)

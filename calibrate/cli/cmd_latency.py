@@ -176,6 +176,13 @@ def register(subparsers) -> None:
         "with the cache width, e.g. a large model over short prompts)",
     )
     what.add_argument(
+        "--no-unpadded-step",
+        action="store_true",
+        help="skip timing the batched target-only step on prompts of one length (no masked column: cheaper "
+        "with SDPA); a workload whose prompts all differ in length never runs it, and predictions then "
+        "price such batches padded",
+    )
+    what.add_argument(
         "--no-server-loop",
         action="store_true",
         help="skip timing the server loop's own overhead (for `specsim serve --cost-profile` and "
@@ -299,6 +306,7 @@ def batch_sweep_plan(args, contexts_tokens) -> BatchSweepPlan:
         target_new_tokens=args.request_target_tokens or args.max_new_tokens,
         rounds=args.request_rounds,
         seed=args.seed,
+        unpadded=not args.no_unpadded_step,
     )
 
 

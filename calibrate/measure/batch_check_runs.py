@@ -109,8 +109,10 @@ def run_batch_check(
     max_rounds: int = 6,
     max_seconds: float | None = None,
     progress: Callable | None = None,
+    before_round: Callable[[int], None] | None = None,
 ) -> BatchRuns:
-    """Interleaved batched runs in rounds (module docstring)."""
+    """Interleaved batched runs in rounds (module docstring); ``before_round(rnd)`` runs before each round
+    (``check --remeasure-batched``: a round of the batched cost's sweep)."""
     from calibrate.run.batch_engine import batch_speculative_decode, batch_target_decode
     from specsim.check.batch_comparison import measure_batches
 
@@ -136,6 +138,8 @@ def run_batch_check(
     keys = list(batches)
     t0 = time.perf_counter()
     for rnd in range(max_rounds):
+        if before_round:
+            before_round(rnd)
         order = keys[rnd % len(keys) :] + keys[: rnd % len(keys)]
         for i, k in enumerate(progress(order, rnd) if progress else order):
             reqs = batches[k]

@@ -4,6 +4,8 @@ Each round runs, for every batch size B and prompt length, B synthetic ragged pr
 longest has the given length, the others are shorter, so the pads and masks of a ragged batch are in every
 pass) through :func:`calibrate.run.batch_engine.batch_target_decode` and, for every γ,
 :func:`calibrate.run.batch_engine.batch_speculative_decode`: the engine's own passes in its own alternation.
+B prompts of the one length are decoded target-only too: a batch with no masked column (the unpadded step).
+A block's first draft step (right after the verification) and its later ones are separate grid points.
 Its records give every pass's ms and the cache width it ran on. Random prompts make most drafts rejected, so
 blocks emit about one token and the width grows by γ+1 per block: one run covers a range of widths.
 
@@ -52,7 +54,8 @@ from specsim.profile.overhead_grid import OverheadGrid
 @dataclass(frozen=True)
 class BatchSweepPlan:
     """What the batched sweep runs: batch sizes B, γ values, the longest prompt of each batch (tokens), new
-    tokens per request of an SD run and of a target-only run (longer: one column per step), rounds."""
+    tokens per request of an SD run and of a target-only run (longer: one column per step), rounds, and
+    whether to time the unpadded target-only step."""
 
     batch_sizes: tuple[int, ...] = (1, 2, 4, 8)
     gammas: tuple[int, ...] = (1, 3, 5)
@@ -61,6 +64,7 @@ class BatchSweepPlan:
     target_new_tokens: int = 64
     rounds: int = 2
     seed: int = 0
+    unpadded: bool = True  # also time target-only steps on prompts of one length (no masked column)
 
 
 def sweep_prompt_lengths(shortest: int, middle: int, longest: int, count: int = 3) -> tuple[int, ...]:
@@ -70,17 +74,20 @@ def sweep_prompt_lengths(shortest: int, middle: int, longest: int, count: int = 
     return tuple(sorted(set(chosen)))
 
 
-def ragged_requests(loaded: LoadedModel, batch: int, longest: int, generator) -> list[Request]:
-    """``batch`` requests of random text ids, the longest ``longest`` tokens, the rest down to half."""
+def ragged_requests(
+    loaded: LoadedModel, batch: int, longest: int, generator, *, uniform: bool = False
+) -> list[Request]:
+    """``batch`` requests of random text ids, the longest ``longest`` tokens, the rest down to half (or all
+    ``longest`` tokens: ``uniform``, a batch with no pads)."""
     limit = token_id_limit(loaded)
-    lengths = [max(1, longest - (b * longest) // (2 * batch)) for b in range(batch)]
+    lengths = [longest if uniform else max(1, longest - (b * longest) // (2 * batch)) for b in range(batch)]
     return [
         Request(torch.randint(1, limit, (1, n), generator=generator), prompt_id=f"synthetic-{b}")
         for b, n in enumerate(lengths)
     ]
 
 
-class _Samples:
+class Samples:
     """(width, ms) samples per grid point and overhead samples per (γ, B)."""
 
     def __init__(self):
@@ -88,17 +95,30 @@ class _Samples:
         self.passes: dict[tuple[str, int, int, int], list[tuple[float, float]]] = defaultdict(list)
         self.overhead: dict[tuple[int, int], list[float]] = defaultdict(list)
 
+    def merge(self, other: Samples) -> None:
+        """Add ``other``'s samples (another run's rounds) to these."""
+        for key, points in other.passes.items():
+            self.passes[key].extend(points)
+        for key, values in other.overhead.items():
+            self.overhead[key].extend(values)
+
     def add_target(self, result, batch: int, longest: int) -> None:
         for blk in result.blocks[1:]:
             self.passes[("target_decode", 1, batch, longest)].append((blk.target_columns, blk.verify_ms))
             self.overhead[(0, batch)].append(blk.block_ms - blk.verify_ms)
+
+    def add_unpadded(self, result, batch: int, longest: int) -> None:
+        for blk in result.blocks[1:]:
+            key = ("target_decode_unpadded", 1, batch, longest)
+            self.passes[key].append((blk.target_columns, blk.verify_ms))
 
     def add_sd(self, result, batch: int, longest: int) -> None:
         for blk in result.blocks[1:]:
             g = blk.gamma
             self.passes[("target_verify", g + 1, batch, longest)].append((blk.target_columns, blk.verify_ms))
             for i, ms in enumerate(blk.draft_step_ms):
-                self.passes[("draft_step", 1, batch, longest)].append((blk.draft_columns + i, ms))
+                key = ("draft_first_step" if i == 0 else "draft_step", 1, batch, longest)
+                self.passes[key].append((blk.draft_columns + i, ms))
             self.overhead[(g, batch)].append(blk.block_ms - blk.draft_ms - blk.verify_ms)
 
 
@@ -108,7 +128,7 @@ def run_rounds(
     """Every round: each B × prompt length, target-only then SD at each γ; the collected samples."""
     target, draft = models["target"], models["draft"]
     gen = torch.Generator().manual_seed(plan.seed)
-    samples = _Samples()
+    samples = Samples()
     eos = None  # synthetic requests run to their length: an early EOS would shorten the width range
     with torch.inference_mode():
         for batch in plan.batch_sizes:  # warm-up: first calls at a new shape allocate; thrown away
@@ -126,6 +146,14 @@ def run_rounds(
                         target.model, reqs, max_new_tokens=plan.target_new_tokens, eos_token_id=eos
                     )
                     samples.add_target(base, batch, longest)
+                    if plan.unpadded and batch == 1:  # one request has no pads: the same pass
+                        samples.add_unpadded(base, batch, longest)
+                    elif plan.unpadded:
+                        same = ragged_requests(target, batch, longest, gen, uniform=True)
+                        plain = batch_target_decode(
+                            target.model, same, max_new_tokens=plan.target_new_tokens, eos_token_id=eos
+                        )
+                        samples.add_unpadded(plain, batch, longest)
                     if on_run:
                         on_run()
                     for g in plan.gammas:
@@ -207,16 +235,29 @@ def _line(points: list[tuple[float, float]], at: np.ndarray) -> tuple[np.ndarray
     return np.maximum(np.polyval(coef, at), 1e-6), 1.96 * se, int(w.size)
 
 
-def batched_costs(samples: _Samples, batch_sizes, gammas, prompt_tokens) -> BatchedCosts:
+def batched_costs(samples: Samples, batch_sizes, gammas, prompt_tokens) -> BatchedCosts:
     """The :class:`BatchedCosts` of a sweep's samples at the planned γ values (module docstring; the blocks of
     a smaller end-of-request γ are too few to fit and are left out of the grids)."""
     grids = {}
     planned = {"target_decode": [1], "target_verify": [g + 1 for g in gammas], "draft_step": [1]}
+    planned |= {"target_decode_unpadded": [1], "draft_first_step": [1]}
+    if not any(v for k, v in samples.passes.items() if k[0] == "target_decode_unpadded"):  # not timed
+        del planned["target_decode_unpadded"]
+    source = {}  # the samples a grid is fitted from, where not its own
+    if max(gammas) == 1:  # blocks of one draft step: every step is a first one, stored as draft_step
+        del planned["draft_first_step"]
+        source = {"draft_step": "draft_first_step"}
     for name, rows in planned.items():
+        passes = {
+            (r, b, n): samples.passes[(source.get(name, name), r, b, n)]
+            for r in rows
+            for b in batch_sizes
+            for n in prompt_tokens
+        }
         # each prompt length's width range over every (rows, B): the grid's widths are their ends
         spans = {}
         for n in prompt_tokens:
-            w = [p[0] for r in rows for b in batch_sizes for p in samples.passes[(name, r, b, n)]]
+            w = [p[0] for r in rows for b in batch_sizes for p in passes[(r, b, n)]]
             spans[n] = (float(min(w)), float(max(w)))
         ctx = np.array(sorted({x for span in spans.values() for x in span}))
         # a width belongs to the prompt length whose range holds it (else the nearest range)
@@ -228,9 +269,7 @@ def batched_costs(samples: _Samples, batch_sizes, gammas, prompt_tokens) -> Batc
                 for n in prompt_tokens:
                     at = np.array([k for k, o in enumerate(owner) if o == n])
                     if at.size:
-                        ms[i, at, j], hw[i, at, j], count[i, at, j] = _line(
-                            samples.passes[(name, r, b, n)], ctx[at]
-                        )
+                        ms[i, at, j], hw[i, at, j], count[i, at, j] = _line(passes[(r, b, n)], ctx[at])
         grids[name] = make_grid(rows, ctx, batch_sizes, ms, hw, count)
     over = [[float(np.median(samples.overhead[(g, b)])) for b in batch_sizes] for g in gammas]
     steps = tuple(float(np.median(samples.overhead[(0, b)])) for b in batch_sizes)
@@ -295,27 +334,3 @@ def cold_pass_scale(
             nxt, ms = batch_target_step(cache, {"input_ids": nxt[:, None]}, live)
             (cold if i % 2 == 0 else warm).append(ms)
     return float(np.median(cold) / np.median(warm))
-
-
-def remeasure(profile, setup, *, rounds: int = 8, seed: int = 0, server_loop: bool = True):
-    """``profile`` with its batched cost measured again now, in this process (the check ``setup``'s
-    models), at its grid's batch sizes and γ, the longest prompts sized to the setup's requests (their
-    shortest, middle and longest prompt positions), the server loop's costs too unless ``server_loop`` is
-    False (then kept as they were); and the seconds it took. A check run right after it is compared with
-    costs of the same minutes and process."""
-    old = profile.latency.forward_costs().batched
-    models = {"target": setup.target, "draft": setup.draft}
-    positions = sorted(int(r.input_ids.shape[1]) for r in setup.requests)
-    lengths = sweep_prompt_lengths(positions[0], positions[len(positions) // 2], positions[-1])
-    plan = BatchSweepPlan(
-        batch_sizes=old.batch_sizes,
-        gammas=tuple(old.overhead_ms_per_block.gamma),
-        prompt_tokens=lengths,
-        rounds=rounds,
-        seed=seed,
-    )
-    costs, (grid_s, loop_s) = measure_batched(models, plan, server_loop=server_loop)
-    if not server_loop:  # kept as measured before: only serving prices steps with it
-        costs = replace(costs, server_loop=old.server_loop)
-    model = replace(profile.latency.forward_costs(), batched=costs)
-    return replace(profile, latency=replace(profile.latency, cost_model=model)), grid_s + (loop_s or 0.0)

@@ -87,8 +87,11 @@ def run_serve_check(
     max_rounds: int,
     max_seconds: float | None = None,
     progress: Callable | None = None,
+    before_round: Callable[[int], None] | None = None,
 ) -> ServeRuns:
-    """Interleaved server-loop runs in rounds (module docstring); ``sides`` the SD (method, γ) pairs."""
+    """Interleaved server-loop runs in rounds (module docstring); ``sides`` the SD (method, γ) pairs;
+    ``before_round(rnd)`` runs before each round (``check --remeasure-batched``: a round of the batched cost's
+    sweep)."""
     from calibrate.drafting.contexts import image_runs
     from calibrate.measure.batch_check_runs import members_of
     from calibrate.run.server_loop import serve_loop
@@ -127,6 +130,8 @@ def run_serve_check(
     active = {(rate, side) for rate in rates for side in all_sides}
     t0 = time.perf_counter()
     for rnd in range(max_rounds):
+        if before_round:
+            before_round(rnd)
         order = rates[rnd % len(rates) :] + rates[: rnd % len(rates)]
         for i, rate in enumerate(progress(order, rnd) if progress else order):
             j = (i + rnd) % len(all_sides)

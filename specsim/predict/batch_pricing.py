@@ -11,10 +11,13 @@ block is priced where it runs (:mod:`specsim.profile.batched_cost`):
 - the cache width: the longest prompt P, then g₀ columns of the first block, then g + 1 per block whatever
   was accepted (rejected drafts stay, masked); the draft's: its longest prompt D, then g₀ − 1, then per block
   1 column (2 when a running request accepted all g drafts of the block before) and g − 1 more;
-- draft: g steps at batch B, step i on the draft's width + i; verify: g + 1 rows per request (a block with
+- draft: g steps at batch B, step i on the draft's width + i (the first at the first step's cost, where
+  the profile measured it apart); verify: g + 1 rows per request (a block with
   no drafts: a target step; an end-of-batch g below the measured rows: the nearest measured, flagged as
   extrapolated); overhead: the engine's at (g, B);
-- target-only: step s ≥ 1 feeds one row per request on P + s − 1 columns, plus the step overhead at B.
+- target-only: step s ≥ 1 feeds one row per request on P + s − 1 columns, plus the step overhead at B;
+  while no column is masked (every prompt of one length, no request finished yet) at the unpadded step's
+  cost where the profile measured it (transformers then runs SDPA without a mask).
 
 The decode phase leaves the first pass out (fused with the prefill), as the batch-1 check does: ms per
 token after it, every request's tokens counted. Speedup = target-only ms/token ÷ SD ms/token.
@@ -135,7 +138,7 @@ def price_batch(
     if g.size and g.max() > 0:
         steps = np.arange(int(g.max()))[None, :]  # [1, max g]
         live = steps < g[:, None]
-        ms, ext = grid_ms(cost.draft_step, 1, d_width[:, None] + steps, B, name="batched draft_step")
+        ms, ext = cost.draft_steps_ms(d_width[:, None] + steps, B)
         draft_ms, out = float(np.sum(np.where(live, ms, 0.0))), bool(np.any(ext & live))
     verify = np.zeros(g.size)
     if np.any(g > 0):
@@ -151,7 +154,12 @@ def price_batch(
     overhead = cost.overhead_ms_per_block.at(np.maximum(g, 1), B) if g.size else np.zeros(0)
     n_tokens = max(float(e.sum()) for e in emitted)
     s = np.arange(1, int(n_tokens))
+    # no masked column while every prompt has one length and no request has finished (module docstring)
+    unpadded = (min(prompt_tokens) == max(prompt_tokens)) & (s < min(float(e.sum()) for e in emitted))
     base, ext = grid_ms(cost.target_decode, 1, P + s - 1, B, name="batched target_decode")
+    if np.any(unpadded):
+        fast, ext_fast = grid_ms(cost.unpadded_decode(), 1, P + s - 1, B, name="batched target_decode")
+        base, ext = np.where(unpadded, fast, base), np.where(unpadded, ext_fast, ext)
     return BatchPriced(
         draft_ms=draft_ms,
         verify_ms=float(np.sum(verify)),

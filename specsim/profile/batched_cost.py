@@ -7,9 +7,17 @@ its own passes in its own alternation (γ draft steps at batch B, then one verif
 target-only steps back to back):
 
 - ``target_decode``: a target-only step, 1 row per request;
+- ``target_decode_unpadded`` (optional): the same step when no column of the batch is masked (every prompt
+  of one length, every request still running). transformers then hands SDPA no mask at all (its
+  ``is_causal`` path), so the step is cheaper than one over the same width with pads; every other pass of
+  the engine carries masked columns (verification feeds several rows, and rejected drafts stay masked);
 - ``target_verify``: the verification, ``rows`` = γ+1 per request;
-- ``draft_step``: one draft step of a block, 1 row per request (a first step that feeds 2 columns after a
-  fully accepted block is priced as 1: the rows of a step at batch B differ by one column);
+- ``draft_step``: one draft step of a block after its first, 1 row per request (every step of a block where
+  ``draft_first_step`` is absent);
+- ``draft_first_step`` (optional): a block's first draft step. It runs right after the verification and the
+  acceptance, on caches the target's pass has just used, and is dearer than the steps after it (a first step
+  that feeds 2 columns after a fully accepted block is priced as 1: the rows of a step at batch B differ by
+  one column);
 - ``overhead_ms_per_block``: the engine's work outside the models per block by γ × B (acceptance per row,
   masking, Python), and ``overhead_ms_per_target_step`` per target-only step by B;
 - ``server_loop`` (optional): what the server loop (``calibrate/run/server_loop.py``, requests joining and
@@ -31,10 +39,11 @@ import numpy as np
 
 from specsim.errors import SpecsimError
 from specsim.jsonio import check_keys, field_int, field_list, field_num, field_req, field_str, show
-from specsim.profile.cost_grid import CostGrid
+from specsim.profile.cost_grid import CostGrid, grid_ms
 from specsim.profile.overhead_grid import OverheadGrid
 
 BATCHED_GRIDS = ("target_decode", "target_verify", "draft_step")
+OPTIONAL_GRIDS = ("target_decode_unpadded", "draft_first_step")
 BATCHED_ENGINE = (
     "static batch of B requests, rows left-padded, rejected drafts masked in place "
     "(calibrate/run/batch_engine.py)"
@@ -105,6 +114,8 @@ class BatchedCosts:
     overhead_ms_per_target_step: tuple[float, ...]  # one per ``target_decode.batch``
     engine: str = BATCHED_ENGINE
     server_loop: ServerLoopCosts | None = None
+    target_decode_unpadded: CostGrid | None = None
+    draft_first_step: CostGrid | None = None
 
     @property
     def batch_sizes(self) -> tuple[int, ...]:
@@ -123,9 +134,25 @@ class BatchedCosts:
                 f"calibrate latency --request-batches)"
             )
 
+    def unpadded_decode(self) -> CostGrid:
+        """The grid of a target-only step with no masked column (``target_decode`` where not measured)."""
+        return self.target_decode_unpadded or self.target_decode
+
+    def draft_steps_ms(self, widths, batch) -> tuple[np.ndarray, np.ndarray]:
+        """(ms, extrapolated) of draft steps at cache ``widths`` [..., g] (ms arrays of that shape), the last
+        axis a block's steps in order: its first at ``draft_first_step`` where measured."""
+        widths = np.asarray(widths, dtype=float)
+        ms, out = grid_ms(self.draft_step, 1, widths, batch, name="batched draft_step")
+        if self.draft_first_step is not None and widths.shape[-1]:
+            first, out0 = grid_ms(self.draft_first_step, 1, widths[..., :1], batch, name="batched draft_step")
+            ms = np.concatenate([first, ms[..., 1:]], -1)
+            out = np.concatenate([out0, out[..., 1:]], -1)
+        return ms, out
+
     def to_json(self) -> dict:
         return {
             **{n: getattr(self, n).to_json() for n in BATCHED_GRIDS},
+            **{n: getattr(self, n).to_json() for n in OPTIONAL_GRIDS if getattr(self, n) is not None},
             "overhead_ms_per_block": self.overhead_ms_per_block.to_json(),
             "overhead_ms_per_target_step": list(self.overhead_ms_per_target_step),
             "engine": self.engine,
@@ -135,10 +162,12 @@ class BatchedCosts:
     def from_json(cls, d: dict, where: str = "latency.cost_model.batched") -> BatchedCosts:
         check_keys(
             d if isinstance(d, dict) else {},
-            {*BATCHED_GRIDS, "overhead_ms_per_block", "overhead_ms_per_target_step", "engine", "server_loop"},
+            {*BATCHED_GRIDS, *OPTIONAL_GRIDS, "overhead_ms_per_block", "overhead_ms_per_target_step"}
+            | {"engine", "server_loop"},
             where,
         )
         grids = {n: CostGrid.from_json(field_req(d, n, where), f"{where}.{n}") for n in BATCHED_GRIDS}
+        grids |= {n: CostGrid.from_json(d[n], f"{where}.{n}") for n in OPTIONAL_GRIDS if d.get(n) is not None}
         batch = grids["target_decode"].batch
         for name, g in grids.items():
             if g.batch != batch:
@@ -146,8 +175,8 @@ class BatchedCosts:
                     f"{where}.{name}.batch: expected the target_decode grid's {show(list(batch))}, "
                     f"got {show(list(g.batch))}"
                 )
-        for name in ("target_decode", "draft_step"):
-            if grids[name].rows != (1,):
+        for name in ("target_decode", "draft_step", *OPTIONAL_GRIDS):
+            if name in grids and grids[name].rows != (1,):
                 raise SpecsimError(
                     f"{where}.{name}.rows: expected [1] (one row per request), "
                     f"got {show(list(grids[name].rows))}"

@@ -120,7 +120,7 @@ class ProfileStepCost:
         total *= cold
         if batch and gamma:
             width = float(np.max(context_tokens[:batch])) + np.arange(gamma)
-            ms, _ = grid_ms(self.batched.draft_step, 1, width, batch, name="batched draft_step")
+            ms, _ = self.batched.draft_steps_ms(width, batch)
             total += float(np.sum(ms)) * cold
         return total
 

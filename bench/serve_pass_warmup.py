@@ -1,0 +1,74 @@
+"""Benchmark: how much slower the server loop's target passes run than the profile's batched grid, by steps
+since the last request joined, beside the static batched engine on the same requests.
+
+Diagnostic for the serving check (issue: `specsim serve` checked on a real server loop): the simulation
+prices a step that carries prefills cold (``server_loop.cold_pass_ms_scale``) and every other pass at the
+grid. This prints, for the zoo's mixed workload at one Poisson rate, target-only, the loop's pass ms over
+the grid's at the same batch and cache width for the k-th step after an admission, so a longer warm-up
+(caches refilled, a core waking from idle between arrivals) shows as ratios above the steady state:
+
+    python bench/serve_pass_warmup.py --profile specsim/profiles/measured/zoo-cpu-batch.json --rate 4
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import numpy as np
+
+
+def main(argv: list[str] | None = None) -> int:
+    from calibrate.measure.serve_check_runs import workload_order
+    from calibrate.run.batch_engine import batch_target_decode
+    from calibrate.run.server_loop import serve_loop
+    from calibrate.workload.run_setup import load_setup
+    from specsim.cli.main import build_parser
+    from specsim.profile.cost_grid import grid_ms
+    from specsim.profiles import load_profile
+    from specsim.serve.arrivals import poisson_arrivals
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--profile", required=True)
+    ap.add_argument("--rate", type=float, default=4.0, help="requests per second")
+    ap.add_argument("--requests", type=int, default=24)
+    ap.add_argument("--new-tokens", type=int, default=32)
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args(argv)
+    check = ["check", "--preset", "zoo", "--threads", "1", "--profile", args.profile, "--method", "M"]
+    setup = load_setup(build_parser().parse_args([*check, "--max-new-tokens", str(args.new_tokens)]))
+    grid = load_profile(args.profile).latency.forward_costs().batched.target_decode
+    order = workload_order(setup, args.requests)
+    reqs = [setup.groups[g][i] for g, i in order]
+    arrival = list(poisson_arrivals(len(reqs), args.rate, np.random.default_rng(args.seed)))
+    kw = {"max_new_tokens": args.new_tokens, "eos_token_id": setup.eos}
+    serve_loop(setup.target, setup.draft, reqs[:2], [0.0, 0.0], gamma=0, **kw)  # warm-up
+    by_step: dict[int, list[tuple[float, float]]] = {}
+    static: list[tuple[float, float]] = []
+    for _ in range(args.rounds):
+        since = 0
+        for st in serve_loop(setup.target, setup.draft, reqs, arrival, gamma=0, **kw).steps:
+            since = 0 if st.admitted else since + 1
+            if st.decoding:
+                ms, _ = grid_ms(grid, 1, float(st.width), st.decoding, name="batched target_decode")
+                by_step.setdefault(min(since, 10), []).append((st.verify_ms, float(ms)))
+        for r in reqs[:6]:  # the same requests alone through the static engine, passes back to back
+            for blk in batch_target_decode(setup.target, [r], **kw).blocks[1:]:
+                ms, _ = grid_ms(grid, 1, float(blk.target_columns), 1, name="batched target_decode")
+                static.append((blk.verify_ms, float(ms)))
+    print(f"rate {args.rate:g}/s, target-only: loop pass ms over the grid's, by steps since an admission")
+    print("steps since  passes  median ms  grid ms  sum ratio")
+    for k, v in sorted(by_step.items()):
+        a = np.asarray(v)
+        label = f"{k}" if k < 10 else ">= 10"
+        print(
+            f"{label:>11}  {len(a):6d}  {np.median(a[:, 0]):9.3f}  {np.median(a[:, 1]):7.3f}  "
+            f"{a[:, 0].sum() / a[:, 1].sum():9.2f}"
+        )
+    a = np.asarray(static)
+    print(f"static engine, same requests alone: sum ratio {a[:, 0].sum() / a[:, 1].sum():.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

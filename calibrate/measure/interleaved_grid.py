@@ -1,0 +1,89 @@
+"""A profile's batched cost measured again inside a check, in rounds between the check's own rounds.
+
+A shared CPU host changes speed from one minute to the next, and unevenly across passes (a memory-bound
+target-only step more than a verification of several rows), so a grid measured minutes before a check prices
+the check's runs at another speed, and the speedup's ratio does not cancel it. ``check --remeasure-batched``
+therefore runs the batched sweep of :mod:`calibrate.measure.batch_costgrid` (its prompts sized to the check's
+own, the profile's γ values) in the check's process, alternating with the check:
+
+- ``check --batch``: one sweep round at batch B right before each check round at B, so each B's grid and rows
+  are timed in the same minutes; batch sizes of the profile's grid that the check does not run get
+  ``min_rounds`` rounds after it;
+- ``check --serve-rates``: one sweep round at every batch size right before each serving round (a serving
+  round runs every batch size), the server loop's own costs once before the first.
+
+The grid is fitted from all its rounds at the end (:func:`calibrate.measure.batch_costgrid.batched_costs`),
+the rows are predicted from it, and it is written with them.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+
+import torch
+
+from calibrate.measure.batch_costgrid import (
+    BatchSweepPlan,
+    Samples,
+    batched_costs,
+    cold_pass_scale,
+    run_rounds,
+    server_loop_costs,
+    sweep_prompt_lengths,
+)
+
+
+class InterleavedGrid:
+    """The batched sweep of ``profile``'s grid (batch sizes, γ) for the check ``setup``'s models and prompts,
+    one round at a time (module docstring); ``seconds`` it has run."""
+
+    def __init__(self, profile, setup, *, seed: int = 0):
+        self.profile, self.old = profile, profile.latency.forward_costs().batched
+        self.models = {"target": setup.target, "draft": setup.draft}
+        positions = sorted(int(r.input_ids.shape[1]) for r in setup.requests)
+        self.plan = BatchSweepPlan(
+            batch_sizes=self.old.batch_sizes,
+            gammas=tuple(self.old.overhead_ms_per_block.gamma),
+            prompt_tokens=sweep_prompt_lengths(positions[0], positions[len(positions) // 2], positions[-1]),
+            rounds=1,
+            seed=seed,
+            unpadded=len(set(positions)) < len(positions),  # some batch of the check may have no pads
+        )
+        self.samples, self.rounds, self.seconds = Samples(), {}, 0.0
+        self.server_loop = self.old.server_loop
+
+    def round(self, batch_sizes=None) -> None:
+        """One sweep round at ``batch_sizes`` (default: all of the grid's); a new seed every round."""
+        sizes = tuple(batch_sizes or self.plan.batch_sizes)
+        t0 = time.perf_counter()
+        seed = self.plan.seed + 1000 * sum(self.rounds.values())
+        self.samples.merge(run_rounds(self.models, replace(self.plan, batch_sizes=sizes, seed=seed)))
+        for b in sizes:
+            self.rounds[b] = self.rounds.get(b, 0) + 1
+        self.seconds += time.perf_counter() - t0
+
+    def measure_server_loop(self) -> None:
+        """The server loop's costs and its cold-pass scale, measured now (:func:`measure_batched`'s way)."""
+        t0 = time.perf_counter()
+        loop = server_loop_costs(self.models, self.plan)
+        gen = torch.Generator().manual_seed(self.plan.seed + 2)
+        middle = self.plan.prompt_tokens[len(self.plan.prompt_tokens) // 2]
+        scale = cold_pass_scale(self.models["target"], max(self.plan.batch_sizes), middle, gen)
+        self.server_loop = replace(loop, cold_pass_ms_scale=scale)
+        self.seconds += time.perf_counter() - t0
+
+    def complete(self, min_rounds: int) -> None:
+        """Rounds for the grid's batch sizes that have fewer than ``min_rounds`` (at least 1)."""
+        for b in self.plan.batch_sizes:
+            while self.rounds.get(b, 0) < max(min_rounds, 1):
+                self.round((b,))
+
+    def measured_profile(self):
+        """``profile`` with the batched cost fitted from every round so far (the server loop's costs as
+        measured here, else kept)."""
+        plan = self.plan
+        costs = batched_costs(self.samples, plan.batch_sizes, sorted(plan.gammas), plan.prompt_tokens)
+        costs = replace(costs, server_loop=self.server_loop)
+        model = replace(self.profile.latency.forward_costs(), batched=costs)
+        return replace(self.profile, latency=replace(self.profile.latency, cost_model=model))
