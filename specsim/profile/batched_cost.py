@@ -144,7 +144,9 @@ class BatchedCosts:
         widths = np.asarray(widths, dtype=float)
         ms, out = grid_ms(self.draft_step, 1, widths, batch, name="batched draft_step")
         if self.draft_first_step is not None and widths.shape[-1]:
-            first, out0 = grid_ms(self.draft_first_step, 1, widths[..., :1], batch, name="batched draft_step")
+            first, out0 = grid_ms(
+                self.draft_first_step, 1, widths[..., :1], batch, name="batched draft_first_step"
+            )
             ms = np.concatenate([first, ms[..., 1:]], -1)
             out = np.concatenate([out0, out[..., 1:]], -1)
         return ms, out
