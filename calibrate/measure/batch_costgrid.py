@@ -167,7 +167,7 @@ def run_rounds(
 def server_loop_costs(
     models: dict[str, LoadedModel], plan: BatchSweepPlan, on_run: Callable[[], None] | None = None
 ) -> ServerLoopCosts:
-    """The server loop's overhead per step and per request (module docstring)."""
+    """The server loop's overhead per step and per request, and its cold-pass scale (module docstring)."""
     from calibrate.run.server_loop import serve_loop
 
     target, draft = models["target"], models["draft"]
@@ -208,7 +208,10 @@ def server_loop_costs(
         coef, *_ = np.linalg.lstsq(design, data[:, 0], rcond=None)
         fits.append((float(coef[0]), float(coef[1])))
         per_request.append(float(coef[2]))
-    return ServerLoopCosts(gammas, tuple(fits), max(2.0 * float(np.mean(per_request)), 0.0))
+    gen = torch.Generator().manual_seed(plan.seed + 2)
+    middle = plan.prompt_tokens[len(plan.prompt_tokens) // 2]
+    scale = cold_pass_scale(target, max(plan.batch_sizes), middle, gen)
+    return ServerLoopCosts(gammas, tuple(fits), max(2.0 * float(np.mean(per_request)), 0.0), scale)
 
 
 def _line(points: list[tuple[float, float]], at: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
@@ -298,11 +301,7 @@ def measure_batched(
     grid_s = time.perf_counter() - t0
     if not server_loop:
         return costs, (grid_s, None)
-    loop = server_loop_costs(models, plan, on_run)
-    gen = torch.Generator().manual_seed(plan.seed + 2)
-    middle = plan.prompt_tokens[len(plan.prompt_tokens) // 2]
-    scale = cold_pass_scale(models["target"], max(plan.batch_sizes), middle, gen)
-    costs = replace(costs, server_loop=replace(loop, cold_pass_ms_scale=scale))
+    costs = replace(costs, server_loop=server_loop_costs(models, plan, on_run))
     return costs, (grid_s, time.perf_counter() - t0 - grid_s)
 
 

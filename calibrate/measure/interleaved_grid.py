@@ -21,13 +21,10 @@ from __future__ import annotations
 import time
 from dataclasses import replace
 
-import torch
-
 from calibrate.measure.batch_costgrid import (
     BatchSweepPlan,
     Samples,
     batched_costs,
-    cold_pass_scale,
     run_rounds,
     server_loop_costs,
     sweep_prompt_lengths,
@@ -39,19 +36,20 @@ class InterleavedGrid:
     one round at a time (module docstring); ``seconds`` it has run."""
 
     def __init__(self, profile, setup, *, seed: int = 0):
-        self.profile, self.old = profile, profile.latency.forward_costs().batched
+        old = profile.latency.forward_costs().batched
+        self.profile = profile
         self.models = {"target": setup.target, "draft": setup.draft}
         positions = sorted(int(r.input_ids.shape[1]) for r in setup.requests)
         self.plan = BatchSweepPlan(
-            batch_sizes=self.old.batch_sizes,
-            gammas=tuple(self.old.overhead_ms_per_block.gamma),
+            batch_sizes=old.batch_sizes,
+            gammas=tuple(old.overhead_ms_per_block.gamma),
             prompt_tokens=sweep_prompt_lengths(positions[0], positions[len(positions) // 2], positions[-1]),
             rounds=1,
             seed=seed,
             unpadded=len(set(positions)) < len(positions),  # some batch of the check may have no pads
         )
         self.samples, self.rounds, self.seconds = Samples(), {}, 0.0
-        self.server_loop = self.old.server_loop
+        self.server_loop = old.server_loop
 
     def round(self, batch_sizes=None) -> None:
         """One sweep round at ``batch_sizes`` (default: all of the grid's); a new seed every round."""
@@ -64,13 +62,9 @@ class InterleavedGrid:
         self.seconds += time.perf_counter() - t0
 
     def measure_server_loop(self) -> None:
-        """The server loop's costs and its cold-pass scale, measured now (:func:`measure_batched`'s way)."""
+        """The server loop's costs and its cold-pass scale, measured now."""
         t0 = time.perf_counter()
-        loop = server_loop_costs(self.models, self.plan)
-        gen = torch.Generator().manual_seed(self.plan.seed + 2)
-        middle = self.plan.prompt_tokens[len(self.plan.prompt_tokens) // 2]
-        scale = cold_pass_scale(self.models["target"], max(self.plan.batch_sizes), middle, gen)
-        self.server_loop = replace(loop, cold_pass_ms_scale=scale)
+        self.server_loop = server_loop_costs(self.models, self.plan)
         self.seconds += time.perf_counter() - t0
 
     def complete(self, min_rounds: int) -> None:
