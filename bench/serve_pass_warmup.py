@@ -2,8 +2,8 @@
 since the last request joined, beside the static batched engine on the same requests.
 
 Diagnostic for the serving check (issue: `specsim serve` checked on a real server loop): the simulation
-prices a step that carries prefills cold (``server_loop.cold_pass_ms_scale``) and every other pass at the
-grid. This prints, for the zoo's mixed workload at one Poisson rate, target-only, the loop's pass ms over
+prices each pass by the profile's ``server_loop.target_pass_scale`` (what `calibrate latency` measured on its
+own loop, arrivals all at once), printed beside. This prints, for the zoo's mixed workload at one Poisson rate, target-only, the loop's pass ms over
 the grid's at the same batch and cache width for the k-th step after an admission, so a longer warm-up
 (caches refilled, a core waking from idle between arrivals) shows as ratios above the steady state:
 
@@ -67,6 +67,9 @@ def main(argv: list[str] | None = None) -> int:
         )
     a = np.asarray(static)
     print(f"static engine, same requests alone: sum ratio {a[:, 0].sum() / a[:, 1].sum():.2f}")
+    loop = load_profile(args.profile).latency.forward_costs().batched.server_loop
+    if loop is not None and loop.target_pass_scale:
+        print("the profile's target_pass_scale: " + " ".join(f"{x:.2f}" for x in loop.target_pass_scale))
     return 0
 
 

@@ -8,7 +8,8 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from calibrate.measure.batch_costgrid import BatchSweepPlan, measure_batched
+from calibrate.measure.batch_costgrid import BatchSweepPlan
+from calibrate.measure.server_loop_costs import measure_batched
 from calibrate.models.loaded_model import LoadedModel
 from calibrate.run.batch_engine import PaddedCache, batch_speculative_decode, batch_target_decode
 from calibrate.run.proposal import Request

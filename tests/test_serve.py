@@ -469,14 +469,16 @@ def test_a_measured_profile_prices_steps_from_its_batched_grids(capsys):
     from specsim.serve.profile_cost import ProfileStepCost
 
     cost = ProfileStepCost.from_profile(load_profile("zoo-cpu-batch"))
-    ctx = np.array([100.0, 120.0, 90.0, 80.0])
-    verify, _ = grid_ms(cost.batched.target_verify, 4, 120.0, 4)
-    assert cost.target_step_ms(4, 4, ctx) == pytest.approx(verify)
-    steps, _ = grid_ms(cost.batched.draft_step, 1, 120.0 + np.arange(1, 3), 4)
-    first, _ = grid_ms(cost.batched.draft_first_step, 1, 120.0, 4)  # a block's first step, measured apart
-    assert cost.draft_ms(4, 3, ctx) == pytest.approx(first + float(np.sum(steps)))
     loop = cost.batched.server_loop  # the server loop's own overhead where the profile measured it
     assert loop is not None and cost.overhead_ms(4, 3) == pytest.approx(loop.step_overhead_ms(4, 3))
+    ctx = np.array([100.0, 120.0, 90.0, 80.0])
+    verify, _ = grid_ms(cost.batched.target_verify, 4, 120.0, 4)
+    steady = float(loop.pass_scale(None))  # the loop's passes long after an admission, over the grid's
+    assert cost.target_step_ms(4, 4, ctx) == pytest.approx(verify * steady)
+    steps, _ = grid_ms(cost.batched.draft_step, 1, 120.0 + np.arange(1, 3), 4)
+    first, _ = grid_ms(cost.batched.draft_first_step, 1, 120.0, 4)  # a block's first step, measured apart
+    draft = first + float(np.sum(steps))
+    assert cost.draft_ms(4, 3, ctx) == pytest.approx(draft * float(loop.pass_scale(None, draft=True)))
     # one prompt's images go through the encoder in one call: the one-image call plus the slope after it
     lat = cost.latency
     two = cost.target_step_ms(0, 1, ctx, [(50, 0, 2)]) - cost.target_step_ms(0, 1, ctx, [(50, 0, 0)])

@@ -315,7 +315,7 @@ def _batched(args, models, plan, path) -> tuple[float, float | None]:
     server loop took (None: not timed)."""
     from dataclasses import replace
 
-    from calibrate.measure.batch_costgrid import measure_batched
+    from calibrate.measure.server_loop_costs import measure_batched
     from specsim.profiles import load_profile, save_profile
 
     sweep = batch_sweep_plan(args, plan.contexts_tokens)

@@ -17,36 +17,25 @@ interpolates linearly between the stored widths. The first block of a run (the p
 is left out. The engine's overhead is a block's wall ms minus its passes', the median over blocks of each γ
 (blocks of a smaller end-of-request γ count at that γ).
 
-The server loop (:mod:`calibrate.run.server_loop`) is timed the same way: per B and γ (0: target-only), 2B
-synthetic requests of the plan's prompt lengths arriving at once, at most B running, so requests join as
-others leave. A step's loop overhead is its wall ms minus its prefills' and passes'; per γ, a least-squares
-fit over steps of overhead = a + b·(requests decoding) + c·(requests joining or leaving) gives a, b, and the
-loop's ms per request (2c: it joins once and leaves once, c averaged over γ). The loop runs prefills (and the
-vision encoder) between its passes, the grid runs passes back to back: a target step timed right after the
-CPU's caches are flushed, over one right after another step, is stored as the loop's ``cold_pass_ms_scale``.
+The server loop's costs are measured against this grid in :mod:`calibrate.measure.server_loop_costs`.
 """
 
 from __future__ import annotations
 
-import time
 from collections import defaultdict
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import numpy as np
 import torch
 
 from calibrate.models.loaded_model import LoadedModel, token_id_limit
 from calibrate.run.batch_engine import (
-    PaddedCache,
-    batch_prefill_phase,
     batch_speculative_decode,
     batch_target_decode,
-    batch_target_step,
 )
-from calibrate.run.engine import unwrap
 from calibrate.run.proposal import Request
-from specsim.profile.batched_cost import BatchedCosts, ServerLoopCosts
+from specsim.profile.batched_cost import BatchedCosts
 from specsim.profile.cost_grid import make_grid
 from specsim.profile.overhead_grid import OverheadGrid
 
@@ -164,56 +153,6 @@ def run_rounds(
     return samples
 
 
-def server_loop_costs(
-    models: dict[str, LoadedModel], plan: BatchSweepPlan, on_run: Callable[[], None] | None = None
-) -> ServerLoopCosts:
-    """The server loop's overhead per step and per request, and its cold-pass scale (module docstring)."""
-    from calibrate.run.server_loop import serve_loop
-
-    target, draft = models["target"], models["draft"]
-    gen = torch.Generator().manual_seed(plan.seed + 1)
-    rows: dict[int, list[tuple[float, int, int]]] = defaultdict(list)  # γ -> (ms, decoding, joined + left)
-    gammas = (0, *plan.gammas)
-    for rnd in range(plan.rounds + 1):  # the first round warms up and is thrown away
-        for batch in plan.batch_sizes:
-            for g in gammas:
-                reqs = [
-                    r
-                    for n in plan.prompt_tokens
-                    for r in ragged_requests(target, max(1, 2 * batch // len(plan.prompt_tokens)), n, gen)
-                ][: 2 * batch]
-                run = serve_loop(
-                    target.model,
-                    draft.model,
-                    reqs,
-                    [0.0] * len(reqs),
-                    gamma=g,
-                    max_new_tokens=plan.new_tokens,
-                    max_num_seqs=batch,
-                )
-                if on_run:
-                    on_run()
-                if rnd == 0:
-                    continue
-                finish = [r.finish_s for r in run.requests]
-                for s in run.steps:
-                    other = (s.end_s - s.start_s) * 1e3 - s.prefill_ms - s.draft_ms - s.verify_ms
-                    events = s.admitted + sum(1 for f in finish if f == s.end_s)
-                    if s.decoding:
-                        rows[g].append((other, s.decoding, events))
-    fits, per_request = [], []
-    for g in gammas:
-        data = np.array(rows[g], dtype=float)
-        design = np.column_stack([np.ones(len(data)), data[:, 1], data[:, 2]])
-        coef, *_ = np.linalg.lstsq(design, data[:, 0], rcond=None)
-        fits.append((float(coef[0]), float(coef[1])))
-        per_request.append(float(coef[2]))
-    gen = torch.Generator().manual_seed(plan.seed + 2)
-    middle = plan.prompt_tokens[len(plan.prompt_tokens) // 2]
-    scale = cold_pass_scale(target, max(plan.batch_sizes), middle, gen)
-    return ServerLoopCosts(gammas, tuple(fits), max(2.0 * float(np.mean(per_request)), 0.0), scale)
-
-
 def _line(points: list[tuple[float, float]], at: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
     """A least-squares line ms(width) through ``points``, its value at ``at`` (clipped at > 0) and the 95%
     half-width of that value; one width only: the median and its spread."""
@@ -285,51 +224,3 @@ def batched_costs(samples: Samples, batch_sizes, gammas, prompt_tokens) -> Batch
         ),
         overhead_ms_per_target_step=tuple(max(x, 0.0) for x in steps),
     )
-
-
-def measure_batched(
-    models: dict[str, LoadedModel],
-    plan: BatchSweepPlan,
-    on_run: Callable[[], None] | None = None,
-    server_loop: bool = True,
-) -> tuple[BatchedCosts, tuple[float, float | None]]:
-    """Run the sweep (and the server loop's, unless ``server_loop`` is False); the batched costs and the
-    seconds the grid and the server loop took (None: not timed)."""
-    t0 = time.perf_counter()
-    samples = run_rounds(models, plan, on_run)
-    costs = batched_costs(samples, plan.batch_sizes, sorted(plan.gammas), plan.prompt_tokens)
-    grid_s = time.perf_counter() - t0
-    if not server_loop:
-        return costs, (grid_s, None)
-    costs = replace(costs, server_loop=server_loop_costs(models, plan, on_run))
-    return costs, (grid_s, time.perf_counter() - t0 - grid_s)
-
-
-# More than a server CPU's last-level cache share: after streaming it, every weight comes from memory again.
-FLUSH_BYTES = 64 * 2**20
-
-
-def cold_pass_scale(
-    target: LoadedModel, batch: int, longest: int, generator, *, steps: int = 60, max_seconds: float = 20.0
-) -> float:
-    """Median ms of a target-only step of the batched engine right after the CPU's caches are flushed, over
-    the median of one right after another step (alternating; at least 8 of each, within ``max_seconds``):
-    what a pass pays when the server loop ran prefills or the vision encoder before it instead of another
-    pass, as the grid does. About 1 where the weights never stay in cache (a large model)."""
-    tm = unwrap(target.model)
-    cache = PaddedCache(tm, batch, tm.device)
-    inputs, live = batch_prefill_phase(tm, ragged_requests(target, batch, longest, generator), 0)
-    junk = torch.zeros(FLUSH_BYTES // 4)
-    warm, cold = [], []
-    t0 = time.perf_counter()
-    with torch.inference_mode():
-        nxt, _ = batch_target_step(cache, inputs, live)  # the prompt's pass
-        live = torch.ones(batch, 1, dtype=torch.long, device=tm.device)
-        for i in range(steps):
-            if i >= 16 and time.perf_counter() - t0 > max_seconds:
-                break
-            if i % 2 == 0:
-                junk.add_(1.0)  # stream FLUSH_BYTES through the caches
-            nxt, ms = batch_target_step(cache, {"input_ids": nxt[:, None]}, live)
-            (cold if i % 2 == 0 else warm).append(ms)
-    return float(np.median(cold) / np.median(warm))

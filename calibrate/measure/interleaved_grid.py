@@ -10,7 +10,8 @@ own, the profile's γ values) in the check's process, alternating with the check
   are timed in the same minutes; batch sizes of the profile's grid that the check does not run get
   ``min_rounds`` rounds after it;
 - ``check --serve-rates``: one sweep round at every batch size right before each serving round (a serving
-  round runs every batch size), the server loop's own costs once before the first.
+  round runs every batch size), the server loop's own costs once before the first (its passes' scales over
+  the grid are taken against the final grid).
 
 The grid is fitted from all its rounds at the end (:func:`calibrate.measure.batch_costgrid.batched_costs`),
 the rows are predicted from it, and it is written with them.
@@ -26,9 +27,9 @@ from calibrate.measure.batch_costgrid import (
     Samples,
     batched_costs,
     run_rounds,
-    server_loop_costs,
     sweep_prompt_lengths,
 )
+from calibrate.measure.server_loop_costs import server_loop_costs, with_pass_scales
 
 
 class InterleavedGrid:
@@ -49,7 +50,7 @@ class InterleavedGrid:
             unpadded=len(set(positions)) < len(positions),  # some batch of the check may have no pads
         )
         self.samples, self.rounds, self.seconds = Samples(), {}, 0.0
-        self.server_loop = old.server_loop
+        self.server_loop, self.loop_passes = old.server_loop, []
 
     def round(self, batch_sizes=None) -> None:
         """One sweep round at ``batch_sizes`` (default: all of the grid's); a new seed every round."""
@@ -62,9 +63,10 @@ class InterleavedGrid:
         self.seconds += time.perf_counter() - t0
 
     def measure_server_loop(self) -> None:
-        """The server loop's costs and its cold-pass scale, measured now."""
+        """The server loop's costs and its cold-pass scale, measured now (its pass scales against the grid
+        of every round, when the profile is fitted)."""
         t0 = time.perf_counter()
-        self.server_loop = server_loop_costs(self.models, self.plan)
+        self.server_loop, self.loop_passes = server_loop_costs(self.models, self.plan)
         self.seconds += time.perf_counter() - t0
 
     def complete(self, min_rounds: int) -> None:
@@ -78,6 +80,9 @@ class InterleavedGrid:
         measured here, else kept)."""
         plan = self.plan
         costs = batched_costs(self.samples, plan.batch_sizes, sorted(plan.gammas), plan.prompt_tokens)
-        costs = replace(costs, server_loop=self.server_loop)
+        loop = self.server_loop
+        if loop is not None and self.loop_passes:
+            loop = with_pass_scales(loop, self.loop_passes, costs)
+        costs = replace(costs, server_loop=loop)
         model = replace(self.profile.latency.forward_costs(), batched=costs)
         return replace(self.profile, latency=replace(self.profile.latency, cost_model=model))

@@ -22,7 +22,8 @@ target-only steps back to back):
   masking, Python), and ``overhead_ms_per_target_step`` per target-only step by B;
 - ``server_loop`` (optional): what the server loop (``calibrate/run/server_loop.py``, requests joining and
   leaving) spends outside its passes and prefills, per step (a + b·B by γ, γ = 0 target-only) and per request
-  (its cache rows joined to the batch and dropped from it).
+  (its cache rows joined to the batch and dropped from it); and its passes over the grid's by steps since
+  the last admission (:class:`ServerLoopCosts`).
 
 The context axis of every grid is the **cache width**: the columns each row's pass attends over, pads and
 masked columns included (the longest prompt, plus γ+1 columns per block whatever was accepted; the
@@ -44,6 +45,7 @@ from specsim.profile.overhead_grid import OverheadGrid
 
 BATCHED_GRIDS = ("target_decode", "target_verify", "draft_step")
 OPTIONAL_GRIDS = ("target_decode_unpadded", "draft_first_step")
+PASS_SCALES = ("target_pass_scale", "draft_pass_scale")  # optional in ``server_loop``
 BATCHED_ENGINE = (
     "static batch of B requests, rows left-padded, rejected drafts masked in place "
     "(calibrate/run/batch_engine.py)"
@@ -53,14 +55,30 @@ BATCHED_ENGINE = (
 @dataclass(frozen=True)
 class ServerLoopCosts:
     """The server loop's ms outside its passes: per step ``step_ms[i]`` = (a, b) → a + b·B at ``gammas[i]``
-    (0: target-only), and ``ms_per_request`` for joining and leaving the batch once; and
+    (0: target-only), and ``ms_per_request`` for joining and leaving the batch once;
     ``cold_pass_ms_scale``, a pass's ms after the CPU's caches were flushed over its ms after another pass
-    (the loop runs prefills and the vision encoder between passes, the grid none; 1: not measured)."""
+    (the loop runs prefills and the vision encoder between passes, the grid none; 1: not measured); and the
+    loop's own passes over the grid's at the same rows, width and B, by steps since the last step that
+    admitted a request (``target_pass_scale[k]``, ``draft_pass_scale[k]``; the last entry for every later
+    step; empty: not measured): caches refill over several passes after the prompts' prefills, not in one."""
 
     gammas: tuple[int, ...]
     step_ms: tuple[tuple[float, float], ...]
     ms_per_request: float
     cold_pass_ms_scale: float = 1.0
+    target_pass_scale: tuple[float, ...] = ()
+    draft_pass_scale: tuple[float, ...] = ()
+
+    def pass_scale(self, steps_since_admission, draft: bool = False) -> np.ndarray:
+        """The loop's pass ms over the grid's ``steps_since_admission`` steps after an admission (array
+        of the same shape; None: the steady state, the last entry; 1 where not measured)."""
+        scale = self.draft_pass_scale if draft else self.target_pass_scale
+        if not scale:
+            return np.ones(np.shape(steps_since_admission))
+        if steps_since_admission is None:
+            return np.asarray(scale[-1])
+        k = np.minimum(np.asarray(steps_since_admission, dtype=np.int64), len(scale) - 1)
+        return np.asarray(scale)[k]
 
     def step_overhead_ms(self, batch: float, gamma: int) -> float:
         """a + b·B at γ (linear between measured γ, the end value outside), at least 0."""
@@ -74,11 +92,11 @@ class ServerLoopCosts:
             "step_ms": [list(c) for c in self.step_ms],
             "ms_per_request": self.ms_per_request,
             "cold_pass_ms_scale": self.cold_pass_ms_scale,
-        }
+        } | {n: list(getattr(self, n)) for n in PASS_SCALES if getattr(self, n)}
 
     @classmethod
     def from_json(cls, d: dict, where: str) -> ServerLoopCosts:
-        keys = {"gammas", "step_ms", "ms_per_request", "cold_pass_ms_scale"}
+        keys = {"gammas", "step_ms", "ms_per_request", "cold_pass_ms_scale", *PASS_SCALES}
         check_keys(d if isinstance(d, dict) else {}, keys, where)
         gammas = [
             field_int(g, f"{where}.gammas[{i}]", lo=0)
@@ -99,7 +117,15 @@ class ServerLoopCosts:
             )
         per = field_num(field_req(d, "ms_per_request", where), f"{where}.ms_per_request", lo=0, hi=1e8)
         cold = field_num(d.get("cold_pass_ms_scale", 1.0), f"{where}.cold_pass_ms_scale", lo=0.1, hi=10.0)
-        return cls(tuple(gammas), tuple(pairs), per, cold)
+        scales = {
+            n: tuple(
+                field_num(x, f"{where}.{n}[{i}]", lo=0.1, hi=10.0)
+                for i, x in enumerate(field_list(d[n], f"{where}.{n}"))
+            )
+            for n in PASS_SCALES
+            if d.get(n) is not None
+        }
+        return cls(tuple(gammas), tuple(pairs), per, cold, **scales)
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,8 @@ sequences decoding. Prefill chunks are separate first passes (the profile's ``ta
 fused into the decode pass as vLLM fuses them: the engine measured here does not fuse them either. A batch
 beyond the measured B is an error naming it (no extrapolation along B). The work outside the passes is the
 server loop's where the profile measured it (``batched.server_loop``: per step, and per request joining and
-leaving the batch), else the static batched engine's per block.
+leaving the batch), else the static batched engine's per block; so are its passes' scales over the grid by
+steps since the last admission, and its prefills' cold-cache scale.
 
 The drafting method's own costs per request (:func:`from_profile` with its acceptance entry): the draft's
 prompt drops ``draft_drop_tokens_per_image`` positions per image (text-only drafting drops every image
@@ -77,14 +78,21 @@ class ProfileStepCost:
             model, model.batched, profile.latency, int(image_tokens_per_image), drop, draft_vision, caption
         )
 
-    def _cold(self, prefill_chunks) -> float:
-        """The loop's cold-pass scale for a step with prefills, else 1: the server loop runs each prompt's
-        vision encoder, target prefill and draft prefill one after another between its decode passes, so each
-        of them, and the next pass, finds its weights out of the CPU's caches (the grids timed every pass
-        after another of its kind). The loop runs a step's prefills after its pass; pricing that step's pass
-        cold instead shifts the cost by one step."""
+    def _scales(self, prefill_chunks, since_admission, draft: bool = False) -> tuple[float, float]:
+        """(prefill scale, pass scale) of a step. The server loop runs each prompt's vision encoder, target
+        prefill and draft prefill one after another between its decode passes, so the prefills find their
+        weights out of the CPU's caches (``cold_pass_ms_scale``; the grids timed every pass after another of
+        its kind), and the passes of the next few steps run slower than the grid's (the loop's pass scale by
+        steps since the admission; a profile without it prices the admitting step's pass cold instead)."""
         loop = self.batched.server_loop
-        return loop.cold_pass_ms_scale if loop is not None and len(prefill_chunks) else 1.0
+        if loop is None:
+            return 1.0, 1.0
+        cold = loop.cold_pass_ms_scale if len(prefill_chunks) else 1.0
+        if not (loop.draft_pass_scale if draft else loop.target_pass_scale):
+            return cold, cold
+        if since_admission is None and any(c[0] > 0 and c[1] == 0 for c in prefill_chunks):
+            since_admission = 0
+        return cold, float(loop.pass_scale(since_admission, draft))
 
     def _prefill(self, grid, chunks, name: str, drop_per_image: float = 0.0) -> float:
         if grid is None:
@@ -95,8 +103,8 @@ class ProfileStepCost:
         ms, _ = grid_ms(grid, np.asarray(rows, float), 0.0, 1, name=name, along="rows")
         return float(np.sum(ms))
 
-    def target_step_ms(self, batch, rows_per_seq, context_tokens, prefill_chunks=()) -> float:
-        cold = self._cold(prefill_chunks)
+    def target_step_ms(self, batch, rows_per_seq, context_tokens, prefill_chunks=(), since_admission=None):
+        cold, warm = self._scales(prefill_chunks, since_admission)
         total = self._prefill(self.model.target_prefill, prefill_chunks, "target_prefill")
         total += sum(self.latency.vision_ms(chunk_images(c)) for c in prefill_chunks)  # one call per prompt
         total *= cold
@@ -107,11 +115,12 @@ class ProfileStepCost:
             width = float(np.max(context_tokens[:batch]))
             grid = self.batched.target_verify if rows_per_seq > 1 else self.batched.target_decode
             ms, _ = grid_ms(grid, rows_per_seq, width, batch, name="batched target pass")
-            total += float(ms) * cold
+            total += float(ms) * warm
         return total
 
-    def draft_ms(self, batch, gamma, context_tokens, prefill_chunks=()) -> float:
-        drop, cold = self.draft_drop_tokens_per_image, self._cold(prefill_chunks)
+    def draft_ms(self, batch, gamma, context_tokens, prefill_chunks=(), since_admission=None) -> float:
+        drop = self.draft_drop_tokens_per_image
+        cold, warm = self._scales(prefill_chunks, since_admission, draft=True)
         total = self._prefill(self.model.draft_prefill, prefill_chunks, "draft_prefill", drop)
         for c in prefill_chunks:
             if self.draft_vision:
@@ -121,7 +130,7 @@ class ProfileStepCost:
         if batch and gamma:
             width = float(np.max(context_tokens[:batch])) + np.arange(gamma)
             ms, _ = self.batched.draft_steps_ms(width, batch)
-            total += float(np.sum(ms)) * cold
+            total += float(np.sum(ms)) * warm
         return total
 
     def encoder_ms(self, images) -> float:

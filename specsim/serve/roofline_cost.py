@@ -180,9 +180,10 @@ class RooflineStepCost:
         out = [(c[0] - drop * chunk_images(c), c[1]) for c in chunks]
         return [c for c in out if c[0] > 0]
 
-    def decode_steps_ms(self, *, batch, gamma, context_tokens) -> np.ndarray:
+    def decode_steps_ms(self, *, batch, gamma, context_tokens, since_admission=None) -> np.ndarray:
         """K decode-only steps at once (ms each; ``context_tokens`` [K, batch]): draft, target, overhead,
-        every pass of every step from its :meth:`_line` in one array expression."""
+        every pass of every step from its :meth:`_line` in one array expression (``since_admission``
+        ignored: a GPU has no cache warm-up to price)."""
         blocks = self._cache.setdefault("blocks", {})
         if (batch, gamma) not in blocks:
             passes = [
@@ -199,13 +200,13 @@ class RooflineStepCost:
         per_pass = self._pass_ms(lines, context_tokens.sum(axis=1)[None, :] + offsets)
         return weights @ per_pass + self.overhead_ms(batch, gamma)
 
-    def target_step_ms(self, batch, rows_per_seq, context_tokens, prefill_chunks=()) -> float:
+    def target_step_ms(self, batch, rows_per_seq, context_tokens, prefill_chunks=(), since_admission=None):
         if not batch and not prefill_chunks:
             return 0.0
         sums = float(context_tokens[:batch].sum()) if batch else 0.0
         return float(self._pass_ms(self._line("target", batch, rows_per_seq, prefill_chunks), sums))
 
-    def draft_ms(self, batch, gamma, context_tokens, prefill_chunks=()) -> float:
+    def draft_ms(self, batch, gamma, context_tokens, prefill_chunks=(), since_admission=None) -> float:
         sums = float(context_tokens[:batch].sum()) if batch else 0.0
         passes = self._draft_passes(batch, gamma, self._draft_chunks(prefill_chunks))
         return float(sum(w * self._pass_ms(line, sums + off) for line, off, w in passes))

@@ -5,7 +5,8 @@ the waiting queue. A step: the scheduler (:mod:`.scheduler`) picks decodes and p
 the policy at the decode batch B (:class:`.speculation.GammaPolicy`); each decoding request accepts a of its
 γ drafts (:mod:`.speculation` acceptance sources) and emits a + 1 tokens (bonus included, at most the tokens
 it has left), all at the step's end; a request whose prefill completes emits its first token at the step's
-end. The step lasts :func:`.step_cost.step_ms` (encoder + draft + target + overhead). Each decoding sequence's
+end. The step lasts :func:`.step_cost.step_ms` (encoder + draft + target + overhead; a measured profile's
+passes also by the steps since the last step that admitted a request). Each decoding sequence's
 KV length before the step is prompt positions (images included) + emitted tokens − 1 (the last emitted token
 is the pending row). Time is in seconds from the start (arrivals) and ms (costs).
 
@@ -32,6 +33,7 @@ from specsim.serve.speculation import AcceptanceSource, GammaPolicy
 from specsim.serve.step_cost import StepCost, decode_steps_ms, step_ms
 
 MAX_FAST_FORWARD_STEPS = 512
+LONG_AFTER = 1 << 30  # steps since an admission before the first one: none has warm-up left
 
 
 @dataclass(frozen=True)
@@ -120,6 +122,7 @@ def simulate(
     arrival, n = requests.arrival_s, len(requests)
     run = np.empty(0, dtype=np.int64)
     t, next_admit, done, steps, busy = 0.0, 0, 0, 0, 0.0
+    since = LONG_AFTER  # steps since the last step that admitted a request
     gaps: list[np.ndarray] = []
     zero_tokens = draft_tokens = accepted_tokens = sd_blocks = 0
     log: list[StepRecord] | None = [] if record else None
@@ -134,7 +137,8 @@ def simulate(
         fast = not record and 0 < decoding.size == run.size
         horizon = _horizon(st, sched, run, next_admit, arrived, arrival, kv_free, gamma) if fast else None
         if horizon is not None:
-            k, end, stats = _fast_forward(st, decoding, gamma, acceptance, rng, cost, t, horizon, gaps)
+            k, end, stats = _fast_forward(st, decoding, gamma, acceptance, rng, cost, t, horizon, gaps, since)
+            since += k
             zero_tokens, draft_tokens = zero_tokens + stats[0], draft_tokens + stats[1]
             accepted_tokens, sd_blocks = accepted_tokens + stats[2], sd_blocks + stats[3]
             finished = decoding[st.generated[decoding] >= st.output[decoding]]
@@ -163,6 +167,7 @@ def simulate(
             raise SpecsimError(f"simulate: step {steps} at {t:.6g} s scheduled nothing (scheduler settings?)")
         dec = batch.decode
         ctx = st.prompt_total[dec] + st.generated[dec] - 1
+        since = 0 if batch.admitted else since
         ms = step_ms(
             cost,
             batch=len(dec),
@@ -171,7 +176,9 @@ def simulate(
             prefill_chunks=[(c[2], c[1], c[3]) for c in batch.chunks],
             images=sum(c[3] for c in batch.chunks),
             draft_prefill=draft_prefill,
+            since_admission=since,
         )
+        since += 1
         if not (np.isfinite(ms) and ms > 0):
             raise SpecsimError(f"step cost: expected a step time > 0 ms, got {ms!r} at step {steps}")
         end = t + ms / 1e3
@@ -238,14 +245,17 @@ def _horizon(st: _State, sched, run, next_admit, arrived, arrival, kv_free, gamm
     return None if head < arrived else float(arrival[head])
 
 
-def _fast_forward(st: _State, dec, gamma, acceptance, rng, cost, t, horizon, gaps):
+def _fast_forward(st: _State, dec, gamma, acceptance, rng, cost, t, horizon, gaps, since: int):
     """Advance decode-only steps over ``dec`` until a request finishes or an admissible request arrives
-    (``horizon``); returns (steps, end time, (zero-gap tokens, drafts, accepted, SD blocks))."""
+    (``horizon``; the first step ``since`` steps after the last admission); returns (steps, end time,
+    (zero-gap tokens, drafts, accepted, SD blocks))."""
     gen0 = st.generated[dec]
     accs, emitted = _emissions(acceptance, dec, gen0, st.output[dec] - gen0, gamma, rng)
     before = np.cumsum(emitted, axis=0) - emitted  # tokens each step's own emission comes after
     ctx = st.prompt_total[dec] + gen0 - 1 + before
-    ms = decode_steps_ms(cost, batch=dec.size, gamma=gamma, context_tokens=ctx)
+    ms = decode_steps_ms(
+        cost, batch=dec.size, gamma=gamma, context_tokens=ctx, since_admission=since + np.arange(len(ctx))
+    )
     if not (ms.min() > 0 and np.isfinite(ms.max())):
         raise SpecsimError(
             f"step cost: expected step times > 0 ms, got {ms[~(np.isfinite(ms) & (ms > 0))][0]!r}"

@@ -9,8 +9,12 @@ A step runs, in this order (vLLM V1 with a draft model):
 4. per-step work outside the models: scheduling, sampling, rejection sampling.
 
 step_ms = encoder_ms + draft_ms + target_step_ms + overhead_ms (:func:`step_ms`); a cost may also define
-``decode_steps_ms(batch=, gamma=, context_tokens=)`` pricing K decode-only steps at once (the same values as
-:func:`step_ms` step by step), which :func:`decode_steps_ms` then uses.
+``decode_steps_ms(batch=, gamma=, context_tokens=, since_admission=)`` pricing K decode-only steps at once
+(the same values as :func:`step_ms` step by step), which :func:`decode_steps_ms` then uses.
+
+``since_admission``: steps since the last step that admitted a request (0: this one; None: long after). A
+measured profile prices a pass by it, since a real loop's passes run slower for a few steps after prompts were
+prefilled between them (:class:`specsim.profile.batched_cost.ServerLoopCosts`); the roofline ignores it.
 
 A prefill chunk is ``(tokens, context_tokens, images)``: ``tokens`` new prompt positions (image positions
 included) over ``context_tokens`` prompt positions already in the cache, and the images it encodes
@@ -47,7 +51,12 @@ class StepCost(Protocol):
     image_tokens_per_image: int
 
     def target_step_ms(
-        self, batch: int, rows_per_seq: int, context_tokens: np.ndarray, prefill_chunks: Chunks = ()
+        self,
+        batch: int,
+        rows_per_seq: int,
+        context_tokens: np.ndarray,
+        prefill_chunks: Chunks = (),
+        since_admission: int | None = None,
     ) -> float:
         """One target pass: ``batch`` sequences × ``rows_per_seq`` query rows (γ+1 verify, 1 target-only)
         over their KV (``context_tokens``, one per sequence), plus ``prefill_chunks`` in the same pass;
@@ -55,7 +64,12 @@ class StepCost(Protocol):
         ...
 
     def draft_ms(
-        self, batch: int, gamma: int, context_tokens: np.ndarray, prefill_chunks: Chunks = ()
+        self,
+        batch: int,
+        gamma: int,
+        context_tokens: np.ndarray,
+        prefill_chunks: Chunks = (),
+        since_admission: int | None = None,
     ) -> float:
         """γ sequential draft passes at ``batch`` (KV ``context_tokens`` + j at pass j), the first also
         prefilling ``prefill_chunks`` into the draft's cache; 0 when there is nothing to run."""
@@ -70,26 +84,46 @@ class StepCost(Protocol):
         ...
 
 
-def step_ms(cost: StepCost, *, batch, gamma, context_tokens, prefill_chunks, images, draft_prefill) -> float:
+def step_ms(
+    cost: StepCost,
+    *,
+    batch,
+    gamma,
+    context_tokens,
+    prefill_chunks,
+    images,
+    draft_prefill,
+    since_admission: int | None = None,
+) -> float:
     """One step (ms) = encoder + draft + target + overhead. ``draft_prefill``: the draft also prefills the
-    chunks (SD can run for these requests)."""
+    chunks (SD can run for these requests); ``since_admission``: module docstring."""
     total = cost.encoder_ms(images) if images else 0.0
     if draft_prefill or (gamma > 0 and batch > 0):
         total += cost.draft_ms(
-            batch if gamma > 0 else 0, gamma, context_tokens, prefill_chunks if draft_prefill else ()
+            batch if gamma > 0 else 0,
+            gamma,
+            context_tokens,
+            prefill_chunks if draft_prefill else (),
+            since_admission=since_admission,
         )
-    total += cost.target_step_ms(batch, gamma + 1, context_tokens, prefill_chunks)
+    total += cost.target_step_ms(
+        batch, gamma + 1, context_tokens, prefill_chunks, since_admission=since_admission
+    )
     if batch > 0:
         total += cost.overhead_ms(batch, gamma)
     return total
 
 
-def decode_steps_ms(cost: StepCost, *, batch: int, gamma: int, context_tokens: np.ndarray) -> np.ndarray:
-    """K consecutive decode-only steps (ms each): ``context_tokens`` [K, batch] holds each step's KV lengths.
-    Uses the cost's own ``decode_steps_ms`` when it has one (same values, computed at once)."""
+def decode_steps_ms(
+    cost: StepCost, *, batch: int, gamma: int, context_tokens: np.ndarray, since_admission=None
+) -> np.ndarray:
+    """K consecutive decode-only steps (ms each): ``context_tokens`` [K, batch] holds each step's KV lengths,
+    ``since_admission`` [K] each step's steps since the last admission (None: long after). Uses the cost's own
+    ``decode_steps_ms`` when it has one (same values, computed at once)."""
     own = getattr(cost, "decode_steps_ms", None)
     if own is not None:
-        return own(batch=batch, gamma=gamma, context_tokens=context_tokens)
+        return own(batch=batch, gamma=gamma, context_tokens=context_tokens, since_admission=since_admission)
+    since = [None] * len(context_tokens) if since_admission is None else [int(k) for k in since_admission]
     return np.array(
         [
             step_ms(
@@ -100,8 +134,9 @@ def decode_steps_ms(cost: StepCost, *, batch: int, gamma: int, context_tokens: n
                 prefill_chunks=(),
                 images=0,
                 draft_prefill=False,
+                since_admission=k,
             )
-            for row in context_tokens
+            for row, k in zip(context_tokens, since, strict=True)
         ]
     )
 
@@ -136,7 +171,7 @@ class ConstantStepCost:
             if not (isinstance(value, (int, float)) and np.isfinite(value) and value >= 0):
                 raise SpecsimError(f"constant step cost.{key}: expected a number >= 0, got {value!r}")
 
-    def target_step_ms(self, batch, rows_per_seq, context_tokens, prefill_chunks=()) -> float:
+    def target_step_ms(self, batch, rows_per_seq, context_tokens, prefill_chunks=(), since_admission=None):
         prefill = sum(c[0] for c in prefill_chunks)
         if batch == 0 and prefill == 0:
             return 0.0
@@ -147,7 +182,7 @@ class ConstantStepCost:
             + self.prefill_ms_per_token * prefill
         )
 
-    def draft_ms(self, batch, gamma, context_tokens, prefill_chunks=()) -> float:
+    def draft_ms(self, batch, gamma, context_tokens, prefill_chunks=(), since_admission=None) -> float:
         decode = gamma * (self.draft_ms_per_pass + self.draft_ms_per_seq * batch) if batch else 0.0
         return decode + self.draft_prefill_ms_per_token * sum(c[0] for c in prefill_chunks)
 

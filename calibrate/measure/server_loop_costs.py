@@ -1,0 +1,198 @@
+"""Measure the server loop's costs (:class:`specsim.profile.batched_cost.ServerLoopCosts`) against the batched
+grid, and the batched cost as ``calibrate latency`` measures it (:func:`measure_batched`: grid, then loop).
+
+The server loop (:mod:`calibrate.run.server_loop`) is timed per B and γ (0: target-only): 2B synthetic
+requests of the plan's prompt lengths arriving at once, at most B running, so requests join as others leave.
+
+- **Outside the passes:** a step's loop overhead is its wall ms minus its prefills' and passes'; per γ, a
+  least-squares fit over steps of overhead = a + b·(requests decoding) + c·(requests joining or leaving) gives
+  a, b, and the loop's ms per request (2c: it joins once and leaves once, c averaged over γ).
+- **Prefills cold:** the loop runs prefills (and the vision encoder) between its passes, the grid runs passes
+  back to back: a target step timed right after the CPU's caches are flushed, over one right after another
+  step, is the loop's ``cold_pass_ms_scale``.
+- **Passes after an admission:** Σ the loop's target pass ms over Σ the grid's at the same rows, cache width
+  and B, by steps since the last step that admitted a request (k = 0 .. ``PASS_SCALE_STEPS`` − 1, the last
+  bucket every later step), and the same for the draft's steps (grid: the block's steps at width + j). The
+  caches refill over several passes after the prefills, and the loop's own work between passes keeps them
+  below the grid's back-to-back passes even later; this is what the serving simulation multiplies a pass by.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+
+import numpy as np
+import torch
+
+from calibrate.measure.batch_costgrid import BatchSweepPlan, batched_costs, ragged_requests, run_rounds
+from calibrate.models.loaded_model import LoadedModel
+from calibrate.run.batch_engine import PaddedCache, batch_prefill_phase, batch_target_step
+from calibrate.run.engine import unwrap
+from specsim.profile.batched_cost import BatchedCosts, ServerLoopCosts
+from specsim.profile.cost_grid import grid_ms
+
+PASS_SCALE_STEPS = 8  # buckets of steps since an admission: 0 .. 6 and 7 or later
+# More than a server CPU's last-level cache share: after streaming it, every weight comes from memory again.
+FLUSH_BYTES = 64 * 2**20
+
+
+@dataclass(frozen=True)
+class LoopPass:
+    """One decode step of the loop as a pass record: steps since the last admission, γ, requests decoding, the
+    target's cache width, and the draft's and the target's ms."""
+
+    since_admission: int
+    gamma: int
+    decoding: int
+    width: int
+    draft_ms: float
+    verify_ms: float
+
+
+def loop_passes(run) -> list[LoopPass]:
+    """The decode steps of a :class:`calibrate.run.server_loop.LoopRun` as :class:`LoopPass` records."""
+    out, since = [], 0
+    for st in run.steps:
+        since = 0 if st.admitted else since + 1
+        if st.decoding:
+            out.append(LoopPass(since, st.gamma, st.decoding, st.width, st.draft_ms, st.verify_ms))
+    return out
+
+
+def loop_pass_scales(
+    passes: list[LoopPass], batched: BatchedCosts, steps: int = PASS_SCALE_STEPS
+) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    """(target, draft) Σ loop ms / Σ grid ms by steps since the last admission (module docstring); a bucket
+    with no pass takes the nearest later bucket's value, else the nearest earlier one's (empty: none)."""
+    sums = np.zeros((2, steps, 2))  # [target/draft, bucket, measured/grid]
+    for p in passes:
+        k = min(p.since_admission, steps - 1)
+        grid = batched.target_verify if p.gamma else batched.target_decode
+        ms, _ = grid_ms(grid, p.gamma + 1, float(p.width), p.decoding, name="batched target pass")
+        sums[0, k] += (p.verify_ms, float(ms))
+        if p.gamma:
+            draft, _ = batched.draft_steps_ms(p.width + np.arange(p.gamma), p.decoding)
+            sums[1, k] += (p.draft_ms, float(np.sum(draft)))
+    return _filled(sums[0]), _filled(sums[1])
+
+
+def _filled(sums: np.ndarray) -> tuple[float, ...]:
+    have = sums[:, 1] > 0
+    if not have.any():
+        return ()
+    ratio = np.where(have, sums[:, 0] / np.where(have, sums[:, 1], 1.0), np.nan)
+    for k in range(len(ratio) - 2, -1, -1):  # from the later bucket
+        if np.isnan(ratio[k]):
+            ratio[k] = ratio[k + 1]
+    for k in range(1, len(ratio)):  # trailing gaps from the earlier one
+        if np.isnan(ratio[k]):
+            ratio[k] = ratio[k - 1]
+    return tuple(float(np.clip(r, 0.1, 10.0)) for r in ratio)
+
+
+def server_loop_costs(
+    models: dict[str, LoadedModel], plan: BatchSweepPlan, on_run: Callable[[], None] | None = None
+) -> tuple[ServerLoopCosts, list[LoopPass]]:
+    """The server loop's overhead per step and per request and its cold-pass scale (module docstring), and its
+    decode steps as pass records (for :func:`with_pass_scales` against a grid)."""
+    from calibrate.run.server_loop import serve_loop
+
+    target, draft = models["target"], models["draft"]
+    gen = torch.Generator().manual_seed(plan.seed + 1)
+    rows: dict[int, list[tuple[float, int, int]]] = defaultdict(list)  # γ -> (ms, decoding, joined + left)
+    passes: list[LoopPass] = []
+    gammas = (0, *plan.gammas)
+    for rnd in range(plan.rounds + 1):  # the first round warms up and is thrown away
+        for batch in plan.batch_sizes:
+            for g in gammas:
+                reqs = [
+                    r
+                    for n in plan.prompt_tokens
+                    for r in ragged_requests(target, max(1, 2 * batch // len(plan.prompt_tokens)), n, gen)
+                ][: 2 * batch]
+                run = serve_loop(
+                    target.model,
+                    draft.model,
+                    reqs,
+                    [0.0] * len(reqs),
+                    gamma=g,
+                    max_new_tokens=plan.new_tokens,
+                    max_num_seqs=batch,
+                )
+                if on_run:
+                    on_run()
+                if rnd == 0:
+                    continue
+                passes.extend(loop_passes(run))
+                finish = [r.finish_s for r in run.requests]
+                for s in run.steps:
+                    other = (s.end_s - s.start_s) * 1e3 - s.prefill_ms - s.draft_ms - s.verify_ms
+                    events = s.admitted + sum(1 for f in finish if f == s.end_s)
+                    if s.decoding:
+                        rows[g].append((other, s.decoding, events))
+    fits, per_request = [], []
+    for g in gammas:
+        data = np.array(rows[g], dtype=float)
+        design = np.column_stack([np.ones(len(data)), data[:, 1], data[:, 2]])
+        coef, *_ = np.linalg.lstsq(design, data[:, 0], rcond=None)
+        fits.append((float(coef[0]), float(coef[1])))
+        per_request.append(float(coef[2]))
+    gen = torch.Generator().manual_seed(plan.seed + 2)
+    middle = plan.prompt_tokens[len(plan.prompt_tokens) // 2]
+    scale = cold_pass_scale(target, max(plan.batch_sizes), middle, gen)
+    costs = ServerLoopCosts(gammas, tuple(fits), max(2.0 * float(np.mean(per_request)), 0.0), scale)
+    return costs, passes
+
+
+def with_pass_scales(loop: ServerLoopCosts, passes: list[LoopPass], batched: BatchedCosts) -> ServerLoopCosts:
+    """``loop`` with its pass scales measured from ``passes`` against ``batched``'s grids."""
+    target, draft = loop_pass_scales(passes, batched)
+    return replace(loop, target_pass_scale=target, draft_pass_scale=draft)
+
+
+def measure_batched(
+    models: dict[str, LoadedModel],
+    plan: BatchSweepPlan,
+    on_run: Callable[[], None] | None = None,
+    server_loop: bool = True,
+) -> tuple[BatchedCosts, tuple[float, float | None]]:
+    """Run the sweep (and the server loop's, unless ``server_loop`` is False); the batched costs and the
+    seconds the grid and the server loop took (None: not timed)."""
+    t0 = time.perf_counter()
+    samples = run_rounds(models, plan, on_run)
+    costs = batched_costs(samples, plan.batch_sizes, sorted(plan.gammas), plan.prompt_tokens)
+    grid_s = time.perf_counter() - t0
+    if not server_loop:
+        return costs, (grid_s, None)
+    loop, passes = server_loop_costs(models, plan, on_run)
+    costs = replace(costs, server_loop=with_pass_scales(loop, passes, costs))
+    return costs, (grid_s, time.perf_counter() - t0 - grid_s)
+
+
+def cold_pass_scale(
+    target: LoadedModel, batch: int, longest: int, generator, *, steps: int = 60, max_seconds: float = 20.0
+) -> float:
+    """Median ms of a target-only step of the batched engine right after the CPU's caches are flushed, over
+    the median of one right after another step (alternating; at least 8 of each, within ``max_seconds``):
+    what a pass pays when the server loop ran prefills or the vision encoder before it instead of another
+    pass, as the grid does. About 1 where the weights never stay in cache (a large model)."""
+    tm = unwrap(target.model)
+    cache = PaddedCache(tm, batch, tm.device)
+    inputs, live = batch_prefill_phase(tm, ragged_requests(target, batch, longest, generator), 0)
+    junk = torch.zeros(FLUSH_BYTES // 4)
+    warm, cold = [], []
+    t0 = time.perf_counter()
+    with torch.inference_mode():
+        nxt, _ = batch_target_step(cache, inputs, live)  # the prompt's pass
+        live = torch.ones(batch, 1, dtype=torch.long, device=tm.device)
+        for i in range(steps):
+            if i >= 16 and time.perf_counter() - t0 > max_seconds:
+                break
+            if i % 2 == 0:
+                junk.add_(1.0)  # stream FLUSH_BYTES through the caches
+            nxt, ms = batch_target_step(cache, {"input_ids": nxt[:, None]}, live)
+            (cold if i % 2 == 0 else warm).append(ms)
+    return float(np.median(cold) / np.median(warm))
