@@ -130,3 +130,15 @@ def test_the_simulation_counts_steps_since_an_admission_on_both_paths():
         step.first_token_s, fast.first_token_s
     )
     assert fast.steps == step.steps and step.steps > 40
+
+
+def test_the_calibration_loop_spaces_arrivals_to_keep_its_batch_nearly_full():
+    """One arrival every (new tokens × a target step's ms at B) / B: B requests' worth of tokens per B steps."""
+    from calibrate.measure.server_loop_costs import arrival_spacing_s
+    from specsim.profile.cost_grid import grid_ms
+    from specsim.profiles import load_profile
+
+    batched = load_profile("zoo-cpu-batch").latency.forward_costs().batched
+    step, _ = grid_ms(batched.target_decode, 1, 120.0, 4)
+    assert arrival_spacing_s(batched, 4, 24, 120.0) == pytest.approx(float(step) * 24 / 4 / 1e3)
+    assert arrival_spacing_s(batched, 8, 24, 120.0) < arrival_spacing_s(batched, 1, 24, 120.0)

@@ -66,7 +66,8 @@ class InterleavedGrid:
         """The server loop's costs and its cold-pass scale, measured now (its pass scales against the grid
         of every round, when the profile is fitted)."""
         t0 = time.perf_counter()
-        self.server_loop, self.loop_passes = server_loop_costs(self.models, self.plan)
+        old = self.profile.latency.forward_costs().batched  # spaces the loop's arrivals; rounds come later
+        self.server_loop, self.loop_passes = server_loop_costs(self.models, self.plan, old)
         self.seconds += time.perf_counter() - t0
 
     def complete(self, min_rounds: int) -> None:

@@ -2,7 +2,10 @@
 grid, and the batched cost as ``calibrate latency`` measures it (:func:`measure_batched`: grid, then loop).
 
 The server loop (:mod:`calibrate.run.server_loop`) is timed per B and γ (0: target-only): 2B synthetic
-requests of the plan's prompt lengths arriving at once, at most B running, so requests join as others leave.
+requests of the plan's prompt lengths, at most B running, arriving one every (new tokens × a target step's ms
+at B) / B, so they join a batch that is nearly full, one or two at a time, and leave it one at a time, as
+under a load near saturation (arriving at once, they would join an empty batch together and leave it together,
+and a join or a leave would look cheaper than it is: it copies the batch's whole cache).
 
 - **Outside the passes:** a step's loop overhead is its wall ms minus its prefills' and passes'; per γ, a
   least-squares fit over steps of overhead = a + b·(requests decoding) + c·(requests joining or leaving) gives
@@ -93,11 +96,21 @@ def _filled(sums: np.ndarray) -> tuple[float, ...]:
     return tuple(float(np.clip(r, 0.1, 10.0)) for r in ratio)
 
 
+def arrival_spacing_s(batched: BatchedCosts, batch: int, new_tokens: int, width: float) -> float:
+    """Seconds between arrivals that keep about ``batch`` requests of ``new_tokens`` running: one target-only
+    step at B and ``width`` from ``batched``'s grid, × new tokens / B."""
+    ms, _ = grid_ms(batched.target_decode, 1, float(width), batch, name="batched target_decode")
+    return float(ms) * new_tokens / batch / 1e3
+
+
 def server_loop_costs(
-    models: dict[str, LoadedModel], plan: BatchSweepPlan, on_run: Callable[[], None] | None = None
+    models: dict[str, LoadedModel],
+    plan: BatchSweepPlan,
+    batched: BatchedCosts,
+    on_run: Callable[[], None] | None = None,
 ) -> tuple[ServerLoopCosts, list[LoopPass]]:
-    """The server loop's overhead per step and per request and its cold-pass scale (module docstring), and its
-    decode steps as pass records (for :func:`with_pass_scales` against a grid)."""
+    """The server loop's overhead per step and per request and its cold-pass scale (module docstring; arrivals
+    spaced by ``batched``'s grid), and its decode steps as pass records (for :func:`with_pass_scales`)."""
     from calibrate.run.server_loop import serve_loop
 
     target, draft = models["target"], models["draft"]
@@ -113,11 +126,12 @@ def server_loop_costs(
                     for n in plan.prompt_tokens
                     for r in ragged_requests(target, max(1, 2 * batch // len(plan.prompt_tokens)), n, gen)
                 ][: 2 * batch]
+                spacing = arrival_spacing_s(batched, batch, plan.new_tokens, max(plan.prompt_tokens))
                 run = serve_loop(
                     target.model,
                     draft.model,
                     reqs,
-                    [0.0] * len(reqs),
+                    [i * spacing for i in range(len(reqs))],
                     gamma=g,
                     max_new_tokens=plan.new_tokens,
                     max_num_seqs=batch,
@@ -167,7 +181,7 @@ def measure_batched(
     grid_s = time.perf_counter() - t0
     if not server_loop:
         return costs, (grid_s, None)
-    loop, passes = server_loop_costs(models, plan, on_run)
+    loop, passes = server_loop_costs(models, plan, costs, on_run)
     costs = replace(costs, server_loop=with_pass_scales(loop, passes, costs))
     return costs, (grid_s, time.perf_counter() - t0 - grid_s)
 
