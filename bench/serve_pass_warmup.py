@@ -1,11 +1,12 @@
 """Benchmark: how much slower the server loop's target passes run than the profile's batched grid, by steps
 since the last request joined, beside the static batched engine on the same requests.
 
-Diagnostic for the serving check (issue: `specsim serve` checked on a real server loop): the simulation
-prices each pass by the profile's ``server_loop.target_pass_scale`` (what `calibrate latency` measured on its
-own loop, arrivals all at once), printed beside. This prints, for the zoo's mixed workload at one Poisson rate, target-only, the loop's pass ms over
-the grid's at the same batch and cache width for the k-th step after an admission, so a longer warm-up
-(caches refilled, a core waking from idle between arrivals) shows as ratios above the steady state:
+Diagnostic for the serving check (issue: `specsim serve` checked on a real server loop): the simulation prices
+each pass by the profile's ``server_loop.target_pass_scale`` (what `calibrate latency` measured on its own
+loop, arrivals spaced to keep its batch nearly full), printed beside. This prints, for the zoo's mixed
+workload at one Poisson rate, target-only, the loop's pass ms over the grid's at the same batch and cache
+width for the k-th step after an admission, so a longer warm-up (caches refilled, a core waking from idle
+between arrivals) shows as ratios above the steady state:
 
     python bench/serve_pass_warmup.py --profile specsim/profiles/measured/zoo-cpu-batch.json --rate 4
 """

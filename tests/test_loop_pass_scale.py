@@ -133,7 +133,7 @@ def test_the_simulation_counts_steps_since_an_admission_on_both_paths():
 
 
 def test_the_calibration_loop_spaces_arrivals_to_keep_its_batch_nearly_full():
-    """One arrival every (new tokens × a target step's ms at B) / B: B requests' worth of tokens per B steps."""
+    """One arrival every (new tokens × a target step's ms at B) / B: B requests' tokens per B steps."""
     from calibrate.measure.server_loop_costs import arrival_spacing_s
     from specsim.profile.cost_grid import grid_ms
     from specsim.profiles import load_profile
