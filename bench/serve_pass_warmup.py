@@ -20,11 +20,11 @@ import numpy as np
 
 def main(argv: list[str] | None = None) -> int:
     from calibrate.measure.serve_check_runs import workload_order
+    from calibrate.measure.server_loop_costs import loop_passes
     from calibrate.run.batch_engine import batch_target_decode
     from calibrate.run.server_loop import serve_loop
     from calibrate.workload.run_setup import load_setup
     from specsim.cli.main import build_parser
-    from specsim.profile.cost_grid import grid_ms
     from specsim.profiles import load_profile
     from specsim.serve.arrivals import poisson_arrivals
 
@@ -38,7 +38,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     check = ["check", "--preset", "zoo", "--threads", "1", "--profile", args.profile, "--method", "M"]
     setup = load_setup(build_parser().parse_args([*check, "--max-new-tokens", str(args.new_tokens)]))
-    grid = load_profile(args.profile).latency.forward_costs().batched.target_decode
+    batched = load_profile(args.profile).latency.forward_costs().batched
     order = workload_order(setup, args.requests)
     reqs = [setup.groups[g][i] for g, i in order]
     arrival = list(poisson_arrivals(len(reqs), args.rate, np.random.default_rng(args.seed)))
@@ -47,16 +47,12 @@ def main(argv: list[str] | None = None) -> int:
     by_step: dict[int, list[tuple[float, float]]] = {}
     static: list[tuple[float, float]] = []
     for _ in range(args.rounds):
-        since = 0
-        for st in serve_loop(setup.target, setup.draft, reqs, arrival, gamma=0, **kw).steps:
-            since = 0 if st.admitted else since + 1
-            if st.decoding:
-                ms, _ = grid_ms(grid, 1, float(st.width), st.decoding, name="batched target_decode")
-                by_step.setdefault(min(since, 10), []).append((st.verify_ms, float(ms)))
+        for p in loop_passes(serve_loop(setup.target, setup.draft, reqs, arrival, gamma=0, **kw)):
+            grid_ms = batched.target_pass_ms(1, p.width, p.decoding)
+            by_step.setdefault(min(p.since_admission, 10), []).append((p.verify_ms, grid_ms))
         for r in reqs[:6]:  # the same requests alone through the static engine, passes back to back
             for blk in batch_target_decode(setup.target, [r], **kw).blocks[1:]:
-                ms, _ = grid_ms(grid, 1, float(blk.target_columns), 1, name="batched target_decode")
-                static.append((blk.verify_ms, float(ms)))
+                static.append((blk.verify_ms, batched.target_pass_ms(1, blk.target_columns, 1)))
     print(f"rate {args.rate:g}/s, target-only: loop pass ms over the grid's, by steps since an admission")
     print("steps since  passes  median ms  grid ms  sum ratio")
     for k, v in sorted(by_step.items()):
@@ -68,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
         )
     a = np.asarray(static)
     print(f"static engine, same requests alone: sum ratio {a[:, 0].sum() / a[:, 1].sum():.2f}")
-    loop = load_profile(args.profile).latency.forward_costs().batched.server_loop
+    loop = batched.server_loop
     if loop is not None and loop.target_pass_scale:
         print("the profile's target_pass_scale: " + " ".join(f"{x:.2f}" for x in loop.target_pass_scale))
     return 0

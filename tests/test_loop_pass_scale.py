@@ -6,7 +6,6 @@ import pytest
 
 from specsim.errors import SpecsimError
 from specsim.serve.arrivals import Requests, poisson_arrivals
-from specsim.serve.scheduler import SchedulerConfig
 from specsim.serve.simulator import simulate
 from specsim.serve.speculation import GammaPolicy, ReplayAcceptance
 from specsim.serve.step_cost import ConstantStepCost
@@ -99,18 +98,10 @@ class _SpyCost(ConstantStepCost):
 def test_the_simulation_counts_steps_since_an_admission_on_both_paths():
     """The hand schedule of test_serve (admissions at steps 1, 2 and 5) tells the cost 0, 0, 1, 2, 0, 1; a
     cost that depends on it serves fast-forwarded runs exactly as step by step."""
-    from tests.test_serve import HAND_REQUESTS, HAND_TRACES
+    from tests.test_serve import _hand_run
 
     hand = _SpyCost(target_ms=10.0, target_ms_per_row=1.0, prefill_ms_per_token=0.1, draft_ms_per_pass=2.0)
-    simulate(
-        HAND_REQUESTS,
-        cost=hand,
-        policy=GammaPolicy(2),
-        acceptance=ReplayAcceptance.from_matches(HAND_TRACES),
-        rng=np.random.default_rng(0),
-        scheduler=SchedulerConfig(max_num_seqs=2, max_num_batched_tokens=50),
-        record=True,
-    )
+    _hand_run(hand)
     assert hand.seen == [0, 0, 1, 2, 0, 1]
     rng = np.random.default_rng(3)
     req = Requests(

@@ -30,10 +30,10 @@ HAND_REQUESTS = Requests(
 HAND_TRACES = [[1, 1, 0, 1, 1, 1], [1, 0, 1, 1, 1, 1], [1, 1, 1, 1, 1, 1]]
 
 
-def _hand_run():
+def _hand_run(cost=HAND_COST):
     return simulate(
         HAND_REQUESTS,
-        cost=HAND_COST,
+        cost=cost,
         policy=GammaPolicy(2),
         acceptance=ReplayAcceptance.from_matches(HAND_TRACES),
         rng=np.random.default_rng(0),

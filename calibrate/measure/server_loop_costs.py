@@ -73,9 +73,7 @@ def loop_pass_scales(
     sums = np.zeros((2, steps, 2))  # [target/draft, bucket, measured/grid]
     for p in passes:
         k = min(p.since_admission, steps - 1)
-        grid = batched.target_verify if p.gamma else batched.target_decode
-        ms, _ = grid_ms(grid, p.gamma + 1, float(p.width), p.decoding, name="batched target pass")
-        sums[0, k] += (p.verify_ms, float(ms))
+        sums[0, k] += (p.verify_ms, batched.target_pass_ms(p.gamma + 1, p.width, p.decoding))
         if p.gamma:
             draft, _ = batched.draft_steps_ms(p.width + np.arange(p.gamma), p.decoding)
             sums[1, k] += (p.draft_ms, float(np.sum(draft)))
@@ -120,13 +118,13 @@ def server_loop_costs(
     gammas = (0, *plan.gammas)
     for rnd in range(plan.rounds + 1):  # the first round warms up and is thrown away
         for batch in plan.batch_sizes:
+            spacing = arrival_spacing_s(batched, batch, plan.new_tokens, max(plan.prompt_tokens))
             for g in gammas:
                 reqs = [
                     r
                     for n in plan.prompt_tokens
                     for r in ragged_requests(target, max(1, 2 * batch // len(plan.prompt_tokens)), n, gen)
                 ][: 2 * batch]
-                spacing = arrival_spacing_s(batched, batch, plan.new_tokens, max(plan.prompt_tokens))
                 run = serve_loop(
                     target.model,
                     draft.model,

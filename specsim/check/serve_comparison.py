@@ -118,15 +118,11 @@ def pass_drift(profile: Profile, runs: Sequence[ServedTimes]) -> float | None:
     """Σ measured ms / Σ the profile's batched grid ms over the runs' target passes (decode or
     verification): how much slower (> 1) or faster this host ran than when the profile was measured. A
     diagnostic printed with the rows, not a correction."""
-    from specsim.profile.cost_grid import grid_ms
-
     batched = profile.latency.forward_costs().batched
     measured = predicted = 0.0
     for run in runs:
         for rows, width, batch, ms in run.target_passes:
-            grid = batched.target_verify if rows > 1 else batched.target_decode
-            value, _ = grid_ms(grid, rows, float(width), batch, name="batched target pass")
-            measured, predicted = measured + ms, predicted + float(value)
+            measured, predicted = measured + ms, predicted + batched.target_pass_ms(rows, width, batch)
     return measured / predicted if predicted > 0 else None
 
 

@@ -164,6 +164,13 @@ class BatchedCosts:
         """The grid of a target-only step with no masked column (``target_decode`` where not measured)."""
         return self.target_decode_unpadded or self.target_decode
 
+    def target_pass_ms(self, rows: int, width: float, batch: int) -> float:
+        """ms of one target pass of ``rows`` per request (1: ``target_decode``, γ+1: ``target_verify``) at
+        cache ``width`` and B."""
+        grid = self.target_verify if rows > 1 else self.target_decode
+        ms, _ = grid_ms(grid, rows, float(width), batch, name="batched target pass")
+        return float(ms)
+
     def draft_steps_ms(self, widths, batch) -> tuple[np.ndarray, np.ndarray]:
         """(ms, extrapolated) of draft steps at cache ``widths`` [..., g] (ms arrays of that shape), the last
         axis a block's steps in order: its first at ``draft_first_step`` where measured."""

@@ -90,7 +90,7 @@ class ProfileStepCost:
         cold = loop.cold_pass_ms_scale if len(prefill_chunks) else 1.0
         if not (loop.draft_pass_scale if draft else loop.target_pass_scale):
             return cold, cold
-        if since_admission is None and any(c[0] > 0 and c[1] == 0 for c in prefill_chunks):
+        if since_admission is None and admissions(prefill_chunks):
             since_admission = 0
         return cold, float(loop.pass_scale(since_admission, draft))
 
@@ -109,13 +109,11 @@ class ProfileStepCost:
         total += sum(self.latency.vision_ms(chunk_images(c)) for c in prefill_chunks)  # one call per prompt
         total *= cold
         loop = self.batched.server_loop
-        if loop is not None:  # each admission (a chunk from position 0) joins the batch once and leaves once
-            total += loop.ms_per_request * sum(1 for c in prefill_chunks if c[0] > 0 and c[1] == 0)
+        if loop is not None:  # each admission joins the batch once and leaves once
+            total += loop.ms_per_request * admissions(prefill_chunks)
         if batch:
             width = float(np.max(context_tokens[:batch]))
-            grid = self.batched.target_verify if rows_per_seq > 1 else self.batched.target_decode
-            ms, _ = grid_ms(grid, rows_per_seq, width, batch, name="batched target pass")
-            total += float(ms) * warm
+            total += self.batched.target_pass_ms(rows_per_seq, width, batch) * warm
         return total
 
     def draft_ms(self, batch, gamma, context_tokens, prefill_chunks=(), since_admission=None) -> float:
@@ -144,6 +142,11 @@ class ProfileStepCost:
         if gamma == 0:
             return self.batched.target_step_overhead_ms(batch)
         return float(self.batched.overhead_ms_per_block.at(gamma, batch))
+
+
+def admissions(prefill_chunks) -> int:
+    """Requests a step admits: its prefill chunks from prompt position 0."""
+    return sum(1 for c in prefill_chunks if c[0] > 0 and c[1] == 0)
 
 
 def draft_drop_tokens_per_image(entries: Sequence[MethodAcceptance]) -> float:
