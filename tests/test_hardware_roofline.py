@@ -8,11 +8,14 @@ from specsim.hardware.device import Device
 from specsim.hardware.model import spec_from_config
 from specsim.hardware.roofline import (
     Efficiency,
+    attention_flops,
     compute_bound,
     decode_ms,
     fits_memory,
     forward_bytes,
     forward_flops,
+    forward_ms,
+    kv_pass_bytes,
     prefill_ms,
     verify_ms,
     vision_ms,
@@ -117,6 +120,25 @@ def test_verify_cost_close_to_decode_when_memory_bound_and_vectorised():
     assert 1.0 < tv[4] / tp < 1.05  # v(5) ~ 1: six positions cost about one at batch 1
     grid = decode_ms(m, h100, Efficiency(), np.array([[128], [4096]]), np.array([1, 8, 64]))
     assert grid.shape == (2, 3) and np.all(np.diff(grid, axis=1) > 0) and np.all(grid[1] > grid[0])
+
+
+def test_matmul_compute_does_not_hide_under_kv_bytes():
+    """A large batch's verify pass: the matmuls are compute-bound while the KV cache's bytes dominate the
+    pass. The attention kernels run between the matmuls, so the pass costs roof(matmuls) +
+    roof(attention), not the whole pass's max (which would price the verify rows as free)."""
+    m = spec_from_config(LLAMA2_7B, "llama2-7b")
+    dev = device(3.35e12, 989e12)
+    batch, context, new = 192, 1024, 6  # γ = 5
+    flops, nbytes = forward_flops(m, batch, context, new), forward_bytes(m, batch, context, new)
+    a_flops = attention_flops(m, batch, context, new)
+    kv = kv_pass_bytes(m, batch, context, new)
+    split = (max(flops - a_flops, 0) / 989e12 + max(a_flops / 989e12, kv / 3.35e12)) * 1e3
+    matmul_ms, kv_ms = (flops - a_flops) / 989e12 * 1e3, kv / 3.35e12 * 1e3
+    assert matmul_ms > (nbytes - kv) / 3.35e12 * 1e3 and kv_ms > matmul_ms  # the case this test is about
+    got = forward_ms(m, dev, IDEAL, batch, context, new)
+    assert got == pytest.approx((flops - a_flops) / 989e12 * 1e3 + kv_ms, rel=1e-12)
+    assert got == pytest.approx(split, rel=1e-12)
+    assert got > max(flops / 989e12, nbytes / 3.35e12) * 1e3 * 1.1  # the whole-pass max is >10% short
 
 
 def test_overhead_is_added_per_pass():

@@ -391,7 +391,8 @@ def test_roofline_mixed_passes_equal_their_merged_pass_tables():
         parts += [pass_terms(m, dev, 1, cached, tokens, logits=1) for tokens, cached in chunks]
         out = dict(parts[0])
         for p in parts[1:]:
-            for k in ("flops", "base_bytes", "score_elems", "rows", "link_bytes"):
+            additive = ("flops", "base_bytes", "attention_flops", "kv_bytes")
+            for k in additive + ("score_elems", "rows", "link_bytes"):
                 out[k] += p[k]
         weights = pass_terms(m, dev, 1, 0, 1)["base_bytes"] - (
             pass_terms(m, dev, 2, 0, 1)["base_bytes"] - pass_terms(m, dev, 1, 0, 1)["base_bytes"]

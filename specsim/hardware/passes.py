@@ -5,11 +5,14 @@ A fit of runtime parameters re-prices the same passes thousands of times. Everyt
 materialised scores, score elements, rows, layers, all-reduce traffic, the device's peaks) is computed once
 per pass here; :meth:`PassTable.ms` then applies the runtime exactly as ``forward_ms`` does:
 
-    time = max(C, M) + (1 − overlap)·min(C, M) + per_forward + per_layer·layers + dequant
+    time = roof(C, M) + roof(Ca, Ma) + per_forward + per_layer·layers + dequant
            (+ all-reduces when tp > 1) (+ row arithmetic for 1 < rows ≤ gemv_max_rows)
-    C = FLOPs / (peak · eff_c(rows)),  M = (bytes + score_elems · attention_score_bytes) / (bw · eff_m(rows))
+    roof(c, m) = max(c, m) + (1 − overlap)·min(c, m)
+    C = (FLOPs − attention FLOPs) / (peak · eff_c(rows)),  M = (bytes − KV bytes) / (bw · eff_m(rows))
+    Ca = attention FLOPs / (peak · eff_c(rows))
+    Ma = (KV bytes + score_elems · attention_score_bytes) / (bw · eff_m(rows))
 
-``tests/test_hardware_passes.py`` checks it against ``forward_ms`` (a second implementation).
+``tests/test_hardware_validate.py`` checks it against ``forward_ms`` (a second implementation).
 """
 
 from __future__ import annotations
@@ -22,11 +25,21 @@ from specsim.errors import SpecsimError
 from specsim.hardware.device import Device
 from specsim.hardware.model import ModelSpec
 from specsim.hardware.parallel import allreduce_link_bytes, allreduces_per_pass
-from specsim.hardware.roofline import forward_flops, quantized_layers, sharded_bytes, streamed_weights
+from specsim.hardware.roofline import (
+    attention_flops,
+    forward_flops,
+    quantized_layers,
+    roof_ms,
+    sharded_bytes,
+    sharded_kv_bytes,
+    streamed_weights,
+)
 
 _FIELDS = (
     "flops",
     "base_bytes",
+    "attention_flops",
+    "kv_bytes",
     "score_elems",
     "rows",
     "layers",
@@ -48,6 +61,8 @@ class PassTable:
 
     flops: np.ndarray
     base_bytes: np.ndarray
+    attention_flops: np.ndarray  # the attention kernels' share of ``flops``
+    kv_bytes: np.ndarray  # the KV cache's share of ``base_bytes``
     score_elems: np.ndarray
     rows: np.ndarray
     layers: np.ndarray
@@ -63,15 +78,16 @@ class PassTable:
 
     def ms(self, rt) -> np.ndarray:
         """Time (ms) of every pass under runtime ``rt`` (a Runtime or an Efficiency)."""
-        compute, memory, rest = self.parts_ms(rt)
-        return roof_ms(compute, memory, rt.overlap) + rest
+        compute, memory, a_compute, a_memory, rest = self.parts_ms(rt)
+        return roof_ms(compute, memory, rt.overlap) + roof_ms(a_compute, a_memory, rt.overlap) + rest
 
-    def parts_ms(self, rt) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(compute ms, memory ms, the rest in ms) of every pass; :meth:`ms` = :func:`roof_ms` of the first
-        two + the rest. Each is affine in the terms (efficiencies depend on the rows only)."""
-        compute = self.flops / (self.peak_flops_per_s * rt.compute_efficiency_at(self.rows)) * 1e3
-        nbytes = self.base_bytes + self.score_elems * rt.attention_score_bytes
-        memory = nbytes / (self.bandwidth_bytes_per_s * rt.memory_efficiency(self.rows)) * 1e3
+    def parts_ms(self, rt) -> tuple[np.ndarray, ...]:
+        """(compute ms, memory ms) of the matmuls and the rest, the same of the attention kernels, and the
+        remaining ms, of every pass; :meth:`ms` = :func:`roof_ms` of each pair + the rest. Each is affine in
+        the terms (efficiencies depend on the rows only)."""
+        flops_s = self.peak_flops_per_s * rt.compute_efficiency_at(self.rows) / 1e3
+        bytes_s = self.bandwidth_bytes_per_s * rt.memory_efficiency(self.rows) / 1e3
+        a_bytes = self.kv_bytes + self.score_elems * rt.attention_score_bytes
         overhead = rt.pass_overhead_ms(0) + (rt.pass_overhead_ms(1) - rt.pass_overhead_ms(0)) * self.layers
         sharded = self.tp > 1
         link = np.where(sharded, self.link_bytes_per_s, 1.0) * rt.interconnect_efficiency
@@ -79,7 +95,13 @@ class PassTable:
             sharded, self.link_bytes / link * 1e3 + rt.overhead_ms_per_allreduce * self.allreduces, 0.0
         )
         rest = overhead + rt.dequant_ms_per_layer * self.quantized_layers + allreduce + self._gemv_rows_ms(rt)
-        return compute, memory, rest
+        return (
+            (self.flops - self.attention_flops) / flops_s,
+            (self.base_bytes - self.kv_bytes) / bytes_s,
+            self.attention_flops / flops_s,
+            a_bytes / bytes_s,
+            rest,
+        )
 
     def _gemv_rows_ms(self, rt) -> np.ndarray:
         """As :func:`specsim.hardware.roofline.gemv_rows_ms`."""
@@ -95,14 +117,6 @@ class PassTable:
         return np.where(multi, (self.rows - 1.0) * self.weights * ops / self.int32_ops_per_s * 1e3, 0.0)
 
 
-def roof_ms(compute, memory, overlap: float):
-    """The roofline of a pass from its compute and memory times (ms): the larger, plus the part of the smaller
-    that does not overlap it (arrays, or floats without numpy's per-call cost)."""
-    if isinstance(compute, float) and isinstance(memory, float):
-        return max(compute, memory) + (1.0 - overlap) * min(compute, memory)
-    return np.maximum(compute, memory) + (1.0 - overlap) * np.minimum(compute, memory)
-
-
 def pass_terms(
     m: ModelSpec, dev: Device, batch: float, context: float, new: float, tp: int = 1, logits=None
 ) -> dict:
@@ -114,6 +128,8 @@ def pass_terms(
     return {
         "flops": float(forward_flops(m, b, ctx, n, logits)) / tp,
         "base_bytes": float(sharded_bytes(m, b, ctx, n, logits, tp=tp)),
+        "attention_flops": float(attention_flops(m, b, ctx, n)) / tp,
+        "kv_bytes": float(sharded_kv_bytes(m, b, ctx, n, tp)),
         "score_elems": score_elems / tp,
         "rows": b * n,
         "layers": float(m.layers),

@@ -1,8 +1,12 @@
 """Roofline latency of one forward pass (ms), vectorised over batch, context and new positions.
 
-time = max(C, M) + (1 − overlap) · min(C, M) + overhead + all-reduce (tensor parallel, :mod:`.parallel`)
+time = roof(C − Ca, M − Ma) + roof(Ca, Ma) + overhead + all-reduce (tensor parallel, :mod:`.parallel`)
        + row arithmetic (runtimes whose matrix-vector kernel takes a few rows, see :func:`gemv_rows_ms`)
-C = FLOPs / (peak · eff_compute(rows)), M = bytes / (bandwidth · eff_memory(rows))
+roof(c, m) = max(c, m) + (1 − overlap) · min(c, m)
+C = FLOPs / (peak · eff_compute(rows)), M = bytes / (bandwidth · eff_memory(rows)); Ca, Ma: the same of the
+attention kernels alone (attention FLOPs; KV-cache bytes and materialised scores). The attention kernels run
+between the matmuls, not beside them, so a batch's verify rows that make the matmuls compute-bound add their
+time even while the KV cache's bytes dominate the pass.
 (Williams et al. 2009, "Roofline"; applied to LLM decoding as in Pope et al. 2022 and llm-analysis).
 overhead = per forward + per layer · layers: launch/dispatch cost that no roofline sees; weights stored in
 under 2 bytes add dequant_ms_per_layer per decoder layer (the unpacking matmul kernels of int8/int4 weights
@@ -105,6 +109,14 @@ class Efficiency:
         return replace(cls(), **{k: v for k, v in d.items() if k != "schema_version"})
 
 
+def roof_ms(compute, memory, overlap: float):
+    """The roofline of a pass from its compute and memory times (ms): the larger, plus the part of the smaller
+    that does not overlap it (arrays, or floats without numpy's per-call cost)."""
+    if isinstance(compute, float) and isinstance(memory, float):
+        return max(compute, memory) + (1.0 - overlap) * min(compute, memory)
+    return np.maximum(compute, memory) + (1.0 - overlap) * np.minimum(compute, memory)
+
+
 def _is_num(value) -> bool:
     return (
         isinstance(value, (int, float, np.floating))
@@ -131,8 +143,14 @@ def forward_flops(m: ModelSpec, batch, context, new, logits=None) -> np.ndarray:
     b, ctx, n = _arr(batch, "batch", 1), _arr(context, "context_tokens", 0), _arr(new, "new_tokens", 1)
     lg = n if logits is None else _arr(logits, "logit_tokens", 0)
     matmul = 2.0 * m.layer_params * m.layers * n + 2.0 * m.vocab * m.hidden * lg
-    attention = 4.0 * m.layers * m.heads * m.head_dim * (n * ctx + n * (n + 1) / 2)
-    return b * (matmul + attention)
+    return b * matmul + attention_flops(m, b, ctx, n)
+
+
+def attention_flops(m: ModelSpec, batch, context, new) -> np.ndarray:
+    """FLOPs of a pass's attention kernels: batch · 4 · layers · heads · head_dim · (new · context +
+    new(new+1)/2) (scores and their weighted sum, causal over the new positions)."""
+    b, ctx, n = _arr(batch, "batch", 1), _arr(context, "context_tokens", 0), _arr(new, "new_tokens", 1)
+    return b * 4.0 * m.layers * m.heads * m.head_dim * (n * ctx + n * (n + 1) / 2)
 
 
 def forward_bytes(m: ModelSpec, batch, context, new, logits=None, score_bytes: float = 0.0) -> np.ndarray:
@@ -143,7 +161,7 @@ def forward_bytes(m: ModelSpec, batch, context, new, logits=None, score_bytes: f
     kv = kv_pass_bytes(m, b, ctx, n)
     act_bytes = max(m.dtype_bytes, m.kv_element_bytes)  # quantised weights still compute in fp16/fp32
     act = b * n * m.layers * _activation_elems(m) * act_bytes
-    scores = b * m.layers * m.heads * n * (ctx + n) * score_bytes
+    scores = score_elements(m, b, ctx, n) * score_bytes
     return weights + kv + act + b * lg * m.vocab * 4.0 + scores
 
 
@@ -189,6 +207,18 @@ def sharded_bytes(m: ModelSpec, batch, context, new, logits=None, score_bytes: f
     return whole + kv_pass_bytes(m, batch, context, new) * (1.0 / kv_shards(m, tp) - 1.0 / tp)
 
 
+def sharded_kv_bytes(m: ModelSpec, batch, context, new, tp: int = 1):
+    """KV-cache bytes one GPU of a ``tp``-way shard reads and writes in a pass (its share of the KV heads)."""
+    return kv_pass_bytes(m, batch, context, new) / kv_shards(m, tp)
+
+
+def score_elements(m: ModelSpec, batch, context, new, tp: int = 1):
+    """Attention score elements one GPU of a ``tp``-way shard materialises in a pass (runtimes whose
+    attention writes them out pay ``attention_score_bytes`` each)."""
+    b, ctx, n = (np.asarray(x, dtype=float) for x in (batch, context, new))
+    return b * m.layers * m.heads * n * (ctx + n) / tp
+
+
 def quantized_layers(m: ModelSpec) -> int:
     """Decoder layers whose matmuls unpack quantized weights (all of them when weights are under 2 bytes)."""
     return m.layers if m.dtype_bytes < 2 else 0
@@ -204,11 +234,28 @@ def roofline_terms_ms(m: ModelSpec, dev: Device, eff, batch, context, new, logit
     return compute, memory
 
 
+def attention_terms_ms(m: ModelSpec, dev: Device, eff, batch, context, new, tp: int = 1):
+    """(compute_ms, memory_ms) of a pass's attention kernels alone (per GPU of a ``tp``-way shard): their
+    FLOPs against the KV cache's bytes and any materialised scores; part of :func:`roofline_terms_ms`."""
+    rows = np.asarray(batch, dtype=float) * np.asarray(new, dtype=float)
+    flops = attention_flops(m, batch, context, new) / tp
+    nbytes = sharded_kv_bytes(m, batch, context, new, tp) + score_elements(m, batch, context, new, tp) * (
+        eff.attention_score_bytes
+    )
+    compute = flops / (dev.peak_flops_per_s * eff.compute_efficiency_at(rows)) * 1e3
+    memory = nbytes / (dev.memory_bandwidth_bytes_per_s * eff.memory_efficiency(rows)) * 1e3
+    return compute, memory
+
+
 def forward_ms(m: ModelSpec, dev: Device, eff, batch, context, new, logits=None, tp: int = 1):
     """Time (ms) of one pass: roofline + overhead (+ all-reduces when ``tp`` > 1); broadcasts array
-    arguments."""
+    arguments. The attention kernels and the rest (matmuls over the weights, norms, logits) run one after
+    the other, so each has its own roof: the matmuls' FLOPs never hide under the KV cache's bytes."""
     compute, memory = roofline_terms_ms(m, dev, eff, batch, context, new, logits, tp)
-    roof = np.maximum(compute, memory) + (1.0 - eff.overlap) * np.minimum(compute, memory)
+    a_compute, a_memory = attention_terms_ms(m, dev, eff, batch, context, new, tp)
+    roof = roof_ms(compute - a_compute, memory - a_memory, eff.overlap) + roof_ms(
+        a_compute, a_memory, eff.overlap
+    )
     dequant = eff.dequant_ms_per_layer * quantized_layers(m)
     out = (
         roof

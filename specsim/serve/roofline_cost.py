@@ -28,13 +28,18 @@ from specsim.errors import SpecsimError
 from specsim.hardware.device import Device
 from specsim.hardware.model import ModelSpec
 from specsim.hardware.parallel import check_splittable, check_tp, timing_gpus
-from specsim.hardware.passes import PassTable, pass_terms, roof_ms
-from specsim.hardware.roofline import USABLE_MEMORY_FRACTION, vision_ms
+from specsim.hardware.passes import PassTable, pass_terms
+from specsim.hardware.roofline import USABLE_MEMORY_FRACTION, roof_ms, vision_ms
 from specsim.hardware.runtime import block_overhead_ms
 from specsim.serve.step_cost import chunk_images
 
 _NAMES = tuple(f.name for f in fields(PassTable))
-_ADDITIVE = np.array([n in ("flops", "base_bytes", "score_elems", "rows", "link_bytes") for n in _NAMES])
+_ADDITIVE = np.array(
+    [
+        n in ("flops", "base_bytes", "attention_flops", "kv_bytes", "score_elems", "rows", "link_bytes")
+        for n in _NAMES
+    ]
+)
 _BYTES = _NAMES.index("base_bytes")
 
 
@@ -134,10 +139,11 @@ class RooflineStepCost:
         return int(free // per_token)
 
     def _line(self, role: str, batch: int, rows: int, chunks) -> tuple[float, ...]:
-        """(compute, memory, rest) ms of one ``role`` pass over ``batch`` sequences × ``rows`` rows with
-        prefill ``chunks`` (tokens, cached) in the same pass, each as (ms at Σ KV 0, ms per Σ KV token): at
-        fixed (batch, rows, chunks) the terms are affine in Σ KV and the efficiencies depend on the rows only,
-        so each part is a line, computed once from two points and cached."""
+        """(compute, memory, attention compute, attention memory, rest) ms of one ``role`` pass over
+        ``batch`` sequences × ``rows`` rows with prefill ``chunks`` (tokens, cached) in the same pass, each
+        as (ms at Σ KV 0, ms per Σ KV token): at fixed (batch, rows, chunks) the terms are affine in Σ KV
+        and the efficiencies depend on the rows only, so each part is a line, computed once from two points
+        and cached."""
         lines = self._cache.setdefault("lines", {})
         key = (role, batch, rows, tuple((int(c[0]), int(c[1])) for c in chunks) if chunks else ())
         line = lines.get(key)
@@ -155,8 +161,14 @@ class RooflineStepCost:
 
     def _pass_ms(self, line: tuple[float, ...], sums):
         """ms of a pass from its :meth:`_line` at summed KV ``sums`` (a float or an array)."""
-        c0, c1, m0, m1, r0, r1 = line
-        return roof_ms(c0 + c1 * sums, m0 + m1 * sums, self.runtime.overlap) + r0 + r1 * sums
+        c0, c1, m0, m1, ac0, ac1, am0, am1, r0, r1 = line
+        overlap = self.runtime.overlap
+        return (
+            roof_ms(c0 + c1 * sums, m0 + m1 * sums, overlap)
+            + roof_ms(ac0 + ac1 * sums, am0 + am1 * sums, overlap)
+            + r0
+            + r1 * sums
+        )
 
     def _draft_passes(self, batch: int, gamma: int, chunks) -> list[tuple[tuple[float, ...], float, float]]:
         """(line, Σ KV offset, weight) of a block's draft passes: γ one-row passes at ``batch``, pass j over
