@@ -231,6 +231,10 @@ def test_the_batched_sweep_is_sized_by_its_flags(extra, lengths, target_tokens):
     assert sweep.prompt_tokens == lengths and sweep.target_new_tokens == target_tokens
     assert sweep.batch_sizes == (1, 2, 4) and sweep.gammas == (1, 3, 5) and sweep.new_tokens == 24
     assert sweep.unpadded == ("--no-unpadded-step" not in extra)
+    # a workload whose prompts all differ in length has no batch without pads: its unpadded step is not timed
+    args = build_parser().parse_args(argv)
+    assert not batch_sweep_plan(args, (10, 126), workload_tokens=[12, 40, 62]).unpadded
+    assert batch_sweep_plan(args, (10, 126), workload_tokens=[12, 40, 40]).unpadded == sweep.unpadded
 
 
 def test_interleaved_grid_fits_every_round_and_fills_the_sizes_the_check_skipped():

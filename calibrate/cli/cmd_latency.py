@@ -7,6 +7,7 @@ rerun resumes where it stopped.
 
 from __future__ import annotations
 
+import sys
 import time
 from typing import TYPE_CHECKING
 
@@ -179,8 +180,8 @@ def register(subparsers) -> None:
         "--no-unpadded-step",
         action="store_true",
         help="skip timing the batched target-only step on prompts of one length (no masked column: cheaper "
-        "with SDPA); a workload whose prompts all differ in length never runs it, and predictions then "
-        "price such batches padded",
+        "with SDPA; predictions then price such batches padded). Skipped anyway when the workload's "
+        "prompts all differ in length: none of its batches runs it",
     )
     what.add_argument(
         "--no-server-loop",
@@ -245,7 +246,7 @@ def cmd_latency(args) -> int:
     t_load = time.perf_counter()
     models = latency_models(args)
     load_s = time.perf_counter() - t_load
-    sized = latency_workload(args, models["target"])
+    sized, workload_tokens = latency_workload(args, models["target"])
     given = {
         "contexts_tokens": args.contexts,
         "verify_context_tokens": args.verify_context,
@@ -276,7 +277,7 @@ def cmd_latency(args) -> int:
     seconds = time.perf_counter() - t0
     from specsim.profiles import load_profile
 
-    batched_s = _batched(args, models, plan, path) if args.request_batches else None
+    batched_s = _batched(args, models, plan, path, workload_tokens) if args.request_batches else None
     section = load_profile(str(path)).latency
     if args.json:
         print(dumps_json(section.to_json()))
@@ -290,10 +291,12 @@ def cmd_latency(args) -> int:
     return 0
 
 
-def batch_sweep_plan(args, contexts_tokens) -> BatchSweepPlan:
+def batch_sweep_plan(args, contexts_tokens, workload_tokens=None) -> BatchSweepPlan:
     """The batched sweep the flags ask for: longest prompts from the workload's shortest to its longest
-    (``contexts_tokens`` less the new tokens), with a middle one, so the grid's widths span its runs."""
-    from calibrate.measure.batch_costgrid import BatchSweepPlan, sweep_prompt_lengths
+    (``contexts_tokens`` less the new tokens), with a middle one, so the grid's widths span its runs; the
+    unpadded step timed unless --no-unpadded-step or the workload's prompts (``workload_tokens``) all differ
+    in length, so no batch of it runs without a masked column."""
+    from calibrate.measure.batch_costgrid import BatchSweepPlan, runs_unpadded, sweep_prompt_lengths
 
     longest = max(1, contexts_tokens[-1] - args.max_new_tokens)
     shortest = max(1, min(contexts_tokens[0] + 2, longest))
@@ -306,11 +309,11 @@ def batch_sweep_plan(args, contexts_tokens) -> BatchSweepPlan:
         target_new_tokens=args.request_target_tokens or args.max_new_tokens,
         rounds=args.request_rounds,
         seed=args.seed,
-        unpadded=not args.no_unpadded_step,
+        unpadded=not args.no_unpadded_step and runs_unpadded(workload_tokens),
     )
 
 
-def _batched(args, models, plan, path) -> tuple[float, float | None]:
+def _batched(args, models, plan, path, workload_tokens=None) -> tuple[float, float | None]:
     """Time the batched engine and add its costs to the profile at ``path``; the seconds its grid and its
     server loop took (None: not timed)."""
     from dataclasses import replace
@@ -318,7 +321,14 @@ def _batched(args, models, plan, path) -> tuple[float, float | None]:
     from calibrate.measure.server_loop_costs import measure_batched
     from specsim.profiles import load_profile, save_profile
 
-    sweep = batch_sweep_plan(args, plan.contexts_tokens)
+    sweep = batch_sweep_plan(args, plan.contexts_tokens, workload_tokens)
+    if not sweep.unpadded and not args.no_unpadded_step:
+        print(
+            "batched sweep: the unpadded target-only step is not timed: the workload's "
+            f"{len(workload_tokens)} prompts all differ in length, so none of its batches runs without a "
+            "masked column",
+            file=sys.stderr,
+        )
     costs, seconds = measure_batched(models, sweep, server_loop=not args.no_server_loop)
     profile = load_profile(str(path))
     model = replace(profile.latency.forward_costs(), batched=costs)

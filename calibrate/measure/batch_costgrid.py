@@ -56,6 +56,12 @@ class BatchSweepPlan:
     unpadded: bool = True  # also time target-only steps on prompts of one length (no masked column)
 
 
+def runs_unpadded(prompt_tokens) -> bool:
+    """Whether a workload of these prompt lengths (tokens; None: not known) can decode a batch of B > 1
+    requests with no masked column, so the unpadded step's timing can serve it: two prompts of one length."""
+    return prompt_tokens is None or len(set(prompt_tokens)) < len(prompt_tokens)
+
+
 def sweep_prompt_lengths(shortest: int, middle: int, longest: int, count: int = 3) -> tuple[int, ...]:
     """The longest prompts a batched sweep runs (its grid's widths span their runs): 1: the middle one,
     2: the shortest and the longest, 3: all three (distinct, increasing)."""

@@ -27,6 +27,7 @@ from calibrate.measure.batch_costgrid import (
     Samples,
     batched_costs,
     run_rounds,
+    runs_unpadded,
     sweep_prompt_lengths,
 )
 from calibrate.measure.server_loop_costs import server_loop_costs, with_pass_scales
@@ -47,7 +48,7 @@ class InterleavedGrid:
             prompt_tokens=sweep_prompt_lengths(positions[0], positions[len(positions) // 2], positions[-1]),
             rounds=1,
             seed=seed,
-            unpadded=len(set(positions)) < len(positions),  # some batch of the check may have no pads
+            unpadded=runs_unpadded(positions),
         )
         self.samples, self.rounds, self.seconds = Samples(), {}, 0.0
         self.server_loop, self.loop_passes = old.server_loop, []

@@ -360,9 +360,9 @@ def check_plan_positions(models: dict, plan) -> None:
                 )
 
 
-def latency_workload(args, target) -> dict:
+def latency_workload(args, target) -> tuple[dict, list[int] | None]:
     """Plan fields sized to the prompt set's token lengths (see
-    :func:`calibrate.measure.latency_plan.workload_plan`)."""
+    :func:`calibrate.measure.latency_plan.workload_plan`) and those lengths (tokens; None: no workload)."""
     from calibrate.measure import latency_plan as L
     from specsim.presets import pair
 
@@ -372,7 +372,7 @@ def latency_workload(args, target) -> dict:
         None if args.no_workload or not args.preset else pair(args.preset).get("prompts", fallback)
     )
     if name is None:
-        return {}
+        return {}, None
     target_tokens, draft_tokens = prompt_lengths(name, target)
     gammas = args.gammas or L.LatencyPlan().gammas
     print(
@@ -380,4 +380,4 @@ def latency_workload(args, target) -> dict:
         f"{min(draft_tokens)}), {args.max_new_tokens} new tokens",
         file=sys.stderr,
     )
-    return L.workload_plan(target_tokens, draft_tokens, args.max_new_tokens, gammas)
+    return L.workload_plan(target_tokens, draft_tokens, args.max_new_tokens, gammas), list(target_tokens)
