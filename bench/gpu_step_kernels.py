@@ -197,6 +197,17 @@ def _quantiles(values: list[float]) -> dict:
     return {"ms_median": q(0.5), "ms_p10": q(0.1), "ms_p90": q(0.9), "repeats": len(s)}
 
 
+def _record(out: list, name: str, context: int, batch: int, rows: int, mode: str, times: list[float]) -> None:
+    """Append one point (its median and 10th/90th percentiles, ms) to ``out`` and print it."""
+    point = dict(model=name, context_tokens=context, batch=batch, rows=rows, mode=mode, **_quantiles(times))
+    out.append(point)
+    print(
+        f"{name:6s} C={context:5d} B={batch:4d} rows={rows:2d} {mode:8s} {point['ms_median']:8.3f} ms "
+        f"(p10 {point['ms_p10']:.3f}, p90 {point['ms_p90']:.3f})",
+        flush=True,
+    )
+
+
 def sweep(model: Model, name: str, args, device: torch.device, rows_list, out: list) -> None:
     """Time ``model`` at every context x batch x rows that fits the KV budget; append points to ``out``."""
     rows_max = max(rows_list)
@@ -218,21 +229,7 @@ def sweep(model: Model, name: str, args, device: torch.device, rows_list, out: l
                     modes.append(("eager", lambda t=tokens, c=context: model.step(t, c)))
                 for mode, run in modes:
                     times = _times_ms(run, device, args.budget_s, args.min_repeats, args.max_repeats)
-                    point = dict(
-                        model=name,
-                        context_tokens=context,
-                        batch=batch,
-                        rows=rows,
-                        mode=mode,
-                        **_quantiles(times),
-                    )
-                    out.append(point)
-                    print(
-                        f"{name:6s} C={context:5d} B={batch:4d} rows={rows:2d} {mode:5s} "
-                        f"{point['ms_median']:8.3f} ms (p10 {point['ms_p10']:.3f}, "
-                        f"p90 {point['ms_p90']:.3f})",
-                        flush=True,
-                    )
+                    _record(out, name, context, batch, rows, mode, times)
                 del modes
         model.cache = []
         if device.type == "cuda":
@@ -291,20 +288,7 @@ def hf_sweep(preset: str, name: str, args, device: torch.device, dtype, rows_lis
                     crop_cache(cache, context)
 
                 times = _times_ms(run, device, args.budget_s, args.min_repeats, args.max_repeats)
-                point = dict(
-                    model=name,
-                    context_tokens=context,
-                    batch=batch,
-                    rows=rows,
-                    mode="hf-eager",
-                    **_quantiles(times),
-                )
-                out.append(point)
-                print(
-                    f"{name:6s} C={context:5d} B={batch:4d} rows={rows:2d} hf    "
-                    f"{point['ms_median']:8.3f} ms (p10 {point['ms_p10']:.3f}, p90 {point['ms_p90']:.3f})",
-                    flush=True,
-                )
+                _record(out, name, context, batch, rows, "hf-eager", times)
             del cache, prompt
             if device.type == "cuda":
                 torch.cuda.empty_cache()
