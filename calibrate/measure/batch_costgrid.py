@@ -39,6 +39,8 @@ from specsim.profile.batched_cost import BatchedCosts
 from specsim.profile.cost_grid import make_grid
 from specsim.profile.overhead_grid import OverheadGrid
 
+WARMUP_PROMPT_TOKENS = 8  # the longest prompt of a warm-up batch
+
 
 @dataclass(frozen=True)
 class BatchSweepPlan:
@@ -127,7 +129,9 @@ def run_rounds(
     eos = None  # synthetic requests run to their length: an early EOS would shorten the width range
     with torch.inference_mode():
         for batch in plan.batch_sizes:  # warm-up: first calls at a new shape allocate; thrown away
-            reqs = ragged_requests(target, batch, plan.prompt_tokens[0], gen)
+            # short prompts: a decode pass's matmuls have the batch's shape whatever the prompt, and a long
+            # prompt's prefills (B of them, per model, per warm-up run) would cost more than the decode steps
+            reqs = ragged_requests(target, batch, min(WARMUP_PROMPT_TOKENS, plan.prompt_tokens[0]), gen)
             batch_target_decode(target.model, reqs, max_new_tokens=4, eos_token_id=eos)
             batch_speculative_decode(
                 target.model, draft.model, reqs, gamma=max(plan.gammas), max_new_tokens=4, eos_token_id=eos
