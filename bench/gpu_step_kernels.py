@@ -35,6 +35,11 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from specsim.jsonio.writing import write_json_atomic  # noqa: E402
+from specsim.report import int_list_arg  # noqa: E402
+
 PRESETS = Path(__file__).resolve().parents[1] / "specsim" / "presets"
 SCHEMA = "gpu-step-kernels/1"
 
@@ -324,18 +329,6 @@ def provenance(device: torch.device, dtype: torch.dtype) -> dict:
     return info
 
 
-def _ints(text: str) -> list[int]:
-    try:
-        values = [int(v) for v in text.split(",") if v.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"expected comma-separated positive integers, got {text!r}"
-        ) from None
-    if not values or min(values) < 1:
-        raise argparse.ArgumentTypeError(f"expected comma-separated positive integers, got {text!r}")
-    return values
-
-
 def _modes(text: str) -> list[str]:
     modes = [m.strip() for m in text.split(",") if m.strip()]
     bad = [m for m in modes if m not in ("graph", "eager", "hf")]
@@ -352,10 +345,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--tiny", action="store_true", help="tiny dims for both models (a smoke run)")
     p.add_argument("--device", default="cuda")
     p.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16", "float32"])
-    p.add_argument("--contexts", type=_ints, default=[1024], help="cached tokens per request")
-    p.add_argument("--batches", type=_ints, default=[1, 2, 4, 8, 16, 32, 48, 64, 96])
-    p.add_argument("--rows", type=_ints, default=list(range(1, 10)), help="target rows per pass (γ+1)")
-    p.add_argument("--draft-rows", type=_ints, default=[1])
+    ints, tokens = int_list_arg("batch"), int_list_arg("tokens")
+    p.add_argument("--contexts", type=tokens, default=[1024], help="cached tokens per request")
+    p.add_argument("--batches", type=ints, default=[1, 2, 4, 8, 16, 32, 48, 64, 96])
+    p.add_argument("--rows", type=ints, default=list(range(1, 10)), help="target rows per pass (γ+1)")
+    p.add_argument("--draft-rows", type=ints, default=[1])
     p.add_argument("--kv-budget-gib", type=float, default=56.0, help="largest KV cache to allocate (GiB)")
     p.add_argument(
         "--modes",
@@ -364,7 +358,7 @@ def main(argv: list[str] | None = None) -> int:
         help="graph (captured step), eager (the same step called eagerly), hf (HF transformers' "
         "forward with its DynamicCache), comma-separated; on a CPU graph falls back to eager",
     )
-    p.add_argument("--hf-rows", type=_ints, default=[1, 2, 4, 6, 9], help="target rows of the HF sweep")
+    p.add_argument("--hf-rows", type=ints, default=[1, 2, 4, 6, 9], help="target rows of the HF sweep")
     p.add_argument("--budget-s", type=float, default=0.25, help="timed seconds per point")
     p.add_argument("--min-repeats", type=int, default=10)
     p.add_argument("--max-repeats", type=int, default=200)
@@ -376,27 +370,20 @@ def main(argv: list[str] | None = None) -> int:
     gen = torch.Generator(device=device).manual_seed(args.seed)
     points: list[dict] = []
     dims = {}
+    kernels = [("draft", args.draft, args.draft_rows), ("target", args.target, args.rows)]
+    hf = [kernels[0], ("target", args.target, args.hf_rows)] if "hf" in args.modes else []
     with torch.no_grad():
-        for name, preset, rows in (
-            ("draft", args.draft, args.draft_rows),
-            ("target", args.target, args.rows),
-        ):
-            if not {"graph", "eager"} & set(args.modes):
-                break
+        for name, preset, rows in kernels if {"graph", "eager"} & set(args.modes) else []:
             dims[name] = TINY if args.tiny else preset_dims(preset)
             model = Model(dims[name], device, dtype, gen)
             sweep(model, name, args, device, rows, points)
             del model
             if device.type == "cuda":
                 torch.cuda.empty_cache()
-        if "hf" in args.modes:
-            for name, preset, rows in (
-                ("draft", args.draft, args.draft_rows),
-                ("target", args.target, args.hf_rows),
-            ):
-                hf_sweep(preset, name, args, device, dtype, rows, points)
-                if device.type == "cuda":
-                    torch.cuda.empty_cache()
+        for name, preset, rows in hf:
+            hf_sweep(preset, name, args, device, dtype, rows, points)
+            if device.type == "cuda":
+                torch.cuda.empty_cache()
     record = {
         "schema": SCHEMA,
         "provenance": provenance(device, dtype),
@@ -404,9 +391,7 @@ def main(argv: list[str] | None = None) -> int:
         "dims": {k: asdict(v) for k, v in dims.items()},
         "points": points,
     }
-    tmp = Path(args.out).with_suffix(".tmp")
-    tmp.write_text(json.dumps(record, indent=1) + "\n")
-    tmp.replace(args.out)
+    write_json_atomic(args.out, record)
     print(f"wrote {len(points)} points to {args.out}")
     return 0
 
