@@ -18,8 +18,8 @@ with a CUDA event around every replay after warm-up; the median and the 10th/90t
     python bench/gpu_step_kernels.py --out gpu-steps.json            # on a GPU machine
     python bench/gpu_step_kernels.py --out t.json --tiny --device cpu # a smoke run of the code path
 
-Writes JSON with the GPU, driver, torch and CUDA versions and the command, for
-``bench/gpu_step_compare.py`` to hold the planner against.
+Writes JSON with the GPU, driver, torch and CUDA versions and the command; shipped runs go to
+``specsim/data/gpu_steps/``, where ``specsim.validation.gpu_steps`` holds the planner against them.
 """
 
 from __future__ import annotations

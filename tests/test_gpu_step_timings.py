@@ -1,5 +1,5 @@
-"""The planner against this project's own GPU step timings (bench/data, measured on an H200), and the
-timing bench's code path on the CPU."""
+"""The planner against this project's own GPU step timings (specsim/data/gpu_steps, measured on an H100 and an
+H200), the validation line they add to `hardware`, and the timing bench's code path on the CPU."""
 
 import importlib.util
 import json
@@ -9,11 +9,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from specsim.validation.gpu_steps import DATA_DIR, compare_steps, load_records, shipped_points, stop_paying
+from specsim.validation.regime_error import regime_error
+
 ROOT = Path(__file__).resolve().parents[1]
-DATA = ROOT / "bench" / "data"
 GRAPH = {
-    "H200": sorted(DATA.glob("h200-llava-1.5-7b-68m-graph*.json")),
-    "H100": [DATA / "h100-llava-1.5-7b-68m-graph.json"],
+    "H200": sorted(DATA_DIR.glob("h200-llava-1.5-7b-68m-graph*.json")),
+    "H100": [DATA_DIR / "h100-llava-1.5-7b-68m-graph.json"],
 }
 
 
@@ -25,32 +27,39 @@ def _bench(name: str):
     return module
 
 
-def _record(files) -> dict:
-    records = [json.loads(f.read_text()) for f in files]
-    return dict(records[0], points=[p for r in records for p in r["points"]])
-
-
 @pytest.mark.parametrize("gpu", sorted(GRAPH))
 def test_planner_speedup_at_batch_matches_the_graph_steps(gpu):
     """vLLM runtime, kernels only (no per-block overhead): best-γ speedup with IbED's τ (method M) against
     the measured CUDA-graph steps (H200: B 1..384, contexts 256..2048; H100: B 1..160, contexts 512, 1024):
     median |err| <= 8 %, max <= 25 %; the verify pass's growth with the batch is predicted (v > 1.2 at
     B >= 128); and the measured kernels never stop paying."""
-    compare = _bench("gpu_step_compare")
-    rows = compare.compare(_record(GRAPH[gpu]), "graph", "M", None)
-    assert len(rows) >= 20
-    err = np.array([abs(r["speedup_pred"] / r["speedup"] - 1) for r in rows])
+    rows = compare_steps(load_records(GRAPH[gpu]), "graph")
+    assert len(rows) >= 20 and {r.runtime for r in rows} == {"vllm"}
+    err = np.array([abs(r.error) for r in rows])
     assert np.median(err) <= 0.08 and err.max() <= 0.25, (np.median(err), err.max())
-    big = [r for r in rows if r["batch"] >= 128]
-    assert big and all(r["v_pred_at_best"] > 1.2 for r in big)
-    assert all(r["speedup"] > 1 for r in rows)
+    big = [r for r in rows if r.batch >= 128]
+    assert big and all(r.v_pred_at_best > 1.2 for r in big)
+    assert all(r.speedup > 1 for r in rows)
+    assert "never up to" in stop_paying(rows) and stop_paying(rows).count("C=") == len(
+        {r.context_tokens for r in rows}
+    )
 
 
-def test_stop_paying_reads_the_first_batch_below_one():
-    compare = _bench("gpu_step_compare")
-    rows = [dict(context_tokens=1024, batch=b, s=s) for b, s in ((1, 1.5), (8, 1.1), (64, 0.9), (128, 1.2))]
-    assert compare.stop_paying(rows, "s") == "C=1024: 64"
-    assert compare.stop_paying(rows[:2], "s") == "C=1024: never up to B=8"
+def test_hardware_answers_carry_the_gpu_timings_of_their_band():
+    """A vLLM answer at B 256, 1k context: no published row there, but the GPU timings of that band are
+    named with their error (the same points, recomputed here); hf-eager's own band gets its HF timings."""
+    e = regime_error("vllm", 256, 1024)
+    band = [
+        p for p in shipped_points() if p.runtime == "vllm" and p.batch >= 128 and p.context_tokens <= 2048
+    ]
+    assert not e.validated and e.gpu_points == len(band) > 0
+    assert e.gpu_max_abs_error == pytest.approx(max(abs(p.error) for p in band))
+    assert "this project's own step timings there" in e.text() and "NVIDIA H200" in e.text()
+    hf = regime_error("hf-eager", 32, 1024)
+    assert hf.gpu_points > 0 and all(
+        p.mode == "hf-eager" for p in shipped_points() if p.runtime == "hf-eager"
+    )
+    assert regime_error("vllm", 256, 1024, gpu=()).gpu_points == 0  # injected points replace the shipped
 
 
 @pytest.mark.parametrize("modes", ["graph,eager", "hf"])

@@ -6,7 +6,9 @@ backs it. Bands: batch 1, 2..15, 16..127, ≥ 128; context ≤ 2k, 2k..8k, > 8k 
 long-context regimes of serving batches, where speculative decoding stops or starts paying). Where no row
 of the runtime falls in the band the answer is "not validated here". Published serving benchmarks in the band
 (:mod:`specsim.validation.load_rows`, concurrency as the batch) add how well ``specsim serve``'s simulation
-reproduces them, leave-one-source-out: the figure for questions asked under load.
+reproduces them, leave-one-source-out: the figure for questions asked under load. This project's own GPU
+step timings in the band (:mod:`specsim.validation.gpu_steps`: kernels on an H100 and an H200, the runtime's
+per-block overhead left out) add how well the planner's best-γ speedup matches them.
 """
 
 from __future__ import annotations
@@ -49,6 +51,10 @@ class RegimeError:
     served_rows: int = 0  # published serving benchmarks in the band, replayed by `specsim serve`
     served_median_abs_error: float | None = None
     served_max_abs_error: float | None = None
+    gpu_points: int = 0  # this project's GPU step timings in the band (B × C points)
+    gpu_median_abs_error: float | None = None
+    gpu_max_abs_error: float | None = None
+    gpus: tuple[str, ...] = ()  # the GPUs those timings ran on
 
     @property
     def validated(self) -> bool:
@@ -65,12 +71,19 @@ class RegimeError:
             if self.served_rows
             else ""
         )
+        gpu = (
+            f"; against this project's own step timings there ({', '.join(self.gpus)}; kernels, no per-block "
+            f"overhead; `bench/gpu_step_compare.py`) the planner's best-γ speedup is within median "
+            f"{self.gpu_median_abs_error:.1%}, max {self.gpu_max_abs_error:.1%} over {self.gpu_points} points"
+            if self.gpu_points
+            else ""
+        )
         if not self.validated:
-            return f"not validated here: no published speedup row at {where}{served}"
+            return f"not validated here: no published speedup row at {where}{served}{gpu}"
         return (
             f"validated on published rows at {where}: leave-one-source-out median |error| "
             f"{self.median_abs_error:.1%}, max {self.max_abs_error:.1%} over {self.rows} rows "
-            f"({', '.join(self.sources)}; `specsim validate`){served}"
+            f"({', '.join(self.sources)}; `specsim validate`){served}{gpu}"
         )
 
     def to_json(self) -> dict:
@@ -100,6 +113,12 @@ def _served_in_band(runtime: str, b_band: tuple, c_band: tuple) -> tuple:
     return tuple(compare_load_rows(ps, load_runtimes(ps), rows=rows)) if rows else ()
 
 
+def _gpu_points() -> tuple:
+    from specsim.validation.gpu_steps import shipped_points
+
+    return shipped_points()
+
+
 def _in_band(rows, runtime: str, b_band: tuple, c_band: tuple, context=lambda r: r.context_tokens) -> list:
     return [
         r
@@ -110,9 +129,12 @@ def _in_band(rows, runtime: str, b_band: tuple, c_band: tuple, context=lambda r:
     ]
 
 
-def regime_error(runtime: str, batch: int, context_tokens: float, results=None, served=None) -> RegimeError:
+def regime_error(
+    runtime: str, batch: int, context_tokens: float, results=None, served=None, gpu=None
+) -> RegimeError:
     """The validation of an answer at ``batch`` and ``context_tokens`` under ``runtime`` (module docstring);
-    ``results`` / ``served``: leave-one-source-out rows to use (default: the published set's)."""
+    ``results`` / ``served``: leave-one-source-out rows to use (default: the published set's); ``gpu``: GPU
+    step points (default: the shipped ones)."""
     rows = _speedup_results() if results is None else results
     b_band, c_band = _band(batch, BATCH_BANDS), _band(context_tokens, CONTEXT_BANDS)
     inside = _in_band(rows, runtime, b_band, c_band)
@@ -121,8 +143,16 @@ def regime_error(runtime: str, batch: int, context_tokens: float, results=None, 
         if served is None
         else _in_band(served, runtime, b_band, c_band)
     )
+    steps = [
+        p
+        for p in (_gpu_points() if gpu is None else gpu)
+        if p.runtime == runtime
+        and _band(p.batch, BATCH_BANDS) == b_band
+        and _band(p.context_tokens, CONTEXT_BANDS) == c_band
+    ]
     errs = np.abs([r.error for r in inside])
     load_errs = np.abs([r.error for r in loads])
+    step_errs = np.abs([p.error for p in steps])
     return RegimeError(
         runtime=runtime,
         batch_band=b_band,
@@ -134,6 +164,10 @@ def regime_error(runtime: str, batch: int, context_tokens: float, results=None, 
         served_rows=len(loads),
         served_median_abs_error=float(np.median(load_errs)) if loads else None,
         served_max_abs_error=float(load_errs.max()) if loads else None,
+        gpu_points=len(steps),
+        gpu_median_abs_error=float(np.median(step_errs)) if steps else None,
+        gpu_max_abs_error=float(step_errs.max()) if steps else None,
+        gpus=tuple(sorted({p.gpu for p in steps})),
     )
 
 
