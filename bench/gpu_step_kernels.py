@@ -59,19 +59,32 @@ class Dims:
     def head_dim(self) -> int:
         return self.hidden // self.heads
 
+    def kv_bytes(self, batch: int, columns: int, element_bytes: int) -> int:
+        """Bytes of a KV cache of ``columns`` positions for ``batch`` rows."""
+        return 2 * self.layers * batch * self.kv_heads * columns * self.head_dim * element_bytes
+
+
+def text_config(name: str) -> dict:
+    """The language model's config of ``specsim/presets/NAME.json`` (a VLM's ``text_config``)."""
+    config = json.loads((PRESETS / f"{name}.json").read_text())
+    return dict(config.get("text_config", config))
+
+
+CONFIG_KEYS = {  # Dims field: its key in a transformers config
+    "hidden": "hidden_size",
+    "layers": "num_hidden_layers",
+    "heads": "num_attention_heads",
+    "kv_heads": "num_key_value_heads",
+    "inter": "intermediate_size",
+    "vocab": "vocab_size",
+}
+
 
 def preset_dims(name: str) -> Dims:
-    """The text model's dims of ``specsim/presets/NAME.json``."""
-    config = json.loads((PRESETS / f"{name}.json").read_text())
-    text = config.get("text_config", config)
-    return Dims(
-        hidden=text["hidden_size"],
-        layers=text["num_hidden_layers"],
-        heads=text["num_attention_heads"],
-        kv_heads=text.get("num_key_value_heads") or text["num_attention_heads"],
-        inter=text["intermediate_size"],
-        vocab=text["vocab_size"],
-    )
+    """The text model's dims of ``specsim/presets/NAME.json`` (no KV-head count: one per head)."""
+    text = text_config(name)
+    text["num_key_value_heads"] = text.get("num_key_value_heads") or text["num_attention_heads"]
+    return Dims(**{field: text[key] for field, key in CONFIG_KEYS.items()})
 
 
 TINY = Dims(hidden=64, layers=2, heads=4, kv_heads=2, inter=128, vocab=101)
@@ -114,8 +127,7 @@ class Model:
             self.cache.append((k, torch.empty_like(k).normal_()))
 
     def cache_bytes(self, batch: int, columns: int) -> int:
-        d = self.dims
-        return 2 * d.layers * batch * d.kv_heads * columns * d.head_dim * self.embed.element_size()
+        return self.dims.kv_bytes(batch, columns, self.embed.element_size())
 
     def step(self, tokens: torch.Tensor, context: int) -> torch.Tensor:
         """One decode/verify pass of ``tokens`` [B, R] after ``context`` cached tokens: argmax ids [B, R]."""
@@ -248,18 +260,8 @@ def hf_sweep(preset: str, name: str, args, device: torch.device, dtype, rows_lis
 
     from calibrate.run.engine import crop_cache, new_cache, with_cache
 
-    config = json.loads((PRESETS / f"{preset}.json").read_text())
-    text = dict(config.get("text_config", config))
-    if args.tiny:
-        d = TINY
-        text.update(
-            hidden_size=d.hidden,
-            num_hidden_layers=d.layers,
-            num_attention_heads=d.heads,
-            num_key_value_heads=d.kv_heads,
-            intermediate_size=d.inter,
-            vocab_size=d.vocab,
-        )
+    text, dims = text_config(preset), TINY if args.tiny else preset_dims(preset)
+    text.update({key: getattr(dims, field) for field, key in CONFIG_KEYS.items()})
     keep = {
         k: v
         for k, v in text.items()
@@ -272,16 +274,14 @@ def hf_sweep(preset: str, name: str, args, device: torch.device, dtype, rows_lis
     vocab = model.config.vocab_size
     for context in args.contexts:
         columns = context + max(rows_list)
-        per_row = (
-            2
-            * model.config.num_hidden_layers
-            * model.config.num_key_value_heads
-            * (model.config.hidden_size // model.config.num_attention_heads)
-            * columns
-            * torch.finfo(dtype).bits
-            // 8
-        )
-        for batch in [b for b in args.batches if 2 * b * per_row <= args.kv_budget_gib * 2**30]:
+        element_bytes = torch.finfo(dtype).bits // 8
+        # the DynamicCache copies each layer's cache to append a pass's rows: room for two of it
+        fits = [
+            b
+            for b in args.batches
+            if 2 * dims.kv_bytes(b, columns, element_bytes) <= args.kv_budget_gib * 2**30
+        ]
+        for batch in fits:
             cache = new_cache()
             prompt = torch.randint(0, vocab, (batch, context), device=device)
             model(prompt, **with_cache(model, cache), use_cache=True, logits_to_keep=1)

@@ -30,6 +30,7 @@ from specsim.hardware.roofline import (
     forward_flops,
     quantized_layers,
     roof_ms,
+    score_elements,
     sharded_bytes,
     sharded_kv_bytes,
     streamed_weights,
@@ -123,14 +124,13 @@ def pass_terms(
     """The runtime-independent terms of one pass (same shapes and conventions as ``forward_ms``; ``logits``
     positions default to ``new``, 1 for a prefill)."""
     b, ctx, n = float(batch), float(context), float(new)
-    score_elems = b * m.layers * m.heads * n * (ctx + n)
     link = dev.link_bytes_per_s(tp) if tp > 1 else None
     return {
         "flops": float(forward_flops(m, b, ctx, n, logits)) / tp,
         "base_bytes": float(sharded_bytes(m, b, ctx, n, logits, tp=tp)),
         "attention_flops": float(attention_flops(m, b, ctx, n)) / tp,
         "kv_bytes": float(sharded_kv_bytes(m, b, ctx, n, tp)),
-        "score_elems": score_elems / tp,
+        "score_elems": float(score_elements(m, b, ctx, n, tp)),
         "rows": b * n,
         "layers": float(m.layers),
         "tp": float(tp),

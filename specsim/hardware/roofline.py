@@ -204,7 +204,7 @@ def sharded_bytes(m: ModelSpec, batch, context, new, logits=None, score_bytes: f
     whole = forward_bytes(m, batch, context, new, logits, score_bytes) / tp
     if kv_shards(m, tp) == tp:
         return whole
-    return whole + kv_pass_bytes(m, batch, context, new) * (1.0 / kv_shards(m, tp) - 1.0 / tp)
+    return whole + sharded_kv_bytes(m, batch, context, new, tp) - kv_pass_bytes(m, batch, context, new) / tp
 
 
 def sharded_kv_bytes(m: ModelSpec, batch, context, new, tp: int = 1):
@@ -226,9 +226,14 @@ def quantized_layers(m: ModelSpec) -> int:
 
 def roofline_terms_ms(m: ModelSpec, dev: Device, eff, batch, context, new, logits=None, tp: int = 1):
     """(compute_ms, memory_ms) of one pass (per GPU of a ``tp``-way shard) before the max and the overhead."""
-    rows = np.asarray(batch, dtype=float) * np.asarray(new, dtype=float)
     flops = forward_flops(m, batch, context, new, logits) / tp
     nbytes = sharded_bytes(m, batch, context, new, logits, eff.attention_score_bytes, tp)
+    return _times_ms(dev, eff, batch, new, flops, nbytes)
+
+
+def _times_ms(dev: Device, eff, batch, new, flops, nbytes):
+    """(compute_ms, memory_ms) of ``flops`` and ``nbytes`` at the efficiencies of batch · new rows."""
+    rows = np.asarray(batch, dtype=float) * np.asarray(new, dtype=float)
     compute = flops / (dev.peak_flops_per_s * eff.compute_efficiency_at(rows)) * 1e3
     memory = nbytes / (dev.memory_bandwidth_bytes_per_s * eff.memory_efficiency(rows)) * 1e3
     return compute, memory
@@ -237,14 +242,11 @@ def roofline_terms_ms(m: ModelSpec, dev: Device, eff, batch, context, new, logit
 def attention_terms_ms(m: ModelSpec, dev: Device, eff, batch, context, new, tp: int = 1):
     """(compute_ms, memory_ms) of a pass's attention kernels alone (per GPU of a ``tp``-way shard): their
     FLOPs against the KV cache's bytes and any materialised scores; part of :func:`roofline_terms_ms`."""
-    rows = np.asarray(batch, dtype=float) * np.asarray(new, dtype=float)
     flops = attention_flops(m, batch, context, new) / tp
     nbytes = sharded_kv_bytes(m, batch, context, new, tp) + score_elements(m, batch, context, new, tp) * (
         eff.attention_score_bytes
     )
-    compute = flops / (dev.peak_flops_per_s * eff.compute_efficiency_at(rows)) * 1e3
-    memory = nbytes / (dev.memory_bandwidth_bytes_per_s * eff.memory_efficiency(rows)) * 1e3
-    return compute, memory
+    return _times_ms(dev, eff, batch, new, flops, nbytes)
 
 
 def forward_ms(m: ModelSpec, dev: Device, eff, batch, context, new, logits=None, tp: int = 1):

@@ -143,13 +143,7 @@ def regime_error(
         if served is None
         else _in_band(served, runtime, b_band, c_band)
     )
-    steps = [
-        p
-        for p in (_gpu_points() if gpu is None else gpu)
-        if p.runtime == runtime
-        and _band(p.batch, BATCH_BANDS) == b_band
-        and _band(p.context_tokens, CONTEXT_BANDS) == c_band
-    ]
+    steps = _in_band(_gpu_points() if gpu is None else gpu, runtime, b_band, c_band)
     errs = np.abs([r.error for r in inside])
     load_errs = np.abs([r.error for r in loads])
     step_errs = np.abs([p.error for p in steps])
