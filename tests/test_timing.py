@@ -174,3 +174,26 @@ def test_interleaved_round_robin_and_joint_stop():
     assert order[:6] == ["a", "b", "a", "b", "a", "b"]  # warm-up round, then alternating
     assert out["a"].n == out["b"].n == 9
     assert out["a"].median_ms == pytest.approx(10.0) and out["b"].median_ms == pytest.approx(20.0)
+
+
+def test_gc_paused_turns_the_collector_off_inside_and_restores_it():
+    """A timed serving run runs with the cyclic collector off (collected before it); the collector's state
+    comes back after it, also when the run raises, and stays off where it was off."""
+    import gc
+
+    from calibrate.run.timing import gc_paused
+
+    assert gc.isenabled()
+    with gc_paused():
+        assert not gc.isenabled()
+    assert gc.isenabled()
+    with pytest.raises(RuntimeError), gc_paused():
+        raise RuntimeError("run failed")
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        with gc_paused():
+            assert not gc.isenabled()
+        assert not gc.isenabled()
+    finally:
+        gc.enable()

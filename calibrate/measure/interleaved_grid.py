@@ -9,9 +9,9 @@ own, the profile's γ values) in the check's process, alternating with the check
 - ``check --batch``: one sweep round at batch B right before each check round at B, so each B's grid and rows
   are timed in the same minutes; batch sizes of the profile's grid that the check does not run get
   ``min_rounds`` rounds after it;
-- ``check --serve-rates``: one sweep round at every batch size right before each serving round (a serving
-  round runs every batch size), the server loop's own costs once before the first (its passes' scales over
-  the grid are taken against the final grid).
+- ``check --serve-rates``: one sweep round at every batch size and one round of the server loop's own costs
+  right before each serving round (a serving round runs every batch size); the loop's costs are averaged
+  over its rounds, and its passes' scales over the grid are taken against the final grid.
 
 The grid is fitted from all its rounds at the end (:func:`calibrate.measure.batch_costgrid.batched_costs`),
 the rows are predicted from it, and it is written with them.
@@ -30,7 +30,7 @@ from calibrate.measure.batch_costgrid import (
     runs_unpadded,
     sweep_prompt_lengths,
 )
-from calibrate.measure.server_loop_costs import server_loop_costs, with_pass_scales
+from calibrate.measure.server_loop_costs import mean_loop_costs, server_loop_costs, with_pass_scales
 
 
 class InterleavedGrid:
@@ -51,7 +51,7 @@ class InterleavedGrid:
             unpadded=runs_unpadded(positions),
         )
         self.samples, self.rounds, self.seconds = Samples(), {}, 0.0
-        self.server_loop, self.loop_passes = old.server_loop, []
+        self.loop_costs, self.loop_passes, self.kept_loop = [], [], old.server_loop
 
     def round(self, batch_sizes=None) -> None:
         """One sweep round at ``batch_sizes`` (default: all of the grid's); a new seed every round."""
@@ -64,11 +64,14 @@ class InterleavedGrid:
         self.seconds += time.perf_counter() - t0
 
     def measure_server_loop(self) -> None:
-        """The server loop's costs and its cold-pass scale, measured now (its pass scales against the grid
-        of every round, when the profile is fitted)."""
+        """One round of the server loop's costs and its cold-pass scale, measured now (averaged over the
+        rounds, and its pass scales taken against the grid of every round, when the profile is fitted)."""
         t0 = time.perf_counter()
-        old = self.profile.latency.forward_costs().batched  # spaces the loop's arrivals; rounds come later
-        self.server_loop, self.loop_passes = server_loop_costs(self.models, self.plan, old)
+        old = self.profile.latency.forward_costs().batched  # spaces the loop's arrivals as the profile's grid
+        seed = replace(self.plan, seed=self.plan.seed + 7919 * len(self.loop_costs))
+        costs, passes = server_loop_costs(self.models, seed, old)
+        self.loop_costs.append(costs)
+        self.loop_passes.extend(passes)
         self.seconds += time.perf_counter() - t0
 
     def complete(self, min_rounds: int) -> None:
@@ -82,8 +85,8 @@ class InterleavedGrid:
         measured here, else kept)."""
         plan = self.plan
         costs = batched_costs(self.samples, plan.batch_sizes, sorted(plan.gammas), plan.prompt_tokens)
-        loop = self.server_loop
-        if loop is not None and self.loop_passes:
+        loop = mean_loop_costs(self.loop_costs) if self.loop_costs else self.kept_loop
+        if self.loop_costs and self.loop_passes:
             loop = with_pass_scales(loop, self.loop_passes, costs)
         costs = replace(costs, server_loop=loop)
         model = replace(self.profile.latency.forward_costs(), batched=costs)

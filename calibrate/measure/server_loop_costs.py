@@ -9,7 +9,10 @@ and a join or a leave would look cheaper than it is: it copies the batch's whole
 
 - **Outside the passes:** a step's loop overhead is its wall ms minus its prefills' and passes'; per γ, a
   least-squares fit over steps of overhead = a + b·(requests decoding) + c·(requests joining or leaving) gives
-  a, b, and the loop's ms per request (2c: it joins once and leaves once, c averaged over γ).
+  a, b, and the loop's ms per request (2c: it joins once and leaves once) at each γ and averaged over γ.
+- **Prefills' set-up:** the loop's prefill ms outside the models' forwards per admitted request (its inputs,
+  its cache rows, the draft's prompt, the first token), target-only and with SD: the grids time forwards
+  only.
 - **Prefills cold:** the loop runs prefills (and the vision encoder) between its passes, the grid runs passes
   back to back: a target step timed right after the CPU's caches are flushed, over one right after another
   step, is the loop's ``cold_pass_ms_scale``.
@@ -34,6 +37,8 @@ from calibrate.measure.batch_costgrid import BatchSweepPlan, batched_costs, ragg
 from calibrate.models.loaded_model import LoadedModel
 from calibrate.run.batch_engine import PaddedCache, batch_prefill_phase, batch_target_step
 from calibrate.run.engine import unwrap
+from calibrate.run.timing import gc_paused
+from specsim.errors import SpecsimError
 from specsim.profile.batched_cost import BatchedCosts, ServerLoopCosts
 from specsim.profile.cost_grid import grid_ms
 
@@ -94,6 +99,18 @@ def _filled(sums: np.ndarray) -> tuple[float, ...]:
     return tuple(float(np.clip(r, 0.1, 10.0)) for r in ratio)
 
 
+def prefill_setup_ms(steps) -> tuple[float, float]:
+    """(target-only, SD) ms per admitted request of the loop's prefills outside the models' forwards:
+    Σ (prefill ms − forward ms) / Σ requests admitted over ``steps``
+    (:class:`calibrate.run.server_loop.LoopStep` records) with γ = 0 and γ > 0 (0 where none admitted;
+    never below 0)."""
+    sums = np.zeros((2, 2))
+    for s in steps:
+        sums[int(s.gamma > 0)] += (s.prefill_ms - s.prefill_forward_ms, s.admitted)
+    ms = sums[:, 0] / np.maximum(sums[:, 1], 1.0)
+    return float(max(ms[0], 0.0)), float(max(ms[1], 0.0))
+
+
 def arrival_spacing_s(batched: BatchedCosts, batch: int, new_tokens: int, width: float) -> float:
     """Seconds between arrivals that keep about ``batch`` requests of ``new_tokens`` running: one target-only
     step at B and ``width`` from ``batched``'s grid, × new tokens / B."""
@@ -114,6 +131,7 @@ def server_loop_costs(
     target, draft = models["target"], models["draft"]
     gen = torch.Generator().manual_seed(plan.seed + 1)
     rows: dict[int, list[tuple[float, int, int]]] = defaultdict(list)  # γ -> (ms, decoding, joined + left)
+    admitting: list = []  # the runs' steps that admitted requests (their prefills' set-up)
     passes: list[LoopPass] = []
     gammas = (0, *plan.gammas)
     for rnd in range(plan.rounds + 1):  # the first round warms up and is thrown away
@@ -125,21 +143,23 @@ def server_loop_costs(
                     for n in plan.prompt_tokens
                     for r in ragged_requests(target, max(1, 2 * batch // len(plan.prompt_tokens)), n, gen)
                 ][: 2 * batch]
-                run = serve_loop(
-                    target.model,
-                    draft.model,
-                    reqs,
-                    [i * spacing for i in range(len(reqs))],
-                    gamma=g,
-                    max_new_tokens=plan.new_tokens,
-                    max_num_seqs=batch,
-                )
+                with gc_paused():  # as the serving check runs it
+                    run = serve_loop(
+                        target.model,
+                        draft.model,
+                        reqs,
+                        [i * spacing for i in range(len(reqs))],
+                        gamma=g,
+                        max_new_tokens=plan.new_tokens,
+                        max_num_seqs=batch,
+                    )
                 if on_run:
                     on_run()
                 if rnd == 0:
                     continue
                 passes.extend(loop_passes(run))
                 finish = [r.finish_s for r in run.requests]
+                admitting.extend(s for s in run.steps if s.admitted)
                 for s in run.steps:
                     other = (s.end_s - s.start_s) * 1e3 - s.prefill_ms - s.draft_ms - s.verify_ms
                     events = s.admitted + sum(1 for f in finish if f == s.end_s)
@@ -155,8 +175,37 @@ def server_loop_costs(
     gen = torch.Generator().manual_seed(plan.seed + 2)
     middle = plan.prompt_tokens[len(plan.prompt_tokens) // 2]
     scale = cold_pass_scale(target, max(plan.batch_sizes), middle, gen)
-    costs = ServerLoopCosts(gammas, tuple(fits), max(2.0 * float(np.mean(per_request)), 0.0), scale)
+    prefill_host = prefill_setup_ms(admitting)
+    joins = tuple(max(2.0 * c, 0.0) for c in per_request)
+    costs = ServerLoopCosts(
+        gammas,
+        tuple(fits),
+        max(2.0 * float(np.mean(per_request)), 0.0),
+        scale,
+        prefill_host_ms=prefill_host,
+        ms_per_request_by_gamma=joins,
+    )
     return costs, passes
+
+
+def mean_loop_costs(rounds: list[ServerLoopCosts]) -> ServerLoopCosts:
+    """The field-by-field mean of server-loop costs measured in several rounds (same γ values); the pass
+    scales are left out (:func:`with_pass_scales` takes them from every round's passes)."""
+    first = rounds[0]
+    if any(r.gammas != first.gammas for r in rounds):
+        raise SpecsimError(f"server loop rounds: expected the same gammas in every round, got {first.gammas}")
+
+    def mean(name):
+        return np.mean([np.asarray(getattr(r, name), dtype=float) for r in rounds], axis=0)
+
+    return ServerLoopCosts(
+        first.gammas,
+        tuple(tuple(float(x) for x in pair) for pair in mean("step_ms")),
+        float(mean("ms_per_request")),
+        float(mean("cold_pass_ms_scale")),
+        prefill_host_ms=tuple(float(x) for x in mean("prefill_host_ms")),
+        ms_per_request_by_gamma=tuple(float(x) for x in mean("ms_per_request_by_gamma")),
+    )
 
 
 def with_pass_scales(loop: ServerLoopCosts, passes: list[LoopPass], batched: BatchedCosts) -> ServerLoopCosts:

@@ -64,7 +64,8 @@ class ServedRequest:
 class LoopStep:
     """One step: start and end (s), γ (0: target-only), requests decoding and admitted, per decoding request
     the drafts accepted and tokens emitted, the target's cache width before the pass, and ms in prefills,
-    draft steps and the target pass."""
+    draft steps and the target pass, and of the prefills' ms those in the models' forwards (the rest is the
+    requests' set-up: inputs, caches, the draft's prompt, the first token)."""
 
     start_s: float
     end_s: float
@@ -77,6 +78,7 @@ class LoopStep:
     prefill_ms: float
     draft_ms: float
     verify_ms: float
+    prefill_forward_ms: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -139,16 +141,19 @@ def compact(cache: PaddedCache | None, at_least: int) -> None:
 # --------------------------------------------------------------------------- phases of a step
 def prefill_request(tm, dm, request: Request, *, members, pad_id: int, device):
     """One request's prefill at batch 1: (its first token, the target's cache row, the draft's cache row or
-    None without a draft)."""
+    None without a draft, ms in the two models' forwards)."""
     t_row = PaddedCache(tm, 1, tm.device)
     inputs, live = batch_prefill_phase(tm, [request], pad_id)
-    first = int(torch.argmax(t_row.forward(live, keep=1, **inputs)[0, -1]))
+    with timed(tm.device) as t_pass:
+        logits = t_row.forward(live, keep=1, **inputs)
+    first = int(torch.argmax(logits[0, -1]))
     if dm is None:
-        return first, t_row, None
+        return first, t_row, None, t_pass.ms
     d_row = PaddedCache(dm, 1, dm.device)
     d_inputs, d_live = _draft_prompt(dm, members, [request], device)
-    d_row.forward(d_live, keep=1, **d_inputs)  # the draft's prompt into its cache; its logits are unused
-    return first, t_row, d_row
+    with timed(dm.device) as d_pass:
+        d_row.forward(d_live, keep=1, **d_inputs)  # the draft's prompt into its cache; its logits are unused
+    return first, t_row, d_row, t_pass.ms + d_pass.ms
 
 
 def sd_step(t_cache: PaddedCache, d_cache: PaddedCache, last: list[int], tails: list[list[int]], gamma: int):
@@ -263,7 +268,7 @@ def serve_loop(
             t_cache = keep_rows(t_cache, still)
             d_cache = keep_rows(d_cache, still) if d_cache is not None else None
             running, tails = [running[i] for i in still], [tails[i] for i in still] if gamma else []
-        for r, (tok, t_row, d_row) in zip(admit, joined):
+        for r, (tok, t_row, d_row, _) in zip(admit, joined):
             out[r].append(tok)
             _, stop = _truncate([tok], max_new_tokens, eos_token_id)
             if stop:
@@ -297,6 +302,7 @@ def serve_loop(
                 prefill.ms,
                 draft_ms,
                 verify_ms,
+                sum(j[3] for j in joined),
             )
         )
     served = tuple(

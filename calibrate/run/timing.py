@@ -12,6 +12,7 @@ Below n = 6 no such interval exists and the whole range [min, max] is used (cove
 from __future__ import annotations
 
 import contextlib
+import gc
 import math
 import time
 from collections.abc import Callable, Iterator
@@ -129,6 +130,23 @@ class _Elapsed:
     """Holder of the elapsed ms of one :func:`timed` block (``ms`` is set when the block exits)."""
 
     ms: float = math.nan
+
+
+@contextlib.contextmanager
+def gc_paused() -> Iterator[None]:
+    """Python's cyclic garbage collector collected before a timed run and off during it (reference counting
+    still frees what the run drops). A collection of the oldest generation in a process that has loaded
+    models and kept earlier runs' records pauses a run for up to a few hundred ms, at moments set by the
+    process's history, not by the server it measures (a serving engine such as vLLM freezes its heap after
+    start-up for the same reason)."""
+    was = gc.isenabled()
+    gc.collect()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
 
 
 @contextlib.contextmanager

@@ -46,6 +46,7 @@ from specsim.profile.overhead_grid import OverheadGrid
 BATCHED_GRIDS = ("target_decode", "target_verify", "draft_step")
 OPTIONAL_GRIDS = ("target_decode_unpadded", "draft_first_step")
 PASS_SCALES = ("target_pass_scale", "draft_pass_scale")  # optional in ``server_loop``
+OPTIONAL_LOOP_LISTS = (*PASS_SCALES, "prefill_host_ms", "ms_per_request_by_gamma")
 BATCHED_ENGINE = (
     "static batch of B requests, rows left-padded, rejected drafts masked in place "
     "(calibrate/run/batch_engine.py)"
@@ -60,7 +61,11 @@ class ServerLoopCosts:
     (the loop runs prefills and the vision encoder between passes, the grid none; 1: not measured); and the
     loop's own passes over the grid's at the same rows, width and B, by steps since the last step that
     admitted a request (``target_pass_scale[k]``, ``draft_pass_scale[k]``; the last entry for every later
-    step; empty: not measured): caches refill over several passes after the prompts' prefills, not in one."""
+    step; empty: not measured): caches refill over several passes after the prompts' prefills, not in one;
+    ``prefill_host_ms`` (target-only, SD): a prefill's ms per request outside the models' forwards (its
+    inputs, cache rows, the draft's prompt, the first token; empty: not measured, 0); and
+    ``ms_per_request_by_gamma``, joining and leaving at each of ``gammas`` (SD joins the draft's cache too;
+    empty: ``ms_per_request`` at every γ)."""
 
     gammas: tuple[int, ...]
     step_ms: tuple[tuple[float, float], ...]
@@ -68,6 +73,19 @@ class ServerLoopCosts:
     cold_pass_ms_scale: float = 1.0
     target_pass_scale: tuple[float, ...] = ()
     draft_pass_scale: tuple[float, ...] = ()
+    prefill_host_ms: tuple[float, ...] = ()
+    ms_per_request_by_gamma: tuple[float, ...] = ()
+
+    def request_ms(self, gamma: int) -> float:
+        """ms a request spends joining and leaving the batch at γ (linear between measured γ)."""
+        if not self.ms_per_request_by_gamma:
+            return float(self.ms_per_request)
+        return float(np.interp(gamma, self.gammas, self.ms_per_request_by_gamma))
+
+    def prefill_setup_ms(self, sd: bool) -> float:
+        """A prefill's ms per request outside the models' forwards, target-only or with SD (0: not
+        measured)."""
+        return float(self.prefill_host_ms[int(sd)]) if self.prefill_host_ms else 0.0
 
     def pass_scale(self, steps_since_admission, draft: bool = False) -> np.ndarray:
         """The loop's pass ms over the grid's ``steps_since_admission`` steps after an admission (array
@@ -92,11 +110,11 @@ class ServerLoopCosts:
             "step_ms": [list(c) for c in self.step_ms],
             "ms_per_request": self.ms_per_request,
             "cold_pass_ms_scale": self.cold_pass_ms_scale,
-        } | {n: list(getattr(self, n)) for n in PASS_SCALES if getattr(self, n)}
+        } | {n: list(getattr(self, n)) for n in OPTIONAL_LOOP_LISTS if getattr(self, n)}
 
     @classmethod
     def from_json(cls, d: dict, where: str) -> ServerLoopCosts:
-        keys = {"gammas", "step_ms", "ms_per_request", "cold_pass_ms_scale", *PASS_SCALES}
+        keys = {"gammas", "step_ms", "ms_per_request", "cold_pass_ms_scale", *OPTIONAL_LOOP_LISTS}
         check_keys(d if isinstance(d, dict) else {}, keys, where)
         gammas = [
             field_int(g, f"{where}.gammas[{i}]", lo=0)
@@ -125,7 +143,21 @@ class ServerLoopCosts:
             for n in PASS_SCALES
             if d.get(n) is not None
         }
-        return cls(tuple(gammas), tuple(pairs), per, cold, **scales)
+        lists = {
+            n: tuple(
+                field_num(x, f"{where}.{n}[{i}]", lo=0, hi=1e6)
+                for i, x in enumerate(field_list(d[n], f"{where}.{n}"))
+            )
+            for n in ("prefill_host_ms", "ms_per_request_by_gamma")
+            if d.get(n) is not None
+        }
+        for n, want, what in (
+            ("prefill_host_ms", 2, "[target-only ms, SD ms] per request"),
+            ("ms_per_request_by_gamma", len(gammas), "one ms per gamma"),
+        ):
+            if n in lists and len(lists[n]) != want:
+                raise SpecsimError(f"{where}.{n}: expected {what} ({want} numbers), got {len(lists[n])}")
+        return cls(tuple(gammas), tuple(pairs), per, cold, **scales, **lists)
 
 
 @dataclass(frozen=True)

@@ -4,13 +4,16 @@ grids and vision encoder for prompts.
 
 Decode rows of a step run as one padded batch, as the batched engine runs them: every sequence attends over
 the longest one's cache (the grids' cache width), so a step is read at width = max(context) and B = the
-sequences decoding. Prefill chunks are separate first passes (the profile's ``target_prefill`` /
-``draft_prefill`` grids at batch 1, one per chunk over its whole prompt so far minus what is cached), not
-fused into the decode pass as vLLM fuses them: the engine measured here does not fuse them either. A batch
-beyond the measured B is an error naming it (no extrapolation along B). The work outside the passes is the
-server loop's where the profile measured it (``batched.server_loop``: per step, and per request joining and
-leaving the batch), else the static batched engine's per block; so are its passes' scales over the grid by
-steps since the last admission, and its prefills' cold-cache scale.
+sequences decoding. The engine keeps each request's rejected drafts as masked cache columns
+(``keeps_rejected_drafts``), so the simulator counts them in a request's context. Prefill chunks are separate
+first passes (the profile's ``target_prefill`` / ``draft_prefill`` grids at batch 1, one per chunk over its
+whole prompt so far minus what is cached), not fused into the decode pass as vLLM fuses them: the engine
+measured here does not fuse them either. A batch beyond the measured B is an error naming it (no
+extrapolation along B). The work outside the passes is the server loop's where the profile measured it
+(``batched.server_loop``: per step, per request joining and leaving the batch at the step's γ, and per
+request's prefill outside the forwards, SD's share with the draft), else the static batched engine's per
+block; so are its passes' scales over the grid by steps since the last admission, and its prefills'
+cold-cache scale.
 
 The drafting method's own costs per request (:func:`from_profile` with its acceptance entry): the draft's
 prompt drops ``draft_drop_tokens_per_image`` positions per image (text-only drafting drops every image
@@ -39,6 +42,8 @@ from specsim.serve.step_cost import chunk_images
 @dataclass(frozen=True)
 class ProfileStepCost:
     """Step costs (ms) read from a measured profile's batched and prefill grids (module docstring)."""
+
+    keeps_rejected_drafts = True  # the batched engine masks rejected drafts in place (its cache width)
 
     model: CostModel
     batched: BatchedCosts
@@ -109,8 +114,9 @@ class ProfileStepCost:
         total += sum(self.latency.vision_ms(chunk_images(c)) for c in prefill_chunks)  # one call per prompt
         total *= cold
         loop = self.batched.server_loop
-        if loop is not None:  # each admission joins the batch once and leaves once
-            total += loop.ms_per_request * admissions(prefill_chunks)
+        if loop is not None:  # each admission joins the batch once and leaves once, and sets its prefill up
+            joins = loop.request_ms(rows_per_seq - 1) + loop.prefill_setup_ms(False)
+            total += joins * admissions(prefill_chunks)
         if batch:
             width = float(np.max(context_tokens[:batch]))
             total += self.batched.target_pass_ms(rows_per_seq, width, batch) * warm
@@ -125,6 +131,10 @@ class ProfileStepCost:
                 total += self.latency.vision_ms(chunk_images(c), draft=True)
             total += self.captioner_ms_per_image * chunk_images(c)
         total *= cold
+        loop = self.batched.server_loop
+        if loop is not None:  # what SD adds to a prefill's set-up: the draft's cache row and prompt
+            extra = max(loop.prefill_setup_ms(True) - loop.prefill_setup_ms(False), 0.0)
+            total += extra * admissions(prefill_chunks)
         if batch and gamma:
             width = float(np.max(context_tokens[:batch])) + np.arange(gamma)
             ms, _ = self.batched.draft_steps_ms(width, batch)

@@ -8,7 +8,9 @@ it has left), all at the step's end; a request whose prefill completes emits its
 end. The step lasts :func:`.step_cost.step_ms` (encoder + draft + target + overhead; a measured profile's
 passes also by the steps since the last step that admitted a request). Each decoding sequence's
 KV length before the step is prompt positions (images included) + emitted tokens − 1 (the last emitted token
-is the pending row). Time is in seconds from the start (arrivals) and ms (costs).
+is the pending row), plus, for a cost whose engine keeps rejected drafts as masked cache columns
+(``keeps_rejected_drafts``: the measured batched engine; vLLM frees them), the request's drafts rejected so
+far. Time is in seconds from the start (arrivals) and ms (costs).
 
 Vectorised per step over the running batch (numpy index arithmetic, no per-token objects); ITL is kept as one
 gap per (request, step) emission plus a count of the tokens that share their step's instant (gap 0). Runs of
@@ -93,6 +95,7 @@ class _State:
         self.first_s = np.full(n, np.nan)
         self.finish_s = np.full(n, np.nan)
         self.last_emit_s = np.zeros(n)
+        self.rejected = np.zeros(n, dtype=np.int64)  # drafts rejected so far (masked columns where kept)
 
 
 def simulate(
@@ -119,6 +122,7 @@ def simulate(
     if policy.max_gamma > 0 and acceptance is None:
         raise SpecsimError("simulate: speculative decoding needs an acceptance source (alpha or traces)")
     draft_prefill = policy.max_gamma > 0
+    keeps = bool(getattr(cost, "keeps_rejected_drafts", False))
     arrival, n = requests.arrival_s, len(requests)
     run = np.empty(0, dtype=np.int64)
     t, next_admit, done, steps, busy = 0.0, 0, 0, 0, 0.0
@@ -137,7 +141,9 @@ def simulate(
         fast = not record and 0 < decoding.size == run.size
         horizon = _horizon(st, sched, run, next_admit, arrived, arrival, kv_free, gamma) if fast else None
         if horizon is not None:
-            k, end, stats = _fast_forward(st, decoding, gamma, acceptance, rng, cost, t, horizon, gaps, since)
+            k, end, stats = _fast_forward(
+                st, decoding, gamma, acceptance, rng, cost, t, horizon, gaps, since, keeps
+            )
             since += k
             zero_tokens, draft_tokens = zero_tokens + stats[0], draft_tokens + stats[1]
             accepted_tokens, sd_blocks = accepted_tokens + stats[2], sd_blocks + stats[3]
@@ -166,7 +172,7 @@ def simulate(
         if batch.empty:
             raise SpecsimError(f"simulate: step {steps} at {t:.6g} s scheduled nothing (scheduler settings?)")
         dec = batch.decode
-        ctx = st.prompt_total[dec] + st.generated[dec] - 1
+        ctx = st.prompt_total[dec] + st.generated[dec] - 1 + (st.rejected[dec] if keeps else 0)
         since = 0 if batch.admitted else since
         ms = step_ms(
             cost,
@@ -245,13 +251,16 @@ def _horizon(st: _State, sched, run, next_admit, arrived, arrival, kv_free, gamm
     return None if head < arrived else float(arrival[head])
 
 
-def _fast_forward(st: _State, dec, gamma, acceptance, rng, cost, t, horizon, gaps, since: int):
+def _fast_forward(st: _State, dec, gamma, acceptance, rng, cost, t, horizon, gaps, since: int, keeps: bool):
     """Advance decode-only steps over ``dec`` until a request finishes or an admissible request arrives
-    (``horizon``; the first step ``since`` steps after the last admission); returns (steps, end time,
-    (zero-gap tokens, drafts, accepted, SD blocks))."""
+    (``horizon``; the first step ``since`` steps after the last admission; ``keeps``: rejected drafts count in
+    the KV length); returns (steps, end time, (zero-gap tokens, drafts, accepted, SD blocks))."""
     gen0 = st.generated[dec]
     accs, emitted = _emissions(acceptance, dec, gen0, st.output[dec] - gen0, gamma, rng)
     before = np.cumsum(emitted, axis=0) - emitted  # tokens each step's own emission comes after
+    rejected = gamma - accs if gamma > 0 else np.zeros_like(accs)
+    if keeps:
+        before = before + st.rejected[dec] + np.cumsum(rejected, axis=0) - rejected
     ctx = st.prompt_total[dec] + gen0 - 1 + before
     ms = decode_steps_ms(
         cost, batch=dec.size, gamma=gamma, context_tokens=ctx, since_admission=since + np.arange(len(ctx))
@@ -267,6 +276,7 @@ def _fast_forward(st: _State, dec, gamma, acceptance, rng, cost, t, horizon, gap
     if k > 1:
         gaps.append(np.repeat((np.diff(ends[:k]) * 1e3).astype(np.float32), dec.size))
     st.generated[dec] += emitted.sum(axis=0)
+    st.rejected[dec] += rejected[:k].sum(axis=0)
     st.last_emit_s[dec] = ends[k - 1]
     accepted = int(accs[:k].sum())
     blocks = k * dec.size if gamma > 0 else 0
@@ -329,6 +339,7 @@ def _decode(st: _State, dec, gamma, acceptance, rng, end_s, gaps) -> tuple[np.nd
     made = st.generated[dec]
     if gamma > 0:
         acc = np.asarray(acceptance.accepted(dec, made, np.full(dec.size, gamma), rng), dtype=np.int64)
+        st.rejected[dec] += gamma - acc
     else:
         acc = np.zeros(dec.size, dtype=np.int64)
     emit = np.minimum(acc + 1, st.output[dec] - made)
