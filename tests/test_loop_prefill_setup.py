@@ -130,3 +130,21 @@ def test_the_loop_costs_of_several_rounds_average_field_by_field():
     assert mean.target_pass_scale == () and mean_loop_costs([a]).step_ms == a.step_ms
     with pytest.raises(SpecsimError, match="same gammas"):
         mean_loop_costs([a, replace(b, gammas=(0, 5))])
+
+
+def test_the_loop_runs_with_the_collector_off_and_gives_it_back():
+    """Every reading of the loop's clock falls inside the run, with the cyclic collector off; it is on again
+    after the run (calibrate.run.timing.gc_paused on serve_loop)."""
+    import gc
+    import time
+
+    seen = []
+
+    def clock():
+        seen.append(gc.isenabled())
+        return time.perf_counter()
+
+    target, draft = tiny_pair()
+    requests = [Request(input_ids=p, prompt_id=f"p{i}") for i, p in enumerate(tiny_prompts(2))]
+    serve_loop(target, draft, requests, [0.0, 0.0], gamma=2, max_new_tokens=4, clock=clock)
+    assert seen and not any(seen) and gc.isenabled()

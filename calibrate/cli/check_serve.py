@@ -89,7 +89,7 @@ def cmd_check_serve(args, gammas, profile_path, profile, methods) -> int:
         max_rounds=args.max_rounds,
         max_seconds=None if args.max_minutes is None else 60 * args.max_minutes,
         progress=bar,
-        before_round=None if grid is None else (lambda rnd: (grid.round(), grid.measure_server_loop())),
+        before_round=None if grid is None else (lambda rnd: grid.serving_round()),
     )
     if grid is not None:
         profile = grid.measured_profile()

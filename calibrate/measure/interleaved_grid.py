@@ -68,11 +68,17 @@ class InterleavedGrid:
         rounds, and its pass scales taken against the grid of every round, when the profile is fitted)."""
         t0 = time.perf_counter()
         old = self.profile.latency.forward_costs().batched  # spaces the loop's arrivals as the profile's grid
-        seed = replace(self.plan, seed=self.plan.seed + 7919 * len(self.loop_costs))
-        costs, passes = server_loop_costs(self.models, seed, old)
+        plan = replace(self.plan, seed=self.plan.seed + 7919 * len(self.loop_costs))
+        costs, passes = server_loop_costs(self.models, plan, old)
         self.loop_costs.append(costs)
         self.loop_passes.extend(passes)
         self.seconds += time.perf_counter() - t0
+
+    def serving_round(self) -> None:
+        """What runs before each serving round (module docstring): a sweep round at every batch size, then a
+        round of the server loop's costs."""
+        self.round()
+        self.measure_server_loop()
 
     def complete(self, min_rounds: int) -> None:
         """Rounds for the grid's batch sizes that have fewer than ``min_rounds`` (at least 1)."""

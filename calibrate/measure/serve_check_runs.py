@@ -95,7 +95,6 @@ def run_serve_check(
     from calibrate.drafting.contexts import image_runs
     from calibrate.measure.batch_check_runs import members_of
     from calibrate.run.server_loop import serve_loop
-    from calibrate.run.timing import gc_paused
     from specsim.check.serve_comparison import HEADLINE, measured_run, metric_values, rel_halfwidth
     from specsim.serve.arrivals import poisson_arrivals
     from specsim.serve.metrics import summarize
@@ -113,19 +112,18 @@ def run_serve_check(
 
     def serve(side, arrival_s, reqs_=reqs):
         m, g = side
-        with gc_paused():  # no collector pause inside a timed run (calibrate.run.timing.gc_paused)
-            return serve_loop(
-                setup.target,
-                setup.draft,
-                reqs_,
-                list(arrival_s),
-                gamma=g,
-                max_new_tokens=max_new_tokens,
-                max_num_seqs=max_num_seqs,
-                members=members.get(m),  # pads are masked, so the loop's default pad id serves
-                eos_token_id=setup.eos,
-                method=m,
-            )
+        return serve_loop(
+            setup.target,
+            setup.draft,
+            reqs_,
+            list(arrival_s),
+            gamma=g,
+            max_new_tokens=max_new_tokens,
+            max_num_seqs=max_num_seqs,
+            members=members.get(m),  # pads are masked, so the loop's default pad id serves
+            eos_token_id=setup.eos,
+            method=m,
+        )
 
     for side in all_sides:  # warm-up: first-call allocations, thrown away
         serve(side, [0.0] * min(2, requests), reqs[:2])

@@ -37,7 +37,6 @@ from calibrate.measure.batch_costgrid import BatchSweepPlan, batched_costs, ragg
 from calibrate.models.loaded_model import LoadedModel
 from calibrate.run.batch_engine import PaddedCache, batch_prefill_phase, batch_target_step
 from calibrate.run.engine import unwrap
-from calibrate.run.timing import gc_paused
 from specsim.errors import SpecsimError
 from specsim.profile.batched_cost import BatchedCosts, ServerLoopCosts
 from specsim.profile.cost_grid import grid_ms
@@ -143,16 +142,15 @@ def server_loop_costs(
                     for n in plan.prompt_tokens
                     for r in ragged_requests(target, max(1, 2 * batch // len(plan.prompt_tokens)), n, gen)
                 ][: 2 * batch]
-                with gc_paused():  # as the serving check runs it
-                    run = serve_loop(
-                        target.model,
-                        draft.model,
-                        reqs,
-                        [i * spacing for i in range(len(reqs))],
-                        gamma=g,
-                        max_new_tokens=plan.new_tokens,
-                        max_num_seqs=batch,
-                    )
+                run = serve_loop(
+                    target.model,
+                    draft.model,
+                    reqs,
+                    [i * spacing for i in range(len(reqs))],
+                    gamma=g,
+                    max_new_tokens=plan.new_tokens,
+                    max_num_seqs=batch,
+                )
                 if on_run:
                     on_run()
                 if rnd == 0:

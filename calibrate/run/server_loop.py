@@ -40,7 +40,7 @@ from calibrate.run.batch_engine import (
 from calibrate.run.batch_engine import _check as check_requests
 from calibrate.run.engine import _truncate, unwrap
 from calibrate.run.proposal import Request
-from calibrate.run.timing import timed
+from calibrate.run.timing import gc_paused, timed
 from specsim.errors import SpecsimError
 
 COMPACT_COLUMNS = 16
@@ -200,6 +200,7 @@ def _check(requests, arrival_s, gamma, max_new_tokens, max_num_seqs) -> None:
 
 
 # --------------------------------------------------------------------------- the loop
+@gc_paused()  # a timed run: no collector pause inside it (calibrate.run.timing.gc_paused)
 @torch.inference_mode()
 def serve_loop(
     target,

@@ -46,7 +46,12 @@ from specsim.profile.overhead_grid import OverheadGrid
 BATCHED_GRIDS = ("target_decode", "target_verify", "draft_step")
 OPTIONAL_GRIDS = ("target_decode_unpadded", "draft_first_step")
 PASS_SCALES = ("target_pass_scale", "draft_pass_scale")  # optional in ``server_loop``
-OPTIONAL_LOOP_LISTS = (*PASS_SCALES, "prefill_host_ms", "ms_per_request_by_gamma")
+# optional lists of ``server_loop``, each with its values' (lo, hi) bounds
+OPTIONAL_LOOP_LISTS = {
+    **dict.fromkeys(PASS_SCALES, (0.1, 10.0)),
+    "prefill_host_ms": (0.0, 1e6),
+    "ms_per_request_by_gamma": (0.0, 1e6),
+}
 BATCHED_ENGINE = (
     "static batch of B requests, rows left-padded, rejected drafts masked in place "
     "(calibrate/run/batch_engine.py)"
@@ -135,20 +140,12 @@ class ServerLoopCosts:
             )
         per = field_num(field_req(d, "ms_per_request", where), f"{where}.ms_per_request", lo=0, hi=1e8)
         cold = field_num(d.get("cold_pass_ms_scale", 1.0), f"{where}.cold_pass_ms_scale", lo=0.1, hi=10.0)
-        scales = {
-            n: tuple(
-                field_num(x, f"{where}.{n}[{i}]", lo=0.1, hi=10.0)
-                for i, x in enumerate(field_list(d[n], f"{where}.{n}"))
-            )
-            for n in PASS_SCALES
-            if d.get(n) is not None
-        }
         lists = {
             n: tuple(
-                field_num(x, f"{where}.{n}[{i}]", lo=0, hi=1e6)
+                field_num(x, f"{where}.{n}[{i}]", lo=lo, hi=hi)
                 for i, x in enumerate(field_list(d[n], f"{where}.{n}"))
             )
-            for n in ("prefill_host_ms", "ms_per_request_by_gamma")
+            for n, (lo, hi) in OPTIONAL_LOOP_LISTS.items()
             if d.get(n) is not None
         }
         for n, want, what in (
@@ -157,7 +154,7 @@ class ServerLoopCosts:
         ):
             if n in lists and len(lists[n]) != want:
                 raise SpecsimError(f"{where}.{n}: expected {what} ({want} numbers), got {len(lists[n])}")
-        return cls(tuple(gammas), tuple(pairs), per, cold, **scales, **lists)
+        return cls(tuple(gammas), tuple(pairs), per, cold, **lists)
 
 
 @dataclass(frozen=True)

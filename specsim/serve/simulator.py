@@ -85,7 +85,7 @@ class ServeRun:
 class _State:
     """Per-request progress arrays of a running simulation."""
 
-    def __init__(self, requests: Requests, image_tokens: int, max_gamma: int):
+    def __init__(self, requests: Requests, image_tokens: int, max_gamma: int, keeps_rejected: bool):
         n = len(requests)
         self.prompt_total = requests.prompt_tokens + requests.images * image_tokens
         self.output = requests.output_tokens
@@ -95,7 +95,8 @@ class _State:
         self.first_s = np.full(n, np.nan)
         self.finish_s = np.full(n, np.nan)
         self.last_emit_s = np.zeros(n)
-        self.rejected = np.zeros(n, dtype=np.int64)  # drafts rejected so far (masked columns where kept)
+        self.keeps_rejected = keeps_rejected  # the cost's engine keeps rejected drafts as cache columns
+        self.rejected = np.zeros(n, dtype=np.int64)  # drafts rejected so far (counted only where kept)
 
 
 def simulate(
@@ -111,7 +112,7 @@ def simulate(
     """Serve ``requests`` to completion; ``acceptance`` may be None only when ``policy`` never drafts."""
     sched = scheduler or SchedulerConfig()
     image_tokens = int(cost.image_tokens_per_image)
-    st = _State(requests, image_tokens, policy.max_gamma)
+    st = _State(requests, image_tokens, policy.max_gamma, bool(getattr(cost, "keeps_rejected_drafts", False)))
     kv_free = float(sched.kv_cache_tokens) if sched.kv_cache_tokens is not None else float("inf")
     sched.check_workload(
         image_tokens=image_tokens if np.any(requests.images) else 0,
@@ -122,7 +123,6 @@ def simulate(
     if policy.max_gamma > 0 and acceptance is None:
         raise SpecsimError("simulate: speculative decoding needs an acceptance source (alpha or traces)")
     draft_prefill = policy.max_gamma > 0
-    keeps = bool(getattr(cost, "keeps_rejected_drafts", False))
     arrival, n = requests.arrival_s, len(requests)
     run = np.empty(0, dtype=np.int64)
     t, next_admit, done, steps, busy = 0.0, 0, 0, 0, 0.0
@@ -141,9 +141,7 @@ def simulate(
         fast = not record and 0 < decoding.size == run.size
         horizon = _horizon(st, sched, run, next_admit, arrived, arrival, kv_free, gamma) if fast else None
         if horizon is not None:
-            k, end, stats = _fast_forward(
-                st, decoding, gamma, acceptance, rng, cost, t, horizon, gaps, since, keeps
-            )
+            k, end, stats = _fast_forward(st, decoding, gamma, acceptance, rng, cost, t, horizon, gaps, since)
             since += k
             zero_tokens, draft_tokens = zero_tokens + stats[0], draft_tokens + stats[1]
             accepted_tokens, sd_blocks = accepted_tokens + stats[2], sd_blocks + stats[3]
@@ -172,7 +170,7 @@ def simulate(
         if batch.empty:
             raise SpecsimError(f"simulate: step {steps} at {t:.6g} s scheduled nothing (scheduler settings?)")
         dec = batch.decode
-        ctx = st.prompt_total[dec] + st.generated[dec] - 1 + (st.rejected[dec] if keeps else 0)
+        ctx = st.prompt_total[dec] + st.generated[dec] - 1 + st.rejected[dec]  # 0 unless kept
         since = 0 if batch.admitted else since
         ms = step_ms(
             cost,
@@ -251,15 +249,17 @@ def _horizon(st: _State, sched, run, next_admit, arrived, arrival, kv_free, gamm
     return None if head < arrived else float(arrival[head])
 
 
-def _fast_forward(st: _State, dec, gamma, acceptance, rng, cost, t, horizon, gaps, since: int, keeps: bool):
+def _fast_forward(st: _State, dec, gamma, acceptance, rng, cost, t, horizon, gaps, since: int):
     """Advance decode-only steps over ``dec`` until a request finishes or an admissible request arrives
-    (``horizon``; the first step ``since`` steps after the last admission; ``keeps``: rejected drafts count in
-    the KV length); returns (steps, end time, (zero-gap tokens, drafts, accepted, SD blocks))."""
+    (``horizon``; the first step ``since`` steps after the last admission); returns (steps, end time,
+    (zero-gap tokens, drafts, accepted, SD blocks))."""
     gen0 = st.generated[dec]
     accs, emitted = _emissions(acceptance, dec, gen0, st.output[dec] - gen0, gamma, rng)
     before = np.cumsum(emitted, axis=0) - emitted  # tokens each step's own emission comes after
-    rejected = gamma - accs if gamma > 0 else np.zeros_like(accs)
-    if keeps:
+    if (
+        st.keeps_rejected
+    ):  # masked columns: every draft a step rejects (none without drafts: accs are 0 at γ 0)
+        rejected = gamma - accs
         before = before + st.rejected[dec] + np.cumsum(rejected, axis=0) - rejected
     ctx = st.prompt_total[dec] + gen0 - 1 + before
     ms = decode_steps_ms(
@@ -276,7 +276,8 @@ def _fast_forward(st: _State, dec, gamma, acceptance, rng, cost, t, horizon, gap
     if k > 1:
         gaps.append(np.repeat((np.diff(ends[:k]) * 1e3).astype(np.float32), dec.size))
     st.generated[dec] += emitted.sum(axis=0)
-    st.rejected[dec] += rejected[:k].sum(axis=0)
+    if st.keeps_rejected:
+        st.rejected[dec] += rejected[:k].sum(axis=0)
     st.last_emit_s[dec] = ends[k - 1]
     accepted = int(accs[:k].sum())
     blocks = k * dec.size if gamma > 0 else 0
@@ -339,7 +340,8 @@ def _decode(st: _State, dec, gamma, acceptance, rng, end_s, gaps) -> tuple[np.nd
     made = st.generated[dec]
     if gamma > 0:
         acc = np.asarray(acceptance.accepted(dec, made, np.full(dec.size, gamma), rng), dtype=np.int64)
-        st.rejected[dec] += gamma - acc
+        if st.keeps_rejected:
+            st.rejected[dec] += gamma - acc
     else:
         acc = np.zeros(dec.size, dtype=np.int64)
     emit = np.minimum(acc + 1, st.output[dec] - made)
