@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 
 from specsim.errors import SpecsimError
+from specsim.hardware.batch_limit import paying_range
 from specsim.hardware.device import load_device
 from specsim.hardware.model import spec_from_config
 from specsim.hardware.passes import pass_table, pass_terms
-from specsim.hardware.plan import paying_range
 from specsim.hardware.roofline import forward_ms
 from specsim.hardware.runtime import RUNTIMES_DIR, Runtime, load_runtime
 from specsim.validation.batch_sweeps import published_sweeps

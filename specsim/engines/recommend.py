@@ -17,15 +17,8 @@ from dataclasses import asdict, dataclass
 from specsim.errors import SpecsimError
 from specsim.hardware.device import Device
 from specsim.hardware.model import ModelSpec
-from specsim.hardware.plan import (
-    DEFAULT_GAMMAS,
-    V_BELOW_ONE,
-    MethodTau,
-    Plan,
-    image_tokens_note,
-    plan_hardware,
-    v_below_one_note,
-)
+from specsim.hardware.plan import DEFAULT_GAMMAS, MethodTau, Plan, plan_hardware
+from specsim.hardware.plan_notes import V_BELOW_ONE, image_tokens_note, v_below_one_note
 from specsim.hardware.roofline import USABLE_MEMORY_FRACTION, Efficiency
 from specsim.hardware.runtime import Runtime
 from specsim.profile import MethodAcceptance
@@ -232,7 +225,13 @@ def recommend(
         ),
     )
     notes = (  # fit and γ over every batch evaluated (the schedule's); v over the rows printed
-        _fit_note(choices, lm.device.name, context_tokens, gamma_max),
+        _fit_note(
+            choices,
+            lm.device.name,
+            context_tokens,
+            gamma_max,
+            plan.stop_paying(lm.device.name, mt.method, context_tokens),
+        ),
         _past_k_note(k, past_k, choices),
         _boundary_note(entry, gamma_max, choices),
         v_below_one_note([c for c in choices if c.batch_size in set(shown)], lm.efficiency),
@@ -263,12 +262,18 @@ def _ranges(batches: list[int]) -> str:
     return ", ".join(str(lo) if lo == hi else f"{lo}..{hi}" for lo, hi in out)
 
 
-def _fit_note(choices, device: str, context_tokens: int, gamma_max: int) -> str | None:
+def _fit_note(choices, device: str, context_tokens: int, gamma_max: int, limit) -> str | None:
     no = [c.batch_size for c in choices if not c.fits_memory]
     if not no:
         return None
+    largest = (
+        f" (the largest that fits is {limit.largest_fitting_batch}, where SD gives "
+        f"{limit.speedup_at_largest_fitting:.2f}x)"
+        if limit.speedup_at_largest_fitting is not None
+        else ""
+    )
     return (
-        f"batch sizes {_ranges(no)} do not fit on {device}: target and draft weights + KV cache of "
+        f"batch sizes {_ranges(no)} do not fit on {device}{largest}: target and draft weights + KV cache of "
         f"{context_tokens} + {gamma_max} + 1 tokens per sequence exceed {USABLE_MEMORY_FRACTION:.0%} of its "
         "memory, so an engine cannot run that many sequences at this context; their draft lengths (fits NO) "
         "are what SD would give if they did, not a recommendation"

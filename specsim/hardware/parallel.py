@@ -150,3 +150,32 @@ def per_gpu_resident_bytes(
     target_bytes = target.weight_bytes * tw + b * ctx * target.kv_bytes_per_token * tk
     draft_weights = 0.0 if shared_weights else draft.weight_bytes * dw
     return target_bytes + draft_weights + b * d_ctx * draft.kv_bytes_per_token * dk
+
+
+def largest_fitting_batch(
+    target: ModelSpec,
+    draft: ModelSpec,
+    memory_bytes: float,
+    context,
+    tp: int,
+    draft_tp: int = 1,
+    *,
+    draft_context=None,
+    shared_weights: bool = False,
+    split: str = "tensor",
+) -> int | None:
+    """Largest batch whose bytes on the most loaded GPU (:func:`per_gpu_resident_bytes`) stay within
+    ``memory_bytes``; those bytes are affine in the batch, so it is (memory − bytes at batch 0) // bytes per
+    sequence. 0: not even one sequence fits; None: no KV cache, so the batch is not what runs out."""
+    kw = dict(draft_context=draft_context, shared_weights=shared_weights, split=split)
+    fixed = float(per_gpu_resident_bytes(target, draft, 0, context, tp, draft_tp, **kw))
+    per_sequence = float(per_gpu_resident_bytes(target, draft, 1, context, tp, draft_tp, **kw)) - fixed
+    if per_sequence <= 0.0:
+        return None
+    b = max(int((memory_bytes - fixed) // per_sequence), 0)
+    # floor division in floats can land one off at an exact boundary: settle it on the same comparison
+    while b > 0 and per_gpu_resident_bytes(target, draft, b, context, tp, draft_tp, **kw) > memory_bytes:
+        b -= 1
+    while per_gpu_resident_bytes(target, draft, b + 1, context, tp, draft_tp, **kw) <= memory_bytes:
+        b += 1
+    return b

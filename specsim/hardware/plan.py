@@ -15,15 +15,18 @@ import numpy as np
 
 from specsim.acceptance.theory import block_speedup, sd_block_ms
 from specsim.errors import SpecsimError
+from specsim.hardware.batch_limit import StopPaying, stop_paying
 from specsim.hardware.device import Device
 from specsim.hardware.model import ModelSpec
 from specsim.hardware.parallel import (
     check_split_mode,
     check_splittable,
     check_tp,
+    largest_fitting_batch,
     per_gpu_resident_bytes,
     timing_gpus,
 )
+from specsim.hardware.plan_notes import image_tokens_note, v_below_one_note
 from specsim.hardware.roofline import USABLE_MEMORY_FRACTION, Efficiency, compute_bound, decode_ms, verify_ms
 from specsim.hardware.runtime import block_overhead_ms
 from specsim.profile import MethodAcceptance
@@ -94,6 +97,19 @@ class Plan:
     batches: tuple[int, ...]
     contexts: tuple[int, ...]
     efficiencies: dict[str, dict] = field(default_factory=dict)
+    # (device, method, context, largest batch that fits: 0 none, None not bounded by memory) and the plan's
+    # row at that batch where there is one
+    fitting_limits: tuple[tuple[str, str, int, int | None], ...] = ()
+    limit_rows: tuple[PlanRow, ...] = ()
+
+    def stop_paying(self, device: str, method: str, context: int) -> StopPaying:
+        """Where SD stops paying on ``device`` at ``context``, with the largest batch that fits."""
+        fit = next((b for *key, b in self.fitting_limits if tuple(key) == (device, method, context)), None)
+        at = [
+            r for r in self.limit_rows if (r.device, r.method, r.context_tokens) == (device, method, context)
+        ]
+        rows = self.select(device=device, method=method, context=context)
+        return stop_paying(device, method, context, rows, fit, at[0].speedup if at else None)
 
     def to_json(self) -> dict:
         return {
@@ -105,10 +121,18 @@ class Plan:
             "contexts": list(self.contexts),
             "efficiencies": self.efficiencies,
             "rows": [asdict(r) for r in self.rows],
+            "rows_at_largest_fitting_batch": [asdict(r) for r in self.limit_rows],
             "ranking": {m: [r.device for r in ranking(self, m)] for m in self.methods},
             "speedup_below_1_from_batch": {
                 m: {
-                    d: {str(c): speedup_crossover_batch(self, d, m, c) for c in self.contexts}
+                    d: {str(c): self.stop_paying(d, m, c).stops_from for c in self.contexts}
+                    for d in self.devices
+                }
+                for m in self.methods
+            },
+            "stop_paying": {
+                m: {
+                    d: {str(c): self.stop_paying(d, m, c).to_json() for c in self.contexts}
                     for d in self.devices
                 }
                 for m in self.methods
@@ -231,14 +255,20 @@ def plan_hardware(
     effs = (
         efficiency if isinstance(efficiency, dict) else {d.name: efficiency or Efficiency() for d in devices}
     )
-    rows = [
-        row
+
+    def rows_at(dev: Device, mt: MethodTau, b: np.ndarray, c: np.ndarray) -> list[PlanRow]:
+        return _device_rows(target, draft, dev, effs.get(dev.name, Efficiency()), mt, b, c, par)
+
+    rows = [row for dev in devices for mt in methods for row in rows_at(dev, mt, batches_a, contexts_a)]
+    limits = [
+        (dev, mt, int(c), _largest_fitting_batch(target, draft, dev, mt, c, par))
         for dev in devices
         for mt in methods
-        for row in _device_rows(
-            target, draft, dev, effs.get(dev.name, Efficiency()), mt, batches_a, contexts_a, par
-        )
+        for c in contexts_a
     ]
+    at_limit = tuple(
+        rows_at(dev, mt, np.array([b], float), np.array([c], float))[0] for dev, mt, c, b in limits if b
+    )
     v_notes = tuple(
         note
         for dev in devices
@@ -256,6 +286,24 @@ def plan_hardware(
         tuple(int(b) for b in batches_a),
         tuple(int(c) for c in contexts_a),
         {k: e.to_json() for k, e in effs.items()},
+        tuple((dev.name, mt.method, c, b) for dev, mt, c, b in limits),
+        at_limit,
+    )
+
+
+def _largest_fitting_batch(
+    target: ModelSpec, draft: ModelSpec, dev: Device, mt: MethodTau, context: float, par: Parallel
+) -> int | None:
+    """The largest batch that fits on ``dev`` at ``context``, on the same terms as :func:`_device_rows`'s
+    ``fits_memory``."""
+    return largest_fitting_batch(
+        target,
+        draft,
+        USABLE_MEMORY_FRACTION * dev.memory_bytes,
+        context + max(mt.gammas) + 1,
+        par.tp,
+        par.tp if par.draft_sharded else 1,
+        split=par.split,
     )
 
 
@@ -338,58 +386,7 @@ def ranking(
     return sorted(rows, key=lambda r: (not r.fits_memory, -r.sd_tokens_per_s))
 
 
-def paying_range(batches, speedups) -> tuple[int | None, int | None]:
-    """(smallest batch with speedup >= 1, batch from which every larger one is < 1); (None, None): never pays,
-    (b, None): pays from b up to the largest batch given. Both ends matter: a self-speculating draft pays
-    only once the KV cache dominates (large batch, long context)."""
-    pays = [b for b, s in zip(batches, speedups) if s >= 1.0]
-    if not pays:
-        return None, None
-    after = [b for b in batches if b > pays[-1]]
-    return pays[0], (after[0] if after else None)
-
-
 def speedup_crossover_batch(plan: Plan, device: str, method: str, context: int) -> int | None:
     """Planned batch size from which the best-γ speedup stays below 1 (SD stops paying); None: it still pays
-    at the largest planned batch, or never pays (see :func:`paying_range`)."""
-    rows = sorted(plan.select(device=device, method=method, context=context), key=lambda r: r.batch_size)
-    return paying_range([r.batch_size for r in rows], [r.speedup for r in rows])[1]
-
-
-def image_tokens_note(target: ModelSpec) -> str:
-    """Where the image tokens in the context come from: the target's own vision spec."""
-    if target.vision is None:
-        return f"no image tokens: {target.name} has no vision tower"
-    return f"image tokens included: {target.vision.image_tokens} per image for {target.name}"
-
-
-V_BELOW_ONE = "v < 1"  # how the note below starts
-
-
-def v_below_one_note(shown, eff) -> str | None:
-    """Why v = Tv(γ)/Tp is below 1 at the batch sizes of ``shown`` (rows with ``batch_size``, ``best_gamma``
-    and ``v``: plan rows or recommendations) in the runtime model ``eff`` (None: it is not)."""
-    low = [c for c in shown if c.v < 1.0]
-    if not low:
-        return None
-    c = low[0]
-    rows_tp, rows_tv = c.batch_size, c.batch_size * (c.best_gamma + 1)
-    m_tp, m_tv = (float(eff.memory_efficiency(r)) for r in (rows_tp, rows_tv))
-    where = f"{V_BELOW_ONE} at batch {', '.join(str(x.batch_size) for x in low)}"
-    if m_tv > m_tp and hasattr(eff, "memory_efficiency_gemv"):
-        fitted = set(getattr(eff, "fit", ()))
-
-        def how(key: str) -> str:
-            return "fitted" if key in fitted else "assumed"
-
-        return (
-            f"{where}: runtime {eff.name} streams weights at {m_tv:.1%} of peak bandwidth in a pass of "
-            f"{rows_tv} rows (memory_efficiency_gemm, {how('memory_efficiency_gemm')}) but at {m_tp:.1%} in "
-            f"a {rows_tp}-row pass (memory_efficiency_gemv, {how('memory_efficiency_gemv')}), so verifying "
-            f"gamma+1 = {c.best_gamma + 1} positions is priced below one target-only step; a property of "
-            "these two efficiencies, not a measured Tv < Tp"
-        )
-    return (
-        f"{where}: the roofline prices the verification of gamma+1 = {c.best_gamma + 1} positions below one "
-        "target-only step (efficiencies and overheads by rows of the runtime); not a measured Tv < Tp"
-    )
+    at the largest planned batch, or never pays (see :func:`~specsim.hardware.batch_limit.paying_range`)."""
+    return plan.stop_paying(device, method, context).stops_from

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from specsim.hardware.efficiency_fit import FitResult, HoldoutResult
 from specsim.hardware.model import ModelSpec
-from specsim.hardware.plan import Plan, ranking, speedup_crossover_batch
+from specsim.hardware.plan import Plan, ranking
 from specsim.hardware.runtime import Runtime
 from specsim.report import fmt, format_table
 
@@ -103,20 +103,19 @@ def plan_text(plan: Plan, target: ModelSpec, draft: ModelSpec, fit=None) -> str:
         )
         for ctx in plan.contexts:
             lines.append(f"  best-γ speedup vs batch size, context {ctx} (! = does not fit in memory):")
-            table = []
+            table, notes = [], []
             for dev in plan.devices:
                 rs = sorted(plan.select(device=dev, method=method, context=ctx), key=lambda r: r.batch_size)
-                below = speedup_crossover_batch(plan, dev, method, ctx)
+                limit = plan.stop_paying(dev, method, ctx)
                 table.append(
                     [dev]
                     + [f"{r.speedup:.2f}" + ("" if r.fits_memory else "!") for r in rs]
-                    + ["never" if below is None else f"batch {below}"]
+                    + [limit.cell(), limit.fits_cell()]
                 )
-            lines.append(
-                format_table(
-                    ["device"] + [f"B={b}" for b in plan.batches] + ["speedup<1 from"], table, indent="    "
-                )
-            )
+                notes += [f"    {n}" for n in [limit.sentence()] if n]
+            header = ["device"] + [f"B={b}" for b in plan.batches] + ["speedup<1 from", "largest B that fits"]
+            lines.append(format_table(header, table, indent="    "))
+            lines += notes
     if any(r.tau_source.startswith("iid") for r in plan.rows):
         lines.append("\n* tau at this gamma is an i.i.d. extrapolation from the measured gamma")
     return "\n".join(lines)

@@ -14,7 +14,8 @@ from specsim.jsonio import write_bytes_atomic
 def plot_speedup_vs_batch(
     plan: Plan, path: str | os.PathLike, *, method: str | None = None, context: int | None = None
 ) -> Path:
-    """Best-γ SD speedup vs batch size, one line per device (hollow markers: does not fit in memory)."""
+    """Best-γ SD speedup vs batch size, one line per device (hollow markers: does not fit in memory; a star:
+    the largest batch that fits, priced)."""
     method = method or plan.methods[0]
     context = plan.contexts[0] if context is None else context
     fig = new_figure((7, 4.5))
@@ -31,11 +32,22 @@ def plot_speedup_vs_batch(
                 color=line.get_color(),
                 markerfacecolor=line.get_color() if r.fits_memory else "none",
             )
+        limit = plan.stop_paying(dev, method, context)
+        if limit.speedup_at_largest_fitting is not None:
+            ax.plot(
+                limit.largest_fitting_batch,
+                limit.speedup_at_largest_fitting,
+                "*",
+                ms=11,
+                color=line.get_color(),
+            )
     ax.axhline(1.0, color="k", lw=0.8, ls="--")
     ax.set_xscale("log", base=2)
     ax.set_xlabel("batch size (sequences)")
     ax.set_ylabel("SD speedup (best γ, decode phase)")
-    ax.set_title(f"method {method}, context {context} tokens (roofline; hollow = does not fit)")
+    ax.set_title(
+        f"method {method}, context {context} tokens (hollow = does not fit; star = largest that fits)"
+    )
     ax.legend(fontsize=7, ncol=2)
     fig.tight_layout()
     return save_png(fig, path)

@@ -4,7 +4,7 @@ configuration (so any executor can map them over rates).
 Both runs of a comparison serve the same requests (arrivals drawn from ``seed``); SD off is the same server
 with γ = 0 (target-only decoding, no draft). SD pays at a rate when its p50 TPOT is below the target-only
 one (TPOT speedup = off / on > 1); the sweep names the rate from which it stops paying for good
-(:func:`specsim.hardware.plan.paying_range`).
+(:func:`specsim.hardware.batch_limit.paying_range`).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from specsim.errors import SpecsimError
-from specsim.hardware.plan import paying_range
+from specsim.hardware.batch_limit import paying_range
 from specsim.serve.arrivals import Requests, arrivals, uniform_requests
 from specsim.serve.metrics import ServeMetrics, Slo, summarize
 from specsim.serve.scheduler import SchedulerConfig

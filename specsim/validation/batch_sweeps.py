@@ -21,8 +21,8 @@ from dataclasses import asdict, dataclass, replace
 import numpy as np
 
 from specsim.acceptance.theory import alpha_from_tau, tau_iid
-from specsim.hardware.parallel import per_gpu_resident_bytes
-from specsim.hardware.plan import paying_range
+from specsim.hardware.batch_limit import paying_range
+from specsim.hardware.parallel import largest_fitting_batch
 from specsim.hardware.roofline import USABLE_MEMORY_FRACTION
 from specsim.hardware.runtime import Runtime
 from specsim.validation.published_set import PublishedSet, Row
@@ -116,27 +116,22 @@ def _speedups(ps: PublishedSet, rows: list[Row], rt: Runtime) -> np.ndarray:
 
 
 def max_fit_batch(ps: PublishedSet, row: Row, batches=GRID_BATCHES) -> int:
-    """Largest batch whose weights + KV caches fit USABLE_MEMORY_FRACTION of every GPU (0: not even 1)."""
+    """Largest of ``batches`` whose weights + KV caches fit USABLE_MEMORY_FRACTION of every GPU (0: none)."""
     target, draft = models(ps, row)
-    mem = device(row.device).memory_bytes * USABLE_MEMORY_FRACTION
-    d_ctx = row.target_context_tokens if row.draft_context_tokens is None else row.draft_context_tokens
-    ok = [
-        b
-        for b in batches
-        if per_gpu_resident_bytes(
-            target,
-            draft,
-            b,
-            row.target_context_tokens,
-            row.gpus,
-            row.draft_tp,
-            draft_context=d_ctx,
-            shared_weights=row.draft == row.target,
-            split=row.split,
-        )
-        <= mem
-    ]
-    return max(ok, default=0)
+    fit = largest_fitting_batch(
+        target,
+        draft,
+        device(row.device).memory_bytes * USABLE_MEMORY_FRACTION,
+        row.target_context_tokens,
+        row.gpus,
+        row.draft_tp,
+        draft_context=row.target_context_tokens
+        if row.draft_context_tokens is None
+        else row.draft_context_tokens,
+        shared_weights=row.draft == row.target,
+        split=row.split,
+    )
+    return max((b for b in batches if fit is None or b <= fit), default=0)
 
 
 def best_speedups(

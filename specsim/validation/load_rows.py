@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass, replace
 import numpy as np
 
 from specsim.acceptance.theory import alpha_from_tau
-from specsim.hardware.plan import paying_range
+from specsim.hardware.batch_limit import paying_range
 from specsim.hardware.runtime import Runtime
 from specsim.serve.compare import TARGET_ONLY, ServeSetup, Workload, served
 from specsim.serve.roofline_cost import RooflineStepCost

@@ -1,0 +1,99 @@
+"""Where SD stops paying as the batch grows, and where memory stops the batch first.
+
+A planned sweep gives a best-γ speedup per batch; :func:`paying_range` reads where it pays. A sweep alone can
+answer "never" only up to its largest batch, so :class:`StopPaying` also carries the largest batch whose
+weights and KV caches fit the device (:func:`specsim.hardware.parallel.largest_fitting_batch`) and the
+speedup there: when SD still pays at that batch, memory, not SD, is what caps the batch at that context.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+def paying_range(batches, speedups) -> tuple[int | None, int | None]:
+    """(smallest batch with speedup >= 1, batch from which every larger one is < 1); (None, None): never pays,
+    (b, None): pays from b up to the largest batch given. Both ends matter: a self-speculating draft pays
+    only once the KV cache dominates (large batch, long context)."""
+    pays = [b for b, s in zip(batches, speedups) if s >= 1.0]
+    if not pays:
+        return None, None
+    after = [b for b in batches if b > pays[-1]]
+    return pays[0], (after[0] if after else None)
+
+
+@dataclass(frozen=True)
+class StopPaying:
+    """Where SD stops paying for one device × method × context: ``stops_from`` is the planned batch from which
+    the best-γ speedup stays below 1 (None: it still pays at the largest planned batch, or never pays:
+    ``pays_from`` None); ``largest_fitting_batch`` the largest batch that fits in memory (0: none; None: not
+    bounded by memory) and ``speedup_at_largest_fitting`` the best-γ speedup there."""
+
+    device: str
+    method: str
+    context_tokens: int
+    pays_from: int | None
+    stops_from: int | None
+    largest_fitting_batch: int | None
+    speedup_at_largest_fitting: float | None
+
+    @property
+    def memory_caps_first(self) -> bool:
+        """SD still pays at the largest batch that fits: memory runs out before SD stops paying."""
+        s, fit = self.speedup_at_largest_fitting, self.largest_fitting_batch
+        return s is not None and s >= 1.0 and (self.stops_from is None or self.stops_from > fit)
+
+    def cell(self) -> str:
+        """The planned crossover, in a table cell: 'batch 64', 'never' or 'never pays'."""
+        if self.pays_from is None:
+            return "never pays"
+        return "never" if self.stops_from is None else f"batch {self.stops_from}"
+
+    def fits_cell(self) -> str:
+        """The largest batch that fits and the speedup there, in a table cell: 'B 110: 1.42x'."""
+        if self.largest_fitting_batch is None:
+            return "any"
+        if self.largest_fitting_batch == 0:
+            return "none"
+        return f"B {self.largest_fitting_batch}: {self.speedup_at_largest_fitting:.2f}x"
+
+    def sentence(self) -> str | None:
+        """What the planned crossover means once memory is counted (None: nothing to add)."""
+        where = f"{self.device}, context {self.context_tokens}"
+        fit = self.largest_fitting_batch
+        if fit == 0:
+            return f"{where}: not even one sequence fits in memory"
+        if fit is None or self.speedup_at_largest_fitting is None:
+            return None
+        at = f"the largest batch that fits (B {fit}, {self.speedup_at_largest_fitting:.2f}x)"
+        if self.memory_caps_first:
+            return f"{where}: SD still pays at {at}; memory, not SD, caps the batch here" + (
+                f", so 'batch {self.stops_from}' is out of reach" if self.stops_from is not None else ""
+            )
+        if self.stops_from is None and self.pays_from is not None:
+            return f"{where}: SD stops paying between the largest planned batch and {at}"
+        return None
+
+    def to_json(self) -> dict:
+        return {
+            "pays_from_batch": self.pays_from,
+            "stops_from_batch": self.stops_from,
+            "largest_fitting_batch": self.largest_fitting_batch,
+            "speedup_at_largest_fitting_batch": self.speedup_at_largest_fitting,
+            "memory_caps_first": self.memory_caps_first,
+        }
+
+
+def stop_paying(
+    device: str,
+    method: str,
+    context_tokens: int,
+    rows,
+    largest_fitting_batch: int | None,
+    speedup_at_largest_fitting: float | None,
+) -> StopPaying:
+    """:class:`StopPaying` from a sweep's ``rows`` (``batch_size``, ``speedup``) and the memory limit."""
+    ordered = sorted(rows, key=lambda r: r.batch_size)
+    pays, stops = paying_range([r.batch_size for r in ordered], [r.speedup for r in ordered])
+    speedup = None if not largest_fitting_batch else speedup_at_largest_fitting
+    return StopPaying(device, method, int(context_tokens), pays, stops, largest_fitting_batch, speedup)

@@ -1,0 +1,122 @@
+"""Where SD stops paying once memory is counted: the largest batch that fits (exact, against a search over
+the per-GPU bytes and the plan's own ``fits`` flag) and what ``specsim hardware`` says about it."""
+
+import json
+
+import pytest
+
+from specsim.cli.main import main
+from specsim.hardware.batch_limit import StopPaying, stop_paying
+from specsim.hardware.device import load_device
+from specsim.hardware.model import load_model_spec
+from specsim.hardware.parallel import largest_fitting_batch, per_gpu_resident_bytes
+from specsim.hardware.plan import MethodTau, Parallel, plan_hardware
+from specsim.profile import MethodAcceptance
+
+ENTRY = MethodAcceptance(method="M", scenario="s", images_per_prompt=0, gamma=4, tau=2.5)
+
+
+def _search(target, draft, memory, context, tp, draft_tp, **kw) -> int:
+    """The largest batch by walking up one at a time (a second implementation)."""
+    b = 0
+    while per_gpu_resident_bytes(target, draft, b + 1, context, tp, draft_tp, **kw) <= memory:
+        b += 1
+    return b
+
+
+@pytest.mark.parametrize(
+    ("tp", "draft_tp", "split", "shared", "context"),
+    [
+        (1, 1, "tensor", False, 1029),
+        (2, 1, "tensor", False, 4096),
+        (4, 4, "layer", False, 2048),
+        (1, 1, "tensor", True, 8192),
+    ],
+)
+def test_largest_fitting_batch_matches_a_search(tp, draft_tp, split, shared, context):
+    target, draft = load_model_spec("llava-1.5-7b"), load_model_spec("llava-1.5-68m")
+    memory = 0.9 * load_device("h100-sxm").memory_bytes
+    kw = dict(shared_weights=shared, split=split)
+    b = largest_fitting_batch(target, draft, memory, context, tp, draft_tp, **kw)
+    assert b == _search(target, draft, memory, context, tp, draft_tp, **kw) and b > 0
+
+
+def test_largest_fitting_batch_is_zero_when_the_weights_alone_do_not_fit():
+    target, draft = load_model_spec("llava-1.5-7b"), load_model_spec("llava-1.5-68m")
+    assert largest_fitting_batch(target, draft, 0.5 * target.weight_bytes, 1024, 1) == 0
+
+
+def test_plan_row_at_the_largest_fitting_batch_is_the_last_that_fits():
+    """The bound agrees with the plan's own per-row ``fits`` flag: B fits, B + 1 does not."""
+    target, draft = load_model_spec("llava-1.5-7b"), load_model_spec("llava-1.5-68m")
+    h100, mt = load_device("h100-sxm"), MethodTau.from_entry(ENTRY)
+    for par in (Parallel(), Parallel(tp=2)):
+        plan = plan_hardware(target, draft, [h100], [mt], batches=(1, 8), contexts=(1024,), parallel=par)
+        limit = plan.stop_paying("h100-sxm", "M", 1024)
+        b = limit.largest_fitting_batch
+        around = plan_hardware(
+            target, draft, [h100], [mt], batches=(b, b + 1), contexts=(1024,), parallel=par
+        )
+        at, past = sorted(around.rows, key=lambda r: r.batch_size)
+        assert at.fits_memory and not past.fits_memory
+        assert limit.speedup_at_largest_fitting == pytest.approx(at.speedup)
+        assert plan.limit_rows[0].batch_size == b
+
+
+class _Row:
+    def __init__(self, batch_size, speedup):
+        self.batch_size, self.speedup = batch_size, speedup
+
+
+def _limit(speedups, fit, at_fit) -> StopPaying:
+    rows = [_Row(b, s) for b, s in zip((1, 8, 64, 512), speedups)]
+    return stop_paying("gpu", "M", 1024, rows, fit, at_fit)
+
+
+def test_memory_caps_first_when_sd_still_pays_at_the_largest_fitting_batch():
+    limit = _limit([1.7, 1.6, 1.4, 0.9], 100, 1.3)  # stops at 512 on paper, but only 100 fit
+    assert limit.stops_from == 512 and limit.memory_caps_first
+    assert (
+        "memory, not SD, caps the batch" in limit.sentence()
+        and "'batch 512' is out of reach" in limit.sentence()
+    )
+    assert limit.fits_cell() == "B 100: 1.30x" and limit.cell() == "batch 512"
+
+
+def test_sd_stopping_before_memory_is_not_credited_to_memory():
+    limit = _limit([1.7, 1.2, 0.9, 0.7], 1000, 0.6)
+    assert limit.stops_from == 64 and not limit.memory_caps_first and limit.sentence() is None
+    beyond = _limit([1.7, 1.6, 1.4, 1.1], 4000, 0.8)  # still pays at 512, not at 4000
+    assert beyond.cell() == "never" and not beyond.memory_caps_first
+    assert "stops paying between the largest planned batch and" in beyond.sentence()
+
+
+def test_never_paying_and_nothing_fitting_are_said_as_such():
+    assert _limit([0.9, 0.8, 0.7, 0.6], 100, 0.5).cell() == "never pays"
+    nothing = _limit([1.5, 1.4, 1.3, 1.2], 0, None)
+    assert nothing.fits_cell() == "none" and "not even one sequence fits" in nothing.sentence()
+    assert not nothing.memory_caps_first
+
+
+def test_hardware_cli_says_memory_caps_the_llava_batch_at_1k(capsys):
+    """The H100 LLaVA-1.5-7B/68M plan at 1k context: SD still pays where memory stops the batch."""
+    args = [
+        "hardware",
+        "--pair",
+        "llava-1.5-7b-68m",
+        "--device",
+        "h100-sxm",
+        "--batch",
+        "1,64,512",
+        "--context",
+        "1024",
+    ]
+    assert main(args + ["--runtime", "vllm"]) == 0
+    text = capsys.readouterr().out
+    assert "largest B that fits" in text and "memory, not SD, caps the batch here" in text
+    assert main(args + ["--runtime", "vllm", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    limit = out["plan"]["stop_paying"]["M"]["h100-sxm"]["1024"]
+    assert limit["memory_caps_first"] and 64 < limit["largest_fitting_batch"] < 512
+    assert limit["speedup_at_largest_fitting_batch"] > 1.0
+    assert len(out["plan"]["rows_at_largest_fitting_batch"]) == 1
