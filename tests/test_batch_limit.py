@@ -100,17 +100,7 @@ def test_never_paying_and_nothing_fitting_are_said_as_such():
 
 def test_hardware_cli_says_memory_caps_the_llava_batch_at_1k(capsys):
     """The H100 LLaVA-1.5-7B/68M plan at 1k context: SD still pays where memory stops the batch."""
-    args = [
-        "hardware",
-        "--pair",
-        "llava-1.5-7b-68m",
-        "--device",
-        "h100-sxm",
-        "--batch",
-        "1,64,512",
-        "--context",
-        "1024",
-    ]
+    args = "hardware --pair llava-1.5-7b-68m --device h100-sxm --batch 1,64,512 --context 1024".split()
     assert main(args + ["--runtime", "vllm"]) == 0
     text = capsys.readouterr().out
     assert "largest B that fits" in text and "memory, not SD, caps the batch here" in text
