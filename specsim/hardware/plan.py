@@ -112,6 +112,10 @@ class Plan:
         return stop_paying(device, method, context, rows, fit, at[0].speedup if at else None)
 
     def to_json(self) -> dict:
+        limits = {
+            m: {d: {str(c): self.stop_paying(d, m, c) for c in self.contexts} for d in self.devices}
+            for m in self.methods
+        }
         return {
             "schema_version": 1,
             "assumptions": list(self.assumptions),
@@ -125,17 +129,13 @@ class Plan:
             "ranking": {m: [r.device for r in ranking(self, m)] for m in self.methods},
             "speedup_below_1_from_batch": {
                 m: {
-                    d: {str(c): self.stop_paying(d, m, c).stops_from for c in self.contexts}
-                    for d in self.devices
+                    d: {c: x.stops_from for c, x in by_context.items()} for d, by_context in by_device.items()
                 }
-                for m in self.methods
+                for m, by_device in limits.items()
             },
             "stop_paying": {
-                m: {
-                    d: {str(c): self.stop_paying(d, m, c).to_json() for c in self.contexts}
-                    for d in self.devices
-                }
-                for m in self.methods
+                m: {d: {c: x.to_json() for c, x in by_context.items()} for d, by_context in by_device.items()}
+                for m, by_device in limits.items()
             },
         }
 
@@ -186,10 +186,9 @@ def _device_rows(
     speedups = block_speedup(tau, tp, block_ms)  # = τ / ((γ + e)·c + v + o / Tp)
     best = np.argmax(speedups, axis=-1)  # [B, L]
     bound = compute_bound(target, dev, eff, b, ctx, 1, tp=t_tp)[..., 0]
-    per_gpu = per_gpu_resident_bytes(
-        target, draft, b[..., 0], ctx[..., 0] + max(mt.gammas) + 1, par.tp, d_tp, split=par.split
-    )
-    fits = per_gpu <= USABLE_MEMORY_FRACTION * dev.memory_bytes
+    kv_positions, gpus, split = _memory_terms(mt, par, ctx[..., 0])
+    per_gpu = per_gpu_resident_bytes(target, draft, b[..., 0], kv_positions, *gpus, split=split)
+    fits = per_gpu <= _usable_bytes(dev)
     rows = []
     for i, j in np.ndindex(best.shape):
         k = int(best[i, j])
@@ -291,20 +290,23 @@ def plan_hardware(
     )
 
 
+def _memory_terms(mt: MethodTau, par: Parallel, context):
+    """How the plan counts memory, for :func:`per_gpu_resident_bytes` and :func:`largest_fitting_batch`
+    alike: (KV positions per sequence = context + γ_max + 1, (target GPUs, draft GPUs), split)."""
+    return context + max(mt.gammas) + 1, (par.tp, par.tp if par.draft_sharded else 1), par.split
+
+
+def _usable_bytes(dev: Device) -> float:
+    return USABLE_MEMORY_FRACTION * dev.memory_bytes
+
+
 def _largest_fitting_batch(
     target: ModelSpec, draft: ModelSpec, dev: Device, mt: MethodTau, context: float, par: Parallel
 ) -> int | None:
-    """The largest batch that fits on ``dev`` at ``context``, on the same terms as :func:`_device_rows`'s
-    ``fits_memory``."""
-    return largest_fitting_batch(
-        target,
-        draft,
-        USABLE_MEMORY_FRACTION * dev.memory_bytes,
-        context + max(mt.gammas) + 1,
-        par.tp,
-        par.tp if par.draft_sharded else 1,
-        split=par.split,
-    )
+    """The largest batch that fits on ``dev`` at ``context``, on :func:`_device_rows`'s ``fits_memory``
+    terms."""
+    kv_positions, gpus, split = _memory_terms(mt, par, context)
+    return largest_fitting_batch(target, draft, _usable_bytes(dev), kv_positions, *gpus, split=split)
 
 
 def _assumptions(

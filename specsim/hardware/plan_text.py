@@ -112,7 +112,8 @@ def plan_text(plan: Plan, target: ModelSpec, draft: ModelSpec, fit=None) -> str:
                     + [f"{r.speedup:.2f}" + ("" if r.fits_memory else "!") for r in rs]
                     + [limit.cell(), limit.fits_cell()]
                 )
-                notes += [f"    {n}" for n in [limit.sentence()] if n]
+                if sentence := limit.sentence():
+                    notes.append(f"    {sentence}")
             header = ["device"] + [f"B={b}" for b in plan.batches] + ["speedup<1 from", "largest B that fits"]
             lines.append(format_table(header, table, indent="    "))
             lines += notes

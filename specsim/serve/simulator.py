@@ -256,9 +256,8 @@ def _fast_forward(st: _State, dec, gamma, acceptance, rng, cost, t, horizon, gap
     gen0 = st.generated[dec]
     accs, emitted = _emissions(acceptance, dec, gen0, st.output[dec] - gen0, gamma, rng)
     before = np.cumsum(emitted, axis=0) - emitted  # tokens each step's own emission comes after
-    if (
-        st.keeps_rejected
-    ):  # masked columns: every draft a step rejects (none without drafts: accs are 0 at γ 0)
+    if st.keeps_rejected:
+        # masked columns: every draft a step rejects (none without drafts: accs are 0 at γ 0)
         rejected = gamma - accs
         before = before + st.rejected[dec] + np.cumsum(rejected, axis=0) - rejected
     ctx = st.prompt_total[dec] + gen0 - 1 + before
