@@ -1,4 +1,5 @@
-"""Benchmark: evaluations per second of the vectorised analytic core (goal >= 1e7/s).
+"""Benchmark: evaluations per second of the vectorised analytic core (goal >= 1e7/s), and trace replay's
+positions per second (goal >= 1e7/s).
 
 Run: python bench/bench_analytic.py [--points 1000000] [--repeats 5]
 Prints the median over repeats; no assertion (timings belong here, not in tests).
@@ -11,6 +12,7 @@ import time
 
 import numpy as np
 
+from specsim.acceptance.replay import replay_traces_tau
 from specsim.acceptance.theory import optimal_gamma, speedup, tau_iid
 
 
@@ -54,6 +56,11 @@ def main() -> None:
         f"optimal_gamma over a {side}x{side} (alpha, c) grid, gamma 1..16: {s_opt * 1e3:.1f} ms -> "
         f"{evals / s_opt:,.0f} speedup evaluations/s, {side * side / s_opt:,.0f} grid points/s"
     )
+
+    traces = [rng.random(1000) < 0.8 for _ in range(5000)]  # 5e6 positions
+    s_replay = _median_s(lambda: replay_traces_tau(traces, 4), args.repeats)
+    rate = 5e6 / s_replay
+    print(f"replay_traces_tau over 5,000 traces x 1,000 positions at gamma 4: {rate:,.0f} positions/s")
 
 
 if __name__ == "__main__":

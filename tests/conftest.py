@@ -1,8 +1,13 @@
 """Shared fixtures: small synthetic profiles built from the dataclasses."""
 
 import pytest
+from hypothesis import settings
 
 from specsim.profile import Curve, LatencySection, MethodAcceptance, Profile, Provenance
+
+# A busy host can run one example past hypothesis's 200 ms deadline: no unit test asserts time (bench/ does).
+settings.register_profile("busy_host", deadline=None)
+settings.load_profile("busy_host")
 
 
 def make_profile(**overrides) -> Profile:

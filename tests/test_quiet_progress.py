@@ -90,11 +90,14 @@ def _foreign_lines(err: str) -> list[str]:
 @pytest.fixture
 def library_logs_to_stderr():
     """transformers' log handler keeps the stderr of its import (under pytest, the session's capture): point
-    it at file descriptor 2, where a terminal would see it and ``capfd`` reads it."""
+    it at file descriptor 2, where a terminal would see it and ``capfd`` reads it. Only transformers' own
+    plain StreamHandler: pytest (9.2 on) also attaches its capture handlers, StreamHandler subclasses over a
+    StringIO, to non-propagating loggers such as transformers', and they must keep their stream."""
     import logging
     import sys
 
-    handlers = [h for h in logging.getLogger("transformers").handlers if isinstance(h, logging.StreamHandler)]
+    handlers = [h for h in logging.getLogger("transformers").handlers if type(h) is logging.StreamHandler]
+    assert handlers, "transformers' own log handler was not found"
     before = [h.setStream(sys.__stderr__) for h in handlers]
     yield
     for handler, stream in zip(handlers, before):
