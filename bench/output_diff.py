@@ -142,11 +142,11 @@ def capture(folder: Path, only: str | None) -> None:
 
 
 def compare(a: Path, b: Path) -> int:
-    names = sorted({p.name for p in a.glob("*.txt")} | {p.name for p in b.glob("*.txt")})
+    names = sorted({p.name for p in b.glob("*.txt")})  # what AFTER ran (a capture may be partial: --only)
     changed = 0
     for n in names:
         x = (a / n).read_text().splitlines() if (a / n).exists() else ["<missing>"]
-        y = (b / n).read_text().splitlines() if (b / n).exists() else ["<missing>"]
+        y = (b / n).read_text().splitlines()
         if x != y:
             changed += 1
             print(f"=== {n}")

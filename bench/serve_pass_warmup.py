@@ -25,6 +25,8 @@ def main(argv: list[str] | None = None) -> int:
     from calibrate.run.server_loop import serve_loop
     from calibrate.workload.run_setup import load_setup
     from specsim.cli.main import build_parser
+    from specsim.costs.grid_pass_cost import GridPassCost
+    from specsim.costs.pass_cost import TARGET
     from specsim.profiles import load_profile
     from specsim.serve.arrivals import poisson_arrivals
 
@@ -38,7 +40,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     check = ["check", "--preset", "zoo", "--threads", "1", "--profile", args.profile, "--method", "M"]
     setup = load_setup(build_parser().parse_args([*check, "--max-new-tokens", str(args.new_tokens)]))
-    batched = load_profile(args.profile).latency.forward_costs().batched
+    cost = GridPassCost.batch(load_profile(args.profile).latency, "the profile has no batched grids")
     order = workload_order(setup, args.requests)
     reqs = [setup.groups[g][i] for g, i in order]
     arrival = list(poisson_arrivals(len(reqs), args.rate, np.random.default_rng(args.seed)))
@@ -48,11 +50,12 @@ def main(argv: list[str] | None = None) -> int:
     static: list[tuple[float, float]] = []
     for _ in range(args.rounds):
         for p in loop_passes(serve_loop(setup.target, setup.draft, reqs, arrival, gamma=0, **kw)):
-            grid_ms = batched.target_pass_ms(1, p.width, p.decoding)
+            grid_ms = float(cost.pass_ms(TARGET, 1, float(p.width), p.decoding).ms)
             by_step.setdefault(min(p.since_admission, 10), []).append((p.verify_ms, grid_ms))
         for r in reqs[:6]:  # the same requests alone through the static engine, passes back to back
             for blk in batch_target_decode(setup.target, [r], **kw).blocks[1:]:
-                static.append((blk.verify_ms, batched.target_pass_ms(1, blk.target_columns, 1)))
+                grid = cost.pass_ms(TARGET, 1, float(blk.target_columns), 1).ms
+                static.append((blk.verify_ms, float(grid)))
     print(f"rate {args.rate:g}/s, target-only: loop pass ms over the grid's, by steps since an admission")
     print("steps since  passes  median ms  grid ms  sum ratio")
     for k, v in sorted(by_step.items()):
@@ -64,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
         )
     a = np.asarray(static)
     print(f"static engine, same requests alone: sum ratio {a[:, 0].sum() / a[:, 1].sum():.2f}")
-    loop = batched.server_loop
+    loop = cost.batched.server_loop
     if loop is not None and loop.target_pass_scale:
         print("the profile's target_pass_scale: " + " ".join(f"{x:.2f}" for x in loop.target_pass_scale))
     return 0

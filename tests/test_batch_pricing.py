@@ -13,6 +13,7 @@ from calibrate.measure.server_loop_costs import measure_batched
 from calibrate.models.loaded_model import LoadedModel
 from calibrate.run.batch_engine import PaddedCache, batch_speculative_decode, batch_target_decode
 from calibrate.run.proposal import Request
+from specsim.costs.grid_pass_cost import GridPassCost
 from specsim.errors import SpecsimError
 from specsim.predict.batch_pricing import batch_schedule, price_batch
 from specsim.profile.batched_cost import BatchedCosts
@@ -73,7 +74,7 @@ def test_walk_sums_by_hand():
     """Two requests, γ 3, prompts 10 and 6 (draft prompts 8 and 4): A emits 4,4,1 (9 tokens), B 1,2."""
     cost = _linear_costs()
     emitted = [np.array([4.0, 4.0, 1.0]), np.array([1.0, 2.0])]
-    p = price_batch(cost, 3, emitted, [10, 6], [8, 4])
+    p = price_batch(GridPassCost(None, cost), 3, emitted, [10, 6], [8, 4])
     # blocks: g0 = 3; block 1: max left = 8 -> g 3; block 2: A left 1 -> g 0. B = 2 (between 1 and 4).
     # target width: block 1 at 10 + 3 = 13, block 2 at 13 + 4 = 17. Block 0: A accepted 3 = g (full).
     # draft width: 8 + 3 - 1 = 10 before block 1; block 1 feeds 2 + 2 -> 14 before block 2 (no drafts).
@@ -94,7 +95,7 @@ def test_walk_sums_by_hand():
         (base + 8 * lerp(0.2, 0.8)) / 10 / ((draft + verify + overhead) / 7)
     )
     with pytest.raises(SpecsimError, match="batch 5 was not measured"):
-        price_batch(cost, 3, emitted * 2 + emitted[:1], [10] * 5, [8] * 5)
+        price_batch(GridPassCost(None, cost), 3, emitted * 2 + emitted[:1], [10] * 5, [8] * 5)
 
 
 def test_target_only_steps_without_a_masked_column_are_priced_unpadded():
@@ -107,13 +108,15 @@ def test_target_only_steps_without_a_masked_column_are_priced_unpadded():
     emitted = [np.array([4.0, 4.0, 1.0]), np.array([1.0, 2.0])]  # 9 and 3 tokens
     lerp = lambda v1, v4: v1 + (v4 - v1) / 3  # noqa: E731
     step = [lerp(3 + 0.01 * w, 3 + 0.04 * w) for w in range(10, 18)]  # steps 1..8 on 10..17 columns
-    p = price_batch(fast, 3, emitted, [10, 10], [8, 8])
+    p = price_batch(GridPassCost(None, fast), 3, emitted, [10, 10], [8, 8])
     # steps 1 and 2 run with both rows live (B finishes after its third token, at step 2): unpadded
     assert p.target_ms == pytest.approx(0.5 * sum(step[:2]) + sum(step[2:]))
-    assert price_batch(fast, 3, emitted, [10, 6], [8, 4]).target_ms == pytest.approx(
-        price_batch(cost, 3, emitted, [10, 6], [8, 4]).target_ms
+    assert price_batch(GridPassCost(None, fast), 3, emitted, [10, 6], [8, 4]).target_ms == pytest.approx(
+        price_batch(GridPassCost(None, cost), 3, emitted, [10, 6], [8, 4]).target_ms
     )
-    assert price_batch(cost, 3, emitted, [10, 10], [8, 8]).target_ms == pytest.approx(sum(step))
+    assert price_batch(GridPassCost(None, cost), 3, emitted, [10, 10], [8, 8]).target_ms == pytest.approx(
+        sum(step)
+    )
     assert BatchedCosts.from_json(json.loads(json.dumps(fast.to_json()))) == fast
 
 
@@ -125,9 +128,11 @@ def test_a_blocks_first_draft_step_is_priced_apart_where_measured():
     emitted = [np.array([4.0, 4.0, 1.0]), np.array([1.0, 2.0])]
     lerp = lambda v1, v4: v1 + (v4 - v1) / 3  # noqa: E731
     steps = [lerp(1 + 0.001 * w, 1 + 0.004 * w) for w in (10, 11, 12)]
-    p = price_batch(first, 3, emitted, [10, 6], [8, 4])
+    p = price_batch(GridPassCost(None, first), 3, emitted, [10, 6], [8, 4])
     assert p.draft_ms == pytest.approx(2 * steps[0] + steps[1] + steps[2])
-    assert price_batch(cost, 3, emitted, [10, 6], [8, 4]).draft_ms == pytest.approx(sum(steps))
+    assert price_batch(GridPassCost(None, cost), 3, emitted, [10, 6], [8, 4]).draft_ms == pytest.approx(
+        sum(steps)
+    )
     assert BatchedCosts.from_json(json.loads(json.dumps(first.to_json()))) == first
 
 

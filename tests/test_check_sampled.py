@@ -13,6 +13,7 @@ from specsim.check.check_tables import coverage, inside, sampled_table
 from specsim.check.comparison import PromptSpec, RequestRun
 from specsim.check.sampled import predict_sampled, sampled_row, simulate_pool, widen
 from specsim.check.sampled_runs import beta_at_length, check_sampling_entry, measure_sampled, timing_halfwidth
+from specsim.costs.grid_pass_cost import GridPassCost
 from specsim.drafts.block_plans import greedy_plan
 from specsim.errors import SpecsimError, SpecsimWarning
 from specsim.predict.chain_costs import block_ms, sd_request_cost
@@ -143,7 +144,12 @@ def test_pool_blocks_equal_the_montecarlo_and_costs_equal_the_walk():
     prof, entry, specs = _world()
     beta = np.asarray(entry.traces[1].beta)
     pool = simulate_pool(
-        beta, specs[1], GAMMA, rng=np.random.default_rng(5), runs=64, cost=prof.latency.cost_model
+        beta,
+        specs[1],
+        GAMMA,
+        rng=np.random.default_rng(5),
+        runs=64,
+        cost=GridPassCost(prof.latency.cost_model),
     )
     mc = simulate([beta], GAMMA, rng=np.random.default_rng(5), runs=64)
     np.testing.assert_array_equal(pool.blocks, mc.blocks[:, 0])
@@ -153,12 +159,12 @@ def test_pool_blocks_equal_the_montecarlo_and_costs_equal_the_walk():
     for i in (0, 7, 63):
         plan = greedy_plan(draws[i], GAMMA, specs[1].max_new_tokens)
         kw = {"target_prompt_tokens": 40, "draft_prompt_tokens": 40}
-        whole = sd_request_cost(prof.latency.cost_model, plan, **kw)
-        decode = sd_request_cost(prof.latency.cost_model, plan.after_first(), fused=False, **kw)
+        whole = sd_request_cost(GridPassCost(prof.latency.cost_model), plan, **kw)
+        decode = sd_request_cost(GridPassCost(prof.latency.cost_model), plan.after_first(), fused=False, **kw)
         assert pool.request_ms[i] == pytest.approx(whole.total_ms)
         assert pool.decode_ms[i] == pytest.approx(decode.total_ms)
         assert pool.decode_tokens[i] == beta.size - plan.emitted[0]
-        per_block = block_ms(prof.latency.cost_model, plan, **kw)
+        per_block = block_ms(GridPassCost(prof.latency.cost_model), plan, **kw)
         assert per_block.total_ms[1:].sum() == pytest.approx(decode.total_ms)
 
 

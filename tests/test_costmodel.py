@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from specsim.acceptance.replay import replay_block_starts, replay_blocks_per_prompt, replay_traces_tau
+from specsim.costs.grid_pass_cost import GridPassCost
 from specsim.drafts.block_plans import expected_plan, greedy_plan
 from specsim.errors import SpecsimError
 from specsim.predict.chain_costs import sd_request_cost, target_request_cost
@@ -140,8 +141,10 @@ def test_constant_costs_reduce_the_walk_to_the_formula():
     cm = _cost_model(f_target=lambda r, c: 10.0 + 2 * (r - 1), f_draft=lambda r, c, b: 1.0)
     match = np.random.default_rng(3).random(60) < 0.8
     plan = greedy_plan(match, 4)
-    sd = sd_request_cost(cm, plan, target_prompt_tokens=100, draft_prompt_tokens=100, fused=False)
-    base = target_request_cost(cm, prompt_tokens=100, new_tokens=60, fused=False)
+    sd = sd_request_cost(
+        GridPassCost(cm), plan, target_prompt_tokens=100, draft_prompt_tokens=100, fused=False
+    )
+    base = target_request_cost(GridPassCost(cm), prompt_tokens=100, new_tokens=60, fused=False)
     tau = plan.tokens / plan.blocks
     drafts = plan.drafts.sum()
     # every block: its drafts at 1 ms, and a verification of g+1 rows at 10 + 2g ms
@@ -176,8 +179,10 @@ def test_predict_walks_the_traces_of_a_schema2_profile():
     # the decode phase: SD blocks after the first against target-only steps after the first
     plan = greedy_plan(traces[0].match, 3)
     after = plan.after_first()
-    sd = sd_request_cost(cm, after, target_prompt_tokens=40, draft_prompt_tokens=40, fused=False)
-    base = target_request_cost(cm, prompt_tokens=41, new_tokens=29, fused=False)
+    sd = sd_request_cost(
+        GridPassCost(cm), after, target_prompt_tokens=40, draft_prompt_tokens=40, fused=False
+    )
+    base = target_request_cost(GridPassCost(cm), prompt_tokens=41, new_tokens=29, fused=False)
     tp = base.total_ms / 29
     assert row.speedup == pytest.approx(tp / (sd.total_ms / after.tokens))
     assert row.tau == pytest.approx(replay_traces_tau(traces, 3))
@@ -211,7 +216,7 @@ def test_check_row_names_the_target_only_step_term():
         prof, entry, 3, [PromptSpec("a", 40, 40, 0, 30)], measure({"a": [run] * 2}, {"a": [run] * 2})
     )
     step = row.terms_ms_per_block["target_step"]
-    base = target_request_cost(cm, prompt_tokens=41, new_tokens=29, fused=False)
+    base = target_request_cost(GridPassCost(cm), prompt_tokens=41, new_tokens=29, fused=False)
     assert step["predicted"] == pytest.approx(base.total_ms / 29)
     assert step["measured"] == pytest.approx(100.0 / 29)
     assert "target step pred" in terms_table([row])
@@ -238,7 +243,9 @@ def test_overhead_by_context_is_interpolated_and_walked_per_block():
         OverheadGrid.from_json(lonely, "o")
     cm = replace(_cost_model(), overhead_ms_per_block=grid)
     plan = greedy_plan(tuple(int(x) for x in np.random.default_rng(2).random(40) < 0.7), 3)
-    sd = sd_request_cost(cm, plan, target_prompt_tokens=100, draft_prompt_tokens=100, fused=False)
+    sd = sd_request_cost(
+        GridPassCost(cm), plan, target_prompt_tokens=100, draft_prompt_tokens=100, fused=False
+    )
     by_hand = sum(grid.at(max(int(g), 1), 1, 99.0 + t) for g, t in zip(plan.drafts, plan.start))
     assert sd.overhead_ms == pytest.approx(by_hand)
     assert sd.overhead_ms != pytest.approx(float(grid.at(3, 1)) * plan.blocks)  # not the pooled value
@@ -260,14 +267,16 @@ def test_an_adaptive_ensemble_pays_its_weight_update_per_block(tmp_path):
     assert CostModel.from_json(json.loads(json.dumps(cm.to_json()))) == cm
     plan = greedy_plan(tuple(int(x) for x in np.random.default_rng(4).random(40) < 0.7), 4)
     kw = {"target_prompt_tokens": 100, "draft_prompt_tokens": 100, "batch": 2, "fused": False}
-    fixed = sd_request_cost(cm, plan, **kw)
-    adaptive = sd_request_cost(cm, plan, adaptive=True, **kw)
+    fixed = sd_request_cost(GridPassCost(cm), plan, **kw)
+    adaptive = sd_request_cost(GridPassCost(cm), plan, adaptive=True, **kw)
     by_hand = sum(update.at(max(int(g), 1), 2, 99.0 + t) for g, t in zip(plan.drafts, plan.start))
     assert fixed.overhead_ms == pytest.approx(plan.blocks * 1.0)
     assert adaptive.overhead_ms - fixed.overhead_ms == pytest.approx(by_hand) and by_hand > 0
     assert adaptive.draft_ms == fixed.draft_ms and adaptive.verify_ms == fixed.verify_ms
     old = replace(cm, adaptive_ms_per_block=None)
-    assert sd_request_cost(old, plan, adaptive=True, **kw).overhead_ms == pytest.approx(fixed.overhead_ms)
+    assert sd_request_cost(GridPassCost(old), plan, adaptive=True, **kw).overhead_ms == pytest.approx(
+        fixed.overhead_ms
+    )
     assert MethodAcceptance(method="adaptive:MTC", scenario="s", images_per_prompt=1).adaptive
     assert not MethodAcceptance(method="MTC", scenario="s", images_per_prompt=1).adaptive
     bad = cm.to_json()

@@ -15,6 +15,7 @@ from calibrate.measure import latency_plan as L  # noqa: E402
 from calibrate.measure.acceptance_traces import acceptance_trace, drafter_trace  # noqa: E402
 from calibrate.models.loaded_model import LoadedModel  # noqa: E402
 from calibrate.run.engine import Request, speculative_decode, target_decode  # noqa: E402
+from specsim.costs.grid_pass_cost import GridPassCost  # noqa: E402
 from specsim.drafts.block_plans import greedy_plan  # noqa: E402
 from specsim.predict.chain_costs import sd_request_cost, target_request_cost  # noqa: E402
 from tests.tiny_pair import tiny_pair, tiny_prompts  # noqa: E402
@@ -118,7 +119,7 @@ def test_walk_reproduces_the_engine_exactly(world, monkeypatch, tmp_path, batch)
         req = Request(ids, prompt_id=f"p{i}")
         P = ids.shape[1]
         base = target_decode(target, req, max_new_tokens=NEW_TOKENS)
-        pred = target_request_cost(cost, prompt_tokens=P, new_tokens=NEW_TOKENS)
+        pred = target_request_cost(GridPassCost(cost), prompt_tokens=P, new_tokens=NEW_TOKENS)
         assert pred.total_ms == pytest.approx(sum(b.block_ms for b in base.blocks), rel=1e-9)
         assert pred.prefill_ms == pytest.approx(base.blocks[0].verify_ms, rel=1e-9)
         trace = (
@@ -133,7 +134,9 @@ def test_walk_reproduces_the_engine_exactly(world, monkeypatch, tmp_path, batch)
             assert plan.start.tolist() == list(np.cumsum([0] + [b.emitted for b in out.blocks])[:-1])
             assert plan.drafts.tolist() == [b.gamma for b in out.blocks]
             assert plan.first_rows[1:].tolist() == [b.draft_first_rows for b in out.blocks[1:]]
-            pred = sd_request_cost(cost, plan, target_prompt_tokens=P, draft_prompt_tokens=P, batch=batch)
+            pred = sd_request_cost(
+                GridPassCost(cost), plan, target_prompt_tokens=P, draft_prompt_tokens=P, batch=batch
+            )
             assert not pred.extrapolated
             assert pred.draft_ms + pred.draft_prefill_ms == pytest.approx(
                 sum(b.draft_ms for b in out.blocks), rel=1e-9

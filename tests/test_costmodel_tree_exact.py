@@ -18,6 +18,7 @@ from calibrate.measure.acceptance_traces import acceptance_trace, drafter_trace 
 from calibrate.models.loaded_model import LoadedModel  # noqa: E402
 from calibrate.run.engine import Request, speculative_decode  # noqa: E402
 from calibrate.run.tree_engine import tree_decode  # noqa: E402
+from specsim.costs.grid_pass_cost import GridPassCost  # noqa: E402
 from specsim.drafts.draft_plans import policy_plan, tree_plan  # noqa: E402
 from specsim.drafts.policies import parse_policy  # noqa: E402
 from specsim.drafts.trees import parse_tree  # noqa: E402
@@ -119,7 +120,9 @@ def test_tree_and_policy_walks_reproduce_the_engines_exactly(world, monkeypatch,
                 b.draft_first_rows for b in out.blocks[1:] if b.gamma
             ]
             roots += sum(b.root_rows == 2 for b in plan.steps)
-            pred = tree_request_cost(cost, plan, target_prompt_tokens=P, draft_prompt_tokens=P, batch=batch)
+            pred = tree_request_cost(
+                GridPassCost(cost), plan, target_prompt_tokens=P, draft_prompt_tokens=P, batch=batch
+            )
             assert not pred.extrapolated
             assert pred.prefill_ms == pytest.approx(out.setup_ms["target_prefill_ms"], rel=1e-9)
             assert pred.draft_ms + pred.draft_prefill_ms == pytest.approx(
@@ -133,6 +136,8 @@ def test_tree_and_policy_walks_reproduce_the_engines_exactly(world, monkeypatch,
             )
             plan = policy_plan(trace, parse_policy(spec), NEW_TOKENS)
             assert plan.drafts.tolist() == [b.gamma for b in out.blocks], spec
-            pred = sd_request_cost(cost, plan, target_prompt_tokens=P, draft_prompt_tokens=P, batch=batch)
+            pred = sd_request_cost(
+                GridPassCost(cost), plan, target_prompt_tokens=P, draft_prompt_tokens=P, batch=batch
+            )
             assert pred.total_ms == pytest.approx(out.decode_ms, rel=1e-9), spec
     assert roots > 0  # 2-row root passes (a block ending on a leaf) occur, so their pricing is tested

@@ -14,6 +14,7 @@ from specsim.serve.step_cost import ConstantStepCost
 def _loop_cost(**scales):
     from dataclasses import replace
 
+    from specsim.costs.grid_pass_cost import GridPassCost
     from specsim.profile.batched_cost import ServerLoopCosts
     from specsim.profiles import load_profile
     from specsim.serve.profile_cost import ProfileStepCost
@@ -21,8 +22,8 @@ def _loop_cost(**scales):
     forward = load_profile("qwen2.5-coder-0.5b-1.5b-cpu-batch").latency.forward_costs()
     loop = ServerLoopCosts((0, 3), ((0.05, 0.01), (0.3, 0.05)), 0.5, 1.25, **scales)
     batched = replace(forward.batched, server_loop=loop)
-    return ProfileStepCost(replace(forward, batched=batched), batched), ProfileStepCost(
-        forward, forward.batched
+    return ProfileStepCost(GridPassCost(replace(forward, batched=batched), batched)), ProfileStepCost(
+        GridPassCost(forward, forward.batched)
     )
 
 
@@ -58,6 +59,8 @@ def test_loop_pass_scales_are_measured_against_the_grid_by_steps_since_an_admiss
     from types import SimpleNamespace
 
     from calibrate.measure.server_loop_costs import LoopPass, loop_pass_scales, loop_passes
+    from specsim.costs.grid_pass_cost import GridPassCost
+    from specsim.costs.pass_cost import draft_steps_ms
     from specsim.profile.cost_grid import grid_ms
     from specsim.profiles import load_profile
 
@@ -68,9 +71,8 @@ def test_loop_pass_scales_are_measured_against_the_grid_by_steps_since_an_admiss
         for gamma, batch, width in ((0, 2, 80), (3, 4, 120)):
             grid = batched.target_verify if gamma else batched.target_decode
             ms, _ = grid_ms(grid, gamma + 1, float(width), batch)
-            draft = (
-                float(np.sum(batched.draft_steps_ms(width + np.arange(gamma), batch)[0])) if gamma else 0.0
-            )
+            steps = draft_steps_ms(GridPassCost(None, batched), width + np.arange(gamma), batch)[0]
+            draft = float(np.sum(steps)) if gamma else 0.0
             passes.append(LoopPass(k, gamma, batch, width, draft * (f + 0.1), float(ms) * f))
     target, draft = loop_pass_scales(passes, batched, steps=5)
     assert target == pytest.approx((1.6, 1.3, 1.1, 1.1, 1.1))

@@ -11,6 +11,7 @@ import pytest
 from calibrate.measure.server_loop_costs import prefill_setup_ms
 from calibrate.run.proposal import Request
 from calibrate.run.server_loop import serve_loop
+from specsim.costs.grid_pass_cost import GridPassCost
 from specsim.errors import SpecsimError
 from specsim.profile.batched_cost import BatchedCosts, ServerLoopCosts
 from specsim.profiles import load_profile
@@ -27,7 +28,7 @@ BASE = ServerLoopCosts((0, 3), ((0.05, 0.01), (0.3, 0.05)), 0.5, 1.25)
 def _cost(loop):
     forward = load_profile("qwen2.5-coder-0.5b-1.5b-cpu-batch").latency.forward_costs()
     batched = replace(forward.batched, server_loop=loop)
-    return ProfileStepCost(replace(forward, batched=batched), batched)
+    return ProfileStepCost(GridPassCost(replace(forward, batched=batched), batched))
 
 
 def test_each_admission_pays_its_prefill_set_up_and_its_join_at_the_steps_gamma():

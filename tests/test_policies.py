@@ -11,12 +11,11 @@ from specsim.drafts.policies import (
     parse_policy,
     replay_policy_blocks,
     replay_policy_blocks_per_prompt,
-    replay_policy_decode_ms,
     replay_policy_tau,
 )
-from specsim.drafts.trees import chain_block_ms
 from specsim.errors import SpecsimError
 from specsim.profile import Trace
+from tests.reference_block_cost import chain_block_ms, replay_policy_decode_ms
 
 
 def _outcomes(blocks):

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from specsim.check.sampled import _base_ms, simulate_pool
+from specsim.costs.grid_pass_cost import GridPassCost
 from specsim.drafts.block_plans import greedy_plan
 from specsim.errors import SpecsimError
 from specsim.predict.chain_costs import sd_request_cost, target_request_cost
@@ -54,8 +55,8 @@ def test_cost_model_carries_sampling_and_older_profiles_load_without_it():
 
 def test_sampled_walk_adds_every_draw_and_acceptance_once():
     prof, entry, specs = _world()
-    greedy = prof.latency.cost_model
-    cm = replace(greedy, sampling=COST)
+    greedy = GridPassCost(prof.latency.cost_model)
+    cm = GridPassCost(replace(prof.latency.cost_model, sampling=COST))
     beta = np.asarray(entry.traces[1].beta)
     kw = {"target_prompt_tokens": 40, "draft_prompt_tokens": 40}
     pool = simulate_pool(beta, specs[1], GAMMA, rng=np.random.default_rng(5), runs=16, cost=cm)

@@ -481,7 +481,7 @@ def test_a_measured_profile_prices_steps_from_its_batched_grids(capsys):
     draft = first + float(np.sum(steps))
     assert cost.draft_ms(4, 3, ctx) == pytest.approx(draft * float(loop.pass_scale(None, draft=True)))
     # one prompt's images go through the encoder in one call: the one-image call plus the slope after it
-    lat = cost.latency
+    lat = cost.passes.latency
     two = cost.target_step_ms(0, 1, ctx, [(50, 0, 2)]) - cost.target_step_ms(0, 1, ctx, [(50, 0, 0)])
     cold = loop.cold_pass_ms_scale  # a step with prefills runs them (the encoder too) cold
     assert two == pytest.approx(lat.vision_ms(2) * cold)

@@ -284,6 +284,7 @@ def test_server_loop_costs_round_trip_and_price_steps():
     (a + b·B at γ, interpolated between γ) and charge each admission its join-and-leave ms."""
     from dataclasses import replace
 
+    from specsim.costs.grid_pass_cost import GridPassCost
     from specsim.profile.batched_cost import BatchedCosts, ServerLoopCosts
     from specsim.profiles import load_profile
     from specsim.serve.profile_cost import ProfileStepCost
@@ -295,11 +296,11 @@ def test_server_loop_costs_round_trip_and_price_steps():
     model = replace(
         load_profile("qwen2.5-coder-0.5b-1.5b-cpu-batch").latency.forward_costs(), batched=with_loop
     )
-    cost = ProfileStepCost(model, with_loop)
+    cost = ProfileStepCost(GridPassCost(model, with_loop))
     assert cost.overhead_ms(4, 3) == pytest.approx(0.3 + 0.05 * 4)
     assert cost.overhead_ms(4, 2) == pytest.approx(0.25 + 0.04 * 4)  # between γ 1 and 3
     assert cost.overhead_ms(2, 0) == pytest.approx(0.07)
-    plain = ProfileStepCost(model, base)
+    plain = ProfileStepCost(GridPassCost(model, base))
     chunks = [(40, 0, 0), (30, 0, 0)]
     ctx = np.zeros(0)
     assert cost.target_step_ms(0, 1, ctx, chunks) - plain.target_step_ms(0, 1, ctx, chunks) == pytest.approx(
@@ -317,6 +318,7 @@ def test_a_step_with_prefills_prices_its_passes_cold():
     without them as the grid measured them; older profiles (no scale) price every pass warm."""
     from dataclasses import replace
 
+    from specsim.costs.grid_pass_cost import GridPassCost
     from specsim.profile.batched_cost import BatchedCosts, ServerLoopCosts
     from specsim.profiles import load_profile
     from specsim.serve.profile_cost import ProfileStepCost
@@ -327,7 +329,7 @@ def test_a_step_with_prefills_prices_its_passes_cold():
 
     def cost(loop):
         batched = replace(forward.batched, server_loop=loop)
-        return ProfileStepCost(replace(forward, batched=batched), batched)
+        return ProfileStepCost(GridPassCost(replace(forward, batched=batched), batched))
 
     cold, warm = cost(cold_loop), cost(warm_loop)
     ctx, chunks = np.full(4, 60.0), [(40, 0, 0)]

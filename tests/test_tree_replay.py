@@ -11,12 +11,12 @@ from specsim.drafts.tree_replay import (
     rank_acceptance,
     replay_tree_blocks,
     replay_tree_blocks_per_prompt,
-    replay_tree_decode_ms,
     replay_tree_tau,
 )
-from specsim.drafts.trees import chain_block_ms, chain_tree, expected_tokens, parse_tree, rank_acceptance_iid
+from specsim.drafts.trees import chain_tree, expected_tokens, parse_tree, rank_acceptance_iid
 from specsim.errors import SpecsimError
 from specsim.profile import Trace
+from tests.reference_block_cost import chain_block_ms, replay_tree_decode_ms
 
 
 def _geometric_ranks(rng, alpha, size):

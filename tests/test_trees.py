@@ -13,16 +13,15 @@ from specsim.drafts.tree_search import best_tree, optimal_trees
 from specsim.drafts.trees import (
     TreeSpec,
     branching_tree,
-    chain_block_ms,
     chain_tree,
     draft_pass_rows,
     expected_tokens,
     node_probabilities,
     parse_tree,
     rank_acceptance_iid,
-    tree_block_ms,
 )
 from specsim.errors import SpecsimError
+from tests.reference_block_cost import chain_block_ms, tree_block_ms
 
 
 # --------------------------------------------------------------------------- spec format

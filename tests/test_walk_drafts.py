@@ -8,10 +8,11 @@ import numpy as np
 import pytest
 
 from specsim.cli.main import main
+from specsim.costs.grid_pass_cost import GridPassCost
 from specsim.drafts.block_plans import greedy_plan
 from specsim.drafts.draft_plans import policy_plan, tree_plan
 from specsim.drafts.policies import parse_policy
-from specsim.drafts.tree_replay import replay_tree_blocks, replay_tree_decode_ms
+from specsim.drafts.tree_replay import replay_tree_blocks
 from specsim.drafts.trees import parse_tree
 from specsim.errors import SpecsimError
 from specsim.predict.chain_costs import sd_request_cost
@@ -23,6 +24,7 @@ from specsim.profile.cost_grid import make_grid
 from specsim.profile.cost_model import CostModel, OverheadGrid, TreeCosts
 from specsim.profiles import load_profile, save_profile
 from tests.conftest import make_profile
+from tests.reference_block_cost import replay_tree_decode_ms
 from tests.test_costmodel import _cost_model
 
 F_TARGET = lambda r, c: 10.0 + 2 * (r - 1) + 0.01 * c  # noqa: E731
@@ -100,8 +102,10 @@ def test_chain_tree_and_fixed_policy_walk_like_the_chain():
             np.array_equal(getattr(chain, f), getattr(fixed, f)) for f in ("start", "drafts", "first_rows")
         )
         kw = {"target_prompt_tokens": t.prompt_tokens, "draft_prompt_tokens": t.prompt_tokens, "fused": False}
-        a = sd_request_cost(prof.latency.cost_model, chain, **kw)
-        b = tree_request_cost(prof.latency.cost_model, tree_plan(t.draft_rank, parse_tree("chain:3")), **kw)
+        a = sd_request_cost(GridPassCost(prof.latency.cost_model), chain, **kw)
+        b = tree_request_cost(
+            GridPassCost(prof.latency.cost_model), tree_plan(t.draft_rank, parse_tree("chain:3")), **kw
+        )
         assert (a.draft_ms, a.verify_ms) == pytest.approx((b.draft_ms, b.verify_ms), rel=1e-12)
     assert predict_draft(prof, entry, parse_tree("chain:3")).speedup == pytest.approx(
         predict_entry(prof, entry, 3).speedup
@@ -117,7 +121,7 @@ def test_tree_pricing_equals_the_block_cost_of_part_one():
         tree = parse_tree(spec)
         for t in entry.traces:
             ours = tree_request_cost(
-                prof.latency.cost_model,
+                GridPassCost(prof.latency.cost_model),
                 tree_plan(t.draft_rank, tree),
                 target_prompt_tokens=t.prompt_tokens,
                 draft_prompt_tokens=t.prompt_tokens,

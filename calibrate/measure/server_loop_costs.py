@@ -37,9 +37,10 @@ from calibrate.measure.batch_costgrid import BatchSweepPlan, batched_costs, ragg
 from calibrate.models.loaded_model import LoadedModel
 from calibrate.run.batch_engine import PaddedCache, batch_prefill_phase, batch_target_step
 from calibrate.run.engine import unwrap
+from specsim.costs.grid_pass_cost import GridPassCost
+from specsim.costs.pass_cost import TARGET, draft_steps_ms
 from specsim.errors import SpecsimError
 from specsim.profile.batched_cost import BatchedCosts, ServerLoopCosts
-from specsim.profile.cost_grid import grid_ms
 
 PASS_SCALE_STEPS = 8  # buckets of steps since an admission: 0 .. 6 and 7 or later
 # More than a server CPU's last-level cache share: after streaming it, every weight comes from memory again.
@@ -75,11 +76,12 @@ def loop_pass_scales(
     """(target, draft) Σ loop ms / Σ grid ms by steps since the last admission (module docstring); a bucket
     with no pass takes the nearest later bucket's value, else the nearest earlier one's (empty: none)."""
     sums = np.zeros((2, steps, 2))  # [target/draft, bucket, measured/grid]
+    cost = GridPassCost(None, batched)
     for p in passes:
         k = min(p.since_admission, steps - 1)
-        sums[0, k] += (p.verify_ms, batched.target_pass_ms(p.gamma + 1, p.width, p.decoding))
+        sums[0, k] += (p.verify_ms, float(cost.pass_ms(TARGET, p.gamma + 1, float(p.width), p.decoding).ms))
         if p.gamma:
-            draft, _ = batched.draft_steps_ms(p.width + np.arange(p.gamma), p.decoding)
+            draft, _ = draft_steps_ms(cost, p.width + np.arange(p.gamma), p.decoding)
             sums[1, k] += (p.draft_ms, float(np.sum(draft)))
     return _filled(sums[0]), _filled(sums[1])
 
@@ -113,7 +115,7 @@ def prefill_setup_ms(steps) -> tuple[float, float]:
 def arrival_spacing_s(batched: BatchedCosts, batch: int, new_tokens: int, width: float) -> float:
     """Seconds between arrivals that keep about ``batch`` requests of ``new_tokens`` running: one target-only
     step at B and ``width`` from ``batched``'s grid, × new tokens / B."""
-    ms, _ = grid_ms(batched.target_decode, 1, float(width), batch, name="batched target_decode")
+    ms, _ = GridPassCost(None, batched).pass_ms(TARGET, 1, float(width), batch)
     return float(ms) * new_tokens / batch / 1e3
 
 

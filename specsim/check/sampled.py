@@ -44,10 +44,11 @@ from specsim.acceptance.montecarlo import central_interval
 from specsim.acceptance.theory import tau_iid
 from specsim.check.comparison import PromptSpec, compared_row
 from specsim.check.sampled_runs import SampledMeasured, acceptance_paths, replicate_runs
+from specsim.costs.grid_pass_cost import GridPassCost
 from specsim.drafts.block_plans import BlockPlan, greedy_plan
 from specsim.errors import SpecsimError
 from specsim.predict.chain_costs import block_ms, sd_request_cost, target_request_cost
-from specsim.predict.pricing import TERMS, setup_ms
+from specsim.predict.pricing import TERMS, setup_ms, target_only
 from specsim.profile import CheckRow, MethodAcceptance, Profile
 
 CI = 0.95
@@ -149,16 +150,13 @@ class SampledPrediction:
 
 def _base_ms(cost, spec: PromptSpec, tokens: int) -> tuple[float, float, float]:
     """Target-only (decode-phase ms, decode-phase tokens, request ms without set-up) of one run of
-    ``tokens``."""
-    step = 0.0 if cost.sampling is None else cost.sampling.target_step_ms  # a draw instead of an argmax
-    request = (
-        target_request_cost(cost, prompt_tokens=spec.prompt_tokens, new_tokens=tokens).total_ms
-        + tokens * step
-    )
+    ``tokens``: :func:`specsim.predict.pricing.target_only`, plus a draw instead of an argmax per step."""
+    step = 0.0 if cost.sampling is None else cost.sampling.target_step_ms
     if tokens < 2:
-        return 0.0, 0.0, request
-    dec = target_request_cost(cost, prompt_tokens=spec.prompt_tokens + 1, new_tokens=tokens - 1, fused=False)
-    return dec.total_ms + (tokens - 1) * step, float(tokens - 1), request
+        request = target_request_cost(cost, prompt_tokens=spec.prompt_tokens, new_tokens=tokens)
+        return 0.0, 0.0, request.total_ms + tokens * step
+    request, dec = target_only(cost, spec.prompt_tokens, tokens)
+    return dec.total_ms + (tokens - 1) * step, float(tokens - 1), request.total_ms + tokens * step
 
 
 def _base_sums(cost, spec: PromptSpec, runs: tuple[int, ...], setup_ms: float) -> Counter:
@@ -184,7 +182,7 @@ def predict_sampled(
     ci: float = CI,
 ) -> SampledPrediction:
     """Replicates of the measured design (see the module docstring); ``rng`` drives every draw."""
-    cost = profile.latency.forward_costs()
+    cost = GridPassCost.request(profile.latency)
     traces = {t.prompt_id: t for t in entry.traces if t.beta is not None or t.accept_paths}
     acc = {k: np.zeros(replicates) for k in ("tokens", "blocks", "dec_ms", "dec_tok", "req")}
     pooled = Counter()  # expected decode-phase sums over the design: ms by term, blocks, drafts
@@ -198,7 +196,7 @@ def predict_sampled(
                 "(run 'specsim calibrate acceptance' on the same prompts)"
             )
         lengths, trace = measured.sd_tokens[spec.prompt_id], traces[spec.prompt_id]
-        base_ms, sd_setup = setup_ms(profile, entry, spec.images)
+        base_ms, sd_setup = setup_ms(cost, profile, entry, spec.images)
         k = len(trace.accept_paths or (None,))
         paths.update([k] if trace.accept_paths else [])
         # one resample of the paths per replicate and prompt (nothing to resample with one path)

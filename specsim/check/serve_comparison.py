@@ -19,6 +19,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from specsim.costs.grid_pass_cost import GridPassCost
+from specsim.costs.pass_cost import TARGET
 from specsim.errors import SpecsimError
 from specsim.profile import SERVE_METRICS, MethodAcceptance, Profile, ServeCheckRow
 from specsim.serve.arrivals import Requests
@@ -118,11 +120,12 @@ def pass_drift(profile: Profile, runs: Sequence[ServedTimes]) -> float | None:
     """Σ measured ms / Σ the profile's batched grid ms over the runs' target passes (decode or
     verification): how much slower (> 1) or faster this host ran than when the profile was measured. A
     diagnostic printed with the rows, not a correction."""
-    batched = profile.latency.forward_costs().batched
+    cost = GridPassCost.batch(profile.latency, f"profile {profile.name!r}: no batched cost")
     measured = predicted = 0.0
     for run in runs:
         for rows, width, batch, ms in run.target_passes:
-            measured, predicted = measured + ms, predicted + batched.target_pass_ms(rows, width, batch)
+            grid = cost.pass_ms(TARGET, rows, width, batch).ms
+            measured, predicted = measured + ms, predicted + float(grid)
     return measured / predicted if predicted > 0 else None
 
 

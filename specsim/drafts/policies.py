@@ -37,7 +37,6 @@ import numpy as np
 from specsim.bounds import MAX_GAMMA, RANGES
 from specsim.drafts.block_plans import match_runs, token_budget
 from specsim.drafts.tree_replay import ReplayBlock
-from specsim.drafts.trees import CostFn, chain_block_ms
 from specsim.errors import SpecsimError
 from specsim.jsonio import show
 
@@ -241,22 +240,3 @@ def replay_policy_tau(traces, policy) -> float:
     if tokens == 0:
         raise SpecsimError("traces: expected at least one position, got none")
     return tokens / float(replay_policy_blocks_per_prompt(traces, policy).sum())
-
-
-def replay_policy_decode_ms(
-    traces, policy, *, target_ms: CostFn, draft_ms: CostFn, prompt_tokens
-) -> np.ndarray:
-    """Decode-phase ms of each prompt under ``policy``: Σ over replayed blocks of
-    :func:`specsim.drafts.trees.chain_block_ms` (γ drafted = the block's proposed) at the block's context."""
-    prompts = np.broadcast_to(np.asarray(prompt_tokens, dtype=float), (len(traces),))
-    return np.array(
-        [
-            sum(
-                chain_block_ms(
-                    b.proposed, target_ms=target_ms, draft_ms=draft_ms, context_tokens=prompts[j] + b.start
-                )
-                for b in replay_policy_blocks(t, policy)
-            )
-            for j, t in enumerate(traces)
-        ]
-    )

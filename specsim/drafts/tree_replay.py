@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from specsim.acceptance.replay import trace_arrays
-from specsim.drafts.trees import CostFn, TreeSpec, tree_block_ms
+from specsim.drafts.trees import TreeSpec
 from specsim.errors import SpecsimError
 
 
@@ -117,24 +117,3 @@ def rank_acceptance(traces, k: int) -> np.ndarray:
     if ranks.size == 0:
         raise SpecsimError("traces: expected at least one position, got only empty traces")
     return (np.bincount(np.minimum(ranks, k), minlength=k + 1)[:k] / ranks.size)[None, :]
-
-
-def replay_tree_decode_ms(
-    traces, tree: TreeSpec, *, target_ms: CostFn, draft_ms: CostFn, prompt_tokens
-) -> np.ndarray:
-    """Decode-phase ms of each prompt under greedy ``tree`` decoding: Σ over its replayed blocks of
-    :func:`specsim.drafts.trees.tree_block_ms` at the block's context (prompt + tokens emitted so far), with
-    the tree cut at the request's end as the engine cuts it. ``prompt_tokens`` scalar or one per prompt."""
-    ranks = rank_arrays(traces)
-    prompts = np.broadcast_to(np.asarray(prompt_tokens, dtype=float), (len(ranks),))
-    out = np.zeros(len(ranks))
-    for j, r in enumerate(ranks):
-        for b in replay_tree_blocks(r, tree):
-            cut = tree.truncated(r.size - 1 - b.start)
-            if cut is None:
-                out[j] += float(target_ms(1, prompts[j] + b.start))
-            else:
-                out[j] += tree_block_ms(
-                    cut, target_ms=target_ms, draft_ms=draft_ms, context_tokens=prompts[j] + b.start
-                )
-    return out

@@ -29,7 +29,6 @@ The best tree of each size is in :mod:`specsim.drafts.tree_search`; exact greedy
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -41,7 +40,6 @@ from specsim.jsonio import check_schema_version, show
 SCHEMA_VERSION = 1
 MAX_NODES = 1024  # a bigger tree is a typo ("8,8,8,8,8" has 37448 nodes), not a plan
 
-CostFn = Callable[[int, float], float]  # (rows, context_tokens) -> ms of one forward pass
 
 
 @dataclass(frozen=True)
@@ -263,26 +261,3 @@ def draft_pass_rows(tree: TreeSpec) -> list[int]:
     """Rows of each draft pass of a block: pass ℓ feeds the nodes at depth ℓ that have children
     (pass 0 feeds the pending token); the leaves are never fed, as the chain's last draft is not."""
     return [len(level) for level in tree.expanded_levels()]
-
-
-def tree_block_ms(tree: TreeSpec, *, target_ms: CostFn, draft_ms: CostFn, context_tokens: float) -> float:
-    """One block of ``tree``: Σ_ℓ draft_ms(rows_ℓ, ctx + fed before ℓ) + target_ms(n+1, ctx), ms.
-
-    ``target_ms(rows, context)`` and ``draft_ms(rows, context)`` give the ms of one forward pass over
-    ``rows`` new positions with ``context`` tokens in the KV cache (the cost grid of ``calibrate``);
-    ``context_tokens`` is the committed sequence. For "chain:γ" this is Σ_i Tq(ctx+i) + Tv(γ).
-    """
-    rows = draft_pass_rows(tree)
-    fed = np.concatenate([[0], np.cumsum(rows)[:-1]])
-    draft = sum(float(draft_ms(r, context_tokens + f)) for r, f in zip(rows, fed))
-    return draft + float(target_ms(tree.n + 1, context_tokens))
-
-
-def chain_block_ms(gamma: int, *, target_ms: CostFn, draft_ms: CostFn, context_tokens: float) -> float:
-    """One chain block of γ drafts, Σ_{i<γ} draft_ms(1, ctx+i) + target_ms(γ+1, ctx), ms; γ = 0 is one
-    target step (the engine's last block of a request, or a policy that turned drafting off)."""
-    if gamma == 0:
-        return float(target_ms(1, context_tokens))
-    return tree_block_ms(
-        chain_tree(gamma), target_ms=target_ms, draft_ms=draft_ms, context_tokens=context_tokens
-    )

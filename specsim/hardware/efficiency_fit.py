@@ -20,10 +20,12 @@ from dataclasses import dataclass, replace
 import numpy as np
 from scipy.optimize import least_squares
 
+from specsim.costs.pass_cost import DRAFT, PREFILL, STEP, TARGET
 from specsim.errors import SpecsimError
 from specsim.hardware.device import Device
 from specsim.hardware.model import ModelSpec
-from specsim.hardware.roofline import Efficiency, compute_bound, forward_ms
+from specsim.hardware.roofline import Efficiency
+from specsim.hardware.roofline_pass_cost import RooflinePassCost
 from specsim.hardware.runtime import PARAM_BOUNDS, Runtime
 from specsim.profile import LatencySection
 
@@ -117,19 +119,22 @@ def points_from_grid(role: str, phase: str, rows, context_tokens, batch, ms) -> 
     return out
 
 
+def _kind(p: LatencyPoint) -> str:
+    """A prompt's first pass keeps one logit (:data:`~specsim.costs.pass_cost.PREFILL`), every other pass
+    the logits of each of its rows."""
+    return PREFILL if p.phase == "prefill" else STEP
+
+
 def predict_points(points: list[LatencyPoint], models: dict[str, ModelSpec], dev: Device, eff) -> np.ndarray:
-    """Roofline time (ms) of each point (one vectorised call per model role)."""
+    """Roofline time (ms) of each point (one vectorised call per model role and kind of pass)."""
+    cost = RooflinePassCost(models.get(TARGET), models.get(DRAFT), dev, eff)
     out = np.empty(len(points))
-    for role in {p.role for p in points}:
-        idx = [i for i, p in enumerate(points) if p.role == role]
-        cols = np.array(
-            [
-                (points[i].batch, points[i].context_tokens, points[i].new_tokens, points[i].logit_tokens)
-                for i in idx
-            ],
-            dtype=float,
+    for role, kind in {(p.role, _kind(p)) for p in points}:
+        idx = [i for i, p in enumerate(points) if (p.role, _kind(p)) == (role, kind)]
+        batch, context, rows = np.array(
+            [(points[i].batch, points[i].context_tokens, points[i].new_tokens) for i in idx], dtype=float
         ).T
-        out[idx] = forward_ms(models[role], dev, eff, *cols)
+        out[idx] = cost.pass_ms(role, rows, context, batch, kind=kind).ms
     return out
 
 
@@ -185,17 +190,14 @@ def point_errors(
 ) -> tuple[PointError, ...]:
     """Predicted vs measured per point under ``eff``."""
     pred = predict_points(points, models, dev, eff)
+    cost = RooflinePassCost(models.get(TARGET), models.get(DRAFT), dev, eff)
     return tuple(
         PointError(
             p.label,
             p.measured_ms,
             float(t),
             float(t / p.measured_ms - 1.0),
-            bool(
-                compute_bound(
-                    models[p.role], dev, eff, p.batch, p.context_tokens, p.new_tokens, p.logit_tokens
-                )
-            ),
+            bool(cost.compute_bound(p.role, p.new_tokens, p.context_tokens, p.batch, kind=_kind(p))),
         )
         for p, t in zip(points, pred)
     )

@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 
 from specsim.acceptance.theory import block_speedup, sd_block_ms
+from specsim.costs.pass_cost import DRAFT, TARGET
 from specsim.errors import SpecsimError
 from specsim.hardware.batch_limit import StopPaying, stop_paying
 from specsim.hardware.device import Device
@@ -27,8 +28,8 @@ from specsim.hardware.parallel import (
     timing_gpus,
 )
 from specsim.hardware.plan_notes import image_tokens_note, v_below_one_note
-from specsim.hardware.roofline import USABLE_MEMORY_FRACTION, Efficiency, compute_bound, decode_ms, verify_ms
-from specsim.hardware.runtime import block_overhead_ms
+from specsim.hardware.roofline import USABLE_MEMORY_FRACTION, Efficiency
+from specsim.hardware.roofline_pass_cost import RooflinePassCost
 from specsim.profile import MethodAcceptance
 
 DEFAULT_BATCHES = (1, 2, 4, 8, 16, 32, 64)
@@ -177,15 +178,16 @@ def _device_rows(
     b, ctx = batches[:, None, None], contexts[None, :, None]
     g = np.asarray(mt.gammas, dtype=float)[None, None, :]
     d_tp = par.tp if par.draft_sharded else 1
-    t_tp, t_dtp = timing_gpus(par.tp, par.split), timing_gpus(d_tp, par.split)
-    tp = decode_ms(target, dev, eff, ctx, b, tp=t_tp)  # [B, L, 1]
-    tq = decode_ms(draft, dev, eff, ctx, b * mt.draft_batch_size, tp=t_dtp)  # [B, L, 1]
-    tv = verify_ms(target, dev, eff, g, ctx, b, tp=t_tp)  # [B, L, G]
+    gpus = timing_gpus(par.tp, par.split), timing_gpus(d_tp, par.split)
+    cost = RooflinePassCost(target, draft, dev, eff, *gpus)
+    tp = cost.pass_ms(TARGET, 1, ctx, b).ms  # [B, L, 1]
+    tq = cost.pass_ms(DRAFT, 1, ctx, b * mt.draft_batch_size).ms  # [B, L, 1]
+    tv = cost.pass_ms(TARGET, g + 1, ctx, b).ms  # [B, L, G]
     tau = np.asarray(mt.tau)[None, None, :]
-    block_ms = sd_block_ms(g + eff.extra_draft_forwards_per_block, tq, tv, block_overhead_ms(eff, b))
+    block_ms = sd_block_ms(g + cost.extra_draft_forwards, tq, tv, cost.block_overhead_ms(g, b))
     speedups = block_speedup(tau, tp, block_ms)  # = τ / ((γ + e)·c + v + o / Tp)
     best = np.argmax(speedups, axis=-1)  # [B, L]
-    bound = compute_bound(target, dev, eff, b, ctx, 1, tp=t_tp)[..., 0]
+    bound = cost.compute_bound(TARGET, 1, ctx, b)[..., 0]
     kv_positions, gpus, split = _memory_terms(mt, par, ctx[..., 0])
     per_gpu = per_gpu_resident_bytes(target, draft, b[..., 0], kv_positions, *gpus, split=split)
     fits = per_gpu <= _usable_bytes(dev)

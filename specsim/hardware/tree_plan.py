@@ -19,12 +19,13 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from specsim.acceptance.theory import block_speedup
+from specsim.costs.pass_cost import DRAFT, FIRST, TARGET, TREE
 from specsim.drafts.trees import TreeSpec, chain_tree, draft_pass_rows, expected_tokens
 from specsim.errors import SpecsimError
 from specsim.hardware.device import Device
 from specsim.hardware.model import ModelSpec
-from specsim.hardware.roofline import Efficiency, decode_ms, forward_ms, verify_ms
-from specsim.hardware.runtime import block_overhead_ms
+from specsim.hardware.roofline import Efficiency
+from specsim.hardware.roofline_pass_cost import RooflinePassCost
 from specsim.report import format_table
 
 
@@ -123,17 +124,16 @@ def plan_trees(
         members = np.zeros((len(trees), rows.size))
         members[owner, np.arange(rows.size)] = 1.0
         for dev in devices:
-            eff = effs.get(dev.name, Efficiency())
-            tp = decode_ms(target, dev, eff, ctx, b)  # [B, L, 1]
-            passes = forward_ms(draft, dev, eff, b * mt.draft_batch_size, ctx + offset, rows)  # [B, L, P]
-            catch_up = eff.extra_draft_forwards_per_block * decode_ms(
-                draft, dev, eff, ctx, b * mt.draft_batch_size
-            )
+            cost = RooflinePassCost(target, draft, dev, effs.get(dev.name, Efficiency()))
+            k = b * mt.draft_batch_size
+            tp = cost.pass_ms(TARGET, 1, ctx, b).ms  # [B, L, 1]
+            passes = cost.pass_ms(DRAFT, rows, ctx + offset, k, kind=TREE).ms  # [B, L, P]
+            catch_up = cost.extra_draft_forwards * cost.pass_ms(DRAFT, 1, ctx, k).ms
             block = (
                 passes @ members.T
                 + catch_up
-                + verify_ms(target, dev, eff, nodes, ctx, b)
-                + block_overhead_ms(eff, b)
+                + cost.pass_ms(TARGET, nodes + 1, ctx, b, kind=TREE).ms
+                + cost.block_overhead_ms(nodes, b)
             )
             speedups = block_speedup(tau, tp, block)  # [B, L, T]
             out += _rows(dev.name, mt.method, trees, tau, speedups, tp, chains, b, ctx)
@@ -219,30 +219,31 @@ def tree_plan_text(rows: list[TreePlanRow]) -> str:
 
 
 # --------------------------------------------------------------------------- replayed schedules on a device
-def _block_ms(target, draft, dev, eff, plan, batch: int, context: float, k: int) -> float:
+def _block_ms(cost: RooflinePassCost, plan, batch: int, context: float, k: int) -> float:
     """Σ over a plan's blocks of its roofline ms (see :func:`replay_speedup`)."""
     from specsim.drafts.draft_plans import TreePlan
 
-    tp = float(decode_ms(target, dev, eff, context, batch))
-    tq = float(decode_ms(draft, dev, eff, context, batch * k))
+    tp = float(cost.pass_ms(TARGET, 1, context, batch).ms)
+    tq = float(cost.pass_ms(DRAFT, 1, context, batch * k).ms)
+    overhead = cost.block_overhead_ms(1, batch)
     if not isinstance(plan, TreePlan):  # chain or policy blocks: g draft steps and Tv(g), or one target step
         g = np.asarray(plan.drafts, dtype=float)
-        tv = np.where(g > 0, verify_ms(target, dev, eff, np.maximum(g, 1), context, batch), tp)
-        forwards = np.where(g > 0, g + eff.extra_draft_forwards_per_block, 0.0)
-        return float(np.sum(plan.weight * (forwards * tq + tv + block_overhead_ms(eff, batch))))
+        tv = np.where(g > 0, cost.pass_ms(TARGET, np.maximum(g, 1) + 1, context, batch).ms, tp)
+        forwards = np.where(g > 0, g + cost.extra_draft_forwards, 0.0)
+        return float(np.sum(plan.weight * (forwards * tq + tv + overhead)))
     total = 0.0
     for step in plan.steps:
         if step.tree is None:
-            total += tp + block_overhead_ms(eff, batch)
+            total += tp + overhead
             continue
         levels = np.array(draft_pass_rows(step.tree)[1:], dtype=float)
-        total += float(forward_ms(draft, dev, eff, batch * k, context, step.root_rows, logits=1))
-        total += eff.extra_draft_forwards_per_block * tq
+        total += float(cost.pass_ms(DRAFT, step.root_rows, context, batch * k, kind=FIRST).ms)
+        total += cost.extra_draft_forwards * tq
         if levels.size:  # a level pass keeps the logits of every fed node: their children come from them
             fed = step.root_rows + np.concatenate([[0.0], np.cumsum(levels)[:-1]])
-            total += float(np.sum(forward_ms(draft, dev, eff, batch * k, context + fed, levels)))
-        tv = verify_ms(target, dev, eff, step.tree.n, context, batch)
-        total += float(tv + block_overhead_ms(eff, batch))
+            total += float(np.sum(cost.pass_ms(DRAFT, levels, context + fed, batch * k, kind=TREE).ms))
+        tv = cost.pass_ms(TARGET, step.tree.n + 1, context, batch, kind=TREE).ms
+        total += float(tv + cost.tree_overhead_ms(step.tree, batch))
     return total
 
 
@@ -262,9 +263,10 @@ def replay_speedup(
     context: tokens·Tp / Σ blocks, a block being its draft passes (the root over its 1 or 2 rows, each level
     pass over its m rows with their logits), its verification Tv over its drafts + 1 rows and the runtime's
     per-block overhead."""
-    tp = float(decode_ms(target, dev, eff, context, batch))
+    cost = RooflinePassCost(target, draft, dev, eff)
+    tp = float(cost.pass_ms(TARGET, 1, context, batch).ms)
     tokens = sum(p.tokens for p in plans)
-    spent = sum(_block_ms(target, draft, dev, eff, p, batch, context, draft_batch_size) for p in plans)
+    spent = sum(_block_ms(cost, p, batch, context, draft_batch_size) for p in plans)
     if not spent > 0:
         raise SpecsimError("replay_speedup: expected at least one block")
     return float(tokens * tp / spent)

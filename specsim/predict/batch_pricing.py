@@ -29,12 +29,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from specsim.costs.grid_pass_cost import GridPassCost
+from specsim.costs.pass_cost import TARGET, UNPADDED, PassCost, draft_steps_ms
 from specsim.drafts.draft_plans import draft_plan
 from specsim.errors import SpecsimError
 from specsim.predict.pricing import RequestSpec
 from specsim.profile import MethodAcceptance, Profile
-from specsim.profile.batched_cost import BatchedCosts
-from specsim.profile.cost_grid import grid_ms
 
 
 @dataclass(frozen=True)
@@ -120,7 +120,7 @@ def batch_schedule(emitted: list[np.ndarray], gamma: int) -> tuple[np.ndarray, .
 
 
 def price_batch(
-    cost: BatchedCosts, gamma: int, emitted: list[np.ndarray], prompt_tokens, draft_prompt_tokens
+    cost: PassCost, gamma: int, emitted: list[np.ndarray], prompt_tokens, draft_prompt_tokens
 ) -> BatchPriced:
     """Decode-phase costs of one static batch (module docstring): each request's emitted tokens per block,
     prompt lengths (target, draft)."""
@@ -138,27 +138,29 @@ def price_batch(
     if g.size and g.max() > 0:
         steps = np.arange(int(g.max()))[None, :]  # [1, max g]
         live = steps < g[:, None]
-        ms, ext = cost.draft_steps_ms(d_width[:, None] + steps, B)
+        ms, ext = draft_steps_ms(cost, d_width[:, None] + steps, B)
         draft_ms, out = float(np.sum(np.where(live, ms, 0.0))), bool(np.any(ext & live))
     verify = np.zeros(g.size)
     if np.any(g > 0):
         # an end-of-batch block's smaller g may lie below the measured rows: the nearest measured, flagged
-        measured = cost.target_verify.rows
-        rows = np.clip(g[g > 0] + 1, measured[0], measured[-1])
-        ms, ext = grid_ms(cost.target_verify, rows, t_width[g > 0], B, name="batched target_verify")
+        rows = g[g > 0] + 1
+        measured = cost.measured_rows(TARGET)
+        if measured is not None:
+            rows = np.clip(rows, measured[0], measured[-1])
+        ms, ext = cost.pass_ms(TARGET, rows, t_width[g > 0], B)
         clipped = bool(np.any(rows != g[g > 0] + 1))
         verify[g > 0], out = ms, out or bool(np.any(ext)) or clipped
     if np.any(g == 0):  # a block with no drafts is a target step
-        ms, ext = grid_ms(cost.target_decode, 1, t_width[g == 0], B, name="batched target_decode")
+        ms, ext = cost.pass_ms(TARGET, 1, t_width[g == 0], B)
         verify[g == 0], out = ms, out or bool(np.any(ext))
-    overhead = cost.overhead_ms_per_block.at(np.maximum(g, 1), B) if g.size else np.zeros(0)
+    overhead = cost.block_overhead_ms(np.maximum(g, 1), B) if g.size else np.zeros(0)
     n_tokens = max(float(e.sum()) for e in emitted)
     s = np.arange(1, int(n_tokens))
     # no masked column while every prompt has one length and no request has finished (module docstring)
     unpadded = (min(prompt_tokens) == max(prompt_tokens)) & (s < min(float(e.sum()) for e in emitted))
-    base, ext = grid_ms(cost.target_decode, 1, P + s - 1, B, name="batched target_decode")
+    base, ext = cost.pass_ms(TARGET, 1, P + s - 1, B)
     if np.any(unpadded):
-        fast, ext_fast = grid_ms(cost.unpadded_decode(), 1, P + s - 1, B, name="batched target_decode")
+        fast, ext_fast = cost.pass_ms(TARGET, 1, P + s - 1, B, kind=UNPADDED)
         base, ext = np.where(unpadded, fast, base), np.where(unpadded, ext_fast, ext)
     return BatchPriced(
         draft_ms=draft_ms,
@@ -168,7 +170,7 @@ def price_batch(
         blocks=float(g.size),
         drafts=float(g.sum()),
         target_ms=float(np.sum(base)),
-        target_overhead_ms=cost.target_step_overhead_ms(B) * s.size,
+        target_overhead_ms=cost.step_overhead_ms(B) * s.size,
         target_tokens=float(sum(e.sum() - 1 for e in emitted)),
         target_steps=float(s.size),
         request_blocks=float(alive[1:].sum()),
@@ -180,11 +182,10 @@ def price_batches(
     profile: Profile, entry: MethodAcceptance, gamma: int, batches: list[list[RequestSpec]]
 ) -> BatchPriced:
     """Decode-phase costs of ``batches`` of traced requests of ``entry`` at a fixed γ, summed."""
-    cost = profile.latency.forward_costs().batched
-    if cost is None:
-        raise SpecsimError(
-            "latency.cost_model.batched: not measured in this profile (calibrate latency --request-batches)"
-        )
+    cost = GridPassCost.batch(
+        profile.latency,
+        "latency.cost_model.batched: not measured in this profile (calibrate latency --request-batches)",
+    )
     total = None
     for reqs in batches:
         if any(r.trace is None for r in reqs):

@@ -1,4 +1,4 @@
-"""Price a chain request's forwards with the cost model (:mod:`specsim.profile.cost_model`), each where it
+"""Price a chain request's forwards through the pass cost (:mod:`specsim.costs.pass_cost`), each where it
 runs.
 
 A request's context grows from its prompt P to P + N as it decodes, and each forward costs what it
@@ -15,7 +15,8 @@ convention (the calibrate half's engine, ARCHITECTURE.md):
   step (P rows); ``fused=False`` prices the decode phase alone, every block as if the prompt were
   already cached (the convention of τ / (γ·c + v), Leviathan et al. 2023);
 - every block also pays the engine's overhead outside the models at its γ (an adaptive ensemble's
-  blocks also its weight update, ``adaptive_ms_per_block``).
+  blocks also its weight update, ``adaptive_ms_per_block``), and the draft forwards the runtime runs beyond
+  its γ drafts (none in a measured engine's grids).
 """
 
 from __future__ import annotations
@@ -24,9 +25,8 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
+from specsim.costs.pass_cost import DRAFT, FIRST, PREFILL, TARGET, PassCost
 from specsim.drafts.block_plans import BlockPlan
-from specsim.profile.cost_grid import grid_ms
-from specsim.profile.cost_model import CostModel
 
 
 @dataclass(frozen=True)
@@ -79,7 +79,7 @@ class BlockMs:
 
 
 def block_ms(
-    cost: CostModel,
+    cost: PassCost,
     plan: BlockPlan,
     *,
     target_prompt_tokens: float,
@@ -94,35 +94,35 @@ def block_ms(
     g, t = plan.drafts, plan.start
     flags = []
 
-    def price(grid, name, rows, ctx, b=1):
-        ms, out = grid_ms(grid, rows, ctx, b, name=name)
+    def price(role, rows, ctx, b=1, kind="step"):
+        ms, out = cost.pass_ms(role, rows, ctx, b, kind=kind)
         flags.append(bool(np.any(out)))
         return np.asarray(ms, dtype=float)
 
     has = g > 0
     verify = np.zeros_like(t)
     if has.any():
-        verify[has] = price(cost.target_verify, "Tv (target_verify)", g[has] + 1, P - 1 + t[has])
+        verify[has] = price(TARGET, g[has] + 1, P - 1 + t[has])
     if (~has).any():  # a block capped to no drafts verifies one row, like a target-only step
-        verify[~has] = price(cost.target_decode, "Tp (target_decode)", 1, P - 1 + t[~has])
+        verify[~has] = price(TARGET, 1, P - 1 + t[~has])
     first = np.zeros_like(t)
     if has.any():
         rows = plan.first_rows[has]
-        first[has] = price(
-            cost.draft_first, "Tq first step (draft_first)", rows, D - 1 + t[has] - (rows - 1), batch
-        )
+        first[has] = price(DRAFT, rows, D - 1 + t[has] - (rows - 1), batch, FIRST)
     steps = np.maximum(g - 1, 0).astype(np.int64)
     block_of = np.repeat(np.arange(g.size), steps)
     i = np.arange(steps.sum()) - np.repeat(np.cumsum(steps) - steps, steps) + 1
     nxt = np.zeros_like(t)
     if i.size:
-        np.add.at(nxt, block_of, price(cost.draft_next, "Tq (draft_next)", 1, D - 1 + t[block_of] + i, batch))
-    overhead = cost.block_overhead_ms(np.maximum(g, 1), batch, P - 1 + t, adaptive)
+        np.add.at(nxt, block_of, price(DRAFT, 1, D - 1 + t[block_of] + i, batch))
+    if cost.extra_draft_forwards and has.any():  # the runtime's draft forwards beyond γ, 1 row each
+        nxt[has] += cost.extra_draft_forwards * price(DRAFT, 1, D - 1 + t[has], batch)
+    overhead = cost.block_overhead_ms(np.maximum(g, 1), batch, P - 1 + t, adaptive=adaptive)
     return BlockMs(first, nxt, verify, np.broadcast_to(overhead, t.shape), any(flags))
 
 
 def sd_request_cost(
-    cost: CostModel,
+    cost: PassCost,
     plan: BlockPlan,
     *,
     target_prompt_tokens: float,
@@ -139,15 +139,11 @@ def sd_request_cost(
     flags = [ms.extrapolated]
     prefill = draft_prefill = 0.0
     if fused and g.size:
-        value, out = grid_ms(
-            cost.target_prefill, P + g[0], 0, 1, name="target prefill (target_prefill)", along="rows"
-        )
+        value, out = cost.pass_ms(TARGET, P + g[0], 0, 1, kind=PREFILL)
         prefill, verify[0] = float(value), 0.0
         flags.append(bool(np.any(out)))
         if g[0] > 0:
-            value, out = grid_ms(
-                cost.draft_prefill, D, 0, batch, name="draft prefill (draft_prefill)", along="rows"
-            )
+            value, out = cost.pass_ms(DRAFT, D, 0, batch, kind=PREFILL)
             draft_prefill, first[0] = float(value), 0.0
             flags.append(bool(np.any(out)))
     return RequestCost(
@@ -163,7 +159,7 @@ def sd_request_cost(
 
 
 def target_request_cost(
-    cost: CostModel, *, prompt_tokens: float, new_tokens: float, fused: bool = True
+    cost: PassCost, *, prompt_tokens: float, new_tokens: float, fused: bool = True
 ) -> RequestCost:
     """ms of target-only decoding of ``new_tokens`` (a fractional count weighs the last step)."""
     P = float(prompt_tokens)
@@ -171,13 +167,11 @@ def target_request_cost(
     w = np.ones(count)
     w[-1] = new_tokens - (count - 1)
     k = np.arange(count, dtype=float)
-    ms, out = grid_ms(cost.target_decode, 1, P - 1 + k, 1, name="Tp (target_decode)")
+    ms, out = cost.pass_ms(TARGET, 1, P - 1 + k, 1)
     ms = np.asarray(ms, dtype=float)
     prefill, flag = 0.0, bool(np.any(out))
     if fused:
-        prefill, flag0 = grid_ms(
-            cost.target_prefill, P, 0, 1, name="target prefill (target_prefill)", along="rows"
-        )
+        prefill, flag0 = cost.pass_ms(TARGET, P, 0, 1, kind=PREFILL)
         ms[0], flag = 0.0, flag or bool(flag0)
     return RequestCost(
         tokens=float(new_tokens),
@@ -185,6 +179,6 @@ def target_request_cost(
         prefill_ms=float(prefill),
         draft_ms=0.0,
         verify_ms=float(np.sum(w * ms)),
-        overhead_ms=float(np.sum(w) * cost.overhead_ms_per_target_step),
+        overhead_ms=float(np.sum(w) * cost.step_overhead_ms()),
         extrapolated=flag,
     )

@@ -20,12 +20,14 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from specsim.costs.grid_pass_cost import GridPassCost
+from specsim.costs.pass_cost import TARGET, TREE
 from specsim.drafts.draft_plans import Draft
 from specsim.drafts.trees import TreeSpec
 from specsim.errors import SpecsimError
 from specsim.predict.prediction import Prediction, predict_entry
 from specsim.predict.pricing import request_specs
-from specsim.predict.tree_costs import tree_block_ms, tree_costs
+from specsim.predict.tree_costs import tree_block_ms
 from specsim.profile import MethodAcceptance, Profile
 from specsim.report import fmt, format_table
 
@@ -57,8 +59,8 @@ def best_tree_for(
     from specsim.drafts.tree_replay import rank_acceptance
     from specsim.drafts.tree_search import best_tree
 
-    cost = profile.latency.forward_costs()
-    tc = tree_costs(cost)
+    cost = GridPassCost.request(profile.latency)
+    measured = cost.measured_rows(TARGET, TREE)  # n + 1 rows per measured tree verification
     specs = request_specs(entry, context_tokens=context_tokens)
     if any(r.trace is None for r in specs):
         raise SpecsimError(
@@ -71,7 +73,7 @@ def best_tree_for(
                 f"method {entry.method!r}: the best tree needs top-k traces ('specsim calibrate "
                 "acceptance --top-k K')"
             )
-    n_max = min(tc.max_nodes, 64) if n_max is None else int(n_max)
+    n_max = min(measured[-1] - 1, 64) if n_max is None else int(n_max)
     half = float(np.mean([len(r.trace.match) for r in specs])) / 2
     target_ctx = float(np.mean([r.prompt_tokens for r in specs])) - 1 + half
     draft_ctx = float(np.mean([r.draft_prompt_tokens for r in specs])) - 1 + half

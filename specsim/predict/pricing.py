@@ -1,9 +1,10 @@
-"""The one pricing of speculative decoding: a drafting method's requests through the profile's cost model.
+"""The request shape of pricing: a drafting method's requests, pass by pass through a pass cost
+(:mod:`specsim.costs.pass_cost`; the profile's measured grids by default).
 
-Every command that prints a predicted speedup or latency (``predict``, ``sweep``, ``check``, ``recommend``)
-comes here, so a check tests exactly what ``predict`` prints. :func:`price` takes requests
-(:class:`RequestSpec`: traced prompts, replayed exactly, or one request of N tokens in blocks of τ), a fixed
-γ, a token tree or a draft-length policy, and returns their costs by term, SD and target-only:
+``predict``, ``sweep`` and ``check`` price requests here, so a check tests exactly what ``predict`` prints
+(``recommend`` and ``hardware`` price the plan shape, :mod:`specsim.hardware.plan`). :func:`price` takes
+requests (:class:`RequestSpec`: traced prompts, replayed exactly, or one request of N tokens in blocks of
+τ), a fixed γ, a token tree or a draft-length policy, and returns their costs by term, SD and target-only:
 
 - the whole request: vision encoder, the draft's set-up (its vision encoder, captions), the first pass
   fused with the prompt as the engine runs it, every later block (:mod:`specsim.predict.chain_costs`,
@@ -22,6 +23,8 @@ import numpy as np
 
 from specsim.acceptance.replay import replay_survival
 from specsim.acceptance.theory import alpha_from_tau
+from specsim.costs.grid_pass_cost import GridPassCost
+from specsim.costs.pass_cost import PassCost
 from specsim.drafts.block_plans import expected_plan
 from specsim.drafts.draft_plans import Draft, draft_plan
 from specsim.errors import SpecsimError
@@ -107,13 +110,13 @@ def _mean(traces, name: str) -> float | None:
     return float(np.mean(values)) if values and all(v is not None for v in values) else None
 
 
-def setup_ms(profile: Profile, entry: MethodAcceptance, images: int) -> tuple[float, float]:
+def setup_ms(cost: PassCost, profile: Profile, entry: MethodAcceptance, images: int) -> tuple[float, float]:
     """(target-only, SD) set-up ms of one request: the target's vision encoder; SD adds the draft's vision
     encoder (methods that see the images) and a caption per image (methods that read captions)."""
     lat = profile.latency
     if not images:
         return 0.0, 0.0
-    vision = lat.vision_ms(images)
+    vision = cost.encoder_ms(images)
     draft = 0.0
     if entry.uses_draft_vision:
         if lat.draft_vision_encoder_ms_per_image is None:
@@ -121,7 +124,7 @@ def setup_ms(profile: Profile, entry: MethodAcceptance, images: int) -> tuple[fl
                 f"method {entry.method!r} runs the draft's vision encoder, "
                 "but draft_vision_encoder_ms_per_image is not measured"
             )
-        draft += lat.vision_ms(images, draft=True)
+        draft += cost.encoder_ms(images, draft=True)
     if entry.captions_per_prompt:
         if lat.captioner_ms_per_image is None:
             raise SpecsimError(
@@ -192,10 +195,17 @@ class Priced:
         }
 
 
-def price(profile: Profile, entry: MethodAcceptance, draft: Draft, requests: list[RequestSpec]) -> Priced:
-    """Price ``requests`` of ``entry`` at ``draft`` (a fixed γ, a token tree or a draft-length policy) with
-    the profile's cost model; SpecsimError names what the profile cannot price."""
-    cost = profile.latency.forward_costs()
+def price(
+    profile: Profile,
+    entry: MethodAcceptance,
+    draft: Draft,
+    requests: list[RequestSpec],
+    cost: PassCost | None = None,
+) -> Priced:
+    """Price ``requests`` of ``entry`` at ``draft`` (a fixed γ, a token tree or a draft-length policy) pass
+    by pass through ``cost`` (default: the profile's measured grids); SpecsimError names what the source
+    cannot price."""
+    cost = cost or GridPassCost.request(profile.latency)
     if not requests:
         raise SpecsimError(f"method {entry.method!r}: no requests to price")
     totals: dict[str, RequestCost | None] = dict.fromkeys(("sd_req", "base_req", "sd_dec", "base_dec"))
@@ -213,18 +223,19 @@ def price(profile: Profile, entry: MethodAcceptance, draft: Draft, requests: lis
         dec, first = plan.after_first(), 1.0
         if dec.tokens == 0:
             dec, first = plan, 0.0
+        base_req, base_dec = target_only(cost, P, n, first)
         parts = {
             "sd_req": plan_cost(cost, plan, **kw),
-            "base_req": target_request_cost(cost, prompt_tokens=P, new_tokens=n),
+            "base_req": base_req,
             "sd_dec": plan_cost(cost, dec, fused=False, **kw),
-            "base_dec": target_request_cost(cost, prompt_tokens=P + first, new_tokens=n - first, fused=False),
+            "base_dec": base_dec,
         }
         for k, v in parts.items():
             totals[k] = v if totals[k] is None else totals[k] + v
         drafts += dec.draft_tokens
         if setups is not None:
             try:
-                setups = setups + np.array(setup_ms(profile, entry, r.images))
+                setups = setups + np.array(setup_ms(cost, profile, entry, r.images))
             except SpecsimError as err:
                 setups, note = None, str(err)
     return Priced(
@@ -237,6 +248,16 @@ def price(profile: Profile, entry: MethodAcceptance, draft: Draft, requests: lis
         sd_setup_ms=None if setups is None else float(setups[1]),
         setup_note=note,
     )
+
+
+def target_only(cost: PassCost, prompt_tokens: float, new_tokens: float, first: float = 1.0):
+    """(whole request, decode phase) of target-only decoding: the request with its first pass fused with the
+    prefill, and the ``new_tokens − first`` steps after that first pass as if the prompt were cached."""
+    request = target_request_cost(cost, prompt_tokens=prompt_tokens, new_tokens=new_tokens)
+    decode = target_request_cost(
+        cost, prompt_tokens=prompt_tokens + first, new_tokens=new_tokens - first, fused=False
+    )
+    return request, decode
 
 
 def _plan(entry: MethodAcceptance, draft: Draft, request: RequestSpec):

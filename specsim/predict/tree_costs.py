@@ -1,5 +1,5 @@
-"""Price requests decoded with a token tree or a draft-length policy, every
-forward with the cost model (:mod:`specsim.profile.cost_model`) in the engines' cache conventions.
+"""Price requests decoded with a token tree or a draft-length policy, every forward through the pass cost
+(:mod:`specsim.costs.pass_cost`) in the engines' cache conventions.
 
 Trees (the tree engine of the calibrate half, ARCHITECTURE.md), for a request with target prompt P and draft
 prompt D:
@@ -28,57 +28,28 @@ from collections import defaultdict
 
 import numpy as np
 
+from specsim.costs.pass_cost import DRAFT, FIRST, PREFILL, STEP, TARGET, TREE, PassCost
 from specsim.drafts.block_plans import BlockPlan
 from specsim.drafts.draft_plans import TreeBlockPlan, TreePlan
 from specsim.drafts.trees import TreeSpec, draft_pass_rows
-from specsim.errors import SpecsimError
 from specsim.predict.chain_costs import RequestCost, sd_request_cost
-from specsim.profile.cost_grid import grid_ms
-from specsim.profile.cost_model import CostModel, TreeCosts
-
-_GRIDS = {
-    "target_prefill": ("target prefill (target_prefill)", "rows"),
-    "draft_prefill": ("draft prefill (draft_prefill)", "rows"),
-    "target_decode": ("Tp (target_decode)", "context"),
-    "draft_first": ("Tq root pass (draft_first)", "context"),
-    "tree_draft": ("tree draft level pass (tree.draft)", "context"),
-    "tree_verify": ("Tv(n) (tree.verify)", "context"),
-}
-
-
-def tree_costs(cost: CostModel) -> TreeCosts:
-    """The cost model's token-tree grids; SpecsimError naming the command that measures them."""
-    if cost is None or cost.tree is None:
-        raise SpecsimError(
-            "the profile's cost model has no token-tree grids (run 'specsim calibrate latency "
-            "--tree-sizes 2,4,8,16,32,64' or '--tree SPEC')"
-        )
-    return cost.tree
 
 
 class _Forwards:
-    """Forwards to price, collected per grid and term, then priced with one :func:`grid_ms` call per grid."""
+    """Forwards to price, collected per (role, kind) and term, then priced with one call per kind."""
 
     def __init__(self):
-        self.queries: dict[str, list[tuple[float, float, float, str]]] = defaultdict(list)
+        self.queries: dict[tuple[str, str], list[tuple[float, float, float, str]]] = defaultdict(list)
 
-    def add(self, grid: str, rows: float, context: float, batch: float, term: str) -> None:
-        self.queries[grid].append((rows, context, batch, term))
+    def add(self, role: str, kind: str, rows: float, context: float, batch: float, term: str) -> None:
+        self.queries[role, kind].append((rows, context, batch, term))
 
-    def price(self, grids: dict) -> tuple[dict[str, float], bool]:
+    def price(self, cost: PassCost) -> tuple[dict[str, float], bool]:
         terms: dict[str, float] = defaultdict(float)
         outside = False
-        for name, items in self.queries.items():
-            if grids[name] is None:
-                raise SpecsimError(
-                    f"the cost model has no {_GRIDS[name][0]} grid (every swept tree had depth 1; "
-                    "add --tree-sizes 4 or deeper trees to 'specsim calibrate latency')"
-                )
+        for (role, kind), items in self.queries.items():
             rows, ctx, batch, labels = zip(*items)
-            label, along = _GRIDS[name]
-            ms, out = grid_ms(
-                grids[name], np.array(rows), np.array(ctx), np.array(batch), name=label, along=along
-            )
+            ms, out = cost.pass_ms(role, np.array(rows), np.array(ctx), np.array(batch), kind=kind)
             outside |= bool(np.any(out))
             for term, value in zip(labels, np.atleast_1d(ms)):
                 terms[term] += float(value)
@@ -86,7 +57,7 @@ class _Forwards:
 
 
 def tree_request_cost(
-    cost: CostModel,
+    cost: PassCost,
     plan: TreePlan,
     *,
     target_prompt_tokens: float,
@@ -95,36 +66,28 @@ def tree_request_cost(
     fused: bool = True,
 ) -> RequestCost:
     """ms of tree decoding along ``plan`` (see the module docstring for where each pass runs)."""
-    tc = tree_costs(cost)
+    cost.measured_rows(TARGET, TREE)  # a source without token-tree passes says so before anything is priced
     P, D = float(target_prompt_tokens), float(draft_prompt_tokens)
     f = _Forwards()
     overhead = 0.0
     if fused and P > 1:
-        f.add("target_prefill", P - 1, 0, 1, "prefill_ms")
+        f.add(TARGET, PREFILL, P - 1, 0, 1, "prefill_ms")
     for k, b in enumerate(plan.steps):
         if b.tree is None:
-            f.add("target_decode", 1, P - 1 + b.start, 1, "verify_ms")
-            overhead += cost.overhead_ms_per_target_step
+            f.add(TARGET, STEP, 1, P - 1 + b.start, 1, "verify_ms")
+            overhead += cost.step_overhead_ms()
             continue
         if fused and k == 0:
-            f.add("draft_prefill", D, 0, batch, "draft_prefill_ms")
+            f.add(DRAFT, PREFILL, D, 0, batch, "draft_prefill_ms")
         else:
-            f.add("draft_first", b.root_rows, D + b.start - b.root_rows, batch, "draft_ms")
+            f.add(DRAFT, FIRST, b.root_rows, D + b.start - b.root_rows, batch, "draft_ms")
         fed = D + b.start
         for m in draft_pass_rows(b.tree)[1:]:
-            f.add("tree_draft", m, fed, batch, "draft_ms")
+            f.add(DRAFT, TREE, m, fed, batch, "draft_ms")
             fed += m
-        f.add("tree_verify", b.tree.n + 1, P - 1 + b.start, 1, "verify_ms")
-        overhead += tc.overhead_at(b.tree, batch, P - 1 + b.start)
-    grids = {
-        "target_prefill": cost.target_prefill,
-        "draft_prefill": cost.draft_prefill,
-        "target_decode": cost.target_decode,
-        "draft_first": cost.draft_first,
-        "tree_draft": tc.draft,
-        "tree_verify": tc.verify,
-    }
-    terms, outside = f.price(grids)
+        f.add(TARGET, TREE, b.tree.n + 1, P - 1 + b.start, 1, "verify_ms")
+        overhead += cost.tree_overhead_ms(b.tree, batch, P - 1 + b.start)
+    terms, outside = f.price(cost)
     return RequestCost(
         tokens=plan.tokens,
         blocks=plan.blocks,
@@ -138,7 +101,7 @@ def tree_request_cost(
 
 
 def plan_cost(
-    cost: CostModel,
+    cost: PassCost,
     plan: BlockPlan | TreePlan,
     *,
     target_prompt_tokens: float,
@@ -161,7 +124,7 @@ def plan_cost(
 
 
 def tree_block_ms(
-    cost: CostModel, tree: TreeSpec, *, target_context: float, draft_context: float, batch: int = 1
+    cost: PassCost, tree: TreeSpec, *, target_context: float, draft_context: float, batch: int = 1
 ) -> float:
     """ms of one decode-phase block of ``tree`` (root pass of 1 row, level passes, verification, overhead)
     whose target cache holds ``target_context`` positions and the draft's ``draft_context`` before the

@@ -28,8 +28,8 @@ target-only steps back to back):
 The context axis of every grid is the **cache width**: the columns each row's pass attends over, pads and
 masked columns included (the longest prompt, plus γ+1 columns per block whatever was accepted; the
 records' ``target_columns``). The grid's batch axis is B, the requests in the pass. Reading it:
-:func:`specsim.profile.cost_grid.grid_ms` (linear in width, flagged extrapolation outside; B and rows
-exact or linear between measured values).
+:class:`specsim.costs.grid_pass_cost.GridPassCost` (linear in width, flagged extrapolation outside; B and
+rows exact or linear between measured values).
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ import numpy as np
 
 from specsim.errors import SpecsimError
 from specsim.jsonio import check_keys, field_int, field_list, field_num, field_req, field_str, show
-from specsim.profile.cost_grid import CostGrid, grid_ms
+from specsim.profile.cost_grid import CostGrid
 from specsim.profile.overhead_grid import OverheadGrid
 
 BATCHED_GRIDS = ("target_decode", "target_verify", "draft_step")
@@ -188,30 +188,6 @@ class BatchedCosts:
                 f"{where}: batch {batch} was not measured (the profile's batched grid covers {lo}..{hi}; "
                 f"calibrate latency --request-batches)"
             )
-
-    def unpadded_decode(self) -> CostGrid:
-        """The grid of a target-only step with no masked column (``target_decode`` where not measured)."""
-        return self.target_decode_unpadded or self.target_decode
-
-    def target_pass_ms(self, rows: int, width: float, batch: int) -> float:
-        """ms of one target pass of ``rows`` per request (1: ``target_decode``, γ+1: ``target_verify``) at
-        cache ``width`` and B."""
-        grid = self.target_verify if rows > 1 else self.target_decode
-        ms, _ = grid_ms(grid, rows, float(width), batch, name="batched target pass")
-        return float(ms)
-
-    def draft_steps_ms(self, widths, batch) -> tuple[np.ndarray, np.ndarray]:
-        """(ms, extrapolated) of draft steps at cache ``widths`` [..., g] (ms arrays of that shape), the last
-        axis a block's steps in order: its first at ``draft_first_step`` where measured."""
-        widths = np.asarray(widths, dtype=float)
-        ms, out = grid_ms(self.draft_step, 1, widths, batch, name="batched draft_step")
-        if self.draft_first_step is not None and widths.shape[-1]:
-            first, out0 = grid_ms(
-                self.draft_first_step, 1, widths[..., :1], batch, name="batched draft_first_step"
-            )
-            ms = np.concatenate([first, ms[..., 1:]], -1)
-            out = np.concatenate([out0, out[..., 1:]], -1)
-        return ms, out
 
     def to_json(self) -> dict:
         return {

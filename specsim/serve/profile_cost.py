@@ -31,11 +31,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from specsim.costs.grid_pass_cost import GridPassCost
+from specsim.costs.pass_cost import DRAFT, PREFILL, TARGET, draft_steps_ms
 from specsim.errors import SpecsimError
-from specsim.profile import LatencySection, MethodAcceptance, Profile
-from specsim.profile.batched_cost import BatchedCosts
-from specsim.profile.cost_grid import grid_ms
-from specsim.profile.cost_model import CostModel
+from specsim.profile import MethodAcceptance, Profile
 from specsim.serve.step_cost import chunk_images
 
 
@@ -45,9 +44,7 @@ class ProfileStepCost:
 
     keeps_rejected_drafts = True  # the batched engine masks rejected drafts in place (its cache width)
 
-    model: CostModel
-    batched: BatchedCosts
-    latency: LatencySection = LatencySection()
+    passes: GridPassCost  # the batched engine's grids (``batched`` set), prefills and encoders
     image_tokens_per_image: int = 0
     draft_drop_tokens_per_image: float = 0.0
     draft_vision: bool = False
@@ -59,11 +56,10 @@ class ProfileStepCost:
     ) -> ProfileStepCost:
         """The profile's costs; with ``entries`` (one drafting method's, any scenarios), that method's
         prompt and set-up per image."""
-        model = profile.latency.forward_costs()
-        if model.batched is None:
-            raise SpecsimError(
-                f"profile {profile.name!r}: no batched cost (calibrate latency --request-batches 1,2,4,8)"
-            )
+        passes = GridPassCost.batch(
+            profile.latency,
+            f"profile {profile.name!r}: no batched cost (calibrate latency --request-batches 1,2,4,8)",
+        )
         drop, draft_vision, caption = 0.0, False, 0.0
         if entries:
             drop = draft_drop_tokens_per_image(entries)
@@ -79,9 +75,12 @@ class ProfileStepCost:
                         f"method {entry.method!r} uses captions, but captioner_ms_per_image is not measured"
                     )
                 caption = profile.latency.captioner_ms_per_image
-        return cls(
-            model, model.batched, profile.latency, int(image_tokens_per_image), drop, draft_vision, caption
-        )
+        return cls(passes, int(image_tokens_per_image), drop, draft_vision, caption)
+
+    @property
+    def batched(self):
+        """The batched engine's measured costs (its server loop's among them)."""
+        return self.passes.batched
 
     def _scales(self, prefill_chunks, since_admission, draft: bool = False) -> tuple[float, float]:
         """(prefill scale, pass scale) of a step. The server loop runs each prompt's vision encoder, target
@@ -99,19 +98,17 @@ class ProfileStepCost:
             since_admission = 0
         return cold, float(loop.pass_scale(since_admission, draft))
 
-    def _prefill(self, grid, chunks, name: str, drop_per_image: float = 0.0) -> float:
-        if grid is None:
-            raise SpecsimError(f"latency.cost_model.{name}: not measured in this profile")
+    def _prefill(self, role: str, chunks, drop_per_image: float = 0.0) -> float:
         rows = [c[0] - drop_per_image * chunk_images(c) for c in chunks if c[0] > 0]
         if not rows:
             return 0.0
-        ms, _ = grid_ms(grid, np.asarray(rows, float), 0.0, 1, name=name, along="rows")
+        ms, _ = self.passes.pass_ms(role, np.asarray(rows, float), 0.0, 1, kind=PREFILL)
         return float(np.sum(ms))
 
     def target_step_ms(self, batch, rows_per_seq, context_tokens, prefill_chunks=(), since_admission=None):
         cold, warm = self._scales(prefill_chunks, since_admission)
-        total = self._prefill(self.model.target_prefill, prefill_chunks, "target_prefill")
-        total += sum(self.latency.vision_ms(chunk_images(c)) for c in prefill_chunks)  # one call per prompt
+        total = self._prefill(TARGET, prefill_chunks)
+        total += sum(self.passes.encoder_ms(chunk_images(c)) for c in prefill_chunks)  # one call per prompt
         total *= cold
         loop = self.batched.server_loop
         if loop is not None:  # each admission joins the batch once and leaves once, and sets its prefill up
@@ -119,16 +116,16 @@ class ProfileStepCost:
             total += joins * admissions(prefill_chunks)
         if batch:
             width = float(np.max(context_tokens[:batch]))
-            total += self.batched.target_pass_ms(rows_per_seq, width, batch) * warm
+            total += float(self.passes.pass_ms(TARGET, rows_per_seq, width, batch).ms) * warm
         return total
 
     def draft_ms(self, batch, gamma, context_tokens, prefill_chunks=(), since_admission=None) -> float:
         drop = self.draft_drop_tokens_per_image
         cold, warm = self._scales(prefill_chunks, since_admission, draft=True)
-        total = self._prefill(self.model.draft_prefill, prefill_chunks, "draft_prefill", drop)
+        total = self._prefill(DRAFT, prefill_chunks, drop)
         for c in prefill_chunks:
             if self.draft_vision:
-                total += self.latency.vision_ms(chunk_images(c), draft=True)
+                total += self.passes.encoder_ms(chunk_images(c), draft=True)
             total += self.captioner_ms_per_image * chunk_images(c)
         total *= cold
         loop = self.batched.server_loop
@@ -137,7 +134,7 @@ class ProfileStepCost:
             total += extra * admissions(prefill_chunks)
         if batch and gamma:
             width = float(np.max(context_tokens[:batch])) + np.arange(gamma)
-            ms, _ = self.batched.draft_steps_ms(width, batch)
+            ms, _ = draft_steps_ms(self.passes, width, batch)
             total += float(np.sum(ms)) * warm
         return total
 
@@ -150,8 +147,8 @@ class ProfileStepCost:
         if self.batched.server_loop is not None:
             return self.batched.server_loop.step_overhead_ms(batch, gamma)
         if gamma == 0:
-            return self.batched.target_step_overhead_ms(batch)
-        return float(self.batched.overhead_ms_per_block.at(gamma, batch))
+            return self.passes.step_overhead_ms(batch)
+        return float(self.passes.block_overhead_ms(gamma, batch))
 
 
 def admissions(prefill_chunks) -> int:

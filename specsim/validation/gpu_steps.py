@@ -73,11 +73,12 @@ def compare_steps(
 ) -> list[StepPoint]:
     """One :class:`StepPoint` per GPU × C × B of ``mode`` in ``records`` (module docstring); ``runtime``
     and ``device`` override the mode's runtime and the GPU's catalog device."""
+    from specsim.costs.pass_cost import DRAFT, TARGET
     from specsim.hardware.device import load_device
     from specsim.hardware.model import load_model_spec
     from specsim.hardware.plan import MethodTau
-    from specsim.hardware.roofline import decode_ms, verify_ms
-    from specsim.hardware.runtime import block_overhead_ms, load_runtime
+    from specsim.hardware.roofline_pass_cost import RooflinePassCost
+    from specsim.hardware.runtime import load_runtime
     from specsim.predict.prediction import select_entries
     from specsim.presets import pair_models
     from specsim.profiles import load_profile
@@ -93,7 +94,7 @@ def compare_steps(
         dev_name = device or DEVICE_OF_GPU.get(gpu)
         if dev_name is None:
             raise SpecsimError(f"GPU {gpu!r} of the step timings: expected one of {sorted(DEVICE_OF_GPU)}")
-        dev = load_device(dev_name)
+        cost = RooflinePassCost(target, draft, load_device(dev_name), eff)
         ms = {
             (p["model"], p["context_tokens"], p["batch"], p["rows"]): p["ms_median"]
             for r in records
@@ -109,12 +110,12 @@ def compare_steps(
             tau = np.asarray([tau_of[int(x)] for x in g])
             tp, tq = ms["target", c, b, 1], ms["draft", c, b, 1]
             tv = np.asarray([ms["target", c, b, int(x) + 1] for x in g])
-            tp_p, tq_p = float(decode_ms(target, dev, eff, c, b)), float(decode_ms(draft, dev, eff, c, b))
-            tv_p = np.asarray(verify_ms(target, dev, eff, g, c, b), dtype=float)
-            forwards = g + eff.extra_draft_forwards_per_block
+            tp_p, tq_p = (float(cost.pass_ms(role, 1, c, b).ms) for role in (TARGET, DRAFT))
+            tv_p = np.asarray(cost.pass_ms(TARGET, g + 1, c, b).ms, dtype=float)
+            forwards = g + cost.extra_draft_forwards
             s = block_speedup(tau, tp, sd_block_ms(g, tq, tv))
             s_p = block_speedup(tau, tp_p, sd_block_ms(forwards, tq_p, tv_p))
-            s_f = block_speedup(tau, tp_p, sd_block_ms(forwards, tq_p, tv_p, block_overhead_ms(eff, b)))
+            s_f = block_speedup(tau, tp_p, sd_block_ms(forwards, tq_p, tv_p, cost.block_overhead_ms(g, b)))
             k, k_p = int(np.argmax(s)), int(np.argmax(s_p))
             out.append(
                 StepPoint(

@@ -20,9 +20,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from specsim.acceptance.theory import block_speedup, sd_block_ms
+from specsim.costs.pass_cost import DRAFT, TARGET
 from specsim.hardware.device import Device, load_device
-from specsim.hardware.passes import PassTable, pass_table, pass_terms
-from specsim.hardware.roofline import decode_ms, forward_bytes, forward_ms, verify_ms
+from specsim.hardware.roofline import forward_bytes
+from specsim.hardware.roofline_pass_cost import PassTable, RooflinePassCost, terms_table
 from specsim.hardware.runtime import block_overhead_ms
 from specsim.validation.published_set import PublishedSet, Row
 
@@ -55,17 +56,22 @@ def extra_forwards(row: Row, rt) -> float:
     return float(rt.extra_draft_forwards_per_block if own is None else own)
 
 
-def _tp_over_block(ps: PublishedSet, row: Row, rt) -> tuple[float, float]:
-    """(Tp, block) of an sd row in ms, by the roofline functions (reference implementation)."""
+def pass_cost(ps: PublishedSet, row: Row, rt) -> RooflinePassCost:
+    """The row's passes under runtime ``rt``: its target over ``tp`` GPUs, its draft over ``draft_tp``."""
     target, draft = models(ps, row)
-    dev = device(row.device)
+    return RooflinePassCost(target, draft, device(row.device), rt, row.tp, row.draft_tp)
+
+
+def _tp_over_block(ps: PublishedSet, row: Row, rt) -> tuple[float, float]:
+    """(Tp, block) of an sd row in ms, pass by pass (reference implementation)."""
+    cost = pass_cost(ps, row, rt)
     ctx = row.target_context_tokens
-    tp = decode_ms(target, dev, rt, ctx, row.batch, tp=row.tp)
+    tp = cost.pass_ms(TARGET, 1, ctx, row.batch).ms
     d_ctx = ctx if row.draft_context_tokens is None else row.draft_context_tokens
-    tq = decode_ms(draft, dev, rt, d_ctx, row.batch, tp=row.draft_tp)
-    tv = verify_ms(target, dev, rt, row.gamma, ctx, row.batch, tp=row.tp)
+    tq = cost.pass_ms(DRAFT, 1, d_ctx, row.batch).ms
+    tv = cost.pass_ms(TARGET, row.gamma + 1, ctx, row.batch).ms
     forwards = row.gamma + extra_forwards(row, rt)
-    return float(tp), float(sd_block_ms(forwards, tq, tv, block_overhead_ms(rt, row.batch)))
+    return float(tp), float(sd_block_ms(forwards, tq, tv, cost.block_overhead_ms(row.gamma, row.batch)))
 
 
 def _new_tokens(row: Row) -> int:
@@ -75,24 +81,9 @@ def _new_tokens(row: Row) -> int:
 
 def predict_row(ps: PublishedSet, row: Row, rt) -> float:
     """specsim's prediction of the row's observable under runtime ``rt`` (reference implementation)."""
-    if row.kind == "pass":
-        target, _ = models(ps, row)
-        return float(
-            forward_ms(
-                target,
-                device(row.device),
-                rt,
-                row.batch,
-                row.target_context_tokens,
-                row.pass_new_tokens,
-                tp=row.tp,
-            )
-        )
-    if row.kind == "decode":
-        target, _ = models(ps, row)
-        return float(
-            decode_ms(target, device(row.device), rt, row.target_context_tokens, row.batch, tp=row.tp)
-        )
+    if row.kind in ("pass", "decode"):
+        cost = pass_cost(ps, row, rt)
+        return float(cost.pass_ms(TARGET, _new_tokens(row), row.target_context_tokens, row.batch).ms)
     tp, block = _tp_over_block(ps, row, rt)
     if row.observable == "speedup_ratio":
         tp_ref, block_ref = _tp_over_block(ps, _reference(ps, row), rt)
@@ -170,15 +161,14 @@ class RowModel:
 
 def _sd_passes(ps: PublishedSet, row: Row, entries: list[dict]) -> tuple[int, int, int]:
     """Append the Tp, Tq, Tv passes of an sd row; return their indices."""
-    target, draft = models(ps, row)
-    dev = device(row.device)
+    cost = pass_cost(ps, row, None)
     ctx, b = row.target_context_tokens, row.batch
     d_ctx = ctx if row.draft_context_tokens is None else row.draft_context_tokens
     start = len(entries)
     entries += [
-        pass_terms(target, dev, b, ctx, 1, row.tp),
-        pass_terms(draft, dev, b, d_ctx, 1, row.draft_tp),
-        pass_terms(target, dev, b, ctx, row.gamma + 1, row.tp),
+        cost.terms(TARGET, 1, ctx, b),
+        cost.terms(DRAFT, 1, d_ctx, b),
+        cost.terms(TARGET, row.gamma + 1, ctx, b),
     ]
     return start, start + 1, start + 2
 
@@ -210,12 +200,8 @@ def row_model(ps: PublishedSet, rows: list[Row]) -> RowModel:
     cols: dict[str, list] = {k: [] for k in keys}
     for row in rows:
         if row.kind in ("decode", "pass"):
-            target, _ = models(ps, row)
-            entries.append(
-                pass_terms(
-                    target, device(row.device), row.batch, row.target_context_tokens, _new_tokens(row), row.tp
-                )
-            )
+            cost = pass_cost(ps, row, None)
+            entries.append(cost.terms(TARGET, _new_tokens(row), row.target_context_tokens, row.batch))
             idx = (len(entries) - 1,) * 3
             gamma = 0.0
         else:
@@ -243,7 +229,7 @@ def row_model(ps: PublishedSet, rows: list[Row]) -> RowModel:
     floats = {k: np.array(cols[k], dtype=float) for k in keys[7:]}
     return RowModel(
         tuple(rows),
-        pass_table(entries),
+        terms_table(entries),
         measured=np.array([r.measured for r in rows], dtype=float),
         **ints,
         **floats,

@@ -1,0 +1,85 @@
+"""What one forward pass costs: the interface every pricing reads passes through (ARCHITECTURE.md, Pricing).
+
+A pass is one forward of the ``target`` or the ``draft`` over ``rows`` new positions per sequence for
+``batch`` sequences, on caches ``width`` positions wide (pads and masked columns included); ``kind`` names
+its place in the engine's alternation (:data:`KINDS`). Around the passes: the engine's work per SD block
+and per target-only step, the vision encoder, and the draft forwards a block runs beyond its γ drafts.
+Implementations: :class:`specsim.costs.grid_pass_cost.GridPassCost` (a profile's measured grids) and
+:class:`specsim.hardware.roofline_pass_cost.RooflinePassCost` (a model on a device under a runtime).
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple, Protocol
+
+import numpy as np
+
+TARGET, DRAFT = "target", "draft"
+STEP = "step"  # rows on a warm cache after a pass of its kind: target step, verification, later draft steps
+FIRST = "first"  # a block's first draft step, right after the verification (1 row, 2 after a full accept)
+PREFILL = "prefill"  # a prompt's first pass: rows = its tokens on an empty cache, logits at the last only
+UNPADDED = "unpadded"  # a batched target step with no masked column (SDPA then runs without a mask)
+TREE = "tree"  # a pass under a tree attention mask: verification of n + 1 rows, a draft level pass
+KINDS = (STEP, FIRST, PREFILL, UNPADDED, TREE)
+
+
+class PassMs(NamedTuple):
+    """ms of the queried passes (a float for one) and where each lies outside what the source measured."""
+
+    ms: np.ndarray | float
+    extrapolated: np.ndarray | bool
+
+
+class PassCost(Protocol):
+    """Prices passes and the work around them (ms); arrays broadcast together."""
+
+    def pass_ms(self, role: str, rows, width, batch=1, *, kind: str = STEP) -> PassMs:
+        """Passes of ``role`` (:data:`TARGET`, :data:`DRAFT`) of ``kind`` at (rows, width, batch)."""
+        ...
+
+    def block_overhead_ms(self, gamma, batch=1, width=None, *, adaptive: bool = False) -> np.ndarray:
+        """Work outside the models per SD block at γ (``adaptive``: an adaptive ensemble's weight update)."""
+        ...
+
+    def tree_overhead_ms(self, tree, batch=1, width=0.0) -> float:
+        """Work outside the models per token-tree block (a :class:`specsim.drafts.trees.TreeSpec`)."""
+        ...
+
+    def step_overhead_ms(self, batch=1) -> float:
+        """Work outside the model per target-only step."""
+        ...
+
+    def encoder_ms(self, images: int, *, draft: bool = False) -> float:
+        """The target's (``draft``: the draft's own) vision encoder over ``images`` images."""
+        ...
+
+    @property
+    def extra_draft_forwards(self) -> float:
+        """Draft forwards a block runs beyond its γ drafts (priced as a 1-row draft step each)."""
+        ...
+
+    @property
+    def sampling(self):
+        """What drawing tokens at T > 0 adds per draft, per target step and per block's acceptance
+        (:class:`specsim.profile.sampling_cost.SamplingCost`; None: greedy costs)."""
+        ...
+
+    def measured_rows(self, role: str, kind: str = STEP) -> tuple[int, ...] | None:
+        """The rows the source prices exactly (None: any)."""
+        ...
+
+    def check_batch(self, batch: int, where: str = "--batch") -> None:
+        """SpecsimError unless the source prices ``batch`` sequences."""
+        ...
+
+
+def draft_steps_ms(cost: PassCost, widths, batch) -> PassMs:
+    """A block's draft steps at cache ``widths`` [..., g] (the last axis the steps in order): the first a
+    :data:`FIRST` pass, the others :data:`STEP` passes, 1 row each."""
+    widths = np.asarray(widths, dtype=float)
+    ms, out = cost.pass_ms(DRAFT, 1, widths, batch)
+    if widths.shape[-1]:
+        first, out0 = cost.pass_ms(DRAFT, 1, widths[..., :1], batch, kind=FIRST)
+        ms = np.concatenate([first, ms[..., 1:]], -1)
+        out = np.concatenate([out0, out[..., 1:]], -1)
+    return PassMs(ms, out)
