@@ -74,7 +74,7 @@ def compare_steps(
     """One :class:`StepPoint` per GPU × C × B of ``mode`` in ``records`` (module docstring); ``runtime``
     and ``device`` override the mode's runtime and the GPU's catalog device."""
     from specsim.hardware.device import load_device
-    from specsim.hardware.model import load_model_spec
+    from specsim.hardware.model_resolution import load_model_spec
     from specsim.hardware.plan import MethodTau
     from specsim.hardware.roofline import decode_ms, verify_ms
     from specsim.hardware.runtime import block_overhead_ms, load_runtime
