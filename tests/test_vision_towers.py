@@ -133,6 +133,14 @@ def test_hand_written_qwen2_5_vl_is_not_read_as_a_clip_tower():
     assert m.vision.image_tokens == 999  # not 256: from the image size and spatial_merge_size
 
 
+def test_keys_a_qwen_vision_config_leaves_out_take_transformers_defaults():
+    # some hub fine-tunes of Qwen2.5-VL-7B write only these vision keys; Qwen2_5_VLVisionConfig fills the rest
+    cfg = {**_hand_written_qwen2_5_vl(), "vision_config": {"hidden_size": 1280, "model_type": "qwen2_5_vl"}}
+    v = spec_from_config(cfg, "m").vision
+    assert (v.layers, v.intermediate, v.full_attention_layers, v.window_tokens) == (32, 3420, 4, 64)
+    assert v.params == load_model_spec("qwen2.5-vl-7b").vision.params
+
+
 def test_unknown_vision_family_warns_instead_of_guessing_silently():
     cfg = {**_hand_written_qwen2_5_vl(), "model_type": "mystery_vl"}
     with pytest.warns(SpecsimWarning, match="read as a LLaVA-1.5-style CLIP tower"):

@@ -354,7 +354,7 @@ def _list_all(args: argparse.Namespace) -> int:
         if not rows:
             print("  (none registered: every --draft is priced as a separate model)\n")
             continue
-        keys = [k for k in rows[0] if k != "source"]
+        keys = [k for k in rows[0] if k not in ("source", "description")]
         print(format_table(keys, [[_cell(r.get(k)) for k in keys] for r in rows]) + "\n")
     return 0
 

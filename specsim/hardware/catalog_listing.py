@@ -2,7 +2,7 @@
 
 Sections: architecture presets, preset pairs, shipped model ids (:mod:`~specsim.hardware.model_resolution`),
 devices (``hardware/catalog/``), runtimes (``hardware/runtimes/``) and drafting kinds. Each row is a plain
-dict, so the command prints it as a table or as JSON.
+dict, so the command prints it as a table (long ``description`` and ``source`` texts left to ``--json``).
 """
 
 from __future__ import annotations
@@ -36,7 +36,16 @@ def model_rows() -> list[dict]:
 
 
 def preset_rows() -> list[dict]:
-    return [{"name": n, "description": preset_meta(n).get("description", "")} for n in preset_names()]
+    """Architecture presets: name, the hub ids they are, parameters (B) and description."""
+    return [
+        {
+            "name": n,
+            "ids": list(preset_meta(n).get("ids", [])),
+            "params_b": round(load_model_spec(n).params / 1e9, 2),
+            "description": preset_meta(n).get("description", ""),
+        }
+        for n in preset_names()
+    ]
 
 
 def pair_rows() -> list[dict]:
@@ -51,10 +60,10 @@ def device_rows() -> list[dict]:
     out = []
     for name in catalog_names():
         if name == "cpu":
-            out.append({"name": name, "kind": "cpu", "description": "this machine, measured when used"})
+            out.append({"name": name, "kind": "cpu", "display_name": "this machine, measured when used"})
             continue
         d = load_device(name)
-        out.append({"name": name, "kind": d.kind, "description": d.display_name})
+        out.append({"name": name, "kind": d.kind, "display_name": d.display_name})
     return out
 
 
@@ -62,7 +71,7 @@ def runtime_rows() -> list[dict]:
     rows = []
     for name in runtime_names():
         rt = load_runtime(name)
-        rows.append({"name": name, "kind": rt.kind, "description": rt.display_name})
+        rows.append({"name": name, "kind": rt.kind, "display_name": rt.display_name})
     return rows
 
 

@@ -90,16 +90,8 @@ def anyres_unpadded(
 def internvl_tiles(height: int, width: int, tile_px: int, min_tiles: int, max_tiles: int) -> tuple[int, int]:
     """InternVL ``dynamic_preprocess``: the (columns, rows) grid of ``tile_px`` tiles whose aspect ratio is
     closest to the image's; a tie goes to the larger grid when the image covers half its area."""
-    ratios = sorted(
-        {
-            (i, j)
-            for n in range(min_tiles, max_tiles + 1)
-            for i in range(1, n + 1)
-            for j in range(1, n + 1)
-            if min_tiles <= i * j <= max_tiles
-        },
-        key=lambda r: r[0] * r[1],
-    )
+    grids = {(i, j) for i in range(1, max_tiles + 1) for j in range(1, max_tiles // i + 1)}
+    ratios = sorted((g for g in grids if g[0] * g[1] >= min_tiles), key=lambda r: r[0] * r[1])
     aspect, area = width / height, width * height
     best, best_diff = (1, 1), math.inf
     for cols, rows in ratios:

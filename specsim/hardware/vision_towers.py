@@ -89,7 +89,42 @@ _QWEN_PIXELS = {
     "qwen3_vl": (65536, 16777216),
     "qwen3_vl_moe": (65536, 16777216),
 }
+MAX_TILES = 1024  # InternVL tiles per image a config may allow (its models use 12, 40 at most at test time)
 _KNOWN_CLIP_TOWERS = ("clip_vision_model", "siglip_vision_model")
+# transformers' defaults for the keys a Qwen vision_config leaves out (Qwen2VLVisionConfig,
+# Qwen2_5_VLVisionConfig, Qwen3VLVisionConfig; hub configs of Qwen2.5-VL fine-tunes rely on them).
+_QWEN_VISION_DEFAULTS = {
+    "qwen2_vl": {
+        "depth": 32,
+        "embed_dim": 1280,
+        "hidden_size": 3584,
+        "mlp_ratio": 4,
+        "num_heads": 16,
+        "patch_size": 14,
+        "spatial_merge_size": 2,
+    },
+    "qwen2_5_vl": {
+        "depth": 32,
+        "hidden_size": 3584,
+        "intermediate_size": 3420,
+        "num_heads": 16,
+        "out_hidden_size": 3584,
+        "patch_size": 14,
+        "spatial_merge_size": 2,
+        "window_size": 112,
+        "fullatt_block_indexes": [7, 15, 23, 31],
+    },
+    "qwen3_vl": {
+        "depth": 27,
+        "hidden_size": 1152,
+        "intermediate_size": 4304,
+        "num_heads": 16,
+        "out_hidden_size": 3584,
+        "patch_size": 16,
+        "spatial_merge_size": 2,
+        "deepstack_visual_indexes": [8, 16, 24],
+    },
+}
 
 
 def _size(cfg: dict, key: str, where: str, default: Any = None) -> int:
@@ -133,7 +168,8 @@ def llava_tower(cfg: dict, lm_hidden: int, where: str) -> VisionSpec:
         )
     layers, hidden, inter, heads, image, patch = _clip_tower(vc, f"{where}.vision_config")
     grid = image // patch
-    tokens = cfg.get("image_seq_length") or grid * grid
+    tokens = cfg.get("image_seq_length")
+    tokens = grid * grid if tokens is None else tokens  # a 0 is refused below, not read as "not given"
     return VisionSpec(
         layers=layers,
         hidden=hidden,
@@ -183,9 +219,22 @@ def _is_pinpoints(pinpoints: Any, crop: int) -> bool:
 def _qwen_pixels(model_type: str, processor: dict) -> tuple[int, int]:
     size = processor.get("size") if isinstance(processor.get("size"), dict) else {}
     lo, hi = _QWEN_PIXELS[model_type]
-    lo = processor.get("min_pixels") or size.get("shortest_edge") or lo
-    hi = processor.get("max_pixels") or size.get("longest_edge") or hi
-    return field_int(lo, "preprocessor.min_pixels", lo=1), field_int(hi, "preprocessor.max_pixels", lo=1)
+    lo = field_int(
+        processor.get("min_pixels") or size.get("shortest_edge") or lo, "preprocessor.min_pixels", lo=1
+    )
+    hi = field_int(
+        processor.get("max_pixels") or size.get("longest_edge") or hi, "preprocessor.max_pixels", lo=lo
+    )
+    return lo, hi
+
+
+def _layer_list(vc: dict, key: str, layers: int, at: str) -> list[int]:
+    value = vc.get(key, [])
+    if not isinstance(value, list) or not all(
+        isinstance(i, int) and not isinstance(i, bool) and 0 <= i < layers for i in value
+    ):
+        raise SpecsimError(f"{at}.{key}: expected a list of layer indexes < {layers}, got {show(value)}")
+    return value
 
 
 def qwen_tower(cfg: dict, image: ImageSize, processor: dict, where: str) -> VisionSpec:
@@ -193,34 +242,31 @@ def qwen_tower(cfg: dict, image: ImageSize, processor: dict, where: str) -> Visi
     patch in the tower, merge² patches per LM token; Qwen2.5-VL attends in windows except in
     ``fullatt_block_indexes``; Qwen3-VL adds a merger per ``deepstack_visual_indexes`` entry."""
     kind = cfg["model_type"]
-    vc, at = cfg["vision_config"], f"{where}.vision_config"
-    qwen2 = kind == "qwen2_vl"  # Qwen2-VL: embed_dim is the tower's width, hidden_size the LM's
-    hidden = _size(vc, "embed_dim" if qwen2 else "hidden_size", at, 1280 if qwen2 else None)
-    inter = hidden * _size(vc, "mlp_ratio", at, 4) if qwen2 else _size(vc, "intermediate_size", at)
+    at = f"{where}.vision_config"
+    given = {k: v for k, v in cfg["vision_config"].items() if v is not None}
+    vc = {**_QWEN_VISION_DEFAULTS[kind.removesuffix("_moe")], **given}
+    qwen2 = kind == "qwen2_vl"  # Qwen2-VL: embed_dim is the tower's width, hidden_size the merger's output
+    hidden = _size(vc, "embed_dim" if qwen2 else "hidden_size", at)
+    inter = hidden * _size(vc, "mlp_ratio", at) if qwen2 else _size(vc, "intermediate_size", at)
     out = _size(vc, "hidden_size" if qwen2 else "out_hidden_size", at)
-    patch, merge = _size(vc, "patch_size", at, 14), _size(vc, "spatial_merge_size", at, 2)
-    layers = _size(vc, "depth", at, 32)
-    min_px, max_px = _qwen_pixels(kind, processor)
-    h, w = qwen_resize(image.height_px, image.width_px, patch * merge, min_px, max_px)
+    patch, merge, layers = (
+        _size(vc, "patch_size", at),
+        _size(vc, "spatial_merge_size", at),
+        _size(vc, "depth", at),
+    )
+    h, w = qwen_resize(image.height_px, image.width_px, patch * merge, *_qwen_pixels(kind, processor))
     patches = (h // patch) * (w // patch)
     full, window = None, 0
     if kind == "qwen2_5_vl":
-        full_idx = vc.get("fullatt_block_indexes", [7, 15, 23, 31])
-        if not isinstance(full_idx, list) or not all(
-            isinstance(i, int) and 0 <= i < layers for i in full_idx
-        ):
-            raise SpecsimError(
-                f"{at}.fullatt_block_indexes: expected layer indexes < {layers}, got {show(full_idx)}"
-            )
-        full, window = len(set(full_idx)), (_size(vc, "window_size", at, 112) // patch) ** 2
-    deepstack = vc.get("deepstack_visual_indexes", [])
-    mergers = 1 + (len(deepstack) if isinstance(deepstack, list) else 0)
+        full = len(set(_layer_list(vc, "fullatt_block_indexes", layers, at)))
+        window = (_size(vc, "window_size", at) // patch) ** 2
+    mergers = 1 + len(_layer_list(vc, "deepstack_visual_indexes", layers, at))
     wide = hidden * merge * merge
     return VisionSpec(
         layers=layers,
         hidden=hidden,
         intermediate=inter,
-        heads=_size(vc, "num_heads", at, 16),
+        heads=_size(vc, "num_heads", at),
         patch_tokens=patches,
         image_tokens=patches // (merge * merge),
         projector_params=mergers * (wide * wide + wide * out),
@@ -251,6 +297,10 @@ def internvl_tower(cfg: dict, lm_hidden: int, image: ImageSize, processor: dict,
     shuffle = int(round(1 / ratio))
     lo = _size(cfg, "min_dynamic_patch", where, processor.get("min_patches", 1))
     hi = _size(cfg, "max_dynamic_patch", where, processor.get("max_patches", 12))
+    if not lo <= hi <= MAX_TILES:
+        raise SpecsimError(
+            f"{where}.max_dynamic_patch: expected min_dynamic_patch ({lo}) .. {MAX_TILES} tiles, got {hi}"
+        )
     cols, rows = internvl_tiles(image.height_px, image.width_px, tile, lo, hi)
     tiles = cols * rows
     views = tiles + int(tiles > 1 and cfg.get("use_thumbnail", True))
