@@ -153,7 +153,7 @@ def _planned(preset: str, profile, entry, row: dict, devices: list[str]) -> None
     from specsim.drafts.tree_replay import rank_acceptance
     from specsim.drafts.trees import parse_tree
     from specsim.hardware.device import load_device
-    from specsim.hardware.model import load_model_spec
+    from specsim.hardware.model_resolution import load_model_spec
     from specsim.hardware.runtime import load_runtime
     from specsim.hardware.tree_plan import TreeMethod, plan_trees, replay_speedup
     from specsim.presets import pair_models

@@ -8,7 +8,7 @@ import pytest
 from specsim.cli.main import main
 from specsim.hardware.batch_limit import StopPaying, stop_paying
 from specsim.hardware.device import load_device
-from specsim.hardware.model import load_model_spec
+from specsim.hardware.model_resolution import load_model_spec
 from specsim.hardware.parallel import largest_fitting_batch, per_gpu_resident_bytes
 from specsim.hardware.plan import MethodTau, Parallel, plan_hardware
 from specsim.profile import MethodAcceptance

@@ -7,6 +7,7 @@ NaN/Infinity refused; text has no nan/inf), or exit 2 with exactly one ``specsim
 traceback, nothing on stdout and no file written. Fixed seeds: a failure replays.
 """
 
+import copy
 import json
 import random
 import time
@@ -18,6 +19,7 @@ from specsim.cli.main import main
 from specsim.drafts.policies import parse_policy
 from specsim.drafts.trees import MAX_NODES, parse_tree
 from specsim.errors import SpecsimError
+from specsim.hardware.model_resolution import find_shipped
 from specsim.hardware.runtime import RUNTIMES_DIR
 from specsim.jsonio import parse_json
 from specsim.profiles import save_profile
@@ -252,12 +254,13 @@ def _small_published_set() -> dict:
     full = json.loads(PUBLISHED.read_text())
     rows = [r for r in full["rows"] if r["source"] in _SMALL_SOURCES and r.get("ratio_to") is None]
     names = {r[k] for r in rows for k in ("target", "draft") if r.get(k) and not r[k].startswith("preset:")}
+    shipped = {k: find_shipped(k)[1] for k in names}  # the set's own copies of the shipped cited configs
     return {
         "schema_version": 1,
         "description": "fuzz base",
         "rows": rows,
         "sources": {k: full["sources"][k] for k in _SMALL_SOURCES},
-        "models": {k: v for k, v in full["models"].items() if k in names},
+        "models": {k: {"source": m.source, "config": copy.deepcopy(m.config)} for k, m in shipped.items()},
     }
 
 

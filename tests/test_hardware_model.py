@@ -5,8 +5,10 @@ import json
 import pytest
 
 from specsim.errors import SpecsimError
-from specsim.hardware.model import load_model_spec, preset_names, spec_from_config
+from specsim.hardware.model import spec_from_config
+from specsim.hardware.model_resolution import load_model_spec
 from specsim.presets import pair_models as load_pair
+from specsim.presets import preset_names
 
 LLAVA = {
     "model_type": "llava",

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from specsim.hardware.model import preset_names
+from specsim.presets import preset_names
 from tests.conftest import run_notebook
 
 NOTEBOOK = Path(__file__).resolve().parents[1] / "notebooks" / "05_validation_and_planning.ipynb"

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from specsim.hardware.model import preset_names
+from specsim.presets import preset_names
 from tests.conftest import run_notebook
 
 NOTEBOOK = Path(__file__).resolve().parents[1] / "notebooks" / "06_trees_and_policies.ipynb"

@@ -15,9 +15,10 @@ from specsim.engines.imported import import_vllm
 from specsim.engines.recommend import LatencyModel, first_losing_batch, fixed_gamma_speedups, recommend
 from specsim.errors import SpecsimError
 from specsim.hardware.device import load_device
-from specsim.hardware.model import load_model_spec, preset_names
+from specsim.hardware.model_resolution import load_model_spec
 from specsim.hardware.roofline import Efficiency, decode_ms, verify_ms
 from specsim.presets import pair_models as load_pair
+from specsim.presets import preset_names
 
 pytestmark = pytest.mark.skipif(
     "llava-1.5-7b" not in preset_names(), reason="calibrate presets not installed"

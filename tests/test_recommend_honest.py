@@ -7,8 +7,8 @@ import re
 import pytest
 
 from specsim.cli.main import main
-from specsim.hardware.model import preset_names
 from specsim.hardware.runtime import RUNTIMES_DIR
+from specsim.presets import preset_names
 
 pytestmark = pytest.mark.skipif(
     "llava-1.5-7b" not in preset_names(), reason="calibrate presets not installed"

@@ -17,6 +17,7 @@ from specsim.cli.hardware_inputs import (
     split_mode,
     tau_methods,
 )
+from specsim.cli.model_options import MODEL_HELP, add_image_size, image_size
 from specsim.errors import SpecsimError
 from specsim.hardware.device import load_devices
 from specsim.hardware.efficiency_fit import HoldoutResult
@@ -46,13 +47,9 @@ def register(sub) -> None:
     p.add_argument(
         "--pair", default=None, help="preset pair: llava-1.5-7b-68m (default) or qwen2.5-coder-0.5b-1.5b"
     )
-    p.add_argument(
-        "--target",
-        default=None,
-        help="target: calibrate preset, HF config.json path, or a model of the "
-        "published set (llama-2-70b, llama-3.1-8b, codellama-34b, ...; cited configs)",
-    )
+    p.add_argument("--target", default=None, help=f"target: {MODEL_HELP}")
     p.add_argument("--draft", default=None, help="draft: same choices as --target")
+    add_image_size(p)
     p.add_argument(
         "--model-config",
         default=None,
@@ -170,6 +167,11 @@ def register(sub) -> None:
         default=64,
         help="largest tree searched with --trees (default 64)",
     )
+    p.add_argument(
+        "--list",
+        action="store_true",
+        help="list presets, pairs, shipped model ids, devices, runtimes and drafting kinds, and exit",
+    )
     p.add_argument("--list-devices", action="store_true", help="list the catalog with sources and exit")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.add_argument("--plot", default=None, metavar="PNG", help="write speedup vs batch size per device")
@@ -183,6 +185,8 @@ def _ints(values: list[str] | None, default, name: str, unit: str) -> list[int]:
 
 
 def cmd_hardware(args: argparse.Namespace) -> int:
+    if args.list:
+        return _list_all(args)
     if args.list_devices:
         return _list_devices(args)
     check_options(
@@ -206,6 +210,7 @@ def cmd_hardware(args: argparse.Namespace) -> int:
         fit_profile=args.fit_profile,
         dtype=args.dtype,
         kv_dtype=args.kv_dtype,
+        image_size=image_size(args),
     )
     profile, methods, notes = tau_methods(
         pair=pair,
@@ -335,3 +340,24 @@ def _list_devices(args: argparse.Namespace) -> int:
         for key, src in d.sources.items():
             print(f"  {key}: {src}")
     return 0
+
+
+def _list_all(args: argparse.Namespace) -> int:
+    from specsim.hardware.catalog_listing import catalog_listing
+
+    listing = catalog_listing()
+    if args.json:
+        print(dumps_json(listing))
+        return 0
+    for section, rows in listing.items():
+        print(f"{section.replace('_', ' ')}:")
+        if not rows:
+            print("  (none registered: every --draft is priced as a separate model)\n")
+            continue
+        keys = [k for k in rows[0] if k not in ("source", "description")]
+        print(format_table(keys, [[_cell(r.get(k)) for k in keys] for r in rows]) + "\n")
+    return 0
+
+
+def _cell(value) -> str:
+    return ", ".join(value) if isinstance(value, list) else fmt(value, 2)

@@ -7,6 +7,7 @@ import json
 import shlex
 
 from specsim.bounds import RANGES, number_arg
+from specsim.cli.model_options import MODEL_HELP, add_image_size, image_size
 from specsim.engines.engine_config import (
     SGLANG_ALGORITHMS_WITHOUT_MODEL,
     VLLM_METHODS_WITHOUT_MODEL,
@@ -28,6 +29,7 @@ from specsim.engines.recommend import (
 )
 from specsim.errors import SpecsimError
 from specsim.hardware.device import load_device
+from specsim.hardware.model_resolution import load_model_spec
 from specsim.hardware.runtime import DEFAULT_RUNTIMES, load_runtime
 from specsim.jsonio import check_writable, dumps_json, show, write_json_atomic, write_text_atomic
 from specsim.predict.prediction import one_entry
@@ -35,7 +37,6 @@ from specsim.presets import pair_models
 from specsim.profile import MethodAcceptance, Profile
 from specsim.profiles import load_profile
 from specsim.report import fmt, format_table, parse_int_list
-from specsim.validation.published_set import resolve_model_spec
 from specsim.validation.regime_error import regime_errors
 
 ENGINE_NAMES = {"vllm": "vLLM", "sglang": "SGLang"}
@@ -65,13 +66,9 @@ def register(sub) -> None:
         default=None,
         help="preset pair for the roofline: llava-1.5-7b-68m, qwen2.5-coder-0.5b-1.5b (or --target/--draft)",
     )
-    p.add_argument(
-        "--target",
-        default=None,
-        help="target: calibrate preset, HF config.json path, or a model of the "
-        "published set (llama-2-70b, llama-3.1-8b, codellama-34b, ...; cited configs)",
-    )
+    p.add_argument("--target", default=None, help=f"target: {MODEL_HELP}")
     p.add_argument("--draft", default=None, help="draft: same choices as --target")
+    add_image_size(p)
     p.add_argument("--dtype", default=None, help="weights/KV dtype (default: bfloat16 or the config's)")
     p.add_argument(
         "--device",
@@ -162,8 +159,8 @@ def latency_model(args) -> LatencyModel:
     if args.engine == "sglang" and args.runtime is None and device.kind == "gpu":
         note += "; SGLang assumed to cost what vLLM does (both run CUDA graphs)"
     return LatencyModel(
-        resolve_model_spec(target_name, dtype=args.dtype),
-        resolve_model_spec(draft_name, dtype=args.dtype),
+        load_model_spec(target_name, dtype=args.dtype, image_size=image_size(args)),
+        load_model_spec(draft_name, dtype=args.dtype, image_size=image_size(args)),
         device,
         efficiency=runtime,
         notes=(note,),

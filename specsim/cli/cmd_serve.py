@@ -12,6 +12,7 @@ import numpy as np
 
 from specsim.bounds import number_arg
 from specsim.cli.hardware_inputs import device_runtimes, resolve_models, split_mode
+from specsim.cli.model_options import add_image_size, image_size
 from specsim.cli.progress import ProgressBar
 from specsim.errors import SpecsimError
 from specsim.hardware.device import load_device
@@ -53,6 +54,7 @@ def register(sub) -> None:
     models.add_argument("--pair", default=None, help="preset pair (default llava-1.5-7b-68m)")
     models.add_argument("--target", default=None, help="target model (as specsim hardware --target)")
     models.add_argument("--draft", default=None, help="draft model (as specsim hardware --draft)")
+    add_image_size(models)
     models.add_argument("--device", default="h100-sxm", help="catalog name or device JSON (default h100-sxm)")
     models.add_argument(
         "--runtime", default=None, help="runtime name or JSON (default: the device's, vllm on GPUs)"
@@ -278,7 +280,9 @@ def _setup(args) -> tuple[ServeSetup, dict]:
     policy = _policy(args)
     acceptance, acceptance_text, entries = _acceptance(args)
     workload, vllm_measured = _workload(args)
-    _, target, draft = resolve_models(pair=args.pair, target=args.target, draft=args.draft)
+    _, target, draft = resolve_models(
+        pair=args.pair, target=args.target, draft=args.draft, image_size=image_size(args)
+    )
     device = load_device(args.device)
     runtime = device_runtimes(args.runtime, [device])[device.name]
     split = split_mode(None, args.tp, {device.name: runtime})

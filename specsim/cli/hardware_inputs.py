@@ -18,13 +18,14 @@ from specsim.hardware.efficiency_fit import (
     points_from_latency,
     short_context_split,
 )
+from specsim.hardware.image_tokens import ImageSize
 from specsim.hardware.model import ModelSpec, dtype_bytes, kv_dtype_bytes
+from specsim.hardware.model_resolution import load_model_spec
 from specsim.hardware.plan import MethodTau
 from specsim.hardware.runtime import DEFAULT_RUNTIMES, Runtime, load_runtime
 from specsim.presets import pair_models, pair_profile, profile_pair
 from specsim.profile import Profile
 from specsim.profiles import DEFAULT_PROFILE, load_profile, shipped_profiles
-from specsim.validation.published_set import resolve_model_spec
 
 DEFAULT_PAIR = "llava-1.5-7b-68m"
 
@@ -80,8 +81,10 @@ def resolve_models(
     fit_profile: str | None = None,
     dtype: str | None = None,
     kv_dtype: str | None = None,
+    image_size: ImageSize | None = None,
 ) -> tuple[str | None, ModelSpec, ModelSpec]:
-    """(pair or None, target, draft) from --pair, --target/--draft (or --model-config) or --fit-profile."""
+    """(pair or None, target, draft) from --pair, --target/--draft (or --model-config) or --fit-profile;
+    ``image_size``: --image-size, for towers whose image tokens depend on it."""
     if model_config:
         if target:
             raise SpecsimError("--model-config: give either --model-config or --target, not both")
@@ -90,7 +93,7 @@ def resolve_models(
         raise SpecsimError("--pair: give either --pair or --target/--draft, not both")
     if bool(target) != bool(draft):
         raise SpecsimError("--target/--draft: give both (or --pair)")
-    kw = {"dtype": dtype, "kv_dtype": kv_dtype}
+    kw = {"dtype": dtype, "kv_dtype": kv_dtype, "image_size": image_size}
     if target:
         target_name, draft_name = target, draft
     elif pair is None and fit_profile is not None:
@@ -98,24 +101,24 @@ def resolve_models(
     else:
         pair = pair or DEFAULT_PAIR
         target_name, draft_name = pair_models(pair)
-    return pair, resolve_model_spec(target_name, **kw), resolve_model_spec(draft_name, **kw)
+    return pair, load_model_spec(target_name, **kw), load_model_spec(draft_name, **kw)
 
 
 def fit_profile_models(fit_profile: str, **kw) -> tuple[str | None, ModelSpec, ModelSpec]:
     """The models a --fit-profile was measured with: those of the pair whose profile it is, else its
-    provenance's. ``kw``: ``dtype``/``kv_dtype`` for :func:`resolve_model_spec`."""
+    provenance's. ``kw``: ``dtype``/``kv_dtype``/``image_size`` for :func:`load_model_spec`."""
     profile = load_profile(fit_profile)
     pair = profile_pair(profile.name)
     target_name, draft_name = (
         pair_models(pair) if pair else (profile.provenance.target, profile.provenance.draft)
     )
     try:
-        return pair, resolve_model_spec(target_name, **kw), resolve_model_spec(draft_name, **kw)
+        return pair, load_model_spec(target_name, **kw), load_model_spec(draft_name, **kw)
     except SpecsimError:
         raise SpecsimError(
             f"--fit-profile: profile {profile.name!r} was measured with {target_name!r} / "
-            f"{draft_name!r}, which are not model presets or config files; pass --pair NAME or "
-            "--target/--draft CONFIG_JSON for its models"
+            f"{draft_name!r}, which are not presets, shipped model ids or config files; pass --pair NAME or "
+            "--target/--draft ID_OR_CONFIG for its models"
         ) from None
 
 

@@ -8,7 +8,8 @@ predicts per-pass latency (ms) from FLOPs, bytes and a device's datasheet peaks;
 
 from specsim.hardware.device import Device, catalog_names, load_device, load_devices
 from specsim.hardware.efficiency_fit import fit_efficiency, holdout, points_from_latency, short_context_split
-from specsim.hardware.model import ModelSpec, VisionSpec, load_model_spec, spec_from_config
+from specsim.hardware.model import ModelSpec, VisionSpec, spec_from_config
+from specsim.hardware.model_resolution import load_model_spec
 from specsim.hardware.plan import MethodTau, Plan, PlanRow, plan_hardware, ranking, speedup_crossover_batch
 from specsim.hardware.roofline import (
     Efficiency,

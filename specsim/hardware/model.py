@@ -1,25 +1,23 @@
 """Model description for the roofline: sizes read from a HF ``config.json`` dict, pure JSON.
 
-Handles decoder-only text configs (llama, mistral, qwen2, ...) and LLaVA-style VLM configs
-(``text_config`` + ``vision_config``, CLIP-like tower, 2-layer MLP projector). Keys a config leaves
-out take the transformers defaults of its ``model_type`` (LLaVA configs on the Hub rely on them).
-No transformers import: presets are plain JSON (:mod:`specsim.presets`).
+Handles decoder-only text configs (llama, mistral, qwen2, ...) and VLM configs (``text_config`` or
+InternVL's ``llm_config``, plus a ``vision_config`` read by :mod:`specsim.hardware.vision_towers`). Keys a
+config leaves out take the transformers defaults of its ``model_type`` (LLaVA configs on the Hub rely on
+them). Names, folders and shipped ids are resolved by :mod:`specsim.hardware.model_resolution`.
 """
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, replace
-from pathlib import Path
 from typing import Any
 
 from specsim.bounds import check_range
 from specsim.dtypes import DTYPE_ALIASES, dtype_name
 from specsim.errors import SpecsimError
-from specsim.jsonio import check_regular_file, read_json
-from specsim.presets import preset_names, preset_path
+from specsim.hardware.image_tokens import ImageSize
+from specsim.hardware.vision_towers import VisionSpec, vision_spec
 
-# transformers' defaults for keys a config may omit (LlamaConfig, Qwen2Config, CLIPVisionConfig).
+# transformers' defaults for keys a config may omit (LlamaConfig, MistralConfig, Qwen2Config).
 _TEXT_DEFAULTS: dict[str, dict[str, Any]] = {
     "llama": {
         "hidden_size": 4096,
@@ -46,14 +44,6 @@ _TEXT_DEFAULTS: dict[str, dict[str, Any]] = {
         "vocab_size": 151936,
         "tie_word_embeddings": False,
     },
-}
-_VISION_DEFAULTS = {
-    "hidden_size": 768,
-    "intermediate_size": 3072,
-    "num_hidden_layers": 12,
-    "num_attention_heads": 12,
-    "image_size": 224,
-    "patch_size": 32,
 }
 # Bytes per weight. Quantised formats count their scales: GGUF Q8_0 stores 32 int8 + one fp16 scale per block
 # (34 B / 32), Q4_0 16 B of nibbles + an fp16 scale (18 B / 32), Q4_K 144 B per 256 weights (4.5 bits); Q4_K_M
@@ -100,26 +90,6 @@ def kv_dtype_bytes(name: str, where: str = "kv dtype") -> float:
             f"{where}: expected one of {list(KV_DTYPES)} (or an alias such as bf16), got {name!r}"
         )
     return dtype_bytes(name, where)
-
-
-@dataclass(frozen=True)
-class VisionSpec:
-    """A ViT image tower plus projector: runs once per image; ``image_tokens`` enter the LM."""
-
-    layers: int
-    hidden: int
-    intermediate: int
-    heads: int
-    patch_tokens: int  # tokens the tower processes per image (patches + CLS)
-    image_tokens: int  # tokens per image handed to the language model
-    projector_params: int
-
-    @property
-    def params(self) -> int:
-        """Tower (attention 4h², plain 2-matrix MLP) + projector parameters (biases ignored)."""
-        return (
-            self.layers * (4 * self.hidden**2 + 2 * self.hidden * self.intermediate) + self.projector_params
-        )
 
 
 @dataclass(frozen=True)
@@ -270,30 +240,18 @@ def _text_spec(cfg: dict, name: str, where: str) -> dict[str, Any]:
     }
 
 
-def _vision_spec(cfg: dict, lm_hidden: int, top: dict, where: str) -> VisionSpec:
-    get = lambda k: _given(cfg, where, k) or _VISION_DEFAULTS[k]  # noqa: E731
-    hidden, image, patch = get("hidden_size"), get("image_size"), get("patch_size")
-    if patch > image:
-        raise SpecsimError(f"{where}.patch_size: expected at most image_size ({image}), got {patch}")
-    grid = image // patch
-    # LLaVA "default" feature selection drops CLS: grid² tokens reach the LM; the tower sees grid² + 1.
-    image_tokens = _given(top, where.removesuffix(".vision_config"), "image_seq_length") or grid * grid
-    projector = hidden * lm_hidden + lm_hidden * lm_hidden  # 2-layer MLP (mlp2x_gelu)
-    return VisionSpec(
-        layers=get("num_hidden_layers"),
-        hidden=hidden,
-        intermediate=get("intermediate_size"),
-        heads=get("num_attention_heads"),
-        patch_tokens=grid * grid + 1,
-        image_tokens=_pos_int(image_tokens, f"{where}.image_seq_length"),
-        projector_params=projector,
-    )
-
-
 def spec_from_config(
-    cfg: dict, name: str = "model", *, dtype: str | None = None, kv_dtype: str | None = None
+    cfg: dict,
+    name: str = "model",
+    *,
+    dtype: str | None = None,
+    kv_dtype: str | None = None,
+    image_size: ImageSize | None = None,
+    processor: dict | None = None,
 ) -> ModelSpec:
-    """ModelSpec from a HF config dict (text or LLaVA-style); ``dtype``/``kv_dtype`` override the config's."""
+    """ModelSpec from a HF config dict (text or VLM); ``dtype``/``kv_dtype`` override the config's;
+    ``image_size`` and ``processor`` (preprocessor_config.json values) size a dynamic-resolution tower's
+    tokens (:func:`~specsim.hardware.vision_towers.vision_spec`)."""
     if not isinstance(cfg, dict):
         raise SpecsimError(f"{name}: expected a config JSON object, got {type(cfg).__name__}")
     if not isinstance(cfg.get("model_type"), str) or not cfg["model_type"]:
@@ -301,53 +259,16 @@ def spec_from_config(
             f"{name}.model_type: missing (expected the HF config's model_type, e.g. 'llama', "
             "'qwen2', 'llava'; specsim does not guess an architecture)"
         )
-    text_cfg = cfg.get("text_config") if isinstance(cfg.get("text_config"), dict) else cfg
-    if text_cfg is not cfg and "model_type" not in text_cfg:
+    key = next((k for k in ("text_config", "llm_config") if isinstance(cfg.get(k), dict)), None)
+    text_cfg = cfg[key] if key else cfg
+    if key and "model_type" not in text_cfg:
         text_cfg = {**text_cfg, "model_type": "llama"}  # LlavaConfig's default text backbone
-    fields = _text_spec(text_cfg, name, f"{name}" + (".text_config" if text_cfg is not cfg else ""))
+    fields = _text_spec(text_cfg, name, f"{name}" + (f".{key}" if key else ""))
     vision = None
-    if isinstance(cfg.get("vision_config"), dict):
-        vision = _vision_spec(cfg["vision_config"], fields["hidden"], cfg, f"{name}.vision_config")
+    if "vision_config" in cfg and cfg["vision_config"] is not None:
+        vision = vision_spec(cfg, fields["hidden"], name, image_size, processor)
     dt = dtype  # a given dtype is used as given: '' is refused by dtype_bytes, not read as "the config's"
     if dt is None:
         dt = cfg.get("torch_dtype") or cfg.get("dtype") or text_cfg.get("torch_dtype") or "bfloat16"
     kv = None if kv_dtype is None else kv_dtype_bytes(kv_dtype)
     return ModelSpec(name=name, dtype_bytes=dtype_bytes(dt), kv_bytes=kv, vision=vision, **fields)
-
-
-def load_model_spec(
-    name_or_path: str,
-    *,
-    dtype: str | None = None,
-    kv_dtype: str | None = None,
-    named_configs: dict[str, dict] | None = None,
-) -> ModelSpec:
-    """A preset name (``llava-1.5-7b``, :mod:`specsim.presets`), a path to a HF config.json (file or its
-    folder), or a key of ``named_configs`` (name -> HF config dict, e.g. the published set's cited models), in
-    that order."""
-    preset = preset_path(name_or_path)
-    if preset is not None:
-        path, name = preset, name_or_path
-    else:
-        path = Path(name_or_path)
-        path = path / "config.json" if path.is_dir() else path
-        if os.path.lexists(path):
-            check_regular_file(path, "model config")
-        if not path.is_file():
-            if named_configs and name_or_path in named_configs:
-                return spec_from_config(
-                    named_configs[name_or_path], name_or_path, dtype=dtype, kv_dtype=kv_dtype
-                )
-            names = preset_names() + sorted(named_configs or ())
-            raise SpecsimError(
-                f"unknown model {name_or_path!r} (expected a HF config.json path or one of: "
-                f"{', '.join(names)})"
-            )
-        name = path.parent.name if path.name == "config.json" else path.stem
-    cfg = read_json(path, "model config")
-    if isinstance(cfg, dict):
-        cfg = {k: v for k, v in cfg.items() if k != "_specsim"}
-    try:
-        return spec_from_config(cfg, name, dtype=dtype, kv_dtype=kv_dtype)
-    except SpecsimError as err:
-        raise SpecsimError(f"model config {path.name}: {err}") from None

@@ -10,7 +10,9 @@ def image_tokens_note(target: ModelSpec) -> str:
     """Where the image tokens in the context come from: the target's own vision spec."""
     if target.vision is None:
         return f"no image tokens: {target.name} has no vision tower"
-    return f"image tokens included: {target.vision.image_tokens} per image for {target.name}"
+    size = target.vision.image_size
+    at = f" ({size} images)" if size is not None else ""
+    return f"image tokens included: {target.vision.image_tokens} per image for {target.name}{at}"
 
 
 V_BELOW_ONE = "v < 1"  # how the note below starts

@@ -12,11 +12,9 @@ from specsim.report import fmt, format_table
 
 def describe_model(m: ModelSpec) -> str:
     """One line: name, parameters, bytes per weight and per KV element, vision tower."""
-    vision = (
-        f", vision tower {m.vision.params / 1e6:.0f}M ({m.vision.image_tokens} tokens/image)"
-        if m.vision
-        else ""
-    )
+    v = m.vision
+    at = f" at {v.image_size}" if v is not None and v.image_size is not None else ""
+    vision = f", vision tower {v.params / 1e6:.0f}M ({v.image_tokens} tokens/image{at})" if v else ""
     return (
         f"{m.name} ({m.params / 1e9:.2f}B params, {m.dtype_bytes:g} bytes/weight, {m.kv_element_bytes:g} "
         f"bytes/KV element{vision})"

@@ -286,17 +286,16 @@ def prefill_ms(m: ModelSpec, dev: Device, eff, prompt_tokens, batch=1):
 
 
 def vision_ms(v: VisionSpec, dtype_bytes: float, dev: Device, eff, images=1):
-    """Vision tower + projector over ``images`` images (ms): same roofline, tokens = patches per image."""
+    """Vision tower + projector over ``images`` images (ms): same roofline, tokens = the tower's per image
+    (every view), attention per view (windowed layers see a window)."""
     n = _arr(images, "images", 0)
-    tower = v.layers * (4 * v.hidden**2 + 2 * v.hidden * v.intermediate)
+    tokens = v.tower_tokens
     flops = n * (
-        2.0 * tower * v.patch_tokens
-        + 4.0 * v.layers * v.hidden * v.patch_tokens**2
-        + 2.0 * v.projector_params * v.image_tokens
+        2.0 * v.tower_params * tokens + float(v.attention_flops) + 2.0 * v.projector_params * v.image_tokens
     )
-    act = n * v.patch_tokens * v.layers * (10 * v.hidden + 4 * v.intermediate) * dtype_bytes
+    act = n * tokens * v.layers * (10 * v.hidden + 4 * v.intermediate) * dtype_bytes
     nbytes = v.params * dtype_bytes + act
-    rows = n * v.patch_tokens
+    rows = n * tokens
     t = np.maximum(
         flops / (dev.peak_flops_per_s * eff.compute_efficiency_at(np.maximum(rows, 1))),
         nbytes / (dev.memory_bandwidth_bytes_per_s * eff.memory_efficiency(np.maximum(rows, 1))),

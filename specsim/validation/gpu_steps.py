@@ -75,7 +75,7 @@ def compare_steps(
     and ``device`` override the mode's runtime and the GPU's catalog device."""
     from specsim.costs.pass_cost import DRAFT, TARGET
     from specsim.hardware.device import load_device
-    from specsim.hardware.model import load_model_spec
+    from specsim.hardware.model_resolution import load_model_spec
     from specsim.hardware.plan import MethodTau
     from specsim.hardware.roofline_pass_cost import RooflinePassCost
     from specsim.hardware.runtime import load_runtime

@@ -15,7 +15,6 @@ EAGLE, EAGLE-2 and EAGLE-3 papers' SpS / vanilla-SD rows, and SpecDecode-Bench (
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass, field, replace
 from importlib import resources
 from pathlib import Path
@@ -23,7 +22,8 @@ from typing import Any
 
 from specsim.bounds import check_range
 from specsim.errors import SpecsimError
-from specsim.hardware.model import ModelSpec, dtype_bytes, kv_dtype_bytes, load_model_spec, spec_from_config
+from specsim.hardware.model import ModelSpec, dtype_bytes, kv_dtype_bytes, spec_from_config
+from specsim.hardware.model_resolution import find_shipped, load_model_spec
 from specsim.hardware.parallel import timing_gpus
 from specsim.jsonio import check_schema_version, read_json, show
 from specsim.validation.load_spec import ServedLoad, parse_load
@@ -116,10 +116,15 @@ class PublishedSet:
     model_sources: dict[str, str] = field(default_factory=dict)
 
     def model(self, name: str, dtype: str, kv_dtype: str) -> ModelSpec:
-        """ModelSpec of a row's model: ``preset:NAME`` (calibrate preset) or a key of ``models``."""
+        """ModelSpec of a row's model: ``preset:NAME`` (calibrate preset), a key of the file's ``models``, or
+        a shipped model config's id or alias (:mod:`specsim.hardware.model_resolution`)."""
         if name.startswith("preset:"):
             return load_model_spec(name.removeprefix("preset:"), dtype=dtype, kv_dtype=kv_dtype)
-        return spec_from_config(self.models[name], name, dtype=dtype, kv_dtype=kv_dtype)
+        if name in self.models:
+            return spec_from_config(self.models[name], name, dtype=dtype, kv_dtype=kv_dtype)
+        shipped = find_shipped(name)[1]
+        kw = {"dtype": dtype, "kv_dtype": kv_dtype, "processor": shipped.processor}
+        return spec_from_config(shipped.config, name, **kw)
 
 
 def _field(
@@ -172,9 +177,11 @@ def _row(d: Any, where: str, sources: dict, models: dict) -> Row:
         )
     for key in ("target", "draft"):
         name = _field(d, key, where, str, optional=True)
-        if name is not None and not name.startswith("preset:") and name not in models:
+        known = name is None or name.startswith("preset:") or name in models or find_shipped(name)
+        if not known:
             raise SpecsimError(
-                f"{where}.{key}: expected 'preset:NAME' or one of {sorted(models)}, got {name!r}"
+                f"{where}.{key}: expected 'preset:NAME', a shipped model id or alias (`specsim hardware "
+                f"--list`) or one of the file's models {sorted(models)}, got {name!r}"
             )
     parallel = d.get("parallel", "none")
     if parallel not in _PARALLEL:
@@ -338,13 +345,11 @@ def parse_published_set(data: Any, name: str = "published set") -> PublishedSet:
     if dup:
         raise SpecsimError(f"{name}.rows: duplicate id {dup[0]!r}")
     rows = _with_ratios(rows, name)
-    return PublishedSet(
-        sources,
-        models,
-        rows,
-        str(data.get("description", "")),
-        {k: str(v.get("source", "")) for k, v in models_in.items()},
-    )
+    cited = {k: str(v.get("source", "")) for k, v in models_in.items()}
+    for model in {n for r in rows for n in (r.target, r.draft) if n and n not in models}:
+        if not model.startswith("preset:"):
+            cited[model] = find_shipped(model)[1].source
+    return PublishedSet(sources, models, rows, str(data.get("description", "")), cited)
 
 
 def load_published_set(path: str | Path | None = None) -> PublishedSet:
@@ -354,20 +359,3 @@ def load_published_set(path: str | Path | None = None) -> PublishedSet:
         return parse_published_set(data, "published_gpu_measurements.json")
     data = read_json(Path(path), "published set")
     return parse_published_set(data, Path(path).name)
-
-
-@functools.cache
-def _shipped_model_configs() -> dict[str, dict]:
-    """The shipped set's cited model configs, parsed once per process (a command resolves target and
-    draft)."""
-    return load_published_set().models
-
-
-def resolve_model_spec(
-    name_or_path: str, *, dtype: str | None = None, kv_dtype: str | None = None
-) -> ModelSpec:
-    """A model by preset name, HF config.json path, or the name of one of the shipped set's cited model
-    configs (``llama-2-70b``, ``llama-3.1-8b``, ...): what ``--target``/``--draft`` take."""
-    return load_model_spec(
-        name_or_path, dtype=dtype, kv_dtype=kv_dtype, named_configs=_shipped_model_configs()
-    )
