@@ -13,7 +13,7 @@ from specsim.costs import pass_cost
 from specsim.costs.grid_pass_cost import GridPassCost
 from specsim.costs.pass_cost import DRAFT, FIRST, PREFILL, STEP, TARGET, draft_steps_ms
 from specsim.hardware.device import load_device
-from specsim.hardware.model import load_model_spec
+from specsim.hardware.model_resolution import load_model_spec
 from specsim.hardware.roofline import decode_ms, forward_ms, prefill_ms, verify_ms
 from specsim.hardware.roofline_pass_cost import RooflinePassCost
 from specsim.hardware.runtime import load_runtime
