@@ -5,8 +5,8 @@ steps on one lent GPU (H100/H200) within 5 minutes, in stages, most valuable fir
     python bench/gpu_session.py --dry-run --out /tmp/session  # the same path on the CPU, tiny configs
 
 Install without pip or network: a ``specsim_mllm`` dist-info holding pyproject.toml's ``specsim.commands``
-entry points, in a work folder put on PYTHONPATH beside the tree — what ``pip install -e .`` adds (which also
-needs setuptools, absent from a bare environment). Each stage runs in its own process under its budget, cut
+entry points, in a work folder put on PYTHONPATH beside the tree: what ``pip install -e .`` adds, without its
+build backend (setuptools) or an index. Each stage runs in its own process under its budget, cut
 to what is left of ``--total-s``; a failing or overrunning stage is recorded and the next one runs. After
 every stage its results are copied to ``--out`` (7 files): session.json (environment, per stage its steps,
 status, seconds, errors), log.txt, cuda_paths.json, llava7b.json, hf_steps.json, zoo.json, llama8b.json.
@@ -38,6 +38,7 @@ IBED = "tau:ibed-llava1.5-7b-68m:M/ChartQA"
 ZOO_TRACES = "traces:zoo-cpu:M/zoo-1img"
 MIN_STAGE_S = 8.0
 COMMANDS: list[str] = []  # the commands a stage process ran, for its steps' records
+DEADLINE = [float("inf")]  # perf_counter at which a stage process is killed (set by --stage-budget-s)
 
 
 @dataclass(frozen=True)
@@ -138,7 +139,10 @@ def _repeats(plan: Plan) -> list[str]:
 
 
 def _rounds(plan: Plan) -> list[str]:
-    return ["--min-rounds", str(plan.rounds), "--max-rounds", str(plan.rounds)]
+    """Check rounds, and no new round after half the stage's time left (a round started is finished)."""
+    half_left_s = min(max((DEADLINE[0] - time.perf_counter()) / 2, 3.0), 3600.0)
+    rounds = ["--min-rounds", str(plan.rounds), "--max-rounds", str(plan.rounds)]
+    return [*rounds, "--max-minutes", f"{half_left_s / 60:.3f}"]
 
 
 def _zoo_steps(plan: Plan, zoo: Path, work: Path) -> list:
@@ -272,7 +276,8 @@ def install(work: Path) -> dict:
     lines.append("[console_scripts]\n" + "".join(f"{k} = {v}\n" for k, v in project["scripts"].items()))
     (info / "entry_points.txt").write_text("\n".join(lines))
     path = os.pathsep.join([str(ROOT), str(work / "site"), os.environ.get("PYTHONPATH", "")])
-    return dict(os.environ, PYTHONPATH=path.rstrip(os.pathsep), TOKENIZERS_PARALLELISM="false")
+    offline = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+    return dict(os.environ, PYTHONPATH=path.rstrip(os.pathsep), **offline)  # no network: never wait for one
 
 
 def environment(work: Path) -> dict:
@@ -300,9 +305,10 @@ def run_session(plan: Plan, out: Path, work: Path, total_s: float, stages=None, 
     env = install(work)
     session = {"plan": asdict(plan), "environment": environment(work), "stages": []}
     _save(out, session)
-    todo = stages or [(name, budget, _stage_argv(name, work, dry)) for name, budget in plan.budgets_s]
+    todo = stages or [(name, budget, None) for name, budget in plan.budgets_s]
     for name, budget, argv in todo:
         left = total_s - (time.perf_counter() - t_start)
+        argv = argv or _stage_argv(name, work, dry, min(budget, left))
         record = {"stage": name, "budget_s": round(min(budget, max(left, 0)), 1)}
         if left < MIN_STAGE_S:
             why = f"{left:.0f} s left of {total_s:.0f}"
@@ -320,9 +326,9 @@ def run_session(plan: Plan, out: Path, work: Path, total_s: float, stages=None, 
     return session
 
 
-def _stage_argv(name: str, work: Path, dry: bool) -> list[str]:
+def _stage_argv(name: str, work: Path, dry: bool, budget_s: float) -> list[str]:
     return [sys.executable, str(Path(__file__).resolve()), "--stage", name, "--work", str(work),
-            *(["--dry-run"] if dry else [])]  # fmt: skip
+            "--stage-budget-s", f"{budget_s:.1f}", *(["--dry-run"] if dry else [])]  # fmt: skip
 
 
 def _run_one(argv: list[str], budget_s: float, log: Path, env: dict) -> dict:
@@ -364,6 +370,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--dry-run", action="store_true", help="the same stages on the CPU, tiny configs")
     p.add_argument("--total-s", type=float, default=285.0, help="the whole session's seconds (default 285)")
     p.add_argument("--stage", default=None, help=argparse.SUPPRESS)  # a stage's own process
+    p.add_argument("--stage-budget-s", type=float, default=float("inf"), help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     import tempfile
 
@@ -372,6 +379,7 @@ def main(argv: list[str] | None = None) -> int:
     plan = dry_plan(work) if args.dry_run else Plan()
     if args.stage:
         sys.path.insert(0, str(ROOT))
+        DEADLINE[0] = time.perf_counter() + args.stage_budget_s
         return run_stage(plan, work, args.stage)
     if not args.out:
         p.error("--out (or $OUT) is required")
