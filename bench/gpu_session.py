@@ -16,8 +16,8 @@ random bf16 weights built on the GPU, batch-1 grid, then ``check --synthetic-acc
 hf_steps (``bench/gpu_step_kernels.py --modes hf``: target and draft, rows 1..9, B 1..32); zoo (the committed
 weights: latency, acceptance, check at γ 1..5 on 1-, 2- and 5-image prompts, ``bench/engine_vs_hf.py``);
 llava7b_batch (the batched grid, B 1..64, then ``check --batch`` on the zoo's traces); llama8b (Llama-3.1-8B
-with Llama-3.2-1B, ``bench/configs/``: latency and a synthetic check). ``--dry-run`` runs every stage on the
-CPU with tiny configs and small grids.
+with Llama-3.2-1B, ``bench/configs/``: the same four steps, at B 1 on the zoo's traces, batched on IbED's τ).
+``--dry-run`` runs every stage on the CPU with tiny configs and small grids.
 """
 
 from __future__ import annotations
@@ -66,7 +66,7 @@ class Plan:
     # seconds per stage, in the order run (what a stage does not finish in its budget is lost, the rest kept)
     budgets_s: tuple[tuple[str, float], ...] = (
         ("cuda_paths", 25), ("llava7b", 75), ("hf_steps", 35), ("zoo", 60), ("llava7b_batch", 50),
-        ("llama8b", 40),
+        ("llama8b", 90),  # the last stage: whatever is left
     )  # fmt: skip
 
 
@@ -186,7 +186,10 @@ def _stage_steps(plan: Plan, work: Path, name: str) -> list[tuple[str, object]]:
         "llama8b": [
             ("latency", lambda: _latency(plan, plan.llama, llama)),
             ("check B=1", lambda: _check(plan, plan.llama, llama, ZOO_TRACES, *b1)),
-        ],
+            ("batched grid", lambda: _latency(plan, plan.llama, llama, *batched)),
+            ("check batch", lambda: _check(plan, plan.llama, llama, IBED, "--gamma", "3", "--batch",
+                                           plan.check_batches, "--limit", str(plan.batch_prompts))),
+        ],  # fmt: skip
     }
     return steps[name]
 

@@ -68,7 +68,8 @@ def test_the_profiles_carry_latency_grids_and_marked_check_rows(dry_run):
     assert {(r.synthetic_acceptance, r.batch) for r in llava.checks} == {(IBED, None), (ZOO_TRACES, 2)}
     assert all(r.tau_measured == pytest.approx(r.tau_predicted) for r in llava.checks)
     llama = load_profile(str(dry_run / "llama8b.json"))
-    assert llama.checks and all(r.synthetic_acceptance == ZOO_TRACES for r in llama.checks)
+    assert llama.latency.forward_costs().batched.batch_sizes == (1, 2)
+    assert {(r.synthetic_acceptance, r.batch) for r in llama.checks} == {(ZOO_TRACES, None), (IBED, 2)}
     zoo = load_profile(str(dry_run / "zoo.json"))
     assert {e.method for e in zoo.acceptance} == {"M", "T"}
     assert {r.scenario for r in zoo.checks} == {"zoo-1img", "zoo-2img", "zoo-5img"}

@@ -20,6 +20,7 @@ draw themselves. Every check row measured so carries the SPEC (``synthetic_accep
 from __future__ import annotations
 
 import dataclasses
+import itertools
 from dataclasses import dataclass
 
 import numpy as np
@@ -54,7 +55,7 @@ def parse_schedule(text: str) -> ScheduleSpec:
         if kind == "tau" and rest:
             from specsim.predict.tau_at_gamma import tau_with_source
 
-            entry = _entry(*_profile_method_scenario(rest, need_scenario=True))
+            entry = _selected(*_profile_method_scenario(rest, need_scenario=True))[0]
             if entry.gamma is None:
                 raise SpecsimError(f"{entry.method}/{entry.scenario}: no tau at a gamma of its own")
             return ScheduleSpec(text, rates=(_alpha(tau_with_source(entry, entry.gamma)[0], entry.gamma),))
@@ -115,10 +116,6 @@ def _selected(profile, method, scenario) -> list:
     return entries
 
 
-def _entry(profile, method, scenario):
-    return _selected(profile, method, scenario)[0]
-
-
 def _traces(profile, method, scenario) -> tuple[Trace, ...]:
     """The greedy traces of one method's entries (any scenario unless one is named)."""
     entries = [e for e in _selected(profile, method, scenario) if any(t.match for t in e.traces)]
@@ -138,12 +135,10 @@ def build_schedule(spec: ScheduleSpec, prompt_ids, positions: int, seed: int) ->
         r = np.asarray(spec.rates, dtype=float)
         rates = {p: np.concatenate([r, np.full(max(positions - r.size, 0), r[-1])])[:positions] for p in ids}
     else:
-        own = {t.prompt_id: t for t in spec.traces}
-        others = iter(np.resize(np.arange(len(spec.traces)), sum(p not in own for p in ids)))
-        rates = {
-            p: np.resize(np.asarray((own.get(p) or spec.traces[next(others)]).match, dtype=float), positions)
-            for p in ids
-        }
+        own = {t.prompt_id: t.match for t in spec.traces}
+        in_turn = itertools.cycle([t.match for t in spec.traces])
+        matches = {p: own[p] if p in own else next(in_turn) for p in ids}  # in prompt order
+        rates = {p: np.resize(np.asarray(m, dtype=float), positions) for p, m in matches.items()}
     return SyntheticAcceptance.drawn(spec.label, rates, np.random.default_rng(seed))
 
 
