@@ -65,7 +65,7 @@ class Plan:
                                  "1,2,3,4,5,6,7,8,9", "--draft-rows", "1,2,3,4,5,6,7,8,9")  # fmt: skip
     # seconds per stage, in the order run (what a stage does not finish in its budget is lost, the rest kept)
     budgets_s: tuple[tuple[str, float], ...] = (
-        ("cuda_paths", 25), ("llava7b", 75), ("hf_steps", 35), ("zoo", 60), ("llava7b_batch", 50),
+        ("cuda_paths", 25), ("llava7b", 75), ("hf_steps", 45), ("zoo", 60), ("llava7b_batch", 45),
         ("llama8b", 90),  # the last stage: whatever is left
     )  # fmt: skip
 
