@@ -9,6 +9,9 @@ ratio (ours / HF; ≤ 1 means ours is at least as fast) with a 95% half-width ov
 outputs were identical. Also target-only decoding both ways, as a reference.
 
     python bench/engine_vs_hf.py --gamma 1,3,5 --repeats 3 --max-new-tokens 48 --threads 1
+    python bench/engine_vs_hf.py --preset zoo --device cuda --dtype bfloat16   # a GPU (bench/gpu_session.py)
+
+Both calls end with the device synchronised (:func:`calibrate.run.timing.device_sync`) before the clock stops.
 
 The four prompts are coding tasks outside the ``reference`` prompt set (a new user's workload).
 """
@@ -38,6 +41,8 @@ def parse_args(argv=None):
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--max-new-tokens", type=int, default=48)
     p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--dtype", default="float32")
     p.add_argument("--out-json", default=None)
     return p.parse_args(argv)
 
@@ -45,12 +50,16 @@ def parse_args(argv=None):
 def _ours(target, draft, ids, gamma, n):
     from calibrate.drafting import TextDrafter
     from calibrate.run.engine import Request, speculative_decode, target_decode
+    from calibrate.run.timing import device_sync
 
     t0 = time.perf_counter()
+    kw = {"max_new_tokens": n, "device": ids.device}
     if gamma:
-        out = speculative_decode(target, TextDrafter(draft), Request(ids), gamma=gamma, max_new_tokens=n)
+        drafter = TextDrafter(draft, device=ids.device)
+        out = speculative_decode(target, drafter, Request(ids), gamma=gamma, **kw)
     else:
-        out = target_decode(target, Request(ids), max_new_tokens=n)
+        out = target_decode(target, Request(ids), **kw)
+    device_sync(ids.device)
     return (time.perf_counter() - t0) * 1e3, list(out.tokens)
 
 
@@ -70,9 +79,12 @@ def _hf(target, draft, ids, gamma, n):
         draft.generation_config.num_assistant_tokens_schedule = "constant"
         draft.generation_config.assistant_confidence_threshold = 0.0
         common["assistant_model"] = draft
+    from calibrate.run.timing import device_sync
+
     t0 = time.perf_counter()
     with torch.inference_mode():
         out = target.generate(ids, **common)
+    device_sync(ids.device)
     return (time.perf_counter() - t0) * 1e3, out[0, ids.shape[1] :].tolist()
 
 
@@ -88,9 +100,11 @@ def main(argv=None) -> int:
     torch.set_num_threads(args.threads)
     gammas = [0] + parse_int_list(args.gamma, name="--gamma")
     t0 = time.perf_counter()
-    target, draft = load_pair(args.preset, threads=args.threads)
+    target, draft = load_pair(args.preset, threads=args.threads, device=args.device, dtype=args.dtype)
     print(f"models loaded in {time.perf_counter() - t0:.0f} s; {args.threads} thread(s)", file=sys.stderr)
-    prompts = [encode(target.tokenizer, Prompt(id=f"p{i}", text=t)) for i, t in enumerate(PROMPTS)]
+    prompts = [
+        encode(target.tokenizer, Prompt(id=f"p{i}", text=t)).to(target.device) for i, t in enumerate(PROMPTS)
+    ]
     _ours(target, draft, prompts[0], 2, 4)  # warm-up, both engines
     _hf(target.model, draft.model, prompts[0], 2, 4)
     ms = {(g, who): np.zeros((len(prompts), args.repeats)) for g in gammas for who in ("ours", "hf")}

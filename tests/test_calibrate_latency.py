@@ -296,6 +296,8 @@ def test_cli_with_configs(tmp_path, capsys):
         (["--preset", "no-such-pair"], "unknown preset pair 'no-such-pair'"),
         (["--target-config", "no-such-config"], "unknown model config 'no-such-config'"),
         (["--verify-context", "0"], "--verify-context: expected an integer >= 1"),
+        (["--batched-only"], "--batched-only: needs --request-batches"),
+        (["--batched-only", "--request-batches", "1,2"], "does not exist (run without --batched-only first)"),
     ],
 )
 def test_cli_bad_inputs_exit_2_with_one_line(tmp_path, capsys, extra, message):

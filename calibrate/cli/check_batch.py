@@ -22,10 +22,11 @@ def batch_sizes(args) -> list[int]:
     return sizes
 
 
-def cmd_check_batch(args, gammas, profile_path, profile, methods) -> int:
-    """Per batch size: run in rounds, price, write the rows, print the table and summary."""
+def cmd_check_batch(args, gammas, profile_path, profile, methods, synthetic=None) -> int:
+    """Per batch size: run in rounds, price, write the rows, print the table and summary (``synthetic``: the
+    --synthetic-acceptance schedule's spec)."""
     from calibrate.measure.batch_check_runs import batch_check_rows, preflight, run_batch_check
-    from calibrate.measure.check_runs import entries_of
+    from calibrate.measure.synthetic_schedules import check_acceptance, marked, synthetic_note
     from calibrate.workload.run_setup import load_setup, progress
     from specsim.check.check_tables import batch_table, summary, summary_line, terms_table
 
@@ -38,7 +39,10 @@ def cmd_check_batch(args, gammas, profile_path, profile, methods) -> int:
     for b in sizes:
         cost.check_batch(b)
     setup = load_setup(args, methods=methods, cache_captions=False)
-    entries = entries_of(setup, profile, args.scenario)
+    setup, schedule, entries = check_acceptance(
+        setup, profile, synthetic, scenario=args.scenario, max_new_tokens=args.max_new_tokens, gammas=gammas,
+        seed=args.seed,
+    )  # fmt: skip
     preflight(setup, entries, sizes, gammas, args.max_new_tokens)
     grid = None
     if args.remeasure_batched:
@@ -63,6 +67,7 @@ def cmd_check_batch(args, gammas, profile_path, profile, methods) -> int:
             max_seconds=None if args.max_minutes is None else 60 * args.max_minutes,
             progress=bar,
             before_round=None if grid is None else (lambda rnd, b=b: grid.round((b,))),
+            acceptance=schedule,
         )
         seconds += runs.seconds
         measured.append((b, runs))
@@ -75,6 +80,7 @@ def cmd_check_batch(args, gammas, profile_path, profile, methods) -> int:
         for b, runs in measured
         for row in batch_check_rows(runs, profile, entries, setup.methods, gammas, b, args.max_new_tokens)
     ]
+    rows = rows if synthetic is None else marked(rows, synthetic)
     if not args.no_write:
         save_profile(profile.with_checks(rows), profile_path)
     if args.json:
@@ -83,5 +89,7 @@ def cmd_check_batch(args, gammas, profile_path, profile, methods) -> int:
     print(batch_table(rows))
     print("\n" + terms_table(rows))
     print(summary_line(rows))
+    if synthetic is not None:
+        print(synthetic_note(synthetic))
     print(f"measured in {seconds:.0f} s", file=sys.stderr)
     return 0

@@ -38,10 +38,12 @@ def serve_args(parser) -> None:
     )
 
 
-def cmd_check_serve(args, gammas, profile_path, profile, methods) -> int:
-    """Run the loop in rounds, simulate each (rate, side), write the rows, print the table and summary."""
-    from calibrate.measure.check_runs import entries_of, greedy_trace
+def cmd_check_serve(args, gammas, profile_path, profile, methods, synthetic=None) -> int:
+    """Run the loop in rounds, simulate each (rate, side), write the rows, print the table and summary
+    (``synthetic``: the --synthetic-acceptance schedule's spec)."""
+    from calibrate.measure.check_runs import greedy_trace
     from calibrate.measure.serve_check_runs import run_serve_check, serve_check_rows, workload_order
+    from calibrate.measure.synthetic_schedules import check_acceptance, marked, synthetic_note
     from calibrate.workload.run_setup import load_setup, progress
     from specsim.check.serve_comparison import serve_summary, serve_table
 
@@ -56,7 +58,10 @@ def cmd_check_serve(args, gammas, profile_path, profile, methods) -> int:
         )
     batched.check_batch(args.max_num_seqs, "--max-num-seqs")
     setup = load_setup(args, methods=methods, cache_captions=False)
-    entries = entries_of(setup, profile, args.scenario)
+    setup, schedule, entries = check_acceptance(
+        setup, profile, synthetic, scenario=args.scenario, max_new_tokens=args.max_new_tokens, gammas=gammas,
+        seed=args.seed,
+    )  # fmt: skip
     groups = list(setup.groups)
     mixed = f"{args.scenario or setup.name}-mixed"
     scenario = setup.scenario(groups[0], args.scenario) if len(groups) == 1 else mixed
@@ -90,6 +95,7 @@ def cmd_check_serve(args, gammas, profile_path, profile, methods) -> int:
         max_seconds=None if args.max_minutes is None else 60 * args.max_minutes,
         progress=bar,
         before_round=None if grid is None else (lambda rnd: grid.serving_round()),
+        acceptance=schedule,
     )
     if grid is not None:
         profile = grid.measured_profile()
@@ -107,6 +113,7 @@ def cmd_check_serve(args, gammas, profile_path, profile, methods) -> int:
         max_num_seqs=args.max_num_seqs,
         seed=args.seed,
     )
+    rows = rows if synthetic is None else marked(rows, synthetic)
     if not args.no_write:
         save_profile(profile.with_serve_checks(rows), profile_path)
     if args.json:
@@ -122,6 +129,8 @@ def cmd_check_serve(args, gammas, profile_path, profile, methods) -> int:
             for name in ("tpot_p50_ms", "ttft_p90_ms", "output_tokens_per_s", "all")
         )
     )
+    if synthetic is not None:
+        print(synthetic_note(synthetic))
     if drift is not None:
         print(
             f"host: the loop's target passes took {drift:.3f} x the profile's batched grid ms "

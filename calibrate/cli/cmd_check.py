@@ -101,6 +101,16 @@ def register(subparsers) -> None:
         "the rows",
     )
     serve_args(chk)
+    chk.add_argument(
+        "--synthetic-acceptance",
+        metavar="SPEC",
+        default=None,
+        help="time SD with scripted accept decisions (as vLLM's synthetic rejection sampling): every block "
+        "accepts what a schedule says, over real passes, so random weights at any size work; SPEC: tau:T@G, "
+        "tau:PROFILE:METHOD/SCENARIO, rates:R0,R1,... (per output position) or "
+        "traces:PROFILE[:METHOD[/SCENARIO]], drawn with --seed; greedy, no EOS; the prediction prices the "
+        "same schedule and the rows say so",
+    )
     _sampling_args(chk)
     chk.add_argument("--json", action="store_true", help="print JSON instead of the tables")
     chk.add_argument("--no-write", action="store_true", help="do not write the rows into the profile")
@@ -122,6 +132,10 @@ def _check_args(args) -> list[int]:
         )
     if args.max_minutes is not None and not args.max_minutes > 0:
         raise SpecsimError(f"--max-minutes: expected a positive number, got {args.max_minutes}")
+    if args.synthetic_acceptance is not None and (args.tree or args.policy or args.temperature > 0):
+        raise SpecsimError(
+            "--synthetic-acceptance: runs fixed gamma, greedy (no --tree, --policy or --temperature)"
+        )
     return gammas
 
 
@@ -141,9 +155,13 @@ def _drafts(args) -> list:
 
 
 def prepare(args) -> tuple:
-    """(γs, profile path, profile, methods) after every check that needs no model: arguments, --profile
-    writable, a latency section; methods default to a single-method profile's one."""
+    """(γs, profile path, profile, methods, synthetic schedule spec or None) after every check that needs no
+    model: arguments, --profile writable, a latency section, --synthetic-acceptance; methods default to a
+    single-method profile's one."""
+    from calibrate.measure.synthetic_schedules import parse_schedule
+
     gammas = _check_args(args)
+    synthetic = None if args.synthetic_acceptance is None else parse_schedule(args.synthetic_acceptance)
     profile_path = resolve_profile_path(args.profile)
     if not args.no_write:
         check_writable(profile_path, "--profile")
@@ -152,7 +170,7 @@ def prepare(args) -> tuple:
     methods = args.method
     if methods is None and len({a.method for a in profile.acceptance}) == 1 and profile.acceptance:
         methods = [profile.acceptance[0].method]  # a single-method profile needs no --method
-    return gammas, profile_path, profile, methods
+    return gammas, profile_path, profile, methods, synthetic
 
 
 def _warn_other_host(profile, device: str) -> None:
@@ -170,28 +188,32 @@ def _warn_other_host(profile, device: str) -> None:
 
 def cmd_check(args) -> int:
     """Check arguments and the profile, load models, run in rounds, write the rows, print the tables."""
-    from calibrate.measure.check_runs import check_rows, entries_of, preflight, run_check
+    from calibrate.measure.check_runs import check_rows, preflight, run_check
+    from calibrate.measure.synthetic_schedules import check_acceptance, marked, synthetic_note
     from calibrate.workload.run_setup import load_setup, progress
     from specsim.check.check_tables import check_table, summary, terms_table
 
     if args.temperature > 0 and args.batch is None and args.serve_rates is None:
         return cmd_check_sampled(args)
-    gammas, profile_path, profile, methods = prepare(args)
+    gammas, profile_path, profile, methods, synthetic = prepare(args)
     if args.serve_rates is not None:
         from calibrate.cli.check_serve import cmd_check_serve
 
-        return cmd_check_serve(args, gammas, profile_path, profile, methods)
+        return cmd_check_serve(args, gammas, profile_path, profile, methods, synthetic)
     if args.batch is not None:
         from calibrate.cli.check_batch import cmd_check_batch
 
-        return cmd_check_batch(args, gammas, profile_path, profile, methods)
+        return cmd_check_batch(args, gammas, profile_path, profile, methods, synthetic)
     drafts = _drafts(args)
     setup = load_setup(args, methods=methods, cache_captions=False)
     if drafts:
         preflight(
             profile, [a for a in profile.acceptance if a.method in setup.methods], drafts, args.max_new_tokens
         )
-    entries = entries_of(setup, profile, args.scenario)  # before any run: a missing entry costs no measuring
+    setup, schedule, entries = check_acceptance(  # before any run: a missing entry costs no measuring
+        setup, profile, synthetic, scenario=args.scenario, max_new_tokens=args.max_new_tokens, gammas=gammas,
+        seed=args.seed,
+    )  # fmt: skip
     _warn_other_host(profile, args.device)  # after the checks above: an error stays one line
     bar = (
         None
@@ -208,8 +230,10 @@ def cmd_check(args) -> int:
         max_rounds=args.max_rounds,
         max_seconds=None if args.max_minutes is None else 60 * args.max_minutes,
         progress=bar,
+        acceptance=schedule,
     )
     rows, agreement, stages = check_rows(profile, setup, entries, runs, gammas, drafts)
+    rows = rows if synthetic is None else marked(rows, synthetic)
     if not args.no_write:
         save_profile(profile.with_checks(rows), profile_path)
     if args.json:
@@ -241,6 +265,8 @@ def cmd_check(args) -> int:
     for (m, s, kind), (same, total) in agreement.items():
         what = {"gamma": "greedy tau", "tree": "greedy trees", "policy": "greedy policies"}[kind]
         print(f"{s}/{m}: {what}, trace replay == engine for {same}/{total} (prompt, {kind})")
+    if synthetic is not None:
+        print(synthetic_note(synthetic))
     print(f"{runs.rounds} round(s) in {runs.seconds:.0f} s", file=sys.stderr)
     return 0
 
@@ -288,7 +314,7 @@ def cmd_check_sampled(args) -> int:
             f"--seeds: expected at least 2 runs per prompt with --temperature (one run gives no "
             f"spread to judge), got {args.seeds}"
         )
-    gammas, profile_path, profile, methods = prepare(args)
+    gammas, profile_path, profile, methods, _ = prepare(args)  # refuses --synthetic-acceptance with T > 0
     for entry in profile.acceptance:  # before models load: a wrong temperature costs no loading
         if (methods is None or entry.method in methods) and args.scenario in (None, entry.scenario):
             check_sampling_entry(entry, args.temperature)

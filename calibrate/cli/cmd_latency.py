@@ -151,6 +151,12 @@ def register(subparsers) -> None:
         "`specsim check --batch`: its passes by rows x cache width x B and its overhead",
     )
     what.add_argument(
+        "--batched-only",
+        action="store_true",
+        help="with --request-batches: time only the batched engine into the profile at --out, keeping its "
+        "batch-1 latency (e.g. a larger B after a first run)",
+    )
+    what.add_argument(
         "--request-gammas",
         type=int_list_arg("gamma"),
         default=[1, 3, 5],
@@ -271,9 +277,12 @@ def cmd_latency(args) -> int:
     )
     check_plan_positions(models, plan)
     t0 = time.perf_counter()
-    path, timings = L.calibrate_latency(
-        models, plan, args.out, resume=not args.no_resume, progress=not args.quiet
-    )
+    if args.batched_only:
+        path, timings = _existing_cost_model(args.out), {}
+    else:
+        path, timings = L.calibrate_latency(
+            models, plan, args.out, resume=not args.no_resume, progress=not args.quiet
+        )
     seconds = time.perf_counter() - t0
     from specsim.profiles import load_profile
 
@@ -283,7 +292,8 @@ def cmd_latency(args) -> int:
         print(dumps_json(section.to_json()))
     else:
         print(f"models loaded in {load_s:.1f} s")
-        print("\n".join(summary_lines(section, timings, seconds, path)))
+        if not args.batched_only:
+            print("\n".join(summary_lines(section, timings, seconds, path)))
         if batched_s is not None:
             grid_s, loop_s = batched_s
             loop = f", server loop {loop_s:.1f} s" if loop_s is not None else ", server loop not timed"
@@ -336,11 +346,28 @@ def _batched(args, models, plan, path, workload_tokens=None) -> tuple[float, flo
     return seconds
 
 
+def _existing_cost_model(out: str):
+    """--out's path when it holds a profile with latency timings (what --batched-only adds to)."""
+    from pathlib import Path
+
+    from specsim.profiles import load_profile
+
+    try:
+        load_profile(out).latency.forward_costs()
+    except SpecsimError as err:
+        raise SpecsimError(f"--batched-only: --out {out}: {err} (run without --batched-only first)") from None
+    return Path(out)
+
+
 def _check_args(args) -> None:
     """Everything that can be checked before models load and measuring starts (minutes of work)."""
     from calibrate.models.loading import canonical_dtype, check_device
 
     check_writable(args.out, "--out")
+    if args.batched_only:
+        if not args.request_batches:
+            raise SpecsimError("--batched-only: needs --request-batches")
+        _existing_cost_model(args.out)
     check_device(args.device)
     canonical_dtype(args.dtype)
     for name in ("warmup", "caption_tokens", "verify_context", "threads"):

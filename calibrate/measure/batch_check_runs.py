@@ -110,9 +110,11 @@ def run_batch_check(
     max_seconds: float | None = None,
     progress: Callable | None = None,
     before_round: Callable[[int], None] | None = None,
+    acceptance=None,
 ) -> BatchRuns:
     """Interleaved batched runs in rounds (module docstring); ``before_round(rnd)`` runs before each round
-    (``check --remeasure-batched``: a round of the batched cost's sweep)."""
+    (``check --remeasure-batched``: a round of the batched cost's sweep); ``acceptance``: the synthetic
+    schedule SD runs accept by."""
     from calibrate.run.batch_engine import batch_speculative_decode, batch_target_decode
     from specsim.check.batch_comparison import measure_batches
 
@@ -128,8 +130,9 @@ def run_batch_check(
 
     def sd_run(m, g, reqs):
         return batch_speculative_decode(
-            setup.target, setup.draft, reqs, gamma=g, members=members[m], method=m, **kw
-        )
+            setup.target, setup.draft, reqs, gamma=g, members=members[m], method=m, acceptance=acceptance,
+            **kw,
+        )  # fmt: skip
 
     first = next(iter(batches.values()))  # warm-up: first-call allocations, thrown away
     batch_target_decode(setup.target, first, **(kw | {"max_new_tokens": 4}))

@@ -88,19 +88,19 @@ class CheckRuns:
         return measure({p: self.base[p] for p in prompt_ids}, {p: runs[p] for p in prompt_ids})
 
 
-def decode_run(target, drafter, request, draft, **kw):
+def decode_run(target, drafter, request, draft, acceptance=None, **kw):
     """One speculative run of ``request``: a token tree through the tree engine, a fixed γ or a policy
-    through the chain engine."""
+    through the chain engine (``acceptance``: a synthetic schedule, chains only)."""
     from calibrate.run.engine import speculative_decode
     from calibrate.run.tree_engine import tree_decode
     from specsim.drafts.trees import TreeSpec
 
     if isinstance(draft, TreeSpec):
         return tree_decode(target, drafter, request, tree=draft, **kw)
-    return speculative_decode(target, drafter, request, gamma=draft, **kw)
+    return speculative_decode(target, drafter, request, gamma=draft, acceptance=acceptance, **kw)
 
 
-def _warm_up(setup, drafters: dict, gammas: list, kw: dict) -> None:
+def _warm_up(setup, drafters: dict, gammas: list, kw: dict, acceptance=None) -> None:
     """Short runs of target-only decoding and of every kind of run, thrown away (first-call allocations)."""
     from calibrate.run.engine import target_decode
 
@@ -110,7 +110,7 @@ def _warm_up(setup, drafters: dict, gammas: list, kw: dict) -> None:
     others = [g for g in gammas if not isinstance(g, int)]
     for d in drafters.values():
         for g in ([max(chains)] if chains else []) + others:
-            decode_run(setup.target, d, warm, g, **short)
+            decode_run(setup.target, d, warm, g, acceptance, **short)
 
 
 def run_check(
@@ -124,15 +124,17 @@ def run_check(
     max_rounds: int = 6,
     max_seconds: float | None = None,
     progress: Callable | None = None,
+    acceptance=None,
 ) -> CheckRuns:
     """Interleaved real runs in rounds (see the module docstring); ``setup`` is a
     :class:`calibrate.workload.run_setup.Setup`-like object (target, methods, requests, prompts, drafter(),
-    eos, groups); ``gammas``: fixed γ (int), token trees and draft-length policies, in any mix."""
+    eos, groups); ``gammas``: fixed γ (int), token trees and draft-length policies, in any mix;
+    ``acceptance``: the synthetic schedule SD runs accept by (:mod:`calibrate.run.synthetic_acceptance`)."""
     from calibrate.run.engine import target_decode
 
     kw = {"max_new_tokens": max_new_tokens, "eos_token_id": setup.eos, "device": device}
     drafters = {m: setup.drafter(m) for m in setup.methods}
-    _warm_up(setup, drafters, gammas, kw)
+    _warm_up(setup, drafters, gammas, kw, acceptance)
     images = {r.prompt_id: len(p.images) for p, r in zip(setup.prompts, setup.requests)}
     groups = {n: [r.prompt_id for r in reqs] for n, reqs in setup.groups.items()}
     runs = CheckRuns(
@@ -147,7 +149,7 @@ def run_check(
             before = request_run(target_decode(setup.target, req, **kw))
             k = (i + rnd) % len(active)
             for m, g in active[k:] + active[:k]:
-                out = decode_run(setup.target, drafters[m], req, g, **kw)
+                out = decode_run(setup.target, drafters[m], req, g, acceptance, **kw)
                 runs.sd[(m, g)][req.prompt_id].append(request_run(out))
                 if rnd == 0:
                     runs.first.setdefault((m, g), []).append(out)

@@ -278,7 +278,8 @@ def measurement_provenance(models: dict[str, LoadedModel], *, notes: str = "") -
             "transformers": transformers.__version__,
             "python": platform.python_version(),
             "specsim": specsim.__version__,
-        },
+        }
+        | ({"cuda": str(torch.version.cuda)} if str(target.device).startswith("cuda") else {}),
         weights="random" if "random" in weights else "real",
         threads=torch.get_num_threads(),
         notes="; ".join(x for x in (mixed, captioner, placed, notes) if x),

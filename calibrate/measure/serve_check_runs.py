@@ -88,10 +88,11 @@ def run_serve_check(
     max_seconds: float | None = None,
     progress: Callable | None = None,
     before_round: Callable[[int], None] | None = None,
+    acceptance=None,
 ) -> ServeRuns:
     """Interleaved server-loop runs in rounds (module docstring); ``sides`` the SD (method, γ) pairs;
     ``before_round(rnd)`` runs before each round (``check --remeasure-batched``: a round of the batched cost's
-    sweep)."""
+    sweep); ``acceptance``: the synthetic schedule SD sides accept by."""
     from calibrate.drafting.contexts import image_runs
     from calibrate.measure.batch_check_runs import members_of
     from calibrate.run.server_loop import serve_loop
@@ -123,6 +124,7 @@ def run_serve_check(
             members=members.get(m),  # pads are masked, so the loop's default pad id serves
             eos_token_id=setup.eos,
             method=m,
+            acceptance=acceptance,
         )
 
     for side in all_sides:  # warm-up: first-call allocations, thrown away

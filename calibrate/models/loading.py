@@ -107,7 +107,10 @@ def build_random_model(
     dev = check_device("cpu" if device_map else device)
     dt = canonical_dtype(dtype)
     _check_memory(cfg, dt, dev, label)
-    with seeded(seed):
+    import torch
+
+    # built where it runs (a 7B model's random init takes minutes on the host and seconds on a GPU)
+    with seeded(seed), torch.device("cpu" if device_map else dev):
         model = _auto_class(cfg).from_config(cfg, dtype=torch_dtype(dt))
     placement = ""
     if device_map:

@@ -37,6 +37,7 @@ import torch
 
 from calibrate.run.engine import _truncate, new_cache, unwrap, with_cache
 from calibrate.run.proposal import Request
+from calibrate.run.synthetic_acceptance import SyntheticAcceptance, scripted_accept
 from calibrate.run.timing import timed
 from specsim.errors import SpecsimError
 
@@ -86,6 +87,10 @@ class PaddedCache:
     @property
     def columns(self) -> int:
         return self.mask.shape[1]
+
+    @property
+    def device(self) -> torch.device:
+        return self.mask.device
 
     def forward(self, live: torch.Tensor, *, keep: int, **inputs) -> torch.Tensor:
         """One pass over new columns whose ``live`` [B, m] (1 = a real token, 0 = a masked pad) say which
@@ -162,14 +167,14 @@ def batch_draft_phase(draft: PaddedCache, first: tuple, g: int) -> tuple[torch.T
     inputs, live = first
     drafts, steps = [], []
     for _ in range(g):
-        with timed() as t:
+        with timed(draft.device) as t:
             logits = draft.forward(live, keep=1, **inputs)  # [B, 1, V]
         steps.append(t.ms)
         tok = torch.argmax(logits[:, -1], -1)  # [B]
         drafts.append(tok)
         inputs, live = {"input_ids": tok[:, None]}, torch.ones_like(tok)[:, None]
     if not drafts:
-        return torch.zeros(live.shape[0], 0, dtype=torch.long), steps
+        return torch.zeros(live.shape[0], 0, dtype=torch.long, device=draft.device), steps
     return torch.stack(drafts, 1), steps
 
 
@@ -182,28 +187,32 @@ def batch_verify_phase(
     if g:
         inputs = {**inputs, "input_ids": torch.cat([inputs["input_ids"], drafts], 1)}
         live = torch.cat([live, torch.ones_like(drafts)], 1)
-    with timed() as t:
+    with timed(target.device) as t:
         logits = target.forward(live, keep=g + 1, **inputs)
     return logits, t.ms
 
 
-def batch_accept_phase(logits: torch.Tensor, drafts: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Greedy acceptance per row: (n accepted [B], the target's next token [B])."""
+def batch_accept_phase(logits: torch.Tensor, drafts: torch.Tensor, forced=None):
+    """Greedy acceptance per row: (n accepted [B], the target's next token [B]); ``forced``: the drafts a
+    synthetic-acceptance schedule accepts per row (:mod:`calibrate.run.synthetic_acceptance`)."""
+    if forced is not None:
+        return scripted_accept(logits, forced)
     best = torch.argmax(logits, -1)  # [B, g+1]
     g = drafts.shape[1]
     n = torch.cumprod((best[:, :g] == drafts).long(), 1).sum(1) if g else torch.zeros_like(best[:, 0])
     return n, best.gather(1, n[:, None])[:, 0]
 
 
-def batch_sd_block(t_cache: PaddedCache, d_cache: PaddedCache, pending: tuple, tail: tuple, g: int):
-    """One SD block over the batch: draft g, verify, accept per row, and mask each row's rejected drafts in
-    both caches; (drafts [B, g], accepted n [B], the target's next token [B], draft step ms, verify ms).
-    ``pending``/``tail``: the target's and the draft's unfed inputs and live masks."""
+def batch_sd_block(t_cache: PaddedCache, d_cache: PaddedCache, pending: tuple, tail: tuple, g, forced=None):
+    """One SD block over the batch: draft g, verify, accept per row (``forced``: as a synthetic schedule
+    says), and mask each row's rejected drafts in both caches; (drafts [B, g], accepted n [B], the target's
+    next token [B], draft step ms, verify ms). ``pending``/``tail``: the target's and the draft's unfed inputs
+    and live masks."""
     drafts, steps = batch_draft_phase(d_cache, tail, g)
     d_fed = d_cache.columns  # draft columns after feeding d_1..d_{g-1}
     t_start = t_cache.columns + pending[1].shape[1]  # the target's first draft column
     logits, verify_ms = batch_verify_phase(t_cache, pending, drafts)
-    n, nxt = batch_accept_phase(logits, drafts)
+    n, nxt = batch_accept_phase(logits, drafts, forced)
     t_cache.reject(t_start + n)  # the KV of each row's rejected drafts goes dark
     if g:
         d_cache.reject(d_fed - (g - 1) + torch.clamp(n, max=g - 1))
@@ -212,7 +221,7 @@ def batch_sd_block(t_cache: PaddedCache, d_cache: PaddedCache, pending: tuple, t
 
 def batch_target_step(cache: PaddedCache, inputs: dict, live: torch.Tensor) -> tuple[torch.Tensor, float]:
     """One target-only step over the batch: each row's next token [B] and the pass's ms."""
-    with timed() as t:
+    with timed(cache.device) as t:
         logits = cache.forward(live, keep=1, **inputs)
     return torch.argmax(logits[:, -1], -1), t.ms
 
@@ -243,9 +252,11 @@ def batch_speculative_decode(
     eos_token_id=None,
     device="cpu",
     method: str = "plain",
+    acceptance: SyntheticAcceptance | None = None,
 ) -> BatchResult:
     """Greedy speculative decoding of ``requests`` as one static batch at a fixed γ (module docstring).
-    ``members``: the drafting method's one context member (None: the draft reads the target's prompt)."""
+    ``members``: the drafting method's one context member (None: the draft reads the target's prompt);
+    ``acceptance``: a synthetic schedule each row's blocks accept by (not lossless)."""
     if isinstance(gamma, bool) or not isinstance(gamma, int) or gamma < 1:
         raise SpecsimError(f"gamma: expected an integer >= 1, got {gamma!r}")
     _check(requests, max_new_tokens)
@@ -264,7 +275,8 @@ def batch_speculative_decode(
         left = torch.tensor([max_new_tokens - len(o) for o in out])
         g = int(min(gamma, int(left[running].max()) - 1))
         t_cols, d_cols = t_cache.columns, d_cache.columns
-        drafts, n, nxt, steps, verify_ms = batch_sd_block(t_cache, d_cache, pending, tail, g)
+        forced = acceptance and acceptance.accepted_rows([r.prompt_id for r in requests], [*map(len, out)], g)
+        drafts, n, nxt, steps, verify_ms = batch_sd_block(t_cache, d_cache, pending, tail, g, forced)
         accepted, emitted = [], []
         for b in range(B):
             if not running[b]:
@@ -275,7 +287,7 @@ def batch_speculative_decode(
             out[b].extend(new)
             running[b] = not done
             accepted.append(len(new) - 1), emitted.append(len(new))
-        live = running.long()[:, None]  # a finished row feeds masked pads from now on
+        live = running.long()[:, None].to(tm.device)  # a finished row feeds masked pads from now on
         pending = ({"input_ids": nxt[:, None]}, live)
         tail = _draft_tail(drafts, n, nxt, g, live)
         blocks.append(
@@ -336,7 +348,7 @@ def batch_target_decode(
                 emitted.append(len(new))
             else:
                 emitted.append(0)
-        inputs, live = {"input_ids": nxt[:, None]}, running.long()[:, None]
+        inputs, live = {"input_ids": nxt[:, None]}, running.long()[:, None].to(tm.device)
         blocks.append(
             BatchBlock(
                 gamma=0,

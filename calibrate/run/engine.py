@@ -37,6 +37,7 @@ import torch
 
 from calibrate.run.decode_records import BlockRecord, DecodeResult
 from calibrate.run.proposal import Drafter, Proposal, Request
+from calibrate.run.synthetic_acceptance import SyntheticAcceptance, scripted_accept
 from calibrate.run.timing import timed
 from specsim.drafts.policies import as_policy
 from specsim.errors import SpecsimError
@@ -109,13 +110,13 @@ def pick(logits: torch.Tensor, temperature: float, generator: torch.Generator | 
     return int(torch.multinomial(p, 1, generator=generator)), p
 
 
-def _check_args(gamma: int, max_new_tokens: int, temperature: float, request: Request) -> None:
+def _check_args(gamma: int, max_new_tokens: int, temperature: float, request: Request, synthetic=0) -> None:
     if isinstance(gamma, bool) or not isinstance(gamma, int) or gamma < 0:
         raise SpecsimError(f"gamma: expected an integer >= 1, got {gamma!r}")
     if max_new_tokens < 1:
         raise SpecsimError(f"max_new_tokens: expected an integer >= 1, got {max_new_tokens!r}")
-    if not temperature >= 0:
-        raise SpecsimError(f"temperature: expected >= 0, got {temperature!r}")
+    if not temperature >= 0 or (synthetic and temperature):  # synthetic acceptance is greedy
+        raise SpecsimError(f"temperature: expected {'0' if synthetic else '>= 0'}, got {temperature!r}")
     ids = request.input_ids
     if ids.ndim != 2 or ids.shape[0] != 1 or ids.shape[1] < 1:
         raise SpecsimError(f"input_ids: expected shape [1, S] with S >= 1, got {tuple(ids.shape)}")
@@ -165,9 +166,13 @@ def verify_phase(
 
 
 def accept_phase(
-    logits: torch.Tensor, proposal: Proposal, temperature: float, generator: torch.Generator | None
+    logits: torch.Tensor, proposal: Proposal, temperature: float, generator, forced=None
 ) -> tuple[int, int]:
-    """(n accepted drafts, next token) from target logits [γ+1, V] and the proposal."""
+    """(n accepted drafts, next token) from target logits [γ+1, V] and the proposal; ``forced``: the drafts a
+    synthetic-acceptance schedule accepts (:mod:`calibrate.run.synthetic_acceptance`), greedy."""
+    if forced is not None:
+        n, nxt = scripted_accept(logits[None], [forced])
+        return int(n[0]), int(nxt[0])
     drafts = proposal.tokens  # [γ]
     g = drafts.numel()
     if temperature == 0:
@@ -203,10 +208,11 @@ def sd_block(
     generator: torch.Generator | None,
     device="cpu",
     stop_below: float = 0.0,
+    forced: int | None = None,
     **kwargs,
 ) -> tuple[list[int], Proposal, float]:
     """One draft/verify block with up to ``g`` drafts (fewer after a draft below ``stop_below``): propose,
-    verify, accept, roll back both caches.
+    verify, accept (``forced``: as a synthetic schedule says), roll back both caches.
 
     Returns (the accepted drafts + the target's next token, the proposal, verify ms). ``kwargs`` go to
     the verify forward (the first block's image features).
@@ -217,7 +223,7 @@ def sd_block(
         drafter.propose(g, temperature=temperature, generator=generator, **stop) if g > 0 else _empty(model)
     )
     logits, verify_ms = verify_phase(model, cache, pending, proposal.tokens, device, **kwargs)
-    n, nxt = accept_phase(logits, proposal, temperature, generator)
+    n, nxt = accept_phase(logits, proposal, temperature, generator, forced)
     crop_cache(cache, committed + n)  # drop the KV of rejected drafts
     drafter.accept(n, nxt)
     return proposal.tokens[:n].tolist() + [nxt], proposal, verify_ms
@@ -266,11 +272,13 @@ def speculative_decode(
     generator: torch.Generator | None = None,
     eos_token_id=None,
     device="cpu",
+    acceptance: SyntheticAcceptance | None = None,
 ) -> DecodeResult:
     """Speculative decoding of one request with ``drafter`` at fixed γ or under a draft-length policy
-    (:mod:`specsim.drafts.policies`: the policy picks each block's γ and hears its outcome)."""
+    (:mod:`specsim.drafts.policies`: the policy picks each block's γ and hears its outcome); with
+    ``acceptance`` each block accepts what that synthetic schedule says (greedy, not lossless)."""
     policy = as_policy(gamma)  # an int is a fixed γ; bad values raise naming gamma
-    _check_args(0, max_new_tokens, temperature, request)
+    _check_args(0, max_new_tokens, temperature, request, synthetic=acceptance is not None)
     state = policy.initial_state()
     model, cache, setup, kwargs, pending = _start(target, request, device)
     setup.update(drafter.prefill(request))
@@ -289,6 +297,7 @@ def speculative_decode(
             generator=generator,
             device=device,
             stop_below=policy.stop_below,
+            forced=None if acceptance is None else acceptance.accepted(request.prompt_id, len(out), g),
             **kwargs,
         )
         kwargs = {}

@@ -40,6 +40,7 @@ from calibrate.run.batch_engine import (
 from calibrate.run.batch_engine import _check as check_requests
 from calibrate.run.engine import _truncate, unwrap
 from calibrate.run.proposal import Request
+from calibrate.run.synthetic_acceptance import SyntheticAcceptance
 from calibrate.run.timing import gc_paused, timed
 from specsim.errors import SpecsimError
 
@@ -156,18 +157,21 @@ def prefill_request(tm, dm, request: Request, *, members, pad_id: int, device):
     return first, t_row, d_row, t_pass.ms + d_pass.ms
 
 
-def sd_step(t_cache: PaddedCache, d_cache: PaddedCache, last: list[int], tails: list[list[int]], gamma: int):
+def sd_step(t_cache: PaddedCache, d_cache: PaddedCache, last: list[int], tails: list[list[int]], gamma: int,
+            forced=None):  # fmt: skip
     """One SD block over the batch (:func:`calibrate.run.batch_engine.batch_sd_block`): (accepted drafts [B],
     each row's kept tokens, its next draft tail, draft ms, verify ms). ``last``: each row's last emitted token
-    (the target's pending one); ``tails``: the draft's unfed tokens per row (1 or 2)."""
-    ids, live = left_pad([torch.tensor(t) for t in tails], 0)
-    pending = torch.tensor(last)[:, None]
+    (the target's pending one); ``tails``: the draft's unfed tokens per row (1 or 2); ``forced``: the drafts a
+    synthetic schedule accepts per row."""
+    ids, live = left_pad([torch.tensor(t, device=d_cache.device) for t in tails], 0)
+    pending = torch.tensor(last, device=t_cache.device)[:, None]
     drafts, n, nxt, steps, verify_ms = batch_sd_block(
         t_cache,
         d_cache,
         ({"input_ids": pending}, torch.ones_like(pending)),
         ({"input_ids": ids}, live),
         gamma,
+        forced,
     )
     kept, new_tails = [], []
     for b in range(len(last)):
@@ -180,7 +184,7 @@ def sd_step(t_cache: PaddedCache, d_cache: PaddedCache, last: list[int], tails: 
 def target_step(t_cache: PaddedCache, last: list[int]) -> tuple[list[list[int]], float]:
     """One target-only step over the batch (:func:`calibrate.run.batch_engine.batch_target_step`): each row's
     next token, and the pass's ms."""
-    pending = torch.tensor(last)[:, None]
+    pending = torch.tensor(last, device=t_cache.device)[:, None]
     nxt, ms = batch_target_step(t_cache, {"input_ids": pending}, torch.ones_like(pending))
     return [[int(x)] for x in nxt], ms
 
@@ -219,9 +223,10 @@ def serve_loop(
     compact_columns: int = COMPACT_COLUMNS,
     clock: Callable[[], float] = time.perf_counter,
     sleep: Callable[[float], None] = time.sleep,
+    acceptance: SyntheticAcceptance | None = None,
 ) -> LoopRun:
     """Serve ``requests`` arriving at ``arrival_s`` (s from the start) to completion (module docstring);
-    ``gamma`` 0 is target-only (``draft`` unused)."""
+    ``gamma`` 0 is target-only (``draft`` unused); ``acceptance``: a synthetic schedule the blocks follow."""
     _check(requests, list(arrival_s), gamma, max_new_tokens, max_num_seqs)
     tm, dm = unwrap(target), (unwrap(draft) if gamma else None)
     n = len(requests)
@@ -248,7 +253,11 @@ def serve_loop(
         if running:
             last = [out[r][-1] for r in running]
             if gamma:
-                accepted, kept, tails, draft_ms, verify_ms = sd_step(t_cache, d_cache, last, tails, gamma)
+                ids = [requests[r].prompt_id for r in running]
+                forced = acceptance and acceptance.accepted_rows(ids, [len(out[r]) for r in running], gamma)
+                accepted, kept, tails, draft_ms, verify_ms = sd_step(
+                    t_cache, d_cache, last, tails, gamma, forced
+                )
             else:
                 kept, verify_ms = target_step(t_cache, last)
         emitted, still, finished, decoded = [], [], [], list(running)
@@ -260,7 +269,7 @@ def serve_loop(
                 finished.append(r)
             else:
                 still.append(i)
-        with timed() as prefill:
+        with timed(tm.device) as prefill:
             joined = [
                 prefill_request(tm, dm, requests[r], members=members, pad_id=pad_id, device=device)
                 for r in admit

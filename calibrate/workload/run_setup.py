@@ -156,7 +156,8 @@ def load_setup(args, methods: list[str] | None = None, cache_captions: bool = Tr
                     f"prompt {p.id!r} has images but target {target.name!r} has no image processor "
                     "(expected a VLM folder with processor files)"
                 )
-            reqs.append(make_request(target.processor, p.text, _open_images(p), prompt_id=p.id))
+            request = make_request(target.processor, p.text, _open_images(p), prompt_id=p.id)
+            reqs.append(_placed(request, target))
             continue
         ids = encode(tok, p) if tok is not None else _byte_ids(p.text, target.vocab_size)
         reqs.append(Request(ids.to(target.device), text=p.text, prompt_id=p.id))
@@ -185,6 +186,18 @@ def load_setup(args, methods: list[str] | None = None, cache_captions: bool = Tr
         captioner = CachedCaptioner(captioner) if cache_captions else captioner
     name = Path(prompt_set).stem if prompt_set.endswith(".jsonl") else prompt_set
     return Setup(target, draft, prompts, reqs, eos, name, methods, captioner, args.caption_prefix)
+
+
+def _placed(request, target: LoadedModel):
+    """``request`` with its tensors where the target runs (pixel values in its dtype)."""
+    import torch
+
+    dtype = target.model.dtype
+    kwargs = {
+        k: v.to(target.device, dtype if torch.is_floating_point(v) else v.dtype)
+        for k, v in request.target_kwargs.items()
+    }
+    return replace(request, input_ids=request.input_ids.to(target.device), target_kwargs=kwargs)
 
 
 def _check_positions(model, prompts, requests, max_new_tokens: int) -> None:

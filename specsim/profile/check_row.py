@@ -26,6 +26,8 @@ class CheckRow:
     Carlo of :mod:`specsim.check.sampled`); ``rounds`` is then the number of seeds per prompt.
     ``batch`` (schema 3; absent: one request at a time) is B of a batched check: the batched engine against
     batched target-only decoding, B requests per batch (``prompts`` in all).
+    ``synthetic_acceptance`` (absent: lossless decoding) names the schedule every block's accept decision
+    followed (``specsim check --synthetic-acceptance SPEC``): the passes are real, the acceptance scripted.
     """
 
     method: str
@@ -52,6 +54,7 @@ class CheckRow:
     tau_interval: tuple[float, float] | None = None
     speedup_interval: tuple[float, float] | None = None
     batch: int | None = None
+    synthetic_acceptance: str | None = None
 
     def to_json(self) -> dict:
         out = {k: getattr(self, k) for k in self.__dataclass_fields__} | {"notes": self.notes or None}
@@ -92,6 +95,7 @@ class CheckRow:
             tau_interval=_opt(d, "tau_interval", lambda v, w: _interval(v, w, lo=1), where),
             speedup_interval=_opt(d, "speedup_interval", lambda v, w: _interval(v, w, lo=0), where),
             batch=_opt(d, "batch", lambda v, w: _int(v, w, lo=1, unit="batch"), where),
+            synthetic_acceptance=_opt(d, "synthetic_acceptance", _str, where),
         )
 
 

@@ -96,13 +96,16 @@ class Profile:
 
     def with_checks(self, rows: tuple[CheckRow, ...] | list[CheckRow]) -> Profile:
         """A copy where ``rows`` replace existing rows of the same (method, scenario, gamma, draft,
-        temperature, batch)."""
-        key = lambda r: (r.method, r.scenario, r.gamma, r.draft, r.temperature, r.batch)  # noqa: E731
+        temperature, batch, synthetic acceptance)."""
+        key = lambda r: (  # noqa: E731
+            r.method, r.scenario, r.gamma, r.draft, r.temperature, r.batch, r.synthetic_acceptance
+        )  # fmt: skip
         return replace(self, checks=_replaced(self.checks, rows, key))
 
     def with_serve_checks(self, rows: tuple[ServeCheckRow, ...] | list[ServeCheckRow]) -> Profile:
-        """A copy where ``rows`` replace existing serving rows of the same (method, scenario, gamma, rate)."""
-        key = lambda r: (r.method, r.scenario, r.gamma, r.rate_per_s)  # noqa: E731
+        """A copy where ``rows`` replace existing serving rows of the same (method, scenario, gamma, rate,
+        synthetic acceptance)."""
+        key = lambda r: (r.method, r.scenario, r.gamma, r.rate_per_s, r.synthetic_acceptance)  # noqa: E731
         return replace(self, serve_checks=_replaced(self.serve_checks, rows, key))
 
 

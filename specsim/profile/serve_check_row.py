@@ -30,7 +30,8 @@ class ServeCheckRow:
     process at ``rate_per_s``, at most ``max_num_seqs`` at once, ``new_tokens`` each at most; ``method`` and
     ``gamma`` the SD side (``gamma`` 0: target-only, ``method`` "target"). ``metrics`` maps each name of
     :data:`SERVE_METRICS` to its predicted and measured value (mean over ``rounds`` repeats of the same
-    arrivals) and the measured value's relative 95% half-width.
+    arrivals) and the measured value's relative 95% half-width. ``synthetic_acceptance`` (absent: lossless)
+    names the schedule the SD blocks' accept decisions followed (``check --synthetic-acceptance``).
     """
 
     method: str
@@ -44,6 +45,7 @@ class ServeCheckRow:
     rounds: int
     metrics: dict
     notes: str = ""
+    synthetic_acceptance: str | None = None
 
     def error(self, metric: str) -> float:
         """predicted / measured − 1 of ``metric``."""
@@ -72,6 +74,7 @@ class ServeCheckRow:
             rounds=count(_req(d, "rounds", where), f"{where}.rounds"),
             metrics=_metrics(_req(d, "metrics", where), f"{where}.metrics"),
             notes=_opt(d, "notes", lambda v, w: _str(v, w, allow_empty=True), where) or "",
+            synthetic_acceptance=_opt(d, "synthetic_acceptance", _str, where),
         )
 
 

@@ -1,0 +1,124 @@
+"""``specsim check --synthetic-acceptance SPEC`` on the shipped zoo: one request, a static batch and the
+server loop, each run under a schedule and compared with the prediction from the same schedule.
+
+- the schedule sources (τ, rates, a profile's τ, a profile's traces) give what they say, seeded;
+- the rows say they were measured so, the engine's blocks equal the schedule's replay, so measured τ equals
+  the predicted τ exactly (the passes are timed; how close the speedups are is a timing goal for bench/);
+- bad SPECs and flags: one line naming the value, exit 2, before any model loads.
+"""
+
+import json
+
+import numpy as np
+import pytest
+
+from calibrate.measure.synthetic_schedules import build_schedule, parse_schedule
+from specsim.acceptance.replay import replay_traces_tau
+from specsim.acceptance.theory import tau_iid
+from specsim.cli.main import main
+from specsim.profiles import load_profile, resolve_profile_path
+
+
+@pytest.fixture
+def zoo_profile(tmp_path):
+    path = tmp_path / "zoo.json"
+    path.write_bytes(resolve_profile_path("zoo-cpu-batch").read_bytes())
+    return path
+
+
+def _check(path, *extra):
+    argv = ["check", "--preset", "zoo", "--profile", str(path), "--threads", "1", "--method", "M"]
+    argv += ["--min-rounds", "1", "--max-rounds", "1", "--no-progress", "--json", *extra]
+    return main(argv)
+
+
+def test_schedule_sources_give_what_they_say():
+    ids = [f"p{i}" for i in range(40)]
+    drawn = build_schedule(parse_schedule("tau:3@4"), ids, 400, seed=1)
+    alpha = np.mean([m for p in ids for m in drawn.match[p]])
+    assert tau_iid(alpha, 4) == pytest.approx(3.0, abs=0.05)  # 16 000 draws at the α of τ = 3 at γ = 4
+    assert drawn == build_schedule(parse_schedule("tau:3@4"), ids, 400, seed=1)
+    rates = build_schedule(parse_schedule("rates:1,1,0"), ["a"], 6, seed=0)
+    assert rates.match["a"] == (1, 1, 0, 0, 0, 0)  # the last rate holds on
+    ibed = parse_schedule("tau:ibed-llava1.5-7b-68m:M/ChartQA")
+    assert tau_iid(ibed.rates[0], 5) == pytest.approx(2.24)  # IbED Table 1a, M on ChartQA at γ = 5
+    zoo = load_profile("zoo-cpu-batch")
+    entry = next(e for e in zoo.acceptance if e.method == "M" and e.scenario == "zoo-1img")
+    own = {t.prompt_id: t.match for t in entry.traces}
+    replayed = build_schedule(parse_schedule("traces:zoo-cpu-batch:M/zoo-1img"), [*own, "new"], 64, seed=5)
+    for p, m in own.items():  # its own trace, repeated from its start
+        assert replayed.match[p] == tuple(np.resize(m, 64))
+    assert replayed.match["new"] == tuple(np.resize(entry.traces[0].match, 64))  # the pool's first in turn
+
+
+def test_one_request_check_under_a_schedule(zoo_profile, capsys):
+    assert _check(zoo_profile, "--gamma", "2,4", "--limit", "3", "--max-new-tokens", "12",
+                  "--synthetic-acceptance", "tau:2.2@4", "--seed", "7") == 0  # fmt: skip
+    out = json.loads(capsys.readouterr().out)
+    assert len(out["rows"]) == 6  # 1, 2 and 5 images x γ 2, 4
+    for row in out["rows"]:
+        assert row["synthetic_acceptance"] == "tau:2.2@4"
+        assert row["tau_measured"] == pytest.approx(row["tau_predicted"], rel=1e-12)
+    assert all(same == total > 0 for same, total in out["replay_equals_engine"].values())
+    stored = [r for r in load_profile(str(zoo_profile)).checks if r.synthetic_acceptance == "tau:2.2@4"]
+    assert len(stored) == 6 and all(r.batch is None for r in stored)
+    lossless = [r for r in load_profile(str(zoo_profile)).checks if r.synthetic_acceptance is None]
+    assert lossless  # the profile's lossless rows are kept beside them
+
+
+def test_batch_and_serving_checks_under_the_zoo_traces(zoo_profile, capsys):
+    spec = "traces:zoo-cpu-batch:M"
+    assert _check(zoo_profile, "--gamma", "3", "--limit", "6", "--max-new-tokens", "12", "--batch", "2",
+                  "--synthetic-acceptance", spec) == 0  # fmt: skip
+    rows = json.loads(capsys.readouterr().out)["rows"]
+    assert len(rows) == 3 and all(r["batch"] == 2 and r["synthetic_acceptance"] == spec for r in rows)
+    for r in rows:
+        assert r["tau_measured"] == pytest.approx(r["tau_predicted"], rel=1e-12)
+    assert _check(zoo_profile, "--gamma", "2", "--limit", "3", "--max-new-tokens", "8", "--serve-rates", "40",
+                  "--serve-requests", "4", "--synthetic-acceptance", spec) == 0  # fmt: skip
+    rows = json.loads(capsys.readouterr().out)["rows"]
+    assert [(r["method"], r["gamma"], r["synthetic_acceptance"]) for r in rows] == [
+        ("target", 0, spec), ("M", 2, spec)
+    ]
+    stored = load_profile(str(zoo_profile)).serve_checks
+    assert sum(r.synthetic_acceptance == spec for r in stored) == 2
+
+
+@pytest.mark.parametrize(
+    "spec, expected",
+    [
+        ("tau:9@2", "--synthetic-acceptance 'tau:9@2': tau: expected 1 <= tau <= gamma+1"),
+        ("tau:2@0", "gamma: expected an integer >= 1, got 0"),
+        ("rates:0.5,1.5", "rates: expected acceptance rates in [0, 1], got 1.5"),
+        ("rates:0.5,x", "rates: expected a number, got 'x'"),
+        ("traces:/nowhere/missing.json:M", "missing.json"),
+        ("tau:zoo-cpu-batch:M", "expected PROFILE:METHOD/SCENARIO"),
+        ("traces:zoo-cpu-batch:Q", "has no entry Q/*"),
+        ("traces:zoo-cpu-batch", "expected one method's greedy traces"),
+        ("beta:0.5", "--synthetic-acceptance: expected tau:T@G"),
+    ],
+)
+def test_bad_schedules_exit_2_before_models_load(zoo_profile, capsys, monkeypatch, spec, expected):
+    import calibrate.workload.run_setup as run_setup
+
+    monkeypatch.setattr(run_setup, "load_setup", lambda *a, **k: pytest.fail("models loaded"))
+    assert _check(zoo_profile, "--gamma", "2", "--synthetic-acceptance", spec) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and expected in err[0], err
+
+
+@pytest.mark.parametrize("extra", [["--temperature", "1"], ["--tree", "2,1"], ["--policy", "heuristic:2"]])
+def test_synthetic_runs_fixed_gamma_greedy(zoo_profile, capsys, extra):
+    assert _check(zoo_profile, "--gamma", "2", "--synthetic-acceptance", "tau:2@2", *extra) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "runs fixed gamma, greedy" in err[0], err
+
+
+def test_replayed_traces_keep_their_tau():
+    """A profile's traces as the schedule (cut to their own length) replay to that entry's τ."""
+    zoo = load_profile("zoo-cpu-batch")
+    entry = next(e for e in zoo.acceptance if e.method == "T" and e.scenario == "zoo-2img")
+    n, ids = min(len(t.match) for t in entry.traces), [t.prompt_id for t in entry.traces]
+    schedule = build_schedule(parse_schedule("traces:zoo-cpu-batch:T/zoo-2img"), ids, n, seed=0)
+    cut = [t.match[:n] for t in entry.traces]
+    assert replay_traces_tau(schedule.traces(ids, n), 3) == replay_traces_tau(cut, 3)
