@@ -22,8 +22,8 @@ import time  # noqa: E402
 import numpy as np  # noqa: E402
 
 from specsim.acceptance.theory import tau_iid  # noqa: E402
-from specsim.cli.hardware_inputs import resolve_models  # noqa: E402
 from specsim.hardware.device import load_device  # noqa: E402
+from specsim.hardware.plan_inputs import resolve_models  # noqa: E402
 from specsim.hardware.runtime import load_runtime  # noqa: E402
 from specsim.serve.arrivals import poisson_arrivals, uniform_requests  # noqa: E402
 from specsim.serve.metrics import summarize  # noqa: E402

@@ -272,7 +272,6 @@ def _summary(reports: dict) -> None:
 
 def main(argv=None) -> int:
     from specsim.drafts.policies import parse_policy
-    from specsim.predict.prediction import select_entries
     from specsim.profiles import load_profile
 
     args = parse_args(argv)
@@ -284,7 +283,7 @@ def main(argv=None) -> int:
         m = profile.latency.cost_model.max_gamma
         policies = [parse_policy(p.format(m=m)) for p in (args.policy or POLICIES)]
         pair_rows = []
-        for entry in select_entries(profile, args.method):
+        for entry in profile.select_entries(args.method):
             row = {
                 "pair": preset,
                 "method": entry.method,

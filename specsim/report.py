@@ -67,6 +67,14 @@ def parse_int_list(text: str, *, name: str = "gamma", unit: str = "gamma") -> li
         raise SpecsimError(f"{name}: {err}") from None
 
 
+def parse_int_lists(texts, default, *, name: str, unit: str) -> list[int]:
+    """The sorted union of :func:`parse_int_list` over ``texts`` (a repeatable option); ``default`` when
+    none was given."""
+    if not texts:
+        return list(default)
+    return sorted({x for text in texts for x in parse_int_list(text, name=name, unit=unit)})
+
+
 def int_list_arg(unit: str):
     """An argparse ``type=`` for :func:`parse_int_list` (argparse names the option in its message)."""
     import argparse

@@ -9,8 +9,9 @@ from specsim.acceptance.theory import tau_iid
 from specsim.cli.main import main
 from specsim.hardware.device import Device, load_device
 from specsim.hardware.model import spec_from_config
-from specsim.hardware.plan import MethodTau, plan_hardware, ranking, speedup_crossover_batch
+from specsim.hardware.plan import plan_hardware, ranking, speedup_crossover_batch
 from specsim.hardware.roofline import Efficiency, decode_ms, verify_ms
+from specsim.predict.acceptance_source import MethodTau
 from specsim.presets import preset_names
 from specsim.profile import MethodAcceptance
 from specsim.profiles import save_profile

@@ -12,9 +12,10 @@ from specsim.hardware.device import CATALOG_DIR, load_device
 from specsim.hardware.efficiency_fit import points_from_grid, points_from_latency
 from specsim.hardware.model import spec_from_config
 from specsim.hardware.parallel import allreduce_link_bytes, allreduce_ms, per_gpu_resident_bytes
-from specsim.hardware.plan import MethodTau, Parallel, plan_hardware
+from specsim.hardware.plan import Parallel, plan_hardware
 from specsim.hardware.roofline import decode_ms, forward_bytes, kv_pass_bytes, sharded_bytes, verify_ms
 from specsim.hardware.runtime import RUNTIMES_DIR, Runtime, load_runtime, runtime_names
+from specsim.predict.acceptance_source import MethodTau
 from specsim.profile import Curve, LatencySection
 from specsim.validation.published_set import is_reserved, load_published_set, parse_published_set
 

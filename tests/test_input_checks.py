@@ -263,7 +263,7 @@ def test_bad_arguments_one_line(capsys, argv, message):
 def test_hardware_plot_path_is_checked_before_work(capsys, tmp_path, monkeypatch):
     import specsim.cli.cmd_hardware as hcli
 
-    monkeypatch.setattr(hcli, "plan_hardware", lambda *a, **k: pytest.fail("planned before checking --plot"))
+    monkeypatch.setattr(hcli, "answer", lambda *a, **k: pytest.fail("planned before checking --plot"))
     code, out, err = run(capsys, "hardware", "--device", "h100-sxm", "--plot", str(tmp_path))
     assert code == 2 and "--plot" in err and "is a directory" in err and err.count("\n") == 1
 

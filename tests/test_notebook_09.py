@@ -25,7 +25,6 @@ def test_the_h100_sweep_is_what_specsim_serve_prints(capsys):
     """The committed notebook's H100 sweep equals `specsim serve --rates ... --json` with the same flags."""
     from specsim.acceptance.theory import alpha_from_tau
     from specsim.cli.main import main
-    from specsim.predict.prediction import one_entry
     from specsim.profiles import load_profile
 
     nb = json.loads(NOTEBOOK.read_text())
@@ -33,7 +32,7 @@ def test_the_h100_sweep_is_what_specsim_serve_prints(capsys):
         c for c in nb["cells"] if c["cell_type"] == "code" and "gpu_sweep = answer(" in "".join(c["source"])
     )
     printed = "".join("".join(o.get("text", "")) for o in cell["outputs"])
-    ibed = one_entry(load_profile("ibed-llava1.5-7b-68m"), "M", "ChartQA")
+    ibed = load_profile("ibed-llava1.5-7b-68m").one_entry("M", "ChartQA")
     alpha = float(alpha_from_tau(ibed.tau, ibed.gamma))
     argv = ["serve", "--pair", "llava-1.5-7b-68m", "--device", "h100-sxm", "--runtime", "vllm"]
     argv += ["--requests", "1000", "--prompt-tokens", "512", "--images", "1", "--output-tokens", "256"]

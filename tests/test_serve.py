@@ -266,8 +266,8 @@ def test_itl_percentiles_equal_numpy_on_the_expanded_multiset():
 
 # --------------------------------------------------------------------------- roofline pricing
 def test_roofline_step_cost_prices_passes_as_the_planner():
-    from specsim.cli.hardware_inputs import resolve_models
     from specsim.hardware.device import load_device
+    from specsim.hardware.plan_inputs import resolve_models
     from specsim.hardware.roofline import decode_ms, forward_ms, prefill_ms
     from specsim.hardware.runtime import load_runtime
     from specsim.serve.roofline_cost import RooflineStepCost
@@ -379,9 +379,9 @@ def test_roofline_mixed_passes_equal_their_merged_pass_tables():
     priced from cached lines in Σ KV, equal the PassTable of their summed terms (the weights streamed once)
     built here from pass_terms, at sequences of different lengths, for runtimes with and without extra draft
     forwards."""
-    from specsim.cli.hardware_inputs import resolve_models
     from specsim.hardware.device import load_device
     from specsim.hardware.passes import pass_table, pass_terms
+    from specsim.hardware.plan_inputs import resolve_models
     from specsim.hardware.runtime import load_runtime
     from specsim.serve.roofline_cost import RooflineStepCost
 
@@ -500,7 +500,6 @@ def test_acceptance_profile_replays_its_traces(capsys):
     length is the traces' replayed τ at γ (the requests here stop at the traces' length, one token earlier
     and from position 1: within a few %); bad combinations are one line, exit 2."""
     from specsim.acceptance.replay import replay_traces_tau
-    from specsim.predict.prediction import one_entry
     from specsim.profiles import load_profile
 
     base = ["serve", "--requests", "24", "--output-tokens", "32", "--cost-profile", "zoo-cpu-batch"]
@@ -509,7 +508,7 @@ def test_acceptance_profile_replays_its_traces(capsys):
     assert main([*base, *replay, "--rate", "20", "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["acceptance"] == "greedy traces of M/zoo-1img replayed"
-    entry = one_entry(load_profile("zoo-cpu-batch"), "M", "zoo-1img")
+    entry = load_profile("zoo-cpu-batch").one_entry("M", "zoo-1img")
     sd = data["comparison"]["sd"]
     tau = float(replay_traces_tau([t.match for t in entry.traces], 3))
     assert abs(sd["mean_acceptance_length"] / tau - 1) < 0.05, (sd["mean_acceptance_length"], tau)
@@ -616,8 +615,8 @@ def test_plot_of_a_rate_sweep(tmp_path, capsys):
 def test_roofline_decode_steps_equal_step_by_step_pricing():
     """The cached lines of decode_steps_ms price every step as step_ms does (each roofline part is
     affine in the summed context), for runtimes with and without extra draft forwards."""
-    from specsim.cli.hardware_inputs import resolve_models
     from specsim.hardware.device import load_device
+    from specsim.hardware.plan_inputs import resolve_models
     from specsim.hardware.runtime import load_runtime
     from specsim.serve.roofline_cost import RooflineStepCost
     from specsim.serve.step_cost import step_ms
@@ -647,8 +646,8 @@ def test_text_only_drafting_skips_the_image_positions_in_the_draft_prefill(capsy
     """--draft-image-tokens 0 (text-only drafting): the draft's prefill of an image prompt drops the image's
     positions, so it costs what a text prompt of the remaining tokens costs; decode passes are unchanged and
     the whole-step price still equals its parts. Out-of-range values are refused."""
-    from specsim.cli.hardware_inputs import resolve_models
     from specsim.hardware.device import load_device
+    from specsim.hardware.plan_inputs import resolve_models
     from specsim.hardware.runtime import load_runtime
     from specsim.serve.roofline_cost import RooflineStepCost
 

@@ -354,10 +354,9 @@ def test_greedy_trace_lookup_names_what_is_missing():
     """The one trace lookup of `check --batch` and `check --serve-rates`: a prompt without a greedy trace is a
     one-line error naming the method, the scenario and the prompt."""
     from calibrate.measure.check_runs import greedy_trace
-    from specsim.predict.prediction import one_entry
     from specsim.profiles import load_profile
 
-    entry = one_entry(load_profile("zoo-cpu-batch"), "M", "zoo-1img")
+    entry = load_profile("zoo-cpu-batch").one_entry("M", "zoo-1img")
     first = entry.traces[0]
     assert greedy_trace(entry, first.prompt_id) is first
     with pytest.raises(

@@ -7,27 +7,16 @@ from __future__ import annotations
 
 import argparse
 
-from specsim.bounds import MAX_PLAN_ROWS, number_arg
-from specsim.cli.hardware_inputs import (
-    best_trees,
-    check_options,
-    device_runtimes,
-    fit_on_profile,
-    resolve_models,
-    split_mode,
-    tau_methods,
-)
-from specsim.cli.model_options import MODEL_HELP, add_image_size, image_size
-from specsim.errors import SpecsimError
+from specsim.bounds import number_arg
+from specsim.cli.model_options import MODEL_HELP, add_image_size
 from specsim.hardware.device import load_devices
-from specsim.hardware.efficiency_fit import HoldoutResult
 from specsim.hardware.parallel import SPLIT_MODES
-from specsim.hardware.plan import DEFAULT_BATCHES, Parallel, plan_hardware
+from specsim.hardware.plan_request import PlanRequest, answer
 from specsim.hardware.plan_text import plan_text
 from specsim.hardware.runtime import Runtime
 from specsim.jsonio import check_writable, dumps_json
 from specsim.profiles import DEFAULT_PROFILE
-from specsim.report import fmt, format_table, parse_int, parse_int_list
+from specsim.report import fmt, format_table
 
 _DESC = (
     "Rank devices by predicted tokens/s and speculative-decoding speedup for a target/draft pair, using a "
@@ -178,134 +167,44 @@ def register(sub) -> None:
     p.set_defaults(func=cmd_hardware)
 
 
-def _ints(values: list[str] | None, default, name: str, unit: str) -> list[int]:
-    if not values:
-        return list(default)
-    return sorted({x for text in values for x in parse_int_list(text, name=name, unit=unit)})
-
-
 def cmd_hardware(args: argparse.Namespace) -> int:
     if args.list:
         return _list_all(args)
     if args.list_devices:
         return _list_devices(args)
-    check_options(
-        dtype=args.dtype,
-        kv_dtype=args.kv_dtype,
-        fit_profile=args.fit_profile,
-        validate=args.validate,
-        fit_device=args.fit_device,
-        fit_dtype=args.fit_dtype,
-    )
     if args.plot is not None:
         check_writable(args.plot, "--plot", suffix=".png")
-    gamma_max = parse_int(args.gamma_max, name="--gamma-max", unit="gamma")
-    batches = _ints(args.batch, DEFAULT_BATCHES, "--batch", "batch")
-    contexts = _ints(args.context, (1024, 4096, 8192), "--context", "tokens")
-    pair, target, draft = resolve_models(
-        pair=args.pair,
-        target=args.target,
-        draft=args.draft,
-        model_config=args.model_config,
-        fit_profile=args.fit_profile,
-        dtype=args.dtype,
-        kv_dtype=args.kv_dtype,
-        image_size=image_size(args),
-    )
-    profile, methods, notes = tau_methods(
-        pair=pair,
-        target=target,
-        draft=draft,
-        profile_name=args.profile,
-        methods=args.method,
-        scenario=args.scenario,
-        tau=args.tau,
-        alpha=args.alpha,
-        gamma=args.gamma,
-        gamma_max=gamma_max,
-    )
-    devices = load_devices(args.device)
-    rows = len(batches) * len(contexts) * len(devices) * len(methods)
-    if rows > MAX_PLAN_ROWS:
-        raise SpecsimError(
-            f"--batch/--context: {len(batches)} batch sizes x {len(contexts)} contexts x {len(devices)} "
-            f"devices x {len(methods)} methods = {rows} rows; expected at most {MAX_PLAN_ROWS} "
-            "(narrow the ranges)"
-        )
-    fit = None
-    efficiency = device_runtimes(args.runtime, devices)
-    if args.fit_profile is not None:
-        fit, skipped = fit_on_profile(
-            args.fit_profile,
-            target,
-            draft,
-            fit_device=args.fit_device,
-            fit_dtype=args.fit_dtype,
-            runtime=args.runtime,
-            validate=args.validate,
-        )
-        notes += [f"fit: skipped {s}" for s in skipped]
-        fitted = fit.fit.efficiency if isinstance(fit, HoldoutResult) else fit.efficiency
-        efficiency = {d.name: fitted for d in devices}
-    parallel = Parallel(args.tp, args.draft_sharded, split_mode(args.split_mode, args.tp, efficiency))
-    plan = plan_hardware(
-        target,
-        draft,
-        devices,
-        methods,
-        efficiency=efficiency,
-        batches=batches,
-        contexts=contexts,
-        notes=tuple(notes),
-        parallel=parallel,
-    )
-    trees = None
-    if args.trees:
-        trees = best_trees(
-            profile,
-            target,
-            draft,
-            devices,
-            efficiency=efficiency,
-            batches=batches,
-            contexts=contexts,
-            alpha=args.alpha,
-            methods=args.method,
-            scenario=args.scenario,
-            tp=args.tp,
-            n_max=args.tree_max_nodes,
-            gamma_max=gamma_max,
-        )
+    got = answer(PlanRequest.from_options(vars(args)))
     if args.plot:
         from specsim.hardware.plots import plot_speedup_vs_batch
 
-        plot_speedup_vs_batch(plan, args.plot)
-    validation = _validation(efficiency, batches, contexts)
+        plot_speedup_vs_batch(got.plan, args.plot)
+    validation = _validation(got.efficiency, got.plan.batches, got.plan.contexts)
     if args.json:
         out = {
-            "target": target.name,
-            "draft": draft.name,
-            "profile": None if profile is None else profile.name,
-            "plan": plan.to_json(),
-            "fit": None if fit is None else fit.to_json(),
+            "target": got.target.name,
+            "draft": got.draft.name,
+            "profile": None if got.profile is None else got.profile.name,
+            "plan": got.plan.to_json(),
+            "fit": None if got.fit is None else got.fit.to_json(),
             "validation": [v.to_json() | {"context_tokens": c} for c, v in validation],
         }
-        if trees is not None:
-            out["trees"] = [r.to_json() for r in trees]
+        if got.trees is not None:
+            out["trees"] = [r.to_json() for r in got.trees]
         print(dumps_json(out))
         return 0
-    print(plan_text(plan, target, draft, fit))
+    print(plan_text(got.plan, got.target, got.draft, got.fit))
     if validation:
         print("\nvalidation of these speedups (published rows, `specsim validate`):")
         print("\n".join(f"  context {c}: {v.text()}" for c, v in validation))
-    if trees is not None:
+    if got.trees is not None:
         from specsim.hardware.tree_plan import tree_plan_text
 
         print(
             "\ntoken trees (Sequoia-style search; tau from per-rank acceptance, the same at every depth; "
             "speedup = tau*Tp / (draft passes + Tv(n) + runtime overhead per block)):"
         )
-        print(tree_plan_text(trees))
+        print(tree_plan_text(list(got.trees)))
     return 0
 
 

@@ -134,7 +134,6 @@ def _drafts(args) -> list:
 def _comparison(args, profile: Profile, methods, gammas, drafts: list, max_new_tokens=None) -> list | None:
     """Chain vs tree vs policy rows when --tree, --policy or --best-tree asked for them; else None."""
     from specsim.predict.predict_drafts import compare
-    from specsim.predict.prediction import select_entries
 
     if not drafts and not getattr(args, "best_tree", False):
         return None
@@ -142,7 +141,7 @@ def _comparison(args, profile: Profile, methods, gammas, drafts: list, max_new_t
     best = getattr(args, "best_tree", True)
     return compare(
         profile,
-        select_entries(profile, methods, args.scenario),
+        profile.select_entries(methods, args.scenario),
         gammas,
         drafts,
         best_tree=best,

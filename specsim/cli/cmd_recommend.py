@@ -32,7 +32,6 @@ from specsim.hardware.device import load_device
 from specsim.hardware.model_resolution import load_model_spec
 from specsim.hardware.runtime import DEFAULT_RUNTIMES, load_runtime
 from specsim.jsonio import check_writable, dumps_json, show, write_json_atomic, write_text_atomic
-from specsim.predict.prediction import one_entry
 from specsim.presets import pair_models
 from specsim.profile import MethodAcceptance, Profile
 from specsim.profiles import load_profile
@@ -168,7 +167,7 @@ def latency_model(args) -> LatencyModel:
 
 
 def _entry(profile: Profile, args) -> MethodAcceptance:
-    return one_entry(profile, args.method, args.scenario)
+    return profile.one_entry(args.method, args.scenario)
 
 
 def _draft_model(args, profile: Profile, entry: MethodAcceptance, method: str) -> tuple[str | None, bool]:

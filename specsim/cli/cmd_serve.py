@@ -11,11 +11,11 @@ import argparse
 import numpy as np
 
 from specsim.bounds import number_arg
-from specsim.cli.hardware_inputs import device_runtimes, resolve_models, split_mode
 from specsim.cli.model_options import add_image_size, image_size
 from specsim.cli.progress import ProgressBar
 from specsim.errors import SpecsimError
 from specsim.hardware.device import load_device
+from specsim.hardware.plan_inputs import device_runtimes, resolve_models, split_mode
 from specsim.jsonio import check_writable, dumps_json
 from specsim.serve.arrivals import burstiness_arg, rate_arg, rates_arg, read_trace
 from specsim.serve.compare import (
@@ -252,10 +252,9 @@ def _acceptance(args) -> tuple:
         return IidAcceptance(args.alpha), f"iid alpha={args.alpha:g}", ()
     if args.alpha is not None:
         raise SpecsimError("--alpha: give --alpha or --acceptance-profile, not both")
-    from specsim.predict.prediction import one_entry
     from specsim.profiles import load_profile
 
-    entry = one_entry(load_profile(args.acceptance_profile), args.method, args.scenario)
+    entry = load_profile(args.acceptance_profile).one_entry(args.method, args.scenario)
     return replay_of(entry), f"greedy traces of {entry.method}/{entry.scenario} replayed", (entry,)
 
 

@@ -17,10 +17,11 @@ from dataclasses import asdict, dataclass
 from specsim.errors import SpecsimError
 from specsim.hardware.device import Device
 from specsim.hardware.model import ModelSpec
-from specsim.hardware.plan import DEFAULT_GAMMAS, MethodTau, Plan, plan_hardware
+from specsim.hardware.plan import Plan, plan_hardware
 from specsim.hardware.plan_notes import V_BELOW_ONE, image_tokens_note, v_below_one_note
 from specsim.hardware.roofline import USABLE_MEMORY_FRACTION, Efficiency
 from specsim.hardware.runtime import Runtime
+from specsim.predict.acceptance_source import DEFAULT_GAMMAS, MethodTau
 from specsim.profile import MethodAcceptance
 
 DEFAULT_SHOWN_BATCHES = (1, 2, 4, 8, 16, 32, 64, 128, 256)

@@ -10,7 +10,7 @@ from specsim.hardware.device import Device, catalog_names, load_device, load_dev
 from specsim.hardware.efficiency_fit import fit_efficiency, holdout, points_from_latency, short_context_split
 from specsim.hardware.model import ModelSpec, VisionSpec, spec_from_config
 from specsim.hardware.model_resolution import load_model_spec
-from specsim.hardware.plan import MethodTau, Plan, PlanRow, plan_hardware, ranking, speedup_crossover_batch
+from specsim.hardware.plan import Plan, PlanRow, plan_hardware, ranking, speedup_crossover_batch
 from specsim.hardware.roofline import (
     Efficiency,
     decode_ms,

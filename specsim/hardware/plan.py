@@ -30,39 +30,10 @@ from specsim.hardware.parallel import (
 from specsim.hardware.plan_notes import image_tokens_note, v_below_one_note
 from specsim.hardware.roofline import USABLE_MEMORY_FRACTION, Efficiency
 from specsim.hardware.roofline_pass_cost import RooflinePassCost
-from specsim.profile import MethodAcceptance
+from specsim.predict.acceptance_source import MethodTau
 
 DEFAULT_BATCHES = (1, 2, 4, 8, 16, 32, 64)
 DEFAULT_CONTEXTS = (1024, 4096, 8192)
-DEFAULT_GAMMAS = tuple(range(1, 9))
-
-
-@dataclass(frozen=True)
-class MethodTau:
-    """τ(γ) of one drafting method for γ in ``gammas``, with where each value came from."""
-
-    method: str
-    scenario: str
-    gammas: tuple[int, ...]
-    tau: tuple[float, ...]
-    tau_source: tuple[str, ...]
-    draft_batch_size: int = 1
-
-    @classmethod
-    def from_entry(cls, entry: MethodAcceptance, gammas=DEFAULT_GAMMAS) -> MethodTau:
-        from specsim.predict.tau_at_gamma import (
-            tau_with_source,  # lead's module: replay > measured > i.i.d. carry
-        )
-
-        pairs = [tau_with_source(entry, int(g)) for g in gammas]
-        return cls(
-            entry.method,
-            entry.scenario,
-            tuple(int(g) for g in gammas),
-            tuple(float(t) for t, _ in pairs),
-            tuple(s for _, s in pairs),
-            entry.draft_batch_size,
-        )
 
 
 @dataclass(frozen=True)

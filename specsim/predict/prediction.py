@@ -57,50 +57,6 @@ class Prediction:
         return asdict(self)
 
 
-def select_entries(profile: Profile, methods=None, scenario: str | None = None) -> list[MethodAcceptance]:
-    """The acceptance entries for ``methods`` (None: all) in ``scenario`` (name, or 'Nimg' group)."""
-    entries = list(profile.acceptance)
-    if not entries:
-        raise SpecsimError(f"profile {profile.name!r} has no acceptance entries")
-    if methods:
-        known = list(dict.fromkeys(e.method for e in entries))
-        for m in methods:
-            if m not in known:
-                raise SpecsimError(f"unknown method {m!r} (this profile has: {', '.join(known)})")
-        entries = [e for e in entries if e.method in methods]
-    if scenario is not None:
-        entries = [e for e in entries if _scenario_matches(e, scenario)]
-        if not entries:
-            known = list(dict.fromkeys(e.scenario for e in profile.acceptance))
-            groups = sorted({f"{e.images_per_prompt}img" for e in profile.acceptance})
-            raise SpecsimError(
-                f"unknown scenario {scenario!r} (expected one of: {', '.join(known + groups)})"
-            )
-    order = {name: i for i, name in enumerate(dict.fromkeys(e.scenario for e in profile.acceptance))}
-    return sorted(entries, key=lambda e: (e.images_per_prompt, order[e.scenario]))
-
-
-def one_entry(profile: Profile, method: str | None, scenario: str | None) -> MethodAcceptance:
-    """The one acceptance entry of ``method`` in ``scenario`` (either None: any); SpecsimError naming the
-    entries found when there are several."""
-    entries = select_entries(profile, [method] if method else None, scenario)
-    if len(entries) != 1:
-        shown = ", ".join(f"{e.method}/{e.scenario}" for e in entries)
-        raise SpecsimError(
-            f"profile {profile.name!r}: expected one acceptance entry, found {len(entries)} "
-            f"({shown}); pass --method and --scenario"
-        )
-    return entries[0]
-
-
-def _scenario_matches(entry: MethodAcceptance, scenario: str) -> bool:
-    s = scenario.strip().lower()
-    return s == entry.scenario.lower() or s in (
-        f"{entry.images_per_prompt}img",
-        f"{entry.images_per_prompt}-image",
-    )
-
-
 def predict_entry(
     profile: Profile,
     entry: MethodAcceptance,
@@ -304,5 +260,5 @@ def predict(
             new_tokens=new_tokens,
             max_new_tokens=max_new_tokens,
         )
-        for e in select_entries(profile, methods, scenario)
+        for e in profile.select_entries(methods, scenario)
     ]

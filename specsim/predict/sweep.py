@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from specsim.predict.prediction import Prediction, predict_entry, select_entries
+from specsim.predict.prediction import Prediction, predict_entry
 from specsim.profile import Profile
 
 
@@ -73,5 +73,5 @@ def sweep(
                 for g in gammas
             ),
         )
-        for e in select_entries(profile, methods, scenario)
+        for e in profile.select_entries(methods, scenario)
     ]

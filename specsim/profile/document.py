@@ -89,6 +89,41 @@ class Profile:
             schema_version=version,
         )
 
+    def select_entries(self, methods=None, scenario: str | None = None) -> list[MethodAcceptance]:
+        """The acceptance entries for ``methods`` (None: all) in ``scenario`` (a name, or an 'Nimg' group),
+        by images per prompt, then in the profile's scenario order."""
+        entries = list(self.acceptance)
+        if not entries:
+            raise SpecsimError(f"profile {self.name!r} has no acceptance entries")
+        if methods:
+            known = list(dict.fromkeys(e.method for e in entries))
+            for m in methods:
+                if m not in known:
+                    raise SpecsimError(f"unknown method {m!r} (this profile has: {', '.join(known)})")
+            entries = [e for e in entries if e.method in methods]
+        if scenario is not None:
+            entries = [e for e in entries if _scenario_matches(e, scenario)]
+            if not entries:
+                known = list(dict.fromkeys(e.scenario for e in self.acceptance))
+                groups = sorted({f"{e.images_per_prompt}img" for e in self.acceptance})
+                raise SpecsimError(
+                    f"unknown scenario {scenario!r} (expected one of: {', '.join(known + groups)})"
+                )
+        order = {name: i for i, name in enumerate(dict.fromkeys(e.scenario for e in self.acceptance))}
+        return sorted(entries, key=lambda e: (e.images_per_prompt, order[e.scenario]))
+
+    def one_entry(self, method: str | None, scenario: str | None) -> MethodAcceptance:
+        """The one acceptance entry of ``method`` in ``scenario`` (either None: any); SpecsimError naming the
+        entries found when there are several."""
+        entries = self.select_entries([method] if method else None, scenario)
+        if len(entries) != 1:
+            shown = ", ".join(f"{e.method}/{e.scenario}" for e in entries)
+            raise SpecsimError(
+                f"profile {self.name!r}: expected one acceptance entry, found {len(entries)} "
+                f"({shown}); pass --method and --scenario"
+            )
+        return entries[0]
+
     def with_acceptance(self, entries: tuple[MethodAcceptance, ...] | list[MethodAcceptance]) -> Profile:
         """A copy where ``entries`` replace any existing entry of the same (method, scenario)."""
         key = lambda e: (e.method, e.scenario)  # noqa: E731
@@ -113,3 +148,11 @@ def _replaced(old: tuple, new, key) -> tuple:
     """``old`` without the items whose ``key`` one of ``new`` has, then ``new`` (in order)."""
     keys = {key(x) for x in new}
     return tuple(x for x in old if key(x) not in keys) + tuple(new)
+
+
+def _scenario_matches(entry: MethodAcceptance, scenario: str) -> bool:
+    s = scenario.strip().lower()
+    return s == entry.scenario.lower() or s in (
+        f"{entry.images_per_prompt}img",
+        f"{entry.images_per_prompt}-image",
+    )

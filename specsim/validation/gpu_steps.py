@@ -76,15 +76,14 @@ def compare_steps(
     from specsim.costs.pass_cost import DRAFT, TARGET
     from specsim.hardware.device import load_device
     from specsim.hardware.model_resolution import load_model_spec
-    from specsim.hardware.plan import MethodTau
     from specsim.hardware.roofline_pass_cost import RooflinePassCost
     from specsim.hardware.runtime import load_runtime
-    from specsim.predict.prediction import select_entries
+    from specsim.predict.acceptance_source import MethodTau
     from specsim.presets import pair_models
     from specsim.profiles import load_profile
 
     target, draft = (load_model_spec(n) for n in pair_models(PAIR))
-    (entry,) = select_entries(load_profile(PROFILE), [METHOD], SCENARIO)
+    (entry,) = load_profile(PROFILE).select_entries([METHOD], SCENARIO)
     mt = MethodTau.from_entry(entry, range(1, 9))
     tau_of = dict(zip(mt.gammas, mt.tau))
     name = runtime or RUNTIME_OF_MODE[mode]

@@ -1,14 +1,14 @@
-"""What a hardware plan is computed from: the model pair, tau per method, runtimes, fitted efficiencies,
-token trees.
+"""What a hardware plan is computed from besides τ: the model pair, the runtimes, fitted efficiencies,
+token trees (τ per method: :mod:`specsim.predict.acceptance_source`).
 
-``specsim hardware`` parses its options and hands them here; each function turns some of them into the
-inputs of :func:`~specsim.hardware.plan.plan_hardware` or :func:`~specsim.hardware.tree_plan.plan_trees`.
-Errors name the option they are about (``--tau: ...``).
+Each function turns some of a command's options into the inputs of
+:func:`~specsim.hardware.plan.plan_hardware` or :func:`~specsim.hardware.tree_plan.plan_trees`; errors name
+the option they are about (``--fit-dtype: ...``).
 """
 
 from __future__ import annotations
 
-from specsim.errors import SpecsimError, warn
+from specsim.errors import SpecsimError
 from specsim.hardware.device import Device, load_device
 from specsim.hardware.efficiency_fit import (
     FitResult,
@@ -21,11 +21,11 @@ from specsim.hardware.efficiency_fit import (
 from specsim.hardware.image_tokens import ImageSize
 from specsim.hardware.model import ModelSpec, dtype_bytes, kv_dtype_bytes
 from specsim.hardware.model_resolution import load_model_spec
-from specsim.hardware.plan import MethodTau
 from specsim.hardware.runtime import DEFAULT_RUNTIMES, Runtime, load_runtime
-from specsim.presets import pair_models, pair_profile, profile_pair
+from specsim.predict.acceptance_source import method_entries
+from specsim.presets import pair_models, profile_pair
 from specsim.profile import Profile
-from specsim.profiles import DEFAULT_PROFILE, load_profile, shipped_profiles
+from specsim.profiles import load_profile
 
 DEFAULT_PAIR = "llava-1.5-7b-68m"
 
@@ -120,120 +120,6 @@ def fit_profile_models(fit_profile: str, **kw) -> tuple[str | None, ModelSpec, M
             f"{draft_name!r}, which are not presets, shipped model ids or config files; pass --pair NAME or "
             "--target/--draft ID_OR_CONFIG for its models"
         ) from None
-
-
-def _entries(profile: Profile, methods: list[str] | None, scenario: str | None) -> list:
-    """The profile's acceptance entries for --method (default: the first; 'all') and --scenario
-    (default: the first entry's)."""
-    from specsim.predict.prediction import select_entries
-
-    wanted = None if not methods or methods == ["all"] else methods
-    entries = select_entries(profile, wanted, scenario)
-    if scenario is None:
-        entries = [e for e in entries if e.scenario == entries[0].scenario]
-    return entries if methods else entries[:1]
-
-
-def profile_methods(
-    profile: Profile, methods: list[str] | None, scenario: str | None, gamma_max: int
-) -> list[MethodTau]:
-    """tau at gamma 1..``gamma_max`` for each selected method of ``profile``."""
-    return [MethodTau.from_entry(e, range(1, gamma_max + 1)) for e in _entries(profile, methods, scenario)]
-
-
-def user_methods(
-    tau: float | None, alpha: float | None, gamma: int | None, gamma_max: int
-) -> list[MethodTau] | None:
-    """--tau (at --gamma) or --alpha (i.i.d.) instead of a profile; None when neither is given."""
-    if tau is None and alpha is None:
-        return None
-    if tau is not None and alpha is not None:
-        raise SpecsimError("--tau/--alpha: give one of them, not both")
-    if tau is not None:
-        if gamma is None:
-            raise SpecsimError("--tau: needs --gamma (the gamma that tau belongs to)")
-        if not 1.0 <= tau <= gamma + 1:
-            raise SpecsimError(f"--tau: expected 1 <= tau <= gamma+1 = {gamma + 1}, got {tau}")
-        return [MethodTau("user", f"tau={tau:g}", (gamma,), (tau,), ("--tau",))]
-    if not 0.0 <= alpha < 1.0:
-        raise SpecsimError(f"--alpha: expected 0 <= alpha < 1, got {alpha}")
-    from specsim.acceptance.theory import tau_iid
-
-    gammas = (gamma,) if gamma else tuple(range(1, gamma_max + 1))
-    return [
-        MethodTau(
-            "user",
-            f"alpha={alpha:g}",
-            gammas,
-            tuple(float(tau_iid(alpha, g)) for g in gammas),
-            tuple("iid --alpha" for _ in gammas),
-        )
-    ]
-
-
-def fixed_gamma(methods: list[MethodTau], gamma: int | None) -> list[MethodTau]:
-    """Keep only ``gamma`` in every method (--gamma)."""
-    if gamma is None:
-        return methods
-    if gamma < 1:
-        raise SpecsimError(f"--gamma: expected an integer >= 1, got {gamma}")
-    out = []
-    for mt in methods:
-        if gamma not in mt.gammas:
-            raise SpecsimError(
-                f"--gamma: method {mt.method} has tau for gamma {list(mt.gammas)}, not {gamma}"
-            )
-        k = mt.gammas.index(gamma)
-        out.append(
-            MethodTau(
-                mt.method, mt.scenario, (gamma,), (mt.tau[k],), (mt.tau_source[k],), mt.draft_batch_size
-            )
-        )
-    return out
-
-
-def tau_methods(
-    *,
-    pair: str | None,
-    target: ModelSpec,
-    draft: ModelSpec,
-    profile_name: str | None,
-    methods: list[str] | None,
-    scenario: str | None,
-    tau: float | None,
-    alpha: float | None,
-    gamma: int | None,
-    gamma_max: int,
-) -> tuple[Profile | None, list[MethodTau], list[str]]:
-    """(profile or None, tau per method, notes): from --tau/--alpha, else from --profile or the pair's
-    (the default profile, with a warning, when tau may not belong to ``target``/``draft``)."""
-    user = user_methods(tau, alpha, gamma, gamma_max)
-    if user is not None:
-        return None, user, [f"tau from the command line ({user[0].scenario})"]
-    name = (
-        profile_name
-        if profile_name is not None
-        else ((pair_profile(pair) if pair else None) or DEFAULT_PROFILE)
-    )
-    if profile_name is None and name not in shipped_profiles():
-        raise SpecsimError(
-            f"--profile: the default profile {name!r} for pair {pair!r} is not shipped "
-            "yet; pass --profile NAME_OR_PATH"
-        )
-    profile = load_profile(name)
-    if not profile.acceptance:
-        raise SpecsimError(
-            f"--profile: profile {profile.name!r} has latency but no acceptance entries: pass "
-            "--profile NAME_OR_PATH with acceptance, --alpha A, or --tau T --gamma N"
-        )
-    out = fixed_gamma(profile_methods(profile, methods, scenario, max(gamma_max, gamma or 0)), gamma)
-    if profile_name is None and pair is None:
-        warn(
-            f"tau comes from the default profile {profile.name} ({profile.provenance.target} / "
-            f"{profile.provenance.draft}), not from {target.name} / {draft.name}: pass --alpha A, --tau T "
-            "--gamma N or --profile with their acceptance"
-        )
-    return profile, out, [f"tau from profile {profile.name} ({profile.provenance.source})"]
 
 
 def device_runtimes(runtime: str | None, devices: list[Device]) -> dict[str, Runtime]:
@@ -347,7 +233,7 @@ def best_trees(
             "--trees: needs per-rank acceptance, from a profile's top-k traces or --alpha (not --tau)"
         )
     else:
-        tree = tree_methods(_entries(profile, methods, scenario))
+        tree = tree_methods(method_entries(profile, methods, scenario))
     return plan_trees(
         target,
         draft,

@@ -1,0 +1,171 @@
+"""One hardware plan from a command's options as given: ``specsim hardware`` hands them here in one
+:class:`PlanRequest` and prints the :class:`PlanAnswer` (models, τ per method, runtimes or fitted
+efficiencies, the plan, token trees). Every option is checked before anything is priced; errors name it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+from specsim.bounds import MAX_PLAN_ROWS
+from specsim.errors import SpecsimError
+from specsim.hardware.device import load_devices
+from specsim.hardware.efficiency_fit import FitResult, HoldoutResult
+from specsim.hardware.image_tokens import parse_image_size
+from specsim.hardware.model import ModelSpec
+from specsim.hardware.plan import DEFAULT_BATCHES, Parallel, Plan, plan_hardware
+from specsim.hardware.plan_inputs import (
+    best_trees,
+    check_options,
+    device_runtimes,
+    fit_on_profile,
+    resolve_models,
+    split_mode,
+)
+from specsim.predict.acceptance_source import tau_methods
+from specsim.profile import Profile
+from specsim.report import parse_int, parse_int_lists
+
+DEFAULT_CONTEXTS = (1024, 4096, 8192)
+
+
+@dataclass(frozen=True)
+class PlanRequest:
+    """``specsim hardware``'s options as given (lists of text where the command line takes ranges)."""
+
+    pair: str | None = None
+    target: str | None = None
+    draft: str | None = None
+    model_config: str | None = None
+    image_size: str | None = None
+    dtype: str | None = None
+    kv_dtype: str | None = None
+    runtime: str | None = None
+    tp: int = 1
+    split_mode: str | None = None
+    draft_sharded: bool = False
+    gamma: int | None = None
+    tau: float | None = None
+    alpha: float | None = None
+    profile: str | None = None
+    method: tuple[str, ...] | None = None
+    scenario: str | None = None
+    batch: tuple[str, ...] | None = None
+    context: tuple[str, ...] | None = None
+    gamma_max: str = "8"
+    device: tuple[str, ...] | None = None
+    fit_profile: str | None = None
+    fit_device: str | None = None
+    fit_dtype: str | None = None
+    validate: bool = False
+    trees: bool = False
+    tree_max_nodes: int = 64
+
+    @classmethod
+    def from_options(cls, options: dict) -> PlanRequest:
+        """The request from a command's parsed options (others ignored; lists as tuples)."""
+        given = {f.name: options[f.name] for f in fields(cls) if f.name in options}
+        return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in given.items()})
+
+
+@dataclass(frozen=True)
+class PlanAnswer:
+    """What the plan was computed from and the plan itself."""
+
+    target: ModelSpec
+    draft: ModelSpec
+    profile: Profile | None
+    plan: Plan
+    efficiency: dict
+    fit: FitResult | HoldoutResult | None = None
+    trees: tuple | None = None
+
+
+def answer(req: PlanRequest) -> PlanAnswer:
+    """The plan ``req`` asks for (module docstring)."""
+    check_options(
+        dtype=req.dtype,
+        kv_dtype=req.kv_dtype,
+        fit_profile=req.fit_profile,
+        validate=req.validate,
+        fit_device=req.fit_device,
+        fit_dtype=req.fit_dtype,
+    )
+    gamma_max = parse_int(req.gamma_max, name="--gamma-max", unit="gamma")
+    batches = parse_int_lists(req.batch, DEFAULT_BATCHES, name="--batch", unit="batch")
+    contexts = parse_int_lists(req.context, DEFAULT_CONTEXTS, name="--context", unit="tokens")
+    pair, target, draft = resolve_models(
+        pair=req.pair,
+        target=req.target,
+        draft=req.draft,
+        model_config=req.model_config,
+        fit_profile=req.fit_profile,
+        dtype=req.dtype,
+        kv_dtype=req.kv_dtype,
+        image_size=None if req.image_size is None else parse_image_size(req.image_size),
+    )
+    profile, methods, notes = tau_methods(
+        pair=pair,
+        target_name=target.name,
+        draft_name=draft.name,
+        profile_name=req.profile,
+        methods=None if req.method is None else list(req.method),
+        scenario=req.scenario,
+        tau=req.tau,
+        alpha=req.alpha,
+        gamma=req.gamma,
+        gamma_max=gamma_max,
+    )
+    devices = load_devices(None if req.device is None else list(req.device))
+    rows = len(batches) * len(contexts) * len(devices) * len(methods)
+    if rows > MAX_PLAN_ROWS:
+        raise SpecsimError(
+            f"--batch/--context: {len(batches)} batch sizes x {len(contexts)} contexts x {len(devices)} "
+            f"devices x {len(methods)} methods = {rows} rows; expected at most {MAX_PLAN_ROWS} "
+            "(narrow the ranges)"
+        )
+    fit = None
+    efficiency = device_runtimes(req.runtime, devices)
+    if req.fit_profile is not None:
+        fit, skipped = fit_on_profile(
+            req.fit_profile,
+            target,
+            draft,
+            fit_device=req.fit_device,
+            fit_dtype=req.fit_dtype,
+            runtime=req.runtime,
+            validate=req.validate,
+        )
+        notes += [f"fit: skipped {s}" for s in skipped]
+        fitted = fit.fit.efficiency if isinstance(fit, HoldoutResult) else fit.efficiency
+        efficiency = {d.name: fitted for d in devices}
+    parallel = Parallel(req.tp, req.draft_sharded, split_mode(req.split_mode, req.tp, efficiency))
+    plan = plan_hardware(
+        target,
+        draft,
+        devices,
+        methods,
+        efficiency=efficiency,
+        batches=batches,
+        contexts=contexts,
+        notes=tuple(notes),
+        parallel=parallel,
+    )
+    trees = None
+    if req.trees:
+        trees = best_trees(
+            profile,
+            target,
+            draft,
+            devices,
+            efficiency=efficiency,
+            batches=batches,
+            contexts=contexts,
+            alpha=req.alpha,
+            methods=None if req.method is None else list(req.method),
+            scenario=req.scenario,
+            tp=req.tp,
+            n_max=req.tree_max_nodes,
+            gamma_max=gamma_max,
+        )
+    return PlanAnswer(target, draft, profile, plan, efficiency, fit, None if trees is None else tuple(trees))
