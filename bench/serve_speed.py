@@ -22,6 +22,7 @@ import time  # noqa: E402
 import numpy as np  # noqa: E402
 
 from specsim.acceptance.theory import tau_iid  # noqa: E402
+from specsim.drafts.policies import GammaPolicy
 from specsim.hardware.device import load_device  # noqa: E402
 from specsim.hardware.plan_inputs import resolve_models  # noqa: E402
 from specsim.hardware.runtime import load_runtime  # noqa: E402
@@ -30,7 +31,7 @@ from specsim.serve.metrics import summarize  # noqa: E402
 from specsim.serve.roofline_cost import RooflineStepCost  # noqa: E402
 from specsim.serve.scheduler import SchedulerConfig  # noqa: E402
 from specsim.serve.simulator import simulate  # noqa: E402
-from specsim.serve.speculation import GammaPolicy, IidAcceptance  # noqa: E402
+from specsim.serve.speculation import IidAcceptance  # noqa: E402
 
 PROMPT, IMAGES, OUTPUT, GAMMA, ALPHA = 512, 1, 256, 3, 0.7
 

@@ -4,10 +4,11 @@
 import numpy as np
 import pytest
 
+from specsim.drafts.policies import GammaPolicy
 from specsim.errors import SpecsimError
 from specsim.serve.arrivals import Requests, poisson_arrivals
 from specsim.serve.simulator import simulate
-from specsim.serve.speculation import GammaPolicy, ReplayAcceptance
+from specsim.serve.speculation import ReplayAcceptance
 from specsim.serve.step_cost import ConstantStepCost
 
 

@@ -12,13 +12,14 @@ from calibrate.measure.server_loop_costs import prefill_setup_ms
 from calibrate.run.proposal import Request
 from calibrate.run.server_loop import serve_loop
 from specsim.costs.grid_pass_cost import GridPassCost
+from specsim.drafts.policies import GammaPolicy
 from specsim.errors import SpecsimError
 from specsim.profile.batched_cost import BatchedCosts, ServerLoopCosts
 from specsim.profiles import load_profile
 from specsim.serve.arrivals import Requests
 from specsim.serve.profile_cost import ProfileStepCost
 from specsim.serve.simulator import simulate
-from specsim.serve.speculation import GammaPolicy, ReplayAcceptance
+from specsim.serve.speculation import ReplayAcceptance
 from specsim.serve.step_cost import ConstantStepCost
 from tests.tiny_pair import tiny_pair, tiny_prompts
 

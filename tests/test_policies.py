@@ -5,9 +5,9 @@ import pytest
 
 from specsim.acceptance.replay import replay_blocks_per_prompt
 from specsim.drafts.policies import (
-    BatchTable,
     GammaPolicy,
     as_policy,
+    parse_batch_ranges,
     parse_policy,
     replay_policy_blocks,
     replay_policy_blocks_per_prompt,
@@ -23,14 +23,14 @@ def _outcomes(blocks):
 
 
 def test_parse_and_print():
-    assert parse_policy("5") == parse_policy("fixed:5") == GammaPolicy("fixed", 5) == as_policy(5)
-    assert parse_policy("heuristic") == GammaPolicy("heuristic", 20)  # HF's num_assistant_tokens default
-    assert parse_policy("heuristic:5,max=12") == GammaPolicy("heuristic", 5, gamma_max=12)
-    assert parse_policy("confidence:0.4") == GammaPolicy("fixed", 20, stop_below=0.4)
+    assert parse_policy("5") == parse_policy("fixed:5") == GammaPolicy(5) == as_policy(5)
+    assert parse_policy("heuristic") == GammaPolicy(20, schedule="heuristic")  # HF's num_assistant_tokens
+    assert parse_policy("heuristic:5,max=12") == GammaPolicy(5, schedule="heuristic", gamma_max=12)
+    assert parse_policy("confidence:0.4") == GammaPolicy(20, stop_below=0.4)
     h = parse_policy("confidence:0.3,gamma=6,heuristic")
-    assert h == GammaPolicy("heuristic", 6, stop_below=0.3)
+    assert h == GammaPolicy(6, schedule="heuristic", stop_below=0.3)
     b = parse_policy("batch:1=5,8=3,32=0@8")
-    assert b.gamma == 3 and BatchTable(b.table, 40).gamma == 0 and BatchTable(b.table).gamma == 5
+    assert b.initial_state() == 3 and [b.gamma_at(n) for n in (1, 7, 8, 31, 32, 900)] == [5, 5, 3, 3, 0, 0]
     for p in (h, b, parse_policy("heuristic:5,max=12"), parse_policy("fixed:4")):
         assert parse_policy(str(p)) == p
 
@@ -111,3 +111,21 @@ def test_policy_decode_ms_sums_block_costs():
         [match], parse_policy("heuristic:2"), target_ms=tv, draft_ms=tq, prompt_tokens=20
     )
     assert ms.tolist() == pytest.approx([want])
+
+
+def test_one_grammar_takes_both_spellings_of_gamma_by_batch():
+    """The table spelling (``--policy batch:1=5,9=3``) and the ranges spelling (``serve --gamma-by-batch
+    1-8:5,9-32:3``, vLLM's ``num_speculative_tokens_per_batch_size``) make one GammaPolicy; each spelling is
+    accepted where the other used to be the only one."""
+    table = parse_policy("batch:1=5,9=3,33=0")
+    ranges = GammaPolicy(0, parse_batch_ranges("1-8:5,9-32:3"))
+    assert [table.gamma_at(b) for b in range(1, 200)] == [ranges.gamma_at(b) for b in range(1, 200)]
+    assert str(table) == str(ranges) == "batch:1=5,9=3,33=0@1"
+    assert parse_policy("1-8:5,9-32:3") == ranges  # --policy takes the ranges spelling
+    assert (
+        GammaPolicy(0, parse_batch_ranges("batch:1=5,9=3,33=0")).table() == table.table()
+    )  # serve takes the table
+    serve = GammaPolicy(3, parse_batch_ranges("1-4:5,5-16:2"), off_from_batch=64)
+    assert parse_policy(str(serve)).table() == serve.table() == ((1, 5), (5, 2), (17, 3), (64, 0))
+    with pytest.raises(SpecsimError, match="no @B"):
+        parse_batch_ranges("batch:1=5,8=3@8")

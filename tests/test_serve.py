@@ -6,13 +6,14 @@ import numpy as np
 import pytest
 
 from specsim.cli.main import main
+from specsim.drafts.policies import GammaPolicy, parse_batch_ranges
 from specsim.errors import SpecsimError
 from specsim.serve.arrivals import Requests, gamma_arrivals, poisson_arrivals, read_trace, uniform_requests
 from specsim.serve.compare import TARGET_ONLY
 from specsim.serve.metrics import Slo, itl_percentiles, parse_slo, per_request_ms, summarize
 from specsim.serve.scheduler import SchedulerConfig, schedule_step
 from specsim.serve.simulator import simulate
-from specsim.serve.speculation import GammaPolicy, IidAcceptance, ReplayAcceptance, parse_gamma_schedule
+from specsim.serve.speculation import IidAcceptance, ReplayAcceptance
 from specsim.serve.step_cost import ConstantStepCost
 
 # --------------------------------------------------------------------------- the hand-computed schedule
@@ -214,10 +215,10 @@ def test_sd_that_never_accepts_and_costs_nothing_is_target_only():
 
 
 def test_gamma_policy_schedule_and_off():
-    policy = GammaPolicy(3, parse_gamma_schedule("1-4:5,5-16:2"), off_from_batch=64)
+    policy = GammaPolicy(3, parse_batch_ranges("1-4:5,5-16:2"), off_from_batch=64)
     assert [policy.gamma_at(b) for b in (1, 4, 5, 16, 17, 63, 64, 200)] == [5, 5, 2, 2, 3, 3, 0, 0]
     with pytest.raises(SpecsimError, match="overlap"):
-        parse_gamma_schedule("1-8:3,4-9:2")
+        parse_batch_ranges("1-8:3,4-9:2")
 
 
 def test_iid_acceptance_mean_matches_tau():
@@ -446,7 +447,7 @@ def test_fast_forwarded_decode_steps_equal_the_step_by_step_schedule(kv_cache_to
         simulate(
             req,
             cost=cost,
-            policy=GammaPolicy(3, parse_gamma_schedule("5-6:1")),
+            policy=GammaPolicy(3, parse_batch_ranges("5-6:1")),
             acceptance=acceptance,
             rng=np.random.default_rng(0),
             scheduler=sched,

@@ -43,7 +43,7 @@ from specsim.drafts.policies import as_policy
 from specsim.errors import SpecsimError
 
 if TYPE_CHECKING:
-    from specsim.drafts.policies import BatchTable, GammaPolicy
+    from specsim.drafts.policies import GammaPolicy
 
 
 # --------------------------------------------------------------------------- primitives
@@ -266,7 +266,7 @@ def speculative_decode(
     drafter: Drafter,
     request: Request,
     *,
-    gamma: int | GammaPolicy | BatchTable,
+    gamma: int | GammaPolicy,
     max_new_tokens: int,
     temperature: float = 0.0,
     generator: torch.Generator | None = None,

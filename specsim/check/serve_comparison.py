@@ -21,6 +21,7 @@ import numpy as np
 
 from specsim.costs.grid_pass_cost import GridPassCost
 from specsim.costs.pass_cost import TARGET
+from specsim.drafts.policies import GammaPolicy
 from specsim.errors import SpecsimError
 from specsim.profile import SERVE_METRICS, MethodAcceptance, Profile, ServeCheckRow
 from specsim.serve.arrivals import Requests
@@ -28,7 +29,7 @@ from specsim.serve.metrics import ServeMetrics, summarize
 from specsim.serve.profile_cost import ProfileStepCost
 from specsim.serve.scheduler import SchedulerConfig
 from specsim.serve.simulator import ServeRun, simulate
-from specsim.serve.speculation import GammaPolicy, ReplayAcceptance
+from specsim.serve.speculation import ReplayAcceptance
 
 HEADLINE = ("tpot_p50_ms", "ttft_p90_ms", "output_tokens_per_s")  # the three figures
 

@@ -13,6 +13,7 @@ import numpy as np
 from specsim.bounds import number_arg
 from specsim.cli.model_options import add_image_size, image_size
 from specsim.cli.progress import ProgressBar
+from specsim.drafts.policies import GammaPolicy, parse_batch_ranges
 from specsim.errors import SpecsimError
 from specsim.hardware.device import load_device
 from specsim.hardware.plan_inputs import device_runtimes, resolve_models, split_mode
@@ -30,7 +31,7 @@ from specsim.serve.metrics import parse_slo
 from specsim.serve.roofline_cost import RooflineStepCost
 from specsim.serve.scheduler import DEFAULT_MAX_NUM_BATCHED_TOKENS, DEFAULT_MAX_NUM_SEQS, SchedulerConfig
 from specsim.serve.serve_text import comparison_text, max_rate_text, sweep_text, vllm_measured_text
-from specsim.serve.speculation import GammaPolicy, IidAcceptance, alpha_arg, parse_gamma_schedule, replay_of
+from specsim.serve.speculation import IidAcceptance, alpha_arg, replay_of
 from specsim.serve.vllm_bench import read_vllm_bench_result
 
 _DESC = (
@@ -220,7 +221,7 @@ def register(sub) -> None:
 
 
 def _policy(args) -> GammaPolicy:
-    by_batch = parse_gamma_schedule(args.gamma_by_batch) if args.gamma_by_batch is not None else ()
+    by_batch = parse_batch_ranges(args.gamma_by_batch) if args.gamma_by_batch is not None else ()
     return GammaPolicy(args.gamma, by_batch, args.sd_off_from_batch)
 
 

@@ -17,19 +17,19 @@ import numpy as np
 
 from specsim.drafts.adaptive import adaptive_plan
 from specsim.drafts.block_plans import BlockPlan, greedy_plan, plan_of_blocks, token_budget
-from specsim.drafts.policies import BatchTable, GammaPolicy, as_policy, replay_policy_blocks
+from specsim.drafts.policies import GammaPolicy, as_policy, replay_policy_blocks
 from specsim.drafts.tree_replay import accepted_from_each_start, rank_arrays
 from specsim.drafts.trees import TreeSpec
 from specsim.errors import SpecsimError
 
-Draft = int | TreeSpec | GammaPolicy | BatchTable  # a fixed γ, a token tree or a draft-length policy
+Draft = int | TreeSpec | GammaPolicy  # a fixed γ, a token tree or a draft-length policy
 
 
 def draft_label(draft: Draft) -> str:
     """ "γ=3", "tree:4,2,1" or "policy:heuristic:5" (how tables and check rows name a run)."""
     if isinstance(draft, TreeSpec):
         return f"tree:{draft}"
-    if isinstance(draft, (GammaPolicy, BatchTable)):
+    if isinstance(draft, GammaPolicy):
         return f"policy:{draft}"
     return f"γ={int(draft)}"
 
@@ -118,7 +118,7 @@ def draft_plan(draft: Draft, trace, max_new_tokens: int | None = None) -> BlockP
         return tree_plan(trace, draft, max_new_tokens)
     if getattr(trace, "adaptive", None) is not None:  # an adaptive ensemble: its weights re-run per block
         return adaptive_plan(trace.adaptive, draft, max_new_tokens)
-    if isinstance(draft, (GammaPolicy, BatchTable)):
+    if isinstance(draft, GammaPolicy):
         return policy_plan(trace, draft, max_new_tokens)
     match = getattr(trace, "match", trace)
     if match is None:

@@ -20,7 +20,9 @@ Policies (:func:`parse_policy`):
   threshold (HF adapts it by an ROC fit when scikit-learn is installed; not modelled), drafting at
   most G (default 20) per block, or on the heuristic schedule from G.
 - ``batch:1=5,8=3,32=0[@B]``: a per-batch-size table (the entry of the largest batch ≤ B, B = 1 by
-  default); γ = 0 turns drafting off, as serving engines do at large batch.
+  default), or its ranges spelling ``1-7:5,8-31:3,32-1024:0`` (``serve --gamma-by-batch``, vLLM's
+  ``num_speculative_tokens_per_batch_size``); γ = 0 turns drafting off, as serving engines do at large
+  batch. The serving simulation keys the same policy on each step's decode batch (``gamma_at``).
 
 Replay from greedy traces: a block starting at t drafts g = min(next_gamma, N-1-t), shortened to
 the first offset i with top1[t+i] < P (that draft included), and accepts min(g, run of matches
@@ -44,34 +46,67 @@ HF_NUM_ASSISTANT_TOKENS = 20  # transformers GenerationConfig default for assist
 MAX_BATCH = int(RANGES["batch"][1])
 
 
-class _GammaIsState:
-    """Policies whose state is the γ of the next block, starting from ``self.gamma``."""
-
-    def initial_state(self) -> int:
-        return self.gamma
-
-    def next_gamma(self, state: int) -> int:
-        return state
-
-
 @dataclass(frozen=True)
-class GammaPolicy(_GammaIsState):
-    """γ per block by ``schedule`` "fixed" (always ``gamma``) or "heuristic" (HF's, from ``gamma``),
-    capped at ``gamma_max`` when given; drafting stops early below draft probability ``stop_below``."""
+class GammaPolicy:
+    """γ per block: ``gamma`` (the heuristic schedule's start; the serving ``num_speculative_tokens``),
+    ``by_batch`` ranges (lo, hi, γ) and 0 from ``off_from_batch`` keyed on the batch (a replay runs at
+    ``batch_size``); ``schedule`` "fixed" or "heuristic" (HF's, capped at ``gamma_max``); drafting stops
+    early below draft probability ``stop_below``."""
 
-    schedule: str = "fixed"
     gamma: int = 5
+    by_batch: tuple[tuple[int, int, int], ...] = ()
+    off_from_batch: int | None = None
+    schedule: str = "fixed"
     stop_below: float = 0.0
     gamma_max: int | None = None
+    batch_size: int = 1
 
     def __post_init__(self):
         if self.schedule not in ("fixed", "heuristic"):
             raise SpecsimError(f"policy schedule: expected 'fixed' or 'heuristic', got {self.schedule!r}")
-        _check_gamma(self.gamma, "gamma", lo=1)
+        _check_gamma(self.gamma, "gamma", lo=0 if self.schedule == "fixed" else 1)
         if self.gamma_max is not None:
             _check_gamma(self.gamma_max, "max", lo=self.gamma)
         if not 0.0 <= float(self.stop_below) < 1.0:
             raise SpecsimError(f"confidence: expected a probability in [0, 1), got {self.stop_below!r}")
+        for lo, hi, g in self.by_batch:
+            if not (1 <= lo <= hi and 0 <= g <= MAX_GAMMA):
+                raise SpecsimError(
+                    f"gamma by batch: expected lo-hi:gamma with 1 <= lo <= hi and 0 <= gamma <= {MAX_GAMMA}, "
+                    f"got {lo}-{hi}:{g}"
+                )
+        spans = sorted((lo, hi) for lo, hi, _ in self.by_batch)
+        for (lo1, hi1), (lo2, _) in zip(spans, spans[1:]):
+            if lo2 <= hi1:
+                raise SpecsimError(f"gamma by batch: ranges {lo1}-{hi1} and {lo2}-... overlap")
+        if self.off_from_batch is not None and self.off_from_batch < 1:
+            raise SpecsimError(f"SD off from batch: expected a batch size >= 1, got {self.off_from_batch!r}")
+        _check_gamma(self.batch_size, "batch size", lo=1, hi=MAX_BATCH)
+
+    @property
+    def keyed_on_batch(self) -> bool:
+        return bool(self.by_batch) or self.off_from_batch is not None
+
+    def gamma_at(self, batch: int) -> int:
+        """Drafts per request in a block (a serving step) whose batch is ``batch``."""
+        if self.off_from_batch is not None and batch >= self.off_from_batch:
+            return 0
+        for lo, hi, g in self.by_batch:
+            if lo <= batch <= hi:
+                return g
+        return self.gamma
+
+    @property
+    def max_gamma(self) -> int:
+        """The largest γ any block can use (0: SD never runs, the draft is never loaded)."""
+        return max([self.gamma, *(g for _, _, g in self.by_batch), self.gamma_max or 0])
+
+    def initial_state(self) -> int:
+        """The γ of a request's first block (its state: the γ of the next block)."""
+        return self.gamma_at(self.batch_size)
+
+    def next_gamma(self, state: int) -> int:
+        return state
 
     def update(self, state: int, proposed: int, accepted: int) -> int:
         """HF's rule: +2 when every proposed draft was accepted, else −1 (floor 1)."""
@@ -80,7 +115,19 @@ class GammaPolicy(_GammaIsState):
         state = state + 2 if accepted == proposed else max(1, state - 1)
         return state if self.gamma_max is None else min(state, self.gamma_max)
 
+    def table(self) -> tuple[tuple[int, int], ...]:
+        """γ by batch as (from batch, γ) rows where it changes, from batch 1."""
+        rows: list[tuple[int, int]] = []
+        marks = sorted({1, *(lo for lo, _, _ in self.by_batch), *(hi + 1 for _, hi, _ in self.by_batch)})
+        marks += [] if self.off_from_batch is None else [self.off_from_batch]
+        for b in sorted(m for m in set(marks) if m <= MAX_BATCH):
+            if not rows or rows[-1][1] != self.gamma_at(b):
+                rows.append((b, self.gamma_at(b)))
+        return tuple(rows)
+
     def __str__(self) -> str:
+        if self.keyed_on_batch:
+            return "batch:" + ",".join(f"{b}={g}" for b, g in self.table()) + f"@{self.batch_size}"
         if self.stop_below > 0:
             text = f"confidence:{self.stop_below:g},gamma={self.gamma}"
             text += ",heuristic" if self.schedule == "heuristic" else ""
@@ -88,7 +135,19 @@ class GammaPolicy(_GammaIsState):
             text = f"{self.schedule}:{self.gamma}"
         return text + (f",max={self.gamma_max}" if self.gamma_max is not None else "")
 
+    def describe(self) -> str:
+        """The serving settings in words: γ, its ranges by batch, where SD turns off."""
+        parts = [f"gamma={self.gamma}"]
+        if self.by_batch:
+            parts.append("by batch " + ",".join(f"{lo}-{hi}:{g}" for lo, hi, g in self.by_batch))
+        if self.off_from_batch is not None:
+            parts.append(f"off from batch {self.off_from_batch}")
+        return ", ".join(parts)
+
     def to_json(self) -> dict:
+        if self.keyed_on_batch:
+            rows = [list(r) for r in self.table()]
+            return {"policy": str(self), "table": rows, "batch_size": self.batch_size}
         return {
             "policy": str(self),
             "schedule": self.schedule,
@@ -98,38 +157,47 @@ class GammaPolicy(_GammaIsState):
         }
 
 
-@dataclass(frozen=True)
-class BatchTable(_GammaIsState):
-    """γ from a table of (batch size, γ) rows: the row of the largest batch ≤ ``batch_size``."""
+def table_policy(table, batch_size: int = 1) -> GammaPolicy:
+    """A policy from (batch, γ) rows: the row of the largest batch ≤ B; rows start at batch 1."""
+    if not table or any(len(row) != 2 for row in table):
+        raise SpecsimError(f"batch table: expected (batch, gamma) rows, got {table!r}")
+    for b, g in table:
+        _check_gamma(b, "batch", lo=1, hi=MAX_BATCH)
+        _check_gamma(g, "gamma", lo=0)
+    starts = [b for b, _ in table]
+    if starts != sorted(set(starts)) or starts[0] != 1:
+        raise SpecsimError(f"batch table: expected increasing batch sizes starting at 1, got {table!r}")
+    ends = [b - 1 for b in starts[1:]] + [MAX_BATCH]
+    ranges = tuple((b, hi, g) for (b, g), hi in zip(table, ends))
+    return GammaPolicy(ranges[-1][2], ranges, batch_size=batch_size)
 
-    table: tuple[tuple[int, int], ...]
-    batch_size: int = 1
-    stop_below: float = 0.0
 
-    def __post_init__(self):
-        if not self.table or any(len(row) != 2 for row in self.table):
-            raise SpecsimError(f"batch table: expected (batch, gamma) rows, got {self.table!r}")
-        for b, g in self.table:
-            _check_gamma(b, "batch", lo=1, hi=MAX_BATCH)
-            _check_gamma(g, "gamma", lo=0)
-        if [b for b, _ in self.table] != sorted({b for b, _ in self.table}) or self.table[0][0] != 1:
-            raise SpecsimError(
-                f"batch table: expected increasing batch sizes starting at 1, got {self.table!r}"
-            )
-        _check_gamma(self.batch_size, "batch size", lo=1, hi=MAX_BATCH)
-
-    @property
-    def gamma(self) -> int:
-        return [g for b, g in self.table if b <= self.batch_size][-1]
-
-    def update(self, state: int, proposed: int, accepted: int) -> int:
-        return state
-
-    def __str__(self) -> str:
-        return "batch:" + ",".join(f"{b}={g}" for b, g in self.table) + f"@{self.batch_size}"
-
-    def to_json(self) -> dict:
-        return {"policy": str(self), "table": [list(r) for r in self.table], "batch_size": self.batch_size}
+def parse_batch_ranges(text: str, where: str = "--gamma-by-batch") -> tuple[tuple[int, int, int], ...]:
+    """The ranges spelling: '1-8:5,9-32:3,33-256:0' -> ((1, 8, 5), (9, 32, 3), (33, 256, 0)); 'B:γ' is the
+    range B-B (``specsim serve --gamma-by-batch``; vLLM's ``num_speculative_tokens_per_batch_size``); the
+    table spelling 'batch:1=5,9=3' gives its ranges too."""
+    usage = f"{where}: expected ranges like 1-8:5,9-32:3 (batch lo-hi:gamma), got {text!r}"
+    if str(text).strip().startswith("batch:"):
+        policy = parse_policy(text)
+        if policy.batch_size != 1:
+            raise SpecsimError(f"{where}: each step's batch picks the row, expected no @B, got {text!r}")
+        return policy.by_batch
+    out = []
+    for part in str(text).split(","):
+        span, sep, g = part.strip().partition(":")
+        lo, dash, hi = span.partition("-")
+        try:
+            triple = (int(lo), int(hi) if dash else int(lo), int(g))
+        except ValueError:
+            raise SpecsimError(usage) from None
+        if not sep:
+            raise SpecsimError(usage)
+        out.append(triple)
+    try:
+        GammaPolicy(0, tuple(out))
+    except SpecsimError as err:
+        raise SpecsimError(f"{where}: {err} (in {text!r})") from None
+    return tuple(out)
 
 
 def _check_gamma(value, name: str, *, lo: int, hi: int = MAX_GAMMA) -> None:
@@ -137,18 +205,19 @@ def _check_gamma(value, name: str, *, lo: int, hi: int = MAX_GAMMA) -> None:
         raise SpecsimError(f"{name}: expected an integer in {lo}..{hi}, got {show(value)}")
 
 
-def as_policy(gamma) -> GammaPolicy | BatchTable:
+def as_policy(gamma) -> GammaPolicy:
     """A policy from an int (fixed γ ≥ 1) or a policy object; SpecsimError naming gamma otherwise."""
-    if isinstance(gamma, (GammaPolicy, BatchTable)):
+    if isinstance(gamma, GammaPolicy):
         return gamma
     if isinstance(gamma, bool) or not isinstance(gamma, (int, np.integer)) or gamma < 1:
         raise SpecsimError(f"gamma: expected an integer >= 1 or a draft-length policy, got {gamma!r}")
-    return GammaPolicy("fixed", int(gamma))
+    return GammaPolicy(int(gamma))
 
 
-def parse_policy(text: str) -> GammaPolicy | BatchTable:
-    """A policy from its string form (see the module docstring). A colon or ``@`` with nothing after it,
-    ``fixed`` without its γ and an option given twice are refused, not read as a default or the last."""
+def parse_policy(text: str) -> GammaPolicy:
+    """A policy from its string form (see the module docstring; the ranges spelling of
+    :func:`parse_batch_ranges` too). A colon or ``@`` with nothing after it, ``fixed`` without its γ and
+    an option given twice are refused, not read as a default or the last."""
     raw = str(text).strip()
     expected = (
         "expected a policy like fixed:5, heuristic:20, heuristic:5,max=16, confidence:0.4,gamma=8 "
@@ -157,7 +226,9 @@ def parse_policy(text: str) -> GammaPolicy | BatchTable:
     kind, colon, body = raw.partition(":")
     try:
         if raw.isdigit():
-            return GammaPolicy("fixed", int(raw))
+            return _at_least_one(GammaPolicy(int(raw)))
+        if kind[:1].isdigit():  # the ranges spelling, '1-8:5,9-32:3'
+            return GammaPolicy(0, parse_batch_ranges(raw, "--policy"))
         if colon and not body.strip():
             raise ValueError  # 'fixed:': the value after the colon is missing
         if kind == "batch":
@@ -165,7 +236,7 @@ def parse_policy(text: str) -> GammaPolicy | BatchTable:
             if at and not batch.strip():
                 raise ValueError  # 'batch:1=5@': the batch size after @ is missing
             table = tuple(tuple(int(x) for x in row.split("=")) for row in rows.split(","))
-            return BatchTable(table, int(batch) if at else 1)
+            return table_policy(table, int(batch) if at else 1)
         parts = [p.strip() for p in body.split(",")] if body else []
         names = [p.split("=", 1)[0] + ("=" if "=" in p else "") for p in parts[1:]]
         twice = next((n for n in names if names.count(n) > 1), None)
@@ -179,19 +250,28 @@ def parse_policy(text: str) -> GammaPolicy | BatchTable:
         if kind == "fixed" and not parts:
             raise ValueError  # 'fixed' needs its gamma; only heuristic has HF's default start
         if kind in ("fixed", "heuristic") and "gamma" not in opts and not flags:
-            return GammaPolicy(kind, int(parts[0]) if parts else HF_NUM_ASSISTANT_TOKENS, gamma_max=cap)
+            g = int(parts[0]) if parts else HF_NUM_ASSISTANT_TOKENS
+            return _at_least_one(GammaPolicy(g, schedule=kind, gamma_max=cap))
         if kind == "confidence" and parts:
-            return GammaPolicy(
-                "heuristic" if flags else "fixed",
-                int(opts.get("gamma", HF_NUM_ASSISTANT_TOKENS)),
-                stop_below=float(parts[0]),
-                gamma_max=cap,
+            return _at_least_one(
+                GammaPolicy(
+                    int(opts.get("gamma", HF_NUM_ASSISTANT_TOKENS)),
+                    schedule="heuristic" if flags else "fixed",
+                    stop_below=float(parts[0]),
+                    gamma_max=cap,
+                )
             )
     except SpecsimError as err:  # a well-formed policy with a bad value: say which
         raise SpecsimError(f"--policy {show(raw)}: {err}") from None
     except (ValueError, TypeError):
         pass
     raise SpecsimError(f"--policy: {expected}, got {show(raw)}")
+
+
+def _at_least_one(policy: GammaPolicy) -> GammaPolicy:
+    """A per-block schedule drafts at least one token (γ = 0 is a serving setting, by batch)."""
+    _check_gamma(policy.gamma, "gamma", lo=1)
+    return policy
 
 
 # --------------------------------------------------------------------------- replay

@@ -14,13 +14,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from specsim.drafts.policies import GammaPolicy
 from specsim.errors import SpecsimError
 from specsim.hardware.batch_limit import paying_range
 from specsim.serve.arrivals import Requests, arrivals, uniform_requests
 from specsim.serve.metrics import ServeMetrics, Slo, summarize
 from specsim.serve.scheduler import SchedulerConfig
 from specsim.serve.simulator import simulate
-from specsim.serve.speculation import AcceptanceSource, GammaPolicy
+from specsim.serve.speculation import AcceptanceSource
 from specsim.serve.step_cost import StepCost
 
 TARGET_ONLY = GammaPolicy(0)

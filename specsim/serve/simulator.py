@@ -28,10 +28,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from specsim.drafts.policies import GammaPolicy
 from specsim.errors import SpecsimError
 from specsim.serve.arrivals import Requests
 from specsim.serve.scheduler import SchedulerConfig, schedule_step
-from specsim.serve.speculation import AcceptanceSource, GammaPolicy
+from specsim.serve.speculation import AcceptanceSource
 from specsim.serve.step_cost import StepCost, decode_steps_ms, step_ms
 
 MAX_FAST_FORWARD_STEPS = 512

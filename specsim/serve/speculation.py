@@ -1,10 +1,9 @@
 """Speculative decoding per serving step: how many drafts (γ policy) and how many are accepted.
 
-γ policy (:class:`GammaPolicy`), keyed on the step's decode batch B (running requests past their prefill):
-- a fixed γ (``num_speculative_tokens``); γ = 0 is target-only decoding;
-- a schedule ``((lo, hi, γ), ...)``: γ for lo ≤ B ≤ hi, the fixed γ elsewhere, as vLLM's
-  ``num_speculative_tokens_per_batch_size`` (``[[lo, hi, k], ...]``);
-- SD off (γ = 0) from a batch size upward, as vLLM V0's ``speculative_disable_by_batch_size``.
+γ per step: :class:`specsim.drafts.policies.GammaPolicy` keyed on the step's decode batch B (running
+requests past their prefill): a fixed γ (``num_speculative_tokens``; 0 is target-only decoding), ranges
+``((lo, hi, γ), ...)`` as vLLM's ``num_speculative_tokens_per_batch_size``, SD off from a batch size up as
+vLLM V0's ``speculative_disable_by_batch_size``.
 
 Accepted drafts per request per block (an :class:`AcceptanceSource`), vectorised over the step's requests:
 - :class:`IidAcceptance`: each draft accepted with probability α, independently: accepted =
@@ -24,79 +23,8 @@ from typing import Protocol
 
 import numpy as np
 
-from specsim.bounds import MAX_GAMMA, interval_arg
+from specsim.bounds import interval_arg
 from specsim.errors import SpecsimError
-
-
-@dataclass(frozen=True)
-class GammaPolicy:
-    """γ per step from the decode batch B: ``by_batch`` ranges first, then ``gamma``; 0 from
-    ``off_from_batch`` up."""
-
-    gamma: int
-    by_batch: tuple[tuple[int, int, int], ...] = ()
-    off_from_batch: int | None = None
-
-    def __post_init__(self) -> None:
-        if isinstance(self.gamma, bool) or not isinstance(self.gamma, (int, np.integer)):
-            raise SpecsimError(f"gamma: expected an integer in 0..{MAX_GAMMA}, got {self.gamma!r}")
-        if not 0 <= self.gamma <= MAX_GAMMA:
-            raise SpecsimError(f"gamma: expected an integer in 0..{MAX_GAMMA}, got {self.gamma!r}")
-        for lo, hi, g in self.by_batch:
-            if not (1 <= lo <= hi and 0 <= g <= MAX_GAMMA):
-                raise SpecsimError(
-                    f"gamma by batch: expected lo-hi:gamma with 1 <= lo <= hi and 0 <= gamma <= {MAX_GAMMA}, "
-                    f"got {lo}-{hi}:{g}"
-                )
-        spans = sorted((lo, hi) for lo, hi, _ in self.by_batch)
-        for (lo1, hi1), (lo2, _) in zip(spans, spans[1:]):
-            if lo2 <= hi1:
-                raise SpecsimError(f"gamma by batch: ranges {lo1}-{hi1} and {lo2}-... overlap")
-        if self.off_from_batch is not None and self.off_from_batch < 1:
-            raise SpecsimError(f"SD off from batch: expected a batch size >= 1, got {self.off_from_batch!r}")
-
-    def gamma_at(self, batch: int) -> int:
-        """Drafts per request in a step whose decode batch is ``batch``."""
-        if self.off_from_batch is not None and batch >= self.off_from_batch:
-            return 0
-        for lo, hi, g in self.by_batch:
-            if lo <= batch <= hi:
-                return g
-        return self.gamma
-
-    @property
-    def max_gamma(self) -> int:
-        """The largest γ any step can use (0: SD never runs, the draft is never loaded)."""
-        return max([self.gamma, *(g for _, _, g in self.by_batch)])
-
-    def describe(self) -> str:
-        parts = [f"gamma={self.gamma}"]
-        if self.by_batch:
-            parts.append("by batch " + ",".join(f"{lo}-{hi}:{g}" for lo, hi, g in self.by_batch))
-        if self.off_from_batch is not None:
-            parts.append(f"off from batch {self.off_from_batch}")
-        return ", ".join(parts)
-
-
-def parse_gamma_schedule(text: str, where: str = "--gamma-by-batch") -> tuple[tuple[int, int, int], ...]:
-    """'1-8:5,9-32:3,33-256:0' -> ((1, 8, 5), (9, 32, 3), (33, 256, 0)); 'B:γ' is the range B-B."""
-    usage = f"{where}: expected ranges like 1-8:5,9-32:3 (batch lo-hi:gamma), got {text!r}"
-    out = []
-    for part in str(text).split(","):
-        span, sep, g = part.strip().partition(":")
-        lo, dash, hi = span.partition("-")
-        try:
-            triple = (int(lo), int(hi) if dash else int(lo), int(g))
-        except ValueError:
-            raise SpecsimError(usage) from None
-        if not sep:
-            raise SpecsimError(usage)
-        out.append(triple)
-    try:
-        GammaPolicy(0, tuple(out))
-    except SpecsimError as err:
-        raise SpecsimError(f"{where}: {err} (in {text!r})") from None
-    return tuple(out)
 
 
 class AcceptanceSource(Protocol):

@@ -21,12 +21,13 @@ from dataclasses import asdict, dataclass, replace
 import numpy as np
 
 from specsim.acceptance.theory import alpha_from_tau
+from specsim.drafts.policies import GammaPolicy
 from specsim.hardware.batch_limit import paying_range
 from specsim.hardware.runtime import Runtime
 from specsim.serve.compare import TARGET_ONLY, ServeSetup, Workload, served
 from specsim.serve.roofline_cost import RooflineStepCost
 from specsim.serve.scheduler import SchedulerConfig
-from specsim.serve.speculation import GammaPolicy, IidAcceptance
+from specsim.serve.speculation import IidAcceptance
 from specsim.validation.published_set import PublishedSet, Row
 from specsim.validation.row_predict import device, models, row_model
 from specsim.validation.runtime_fit import fit_without
