@@ -21,7 +21,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from specsim.validation.gpu_steps import RUNTIME_OF_MODE, compare_steps, load_records, stop_paying  # noqa: E402
+from specsim.validation.gpu_steps import RUNTIME_OF_MODE, compare_steps, crossover_text, load_records  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -65,9 +65,9 @@ def main(argv: list[str] | None = None) -> int:
                 f"Tv {np.median([r.tv_err for r in g]):.1%}, speedup {np.median(s_err):.1%} "
                 f"(max {max(s_err):.1%})"
             )
-        print(f"speedup < 1 from (measured kernels): {stop_paying(rows, 'speedup')}")
-        print(f"speedup < 1 from (planner, no per-block overhead): {stop_paying(rows, 'speedup_pred')}")
-        full = stop_paying(rows, "speedup_pred_full")
+        print(f"speedup < 1 from (measured kernels): {crossover_text(rows, 'speedup')}")
+        print(f"speedup < 1 from (planner, no per-block overhead): {crossover_text(rows, 'speedup_pred')}")
+        full = crossover_text(rows, "speedup_pred_full")
         print(f"speedup < 1 from (planner as `specsim hardware` prints): {full}")
     return 0
 

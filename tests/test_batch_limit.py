@@ -6,7 +6,7 @@ import json
 import pytest
 
 from specsim.cli.main import main
-from specsim.hardware.batch_limit import StopPaying, stop_paying
+from specsim.hardware.batch_limit import StopPaying
 from specsim.hardware.device import load_device
 from specsim.hardware.model_resolution import load_model_spec
 from specsim.hardware.parallel import largest_fitting_batch, per_gpu_resident_bytes
@@ -53,7 +53,7 @@ def test_plan_row_at_the_largest_fitting_batch_is_the_last_that_fits():
     h100, mt = load_device("h100-sxm"), MethodTau.from_entry(ENTRY)
     for par in (Parallel(), Parallel(tp=2)):
         plan = plan_hardware(target, draft, [h100], [mt], batches=(1, 8), contexts=(1024,), parallel=par)
-        limit = plan.stop_paying("h100-sxm", "M", 1024)
+        limit = plan.crossover("h100-sxm", "M", 1024)
         b = limit.largest_fitting_batch
         around = plan_hardware(
             target, draft, [h100], [mt], batches=(b, b + 1), contexts=(1024,), parallel=par
@@ -71,7 +71,7 @@ class _Row:
 
 def _limit(speedups, fit, at_fit) -> StopPaying:
     rows = [_Row(b, s) for b, s in zip((1, 8, 64, 512), speedups)]
-    return stop_paying("gpu", "M", 1024, rows, fit, at_fit)
+    return StopPaying.from_rows("gpu", "M", 1024, rows, fit, at_fit)
 
 
 def test_memory_caps_first_when_sd_still_pays_at_the_largest_fitting_batch():

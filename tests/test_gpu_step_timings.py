@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from specsim.validation.gpu_steps import DATA_DIR, compare_steps, load_records, shipped_points, stop_paying
+from specsim.validation.gpu_steps import DATA_DIR, compare_steps, crossover_text, load_records, shipped_points
 from specsim.validation.regime_error import regime_error
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -40,7 +40,7 @@ def test_planner_speedup_at_batch_matches_the_graph_steps(gpu):
     big = [r for r in rows if r.batch >= 128]
     assert big and all(r.v_pred_at_best > 1.2 for r in big)
     assert all(r.speedup > 1 for r in rows)
-    assert "never up to" in stop_paying(rows) and stop_paying(rows).count("C=") == len(
+    assert "never up to" in crossover_text(rows) and crossover_text(rows).count("C=") == len(
         {r.context_tokens for r in rows}
     )
 

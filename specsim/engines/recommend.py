@@ -231,7 +231,7 @@ def recommend(
             lm.device.name,
             context_tokens,
             gamma_max,
-            plan.stop_paying(lm.device.name, mt.method, context_tokens),
+            plan.crossover(lm.device.name, mt.method, context_tokens),
         ),
         _past_k_note(k, past_k, choices),
         _boundary_note(entry, gamma_max, choices),

@@ -74,6 +74,14 @@ class StopPaying:
             return f"{where}: SD stops paying between the largest planned batch and {at}"
         return None
 
+    @classmethod
+    def from_rows(cls, device: str, method: str, context_tokens: int, rows, fit: int | None, at_fit):
+        """From a sweep's ``rows`` (``batch_size``, ``speedup``: :func:`paying_range`), the largest batch that
+        fits (``fit``) and the best-γ speedup there (``at_fit``)."""
+        ordered = sorted(rows, key=lambda r: r.batch_size)
+        pays, stops = paying_range([r.batch_size for r in ordered], [r.speedup for r in ordered])
+        return cls(device, method, int(context_tokens), pays, stops, fit, None if not fit else at_fit)
+
     def to_json(self) -> dict:
         return {
             "pays_from_batch": self.pays_from,
@@ -83,17 +91,3 @@ class StopPaying:
             "memory_caps_first": self.memory_caps_first,
         }
 
-
-def stop_paying(
-    device: str,
-    method: str,
-    context_tokens: int,
-    rows,
-    largest_fitting_batch: int | None,
-    speedup_at_largest_fitting: float | None,
-) -> StopPaying:
-    """:class:`StopPaying` from a sweep's ``rows`` (``batch_size``, ``speedup``) and the memory limit."""
-    ordered = sorted(rows, key=lambda r: r.batch_size)
-    pays, stops = paying_range([r.batch_size for r in ordered], [r.speedup for r in ordered])
-    speedup = None if not largest_fitting_batch else speedup_at_largest_fitting
-    return StopPaying(device, method, int(context_tokens), pays, stops, largest_fitting_batch, speedup)

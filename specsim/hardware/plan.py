@@ -16,7 +16,7 @@ import numpy as np
 from specsim.acceptance.theory import block_speedup, sd_block_ms
 from specsim.costs.pass_cost import DRAFT, TARGET
 from specsim.errors import SpecsimError
-from specsim.hardware.batch_limit import StopPaying, stop_paying
+from specsim.hardware.batch_limit import StopPaying
 from specsim.hardware.device import Device
 from specsim.hardware.model import ModelSpec
 from specsim.hardware.parallel import (
@@ -74,18 +74,18 @@ class Plan:
     fitting_limits: tuple[tuple[str, str, int, int | None], ...] = ()
     limit_rows: tuple[PlanRow, ...] = ()
 
-    def stop_paying(self, device: str, method: str, context: int) -> StopPaying:
+    def crossover(self, device: str, method: str, context: int) -> StopPaying:
         """Where SD stops paying on ``device`` at ``context``, with the largest batch that fits."""
         fit = next((b for *key, b in self.fitting_limits if tuple(key) == (device, method, context)), None)
         at = [
             r for r in self.limit_rows if (r.device, r.method, r.context_tokens) == (device, method, context)
         ]
         rows = self.select(device=device, method=method, context=context)
-        return stop_paying(device, method, context, rows, fit, at[0].speedup if at else None)
+        return StopPaying.from_rows(device, method, context, rows, fit, at[0].speedup if at else None)
 
     def to_json(self) -> dict:
         limits = {
-            m: {d: {str(c): self.stop_paying(d, m, c) for c in self.contexts} for d in self.devices}
+            m: {d: {str(c): self.crossover(d, m, c) for c in self.contexts} for d in self.devices}
             for m in self.methods
         }
         return {
@@ -364,4 +364,4 @@ def ranking(
 def speedup_crossover_batch(plan: Plan, device: str, method: str, context: int) -> int | None:
     """Planned batch size from which the best-γ speedup stays below 1 (SD stops paying); None: it still pays
     at the largest planned batch, or never pays (see :func:`~specsim.hardware.batch_limit.paying_range`)."""
-    return plan.stop_paying(device, method, context).stops_from
+    return plan.crossover(device, method, context).stops_from

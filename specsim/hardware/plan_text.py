@@ -104,7 +104,7 @@ def plan_text(plan: Plan, target: ModelSpec, draft: ModelSpec, fit=None) -> str:
             table, notes = [], []
             for dev in plan.devices:
                 rs = sorted(plan.select(device=dev, method=method, context=ctx), key=lambda r: r.batch_size)
-                limit = plan.stop_paying(dev, method, ctx)
+                limit = plan.crossover(dev, method, ctx)
                 table.append(
                     [dev]
                     + [f"{r.speedup:.2f}" + ("" if r.fits_memory else "!") for r in rs]

@@ -32,7 +32,7 @@ def plot_speedup_vs_batch(
                 color=line.get_color(),
                 markerfacecolor=line.get_color() if r.fits_memory else "none",
             )
-        limit = plan.stop_paying(dev, method, context)
+        limit = plan.crossover(dev, method, context)
         if limit.speedup_at_largest_fitting is not None:
             ax.plot(
                 limit.largest_fitting_batch,

@@ -148,7 +148,7 @@ def shipped_points() -> tuple[StepPoint, ...]:
     return tuple(pt for mode in modes for pt in compare_steps(records, mode))
 
 
-def stop_paying(points, key: str = "speedup") -> str:
+def crossover_text(points, key: str = "speedup") -> str:
     """Per GPU and context, the first measured batch whose ``key`` speedup is below 1 ("never up to B=…")."""
     groups: dict[tuple, list] = {}
     for p in points:

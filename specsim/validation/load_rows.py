@@ -119,7 +119,7 @@ def compare_load_rows(
     return out
 
 
-def stop_paying(results: list[LoadRowResult]) -> list[dict]:
+def stops_by_sweep(results: list[LoadRowResult]) -> list[dict]:
     """Per sweep: the concurrency from which SD stops paying for good (:func:`paying_range`; None: it still
     pays at the largest published), published and served."""
     out = []
@@ -151,5 +151,5 @@ def summarize_load_rows(results: list[LoadRowResult]) -> dict | None:
         "max_abs_error": float(e.max()),
         "decode_phase_median_abs_error": float(np.median(d)),
         "decode_phase_max_abs_error": float(d.max()),
-        "stop_paying": stop_paying(results),
+        "stop_paying": stops_by_sweep(results),
     }
