@@ -45,6 +45,21 @@ def test_planner_speedup_at_batch_matches_the_graph_steps(gpu):
     )
 
 
+def test_the_gpu_crossover_is_read_as_every_other_sweep_is():
+    """A speedup that dips below 1 at one batch and pays again at a larger one has not stopped paying: the
+    crossover is the batch from which it stays below 1 (paying_range), not the first batch below 1."""
+    from types import SimpleNamespace
+
+    pts = [
+        SimpleNamespace(gpu="g", context_tokens=1, batch=b, speedup=s)
+        for b, s in zip((1, 2, 4, 8), (1.2, 0.9, 1.1, 0.8))
+    ]
+    assert crossover_text(pts) == "g C=1: 8"
+    assert (
+        crossover_text([SimpleNamespace(**{**vars(p), "speedup": 0.5}) for p in pts]) == "g C=1: never pays"
+    )
+
+
 def test_hardware_answers_carry_the_gpu_timings_of_their_band():
     """A vLLM answer at B 256, 1k context: no published row there, but the GPU timings of that band are
     named with their error (the same points, recomputed here); hf-eager's own band gets its HF timings."""

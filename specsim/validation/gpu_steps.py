@@ -149,13 +149,18 @@ def shipped_points() -> tuple[StepPoint, ...]:
 
 
 def crossover_text(points, key: str = "speedup") -> str:
-    """Per GPU and context, the first measured batch whose ``key`` speedup is below 1 ("never up to B=…")."""
+    """Per GPU and context, the batch from which the ``key`` speedup stays below 1, read as the planner and
+    the published sweeps read theirs (:func:`specsim.hardware.batch_limit.paying_range`): "never up to B=…"
+    when it still pays at the largest measured batch, "never pays" when it pays at none."""
+    from specsim.hardware.batch_limit import paying_range
+
     groups: dict[tuple, list] = {}
     for p in points:
         groups.setdefault((p.gpu, p.context_tokens), []).append(p)
     parts = []
     for (gpu, c), ps in sorted(groups.items()):
-        below = [p.batch for p in sorted(ps, key=lambda p: p.batch) if getattr(p, key) < 1]
-        top = max(p.batch for p in ps)
-        parts.append(f"{gpu} C={c}: {below[0]}" if below else f"{gpu} C={c}: never up to B={top}")
+        ps = sorted(ps, key=lambda p: p.batch)
+        pays, stops = paying_range([p.batch for p in ps], [getattr(p, key) for p in ps])
+        cell = "never pays" if pays is None else (f"never up to B={ps[-1].batch}" if stops is None else stops)
+        parts.append(f"{gpu} C={c}: {cell}")
     return "; ".join(parts)
