@@ -66,7 +66,7 @@ def test_latency_out_is_checked_before_models_load(tmp_path, cfg, capsys, monkey
     ],
 )
 def test_unusable_devices_are_one_line(tmp_path, cfg, capsys, monkeypatch, device, expected):
-    if device == "mps" and M._mps_available():
+    if device == "mps" and M.mps_available():
         pytest.skip("this machine has MPS")
     monkeypatch.setattr(
         W, "latency_models", lambda args: pytest.fail("models loaded before --device was checked")
@@ -172,7 +172,7 @@ def test_broken_latency_partial_is_reported_and_restarted(tmp_path, content):
     assert (
         len(messages) == 1 and "p.json.partial" in messages[0] and "measuring from the start" in messages[0]
     )
-    assert L._partial_timings(json.loads(partial.read_text()), "x")  # overwritten with a valid file
+    assert L.partial_timings(json.loads(partial.read_text()), "x")  # overwritten with a valid file
 
 
 @pytest.mark.parametrize(

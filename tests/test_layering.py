@@ -268,3 +268,19 @@ def test_no_module_branches_on_the_presence_of_a_cost_model():
         if pattern.search(line)
     ]
     assert not found, f"branches on a cost model's presence: {found}"
+
+
+def test_no_module_imports_a_private_name_of_another():
+    """A name with a leading underscore stays in its module: one that another module needs is public."""
+    offenders = []
+    for package in ("specsim", "calibrate"):
+        for path in sorted((ROOT / package).rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+                if isinstance(node, ast.ImportFrom) and (node.module or "").startswith(
+                    ("specsim", "calibrate")
+                ):
+                    private = [
+                        a.name for a in node.names if a.name.startswith("_") and not a.name.startswith("__")
+                    ]
+                    offenders += [f"{path.relative_to(ROOT)}: {node.module}.{n}" for n in private]
+    assert not offenders, offenders

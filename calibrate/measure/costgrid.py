@@ -70,7 +70,7 @@ def _drafter(draft: LoadedModel, batch: int, ensemble: bool, device):
     )
 
 
-def _restart(drafter, cache, context: int, first_rows: int, ids: list[int], device) -> None:
+def restart_draft(drafter, cache, context: int, first_rows: int, ids: list[int], device) -> None:
     """Put ``drafter`` on ``cache`` cropped to ``context`` positions with ``first_rows`` tokens pending."""
     E.crop_cache(cache, context)
     if hasattr(drafter, "ids"):  # text drafter: committed ids = cached + pending
@@ -124,7 +124,7 @@ class Sweep:
     def sd_cycle(self, gamma: int, batch: int, first_rows: int) -> None:
         """One block of γ drafts as :func:`calibrate.run.engine.speculative_decode` runs it."""
         drafter, dcache = self.drafters[batch]
-        _restart(drafter, dcache, self.context, first_rows, self.ids, self.device)
+        restart_draft(drafter, dcache, self.context, first_rows, self.ids, self.device)
         pending = torch.tensor([[self.ids[self.context]]], dtype=torch.long, device=self.model.device)
         t0 = time.perf_counter()
         kept, proposal, verify_ms = E.sd_block(

@@ -19,7 +19,7 @@ SCHEMA_VERSION = 2  # of the partial file and of the plan (calibrate.measure.lat
 PARTIAL_SUFFIX = ".partial"  # not ".json": profile folders are scanned for *.json
 
 
-def _show(value) -> str:
+def show_value(value) -> str:
     text = repr(value)
     return text if len(text) <= 80 else text[:77] + "..."
 
@@ -54,20 +54,20 @@ def load_partial(path: Path, identity: dict) -> PartialState:
         return PartialState(identity)
     try:
         data = read_json(path, "partial results")
-        timings = _partial_timings(data, f"partial results {str(path)!r}")
+        timings = partial_timings(data, f"partial results {str(path)!r}")
     except SpecsimError as err:
         warn(f"{err}; ignoring it and measuring from the start")
         return PartialState(identity)
     if data["identity"] != identity:
         other = {k: v for k, v in data["identity"].items() if identity.get(k) != v}
         raise SpecsimError(
-            f"partial results {str(path)!r} were measured with {_show(other)} (expected "
-            f"{_show({k: identity.get(k) for k in other})}; delete the file or pass --no-resume)"
+            f"partial results {str(path)!r} were measured with {show_value(other)} (expected "
+            f"{show_value({k: identity.get(k) for k in other})}; delete the file or pass --no-resume)"
         )
     return PartialState(identity, timings)
 
 
-def _partial_timings(data, where: str) -> dict[str, Timing]:
+def partial_timings(data, where: str) -> dict[str, Timing]:
     """key -> Timing of a partial file's JSON, every field checked (SpecsimError naming the first bad one)."""
     if (
         not isinstance(data, dict)
@@ -78,10 +78,10 @@ def _partial_timings(data, where: str) -> dict[str, Timing]:
             f"{where}: expected an object with schema_version {SCHEMA_VERSION} written by this tool"
         )
     if not isinstance(data.get("identity"), dict):
-        raise SpecsimError(f"{where}.identity: expected an object, got {_show(data.get('identity'))}")
+        raise SpecsimError(f"{where}.identity: expected an object, got {show_value(data.get('identity'))}")
     timings = data.get("timings")
     if not isinstance(timings, dict):
-        raise SpecsimError(f"{where}.timings: expected an object, got {_show(timings)}")
+        raise SpecsimError(f"{where}.timings: expected an object, got {show_value(timings)}")
     return {k: Timing.from_json(v, f"{where}.timings[{k!r}]") for k, v in timings.items()}
 
 

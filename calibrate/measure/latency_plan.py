@@ -30,15 +30,15 @@ from pathlib import Path
 
 from calibrate.measure.costgrid import SENTINEL_END, SENTINEL_START, grid_key, sweep_context
 from calibrate.measure.latency_assembly import latency_section, measurement_provenance, save_latency_profile
-from calibrate.measure.latency_partial import (  # _partial_timings: tests reach it through this module
+from calibrate.measure.latency_partial import (  # partial_timings: tests reach it through this module
     SCHEMA_VERSION,
     PartialState,
-    _partial_timings,  # noqa: F401
-    _show,
     load_partial,
     partial_path,
+    partial_timings,  # noqa: F401
     progress_bar,
     run_identity,
+    show_value,
 )
 from calibrate.measure.latency_tasks import Task, task_call
 from calibrate.measure.samplinggrid import SAMPLING_KEY, sampling_timings
@@ -93,7 +93,7 @@ class LatencyPlan:
             values = getattr(self, name)
             if not values or any(isinstance(v, bool) or not isinstance(v, int) or v < 1 for v in values):
                 raise SpecsimError(
-                    f"{name}: expected a non-empty list of integers >= 1, got {_show(list(values))}"
+                    f"{name}: expected a non-empty list of integers >= 1, got {show_value(list(values))}"
                 )
             object.__setattr__(self, name, tuple(sorted(set(values))))
         for name in (
@@ -106,7 +106,7 @@ class LatencyPlan:
             "sentinel_steps",
         ):
             if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
-                raise SpecsimError(f"{name}: expected an integer >= 1, got {_show(getattr(self, name))}")
+                raise SpecsimError(f"{name}: expected an integer >= 1, got {show_value(getattr(self, name))}")
         if self.max_repeats < self.min_repeats or self.prefill_max_repeats < self.prefill_min_repeats:
             raise SpecsimError(
                 f"repeats: expected max >= min, got min {self.min_repeats} and max {self.max_repeats}"

@@ -28,7 +28,7 @@ from collections import defaultdict
 from collections.abc import Callable
 
 from calibrate.drafting import accept_path, propose_tree
-from calibrate.measure.costgrid import Sweep, _restart, grid_key, next_step_timings, rounds_until_precise
+from calibrate.measure.costgrid import Sweep, grid_key, next_step_timings, restart_draft, rounds_until_precise
 from calibrate.models.loaded_model import LoadedModel
 from calibrate.run import engine as E
 from calibrate.run.timing import Timing, summarize
@@ -83,7 +83,7 @@ class TreeSweep(Sweep):
         """One block of ``tree`` as :func:`calibrate.run.tree_engine.tree_decode` runs it."""
         drafter, dcache = self.drafters[batch]
         c = self.context
-        _restart(drafter, dcache, c, 1, self.ids, self.device)
+        restart_draft(drafter, dcache, c, 1, self.ids, self.device)
         t0 = time.perf_counter()
         sub = tree.truncated(1 << 30)
         proposal = propose_tree(drafter, sub, device=self.device)

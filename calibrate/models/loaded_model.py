@@ -84,7 +84,7 @@ def check_device(device: str) -> str:
         dev = torch.device(device)
     except (RuntimeError, TypeError):
         raise SpecsimError(f"unknown device {device!r} (expected cpu, cuda, cuda:N or mps)") from None
-    usable = ["cpu"] + (["cuda"] if torch.cuda.is_available() else []) + (["mps"] if _mps_available() else [])
+    usable = ["cpu"] + (["cuda"] if torch.cuda.is_available() else []) + (["mps"] if mps_available() else [])
     if dev.type not in usable:
         why = (
             "is not a device specsim can time"
@@ -100,7 +100,7 @@ def check_device(device: str) -> str:
     return str(dev)
 
 
-def _mps_available() -> bool:
+def mps_available() -> bool:
     import torch
 
     mps = getattr(torch.backends, "mps", None)

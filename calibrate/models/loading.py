@@ -22,11 +22,11 @@ from typing import Any
 from calibrate.models.loaded_model import (  # the checks and timing inputs are reached through this module
     LoadedModel,
     VocabMismatchError,  # noqa: F401
-    _mps_available,  # noqa: F401
     check_device,
     check_pair_vocab,
     check_same_vocab,  # noqa: F401
     image_token_count,  # noqa: F401
+    mps_available,  # noqa: F401
     quiet_loading,
     random_input_ids,  # noqa: F401
     random_kv_cache,  # noqa: F401

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 
 import torch
 
-from calibrate.run.engine import _truncate, new_cache, unwrap, with_cache
+from calibrate.run.engine import new_cache, truncate_at_eos, unwrap, with_cache
 from calibrate.run.proposal import Request
 from calibrate.run.synthetic_acceptance import SyntheticAcceptance, scripted_accept
 from calibrate.run.timing import timed
@@ -131,7 +131,7 @@ def left_pad(rows: list[torch.Tensor], fill=0) -> tuple[torch.Tensor, torch.Tens
     return out, mask
 
 
-def _check(requests: list[Request], max_new_tokens: int) -> None:
+def check_requests(requests: list[Request], max_new_tokens: int) -> None:
     if not requests:
         raise SpecsimError("batch: expected at least one request, got none")
     if max_new_tokens < 1:
@@ -227,7 +227,7 @@ def batch_target_step(cache: PaddedCache, inputs: dict, live: torch.Tensor) -> t
 
 
 # --------------------------------------------------------------------------- loops
-def _draft_prompt(draft_model, members, requests: list[Request], device) -> tuple[dict, torch.Tensor]:
+def draft_prompt_inputs(draft_model, members, requests: list[Request], device) -> tuple[dict, torch.Tensor]:
     """The draft's first-pass inputs: each request's draft context (its drafting method's embeddings),
     left-padded into one batch."""
     if members is None:  # a plain text draft reads the target's prompt
@@ -259,14 +259,14 @@ def batch_speculative_decode(
     ``acceptance``: a synthetic schedule each row's blocks accept by (not lossless)."""
     if isinstance(gamma, bool) or not isinstance(gamma, int) or gamma < 1:
         raise SpecsimError(f"gamma: expected an integer >= 1, got {gamma!r}")
-    _check(requests, max_new_tokens)
+    check_requests(requests, max_new_tokens)
     if members is not None and len(members) != 1:
         raise SpecsimError(f"batch: expected a drafting method of one context, got {len(members)} members")
     tm, dm = unwrap(target), unwrap(draft)
     B = len(requests)
     t_cache, d_cache = PaddedCache(tm, B, tm.device), PaddedCache(dm, B, dm.device)
     pending = batch_prefill_phase(tm, requests, pad_id)
-    tail = _draft_prompt(dm, members, requests, device)
+    tail = draft_prompt_inputs(dm, members, requests, device)
     out: list[list[int]] = [[] for _ in requests]
     running = torch.ones(B, dtype=torch.bool)
     blocks = []
@@ -283,7 +283,7 @@ def batch_speculative_decode(
                 accepted.append(0), emitted.append(0)
                 continue
             kept = drafts[b, : int(n[b])].tolist() + [int(nxt[b])]
-            new, done = _truncate(kept, max_new_tokens - len(out[b]), eos_token_id)
+            new, done = truncate_at_eos(kept, max_new_tokens - len(out[b]), eos_token_id)
             out[b].extend(new)
             running[b] = not done
             accepted.append(len(new) - 1), emitted.append(len(new))
@@ -328,7 +328,7 @@ def batch_target_decode(
     target, requests: list[Request], *, max_new_tokens: int, pad_id: int = 0, eos_token_id=None
 ) -> BatchResult:
     """Greedy target-only decoding of ``requests`` as one static batch, through the same padded forward."""
-    _check(requests, max_new_tokens)
+    check_requests(requests, max_new_tokens)
     tm = unwrap(target)
     B = len(requests)
     cache = PaddedCache(tm, B, tm.device)
@@ -342,7 +342,7 @@ def batch_target_decode(
         emitted = []
         for b in range(B):
             if running[b]:
-                new, done = _truncate([int(nxt[b])], max_new_tokens - len(out[b]), eos_token_id)
+                new, done = truncate_at_eos([int(nxt[b])], max_new_tokens - len(out[b]), eos_token_id)
                 out[b].extend(new)
                 running[b] = not done
                 emitted.append(len(new))

@@ -110,7 +110,7 @@ def pick(logits: torch.Tensor, temperature: float, generator: torch.Generator | 
     return int(torch.multinomial(p, 1, generator=generator)), p
 
 
-def _check_args(gamma: int, max_new_tokens: int, temperature: float, request: Request, synthetic=0) -> None:
+def check_args(gamma: int, max_new_tokens: int, temperature: float, request: Request, synthetic=0) -> None:
     if isinstance(gamma, bool) or not isinstance(gamma, int) or gamma < 0:
         raise SpecsimError(f"gamma: expected an integer >= 1, got {gamma!r}")
     if max_new_tokens < 1:
@@ -219,9 +219,8 @@ def sd_block(
     """
     committed = cache.get_seq_length() + pending.shape[1]  # target positions known before the drafts
     stop = {"stop_below": stop_below} if stop_below else {}
-    proposal = (
-        drafter.propose(g, temperature=temperature, generator=generator, **stop) if g > 0 else _empty(model)
-    )
+    propose = lambda: drafter.propose(g, temperature=temperature, generator=generator, **stop)  # noqa: E731
+    proposal = propose() if g > 0 else empty_proposal(model)
     logits, verify_ms = verify_phase(model, cache, pending, proposal.tokens, device, **kwargs)
     n, nxt = accept_phase(logits, proposal, temperature, generator, forced)
     crop_cache(cache, committed + n)  # drop the KV of rejected drafts
@@ -246,7 +245,7 @@ def target_step(
 
 
 # --------------------------------------------------------------------------- loops
-def _truncate(new_tokens: list[int], left: int, eos_token_id) -> tuple[list[int], bool]:
+def truncate_at_eos(new_tokens: list[int], left: int, eos_token_id) -> tuple[list[int], bool]:
     """Cut at ``left`` tokens and after the first EOS; returns (tokens, stop?)."""
     eos = (
         set()
@@ -278,9 +277,9 @@ def speculative_decode(
     (:mod:`specsim.drafts.policies`: the policy picks each block's γ and hears its outcome); with
     ``acceptance`` each block accepts what that synthetic schedule says (greedy, not lossless)."""
     policy = as_policy(gamma)  # an int is a fixed γ; bad values raise naming gamma
-    _check_args(0, max_new_tokens, temperature, request, synthetic=acceptance is not None)
+    check_args(0, max_new_tokens, temperature, request, synthetic=acceptance is not None)
     state = policy.initial_state()
-    model, cache, setup, kwargs, pending = _start(target, request, device)
+    model, cache, setup, kwargs, pending = start_request(target, request, device)
     setup.update(drafter.prefill(request))
     out, blocks, done = [], [], False
     while not done:
@@ -303,7 +302,7 @@ def speculative_decode(
         kwargs = {}
         g = proposal.tokens.numel()  # fewer than asked when a confidence stop cut drafting short
         state = policy.update(state, g, len(kept) - 1)
-        new, done = _truncate(kept, max_new_tokens - len(out), eos_token_id)
+        new, done = truncate_at_eos(kept, max_new_tokens - len(out), eos_token_id)
         out.extend(new)
         rows = pending.shape[1] + g
         # The next block's input is built inside this block's time: every ms of the loop is in a record.
@@ -335,7 +334,7 @@ def speculative_decode(
     )
 
 
-def _start(target, request: Request, device):
+def start_request(target, request: Request, device):
     """(model, empty KV cache, set-up ms (the target's vision encoder), kwargs of the first target pass,
     the first pending tokens [1, S]: the first pass carries the whole prompt)."""
     model = unwrap(target)
@@ -343,7 +342,7 @@ def _start(target, request: Request, device):
     return model, new_cache(), setup, kwargs, request.input_ids.to(model.device)
 
 
-def _empty(model) -> Proposal:
+def empty_proposal(model) -> Proposal:
     return Proposal(
         tokens=torch.zeros(0, dtype=torch.long, device=model.device), q_probs=None, model_ms=0.0, first_rows=0
     )
@@ -362,8 +361,8 @@ def target_decode(
 ) -> DecodeResult:
     """Target-only decoding through the same forward and sampling as :func:`speculative_decode`: the
     first step runs over the whole prompt (the prefill), every later step over one token."""
-    _check_args(0, max_new_tokens, temperature, request)
-    model, cache, setup, kwargs, pending = _start(target, request, device)
+    check_args(0, max_new_tokens, temperature, request)
+    model, cache, setup, kwargs, pending = start_request(target, request, device)
     out, blocks, done = [], [], False
     while not done:
         t0 = time.perf_counter()
@@ -372,7 +371,7 @@ def target_decode(
             model, cache, pending, temperature=temperature, generator=generator, device=device, **kwargs
         )
         kwargs = {}
-        new, done = _truncate([nxt], max_new_tokens - len(out), eos_token_id)
+        new, done = truncate_at_eos([nxt], max_new_tokens - len(out), eos_token_id)
         out.extend(new)
         rows = pending.shape[1]
         pending = torch.tensor([[nxt]], dtype=torch.long, device=model.device)  # in the step's time, as above

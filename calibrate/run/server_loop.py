@@ -31,14 +31,14 @@ import torch.nn.functional as F
 
 from calibrate.run.batch_engine import (
     PaddedCache,
-    _draft_prompt,
     batch_prefill_phase,
     batch_sd_block,
     batch_target_step,
+    check_requests,
+    draft_prompt_inputs,
     left_pad,
 )
-from calibrate.run.batch_engine import _check as check_requests
-from calibrate.run.engine import _truncate, unwrap
+from calibrate.run.engine import truncate_at_eos, unwrap
 from calibrate.run.proposal import Request
 from calibrate.run.synthetic_acceptance import SyntheticAcceptance
 from calibrate.run.timing import gc_paused, timed
@@ -151,7 +151,7 @@ def prefill_request(tm, dm, request: Request, *, members, pad_id: int, device):
     if dm is None:
         return first, t_row, None, t_pass.ms
     d_row = PaddedCache(dm, 1, dm.device)
-    d_inputs, d_live = _draft_prompt(dm, members, [request], device)
+    d_inputs, d_live = draft_prompt_inputs(dm, members, [request], device)
     with timed(dm.device) as d_pass:
         d_row.forward(d_live, keep=1, **d_inputs)  # the draft's prompt into its cache; its logits are unused
     return first, t_row, d_row, t_pass.ms + d_pass.ms
@@ -189,7 +189,7 @@ def target_step(t_cache: PaddedCache, last: list[int]) -> tuple[list[list[int]],
     return [[int(x)] for x in nxt], ms
 
 
-def _check(requests, arrival_s, gamma, max_new_tokens, max_num_seqs) -> None:
+def _check_loop(requests, arrival_s, gamma, max_new_tokens, max_num_seqs) -> None:
     """The batch engine's checks of the requests and ``max_new_tokens``, then the loop's own arguments."""
     check_requests(requests, max_new_tokens)
     if len(arrival_s) != len(requests):
@@ -227,7 +227,7 @@ def serve_loop(
 ) -> LoopRun:
     """Serve ``requests`` arriving at ``arrival_s`` (s from the start) to completion (module docstring);
     ``gamma`` 0 is target-only (``draft`` unused); ``acceptance``: a synthetic schedule the blocks follow."""
-    _check(requests, list(arrival_s), gamma, max_new_tokens, max_num_seqs)
+    _check_loop(requests, list(arrival_s), gamma, max_new_tokens, max_num_seqs)
     tm, dm = unwrap(target), (unwrap(draft) if gamma else None)
     n = len(requests)
     out: list[list[int]] = [[] for _ in range(n)]
@@ -262,7 +262,7 @@ def serve_loop(
                 kept, verify_ms = target_step(t_cache, last)
         emitted, still, finished, decoded = [], [], [], list(running)
         for i, r in enumerate(running):
-            new, stop = _truncate(kept[i], max_new_tokens - len(out[r]), eos_token_id)
+            new, stop = truncate_at_eos(kept[i], max_new_tokens - len(out[r]), eos_token_id)
             out[r].extend(new)
             emitted.append(len(new))
             if stop:
@@ -280,7 +280,7 @@ def serve_loop(
             running, tails = [running[i] for i in still], [tails[i] for i in still] if gamma else []
         for r, (tok, t_row, d_row, _) in zip(admit, joined):
             out[r].append(tok)
-            _, stop = _truncate([tok], max_new_tokens, eos_token_id)
+            _, stop = truncate_at_eos([tok], max_new_tokens, eos_token_id)
             if stop:
                 finished.append(r)
                 continue

@@ -29,13 +29,13 @@ from calibrate.drafting.tree_drafter import TreeProposal, accept_path, additive_
 from calibrate.run.decode_records import BlockRecord, DecodeResult
 from calibrate.run.engine import (
     Request,
-    _check_args,
-    _empty,
-    _start,
-    _truncate,
     accept_phase,
+    check_args,
+    empty_proposal,
     forward,
     probs_of,
+    start_request,
+    truncate_at_eos,
     verify_phase,
     with_cache,
 )
@@ -204,8 +204,8 @@ def tree_decode(
     tree = parse_tree(tree) if isinstance(tree, str) else tree
     if not isinstance(tree, TreeSpec):
         raise SpecsimError(f"tree: expected a TreeSpec or a spec string, got {tree!r}")
-    _check_args(0, max_new_tokens, temperature, request)
-    model, cache, setup, kwargs, _ = _start(target, request, device)
+    check_args(0, max_new_tokens, temperature, request)
+    model, cache, setup, kwargs, _ = start_request(target, request, device)
     pending, setup["target_prefill_ms"] = _prefill(model, cache, request, device, kwargs)
     setup.update(drafter.prefill(request))
     out: list[int] = []
@@ -218,8 +218,8 @@ def tree_decode(
         past = cache.get_seq_length()
         if sub is None:  # the request's last token: one target step, as the chain engine's γ = 0 block
             pending_ids = torch.tensor([[pending]], dtype=torch.long, device=model.device)
-            logits, verify_ms = verify_phase(model, cache, pending_ids, _empty(model).tokens, device)
-            _, nxt = accept_phase(logits, _empty(model), temperature, generator)
+            logits, verify_ms = verify_phase(model, cache, pending_ids, empty_proposal(model).tokens, device)
+            _, nxt = accept_phase(logits, empty_proposal(model), temperature, generator)
             drafter.accept(0, nxt)
             path, proposal = [], None
         else:
@@ -233,7 +233,7 @@ def tree_decode(
             keep_path(cache, past, path)
             accept_path(drafter, proposal, path, nxt)
         path_tokens = [int(proposal.tokens[u]) for u in path] if proposal else []
-        new, done = _truncate(path_tokens + [nxt], left, eos_token_id)
+        new, done = truncate_at_eos(path_tokens + [nxt], left, eos_token_id)
         out.extend(new)
         pending = out[-1]
         blocks.append(_record(sub, proposal, new, verify_ms, t0, past))

@@ -20,7 +20,7 @@ _INT64_MAX = 2**63 - 1
 
 
 # --------------------------------------------------------------------------- file types
-def _kind(mode: int) -> str:
+def file_kind(mode: int) -> str:
     for test, name in (
         (stat.S_ISDIR, "a directory"),
         (stat.S_ISFIFO, "a FIFO (named pipe)"),
@@ -33,7 +33,7 @@ def _kind(mode: int) -> str:
     return "not a regular file"
 
 
-def _stat_problem(err: OSError) -> str:
+def stat_problem(err: OSError) -> str:
     if err.errno == errno.ENOENT:
         return "does not exist"
     if err.errno == errno.ELOOP:
@@ -52,11 +52,11 @@ def check_regular_file(path: str | os.PathLike, what: str) -> Path:
     try:
         st = os.stat(path)
     except OSError as err:
-        raise SpecsimError(f"{what} {str(path)!r} {_stat_problem(err)}") from None
+        raise SpecsimError(f"{what} {str(path)!r} {stat_problem(err)}") from None
     except ValueError:  # no file system path holds a NUL byte
         raise SpecsimError(f"{what} {str(path)!r} contains a NUL byte; expected a file path") from None
     if not stat.S_ISREG(st.st_mode):
-        raise SpecsimError(f"{what} {str(path)!r} is {_kind(st.st_mode)}; expected a regular file")
+        raise SpecsimError(f"{what} {str(path)!r} is {file_kind(st.st_mode)}; expected a regular file")
     return path
 
 
@@ -66,11 +66,11 @@ def read_bytes(path: str | os.PathLike, what: str, *, max_bytes: int = MAX_FILE_
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     except OSError as err:
-        raise SpecsimError(f"{what} {str(path)!r} {_stat_problem(err)}") from None
+        raise SpecsimError(f"{what} {str(path)!r} {stat_problem(err)}") from None
     with os.fdopen(fd, "rb") as fh:
         mode = os.fstat(fd).st_mode
         if not stat.S_ISREG(mode):  # swapped between the check and the open
-            raise SpecsimError(f"{what} {str(path)!r} is {_kind(mode)}; expected a regular file")
+            raise SpecsimError(f"{what} {str(path)!r} is {file_kind(mode)}; expected a regular file")
         try:
             data = fh.read(max_bytes + 1)
         except OSError as err:

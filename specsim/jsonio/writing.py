@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from specsim.errors import SpecsimError
-from specsim.jsonio.reading import _kind, _stat_problem, dumps_json
+from specsim.jsonio.reading import dumps_json, file_kind, stat_problem
 
 
 # --------------------------------------------------------------------------- writing
@@ -44,14 +44,14 @@ def check_writable(path: str | os.PathLike | None, what: str, *, suffix: str | N
     except FileNotFoundError:
         st = None
     except OSError as err:
-        raise SpecsimError(f"{what} {text!r} {_stat_problem(err)}") from None
+        raise SpecsimError(f"{what} {text!r} {stat_problem(err)}") from None
     except ValueError:  # no file system path holds a NUL byte
         raise SpecsimError(f"{what} {text!r} contains a NUL byte; expected a file path") from None
     if st is not None:
         if stat.S_ISDIR(st.st_mode):
             raise SpecsimError(f"{what} {text!r} is a directory; expected a file path")
         if not stat.S_ISREG(st.st_mode):
-            raise SpecsimError(f"{what} {text!r} is {_kind(st.st_mode)}; expected a regular file")
+            raise SpecsimError(f"{what} {text!r} is {file_kind(st.st_mode)}; expected a regular file")
         if not os.access(given, os.W_OK):
             raise SpecsimError(f"{what} {text!r} is read-only")
     target = Path(os.path.realpath(given))

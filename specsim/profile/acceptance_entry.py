@@ -8,7 +8,30 @@ from typing import Any
 from specsim.bounds import RANGES
 from specsim.errors import SpecsimError, warn
 from specsim.jsonio import check_keys
-from specsim.profile._fields import _drop_none, _int, _list, _num, _opt, _req, _show, _str
+from specsim.jsonio import (  # short local names: the profile modules read like the JSON they check
+    drop_none as _drop_none,
+)
+from specsim.jsonio import (
+    field_int as _int,
+)
+from specsim.jsonio import (
+    field_list as _list,
+)
+from specsim.jsonio import (
+    field_num as _num,
+)
+from specsim.jsonio import (
+    field_opt as _opt,
+)
+from specsim.jsonio import (
+    field_req as _req,
+)
+from specsim.jsonio import (
+    field_str as _str,
+)
+from specsim.jsonio import (
+    show as _show,
+)
 from specsim.profile.provenance import Provenance
 from specsim.profile.trace import Trace
 

@@ -6,7 +6,18 @@ from dataclasses import dataclass, field, replace
 
 from specsim.errors import SpecsimError
 from specsim.jsonio import check_keys
-from specsim.profile._fields import _list, _req, _show, _str
+from specsim.jsonio import (  # short local names: the profile modules read like the JSON they check
+    field_list as _list,
+)
+from specsim.jsonio import (
+    field_req as _req,
+)
+from specsim.jsonio import (
+    field_str as _str,
+)
+from specsim.jsonio import (
+    show as _show,
+)
 from specsim.profile.acceptance_entry import MethodAcceptance
 from specsim.profile.check_row import CheckRow
 from specsim.profile.latency_section import LatencySection
