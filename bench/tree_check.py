@@ -70,12 +70,13 @@ def _replayed_blocks(kind, spec, trace) -> int:
 
 
 def _decode(setup, method, kind, spec, req, kw):
+    from calibrate.drafting import tree_drafting
     from calibrate.run.engine import speculative_decode
     from calibrate.run.tree_engine import tree_decode
 
     drafter = setup.drafter(method)
     if kind == "tree":
-        return tree_decode(setup.target, drafter, req, tree=spec, **kw)
+        return tree_decode(setup.target, tree_drafting(drafter), req, tree=spec, **kw)
     return speculative_decode(setup.target, drafter, req, gamma=spec, **kw)
 
 

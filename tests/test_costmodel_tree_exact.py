@@ -11,7 +11,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from calibrate.drafting import EnsembleDrafter, TextDrafter  # noqa: E402
+from calibrate.drafting import EnsembleDrafter, TextDrafter, tree_drafting  # noqa: E402
 from calibrate.drafting.contexts import TextOnlyContext  # noqa: E402
 from calibrate.measure import latency_plan as L  # noqa: E402
 from calibrate.measure.acceptance_traces import acceptance_trace, drafter_trace  # noqa: E402
@@ -111,7 +111,9 @@ def test_tree_and_policy_walks_reproduce_the_engines_exactly(world, monkeypatch,
         P = ids.shape[1]
         trace = _traces(target, draft, req, batch)
         for spec in TREES:
-            out = tree_decode(target, _drafter(draft, batch), req, tree=spec, max_new_tokens=NEW_TOKENS)
+            out = tree_decode(
+                target, tree_drafting(_drafter(draft, batch)), req, tree=spec, max_new_tokens=NEW_TOKENS
+            )
             plan = tree_plan(trace.draft_rank, parse_tree(spec), NEW_TOKENS)
             # the plan is the engine's schedule, block for block (root rows included)
             assert [b.emitted for b in plan.steps] == [b.emitted for b in out.blocks], spec

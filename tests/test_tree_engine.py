@@ -6,7 +6,7 @@ import pytest
 import torch
 from scipy.stats import chi2, chisquare, ncx2
 
-from calibrate.drafting import TextDrafter, TreeProposal, make_drafter
+from calibrate.drafting import TextDrafter, TreeProposal, make_drafter, tree_drafting
 from calibrate.measure.acceptance_traces import acceptance_trace, drafter_trace, target_reference
 from calibrate.run.engine import Request, speculative_decode, target_decode
 from calibrate.run.tree_engine import TreeDecodeResult, accept_sampled, tree_decode
@@ -36,7 +36,10 @@ def test_greedy_tree_equals_target_greedy_and_replay(pair):
     blocks = 0
     for spec in TREES:
         tree = parse_tree(spec)
-        runs = [tree_decode(target, TextDrafter(draft), r, tree=tree, max_new_tokens=24) for r in reqs]
+        runs = [
+            tree_decode(target, tree_drafting(TextDrafter(draft)), r, tree=tree, max_new_tokens=24)
+            for r in reqs
+        ]
         blocks += sum(len(o.blocks) for o in runs)
         for out, pt in zip(runs, pts):
             assert out.tokens == pt.output_tokens, spec  # the target's greedy output (target_decode)
@@ -52,7 +55,7 @@ def test_chain_tree_takes_the_chain_engines_blocks(pair):
     target, draft = pair
     req = Request(tiny_prompts(n=1, seed=3)[0])
     chain = speculative_decode(target, TextDrafter(draft), req, gamma=3, max_new_tokens=20)
-    tree = tree_decode(target, TextDrafter(draft), req, tree="chain:3", max_new_tokens=20)
+    tree = tree_decode(target, tree_drafting(TextDrafter(draft)), req, tree="chain:3", max_new_tokens=20)
     assert [(b.gamma, b.accepted) for b in tree.blocks] == [(b.gamma, b.accepted) for b in chain.blocks]
 
 
@@ -61,7 +64,9 @@ def test_eos_and_records(pair):
     req = Request(tiny_prompts(n=1, seed=4)[0], prompt_id="x")
     full = target_decode(target, req, max_new_tokens=20).tokens
     eos = full[9]
-    out = tree_decode(target, TextDrafter(draft), req, tree="3,2", max_new_tokens=20, eos_token_id=eos)
+    out = tree_decode(
+        target, tree_drafting(TextDrafter(draft)), req, tree="3,2", max_new_tokens=20, eos_token_id=eos
+    )
     assert out.tokens == full[: full.index(eos) + 1]
     assert isinstance(out, TreeDecodeResult) and out.tree == "3,2" and out.gamma == 9
     for b in out.blocks:
@@ -92,7 +97,7 @@ def test_qwen2_tree_masks():
         draft.model.layers[1].mlp.down_proj.weight.mul_(0.7)
     req = Request(tiny_prompts(n=1, seed=6)[0])
     base = target_decode(target, req, max_new_tokens=16)
-    out = tree_decode(target, TextDrafter(draft), req, tree="3,2,1", max_new_tokens=16)
+    out = tree_decode(target, tree_drafting(TextDrafter(draft)), req, tree="3,2,1", max_new_tokens=16)
     assert out.tokens == base.tokens and len(out.blocks) < 16
 
 
@@ -105,13 +110,11 @@ def test_zoo_llava_ensembles_are_lossless_and_replay_exactly():
     for method in ("M", "MT", "MTC"):
         mk = lambda m=method: make_drafter(m, zoo["draft"], tokenizer=zoo["tok"], captioner=zoo["captioner"])  # noqa: E731
         trace = drafter_trace(target, mk(), req, reference=ref, top_k=3, **kw).trace
-        out = tree_decode(target, mk(), req, tree=tree, **kw)
+        out = tree_decode(target, tree_drafting(mk()), req, tree=tree, **kw)
         assert out.tokens == ref.tokens, method
         assert len(out.blocks) == replay_tree_blocks_per_prompt([trace], tree)[0], method
     with pytest.raises(SpecsimError, match="adaptive"):
-        tree_decode(
-            target, make_drafter("adaptive:MT", zoo["draft"], tokenizer=zoo["tok"]), req, tree=tree, **kw
-        )
+        tree_drafting(make_drafter("adaptive:MT", zoo["draft"], tokenizer=zoo["tok"]))
 
 
 # --------------------------------------------------------------------------- sampling: losslessness
@@ -188,7 +191,7 @@ def test_sampled_tree_engine_end_to_end_matches_target_joint_distribution():
     for _ in range(n):
         out = tree_decode(
             target,
-            TextDrafter(draft),
+            tree_drafting(TextDrafter(draft)),
             Request(ids),
             tree="3,2",
             max_new_tokens=2,

@@ -244,8 +244,9 @@ def cmd_latency(args) -> int:
     """The command: check arguments and --out, load, plan, measure (resumable), write, print a summary."""
     from calibrate.measure import latency_plan as L
     from calibrate.measure.latency_assembly import summary_lines
+    from calibrate.measure.latency_workload import latency_workload
     from calibrate.measure.treegrid import sweep_trees
-    from calibrate.workload.run_setup import check_plan_positions, latency_models, latency_workload
+    from calibrate.workload.run_setup import check_plan_positions, latency_models
 
     _check_args(args)
     sweep_trees(args.tree_sizes or (), args.tree or ())  # a bad tree fails before the models load

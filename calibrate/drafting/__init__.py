@@ -24,7 +24,7 @@ from calibrate.drafting.contexts import (
 from calibrate.drafting.ensemble import AdaptiveEnsembleDrafter, EnsembleDrafter
 from calibrate.drafting.methods import MemberSpec, Method, make_drafter
 from calibrate.drafting.text_drafter import PLAIN, TextDrafter
-from calibrate.drafting.tree_drafter import TreeProposal, accept_path, propose_tree
+from calibrate.drafting.tree_drafter import TreeProposal, accept_path, propose_tree, tree_drafting
 
 __all__ = [
     "CAPTION_PROMPT",
@@ -43,4 +43,5 @@ __all__ = [
     "make_drafter",
     "make_request",
     "propose_tree",
+    "tree_drafting",
 ]

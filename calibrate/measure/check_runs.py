@@ -91,12 +91,13 @@ class CheckRuns:
 def decode_run(target, drafter, request, draft, acceptance=None, **kw):
     """One speculative run of ``request``: a token tree through the tree engine, a fixed γ or a policy
     through the chain engine (``acceptance``: a synthetic schedule, chains only)."""
+    from calibrate.drafting import tree_drafting
     from calibrate.run.engine import speculative_decode
     from calibrate.run.tree_engine import tree_decode
     from specsim.drafts.trees import TreeSpec
 
     if isinstance(draft, TreeSpec):
-        return tree_decode(target, drafter, request, tree=draft, **kw)
+        return tree_decode(target, tree_drafting(drafter), request, tree=draft, **kw)
     return speculative_decode(target, drafter, request, gamma=draft, acceptance=acceptance, **kw)
 
 
@@ -253,20 +254,23 @@ def other_host(provenance, device_label: str, threads: int) -> str | None:
 def preflight(profile, entries: list, drafts: list, max_new_tokens: int) -> None:
     """Refuse, before minutes of runs, a tree or policy the profile cannot predict: no cost model, no tree
     grids, traces without draft ranks, or a policy whose replayed γ leaves the measured grid."""
+    from specsim.costs.grid_pass_cost import GridPassCost
+    from specsim.costs.pass_cost import TARGET, TREE
     from specsim.drafts.draft_plans import draft_label
-    from specsim.predict.tree_costs import tree_costs
 
-    cost = profile.latency.cost_model
+    model = profile.latency.cost_model
+    cost = None if model is None else GridPassCost(model)
     for d in drafts:
         if cost is None:
             raise SpecsimError(
                 f"--tree/--policy {draft_label(d)}: the profile has no cost model (run 'specsim "
                 "calibrate latency')"
             )
-        if isinstance(d, TreeSpec) and tree_costs(cost).max_nodes < d.n:
+        max_nodes = cost.measured_rows(TARGET, TREE)[-1] - 1 if isinstance(d, TreeSpec) else 0
+        if isinstance(d, TreeSpec) and max_nodes < d.n:
             raise SpecsimError(
                 f"--tree {d}: {d.n} nodes, but the profile's tree grids stop at n = "
-                f"{cost.tree.max_nodes} (add it with 'specsim calibrate latency --tree {d}')"
+                f"{max_nodes} (add it with 'specsim calibrate latency --tree {d}')"
             )
         for e in entries:
             for t in (t for t in e.traces if t.match is not None):
@@ -275,16 +279,18 @@ def preflight(profile, entries: list, drafts: list, max_new_tokens: int) -> None
 
 def _preflight_trace(cost, entry, trace, draft, max_new_tokens: int) -> None:
     """Replay ``draft`` on one trace and price it: a γ or a level pass outside the grids fails here."""
+    from specsim.costs.pass_cost import TARGET
     from specsim.drafts.draft_plans import draft_label, draft_plan
     from specsim.predict.tree_costs import plan_cost
 
     plan = draft_plan(draft, trace, max_new_tokens)
     top = int(max(plan.drafts, default=0)) if hasattr(plan, "drafts") else 0
-    if top > cost.max_gamma:
+    max_gamma = cost.measured_rows(TARGET)[-1] - 1
+    if top > max_gamma:
         raise SpecsimError(
             f"--policy {draft}: reaches gamma {top} on {entry.method}/{trace.prompt_id}, but the "
-            f"profile's latency grid stops at gamma {cost.max_gamma} (cap it, e.g. "
-            f"',max={cost.max_gamma}', or calibrate more gammas)"
+            f"profile's latency grid stops at gamma {max_gamma} (cap it, e.g. "
+            f"',max={max_gamma}', or calibrate more gammas)"
         )
     p = trace.prompt_tokens or entry.target_prompt_tokens
     if p:

@@ -113,7 +113,7 @@ class Sweep:
         nxt, ms = E.target_step(
             self.model, self.cache, pending, temperature=0.0, generator=None, device=self.device
         )
-        E._truncate([nxt], 1 << 30, None)
+        E.truncate_at_eos([nxt], 1 << 30, None)
         torch.tensor([[nxt]], dtype=torch.long, device=self.model.device)
         block_ms = (time.perf_counter() - t0) * 1e3
         E.crop_cache(self.cache, self.context)
@@ -137,7 +137,7 @@ class Sweep:
             generator=None,
             device=self.device,
         )
-        new, _ = E._truncate(kept, 1 << 30, None)
+        new, _ = E.truncate_at_eos(kept, 1 << 30, None)
         torch.tensor([[new[-1]]], dtype=torch.long, device=self.model.device)
         block_ms = (time.perf_counter() - t0) * 1e3
         E.crop_cache(self.cache, self.context)

@@ -91,7 +91,7 @@ class TreeSweep(Sweep):
         path, nxt = accept_greedy(logits, proposal)
         keep_path(self.cache, c, path)
         accept_path(drafter, proposal, path, nxt)
-        E._truncate([int(proposal.tokens[u]) for u in path] + [nxt], 1 << 30, None)
+        E.truncate_at_eos([int(proposal.tokens[u]) for u in path] + [nxt], 1 << 30, None)
         block_ms = (time.perf_counter() - t0) * 1e3
         E.crop_cache(self.cache, c)
         self.samples[grid_key("tree_verify", tree.n + 1, c, 1)].append(verify_ms)

@@ -13,7 +13,6 @@ model, those checks, quiet loading and the synthetic inputs for timing are in
 
 from __future__ import annotations
 
-import contextlib
 import os
 from dataclasses import replace
 from pathlib import Path
@@ -34,6 +33,7 @@ from calibrate.models.loaded_model import (  # the checks and timing inputs are 
     token_id_limit,  # noqa: F401
     torch_dtype,
 )
+from calibrate.run.seeding import seeded
 from specsim.dtypes import canonical_dtype
 from specsim.errors import SpecsimError
 from specsim.presets import load_preset, pair, pairs, preset_config, preset_names
@@ -58,17 +58,6 @@ def _auto_class(config: Any):
         if is_vlm_config(config)
         else transformers.AutoModelForCausalLM
     )
-
-
-@contextlib.contextmanager
-def seeded(seed: int):
-    """Seed torch's global generator inside the block only (HF weight init draws from it), restoring it
-    afterwards."""
-    import torch
-
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        yield
 
 
 def build_random_model(

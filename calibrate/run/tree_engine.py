@@ -3,7 +3,7 @@ primitives of :mod:`calibrate.run.engine`: same forward, truncation and records.
 the target's prefill over prompt[:-1] runs apart (``target_prefill_ms``), so every block verifies one
 pending token plus its tree; the draft's prefill is fused with its first pass, as in the chain engine.
 
-Per block: the drafter proposes a tree (:func:`calibrate.drafting.propose_tree`) cut to depth
+Per block: the drafter proposes a tree (a :class:`calibrate.run.tree_proposal.TreeDrafter`) cut to depth
 ≤ tokens left − 1; :func:`verify_tree` runs one target pass over [pending, node_1..node_n] with a
 4-D tree attention mask and position ids = pending position + depth; :func:`accept_greedy` /
 :func:`accept_sampled` walk the tree from the root; the target cache keeps the committed context,
@@ -25,7 +25,6 @@ from dataclasses import dataclass
 
 import torch
 
-from calibrate.drafting.tree_drafter import TreeProposal, accept_path, additive_mask, keep_cache, propose_tree
 from calibrate.run.decode_records import BlockRecord, DecodeResult
 from calibrate.run.engine import (
     Request,
@@ -40,6 +39,7 @@ from calibrate.run.engine import (
     with_cache,
 )
 from calibrate.run.timing import timed
+from calibrate.run.tree_proposal import TreeDrafter, TreeProposal, additive_mask, keep_cache
 from specsim.drafts.trees import TreeSpec, parse_tree
 from specsim.errors import SpecsimError
 
@@ -190,7 +190,7 @@ def _record(
 @torch.inference_mode()
 def tree_decode(
     target,
-    drafter,
+    drafter: TreeDrafter,
     request: Request,
     *,
     tree: TreeSpec | str,
@@ -223,7 +223,7 @@ def tree_decode(
             drafter.accept(0, nxt)
             path, proposal = [], None
         else:
-            proposal = propose_tree(drafter, sub, temperature=temperature, generator=generator, device=device)
+            proposal = drafter.propose_tree(sub, temperature=temperature, generator=generator, device=device)
             logits, verify_ms = verify_tree(model, cache, pending, proposal, device)
             path, nxt = (
                 accept_greedy(logits, proposal)
@@ -231,7 +231,7 @@ def tree_decode(
                 else accept_sampled(logits, proposal, temperature, generator)
             )
             keep_path(cache, past, path)
-            accept_path(drafter, proposal, path, nxt)
+            drafter.accept_path(proposal, path, nxt)
         path_tokens = [int(proposal.tokens[u]) for u in path] if proposal else []
         new, done = truncate_at_eos(path_tokens + [nxt], left, eos_token_id)
         out.extend(new)

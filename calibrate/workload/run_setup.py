@@ -371,26 +371,3 @@ def check_plan_positions(models: dict, plan) -> None:
                     f"{option}: the {role} {models[role].name!r} has at most {limit} positions "
                     f"(max_position_embeddings), but this plan needs {positions}"
                 )
-
-
-def latency_workload(args, target) -> tuple[dict, list[int] | None]:
-    """Plan fields sized to the prompt set's token lengths (see
-    :func:`calibrate.measure.latency_plan.workload_plan`) and those lengths (tokens; None: no workload)."""
-    from calibrate.measure import latency_plan as L
-    from specsim.presets import pair
-
-    # A text pair without its own prompt set is sized to the built-in reference set, as its acceptance is.
-    fallback = None if target.kind == "vlm" else "reference"
-    name = args.prompts or (
-        None if args.no_workload or not args.preset else pair(args.preset).get("prompts", fallback)
-    )
-    if name is None:
-        return {}, None
-    target_tokens, draft_tokens = prompt_lengths(name, target)
-    gammas = args.gammas or L.LatencyPlan().gammas
-    print(
-        f"workload {name}: prompts of {min(target_tokens)}..{max(target_tokens)} tokens (draft contexts from "
-        f"{min(draft_tokens)}), {args.max_new_tokens} new tokens",
-        file=sys.stderr,
-    )
-    return L.workload_plan(target_tokens, draft_tokens, args.max_new_tokens, gammas), list(target_tokens)

@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from calibrate.models.loading import seeded
+from calibrate.run.seeding import seeded
 from calibrate.zoo.scenes import IMAGE_SIZE_PX
 from calibrate.zoo.tokenizer import BOS_ID, EOS_ID, IMAGE_ID, PAD_ID
 

@@ -147,8 +147,8 @@ def best_tree(
     """The tree with the most tokens per ms, τ(tree) / block_ms(tree), over the optimal trees of every
     size n ≤ n_max and every depth bound ≤ max_depth (Sequoia's hardware-aware choice).
 
-    ``block_ms(tree)`` is the block cost, e.g. ``lambda t: tree_block_ms(t, target_ms=..., draft_ms=...,
-    context_tokens=...)`` with the measured cost grid; draft passes grow with depth, so depth is searched too.
+    ``block_ms(tree)`` is the block cost (:func:`specsim.predict.tree_costs.tree_block_ms` through a pass
+    cost); draft passes grow with depth, so depth is searched too.
     """
     top = min(_check_sizes(n_max, max_depth), int(n_max))
     seen: dict[tuple[int, ...], TreeChoice] = {}

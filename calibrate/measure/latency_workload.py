@@ -1,0 +1,30 @@
+"""The latency plan sized to the workload's prompts: ``calibrate latency`` measures the contexts and
+prompt lengths the pair's prompt set will run at (:func:`calibrate.measure.latency_plan.workload_plan`)."""
+
+from __future__ import annotations
+
+import sys
+
+from calibrate.measure import latency_plan as L
+from calibrate.workload.run_setup import prompt_lengths
+from specsim.presets import pair
+
+
+def latency_workload(args, target) -> tuple[dict, list[int] | None]:
+    """Plan fields sized to the prompt set's token lengths (see
+    :func:`calibrate.measure.latency_plan.workload_plan`) and those lengths (tokens; None: no workload)."""
+    # A text pair without its own prompt set is sized to the built-in reference set, as its acceptance is.
+    fallback = None if target.kind == "vlm" else "reference"
+    name = args.prompts or (
+        None if args.no_workload or not args.preset else pair(args.preset).get("prompts", fallback)
+    )
+    if name is None:
+        return {}, None
+    target_tokens, draft_tokens = prompt_lengths(name, target)
+    gammas = args.gammas or L.LatencyPlan().gammas
+    print(
+        f"workload {name}: prompts of {min(target_tokens)}..{max(target_tokens)} tokens (draft contexts from "
+        f"{min(draft_tokens)}), {args.max_new_tokens} new tokens",
+        file=sys.stderr,
+    )
+    return L.workload_plan(target_tokens, draft_tokens, args.max_new_tokens, gammas), list(target_tokens)
