@@ -10,7 +10,7 @@ import time
 import numpy as np
 
 from specsim.hardware import Efficiency, MethodTau, decode_ms, load_devices, plan_hardware, spec_from_config
-from specsim.profile import MethodAcceptance
+from specsim.profile_format import MethodAcceptance
 
 LLAMA2_7B = {
     "model_type": "llama",

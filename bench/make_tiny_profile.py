@@ -28,15 +28,15 @@ def main(argv=None) -> int:
     from calibrate.measure import latency_plan as L
     from calibrate.measure.acceptance_traces import acceptance_entry, acceptance_trace
     from calibrate.measure.check_runs import run_check
-    from calibrate.measure.treegrid import sweep_trees
+    from calibrate.measure.tree_grid_sweep import sweep_trees
     from calibrate.models.loaded_model import LoadedModel
     from calibrate.run.engine import Request
     from calibrate.workload import run_setup as C
     from calibrate.workload.prompt_sets import Prompt
     from specsim.check.check_tables import check_table, terms_table
     from specsim.check.comparison import check_row
-    from specsim.drafts.policies import parse_policy
-    from specsim.drafts.trees import parse_tree
+    from specsim.draft_shapes.policies import parse_policy
+    from specsim.draft_shapes.trees import parse_tree
     from specsim.profiles import load_profile, save_profile
     from tests.tiny_pair import tiny_pair, tiny_prompts
 

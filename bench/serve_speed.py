@@ -22,7 +22,7 @@ import time  # noqa: E402
 import numpy as np  # noqa: E402
 
 from specsim.acceptance.theory import tau_iid  # noqa: E402
-from specsim.drafts.policies import GammaPolicy
+from specsim.draft_shapes.policies import GammaPolicy
 from specsim.hardware.device import load_device  # noqa: E402
 from specsim.hardware.plan_inputs import resolve_models  # noqa: E402
 from specsim.hardware.runtime import load_runtime  # noqa: E402

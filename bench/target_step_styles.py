@@ -34,7 +34,7 @@ def main(argv: list[str] | None = None) -> int:
     import numpy as np
     import torch
 
-    from calibrate.measure.costgrid import Sweep
+    from calibrate.measure.request_grid_sweep import Sweep
     from calibrate.models.loading import load_pair
     from calibrate.run import engine as E
 

@@ -45,8 +45,8 @@ def parse_args(argv=None):
 
 
 def _runs(args):
-    from specsim.drafts.policies import parse_policy
-    from specsim.drafts.trees import parse_tree
+    from specsim.draft_shapes.policies import parse_policy
+    from specsim.draft_shapes.trees import parse_tree
     from specsim.report import parse_int_list
 
     runs = [("chain", f"gamma={g}", g) for g in parse_int_list(args.gamma, name="--gamma")]
@@ -59,8 +59,8 @@ def _runs(args):
 
 def _replayed_blocks(kind, spec, trace) -> int:
     from specsim.acceptance.replay import replay_blocks_per_prompt
-    from specsim.drafts.policies import replay_policy_blocks
-    from specsim.drafts.tree_replay import replay_tree_blocks
+    from specsim.draft_shapes.policies import replay_policy_blocks
+    from specsim.draft_shapes.tree_replay import replay_tree_blocks
 
     if kind == "chain":
         return int(replay_blocks_per_prompt([trace], spec)[0])

@@ -148,10 +148,10 @@ def _measured(report: dict, rows: list[dict]) -> None:
 
 def _planned(preset: str, profile, entry, row: dict, devices: list[str]) -> None:
     """Fill each row's GPU speedups: best γ, best tree, the row's policy, on replayed schedules."""
-    from specsim.drafts.draft_plans import draft_plan
-    from specsim.drafts.policies import parse_policy
-    from specsim.drafts.tree_replay import rank_acceptance
-    from specsim.drafts.trees import parse_tree
+    from specsim.draft_shapes.draft_plans import draft_plan
+    from specsim.draft_shapes.policies import parse_policy
+    from specsim.draft_shapes.tree_replay import rank_acceptance
+    from specsim.draft_shapes.trees import parse_tree
     from specsim.hardware.device import load_device
     from specsim.hardware.model_resolution import load_model_spec
     from specsim.hardware.runtime import load_runtime
@@ -271,7 +271,7 @@ def _summary(reports: dict) -> None:
 
 
 def main(argv=None) -> int:
-    from specsim.drafts.policies import parse_policy
+    from specsim.draft_shapes.policies import parse_policy
     from specsim.profiles import load_profile
 
     args = parse_args(argv)

@@ -15,12 +15,12 @@ Symbols, defined once here and used with these names everywhere in the package:
 - ``c`` = Tq/Tp, ``v`` = v(γ) = Tv(γ)/Tp.
 - speedup(γ) = τ(γ) / (γ·c + v(γ)) for the decode phase (Leviathan et al. 2023, Eq. 2 of
   IbED, Lee et al. 2024); v = 1 is the textbook (Leviathan) approximation, used only when asked for.
-- Token trees (:mod:`specsim.drafts.trees`): n draft nodes below the root (the pending token);
+- Token trees (:mod:`specsim.draft_shapes.trees`): n draft nodes below the root (the pending token);
   ``Tv(n)`` is the target pass over the n+1 positions, so the chain of γ drafts is the tree with n = γ.
   Per-depth, per-rank acceptance: P(the target's token is the draft's r-th candidate | parent accepted).
 
 Times are milliseconds everywhere. ``specsim`` imports numpy and scipy only (matplotlib lazily);
-measuring is ``calibrate``'s job, and a JSON profile (:mod:`specsim.profile`) sits between them.
+measuring is ``calibrate``'s job, and a JSON profile (:mod:`specsim.profile_format`) sits between them.
 """
 
 from specsim.acceptance.theory import (

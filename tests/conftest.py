@@ -3,7 +3,7 @@
 import pytest
 from hypothesis import settings
 
-from specsim.profile import Curve, LatencySection, MethodAcceptance, Profile, Provenance
+from specsim.profile_format import Curve, LatencySection, MethodAcceptance, Profile, Provenance
 
 # A busy host can run one example past hypothesis's 200 ms deadline: no unit test asserts time (bench/ does).
 settings.register_profile("busy_host", deadline=None)

@@ -8,9 +8,9 @@ from collections.abc import Callable
 
 import numpy as np
 
-from specsim.drafts.policies import replay_policy_blocks
-from specsim.drafts.tree_replay import rank_arrays, replay_tree_blocks
-from specsim.drafts.trees import TreeSpec, chain_tree, draft_pass_rows
+from specsim.draft_shapes.policies import replay_policy_blocks
+from specsim.draft_shapes.tree_replay import rank_arrays, replay_tree_blocks
+from specsim.draft_shapes.trees import TreeSpec, chain_tree, draft_pass_rows
 
 CostFn = Callable[[int, float], float]  # (rows, context_tokens) -> ms of one forward pass
 

@@ -13,7 +13,7 @@ from calibrate.run.engine import Request, speculative_decode
 from calibrate.workload.prompt_sets import Prompt, builtin_sets, load_prompts
 from specsim.acceptance.replay import replay_blocks_per_prompt, replay_histogram, replay_traces_tau
 from specsim.errors import SpecsimError
-from specsim.profile import MethodAcceptance, Profile, Provenance
+from specsim.profile_format import MethodAcceptance, Profile, Provenance
 from tests.tiny_pair import tiny_pair, tiny_prompts
 
 torch.set_num_threads(1)

@@ -12,7 +12,7 @@ from specsim.hardware.model_resolution import load_model_spec
 from specsim.hardware.parallel import largest_fitting_batch, per_gpu_resident_bytes
 from specsim.hardware.plan import Parallel, plan_hardware
 from specsim.predict.acceptance_source import MethodTau
-from specsim.profile import MethodAcceptance
+from specsim.profile_format import MethodAcceptance
 
 ENTRY = MethodAcceptance(method="M", scenario="s", images_per_prompt=0, gamma=4, tau=2.5)
 

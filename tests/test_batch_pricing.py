@@ -1,5 +1,5 @@
 """The batched walk (specsim/predict/batch_pricing.py) reproduces the batched engine's schedule exactly, the
-batched sweep (calibrate/measure/batch_costgrid.py) writes a grid a schema-3 profile round-trips, and the
+batched sweep (calibrate/measure/batch_grid_sweep.py) writes a grid a schema-3 profile round-trips, and the
 walk's sums are the hand-computed ones on a linear synthetic grid."""
 
 import json
@@ -8,7 +8,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from calibrate.measure.batch_costgrid import BatchSweepPlan
+from calibrate.measure.batch_grid_sweep import BatchSweepPlan
 from calibrate.measure.server_loop_costs import measure_batched
 from calibrate.models.loaded_model import LoadedModel
 from calibrate.run.batch_engine import PaddedCache, batch_speculative_decode, batch_target_decode
@@ -16,9 +16,9 @@ from calibrate.run.proposal import Request
 from specsim.costs.grid_pass_cost import GridPassCost
 from specsim.errors import SpecsimError
 from specsim.predict.batch_pricing import batch_schedule, price_batch
-from specsim.profile.batched_cost import BatchedCosts
-from specsim.profile.cost_grid import make_grid
-from specsim.profile.overhead_grid import OverheadGrid
+from specsim.profile_format.batched_cost import BatchedCosts
+from specsim.profile_format.cost_grid import make_grid
+from specsim.profile_format.overhead_grid import OverheadGrid
 from tests.tiny_pair import tiny_pair, tiny_prompts
 
 NEW = 16
@@ -139,7 +139,7 @@ def test_a_blocks_first_draft_step_is_priced_apart_where_measured():
 def test_a_sweep_of_one_draft_step_per_block_stores_it_as_the_draft_step():
     """γ = 1 only: every draft step is a block's first, fitted into ``draft_step`` with no first-step grid;
     with γ 1 and 3 the first steps get their own grid and ``draft_step`` holds the later ones."""
-    from calibrate.measure.batch_costgrid import Samples, batched_costs
+    from calibrate.measure.batch_grid_sweep import Samples, batched_costs
 
     samples = Samples()
     for b in (1, 2):

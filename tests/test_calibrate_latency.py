@@ -13,7 +13,7 @@ from calibrate.models import loading as M  # noqa: E402
 from calibrate.run.timing import Timing  # noqa: E402
 from specsim.cli.main import main  # noqa: E402
 from specsim.errors import SpecsimError  # noqa: E402
-from specsim.profile import MethodAcceptance, Profile, Provenance  # noqa: E402
+from specsim.profile_format import MethodAcceptance, Profile, Provenance  # noqa: E402
 from specsim.profiles import (  # noqa: E402
     load_profile,
     save_profile,  # noqa: E402
@@ -205,7 +205,7 @@ def test_latency_written_into_existing_profile_keeps_acceptance(tmp_path):
 def test_the_tables_read_the_cost_model_that_predict_prices_with(tmp_path):
     """The 1-D tables a measured profile carries are its cost grids read at their contexts: Tp, Tq and
     Tv(2) at context 16 are the grids' target_decode, draft_next and target_verify (3 rows) there."""
-    from specsim.profile.cost_grid import grid_ms
+    from specsim.profile_format.cost_grid import grid_ms
 
     out = tmp_path / "p.json"
     L.calibrate_latency(_pair(TINY_LLAMA, TINY_LLAMA), PLAN, out, progress=False)

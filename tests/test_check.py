@@ -20,9 +20,9 @@ from specsim.check.comparison import (
     textbook_speedup,
 )
 from specsim.cli.main import main
-from specsim.drafts.block_plans import greedy_plan
+from specsim.draft_shapes.block_plans import greedy_plan
 from specsim.errors import SpecsimError
-from specsim.profile import LatencySection, MethodAcceptance, Trace
+from specsim.profile_format import LatencySection, MethodAcceptance, Trace
 from specsim.profiles import load_profile, save_profile
 from tests.conftest import make_profile
 
@@ -300,7 +300,7 @@ def test_acceptance_resumes_from_partial_file(tiny_files, monkeypatch, capsys):
 
 def test_other_host_names_the_device_and_thread_changes():
     from calibrate.measure.check_runs import other_host
-    from specsim.profile import Provenance
+    from specsim.profile_format import Provenance
 
     here = "cpu: Intel(R) Xeon(R) Processor (2 logical CPUs)"
     prov = Provenance(

@@ -14,10 +14,10 @@ from specsim.check.comparison import PromptSpec, RequestRun
 from specsim.check.sampled import predict_sampled, sampled_row, simulate_pool, widen
 from specsim.check.sampled_runs import beta_at_length, check_sampling_entry, measure_sampled, timing_halfwidth
 from specsim.costs.grid_pass_cost import GridPassCost
-from specsim.drafts.block_plans import greedy_plan
+from specsim.draft_shapes.block_plans import greedy_plan
 from specsim.errors import SpecsimError, SpecsimWarning
 from specsim.predict.chain_costs import block_ms, sd_request_cost
-from specsim.profile import CheckRow, LatencySection, MethodAcceptance, Profile, Trace
+from specsim.profile_format import CheckRow, LatencySection, MethodAcceptance, Profile, Trace
 from tests.conftest import make_profile
 from tests.test_costmodel import _cost_model
 

@@ -15,7 +15,7 @@ from specsim.check.comparison import PromptSpec, RequestRun
 from specsim.check.sampled import predict_sampled
 from specsim.check.sampled_runs import acceptance_paths, check_sampling_entry, measure_sampled, replicate_runs
 from specsim.errors import SpecsimError, SpecsimWarning
-from specsim.profile import MethodAcceptance, Trace
+from specsim.profile_format import MethodAcceptance, Trace
 from specsim.profiles import load_profile, save_profile
 from tests.conftest import make_profile
 

@@ -7,13 +7,13 @@ import pytest
 
 from specsim.acceptance.replay import replay_block_starts, replay_blocks_per_prompt, replay_traces_tau
 from specsim.costs.grid_pass_cost import GridPassCost
-from specsim.drafts.block_plans import expected_plan, greedy_plan
+from specsim.draft_shapes.block_plans import expected_plan, greedy_plan
 from specsim.errors import SpecsimError
 from specsim.predict.chain_costs import sd_request_cost, target_request_cost
 from specsim.predict.prediction import predict_entry
-from specsim.profile import LatencySection, MethodAcceptance, Profile, Trace
-from specsim.profile.cost_grid import grid_ms, make_grid
-from specsim.profile.cost_model import CostModel, OverheadGrid
+from specsim.profile_format import LatencySection, MethodAcceptance, Profile, Trace
+from specsim.profile_format.cost_grid import grid_ms, make_grid
+from specsim.profile_format.cost_model import CostModel, OverheadGrid
 from specsim.profiles import load_profile, save_profile
 from tests.conftest import make_profile
 
@@ -287,7 +287,7 @@ def test_an_adaptive_ensemble_pays_its_weight_update_per_block(tmp_path):
 
 def test_extrapolation_below_the_grid_never_goes_negative():
     """A steep (noisy) slope carried far below the first measured context stops at 0 ms, flagged."""
-    from specsim.profile.cost_grid import grid_ms, make_grid
+    from specsim.profile_format.cost_grid import grid_ms, make_grid
 
     grid = make_grid(rows=(1,), context_tokens=(64, 256), batch=(1,), ms=[[[1.0], [9.0]]])
     ms, out = grid_ms(grid, 1, 8, 1, name="draft_next")
@@ -299,7 +299,7 @@ def test_extrapolation_below_the_grid_never_goes_negative():
 def test_tree_overhead_plane_in_size_and_depth():
     """A plane through swept trees of 3+ depths prices a deep chain exactly (a grid by n alone would price it
     as a shallow tree); fewer depths give no fit; the JSON names a bad field."""
-    from specsim.profile.overhead_grid import TreeOverheadFit
+    from specsim.profile_format.overhead_grid import TreeOverheadFit
 
     plane = lambda n, d, c, b: 0.3 + 0.07 * d + 0.006 * n + 0.001 * c + 0.05 * b  # noqa: E731
     sizes, depths = (1, 2, 4, 8, 16, 20, 22, 24), (1, 2, 2, 2, 2, 3, 4, 2)

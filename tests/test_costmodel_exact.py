@@ -16,7 +16,7 @@ from calibrate.measure.acceptance_traces import acceptance_trace, drafter_trace 
 from calibrate.models.loaded_model import LoadedModel  # noqa: E402
 from calibrate.run.engine import Request, speculative_decode, target_decode  # noqa: E402
 from specsim.costs.grid_pass_cost import GridPassCost  # noqa: E402
-from specsim.drafts.block_plans import greedy_plan  # noqa: E402
+from specsim.draft_shapes.block_plans import greedy_plan  # noqa: E402
 from specsim.predict.chain_costs import sd_request_cost, target_request_cost  # noqa: E402
 from tests.tiny_pair import tiny_pair, tiny_prompts  # noqa: E402
 

@@ -19,9 +19,9 @@ from calibrate.models.loaded_model import LoadedModel  # noqa: E402
 from calibrate.run.engine import Request, speculative_decode  # noqa: E402
 from calibrate.run.tree_engine import tree_decode  # noqa: E402
 from specsim.costs.grid_pass_cost import GridPassCost  # noqa: E402
-from specsim.drafts.draft_plans import policy_plan, tree_plan  # noqa: E402
-from specsim.drafts.policies import parse_policy  # noqa: E402
-from specsim.drafts.trees import parse_tree  # noqa: E402
+from specsim.draft_shapes.draft_plans import policy_plan, tree_plan  # noqa: E402
+from specsim.draft_shapes.policies import parse_policy  # noqa: E402
+from specsim.draft_shapes.trees import parse_tree  # noqa: E402
 from specsim.predict.chain_costs import sd_request_cost  # noqa: E402
 from specsim.predict.tree_costs import tree_request_cost  # noqa: E402
 from specsim.profiles import load_profile  # noqa: E402

@@ -204,15 +204,16 @@ def test_protocol_trace_replays_to_the_engine_for_every_method(zoo):
 
 
 def test_adaptive_trace_replays_the_engine_block_by_block(zoo):
-    """An adaptive ensemble's weights move per block, so its replay re-runs them (specsim.drafts.adaptive):
-    the replayed accepted counts equal the engine's at every γ and under draft-length policies (a confidence
+    """An adaptive ensemble's weights move per block, so its replay re-runs them
+    (specsim.draft_shapes.adaptive): the replayed accepted counts equal the engine's at every γ and under
+    draft-length policies (a confidence
     stop reads the mixture's top probability at the block's weights), on 1, 2 and 5 images."""
     from calibrate.measure.acceptance_traces import acceptance_entry, drafter_trace
-    from specsim.drafts.adaptive import AdaptiveTrace, adaptive_plan
-    from specsim.drafts.draft_plans import draft_plan
-    from specsim.drafts.policies import parse_policy
+    from specsim.draft_shapes.adaptive import AdaptiveTrace, adaptive_plan
+    from specsim.draft_shapes.draft_plans import draft_plan
+    from specsim.draft_shapes.policies import parse_policy
     from specsim.predict.tau_at_gamma import tau_at
-    from specsim.profile import MethodAcceptance, Trace
+    from specsim.profile_format import MethodAcceptance, Trace
 
     target = zoo["target"]
     for n_images, req in zoo["requests"].items():

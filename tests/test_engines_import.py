@@ -14,7 +14,7 @@ from specsim.engines.vllm import SpecCounters, read_counters
 from specsim.errors import SpecsimError
 from specsim.predict.prediction import predict
 from specsim.predict.tau_at_gamma import tau_with_source
-from specsim.profile import MethodAcceptance, Profile
+from specsim.profile_format import MethodAcceptance, Profile
 from specsim.profiles import load_profile
 
 DATA = Path(__file__).resolve().parents[1] / "notebooks" / "data" / "engines"

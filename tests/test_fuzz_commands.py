@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from specsim.cli.main import main
-from specsim.drafts.policies import parse_policy
-from specsim.drafts.trees import MAX_NODES, parse_tree
+from specsim.draft_shapes.policies import parse_policy
+from specsim.draft_shapes.trees import MAX_NODES, parse_tree
 from specsim.errors import SpecsimError
 from specsim.hardware.model_resolution import find_shipped
 from specsim.hardware.runtime import RUNTIMES_DIR

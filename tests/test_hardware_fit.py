@@ -14,7 +14,7 @@ from specsim.hardware.efficiency_fit import (
 )
 from specsim.hardware.model import spec_from_config
 from specsim.hardware.roofline import Efficiency, decode_ms, prefill_ms, verify_ms
-from specsim.profile import Curve, LatencySection
+from specsim.profile_format import Curve, LatencySection
 
 TARGET = spec_from_config(
     {

@@ -13,7 +13,7 @@ from specsim.hardware.plan import plan_hardware, ranking, speedup_crossover_batc
 from specsim.hardware.roofline import Efficiency, decode_ms, verify_ms
 from specsim.predict.acceptance_source import MethodTau
 from specsim.presets import preset_names
-from specsim.profile import MethodAcceptance
+from specsim.profile_format import MethodAcceptance
 from specsim.profiles import save_profile
 from tests.conftest import make_profile
 

@@ -16,7 +16,7 @@ from specsim.hardware.plan import Parallel, plan_hardware
 from specsim.hardware.roofline import decode_ms, forward_bytes, kv_pass_bytes, sharded_bytes, verify_ms
 from specsim.hardware.runtime import RUNTIMES_DIR, Runtime, load_runtime, runtime_names
 from specsim.predict.acceptance_source import MethodTau
-from specsim.profile import Curve, LatencySection
+from specsim.profile_format import Curve, LatencySection
 from specsim.validation.published_set import is_reserved, load_published_set, parse_published_set
 
 LLAMA2_70B = {
@@ -668,7 +668,7 @@ def test_extra_draft_forwards_in_replayed_and_tree_plans():
     tree planner's best chain pays the same extra Tq per block."""
     from dataclasses import replace
 
-    from specsim.drafts.block_plans import BlockPlan
+    from specsim.draft_shapes.block_plans import BlockPlan
     from specsim.hardware.tree_plan import TreeMethod, plan_trees, replay_speedup
 
     dev = load_device("rtx-3090")

@@ -14,7 +14,7 @@ import pytest
 from specsim.cli.main import main
 from specsim.errors import SpecsimError
 from specsim.jsonio import check_regular_file, check_writable, field_str, parse_json, write_text_atomic
-from specsim.profile import Profile
+from specsim.profile_format import Profile
 from specsim.profiles import load_profile
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -8,8 +8,8 @@ import time
 import pytest
 
 from specsim.cli.main import main
-from specsim.drafts.policies import parse_policy
-from specsim.drafts.trees import TreeSpec, parse_tree
+from specsim.draft_shapes.policies import parse_policy
+from specsim.draft_shapes.trees import TreeSpec, parse_tree
 from specsim.errors import SpecsimError
 from specsim.hardware.roofline import Efficiency
 from specsim.validation.published_set import parse_published_set

@@ -127,8 +127,8 @@ def test_tau_must_agree_with_histogram_and_traces(tmp_path, profile):
 def test_adaptive_tau_must_agree_with_the_block_by_block_replay(tmp_path, profile):
     """An adaptive ensemble's τ is what its weights, re-run per block, give; its per-token ``match`` (all hits
     here, while a rival outweighs the target's token at positions 2 and 6) is not the record."""
-    from specsim.drafts.adaptive import AdaptiveTrace, replay_at
-    from specsim.profile import Trace
+    from specsim.draft_shapes.adaptive import AdaptiveTrace, replay_at
+    from specsim.profile_format import Trace
 
     n, wrong = 9, {2, 6}
     adaptive = AdaptiveTrace(

@@ -18,7 +18,7 @@ def test_specsim_imports_without_torch():
                 return None
         sys.meta_path.insert(0, Block())
         import specsim, specsim.cli.main, specsim.predict.prediction, specsim.predict.pricing
-        import specsim.predict.sweep, specsim.profile
+        import specsim.predict.sweep, specsim.profile_format
         import pkgutil, importlib
         for m in pkgutil.walk_packages(specsim.__path__, 'specsim.'):
             importlib.import_module(m.name)
@@ -219,13 +219,20 @@ def _package(module: str) -> str:
 
 
 def test_the_profile_contract_is_a_leaf():
-    """specsim/profile/ imports nothing of specsim outside itself but jsonio, errors, bounds and dtypes."""
-    allowed = ("specsim.profile", "specsim.jsonio", "specsim.errors", "specsim.bounds", "specsim.dtypes")
+    """specsim/profile_format/ imports nothing of specsim outside itself but jsonio, errors, bounds and
+    dtypes."""
+    allowed = (
+        "specsim.profile_format",
+        "specsim.jsonio",
+        "specsim.errors",
+        "specsim.bounds",
+        "specsim.dtypes",
+    )
     graph = _module_graph()
     outside = {
         (m, d)
         for m, deps in graph.items()
-        if m.startswith("specsim.profile.") or m == "specsim.profile"
+        if m.startswith("specsim.profile_format.") or m == "specsim.profile_format"
         for d in deps
         if not any(d == a or d.startswith(a + ".") for a in allowed)
     }

@@ -4,7 +4,7 @@
 import numpy as np
 import pytest
 
-from specsim.drafts.policies import GammaPolicy
+from specsim.draft_shapes.policies import GammaPolicy
 from specsim.errors import SpecsimError
 from specsim.serve.arrivals import Requests, poisson_arrivals
 from specsim.serve.simulator import simulate
@@ -16,7 +16,7 @@ def _loop_cost(**scales):
     from dataclasses import replace
 
     from specsim.costs.grid_pass_cost import GridPassCost
-    from specsim.profile.batched_cost import ServerLoopCosts
+    from specsim.profile_format.batched_cost import ServerLoopCosts
     from specsim.profiles import load_profile
     from specsim.serve.profile_cost import ProfileStepCost
 
@@ -32,7 +32,7 @@ def test_passes_after_an_admission_price_at_the_loops_scale_by_steps_since():
     """With the loop's pass scales measured, the k-th step after an admission prices its target pass and its
     draft steps at scale[k] (the last entry for every later step, and for a step with no admission in sight);
     prefills stay at the cold-pass scale; the scales load back equal and a bad one names its field."""
-    from specsim.profile.batched_cost import BatchedCosts, ServerLoopCosts
+    from specsim.profile_format.batched_cost import BatchedCosts, ServerLoopCosts
 
     cost, grid = _loop_cost(target_pass_scale=(1.5, 1.3, 1.1), draft_pass_scale=(1.2, 1.05))
     ctx = np.full(4, 60.0)
@@ -62,7 +62,7 @@ def test_loop_pass_scales_are_measured_against_the_grid_by_steps_since_an_admiss
     from calibrate.measure.server_loop_costs import LoopPass, loop_pass_scales, loop_passes
     from specsim.costs.grid_pass_cost import GridPassCost
     from specsim.costs.pass_cost import draft_steps_ms
-    from specsim.profile.cost_grid import grid_ms
+    from specsim.profile_format.cost_grid import grid_ms
     from specsim.profiles import load_profile
 
     batched = load_profile("zoo-cpu-batch").latency.forward_costs().batched
@@ -129,7 +129,7 @@ def test_the_simulation_counts_steps_since_an_admission_on_both_paths():
 def test_the_calibration_loop_spaces_arrivals_to_keep_its_batch_nearly_full():
     """One arrival every (new tokens × a target step's ms at B) / B: B requests' tokens per B steps."""
     from calibrate.measure.server_loop_costs import arrival_spacing_s
-    from specsim.profile.cost_grid import grid_ms
+    from specsim.profile_format.cost_grid import grid_ms
     from specsim.profiles import load_profile
 
     batched = load_profile("zoo-cpu-batch").latency.forward_costs().batched

@@ -12,9 +12,9 @@ from calibrate.measure.server_loop_costs import prefill_setup_ms
 from calibrate.run.proposal import Request
 from calibrate.run.server_loop import serve_loop
 from specsim.costs.grid_pass_cost import GridPassCost
-from specsim.drafts.policies import GammaPolicy
+from specsim.draft_shapes.policies import GammaPolicy
 from specsim.errors import SpecsimError
-from specsim.profile.batched_cost import BatchedCosts, ServerLoopCosts
+from specsim.profile_format.batched_cost import BatchedCosts, ServerLoopCosts
 from specsim.profiles import load_profile
 from specsim.serve.arrivals import Requests
 from specsim.serve.profile_cost import ProfileStepCost

@@ -7,7 +7,7 @@ from specsim.acceptance.montecarlo import _blocks_per_run, iid_beta_traces, simu
 from specsim.acceptance.replay import replay_blocks_per_prompt
 from specsim.acceptance.theory import tau_iid
 from specsim.errors import SpecsimError
-from specsim.profile import Trace
+from specsim.profile_format import Trace
 
 
 @pytest.mark.parametrize("alpha,gamma", [(0.3, 1), (0.6, 3), (0.8, 5), (0.95, 8)])

@@ -21,7 +21,7 @@ from specsim.presets import pair_models
 from specsim.profiles import load_profile
 
 ROOT = Path(__file__).resolve().parent.parent
-GRID_READERS = {"specsim/profile/cost_grid.py", "specsim/costs/grid_pass_cost.py"}
+GRID_READERS = {"specsim/profile_format/cost_grid.py", "specsim/costs/grid_pass_cost.py"}
 ROOFLINE = {
     "specsim/hardware/roofline.py",
     "specsim/hardware/passes.py",
@@ -70,7 +70,7 @@ def test_no_module_but_the_implementations_prices_a_pass_from_a_grid_or_the_roof
         if names & ROOFLINE_PRIMITIVES and rel not in ROOFLINE | {"specsim/hardware/__init__.py"}:
             offenders.append(f"{rel}: imports {sorted(names & ROOFLINE_PRIMITIVES)}")
         # the profile contract defines the grids, calibrate's measurements build them
-        if not rel.startswith(("specsim/profile/", "calibrate/measure/")) and rel not in GRID_READERS:
+        if not rel.startswith(("specsim/profile_format/", "calibrate/measure/")) and rel not in GRID_READERS:
             offenders += [f"{rel}: reads {m.group(0)}" for m in GRID_FIELDS.finditer(text)]
     assert not offenders, offenders
 
@@ -104,7 +104,7 @@ def test_the_grid_implementation_reads_each_pass_from_its_own_grid():
     """A block's first draft step from ``draft_first``, the later ones from ``draft_next``, a verification
     from ``target_verify``, a prompt along the prefill grid's rows; the batched engine's own grids where given
     (its first step falls back to ``draft_step`` where not measured apart)."""
-    from specsim.profile.cost_grid import grid_ms
+    from specsim.profile_format.cost_grid import grid_ms
 
     profile = load_profile("zoo-cpu-batch")
     model = profile.latency.forward_costs()

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from specsim.acceptance.replay import replay_blocks_per_prompt
-from specsim.drafts.policies import (
+from specsim.draft_shapes.policies import (
     GammaPolicy,
     as_policy,
     parse_batch_ranges,
@@ -14,7 +14,7 @@ from specsim.drafts.policies import (
     replay_policy_tau,
 )
 from specsim.errors import SpecsimError
-from specsim.profile import Trace
+from specsim.profile_format import Trace
 from tests.reference_block_cost import chain_block_ms, replay_policy_decode_ms
 
 

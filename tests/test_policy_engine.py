@@ -9,7 +9,7 @@ import torch
 from calibrate.drafting import TextDrafter, make_drafter
 from calibrate.measure.acceptance_traces import acceptance_trace, drafter_trace, target_reference
 from calibrate.run.engine import Request, speculative_decode
-from specsim.drafts.policies import parse_policy, replay_policy_blocks_per_prompt
+from specsim.draft_shapes.policies import parse_policy, replay_policy_blocks_per_prompt
 from tests.tiny_pair import tiny_pair, tiny_prompts, tiny_zoo
 
 torch.set_num_threads(1)

@@ -9,8 +9,8 @@ from specsim.acceptance.theory import alpha_from_tau, tau_iid
 from specsim.predict.prediction import predict
 from specsim.predict.sweep import sweep
 from specsim.predict.tau_at_gamma import tau_at
-from specsim.profile import MethodAcceptance, Trace
-from specsim.profile.cost_grid import grid_ms
+from specsim.profile_format import MethodAcceptance, Trace
+from specsim.profile_format.cost_grid import grid_ms
 
 
 def test_tables_become_a_one_context_cost_model(profile):

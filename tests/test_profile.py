@@ -5,7 +5,7 @@ import json
 import pytest
 
 from specsim import SpecsimError
-from specsim.profile import Profile
+from specsim.profile_format import Profile
 from specsim.profiles import load_profile, save_profile, shipped_profiles
 from tests.conftest import make_profile
 
@@ -107,7 +107,7 @@ def test_save_is_atomic_and_validates(tmp_path, profile, monkeypatch):
 
 
 def test_with_acceptance_and_checks_replace_same_keys(profile):
-    from specsim.profile import CheckRow, MethodAcceptance
+    from specsim.profile_format import CheckRow, MethodAcceptance
 
     new = MethodAcceptance(method="M", scenario="one", images_per_prompt=1, gamma=4, tau=3.0)
     p2 = profile.with_acceptance([new])

@@ -17,7 +17,7 @@ from specsim.acceptance.replay import (
 )
 from specsim.acceptance.theory import tau_from_histogram
 from specsim.errors import SpecsimError
-from specsim.profile import Trace
+from specsim.profile_format import Trace
 
 
 def _random_traces(rng, n=20, p=0.7):

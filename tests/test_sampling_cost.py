@@ -1,4 +1,5 @@
-"""What sampling adds at T > 0 (specsim.profile.sampling_cost): the contract, interpolation, and the sampled
+"""What sampling adds at T > 0 (specsim.profile_format.sampling_cost): the contract, interpolation, and the
+sampled
 check's walk pricing every draw and acceptance exactly once."""
 
 from dataclasses import replace
@@ -8,12 +9,12 @@ import pytest
 
 from specsim.check.sampled import _base_ms, simulate_pool
 from specsim.costs.grid_pass_cost import GridPassCost
-from specsim.drafts.block_plans import greedy_plan
+from specsim.draft_shapes.block_plans import greedy_plan
 from specsim.errors import SpecsimError
 from specsim.predict.chain_costs import sd_request_cost, target_request_cost
-from specsim.profile import LatencySection
-from specsim.profile.cost_model import CostModel
-from specsim.profile.sampling_cost import SamplingCost
+from specsim.profile_format import LatencySection
+from specsim.profile_format.cost_model import CostModel
+from specsim.profile_format.sampling_cost import SamplingCost
 from tests.test_check_sampled import GAMMA, _world
 
 COST = SamplingCost(

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from specsim.cli.main import main
-from specsim.drafts.policies import GammaPolicy, parse_batch_ranges
+from specsim.draft_shapes.policies import GammaPolicy, parse_batch_ranges
 from specsim.errors import SpecsimError
 from specsim.serve.arrivals import Requests, gamma_arrivals, poisson_arrivals, read_trace, uniform_requests
 from specsim.serve.compare import TARGET_ONLY
@@ -466,7 +466,7 @@ def test_fast_forwarded_decode_steps_equal_the_step_by_step_schedule(kv_cache_to
 def test_a_measured_profile_prices_steps_from_its_batched_grids(capsys):
     """--cost-profile: decode passes read the batched grids at the widest cache and B (a block's first draft
     step from its own grid); B beyond them fails."""
-    from specsim.profile.cost_grid import grid_ms
+    from specsim.profile_format.cost_grid import grid_ms
     from specsim.profiles import load_profile
     from specsim.serve.profile_cost import ProfileStepCost
 

@@ -285,7 +285,7 @@ def test_server_loop_costs_round_trip_and_price_steps():
     from dataclasses import replace
 
     from specsim.costs.grid_pass_cost import GridPassCost
-    from specsim.profile.batched_cost import BatchedCosts, ServerLoopCosts
+    from specsim.profile_format.batched_cost import BatchedCosts, ServerLoopCosts
     from specsim.profiles import load_profile
     from specsim.serve.profile_cost import ProfileStepCost
 
@@ -319,7 +319,7 @@ def test_a_step_with_prefills_prices_its_passes_cold():
     from dataclasses import replace
 
     from specsim.costs.grid_pass_cost import GridPassCost
-    from specsim.profile.batched_cost import BatchedCosts, ServerLoopCosts
+    from specsim.profile_format.batched_cost import BatchedCosts, ServerLoopCosts
     from specsim.profiles import load_profile
     from specsim.serve.profile_cost import ProfileStepCost
 

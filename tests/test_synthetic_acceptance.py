@@ -20,7 +20,7 @@ from calibrate.run.engine import speculative_decode
 from calibrate.run.proposal import Request
 from calibrate.run.server_loop import serve_loop
 from calibrate.run.synthetic_acceptance import SyntheticAcceptance, scripted_accept
-from specsim.drafts.block_plans import greedy_plan
+from specsim.draft_shapes.block_plans import greedy_plan
 from specsim.errors import SpecsimError
 from tests.test_server_loop import FakeClock
 from tests.tiny_pair import tiny_pair, tiny_prompts

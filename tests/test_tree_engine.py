@@ -10,8 +10,8 @@ from calibrate.drafting import TextDrafter, TreeProposal, make_drafter, tree_dra
 from calibrate.measure.acceptance_traces import acceptance_trace, drafter_trace, target_reference
 from calibrate.run.engine import Request, speculative_decode, target_decode
 from calibrate.run.tree_engine import TreeDecodeResult, accept_sampled, tree_decode
-from specsim.drafts.tree_replay import replay_tree_blocks_per_prompt
-from specsim.drafts.trees import parse_tree
+from specsim.draft_shapes.tree_replay import replay_tree_blocks_per_prompt
+from specsim.draft_shapes.trees import parse_tree
 from specsim.errors import SpecsimError
 from tests.tiny_pair import tiny_pair, tiny_prompts, tiny_zoo
 

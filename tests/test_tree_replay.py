@@ -7,15 +7,15 @@ import numpy as np
 import pytest
 
 from specsim.acceptance.replay import replay_blocks_per_prompt
-from specsim.drafts.tree_replay import (
+from specsim.draft_shapes.tree_replay import (
     rank_acceptance,
     replay_tree_blocks,
     replay_tree_blocks_per_prompt,
     replay_tree_tau,
 )
-from specsim.drafts.trees import chain_tree, expected_tokens, parse_tree, rank_acceptance_iid
+from specsim.draft_shapes.trees import chain_tree, expected_tokens, parse_tree, rank_acceptance_iid
 from specsim.errors import SpecsimError
-from specsim.profile import Trace
+from specsim.profile_format import Trace
 from tests.reference_block_cost import chain_block_ms, replay_tree_decode_ms
 
 

@@ -9,8 +9,8 @@ import pytest
 
 from specsim.acceptance.montecarlo import simulate_tree_tokens
 from specsim.acceptance.theory import tau_iid
-from specsim.drafts.tree_search import best_tree, optimal_trees
-from specsim.drafts.trees import (
+from specsim.draft_shapes.tree_search import best_tree, optimal_trees
+from specsim.draft_shapes.trees import (
     TreeSpec,
     branching_tree,
     chain_tree,

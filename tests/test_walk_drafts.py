@@ -9,19 +9,19 @@ import pytest
 
 from specsim.cli.main import main
 from specsim.costs.grid_pass_cost import GridPassCost
-from specsim.drafts.block_plans import greedy_plan
-from specsim.drafts.draft_plans import policy_plan, tree_plan
-from specsim.drafts.policies import parse_policy
-from specsim.drafts.tree_replay import replay_tree_blocks
-from specsim.drafts.trees import parse_tree
+from specsim.draft_shapes.block_plans import greedy_plan
+from specsim.draft_shapes.draft_plans import policy_plan, tree_plan
+from specsim.draft_shapes.policies import parse_policy
+from specsim.draft_shapes.tree_replay import replay_tree_blocks
+from specsim.draft_shapes.trees import parse_tree
 from specsim.errors import SpecsimError
 from specsim.predict.chain_costs import sd_request_cost
 from specsim.predict.predict_drafts import best_tree_for, predict_draft
 from specsim.predict.prediction import predict_entry
 from specsim.predict.tree_costs import tree_request_cost
-from specsim.profile import LatencySection, MethodAcceptance, Profile, Trace
-from specsim.profile.cost_grid import make_grid
-from specsim.profile.cost_model import CostModel, OverheadGrid, TreeCosts
+from specsim.profile_format import LatencySection, MethodAcceptance, Profile, Trace
+from specsim.profile_format.cost_grid import make_grid
+from specsim.profile_format.cost_model import CostModel, OverheadGrid, TreeCosts
 from specsim.profiles import load_profile, save_profile
 from tests.conftest import make_profile
 from tests.reference_block_cost import replay_tree_decode_ms
@@ -200,7 +200,7 @@ def test_predict_and_sweep_list_chain_tree_and_policy(tmp_path, capsys):
 
 
 def test_hardware_picks_smaller_trees_where_verification_is_compute_bound(capsys):
-    from specsim.drafts.trees import rank_acceptance_iid
+    from specsim.draft_shapes.trees import rank_acceptance_iid
     from specsim.hardware.device import load_device
     from specsim.hardware.model_resolution import load_model_spec
     from specsim.hardware.runtime import load_runtime

@@ -141,8 +141,8 @@ def _check_args(args) -> list[int]:
 
 def _drafts(args) -> list:
     """The token trees and draft-length policies of --tree / --policy."""
-    from specsim.drafts.policies import parse_policy
-    from specsim.drafts.trees import parse_tree
+    from specsim.draft_shapes.policies import parse_policy
+    from specsim.draft_shapes.trees import parse_tree
 
     drafts = []
     for option, parse, texts in (("--tree", parse_tree, args.tree), ("--policy", parse_policy, args.policy)):

@@ -17,7 +17,7 @@ from specsim.jsonio import check_writable, dumps_json
 from specsim.report import int_list_arg
 
 if TYPE_CHECKING:
-    from calibrate.measure.batch_costgrid import BatchSweepPlan
+    from calibrate.measure.batch_grid_sweep import BatchSweepPlan
 
 _HELP = (
     "Measure per-token decode Tp (target) and Tq (draft) at several context lengths, the verify forward "
@@ -245,7 +245,7 @@ def cmd_latency(args) -> int:
     from calibrate.measure import latency_plan as L
     from calibrate.measure.latency_assembly import summary_lines
     from calibrate.measure.latency_workload import latency_workload
-    from calibrate.measure.treegrid import sweep_trees
+    from calibrate.measure.tree_grid_sweep import sweep_trees
     from calibrate.workload.run_setup import check_plan_positions, latency_models
 
     _check_args(args)
@@ -307,7 +307,7 @@ def batch_sweep_plan(args, contexts_tokens, workload_tokens=None) -> BatchSweepP
     (``contexts_tokens`` less the new tokens), with a middle one, so the grid's widths span its runs; the
     unpadded step timed unless --no-unpadded-step or the workload's prompts (``workload_tokens``) all differ
     in length, so no batch of it runs without a masked column."""
-    from calibrate.measure.batch_costgrid import BatchSweepPlan, runs_unpadded, sweep_prompt_lengths
+    from calibrate.measure.batch_grid_sweep import BatchSweepPlan, runs_unpadded, sweep_prompt_lengths
 
     longest = max(1, contexts_tokens[-1] - args.max_new_tokens)
     shortest = max(1, min(contexts_tokens[0] + 2, longest))

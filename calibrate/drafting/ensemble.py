@@ -19,10 +19,10 @@ from calibrate.run.batch_engine import left_pad
 from calibrate.run.engine import crop_cache, new_cache, unwrap, with_cache
 from calibrate.run.proposal import Proposal, Request
 from calibrate.run.timing import timed
-from specsim.drafts.adaptive import update_weights
+from specsim.draft_shapes.adaptive import update_weights
 from specsim.errors import SpecsimError
-from specsim.profile import ADAPTIVE_PREFIX
-from specsim.profile.adaptive_trace import ETA, FLOOR
+from specsim.profile_format import ADAPTIVE_PREFIX
+from specsim.profile_format.adaptive_trace import ETA, FLOOR
 
 
 class EnsembleDrafter:

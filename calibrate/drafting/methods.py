@@ -26,7 +26,7 @@ from calibrate.drafting.ensemble import AdaptiveEnsembleDrafter, EnsembleDrafter
 from calibrate.drafting.text_drafter import PLAIN, TextDrafter
 from calibrate.run.engine import unwrap
 from specsim.errors import SpecsimError
-from specsim.profile import ADAPTIVE_PREFIX
+from specsim.profile_format import ADAPTIVE_PREFIX
 
 _CODE_RE = re.compile(r"M|T|C|F|P(\d+)")
 _NAMES = {"multimodal": "M", "text-only": "T", "caption": "C", "target-features": "F"}
@@ -106,7 +106,8 @@ class Method:
         return any(s.kind == "C" for s in self.members)
 
     def costs(self, images_per_prompt: int) -> dict[str, Any]:
-        """Cost fields of :class:`specsim.profile.MethodAcceptance` on prompts with that many images."""
+        """Cost fields of :class:`specsim.profile_format.MethodAcceptance` on prompts with that many
+        images."""
         if self.plain:
             return {"draft_batch_size": 1}
         kinds = [s.kind for s in self.members]

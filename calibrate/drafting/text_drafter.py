@@ -1,7 +1,7 @@
 """The plain drafter: a causal LM draft over the target's own token ids, with its own KV cache.
 
 Implements :class:`calibrate.run.proposal.Drafter` for text pairs (method ``plain``); :func:`confidence` is
-the top probability a confidence policy (:mod:`specsim.drafts.policies`) stops drafting on.
+the top probability a confidence policy (:mod:`specsim.draft_shapes.policies`) stops drafting on.
 """
 
 from __future__ import annotations

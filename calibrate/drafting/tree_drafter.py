@@ -30,7 +30,7 @@ from calibrate.drafting.text_drafter import TextDrafter
 from calibrate.run.engine import forward, with_cache
 from calibrate.run.timing import timed
 from calibrate.run.tree_proposal import TreeProposal, additive_mask, keep_cache
-from specsim.drafts.trees import TreeSpec
+from specsim.draft_shapes.trees import TreeSpec
 from specsim.errors import SpecsimError
 
 

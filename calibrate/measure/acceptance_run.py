@@ -14,7 +14,7 @@ from pathlib import Path
 from calibrate.workload.run_setup import Setup, progress, provenance
 from specsim.errors import SpecsimError, warn
 from specsim.jsonio import read_json, write_json_atomic
-from specsim.profile import Profile
+from specsim.profile_format import Profile
 from specsim.profiles import load_profile, save_profile
 
 PARTIAL_SCHEMA = 1

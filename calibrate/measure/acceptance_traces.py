@@ -11,7 +11,8 @@ Then (IbED, Lee et al. 2024, §3; the fields from p and q: :mod:`calibrate.measu
   sampled draft at t (Leviathan et al. 2023, §3.5), input to :mod:`specsim.acceptance.montecarlo`;
 - with ``top_k`` = K > 0, ``draft_rank[t]`` (rank of y_t in the draft's greedy distribution, T = 1)
   and ``draft_top_probs[t]`` (its K largest probabilities): greedy token trees and confidence
-  policies replay exactly from them (:mod:`specsim.drafts.tree_replay`, :mod:`specsim.drafts.policies`);
+  policies replay exactly from them (:mod:`specsim.draft_shapes.tree_replay`,
+  :mod:`specsim.draft_shapes.policies`);
 - with K sampled paths (:func:`target_paths`), ``accept_paths[k][t]`` = min(1, q_t(y_t) / p_t(y_t)) along
   the target's k-th sampled continuation y at temperature T (one seeded ``torch.Generator`` per path,
   :func:`path_seed`): the probability that a sampled draft at t is accepted given that the target emitted
@@ -39,9 +40,9 @@ from calibrate.measure.trace_fields import (
     trace_from_probs,
 )
 from calibrate.run.engine import Request, target_decode, unwrap
-from specsim.drafts.adaptive import replay_at
+from specsim.draft_shapes.adaptive import replay_at
 from specsim.errors import SpecsimError
-from specsim.profile import MethodAcceptance, Trace
+from specsim.profile_format import MethodAcceptance, Trace
 
 # SeedSequence keys of sampled paths: (seed, 2, prompt id digest, path); check runs use 0 and 1
 PATH_SEED_KEY = 2
@@ -221,7 +222,7 @@ def drafter_trace(
     ensembles update their weights here after every token but in the engine after every block of γ, so
     their ``match`` approximates the engine's; their trace also gets ``adaptive``
     (:func:`calibrate.measure.trace_fields.member_features` per position), from which
-    :mod:`specsim.drafts.adaptive` replays the engine's fixed-γ blocks exactly. ``reference`` (from
+    :mod:`specsim.draft_shapes.adaptive` replays the engine's fixed-γ blocks exactly. ``reference`` (from
     :func:`target_reference`) saves the target's work when several methods are traced. ``top_k`` > 0 adds
     the top-k fields (:func:`calibrate.measure.trace_fields.top_k_fields`) of q at T = 1 (the greedy
     mixture for ensembles). Sampled ``paths`` (:func:`target_paths`) add ``accept_paths``: the same walk

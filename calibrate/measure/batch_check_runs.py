@@ -177,7 +177,7 @@ def preflight(setup, entries: dict, sizes: list[int], gammas: list[int], max_new
     """What the runs could not price fails before anything runs: every batched prompt's greedy trace per
     method, and every trace's draft plan at the largest γ."""
     from calibrate.measure.check_runs import greedy_trace
-    from specsim.drafts.draft_plans import draft_plan
+    from specsim.draft_shapes.draft_plans import draft_plan
 
     for b in sizes:
         for (group, _), reqs in batches_of(setup, b).items():
@@ -193,7 +193,8 @@ def preflight(setup, entries: dict, sizes: list[int], gammas: list[int], max_new
 def batch_check_rows(
     runs: BatchRuns, profile, entries: dict, methods, gammas, batch: int, max_new_tokens: int
 ):
-    """One :class:`~specsim.profile.CheckRow` per scenario group × method × γ: the measured batches' speedup
+    """One :class:`~specsim.profile_format.CheckRow` per scenario group × method × γ: the measured batches'
+    speedup
     beside the batched walk's prediction for the same prompts."""
     from specsim.check.batch_comparison import batch_check_row, batch_specs, measure_batches
 

@@ -4,11 +4,11 @@ row's measured speedup is precise enough or a cap is reached; reduced to
 
 A round runs, per prompt (the prompt order and the order of the runs rotate from round to round, so slow
 drift of the machine hits every row alike): target-only decoding, every method × γ still measuring, then
-target-only decoding again. A "γ" may also be a token tree (:class:`specsim.drafts.trees.TreeSpec`, run
-by :func:`calibrate.run.tree_engine.tree_decode`) or a draft-length policy (:mod:`specsim.drafts.policies`,
-run by :func:`calibrate.run.engine.speculative_decode`): they are rows like any other. After each round from
-``min_rounds`` on, a row (method × scenario × γ) whose decode-phase speedup has a 95% half-width
-≤ ``halfwidth`` stops; the target-only runs go on for the rest.
+target-only decoding again. A "γ" may also be a token tree (:class:`specsim.draft_shapes.trees.TreeSpec`, run
+by :func:`calibrate.run.tree_engine.tree_decode`) or a draft-length policy
+(:mod:`specsim.draft_shapes.policies`, run by :func:`calibrate.run.engine.speculative_decode`): they are rows
+like any other. After each round from ``min_rounds`` on, a row (method × scenario × γ) whose decode-phase
+speedup has a 95% half-width ≤ ``halfwidth`` stops; the target-only runs go on for the rest.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from specsim.check.comparison import Measured, PromptSpec, RequestRun, check_row, measure
-from specsim.drafts.trees import TreeSpec
+from specsim.draft_shapes.trees import TreeSpec
 from specsim.errors import SpecsimError
 
 # Set-up stages a server would not pay: target-features drafting recomputes the target's vision features
@@ -94,7 +94,7 @@ def decode_run(target, drafter, request, draft, acceptance=None, **kw):
     from calibrate.drafting import tree_drafting
     from calibrate.run.engine import speculative_decode
     from calibrate.run.tree_engine import tree_decode
-    from specsim.drafts.trees import TreeSpec
+    from specsim.draft_shapes.trees import TreeSpec
 
     if isinstance(draft, TreeSpec):
         return tree_decode(target, tree_drafting(drafter), request, tree=draft, **kw)
@@ -174,7 +174,7 @@ def run_check(
 def replay_agreement(entry, results: list, draft=None) -> tuple[int, int]:
     """(#(prompt, run) whose engine block count equals the trace replay's, #compared); ``draft`` is the tree
     or policy the ``results`` ran (None: each result's own fixed γ)."""
-    from specsim.drafts.draft_plans import draft_plan
+    from specsim.draft_shapes.draft_plans import draft_plan
 
     by_id = {t.prompt_id: t for t in entry.traces if t.match is not None}
     same = total = 0
@@ -256,7 +256,7 @@ def preflight(profile, entries: list, drafts: list, max_new_tokens: int) -> None
     grids, traces without draft ranks, or a policy whose replayed γ leaves the measured grid."""
     from specsim.costs.grid_pass_cost import GridPassCost
     from specsim.costs.pass_cost import TARGET, TREE
-    from specsim.drafts.draft_plans import draft_label
+    from specsim.draft_shapes.draft_plans import draft_label
 
     model = profile.latency.cost_model
     cost = None if model is None else GridPassCost(model)
@@ -280,7 +280,7 @@ def preflight(profile, entries: list, drafts: list, max_new_tokens: int) -> None
 def _preflight_trace(cost, entry, trace, draft, max_new_tokens: int) -> None:
     """Replay ``draft`` on one trace and price it: a γ or a level pass outside the grids fails here."""
     from specsim.costs.pass_cost import TARGET
-    from specsim.drafts.draft_plans import draft_label, draft_plan
+    from specsim.draft_shapes.draft_plans import draft_label, draft_plan
     from specsim.predict.tree_costs import plan_cost
 
     plan = draft_plan(draft, trace, max_new_tokens)

@@ -3,8 +3,8 @@
 A shared CPU host changes speed from one minute to the next, and unevenly across passes (a memory-bound
 target-only step more than a verification of several rows), so a grid measured minutes before a check prices
 the check's runs at another speed, and the speedup's ratio does not cancel it. ``check --remeasure-batched``
-therefore runs the batched sweep of :mod:`calibrate.measure.batch_costgrid` (its prompts sized to the check's
-own, the profile's γ values) in the check's process, alternating with the check:
+therefore runs the batched sweep of :mod:`calibrate.measure.batch_grid_sweep` (its prompts sized to the
+check's own, the profile's γ values) in the check's process, alternating with the check:
 
 - ``check --batch``: one sweep round at batch B right before each check round at B, so each B's grid and rows
   are timed in the same minutes; batch sizes of the profile's grid that the check does not run get
@@ -13,7 +13,7 @@ own, the profile's γ values) in the check's process, alternating with the check
   right before each serving round (a serving round runs every batch size); the loop's costs are averaged
   over its rounds, and its passes' scales over the grid are taken against the final grid.
 
-The grid is fitted from all its rounds at the end (:func:`calibrate.measure.batch_costgrid.batched_costs`),
+The grid is fitted from all its rounds at the end (:func:`calibrate.measure.batch_grid_sweep.batched_costs`),
 the rows are predicted from it, and it is written with them.
 """
 
@@ -22,7 +22,7 @@ from __future__ import annotations
 import time
 from dataclasses import replace
 
-from calibrate.measure.batch_costgrid import (
+from calibrate.measure.batch_grid_sweep import (
     BatchSweepPlan,
     Samples,
     batched_costs,

@@ -1,5 +1,6 @@
 """Assemble measured timings into a profile's latency section: the cost model
-(:mod:`specsim.profile.cost_model`), the schema-1 tables read off it, the host check, provenance, and the
+(:mod:`specsim.profile_format.cost_model`), the schema-1 tables read off it, the host check, provenance, and
+the
 atomic write into a profile."""
 
 from __future__ import annotations
@@ -9,21 +10,21 @@ from pathlib import Path
 
 import numpy as np
 
-from calibrate.measure.costgrid import (
+from calibrate.measure.request_grid_sweep import (
     SENTINEL_END,
     SENTINEL_START,
     adaptive_prefix,
     grid_key,
     overhead_prefix,
 )
-from calibrate.measure.samplinggrid import sampling_cost
+from calibrate.measure.sampling_sweep import sampling_cost
 from calibrate.models.loaded_model import LoadedModel
 from calibrate.run.timing import Timing, summarize
 from specsim.errors import SpecsimError
-from specsim.profile import Curve, LatencySection, Profile, Provenance
-from specsim.profile.cost_grid import make_grid
-from specsim.profile.cost_model import CostModel, HostCheck, OverheadGrid, TreeCosts
-from specsim.profile.overhead_grid import TreeOverheadFit
+from specsim.profile_format import Curve, LatencySection, Profile, Provenance
+from specsim.profile_format.cost_grid import make_grid
+from specsim.profile_format.cost_model import CostModel, HostCheck, OverheadGrid, TreeCosts
+from specsim.profile_format.overhead_grid import TreeOverheadFit
 from specsim.profiles import load_profile, save_profile
 
 # A sentinel that moved by more than this (or twice its own half-width) between start and end means
@@ -121,10 +122,11 @@ def host_check(timings: dict[str, Timing], context: int) -> HostCheck | None:
 
 
 def tree_costs(timings: dict[str, Timing], plan) -> TreeCosts | None:
-    """The token-tree grids of a sweep with trees (see :mod:`calibrate.measure.treegrid` for the keys); None
+    """The token-tree grids of a sweep with trees (see :mod:`calibrate.measure.tree_grid_sweep` for the keys);
+    None
     without."""
-    from calibrate.measure import treegrid as T
-    from specsim.drafts.trees import parse_tree
+    from calibrate.measure import tree_grid_sweep as T
+    from specsim.draft_shapes.trees import parse_tree
 
     if not getattr(plan, "trees", ()):
         return None
@@ -149,7 +151,8 @@ def tree_costs(timings: dict[str, Timing], plan) -> TreeCosts | None:
 
 
 def cost_model(timings: dict[str, Timing], plan) -> CostModel:
-    """The :class:`CostModel` of a finished sweep (see :mod:`calibrate.measure.costgrid` for the keys)."""
+    """The :class:`CostModel` of a finished sweep (see :mod:`calibrate.measure.request_grid_sweep` for the
+    keys)."""
     ctx, gammas, batches = plan.contexts_tokens, plan.gammas, plan.batch_sizes
     return CostModel(
         target_decode=_grid(timings, "target_decode", (1,), ctx, (1,)),

@@ -1,8 +1,10 @@
-"""Latency calibration of a draft/target pair -> :class:`specsim.profile.LatencySection` (all times in ms).
+"""Latency calibration of a draft/target pair -> :class:`specsim.profile_format.LatencySection` (all times in
+ms).
 
 What is measured (one timing primitive, :mod:`calibrate.run.timing`; greedy; KV caches in use):
 
-- the forward-cost model (:mod:`specsim.profile.cost_model`, swept by :mod:`calibrate.measure.costgrid`):
+- the forward-cost model (:mod:`specsim.profile_format.cost_model`, swept by
+:mod:`calibrate.measure.request_grid_sweep`):
   at each context of the plan, the engine's own target-only steps and speculative blocks for every γ and
   draft batch, round-robin, so each pass is timed after what precedes it in a real run; plus the engine's
   overhead per block outside the models;
@@ -28,7 +30,6 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from calibrate.measure.costgrid import SENTINEL_END, SENTINEL_START, grid_key, sweep_context
 from calibrate.measure.latency_assembly import latency_section, measurement_provenance, save_latency_profile
 from calibrate.measure.latency_partial import (  # partial_timings: tests reach it through this module
     SCHEMA_VERSION,
@@ -41,11 +42,12 @@ from calibrate.measure.latency_partial import (  # partial_timings: tests reach 
     show_value,
 )
 from calibrate.measure.latency_tasks import Task, task_call
-from calibrate.measure.samplinggrid import SAMPLING_KEY, sampling_timings
-from calibrate.measure.treegrid import sweep_trees, tree_sweep_context
+from calibrate.measure.request_grid_sweep import SENTINEL_END, SENTINEL_START, grid_key, sweep_context
+from calibrate.measure.sampling_sweep import SAMPLING_KEY, sampling_timings
+from calibrate.measure.tree_grid_sweep import sweep_trees, tree_sweep_context
 from calibrate.models.loaded_model import LoadedModel, image_token_count, param_count
 from calibrate.run.timing import Timing, measure_interleaved
-from specsim.drafts.trees import parse_tree
+from specsim.draft_shapes.trees import parse_tree
 from specsim.errors import SpecsimError
 from specsim.jsonio import check_schema_version, write_json_atomic
 
@@ -63,8 +65,8 @@ class LatencyPlan:
     (every γ × batch block plus target-only steps per round); ``max_seconds_per_point`` caps one
     context's sweep; ``ensemble`` (default: for VLM targets) times the in-batch ensemble drafter even at
     batch 1, as the multimodal methods run it. ``trees`` (spec strings,
-    :func:`calibrate.measure.treegrid.sweep_trees`; empty: no tree grids) adds one tree-engine sweep per
-    context (:mod:`calibrate.measure.treegrid`).
+    :func:`calibrate.measure.tree_grid_sweep.sweep_trees`; empty: no tree grids) adds one tree-engine sweep
+    per context (:mod:`calibrate.measure.tree_grid_sweep`).
     """
 
     contexts_tokens: tuple[int, ...] = (64, 256, 1024)

@@ -25,9 +25,9 @@ class Task:
     """One unit of measurement; ``key`` names it in the partial file, ``weight`` is its rough relative cost.
 
     ``what``: "sweep" (engine-shaped cycles at ``context_tokens``, many grid points), "tree-sweep"
-    (tree-engine blocks there, :mod:`calibrate.measure.treegrid`), "sentinel" (target-only steps at the
+    (tree-engine blocks there, :mod:`calibrate.measure.tree_grid_sweep`), "sentinel" (target-only steps at the
     first context, at the start and at the end), "prefill" (``new_tokens`` prompt rows at ``batch``),
-    "vision", "caption" or "sampling" (:mod:`calibrate.measure.samplinggrid`)."""
+    "vision", "caption" or "sampling" (:mod:`calibrate.measure.sampling_sweep`)."""
 
     key: str
     role: str  # "pair" | "target" | "draft" | "captioner"

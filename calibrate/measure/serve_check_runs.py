@@ -174,7 +174,7 @@ def serve_check_rows(
 ):
     """Per rate, target-only and every SD side: the simulation of the measured requests (each replaying its
     own prompt's trace, :func:`specsim.check.serve_comparison.predicted_run`) beside the rounds' runs, one
-    :class:`~specsim.profile.ServeCheckRow` each; and the host's pass drift against the profile."""
+    :class:`~specsim.profile_format.ServeCheckRow` each; and the host's pass drift against the profile."""
     from specsim.check.serve_comparison import pass_drift, predicted_run, serve_check_row
 
     drift = pass_drift(profile, [t for times in runs.runs.values() for t in times])

@@ -1,5 +1,6 @@
-"""Measure the server loop's costs (:class:`specsim.profile.batched_cost.ServerLoopCosts`) against the batched
-grid, and the batched cost as ``calibrate latency`` measures it (:func:`measure_batched`: grid, then loop).
+"""Measure the server loop's costs (:class:`specsim.profile_format.batched_cost.ServerLoopCosts`) against the
+batched grid, and the batched cost as ``calibrate latency`` measures it (:func:`measure_batched`: grid, then
+loop).
 
 The server loop (:mod:`calibrate.run.server_loop`) is timed per B and γ (0: target-only): 2B synthetic
 requests of the plan's prompt lengths, at most B running, arriving one every (new tokens × a target step's ms
@@ -33,14 +34,14 @@ from dataclasses import dataclass, replace
 import numpy as np
 import torch
 
-from calibrate.measure.batch_costgrid import BatchSweepPlan, batched_costs, ragged_requests, run_rounds
+from calibrate.measure.batch_grid_sweep import BatchSweepPlan, batched_costs, ragged_requests, run_rounds
 from calibrate.models.loaded_model import LoadedModel
 from calibrate.run.batch_engine import PaddedCache, batch_prefill_phase, batch_target_step
 from calibrate.run.engine import unwrap
 from specsim.costs.grid_pass_cost import GridPassCost
 from specsim.costs.pass_cost import TARGET, draft_steps_ms
 from specsim.errors import SpecsimError
-from specsim.profile.batched_cost import BatchedCosts, ServerLoopCosts
+from specsim.profile_format.batched_cost import BatchedCosts, ServerLoopCosts
 
 PASS_SCALE_STEPS = 8  # buckets of steps since an admission: 0 .. 6 and 7 or later
 # More than a server CPU's last-level cache share: after streaming it, every weight comes from memory again.

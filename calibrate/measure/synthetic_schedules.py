@@ -27,7 +27,7 @@ import numpy as np
 
 from calibrate.run.synthetic_acceptance import SyntheticAcceptance
 from specsim.errors import SpecsimError
-from specsim.profile import Trace
+from specsim.profile_format import Trace
 
 FORMS = "tau:T@G, tau:PROFILE:METHOD/SCENARIO, rates:R0,R1,... or traces:PROFILE[:METHOD[/SCENARIO]]"
 

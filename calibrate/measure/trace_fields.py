@@ -11,8 +11,8 @@ import numpy as np
 import torch
 
 from specsim.errors import SpecsimError
-from specsim.profile import Trace
-from specsim.profile.adaptive_trace import RIVALS_PER_MEMBER, AdaptiveTrace
+from specsim.profile_format import Trace
+from specsim.profile_format.adaptive_trace import RIVALS_PER_MEMBER, AdaptiveTrace
 
 BETA_DECIMALS = 6  # JSON size; β is a probability, 1e-6 is far below any effect on τ
 
@@ -98,7 +98,7 @@ def member_features(p: torch.Tensor, token: int) -> tuple:
 
 
 def adaptive_trace(drafter, members: list, tokens) -> AdaptiveTrace:
-    """The :class:`specsim.drafts.adaptive.AdaptiveTrace` of an adaptive ensemble from its per-position
+    """The :class:`specsim.draft_shapes.adaptive.AdaptiveTrace` of an adaptive ensemble from its per-position
     features."""
     prior = drafter.prior.double()
     return AdaptiveTrace(

@@ -19,7 +19,7 @@ class BlockRecord:
     ``accepted`` counts drafts kept in the output (capped at ``emitted`` − 1 when EOS truncates);
     ``overhead_ms`` = block − draft model − target model time (Python, sampling, cache bookkeeping, building
     the next block's input: the records of a request add up to its decoding loop's wall time).
-    Where each forward ran, for the cost model (:mod:`specsim.profile.cost_model`): the verify pass fed
+    Where each forward ran, for the cost model (:mod:`specsim.profile_format.cost_model`): the verify pass fed
     ``target_rows`` positions (γ+1; 1 for a target-only step; the whole prompt + γ in the first block,
     whose pass is the prefill) on a KV cache of ``target_context_tokens``; the draft's first step fed
     ``draft_first_rows`` tokens (2 after a fully accepted block, the whole draft prompt in the first

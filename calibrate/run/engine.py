@@ -39,11 +39,11 @@ from calibrate.run.decode_records import BlockRecord, DecodeResult
 from calibrate.run.proposal import Drafter, Proposal, Request
 from calibrate.run.synthetic_acceptance import SyntheticAcceptance, scripted_accept
 from calibrate.run.timing import timed
-from specsim.drafts.policies import as_policy
+from specsim.draft_shapes.policies import as_policy
 from specsim.errors import SpecsimError
 
 if TYPE_CHECKING:
-    from specsim.drafts.policies import GammaPolicy
+    from specsim.draft_shapes.policies import GammaPolicy
 
 
 # --------------------------------------------------------------------------- primitives
@@ -274,7 +274,7 @@ def speculative_decode(
     acceptance: SyntheticAcceptance | None = None,
 ) -> DecodeResult:
     """Speculative decoding of one request with ``drafter`` at fixed γ or under a draft-length policy
-    (:mod:`specsim.drafts.policies`: the policy picks each block's γ and hears its outcome); with
+    (:mod:`specsim.draft_shapes.policies`: the policy picks each block's γ and hears its outcome); with
     ``acceptance`` each block accepts what that synthetic schedule says (greedy, not lossless)."""
     policy = as_policy(gamma)  # an int is a fixed γ; bad values raise naming gamma
     check_args(0, max_new_tokens, temperature, request, synthetic=acceptance is not None)

@@ -15,7 +15,7 @@ ensembles, adaptive — IbED; :mod:`calibrate.drafting`) implements :class:`Draf
    the committed sequence, with q_i (the draft distribution each was sampled from, [γ, V] in the
    target's vocabulary; ``None`` when ``temperature == 0``) and the ms spent in draft model
    forwards (the rest of the call counts as overhead). With ``stop_below`` > 0 (a confidence
-   policy, :mod:`specsim.drafts.policies`) drafting stops after the first draft whose distribution's top
+   policy, :mod:`specsim.draft_shapes.policies`) drafting stops after the first draft whose distribution's top
    probability (softmax at T = 1 when greedy) is below it, so fewer than γ may come back.
 3. ``accept(n_accepted, next_token)``: the target kept the first ``n_accepted`` drafts and then
    emitted ``next_token``; append both to the draft's context and roll back anything past them

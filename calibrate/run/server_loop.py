@@ -181,7 +181,7 @@ def sd_step(t_cache: PaddedCache, d_cache: PaddedCache, last: list[int], tails: 
     return n.tolist(), kept, new_tails, float(sum(steps)), verify_ms
 
 
-def target_step(t_cache: PaddedCache, last: list[int]) -> tuple[list[list[int]], float]:
+def loop_target_step(t_cache: PaddedCache, last: list[int]) -> tuple[list[list[int]], float]:
     """One target-only step over the batch (:func:`calibrate.run.batch_engine.batch_target_step`): each row's
     next token, and the pass's ms."""
     pending = torch.tensor(last, device=t_cache.device)[:, None]
@@ -259,7 +259,7 @@ def serve_loop(
                     t_cache, d_cache, last, tails, gamma, forced
                 )
             else:
-                kept, verify_ms = target_step(t_cache, last)
+                kept, verify_ms = loop_target_step(t_cache, last)
         emitted, still, finished, decoded = [], [], [], list(running)
         for i, r in enumerate(running):
             new, stop = truncate_at_eos(kept[i], max_new_tokens - len(out[r]), eos_token_id)

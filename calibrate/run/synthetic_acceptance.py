@@ -3,8 +3,8 @@
 Serving engines do the same to time speculative decoding without a trained draft (vLLM's
 ``rejection_sample_method="synthetic"``, TensorRT-LLM's forced accepted tokens, llama.cpp's
 ``--spec-synth-len``): the passes are real, so is the wall clock, at any model size with random weights.
-A schedule is one greedy ``match`` per prompt id (the field of :class:`specsim.profile.Trace`: 1 = the draft
-at that output position is accepted). A block that starts at output position t with g drafts accepts the
+A schedule is one greedy ``match`` per prompt id (the field of :class:`specsim.profile_format.Trace`: 1 = the
+draft at that output position is accepted). A block that starts at output position t with g drafts accepts the
 run of 1s from t, capped at g (positions past the schedule's end reject), and emits the target's argmax after
 them, as trace replay (:mod:`specsim.acceptance.replay`) has it; so the prediction prices the same schedule
 (:meth:`SyntheticAcceptance.traces`) and a check compares passes, not acceptance. Decoding so is not lossless:
@@ -22,7 +22,7 @@ import numpy as np
 import torch
 
 from specsim.errors import SpecsimError
-from specsim.profile import Trace
+from specsim.profile_format import Trace
 
 
 @dataclass(frozen=True)

@@ -40,7 +40,7 @@ from calibrate.run.engine import (
 )
 from calibrate.run.timing import timed
 from calibrate.run.tree_proposal import TreeDrafter, TreeProposal, additive_mask, keep_cache
-from specsim.drafts.trees import TreeSpec, parse_tree
+from specsim.draft_shapes.trees import TreeSpec, parse_tree
 from specsim.errors import SpecsimError
 
 

@@ -11,7 +11,7 @@ from typing import Protocol
 
 import torch
 
-from specsim.drafts.trees import TreeSpec
+from specsim.draft_shapes.trees import TreeSpec
 from specsim.errors import SpecsimError
 
 

@@ -17,7 +17,7 @@ from calibrate.models import loading as M
 from calibrate.models.loaded_model import LoadedModel, image_token_count
 from calibrate.workload.prompt_sets import encode, load_prompts
 from specsim.errors import SpecsimError
-from specsim.profile import Provenance
+from specsim.profile_format import Provenance
 
 
 @dataclass
@@ -351,7 +351,7 @@ def check_plan_positions(models: dict, plan) -> None:
     """SpecsimError when a planned forward reaches past a model's maximum positions (its config's
     ``max_position_embeddings``): every γ block runs at every context (context + γ + 1 positions), and
     prefill over the prompt tokens."""
-    from specsim.drafts.trees import parse_tree
+    from specsim.draft_shapes.trees import parse_tree
 
     longest = {
         "--contexts/--verify-context/--gammas": max(plan.contexts_tokens) + max(plan.gammas) + 1,

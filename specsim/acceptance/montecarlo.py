@@ -153,8 +153,8 @@ def iid_beta_traces(alpha: float, positions: int, prompts: int = 1) -> list[np.n
 def simulate_tree_tokens(tree, acceptance, *, rng: np.random.Generator, blocks: int = 100_000) -> np.ndarray:
     """Tokens emitted by ``blocks`` simulated blocks of a token tree (bonus included), shape (blocks,).
 
-    Model of :mod:`specsim.drafts.trees`: at depth d the target's token has draft rank r with probability
-    acc[d-1, r] (the rest: no candidate has it), independently across depths; the block descends
+    Model of :mod:`specsim.draft_shapes.trees`: at depth d the target's token has draft rank r with
+    probability acc[d-1, r] (the rest: no candidate has it), independently across depths; the block descends
     into the child of that rank while there is one. The mean estimates ``expected_tokens(tree, acc)``.
     """
 

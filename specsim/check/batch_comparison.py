@@ -16,7 +16,7 @@ from specsim.check.comparison import ratio_halfwidth
 from specsim.errors import SpecsimError
 from specsim.predict.batch_pricing import price_batches
 from specsim.predict.pricing import RequestSpec
-from specsim.profile import CheckRow, MethodAcceptance, Profile
+from specsim.profile_format import CheckRow, MethodAcceptance, Profile
 
 
 @dataclass(frozen=True)

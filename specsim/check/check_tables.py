@@ -9,7 +9,7 @@ import numpy as np
 from specsim.check.comparison import TARGET_TERM, TERMS, relative_error
 from specsim.check.sampled import CI
 from specsim.errors import SpecsimError
-from specsim.profile import CheckRow
+from specsim.profile_format import CheckRow
 from specsim.report import fmt, format_table
 
 # A row's measured speedup is precise enough to judge a prediction when its 95% half-width is this small.

@@ -10,7 +10,7 @@ error can be judged against the noise of its measurement.
 
 Predicted: :func:`specsim.predict.pricing.price`, the pricing ``specsim predict`` prints, over the same
 prompts: each prompt's exact greedy schedule (its trace replayed at γ, or with a tree or a policy:
-:mod:`specsim.drafts.draft_plans`), its own prompt lengths and its vision and draft set-up. Textbook:
+:mod:`specsim.draft_shapes.draft_plans`), its own prompt lengths and its vision and draft set-up. Textbook:
 Leviathan et al.'s τ / (γ·c + 1) with τ from an i.i.d. α fitted at one reference γ.
 Relative error = (predicted − measured) / measured.
 """
@@ -21,11 +21,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from specsim.drafts.draft_plans import Draft, draft_gamma, draft_label
+from specsim.draft_shapes.draft_plans import Draft, draft_gamma, draft_label
 from specsim.errors import SpecsimError
 from specsim.predict.prediction import reference_tau, textbook_speedup
 from specsim.predict.pricing import TERMS, RequestSpec, price
-from specsim.profile import CheckRow, MethodAcceptance, Profile
+from specsim.profile_format import CheckRow, MethodAcceptance, Profile
 
 # The speedup's denominator has a term too: a target-only step (its block is one token), ms per step.
 TARGET_TERM = "target_step"

@@ -14,8 +14,8 @@ sampled draft was accepted with probability min(p_t(y_t), q_t(y_t)) / p_t(y_t) (
 falls back to one path, β_t on the target's greedy output (a warning says so: a sampled run follows its
 own tokens, whose acceptance can differ). Per prompt, a pool of simulated runs: draws m_t ~ Bernoulli
 over the run's length (:mod:`specsim.acceptance.montecarlo`), replayed into the engine's blocks
-(:func:`specsim.drafts.block_plans.greedy_plan`, γ capped at tokens left − 1), every block priced where it
-runs by the chain costs :func:`specsim.predict.pricing.price` composes
+(:func:`specsim.draft_shapes.block_plans.greedy_plan`, γ capped at tokens left − 1), every block priced where
+it runs by the chain costs :func:`specsim.predict.pricing.price` composes
 (:func:`specsim.predict.chain_costs.block_ms`). A *replicate* of the measurement first resamples the prompt's
 K paths with replacement (so the interval carries the error of estimating acceptance from K paths: the
 measured runs follow other paths), then draws, for every run actually made (prompt p, n tokens), one simulated
@@ -45,11 +45,11 @@ from specsim.acceptance.theory import tau_iid
 from specsim.check.comparison import PromptSpec, compared_row
 from specsim.check.sampled_runs import SampledMeasured, acceptance_paths, replicate_runs
 from specsim.costs.grid_pass_cost import GridPassCost
-from specsim.drafts.block_plans import BlockPlan, greedy_plan
+from specsim.draft_shapes.block_plans import BlockPlan, greedy_plan
 from specsim.errors import SpecsimError
 from specsim.predict.chain_costs import block_ms, sd_request_cost, target_request_cost
 from specsim.predict.pricing import TERMS, setup_ms, target_only
-from specsim.profile import CheckRow, MethodAcceptance, Profile
+from specsim.profile_format import CheckRow, MethodAcceptance, Profile
 
 CI = 0.95
 POOL_RUNS = 256  # simulated runs per prompt and run length (at least 32 per sampled path)

@@ -15,7 +15,7 @@ import numpy as np
 from specsim.check.comparison import RequestRun, ratio_halfwidth
 from specsim.errors import SpecsimError, warn
 from specsim.predict.pricing import TERMS
-from specsim.profile import MethodAcceptance, Trace
+from specsim.profile_format import MethodAcceptance, Trace
 
 # An SD run carries the timing noise of one run, the target-only side of a round the mean of two:
 # var(ratio) ≈ σ² + σ²/2 = 3·(σ²/2), so the ratio's half-width is √3 × the target-only mean's.

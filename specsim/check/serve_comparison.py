@@ -8,8 +8,8 @@ positions) and the tokens it emitted; the loop's scheduler (at most ``max_num_se
 a token budget no step reaches); each request's acceptance replayed from its prompt's greedy trace
 (:class:`specsim.serve.speculation.ReplayAcceptance`); every step priced from the profile
 (:class:`specsim.serve.profile_cost.ProfileStepCost`, with the drafting method's prompt and set-up). A row
-compares :data:`specsim.profile.SERVE_METRICS`, measured as the mean over rounds (the same arrivals each
-round) with its relative 95% half-width.
+compares :data:`specsim.profile_format.SERVE_METRICS`, measured as the mean over rounds (the same arrivals
+each round) with its relative 95% half-width.
 """
 
 from __future__ import annotations
@@ -21,9 +21,9 @@ import numpy as np
 
 from specsim.costs.grid_pass_cost import GridPassCost
 from specsim.costs.pass_cost import TARGET
-from specsim.drafts.policies import GammaPolicy
+from specsim.draft_shapes.policies import GammaPolicy
 from specsim.errors import SpecsimError
-from specsim.profile import SERVE_METRICS, MethodAcceptance, Profile, ServeCheckRow
+from specsim.profile_format import SERVE_METRICS, MethodAcceptance, Profile, ServeCheckRow
 from specsim.serve.arrivals import Requests
 from specsim.serve.metrics import ServeMetrics, summarize
 from specsim.serve.profile_cost import ProfileStepCost

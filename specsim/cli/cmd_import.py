@@ -11,7 +11,7 @@ from specsim.engines.imported import EngineImport, add_to_profile, import_sglang
 from specsim.errors import SpecsimError
 from specsim.jsonio import check_writable, dumps_json
 from specsim.predict.tau_at_gamma import tau_with_source
-from specsim.profile import MethodAcceptance
+from specsim.profile_format import MethodAcceptance
 from specsim.report import fmt, format_table
 
 _DESC = (

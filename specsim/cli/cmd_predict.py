@@ -10,7 +10,7 @@ from specsim.errors import SpecsimError
 from specsim.jsonio import dumps_json
 from specsim.predict.prediction import Prediction, predict
 from specsim.predict.sweep import sweep
-from specsim.profile import MethodAcceptance, Profile
+from specsim.profile_format import MethodAcceptance, Profile
 from specsim.profiles import DEFAULT_PROFILE, load_profile
 from specsim.report import fmt, format_table, parse_int, parse_int_list
 
@@ -125,8 +125,8 @@ def _draft_args(p: argparse.ArgumentParser) -> None:
 
 
 def _drafts(args) -> list:
-    from specsim.drafts.policies import parse_policy
-    from specsim.drafts.trees import parse_tree
+    from specsim.draft_shapes.policies import parse_policy
+    from specsim.draft_shapes.trees import parse_tree
 
     return [parse_tree(t) for t in args.tree or []] + [parse_policy(p) for p in args.policy or []]
 
@@ -240,14 +240,14 @@ def cmd_predict(args) -> int:
         return 0
     print(_header(profile))
     print(f"gamma = {gamma}" + ("  (textbook: v = 1, i.i.d. alpha)" if args.textbook else ""))
-    walked = any(r.o is not None for r in rows)
+    with_overhead = any(r.o is not None for r in rows)
     columns = [  # (header, cell); a column no row has a value for is left out
         ("method", lambda r: r.method),
         ("tau", lambda r: fmt(r.tau) + _marks(r)[0]),
         ("c", lambda r: fmt(r.c)),
         ("v", lambda r: fmt(r.v)),
         ("o", lambda r: fmt(r.o)),
-        ("g*c+v+o" if walked else "g*c+v", lambda r: fmt(r.gamma_c_plus_v)),
+        ("g*c+v+o" if with_overhead else "g*c+v", lambda r: fmt(r.gamma_c_plus_v)),
         ("speedup", lambda r: (fmt(r.speedup, 2) + _marks(r)[1]) if r.speedup is not None else "n/a"),
         ("tok/s", lambda r: fmt(r.tokens_per_s, 1)),
     ]
@@ -273,7 +273,7 @@ def cmd_predict(args) -> int:
             f"{ratio.derivation}. So the speedups of the methods it was derived from restate the paper's; "
             "every other speedup is derived (tau / g*c+v)."
         )
-    if walked:
+    if with_overhead:
         print(
             "o: the engine's overhead per block outside the models, in units of Tp; c, v, o are averages "
             "over each request's walk from its prompt to prompt + new tokens"

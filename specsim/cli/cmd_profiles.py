@@ -8,7 +8,7 @@ import sys
 from specsim.check.check_tables import summary
 from specsim.errors import SpecsimError
 from specsim.jsonio import dumps_json
-from specsim.profile import Profile
+from specsim.profile_format import Profile
 from specsim.profiles import DEFAULT_PROFILE, load_profile, shipped_profiles
 
 

@@ -33,7 +33,7 @@ from specsim.hardware.model_resolution import load_model_spec
 from specsim.hardware.runtime import DEFAULT_RUNTIMES, load_runtime
 from specsim.jsonio import check_writable, dumps_json, show, write_json_atomic, write_text_atomic
 from specsim.presets import pair_models
-from specsim.profile import MethodAcceptance, Profile
+from specsim.profile_format import MethodAcceptance, Profile
 from specsim.profiles import load_profile
 from specsim.report import fmt, format_table, parse_int_list
 from specsim.validation.regime_error import regime_errors

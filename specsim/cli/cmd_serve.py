@@ -13,7 +13,7 @@ import numpy as np
 from specsim.bounds import number_arg
 from specsim.cli.model_options import add_image_size, image_size
 from specsim.cli.progress import ProgressBar
-from specsim.drafts.policies import GammaPolicy, parse_batch_ranges
+from specsim.draft_shapes.policies import GammaPolicy, parse_batch_ranges
 from specsim.errors import SpecsimError
 from specsim.hardware.device import load_device
 from specsim.hardware.plan_inputs import device_runtimes, resolve_models, split_mode

@@ -1,10 +1,10 @@
-"""Passes priced from a profile's measured grids (:mod:`specsim.profile.cost_model`): this project's engines,
-another engine's profile or a GPU's, whichever measured them.
+"""Passes priced from a profile's measured grids (:mod:`specsim.profile_format.cost_model`): this project's
+engines, another engine's profile or a GPU's, whichever measured them.
 
 Two engines' grids: one request's (``CostModel``: the batch axis is the draft's batch, an ensemble's
-members) and, where ``batched`` is given, the batched engine's (:mod:`specsim.profile.batched_cost`: the
-batch axis is the requests in the pass, the context axis the padded cache width), which then price every
-pass but the prefills. Reading a grid: :func:`specsim.profile.cost_grid.grid_ms` (linear, flagged
+members) and, where ``batched`` is given, the batched engine's (:mod:`specsim.profile_format.batched_cost`:
+the batch axis is the requests in the pass, the context axis the padded cache width), which then price every
+pass but the prefills. Reading a grid: :func:`specsim.profile_format.cost_grid.grid_ms` (linear, flagged
 extrapolation along context; prompts' prefill grids along rows).
 """
 
@@ -16,10 +16,10 @@ import numpy as np
 
 from specsim.costs.pass_cost import DRAFT, FIRST, PREFILL, STEP, TARGET, TREE, UNPADDED, PassMs
 from specsim.errors import SpecsimError
-from specsim.profile import LatencySection
-from specsim.profile.batched_cost import BatchedCosts
-from specsim.profile.cost_grid import CostGrid, grid_ms
-from specsim.profile.cost_model import CostModel
+from specsim.profile_format import LatencySection
+from specsim.profile_format.batched_cost import BatchedCosts
+from specsim.profile_format.cost_grid import CostGrid, grid_ms
+from specsim.profile_format.cost_model import CostModel
 
 # (role, kind, more than one row) -> (CostModel field, name in errors)
 _REQUEST = {
@@ -112,7 +112,8 @@ class GridPassCost:
 
     @property
     def sampling(self):
-        """What drawing tokens at T > 0 adds (:class:`specsim.profile.sampling_cost.SamplingCost`; None:
+        """What drawing tokens at T > 0 adds (:class:`specsim.profile_format.sampling_cost.SamplingCost`;
+        None:
         not measured)."""
         return self.model.sampling
 

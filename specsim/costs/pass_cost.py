@@ -42,7 +42,7 @@ class PassCost(Protocol):
         ...
 
     def tree_overhead_ms(self, tree, batch=1, width=0.0) -> float:
-        """Work outside the models per token-tree block (a :class:`specsim.drafts.trees.TreeSpec`)."""
+        """Work outside the models per token-tree block (a :class:`specsim.draft_shapes.trees.TreeSpec`)."""
         ...
 
     def step_overhead_ms(self, batch=1) -> float:
@@ -61,7 +61,7 @@ class PassCost(Protocol):
     @property
     def sampling(self):
         """What drawing tokens at T > 0 adds per draft, per target step and per block's acceptance
-        (:class:`specsim.profile.sampling_cost.SamplingCost`; None: greedy costs)."""
+        (:class:`specsim.profile_format.sampling_cost.SamplingCost`; None: greedy costs)."""
         ...
 
     def measured_rows(self, role: str, kind: str = STEP) -> tuple[int, ...] | None:

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from specsim.engines import sglang, vllm
 from specsim.errors import SpecsimError
-from specsim.profile import MethodAcceptance, Profile, Provenance
+from specsim.profile_format import MethodAcceptance, Profile, Provenance
 from specsim.profiles import load_profile, save_profile
 
 NOT_REPORTED = "not reported by the engine"

@@ -22,7 +22,7 @@ from specsim.hardware.plan_notes import V_BELOW_ONE, image_tokens_note, v_below_
 from specsim.hardware.roofline import USABLE_MEMORY_FRACTION, Efficiency
 from specsim.hardware.runtime import Runtime
 from specsim.predict.acceptance_source import DEFAULT_GAMMAS, MethodTau
-from specsim.profile import MethodAcceptance
+from specsim.profile_format import MethodAcceptance
 
 DEFAULT_SHOWN_BATCHES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 # γ the CLI tries by default where τ past K is exact (replayed traces): the hardware planner's range (1..8).

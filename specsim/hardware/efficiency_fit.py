@@ -27,7 +27,7 @@ from specsim.hardware.model import ModelSpec
 from specsim.hardware.roofline import Efficiency
 from specsim.hardware.roofline_pass_cost import RooflinePassCost
 from specsim.hardware.runtime import PARAM_BOUNDS, Runtime
-from specsim.profile import LatencySection
+from specsim.profile_format import LatencySection
 
 PARAMS = ("compute", "memory", "overhead_ms", "overhead_ms_per_layer")
 RUNTIME_PARAMS = tuple(PARAM_BOUNDS)

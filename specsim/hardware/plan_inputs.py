@@ -24,7 +24,7 @@ from specsim.hardware.model_resolution import load_model_spec
 from specsim.hardware.runtime import DEFAULT_RUNTIMES, Runtime, load_runtime
 from specsim.predict.acceptance_source import method_entries
 from specsim.presets import pair_models, profile_pair
-from specsim.profile import Profile
+from specsim.profile_format import Profile
 from specsim.profiles import load_profile
 
 DEFAULT_PAIR = "llava-1.5-7b-68m"
@@ -223,7 +223,7 @@ def best_trees(
     profile's top-k traces."""
     if tp > 1:
         raise SpecsimError("--trees: several GPUs per replica are not modelled for token trees (use --tp 1)")
-    from specsim.drafts.trees import rank_acceptance_iid
+    from specsim.draft_shapes.trees import rank_acceptance_iid
     from specsim.hardware.tree_plan import TreeMethod, plan_trees, tree_methods
 
     if alpha is not None:

@@ -23,7 +23,7 @@ from specsim.hardware.plan_inputs import (
     split_mode,
 )
 from specsim.predict.acceptance_source import tau_methods
-from specsim.profile import Profile
+from specsim.profile_format import Profile
 from specsim.report import parse_int, parse_int_lists
 
 DEFAULT_CONTEXTS = (1024, 4096, 8192)

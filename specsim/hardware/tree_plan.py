@@ -6,9 +6,9 @@ is a decode step and its level pass ℓ ≥ 1 a forward over the level's m_ℓ e
 k-member ensemble, on the draft's context plus the nodes fed before it); Tv(n) is the target's forward over
 n+1 rows; the runtime adds its per-block overhead and its extra draft forwards per block (decode steps).
 τ(tree) comes from per-rank acceptance
-(:func:`specsim.drafts.trees.expected_tokens`, the same acceptance at every depth). Candidates are the optimal
-trees (:func:`specsim.drafts.tree_search.optimal_trees`) of every size n ≤ n_max and depth bound ≤ max_depth,
-chains included, so the best chain under the same acceptance model is found too; speedup =
+(:func:`specsim.draft_shapes.trees.expected_tokens`, the same acceptance at every depth). Candidates are the
+optimal trees (:func:`specsim.draft_shapes.tree_search.optimal_trees`) of every size n ≤ n_max and depth bound
+≤ max_depth, chains included, so the best chain under the same acceptance model is found too; speedup =
 τ·Tp / block ms, the decode phase as in :mod:`specsim.hardware.plan`.
 """
 
@@ -20,7 +20,7 @@ import numpy as np
 
 from specsim.acceptance.theory import block_speedup
 from specsim.costs.pass_cost import DRAFT, FIRST, TARGET, TREE
-from specsim.drafts.trees import TreeSpec, chain_tree, draft_pass_rows, expected_tokens
+from specsim.draft_shapes.trees import TreeSpec, chain_tree, draft_pass_rows, expected_tokens
 from specsim.errors import SpecsimError
 from specsim.hardware.device import Device
 from specsim.hardware.model import ModelSpec
@@ -66,7 +66,7 @@ def candidate_trees(acceptance, n_max: int = 64, max_depth: int = 10, gamma_max:
     """The optimal trees of every size ≤ ``n_max`` for every depth bound ≤ ``max_depth`` (sizes up to what
     K candidates per node allow at that depth), and the chains of γ ≤ ``gamma_max``; distinct, chains
     first."""
-    from specsim.drafts.tree_search import optimal_trees
+    from specsim.draft_shapes.tree_search import optimal_trees
 
     k = np.asarray(acceptance).shape[-1]
     seen = {chain_tree(g).parents: chain_tree(g) for g in range(1, gamma_max + 1)}
@@ -169,8 +169,8 @@ def _rows(device: str, method: str, trees, tau, speedups, tp, chains, b, ctx) ->
 # --------------------------------------------------------------------------- inputs and text
 def tree_methods(entries, *, ranks: int = 8) -> list[TreeMethod]:
     """Per-rank acceptance of profile entries from their top-k traces
-    (:func:`specsim.drafts.tree_replay.rank_acceptance`)."""
-    from specsim.drafts.tree_replay import rank_acceptance
+    (:func:`specsim.draft_shapes.tree_replay.rank_acceptance`)."""
+    from specsim.draft_shapes.tree_replay import rank_acceptance
 
     out = []
     for e in entries:
@@ -221,7 +221,7 @@ def tree_plan_text(rows: list[TreePlanRow]) -> str:
 # --------------------------------------------------------------------------- replayed schedules on a device
 def _block_ms(cost: RooflinePassCost, plan, batch: int, context: float, k: int) -> float:
     """Σ over a plan's blocks of its roofline ms (see :func:`replay_speedup`)."""
-    from specsim.drafts.draft_plans import TreePlan
+    from specsim.draft_shapes.draft_plans import TreePlan
 
     tp = float(cost.pass_ms(TARGET, 1, context, batch).ms)
     tq = float(cost.pass_ms(DRAFT, 1, context, batch * k).ms)
@@ -259,9 +259,10 @@ def replay_speedup(
     draft_batch_size: int = 1,
 ) -> float:
     """Decode-phase speedup on a device of replayed schedules (chain or policy
-    :class:`specsim.drafts.block_plans.BlockPlan`, tree :class:`specsim.drafts.draft_plans.TreePlan`) at one
-    context: tokens·Tp / Σ blocks, a block being its draft passes (the root over its 1 or 2 rows, each level
-    pass over its m rows with their logits), its verification Tv over its drafts + 1 rows and the runtime's
+    :class:`specsim.draft_shapes.block_plans.BlockPlan`, tree
+    :class:`specsim.draft_shapes.draft_plans.TreePlan`) at one context: tokens·Tp / Σ blocks, a block being
+    its draft passes (the root over its 1 or 2 rows, each level pass over its m rows with their logits), its
+    verification Tv over its drafts + 1 rows and the runtime's
     per-block overhead."""
     cost = RooflinePassCost(target, draft, dev, eff)
     tp = float(cost.pass_ms(TARGET, 1, context, batch).ms)

@@ -12,7 +12,7 @@ from specsim.acceptance.theory import tau_iid
 from specsim.errors import SpecsimError, warn
 from specsim.predict.tau_at_gamma import tau_with_source
 from specsim.presets import pair_profile
-from specsim.profile import MethodAcceptance, Profile
+from specsim.profile_format import MethodAcceptance, Profile
 from specsim.profiles import DEFAULT_PROFILE, load_profile, shipped_profiles
 
 DEFAULT_GAMMAS = tuple(range(1, 9))

@@ -5,8 +5,8 @@ every request (the draft at batch B), verifies B × (g+1) rows in one target pas
 its own prefix. Under greedy decoding a request emits in the batch exactly what it emits alone (a block's g
 is min(γ, the most tokens any running request has left − 1) ≥ its own, and what it emits is cut at its own
 end), so each request's blocks are its trace's greedy schedule
-(:func:`specsim.drafts.draft_plans.draft_plan`) and the batch runs until its longest schedule ends. Each
-block is priced where it runs (:mod:`specsim.profile.batched_cost`):
+(:func:`specsim.draft_shapes.draft_plans.draft_plan`) and the batch runs until its longest schedule ends. Each
+block is priced where it runs (:mod:`specsim.profile_format.batched_cost`):
 
 - the cache width: the longest prompt P, then g₀ columns of the first block, then g + 1 per block whatever
   was accepted (rejected drafts stay, masked); the draft's: its longest prompt D, then g₀ − 1, then per block
@@ -31,10 +31,10 @@ import numpy as np
 
 from specsim.costs.grid_pass_cost import GridPassCost
 from specsim.costs.pass_cost import TARGET, UNPADDED, PassCost, draft_steps_ms
-from specsim.drafts.draft_plans import draft_plan
+from specsim.draft_shapes.draft_plans import draft_plan
 from specsim.errors import SpecsimError
 from specsim.predict.pricing import RequestSpec
-from specsim.profile import MethodAcceptance, Profile
+from specsim.profile_format import MethodAcceptance, Profile
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,7 @@ runs.
 
 A request's context grows from its prompt P to P + N as it decodes, and each forward costs what it
 costs at its own rows, context and batch. So a prediction lists the blocks (a
-:class:`specsim.drafts.block_plans.BlockPlan`) and prices each pass where it runs, in the engine's cache
+:class:`specsim.draft_shapes.block_plans.BlockPlan`) and prices each pass where it runs, in the engine's cache
 convention (the calibrate half's engine, ARCHITECTURE.md):
 
 - target-only step k feeds 1 row on a cache of P − 1 + k positions;
@@ -26,7 +26,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from specsim.costs.pass_cost import DRAFT, FIRST, PREFILL, TARGET, PassCost
-from specsim.drafts.block_plans import BlockPlan
+from specsim.draft_shapes.block_plans import BlockPlan
 
 
 @dataclass(frozen=True)

@@ -2,16 +2,16 @@
 (``specsim predict --tree/--policy/--best-tree``, ``specsim sweep --tree/--policy``).
 
 Every row is the decode phase walked through the cost model over each traced request's exact greedy
-schedule (:func:`specsim.drafts.draft_plans.draft_plan`), as :func:`specsim.predict.prediction.predict_entry`
-walks a fixed γ: every block priced at its own rows, context and batch as if the prompt were cached; speedup =
-target-only ms / speculative ms over the same tokens.
+schedule (:func:`specsim.draft_shapes.draft_plans.draft_plan`), as
+:func:`specsim.predict.prediction.predict_entry` walks a fixed γ: every block priced at its own rows, context
+and batch as if the prompt were cached; speedup = target-only ms / speculative ms over the same tokens.
 
 The best tree (:func:`best_tree_for`) is Sequoia's hardware-aware choice (Chen et al. 2024;
-:func:`specsim.drafts.tree_search.best_tree`): over the optimal trees of every size n ≤ n_max and depth ≤
-max_depth, the most expected tokens per ms, with τ(tree) from the per-rank acceptance measured on the
-traces (:func:`specsim.drafts.tree_replay.rank_acceptance`, the same at every depth) and the block's ms from
-the tree grids at the requests' mean context. Its row then reports the exact replayed τ and walked speedup,
-which can differ from the search's estimate: the search assumes acceptance independent across depths.
+:func:`specsim.draft_shapes.tree_search.best_tree`): over the optimal trees of every size n ≤ n_max and depth
+≤ max_depth, the most expected tokens per ms, with τ(tree) from the per-rank acceptance measured on the
+traces (:func:`specsim.draft_shapes.tree_replay.rank_acceptance`, the same at every depth) and the block's ms
+from the tree grids at the requests' mean context. Its row then reports the exact replayed τ and walked
+speedup, which can differ from the search's estimate: the search assumes acceptance independent across depths.
 """
 
 from __future__ import annotations
@@ -22,13 +22,13 @@ import numpy as np
 
 from specsim.costs.grid_pass_cost import GridPassCost
 from specsim.costs.pass_cost import TARGET, TREE
-from specsim.drafts.draft_plans import Draft
-from specsim.drafts.trees import TreeSpec
+from specsim.draft_shapes.draft_plans import Draft
+from specsim.draft_shapes.trees import TreeSpec
 from specsim.errors import SpecsimError
 from specsim.predict.prediction import Prediction, predict_entry
 from specsim.predict.pricing import request_specs
 from specsim.predict.tree_costs import tree_block_ms
-from specsim.profile import MethodAcceptance, Profile
+from specsim.profile_format import MethodAcceptance, Profile
 from specsim.report import fmt, format_table
 
 BEST_TREE_MAX_DEPTH = 10  # draft passes per block searched; deeper trees cost more passes than they gain
@@ -54,10 +54,10 @@ def best_tree_for(
     ranks: int = BEST_TREE_RANKS,
     context_tokens=None,
 ):
-    """(the :class:`specsim.drafts.tree_search.TreeChoice` with the most τ per block ms, its
+    """(the :class:`specsim.draft_shapes.tree_search.TreeChoice` with the most τ per block ms, its
     :class:`Prediction`)."""
-    from specsim.drafts.tree_replay import rank_acceptance
-    from specsim.drafts.tree_search import best_tree
+    from specsim.draft_shapes.tree_replay import rank_acceptance
+    from specsim.draft_shapes.tree_search import best_tree
 
     cost = GridPassCost.request(profile.latency)
     measured = cost.measured_rows(TARGET, TREE)  # n + 1 rows per measured tree verification

@@ -18,11 +18,11 @@ from dataclasses import asdict, dataclass, replace
 import numpy as np
 
 from specsim.acceptance.theory import alpha_from_tau, speedup, tau_from_histogram, tau_iid
-from specsim.drafts.draft_plans import Draft, draft_gamma, draft_label
+from specsim.draft_shapes.draft_plans import Draft, draft_gamma, draft_label
 from specsim.errors import SpecsimError
 from specsim.predict.pricing import Priced, price, request_specs
 from specsim.predict.tau_at_gamma import check_gamma, tau_with_source
-from specsim.profile import BlockCost, MethodAcceptance, Profile
+from specsim.profile_format import BlockCost, MethodAcceptance, Profile
 
 NO_TIMINGS = "the profile gives gamma*c+v as a published ratio, without latency timings"
 WALK_NOTE = "cost model: every forward priced at its own rows, context and batch along each request"

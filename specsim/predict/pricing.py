@@ -25,13 +25,13 @@ from specsim.acceptance.replay import replay_survival
 from specsim.acceptance.theory import alpha_from_tau
 from specsim.costs.grid_pass_cost import GridPassCost
 from specsim.costs.pass_cost import PassCost
-from specsim.drafts.block_plans import expected_plan
-from specsim.drafts.draft_plans import Draft, draft_plan
+from specsim.draft_shapes.block_plans import expected_plan
+from specsim.draft_shapes.draft_plans import Draft, draft_plan
 from specsim.errors import SpecsimError
 from specsim.predict.chain_costs import RequestCost, target_request_cost
 from specsim.predict.tau_at_gamma import tau_with_source
 from specsim.predict.tree_costs import plan_cost
-from specsim.profile import MethodAcceptance, Profile, Trace
+from specsim.profile_format import MethodAcceptance, Profile, Trace
 
 # Output length of a request when neither traces nor the caller say (the zoo and reference workloads use 64).
 DEFAULT_NEW_TOKENS = 64

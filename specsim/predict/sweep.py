@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from specsim.predict.prediction import Prediction, predict_entry
-from specsim.profile import Profile
+from specsim.profile_format import Profile
 
 
 @dataclass(frozen=True)

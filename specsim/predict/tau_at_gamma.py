@@ -1,7 +1,7 @@
 """τ at γ for one acceptance entry, from the most direct evidence it holds (IbED, Lee et al. 2024, Eq. 1).
 
-Greedy traces replayed at γ (exact; an adaptive ensemble's through :mod:`specsim.drafts.adaptive`), else τ or
-the histogram measured at this γ, or (an entry recorded as a histogram at K, no separate τ, e.g. imported
+Greedy traces replayed at γ (exact; an adaptive ensemble's through :mod:`specsim.draft_shapes.adaptive`), else
+τ or the histogram measured at this γ, or (an entry recorded as a histogram at K, no separate τ, e.g. imported
 engine counters) the survival read off it for γ ≤ K (exact), else an i.i.d. extrapolation through α(τ) from
 the measured γ, always flagged as such.
 """
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from specsim.acceptance.theory import alpha_from_tau, tau_from_histogram, tau_from_histogram_at, tau_iid
 from specsim.errors import SpecsimError
-from specsim.profile import MethodAcceptance
+from specsim.profile_format import MethodAcceptance
 
 
 def check_gamma(gamma) -> int:
@@ -29,7 +29,7 @@ def tau_at(entry: MethodAcceptance, gamma: int) -> tuple[float, bool]:
 def tau_with_source(entry: MethodAcceptance, gamma: int) -> tuple[float, str]:
     """(τ at γ, where it came from: 'replay', 'measured', 'histogram[ at gamma=K]' or 'iid from gamma=K')."""
     gamma = check_gamma(gamma)
-    from specsim.drafts.adaptive import adaptive_traces, replay_at
+    from specsim.draft_shapes.adaptive import adaptive_traces, replay_at
 
     if adaptive_traces(entry.traces) is not None:  # an adaptive ensemble: weights re-run block by block
         return replay_at(entry.traces, gamma)[0], "replay"

@@ -17,9 +17,9 @@ prompt D:
 
 ``fused=False`` prices the decode phase alone: no prefill, every block's root pass as a 1- or 2-row step,
 as :func:`specsim.predict.chain_costs.sd_request_cost` does for chains. Plans come from exact greedy replay
-(:mod:`specsim.drafts.tree_replay`, :mod:`specsim.drafts.policies`) with every block's drafting capped at the
-request's max new tokens as the engines cap it; a policy's blocks are chain blocks of varying γ, priced by
-:func:`specsim.predict.chain_costs.sd_request_cost`.
+(:mod:`specsim.draft_shapes.tree_replay`, :mod:`specsim.draft_shapes.policies`) with every block's drafting
+capped at the request's max new tokens as the engines cap it; a policy's blocks are chain blocks of varying γ,
+priced by :func:`specsim.predict.chain_costs.sd_request_cost`.
 """
 
 from __future__ import annotations
@@ -29,9 +29,9 @@ from collections import defaultdict
 import numpy as np
 
 from specsim.costs.pass_cost import DRAFT, FIRST, PREFILL, STEP, TARGET, TREE, PassCost
-from specsim.drafts.block_plans import BlockPlan
-from specsim.drafts.draft_plans import TreeBlockPlan, TreePlan
-from specsim.drafts.trees import TreeSpec, draft_pass_rows
+from specsim.draft_shapes.block_plans import BlockPlan
+from specsim.draft_shapes.draft_plans import TreeBlockPlan, TreePlan
+from specsim.draft_shapes.trees import TreeSpec, draft_pass_rows
 from specsim.predict.chain_costs import RequestCost, sd_request_cost
 
 

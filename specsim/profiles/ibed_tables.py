@@ -15,7 +15,7 @@ from importlib import resources
 
 import numpy as np
 
-from specsim.profile import BlockCost, LatencySection, MethodAcceptance, Profile, Provenance
+from specsim.profile_format import BlockCost, LatencySection, MethodAcceptance, Profile, Provenance
 from specsim.profiles import PROFILES_DIR, save_profile
 
 CITATION = (

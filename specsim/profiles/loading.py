@@ -1,7 +1,7 @@
 """Profiles on disk: the shipped ones, resolving a name or path, loading with validation, saving atomically.
 
-Loading checks the contract (:mod:`specsim.profile`) and then that every entry's τ and histogram are what
-its greedy traces replay to at its γ (:func:`check_traces_agree`): predictions use the traces first, so a
+Loading checks the contract (:mod:`specsim.profile_format`) and then that every entry's τ and histogram are
+what its greedy traces replay to at its γ (:func:`check_traces_agree`): predictions use the traces first, so a
 disagreement would silently ignore an edit.
 """
 
@@ -12,10 +12,10 @@ import os
 from dataclasses import replace
 from pathlib import Path
 
-from specsim.drafts.adaptive import replay_at
+from specsim.draft_shapes.adaptive import replay_at
 from specsim.errors import SpecsimError
 from specsim.jsonio import check_regular_file, read_json, show, write_json_atomic
-from specsim.profile import TAU_TOLERANCE, Profile
+from specsim.profile_format import TAU_TOLERANCE, Profile
 
 PROFILES_DIR = Path(__file__).parent
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from specsim.drafts.policies import GammaPolicy
+from specsim.draft_shapes.policies import GammaPolicy
 from specsim.errors import SpecsimError
 from specsim.hardware.batch_limit import paying_range
 from specsim.serve.arrivals import Requests, arrivals, uniform_requests

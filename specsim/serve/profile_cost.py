@@ -1,6 +1,6 @@
 """A serving step priced from a measured profile (:class:`specsim.serve.step_cost.StepCost`): the batched
-engine's grids of this machine (:mod:`specsim.profile.batched_cost`) for decode steps, the profile's prefill
-grids and vision encoder for prompts.
+engine's grids of this machine (:mod:`specsim.profile_format.batched_cost`) for decode steps, the profile's
+prefill grids and vision encoder for prompts.
 
 Decode rows of a step run as one padded batch, as the batched engine runs them: every sequence attends over
 the longest one's cache (the grids' cache width), so a step is read at width = max(context) and B = the
@@ -21,7 +21,7 @@ position, a caption replaces them with fewer, multimodal keeps them), read from 
 (target prompt − draft prompt, per image); the draft's vision encoder (``draft_vision``) and a caption per
 image (``captioner_ms_per_image``) are added to the draft's prefill, as
 :func:`specsim.predict.pricing.setup_ms` adds them to a request. A prompt's images go through an encoder in
-one call (:meth:`specsim.profile.LatencySection.vision_ms`), priced with the prompt's prefill chunk.
+one call (:meth:`specsim.profile_format.LatencySection.vision_ms`), priced with the prompt's prefill chunk.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ import numpy as np
 from specsim.costs.grid_pass_cost import GridPassCost
 from specsim.costs.pass_cost import DRAFT, PREFILL, TARGET, draft_steps_ms
 from specsim.errors import SpecsimError
-from specsim.profile import MethodAcceptance, Profile
+from specsim.profile_format import MethodAcceptance, Profile
 from specsim.serve.step_cost import chunk_images
 
 

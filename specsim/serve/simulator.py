@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from specsim.drafts.policies import GammaPolicy
+from specsim.draft_shapes.policies import GammaPolicy
 from specsim.errors import SpecsimError
 from specsim.serve.arrivals import Requests
 from specsim.serve.scheduler import SchedulerConfig, schedule_step

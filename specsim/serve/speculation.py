@@ -1,6 +1,6 @@
 """Speculative decoding per serving step: how many drafts (γ policy) and how many are accepted.
 
-γ per step: :class:`specsim.drafts.policies.GammaPolicy` keyed on the step's decode batch B (running
+γ per step: :class:`specsim.draft_shapes.policies.GammaPolicy` keyed on the step's decode batch B (running
 requests past their prefill): a fixed γ (``num_speculative_tokens``; 0 is target-only decoding), ranges
 ``((lo, hi, γ), ...)`` as vLLM's ``num_speculative_tokens_per_batch_size``, SD off from a batch size up as
 vLLM V0's ``speculative_disable_by_batch_size``.
@@ -102,7 +102,8 @@ class ReplayAcceptance:
 
 
 def replay_of(entry) -> ReplayAcceptance:
-    """Replay of a profile entry's greedy traces (a :class:`specsim.profile.MethodAcceptance`): request i
+    """Replay of a profile entry's greedy traces (a :class:`specsim.profile_format.MethodAcceptance`): request
+    i
     follows traced prompt i mod n; SpecsimError when the entry has none."""
     matches = [t.match for t in entry.traces if t.match is not None]
     if not matches:

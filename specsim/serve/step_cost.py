@@ -14,7 +14,8 @@ step_ms = encoder_ms + draft_ms + target_step_ms + overhead_ms (:func:`step_ms`)
 
 ``since_admission``: steps since the last step that admitted a request (0: this one; None: long after). A
 measured profile prices a pass by it, since a real loop's passes run slower for a few steps after prompts were
-prefilled between them (:class:`specsim.profile.batched_cost.ServerLoopCosts`); the roofline ignores it.
+prefilled between them (:class:`specsim.profile_format.batched_cost.ServerLoopCosts`); the roofline ignores
+it.
 
 A prefill chunk is ``(tokens, context_tokens, images)``: ``tokens`` new prompt positions (image positions
 included) over ``context_tokens`` prompt positions already in the cache, and the images it encodes

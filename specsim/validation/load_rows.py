@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass, replace
 import numpy as np
 
 from specsim.acceptance.theory import alpha_from_tau
-from specsim.drafts.policies import GammaPolicy
+from specsim.draft_shapes.policies import GammaPolicy
 from specsim.hardware.batch_limit import paying_range
 from specsim.hardware.runtime import Runtime
 from specsim.serve.compare import TARGET_ONLY, ServeSetup, Workload, served

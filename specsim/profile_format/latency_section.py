@@ -1,7 +1,7 @@
 """The profile's latency section: measured tables (ms), a γ·c + v ratio, and the forward-cost model.
 
 Every section with timings has a cost model: schema 2 measures one; a schema-1 section's 1-D tables
-become a one-context one when it is built (:mod:`specsim.profile.table_cost_model`), not written back.
+become a one-context one when it is built (:mod:`specsim.profile_format.table_cost_model`), not written back.
 A section with only a published ratio (``block_cost``) has none: :attr:`LatencySection.published_ratio`.
 """
 
@@ -37,9 +37,9 @@ from specsim.jsonio import (
 from specsim.jsonio import (
     show as _show,
 )
-from specsim.profile.cost_model import CostModel
-from specsim.profile.provenance import Provenance
-from specsim.profile.table_cost_model import TABLES_INTERPOLATION, tables_cost_model
+from specsim.profile_format.cost_model import CostModel
+from specsim.profile_format.provenance import Provenance
+from specsim.profile_format.table_cost_model import TABLES_INTERPOLATION, tables_cost_model
 
 
 @dataclass(frozen=True)

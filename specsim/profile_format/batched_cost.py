@@ -40,8 +40,8 @@ import numpy as np
 
 from specsim.errors import SpecsimError
 from specsim.jsonio import check_keys, field_int, field_list, field_num, field_req, field_str, show
-from specsim.profile.cost_grid import CostGrid
-from specsim.profile.overhead_grid import OverheadGrid
+from specsim.profile_format.cost_grid import CostGrid
+from specsim.profile_format.overhead_grid import OverheadGrid
 
 BATCHED_GRIDS = ("target_decode", "target_verify", "draft_step")
 OPTIONAL_GRIDS = ("target_decode_unpadded", "draft_first_step")

@@ -24,11 +24,11 @@ pass starts from. Outside the models, the engine's per-block overhead (sampling,
 crop, Python) is ``overhead_ms_per_block`` by γ, draft batch and (profiles from now on) target context,
 linear between measured values and the end value outside them, and ``overhead_ms_per_target_step``
 that of a target-only step, both greedy; ``adaptive_ms_per_block`` (same axes) what an adaptive
-ensemble's weight update adds to each of its blocks; ``sampling`` (:mod:`specsim.profile.sampling_cost`) is
-what drawing tokens at T > 0 adds. ``batched`` (schema 3, :mod:`specsim.profile.batched_cost`) is the cost
-of B requests decoded together by the batched engine.
+ensemble's weight update adds to each of its blocks; ``sampling``
+(:mod:`specsim.profile_format.sampling_cost`) is what drawing tokens at T > 0 adds. ``batched`` (schema 3,
+:mod:`specsim.profile_format.batched_cost`) is the cost of B requests decoded together by the batched engine.
 
-Interpolation: :mod:`specsim.profile.cost_grid`.
+Interpolation: :mod:`specsim.profile_format.cost_grid`.
 """
 
 from __future__ import annotations
@@ -48,10 +48,10 @@ from specsim.jsonio import (
     field_str,
     show,
 )
-from specsim.profile.batched_cost import BatchedCosts
-from specsim.profile.cost_grid import CostGrid
-from specsim.profile.overhead_grid import OverheadGrid, TreeOverheadFit
-from specsim.profile.sampling_cost import SamplingCost
+from specsim.profile_format.batched_cost import BatchedCosts
+from specsim.profile_format.cost_grid import CostGrid
+from specsim.profile_format.overhead_grid import OverheadGrid, TreeOverheadFit
+from specsim.profile_format.sampling_cost import SamplingCost
 
 GRID_NAMES = (
     "target_decode",
@@ -119,7 +119,7 @@ class TreeCosts:
     """Token-tree forwards: ``verify`` (rows = n+1, context, batch 1), ``draft`` (rows = expanded nodes of
     one level pass ℓ ≥ 1, at the cache length the pass starts from, by draft batch; None when every swept
     tree had depth 1), the tree engine's ms per block outside the models by n (the grid's ``gamma`` axis)
-    and draft batch, and the tree specs the sweep ran (:mod:`specsim.drafts.trees`)."""
+    and draft batch, and the tree specs the sweep ran (:mod:`specsim.draft_shapes.trees`)."""
 
     verify: CostGrid
     draft: CostGrid | None
@@ -128,7 +128,7 @@ class TreeCosts:
     overhead_fit: TreeOverheadFit | None = None  # by size and depth; used when present (deep trees)
 
     def overhead_at(self, tree, batch, context) -> float:
-        """ms per block outside the models for ``tree`` (a :class:`specsim.drafts.trees.TreeSpec`) at
+        """ms per block outside the models for ``tree`` (a :class:`specsim.draft_shapes.trees.TreeSpec`) at
         ``context``: the size × depth plane when the sweep spanned enough depths, else the grid by n."""
         if self.overhead_fit is not None:  # deep trees: one more level is one more pass and acceptance step
             return self.overhead_fit.at(tree.n, tree.depth, batch, context)
@@ -193,7 +193,7 @@ class CostModel:
     interpolation: str = INTERPOLATION
     tree: TreeCosts | None = None
     sampling: SamplingCost | None = (
-        None  # what T > 0 adds (specsim.profile.sampling_cost); None: not measured
+        None  # what T > 0 adds (specsim.profile_format.sampling_cost); None: not measured
     )
     adaptive_ms_per_block: OverheadGrid | None = (
         None  # what an adaptive ensemble's weight update adds; None: free

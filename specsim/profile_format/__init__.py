@@ -8,20 +8,20 @@ nothing of specsim but :mod:`specsim.jsonio`, :mod:`specsim.errors`, :mod:`specs
 :mod:`specsim.dtypes`. Profiles on disk (shipped, loaded, saved, their traces replayed against their τ)
 are :mod:`specsim.profiles`.
 
-One module per part of the document: :mod:`~specsim.profile.provenance`,
-:mod:`~specsim.profile.latency_section`,
-:mod:`~specsim.profile.trace`, :mod:`~specsim.profile.acceptance_entry`, :mod:`~specsim.profile.check_row`,
-:mod:`~specsim.profile.serve_check_row`,
-:mod:`~specsim.profile.document` (the whole). Import from here.
+One module per part of the document: :mod:`~specsim.profile_format.provenance`,
+:mod:`~specsim.profile_format.latency_section`,
+:mod:`~specsim.profile_format.trace`, :mod:`~specsim.profile_format.acceptance_entry`,
+:mod:`~specsim.profile_format.check_row`, :mod:`~specsim.profile_format.serve_check_row`,
+:mod:`~specsim.profile_format.document` (the whole). Import from here.
 """
 
-from specsim.profile.acceptance_entry import ADAPTIVE_PREFIX, TAU_TOLERANCE, MethodAcceptance
-from specsim.profile.check_row import CheckRow
-from specsim.profile.document import SCHEMA_VERSION, SCHEMA_VERSIONS, Profile
-from specsim.profile.latency_section import BlockCost, Curve, LatencySection
-from specsim.profile.provenance import Provenance
-from specsim.profile.serve_check_row import SERVE_METRICS, ServeCheckRow
-from specsim.profile.trace import Trace
+from specsim.profile_format.acceptance_entry import ADAPTIVE_PREFIX, TAU_TOLERANCE, MethodAcceptance
+from specsim.profile_format.check_row import CheckRow
+from specsim.profile_format.document import SCHEMA_VERSION, SCHEMA_VERSIONS, Profile
+from specsim.profile_format.latency_section import BlockCost, Curve, LatencySection
+from specsim.profile_format.provenance import Provenance
+from specsim.profile_format.serve_check_row import SERVE_METRICS, ServeCheckRow
+from specsim.profile_format.trace import Trace
 
 __all__ = [
     "ADAPTIVE_PREFIX",

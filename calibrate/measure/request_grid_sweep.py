@@ -1,4 +1,5 @@
-"""Measure the forward-cost model (:mod:`specsim.profile.cost_model`) by running the engine's own phases.
+"""Measure the forward-cost model (:mod:`specsim.profile_format.cost_model`) by running the engine's own
+phases.
 
 At each context c the sweep runs, round-robin, what :mod:`calibrate.run.engine` runs on a request:
 

@@ -1,4 +1,5 @@
-"""Measure the batched engine's cost (:mod:`specsim.profile.batched_cost`) by running the batched engine.
+"""Measure the batched engine's cost (:mod:`specsim.profile_format.batched_cost`) by running the batched
+engine.
 
 Each round runs, for every batch size B and prompt length, B synthetic ragged prompts (random text ids; the
 longest has the given length, the others are shorter, so the pads and masks of a ragged batch are in every
@@ -12,10 +13,10 @@ blocks emit about one token and the width grows by γ+1 per block: one run cover
 Each grid point (pass, rows, B) is, per prompt length, a line in width fitted through the passes' ms of the
 runs from that length (attention over the cache is linear in its length; one line across far-apart lengths
 would miss what else changes with the cache's size), stored at the narrowest and widest width those runs
-reached, with the 95% half-width of the fitted value from the residuals; :mod:`specsim.profile.cost_grid`
-interpolates linearly between the stored widths. The first block of a run (the prompt's prefill fused with it)
-is left out. The engine's overhead is a block's wall ms minus its passes', the median over blocks of each γ
-(blocks of a smaller end-of-request γ count at that γ).
+reached, with the 95% half-width of the fitted value from the residuals;
+:mod:`specsim.profile_format.cost_grid` interpolates linearly between the stored widths. The first block of a
+run (the prompt's prefill fused with it) is left out. The engine's overhead is a block's wall ms minus its
+passes', the median over blocks of each γ (blocks of a smaller end-of-request γ count at that γ).
 
 The server loop's costs are measured against this grid in :mod:`calibrate.measure.server_loop_costs`.
 """
@@ -35,9 +36,9 @@ from calibrate.run.batch_engine import (
     batch_target_decode,
 )
 from calibrate.run.proposal import Request
-from specsim.profile.batched_cost import BatchedCosts
-from specsim.profile.cost_grid import make_grid
-from specsim.profile.overhead_grid import OverheadGrid
+from specsim.profile_format.batched_cost import BatchedCosts
+from specsim.profile_format.cost_grid import make_grid
+from specsim.profile_format.overhead_grid import OverheadGrid
 
 WARMUP_PROMPT_TOKENS = 8  # the longest prompt of a warm-up batch
 

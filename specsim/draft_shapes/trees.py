@@ -23,8 +23,8 @@ independence across depths (Sequoia's positional acceptance) node u is accepted 
 
     τ(tree) = 1 + Σ_u P(u accepted)        (tokens per block, bonus token included).
 
-The best tree of each size is in :mod:`specsim.drafts.tree_search`; exact greedy replay from traces in
-:mod:`specsim.drafts.tree_replay`.
+The best tree of each size is in :mod:`specsim.draft_shapes.tree_search`; exact greedy replay from traces in
+:mod:`specsim.draft_shapes.tree_replay`.
 """
 
 from __future__ import annotations

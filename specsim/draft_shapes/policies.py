@@ -37,8 +37,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from specsim.bounds import MAX_GAMMA, RANGES
-from specsim.drafts.block_plans import match_runs, token_budget
-from specsim.drafts.tree_replay import ReplayBlock
+from specsim.draft_shapes.block_plans import match_runs, token_budget
+from specsim.draft_shapes.tree_replay import ReplayBlock
 from specsim.errors import SpecsimError
 from specsim.jsonio import show
 
@@ -226,7 +226,7 @@ def parse_policy(text: str) -> GammaPolicy:
     kind, colon, body = raw.partition(":")
     try:
         if raw.isdigit():
-            return _at_least_one(GammaPolicy(int(raw)))
+            return GammaPolicy(_at_least_one(int(raw)))
         if kind[:1].isdigit():  # the ranges spelling, '1-8:5,9-32:3'
             return GammaPolicy(0, parse_batch_ranges(raw, "--policy"))
         if colon and not body.strip():
@@ -251,15 +251,13 @@ def parse_policy(text: str) -> GammaPolicy:
             raise ValueError  # 'fixed' needs its gamma; only heuristic has HF's default start
         if kind in ("fixed", "heuristic") and "gamma" not in opts and not flags:
             g = int(parts[0]) if parts else HF_NUM_ASSISTANT_TOKENS
-            return _at_least_one(GammaPolicy(g, schedule=kind, gamma_max=cap))
+            return GammaPolicy(_at_least_one(g), schedule=kind, gamma_max=cap)
         if kind == "confidence" and parts:
-            return _at_least_one(
-                GammaPolicy(
-                    int(opts.get("gamma", HF_NUM_ASSISTANT_TOKENS)),
-                    schedule="heuristic" if flags else "fixed",
-                    stop_below=float(parts[0]),
-                    gamma_max=cap,
-                )
+            return GammaPolicy(
+                _at_least_one(int(opts.get("gamma", HF_NUM_ASSISTANT_TOKENS))),
+                schedule="heuristic" if flags else "fixed",
+                stop_below=float(parts[0]),
+                gamma_max=cap,
             )
     except SpecsimError as err:  # a well-formed policy with a bad value: say which
         raise SpecsimError(f"--policy {show(raw)}: {err}") from None
@@ -268,10 +266,10 @@ def parse_policy(text: str) -> GammaPolicy:
     raise SpecsimError(f"--policy: {expected}, got {show(raw)}")
 
 
-def _at_least_one(policy: GammaPolicy) -> GammaPolicy:
+def _at_least_one(gamma: int) -> int:
     """A per-block schedule drafts at least one token (γ = 0 is a serving setting, by batch)."""
-    _check_gamma(policy.gamma, "gamma", lo=1)
-    return policy
+    _check_gamma(gamma, "gamma", lo=1)
+    return gamma
 
 
 # --------------------------------------------------------------------------- replay

@@ -2,10 +2,10 @@
 greedy schedules (:func:`draft_plan`), every block's drafting capped at the request's max new tokens as the
 engines cap it.
 
-Chains and policies give a :class:`specsim.drafts.block_plans.BlockPlan` (an adaptive ensemble's from its
-weights re-run block by block, :mod:`specsim.drafts.adaptive`); trees a :class:`TreePlan` of
-:class:`TreeBlockPlan` (boundaries from :func:`specsim.drafts.tree_replay.accepted_from_each_start`, each
-block's tree cut to what the request has left, and the rows of the draft's root pass: 1, or 2 after a
+Chains and policies give a :class:`specsim.draft_shapes.block_plans.BlockPlan` (an adaptive ensemble's from
+its weights re-run block by block, :mod:`specsim.draft_shapes.adaptive`); trees a :class:`TreePlan` of
+:class:`TreeBlockPlan` (boundaries from :func:`specsim.draft_shapes.tree_replay.accepted_from_each_start`,
+each block's tree cut to what the request has left, and the rows of the draft's root pass: 1, or 2 after a
 block whose last accepted node was a leaf and so never fed).
 """
 
@@ -15,11 +15,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from specsim.drafts.adaptive import adaptive_plan
-from specsim.drafts.block_plans import BlockPlan, greedy_plan, plan_of_blocks, token_budget
-from specsim.drafts.policies import GammaPolicy, as_policy, replay_policy_blocks
-from specsim.drafts.tree_replay import accepted_from_each_start, rank_arrays
-from specsim.drafts.trees import TreeSpec
+from specsim.draft_shapes.adaptive import adaptive_plan
+from specsim.draft_shapes.block_plans import BlockPlan, greedy_plan, plan_of_blocks, token_budget
+from specsim.draft_shapes.policies import GammaPolicy, as_policy, replay_policy_blocks
+from specsim.draft_shapes.tree_replay import accepted_from_each_start, rank_arrays
+from specsim.draft_shapes.trees import TreeSpec
 from specsim.errors import SpecsimError
 
 Draft = int | TreeSpec | GammaPolicy  # a fixed γ, a token tree or a draft-length policy
@@ -57,7 +57,7 @@ class TreeBlockPlan:
 @dataclass(frozen=True)
 class TreePlan:
     """The blocks of one request decoded with a token tree (``steps``; ``tokens``, ``blocks`` and
-    ``draft_tokens`` as :class:`specsim.drafts.block_plans.BlockPlan` has them)."""
+    ``draft_tokens`` as :class:`specsim.draft_shapes.block_plans.BlockPlan` has them)."""
 
     steps: tuple[TreeBlockPlan, ...]
 
@@ -80,7 +80,7 @@ class TreePlan:
 
 def tree_plan(ranks, tree: TreeSpec, max_new_tokens: int | None = None) -> TreePlan:
     """The tree engine's blocks for one greedy top-k trace (its ``draft_rank``): block boundaries from
-    :func:`specsim.drafts.tree_replay.accepted_from_each_start`, each block's tree cut to depth
+    :func:`specsim.draft_shapes.tree_replay.accepted_from_each_start`, each block's tree cut to depth
     ≤ max_new − 1 − t."""
     r = rank_arrays([ranks])[0]
     n = r.size
@@ -102,8 +102,9 @@ def tree_plan(ranks, tree: TreeSpec, max_new_tokens: int | None = None) -> TreeP
 
 def policy_plan(trace, policy, max_new_tokens: int | None = None) -> BlockPlan:
     """The chain engine's blocks under a draft-length policy
-    (:func:`specsim.drafts.policies.replay_policy_blocks`), in
-    :func:`specsim.drafts.block_plans.greedy_plan`'s form: the draft's first step feeds 2 rows after a block
+    (:func:`specsim.draft_shapes.policies.replay_policy_blocks`), in
+    :func:`specsim.draft_shapes.block_plans.greedy_plan`'s form: the draft's first step feeds 2 rows after a
+    block
     that accepted every draft it proposed."""
     n = len(getattr(trace, "match", trace))
     blocks = replay_policy_blocks(trace, as_policy(policy), max_new_tokens)  # it checks the budget
@@ -112,7 +113,8 @@ def policy_plan(trace, policy, max_new_tokens: int | None = None) -> BlockPlan:
 
 def draft_plan(draft: Draft, trace, max_new_tokens: int | None = None) -> BlockPlan | TreePlan:
     """The engine's exact greedy schedule of one traced request for a fixed γ, a tree or a policy (an
-    adaptive ensemble's chains and policies from its :class:`specsim.drafts.adaptive.AdaptiveTrace`; its trees
+    adaptive ensemble's chains and policies from its :class:`specsim.draft_shapes.adaptive.AdaptiveTrace`; its
+    trees
     from the per-token ``match``, an approximation)."""
     if isinstance(draft, TreeSpec):
         return tree_plan(trace, draft, max_new_tokens)

@@ -1,4 +1,4 @@
-"""Timing of what sampling adds to the engine (:class:`specsim.profile.sampling_cost.SamplingCost`).
+"""Timing of what sampling adds to the engine (:class:`specsim.profile_format.sampling_cost.SamplingCost`).
 
 The engine's own token choice (:func:`calibrate.run.engine.pick`) for a draft token and a target-only
 token, and its acceptance (:func:`calibrate.run.engine.accept_phase`) of a block of γ drafts, on random
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from calibrate.models.loaded_model import LoadedModel
 from calibrate.run.timing import Timing, measure_interleaved
-from specsim.profile.sampling_cost import SamplingCost
+from specsim.profile_format.sampling_cost import SamplingCost
 
 SAMPLING_KEY = "sampling"  # the unit's own key in the latency partial file
 TEMPERATURES = (0.0, 1.0)

@@ -1,6 +1,6 @@
-"""Measure the token-tree grids of the cost model (:class:`specsim.profile.cost_model.TreeCosts`) by
-running the tree engine's own phases on random KV caches, as :mod:`calibrate.measure.costgrid` does for
-chains.
+"""Measure the token-tree grids of the cost model (:class:`specsim.profile_format.cost_model.TreeCosts`) by
+running the tree engine's own phases on random KV caches, as :mod:`calibrate.measure.request_grid_sweep` does
+for chains.
 
 At each context c the sweep runs, round-robin over the plan's trees and draft batches, one tree block as
 :func:`calibrate.run.tree_engine.tree_decode` runs it: the draft's root pass over 1 pending token, its level
@@ -11,8 +11,8 @@ accepted-path gathers of both caches; so draft and target alternate as in tree d
 - ``tree_verify``: the verification, rows = n+1, on c;
 - ``tree_draft``: each level pass ℓ ≥ 1 by its rows m_ℓ (the level's expanded nodes); it runs on
   c + 1 + Σ_{j<ℓ} m_j positions and is carried to c + 1 along a line fitted per rows and batch through
-  the medians at each of its contexts (:func:`calibrate.measure.costgrid.next_step_timings`; a rows value
-  seen at one context only keeps its median there);
+  the medians at each of its contexts (:func:`calibrate.measure.request_grid_sweep.next_step_timings`; a rows
+  value seen at one context only keeps its median there);
 - the block's wall time minus its model time: the tree engine's overhead per block, by n and batch.
 
 The root pass is a chain first step (``draft_first``, measured by the chain sweep) and is not stored
@@ -28,12 +28,18 @@ from collections import defaultdict
 from collections.abc import Callable
 
 from calibrate.drafting import accept_path, propose_tree
-from calibrate.measure.costgrid import Sweep, grid_key, next_step_timings, restart_draft, rounds_until_precise
+from calibrate.measure.request_grid_sweep import (
+    Sweep,
+    grid_key,
+    next_step_timings,
+    restart_draft,
+    rounds_until_precise,
+)
 from calibrate.models.loaded_model import LoadedModel
 from calibrate.run import engine as E
 from calibrate.run.timing import Timing, summarize
 from calibrate.run.tree_engine import accept_greedy, keep_path, verify_tree
-from specsim.drafts.trees import TreeSpec, chain_tree, draft_pass_rows, parse_tree
+from specsim.draft_shapes.trees import TreeSpec, chain_tree, draft_pass_rows, parse_tree
 from specsim.errors import SpecsimError
 
 MAX_SWEEP_NODES = 256  # Tv(n) up to 64 is the use; beyond a few hundred rows a tree is a typo

@@ -18,9 +18,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from specsim.drafts.block_plans import BlockPlan, plan_of_blocks, token_budget
-from specsim.drafts.policies import as_policy
-from specsim.profile.adaptive_trace import AdaptiveTrace
+from specsim.draft_shapes.block_plans import BlockPlan, plan_of_blocks, token_budget
+from specsim.draft_shapes.policies import as_policy
+from specsim.profile_format.adaptive_trace import AdaptiveTrace
 
 
 def update_weights(
@@ -33,9 +33,10 @@ def update_weights(
 
 def adaptive_plan(trace: AdaptiveTrace, gamma, max_new_tokens: int | None = None) -> BlockPlan:
     """The engine's blocks for one adaptive ensemble's greedy trace at a fixed γ or under a draft-length
-    policy (:func:`specsim.drafts.block_plans.greedy_plan`'s and
-    :func:`specsim.drafts.policies.replay_policy_blocks`' schedules), with the weights re-run block by block.
-    A confidence policy stops drafting after a draft whose mixture's top probability (the best of the target's
+    policy (:func:`specsim.draft_shapes.block_plans.greedy_plan`'s and
+    :func:`specsim.draft_shapes.policies.replay_policy_blocks`' schedules), with the weights re-run block by
+    block. A confidence policy stops drafting after a draft whose mixture's top probability (the best of the
+    target's
     token and its rivals under the block's weights) is below its threshold, as the engine does."""
     policy = as_policy(gamma)
     n = len(trace)

@@ -2,20 +2,20 @@
 
 Schema 1 measured Tp and Tq by context, Tv(γ) at one context (``verify_context_tokens``), the draft's cost
 by batch at that context and both prefills by prompt tokens. Read where those tables meet, at the verify
-context c₀ (or Tp's first context), they are the grids of :class:`specsim.profile.cost_model.CostModel`
+context c₀ (or Tp's first context), they are the grids of :class:`specsim.profile_format.cost_model.CostModel`
 with one context: target decode Tp(c₀); verification Tv(γ) over γ+1 rows; every draft step, first (1 or 2
 rows) or next, Tq(c₀)·Tq(b)/Tq(1) at draft batch b; the prefills by prompt tokens; no overhead outside the
 models (schema 1 did not time it). A one-context grid answers every context with its one value, flagged
-as extrapolated (:func:`specsim.profile.cost_grid.grid_ms`): the tables' own assumption, now said.
+as extrapolated (:func:`specsim.profile_format.cost_grid.grid_ms`): the tables' own assumption, now said.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from specsim.profile.cost_grid import CostGrid, make_grid
-from specsim.profile.cost_model import CostModel
-from specsim.profile.overhead_grid import OverheadGrid
+from specsim.profile_format.cost_grid import CostGrid, make_grid
+from specsim.profile_format.cost_model import CostModel
+from specsim.profile_format.overhead_grid import OverheadGrid
 
 TABLES_INTERPOLATION = (
     "one context (a schema-1 profile's 1-D tables read at the verify context): every context answered "

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from specsim.acceptance.theory import as_acceptance
-from specsim.drafts.trees import TreeSpec, expected_tokens
+from specsim.draft_shapes.trees import TreeSpec, expected_tokens
 from specsim.errors import SpecsimError
 
 
@@ -127,8 +127,8 @@ def _optimal(acc: np.ndarray, n_max: int, depth: int) -> list[TreeChoice | None]
 def optimal_trees(acceptance, n_max: int, *, max_depth: int | None = None) -> list[TreeChoice]:
     """The tree of n nodes with the most expected tokens per block, for n = 1..n_max (item n-1).
 
-    ``acceptance``: (D, K) or (K,) per-depth, per-rank acceptance (:mod:`specsim.drafts.trees`); a node has
-    at most K children. ``max_depth`` bounds the depth (draft passes per block); default n_max.
+    ``acceptance``: (D, K) or (K,) per-depth, per-rank acceptance (:mod:`specsim.draft_shapes.trees`); a node
+    has at most K children. ``max_depth`` bounds the depth (draft passes per block); default n_max.
     """
     depth = _check_sizes(n_max, max_depth)
     acc = _acceptance_2d(acceptance)

@@ -32,8 +32,8 @@ from specsim.jsonio import (
 from specsim.jsonio import (
     show as _show,
 )
-from specsim.profile.provenance import Provenance
-from specsim.profile.trace import Trace
+from specsim.profile_format.provenance import Provenance
+from specsim.profile_format.trace import Trace
 
 # The method code prefix of an adaptive in-batch ensemble ("adaptive:MTC").
 ADAPTIVE_PREFIX = "adaptive:"

@@ -1,6 +1,7 @@
 """The stored record of an adaptive in-batch ensemble's trace: what its exact block-by-block replay needs.
 
-The replay itself is :func:`specsim.drafts.adaptive.adaptive_plan`; this module holds the data and its JSON.
+The replay itself is :func:`specsim.draft_shapes.adaptive.adaptive_plan`; this module holds the data and its
+JSON.
 """
 
 from __future__ import annotations

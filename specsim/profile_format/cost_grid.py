@@ -21,7 +21,7 @@ import numpy as np
 
 from specsim.errors import SpecsimError
 from specsim.jsonio import check_keys, drop_none, field_int, field_nested, field_num, field_opt, field_req
-from specsim.profile.overhead_grid import axis_values
+from specsim.profile_format.overhead_grid import axis_values
 
 
 # --------------------------------------------------------------------------- grids

@@ -1,5 +1,5 @@
 """The engine's overhead per block outside the models, by γ (or tree size n), draft batch and, optionally,
-target context (part of :mod:`specsim.profile.cost_model`'s cost model; ms).
+target context (part of :mod:`specsim.profile_format.cost_model`'s cost model; ms).
 
 Interpolation: linear between measured values along each axis, the nearest end value outside them.
 """

@@ -28,7 +28,7 @@ from specsim.jsonio import (
 from specsim.jsonio import (
     show as _show,
 )
-from specsim.profile.adaptive_trace import AdaptiveTrace
+from specsim.profile_format.adaptive_trace import AdaptiveTrace
 
 
 @dataclass(frozen=True)
@@ -44,14 +44,14 @@ class Trace:
     ``draft_rank[t]``, the rank of the target's token in the draft's greedy distribution (0 = the
     draft's argmax, ties broken by token id; for ensembles the mixture q), and ``draft_top_probs[t]``,
     that distribution's K largest probabilities in decreasing order: greedy token trees replay exactly
-    from the ranks (:mod:`specsim.drafts.tree_replay`), confidence policies from the top-1 probability.
+    from the ranks (:mod:`specsim.draft_shapes.tree_replay`), confidence policies from the top-1 probability.
     Sampled-path traces (``calibrate acceptance --sample-paths K``, optional) add ``accept_paths[k][t]``
     = min(1, q_t(y_t) / p_t(y_t)) along the target's k-th seeded sampled continuation y at the entry's
     temperature: the probability that a sampled draft at t is accepted given that the target emitted
     y_t there (Leviathan et al. 2023, §3.5; its mean over y_t ~ p_t is β_t). A sampled run follows its
     own tokens, so the sampled check simulates runs along these paths rather than the greedy output.
-    Adaptive ensembles add ``adaptive`` (:class:`specsim.profile.adaptive_trace.AdaptiveTrace`): their exact
-    replay.
+    Adaptive ensembles add ``adaptive`` (:class:`specsim.profile_format.adaptive_trace.AdaptiveTrace`): their
+    exact replay.
     """
 
     match: tuple[int, ...] | None = None

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from specsim.acceptance.replay import trace_arrays
-from specsim.drafts.trees import TreeSpec
+from specsim.draft_shapes.trees import TreeSpec
 from specsim.errors import SpecsimError
 
 

@@ -18,17 +18,17 @@ from specsim.jsonio import (
 from specsim.jsonio import (
     show as _show,
 )
-from specsim.profile.acceptance_entry import MethodAcceptance
-from specsim.profile.check_row import CheckRow
-from specsim.profile.latency_section import LatencySection
-from specsim.profile.provenance import Provenance
-from specsim.profile.serve_check_row import ServeCheckRow
+from specsim.profile_format.acceptance_entry import MethodAcceptance
+from specsim.profile_format.check_row import CheckRow
+from specsim.profile_format.latency_section import LatencySection
+from specsim.profile_format.provenance import Provenance
+from specsim.profile_format.serve_check_row import ServeCheckRow
 
 SCHEMA_VERSION = 3
 # Schema 1: latency as 1-D tables only. Schema 2 adds ``latency.cost_model`` (forward cost over rows ×
-# context × batch, :mod:`specsim.profile.cost_model`) and per-trace prompt lengths. Schema 3 adds the batched
-# engine's cost (``latency.cost_model.batched``), check rows at a batch (``checks[].batch``) and serving check
-# rows (``serve_checks``, optional).
+# context × batch, :mod:`specsim.profile_format.cost_model`) and per-trace prompt lengths. Schema 3 adds the
+# batched engine's cost (``latency.cost_model.batched``), check rows at a batch (``checks[].batch``) and
+# serving check rows (``serve_checks``, optional).
 # Older files load.
 SCHEMA_VERSIONS = (1, 2, 3)
 
