@@ -276,10 +276,9 @@ def cmd_tune(args: argparse.Namespace) -> int:
         )
         return 0
     print(header_text(context, space, objective, outcome, where))
-    missing = [d for d in space.devices if d not in {b.device for b in bests}]
+    print("\n" + front_text(points))
+    for device in [d for d in space.devices if d not in {b.device for b in bests}]:
+        print(f"\nno feasible deployment on {device} among the trials")
     for best in bests:
         print("\n" + best_text(best, objective))
-    for device in missing:
-        print(f"\nno feasible deployment on {device} among the trials")
-    print("\n" + front_text(points))
     return 0

@@ -26,7 +26,8 @@ exceed it, so a schedule whose K grows with the batch cannot be written.
 
 llama.cpp (``llama-server``, common/arg.cpp): ``-md`` the draft GGUF, ``--draft-max`` K, ``--draft-min`` and
 ``--draft-p-min`` (0 and 0: always K drafts, the fixed γ that was priced; its default stops a draft early
-below a probability), ``-np`` parallel slots. One K for every batch size, as SGLang.
+below a probability), ``-np`` parallel slots sharing ``-c`` KV positions. One K for every batch size, as
+SGLang.
 
 Both take the draft as a model id: a Hugging Face repo id ``org/name`` (huggingface_hub's validate_repo_id:
 letters, digits, ``-``, ``_``, ``.``, no ``--`` or ``..``, at most 96 characters) or a local path
@@ -169,11 +170,16 @@ def trtllm_speculative_config(
     return config
 
 
-def llama_cpp_server_args(gamma: int, *, draft_model: str, parallel: int) -> list[str] | None:
-    """``llama-server`` flags for one draft length ``gamma`` over ``parallel`` slots (None: 0, SD off)."""
+def llama_cpp_server_args(
+    gamma: int, *, draft_model: str, parallel: int, context_tokens: int | None = None
+) -> list[str] | None:
+    """``llama-server`` flags for one draft length ``gamma`` over ``parallel`` slots sharing
+    ``context_tokens`` KV positions (``-c``; None: llama.cpp's default) (None: γ = 0, SD off)."""
     if gamma == 0:
         return None
+    ctx = ["-c", str(context_tokens)] if context_tokens is not None else []
     return ["-md", draft_model, "--draft-max", str(gamma), "--draft-min", "0", "--draft-p-min", "0"] + [
         "-np",
         str(parallel),
+        *ctx,
     ]

@@ -49,6 +49,7 @@ class RayExecutor:
         self.address, self.workers = address, int(workers)
         self._started = False
         self._ray = None
+        self._tasks: dict = {}  # fn -> its Ray remote function, exported once
 
     def __enter__(self) -> RayExecutor:
         ray = require_ray()
@@ -76,7 +77,9 @@ class RayExecutor:
     def map(self, fn: Callable, items: Sequence) -> list:
         if not items:
             return []
-        task = self._ray.remote(num_cpus=1)(fn)
+        if fn not in self._tasks:
+            self._tasks[fn] = self._ray.remote(num_cpus=1)(fn)
+        task = self._tasks[fn]
         return self._ray.get([task.remote(x) for x in items])
 
     def describe(self) -> str:

@@ -46,7 +46,7 @@ class EngineConfigs:
     @property
     def trtllm_yaml(self) -> str | None:
         """The ``--extra_llm_api_options`` file's text (YAML; its value is JSON, a YAML flow mapping)."""
-        return None if self.tensorrt_llm is None else f"speculative_config: {json.dumps(self.tensorrt_llm)}"
+        return None if self.tensorrt_llm is None else f"speculative_config: {yaml_flow(self.tensorrt_llm)}"
 
     def to_json(self) -> dict:
         return {
@@ -60,6 +60,14 @@ class EngineConfigs:
             "tensorrt_llm_yaml": self.trtllm_yaml,
             "notes": list(self.notes),
         }
+
+
+def yaml_flow(value) -> str:
+    """``value`` (dicts, strings, numbers) as one YAML flow node: strings JSON-quoted (valid YAML), integer
+    keys bare, so TensorRT-LLM's ``draft_len_schedule`` keys load as integers."""
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{yaml_flow(k)}: {yaml_flow(v)}" for k, v in value.items()) + "}"
+    return json.dumps(value)
 
 
 def policy_schedule(policy: GammaPolicy, max_batch: int) -> tuple[tuple[int, int, int], ...]:
@@ -110,7 +118,10 @@ def engine_configs(
         )
     except SpecsimError as err:
         trt, notes = None, notes + [f"{err}: TensorRT-LLM gets no speculative_config"]
-    llama = llama_cpp_server_args(gamma, draft_model="DRAFT.gguf", parallel=dep.max_num_seqs)
+    kv = record.result.kv_cache_tokens
+    llama = llama_cpp_server_args(
+        gamma, draft_model="DRAFT.gguf", parallel=dep.max_num_seqs, context_tokens=kv
+    )
     if max(g for _, _, g in schedule) == 0:
         notes.append("SD is off at every batch size: serve without speculative decoding")
     elif len({g for _, _, g in schedule}) > 1:
@@ -118,12 +129,16 @@ def engine_configs(
             f"SGLang and llama.cpp take one draft length: {gamma}, the schedule's at batch {at} (the load's "
             "mean concurrency, requests/s x mean E2E)"
         )
-    notes.append("llama.cpp loads GGUF files: TARGET.gguf and DRAFT.gguf stand for yours")
+    notes.append(
+        "llama.cpp loads GGUF files: TARGET.gguf and DRAFT.gguf stand for yours; -c is the KV cache the "
+        "simulation assumed, shared by the -np slots"
+    )
     if kind.draft_image_tokens_per_image == 0:
         notes.append(
             f"drafting kind {kind.code}: priced with a draft prompt without the images ({kind.description})"
         )
-    commands = _commands(dep, target_id, max_num_batched_tokens, vllm, sglang, trt, llama)
+    plain_llama = ["-np", str(dep.max_num_seqs)] + (["-c", str(kv)] if kv is not None else [])
+    commands = _commands(dep, target_id, max_num_batched_tokens, vllm, sglang, trt, llama, plain_llama)
     return EngineConfigs(
         schedule,
         gamma,
@@ -136,7 +151,9 @@ def engine_configs(
     )
 
 
-def _commands(dep, target_id: str, budget: int, vllm, sglang, trt, llama) -> tuple[tuple[str, str], ...]:
+def _commands(
+    dep, target_id: str, budget: int, vllm, sglang, trt, llama, plain_llama
+) -> tuple[tuple[str, str], ...]:
     """Each engine's server command line with the deployment's TP, sequences and speculative settings."""
     q = shlex.quote
     spec = f" --speculative-config {q(json.dumps(vllm))}" if vllm else ""
@@ -158,8 +175,7 @@ def _commands(dep, target_id: str, budget: int, vllm, sglang, trt, llama) -> tup
         ),
         (
             "llama.cpp",
-            "llama-server -m TARGET.gguf"
-            + ("".join(f" {q(a)}" for a in llama) if llama else f" -np {dep.max_num_seqs}"),
+            "llama-server -m TARGET.gguf" + "".join(f" {q(a)}" for a in llama or plain_llama),
         ),
     ]
     return tuple(out)

@@ -97,13 +97,22 @@ class SearchSpace:
             yield dict(zip(names, values))
 
     def deployment(self, params: dict) -> Deployment:
-        """The deployment at ``params`` (labels of the searched dimensions; fixed ones from the space)."""
+        """The deployment at ``params`` (labels of the searched dimensions; fixed ones from the space); its γ
+        policy in one form (bands with the first band's γ fall back to it), so equal policies are one
+        deployment, simulated once."""
         chosen = {n: params[n] if len(c) > 1 else c[0] for n, c in self.dimensions()}
         draft = {d.label: d for d in self.drafts}[chosen["draft"]]
         gammas = [int(chosen["gamma" if lo == 1 else f"gamma_from_{lo}"]) for lo, _ in self.bands]
-        by_batch = tuple((lo, hi, g) for (lo, hi), g in zip(self.bands[1:], gammas[1:]))
+        by_batch: list[list[int]] = []  # bands whose γ differs from the first band's, neighbours merged
+        for (lo, hi), g in zip(self.bands[1:], gammas[1:]):
+            if g == gammas[0]:
+                continue
+            if by_batch and by_batch[-1][2] == g and by_batch[-1][1] == lo - 1:
+                by_batch[-1][1] = hi
+            else:
+                by_batch.append([lo, hi, g])
         off = chosen["sd_off_from_batch"]
-        policy = GammaPolicy(gammas[0], by_batch, None if off == NEVER else int(off))
+        policy = GammaPolicy(gammas[0], tuple(map(tuple, by_batch)), None if off == NEVER else int(off))
         runtime = None if chosen["runtime"] == DEFAULT else chosen["runtime"]
         return Deployment(
             chosen["device"], runtime, int(chosen["tp"]), draft, policy, int(chosen["max_num_seqs"])

@@ -71,17 +71,17 @@ def best_text(best: DeviceBest, objective: Objective) -> str:
         f"tokens): {best.validation.text()}"
     )
     c = best.configs
+    lines += [f"  note: {n}" for n in c.notes]
     for engine, command in c.commands:
         lines.append(f"  {engine}: {command}")
         if engine == "TensorRT-LLM" and c.trtllm_yaml is not None:
             lines.append(f"    spec.yaml: {c.trtllm_yaml}")
-    lines += [f"  note: {n}" for n in c.notes]
     return "\n".join(lines)
 
 
 def front_text(points: list[FrontPoint]) -> str:
     if not points:
         return "latency-throughput front: no feasible trial"
-    rows = [[str(p.number), f"{p.tokens_per_s_per_gpu:.0f}", f"{p.tpot_p50_ms:.2f}", p.label] for p in points]
-    table = format_table(["trial", "tok/s/GPU", "TPOT p50 ms", "deployment"], rows)
+    rows = [[p.label, f"{p.tokens_per_s_per_gpu:.0f}", f"{p.tpot_p50_ms:.2f}", str(p.number)] for p in points]
+    table = format_table(["deployment", "tok/s/GPU", "TPOT p50 ms", "trial"], rows)
     return "latency-throughput front (feasible trials):\n" + table
