@@ -154,3 +154,21 @@ def test_usd_per_mtok_prices_gpus_and_says_when_a_device_has_no_price():
     dep = _space().deployment({"gamma": 2})
     result = run_trial(TrialConfig(SMALL, dep))
     assert obj.value(dep, result) == pytest.approx(3.6 / 3600 / result.metrics.output_tokens_per_s * 1e6)
+
+
+def test_an_image_mix_draws_each_requests_images_after_its_arrival():
+    import numpy as np
+
+    from specsim.serve.arrivals import parse_image_mix
+
+    mix = parse_image_mix("0:1,1:2,3:1")
+    assert mix == ((0, 0.25), (1, 0.5), (3, 0.25)) and parse_image_mix("2") == ((2, 1.0),)
+    mixed, plain = Workload(4000, 64, 1, 8, image_mix=mix), Workload(4000, 64, 1, 8)
+    a, b = mixed.at_rate(5.0, np.random.default_rng(1)), plain.at_rate(5.0, np.random.default_rng(1))
+    assert np.array_equal(a.arrival_s, b.arrival_s)  # the arrivals are drawn first, as without a mix
+    shares = [np.mean(a.images == k) for k in (0, 1, 3)]
+    assert np.allclose(shares, [0.25, 0.5, 0.25], atol=0.03) and set(np.unique(a.images)) == {0, 1, 3}
+    assert Workload.from_json(json.loads(json.dumps(mixed.to_json()))) == mixed
+    for bad in ("1:0", "1:2,1:3", "x", "-1"):
+        with pytest.raises(SpecsimError, match="--images"):
+            parse_image_mix(bad)

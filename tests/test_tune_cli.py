@@ -199,3 +199,46 @@ def test_a_checkout_registers_the_commands_its_install_predates(tmp_path):
     assert source_tree_entry_points(set(), tmp_path) == []
     with pytest.raises(SpecsimError):
         parse_draft_option("@0.5")
+
+
+@pytest.mark.parametrize("suffix", [".log", ".db"])
+def test_processes_started_together_join_one_study(tmp_path, suffix):
+    storage = str(tmp_path / f"joined{suffix}")
+    argv = BASE + ["--gamma", "0-7", "--max-num-seqs", "4,8,16", "--search", "tpe", "--trials", "12"]
+    argv += ["--batch", "2", "--storage", storage, "--json"]
+    code = f"import sys, specsim.cli.main as m; sys.exit(m.main({argv!r}))"
+    procs = [
+        subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        for _ in "ab"
+    ]
+    outs = [p.communicate(timeout=300) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], [e.decode()[-1500:] for _, e in outs]
+    made = [json.loads(o)["search"]["simulations"] for o, _ in outs]
+    from specsim.tune.executor import LocalExecutor
+    from specsim.tune.objective import make_objective
+    from specsim.tune.space import parse_space
+    from specsim.tune.study import StudyPlan, run_study
+
+    space = parse_space(devices="h100-sxm", drafts=["llava-1.5-68m@0.7"], gammas="0-7", max_num_seqs="4,8,16")
+    obj = make_objective("tokens-per-gpu", has_slo=False, slo_attainment=0.9, devices=space.devices)
+    context = TuneContext("llava-1.5-7b", Workload(30, 512, 1, 16), 10.0)
+    with LocalExecutor(1) as ex:
+        held = run_study(space, context, obj, StudyPlan("tpe", 12, 2, storage=storage), ex)
+    assert held.simulations == 0 and 12 <= len(held.records) <= 16
+    assert len({r.number for r in held.records}) == len(held.records)
+    assert sum(made) >= len({r.deployment for r in held.records})  # each setting simulated by a process
+
+
+def test_a_trace_a_mix_and_a_device_where_nothing_fits(capsys, tmp_path):
+    trace = tmp_path / "t.jsonl"
+    rows = [
+        {"arrival_s": 0.05 * i, "prompt_tokens": 64, "images": i % 3, "output_tokens": 8} for i in range(20)
+    ]
+    trace.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert main(["tune", "--alpha", "0.7", "--no-progress", "--trace", str(trace), "--gamma", "0,2"]) == 0
+    assert "workload: trace of 20 requests" in capsys.readouterr().out
+    argv = BASE + ["--images", "0:1,2:1", "--gamma", "0,2", "--device", "h100-sxm,t4"]
+    assert main(argv) == 0
+    text = capsys.readouterr().out
+    assert "+ images 0:0.50,2:0.50 ->" in text and "best on h100-sxm" in text
+    assert "no deployment on t4 fits: llava-1.5-7b and llava-1.5-68m leave no room for a KV cache" in text

@@ -233,7 +233,7 @@ def _inputs(args):
 def cmd_tune(args: argparse.Namespace) -> int:
     context, space, objective, plan, executor, ids = _inputs(args)
     from specsim.tune.tune_report import device_best, front
-    from specsim.tune.tune_text import best_text, front_text, header_text
+    from specsim.tune.tune_text import best_text, front_text, header_text, no_best_text
 
     total = min(plan.trials, space.size) if plan.resolved(space) == "exhaustive" else plan.trials
     progress = ProgressBar(total, not args.no_progress, "specsim tune", "trials")
@@ -278,7 +278,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
     print(header_text(context, space, objective, outcome, where))
     print("\n" + front_text(points))
     for device in [d for d in space.devices if d not in {b.device for b in bests}]:
-        print(f"\nno feasible deployment on {device} among the trials")
+        print("\n" + no_best_text(outcome, device))
     for best in bests:
         print("\n" + best_text(best, objective))
     return 0

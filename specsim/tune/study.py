@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -116,8 +117,18 @@ def storage_url(spec: str | None) -> str | None:
 
 def _storage(optuna, spec: str | None):
     url = storage_url(spec)
-    if url is None or url.startswith("sqlite:///"):
-        return url
+    if url is None:
+        return None
+    if url.startswith("sqlite:///"):
+        from sqlalchemy.exc import SQLAlchemyError  # optuna's own dependency
+
+        for attempt in range(5):  # processes that start together race to create one file's tables
+            try:
+                return optuna.storages.RDBStorage(url)
+            except SQLAlchemyError:
+                if attempt == 4:
+                    raise
+                time.sleep(0.2 * (attempt + 1))
     from optuna.storages import JournalStorage
     from optuna.storages.journal import JournalFileBackend
 
@@ -182,6 +193,8 @@ def run_study(
     distributions = _distributions(optuna, space)
     known: dict[Deployment, TrialResult] = {}
     records = _stored(optuna, study, objective, known)
+    if records and on_round is not None:  # a resumed study: its trials so far
+        on_round(len(records), StudyOutcome(search, tuple(records), 0).best(objective))
     target = min(plan.trials, space.size) if search == "exhaustive" else plan.trials
     points = space.enumerate() if search == "exhaustive" else None
     simulations = 0

@@ -79,6 +79,17 @@ def best_text(best: DeviceBest, objective: Objective) -> str:
     return "\n".join(lines)
 
 
+def no_best_text(outcome: StudyOutcome, device: str) -> str:
+    """Why ``device`` has no best: none of its trials fits (the first reason), or none meets the SLO."""
+    mine = [r for r in outcome.records if r.deployment.device == device]
+    unfit = [r.result.reason for r in mine if not r.result.fits]
+    if not mine:
+        return f"no trial on {device}"
+    if len(unfit) == len(mine):
+        return f"no deployment on {device} fits: {unfit[0]}"
+    return f"no feasible deployment on {device} among its {len(mine)} trials (none meets the SLO attainment)"
+
+
 def front_text(points: list[FrontPoint]) -> str:
     if not points:
         return "latency-throughput front: no feasible trial"
