@@ -148,6 +148,7 @@ def _one_line(capsys) -> str:
         (["--slo", "tpot=fast"], "--slo: expected bounds in ms"),
         (["--ray-address", "auto"], "--ray-address: applies with --executor ray"),
         (["--trials", "0"], "argument --trials: expected an integer"),
+        (["--alpha", "nan"], "argument --alpha: expected 0 <= alpha < 1"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(capsys, extra, expected):

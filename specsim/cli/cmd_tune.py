@@ -18,6 +18,7 @@ from specsim.presets import pair_models
 from specsim.serve.arrivals import burstiness_arg, parse_image_mix, rate_arg, read_trace
 from specsim.serve.compare import Workload
 from specsim.serve.metrics import parse_slo
+from specsim.serve.speculation import alpha_arg
 from specsim.tune.executor import EXECUTORS, make_executor
 from specsim.tune.objective import OBJECTIVES, make_objective
 from specsim.tune.space import check_space, parse_space
@@ -57,7 +58,7 @@ def register(sub) -> None:
         help="a draft option to search (repeatable): KIND M (the draft sees the images, default) or T (it "
         "does not); ACCEPTANCE an i.i.d. alpha (0.7) or traces:PROFILE[:METHOD[/SCENARIO]]",
     )
-    m.add_argument("--alpha", type=float, default=None, help="with --pair: its draft at this i.i.d. alpha")
+    m.add_argument("--alpha", type=alpha_arg, default=None, help="with --pair: its draft at i.i.d. alpha")
     m.add_argument(
         "--model-id", action="append", default=[], metavar="NAME=ID", help="HF id of a model for the configs"
     )

@@ -10,6 +10,7 @@ returns the results in their order, so a study's trials are the same whatever ru
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -56,12 +57,13 @@ class RayExecutor:
         if not ray.is_initialized():
             if self.address is None:
                 root = str(Path(__file__).resolve().parents[2])  # the folder this specsim imports from
+                path = os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))
                 ray.init(
                     address="local",
                     num_cpus=self.workers,
                     include_dashboard=False,
                     log_to_driver=False,
-                    runtime_env={"env_vars": {"PYTHONPATH": root}},
+                    runtime_env={"env_vars": {"PYTHONPATH": path}},
                 )
             else:
                 ray.init(address=self.address, log_to_driver=False)
