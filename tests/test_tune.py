@@ -172,3 +172,27 @@ def test_an_image_mix_draws_each_requests_images_after_its_arrival():
     for bad in ("1:0", "1:2,1:3", "x", "-1"):
         with pytest.raises(SpecsimError, match="--images"):
             parse_image_mix(bad)
+
+
+class _Interrupted(LocalExecutor):
+    """An executor interrupted (Ctrl-C) in its second round."""
+
+    def __init__(self):
+        super().__init__(1)
+        self.rounds = 0
+
+    def map(self, fn, items):
+        self.rounds += 1
+        if self.rounds == 2:
+            raise KeyboardInterrupt
+        return super().map(fn, items)
+
+
+def test_an_interrupted_study_resumes_with_the_rounds_it_lost(tmp_path):
+    space = _space(max_num_seqs="8,16")
+    storage = str(tmp_path / "cut.db")
+    with pytest.raises(KeyboardInterrupt):
+        _study(space, StudyPlan("exhaustive", 100, 3, storage=storage), _Interrupted())
+    _, rest = _study(space, StudyPlan("exhaustive", 100, 3, storage=storage))
+    assert rest.simulations == space.size - 3 and len(rest.records) == space.size
+    assert {r.deployment for r in rest.records} == {space.deployment(p) for p in space.enumerate()}

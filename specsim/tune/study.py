@@ -8,8 +8,10 @@ results in the same order whatever executor ran them, so a study's trials depend
 (user attributes), so a study in a storage (SQLite ``*.db`` or ``sqlite:///...``, or a journal file
 ``*.log``/``*.jsonl``) resumes where it stopped and several processes or nodes can join it; a study made for
 another context, space or objective is refused. A resumed TPE study re-seeds its sampler, so its later
-trials differ from an uninterrupted run's (the results of each trial do not). ``trials`` counts the study's
-trials in all: a run stops when the study holds that many (or, exhaustive, the whole space).
+trials differ from an uninterrupted run's (the results of each trial do not); an interrupted round's trials
+are failed, so a resumed study asks again (a process killed outright leaves its round running: taken).
+``trials`` counts the study's trials in all: a run stops when the study holds that many (or, exhaustive,
+the whole space).
 """
 
 from __future__ import annotations
@@ -207,9 +209,14 @@ def run_study(
         if room <= 0:
             break
         asked = [study.ask(distributions) for _ in range(room)]
-        deployments = [space.deployment(t.params) for t in asked]
-        fresh = list(dict.fromkeys(d for d in deployments if d not in known))
-        known.update(zip(fresh, executor.map(run_trial, [TrialConfig(context, d) for d in fresh])))
+        try:
+            deployments = [space.deployment(t.params) for t in asked]
+            fresh = list(dict.fromkeys(d for d in deployments if d not in known))
+            known.update(zip(fresh, executor.map(run_trial, [TrialConfig(context, d) for d in fresh])))
+        except BaseException:  # interrupted: the round's trials fail, so a resumed study asks again
+            for trial in asked:
+                study.tell(trial, state=optuna.trial.TrialState.FAIL)
+            raise
         simulations += len(fresh)
         for trial, dep in zip(asked, deployments):
             rec = _record(objective, trial.number, dep, known[dep])
@@ -245,10 +252,10 @@ def _enqueue(study, space: SearchSpace, points, room: int, known: dict) -> int:
     held = set(known)
     names = {n for n, _ in space.searched()}
     for t in study.get_trials(deepcopy=False):
-        if "deployment" in t.user_attrs:
+        if t.state.name == "COMPLETE" and "deployment" in t.user_attrs:
             held.add(Deployment.from_json(t.user_attrs["deployment"]))
         params = t.params or t.system_attrs.get("fixed_params", {})
-        if names <= set(params):
+        if t.state.name in ("RUNNING", "WAITING") and names <= set(params):
             held.add(space.deployment(params))
     n = 0
     while n < room:
