@@ -6,10 +6,10 @@ import json
 import pytest
 
 from specsim.cli.main import main
+from specsim.drafts.policies import GammaPolicy
 from specsim.errors import SpecsimError
 from specsim.serve.compare import Workload
 from specsim.serve.metrics import Slo
-from specsim.serve.speculation import GammaPolicy
 from specsim.tune.executor import LocalExecutor
 from specsim.tune.objective import make_objective
 from specsim.tune.space import parse_draft_option, parse_space

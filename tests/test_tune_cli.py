@@ -10,9 +10,9 @@ import textwrap
 import pytest
 
 from specsim.cli.main import main, source_tree_entry_points
+from specsim.drafts.policies import GammaPolicy
 from specsim.errors import SpecsimError
 from specsim.serve.compare import Workload
-from specsim.serve.speculation import GammaPolicy
 from specsim.tune.paste import engine_configs, policy_schedule
 from specsim.tune.space import parse_draft_option
 from specsim.tune.study import TrialRecord

@@ -14,6 +14,7 @@ import json
 import shlex
 from dataclasses import dataclass
 
+from specsim.drafts.policies import GammaPolicy
 from specsim.engines.engine_config import (
     is_model_id,
     llama_cpp_server_args,
@@ -24,7 +25,6 @@ from specsim.engines.engine_config import (
 from specsim.errors import SpecsimError
 from specsim.hardware.model_resolution import find_shipped
 from specsim.presets import preset_meta, preset_names
-from specsim.serve.speculation import GammaPolicy
 from specsim.tune.kinds import drafting_kind
 from specsim.tune.study import TrialRecord
 
@@ -71,15 +71,11 @@ def yaml_flow(value) -> str:
 
 
 def policy_schedule(policy: GammaPolicy, max_batch: int) -> tuple[tuple[int, int, int], ...]:
-    """[(first batch, last batch, γ), ...] of ``policy`` over decode batches 1..``max_batch``."""
-    out: list[list[int]] = []
-    for b in range(1, max_batch + 1):
-        g = policy.gamma_at(b)
-        if out and out[-1][2] == g:
-            out[-1][1] = b
-        else:
-            out.append([b, b, g])
-    return tuple(tuple(r) for r in out)
+    """[(first batch, last batch, γ), ...] of ``policy`` over decode batches 1..``max_batch`` (its
+    :meth:`~specsim.drafts.policies.GammaPolicy.table` cut there)."""
+    rows = [(b, g) for b, g in policy.table() if b <= max_batch]
+    ends = [b - 1 for b, _ in rows[1:]] + [max_batch]
+    return tuple((b, end, g) for (b, g), end in zip(rows, ends))
 
 
 def model_id(name: str, given: dict[str, str]) -> str | None:

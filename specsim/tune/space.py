@@ -19,6 +19,7 @@ import itertools
 from dataclasses import dataclass
 
 from specsim.bounds import RANGES
+from specsim.drafts.policies import GammaPolicy
 from specsim.errors import SpecsimError
 from specsim.hardware.device import load_device
 from specsim.hardware.image_tokens import ImageSize
@@ -26,7 +27,6 @@ from specsim.hardware.model_resolution import load_model_spec
 from specsim.hardware.parallel import check_splittable, check_tp
 from specsim.hardware.runtime import DEFAULT_RUNTIMES, load_runtime
 from specsim.report import clip, parse_int_list
-from specsim.serve.speculation import GammaPolicy
 from specsim.tune.kinds import drafting_kind
 from specsim.tune.trial import TRACES_PREFIX, Deployment, DraftOption, acceptance_source
 

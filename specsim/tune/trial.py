@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 
+from specsim.drafts.policies import GammaPolicy
 from specsim.errors import SpecsimError
 from specsim.hardware.device import load_device
 from specsim.hardware.image_tokens import ImageSize
@@ -23,7 +24,7 @@ from specsim.serve.compare import ServeSetup, Workload, served
 from specsim.serve.metrics import ServeMetrics, Slo
 from specsim.serve.roofline_cost import RooflineStepCost
 from specsim.serve.scheduler import SchedulerConfig
-from specsim.serve.speculation import GammaPolicy, IidAcceptance, replay_of
+from specsim.serve.speculation import IidAcceptance, replay_of
 from specsim.tune.kinds import drafting_kind
 
 SCHEMA_VERSION = 1
@@ -227,9 +228,8 @@ def acceptance_source(spec: str):
                 f"acceptance {spec!r}: expected an i.i.d. alpha in [0, 1) or "
                 "traces:PROFILE[:METHOD[/SCENARIO]]"
             ) from None
-    from specsim.predict.prediction import one_entry
     from specsim.profiles import load_profile
 
     profile, _, entry = spec[len(TRACES_PREFIX) :].partition(":")
     method, _, scenario = entry.partition("/")
-    return replay_of(one_entry(load_profile(profile), method or None, scenario or None))
+    return replay_of(load_profile(profile).one_entry(method or None, scenario or None))

@@ -15,9 +15,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from specsim.drafts.policies import GammaPolicy
 from specsim.hardware.device import load_device
 from specsim.hardware.runtime import DEFAULT_RUNTIMES
-from specsim.serve.speculation import GammaPolicy
 from specsim.tune.objective import Objective
 from specsim.tune.paste import EngineConfigs, engine_configs
 from specsim.tune.study import StudyOutcome, TrialRecord
