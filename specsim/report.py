@@ -32,12 +32,13 @@ def format_table(headers: Sequence[str], rows: Sequence[Sequence[str]], *, inden
     return "\n".join([line(headers), line(["-" * w for w in widths]), *(line(r) for r in rows)])
 
 
-def _int_list(text: str, unit: str) -> list[int]:
-    """Values of '5', '1-4' or '1,2,6' within the range of ``unit``; ValueError with the reason otherwise."""
+def _int_list(text: str, unit: str, zero_ok: bool = False) -> list[int]:
+    """Values of '5', '1-4' or '1,2,6' within the range of ``unit`` (0 too when ``zero_ok``); ValueError with
+    the reason otherwise."""
     from specsim.bounds import MAX_LIST_VALUES, RANGES
 
-    hi_cap = int(RANGES[unit][1])
-    usage = f"expected integers >= 1 like 5, 1-10 or 1,2,4; got {clip(text)!r}"
+    hi_cap, lo_cap = int(RANGES[unit][1]), 0 if zero_ok else 1
+    usage = f"expected integers >= {lo_cap} like 5, {lo_cap}-10 or {lo_cap},2,4; got {clip(text)!r}"
     values: list[int] = []
     for part in str(text).split(","):
         part = part.strip()
@@ -45,7 +46,7 @@ def _int_list(text: str, unit: str) -> list[int]:
             lo, hi = (int(p) for p in part.split("-", 1)) if "-" in part[1:] else (int(part), int(part))
         except ValueError:
             raise ValueError(usage) from None
-        if lo < 1 or hi < lo:
+        if lo < lo_cap or hi < lo:
             raise ValueError(usage)
         if hi > hi_cap:
             raise ValueError(f"expected values <= {hi_cap} (the cap on {unit}), got {clip(text)!r}")
@@ -55,14 +56,16 @@ def _int_list(text: str, unit: str) -> list[int]:
     return list(dict.fromkeys(values))
 
 
-def parse_int_list(text: str, *, name: str = "gamma", unit: str = "gamma") -> list[int]:
-    """'5' -> [5]; '1-4' -> [1, 2, 3, 4]; '1,2,6' -> [1, 2, 6]: integers >= 1, in the order given,
-    repeats dropped; each at most the cap of ``unit`` and at most MAX_LIST_VALUES values
+def parse_int_list(
+    text: str, *, name: str = "gamma", unit: str = "gamma", zero_ok: bool = False
+) -> list[int]:
+    """'5' -> [5]; '1-4' -> [1, 2, 3, 4]; '1,2,6' -> [1, 2, 6]: integers >= 1 (>= 0 when ``zero_ok``), in
+    the order given, repeats dropped; each at most the cap of ``unit`` and at most MAX_LIST_VALUES values
     (:mod:`specsim.bounds`). SpecsimError naming ``name`` otherwise."""
     from specsim.errors import SpecsimError
 
     try:
-        return _int_list(text, unit)
+        return _int_list(text, unit, zero_ok)
     except ValueError as err:
         raise SpecsimError(f"{name}: {err}") from None
 

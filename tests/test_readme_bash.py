@@ -28,7 +28,7 @@ REPO_DIRS = {"bench", "calibrate", "notebooks", "specsim", "tests"}
 SETUP_PIP = {
     "python -m pip install -e .",
     "python -m pip install torch==2.13.0",
-    'python -m pip install -e ".[calibrate,test]"',
+    'python -m pip install -e ".[calibrate,test,tune]"',
 }
 
 

@@ -2,7 +2,9 @@
 
 Each command lives in a ``cli_<command>.py`` module named in the ``specsim.commands`` entry-point group
 (pyproject.toml); its ``register(subparsers)`` adds its parsers, each setting ``func=cmd_*(args) -> int``.
-An entry point named ``calibrate.<what>`` registers under ``specsim calibrate``. This module names no
+An entry point named ``calibrate.<what>`` registers under ``specsim calibrate``. Run from a source checkout
+whose pyproject.toml names commands the installed metadata lacks (an editable install made before they were
+added), those register too (:func:`source_tree_entry_points`). This module names no
 command module, so the measuring half plugs in without specsim importing it. Command modules must not
 import torch at module level (``specsim --help`` has to work without it). Any :class:`SpecsimError`,
 and any argparse error, becomes one line on stderr and exit status 2; a :class:`SpecsimWarning` is one
@@ -17,7 +19,8 @@ import argparse
 import os
 import sys
 import warnings
-from importlib.metadata import entry_points
+from importlib.metadata import EntryPoint, entry_points
+from pathlib import Path
 
 from specsim.errors import SpecsimError, SpecsimWarning
 
@@ -38,10 +41,28 @@ _CALIBRATE_EXTRA = {
 CALIBRATE_PREFIX = "calibrate."
 
 
+def source_tree_entry_points(installed: set[str], root: Path | None = None) -> list[EntryPoint]:
+    """The ``specsim.commands`` entries of the source checkout's pyproject.toml (``root``: the folder above
+    this package) that ``installed`` does not name; none outside a checkout or before Python 3.11."""
+    path = (root or Path(__file__).resolve().parents[2]) / "pyproject.toml"
+    try:
+        import tomllib
+
+        project = tomllib.loads(path.read_text(encoding="utf-8")).get("project", {})
+    except (ImportError, OSError, ValueError):
+        return []
+    if project.get("name") != "specsim-mllm":
+        return []
+    listed = project.get("entry-points", {}).get(COMMAND_GROUP, {})
+    return [EntryPoint(n, v, COMMAND_GROUP) for n, v in listed.items() if n not in installed]
+
+
 def command_entry_points() -> list:
     """The ``specsim.commands`` entry points; SpecsimError when there are none (not installed)."""
     # Registration order is the order in pyproject.toml (the order of `specsim --help`), calibrate last.
-    eps = sorted(entry_points(group=COMMAND_GROUP), key=lambda ep: ep.name.startswith(CALIBRATE_PREFIX))
+    found = list(entry_points(group=COMMAND_GROUP))
+    found += source_tree_entry_points({ep.name for ep in found}) if found else []
+    eps = sorted(found, key=lambda ep: ep.name.startswith(CALIBRATE_PREFIX))
     if not eps:
         raise SpecsimError(
             "no commands found: specsim is not installed as a package (expected "

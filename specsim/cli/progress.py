@@ -21,15 +21,20 @@ class ProgressBar:
             except ImportError:
                 self.bar = None
 
-    def step(self) -> None:
-        self.done += 1
+    def step(self, count: int = 1, note: str | None = None) -> None:
+        """``count`` more done; ``note`` (e.g. the best so far) shown after the count."""
+        self.done += count
         if self.bar is not None:
-            self.bar.update(1)
+            if note is not None:
+                self.bar.set_postfix_str(note, refresh=False)
+            self.bar.update(count)
         elif self.enabled:
-            filled = round(20 * self.done / self.total)
-            end = "\n" if self.done == self.total else ""
+            filled = min(20, round(20 * self.done / self.total))
+            end = "\n" if self.done >= self.total else ""
+            tail = f", {note}" if note else ""
             print(
-                f"\r{self.label}: [{'#' * filled}{' ' * (20 - filled)}] {self.done}/{self.total} {self.what}",
+                f"\r{self.label}: [{'#' * filled}{' ' * (20 - filled)}] {self.done}/{self.total} {self.what}"
+                f"{tail}",
                 end=end,
                 file=sys.stderr,
                 flush=True,

@@ -5,6 +5,7 @@
 - :mod:`~specsim.engines.vllm` turns vLLM's spec-decode counters into survival a_i, τ(k) for k ≤ K
   and an acceptance entry; :mod:`~specsim.engines.sglang` does the same for SGLang's accept length.
 - :mod:`~specsim.engines.imported` builds the profile entry and its provenance (engine, version,
-  model, time window); :mod:`~specsim.engines.engine_config` writes vLLM ``speculative_config`` and SGLang
-  server flags from a :class:`specsim.engines.recommend.Recommendation`.
+  model, time window); :mod:`~specsim.engines.engine_config` writes vLLM ``speculative_config``, SGLang
+  server flags, TensorRT-LLM ``speculative_config`` and llama.cpp flags from a draft-length schedule (a
+  :class:`specsim.engines.recommend.Recommendation`'s, or a tuned γ policy's: ``specsim tune``).
 """

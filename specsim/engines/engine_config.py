@@ -1,5 +1,6 @@
-"""Engine settings from a :class:`~specsim.engines.recommend.Recommendation`: vLLM ``speculative_config``,
-SGLang flags.
+"""Engine settings from a draft-length schedule ``[(first batch, last batch, K), ...]`` (a
+:class:`~specsim.engines.recommend.Recommendation`'s, or a tuned serving γ policy's): vLLM
+``speculative_config``, SGLang flags, TensorRT-LLM ``speculative_config``, llama.cpp server flags.
 
 vLLM (``--speculative-config`` JSON / ``LLM(speculative_config=...)``; option names from
 vllm/config/speculative.py ``SpeculativeConfig`` and docs/features/speculative_decoding/README.md):
@@ -15,6 +16,18 @@ SGLang (server flags; docs/advanced_features/speculative_decoding.md, python/sgl
 ``--speculative-num-steps`` (draft depth), ``--speculative-eagle-topk`` (branching; 1 = a chain) and
 ``--speculative-num-draft-tokens`` (verified tokens; num_steps + 1 for a chain). SGLang has no
 per-batch-size draft length, so one K is written and the batch size where it stops paying is reported.
+
+TensorRT-LLM (PyTorch backend; ``speculative_config`` of ``trtllm-serve --extra_llm_api_options FILE.yaml``,
+tensorrt_llm/llmapi/llm_args.py ``DecodingBaseConfig``, PR #8194 and #10860): ``decoding_type``
+(``Draft_Target`` for a separate draft model), ``max_draft_len``, ``speculative_model`` and
+``draft_len_schedule`` = {last batch size of a range: K}: a batch size takes the K of the first key >= it,
+and above the largest key drafting stops (K = 0); its smallest key must carry ``max_draft_len`` and no K may
+exceed it, so a schedule whose K grows with the batch cannot be written.
+
+llama.cpp (``llama-server``, common/arg.cpp): ``-md`` the draft GGUF, ``--draft-max`` K, ``--draft-min`` and
+``--draft-p-min`` (0 and 0: always K drafts, the fixed γ that was priced; its default stops a draft early
+below a probability), ``-np`` parallel slots sharing ``-c`` KV positions. One K for every batch size, as
+SGLang.
 
 Both take the draft as a model id: a Hugging Face repo id ``org/name`` (huggingface_hub's validate_repo_id:
 letters, digits, ``-``, ``_``, ``.``, no ``--`` or ``..``, at most 96 characters) or a local path
@@ -79,7 +92,14 @@ def vllm_speculative_config(
     rec: Recommendation, *, method: str = "draft_model", draft_model: str | None = None
 ) -> dict | None:
     """The ``speculative_config`` dict (None when SD should be off at every batch size)."""
-    schedule = rec.schedule()
+    return vllm_config_for_schedule(rec.schedule(), method=method, draft_model=draft_model)
+
+
+def vllm_config_for_schedule(
+    schedule, *, method: str = "draft_model", draft_model: str | None = None
+) -> dict | None:
+    """vLLM's ``speculative_config`` for ``schedule`` [(first batch, last batch, K), ...] covering 1..B (None:
+    K = 0 at every batch size)."""
     k_max = max(g for _, _, g in schedule)
     if k_max == 0:
         return None
@@ -100,7 +120,13 @@ def sglang_server_args(
     rec: Recommendation, *, at_batch: int, algorithm: str = "STANDALONE", draft_model: str | None = None
 ) -> list[str] | None:
     """``python -m sglang.launch_server`` flags for the best K at ``at_batch`` (None: SD off there)."""
-    gamma = rec.at(at_batch).gamma
+    return sglang_args_for_gamma(rec.at(at_batch).gamma, algorithm=algorithm, draft_model=draft_model)
+
+
+def sglang_args_for_gamma(
+    gamma: int, *, algorithm: str = "STANDALONE", draft_model: str | None = None
+) -> list[str] | None:
+    """SGLang's speculative flags for one draft length ``gamma`` (None: 0, SD off)."""
     if gamma == 0:
         return None
     if not algorithm or not isinstance(algorithm, str):
@@ -119,4 +145,41 @@ def sglang_server_args(
         "1",
         "--speculative-num-draft-tokens",
         str(gamma + 1),
+    ]
+
+
+def trtllm_speculative_config(
+    schedule, *, draft_model: str, decoding_type: str = "Draft_Target"
+) -> dict | None:
+    """TensorRT-LLM's ``speculative_config`` for ``schedule`` [(first, last, K), ...] covering 1..B (None:
+    K = 0 everywhere); SpecsimError when its draft_len_schedule cannot hold it (K above batch 1's: module)."""
+    ks = [g for _, _, g in schedule]
+    if max(ks) == 0:
+        return None
+    if ks[0] != max(ks):
+        raise SpecsimError(
+            "TensorRT-LLM draft_len_schedule: its smallest batch key must carry max_draft_len, but K = "
+            f"{ks[0]} at batch 1 is below K = {max(ks)} at a larger batch"
+        )
+    config = {"decoding_type": decoding_type, "max_draft_len": ks[0], "speculative_model": draft_model}
+    kept = list(schedule)
+    while kept[-1][2] == 0:  # above the largest key TensorRT-LLM drafts nothing
+        kept.pop()
+    if len(kept) > 1 or len(kept) < len(schedule):
+        config["draft_len_schedule"] = {int(hi): int(g) for _, hi, g in kept}
+    return config
+
+
+def llama_cpp_server_args(
+    gamma: int, *, draft_model: str, parallel: int, context_tokens: int | None = None
+) -> list[str] | None:
+    """``llama-server`` flags for one draft length ``gamma`` over ``parallel`` slots sharing
+    ``context_tokens`` KV positions (``-c``; None: llama.cpp's default) (None: γ = 0, SD off)."""
+    if gamma == 0:
+        return None
+    ctx = ["-c", str(context_tokens)] if context_tokens is not None else []
+    return ["-md", draft_model, "--draft-max", str(gamma), "--draft-min", "0", "--draft-p-min", "0"] + [
+        "-np",
+        str(parallel),
+        *ctx,
     ]

@@ -8,6 +8,9 @@ images and output tokens, sorted by arrival. Inter-arrival times:
 The first request arrives one inter-arrival time after 0. Every draw comes from the caller's
 ``np.random.Generator``, so a seed fixes the workload.
 
+An image mix ``0:0.2,1:0.5,3:0.3`` (images per prompt : weight) draws each request's images from those
+weights, normalised (:func:`parse_image_mix`, :func:`mixed_image_requests`).
+
 A trace is JSONL, one request per line: ``{"arrival_s": 0.25, "prompt_tokens": 512, "images": 1,
 "output_tokens": 256}`` (``images`` may be left out: 0). Errors name the line and the field.
 """
@@ -69,6 +72,38 @@ def uniform_requests(arrival_s, prompt_tokens: int, images: int, output_tokens: 
         np.full(n, int(images), dtype=np.int64),
         np.full(n, int(output_tokens), dtype=np.int64),
     )
+
+
+def parse_image_mix(text: str, where: str = "--images") -> tuple[tuple[int, float], ...]:
+    """'0:1,1:2,3:1' -> ((0, 0.25), (1, 0.5), (3, 0.25)): images per prompt and their share (weights
+    normalised); a bare count '2' -> ((2, 1.0),). SpecsimError naming ``where`` and the bad part."""
+    usage = f"{where}: expected an image count (2) or a mix IMAGES:WEIGHT,... (0:1,1:2), got {clip(text)!r}"
+    pairs: dict[int, float] = {}
+    for part in str(text).split(","):
+        count, sep, weight = part.strip().partition(":")
+        try:
+            images, share = int(count), float(weight) if sep else 1.0
+        except ValueError:
+            raise SpecsimError(usage) from None
+        if images in pairs or not (np.isfinite(share) and share > 0):
+            raise SpecsimError(usage)
+        check_range(images, "images", f"{where}: images")
+        check_range(share, "ratio", f"{where}: weight of {images} images")
+        pairs[images] = share
+    total = sum(pairs.values())
+    return tuple((k, v / total) for k, v in sorted(pairs.items()))
+
+
+def mixed_image_requests(
+    arrival_s, prompt_tokens: int, image_mix, output_tokens: int, rng: np.random.Generator
+) -> Requests:
+    """:func:`uniform_requests`, but each request's images drawn from ``image_mix`` ((images, share), ...)
+    with ``rng`` (one draw per request, in arrival order)."""
+    counts = np.array([k for k, _ in image_mix], dtype=np.int64)
+    shares = np.array([w for _, w in image_mix], dtype=float)
+    base = uniform_requests(arrival_s, prompt_tokens, int(counts.max()), output_tokens)
+    images = rng.choice(counts, size=len(base), p=shares / shares.sum())
+    return Requests(base.arrival_s, base.prompt_tokens, images.astype(np.int64), base.output_tokens)
 
 
 def _check_count_and_rate(n: int, rate_per_s: float) -> None:

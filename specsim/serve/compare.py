@@ -17,7 +17,8 @@ import numpy as np
 from specsim.draft_shapes.policies import GammaPolicy
 from specsim.errors import SpecsimError
 from specsim.hardware.batch_limit import paying_range
-from specsim.serve.arrivals import Requests, arrivals, uniform_requests
+from specsim.jsonio import check_keys, field_int, field_num
+from specsim.serve.arrivals import TRACE_KEYS, Requests, arrivals, mixed_image_requests, uniform_requests
 from specsim.serve.metrics import ServeMetrics, Slo, summarize
 from specsim.serve.scheduler import SchedulerConfig
 from specsim.serve.simulator import simulate
@@ -30,7 +31,8 @@ TARGET_ONLY = GammaPolicy(0)
 @dataclass(frozen=True)
 class Workload:
     """``requests`` requests of the same shape arriving at a rate (Gamma gaps of shape ``burstiness``, 1 =
-    Poisson), or a fixed ``trace`` (then rates do not apply)."""
+    Poisson), each with ``images`` images or, given ``image_mix`` ((images, share), ...), a count drawn
+    from it after the arrivals; or a fixed ``trace`` (then rates do not apply)."""
 
     requests: int = 1000
     prompt_tokens: int = 512
@@ -38,6 +40,7 @@ class Workload:
     output_tokens: int = 256
     burstiness: float = 1.0
     trace: Requests | None = None
+    image_mix: tuple[tuple[int, float], ...] = ()
 
     def at_rate(self, rate_per_s: float | None, rng: np.random.Generator) -> Requests:
         if self.trace is not None:
@@ -45,7 +48,35 @@ class Workload:
         if rate_per_s is None:
             raise SpecsimError("workload: a rate is needed unless requests come from a trace")
         times = arrivals(self.requests, rate_per_s, rng, self.burstiness)
+        if self.image_mix:
+            return mixed_image_requests(times, self.prompt_tokens, self.image_mix, self.output_tokens, rng)
         return uniform_requests(times, self.prompt_tokens, self.images, self.output_tokens)
+
+    def to_json(self) -> dict:
+        """The workload as JSON (a trace as its four columns)."""
+        out = {k: getattr(self, k) for k in ("requests", "prompt_tokens", "images", "output_tokens")}
+        out |= {"burstiness": self.burstiness, "image_mix": [list(p) for p in self.image_mix]}
+        if self.trace is not None:
+            t = self.trace
+            cols = (t.arrival_s, t.prompt_tokens, t.images, t.output_tokens)
+            out["trace"] = {k: c.tolist() for k, c in zip(TRACE_KEYS, cols)}
+        return out
+
+    @classmethod
+    def from_json(cls, d: dict, where: str = "workload") -> Workload:
+        """Inverse of :meth:`to_json`; errors name the field."""
+        check_keys(d, (*_COUNTS, "burstiness", "image_mix", "trace"), where)
+        counts = {k: field_int(d.get(k), f"{where}.{k}", lo=0) for k in _COUNTS}
+        mix = tuple((int(k), float(w)) for k, w in d.get("image_mix", ()))
+        trace = None
+        if d.get("trace") is not None:
+            cols = [np.asarray(d["trace"][k]) for k in TRACE_KEYS]
+            trace = Requests(cols[0].astype(float), *(c.astype(np.int64) for c in cols[1:]))
+        burst = field_num(d.get("burstiness"), f"{where}.burstiness", lo=1e-3, hi=1e3)
+        return cls(**counts, burstiness=burst, trace=trace, image_mix=mix)
+
+
+_COUNTS = ("requests", "prompt_tokens", "images", "output_tokens")
 
 
 @dataclass(frozen=True)
@@ -130,7 +161,7 @@ def sweep_rates(
     rate, so the result is the same)."""
     ordered = [float(r) for r in sorted(rates)]
     rows = []
-    with _executor(min(jobs, len(ordered))) as pool:
+    with local_pool(min(jobs, len(ordered))) as pool:
         for row in pool.map(compare_at, [setup] * len(ordered), ordered):
             rows.append(row)
             if on_done is not None:
@@ -151,8 +182,8 @@ class _InProcess:
     map = staticmethod(map)
 
 
-def _executor(jobs: int):
-    """A process pool of ``jobs`` workers, or this process for one."""
+def local_pool(jobs: int):
+    """A process pool of ``jobs`` workers, or this process for one (a context manager with ``map``)."""
     if jobs > 1:
         from concurrent.futures import ProcessPoolExecutor
 

@@ -102,6 +102,16 @@ class ServeMetrics:
     def to_json(self) -> dict:
         return asdict(self)
 
+    @classmethod
+    def from_json(cls, d: dict) -> ServeMetrics:
+        """Inverse of :meth:`to_json` (for summaries this package wrote, e.g. a stored tuning study)."""
+        fields = dict(d)
+        for key in ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms"):
+            fields[key] = Percentiles(**fields[key])
+        if fields.get("slo") is not None:
+            fields["slo"] = Slo(**fields["slo"])
+        return cls(**fields)
+
 
 def per_request_ms(run: ServeRun) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(TTFT, TPOT, E2E) per request in ms; TPOT is NaN for one-token requests."""

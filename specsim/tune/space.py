@@ -1,0 +1,219 @@
+"""The search space of ``specsim tune`` and its grammar: the deployments a study may choose.
+
+Dimensions, each a list of choices (one choice: fixed, not searched): ``device`` (catalog names or device
+JSON), ``runtime`` (None: the device's default), ``tp``, ``draft`` (draft options, :class:`DraftOption`),
+γ per decode-batch band (the serving γ policy: bands split after the batch sizes ``gamma_breaks``, e.g.
+8,32 → 1..8, 9..32, 33..4096, each band's γ one of ``gammas``, 0 = no drafting there; param ``gamma`` for
+the first band, ``gamma_from_LO`` for the others), ``sd_off_from_batch`` (None: never) and
+``max_num_seqs``. A point of the product is a :class:`~specsim.tune.trial.Deployment`.
+
+Grammar (CLI strings, errors naming the flag): integer lists as ``1-4,8``
+(:func:`specsim.report.parse_int_list`, γ may be 0), ``never`` in ``--sd-off-from-batch``, a draft option
+``MODEL[:KIND]@ACCEPTANCE`` (KIND a code of :func:`specsim.tune.kinds.drafting_kinds`, default M;
+ACCEPTANCE an i.i.d. α or ``traces:PROFILE[:METHOD[/SCENARIO]]``).
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+
+from specsim.bounds import RANGES
+from specsim.drafts.policies import GammaPolicy
+from specsim.errors import SpecsimError
+from specsim.hardware.device import load_device
+from specsim.hardware.image_tokens import ImageSize
+from specsim.hardware.model_resolution import load_model_spec
+from specsim.hardware.parallel import check_splittable, check_tp
+from specsim.hardware.runtime import DEFAULT_RUNTIMES, load_runtime
+from specsim.report import clip, parse_int_list
+from specsim.tune.kinds import drafting_kind
+from specsim.tune.trial import TRACES_PREFIX, Deployment, DraftOption, acceptance_source
+
+MAX_BATCH = int(RANGES["batch"][1])
+NEVER, DEFAULT = "never", "default"
+MAX_SPACE = 10**9  # deployments a space may hold (TPE samples it; exhaustive search enumerates it)
+
+
+@dataclass(frozen=True)
+class SearchSpace:
+    """The choices per dimension (module docstring)."""
+
+    devices: tuple[str, ...]
+    drafts: tuple[DraftOption, ...]
+    gammas: tuple[int, ...]
+    runtimes: tuple[str | None, ...] = (None,)
+    tps: tuple[int, ...] = (1,)
+    gamma_breaks: tuple[int, ...] = ()
+    sd_off_from_batch: tuple[int | None, ...] = (None,)
+    max_num_seqs: tuple[int, ...] = (256,)
+
+    def __post_init__(self) -> None:
+        for name in ("devices", "drafts", "gammas", "runtimes", "tps", "sd_off_from_batch", "max_num_seqs"):
+            if not getattr(self, name):
+                raise SpecsimError(f"search space: {name} needs at least one choice")
+        breaks = self.gamma_breaks
+        if list(breaks) != sorted(set(breaks)) or (breaks and not 1 <= breaks[0] <= breaks[-1] < MAX_BATCH):
+            raise SpecsimError(
+                f"--gamma-breaks: expected increasing batch sizes in 1..{MAX_BATCH - 1}, got {list(breaks)}"
+            )
+        if self.size > MAX_SPACE:
+            raise SpecsimError(f"search space: {self.size} deployments, expected at most {MAX_SPACE}")
+
+    @property
+    def bands(self) -> list[tuple[int, int]]:
+        """The decode-batch bands of the γ policy, [(lo, hi), ...] covering 1..MAX_BATCH."""
+        edges = [0, *self.gamma_breaks, MAX_BATCH]
+        return [(lo + 1, hi) for lo, hi in zip(edges, edges[1:])]
+
+    def dimensions(self) -> list[tuple[str, tuple]]:
+        """(param name, choices as labels) of every dimension, in a fixed order."""
+        bands = [("gamma" if lo == 1 else f"gamma_from_{lo}", self.gammas) for lo, _ in self.bands]
+        return [
+            ("device", self.devices),
+            ("runtime", tuple(DEFAULT if r is None else r for r in self.runtimes)),
+            ("tp", self.tps),
+            ("draft", tuple(d.label for d in self.drafts)),
+            *bands,
+            ("sd_off_from_batch", tuple(NEVER if b is None else b for b in self.sd_off_from_batch)),
+            ("max_num_seqs", self.max_num_seqs),
+        ]
+
+    def searched(self) -> list[tuple[str, tuple]]:
+        """The dimensions with more than one choice (a study's params)."""
+        return [(n, c) for n, c in self.dimensions() if len(c) > 1]
+
+    @property
+    def size(self) -> int:
+        out = 1
+        for _, choices in self.dimensions():
+            out *= len(choices)
+        return out
+
+    def enumerate(self):
+        """Every point's params (searched dimensions only), in product order."""
+        names = [n for n, _ in self.searched()]
+        for values in itertools.product(*(c for _, c in self.searched())):
+            yield dict(zip(names, values))
+
+    def deployment(self, params: dict) -> Deployment:
+        """The deployment at ``params`` (labels of the searched dimensions; fixed ones from the space); its γ
+        policy in one form (bands with the first band's γ fall back to it), so equal policies are one
+        deployment, simulated once."""
+        chosen = {n: params[n] if len(c) > 1 else c[0] for n, c in self.dimensions()}
+        draft = {d.label: d for d in self.drafts}[chosen["draft"]]
+        gammas = [int(chosen["gamma" if lo == 1 else f"gamma_from_{lo}"]) for lo, _ in self.bands]
+        by_batch: list[list[int]] = []  # bands whose γ differs from the first band's, neighbours merged
+        for (lo, hi), g in zip(self.bands[1:], gammas[1:]):
+            if g == gammas[0]:
+                continue
+            if by_batch and by_batch[-1][2] == g and by_batch[-1][1] == lo - 1:
+                by_batch[-1][1] = hi
+            else:
+                by_batch.append([lo, hi, g])
+        off = chosen["sd_off_from_batch"]
+        policy = GammaPolicy(gammas[0], tuple(map(tuple, by_batch)), None if off == NEVER else int(off))
+        runtime = None if chosen["runtime"] == DEFAULT else chosen["runtime"]
+        return Deployment(
+            chosen["device"], runtime, int(chosen["tp"]), draft, policy, int(chosen["max_num_seqs"])
+        )
+
+    def to_json(self) -> dict:
+        return {"size": self.size} | {n: list(c) for n, c in self.dimensions()}
+
+
+def parse_space(
+    *,
+    devices: str,
+    drafts: list[str],
+    gammas: str,
+    runtimes: str | None = None,
+    tps: str = "1",
+    gamma_breaks: str | None = None,
+    sd_off_from_batch: str = NEVER,
+    max_num_seqs: str = "256",
+) -> SearchSpace:
+    """A :class:`SearchSpace` from the CLI's strings (module docstring); SpecsimError naming the flag."""
+    return SearchSpace(
+        devices=_names(devices, "--device"),
+        drafts=tuple(dict.fromkeys(parse_draft_option(d) for d in drafts)),
+        gammas=tuple(parse_int_list(gammas, name="--gamma", zero_ok=True)),
+        runtimes=(None,) if runtimes is None else _names(runtimes, "--runtime"),
+        tps=tuple(parse_int_list(tps, name="--tp", unit="gpus")),
+        gamma_breaks=tuple(sorted(parse_int_list(gamma_breaks, name="--gamma-breaks", unit="batch")))
+        if gamma_breaks
+        else (),
+        sd_off_from_batch=_off_list(sd_off_from_batch),
+        max_num_seqs=tuple(parse_int_list(max_num_seqs, name="--max-num-seqs", unit="batch")),
+    )
+
+
+def _names(text: str, flag: str) -> tuple[str, ...]:
+    names = tuple(dict.fromkeys(p.strip() for p in str(text).split(",")))
+    if not all(names):
+        raise SpecsimError(f"{flag}: expected comma-separated names, got {clip(text)!r}")
+    return names
+
+
+def _off_list(text: str) -> tuple[int | None, ...]:
+    """'never,64,128' → (None, 64, 128)."""
+    parts = [p.strip() for p in str(text).split(",")]
+    numbers = [p for p in parts if p.lower() != NEVER]
+    off = parse_int_list(",".join(numbers), name="--sd-off-from-batch", unit="batch") if numbers else []
+    return ((None,) if len(numbers) < len(parts) else ()) + tuple(off)
+
+
+def parse_draft_option(text: str, where: str = "--draft") -> DraftOption:
+    """``MODEL[:KIND]@ACCEPTANCE`` → :class:`DraftOption` (the acceptance checked, the model not yet)."""
+    model, at, acceptance = str(text).strip().rpartition("@")
+    if not at or not model or not acceptance:
+        raise SpecsimError(
+            f"{where}: expected MODEL[:KIND]@ACCEPTANCE (e.g. llava-1.5-68m@0.7 or "
+            f"llava-1.5-68m:T@{TRACES_PREFIX}PROFILE:METHOD/SCENARIO), got {clip(text)!r}"
+        )
+    head, colon, kind = model.rpartition(":")
+    if colon and kind and kind.isupper() and len(kind) <= 4:  # a model name may hold ':' (zoo:draft)
+        drafting_kind(kind, f"{where} {clip(text)!r}")
+        model = head
+    else:
+        kind = "M"
+    if not acceptance.startswith(TRACES_PREFIX):
+        try:
+            acceptance = f"{float(acceptance):g}"
+        except ValueError:
+            pass
+    try:
+        acceptance_source(acceptance)
+    except SpecsimError as err:
+        raise SpecsimError(f"{where} {clip(text)!r}: {err}") from None
+    return DraftOption(model, kind, acceptance)
+
+
+def check_space(space: SearchSpace, target: str, image_size: tuple[int, int] | None = None) -> None:
+    """Refuse, before any simulation, what no deployment of ``space`` could mean: unknown models, devices
+    or runtimes, a runtime for another kind of device, a TP degree a device or the target cannot take.
+    (Whether weights and KV cache fit is a trial's answer, not an input error.)"""
+    size = None if image_size is None else ImageSize(*image_size)
+    target_spec = _named("--target", lambda: load_model_spec(target, image_size=size))
+    for d in space.drafts:
+        _named(f"--draft {d.label!r}", lambda d=d: load_model_spec(d.model, image_size=size))
+    for name in space.devices:
+        dev = _named("--device", lambda name=name: load_device(name))
+        for rt_name in space.runtimes:
+            rt = _named("--runtime", lambda r=rt_name, k=dev.kind: load_runtime(r or DEFAULT_RUNTIMES[k]))
+            if rt.kind != dev.kind:
+                raise SpecsimError(
+                    f"--runtime: {rt.name!r} runs on {rt.kind} devices, but {name!r} is a {dev.kind}"
+                )
+            split = getattr(rt, "split_mode", "tensor")
+            for tp in space.tps:
+                _named("--tp", lambda tp=tp, dev=dev: check_tp(tp, dev))
+                _named("--tp", lambda tp=tp, split=split: check_splittable(target_spec, tp, split, "target"))
+
+
+def _named(flag: str, load):
+    """``load()``, its SpecsimError prefixed with the flag it is about."""
+    try:
+        return load()
+    except SpecsimError as err:
+        raise SpecsimError(f"{flag}: {err}") from None

@@ -1,0 +1,245 @@
+"""`specsim tune` on the command line, and the engine settings it prints: a tuned schedule written for each
+engine means what the simulation priced; bad input and a missing extra are one line, exit 2."""
+
+import bisect
+import json
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from specsim.cli.main import main, source_tree_entry_points
+from specsim.drafts.policies import GammaPolicy
+from specsim.errors import SpecsimError
+from specsim.serve.compare import Workload
+from specsim.tune.paste import engine_configs, policy_schedule
+from specsim.tune.space import parse_draft_option
+from specsim.tune.study import TrialRecord
+from specsim.tune.trial import Deployment, TrialConfig, TuneContext, run_trial
+
+BANDS = GammaPolicy(5, ((9, 32, 3), (33, 4096, 0)))
+BASE = [
+    "tune",
+    "--alpha",
+    "0.7",
+    "--no-progress",
+    "--requests",
+    "30",
+    "--output-tokens",
+    "16",
+    "--rate",
+    "10",
+]
+
+
+def _record(policy, max_num_seqs=64, draft="llava-1.5-68m@0.7"):
+    dep = Deployment("h100-sxm", None, 1, parse_draft_option(draft), policy, max_num_seqs)
+    context = TuneContext("llava-1.5-7b", Workload(30, 128, 1, 16), 10.0)
+    result = run_trial(TrialConfig(context, dep))
+    return TrialRecord(0, dep, result, 0.0, True)
+
+
+def _trtllm_gamma(schedule: dict, batch: int) -> int:
+    """TensorRT-LLM's lookup (PR #10860): the K of the first key >= the batch, 0 above the largest key."""
+    keys = sorted(schedule)
+    i = bisect.bisect_left(keys, batch)
+    return schedule[keys[i]] if i < len(keys) else 0
+
+
+def _vllm_gamma(config: dict, batch: int) -> int:
+    for lo, hi, k in config.get("num_speculative_tokens_per_batch_size", []):
+        if lo <= batch <= hi:
+            return k
+    return config["num_speculative_tokens"]
+
+
+def test_each_engine_gets_the_schedule_that_was_priced():
+    rec = _record(BANDS)
+    assert policy_schedule(BANDS, 64) == ((1, 8, 5), (9, 32, 3), (33, 64, 0))
+    c = engine_configs(rec, "llava-1.5-7b", max_num_batched_tokens=8192, ids={"llava-1.5-68m": "org/d"})
+    trt = c.tensorrt_llm
+    assert trt["max_draft_len"] == 5 and trt["speculative_model"] == "org/d"
+    for b in range(1, 65):
+        assert _vllm_gamma(c.vllm, b) == _trtllm_gamma(trt["draft_len_schedule"], b) == BANDS.gamma_at(b)
+    at = max(1, round(rec.result.mean_concurrency))
+    assert c.single_gamma == BANDS.gamma_at(at)
+    assert c.sglang[c.sglang.index("--speculative-num-steps") + 1] == str(c.single_gamma)
+    assert c.llama_cpp[c.llama_cpp.index("--draft-max") + 1] == str(c.single_gamma)
+    yaml = pytest.importorskip("yaml")  # the extra file TensorRT-LLM reads: integer batch keys
+    assert yaml.safe_load(c.trtllm_yaml) == {"speculative_config": trt} and 8 in trt["draft_len_schedule"]
+    assert f"-c {rec.result.kv_cache_tokens}" in dict(c.commands)["llama.cpp"]
+    vllm = dict(c.commands)["vLLM"]
+    assert vllm.startswith("vllm serve llava-hf/llava-1.5-7b-hf --tensor-parallel-size 1 --max-num-seqs 64")
+    assert json.loads(vllm.split("--speculative-config ", 1)[1].strip("'")) == c.vllm
+
+
+def test_what_an_engine_cannot_hold_is_a_note_and_sd_off_writes_no_config():
+    rising = _record(GammaPolicy(2, ((9, 4096, 4),)), 16)
+    c = engine_configs(rising, "llava-1.5-7b", max_num_batched_tokens=8192)
+    assert c.tensorrt_llm is None and c.vllm["num_speculative_tokens_per_batch_size"] == [
+        [1, 8, 2],
+        [9, 16, 4],
+    ]
+    assert any("TensorRT-LLM gets no speculative_config" in n for n in c.notes)
+    assert any("llava-1.5-68m has no Hugging Face id" in n for n in c.notes)  # the draft kept its name
+    off = engine_configs(_record(GammaPolicy(0), 8), "llava-1.5-7b", max_num_batched_tokens=8192)
+    assert off.vllm is off.sglang is off.tensorrt_llm is off.llama_cpp is None
+    assert "--speculative-config" not in dict(off.commands)["vLLM"] and any(
+        "SD is off" in n for n in off.notes
+    )
+    text_only = engine_configs(
+        _record(BANDS, 8, "llava-1.5-68m:T@0.6"), "llava-1.5-7b", max_num_batched_tokens=8192
+    )
+    assert any("drafting kind T" in n for n in text_only.notes)
+
+
+def test_cli_prints_the_best_per_device_and_the_configs_and_json_holds_every_trial(capsys, tmp_path):
+    argv = BASE + ["--gamma", "0-3", "--max-num-seqs", "8,16", "--model-id", "llava-1.5-68m=org/draft"]
+    assert main(argv + ["--plot", str(tmp_path / "front.png")]) == 0
+    text = capsys.readouterr().out
+    assert "search: exhaustive over 8 deployments" in text and "best on h100-sxm: tokens-per-gpu" in text
+    assert "vLLM: vllm serve llava-hf/llava-1.5-7b-hf" in text and '"model": "org/draft"' in text
+    assert "validation (at batch" in text and "latency-throughput front" in text
+    assert (tmp_path / "front.png").read_bytes()[:4] == b"\x89PNG"
+    assert main(argv + ["--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert len(out["trials"]) == out["space"]["size"] == 8 and out["search"]["simulations"] == 8
+    best = out["best"][0]
+    values = [t["value"] for t in out["trials"] if t["feasible"]]
+    assert best["trial"]["value"] == max(values)
+    assert best["engine_configs"]["vllm_speculative_config"]["model"] == "org/draft"
+
+
+def test_a_study_resumes_from_the_command_line(capsys, tmp_path):
+    argv = BASE + ["--gamma", "0-5", "--storage", str(tmp_path / "s.db"), "--search", "tpe", "--json"]
+    assert main(argv + ["--trials", "4"]) == 0
+    first = json.loads(capsys.readouterr().out)
+    assert main(argv + ["--trials", "6"]) == 0
+    again = json.loads(capsys.readouterr().out)
+    assert len(again["trials"]) == 6 and again["trials"][:4] == first["trials"]
+
+
+def _one_line(capsys) -> str:
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("specsim: error: "), err
+    return err
+
+
+@pytest.mark.parametrize(
+    "extra, expected",
+    [
+        (["--device", "h100x"], "--device: unknown device 'h100x'"),
+        (["--draft", "llava-1.5-68m"], "--draft: expected MODEL[:KIND]@ACCEPTANCE"),
+        (["--draft", "llava-1.5-68m@1.5"], "expected an i.i.d. alpha in [0, 1)"),
+        (["--draft", "llava-1.5-68m:X@0.5"], "expected a drafting kind in ['M', 'T']"),
+        (["--draft", "llava-1.5-6m@0.5"], "unknown model 'llava-1.5-6m'"),
+        (["--objective", "goodput"], "--objective goodput: needs --slo"),
+        (["--objective", "usd-per-mtok"], "device 'h100-sxm' has no price"),
+        (["--gamma-breaks", "32,8x"], "--gamma-breaks: expected integers"),
+        (["--gamma", "0-2000"], "--gamma: expected values <= 1024"),
+        (["--sd-off-from-batch", "never,0"], "--sd-off-from-batch: expected integers >= 1"),
+        (["--images", "1:0.5,1:2"], "--images: expected an image count"),
+        (["--storage", "study.txt"], "--storage: expected sqlite:///PATH"),
+        (["--tp", "3"], "--tp: tensor parallel degree 3: target"),
+        (["--runtime", "torch-cpu"], "--runtime: 'torch-cpu' runs on cpu devices"),
+        (["--price", "h200=2"], "--price: device 'h200' is not in --device"),
+        (["--price", "h100-sxm"], "--price: expected NAME=VALUE"),
+        (["--slo", "tpot=fast"], "--slo: expected bounds in ms"),
+        (["--ray-address", "auto"], "--ray-address: applies with --executor ray"),
+        (["--trials", "0"], "argument --trials: expected an integer"),
+        (["--alpha", "nan"], "argument --alpha: expected 0 <= alpha < 1"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(capsys, extra, expected):
+    assert main(BASE + extra) == 2
+    assert expected in _one_line(capsys)
+
+
+def test_alpha_needs_a_pair_and_a_trace_takes_no_shape(capsys, tmp_path):
+    assert main(["tune", "--target", "llava-1.5-7b", "--alpha", "0.7"]) == 2
+    assert "--alpha: sets the acceptance of --pair's draft" in _one_line(capsys)
+    trace = tmp_path / "t.jsonl"
+    trace.write_text('{"arrival_s": 0.1, "prompt_tokens": 10, "images": 1, "output_tokens": 4}\n')
+    assert main(["tune", "--alpha", "0.7", "--trace", str(trace), "--images", "2"]) == 2
+    assert "--trace: gives every request" in _one_line(capsys)
+
+
+@pytest.mark.parametrize(
+    "blocked, argv, expected",
+    [
+        ("optuna", [], "specsim tune needs the tune extra (optuna is not installed)"),
+        ("ray", ["--executor", "ray"], "--executor ray: needs the tune extra (ray is not installed)"),
+    ],
+)
+def test_without_the_tune_extra_one_line_names_what_to_install(blocked, argv, expected):
+    code = textwrap.dedent(f"""
+        import sys
+        class Block:
+            def find_spec(self, name, path=None, target=None):
+                if name.split('.')[0] == {blocked!r}:
+                    raise ModuleNotFoundError('blocked', name=name)
+                return None
+        sys.meta_path.insert(0, Block())
+        import specsim.cli.main
+        sys.exit(specsim.cli.main.main({["tune", "--alpha", "0.7", "--no-progress", *argv]!r}))
+    """)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr[-2000:]
+    assert expected in proc.stderr and "pip install -e '.[tune]'" in proc.stderr
+
+
+def test_a_checkout_registers_the_commands_its_install_predates(tmp_path):
+    (tmp_path / "pyproject.toml").write_text(
+        '[project]\nname = "specsim-mllm"\n[project.entry-points."specsim.commands"]\n'
+        'serve = "specsim.cli.cmd_serve:register"\ntune = "specsim.cli.cmd_tune:register"\n'
+    )
+    found = source_tree_entry_points({"serve"}, tmp_path)
+    assert [(e.name, e.value) for e in found] == [("tune", "specsim.cli.cmd_tune:register")]
+    (tmp_path / "pyproject.toml").write_text('[project]\nname = "another"\n')
+    assert source_tree_entry_points(set(), tmp_path) == []
+    with pytest.raises(SpecsimError):
+        parse_draft_option("@0.5")
+
+
+@pytest.mark.parametrize("suffix", [".log", ".db"])
+def test_processes_started_together_join_one_study(tmp_path, suffix):
+    storage = str(tmp_path / f"joined{suffix}")
+    argv = BASE + ["--gamma", "0-7", "--max-num-seqs", "4,8,16", "--search", "tpe", "--trials", "12"]
+    argv += ["--batch", "2", "--storage", storage, "--json"]
+    code = f"import sys, specsim.cli.main as m; sys.exit(m.main({argv!r}))"
+    procs = [
+        subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        for _ in "ab"
+    ]
+    outs = [p.communicate(timeout=300) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], [e.decode()[-1500:] for _, e in outs]
+    made = [json.loads(o)["search"]["simulations"] for o, _ in outs]
+    from specsim.tune.executor import LocalExecutor
+    from specsim.tune.objective import make_objective
+    from specsim.tune.space import parse_space
+    from specsim.tune.study import StudyPlan, run_study
+
+    space = parse_space(devices="h100-sxm", drafts=["llava-1.5-68m@0.7"], gammas="0-7", max_num_seqs="4,8,16")
+    obj = make_objective("tokens-per-gpu", has_slo=False, slo_attainment=0.9, devices=space.devices)
+    context = TuneContext("llava-1.5-7b", Workload(30, 512, 1, 16), 10.0)
+    with LocalExecutor(1) as ex:
+        held = run_study(space, context, obj, StudyPlan("tpe", 12, 2, storage=storage), ex)
+    assert held.simulations == 0 and 12 <= len(held.records) <= 16
+    assert len({r.number for r in held.records}) == len(held.records)
+    assert sum(made) >= len({r.deployment for r in held.records})  # each setting simulated by a process
+
+
+def test_a_trace_a_mix_and_a_device_where_nothing_fits(capsys, tmp_path):
+    trace = tmp_path / "t.jsonl"
+    rows = [
+        {"arrival_s": 0.05 * i, "prompt_tokens": 64, "images": i % 3, "output_tokens": 8} for i in range(20)
+    ]
+    trace.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert main(["tune", "--alpha", "0.7", "--no-progress", "--trace", str(trace), "--gamma", "0,2"]) == 0
+    assert "workload: trace of 20 requests" in capsys.readouterr().out
+    argv = BASE + ["--images", "0:1,2:1", "--gamma", "0,2", "--device", "h100-sxm,t4"]
+    assert main(argv) == 0
+    text = capsys.readouterr().out
+    assert "+ images 0:0.50,2:0.50 ->" in text and "best on h100-sxm" in text
+    assert "no deployment on t4 fits: llava-1.5-7b and llava-1.5-68m leave no room for a KV cache" in text
