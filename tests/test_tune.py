@@ -6,7 +6,7 @@ import json
 import pytest
 
 from specsim.cli.main import main
-from specsim.drafts.policies import GammaPolicy
+from specsim.draft_shapes.policies import GammaPolicy
 from specsim.errors import SpecsimError
 from specsim.serve.compare import Workload
 from specsim.serve.metrics import Slo

@@ -10,7 +10,7 @@ import textwrap
 import pytest
 
 from specsim.cli.main import main, source_tree_entry_points
-from specsim.drafts.policies import GammaPolicy
+from specsim.draft_shapes.policies import GammaPolicy
 from specsim.errors import SpecsimError
 from specsim.serve.compare import Workload
 from specsim.tune.paste import engine_configs, policy_schedule

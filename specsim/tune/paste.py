@@ -14,7 +14,7 @@ import json
 import shlex
 from dataclasses import dataclass
 
-from specsim.drafts.policies import GammaPolicy
+from specsim.draft_shapes.policies import GammaPolicy
 from specsim.engines.engine_config import (
     is_model_id,
     llama_cpp_server_args,
@@ -72,7 +72,7 @@ def yaml_flow(value) -> str:
 
 def policy_schedule(policy: GammaPolicy, max_batch: int) -> tuple[tuple[int, int, int], ...]:
     """[(first batch, last batch, γ), ...] of ``policy`` over decode batches 1..``max_batch`` (its
-    :meth:`~specsim.drafts.policies.GammaPolicy.table` cut there)."""
+    :meth:`~specsim.draft_shapes.policies.GammaPolicy.table` cut there)."""
     rows = [(b, g) for b, g in policy.table() if b <= max_batch]
     ends = [b - 1 for b, _ in rows[1:]] + [max_batch]
     return tuple((b, end, g) for (b, g), end in zip(rows, ends))

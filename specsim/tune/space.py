@@ -19,7 +19,7 @@ import itertools
 from dataclasses import dataclass
 
 from specsim.bounds import RANGES
-from specsim.drafts.policies import GammaPolicy
+from specsim.draft_shapes.policies import GammaPolicy
 from specsim.errors import SpecsimError
 from specsim.hardware.device import load_device
 from specsim.hardware.image_tokens import ImageSize

@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 
-from specsim.drafts.policies import GammaPolicy
+from specsim.draft_shapes.policies import GammaPolicy
 from specsim.errors import SpecsimError
 from specsim.hardware.device import load_device
 from specsim.hardware.image_tokens import ImageSize

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from specsim.drafts.policies import GammaPolicy
+from specsim.draft_shapes.policies import GammaPolicy
 from specsim.hardware.device import load_device
 from specsim.hardware.runtime import DEFAULT_RUNTIMES
 from specsim.tune.objective import Objective
