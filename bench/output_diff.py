@@ -126,6 +126,8 @@ def run_one(argv: list[str]) -> str:
             code = main(argv)
         except SystemExit as exc:
             code = exc.code
+        except Exception as exc:  # a crash is an output too: it must not leave an older capture standing
+            code = f"crashed: {type(exc).__name__}: {exc}"
     head = f"$ specsim {' '.join(argv)}\nexit {code}\n"
     return f"{head}--- stdout\n{out.getvalue()}--- stderr\n{err.getvalue()}"
 
@@ -136,6 +138,7 @@ def capture(folder: Path, only: str | None) -> None:
     for name, argv in commands():
         if only and only not in name:
             continue
+        (folder / f"{name}.txt").unlink(missing_ok=True)
         t0 = time.perf_counter()
         (folder / f"{name}.txt").write_text(run_one(argv))
         print(f"{name}: {time.perf_counter() - t0:.1f} s", file=sys.stderr)

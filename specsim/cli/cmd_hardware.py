@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 
 from specsim.bounds import number_arg
-from specsim.cli.model_options import MODEL_HELP, add_image_size
+from specsim.cli.model_options import add_model_options
 from specsim.hardware.device import load_devices
 from specsim.hardware.parallel import SPLIT_MODES
 from specsim.hardware.plan_request import PlanRequest, answer
@@ -33,12 +33,7 @@ def register(sub) -> None:
     p = sub.add_parser(
         "hardware", help="rank GPUs/CPUs for a target/draft pair (roofline + profile tau)", description=_DESC
     )
-    p.add_argument(
-        "--pair", default=None, help="preset pair: llava-1.5-7b-68m (default) or qwen2.5-coder-0.5b-1.5b"
-    )
-    p.add_argument("--target", default=None, help=f"target: {MODEL_HELP}")
-    p.add_argument("--draft", default=None, help="draft: same choices as --target")
-    add_image_size(p)
+    add_model_options(p, many_devices=True)
     p.add_argument(
         "--model-config",
         default=None,
@@ -56,13 +51,6 @@ def register(sub) -> None:
         default=None,
         help="KV-cache dtype when it differs from the weights' (e.g. "
         "--dtype int4 --kv-dtype float16; default: the weights' or float16 for quantised weights)",
-    )
-    p.add_argument(
-        "--runtime",
-        default=None,
-        metavar="NAME_OR_JSON",
-        help="serving runtime: hf-eager, vllm, "
-        "gpt-fast, llama.cpp, torch-cpu or a runtime JSON (default: vllm on GPUs, torch-cpu on CPUs)",
     )
     p.add_argument(
         "--tp",
@@ -115,13 +103,6 @@ def register(sub) -> None:
     )
     p.add_argument("--context", action="append", default=None, help="context tokens (default 1024,4096,8192)")
     p.add_argument("--gamma-max", default="8", help="largest gamma tried (default 8)")
-    p.add_argument(
-        "--device",
-        action="append",
-        default=None,
-        help="catalog name or device JSON (repeatable; "
-        "default: the whole GPU catalog; 'cpu' measures this machine)",
-    )
     p.add_argument(
         "--fit-profile",
         default=None,

@@ -7,7 +7,7 @@ import json
 import shlex
 
 from specsim.bounds import RANGES, number_arg
-from specsim.cli.model_options import MODEL_HELP, add_image_size, image_size
+from specsim.cli.model_options import add_model_options, image_size
 from specsim.engines.engine_config import (
     SGLANG_ALGORITHMS_WITHOUT_MODEL,
     VLLM_METHODS_WITHOUT_MODEL,
@@ -60,27 +60,8 @@ def register(sub) -> None:
     )
     p.add_argument("--method", default=None, help="method of the entry (default: the profile's only one)")
     p.add_argument("--scenario", default=None, help="scenario of the entry (default: the profile's only one)")
-    p.add_argument(
-        "--pair",
-        default=None,
-        help="preset pair for the roofline: llava-1.5-7b-68m, qwen2.5-coder-0.5b-1.5b (or --target/--draft)",
-    )
-    p.add_argument("--target", default=None, help=f"target: {MODEL_HELP}")
-    p.add_argument("--draft", default=None, help="draft: same choices as --target")
-    add_image_size(p)
+    add_model_options(p, runtime_default="; for SGLang too")
     p.add_argument("--dtype", default=None, help="weights/KV dtype (default: bfloat16 or the config's)")
-    p.add_argument(
-        "--device",
-        default="h100-sxm",
-        help="catalog name or device JSON (default h100-sxm; `specsim hardware --list-devices`)",
-    )
-    p.add_argument(
-        "--runtime",
-        default=None,
-        metavar="NAME_OR_JSON",
-        help="serving runtime of the roofline "
-        "(default: vllm on GPUs, for SGLang too; torch-cpu on CPUs); see `specsim hardware --runtime`",
-    )
     p.add_argument(
         "--batch",
         default=",".join(str(b) for b in DEFAULT_SHOWN_BATCHES),

@@ -11,7 +11,7 @@ import argparse
 import numpy as np
 
 from specsim.bounds import number_arg
-from specsim.cli.model_options import add_image_size, image_size
+from specsim.cli.model_options import add_model_options, image_size
 from specsim.cli.progress import ProgressBar
 from specsim.draft_shapes.policies import GammaPolicy, parse_batch_ranges
 from specsim.errors import SpecsimError
@@ -52,14 +52,7 @@ def register(sub) -> None:
         "serve", help="simulate a server under load: SD on vs off (TTFT/TPOT/goodput)", description=_DESC
     )
     models = p.add_argument_group("models and hardware")
-    models.add_argument("--pair", default=None, help="preset pair (default llava-1.5-7b-68m)")
-    models.add_argument("--target", default=None, help="target model (as specsim hardware --target)")
-    models.add_argument("--draft", default=None, help="draft model (as specsim hardware --draft)")
-    add_image_size(models)
-    models.add_argument("--device", default="h100-sxm", help="catalog name or device JSON (default h100-sxm)")
-    models.add_argument(
-        "--runtime", default=None, help="runtime name or JSON (default: the device's, vllm on GPUs)"
-    )
+    add_model_options(models)
     models.add_argument(
         "--cost-profile",
         default=None,

@@ -1,6 +1,7 @@
-"""Model options shared by the commands that take ``--target``/``--draft`` (``hardware``, ``recommend``,
-``serve``): their help text and ``--image-size``. Parsing only; the models are resolved by
-:mod:`specsim.hardware.model_resolution`."""
+"""The model and hardware options shared by ``hardware``, ``recommend`` and ``serve``: ``--pair``,
+``--target``, ``--draft``, ``--image-size``, ``--device``, ``--runtime`` (:func:`add_model_options`). Parsing
+only; models are resolved by :mod:`specsim.hardware.model_resolution`, devices and runtimes by
+:mod:`specsim.hardware.plan_inputs`."""
 
 from __future__ import annotations
 
@@ -29,3 +30,35 @@ def image_size(args: argparse.Namespace) -> ImageSize | None:
     """``--image-size`` parsed (None when not given)."""
     given = getattr(args, "image_size", None)
     return None if given is None else parse_image_size(given)
+
+
+def add_model_options(parser, *, many_devices: bool = False, runtime_default: str = "") -> None:
+    """Add the pair, models, image size, device and runtime options to ``parser`` (or an argument group):
+    ``--device`` repeatable with ``many_devices`` (default: the whole GPU catalog), else one, h100-sxm."""
+    parser.add_argument(
+        "--pair", default=None, help="preset pair: llava-1.5-7b-68m (default) or qwen2.5-coder-0.5b-1.5b"
+    )
+    parser.add_argument("--target", default=None, help=f"target: {MODEL_HELP}")
+    parser.add_argument("--draft", default=None, help="draft: same choices as --target")
+    add_image_size(parser)
+    if many_devices:
+        parser.add_argument(
+            "--device",
+            action="append",
+            default=None,
+            help="catalog name or device JSON (repeatable; default: the whole GPU catalog; 'cpu' measures "
+            "this machine)",
+        )
+    else:
+        parser.add_argument(
+            "--device",
+            default="h100-sxm",
+            help="catalog name or device JSON (default h100-sxm; `specsim hardware --list-devices`)",
+        )
+    parser.add_argument(
+        "--runtime",
+        default=None,
+        metavar="NAME_OR_JSON",
+        help="serving runtime: hf-eager, vllm, gpt-fast, llama.cpp, torch-cpu or a runtime JSON "
+        f"(default: vllm on GPUs, torch-cpu on CPUs{runtime_default})",
+    )
