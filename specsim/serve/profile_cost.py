@@ -27,7 +27,7 @@ one call (:meth:`specsim.profile_format.LatencySection.vision_ms`), priced with 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -49,6 +49,7 @@ class ProfileStepCost:
     draft_drop_tokens_per_image: float = 0.0
     draft_vision: bool = False
     captioner_ms_per_image: float = 0.0
+    _memo: dict = field(default_factory=dict, compare=False, repr=False)  # pass ms by query (pure reads)
 
     @classmethod
     def from_profile(
@@ -98,12 +99,36 @@ class ProfileStepCost:
             since_admission = 0
         return cold, float(loop.pass_scale(since_admission, draft))
 
+    def _memo_ms(self, key: tuple, price) -> float:
+        """``price()`` once per ``key``: a serving run reads the same few passes at every step."""
+        if key not in self._memo:
+            self._memo[key] = price()
+        return self._memo[key]
+
     def _prefill(self, role: str, chunks, drop_per_image: float = 0.0) -> float:
-        rows = [c[0] - drop_per_image * chunk_images(c) for c in chunks if c[0] > 0]
+        rows = [float(c[0] - drop_per_image * chunk_images(c)) for c in chunks if c[0] > 0]
         if not rows:
             return 0.0
-        ms, _ = self.passes.pass_ms(role, np.asarray(rows, float), 0.0, 1, kind=PREFILL)
-        return float(np.sum(ms))
+        one = lambda r: float(self.passes.pass_ms(role, r, 0.0, 1, kind=PREFILL).ms)
+        return float(np.sum([self._memo_ms((role, PREFILL, r), lambda r=r: one(r)) for r in rows]))
+
+    def _memo_many(self, key, widths: np.ndarray, price) -> np.ndarray:
+        """ms at each of ``widths`` [K]: remembered ones, the rest priced in one ``price(widths)`` call."""
+        keys = [(*key, float(w)) for w in widths]
+        new = sorted({k[-1] for k in keys if k not in self._memo})
+        if new:
+            self._memo.update(zip([(*key, w) for w in new], map(float, price(np.asarray(new)))))
+        return np.array([self._memo[k] for k in keys])
+
+    def _target_passes_ms(self, rows: int, widths: np.ndarray, batch: int) -> np.ndarray:
+        """One target pass of ``rows`` rows per sequence at ``batch`` per cache width."""
+        price = lambda w: np.atleast_1d(self.passes.pass_ms(TARGET, rows, w, batch).ms)
+        return self._memo_many((TARGET, rows, batch), widths, price)
+
+    def _draft_blocks_ms(self, widths: np.ndarray, batch: int, gamma: int) -> np.ndarray:
+        """A block's γ draft steps at ``batch`` per cache width w (step j at w + j), summed."""
+        price = lambda w: np.sum(draft_steps_ms(self.passes, w[:, None] + np.arange(gamma), batch).ms, -1)
+        return self._memo_many((DRAFT, gamma, batch), widths, price)
 
     def target_step_ms(self, batch, rows_per_seq, context_tokens, prefill_chunks=(), since_admission=None):
         cold, warm = self._scales(prefill_chunks, since_admission)
@@ -115,8 +140,8 @@ class ProfileStepCost:
             joins = loop.request_ms(rows_per_seq - 1) + loop.prefill_setup_ms(False)
             total += joins * admissions(prefill_chunks)
         if batch:
-            width = float(np.max(context_tokens[:batch]))
-            total += float(self.passes.pass_ms(TARGET, rows_per_seq, width, batch).ms) * warm
+            width = np.max(context_tokens[:batch], keepdims=True).astype(float)
+            total += float(self._target_passes_ms(rows_per_seq, width, batch)[0]) * warm
         return total
 
     def draft_ms(self, batch, gamma, context_tokens, prefill_chunks=(), since_admission=None) -> float:
@@ -133,10 +158,28 @@ class ProfileStepCost:
             extra = max(loop.prefill_setup_ms(True) - loop.prefill_setup_ms(False), 0.0)
             total += extra * admissions(prefill_chunks)
         if batch and gamma:
-            width = float(np.max(context_tokens[:batch])) + np.arange(gamma)
-            ms, _ = draft_steps_ms(self.passes, width, batch)
-            total += float(np.sum(ms)) * warm
+            width = np.max(context_tokens[:batch], keepdims=True).astype(float)
+            total += float(self._draft_blocks_ms(width, batch, gamma)[0]) * warm
         return total
+
+    def decode_steps_ms(self, *, batch, gamma, context_tokens, since_admission=None) -> np.ndarray:
+        """K decode-only steps at once (ms each; ``context_tokens`` [K, batch], ``since_admission`` [K] or
+        None): every step's passes in one grid read each, the same floats as :func:`step_ms` step by step."""
+        width = np.max(np.asarray(context_tokens)[:, :batch], axis=1).astype(float)  # [K]
+        loop = self.batched.server_loop
+        scale = (lambda draft: 1.0) if loop is None else (lambda draft: self._warm(since_admission, draft))
+        total = np.zeros(len(width))
+        if gamma:
+            total = total + self._draft_blocks_ms(width, batch, gamma) * scale(True)
+        target = self._target_passes_ms(gamma + 1, width, batch)
+        return (total + target * scale(False)) + self.overhead_ms(batch, gamma)
+
+    def _warm(self, since_admission, draft: bool):
+        """The loop's pass scale of decode-only steps ``since_admission`` [K] steps after an admission."""
+        loop = self.batched.server_loop
+        if not (loop.draft_pass_scale if draft else loop.target_pass_scale):
+            return 1.0
+        return np.asarray(loop.pass_scale(since_admission, draft), dtype=float)
 
     def encoder_ms(self, images) -> float:
         """0: the vision encoder is priced with each prompt's prefill chunk (``target_step_ms``), one call per
