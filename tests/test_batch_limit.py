@@ -79,21 +79,23 @@ def test_memory_caps_first_when_sd_still_pays_at_the_largest_fitting_batch():
     assert limit.stops_from == 512 and limit.memory_caps_first
     assert (
         "memory, not SD, caps the batch" in limit.sentence()
-        and "'batch 512' is out of reach" in limit.sentence()
+        and "so batch 512, from which it stops paying, is out of reach" in limit.sentence()
     )
-    assert limit.fits_cell() == "B 100: 1.30x" and limit.cell() == "batch 512"
+    assert limit.fits_cell() == "B 100: 1.30x" and limit.cell() == "512"
 
 
 def test_sd_stopping_before_memory_is_not_credited_to_memory():
     limit = _limit([1.7, 1.2, 0.9, 0.7], 1000, 0.6)
     assert limit.stops_from == 64 and not limit.memory_caps_first and limit.sentence() is None
-    beyond = _limit([1.7, 1.6, 1.4, 1.1], 4000, 0.8)  # still pays at 512, not at 4000
-    assert beyond.cell() == "never" and not beyond.memory_caps_first
-    assert "stops paying between the largest planned batch and" in beyond.sentence()
+    assert limit.cell() == "from 64"
+    beyond = _limit([1.7, 1.6, 1.4, 1.1], 4000, 0.8)  # still pays at 512, not at 4000: the cell says so
+    assert beyond.cell() == "4000" and not beyond.memory_caps_first
+    assert "stops paying between B 512 (planned) and the largest batch that fits (B 4000" in beyond.sentence()
 
 
 def test_never_paying_and_nothing_fitting_are_said_as_such():
-    assert _limit([0.9, 0.8, 0.7, 0.6], 100, 0.5).cell() == "never pays"
+    assert _limit([0.9, 0.8, 0.7, 0.6], 100, 0.5).cell() == "all"
+    assert _limit([1.7, 1.6, 1.4, 1.1], 100, 1.2).cell() == "none"
     nothing = _limit([1.5, 1.4, 1.3, 1.2], 0, None)
     assert nothing.fits_cell() == "none" and "not even one sequence fits" in nothing.sentence()
     assert not nothing.memory_caps_first

@@ -23,7 +23,7 @@ from specsim.engines.recommend import (
     LatencyModel,
     Recommendation,
     default_gamma_max,
-    first_losing_batch,
+    fixed_gamma_note,
     fixed_gamma_speedups,
     recommend,
 )
@@ -267,16 +267,10 @@ def _snippet(args, rec: Recommendation, entry, lm, method, draft_model):
     speedups = fixed_gamma_speedups(
         entry, lm, gamma, max_batch=rec.choices[-1].batch_size, context_tokens=rec.context_tokens
     )
-    losing = first_losing_batch(speedups, rec.min_speedup)
     notes = [f"SGLang has one draft length for all batch sizes: chosen for batch {args.at_batch}"]
     if not rec.at(args.at_batch).fits_memory:
         notes.append(f"--at-batch {args.at_batch} does not fit in memory at this context (fits NO)")
-    notes.append(
-        f"with --speculative-num-steps {gamma}, SD is predicted below {rec.min_speedup:g}x from batch "
-        f"{losing}: cap concurrency there or serve without SD"
-        if losing
-        else f"with --speculative-num-steps {gamma}, SD is predicted to pay at every batch size evaluated"
-    )
+    notes.append(fixed_gamma_note(speedups, gamma, rec.min_speedup))
     return flags, notes
 
 

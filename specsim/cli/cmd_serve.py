@@ -42,7 +42,8 @@ _DESC = (
     "device and runtime (specsim hardware). Prints TTFT (arrival -> first token), TPOT (time per output "
     "token after the first), ITL (gaps between tokens; SD emits tau tokens at once, so many gaps are 0) and "
     "E2E at p50/p90/p99 in ms, output tokens/s, requests/s and goodput (requests/s meeting --slo). "
-    "--rates sweeps rates and names the one from which SD stops paying (p50 TPOT worse than target-only)."
+    "--rates sweeps rates and names the rates at which SD pays and those at which it loses (p50 TPOT worse "
+    "than target-only)."
 )
 
 

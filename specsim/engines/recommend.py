@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 from specsim.errors import SpecsimError
+from specsim.hardware.batch_limit import paying_runs, runs_text
 from specsim.hardware.device import Device
 from specsim.hardware.model import ModelSpec
 from specsim.hardware.plan import Plan, plan_hardware
@@ -333,6 +334,14 @@ def fixed_gamma_speedups(
     return [(r.batch_size, r.speedup) for r in sorted(plan.rows, key=lambda r: r.batch_size)]
 
 
-def first_losing_batch(speedups: list[tuple[int, float]], min_speedup: float = 1.0) -> int | None:
-    """Smallest batch whose speedup is below ``min_speedup`` (None: SD pays at every batch)."""
-    return next((b for b, s in speedups if s < min_speedup), None)
+def fixed_gamma_note(speedups: list[tuple[int, float]], gamma: int, min_speedup: float = 1.0) -> str:
+    """Where one fixed γ's ``speedups`` [(batch, speedup)] fall below ``min_speedup``, every such batch
+    named (:func:`specsim.hardware.batch_limit.paying_runs`)."""
+    runs = paying_runs([b for b, _ in speedups], [s for _, s in speedups], min_speedup)
+    head = f"with --speculative-num-steps {gamma}, SD is predicted"
+    if all(r.pays for r in runs):
+        return f"{head} to pay at every batch size evaluated"
+    return (
+        f"{head} below {min_speedup:g}x at batch {runs_text(runs, False)}: cap concurrency or serve "
+        "without SD there"
+    )

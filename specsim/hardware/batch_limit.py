@@ -1,9 +1,11 @@
-"""Where SD stops paying as the batch grows, and where memory stops the batch first.
+"""Where SD pays along a sweep (batches, request rates), and where memory stops the batch first.
 
-A planned sweep gives a best-γ speedup per batch; :func:`paying_range` reads where it pays. A sweep alone can
-answer "never" only up to its largest batch, so :class:`StopPaying` also carries the largest batch whose
-weights and KV caches fit the device (:func:`specsim.hardware.parallel.largest_fitting_batch`) and the
-speedup there: when SD still pays at that batch, memory, not SD, is what caps the batch at that context.
+:func:`paying_runs` is the one reading of a sweep: its points split into runs of consecutive points where SD
+pays (speedup >= a threshold, 1 by default) and where it does not; :func:`paying_range` and every verdict
+printed beside a sweep's rows (:func:`runs_text`) are read off them, so a verdict names exactly the points
+that lose. A sweep alone can answer "never" only up to its largest batch, so :class:`StopPaying` also reads
+the largest batch that fits the device (:func:`specsim.hardware.parallel.largest_fitting_batch`) and the
+speedup there: when SD still pays at that batch, memory, not SD, caps the batch at that context.
 """
 
 from __future__ import annotations
@@ -11,23 +13,62 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 
-def paying_range(batches, speedups) -> tuple[int | None, int | None]:
-    """(smallest batch with speedup >= 1, batch from which every larger one is < 1); (None, None): never pays,
-    (b, None): pays from b up to the largest batch given. Both ends matter: a self-speculating draft pays
-    only once the KV cache dominates (large batch, long context)."""
-    pays = [b for b, s in zip(batches, speedups) if s >= 1.0]
+@dataclass(frozen=True)
+class Run:
+    """Consecutive sweep points ``first``..``last`` that all pay (``pays``) or all do not; ``to_end``: the
+    run reaches the sweep's last point."""
+
+    pays: bool
+    first: float
+    last: float
+    to_end: bool
+
+
+def paying_runs(points, speedups, threshold: float = 1.0) -> tuple[Run, ...]:
+    """The sweep (``points`` with their ``speedups``, sorted here by point) as runs of paying and losing
+    points; a point pays where its speedup >= ``threshold``."""
+    pairs = sorted(zip(points, speedups))
+    runs: list[list] = []
+    for x, s in pairs:
+        pays = bool(s >= threshold)
+        if runs and runs[-1][0] == pays:
+            runs[-1][2] = x
+        else:
+            runs.append([pays, x, x])
+    return tuple(Run(p, a, b, i == len(runs) - 1) for i, (p, a, b) in enumerate(runs))
+
+
+def paying_range(batches, speedups, threshold: float = 1.0) -> tuple[int | None, int | None]:
+    """(smallest point with speedup >= threshold, point from which every larger one is below); (None,
+    None): never pays, (b, None): pays at the largest point given. Both ends matter: a self-speculating
+    draft pays only once the KV cache dominates (large batch, long context)."""
+    runs = paying_runs(batches, speedups, threshold)
+    pays = [r for r in runs if r.pays]
     if not pays:
         return None, None
-    after = [b for b in batches if b > pays[-1]]
-    return pays[0], (after[0] if after else None)
+    last = runs[-1]
+    return pays[0].first, (None if last.pays else last.first)
+
+
+def run_text(run: Run, fmt=str) -> str:
+    """'a', 'a..b' (every swept point from a to b) or, for a last run after another, 'from a'."""
+    if run.first == run.last:
+        return fmt(run.first)
+    return f"from {fmt(run.first)}" if run.to_end else f"{fmt(run.first)}..{fmt(run.last)}"
+
+
+def runs_text(runs, pays: bool, fmt=str) -> str:
+    """The runs that pay (``pays``) or lose, joined: '5..20 and from 200'."""
+    parts = [run_text(r, fmt) for r in runs if r.pays == pays]
+    return parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " and " + parts[-1]
 
 
 @dataclass(frozen=True)
 class StopPaying:
-    """Where SD stops paying for one device × method × context: ``stops_from`` is the planned batch from which
-    the best-γ speedup stays below 1 (None: it still pays at the largest planned batch, or never pays:
-    ``pays_from`` None); ``largest_fitting_batch`` the largest batch that fits in memory (0: none; None: not
-    bounded by memory) and ``speedup_at_largest_fitting`` the best-γ speedup there."""
+    """Where SD pays for one device × method × context over the planned batches and the largest batch that
+    fits in memory (``largest_fitting_batch``: 0 none, None not bounded; ``speedup_at_largest_fitting``
+    the best-γ speedup there): ``runs`` of :func:`paying_runs` over both, ``pays_from``/``stops_from`` as
+    :func:`paying_range`, ``last_planned``: the largest planned batch."""
 
     device: str
     method: str
@@ -36,6 +77,8 @@ class StopPaying:
     stops_from: int | None
     largest_fitting_batch: int | None
     speedup_at_largest_fitting: float | None
+    runs: tuple[Run, ...] = ()
+    last_planned: int | None = None
 
     @property
     def memory_caps_first(self) -> bool:
@@ -44,10 +87,13 @@ class StopPaying:
         return s is not None and s >= 1.0 and (self.stops_from is None or self.stops_from > fit)
 
     def cell(self) -> str:
-        """The planned crossover, in a table cell: 'batch 64', 'never' or 'never pays'."""
-        if self.pays_from is None:
-            return "never pays"
-        return "never" if self.stops_from is None else f"batch {self.stops_from}"
+        """The batches (planned and the largest that fits) where speedup < 1: 'none', 'all', '1..8',
+        'from 512', '1 and from 512'."""
+        if not any(not r.pays for r in self.runs):
+            return "none"
+        if not any(r.pays for r in self.runs):
+            return "all"
+        return runs_text(self.runs, False)
 
     def fits_cell(self) -> str:
         """The largest batch that fits and the speedup there, in a table cell: 'B 110: 1.42x'."""
@@ -58,29 +104,37 @@ class StopPaying:
         return f"B {self.largest_fitting_batch}: {self.speedup_at_largest_fitting:.2f}x"
 
     def sentence(self) -> str | None:
-        """What the planned crossover means once memory is counted (None: nothing to add)."""
+        """What the sweep means once memory is counted (None: nothing to add)."""
         where = f"{self.device}, context {self.context_tokens}"
-        fit = self.largest_fitting_batch
+        fit, s = self.largest_fitting_batch, self.speedup_at_largest_fitting
         if fit == 0:
             return f"{where}: not even one sequence fits in memory"
-        if fit is None or self.speedup_at_largest_fitting is None:
+        if fit is None or s is None:
             return None
-        at = f"the largest batch that fits (B {fit}, {self.speedup_at_largest_fitting:.2f}x)"
+        at = f"the largest batch that fits (B {fit}, {s:.2f}x)"
         if self.memory_caps_first:
             return f"{where}: SD still pays at {at}; memory, not SD, caps the batch here" + (
-                f", so 'batch {self.stops_from}' is out of reach" if self.stops_from is not None else ""
+                f", so batch {self.stops_from}, from which it stops paying, is out of reach"
+                if self.stops_from is not None
+                else ""
             )
-        if self.stops_from is None and self.pays_from is not None:
-            return f"{where}: SD stops paying between the largest planned batch and {at}"
+        before = [r for r in self.runs if r.first < fit]
+        if s < 1.0 and self.last_planned is not None and fit > self.last_planned and before[-1].pays:
+            return f"{where}: SD stops paying between B {self.last_planned} (planned) and {at}"
         return None
 
     @classmethod
     def from_rows(cls, device: str, method: str, context_tokens: int, rows, fit: int | None, at_fit):
-        """From a sweep's ``rows`` (``batch_size``, ``speedup``: :func:`paying_range`), the largest batch that
-        fits (``fit``) and the best-γ speedup there (``at_fit``)."""
-        ordered = sorted(rows, key=lambda r: r.batch_size)
-        pays, stops = paying_range([r.batch_size for r in ordered], [r.speedup for r in ordered])
-        return cls(device, method, int(context_tokens), pays, stops, fit, None if not fit else at_fit)
+        """From a sweep's ``rows`` (``batch_size``, ``speedup``), the largest batch that fits (``fit``) and
+        the best-γ speedup there (``at_fit``), read together by :func:`paying_runs`."""
+        at_fit = None if not fit else at_fit
+        points = {r.batch_size: r.speedup for r in rows}
+        if at_fit is not None:
+            points.setdefault(fit, at_fit)
+        runs = paying_runs(list(points), list(points.values()))
+        pays, stops = paying_range(list(points), list(points.values()))
+        last = max((r.batch_size for r in rows), default=None)
+        return cls(device, method, int(context_tokens), pays, stops, fit, at_fit, runs, last)
 
     def to_json(self) -> dict:
         return {
@@ -90,4 +144,3 @@ class StopPaying:
             "speedup_at_largest_fitting_batch": self.speedup_at_largest_fitting,
             "memory_caps_first": self.memory_caps_first,
         }
-

@@ -112,7 +112,7 @@ def plan_text(plan: Plan, target: ModelSpec, draft: ModelSpec, fit=None) -> str:
                 )
                 if sentence := limit.sentence():
                     notes.append(f"    {sentence}")
-            header = ["device"] + [f"B={b}" for b in plan.batches] + ["speedup<1 from", "largest B that fits"]
+            header = ["device"] + [f"B={b}" for b in plan.batches] + ["speedup<1 at B", "largest B that fits"]
             lines.append(format_table(header, table, indent="    "))
             lines += notes
     if any(r.tau_source.startswith("iid") for r in plan.rows):

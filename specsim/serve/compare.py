@@ -16,7 +16,7 @@ import numpy as np
 
 from specsim.draft_shapes.policies import GammaPolicy
 from specsim.errors import SpecsimError
-from specsim.hardware.batch_limit import paying_range
+from specsim.hardware.batch_limit import Run, paying_range, paying_runs
 from specsim.jsonio import check_keys, field_int, field_num
 from specsim.serve.arrivals import TRACE_KEYS, Requests, arrivals, mixed_image_requests, uniform_requests
 from specsim.serve.metrics import ServeMetrics, Slo, summarize
@@ -145,11 +145,16 @@ class Sweep:
     stops_paying_from_rate: float | None
     pays_at_all: bool
 
+    def runs(self) -> tuple[Run, ...]:
+        """The rates as runs where SD pays and where it loses (:func:`paying_runs`)."""
+        return paying_runs([r.rate_per_s for r in self.rows], [r.tpot_speedup or 0.0 for r in self.rows])
+
     def to_json(self) -> dict:
         return {
             "rows": [r.to_json() for r in self.rows],
             "sd_stops_paying_from_rate_per_s": self.stops_paying_from_rate,
             "sd_pays_at_some_rate": self.pays_at_all,
+            "sd_pays_at_rates_per_s": [r.rate_per_s for r in self.rows if (r.tpot_speedup or 0.0) >= 1.0],
         }
 
 

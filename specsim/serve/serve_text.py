@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from specsim.hardware.batch_limit import runs_text
 from specsim.report import format_table
 from specsim.serve.compare import Comparison, Sweep
 from specsim.serve.metrics import Percentiles
@@ -78,14 +79,17 @@ def sweep_text(s: Sweep, slo_given: bool) -> str:
 
 
 def verdict(s: Sweep) -> str:
-    """Where SD stops paying (p50 TPOT worse than target-only)."""
+    """Where SD pays over the rates swept (p50 TPOT no worse than target-only), read off the rows by
+    :func:`specsim.hardware.batch_limit.paying_runs`: every rate named is one that pays or one that loses."""
     if not s.pays_at_all:
         return "SD does not pay at any rate swept (its p50 TPOT is worse than target-only at each)"
-    if s.stops_paying_from_rate is None:
-        return "SD pays at every rate from the first that pays up to the highest swept (p50 TPOT)"
+    runs = s.runs()
+    if all(r.pays for r in runs):
+        return "SD pays at every rate swept (p50 TPOT no worse than target-only at each)"
+    rate = lambda v: f"{v:g}"
     return (
-        f"SD stops paying from {s.stops_paying_from_rate:g} req/s "
-        "(p50 TPOT worse than target-only from there on)"
+        f"SD pays at {runs_text(runs, True, rate)} req/s (p50 TPOT no worse than target-only) and loses at "
+        f"{runs_text(runs, False, rate)} req/s"
     )
 
 
