@@ -10,7 +10,7 @@ from specsim.bounds import number_arg
 from specsim.engines.imported import EngineImport, add_to_profile, import_sglang, import_vllm
 from specsim.errors import SpecsimError
 from specsim.jsonio import check_writable, dumps_json
-from specsim.predict.tau_at_gamma import tau_with_source
+from specsim.predict.tau_at_gamma import extrapolated, tau_with_source
 from specsim.profile_format import MethodAcceptance
 from specsim.report import fmt, format_table
 
@@ -152,7 +152,7 @@ def tau_rows(entry: MethodAcceptance, k_max: int) -> list[dict]:
                 "k": k,
                 "tau": tau,
                 "tau_source": source,
-                "extrapolated": source.startswith("iid"),
+                "extrapolated": extrapolated(source),
                 "a_k": a_k,
                 "conditional": None if a_k is None or not prev else a_k / prev,
             }

@@ -23,6 +23,7 @@ from specsim.hardware.plan_notes import V_BELOW_ONE, image_tokens_note, v_below_
 from specsim.hardware.roofline import USABLE_MEMORY_FRACTION, Efficiency
 from specsim.hardware.runtime import Runtime
 from specsim.predict.acceptance_source import DEFAULT_GAMMAS, MethodTau
+from specsim.predict.tau_at_gamma import extrapolated
 from specsim.profile_format import MethodAcceptance
 
 DEFAULT_SHOWN_BATCHES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
@@ -60,7 +61,7 @@ class BatchChoice:
 
     @property
     def extrapolated(self) -> bool:
-        return self.tau_source.startswith("iid")
+        return extrapolated(self.tau_source)
 
 
 @dataclass(frozen=True)
@@ -171,7 +172,7 @@ def default_gamma_max(entry: MethodAcceptance) -> int:
 
 
 def _iid_at(entry: MethodAcceptance, gamma: int) -> bool:
-    return MethodTau.from_entry(entry, (gamma,)).tau_source[0].startswith("iid")
+    return extrapolated(MethodTau.from_entry(entry, (gamma,)).tau_source[0])
 
 
 def recommend(
@@ -285,7 +286,7 @@ def _fit_note(choices, device: str, context_tokens: int, gamma_max: int, limit) 
 def _extrapolated_past_k(entry: MethodAcceptance, mt: MethodTau) -> list[int]:
     """γ > K whose τ is an i.i.d. extrapolation from τ(K) (not replayed from traces)."""
     k = entry.gamma or 0
-    return [g for g, src in zip(mt.gammas, mt.tau_source) if g > k and src.startswith("iid")]
+    return [g for g, src in zip(mt.gammas, mt.tau_source) if g > k and extrapolated(src)]
 
 
 def _past_k_note(k: int | None, past_k: list[int], choices) -> str | None:

@@ -31,6 +31,7 @@ from specsim.hardware.plan_notes import image_tokens_note, v_below_one_note
 from specsim.hardware.roofline import USABLE_MEMORY_FRACTION, Efficiency
 from specsim.hardware.roofline_pass_cost import RooflinePassCost
 from specsim.predict.acceptance_source import MethodTau
+from specsim.predict.tau_at_gamma import extrapolated
 
 DEFAULT_BATCHES = (1, 2, 4, 8, 16, 32, 64)
 DEFAULT_CONTEXTS = (1024, 4096, 8192)
@@ -73,6 +74,7 @@ class Plan:
     # row at that batch where there is one
     fitting_limits: tuple[tuple[str, str, int, int | None], ...] = ()
     limit_rows: tuple[PlanRow, ...] = ()
+    gammas: tuple[int, ...] = ()  # the γ tried (one: a fixed γ, not a best one)
 
     def crossover(self, device: str, method: str, context: int) -> StopPaying:
         """Where SD stops paying on ``device`` at ``context``, with the largest batch that fits."""
@@ -260,6 +262,7 @@ def plan_hardware(
         {k: e.to_json() for k, e in effs.items()},
         tuple((dev.name, mt.method, c, b) for dev, mt, c, b in limits),
         at_limit,
+        tuple(sorted({g for m in methods for g in m.gammas})),
     )
 
 
@@ -303,7 +306,7 @@ def _assumptions(
         f"context = tokens already in the KV cache ({image_tokens_note(target)})",
     ]
     for mt in methods:
-        extra = sorted({s for s in mt.tau_source if s.startswith("iid")})
+        extra = sorted({s for s in mt.tau_source if extrapolated(s)})
         if extra:
             out.append(
                 f"method {mt.method} ({mt.scenario}): tau at other gamma is an i.i.d. extrapolation "

@@ -7,6 +7,7 @@ from specsim.hardware.efficiency_fit import FitResult, HoldoutResult
 from specsim.hardware.model import ModelSpec
 from specsim.hardware.plan import Plan, ranking
 from specsim.hardware.runtime import Runtime
+from specsim.predict.tau_at_gamma import extrapolated
 from specsim.report import fmt, format_table
 
 
@@ -61,6 +62,8 @@ def plan_text(plan: Plan, target: ModelSpec, draft: ModelSpec, fit=None) -> str:
     lines.append("assumptions:")
     lines += [f"  - {a}" for a in plan.assumptions]
     batch, context = plan.batches[0], plan.contexts[0]
+    fixed = len(plan.gammas) == 1  # a fixed γ (--gamma) is not a best one
+    best = f"speedup at γ = {plan.gammas[0]}" if fixed else "best-γ speedup"
     for method in plan.methods:
         lines.append(f"\nmethod {method}: ranking at batch {batch}, context {context} tokens")
         rows = [
@@ -71,7 +74,7 @@ def plan_text(plan: Plan, target: ModelSpec, draft: ModelSpec, fit=None) -> str:
                 f"{r.sd_tokens_per_s:.1f}",
                 f"{r.speedup:.2f}",
                 str(r.best_gamma),
-                f"{r.tau:.2f}" + ("*" if r.tau_source.startswith("iid") else ""),
+                f"{r.tau:.2f}" + ("*" if extrapolated(r.tau_source) else ""),
                 f"{r.c:.3f}",
                 f"{r.v:.2f}",
                 "compute" if r.target_compute_bound else "memory",
@@ -88,7 +91,7 @@ def plan_text(plan: Plan, target: ModelSpec, draft: ModelSpec, fit=None) -> str:
                     "target tok/s",
                     "SD tok/s",
                     "speedup",
-                    "best γ",
+                    "γ" if fixed else "best γ",
                     "tau",
                     "c",
                     "v",
@@ -100,7 +103,7 @@ def plan_text(plan: Plan, target: ModelSpec, draft: ModelSpec, fit=None) -> str:
             )
         )
         for ctx in plan.contexts:
-            lines.append(f"  best-γ speedup vs batch size, context {ctx} (! = does not fit in memory):")
+            lines.append(f"  {best} vs batch size, context {ctx} (! = does not fit in memory):")
             table, notes = [], []
             for dev in plan.devices:
                 rs = sorted(plan.select(device=dev, method=method, context=ctx), key=lambda r: r.batch_size)
@@ -115,6 +118,6 @@ def plan_text(plan: Plan, target: ModelSpec, draft: ModelSpec, fit=None) -> str:
             header = ["device"] + [f"B={b}" for b in plan.batches] + ["speedup<1 at B", "largest B that fits"]
             lines.append(format_table(header, table, indent="    "))
             lines += notes
-    if any(r.tau_source.startswith("iid") for r in plan.rows):
+    if any(extrapolated(r.tau_source) for r in plan.rows):
         lines.append("\n* tau at this gamma is an i.i.d. extrapolation from the measured gamma")
     return "\n".join(lines)

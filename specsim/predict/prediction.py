@@ -21,7 +21,7 @@ from specsim.acceptance.theory import alpha_from_tau, speedup, tau_from_histogra
 from specsim.draft_shapes.draft_plans import Draft, draft_gamma, draft_label
 from specsim.errors import SpecsimError
 from specsim.predict.pricing import Priced, price, request_specs
-from specsim.predict.tau_at_gamma import check_gamma, tau_with_source
+from specsim.predict.tau_at_gamma import check_gamma, extrapolated, tau_with_source
 from specsim.profile_format import BlockCost, MethodAcceptance, Profile
 
 NO_TIMINGS = "the profile gives gamma*c+v as a published ratio, without latency timings"
@@ -89,7 +89,7 @@ def predict_entry(
         tau0, source = tau_with_source(entry, draft)
     else:
         tau0, source = None, "replay"
-    base |= {"tau_source": source, "extrapolated": source.startswith("iid")}
+    base |= {"tau_source": source, "extrapolated": extrapolated(source)}
     try:
         specs = request_specs(
             entry,
@@ -166,7 +166,7 @@ def _textbook(row: Prediction, entry: MethodAcceptance, gamma: int) -> Predictio
         row,
         tau=tau,
         tau_source=source,
-        extrapolated=source.startswith("iid"),
+        extrapolated=extrapolated(source),
         v=1.0,
         o=None,
         gamma_c_plus_v=cost,
@@ -232,7 +232,7 @@ def _ratio_prediction(
             "(IbED, Lee et al. 2024, §6.1)"
         )
     return Prediction(
-        **base, gamma=gamma, tau=tau, tau_source=source, extrapolated=source.startswith("iid"), c=c, v=v,
+        **base, gamma=gamma, tau=tau, tau_source=source, extrapolated=extrapolated(source), c=c, v=v,
         gamma_c_plus_v=cost, speedup=None if cost is None else tau / cost, textbook=textbook, note=note,
     )  # fmt: skip
 

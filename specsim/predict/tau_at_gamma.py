@@ -20,10 +20,19 @@ def check_gamma(gamma) -> int:
     return gamma
 
 
+EXTRAPOLATED = "iid from"  # a source that carries a measured γ's α to another γ
+
+
+def extrapolated(source: str) -> bool:
+    """Whether a τ source is an i.i.d. extrapolation from a measured γ (a τ or α given on the command line
+    is not: nothing was measured)."""
+    return source.startswith(EXTRAPOLATED)
+
+
 def tau_at(entry: MethodAcceptance, gamma: int) -> tuple[float, bool]:
     """(τ at γ, extrapolated?) for one acceptance entry; see the module docstring for the order."""
     tau, source = tau_with_source(entry, gamma)
-    return tau, source.startswith("iid")
+    return tau, extrapolated(source)
 
 
 def tau_with_source(entry: MethodAcceptance, gamma: int) -> tuple[float, str]:
@@ -55,4 +64,4 @@ def tau_with_source(entry: MethodAcceptance, gamma: int) -> tuple[float, str]:
     if entry.gamma == gamma:
         return measured, "measured" if entry.tau is not None else "histogram"
     alpha = alpha_from_tau(measured, entry.gamma)
-    return float(tau_iid(alpha, gamma)), f"iid from gamma={entry.gamma}"
+    return float(tau_iid(alpha, gamma)), f"{EXTRAPOLATED} gamma={entry.gamma}"
