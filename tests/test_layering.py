@@ -263,7 +263,7 @@ def test_no_module_branches_on_the_presence_of_a_cost_model():
     """One latency model: schema-1 tables become a cost model when a profile is built, so only the latency
     section itself says whether it has one (``published_ratio``, ``forward_costs``)."""
     pattern = re.compile(r"cost_model\s+is\s+(not\s+)?None|if\s+(not\s+)?[\w.]*cost_model\b\s*(:|and|or)")
-    home = ROOT / "specsim" / "profile" / "latency_section.py"
+    home = ROOT / "specsim" / "profile_format" / "latency_section.py"
     found = [
         f"{p.relative_to(ROOT)}:{i}"
         for pkg in ("specsim", "calibrate", "bench")

@@ -58,3 +58,27 @@ def test_every_notebook_title_carries_its_own_number():
     for path in sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb")):
         first = "".join(json.loads(path.read_text(encoding="utf-8"))["cells"][0]["source"])
         assert first.startswith(f"# {path.name[:2]} ·"), (path.name, first.splitlines()[0])
+
+
+def _resolves(name: str) -> bool:
+    """A backticked file or folder of the map: a path from the root, specsim/ or calibrate/ (a glob matching
+    something), or a bare file name found anywhere in the tree."""
+    bare = name.rstrip("/")
+    if "/" not in bare and not name.endswith("/"):
+        return any(p.name == bare for p in ROOT.rglob(bare) if ".git" not in p.parts)
+    for base in (ROOT, ROOT / "specsim", ROOT / "calibrate"):
+        if any(base.glob(bare)) if "*" in bare else (base / bare).exists():
+            return True
+    return name.endswith("/") and any(p.is_dir() for p in ROOT.rglob(bare.split("/")[-1]))
+
+
+def test_the_architecture_map_names_only_files_that_exist():
+    """Every backticked file name or path in ARCHITECTURE.md resolves to a file or folder of the tree (the map
+    once named four files that did not exist); README's layout is held by the test above."""
+    kinds = r"\.(py|json|md|ipynb|csv|toml|jsonl|png)$"
+    for doc in ("ARCHITECTURE.md",):
+        text = (ROOT / doc).read_text(encoding="utf-8")
+        named = {n for n in re.findall(r"`([^`\s]+)`", text) if re.search(kinds, n) or n.endswith("/")}
+        named = {n for n in named if not n.startswith(("$", "~", "/", "-")) and "<" not in n}
+        missing = sorted(n for n in named if not _resolves(n))
+        assert not missing, f"{doc} names what does not exist: {missing}"

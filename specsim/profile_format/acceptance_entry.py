@@ -7,30 +7,16 @@ from typing import Any
 
 from specsim.bounds import RANGES
 from specsim.errors import SpecsimError, warn
-from specsim.jsonio import check_keys
-from specsim.jsonio import (  # short local names: the profile modules read like the JSON they check
-    drop_none as _drop_none,
-)
 from specsim.jsonio import (
-    field_int as _int,
-)
-from specsim.jsonio import (
-    field_list as _list,
-)
-from specsim.jsonio import (
-    field_num as _num,
-)
-from specsim.jsonio import (
-    field_opt as _opt,
-)
-from specsim.jsonio import (
-    field_req as _req,
-)
-from specsim.jsonio import (
-    field_str as _str,
-)
-from specsim.jsonio import (
-    show as _show,
+    check_keys,
+    drop_none,
+    field_int,
+    field_list,
+    field_num,
+    field_opt,
+    field_req,
+    field_str,
+    show,
 )
 from specsim.profile_format.provenance import Provenance
 from specsim.profile_format.trace import Trace
@@ -76,7 +62,7 @@ class MethodAcceptance:
         return self.method.startswith(ADAPTIVE_PREFIX)
 
     def to_json(self) -> dict:
-        return _drop_none(
+        return drop_none(
             {
                 "method": self.method,
                 "scenario": self.scenario,
@@ -120,15 +106,17 @@ class MethodAcceptance:
             "provenance",
         }
         if not isinstance(d, dict):
-            raise SpecsimError(f"{where}: expected an object, got {_show(d)}")
+            raise SpecsimError(f"{where}: expected an object, got {show(d)}")
         check_keys(d, allowed, where)
         gamma, tau, hist, traces = _acceptance_evidence(d, where)
-        images = _int(_req(d, "images_per_prompt", where), f"{where}.images_per_prompt", lo=0, unit="images")
-        batch = _int(d.get("draft_batch_size", 1), f"{where}.draft_batch_size", lo=1, unit="batch")
+        images = field_int(
+            field_req(d, "images_per_prompt", where), f"{where}.images_per_prompt", lo=0, unit="images"
+        )
+        batch = field_int(d.get("draft_batch_size", 1), f"{where}.draft_batch_size", lo=1, unit="batch")
         weights = _ensemble_weights(d.get("weights"), batch, where)
         uses_vision = d.get("uses_draft_vision", False)
         if not isinstance(uses_vision, bool):
-            raise SpecsimError(f"{where}.uses_draft_vision: expected true or false, got {_show(uses_vision)}")
+            raise SpecsimError(f"{where}.uses_draft_vision: expected true or false, got {show(uses_vision)}")
         if uses_vision and images == 0:
             # Harmless to the numbers (the draft vision cost is charged per image), but a mislabeled entry.
             warn(
@@ -136,33 +124,35 @@ class MethodAcceptance:
                 "is charged; is the entry mislabeled?"
             )
         return cls(
-            method=_str(_req(d, "method", where), f"{where}.method"),
-            scenario=_str(_req(d, "scenario", where), f"{where}.scenario"),
+            method=field_str(field_req(d, "method", where), f"{where}.method"),
+            scenario=field_str(field_req(d, "scenario", where), f"{where}.scenario"),
             images_per_prompt=images,
-            task=_str(d.get("task", ""), f"{where}.task", allow_empty=True),
+            task=field_str(d.get("task", ""), f"{where}.task", allow_empty=True),
             gamma=gamma,
             tau=tau,
             accepted_histogram=None if hist is None else tuple(hist),
             traces=traces,
             draft_batch_size=batch,
-            draft_prompt_tokens=_opt(d, "draft_prompt_tokens", lambda v, w: _num(v, w, unit="tokens"), where),
-            target_prompt_tokens=_opt(
-                d, "target_prompt_tokens", lambda v, w: _num(v, w, unit="tokens"), where
+            draft_prompt_tokens=field_opt(
+                d, "draft_prompt_tokens", lambda v, w: field_num(v, w, unit="tokens"), where
+            ),
+            target_prompt_tokens=field_opt(
+                d, "target_prompt_tokens", lambda v, w: field_num(v, w, unit="tokens"), where
             ),
             uses_draft_vision=uses_vision,
-            captions_per_prompt=_int(
+            captions_per_prompt=field_int(
                 d.get("captions_per_prompt", 0), f"{where}.captions_per_prompt", lo=0, unit="images"
             ),
             weights=weights,
-            notes=_str(d.get("notes", ""), f"{where}.notes", allow_empty=True),
-            provenance=_opt(d, "provenance", Provenance.from_json, where),
+            notes=field_str(d.get("notes", ""), f"{where}.notes", allow_empty=True),
+            provenance=field_opt(d, "provenance", Provenance.from_json, where),
         )
 
 
 def _acceptance_evidence(d: dict, where: str) -> tuple[int | None, float | None, list | None, tuple]:
     """(gamma, tau, histogram, traces) of an acceptance entry, each valid and agreeing with the others."""
-    gamma = _opt(d, "gamma", lambda v, w: _int(v, w, lo=1, unit="gamma"), where)
-    tau = _opt(d, "tau", lambda v, w: _num(v, w, lo=1), where)
+    gamma = field_opt(d, "gamma", lambda v, w: field_int(v, w, lo=1, unit="gamma"), where)
+    tau = field_opt(d, "tau", lambda v, w: field_num(v, w, lo=1), where)
     if tau is not None:
         if gamma is None:
             raise SpecsimError(f"{where}.gamma: missing (tau={tau} needs the gamma it was measured at)")
@@ -171,8 +161,8 @@ def _acceptance_evidence(d: dict, where: str) -> tuple[int | None, float | None,
     hist = d.get("accepted_histogram")
     if hist is not None:
         hist = [
-            _int(v, f"{where}.accepted_histogram[{i}]", lo=0)
-            for i, v in enumerate(_list(hist, f"{where}.accepted_histogram"))
+            field_int(v, f"{where}.accepted_histogram[{i}]", lo=0)
+            for i, v in enumerate(field_list(hist, f"{where}.accepted_histogram"))
         ]
         if gamma is None or len(hist) != gamma + 1:
             raise SpecsimError(
@@ -183,7 +173,7 @@ def _acceptance_evidence(d: dict, where: str) -> tuple[int | None, float | None,
             raise SpecsimError(f"{where}.accepted_histogram: expected at least one block, got all zeros")
     traces = tuple(
         Trace.from_json(t, f"{where}.traces[{i}]")
-        for i, t in enumerate(_list(d.get("traces", []), f"{where}.traces", nonempty=False))
+        for i, t in enumerate(field_list(d.get("traces", []), f"{where}.traces", nonempty=False))
     )
     if tau is None and hist is None and not traces:
         raise SpecsimError(f"{where}: expected tau, accepted_histogram or traces, got none")
@@ -212,8 +202,8 @@ def _ensemble_weights(weights: Any, batch: int, where: str) -> tuple[float, ...]
     if weights is None:
         return None
     weights = tuple(
-        _num(w, f"{where}.weights[{i}]", lo=0, hi=RANGES["ratio"][1])
-        for i, w in enumerate(_list(weights, f"{where}.weights"))
+        field_num(w, f"{where}.weights[{i}]", lo=0, hi=RANGES["ratio"][1])
+        for i, w in enumerate(field_list(weights, f"{where}.weights"))
     )
     if len(weights) != batch:
         raise SpecsimError(

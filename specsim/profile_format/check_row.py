@@ -7,30 +7,16 @@ from typing import Any
 
 from specsim.bounds import RANGES
 from specsim.errors import SpecsimError
-from specsim.jsonio import check_keys
-from specsim.jsonio import (  # short local names: the profile modules read like the JSON they check
-    drop_none as _drop_none,
-)
 from specsim.jsonio import (
-    field_int as _int,
-)
-from specsim.jsonio import (
-    field_list as _list,
-)
-from specsim.jsonio import (
-    field_num as _num,
-)
-from specsim.jsonio import (
-    field_opt as _opt,
-)
-from specsim.jsonio import (
-    field_req as _req,
-)
-from specsim.jsonio import (
-    field_str as _str,
-)
-from specsim.jsonio import (
-    show as _show,
+    check_keys,
+    drop_none,
+    field_int,
+    field_list,
+    field_num,
+    field_opt,
+    field_req,
+    field_str,
+    show,
 )
 
 
@@ -83,65 +69,65 @@ class CheckRow:
         out = {k: getattr(self, k) for k in self.__dataclass_fields__} | {"notes": self.notes or None}
         for k in ("tau_interval", "speedup_interval"):
             out[k] = None if out[k] is None else list(out[k])
-        return _drop_none(out)
+        return drop_none(out)
 
     @classmethod
     def from_json(cls, d: dict, where: str) -> CheckRow:
         if not isinstance(d, dict):
-            raise SpecsimError(f"{where}: expected an object, got {_show(d)}")
+            raise SpecsimError(f"{where}: expected an object, got {show(d)}")
         check_keys(d, set(cls.__dataclass_fields__), where)
-        pos = lambda v, w: _num(v, w, lo=0, hi=RANGES["ratio"][1])  # noqa: E731
-        ratio = lambda v, w: _num(v, w, unit="ratio")  # noqa: E731
-        ms = lambda v, w: _num(v, w, unit="ms")  # noqa: E731
+        pos = lambda v, w: field_num(v, w, lo=0, hi=RANGES["ratio"][1])  # noqa: E731
+        ratio = lambda v, w: field_num(v, w, unit="ratio")  # noqa: E731
+        ms = lambda v, w: field_num(v, w, unit="ms")  # noqa: E731
         return cls(
-            method=_str(_req(d, "method", where), f"{where}.method"),
-            scenario=_str(_req(d, "scenario", where), f"{where}.scenario"),
-            gamma=_int(_req(d, "gamma", where), f"{where}.gamma", lo=1, unit="gamma"),
-            tau_predicted=_num(_req(d, "tau_predicted", where), f"{where}.tau_predicted", lo=1),
-            tau_measured=_num(_req(d, "tau_measured", where), f"{where}.tau_measured", lo=1),
-            speedup_predicted=ratio(_req(d, "speedup_predicted", where), f"{where}.speedup_predicted"),
-            speedup_measured=ratio(_req(d, "speedup_measured", where), f"{where}.speedup_measured"),
-            speedup_textbook=_opt(d, "speedup_textbook", ratio, where),
-            target_ms_per_token=_opt(d, "target_ms_per_token", ms, where),
-            sd_ms_per_token=_opt(d, "sd_ms_per_token", ms, where),
-            prompts=_opt(d, "prompts", lambda v, w: _int(v, w, lo=1), where),
-            new_tokens=_opt(d, "new_tokens", lambda v, w: _int(v, w, lo=1), where),
-            notes=_str(d.get("notes", ""), f"{where}.notes", allow_empty=True),
-            speedup_halfwidth=_opt(d, "speedup_halfwidth", pos, where),
-            request_speedup_predicted=_opt(d, "request_speedup_predicted", ratio, where),
-            request_speedup_measured=_opt(d, "request_speedup_measured", ratio, where),
-            request_speedup_halfwidth=_opt(d, "request_speedup_halfwidth", pos, where),
-            rounds=_opt(d, "rounds", lambda v, w: _int(v, w, lo=1), where),
-            terms_ms_per_block=_opt(d, "terms_ms_per_block", _terms, where),
-            draft=_opt(d, "draft", _str, where),
-            temperature=_opt(d, "temperature", lambda v, w: _num(v, w, unit="temperature"), where),
-            tau_interval=_opt(d, "tau_interval", lambda v, w: _interval(v, w, lo=1), where),
-            speedup_interval=_opt(d, "speedup_interval", lambda v, w: _interval(v, w, lo=0), where),
-            batch=_opt(d, "batch", lambda v, w: _int(v, w, lo=1, unit="batch"), where),
-            synthetic_acceptance=_opt(d, "synthetic_acceptance", _str, where),
+            method=field_str(field_req(d, "method", where), f"{where}.method"),
+            scenario=field_str(field_req(d, "scenario", where), f"{where}.scenario"),
+            gamma=field_int(field_req(d, "gamma", where), f"{where}.gamma", lo=1, unit="gamma"),
+            tau_predicted=field_num(field_req(d, "tau_predicted", where), f"{where}.tau_predicted", lo=1),
+            tau_measured=field_num(field_req(d, "tau_measured", where), f"{where}.tau_measured", lo=1),
+            speedup_predicted=ratio(field_req(d, "speedup_predicted", where), f"{where}.speedup_predicted"),
+            speedup_measured=ratio(field_req(d, "speedup_measured", where), f"{where}.speedup_measured"),
+            speedup_textbook=field_opt(d, "speedup_textbook", ratio, where),
+            target_ms_per_token=field_opt(d, "target_ms_per_token", ms, where),
+            sd_ms_per_token=field_opt(d, "sd_ms_per_token", ms, where),
+            prompts=field_opt(d, "prompts", lambda v, w: field_int(v, w, lo=1), where),
+            new_tokens=field_opt(d, "new_tokens", lambda v, w: field_int(v, w, lo=1), where),
+            notes=field_str(d.get("notes", ""), f"{where}.notes", allow_empty=True),
+            speedup_halfwidth=field_opt(d, "speedup_halfwidth", pos, where),
+            request_speedup_predicted=field_opt(d, "request_speedup_predicted", ratio, where),
+            request_speedup_measured=field_opt(d, "request_speedup_measured", ratio, where),
+            request_speedup_halfwidth=field_opt(d, "request_speedup_halfwidth", pos, where),
+            rounds=field_opt(d, "rounds", lambda v, w: field_int(v, w, lo=1), where),
+            terms_ms_per_block=field_opt(d, "terms_ms_per_block", _terms, where),
+            draft=field_opt(d, "draft", field_str, where),
+            temperature=field_opt(d, "temperature", lambda v, w: field_num(v, w, unit="temperature"), where),
+            tau_interval=field_opt(d, "tau_interval", lambda v, w: _interval(v, w, lo=1), where),
+            speedup_interval=field_opt(d, "speedup_interval", lambda v, w: _interval(v, w, lo=0), where),
+            batch=field_opt(d, "batch", lambda v, w: field_int(v, w, lo=1, unit="batch"), where),
+            synthetic_acceptance=field_opt(d, "synthetic_acceptance", field_str, where),
         )
 
 
 def _interval(value: Any, where: str, *, lo: float) -> tuple[float, float]:
     """[lo, hi] of a prediction interval: two finite numbers, lo <= hi."""
-    pair = _list(value, where)
+    pair = field_list(value, where)
     if len(pair) != 2:
-        raise SpecsimError(f"{where}: expected [lo, hi], got {_show(value)}")
-    a, b = (_num(x, f"{where}[{i}]", lo=lo, hi=RANGES["ratio"][1]) for i, x in enumerate(pair))
+        raise SpecsimError(f"{where}: expected [lo, hi], got {show(value)}")
+    a, b = (field_num(x, f"{where}[{i}]", lo=lo, hi=RANGES["ratio"][1]) for i, x in enumerate(pair))
     if a > b:
-        raise SpecsimError(f"{where}: expected lo <= hi, got {_show(value)}")
+        raise SpecsimError(f"{where}: expected lo <= hi, got {show(value)}")
     return a, b
 
 
 def _terms(value: Any, where: str) -> dict:
     """{term: {"predicted": ms, "measured": ms}} of a check row."""
     if not isinstance(value, dict):
-        raise SpecsimError(f"{where}: expected an object, got {_show(value)}")
+        raise SpecsimError(f"{where}: expected an object, got {show(value)}")
     out = {}
     for term, pair in value.items():
         check_keys(pair if isinstance(pair, dict) else {}, {"predicted", "measured"}, f"{where}.{term}")
         out[term] = {
-            k: _num(_req(pair, k, f"{where}.{term}"), f"{where}.{term}.{k}", lo=0)
+            k: field_num(field_req(pair, k, f"{where}.{term}"), f"{where}.{term}.{k}", lo=0)
             for k in ("predicted", "measured")
         }
     return out

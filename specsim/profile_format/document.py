@@ -5,19 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 from specsim.errors import SpecsimError
-from specsim.jsonio import check_keys
-from specsim.jsonio import (  # short local names: the profile modules read like the JSON they check
-    field_list as _list,
-)
-from specsim.jsonio import (
-    field_req as _req,
-)
-from specsim.jsonio import (
-    field_str as _str,
-)
-from specsim.jsonio import (
-    show as _show,
-)
+from specsim.jsonio import check_keys, field_list, field_req, field_str, show
 from specsim.profile_format.acceptance_entry import MethodAcceptance
 from specsim.profile_format.check_row import CheckRow
 from specsim.profile_format.latency_section import LatencySection
@@ -60,21 +48,21 @@ class Profile:
     @classmethod
     def from_json(cls, d: dict) -> Profile:
         if not isinstance(d, dict):
-            raise SpecsimError(f"profile: expected a JSON object, got {_show(d)}")
+            raise SpecsimError(f"profile: expected a JSON object, got {show(d)}")
         check_keys(
             d,
             {"schema_version", "name", "description", "provenance", "latency", "acceptance", "checks"}
             | {"serve_checks"},
             "profile",
         )
-        version = _req(d, "schema_version", "profile")
+        version = field_req(d, "schema_version", "profile")
         if isinstance(version, bool) or not isinstance(version, int) or version not in SCHEMA_VERSIONS:
             raise SpecsimError(
-                f"profile.schema_version: expected one of {list(SCHEMA_VERSIONS)}, got {_show(version)}"
+                f"profile.schema_version: expected one of {list(SCHEMA_VERSIONS)}, got {show(version)}"
             )
         acceptance = tuple(
             MethodAcceptance.from_json(a, f"acceptance[{i}]")
-            for i, a in enumerate(_list(d.get("acceptance", []), "acceptance", nonempty=False))
+            for i, a in enumerate(field_list(d.get("acceptance", []), "acceptance", nonempty=False))
         )
         seen: set[tuple[str, str]] = set()
         for i, a in enumerate(acceptance):
@@ -84,19 +72,19 @@ class Profile:
                 )
             seen.add((a.method, a.scenario))
         return cls(
-            provenance=Provenance.from_json(_req(d, "provenance", "profile")),
+            provenance=Provenance.from_json(field_req(d, "provenance", "profile")),
             latency=LatencySection.from_json(d.get("latency", {})),
             acceptance=acceptance,
             checks=tuple(
                 CheckRow.from_json(c, f"checks[{i}]")
-                for i, c in enumerate(_list(d.get("checks", []), "checks", nonempty=False))
+                for i, c in enumerate(field_list(d.get("checks", []), "checks", nonempty=False))
             ),
             serve_checks=tuple(
                 ServeCheckRow.from_json(c, f"serve_checks[{i}]")
-                for i, c in enumerate(_list(d.get("serve_checks", []), "serve_checks", nonempty=False))
+                for i, c in enumerate(field_list(d.get("serve_checks", []), "serve_checks", nonempty=False))
             ),
-            name=_str(d.get("name", ""), "profile.name", allow_empty=True),
-            description=_str(d.get("description", ""), "profile.description", allow_empty=True),
+            name=field_str(d.get("name", ""), "profile.name", allow_empty=True),
+            description=field_str(d.get("description", ""), "profile.description", allow_empty=True),
             schema_version=version,
         )
 

@@ -12,30 +12,16 @@ from typing import Any
 
 from specsim.bounds import RANGES, check_range
 from specsim.errors import SpecsimError
-from specsim.jsonio import check_keys
-from specsim.jsonio import (  # short local names: the profile modules read like the JSON they check
-    drop_none as _drop_none,
-)
 from specsim.jsonio import (
-    field_int as _int,
-)
-from specsim.jsonio import (
-    field_list as _list,
-)
-from specsim.jsonio import (
-    field_num as _num,
-)
-from specsim.jsonio import (
-    field_opt as _opt,
-)
-from specsim.jsonio import (
-    field_req as _req,
-)
-from specsim.jsonio import (
-    field_str as _str,
-)
-from specsim.jsonio import (
-    show as _show,
+    check_keys,
+    drop_none,
+    field_int,
+    field_list,
+    field_num,
+    field_opt,
+    field_req,
+    field_str,
+    show,
 )
 from specsim.profile_format.cost_model import CostModel
 from specsim.profile_format.provenance import Provenance
@@ -55,7 +41,7 @@ class Curve:
     n: tuple[int, ...] | None = None
 
     def to_json(self) -> dict:
-        return _drop_none(
+        return drop_none(
             {
                 "x": list(self.x),
                 "ms": list(self.ms),
@@ -68,28 +54,28 @@ class Curve:
     def from_json(cls, d: dict, where: str) -> Curve:
         check_keys(d if isinstance(d, dict) else {}, {"x", "ms", "halfwidth_ms", "n"}, where)
         xs = [
-            _num(v, f"{where}.x[{i}]", unit="tokens")
-            for i, v in enumerate(_list(_req(d, "x", where), f"{where}.x"))
+            field_num(v, f"{where}.x[{i}]", unit="tokens")
+            for i, v in enumerate(field_list(field_req(d, "x", where), f"{where}.x"))
         ]
         ms = [
-            _num(v, f"{where}.ms[{i}]", unit="ms")
-            for i, v in enumerate(_list(_req(d, "ms", where), f"{where}.ms"))
+            field_num(v, f"{where}.ms[{i}]", unit="ms")
+            for i, v in enumerate(field_list(field_req(d, "ms", where), f"{where}.ms"))
         ]
         if len(xs) != len(ms):
             raise SpecsimError(f"{where}: x has {len(xs)} values but ms has {len(ms)}")
         if any(b <= a for a, b in zip(xs, xs[1:])):
-            raise SpecsimError(f"{where}.x: expected strictly increasing values, got {_show(xs)}")
+            raise SpecsimError(f"{where}.x: expected strictly increasing values, got {show(xs)}")
         hw = d.get("halfwidth_ms")
         if hw is not None:
             hw = [
-                _num(v, f"{where}.halfwidth_ms[{i}]", lo=0, hi=RANGES["ms"][1])
-                for i, v in enumerate(_list(hw, f"{where}.halfwidth_ms"))
+                field_num(v, f"{where}.halfwidth_ms[{i}]", lo=0, hi=RANGES["ms"][1])
+                for i, v in enumerate(field_list(hw, f"{where}.halfwidth_ms"))
             ]
             if len(hw) != len(xs):
                 raise SpecsimError(f"{where}.halfwidth_ms: expected {len(xs)} values, got {len(hw)}")
         n = d.get("n")
         if n is not None:
-            n = [_int(v, f"{where}.n[{i}]", lo=1) for i, v in enumerate(_list(n, f"{where}.n"))]
+            n = [field_int(v, f"{where}.n[{i}]", lo=1) for i, v in enumerate(field_list(n, f"{where}.n"))]
             if len(n) != len(xs):
                 raise SpecsimError(f"{where}.n: expected {len(xs)} values, got {len(n)}")
         return cls(tuple(xs), tuple(ms), None if hw is None else tuple(hw), None if n is None else tuple(n))
@@ -110,9 +96,9 @@ class BlockCost:
     def from_json(cls, d: dict, where: str) -> BlockCost:
         check_keys(d if isinstance(d, dict) else {}, {"gamma", "gamma_c_plus_v", "derivation"}, where)
         return cls(
-            gamma=_int(_req(d, "gamma", where), f"{where}.gamma", lo=1, unit="gamma"),
+            gamma=field_int(field_req(d, "gamma", where), f"{where}.gamma", lo=1, unit="gamma"),
             gamma_c_plus_v=_block_cost_ratio(d, where),
-            derivation=_str(_req(d, "derivation", where), f"{where}.derivation"),
+            derivation=field_str(field_req(d, "derivation", where), f"{where}.derivation"),
         )
 
 
@@ -224,17 +210,17 @@ class LatencySection:
             "cost_model",
         }
         if not isinstance(d, dict):
-            raise SpecsimError(f"{where}: expected an object, got {_show(d)}")
+            raise SpecsimError(f"{where}: expected an object, got {show(d)}")
         check_keys(d, allowed, where)
-        kwargs: dict[str, Any] = {name: _opt(d, name, Curve.from_json, where) for name in _CURVES}
+        kwargs: dict[str, Any] = {name: field_opt(d, name, Curve.from_json, where) for name in _CURVES}
         for name, unit in (("target_verify_ms_by_gamma", "gamma"), ("draft_decode_ms_by_batch", "batch")):
             curve = kwargs[name]  # x counts drafts or sequences: whole numbers >= 1
             for i, x in enumerate(() if curve is None else curve.x):
                 if x != int(x) or x < 1:
                     raise SpecsimError(f"{where}.{name}.x[{i}]: expected an integer {unit} >= 1, got {x}")
                 check_range(x, unit, f"{where}.{name}.x[{i}]")
-        kwargs["verify_context_tokens"] = _opt(
-            d, "verify_context_tokens", lambda v, w: _int(v, w, lo=1, unit="tokens"), where
+        kwargs["verify_context_tokens"] = field_opt(
+            d, "verify_context_tokens", lambda v, w: field_int(v, w, lo=1, unit="tokens"), where
         )
         for name in (
             "vision_encoder_ms_per_image",
@@ -243,17 +229,19 @@ class LatencySection:
             "vision_encoder_ms_per_extra_image",
             "draft_vision_encoder_ms_per_extra_image",
         ):
-            kwargs[name] = _opt(d, name, lambda v, w: _num(v, w, lo=0, unit="ms", zero_ok=True), where)
-        kwargs["block_cost"] = _opt(d, "block_cost", BlockCost.from_json, where)
-        kwargs["provenance"] = _opt(d, "provenance", Provenance.from_json, where)
-        kwargs["cost_model"] = _opt(d, "cost_model", CostModel.from_json, where)
+            kwargs[name] = field_opt(
+                d, name, lambda v, w: field_num(v, w, lo=0, unit="ms", zero_ok=True), where
+            )
+        kwargs["block_cost"] = field_opt(d, "block_cost", BlockCost.from_json, where)
+        kwargs["provenance"] = field_opt(d, "provenance", Provenance.from_json, where)
+        kwargs["cost_model"] = field_opt(d, "cost_model", CostModel.from_json, where)
         return cls(**kwargs)
 
 
 def _block_cost_ratio(d: dict, where: str) -> float:
     """γ·c + v of a BlockCost: at least 1, because v = Tv/Tp >= 1 (verifying costs at least one target
     forward), so that speedup = tau/(γ·c + v) <= tau <= γ+1 and the textbook c = (γ·c + v - 1)/γ >= 0."""
-    value = _num(_req(d, "gamma_c_plus_v", where), f"{where}.gamma_c_plus_v", unit="ratio")
+    value = field_num(field_req(d, "gamma_c_plus_v", where), f"{where}.gamma_c_plus_v", unit="ratio")
     if value < 1:
         raise SpecsimError(
             f"{where}.gamma_c_plus_v: expected >= 1 (v = Tv/Tp >= 1, so speedup <= tau <= gamma+1), "

@@ -5,25 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from specsim.errors import SpecsimError
-from specsim.jsonio import check_keys
-from specsim.jsonio import (  # short local names: the profile modules read like the JSON they check
-    drop_none as _drop_none,
-)
-from specsim.jsonio import (
-    field_int as _int,
-)
-from specsim.jsonio import (
-    field_opt as _opt,
-)
-from specsim.jsonio import (
-    field_req as _req,
-)
-from specsim.jsonio import (
-    field_str as _str,
-)
-from specsim.jsonio import (
-    show as _show,
-)
+from specsim.jsonio import check_keys, drop_none, field_int, field_opt, field_req, field_str, show
 
 
 @dataclass(frozen=True)
@@ -42,7 +24,7 @@ class Provenance:
     notes: str = ""
 
     def to_json(self) -> dict:
-        return _drop_none(
+        return drop_none(
             {
                 "target": self.target,
                 "draft": self.draft,
@@ -75,7 +57,7 @@ class Provenance:
             },
             where,
         )
-        source = _str(_req(d, "source", where), f"{where}.source")
+        source = field_str(field_req(d, "source", where), f"{where}.source")
         if source != "measured" and not source.startswith("published: "):
             raise SpecsimError(
                 f"{where}.source: expected 'measured' or 'published: <citation>', got {source!r}"
@@ -83,20 +65,20 @@ class Provenance:
         software = d.get("software", {})
         if not isinstance(software, dict) or not all(isinstance(v, str) for v in software.values()):
             raise SpecsimError(
-                f"{where}.software: expected an object of name -> version strings, got {_show(software)}"
+                f"{where}.software: expected an object of name -> version strings, got {show(software)}"
             )
         weights = d.get("weights", "real")
         if weights not in ("real", "random", "n/a"):
-            raise SpecsimError(f"{where}.weights: expected 'real', 'random' or 'n/a', got {_show(weights)}")
+            raise SpecsimError(f"{where}.weights: expected 'real', 'random' or 'n/a', got {show(weights)}")
         return cls(
-            target=_str(_req(d, "target", where), f"{where}.target"),
-            draft=_str(_req(d, "draft", where), f"{where}.draft"),
-            device=_str(_req(d, "device", where), f"{where}.device"),
-            dtype=_str(_req(d, "dtype", where), f"{where}.dtype"),
-            date=_str(_req(d, "date", where), f"{where}.date"),
+            target=field_str(field_req(d, "target", where), f"{where}.target"),
+            draft=field_str(field_req(d, "draft", where), f"{where}.draft"),
+            device=field_str(field_req(d, "device", where), f"{where}.device"),
+            dtype=field_str(field_req(d, "dtype", where), f"{where}.dtype"),
+            date=field_str(field_req(d, "date", where), f"{where}.date"),
             source=source,
             software=dict(software),
             weights=weights,
-            threads=_opt(d, "threads", lambda v, w: _int(v, w, lo=1, unit="threads"), where),
-            notes=_str(d.get("notes", ""), f"{where}.notes", allow_empty=True),
+            threads=field_opt(d, "threads", lambda v, w: field_int(v, w, lo=1, unit="threads"), where),
+            notes=field_str(d.get("notes", ""), f"{where}.notes", allow_empty=True),
         )

@@ -8,28 +8,7 @@ from typing import Any
 
 from specsim.bounds import RANGES
 from specsim.errors import SpecsimError
-from specsim.jsonio import check_keys
-from specsim.jsonio import (  # short local names: the profile modules read like the JSON they check
-    drop_none as _drop_none,
-)
-from specsim.jsonio import (
-    field_int as _int,
-)
-from specsim.jsonio import (
-    field_num as _num,
-)
-from specsim.jsonio import (
-    field_opt as _opt,
-)
-from specsim.jsonio import (
-    field_req as _req,
-)
-from specsim.jsonio import (
-    field_str as _str,
-)
-from specsim.jsonio import (
-    show as _show,
-)
+from specsim.jsonio import check_keys, drop_none, field_int, field_num, field_opt, field_req, field_str, show
 
 # the metrics a row compares: p50/p90 TTFT and TPOT (ms), p50 end-to-end latency (ms), output tokens/s
 SERVE_METRICS = (
@@ -74,33 +53,33 @@ class ServeCheckRow:
 
     def to_json(self) -> dict:
         out = {k: getattr(self, k) for k in self.__dataclass_fields__}
-        return _drop_none(out | {"notes": self.notes or None})
+        return drop_none(out | {"notes": self.notes or None})
 
     @classmethod
     def from_json(cls, d: dict, where: str) -> ServeCheckRow:
         if not isinstance(d, dict):
-            raise SpecsimError(f"{where}: expected an object, got {_show(d)}")
+            raise SpecsimError(f"{where}: expected an object, got {show(d)}")
         check_keys(d, set(cls.__dataclass_fields__), where)
-        count = lambda v, w: _int(v, w, lo=1)  # noqa: E731
+        count = lambda v, w: field_int(v, w, lo=1)  # noqa: E731
         return cls(
-            method=_str(_req(d, "method", where), f"{where}.method"),
-            scenario=_str(_req(d, "scenario", where), f"{where}.scenario"),
-            gamma=_gamma(_req(d, "gamma", where), f"{where}.gamma"),
-            rate_per_s=_num(_req(d, "rate_per_s", where), f"{where}.rate_per_s", lo=1e-6, hi=1e6),
-            requests=count(_req(d, "requests", where), f"{where}.requests"),
-            new_tokens=count(_req(d, "new_tokens", where), f"{where}.new_tokens"),
-            max_num_seqs=count(_req(d, "max_num_seqs", where), f"{where}.max_num_seqs"),
-            seed=_int(_req(d, "seed", where), f"{where}.seed", lo=0, unit="seed"),
-            rounds=count(_req(d, "rounds", where), f"{where}.rounds"),
-            metrics=_metrics(_req(d, "metrics", where), f"{where}.metrics"),
-            notes=_opt(d, "notes", lambda v, w: _str(v, w, allow_empty=True), where) or "",
-            synthetic_acceptance=_opt(d, "synthetic_acceptance", _str, where),
+            method=field_str(field_req(d, "method", where), f"{where}.method"),
+            scenario=field_str(field_req(d, "scenario", where), f"{where}.scenario"),
+            gamma=_gamma(field_req(d, "gamma", where), f"{where}.gamma"),
+            rate_per_s=field_num(field_req(d, "rate_per_s", where), f"{where}.rate_per_s", lo=1e-6, hi=1e6),
+            requests=count(field_req(d, "requests", where), f"{where}.requests"),
+            new_tokens=count(field_req(d, "new_tokens", where), f"{where}.new_tokens"),
+            max_num_seqs=count(field_req(d, "max_num_seqs", where), f"{where}.max_num_seqs"),
+            seed=field_int(field_req(d, "seed", where), f"{where}.seed", lo=0, unit="seed"),
+            rounds=count(field_req(d, "rounds", where), f"{where}.rounds"),
+            metrics=_metrics(field_req(d, "metrics", where), f"{where}.metrics"),
+            notes=field_opt(d, "notes", lambda v, w: field_str(v, w, allow_empty=True), where) or "",
+            synthetic_acceptance=field_opt(d, "synthetic_acceptance", field_str, where),
         )
 
 
 def _gamma(value: Any, where: str) -> int:
     """γ of a serving row: 0 (target-only) or a γ in range."""
-    g = _int(value, where, lo=0)
+    g = field_int(value, where, lo=0)
     if g > RANGES["gamma"][1]:
         raise SpecsimError(f"{where}: expected an integer in 0..{RANGES['gamma'][1]}, got {g}")
     return g
@@ -109,16 +88,18 @@ def _gamma(value: Any, where: str) -> int:
 def _metrics(value: Any, where: str) -> dict:
     """{metric: {"predicted", "measured", "halfwidth"}} with every name of SERVE_METRICS."""
     if not isinstance(value, dict):
-        raise SpecsimError(f"{where}: expected an object, got {_show(value)}")
+        raise SpecsimError(f"{where}: expected an object, got {show(value)}")
     check_keys(value, set(SERVE_METRICS), where)
     out = {}
     for name in SERVE_METRICS:
-        pair = _req(value, name, where)
+        pair = field_req(value, name, where)
         if not isinstance(pair, dict):
-            raise SpecsimError(f"{where}.{name}: expected an object, got {_show(pair)}")
+            raise SpecsimError(f"{where}.{name}: expected an object, got {show(pair)}")
         check_keys(pair, {"predicted", "measured", "halfwidth"}, f"{where}.{name}")
         out[name] = {
-            k: _num(_req(pair, k, f"{where}.{name}"), f"{where}.{name}.{k}", lo=0, lo_open=k != "halfwidth")
+            k: field_num(
+                field_req(pair, k, f"{where}.{name}"), f"{where}.{name}.{k}", lo=0, lo_open=k != "halfwidth"
+            )
             for k in ("predicted", "measured", "halfwidth")
         }
     return out

@@ -6,28 +6,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from specsim.errors import SpecsimError
-from specsim.jsonio import check_keys
-from specsim.jsonio import (  # short local names: the profile modules read like the JSON they check
-    drop_none as _drop_none,
-)
-from specsim.jsonio import (
-    field_int as _int,
-)
-from specsim.jsonio import (
-    field_list as _list,
-)
-from specsim.jsonio import (
-    field_num as _num,
-)
-from specsim.jsonio import (
-    field_opt as _opt,
-)
-from specsim.jsonio import (
-    field_str as _str,
-)
-from specsim.jsonio import (
-    show as _show,
-)
+from specsim.jsonio import check_keys, drop_none, field_int, field_list, field_num, field_opt, field_str, show
 from specsim.profile_format.adaptive_trace import AdaptiveTrace
 
 
@@ -66,7 +45,7 @@ class Trace:
     adaptive: AdaptiveTrace | None = None  # adaptive ensembles: what the exact block-by-block replay needs
 
     def to_json(self) -> dict:
-        return _drop_none(
+        return drop_none(
             {
                 "prompt_id": self.prompt_id,
                 "match": None if self.match is None else list(self.match),
@@ -86,7 +65,7 @@ class Trace:
     @classmethod
     def from_json(cls, d: dict, where: str) -> Trace:
         if not isinstance(d, dict):
-            raise SpecsimError(f"{where}: expected an object, got {_show(d)}")
+            raise SpecsimError(f"{where}: expected an object, got {show(d)}")
         check_keys(
             d,
             {
@@ -108,22 +87,22 @@ class Trace:
         if match is None and beta is None:
             raise SpecsimError(f"{where}: expected 'match' and/or 'beta', got neither")
         if match is not None:
-            match = _list(match, f"{where}.match", nonempty=False)
+            match = field_list(match, f"{where}.match", nonempty=False)
             for i, m in enumerate(match):
                 if m not in (0, 1) or isinstance(m, float):
-                    raise SpecsimError(f"{where}.match[{i}]: expected 0 or 1, got {_show(m)}")
+                    raise SpecsimError(f"{where}.match[{i}]: expected 0 or 1, got {show(m)}")
         if beta is not None:
             beta = [
-                _num(b, f"{where}.beta[{i}]", lo=0, hi=1 + 1e-9)
-                for i, b in enumerate(_list(beta, f"{where}.beta", nonempty=False))
+                field_num(b, f"{where}.beta[{i}]", lo=0, hi=1 + 1e-9)
+                for i, b in enumerate(field_list(beta, f"{where}.beta", nonempty=False))
             ]
         if match is not None and beta is not None and len(match) != len(beta):
             raise SpecsimError(f"{where}: match has {len(match)} positions but beta has {len(beta)}")
         tokens = d.get("tokens")
         if tokens is not None:
             tokens = [
-                _int(t, f"{where}.tokens[{i}]", lo=0, unit="tokens")
-                for i, t in enumerate(_list(tokens, f"{where}.tokens"))
+                field_int(t, f"{where}.tokens[{i}]", lo=0, unit="tokens")
+                for i, t in enumerate(field_list(tokens, f"{where}.tokens"))
             ]
             if len(tokens) != len(match if match is not None else beta):
                 raise SpecsimError(
@@ -134,10 +113,12 @@ class Trace:
         return cls(
             match=None if match is None else tuple(int(m) for m in match),
             beta=None if beta is None else tuple(min(b, 1.0) for b in beta),
-            prompt_id=_opt(d, "prompt_id", _str, where),
+            prompt_id=field_opt(d, "prompt_id", field_str, where),
             tokens=None if tokens is None else tuple(tokens),
-            prompt_tokens=_opt(d, "prompt_tokens", lambda v, w: _int(v, w, lo=1), where),
-            draft_prompt_tokens=_opt(d, "draft_prompt_tokens", lambda v, w: _int(v, w, lo=1), where),
+            prompt_tokens=field_opt(d, "prompt_tokens", lambda v, w: field_int(v, w, lo=1), where),
+            draft_prompt_tokens=field_opt(
+                d, "draft_prompt_tokens", lambda v, w: field_int(v, w, lo=1), where
+            ),
             draft_rank=rank,
             draft_top_probs=top,
             accept_paths=_accept_paths(d.get("accept_paths"), where),
@@ -162,11 +143,11 @@ def _accept_paths(paths: Any, where: str) -> tuple[tuple[float, ...], ...] | Non
     sampled path has its own length: it may end at EOS earlier or later than the greedy output)."""
     if paths is None:
         return None
-    rows = _list(paths, f"{where}.accept_paths")
+    rows = field_list(paths, f"{where}.accept_paths")
     return tuple(
         tuple(
-            min(_num(b, f"{where}.accept_paths[{k}][{t}]", lo=0, hi=1 + 1e-9), 1.0)
-            for t, b in enumerate(_list(row, f"{where}.accept_paths[{k}]"))
+            min(field_num(b, f"{where}.accept_paths[{k}][{t}]", lo=0, hi=1 + 1e-9), 1.0)
+            for t, b in enumerate(field_list(row, f"{where}.accept_paths[{k}]"))
         )
         for k, row in enumerate(rows)
     )
@@ -177,8 +158,8 @@ def _top_k_fields(d: dict, where: str, positions: int, match) -> tuple:
     rank, top = d.get("draft_rank"), d.get("draft_top_probs")
     if rank is not None:
         rank = tuple(
-            _int(r, f"{where}.draft_rank[{i}]", lo=0)
-            for i, r in enumerate(_list(rank, f"{where}.draft_rank", nonempty=False))
+            field_int(r, f"{where}.draft_rank[{i}]", lo=0)
+            for i, r in enumerate(field_list(rank, f"{where}.draft_rank", nonempty=False))
         )
         if len(rank) != positions:
             raise SpecsimError(
@@ -191,15 +172,15 @@ def _top_k_fields(d: dict, where: str, positions: int, match) -> tuple:
                 "(expected rank 0 exactly where the draft's argmax matches)"
             )
     if top is not None:
-        rows = _list(top, f"{where}.draft_top_probs", nonempty=False)
+        rows = field_list(top, f"{where}.draft_top_probs", nonempty=False)
         if len(rows) != positions:
             raise SpecsimError(
                 f"{where}.draft_top_probs: expected one row per position ({positions}), got {len(rows)}"
             )
         top = tuple(
             tuple(
-                _num(p, f"{where}.draft_top_probs[{i}][{j}]", lo=0, hi=1 + 1e-9)
-                for j, p in enumerate(_list(row, f"{where}.draft_top_probs[{i}]"))
+                field_num(p, f"{where}.draft_top_probs[{i}][{j}]", lo=0, hi=1 + 1e-9)
+                for j, p in enumerate(field_list(row, f"{where}.draft_top_probs[{i}]"))
             )
             for i, row in enumerate(rows)
         )
@@ -211,6 +192,6 @@ def _top_k_fields(d: dict, where: str, positions: int, match) -> tuple:
             ):
                 raise SpecsimError(
                     f"{where}.draft_top_probs[{i}]: expected {len(top[0])} decreasing probabilities "
-                    f"summing to <= 1, got {_show(list(row))}"
+                    f"summing to <= 1, got {show(list(row))}"
                 )
     return rank, top
