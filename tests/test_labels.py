@@ -13,7 +13,8 @@ def _hardware(capsys, *argv) -> str:
 
 
 def test_a_given_alpha_is_not_an_extrapolation_and_a_fixed_gamma_is_not_the_best(capsys):
-    out = _hardware(capsys, "--target", "llama-2-70b", "--draft", "llama-2-7b", "--alpha", "0.7", "--gamma", "4")
+    models = ["--target", "llama-2-70b", "--draft", "llama-2-7b"]
+    out = _hardware(capsys, *models, "--alpha", "0.7", "--gamma", "4")
     assert "extrapolation" not in out and "*" not in out.replace("tau/(gamma*c + v)", "")
     assert "best γ" not in out and "best-γ" not in out
     assert "speedup at γ = 4 vs batch size" in out

@@ -4,10 +4,10 @@ adapter from acceptance evidence specsim already reads to per-position rates, dr
 
 SPEC (PROFILE: a shipped profile's name or a profile file):
 
-- ``tau:T@G``: every position at the i.i.d. α with τ(α, G) = T
-  (:func:`specsim.acceptance.theory.alpha_from_tau`);
+- ``tau:T@G``: every position at the i.i.d. α with τ(α, G) = T, read as every command reads a τ
+  (:func:`specsim.predict.acceptance_source.given_tau`);
 - ``tau:PROFILE:METHOD/SCENARIO``: the same from that entry's τ at its own γ
-  (:func:`specsim.predict.tau_at_gamma.tau_with_source`), e.g. ``tau:ibed-llava1.5-7b-68m:M/ChartQA``;
+  (:func:`specsim.predict.acceptance_source.of_entry`), e.g. ``tau:ibed-llava1.5-7b-68m:M/ChartQA``;
 - ``rates:R0,R1,…``: position t at rate R_t, the last rate holding on (acceptance along the answer, as
   :func:`specsim.acceptance.replay.match_rate_by_position` measures it);
 - ``traces:PROFILE[:METHOD[/SCENARIO]]``: that method's greedy traces replayed; a prompt they trace takes its
@@ -27,6 +27,7 @@ import numpy as np
 
 from calibrate.run.synthetic_acceptance import SyntheticAcceptance
 from specsim.errors import SpecsimError
+from specsim.predict import acceptance_source
 from specsim.profile_format import Trace
 
 FORMS = "tau:T@G, tau:PROFILE:METHOD/SCENARIO, rates:R0,R1,... or traces:PROFILE[:METHOD[/SCENARIO]]"
@@ -53,12 +54,11 @@ def parse_schedule(text: str) -> ScheduleSpec:
             tau, _, gamma = rest.partition("@")
             return ScheduleSpec(text, rates=(_alpha(_number(tau, "tau"), _number(gamma, "gamma")),))
         if kind == "tau" and rest:
-            from specsim.predict.tau_at_gamma import tau_with_source
-
             entry = _selected(*_profile_method_scenario(rest, need_scenario=True))[0]
             if entry.gamma is None:
                 raise SpecsimError(f"{entry.method}/{entry.scenario}: no tau at a gamma of its own")
-            return ScheduleSpec(text, rates=(_alpha(tau_with_source(entry, entry.gamma)[0], entry.gamma),))
+            tau = acceptance_source.of_entry(entry).tau_with_source(entry.gamma)[0]
+            return ScheduleSpec(text, rates=(_alpha(tau, entry.gamma),))
         if kind == "traces" and rest:
             return ScheduleSpec(text, traces=_traces(*_profile_method_scenario(rest, need_scenario=False)))
     except SpecsimError as err:
@@ -77,12 +77,10 @@ def _number(text: str, name: str) -> float:
 
 
 def _alpha(tau: float, gamma: float) -> float:
-    """The i.i.d. α of τ at γ (SpecsimError naming a bad τ or γ)."""
-    from specsim.acceptance.theory import alpha_from_tau
-
+    """The i.i.d. α of τ at γ, as every command reads a τ (:func:`acceptance_source.given_tau`)."""
     if gamma != int(gamma) or gamma < 1:
         raise SpecsimError(f"gamma: expected an integer >= 1, got {gamma:g}")
-    return float(alpha_from_tau(tau, int(gamma)))
+    return acceptance_source.given_tau(tau, int(gamma), "tau").alpha
 
 
 def _rates(text: str) -> tuple[float, ...]:

@@ -15,6 +15,7 @@ from specsim.hardware.plan_request import PlanRequest, answer
 from specsim.hardware.plan_text import plan_text
 from specsim.hardware.runtime import Runtime
 from specsim.jsonio import check_writable, dumps_json
+from specsim.predict.acceptance_source import ACCEPTANCE_FORMS
 from specsim.profiles import DEFAULT_PROFILE
 from specsim.report import fmt, format_table
 
@@ -90,6 +91,12 @@ def register(sub) -> None:
         type=float,
         default=None,
         help="i.i.d. acceptance alpha instead of a profile: tau(gamma) = (1 - alpha^(gamma+1)) / (1 - alpha)",
+    )
+    p.add_argument(
+        "--acceptance",
+        default=None,
+        metavar="SPEC",
+        help=f"tau from one acceptance source, as every command takes it: {ACCEPTANCE_FORMS}",
     )
     p.add_argument(
         "--profile", default=None, help=f"profile for tau (default: the pair's, {DEFAULT_PROFILE})"

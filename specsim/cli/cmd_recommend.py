@@ -29,13 +29,16 @@ from specsim.engines.recommend import (
 )
 from specsim.errors import SpecsimError
 from specsim.hardware.device import load_device
+from specsim.hardware.measured_pair import other_pair_note
 from specsim.hardware.model_resolution import load_model_spec
 from specsim.hardware.runtime import DEFAULT_RUNTIMES, load_runtime
 from specsim.jsonio import check_writable, dumps_json, show, write_json_atomic, write_text_atomic
+from specsim.predict.acceptance_source import ACCEPTANCE_FORMS, Acceptance, from_options
 from specsim.presets import pair_models
-from specsim.profile_format import MethodAcceptance, Profile
+from specsim.profile_format import Profile
 from specsim.profiles import load_profile
 from specsim.report import fmt, format_table, parse_int_list
+from specsim.serve.speculation import alpha_arg
 from specsim.validation.regime_error import regime_errors
 
 ENGINE_NAMES = {"vllm": "vLLM", "sglang": "SGLang"}
@@ -56,7 +59,16 @@ def register(sub) -> None:
     )
     p.add_argument("--engine", required=True, choices=sorted(ENGINE_NAMES), help="serving engine")
     p.add_argument(
-        "--profile", required=True, help="profile with the acceptance entry (e.g. from `specsim import`)"
+        "--profile",
+        default=None,
+        help="profile with the acceptance entry (e.g. from `specsim import`); or --alpha, --acceptance",
+    )
+    p.add_argument("--alpha", type=alpha_arg, default=None, help="i.i.d. acceptance instead of a profile")
+    p.add_argument(
+        "--acceptance",
+        default=None,
+        metavar="SPEC",
+        help=f"acceptance from one source, as every command takes it: {ACCEPTANCE_FORMS}",
     )
     p.add_argument("--method", default=None, help="method of the entry (default: the profile's only one)")
     p.add_argument("--scenario", default=None, help="scenario of the entry (default: the profile's only one)")
@@ -147,27 +159,35 @@ def latency_model(args) -> LatencyModel:
     )
 
 
-def _entry(profile: Profile, args) -> MethodAcceptance:
-    return profile.one_entry(args.method, args.scenario)
+def _acceptance(args) -> tuple[Profile | None, Acceptance]:
+    """(profile or None, the one acceptance) of --profile (--method/--scenario), --alpha or --acceptance."""
+    found = from_options(alpha=args.alpha, spec=args.acceptance, profile=args.profile, method=args.method,
+                         scenario=args.scenario)  # fmt: skip
+    if found is None:
+        raise SpecsimError("--profile: needed (the acceptance entry), or --alpha A or --acceptance SPEC")
+    return (None if args.profile is None else load_profile(args.profile)), found
 
 
-def _draft_model(args, profile: Profile, entry: MethodAcceptance, method: str) -> tuple[str | None, bool]:
-    """(draft model for the config, taken from the profile?); a method that brings no draft model gets only
-    an explicit --draft-model."""
+def _draft_model(args, profile, acc: Acceptance, method: str, borrowed: bool) -> tuple[str | None, bool]:
+    """(draft model for the config, taken from the profile?): --draft-model, else the profile's draft where
+    its τ is this pair's, else the draft priced (``borrowed``: τ of another pair; no profile); a method that
+    brings no draft model gets only an explicit --draft-model."""
     if args.draft_model:
         return args.draft_model, False
     without = VLLM_METHODS_WITHOUT_MODEL if args.engine == "vllm" else SGLANG_ALGORITHMS_WITHOUT_MODEL
     if method in without or method.upper() in without:
         return None, False
-    prov = entry.provenance or profile.provenance
+    if borrowed or profile is None or acc.entry is None:
+        return (args.draft or pair_models(args.pair)[1]), False
+    prov = acc.entry.provenance or profile.provenance
     return (None, False) if prov.draft in (NOT_REPORTED, "") else (prov.draft, True)
 
 
-def _draft_id_note(draft_model: str | None, from_profile: bool, snippet) -> list[str]:
+def _draft_id_note(draft_model: str | None, from_profile: bool, snippet, given: bool = True) -> list[str]:
     """Refusal is for --config-out; a printed config whose draft is not a model id gets this note."""
     if snippet is None or not draft_model or is_model_id(draft_model, bare_ok=not from_profile):
         return []
-    where = "the profile's draft name" if from_profile else "given by --draft-model"
+    where = "the profile's draft name" if from_profile else "given by --draft-model" if given else "priced"
     return [
         f"the draft {show(draft_model)} ({where}) is not a model id (Hugging Face org/name or a local path): "
         "give --draft-model ID before using this config; --config-out refuses it"
@@ -190,9 +210,9 @@ def cmd_recommend(args) -> int:
     for path, option in ((args.out, "--out"), (args.config_out, "--config-out")):
         if path is not None:
             check_writable(path, option)
-    profile = load_profile(args.profile)
-    entry = _entry(profile, args)
+    profile, entry = _acceptance(args)
     lm = latency_model(args)
+    borrowed = None if profile is None else other_pair_note(profile, lm.target, lm.draft)
     context = _one_int(args.context, "--context", 0, "tokens")
     gamma_max = (
         default_gamma_max(entry)
@@ -208,19 +228,21 @@ def cmd_recommend(args) -> int:
         min_speedup=args.min_speedup,
     )
     method = args.engine_method or DEFAULT_ENGINE_METHOD[args.engine]
-    draft_model, from_profile = _draft_model(args, profile, entry, method)
-    snippet, extra = _snippet(args, rec, entry, lm, method, draft_model)
+    draft_model, from_profile = _draft_model(args, profile, entry, method, borrowed is not None)
+    snippet, extra_notes = _snippet(args, rec, entry, lm, method, draft_model)
     if args.config_out and snippet is not None and draft_model:
         label = " (the profile's draft name)" if from_profile else ""
         check_model_id(
             draft_model, "--draft-model", label=label, bare_ok=not from_profile
         )  # nothing written yet
-    extra = extra + _draft_id_note(draft_model, from_profile, snippet) + list(rec.notes)
+    extra = [borrowed] if borrowed else []
+    extra += extra_notes + _draft_id_note(draft_model, from_profile, snippet, bool(args.draft_model))
+    extra += list(rec.notes)
     validation = regime_errors(lm.efficiency.name, rec.shown_batches, rec.context_tokens)
     out = rec.to_json() | {
         "validation": [v.to_json() for v in validation],
         "engine": ENGINE_NAMES[args.engine],
-        "profile": profile.name,
+        "profile": None if profile is None else profile.name,
         "target": lm.target.name,
         "draft": lm.draft.name,
         "config": snippet,
@@ -291,7 +313,7 @@ def _schedule_text(rec: Recommendation) -> str:
 def _text(args, rec: Recommendation, lm: LatencyModel, profile: Profile, snippet, notes, validation) -> str:
     lines = [
         f"{ENGINE_NAMES[args.engine]} speculative settings for method {rec.method!r} (scenario "
-        f"{rec.scenario!r}) of profile {profile.name}",
+        f"{rec.scenario!r}) of " + (f"profile {profile.name}" if profile else "the acceptance given"),
         f"latency: roofline on {rec.device}; target {lm.target.name}, draft {lm.draft.name}; "
         f"context {rec.context_tokens} tokens",
     ]

@@ -8,31 +8,18 @@ from __future__ import annotations
 
 import argparse
 
-import numpy as np
-
 from specsim.bounds import number_arg
-from specsim.cli.model_options import add_model_options, image_size
+from specsim.cli.model_options import add_model_options
 from specsim.cli.progress import ProgressBar
-from specsim.draft_shapes.policies import GammaPolicy, parse_batch_ranges
 from specsim.errors import SpecsimError
-from specsim.hardware.device import load_device
-from specsim.hardware.plan_inputs import device_runtimes, resolve_models, split_mode
 from specsim.jsonio import check_writable, dumps_json
-from specsim.serve.arrivals import burstiness_arg, rate_arg, rates_arg, read_trace
-from specsim.serve.compare import (
-    TARGET_ONLY,
-    ServeSetup,
-    Workload,
-    compare_at,
-    max_rate_meeting_slo,
-    sweep_rates,
-)
-from specsim.serve.metrics import parse_slo
-from specsim.serve.roofline_cost import RooflineStepCost
-from specsim.serve.scheduler import DEFAULT_MAX_NUM_BATCHED_TOKENS, DEFAULT_MAX_NUM_SEQS, SchedulerConfig
+from specsim.predict.acceptance_source import ACCEPTANCE_FORMS
+from specsim.serve.arrivals import burstiness_arg, rate_arg, rates_arg
+from specsim.serve.compare import TARGET_ONLY, compare_at, max_rate_meeting_slo, sweep_rates
+from specsim.serve.scheduler import DEFAULT_MAX_NUM_BATCHED_TOKENS, DEFAULT_MAX_NUM_SEQS
+from specsim.serve.serve_request import ServeRequest, context_note, serve_setup
 from specsim.serve.serve_text import comparison_text, max_rate_text, sweep_text, vllm_measured_text
-from specsim.serve.speculation import IidAcceptance, alpha_arg, replay_of
-from specsim.serve.vllm_bench import read_vllm_bench_result
+from specsim.serve.speculation import alpha_arg
 
 _DESC = (
     "Simulate a vLLM-V1-like server (continuous batching, chunked prefill, decode first, an encoder budget "
@@ -107,8 +94,8 @@ def register(sub) -> None:
     load.add_argument(
         "--images",
         type=number_arg("images", zero_ok=True, integer=True),
-        default=1,
-        help="images per prompt, each taking the target's image tokens (default 1)",
+        default=None,
+        help="images per prompt, each taking the target's image tokens (default 1, 0 for a text-only target)",
     )
     load.add_argument(
         "--output-tokens",
@@ -140,15 +127,30 @@ def register(sub) -> None:
         "--alpha",
         type=alpha_arg,
         default=None,
-        help="i.i.d. acceptance probability per draft token (this or --acceptance-profile is needed)",
+        help="i.i.d. acceptance probability per draft token (this, --tau, --acceptance or "
+        "--acceptance-profile is needed)",
+    )
+    sd.add_argument(
+        "--tau",
+        type=number_arg("ratio"),
+        default=None,
+        help="tokens per block at --gamma (bonus included), e.g. a published tau: drafts accepted i.i.d. at "
+        "the alpha with that tau",
+    )
+    sd.add_argument(
+        "--acceptance",
+        default=None,
+        metavar="SPEC",
+        help=f"acceptance from one source, as every command takes it: {ACCEPTANCE_FORMS}",
     )
     sd.add_argument(
         "--acceptance-profile",
         metavar="PROFILE",
         default=None,
-        help="replay a profile's greedy traces instead of --alpha: simulated request i follows traced prompt "
-        "i mod n (--method, --scenario pick the entry); with --cost-profile, the method's own prompt and "
-        "set-up per image are priced too",
+        help="a profile entry's acceptance: its greedy traces replayed (simulated request i follows traced "
+        "prompt i mod n), else its accepted-length histogram (imported engine counters), else its tau "
+        "(--method, --scenario pick the entry); with --cost-profile, the method's own prompt and set-up per "
+        "image are priced too",
     )
     sd.add_argument("--method", default=None, help="drafting method of --acceptance-profile's entry")
     sd.add_argument("--scenario", default=None, help="scenario of --acceptance-profile's entry")
@@ -214,123 +216,6 @@ def register(sub) -> None:
     p.set_defaults(func=cmd_serve)
 
 
-def _policy(args) -> GammaPolicy:
-    by_batch = parse_batch_ranges(args.gamma_by_batch) if args.gamma_by_batch is not None else ()
-    return GammaPolicy(args.gamma, by_batch, args.sd_off_from_batch)
-
-
-def _workload(args) -> tuple[Workload, dict | None]:
-    """The workload, and a vLLM result's measured figures when --trace is one."""
-    if args.trace is None:
-        shape = (args.requests, args.prompt_tokens, args.images, args.output_tokens, args.burstiness)
-        return Workload(*shape), None
-    for flag, given in (("--burstiness", args.burstiness != 1.0), ("--requests", args.requests != 1000)):
-        if given:
-            raise SpecsimError(f"{flag}: does not apply with --trace (the trace gives every request)")
-    if str(args.trace).endswith(".json"):
-        result = read_vllm_bench_result(args.trace)
-        return Workload(trace=result.requests(np.random.default_rng([args.seed, 2]))), result.measured
-    return Workload(trace=read_trace(args.trace)), None
-
-
-def _acceptance(args) -> tuple:
-    """(acceptance source, its description, the profile entries it replays) from --alpha or
-    --acceptance-profile."""
-    if args.acceptance_profile is None:
-        for flag, value in (("--method", args.method), ("--scenario", args.scenario)):
-            if value is not None:
-                raise SpecsimError(f"{flag}: applies with --acceptance-profile only")
-        if args.alpha is None:
-            raise SpecsimError(
-                "--alpha: needed (i.i.d. acceptance per draft token, 0 <= alpha < 1), or --acceptance-profile"
-            )
-        return IidAcceptance(args.alpha), f"iid alpha={args.alpha:g}", ()
-    if args.alpha is not None:
-        raise SpecsimError("--alpha: give --alpha or --acceptance-profile, not both")
-    from specsim.profiles import load_profile
-
-    entry = load_profile(args.acceptance_profile).one_entry(args.method, args.scenario)
-    return replay_of(entry), f"greedy traces of {entry.method}/{entry.scenario} replayed", (entry,)
-
-
-def _profile_cost(args, target, entries=()):
-    """The measured profile's step cost and the batch it may run at most (--max-num-seqs within its grid)."""
-    from specsim.profiles import load_profile
-    from specsim.serve.profile_cost import ProfileStepCost
-
-    image_tokens = target.vision.image_tokens if target.vision else 0
-    cost = ProfileStepCost.from_profile(load_profile(args.cost_profile), image_tokens, entries)
-    largest = cost.batched.batch_sizes[-1]
-    if args.max_num_seqs is not None and args.max_num_seqs > largest:
-        raise SpecsimError(
-            f"--max-num-seqs: {args.max_num_seqs} is beyond the profile's batched grid (measured up to batch "
-            f"{largest}; calibrate latency --request-batches)"
-        )
-    return cost, largest if args.max_num_seqs is None else args.max_num_seqs
-
-
-def _setup(args) -> tuple[ServeSetup, dict]:
-    slo = parse_slo(args.slo) if args.slo is not None else None
-    policy = _policy(args)
-    acceptance, acceptance_text, entries = _acceptance(args)
-    workload, vllm_measured = _workload(args)
-    _, target, draft = resolve_models(
-        pair=args.pair, target=args.target, draft=args.draft, image_size=image_size(args)
-    )
-    device = load_device(args.device)
-    runtime = device_runtimes(args.runtime, [device])[device.name]
-    split = split_mode(None, args.tp, {device.name: runtime})
-    if args.cost_profile is None:
-        cost = RooflineStepCost(
-            target,
-            draft,
-            device,
-            runtime,
-            tp=args.tp,
-            split=split,
-            draft_image_tokens_per_image=args.draft_image_tokens,
-        )
-        kv = args.kv_cache_tokens if args.kv_cache_tokens is not None else cost.kv_cache_tokens()
-        max_seqs = DEFAULT_MAX_NUM_SEQS if args.max_num_seqs is None else args.max_num_seqs
-    else:
-        if args.draft_image_tokens is not None:
-            raise SpecsimError(
-                "--draft-image-tokens: applies to roofline pricing; with --cost-profile the drafting "
-                "method's prompt comes from --acceptance-profile's traces"
-            )
-        cost, max_seqs = _profile_cost(args, target, entries)
-        kv = args.kv_cache_tokens if args.kv_cache_tokens is not None else 1 << 30
-    scheduler = SchedulerConfig(
-        max_seqs, args.max_num_batched_tokens, args.encoder_budget, not args.no_chunked_prefill, kv
-    )
-    setup = ServeSetup(cost, workload, policy, acceptance, scheduler, slo, args.seed)
-    about = {
-        "target": target.name,
-        "draft": draft.name,
-        "device": device.name if args.cost_profile is None else f"measured profile {args.cost_profile}",
-        "runtime": "its batched engine" if args.cost_profile else getattr(runtime, "name", "efficiency"),
-        "tp": args.tp,
-        "sd_policy": policy.describe(),
-        "acceptance": acceptance_text,
-        "scheduler": {
-            "max_num_seqs": scheduler.max_num_seqs,
-            "max_num_batched_tokens": scheduler.max_num_batched_tokens,
-            "encoder_budget_tokens": scheduler.encoder_budget,
-            "chunked_prefill": scheduler.chunked_prefill,
-            "kv_cache_tokens": kv,
-        },
-        "image_tokens_per_image": cost.image_tokens_per_image,
-        "workload": "trace " + args.trace
-        if args.trace
-        else (
-            f"{args.requests} requests x ({args.prompt_tokens} text tokens + {args.images} images -> "
-            f"{args.output_tokens} output tokens), burstiness {args.burstiness:g}"
-        ),
-        "seed": args.seed,
-    } | ({"vllm_bench_measured": vllm_measured} if vllm_measured is not None else {})
-    return setup, about
-
-
 def cmd_serve(args: argparse.Namespace) -> int:
     if args.plot is not None:
         if args.rates is None:
@@ -338,13 +223,14 @@ def cmd_serve(args: argparse.Namespace) -> int:
         check_writable(args.plot, "--plot", suffix=".png")
     if args.max_rate and args.trace:
         raise SpecsimError("--max-rate: searches request rates, so it does not apply with --trace")
-    setup, about = _setup(args)  # --max-rate without --slo: max_rate_meeting_slo says so
+    setup, about = serve_setup(ServeRequest.from_options(vars(args)))  # --max-rate without --slo: says so
     sd_label = f"SD ({setup.policy.describe()})"
     if args.max_rate:
         found = {
             "sd": max_rate_meeting_slo(setup, setup.policy, args.slo_attainment),
             "target_only": max_rate_meeting_slo(setup, TARGET_ONLY, args.slo_attainment),
         }
+        about = _with_notes(about, context_note(setup))
         if args.json:
             print(dumps_json({**about, "slo_attainment": args.slo_attainment, "max_rate_per_s": found}))
             return 0
@@ -361,6 +247,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
             from specsim.serve.serve_plots import plot_latency_vs_rate
 
             plot_latency_vs_rate(result, args.plot, sd_label)
+        runs = [m for c in result.rows for m in (c.sd, c.target_only)]
+        about = _with_notes(about, context_note(setup, runs))
         if args.json:
             print(dumps_json({**about, "sweep": result.to_json()}))
             return 0
@@ -369,6 +257,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         return 0
     rate = None if args.trace else (args.rate if args.rate is not None else 4.0)
     comparison = compare_at(setup, rate)
+    about = _with_notes(about, context_note(setup, [comparison.sd, comparison.target_only]))
     if args.json:
         print(dumps_json({**about, "comparison": comparison.to_json()}))
         return 0
@@ -377,6 +266,12 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if "vllm_bench_measured" in about:
         print(vllm_measured_text(about["vllm_bench_measured"]))
     return 0
+
+
+def _with_notes(about: dict, *notes) -> dict:
+    """``about`` with ``notes`` (those not None) added to its own."""
+    given = [*about.get("notes", []), *(n for n in notes if n)]
+    return about | ({"notes": given} if given else {})
 
 
 def _header(about: dict) -> str:
@@ -390,4 +285,5 @@ def _header(about: dict) -> str:
         f"chunked prefill {'on' if s['chunked_prefill'] else 'off'}, "
         f"KV cache {s['kv_cache_tokens']} tokens\n"
         f"SD: {about['sd_policy']}, acceptance {about['acceptance']}"
+        + "".join(f"\nnote: {n}" for n in about.get("notes", []))
     )

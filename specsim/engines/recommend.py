@@ -22,7 +22,7 @@ from specsim.hardware.plan import Plan, plan_hardware
 from specsim.hardware.plan_notes import V_BELOW_ONE, image_tokens_note, v_below_one_note
 from specsim.hardware.roofline import USABLE_MEMORY_FRACTION, Efficiency
 from specsim.hardware.runtime import Runtime
-from specsim.predict.acceptance_source import DEFAULT_GAMMAS, MethodTau
+from specsim.predict.acceptance_source import DEFAULT_GAMMAS, Acceptance, MethodTau, of_entry
 from specsim.predict.tau_at_gamma import extrapolated
 from specsim.profile_format import MethodAcceptance
 
@@ -158,25 +158,36 @@ def _check(batches, context_tokens: int, gamma_max: int, min_speedup: float) -> 
     return shown
 
 
-def default_gamma_max(entry: MethodAcceptance) -> int:
+def acceptance_of(source: MethodAcceptance | Acceptance) -> Acceptance:
+    """A profile entry as the one acceptance source (an :class:`Acceptance` passes through)."""
+    return of_entry(source) if isinstance(source, MethodAcceptance) else source
+
+
+def measured_gamma(acc: Acceptance) -> int | None:
+    """K: the γ the evidence was measured or given at (an entry's own; None for an i.i.d. α)."""
+    return acc.entry.gamma if acc.entry is not None else acc.k
+
+
+def default_gamma_max(entry: MethodAcceptance | Acceptance) -> int:
     """Largest γ the CLI tries when not told: as far as τ is exact, up to :data:`DEFAULT_GAMMA_MAX`.
 
     An entry with greedy traces replays τ at any γ exactly: max(K, 8). An entry known only up to its K
     (imported engine counters, a published τ): K, since τ past K would be an i.i.d. extrapolation from τ(K),
     optimistic where acceptance falls with depth, and a config would be written from it; the recommendation
     says so and ``--gamma-max`` (the library's ``gamma_max``) searches further, flagged."""
-    k = entry.gamma
-    if k is None or not _iid_at(entry, k + 1):
+    acc = acceptance_of(entry)
+    k = measured_gamma(acc)
+    if k is None or not _iid_at(acc, k + 1):
         return max(k or 0, DEFAULT_GAMMA_MAX)
     return k
 
 
-def _iid_at(entry: MethodAcceptance, gamma: int) -> bool:
-    return extrapolated(MethodTau.from_entry(entry, (gamma,)).tau_source[0])
+def _iid_at(acc: Acceptance, gamma: int) -> bool:
+    return extrapolated(acc.tau_with_source(gamma)[1])
 
 
 def recommend(
-    entry: MethodAcceptance,
+    entry: MethodAcceptance | Acceptance,
     lm: LatencyModel,
     *,
     batches=DEFAULT_SHOWN_BATCHES,
@@ -186,11 +197,13 @@ def recommend(
 ) -> Recommendation:
     """Best γ (0 = off) for every batch size 1..max(batches); γ tried 1..gamma_max (default: the entry's
     K; the CLI passes :func:`default_gamma_max`)."""
-    gamma_max = entry.gamma if gamma_max is None else gamma_max
+    acc = acceptance_of(entry)
+    k = measured_gamma(acc)
+    gamma_max = k if gamma_max is None else gamma_max
     if gamma_max is None:
-        raise SpecsimError(f"method {entry.method!r}: the entry has no measured gamma; pass a gamma max")
+        raise SpecsimError(f"method {acc.method!r}: the entry has no measured gamma; pass a gamma max")
     shown = _check(batches, context_tokens, gamma_max, min_speedup)
-    mt = MethodTau.from_entry(entry, range(1, gamma_max + 1))
+    mt = acc.method_tau(range(1, gamma_max + 1))
     plan = _plan(mt, lm, shown[-1], context_tokens)
     choices = tuple(
         BatchChoice(
@@ -207,8 +220,7 @@ def recommend(
         )
         for r in sorted(plan.rows, key=lambda r: r.batch_size)
     )
-    past_k = _extrapolated_past_k(entry, mt)
-    k = entry.gamma
+    past_k = _extrapolated_past_k(k, mt)
     # the plan's context line and its v < 1 note (over every batch) give way to this recommendation's own
     assumptions = tuple(
         a for a in plan.assumptions if not a.startswith((_PLAN_CONTEXT_LINE, V_BELOW_ONE))
@@ -236,12 +248,12 @@ def recommend(
             plan.crossover(lm.device.name, mt.method, context_tokens),
         ),
         _past_k_note(k, past_k, choices),
-        _boundary_note(entry, gamma_max, choices),
+        _boundary_note(acc, gamma_max, choices),
         v_below_one_note([c for c in choices if c.batch_size in set(shown)], lm.efficiency),
     )
     return Recommendation(
-        entry.method,
-        entry.scenario,
+        acc.method,
+        acc.scenario,
         lm.device.name,
         context_tokens,
         gamma_max,
@@ -283,9 +295,9 @@ def _fit_note(choices, device: str, context_tokens: int, gamma_max: int, limit) 
     )
 
 
-def _extrapolated_past_k(entry: MethodAcceptance, mt: MethodTau) -> list[int]:
+def _extrapolated_past_k(k: int | None, mt: MethodTau) -> list[int]:
     """γ > K whose τ is an i.i.d. extrapolation from τ(K) (not replayed from traces)."""
-    k = entry.gamma or 0
+    k = k or 0
     return [g for g, src in zip(mt.gammas, mt.tau_source) if g > k and extrapolated(src)]
 
 
@@ -304,13 +316,13 @@ def _past_k_note(k: int | None, past_k: list[int], choices) -> str | None:
     )
 
 
-def _boundary_note(entry: MethodAcceptance, gamma_max: int, choices) -> str | None:
+def _boundary_note(acc: Acceptance, gamma_max: int, choices) -> str | None:
     """Where the search stopped at K (τ past it not exact), or the best γ sits at the largest tried."""
     at_max = [c.batch_size for c in choices if c.best_gamma == gamma_max]
     best = (
         f"; the best is {gamma_max} at batch {_ranges(at_max)}, so a longer draft may pay" if at_max else ""
     )
-    if gamma_max == entry.gamma and _iid_at(entry, gamma_max + 1):
+    if gamma_max == measured_gamma(acc) and _iid_at(acc, gamma_max + 1):
         return (
             f"draft lengths tried 1..{gamma_max} = the measured K only: tau past K = {gamma_max} would be an "
             f"i.i.d. extrapolation from tau({gamma_max}), so it is not searched by default{best}; "
@@ -319,7 +331,9 @@ def _boundary_note(entry: MethodAcceptance, gamma_max: int, choices) -> str | No
     if not at_max:
         return None
     past = (
-        f" (tau past the measured K = {entry.gamma} is extrapolated)" if _iid_at(entry, gamma_max + 1) else ""
+        f" (tau past the measured K = {measured_gamma(acc)} is extrapolated)"
+        if _iid_at(acc, gamma_max + 1)
+        else ""
     )
     return (
         f"the best draft length is the largest tried ({gamma_max}) at batch {_ranges(at_max)}: longer "
@@ -328,10 +342,10 @@ def _boundary_note(entry: MethodAcceptance, gamma_max: int, choices) -> str | No
 
 
 def fixed_gamma_speedups(
-    entry: MethodAcceptance, lm: LatencyModel, gamma: int, *, max_batch: int, context_tokens: int
+    entry: MethodAcceptance | Acceptance, lm: LatencyModel, gamma: int, *, max_batch: int, context_tokens: int
 ) -> list[tuple[int, float]]:
     """[(batch, speedup at this one γ)] for batch 1..max_batch: what an engine with one fixed γ gets."""
-    plan = _plan(MethodTau.from_entry(entry, (gamma,)), lm, max_batch, context_tokens)
+    plan = _plan(acceptance_of(entry).method_tau((gamma,)), lm, max_batch, context_tokens)
     return [(r.batch_size, r.speedup) for r in sorted(plan.rows, key=lambda r: r.batch_size)]
 
 

@@ -19,11 +19,12 @@ from specsim.hardware.efficiency_fit import (
     short_context_split,
 )
 from specsim.hardware.image_tokens import ImageSize
+from specsim.hardware.measured_pair import models_for_costs
 from specsim.hardware.model import ModelSpec, dtype_bytes, kv_dtype_bytes
 from specsim.hardware.model_resolution import load_model_spec
 from specsim.hardware.runtime import DEFAULT_RUNTIMES, Runtime, load_runtime
 from specsim.predict.acceptance_source import method_entries
-from specsim.presets import pair_models, profile_pair
+from specsim.presets import pair_models
 from specsim.profile_format import Profile
 from specsim.profiles import load_profile
 
@@ -105,21 +106,9 @@ def resolve_models(
 
 
 def fit_profile_models(fit_profile: str, **kw) -> tuple[str | None, ModelSpec, ModelSpec]:
-    """The models a --fit-profile was measured with: those of the pair whose profile it is, else its
-    provenance's. ``kw``: ``dtype``/``kv_dtype``/``image_size`` for :func:`load_model_spec`."""
-    profile = load_profile(fit_profile)
-    pair = profile_pair(profile.name)
-    target_name, draft_name = (
-        pair_models(pair) if pair else (profile.provenance.target, profile.provenance.draft)
-    )
-    try:
-        return pair, load_model_spec(target_name, **kw), load_model_spec(draft_name, **kw)
-    except SpecsimError:
-        raise SpecsimError(
-            f"--fit-profile: profile {profile.name!r} was measured with {target_name!r} / "
-            f"{draft_name!r}, which are not presets, shipped model ids or config files; pass --pair NAME or "
-            "--target/--draft ID_OR_CONFIG for its models"
-        ) from None
+    """The models a --fit-profile was measured with (:class:`specsim.hardware.measured_pair.MeasuredPair`).
+    ``kw``: ``dtype``/``kv_dtype``/``image_size`` for :func:`load_model_spec`."""
+    return models_for_costs(load_profile(fit_profile), "--fit-profile", None, **kw)
 
 
 def device_runtimes(runtime: str | None, devices: list[Device]) -> dict[str, Runtime]:

@@ -47,6 +47,7 @@ class PlanRequest:
     gamma: int | None = None
     tau: float | None = None
     alpha: float | None = None
+    acceptance: str | None = None
     profile: str | None = None
     method: tuple[str, ...] | None = None
     scenario: str | None = None
@@ -115,6 +116,7 @@ def answer(req: PlanRequest) -> PlanAnswer:
         alpha=req.alpha,
         gamma=req.gamma,
         gamma_max=gamma_max,
+        spec=req.acceptance,
     )
     devices = load_devices(None if req.device is None else list(req.device))
     rows = len(batches) * len(contexts) * len(devices) * len(methods)

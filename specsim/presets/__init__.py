@@ -4,7 +4,8 @@ Plain data owned by specsim and read by both halves: the roofline (:mod:`specsim
 a preset, the calibrate half builds or fetches its model. Each ``<name>.json`` is exactly a config dict
 (``"model_type"`` + hyperparameters) with an optional ``"_specsim": {"description", "source"}`` entry,
 loadable with ``AutoConfig.for_model(**config)``. ``pairs.json`` maps a pair name to
-``{"target": preset, "draft": preset, "profile": shipped profile name, ...}``. Pure JSON: no torch.
+``{"target": preset, "draft": preset, "profile": shipped profile name, "profiles": every shipped profile
+measured on the pair, ...}``. Pure JSON: no torch.
 """
 
 from __future__ import annotations
@@ -74,9 +75,14 @@ def pair_profile(name: str) -> str | None:
 
 
 def profile_pair(profile_name: str) -> str | None:
-    """The named pair whose shipped ``profile`` is ``profile_name`` (None when no pair names it)."""
+    """The named pair measured in the shipped profile ``profile_name``: its ``profile`` or one of its
+    ``profiles`` (None when no pair names it)."""
     known = pairs()
-    return next((name for name in known if _checked(known, name).get("profile") == profile_name), None)
+    for name in known:
+        entry = _checked(known, name)
+        if profile_name == entry.get("profile") or profile_name in entry.get("profiles", ()):
+            return name
+    return None
 
 
 def load_preset(name_or_path: str | Path) -> dict:

@@ -98,9 +98,12 @@ class ServeMetrics:
     slo: Slo | None = None
     goodput_requests_per_s: float | None = None
     slo_met_fraction: float | None = None
+    max_context_tokens: int = 0  # the widest KV cache a decode step was priced at (not in to_json)
 
     def to_json(self) -> dict:
-        return asdict(self)
+        out = asdict(self)
+        del out["max_context_tokens"]
+        return out
 
     @classmethod
     def from_json(cls, d: dict) -> ServeMetrics:
@@ -174,4 +177,5 @@ def summarize(run: ServeRun, slo: Slo | None = None) -> ServeMetrics:
         slo=slo,
         goodput_requests_per_s=good,
         slo_met_fraction=fraction,
+        max_context_tokens=run.max_context_tokens,
     )

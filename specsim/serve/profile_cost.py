@@ -181,6 +181,29 @@ class ProfileStepCost:
             return 1.0
         return np.asarray(loop.pass_scale(since_admission, draft), dtype=float)
 
+    def extrapolation_note(
+        self, widest_context: int, longest_prompt: int, at_least: bool = False
+    ) -> str | None:
+        """Where a run read the grids past what the profile measured (context, prompt rows), by how much."""
+        batched = [
+            g for g in (self.batched.target_verify, self.batched.target_decode, self.batched.draft_step) if g
+        ]
+        widest = min(g.context_tokens[-1] for g in batched)
+        prefill = self.passes.model.target_prefill
+        parts = []
+        if widest_context > widest:
+            reach = f"{'at least ' if at_least else ''}{widest_context}"
+            parts.append(
+                f"KV caches reach {reach} positions, past the batched grids' widest {widest:g} "
+                f"({widest_context / widest:.1f}x)"
+            )
+        if prefill is not None and longest_prompt > prefill.rows[-1]:
+            parts.append(
+                f"prompts of {longest_prompt} positions, past the prefill grid's {prefill.rows[-1]} rows "
+                f"({longest_prompt / prefill.rows[-1]:.1f}x)"
+            )
+        return None if not parts else "extrapolated past the measured grids: " + "; ".join(parts)
+
     def encoder_ms(self, images) -> float:
         """0: the vision encoder is priced with each prompt's prefill chunk (``target_step_ms``), one call per
         prompt's images, as the server loop runs it."""

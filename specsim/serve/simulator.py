@@ -70,6 +70,7 @@ class ServeRun:
     accepted_tokens: int
     sd_blocks: int
     step_log: tuple[StepRecord, ...] | None = None
+    max_context_tokens: int = 0  # the widest KV cache a decode step was priced at
 
     def token_times_s(self, request: int) -> list[float]:
         """Each output token's emission time (s) of ``request``: its first token, then every decode step's
@@ -129,7 +130,7 @@ def simulate(
     t, next_admit, done, steps, busy = 0.0, 0, 0, 0, 0.0
     since = LONG_AFTER  # steps since the last step that admitted a request
     gaps: list[np.ndarray] = []
-    zero_tokens = draft_tokens = accepted_tokens = sd_blocks = 0
+    zero_tokens = draft_tokens = accepted_tokens = sd_blocks = widest = 0
     log: list[StepRecord] | None = [] if record else None
     while done < n:
         arrived = int(np.searchsorted(arrival, t, side="right"))
@@ -143,6 +144,7 @@ def simulate(
         horizon = _horizon(st, sched, run, next_admit, arrived, arrival, kv_free, gamma) if fast else None
         if horizon is not None:
             k, end, stats = _fast_forward(st, decoding, gamma, acceptance, rng, cost, t, horizon, gaps, since)
+            widest = max(widest, stats[4])
             since += k
             zero_tokens, draft_tokens = zero_tokens + stats[0], draft_tokens + stats[1]
             accepted_tokens, sd_blocks = accepted_tokens + stats[2], sd_blocks + stats[3]
@@ -172,6 +174,7 @@ def simulate(
             raise SpecsimError(f"simulate: step {steps} at {t:.6g} s scheduled nothing (scheduler settings?)")
         dec = batch.decode
         ctx = st.prompt_total[dec] + st.generated[dec] - 1 + st.rejected[dec]  # 0 unless kept
+        widest = max(widest, int(ctx.max(initial=0)))
         since = 0 if batch.admitted else since
         ms = step_ms(
             cost,
@@ -233,6 +236,7 @@ def simulate(
         accepted_tokens,
         sd_blocks,
         tuple(log) if log is not None else None,
+        widest,
     )
 
 
@@ -253,7 +257,7 @@ def _horizon(st: _State, sched, run, next_admit, arrived, arrival, kv_free, gamm
 def _fast_forward(st: _State, dec, gamma, acceptance, rng, cost, t, horizon, gaps, since: int):
     """Advance decode-only steps over ``dec`` until a request finishes or an admissible request arrives
     (``horizon``; the first step ``since`` steps after the last admission); returns (steps, end time,
-    (zero-gap tokens, drafts, accepted, SD blocks))."""
+    (zero-gap tokens, drafts, accepted, SD blocks, widest KV cache priced))."""
     gen0 = st.generated[dec]
     accs, emitted = _emissions(acceptance, dec, gen0, st.output[dec] - gen0, gamma, rng)
     before = np.cumsum(emitted, axis=0) - emitted  # tokens each step's own emission comes after
@@ -281,7 +285,8 @@ def _fast_forward(st: _State, dec, gamma, acceptance, rng, cost, t, horizon, gap
     st.last_emit_s[dec] = ends[k - 1]
     accepted = int(accs[:k].sum())
     blocks = k * dec.size if gamma > 0 else 0
-    return k, float(ends[k - 1]), (int(emitted.sum()) - k * dec.size, gamma * blocks, accepted, blocks)
+    stats = (int(emitted.sum()) - k * dec.size, gamma * blocks, accepted, blocks, int(ctx[:k].max()))
+    return k, float(ends[k - 1]), stats
 
 
 def _emissions(acceptance, dec, gen, left, gamma, rng) -> tuple[np.ndarray, np.ndarray]:

@@ -23,6 +23,7 @@ from typing import Protocol
 
 import numpy as np
 
+from specsim.acceptance.theory import alpha_from_tau
 from specsim.bounds import interval_arg
 from specsim.errors import SpecsimError
 
@@ -99,6 +100,42 @@ class ReplayAcceptance:
         )
         run = self.runs[traces, np.asarray(positions) % self.lengths[traces]]
         return np.minimum(run, drafts)
+
+
+@dataclass(frozen=True)
+class SurvivalAcceptance:
+    """Accepted drafts of a block drawn from a survival curve ``survival`` = (a_1..a_K), a_i = P(at least i
+    drafts accepted): one uniform u per block, accepted = #{i <= γ: u < a_i} (exact for γ <= K: the first γ
+    drafts of a K-draft block are the γ a γ-block proposes). Past K, as τ is carried there
+    (:func:`specsim.predict.tau_at_gamma.tau_with_source`), i.i.d. at ``alpha_past_k``, the α of τ(K)."""
+
+    survival: tuple[float, ...]
+    alpha_past_k: float
+
+    def accepted(self, requests, positions, drafts, rng) -> np.ndarray:
+        drafts = np.asarray(drafts)
+        return np.minimum(self.accepted_steps(len(requests), int(drafts.max(initial=0)), 1, rng)[0], drafts)
+
+    def accepted_steps(self, requests: int, gamma: int, steps: int, rng) -> np.ndarray:
+        """[steps, requests] accepted drafts of blocks of γ drafts (draws do not depend on positions)."""
+        if gamma > len(self.survival):
+            return IidAcceptance(self.alpha_past_k).accepted_steps(requests, gamma, steps, rng)
+        u = rng.random(size=(steps, requests))
+        return (u[..., None] < np.asarray(self.survival[:gamma], dtype=float)).sum(axis=-1)
+
+
+def serving_source(acceptance) -> AcceptanceSource:
+    """The serving draws of an :class:`specsim.predict.acceptance_source.Acceptance`: its traces replayed, a
+    survival curve (per-position rates, a histogram: imported engine counters), else i.i.d. α."""
+    if acceptance.has_traces:
+        return replay_of(acceptance.entry)
+    survival = acceptance.survival_at_k()
+    if survival is not None:
+        return SurvivalAcceptance(tuple(float(x) for x in survival), acceptance.alpha_past_k())
+    if acceptance.alpha is not None:
+        return IidAcceptance(acceptance.alpha)
+    entry = acceptance.entry  # a τ at its γ (tau_with_source refuses an entry without one)
+    return IidAcceptance(float(alpha_from_tau(acceptance.tau_with_source(entry.gamma)[0], entry.gamma)))
 
 
 def replay_of(entry) -> ReplayAcceptance:

@@ -165,7 +165,7 @@ def _off_list(text: str) -> tuple[int | None, ...]:
 
 def parse_draft_option(text: str, where: str = "--draft") -> DraftOption:
     """``MODEL[:KIND]@ACCEPTANCE`` → :class:`DraftOption` (the acceptance checked, the model not yet)."""
-    model, at, acceptance = str(text).strip().rpartition("@")
+    model, at, acceptance = str(text).strip().partition("@")  # a spec may hold "@" (tau:T@G)
     if not at or not model or not acceptance:
         raise SpecsimError(
             f"{where}: expected MODEL[:KIND]@ACCEPTANCE (e.g. llava-1.5-68m@0.7 or "

@@ -20,11 +20,12 @@ from specsim.hardware.device import load_device
 from specsim.hardware.image_tokens import ImageSize
 from specsim.hardware.model_resolution import load_model_spec
 from specsim.hardware.runtime import DEFAULT_RUNTIMES, load_runtime
+from specsim.predict.acceptance_source import parse_acceptance
 from specsim.serve.compare import ServeSetup, Workload, served
 from specsim.serve.metrics import ServeMetrics, Slo
 from specsim.serve.roofline_cost import RooflineStepCost
 from specsim.serve.scheduler import SchedulerConfig
-from specsim.serve.speculation import IidAcceptance, replay_of
+from specsim.serve.speculation import serving_source
 from specsim.tune.kinds import drafting_kind
 
 SCHEMA_VERSION = 1
@@ -33,8 +34,9 @@ TRACES_PREFIX = "traces:"
 
 @dataclass(frozen=True)
 class DraftOption:
-    """A draft model, its drafting kind (:mod:`specsim.tune.kinds`) and its acceptance: an i.i.d. α
-    (``0.7``) or ``traces:PROFILE[:METHOD[/SCENARIO]]`` (a profile entry's greedy traces replayed)."""
+    """A draft model, its drafting kind (:mod:`specsim.tune.kinds`) and its acceptance, any spec of
+    :func:`specsim.predict.acceptance_source.parse_acceptance`: an i.i.d. α (``0.7``),
+    ``traces:PROFILE[:METHOD[/SCENARIO]]`` (a profile entry's greedy traces replayed), ``tau:T@G``, ...)."""
 
     model: str
     kind: str
@@ -219,17 +221,6 @@ def step_cost(target, draft, kind, device, runtime, tp, image_size) -> RooflineS
 
 @lru_cache(maxsize=64)
 def acceptance_source(spec: str):
-    """The acceptance a draft option names (see :class:`DraftOption`); SpecsimError naming the spec."""
-    if not spec.startswith(TRACES_PREFIX):
-        try:
-            return IidAcceptance(float(spec))
-        except (ValueError, SpecsimError):
-            raise SpecsimError(
-                f"acceptance {spec!r}: expected an i.i.d. alpha in [0, 1) or "
-                "traces:PROFILE[:METHOD[/SCENARIO]]"
-            ) from None
-    from specsim.profiles import load_profile
-
-    profile, _, entry = spec[len(TRACES_PREFIX) :].partition(":")
-    method, _, scenario = entry.partition("/")
-    return replay_of(load_profile(profile).one_entry(method or None, scenario or None))
+    """The serving draws of a draft option's acceptance (:class:`DraftOption`), read by the one acceptance
+    source of every command (:func:`specsim.predict.acceptance_source.parse_acceptance`)."""
+    return serving_source(parse_acceptance(spec, "acceptance"))

@@ -1,0 +1,238 @@
+"""One serving simulation's set-up from a command's options as given: ``specsim serve`` hands them here in
+one :class:`ServeRequest` and prints what :func:`serve_setup` returns (a
+:class:`~specsim.serve.compare.ServeSetup` and what it was built from). Models: the pair named, or a cost
+profile's own (:func:`specsim.hardware.measured_pair.models_for_costs`); acceptance: the one source of
+:mod:`specsim.predict.acceptance_source`; image tokens: the target's. Errors name their option.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+import numpy as np
+
+from specsim.draft_shapes.policies import GammaPolicy, parse_batch_ranges
+from specsim.errors import SpecsimError
+from specsim.hardware.device import load_device
+from specsim.hardware.image_tokens import parse_image_size
+from specsim.hardware.measured_pair import models_for_costs, other_pair_note
+from specsim.hardware.plan_inputs import device_runtimes, resolve_models, split_mode
+from specsim.predict import acceptance_source
+from specsim.profiles import load_profile
+from specsim.serve.arrivals import read_trace
+from specsim.serve.compare import ServeSetup, Workload
+from specsim.serve.metrics import parse_slo
+from specsim.serve.roofline_cost import RooflineStepCost
+from specsim.serve.scheduler import DEFAULT_MAX_NUM_SEQS, SchedulerConfig
+from specsim.serve.speculation import serving_source
+from specsim.serve.vllm_bench import read_vllm_bench_result
+
+
+@dataclass(frozen=True)
+class ServeRequest:
+    """``specsim serve``'s options as given (None: not given)."""
+
+    pair: str | None = None
+    target: str | None = None
+    draft: str | None = None
+    image_size: str | None = None
+    device: str = "h100-sxm"
+    runtime: str | None = None
+    cost_profile: str | None = None
+    tp: int = 1
+    draft_image_tokens: int | None = None
+    trace: str | None = None
+    requests: int = 1000
+    burstiness: float = 1.0
+    prompt_tokens: int = 512
+    images: int | None = None
+    output_tokens: int = 256
+    gamma: int = 3
+    gamma_by_batch: str | None = None
+    sd_off_from_batch: int | None = None
+    alpha: float | None = None
+    tau: float | None = None
+    acceptance: str | None = None
+    acceptance_profile: str | None = None
+    method: str | None = None
+    scenario: str | None = None
+    max_num_seqs: int | None = None
+    max_num_batched_tokens: int = 8192
+    encoder_budget: int | None = None
+    no_chunked_prefill: bool = False
+    kv_cache_tokens: int | None = None
+    slo: str | None = None
+    seed: int = 0
+
+    @classmethod
+    def from_options(cls, options: dict) -> ServeRequest:
+        """The request from a command's parsed options (others ignored)."""
+        return cls(**{f.name: options[f.name] for f in fields(cls) if f.name in options})
+
+
+def _policy(req: ServeRequest) -> GammaPolicy:
+    by_batch = parse_batch_ranges(req.gamma_by_batch) if req.gamma_by_batch is not None else ()
+    return GammaPolicy(req.gamma, by_batch, req.sd_off_from_batch)
+
+
+def _workload(req: ServeRequest, images: int) -> tuple[Workload, dict | None]:
+    """The workload, and a vLLM result's measured figures when --trace is one."""
+    if req.trace is None:
+        shape = (req.requests, req.prompt_tokens, images, req.output_tokens, req.burstiness)
+        return Workload(*shape), None
+    for flag, given in (("--burstiness", req.burstiness != 1.0), ("--requests", req.requests != 1000)):
+        if given:
+            raise SpecsimError(f"{flag}: does not apply with --trace (the trace gives every request)")
+    if str(req.trace).endswith(".json"):
+        result = read_vllm_bench_result(req.trace)
+        return Workload(trace=result.requests(np.random.default_rng([req.seed, 2]))), result.measured
+    return Workload(trace=read_trace(req.trace)), None
+
+
+def _acceptance(req: ServeRequest):
+    """The one acceptance source of --alpha, --tau, --acceptance or --acceptance-profile."""
+    found = acceptance_source.from_options(
+        alpha=req.alpha,
+        tau=req.tau,
+        gamma=req.gamma,
+        spec=req.acceptance,
+        profile=req.acceptance_profile,
+        method=req.method,
+        scenario=req.scenario,
+    )
+    if found is None:
+        raise SpecsimError(
+            "--alpha: needed (i.i.d. acceptance per draft token, 0 <= alpha < 1), or --tau, --acceptance or "
+            "--acceptance-profile"
+        )
+    return found
+
+
+def _models(req: ServeRequest, cost_profile):
+    """(target, draft): those named, or the cost profile's own (named others refused)."""
+    kw = {"image_size": None if req.image_size is None else parse_image_size(req.image_size)}
+    named = None
+    if req.pair or req.target or req.draft or cost_profile is None:
+        named = resolve_models(pair=req.pair, target=req.target, draft=req.draft, **kw)
+    if cost_profile is None:
+        return named[1:]
+    return models_for_costs(cost_profile, "--cost-profile", named, **kw)[1:]
+
+
+def _images(req: ServeRequest, target) -> int:
+    """--images, default 1 for a VLM and 0 for a text-only target; images on a text-only target refused."""
+    if req.images is None:
+        return 1 if target.vision is not None else 0
+    if req.images and target.vision is None:
+        raise SpecsimError(
+            f"--images: {req.images} per prompt, but {target.name} has no vision tower (a text-only model); "
+            "expected --images 0"
+        )
+    return req.images
+
+
+def _profile_cost(req: ServeRequest, profile, image_tokens: int, entries):
+    """The measured profile's step cost and the batch it may run at most (--max-num-seqs within its grid);
+    the roofline's options refused."""
+    from specsim.serve.profile_cost import ProfileStepCost
+
+    for flag, value, why in (
+        ("--tp", req.tp if req.tp != 1 else None, "the profile's costs are its machine's, on its own GPUs"),
+        ("--runtime", req.runtime, "the profile's costs are its own engine's"),
+        ("--draft-image-tokens", req.draft_image_tokens, "the drafting method's prompt comes from the "
+         "acceptance entry's traces"),
+    ):  # fmt: skip
+        if value is not None:
+            raise SpecsimError(
+                f"{flag}: applies to roofline pricing, not with --cost-profile ({why}); got {value}"
+            )
+    cost = ProfileStepCost.from_profile(profile, image_tokens, entries)
+    largest = cost.batched.batch_sizes[-1]
+    if req.max_num_seqs is not None and req.max_num_seqs > largest:
+        raise SpecsimError(
+            f"--max-num-seqs: {req.max_num_seqs} is beyond the profile's batched grid (measured up to batch "
+            f"{largest}; calibrate latency --request-batches)"
+        )
+    return cost, largest if req.max_num_seqs is None else req.max_num_seqs
+
+
+def _roofline_cost(req: ServeRequest, target, draft):
+    device = load_device(req.device)
+    runtime = device_runtimes(req.runtime, [device])[device.name]
+    split = split_mode(None, req.tp, {device.name: runtime})
+    per_image = req.draft_image_tokens
+    cost = RooflineStepCost(
+        target, draft, device, runtime, tp=req.tp, split=split, draft_image_tokens_per_image=per_image
+    )
+    kv = req.kv_cache_tokens if req.kv_cache_tokens is not None else cost.kv_cache_tokens()
+    max_seqs = DEFAULT_MAX_NUM_SEQS if req.max_num_seqs is None else req.max_num_seqs
+    return cost, max_seqs, kv, device.name, getattr(runtime, "name", "efficiency")
+
+
+def serve_setup(req: ServeRequest) -> tuple[ServeSetup, dict]:
+    """The set-up ``req`` asks for, and what it was built from (``about``: the header's fields, notes)."""
+    slo = parse_slo(req.slo) if req.slo is not None else None
+    policy = _policy(req)
+    acceptance = _acceptance(req)
+    cost_profile = None if req.cost_profile is None else load_profile(req.cost_profile)
+    target, draft = _models(req, cost_profile)
+    images = _images(req, target)
+    workload, vllm_measured = _workload(req, images)
+    notes = []
+    if acceptance.entry is not None and req.acceptance_profile is not None:
+        note = other_pair_note(load_profile(req.acceptance_profile), target, draft)
+        notes += [note] if note else []
+    image_tokens = target.vision.image_tokens if target.vision else 0
+    if cost_profile is None:
+        cost, max_seqs, kv, device, runtime = _roofline_cost(req, target, draft)
+    else:
+        entries = (acceptance.entry,) if acceptance.entry is not None else ()
+        cost, max_seqs = _profile_cost(req, cost_profile, image_tokens, entries)
+        kv = req.kv_cache_tokens if req.kv_cache_tokens is not None else 1 << 30
+        device, runtime = f"measured profile {req.cost_profile}", "its batched engine"
+    scheduler = SchedulerConfig(
+        max_seqs, req.max_num_batched_tokens, req.encoder_budget, not req.no_chunked_prefill, kv
+    )
+    setup = ServeSetup(cost, workload, policy, serving_source(acceptance), scheduler, slo, req.seed)
+    about = {
+        "target": target.name,
+        "draft": draft.name,
+        "device": device,
+        "runtime": runtime,
+        "tp": req.tp,
+        "sd_policy": policy.describe(),
+        "acceptance": acceptance.label,
+        "scheduler": {
+            "max_num_seqs": scheduler.max_num_seqs,
+            "max_num_batched_tokens": scheduler.max_num_batched_tokens,
+            "encoder_budget_tokens": scheduler.encoder_budget,
+            "chunked_prefill": scheduler.chunked_prefill,
+            "kv_cache_tokens": kv,
+        },
+        "image_tokens_per_image": cost.image_tokens_per_image,
+        "workload": "trace " + req.trace
+        if req.trace
+        else (
+            f"{req.requests} requests x ({req.prompt_tokens} text tokens + {images} images -> "
+            f"{req.output_tokens} output tokens), burstiness {req.burstiness:g}"
+        ),
+        "seed": req.seed,
+    } | ({"vllm_bench_measured": vllm_measured} if vllm_measured is not None else {})
+    return setup, about | ({"notes": notes} if notes else {})
+
+
+def context_note(setup: ServeSetup, metrics=()) -> str | None:
+    """Where the run read a measured profile's grids past what it measured (None: nowhere, or a roofline):
+    the widest KV cache the ``metrics``' runs priced (none given: at least the longest prompt + output)."""
+    note = getattr(setup.cost, "extrapolation_note", None)
+    if note is None:
+        return None
+    w, per_image = setup.workload, setup.cost.image_tokens_per_image
+    if w.trace is not None:
+        prompts, outputs = w.trace.prompt_tokens + w.trace.images * per_image, w.trace.output_tokens
+        longest, output = int(prompts.max()), int(outputs.max())
+    else:
+        images = max([w.images, *(k for k, _ in w.image_mix)])
+        longest, output = w.prompt_tokens + images * per_image, w.output_tokens
+    widest = max((m.max_context_tokens for m in metrics), default=0)
+    return note(widest or longest + output - 1, longest, at_least=not widest)

@@ -1,0 +1,113 @@
+"""``serve`` answers about the models, images and acceptance the user named: the pair a cost profile was
+measured on travels with it (``--pair zoo`` works; each zoo image is the zoo's 16 positions, not LLaVA's 576),
+other models with its costs are refused, roofline options it would ignore are refused, images on a text-only
+target are refused, and reading its grids past what it measured is flagged with by how much."""
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from specsim.cli.main import main
+
+ROOT = Path(__file__).resolve().parents[1]
+ZOO = ["serve", "--cost-profile", "zoo-cpu-batch", "--acceptance-profile", "zoo-cpu-batch", "--method", "M"]
+ZOO += ["--no-progress"]
+# notebook 09's zoo set-up: 2-image prompts of 51 positions (19 text tokens + 2 x 16), 32 output tokens
+NB09 = ["--scenario", "zoo-2img", "--images", "2", "--prompt-tokens", "19", "--output-tokens", "32"]
+NB09 += ["--requests", "400", "--gamma", "3", "--max-num-seqs", "8", "--max-num-batched-tokens", "4096"]
+NB09 += ["--no-chunked-prefill", "--slo", "ttft=100,tpot=3"]
+
+
+def _one_line(capsys) -> str:
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("specsim: error: "), err
+    return err
+
+
+def _notebook_rows() -> dict[float, list[float]]:
+    """rate -> [TPOT p50 SD, target-only, TTFT p90 SD, target-only, tok/s SD, target-only] as printed."""
+    nb = json.loads((ROOT / "notebooks" / "09_serving.ipynb").read_text())
+    cell = next(c for c in nb["cells"] if "zoo_sweep = answer(" in "".join(c["source"]))
+    printed = "".join("".join(o.get("text", "")) for o in cell["outputs"])
+    rows = {}
+    for line in printed.splitlines():
+        cells = re.split(r"\s{2,}", line.strip())
+        if len(cells) == 7 and re.fullmatch(r"[\d.]+", cells[0]):
+            nums = [float(x) for i in (1, 2, 4) for x in cells[i].split(" / ")]
+            rows[float(cells[0])] = nums
+    assert len(rows) == 6
+    return rows
+
+
+def test_pair_zoo_on_its_cost_profile_prints_notebook_09(capsys):
+    """The Done-when of issue 51: `serve --pair zoo` on the zoo's cost profile, no hand-written config,
+    prints notebook 09's figures to within 1 %."""
+    argv = [*ZOO, "--pair", "zoo", *NB09, "--rates", "5,20,50,100,200,400", "--json"]
+    assert main(argv) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert (out["target"], out["draft"], out["image_tokens_per_image"]) == ("zoo:target", "zoo:draft", 16)
+    for row in out["sweep"]["rows"]:
+        on, off = row["sd"], row["target_only"]
+        ours = [on["tpot_ms"]["p50"], off["tpot_ms"]["p50"], on["ttft_ms"]["p90"], off["ttft_ms"]["p90"]]
+        ours += [on["output_tokens_per_s"], off["output_tokens_per_s"]]
+        for got, printed in zip(ours, _notebook_rows()[row["rate_per_s"]]):
+            assert got == pytest.approx(printed, rel=0.01, abs=0.051), row["rate_per_s"]
+    assert "notes" not in out  # the notebook's load stays inside the measured grids
+    assert main([*ZOO, "--pair", "zoo", *NB09, "--max-rate", "--json"]) == 0
+    found = json.loads(capsys.readouterr().out)["max_rate_per_s"]
+    assert found["sd"] == pytest.approx(41.1, rel=0.01)
+    assert found["target_only"] == pytest.approx(38.9, rel=0.01)
+
+
+def test_a_cost_profile_brings_its_own_models(capsys):
+    """No --pair: the zoo's models and 16 positions per image (it was LLaVA-1.5-7B's 576)."""
+    assert main([*ZOO, "--scenario", "zoo-2img", "--images", "2", "--rate", "20", "--requests", "30"]) == 0
+    head = capsys.readouterr().out.splitlines()[0]
+    assert head.startswith("zoo:target / zoo:draft on 1 x measured profile zoo-cpu-batch")
+    assert head.endswith("16 tokens per image")
+
+
+def test_a_cost_profile_with_other_models_is_refused(capsys):
+    assert main([*ZOO, "--scenario", "zoo-1img", "--pair", "llava-1.5-7b-68m"]) == 2
+    assert "--cost-profile: profile 'zoo-cpu-batch' measured zoo:target / zoo:draft" in _one_line(capsys)
+
+
+@pytest.mark.parametrize(
+    ("flag", "value"), [("--tp", "2"), ("--runtime", "vllm"), ("--draft-image-tokens", "0")]
+)
+def test_roofline_options_are_refused_with_a_cost_profile(capsys, flag, value):
+    assert main([*ZOO, "--scenario", "zoo-1img", flag, value]) == 2
+    assert f"{flag}: applies to roofline pricing, not with --cost-profile" in _one_line(capsys)
+
+
+def test_images_on_a_text_only_target_are_refused_not_free(capsys):
+    qwen = ["serve", "--pair", "qwen2.5-coder-0.5b-1.5b", "--alpha", "0.6", "--requests", "20"]
+    qwen += ["--no-progress"]
+    assert main([*qwen, "--images", "1"]) == 2
+    assert "--images: 1 per prompt, but qwen2.5-coder-1.5b has no vision tower" in _one_line(capsys)
+    assert main([*qwen, "--rate", "1"]) == 0  # no --images: none for a text-only target
+    assert "+ 0 images" in capsys.readouterr().out
+
+
+def test_context_past_the_grid_is_flagged_with_by_how_much(capsys):
+    assert main([*ZOO, "--scenario", "zoo-1img", "--rate", "20", "--requests", "30"]) == 0
+    out = capsys.readouterr().out
+    m = re.search(r"note: extrapolated past the measured grids: KV caches reach (\d+) positions, past the "
+                  r"batched grids' widest (\d+) \(([\d.]+)x\)", out)  # fmt: skip
+    assert m and int(m[1]) > int(m[2]) and float(m[3]) == pytest.approx(int(m[1]) / int(m[2]), abs=0.05)
+    assert "prompts of 528 positions, past the prefill grid's 174 rows (3.0x)" in out
+
+
+@pytest.mark.parametrize("role", ["target", "draft"])
+def test_the_zoo_presets_are_the_shipped_weights_configs(role):
+    """No hand-written config: specsim's zoo presets are the trained weights' own config.json (specsim may
+    not import calibrate, so the config travels as data), named by the ids calibrate loads them by."""
+    from specsim.hardware.model_resolution import load_model_spec
+    from specsim.presets import preset_config, preset_meta
+
+    weights = json.loads((ROOT / "calibrate" / "zoo" / "weights" / role / "config.json").read_text())
+    assert preset_config(f"zoo-{role}") == weights and preset_meta(f"zoo-{role}")["ids"] == [f"zoo:{role}"]
+    spec = load_model_spec(f"zoo:{role}")
+    assert spec.vision.image_tokens == weights["image_seq_length"] == 16
