@@ -514,7 +514,7 @@ def test_acceptance_profile_replays_its_traces(capsys):
     tau = float(replay_traces_tau([t.match for t in entry.traces], 3))
     assert abs(sd["mean_acceptance_length"] / tau - 1) < 0.05, (sd["mean_acceptance_length"], tau)
     assert main([*base, *replay, "--alpha", "0.5"]) == 2
-    assert "--alpha: give --alpha or --acceptance-profile, not both" in _one_line(capsys)
+    assert "--alpha/--acceptance-profile: give one acceptance source, not 2" in _one_line(capsys)
     assert main([*base, "--method", "M", "--alpha", "0.5"]) == 2
     assert "--method: applies with --acceptance-profile only" in _one_line(capsys)
     assert main([*base, "--acceptance-profile", "zoo-cpu-batch"]) == 2

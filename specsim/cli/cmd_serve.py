@@ -17,8 +17,14 @@ from specsim.predict.acceptance_source import ACCEPTANCE_FORMS
 from specsim.serve.arrivals import burstiness_arg, rate_arg, rates_arg
 from specsim.serve.compare import TARGET_ONLY, compare_at, max_rate_meeting_slo, sweep_rates
 from specsim.serve.scheduler import DEFAULT_MAX_NUM_BATCHED_TOKENS, DEFAULT_MAX_NUM_SEQS
-from specsim.serve.serve_request import ServeRequest, context_note, serve_setup
-from specsim.serve.serve_text import comparison_text, max_rate_text, sweep_text, vllm_measured_text
+from specsim.serve.serve_request import ServeRequest, context_note, decode_phase, serve_setup
+from specsim.serve.serve_text import (
+    comparison_text,
+    decode_phase_text,
+    max_rate_text,
+    sweep_text,
+    vllm_measured_text,
+)
 from specsim.serve.speculation import alpha_arg
 
 _DESC = (
@@ -223,7 +229,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         check_writable(args.plot, "--plot", suffix=".png")
     if args.max_rate and args.trace:
         raise SpecsimError("--max-rate: searches request rates, so it does not apply with --trace")
-    setup, about = serve_setup(ServeRequest.from_options(vars(args)))  # --max-rate without --slo: says so
+    req = ServeRequest.from_options(vars(args))
+    setup, about = serve_setup(req)  # --max-rate without --slo: max_rate_meeting_slo says so
     sd_label = f"SD ({setup.policy.describe()})"
     if args.max_rate:
         found = {
@@ -249,23 +256,34 @@ def cmd_serve(args: argparse.Namespace) -> int:
             plot_latency_vs_rate(result, args.plot, sd_label)
         runs = [m for c in result.rows for m in (c.sd, c.target_only)]
         about = _with_notes(about, context_note(setup, runs))
+        phases = [decode_phase(req, c.sd) for c in result.rows]
         if args.json:
-            print(dumps_json({**about, "sweep": result.to_json()}))
+            extra = {"decode_phase": phases} if any(phases) else {}
+            print(dumps_json({**about, "sweep": result.to_json() | extra}))
             return 0
         print(_header(about))
         print(sweep_text(result, setup.slo is not None))
+        _print_if(decode_phase_text(phases, [c.tpot_speedup for c in result.rows]))
         return 0
     rate = None if args.trace else (args.rate if args.rate is not None else 4.0)
     comparison = compare_at(setup, rate)
     about = _with_notes(about, context_note(setup, [comparison.sd, comparison.target_only]))
+    phase = decode_phase(req, comparison.sd)
     if args.json:
-        print(dumps_json({**about, "comparison": comparison.to_json()}))
+        extra = {"decode_phase": phase} if phase else {}
+        print(dumps_json({**about, "comparison": comparison.to_json() | extra}))
         return 0
     print(_header(about) + (f"\nrate: {rate:g} req/s" if rate is not None else ""))
     print(comparison_text(comparison, sd_label))
+    _print_if(decode_phase_text([phase], [comparison.tpot_speedup]))
     if "vllm_bench_measured" in about:
         print(vllm_measured_text(about["vllm_bench_measured"]))
     return 0
+
+
+def _print_if(text: str | None) -> None:
+    if text:
+        print(text)
 
 
 def _with_notes(about: dict, *notes) -> dict:

@@ -80,9 +80,19 @@ def user_methods(
     return [iid(alpha).method_tau(gammas)]
 
 
-def from_options(*, alpha=None, tau=None, gamma=None, spec=None, profile=None, method=None, scenario=None):
+def from_options(
+    *,
+    alpha=None,
+    tau=None,
+    gamma=None,
+    spec=None,
+    profile=None,
+    method=None,
+    scenario=None,
+    load=load_profile,
+):
     """The one acceptance given by --alpha, --tau (at --gamma), --acceptance SPEC or --acceptance-profile
-    (with --method/--scenario); None when none is given. SpecsimError naming the options otherwise."""
+    (with --method/--scenario, read by ``load``); None when none is given. SpecsimError naming the options."""
     given = [f for f, v in (("--alpha", alpha), ("--tau", tau), ("--acceptance", spec)) if v is not None]
     given += ["--acceptance-profile"] if profile is not None else []
     if len(given) > 1:
@@ -97,7 +107,7 @@ def from_options(*, alpha=None, tau=None, gamma=None, spec=None, profile=None, m
         return given_tau(tau, gamma)
     if spec is not None:
         return parse_acceptance(spec)
-    return None if profile is None else of_entry(load_profile(profile).one_entry(method, scenario))
+    return None if profile is None else of_entry(load(profile).one_entry(method, scenario))
 
 
 def fixed_gamma(methods: list[MethodTau], gamma: int | None) -> list[MethodTau]:

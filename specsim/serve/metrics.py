@@ -99,10 +99,11 @@ class ServeMetrics:
     goodput_requests_per_s: float | None = None
     slo_met_fraction: float | None = None
     max_context_tokens: int = 0  # the widest KV cache a decode step was priced at (not in to_json)
+    mean_decode_batch: float = 0.0  # requests decoding per step that decodes (not in to_json)
 
     def to_json(self) -> dict:
         out = asdict(self)
-        del out["max_context_tokens"]
+        del out["max_context_tokens"], out["mean_decode_batch"]
         return out
 
     @classmethod
@@ -178,4 +179,5 @@ def summarize(run: ServeRun, slo: Slo | None = None) -> ServeMetrics:
         goodput_requests_per_s=good,
         slo_met_fraction=fraction,
         max_context_tokens=run.max_context_tokens,
+        mean_decode_batch=run.mean_decode_batch,
     )

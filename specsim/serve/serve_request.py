@@ -7,6 +7,7 @@ profile's own (:func:`specsim.hardware.measured_pair.models_for_costs`); accepta
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, fields
 
 import numpy as np
@@ -16,6 +17,7 @@ from specsim.errors import SpecsimError
 from specsim.hardware.device import load_device
 from specsim.hardware.image_tokens import parse_image_size
 from specsim.hardware.measured_pair import models_for_costs, other_pair_note
+from specsim.hardware.plan import Parallel, plan_hardware
 from specsim.hardware.plan_inputs import device_runtimes, resolve_models, split_mode
 from specsim.predict import acceptance_source
 from specsim.profiles import load_profile
@@ -89,9 +91,10 @@ def _workload(req: ServeRequest, images: int) -> tuple[Workload, dict | None]:
     return Workload(trace=read_trace(req.trace)), None
 
 
-def _acceptance(req: ServeRequest):
+def _acceptance(req: ServeRequest, load):
     """The one acceptance source of --alpha, --tau, --acceptance or --acceptance-profile."""
     found = acceptance_source.from_options(
+        load=load,
         alpha=req.alpha,
         tau=req.tau,
         gamma=req.gamma,
@@ -173,14 +176,15 @@ def serve_setup(req: ServeRequest) -> tuple[ServeSetup, dict]:
     """The set-up ``req`` asks for, and what it was built from (``about``: the header's fields, notes)."""
     slo = parse_slo(req.slo) if req.slo is not None else None
     policy = _policy(req)
-    acceptance = _acceptance(req)
-    cost_profile = None if req.cost_profile is None else load_profile(req.cost_profile)
+    load = functools.lru_cache(load_profile)  # a profile named twice (costs and acceptance) is read once
+    acceptance = _acceptance(req, load)
+    cost_profile = None if req.cost_profile is None else load(req.cost_profile)
     target, draft = _models(req, cost_profile)
     images = _images(req, target)
     workload, vllm_measured = _workload(req, images)
     notes = []
     if acceptance.entry is not None and req.acceptance_profile is not None:
-        note = other_pair_note(load_profile(req.acceptance_profile), target, draft)
+        note = other_pair_note(load(req.acceptance_profile), target, draft)
         notes += [note] if note else []
     image_tokens = target.vision.image_tokens if target.vision else 0
     if cost_profile is None:
@@ -236,3 +240,34 @@ def context_note(setup: ServeSetup, metrics=()) -> str | None:
         longest, output = w.prompt_tokens + images * per_image, w.output_tokens
     widest = max((m.max_context_tokens for m in metrics), default=0)
     return note(widest or longest + output - 1, longest, at_least=not widest)
+
+
+def decode_phase(req: ServeRequest, sd_metrics) -> dict | None:
+    """What ``specsim hardware`` prints for the same pair, device, runtime, TP, acceptance and γ, at the SD
+    run's mean decode batch and the workload's mean context: the decode-phase speedup the served TPOT
+    speedup is to be read against (None: a cost profile or a γ that varies by batch)."""
+    if (
+        req.cost_profile is not None
+        or req.gamma_by_batch
+        or req.sd_off_from_batch
+        or req.trace
+        or req.gamma < 1
+    ):
+        return None
+    target, draft = _models(req, None)
+    device = load_device(req.device)
+    runtime = device_runtimes(req.runtime, [device])[device.name]
+    per_image = target.vision.image_tokens if target.vision else 0
+    context = round(req.prompt_tokens + _images(req, target) * per_image + req.output_tokens / 2)
+    batch = max(1, round(sd_metrics.mean_decode_batch))
+    plan = plan_hardware(
+        target,
+        draft,
+        [device],
+        [_acceptance(req, load_profile).method_tau((req.gamma,))],
+        efficiency={device.name: runtime},
+        batches=(batch,),
+        contexts=(context,),
+        parallel=Parallel(req.tp, split=split_mode(None, req.tp, {device.name: runtime})),
+    )
+    return {"gamma": req.gamma, "batch": batch, "context_tokens": context, "speedup": plan.rows[0].speedup}

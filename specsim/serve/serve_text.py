@@ -115,3 +115,20 @@ def vllm_measured_text(measured: dict) -> str:
     if not measured:
         return "vllm bench serve measured: no summary figures in the file"
     return "vllm bench serve measured: " + ", ".join(f"{k} {v:.4g}" for k, v in measured.items())
+
+
+def decode_phase_text(phases: list[dict | None], served: list[float | None]) -> str | None:
+    """The decode-phase speedup (``specsim hardware``'s, same inputs) beside each served TPOT speedup, and
+    why they differ; None when there is none to show."""
+    if not phases or any(p is None for p in phases):
+        return None
+    first = phases[0]
+    cells = ", ".join(
+        f"{p['speedup']:.2f}x at batch {p['batch']}" + ("" if s is None else f" (served {s:.2f}x)")
+        for p, s in zip(phases, served)
+    )
+    return (
+        f"decode phase, as `specsim hardware` prices these inputs (gamma {first['gamma']}, context "
+        f"{first['context_tokens']}, the SD run's mean decode batch): {cells}; the served TPOT speedup also "
+        "counts prefills riding in the steps, queueing and a batch that varies from step to step"
+    )

@@ -71,6 +71,7 @@ class ServeRun:
     sd_blocks: int
     step_log: tuple[StepRecord, ...] | None = None
     max_context_tokens: int = 0  # the widest KV cache a decode step was priced at
+    mean_decode_batch: float = 0.0  # requests decoding per step that decodes
 
     def token_times_s(self, request: int) -> list[float]:
         """Each output token's emission time (s) of ``request``: its first token, then every decode step's
@@ -130,7 +131,7 @@ def simulate(
     t, next_admit, done, steps, busy = 0.0, 0, 0, 0, 0.0
     since = LONG_AFTER  # steps since the last step that admitted a request
     gaps: list[np.ndarray] = []
-    zero_tokens = draft_tokens = accepted_tokens = sd_blocks = widest = 0
+    zero_tokens = draft_tokens = accepted_tokens = sd_blocks = widest = decode_rows = decode_steps = 0
     log: list[StepRecord] | None = [] if record else None
     while done < n:
         arrived = int(np.searchsorted(arrival, t, side="right"))
@@ -145,6 +146,7 @@ def simulate(
         if horizon is not None:
             k, end, stats = _fast_forward(st, decoding, gamma, acceptance, rng, cost, t, horizon, gaps, since)
             widest = max(widest, stats[4])
+            decode_rows, decode_steps = decode_rows + k * decoding.size, decode_steps + k
             since += k
             zero_tokens, draft_tokens = zero_tokens + stats[0], draft_tokens + stats[1]
             accepted_tokens, sd_blocks = accepted_tokens + stats[2], sd_blocks + stats[3]
@@ -175,6 +177,7 @@ def simulate(
         dec = batch.decode
         ctx = st.prompt_total[dec] + st.generated[dec] - 1 + st.rejected[dec]  # 0 unless kept
         widest = max(widest, int(ctx.max(initial=0)))
+        decode_rows, decode_steps = decode_rows + len(dec), decode_steps + bool(len(dec))
         since = 0 if batch.admitted else since
         ms = step_ms(
             cost,
@@ -237,6 +240,7 @@ def simulate(
         sd_blocks,
         tuple(log) if log is not None else None,
         widest,
+        decode_rows / decode_steps if decode_steps else 0.0,
     )
 
 
