@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from specsim.acceptance.theory import alpha_from_tau, survival_from_histogram, tau_iid
-from specsim.bounds import MAX_GAMMA
+from specsim.bounds import MAX_GAMMA, clip
 from specsim.errors import SpecsimError, warn
 from specsim.predict.tau_at_gamma import EXTRAPOLATED, tau_with_source
 from specsim.presets import pair_profile
@@ -330,10 +330,10 @@ def parse_acceptance(text: str, where: str = "--acceptance") -> Acceptance:
         if kind == "profile":
             return of_entry(_profile_entry(rest, kind))
     except SpecsimError as err:  # before ValueError, its base
-        raise SpecsimError(f"{where} {text!r}: {err}") from None
+        raise SpecsimError(f"{where} {clip(str(text), 40)!r}: {err}") from None
     except ValueError:
         pass
-    raise SpecsimError(f"{where}: expected {ACCEPTANCE_FORMS}, got {str(text)[:80]!r}")
+    raise SpecsimError(f"{where}: expected {ACCEPTANCE_FORMS}, got {clip(str(text))!r}")
 
 
 ACCEPTANCE_FORMS = (
