@@ -127,7 +127,8 @@ def test_the_grid_implementation_reads_each_pass_from_its_own_grid():
 def test_the_request_shape_prices_a_roofline_as_the_plan_shape_does():
     """The same source through two shapes: a request priced by ``price`` pass by pass through a
     RooflinePassCost, its prompt walking from P to P + N, against the plan's best-γ row at batch 1 and the
-    request's mean context, same τ: within 2 % (the plan reads every pass at one context, the walk at each)."""
+    request's mean context, same τ: within 2 % (the plan reads every pass at one context, the walk at
+    each)."""
     from specsim.hardware.plan import plan_hardware
     from specsim.predict.acceptance_source import MethodTau
     from specsim.predict.pricing import RequestSpec, price
