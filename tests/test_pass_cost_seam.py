@@ -122,3 +122,27 @@ def test_the_grid_implementation_reads_each_pass_from_its_own_grid():
     assert batch.measured_rows(TARGET, STEP) == model.batched.target_verify.rows
     with pytest.raises(Exception, match="batch 64 was not measured"):
         batch.check_batch(64)
+
+
+def test_the_request_shape_prices_a_roofline_as_the_plan_shape_does():
+    """The same source through two shapes: a request priced by ``price`` pass by pass through a
+    RooflinePassCost, its prompt walking from P to P + N, against the plan's best-γ row at batch 1 and the
+    request's mean context, same τ: within 2 % (the plan reads every pass at one context, the walk at
+    each)."""
+    from specsim.hardware.plan import plan_hardware
+    from specsim.predict.acceptance_source import MethodTau
+    from specsim.predict.pricing import RequestSpec, price
+
+    profile = load_profile("qwen2.5-coder-0.5b-1.5b-cpu-check")
+    entry = profile.one_entry(None, None)
+    target, draft = (load_model_spec(n) for n in pair_models("qwen2.5-coder-0.5b-1.5b"))
+    dev, rt = load_device("h100-sxm"), load_runtime("vllm")
+    gamma, prompt, new = 4, 500, 200
+    spec = RequestSpec(prompt, prompt, 0, new_tokens=new)
+    walked = price(profile, entry, gamma, [spec], cost=RooflinePassCost(target, draft, dev, rt))
+    mt = MethodTau("m", "s", (gamma,), (walked.tau,), ("given",))
+    row = plan_hardware(
+        target, draft, [dev], [mt], efficiency=rt, batches=(1,), contexts=(prompt + new // 2,)
+    )
+    assert walked.decode_speedup == pytest.approx(row.rows[0].speedup, rel=0.02)
+    assert walked.decode_speedup != pytest.approx(row.rows[0].speedup, rel=1e-6)  # two walks, not one number
