@@ -68,6 +68,10 @@ class PassCost(Protocol):
         """The rows the source prices exactly (None: any)."""
         ...
 
+    def measured_width(self, role: str, kind: str = STEP, rows: int = 1) -> float | None:
+        """The widest cache the source measured passes of ``rows`` rows on (None: any, nothing measured)."""
+        ...
+
     def check_batch(self, batch: int, where: str = "--batch") -> None:
         """SpecsimError unless the source prices ``batch`` sequences."""
         ...

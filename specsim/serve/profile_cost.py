@@ -185,11 +185,10 @@ class ProfileStepCost:
         self, widest_context: int, longest_prompt: int, at_least: bool = False
     ) -> str | None:
         """Where a run read the grids past what the profile measured (context, prompt rows), by how much."""
-        batched = [
-            g for g in (self.batched.target_verify, self.batched.target_decode, self.batched.draft_step) if g
-        ]
-        widest = min(g.context_tokens[-1] for g in batched)
-        prefill = self.passes.model.target_prefill
+        p = self.passes
+        widths = (p.measured_width(TARGET, rows=2), p.measured_width(TARGET), p.measured_width(DRAFT))
+        widest = min(w for w in widths if w is not None)
+        rows = p.measured_rows(TARGET, PREFILL)
         parts = []
         if widest_context > widest:
             reach = f"{'at least ' if at_least else ''}{widest_context}"
@@ -197,10 +196,10 @@ class ProfileStepCost:
                 f"KV caches reach {reach} positions, past the batched grids' widest {widest:g} "
                 f"({widest_context / widest:.1f}x)"
             )
-        if prefill is not None and longest_prompt > prefill.rows[-1]:
+        if rows and longest_prompt > rows[-1]:
             parts.append(
-                f"prompts of {longest_prompt} positions, past the prefill grid's {prefill.rows[-1]} rows "
-                f"({longest_prompt / prefill.rows[-1]:.1f}x)"
+                f"prompts of {longest_prompt} positions, past the prefill grid's {rows[-1]} rows "
+                f"({longest_prompt / rows[-1]:.1f}x)"
             )
         return None if not parts else "extrapolated past the measured grids: " + "; ".join(parts)
 
