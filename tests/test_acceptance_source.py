@@ -124,3 +124,13 @@ def test_recommend_with_another_pairs_profile_says_so_and_names_the_priced_draft
     assert out["config"]["model"] == "llama-3.2-1b" and "68m" not in json.dumps(out["config"])
     own = _json(capsys, argv[:-5] + ["--pair", "llava-1.5-7b-68m", "--json"])
     assert not any("borrowed" in n for n in own["notes"])
+
+
+def test_hardware_with_another_pairs_profile_says_its_tau_is_borrowed(capsys):
+    argv = ["hardware", "--profile", "ibed-llava1.5-7b-68m", "--target", "llama-3.1-8b", "--draft"]
+    argv += ["llama-3.2-1b", "--device", "h100-sxm", "--batch", "1", "--context", "512"]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "acceptance of profile ibed-llava1.5-7b-68m was measured on llava-1.5-7b" in out
+    assert main(["hardware", "--pair", "llava-1.5-7b-68m", "--device", "h100-sxm", "--batch", "1"]) == 0
+    assert "borrowed" not in capsys.readouterr().out

@@ -12,6 +12,7 @@ from specsim.errors import SpecsimError
 from specsim.hardware.device import load_devices
 from specsim.hardware.efficiency_fit import FitResult, HoldoutResult
 from specsim.hardware.image_tokens import parse_image_size
+from specsim.hardware.measured_pair import other_pair_note
 from specsim.hardware.model import ModelSpec
 from specsim.hardware.plan import DEFAULT_BATCHES, Parallel, Plan, plan_hardware
 from specsim.hardware.plan_inputs import (
@@ -118,6 +119,8 @@ def answer(req: PlanRequest) -> PlanAnswer:
         gamma_max=gamma_max,
         spec=req.acceptance,
     )
+    borrowed = None if profile is None else other_pair_note(profile, target, draft)
+    notes = notes + ([borrowed] if borrowed else [])
     devices = load_devices(None if req.device is None else list(req.device))
     rows = len(batches) * len(contexts) * len(devices) * len(methods)
     if rows > MAX_PLAN_ROWS:
