@@ -9,6 +9,7 @@ import math
 import os
 import re
 import stat
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,7 @@ from specsim.errors import SpecsimError
 
 MAX_FILE_BYTES = 1 << 30  # 1 GiB: far above any profile with traces; bounds memory on a wrong path
 MAX_DEPTH = 64  # specsim's formats nest at most ~6 levels
+MAX_LINE_BYTES = 1 << 24  # one JSONL record (a trace's request; an engine's response with its text)
 _INT64_MAX = 2**63 - 1
 
 
@@ -60,26 +62,64 @@ def check_regular_file(path: str | os.PathLike, what: str) -> Path:
     return path
 
 
-def read_bytes(path: str | os.PathLike, what: str, *, max_bytes: int = MAX_FILE_BYTES) -> bytes:
-    """The bytes of a regular file, at most ``max_bytes`` (SpecsimError otherwise)."""
+def _open_regular(path: str | os.PathLike, what: str, max_bytes: int):
+    """A binary file object of the regular file ``path``, refused by its size before a byte is read."""
     path = check_regular_file(path, what)
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     except OSError as err:
         raise SpecsimError(f"{what} {str(path)!r} {stat_problem(err)}") from None
-    with os.fdopen(fd, "rb") as fh:
-        mode = os.fstat(fd).st_mode
-        if not stat.S_ISREG(mode):  # swapped between the check and the open
-            raise SpecsimError(f"{what} {str(path)!r} is {file_kind(mode)}; expected a regular file")
+    fh = os.fdopen(fd, "rb")
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):  # swapped between the check and the open
+        fh.close()
+        raise SpecsimError(f"{what} {str(path)!r} is {file_kind(st.st_mode)}; expected a regular file")
+    if st.st_size > max_bytes:
+        fh.close()
+        raise _too_large(path, what, max_bytes)
+    return fh
+
+
+def _too_large(path, what: str, max_bytes: int) -> SpecsimError:
+    return SpecsimError(
+        f"{what} {str(path)!r} is larger than {max_bytes} bytes (the most specsim reads); wrong file?"
+    )
+
+
+def read_bytes(path: str | os.PathLike, what: str, *, max_bytes: int = MAX_FILE_BYTES) -> bytes:
+    """The bytes of a regular file, at most ``max_bytes`` (SpecsimError otherwise, from its size first)."""
+    with _open_regular(path, what, max_bytes) as fh:
         try:
             data = fh.read(max_bytes + 1)
         except OSError as err:
             raise SpecsimError(f"{what} {str(path)!r} cannot be read ({err.strerror})") from None
-    if len(data) > max_bytes:
-        raise SpecsimError(
-            f"{what} {str(path)!r} is larger than {max_bytes} bytes (the most specsim reads); wrong file?"
-        )
+    if len(data) > max_bytes:  # grew after its size was read
+        raise _too_large(path, what, max_bytes)
     return data
+
+
+def read_lines(
+    path: str | os.PathLike, what: str, *, max_line_bytes: int = MAX_LINE_BYTES
+) -> Iterator[tuple[int, str]]:
+    """(line number, text without its line break) of a UTF-8 text file, one line at a time (JSONL): the
+    file's size is checked before a byte is read, each line decoded as it comes (a line over
+    ``max_line_bytes`` refused), so a bad line stops the read there."""
+    where = f"{what} {str(Path(path))!r}"
+    with _open_regular(path, what, MAX_FILE_BYTES) as fh:
+        number = 0
+        while True:
+            try:
+                raw = fh.readline(max_line_bytes + 1)
+            except OSError as err:
+                raise SpecsimError(f"{where} cannot be read ({err.strerror})") from None
+            if not raw:
+                return
+            number += 1
+            if len(raw) > max_line_bytes:
+                raise SpecsimError(
+                    f"{where} line {number}: longer than {max_line_bytes} bytes; expected one record per line"
+                )
+            yield number, decode_utf8(raw, f"{where} line {number}").rstrip("\r\n")
 
 
 def decode_utf8(data: bytes, where: str) -> str:
