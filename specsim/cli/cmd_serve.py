@@ -11,20 +11,20 @@ import argparse
 import numpy as np
 
 from specsim.bounds import number_arg
-from specsim.cli.model_options import add_model_options, image_size
+from specsim.cli.model_options import add_model_options, add_price_option, image_size
 from specsim.cli.progress import ProgressBar
 from specsim.draft_shapes.policies import GammaPolicy, parse_batch_ranges
 from specsim.errors import SpecsimError
 from specsim.hardware.device import load_device
 from specsim.hardware.plan_inputs import device_runtimes, resolve_models, split_mode
+from specsim.hardware.prices import parse_prices, priced
 from specsim.jsonio import check_writable, dumps_json
-from specsim.serve.arrivals import burstiness_arg, rate_arg, rates_arg, read_trace
+from specsim.serve.arrivals import burstiness_arg, check_span, rate_arg, rates_arg, read_trace
 from specsim.serve.compare import (
-    TARGET_ONLY,
     ServeSetup,
     Workload,
     compare_at,
-    max_rate_meeting_slo,
+    max_rates,
     sweep_rates,
 )
 from specsim.serve.metrics import parse_slo
@@ -53,6 +53,7 @@ def register(sub) -> None:
     )
     models = p.add_argument_group("models and hardware")
     add_model_options(models)
+    add_price_option(models)
     models.add_argument(
         "--cost-profile",
         default=None,
@@ -190,7 +191,7 @@ def register(sub) -> None:
     out.add_argument(
         "--slo-attainment",
         type=number_arg("ratio"),
-        default=0.9,
+        default=None,
         help="share of requests that must meet --slo for --max-rate (default 0.9)",
     )
     out.add_argument(
@@ -276,7 +277,8 @@ def _setup(args) -> tuple[ServeSetup, dict]:
     _, target, draft = resolve_models(
         pair=args.pair, target=args.target, draft=args.draft, image_size=image_size(args)
     )
-    device = load_device(args.device)
+    device = priced([load_device(args.device)], parse_prices(args.price))[0]
+    price = device.price_per_hour_usd  # per GPU; the run rents --tp of them
     runtime = device_runtimes(args.runtime, [device])[device.name]
     split = split_mode(None, args.tp, {device.name: runtime})
     if args.cost_profile is None:
@@ -292,6 +294,8 @@ def _setup(args) -> tuple[ServeSetup, dict]:
         kv = args.kv_cache_tokens if args.kv_cache_tokens is not None else cost.kv_cache_tokens()
         max_seqs = DEFAULT_MAX_NUM_SEQS if args.max_num_seqs is None else args.max_num_seqs
     else:
+        if args.price is not None:
+            raise SpecsimError("--price: prices the roofline's --device; a --cost-profile run has no device")
         if args.draft_image_tokens is not None:
             raise SpecsimError(
                 "--draft-image-tokens: applies to roofline pricing; with --cost-profile the drafting "
@@ -326,6 +330,7 @@ def _setup(args) -> tuple[ServeSetup, dict]:
             f"{args.output_tokens} output tokens), burstiness {args.burstiness:g}"
         ),
         "seed": args.seed,
+        "usd_per_hour": None if args.cost_profile or price is None else price * args.tp,
     } | ({"vllm_bench_measured": vllm_measured} if vllm_measured is not None else {})
     return setup, about
 
@@ -337,18 +342,19 @@ def cmd_serve(args: argparse.Namespace) -> int:
         check_writable(args.plot, "--plot", suffix=".png")
     if args.max_rate and args.trace:
         raise SpecsimError("--max-rate: searches request rates, so it does not apply with --trace")
+    if args.slo_attainment is not None and not args.max_rate:
+        raise SpecsimError("--slo-attainment: applies with --max-rate only (the share its search must meet)")
+    for rate in [args.rate] if args.rate is not None else args.rates or []:
+        check_span(args.requests, rate, "--rate" if args.rates is None else "--rates")
     setup, about = _setup(args)  # --max-rate without --slo: max_rate_meeting_slo says so
     sd_label = f"SD ({setup.policy.describe()})"
     if args.max_rate:
-        found = {
-            "sd": max_rate_meeting_slo(setup, setup.policy, args.slo_attainment),
-            "target_only": max_rate_meeting_slo(setup, TARGET_ONLY, args.slo_attainment),
-        }
+        search = max_rates(setup, 0.9 if args.slo_attainment is None else args.slo_attainment)
         if args.json:
-            print(dumps_json({**about, "slo_attainment": args.slo_attainment, "max_rate_per_s": found}))
+            print(dumps_json(about | search))
             return 0
         print(_header(about))
-        print(max_rate_text(found, setup.slo, args.slo_attainment, sd_label))
+        print(max_rate_text(search, setup.slo, sd_label))
         return 0
     if args.rates is not None:
         progress = ProgressBar(len(args.rates), not args.no_progress, "specsim serve", "rates")
@@ -360,19 +366,21 @@ def cmd_serve(args: argparse.Namespace) -> int:
             from specsim.serve.serve_plots import plot_latency_vs_rate
 
             plot_latency_vs_rate(result, args.plot, sd_label)
+        usd = [row.usd_per_million_tokens(about["usd_per_hour"]) for row in result.rows]
         if args.json:
-            print(dumps_json({**about, "sweep": result.to_json()}))
+            print(dumps_json({**about, "sweep": result.to_json(), "usd_per_million_output_tokens": usd}))
             return 0
         print(_header(about))
-        print(sweep_text(result, setup.slo is not None))
+        print(sweep_text(result, setup.slo is not None, usd))
         return 0
     rate = None if args.trace else (args.rate if args.rate is not None else 4.0)
     comparison = compare_at(setup, rate)
+    usd = comparison.usd_per_million_tokens(about["usd_per_hour"])
     if args.json:
-        print(dumps_json({**about, "comparison": comparison.to_json()}))
+        print(dumps_json({**about, "comparison": comparison.to_json(), "usd_per_million_output_tokens": usd}))
         return 0
     print(_header(about) + (f"\nrate: {rate:g} req/s" if rate is not None else ""))
-    print(comparison_text(comparison, sd_label))
+    print(comparison_text(comparison, sd_label, usd))
     if "vllm_bench_measured" in about:
         print(vllm_measured_text(about["vllm_bench_measured"]))
     return 0
