@@ -68,7 +68,8 @@ def test_a_trace_late_in_time_serves_as_one_at_zero(tmp_path, capsys):
         runs.append(json.loads(capsys.readouterr().out)["comparison"])
     for side in ("sd", "target_only"):
         assert runs[1][side]["busy_fraction"] <= 1.0
-        assert runs[1][side]["ttft_ms"]["p50"] == pytest.approx(runs[0][side]["ttft_ms"]["p50"], rel=1e-6)
+        # arrivals near 1e9 s carry about 1e-7 s of rounding: 1e-3 ms
+        assert runs[1][side]["ttft_ms"]["p50"] == pytest.approx(runs[0][side]["ttft_ms"]["p50"], abs=1e-3)
 
 
 def _vllm_result(tmp_path, **over) -> str:

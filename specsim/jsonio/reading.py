@@ -98,28 +98,52 @@ def read_bytes(path: str | os.PathLike, what: str, *, max_bytes: int = MAX_FILE_
     return data
 
 
-def read_lines(
-    path: str | os.PathLike, what: str, *, max_line_bytes: int = MAX_LINE_BYTES
-) -> Iterator[tuple[int, str]]:
-    """(line number, text without its line break) of a UTF-8 text file, one line at a time (JSONL): the
-    file's size is checked before a byte is read, each line decoded as it comes (a line over
-    ``max_line_bytes`` refused), so a bad line stops the read there."""
+def read_line_chunks(
+    path: str | os.PathLike, what: str, *, chunk_bytes: int = 1 << 20, max_line_bytes: int = MAX_LINE_BYTES
+) -> Iterator[tuple[int, list[str]]]:
+    """(number of the first line, lines without their breaks) of a UTF-8 text file, about ``chunk_bytes`` at a
+    time (JSONL): the file's size is checked before a byte is read, each chunk decoded as it comes (an error
+    names its line; a line over ``max_line_bytes`` is refused), so a bad line stops the read near it."""
     where = f"{what} {str(Path(path))!r}"
     with _open_regular(path, what, MAX_FILE_BYTES) as fh:
-        number = 0
+        first = 1
         while True:
             try:
-                raw = fh.readline(max_line_bytes + 1)
+                raws = fh.readlines(chunk_bytes)
             except OSError as err:
                 raise SpecsimError(f"{where} cannot be read ({err.strerror})") from None
-            if not raw:
+            if not raws:
                 return
-            number += 1
-            if len(raw) > max_line_bytes:
-                raise SpecsimError(
-                    f"{where} line {number}: longer than {max_line_bytes} bytes; expected one record per line"
-                )
-            yield number, decode_utf8(raw, f"{where} line {number}").rstrip("\r\n")
+            try:
+                blob = b"".join(raws)
+                text = None if b"\x00" in blob or first == 1 else blob.decode("utf-8")
+            except UnicodeDecodeError:
+                text = None
+            if text is None or max(map(len, raws)) > max_line_bytes:  # line by line, named (and the first
+                lines = []  # chunk, for its byte-order marks); the lines before a bad one are yielded first
+                for i, raw in enumerate(raws):
+                    try:
+                        lines.append(_line(raw, f"{where} line {first + i}", max_line_bytes))
+                    except SpecsimError:
+                        if lines:
+                            yield first, lines
+                        raise
+            else:
+                lines = [ln[:-1] if ln.endswith("\r") else ln for ln in text.split("\n")[: len(raws)]]
+            yield first, lines
+            first += len(raws)
+
+
+def _line(raw: bytes, where: str, max_line_bytes: int) -> str:
+    if len(raw) > max_line_bytes:
+        raise SpecsimError(f"{where}: longer than {max_line_bytes} bytes; expected one record per line")
+    return decode_utf8(raw, where).rstrip("\r\n")
+
+
+def read_lines(path: str | os.PathLike, what: str) -> Iterator[tuple[int, str]]:
+    """(line number, text without its line break) of a UTF-8 text file, read as :func:`read_line_chunks`."""
+    for first, lines in read_line_chunks(path, what):
+        yield from enumerate(lines, start=first)
 
 
 def decode_utf8(data: bytes, where: str) -> str:

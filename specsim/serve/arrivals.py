@@ -28,7 +28,7 @@ import numpy as np
 
 from specsim.bounds import RANGES, check_range, interval_arg
 from specsim.errors import SpecsimError
-from specsim.jsonio import check_keys, field_int, field_num, parse_json, read_lines
+from specsim.jsonio import check_keys, field_int, field_num, parse_json, read_line_chunks
 from specsim.report import clip
 
 TRACE_KEYS = ("arrival_s", "prompt_tokens", "images", "output_tokens")
@@ -179,44 +179,65 @@ _KEYS = frozenset(TRACE_KEYS)
 _SPAN, _TOKENS, _IMAGES = RANGES["arrival_s"][1], RANGES["tokens"][1], RANGES["images"][1]
 
 
-def _plain_line(text: str) -> tuple[float, int, int, int] | None:
-    """The row of a line that is plainly valid (numbers in range, known keys, none twice); None sends
-    the line to :func:`_trace_line`, which accepts the same rows and names what is wrong with others."""
+def _plain_chunk(lines: list[str]) -> tuple[list[int], list[np.ndarray]] | None:
+    """(indices of the non-blank lines, their four columns) when every line of a chunk is plainly valid
+    (known keys, none twice, numbers of the right kind in range), parsed as one JSON array and checked as
+    columns; None: some line needs :func:`_trace_line`, which accepts the same rows and names the problem."""
+    kept = [k for k, line in enumerate(lines) if line.strip()]
+    texts = [lines[k] for k in kept]
     try:
-        d = json.loads(text)
-    except ValueError:
+        parsed = json.loads("[" + ",".join(texts) + "]")
+    except (ValueError, RecursionError):
         return None
-    if type(d) is not dict or not d.keys() <= _KEYS or len(d) != text.count('":'):
-        return None  # a repeated key collapses in json.loads: counted here, refused there
-    a, p, i, o = d.get("arrival_s"), d.get("prompt_tokens"), d.get("images", 0), d.get("output_tokens")
-    if type(a) not in (int, float) or type(p) is not int or type(i) is not int or type(o) is not int:
+    if len(parsed) != len(texts) or set(map(type, parsed)) - {dict}:  # "{...},{...}" on one line
         return None
-    if not (0 <= a <= _SPAN and 0 <= p <= _TOKENS and 0 <= i <= _IMAGES and 1 <= o <= _TOKENS):
-        return None  # NaN fails every comparison
-    return (float(a), p, i, o) if p + i > 0 else None
+    # a repeated key collapses in json.loads: its '":' is counted here, and refused by _trace_line
+    if list(map(len, parsed)) != [t.count('":') for t in texts] or not set().union(*parsed) <= _KEYS:
+        return None
+    cols = [[d.get(k, 0 if k == "images" else None) for d in parsed] for k in TRACE_KEYS]
+    if set(map(type, cols[0])) - {int, float} or any(set(map(type, c)) - {int} for c in cols[1:]):
+        return None  # missing, null, a bool, a string, or a float token count
+    try:
+        a, p, i, o = np.asarray(cols[0], dtype=float), *(np.asarray(c, dtype=np.int64) for c in cols[1:])
+    except OverflowError:
+        return None
+    ok = (a >= 0) & (a <= _SPAN) & (p >= 0) & (p <= _TOKENS) & (i >= 0) & (i <= _IMAGES) & (o >= 1)
+    return (kept, [a, p, i, o]) if np.all(ok & (o <= _TOKENS) & (p + i > 0)) else None  # NaN fails
+
+
+def _checked_lines(lines: list[str], first: int, path: str) -> tuple[list[int], list[np.ndarray]]:
+    """:func:`_plain_chunk`'s answer for a chunk read line by line, the first bad line refused by name."""
+    kept, rows = [], []
+    for k, line in enumerate(lines):
+        if line.strip():
+            kept.append(k)
+            rows.append(_trace_line(line, f"trace {path!r} line {first + k}"))
+    cols = list(zip(*rows)) or [(), (), (), ()]
+    return kept, [np.asarray(cols[0], dtype=float), *(np.asarray(c, dtype=np.int64) for c in cols[1:])]
 
 
 def read_trace(path: str) -> Requests:
-    """Requests from a JSONL trace file (see the module docstring), read a line at a time; blank lines are
-    skipped; the arrival times must not decrease. Each error names the file's line and field."""
-    rows, last = [], -1.0
-    for number, line in read_lines(path, "trace"):
-        if not line.strip():
-            continue
-        row = _plain_line(line) or _trace_line(line, where := f"trace {path!r} line {number}")
-        if row[0] < last:
-            where = f"trace {path!r} line {number}"
+    """Requests from a JSONL trace file (see the module docstring), read a chunk of lines at a time and
+    refused at its first bad line; blank lines are skipped; the arrival times must not decrease. Each error
+    names the file's line and field."""
+    chunks, last, count = [], -1.0, 0
+    for first, lines in read_line_chunks(path, "trace"):
+        kept, cols = _plain_chunk(lines) or _checked_lines(lines, first, path)
+        times = np.concatenate([[last], cols[0]])
+        back = np.flatnonzero(np.diff(times) < 0)
+        if back.size:
+            j = int(back[0])
             raise SpecsimError(
-                f"{where}.arrival_s: expected arrival times in order, got {row[0]!r} after {last!r}"
+                f"trace {path!r} line {first + kept[j]}.arrival_s: expected arrival times in order, got "
+                f"{float(times[j + 1])!r} after {float(times[j])!r}"
             )
-        last = row[0]
-        rows.append(row)
-        if len(rows) > MAX_REQUESTS:
+        last, count = float(times[-1]), count + len(kept)
+        chunks.append(cols)
+        if count > MAX_REQUESTS:
             raise SpecsimError(f"trace {path!r}: expected at most {MAX_REQUESTS} requests")
-    if not rows:
+    if not count:
         raise SpecsimError(f"trace {path!r}: expected at least one request line, got none")
-    cols = list(zip(*rows))
-    return Requests(np.asarray(cols[0], dtype=float), *(np.asarray(c, dtype=np.int64) for c in cols[1:]))
+    return Requests(*(np.concatenate([c[n] for c in chunks]) for n in range(4)))
 
 
 rate_arg = interval_arg(*RANGES["rate_per_s"], "requests per second in [1e-06, 1e+06]")
