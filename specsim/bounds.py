@@ -27,6 +27,10 @@ seconds         1e-3 .. 1e6            time limits (s)
 minutes         1e-3 .. 1e5            time limits given in minutes (~70 days)
 seed            0 .. 2**63-1           random seeds
 temperature     1e-3 .. 1e3            sampling temperature T
+rate_per_s      1e-6 .. 1e6            request rates (requests per second)
+arrival_s       0 .. 1e9               arrival times and a workload's span (s, ~32 years: a
+                                       float64 clock there still resolves 0.2 µs)
+burstiness      1e-3 .. 1e3            Gamma shape of inter-arrival gaps (1 = Poisson)
 ==============  =====================  =====================================================
 
 A list argument (``--gamma 1-8``, ``--batch 1,2,4``) holds at most :data:`MAX_LIST_VALUES` values,
@@ -65,6 +69,9 @@ RANGES: dict[str, tuple[float, float]] = {
     "minutes": (1e-3, 1e5),
     "seed": (0, 2**63 - 1),
     "temperature": (1e-3, 1e3),
+    "rate_per_s": (1e-6, 1e6),
+    "arrival_s": (0, 1e9),
+    "burstiness": (1e-3, 1e3),
 }
 
 

@@ -317,7 +317,7 @@ def _one_line(capsys) -> str:
 @pytest.mark.parametrize(
     "argv, expected",
     [
-        (["--rate", "0"], "--rate: expected requests per second in (0, 1e6], got '0'"),
+        (["--rate", "0"], "--rate: expected requests per second in [1e-06, 1e+06], got '0'"),
         (["--rate", "fast"], "--rate: expected requests per second"),
         (["--rates", "1,,4"], "--rates: expected requests per second"),
         (["--rates", "2,2"], "--rates: expected distinct rates"),

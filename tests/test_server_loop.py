@@ -200,7 +200,7 @@ def _copy_zoo_profile(tmp_path):
 @pytest.mark.parametrize(
     "extra, expected",
     [
-        (["--serve-rates", "0"], "--serve-rates: expected requests per second in (0, 1e6]"),
+        (["--serve-rates", "0"], "--serve-rates: expected requests per second in [1e-06, 1e+06]"),
         (["--serve-rates", "2,2"], "--serve-rates: expected distinct rates"),
         (["--serve-rates", "2", "--max-num-seqs", "64"], "--max-num-seqs: batch 64 was not measured"),
         (["--serve-rates", "2", "--batch", "2"], "--serve-rates: runs fixed gamma, greedy"),

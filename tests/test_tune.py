@@ -146,8 +146,8 @@ def test_an_slo_constraint_keeps_infeasible_trials_out_of_the_best():
 
 
 def test_usd_per_mtok_prices_gpus_and_says_when_a_device_has_no_price():
-    with pytest.raises(SpecsimError, match="device 'h100-sxm' has no price.*--price h100-sxm="):
-        make_objective("usd-per-mtok", has_slo=False, slo_attainment=0.9, devices=("h100-sxm",))
+    with pytest.raises(SpecsimError, match="device 'h200' has no price.*--price h200="):
+        make_objective("usd-per-mtok", has_slo=False, slo_attainment=0.9, devices=("h200",))
     obj = make_objective(
         "usd-per-mtok", has_slo=False, slo_attainment=0.9, devices=("h100-sxm",), prices={"h100-sxm": 3.6}
     )

@@ -26,6 +26,7 @@ def cmd_check_batch(args, gammas, profile_path, profile, methods, synthetic=None
     """Per batch size: run in rounds, price, write the rows, print the table and summary (``synthetic``: the
     --synthetic-acceptance schedule's spec)."""
     from calibrate.measure.batch_check_runs import batch_check_rows, preflight, run_batch_check
+    from calibrate.measure.check_preload import refuse_before_loading
     from calibrate.measure.synthetic_schedules import check_acceptance, marked, synthetic_note
     from calibrate.workload.run_setup import load_setup, progress
     from specsim.check.check_tables import batch_table, summary, summary_line, terms_table
@@ -38,6 +39,7 @@ def cmd_check_batch(args, gammas, profile_path, profile, methods, synthetic=None
         )
     for b in sizes:
         cost.check_batch(b)
+    refuse_before_loading(args, profile, methods, gammas, cost, synthetic)
     setup = load_setup(args, methods=methods, cache_captions=False)
     setup, schedule, entries = check_acceptance(
         setup, profile, synthetic, scenario=args.scenario, max_new_tokens=args.max_new_tokens, gammas=gammas,

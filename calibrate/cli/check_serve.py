@@ -27,20 +27,34 @@ def serve_args(parser) -> None:
     grp.add_argument(
         "--serve-requests",
         type=number_arg("size", integer=True),
-        default=24,
+        default=None,
         help="requests per run, the prompts in turn, image groups interleaved (default 24)",
     )
     grp.add_argument(
         "--max-num-seqs",
         type=number_arg("batch", integer=True),
-        default=8,
+        default=None,
         help="most requests decoding at once (default 8; at most the batched grid's largest B)",
     )
+
+
+SERVE_DEFAULTS = {"serve_requests": 24, "max_num_seqs": 8}  # apply with --serve-rates only
+
+
+def serve_only_flags(args) -> None:
+    """SpecsimError for a serving flag given without --serve-rates (it would be ignored); else the flags'
+    defaults filled in."""
+    for name, default in SERVE_DEFAULTS.items():
+        if getattr(args, name) is None:
+            setattr(args, name, default)
+        elif args.serve_rates is None:
+            raise SpecsimError(f"--{name.replace('_', '-')}: applies with --serve-rates only")
 
 
 def cmd_check_serve(args, gammas, profile_path, profile, methods, synthetic=None) -> int:
     """Run the loop in rounds, simulate each (rate, side), write the rows, print the table and summary
     (``synthetic``: the --synthetic-acceptance schedule's spec)."""
+    from calibrate.measure.check_preload import refuse_before_loading
     from calibrate.measure.check_runs import greedy_trace
     from calibrate.measure.serve_check_runs import run_serve_check, serve_check_rows, workload_order
     from calibrate.measure.synthetic_schedules import check_acceptance, marked, synthetic_note
@@ -57,6 +71,7 @@ def cmd_check_serve(args, gammas, profile_path, profile, methods, synthetic=None
             f"--profile {profile_path}: has no batched cost (calibrate latency --request-batches 1,2,4,8)"
         )
     batched.check_batch(args.max_num_seqs, "--max-num-seqs")
+    refuse_before_loading(args, profile, methods, gammas, batched, synthetic)
     setup = load_setup(args, methods=methods, cache_captions=False)
     setup, schedule, entries = check_acceptance(
         setup, profile, synthetic, scenario=args.scenario, max_new_tokens=args.max_new_tokens, gammas=gammas,

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import sys
 
-from calibrate.cli.check_serve import serve_args
+from calibrate.cli.check_serve import serve_args, serve_only_flags
 from calibrate.cli.shared_options import method_args, model_args
 from specsim.bounds import number_arg
 from specsim.errors import SpecsimError
@@ -24,7 +24,7 @@ _DESC = (
     "Per gamma and method: tau and speedup over target-only decoding, predicted from the profile (tau from "
     "trace replay; with a cost model, every forward priced at its own rows, context and batch along each "
     "prompt's blocks, plus the engine's overhead) vs measured (wall clock, interleaved, repeated in rounds "
-    "until the measured speedup's 95%% confidence half-width is within --halfwidth), with the textbook "
+    "until the measured speedup's 95% confidence half-width is within --halfwidth), with the textbook "
     "prediction (v = 1, i.i.d. alpha) beside it. Writes the rows into the profile's checks."
 )
 
@@ -119,6 +119,9 @@ def register(subparsers) -> None:
 
 def _check_args(args) -> list[int]:
     gammas = sorted(parse_int_list(args.gamma, name="--gamma"))
+    serve_only_flags(args)
+    if args.remeasure_batched and args.batch is None and args.serve_rates is None:
+        raise SpecsimError("--remeasure-batched: applies with --batch or --serve-rates only")
     if args.max_new_tokens < 2:  # the first pass carries the prompt; the decode phase starts at token 2
         raise SpecsimError(
             f"--max-new-tokens: expected an integer >= 2 (a decode phase to time), got {args.max_new_tokens}"
@@ -188,6 +191,7 @@ def _warn_other_host(profile, device: str) -> None:
 
 def cmd_check(args) -> int:
     """Check arguments and the profile, load models, run in rounds, write the rows, print the tables."""
+    from calibrate.measure.check_preload import refuse_before_loading
     from calibrate.measure.check_runs import check_rows, preflight, run_check
     from calibrate.measure.synthetic_schedules import check_acceptance, marked, synthetic_note
     from calibrate.workload.run_setup import load_setup, progress
@@ -205,6 +209,7 @@ def cmd_check(args) -> int:
 
         return cmd_check_batch(args, gammas, profile_path, profile, methods, synthetic)
     drafts = _drafts(args)
+    refuse_before_loading(args, profile, methods, gammas, synthetic=synthetic, traces=False)
     setup = load_setup(args, methods=methods, cache_captions=False)
     if drafts:
         preflight(
@@ -303,6 +308,7 @@ def cmd_check_sampled(args) -> int:
     """Check arguments and the profile, load models, run, predict, write the rows, print."""
     import numpy as np
 
+    from calibrate.measure.check_preload import refuse_before_loading
     from calibrate.measure.check_runs import entries_of
     from calibrate.measure.sampled_check_runs import run_sampled_check, sampled_rows
     from calibrate.workload.run_setup import load_setup, progress
@@ -318,6 +324,7 @@ def cmd_check_sampled(args) -> int:
     for entry in profile.acceptance:  # before models load: a wrong temperature costs no loading
         if (methods is None or entry.method in methods) and args.scenario in (None, entry.scenario):
             check_sampling_entry(entry, args.temperature)
+    refuse_before_loading(args, profile, methods, gammas, traces=False)
     setup = load_setup(args, methods=methods, cache_captions=False)
     entries = entries_of(setup, profile, args.scenario)
     for entry in entries.values():

@@ -11,9 +11,10 @@ import sys
 import time
 from typing import TYPE_CHECKING
 
+from calibrate.cli.latency_checks import check_latency_args, request_flag
 from specsim.bounds import number_arg
 from specsim.errors import SpecsimError
-from specsim.jsonio import check_writable, dumps_json
+from specsim.jsonio import dumps_json
 from specsim.report import int_list_arg
 
 if TYPE_CHECKING:
@@ -159,13 +160,11 @@ def register(subparsers) -> None:
     what.add_argument(
         "--request-gammas",
         type=int_list_arg("gamma"),
-        default=[1, 3, 5],
         help="gammas of the batched sweep (default 1,3,5; rows between them are interpolated)",
     )
     what.add_argument(
         "--request-new-tokens",
         type=number_arg("tokens", integer=True),
-        default=24,
         help="tokens per request of each batched SD run (default 24; target-only: --request-target-tokens)",
     )
     what.add_argument(
@@ -177,7 +176,6 @@ def register(subparsers) -> None:
         "--request-prompt-lengths",
         type=int,
         choices=(1, 2, 3),
-        default=3,
         help="longest-prompt lengths of the batched sweep: 3 = the workload's shortest, middle and longest "
         "(default), 2 = shortest and longest, 1 = the middle one (enough where a pass's ms hardly changes "
         "with the cache width, e.g. a large model over short prompts)",
@@ -198,7 +196,6 @@ def register(subparsers) -> None:
     what.add_argument(
         "--request-rounds",
         type=number_arg("repeats", integer=True),
-        default=2,
         help="rounds of the batched sweep (default 2; each runs every B x gamma once)",
     )
     what.add_argument(
@@ -208,7 +205,7 @@ def register(subparsers) -> None:
     )
     rep = p.add_argument_group(
         "repeats (each context: engine-shaped rounds, every gamma x draft batch block and "
-        "target-only steps per round, until every point's 95%% CI half-width <= "
+        "target-only steps per round, until every point's 95% CI half-width <= "
         "--rel-halfwidth x median or --max-repeats rounds; prefill points alike)"
     )
     rep.add_argument(
@@ -248,12 +245,14 @@ def cmd_latency(args) -> int:
     from calibrate.measure.tree_grid_sweep import sweep_trees
     from calibrate.workload.run_setup import check_plan_positions, latency_models
 
-    _check_args(args)
+    check_latency_args(args)
+    if args.batched_only:
+        _existing_cost_model(args.out)
     sweep_trees(args.tree_sizes or (), args.tree or ())  # a bad tree fails before the models load
     t_load = time.perf_counter()
     models = latency_models(args)
     load_s = time.perf_counter() - t_load
-    sized, workload_tokens = latency_workload(args, models["target"])
+    sized, workload_tokens, workload_line = latency_workload(args, models["target"])
     given = {
         "contexts_tokens": args.contexts,
         "verify_context_tokens": args.verify_context,
@@ -277,6 +276,8 @@ def cmd_latency(args) -> int:
         trees=sweep_trees(args.tree_sizes or (), args.tree or ()),
     )
     check_plan_positions(models, plan)
+    if workload_line:
+        print(workload_line, file=sys.stderr)
     t0 = time.perf_counter()
     if args.batched_only:
         path, timings = _existing_cost_model(args.out), {}
@@ -311,14 +312,16 @@ def batch_sweep_plan(args, contexts_tokens, workload_tokens=None) -> BatchSweepP
 
     longest = max(1, contexts_tokens[-1] - args.max_new_tokens)
     shortest = max(1, min(contexts_tokens[0] + 2, longest))
-    lengths = sweep_prompt_lengths(shortest, (shortest + longest) // 2, longest, args.request_prompt_lengths)
+    lengths = sweep_prompt_lengths(
+        shortest, (shortest + longest) // 2, longest, request_flag(args, "request_prompt_lengths")
+    )
     return BatchSweepPlan(
         batch_sizes=tuple(sorted(set(args.request_batches))),
-        gammas=tuple(sorted(set(args.request_gammas))),
+        gammas=tuple(sorted(set(request_flag(args, "request_gammas")))),
         prompt_tokens=lengths,
-        new_tokens=args.request_new_tokens,
+        new_tokens=request_flag(args, "request_new_tokens"),
         target_new_tokens=args.request_target_tokens or args.max_new_tokens,
-        rounds=args.request_rounds,
+        rounds=request_flag(args, "request_rounds"),
         seed=args.seed,
         unpadded=not args.no_unpadded_step and runs_unpadded(workload_tokens),
     )
@@ -358,36 +361,6 @@ def _existing_cost_model(out: str):
     except SpecsimError as err:
         raise SpecsimError(f"--batched-only: --out {out}: {err} (run without --batched-only first)") from None
     return Path(out)
-
-
-def _check_args(args) -> None:
-    """Everything that can be checked before models load and measuring starts (minutes of work)."""
-    from calibrate.models.loading import canonical_dtype, check_device
-
-    check_writable(args.out, "--out")
-    if args.batched_only:
-        if not args.request_batches:
-            raise SpecsimError("--batched-only: needs --request-batches")
-        _existing_cost_model(args.out)
-    check_device(args.device)
-    canonical_dtype(args.dtype)
-    for name in ("warmup", "caption_tokens", "verify_context", "threads"):
-        value = getattr(args, name)
-        if value is not None and value < (0 if name == "warmup" else 1):
-            raise SpecsimError(
-                f"--{name.replace('_', '-')}: expected an integer >= {0 if name == 'warmup' else 1}, "
-                f"got {value}"
-            )
-    if args.max_new_tokens < 1:
-        raise SpecsimError(f"--max-new-tokens: expected an integer >= 1, got {args.max_new_tokens}")
-    if args.rel_halfwidth is not None and not 0 < args.rel_halfwidth < 1:
-        raise SpecsimError(f"--rel-halfwidth: expected a fraction in (0, 1), got {args.rel_halfwidth}")
-    from calibrate.measure.latency_plan import LatencyPlan  # its defaults stand in for the flags not given
-
-    lo = LatencyPlan.min_repeats if args.min_repeats is None else args.min_repeats
-    hi = LatencyPlan.max_repeats if args.max_repeats is None else args.max_repeats
-    if hi < lo:
-        raise SpecsimError(f"--min-repeats/--max-repeats: expected min <= max, got {lo} and {hi}")
 
 
 def _min(value: int | None, cap: int) -> int | None:

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from specsim.check.comparison import Measured, PromptSpec, RequestRun, check_row, measure
 from specsim.draft_shapes.trees import TreeSpec
 from specsim.errors import SpecsimError
+from specsim.jsonio import few
 
 # Set-up stages a server would not pay: target-features drafting recomputes the target's vision features
 # here, where a server reuses those of the target's prefill (see calibrate.drafting.contexts).
@@ -205,7 +206,7 @@ def entry_of(profile, method: str, scenario: str | None):
         a for a in profile.acceptance if a.method == method and (scenario is None or a.scenario == scenario)
     ]
     if not cands:
-        known = ", ".join(f"{a.method}/{a.scenario}" for a in profile.acceptance) or "none"
+        known = few(f"{a.method}/{a.scenario}" for a in profile.acceptance) or "none"
         raise SpecsimError(
             f"profile has no acceptance entry for method={method!r} scenario={scenario!r} "
             f"(has: {known}; run 'specsim calibrate acceptance' first)"

@@ -42,6 +42,7 @@ from calibrate.measure.latency_partial import (  # partial_timings: tests reach 
     show_value,
 )
 from calibrate.measure.latency_tasks import Task, task_call
+from calibrate.measure.noise_check import host_warnings
 from calibrate.measure.request_grid_sweep import SENTINEL_END, SENTINEL_START, grid_key, sweep_context
 from calibrate.measure.sampling_sweep import SAMPLING_KEY, sampling_timings
 from calibrate.measure.tree_grid_sweep import sweep_trees, tree_sweep_context
@@ -388,9 +389,8 @@ def calibrate_latency(
     timings = measure_latency(models, plan, partial=part, resume=resume, progress=progress, runner=runner)
     provenance = measurement_provenance(models, notes=notes)
     section = latency_section(timings, plan, provenance)
-    check = section.cost_model.host_check
-    if check is not None and check.contended and progress is not None:
-        print(f"warning: {check.note}", file=sys.stderr)
+    for note in host_warnings(section.cost_model.host_check, timings, plan):
+        print(f"warning: {note}", file=sys.stderr)
     path = save_latency_profile(out, section, provenance, name=name, description=description)
     part.unlink(missing_ok=True)
     return path, timings

@@ -117,6 +117,21 @@ def _methods(given: list[str] | None, has_images: bool) -> list[str]:
     return methods
 
 
+def prompt_workload(args, methods: list[str] | None = None) -> tuple[str, list, list[str]]:
+    """(prompt-set name, prompts, canonical method codes) of the shared flags: what a run will serve, read
+    without loading a model (so a check can refuse a bad flag before minutes of loading)."""
+    from specsim.presets import pair
+
+    preset = pair(args.preset) if args.preset else {}
+    prompt_set = args.prompts or preset.get("prompts", "reference")
+    prompts = load_prompts(
+        prompt_set, limit=args.limit, allow_outside_images=getattr(args, "allow_outside_images", False)
+    )
+    check_image_counts(prompts)
+    methods = _methods(methods or args.method, any(p.images for p in prompts))
+    return (Path(prompt_set).stem if prompt_set.endswith(".jsonl") else prompt_set), prompts, methods
+
+
 def load_setup(args, methods: list[str] | None = None, cache_captions: bool = True) -> Setup:
     """Models, prompts, encoded requests, methods (``methods``, else ``--method``) and captioner from the
     shared flags; ``cache_captions`` reuses an image's caption across methods (acceptance, not timing)."""
@@ -132,12 +147,10 @@ def load_setup(args, methods: list[str] | None = None, cache_captions: bool = Tr
     check_device(args.device)
     canonical_dtype(args.dtype)
     preset = pair(args.preset) if args.preset else {}
-    prompt_set = args.prompts or preset.get("prompts", "reference")
-    prompts = load_prompts(
-        prompt_set, limit=args.limit, allow_outside_images=getattr(args, "allow_outside_images", False)
-    )
-    check_image_counts(prompts)
-    methods = _methods(methods or args.method, any(p.images for p in prompts))
+    name, prompts, methods = prompt_workload(args, methods)
+    caption_spec = args.captioner or preset.get("captioner")
+    if any(Method.parse(m).needs_captioner for m in methods) and not caption_spec:  # before loading
+        raise SpecsimError("--method C: caption drafting needs --captioner (an image-to-text VLM)")
     target, draft = load_pair(
         args.preset or args.target,
         None if args.preset else args.draft,
@@ -168,12 +181,9 @@ def load_setup(args, methods: list[str] | None = None, cache_captions: bool = Tr
         eos = tok.eos_token_id
     captioner = None
     if any(Method.parse(m).needs_captioner for m in methods):
-        spec = args.captioner or preset.get("captioner")
-        if not spec:
-            raise SpecsimError("--method C: caption drafting needs --captioner (an image-to-text VLM)")
         captioner = hf_captioner(
             model_from_spec(
-                spec,
+                caption_spec,
                 device=args.device,
                 dtype=args.dtype,
                 threads=args.threads,
@@ -184,7 +194,6 @@ def load_setup(args, methods: list[str] | None = None, cache_captions: bool = Tr
         )
         # Acceptance captions each image once for every method; a check times every request's own captions.
         captioner = CachedCaptioner(captioner) if cache_captions else captioner
-    name = Path(prompt_set).stem if prompt_set.endswith(".jsonl") else prompt_set
     return Setup(target, draft, prompts, reqs, eos, name, methods, captioner, args.caption_prefix)
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 
 from specsim.bounds import number_arg
-from specsim.cli.model_options import add_model_options
+from specsim.cli.model_options import add_model_options, add_price_option
 from specsim.hardware.device import load_devices
 from specsim.hardware.parallel import SPLIT_MODES
 from specsim.hardware.plan_request import PlanRequest, answer
@@ -35,6 +35,7 @@ def register(sub) -> None:
         "hardware", help="rank GPUs/CPUs for a target/draft pair (roofline + profile tau)", description=_DESC
     )
     add_model_options(p, many_devices=True)
+    add_price_option(p)
     p.add_argument(
         "--model-config",
         default=None,

@@ -6,7 +6,8 @@ import argparse
 from itertools import groupby
 
 from specsim.bounds import number_arg
-from specsim.errors import SpecsimError
+from specsim.errors import SpecsimError, warn
+from specsim.hardware.host import other_host_note
 from specsim.jsonio import dumps_json
 from specsim.predict.prediction import Prediction, predict
 from specsim.predict.sweep import sweep
@@ -190,6 +191,14 @@ def _load(args) -> tuple[Profile, list[str] | None]:
     return profile.with_acceptance([entry]), methods
 
 
+def _warn_other_host(profile: Profile) -> None:
+    """One ``specsim: warning:`` line when the profile's latency comes from another CPU model (after the
+    work: an error stays one line)."""
+    note = other_host_note(profile)
+    if note:
+        warn(note)
+
+
 def _header(profile: Profile) -> str:
     prov = profile.provenance
     return (
@@ -230,6 +239,7 @@ def cmd_predict(args) -> int:
     drafts = (
         _comparison(args, profile, methods, [gamma], drafts, max_new) if drafts or args.best_tree else None
     )
+    _warn_other_host(profile)
     if args.json:
         out = [r.to_json() for r in rows]
         print(
@@ -322,6 +332,7 @@ def cmd_sweep(args) -> int:
         context_tokens=args.context_tokens,
     )
     drafts = _comparison(args, profile, methods, gammas, drafts)
+    _warn_other_host(profile)
     if args.json:
         out = [r.to_json() for r in results]
         print(dumps_json(out if drafts is None else {"sweep": out, "drafts": [c.to_json() for c in drafts]}))

@@ -9,13 +9,13 @@ from __future__ import annotations
 import argparse
 
 from specsim.bounds import number_arg
-from specsim.cli.model_options import add_model_options
+from specsim.cli.model_options import add_model_options, add_price_option
 from specsim.cli.progress import ProgressBar
 from specsim.errors import SpecsimError
 from specsim.jsonio import check_writable, dumps_json
 from specsim.predict.acceptance_source import ACCEPTANCE_FORMS
-from specsim.serve.arrivals import burstiness_arg, rate_arg, rates_arg
-from specsim.serve.compare import TARGET_ONLY, compare_at, max_rate_meeting_slo, sweep_rates
+from specsim.serve.arrivals import burstiness_arg, check_span, rate_arg, rates_arg
+from specsim.serve.compare import compare_at, max_rates, sweep_rates
 from specsim.serve.scheduler import DEFAULT_MAX_NUM_BATCHED_TOKENS, DEFAULT_MAX_NUM_SEQS
 from specsim.serve.serve_request import ServeRequest, context_note, decode_phase, serve_setup
 from specsim.serve.serve_text import (
@@ -47,6 +47,7 @@ def register(sub) -> None:
     )
     models = p.add_argument_group("models and hardware")
     add_model_options(models)
+    add_price_option(models)
     models.add_argument(
         "--cost-profile",
         default=None,
@@ -199,7 +200,7 @@ def register(sub) -> None:
     out.add_argument(
         "--slo-attainment",
         type=number_arg("ratio"),
-        default=0.9,
+        default=None,
         help="share of requests that must meet --slo for --max-rate (default 0.9)",
     )
     out.add_argument(
@@ -229,20 +230,21 @@ def cmd_serve(args: argparse.Namespace) -> int:
         check_writable(args.plot, "--plot", suffix=".png")
     if args.max_rate and args.trace:
         raise SpecsimError("--max-rate: searches request rates, so it does not apply with --trace")
+    if args.slo_attainment is not None and not args.max_rate:
+        raise SpecsimError("--slo-attainment: applies with --max-rate only (the share its search must meet)")
+    for rate in [args.rate] if args.rate is not None else args.rates or []:
+        check_span(args.requests, rate, "--rate" if args.rates is None else "--rates")
     req = ServeRequest.from_options(vars(args))
-    setup, about = serve_setup(req)  # --max-rate without --slo: max_rate_meeting_slo says so
+    setup, about = serve_setup(req)  # --max-rate without --slo: max_rates says so
     sd_label = f"SD ({setup.policy.describe()})"
     if args.max_rate:
-        found = {
-            "sd": max_rate_meeting_slo(setup, setup.policy, args.slo_attainment),
-            "target_only": max_rate_meeting_slo(setup, TARGET_ONLY, args.slo_attainment),
-        }
+        search = max_rates(setup, 0.9 if args.slo_attainment is None else args.slo_attainment)
         about = _with_notes(about, context_note(setup))
         if args.json:
-            print(dumps_json({**about, "slo_attainment": args.slo_attainment, "max_rate_per_s": found}))
+            print(dumps_json(about | search))
             return 0
         print(_header(about))
-        print(max_rate_text(found, setup.slo, args.slo_attainment, sd_label))
+        print(max_rate_text(search, setup.slo, sd_label))
         return 0
     if args.rates is not None:
         progress = ProgressBar(len(args.rates), not args.no_progress, "specsim serve", "rates")
@@ -257,24 +259,28 @@ def cmd_serve(args: argparse.Namespace) -> int:
         runs = [m for c in result.rows for m in (c.sd, c.target_only)]
         about = _with_notes(about, context_note(setup, runs))
         phases = [decode_phase(req, c.sd) for c in result.rows]
+        usd = [row.usd_per_million_tokens(about["usd_per_hour"]) for row in result.rows]
         if args.json:
             extra = {"decode_phase": phases} if any(phases) else {}
-            print(dumps_json({**about, "sweep": result.to_json() | extra}))
+            sweep = result.to_json() | extra
+            print(dumps_json({**about, "sweep": sweep, "usd_per_million_output_tokens": usd}))
             return 0
         print(_header(about))
-        print(sweep_text(result, setup.slo is not None))
+        print(sweep_text(result, setup.slo is not None, usd))
         _print_if(decode_phase_text(phases, [c.tpot_speedup for c in result.rows]))
         return 0
     rate = None if args.trace else (args.rate if args.rate is not None else 4.0)
     comparison = compare_at(setup, rate)
     about = _with_notes(about, context_note(setup, [comparison.sd, comparison.target_only]))
     phase = decode_phase(req, comparison.sd)
+    usd = comparison.usd_per_million_tokens(about["usd_per_hour"])
     if args.json:
         extra = {"decode_phase": phase} if phase else {}
-        print(dumps_json({**about, "comparison": comparison.to_json() | extra}))
+        comparison_json = comparison.to_json() | extra
+        print(dumps_json({**about, "comparison": comparison_json, "usd_per_million_output_tokens": usd}))
         return 0
     print(_header(about) + (f"\nrate: {rate:g} req/s" if rate is not None else ""))
-    print(comparison_text(comparison, sd_label))
+    print(comparison_text(comparison, sd_label, usd))
     _print_if(decode_phase_text([phase], [comparison.tpot_speedup]))
     if "vllm_bench_measured" in about:
         print(vllm_measured_text(about["vllm_bench_measured"]))

@@ -13,6 +13,7 @@ from specsim.bounds import number_arg
 from specsim.cli.model_options import MODEL_HELP, add_image_size, image_size
 from specsim.cli.progress import ProgressBar
 from specsim.errors import SpecsimError
+from specsim.hardware.prices import parse_prices
 from specsim.jsonio import check_writable, dumps_json
 from specsim.presets import pair_models
 from specsim.serve.arrivals import burstiness_arg, parse_image_mix, rate_arg, read_trace
@@ -203,7 +204,7 @@ def _inputs(args):
         rate = args.rate if args.rate is not None else 4.0
     slo = parse_slo(args.slo) if args.slo is not None else None
     name = args.objective or ("goodput" if slo is not None else "tokens-per-gpu")
-    prices = _pairs(args.price, "--price", float)
+    prices = parse_prices(args.price)  # bounded as hardware's and serve's --price
     objective = make_objective(
         name,
         has_slo=slo is not None,

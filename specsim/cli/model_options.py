@@ -1,7 +1,8 @@
 """The model and hardware options shared by ``hardware``, ``recommend`` and ``serve``: ``--pair``,
-``--target``, ``--draft``, ``--image-size``, ``--device``, ``--runtime`` (:func:`add_model_options`). Parsing
-only; models are resolved by :mod:`specsim.hardware.model_resolution`, devices and runtimes by
-:mod:`specsim.hardware.plan_inputs`."""
+``--target``, ``--draft``, ``--image-size``, ``--device``, ``--runtime`` (:func:`add_model_options`), and
+``--price`` (:func:`add_price_option`). Parsing only; models are resolved by
+:mod:`specsim.hardware.model_resolution`, devices and runtimes by :mod:`specsim.hardware.plan_inputs`, prices
+by :mod:`specsim.hardware.prices`."""
 
 from __future__ import annotations
 
@@ -61,4 +62,16 @@ def add_model_options(parser, *, many_devices: bool = False, runtime_default: st
         metavar="NAME_OR_JSON",
         help="serving runtime: hf-eager, vllm, gpt-fast, llama.cpp, torch-cpu or a runtime JSON "
         f"(default: vllm on GPUs, torch-cpu on CPUs{runtime_default})",
+    )
+
+
+def add_price_option(parser) -> None:
+    """Add ``--price DEVICE=USD`` (repeatable): a device-hour's price over its catalog file's."""
+    parser.add_argument(
+        "--price",
+        action="append",
+        default=None,
+        metavar="DEVICE=USD",
+        help="on-demand price of one device-hour in USD, e.g. l4=0.8 (repeatable; default: the catalog's "
+        "cited price, where it has one); gives $/Mtok",
     )

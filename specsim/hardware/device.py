@@ -5,8 +5,10 @@ size (bytes), optionally the GPU-to-GPU link bandwidth per direction (bytes/s, f
 many GPUs that link joins (an NVLink domain: 8 in a DGX, 2 over an RTX 3090's bridge) with the per-GPU
 scale-out bandwidth beyond them (InfiniBand, PCIe), optionally the peak 32-bit integer rate of the CUDA cores
 (ops/s, a multiply-add counted as 2 like an FMA; what llama.cpp's quantised matrix-vector kernels run at, see
-:mod:`specsim.hardware.runtime`), and an optional price per hour the user fills in. Each number is an object
-``{"value": ..., "source": "..."}`` so the datasheet (or measurement) behind it travels with it.
+:mod:`specsim.hardware.runtime`), and the on-demand price of a device-hour in USD (``price_per_hour_usd``:
+null where no public price list was found; ``--price DEVICE=USD`` overrides it). Each number is an object
+``{"value": ..., "source": "..."}`` so the datasheet, price list (with its date) or measurement behind it
+travels with it (a user's file may give the price as a bare number).
 The shipped catalog is ``specsim/hardware/catalog/*.json``; users pass their own files by path.
 The ``cpu`` entry has no numbers: they are measured on this machine when it is loaded. Catalog names are
 case-insensitive and have aliases (:data:`DEVICE_ALIASES`, :func:`resolve_device_name`), among them what
@@ -46,6 +48,7 @@ _UNITS = {
     "scale_out_bandwidth_bytes_per_s": "bytes_per_s",
     "interconnect_gpus": "gpus",
     "int32_ops_per_s": "ops_per_s",
+    "price_per_hour_usd": "usd_per_hour",
 }
 _LINK = "interconnect_bandwidth_bytes_per_s"
 _SCALE_OUT = "scale_out_bandwidth_bytes_per_s"
@@ -168,7 +171,9 @@ class Device:
             }
         if self.int32_ops_per_s is not None:
             out[_INT32] = {"value": self.int32_ops_per_s, "source": self.sources.get(_INT32, "")}
-        out["price_per_hour_usd"] = self.price_per_hour_usd
+        price, source = self.price_per_hour_usd, self.sources.get("price_per_hour_usd")
+        cited = price is not None and source
+        out["price_per_hour_usd"] = {"value": price, "source": source} if cited else price
         if self.notes:
             out["notes"] = self.notes
         return out
@@ -209,6 +214,8 @@ class Device:
         if d.get(_INT32) is not None:
             int32, sources[_INT32] = _quantity(d, _INT32, where)
         price = d.get("price_per_hour_usd")
+        if isinstance(price, dict):  # the catalog's form: {"value": USD, "source": "a dated price list"}
+            price, sources["price_per_hour_usd"] = _quantity(d, "price_per_hour_usd", where)
         if price is not None and (
             isinstance(price, bool) or not isinstance(price, (int, float)) or price < 0
         ):
@@ -233,9 +240,14 @@ class Device:
             **values,
         )
 
-    def with_price(self, price_per_hour_usd: float | None) -> Device:
-        """A copy with the user's price per hour (USD); specsim never invents prices."""
-        return replace(self, price_per_hour_usd=price_per_hour_usd)
+    def with_price(self, price_per_hour_usd: float | None, source: str = "") -> Device:
+        """A copy with the user's price per hour (USD), ``source`` saying where it comes from."""
+        sources = {k: v for k, v in self.sources.items() if k != "price_per_hour_usd"}
+        return replace(
+            self,
+            price_per_hour_usd=price_per_hour_usd,
+            sources=sources | ({"price_per_hour_usd": source} if source else {}),
+        )
 
 
 def _text(d: dict, key: str, where: str) -> str:

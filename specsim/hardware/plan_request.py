@@ -23,6 +23,7 @@ from specsim.hardware.plan_inputs import (
     resolve_models,
     split_mode,
 )
+from specsim.hardware.prices import parse_prices, priced
 from specsim.predict.acceptance_source import tau_methods
 from specsim.profile_format import Profile
 from specsim.report import parse_int, parse_int_lists
@@ -56,6 +57,7 @@ class PlanRequest:
     context: tuple[str, ...] | None = None
     gamma_max: str = "8"
     device: tuple[str, ...] | None = None
+    price: tuple[str, ...] | None = None
     fit_profile: str | None = None
     fit_device: str | None = None
     fit_dtype: str | None = None
@@ -121,7 +123,7 @@ def answer(req: PlanRequest) -> PlanAnswer:
     )
     borrowed = None if profile is None else other_pair_note(profile, target, draft)
     notes = notes + ([borrowed] if borrowed else [])
-    devices = load_devices(None if req.device is None else list(req.device))
+    devices = priced(load_devices(None if req.device is None else list(req.device)), parse_prices(req.price))
     rows = len(batches) * len(contexts) * len(devices) * len(methods)
     if rows > MAX_PLAN_ROWS:
         raise SpecsimError(

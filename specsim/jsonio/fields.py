@@ -73,6 +73,14 @@ def show(value: Any) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
+def few(items, limit: int = 6) -> str:
+    """The first ``limit`` of ``items`` comma-separated, and how many more (for errors that name what was
+    found: ``a, b, c and 141 more``)."""
+    items = [str(i) for i in items]
+    shown = ", ".join(items[:limit])
+    return shown if len(items) <= limit else f"{shown} and {len(items) - limit} more"
+
+
 def field_req(d: Any, key: str, where: str) -> Any:
     """``d[key]``; SpecsimError when ``d`` is not an object or the key is missing."""
     if not isinstance(d, dict):

@@ -9,6 +9,7 @@ import math
 import os
 import re
 import stat
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,7 @@ from specsim.errors import SpecsimError
 
 MAX_FILE_BYTES = 1 << 30  # 1 GiB: far above any profile with traces; bounds memory on a wrong path
 MAX_DEPTH = 64  # specsim's formats nest at most ~6 levels
+MAX_LINE_BYTES = 1 << 24  # one JSONL record (a trace's request; an engine's response with its text)
 _INT64_MAX = 2**63 - 1
 
 
@@ -60,26 +62,88 @@ def check_regular_file(path: str | os.PathLike, what: str) -> Path:
     return path
 
 
-def read_bytes(path: str | os.PathLike, what: str, *, max_bytes: int = MAX_FILE_BYTES) -> bytes:
-    """The bytes of a regular file, at most ``max_bytes`` (SpecsimError otherwise)."""
+def _open_regular(path: str | os.PathLike, what: str, max_bytes: int):
+    """A binary file object of the regular file ``path``, refused by its size before a byte is read."""
     path = check_regular_file(path, what)
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     except OSError as err:
         raise SpecsimError(f"{what} {str(path)!r} {stat_problem(err)}") from None
-    with os.fdopen(fd, "rb") as fh:
-        mode = os.fstat(fd).st_mode
-        if not stat.S_ISREG(mode):  # swapped between the check and the open
-            raise SpecsimError(f"{what} {str(path)!r} is {file_kind(mode)}; expected a regular file")
+    fh = os.fdopen(fd, "rb")
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):  # swapped between the check and the open
+        fh.close()
+        raise SpecsimError(f"{what} {str(path)!r} is {file_kind(st.st_mode)}; expected a regular file")
+    if st.st_size > max_bytes:
+        fh.close()
+        raise _too_large(path, what, max_bytes)
+    return fh
+
+
+def _too_large(path, what: str, max_bytes: int) -> SpecsimError:
+    return SpecsimError(
+        f"{what} {str(path)!r} is larger than {max_bytes} bytes (the most specsim reads); wrong file?"
+    )
+
+
+def read_bytes(path: str | os.PathLike, what: str, *, max_bytes: int = MAX_FILE_BYTES) -> bytes:
+    """The bytes of a regular file, at most ``max_bytes`` (SpecsimError otherwise, from its size first)."""
+    with _open_regular(path, what, max_bytes) as fh:
         try:
             data = fh.read(max_bytes + 1)
         except OSError as err:
             raise SpecsimError(f"{what} {str(path)!r} cannot be read ({err.strerror})") from None
-    if len(data) > max_bytes:
-        raise SpecsimError(
-            f"{what} {str(path)!r} is larger than {max_bytes} bytes (the most specsim reads); wrong file?"
-        )
+    if len(data) > max_bytes:  # grew after its size was read
+        raise _too_large(path, what, max_bytes)
     return data
+
+
+def read_line_chunks(
+    path: str | os.PathLike, what: str, *, chunk_bytes: int = 1 << 20, max_line_bytes: int = MAX_LINE_BYTES
+) -> Iterator[tuple[int, list[str]]]:
+    """(number of the first line, lines without their breaks) of a UTF-8 text file, about ``chunk_bytes`` at a
+    time (JSONL): the file's size is checked before a byte is read, each chunk decoded as it comes (an error
+    names its line; a line over ``max_line_bytes`` is refused), so a bad line stops the read near it."""
+    where = f"{what} {str(Path(path))!r}"
+    with _open_regular(path, what, MAX_FILE_BYTES) as fh:
+        first = 1
+        while True:
+            try:
+                raws = fh.readlines(chunk_bytes)
+            except OSError as err:
+                raise SpecsimError(f"{where} cannot be read ({err.strerror})") from None
+            if not raws:
+                return
+            try:
+                blob = b"".join(raws)
+                text = None if b"\x00" in blob or first == 1 else blob.decode("utf-8")
+            except UnicodeDecodeError:
+                text = None
+            if text is None or max(map(len, raws)) > max_line_bytes:  # line by line, named (and the first
+                lines = []  # chunk, for its byte-order marks); the lines before a bad one are yielded first
+                for i, raw in enumerate(raws):
+                    try:
+                        lines.append(_line(raw, f"{where} line {first + i}", max_line_bytes))
+                    except SpecsimError:
+                        if lines:
+                            yield first, lines
+                        raise
+            else:
+                lines = [ln[:-1] if ln.endswith("\r") else ln for ln in text.split("\n")[: len(raws)]]
+            yield first, lines
+            first += len(raws)
+
+
+def _line(raw: bytes, where: str, max_line_bytes: int) -> str:
+    if len(raw) > max_line_bytes:
+        raise SpecsimError(f"{where}: longer than {max_line_bytes} bytes; expected one record per line")
+    return decode_utf8(raw, where).rstrip("\r\n")
+
+
+def read_lines(path: str | os.PathLike, what: str) -> Iterator[tuple[int, str]]:
+    """(line number, text without its line break) of a UTF-8 text file, read as :func:`read_line_chunks`."""
+    for first, lines in read_line_chunks(path, what):
+        yield from enumerate(lines, start=first)
 
 
 def decode_utf8(data: bytes, where: str) -> str:

@@ -189,6 +189,16 @@ class BatchedCosts:
                 f"calibrate latency --request-batches)"
             )
 
+    def check_gamma(self, gamma: int, where: str = "--gamma") -> None:
+        """SpecsimError unless γ lies within the measured gammas (its overhead and verification rows)."""
+        lo, hi = self.overhead_ms_per_block.gamma[0], self.overhead_ms_per_block.gamma[-1]
+        rows = self.target_verify.rows
+        if not (lo <= gamma <= hi and rows[0] <= gamma + 1 <= rows[-1]):
+            raise SpecsimError(
+                f"{where}: gamma {gamma} was not measured (the profile's batched grid covers gamma "
+                f"{lo}..{hi}; calibrate latency --request-gammas)"
+            )
+
     def to_json(self) -> dict:
         return {
             **{n: getattr(self, n).to_json() for n in BATCHED_GRIDS},

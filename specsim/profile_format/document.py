@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 from specsim.errors import SpecsimError
-from specsim.jsonio import check_keys, field_list, field_req, field_str, show
+from specsim.jsonio import check_keys, few, field_list, field_req, field_str, show
 from specsim.profile_format.acceptance_entry import MethodAcceptance
 from specsim.profile_format.check_row import CheckRow
 from specsim.profile_format.latency_section import LatencySection
@@ -116,7 +116,7 @@ class Profile:
         entries found when there are several."""
         entries = self.select_entries([method] if method else None, scenario)
         if len(entries) != 1:
-            shown = ", ".join(f"{e.method}/{e.scenario}" for e in entries)
+            shown = few(f"{e.method}/{e.scenario}" for e in entries)
             raise SpecsimError(
                 f"profile {self.name!r}: expected one acceptance entry, found {len(entries)} "
                 f"({shown}); pass --method and --scenario"

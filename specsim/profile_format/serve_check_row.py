@@ -102,4 +102,9 @@ def _metrics(value: Any, where: str) -> dict:
             )
             for k in ("predicted", "measured", "halfwidth")
         }
+    for stem in ("ttft", "tpot"):  # a percentile below a lower one: no distribution has it
+        for k in ("predicted", "measured"):
+            p50, p90 = out[f"{stem}_p50_ms"][k], out[f"{stem}_p90_ms"][k]
+            if p90 < p50:
+                raise SpecsimError(f"{where}.{stem}_p90_ms.{k}: expected >= the p50's {p50:g}, got {p90:g}")
     return out

@@ -12,19 +12,23 @@ An image mix ``0:0.2,1:0.5,3:0.3`` (images per prompt : weight) draws each reque
 weights, normalised (:func:`parse_image_mix`, :func:`mixed_image_requests`).
 
 A trace is JSONL, one request per line: ``{"arrival_s": 0.25, "prompt_tokens": 512, "images": 1,
-"output_tokens": 256}`` (``images`` may be left out: 0). Errors name the line and the field.
+"output_tokens": 256}`` (``images`` may be left out: 0). It is read a line at a time and refused at its first
+bad line, named with its field. Arrivals lie within 1e9 s (``arrival_s`` in :mod:`specsim.bounds`); a trace is
+served from its first arrival (:meth:`Requests.from_first_arrival`: every metric is a difference of times,
+and a clock near 0 keeps a step's digits).
 """
 
 from __future__ import annotations
 
 import argparse
-from dataclasses import dataclass
+import json
+from dataclasses import dataclass, replace
 
 import numpy as np
 
-from specsim.bounds import check_range, interval_arg
+from specsim.bounds import RANGES, check_range, interval_arg
 from specsim.errors import SpecsimError
-from specsim.jsonio import check_keys, field_int, field_num, parse_json, read_text
+from specsim.jsonio import check_keys, field_int, field_num, parse_json, read_line_chunks
 from specsim.report import clip
 
 TRACE_KEYS = ("arrival_s", "prompt_tokens", "images", "output_tokens")
@@ -57,6 +61,12 @@ class Requests:
 
     def __len__(self) -> int:
         return len(self.arrival_s)
+
+    def from_first_arrival(self) -> Requests:
+        """The same requests with times counted from the first arrival (itself when that is 0)."""
+        if self.arrival_s[0] == 0:
+            return self
+        return replace(self, arrival_s=self.arrival_s - self.arrival_s[0])
 
 
 def uniform_requests(arrival_s, prompt_tokens: int, images: int, output_tokens: int) -> Requests:
@@ -106,11 +116,24 @@ def mixed_image_requests(
     return Requests(base.arrival_s, base.prompt_tokens, images.astype(np.int64), base.output_tokens)
 
 
+def check_span(requests: int, rate_per_s: float, where: str = "rate") -> None:
+    """SpecsimError naming ``where`` when ``requests`` arrivals at ``rate_per_s`` would span more than the
+    ``arrival_s`` range (1e9 s), where a float clock no longer resolves a step's milliseconds."""
+    check_range(rate_per_s, "rate_per_s", where)
+    span_s, most = requests / rate_per_s, RANGES["arrival_s"][1]
+    if span_s > most:
+        raise SpecsimError(
+            f"{where}: {rate_per_s:g} req/s spreads {requests} requests over ~{span_s:.3g} s; expected at "
+            f"most {most:g} s of arrivals (a rate >= {requests / most:.3g} req/s, or fewer requests)"
+        )
+
+
 def _check_count_and_rate(n: int, rate_per_s: float) -> None:
     if not 1 <= n <= MAX_REQUESTS:
         raise SpecsimError(f"requests: expected 1..{MAX_REQUESTS}, got {n}")
     if not (np.isfinite(rate_per_s) and rate_per_s > 0):
         raise SpecsimError(f"rate: expected requests per second > 0, got {rate_per_s!r}")
+    check_span(n, rate_per_s)
 
 
 def poisson_arrivals(n: int, rate_per_s: float, rng: np.random.Generator) -> np.ndarray:
@@ -122,8 +145,7 @@ def poisson_arrivals(n: int, rate_per_s: float, rng: np.random.Generator) -> np.
 def gamma_arrivals(n: int, rate_per_s: float, burstiness: float, rng: np.random.Generator) -> np.ndarray:
     """Arrival times (s): cumsum of Gamma(shape k = ``burstiness``, scale 1/(λ·k)) gaps (mean 1/λ)."""
     _check_count_and_rate(n, rate_per_s)
-    if not (np.isfinite(burstiness) and burstiness > 0):
-        raise SpecsimError(f"burstiness: expected a Gamma shape > 0 (1 = Poisson), got {burstiness!r}")
+    check_range(burstiness, "burstiness", "burstiness (Gamma shape of the gaps, 1 = Poisson)")
     return np.cumsum(rng.gamma(burstiness, 1.0 / (rate_per_s * burstiness), size=n))
 
 
@@ -144,7 +166,7 @@ def _trace_line(text: str, where: str) -> tuple[float, int, int, int]:
     for key in ("arrival_s", "prompt_tokens", "output_tokens"):
         if key not in d:
             raise SpecsimError(f"{where}.{key}: missing")
-    arrival = field_num(d["arrival_s"], f"{where}.arrival_s", lo=0.0, hi=1e9)
+    arrival = field_num(d["arrival_s"], f"{where}.arrival_s", lo=0.0, hi=RANGES["arrival_s"][1])
     prompt = field_int(d["prompt_tokens"], f"{where}.prompt_tokens", lo=0, unit="tokens")
     images = field_int(d.get("images", 0), f"{where}.images", lo=0, unit="images")
     output = field_int(d["output_tokens"], f"{where}.output_tokens", lo=1, unit="tokens")
@@ -153,34 +175,72 @@ def _trace_line(text: str, where: str) -> tuple[float, int, int, int]:
     return arrival, prompt, images, output
 
 
+_KEYS = frozenset(TRACE_KEYS)
+_SPAN, _TOKENS, _IMAGES = RANGES["arrival_s"][1], RANGES["tokens"][1], RANGES["images"][1]
+
+
+def _plain_chunk(lines: list[str]) -> tuple[list[int], list[np.ndarray]] | None:
+    """(indices of the non-blank lines, their four columns) when every line of a chunk is plainly valid
+    (known keys, none twice, numbers of the right kind in range), parsed as one JSON array and checked as
+    columns; None: some line needs :func:`_trace_line`, which accepts the same rows and names the problem."""
+    kept = [k for k, line in enumerate(lines) if line.strip()]
+    texts = [lines[k] for k in kept]
+    try:
+        parsed = json.loads("[" + ",".join(texts) + "]")
+    except (ValueError, RecursionError):
+        return None
+    if len(parsed) != len(texts) or set(map(type, parsed)) - {dict}:  # "{...},{...}" on one line
+        return None
+    # a repeated key collapses in json.loads: its '":' is counted here, and refused by _trace_line
+    if list(map(len, parsed)) != [t.count('":') for t in texts] or not set().union(*parsed) <= _KEYS:
+        return None
+    cols = [[d.get(k, 0 if k == "images" else None) for d in parsed] for k in TRACE_KEYS]
+    if set(map(type, cols[0])) - {int, float} or any(set(map(type, c)) - {int} for c in cols[1:]):
+        return None  # missing, null, a bool, a string, or a float token count
+    try:
+        a, p, i, o = np.asarray(cols[0], dtype=float), *(np.asarray(c, dtype=np.int64) for c in cols[1:])
+    except OverflowError:
+        return None
+    ok = (a >= 0) & (a <= _SPAN) & (p >= 0) & (p <= _TOKENS) & (i >= 0) & (i <= _IMAGES) & (o >= 1)
+    return (kept, [a, p, i, o]) if np.all(ok & (o <= _TOKENS) & (p + i > 0)) else None  # NaN fails
+
+
+def _checked_lines(lines: list[str], first: int, path: str) -> tuple[list[int], list[np.ndarray]]:
+    """:func:`_plain_chunk`'s answer for a chunk read line by line, the first bad line refused by name."""
+    kept, rows = [], []
+    for k, line in enumerate(lines):
+        if line.strip():
+            kept.append(k)
+            rows.append(_trace_line(line, f"trace {path!r} line {first + k}"))
+    cols = list(zip(*rows)) or [(), (), (), ()]
+    return kept, [np.asarray(cols[0], dtype=float), *(np.asarray(c, dtype=np.int64) for c in cols[1:])]
+
+
 def read_trace(path: str) -> Requests:
-    """Requests from a JSONL trace file (see the module docstring); blank lines are skipped; the
-    arrival times must not decrease. Each error names the file's line and field."""
-    text = read_text(path, "trace")
-    rows, last = [], -1.0
-    for number, line in enumerate(text.splitlines(), start=1):
-        if not line.strip():
-            continue
-        where = f"trace {path!r} line {number}"
-        row = _trace_line(line, where)
-        if row[0] < last:
+    """Requests from a JSONL trace file (see the module docstring), read a chunk of lines at a time and
+    refused at its first bad line; blank lines are skipped; the arrival times must not decrease. Each error
+    names the file's line and field."""
+    chunks, last, count = [], -1.0, 0
+    for first, lines in read_line_chunks(path, "trace"):
+        kept, cols = _plain_chunk(lines) or _checked_lines(lines, first, path)
+        times = np.concatenate([[last], cols[0]])
+        back = np.flatnonzero(np.diff(times) < 0)
+        if back.size:
+            j = int(back[0])
             raise SpecsimError(
-                f"{where}.arrival_s: expected arrival times in order, got {row[0]!r} after {last!r}"
+                f"trace {path!r} line {first + kept[j]}.arrival_s: expected arrival times in order, got "
+                f"{float(times[j + 1])!r} after {float(times[j])!r}"
             )
-        last = row[0]
-        rows.append(row)
-        if len(rows) > MAX_REQUESTS:
+        last, count = float(times[-1]), count + len(kept)
+        chunks.append(cols)
+        if count > MAX_REQUESTS:
             raise SpecsimError(f"trace {path!r}: expected at most {MAX_REQUESTS} requests")
-    if not rows:
+    if not count:
         raise SpecsimError(f"trace {path!r}: expected at least one request line, got none")
-    cols = list(zip(*rows))
-    return Requests(
-        np.asarray(cols[0], dtype=float),
-        *(np.asarray(c, dtype=np.int64) for c in cols[1:]),
-    )
+    return Requests(*(np.concatenate([c[n] for c in chunks]) for n in range(4)))
 
 
-rate_arg = interval_arg(0.0, 1e6, "requests per second in (0, 1e6]", lo_open=True)
+rate_arg = interval_arg(*RANGES["rate_per_s"], "requests per second in [1e-06, 1e+06]")
 
 
 def rates_arg(text: str) -> list[float]:
@@ -195,4 +255,4 @@ def rates_arg(text: str) -> list[float]:
 
 
 # a Gamma shape of the inter-arrival gaps (1 = Poisson)
-burstiness_arg = interval_arg(1e-3, 1e3, "a Gamma shape in [0.001, 1000] (1 = Poisson)")
+burstiness_arg = interval_arg(*RANGES["burstiness"], "a Gamma shape in [0.001, 1000] (1 = Poisson)")

@@ -14,9 +14,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from specsim.bounds import RANGES
 from specsim.draft_shapes.policies import GammaPolicy
 from specsim.errors import SpecsimError
 from specsim.hardware.batch_limit import Run, paying_range, paying_runs
+from specsim.hardware.prices import usd_per_million_tokens
 from specsim.jsonio import check_keys, field_int, field_num
 from specsim.serve.arrivals import TRACE_KEYS, Requests, arrivals, mixed_image_requests, uniform_requests
 from specsim.serve.metrics import ServeMetrics, Slo, summarize
@@ -44,7 +46,7 @@ class Workload:
 
     def at_rate(self, rate_per_s: float | None, rng: np.random.Generator) -> Requests:
         if self.trace is not None:
-            return self.trace
+            return self.trace.from_first_arrival()
         if rate_per_s is None:
             raise SpecsimError("workload: a rate is needed unless requests come from a trace")
         times = arrivals(self.requests, rate_per_s, rng, self.burstiness)
@@ -104,6 +106,11 @@ class Comparison:
     def tpot_speedup(self) -> float | None:
         on, off = self.sd.tpot_ms.p50, self.target_only.tpot_ms.p50
         return None if not on or off is None else off / on
+
+    def usd_per_million_tokens(self, usd_per_hour: float | None) -> dict:
+        """$ per million output tokens of SD and target-only at ``usd_per_hour`` (None: no price)."""
+        sides = {"sd": self.sd, "target_only": self.target_only}
+        return {k: usd_per_million_tokens(usd_per_hour, 1, m.output_tokens_per_s) for k, m in sides.items()}
 
     def to_json(self) -> dict:
         return {
@@ -196,8 +203,23 @@ def local_pool(jobs: int):
     return _InProcess()
 
 
-def meets_slo(setup: ServeSetup, policy: GammaPolicy, rate_per_s: float, attainment: float) -> bool:
-    """Whether at least ``attainment`` of the requests served at ``rate_per_s`` meet ``setup.slo``."""
+def capacity_per_s(setup: ServeSetup, policy: GammaPolicy) -> float:
+    """Requests per second the server completes when every request is already waiting (all arrive within
+    microseconds, at the top of the rate range): a steady stream above it queues without bound."""
+    return served(setup, policy, RANGES["rate_per_s"][1]).requests_per_s
+
+
+def meets_slo(
+    setup: ServeSetup,
+    policy: GammaPolicy,
+    rate_per_s: float,
+    attainment: float,
+    capacity: float | None = None,
+) -> bool:
+    """Whether at least ``attainment`` of the requests served at ``rate_per_s`` meet ``setup.slo``, and
+    (given the server's ``capacity`` in req/s) the server keeps up with that rate."""
+    if capacity is not None and rate_per_s > capacity:
+        return False
     return served(setup, policy, rate_per_s).slo_met_fraction >= attainment
 
 
@@ -208,27 +230,41 @@ def max_rate_meeting_slo(
     *,
     start_per_s: float = 1.0,
     rel_tolerance: float = 0.02,
+    capacity: float | None = None,
 ) -> float | None:
-    """The highest rate (req/s) at which ``attainment`` of the requests meet ``setup.slo`` (DistServe's
-    SLO attainment, Zhong et al. 2024): doubled or halved from ``start_per_s`` until it brackets a change,
-    then bisected in log rate to ``rel_tolerance``; None when even 1e-4 req/s misses. Assumes attainment
-    falls as the rate grows (each rate serves its own seeded arrivals)."""
+    """The highest rate (req/s), at most the server's ``capacity`` (:func:`capacity_per_s` when None), at
+    which ``attainment`` of the requests meet ``setup.slo`` (DistServe's SLO attainment, Zhong et al. 2024):
+    doubled or halved from ``start_per_s`` until it brackets a change, then bisected in log rate to
+    ``rel_tolerance``; None when even the lowest rate misses. Assumes attainment falls as the rate grows."""
     if setup.slo is None:
         raise SpecsimError("--max-rate: needs --slo (the bounds a request must meet)")
     if not 0 < attainment <= 1:
         raise SpecsimError(f"--slo-attainment: expected a fraction in (0, 1], got {attainment!r}")
-    rate, ok = start_per_s, meets_slo(setup, policy, start_per_s, attainment)
+    capacity = capacity_per_s(setup, policy) if capacity is None else capacity
+    lowest = max(1e-4, setup.workload.requests / RANGES["arrival_s"][1])  # spans at most 1e9 s
+    rate, ok = start_per_s, meets_slo(setup, policy, start_per_s, attainment, capacity)
     step = 2.0 if ok else 0.5
     while True:
         nxt = rate * step
-        if not 1e-4 <= nxt <= 1e6:
+        if not lowest <= nxt <= RANGES["rate_per_s"][1]:
             return rate if ok else None
-        nxt_ok = meets_slo(setup, policy, nxt, attainment)
+        nxt_ok = meets_slo(setup, policy, nxt, attainment, capacity)
         if nxt_ok != ok:
             lo, hi = (rate, nxt) if ok else (nxt, rate)
             break
         rate = nxt
     while hi / lo > 1 + rel_tolerance:
         mid = float(np.sqrt(lo * hi))
-        lo, hi = (mid, hi) if meets_slo(setup, policy, mid, attainment) else (lo, mid)
+        lo, hi = (mid, hi) if meets_slo(setup, policy, mid, attainment, capacity) else (lo, mid)
     return lo
+
+
+def max_rates(setup: ServeSetup, attainment: float = 0.9) -> dict:
+    """``slo_attainment``, and per side ("sd": ``setup.policy``, "target_only") ``max_rate_per_s``
+    (:func:`max_rate_meeting_slo`) and ``capacity_per_s`` (:func:`capacity_per_s`)."""
+    if setup.slo is None:
+        raise SpecsimError("--max-rate: needs --slo (the bounds a request must meet)")
+    sides = {"sd": setup.policy, "target_only": TARGET_ONLY}
+    capacity = {k: capacity_per_s(setup, p) for k, p in sides.items()}
+    found = {k: max_rate_meeting_slo(setup, p, attainment, capacity=capacity[k]) for k, p in sides.items()}
+    return {"slo_attainment": attainment, "max_rate_per_s": found, "capacity_per_s": capacity}

@@ -19,6 +19,7 @@ from specsim.hardware.image_tokens import parse_image_size
 from specsim.hardware.measured_pair import models_for_costs, other_pair_note
 from specsim.hardware.plan import Parallel, plan_hardware
 from specsim.hardware.plan_inputs import device_runtimes, resolve_models, split_mode
+from specsim.hardware.prices import parse_prices, priced
 from specsim.predict import acceptance_source
 from specsim.profiles import load_profile
 from specsim.serve.arrivals import read_trace
@@ -39,6 +40,7 @@ class ServeRequest:
     draft: str | None = None
     image_size: str | None = None
     device: str = "h100-sxm"
+    price: list[str] | None = None
     runtime: str | None = None
     cost_profile: str | None = None
     tp: int = 1
@@ -144,6 +146,7 @@ def _profile_cost(req: ServeRequest, profile, image_tokens: int, entries):
         ("--runtime", req.runtime, "the profile's costs are its own engine's"),
         ("--draft-image-tokens", req.draft_image_tokens, "the drafting method's prompt comes from the "
          "acceptance entry's traces"),
+        ("--price", req.price, "a --cost-profile run has no device"),
     ):  # fmt: skip
         if value is not None:
             raise SpecsimError(
@@ -160,7 +163,7 @@ def _profile_cost(req: ServeRequest, profile, image_tokens: int, entries):
 
 
 def _roofline_cost(req: ServeRequest, target, draft):
-    device = load_device(req.device)
+    device = priced([load_device(req.device)], parse_prices(req.price))[0]
     runtime = device_runtimes(req.runtime, [device])[device.name]
     split = split_mode(None, req.tp, {device.name: runtime})
     per_image = req.draft_image_tokens
@@ -169,7 +172,9 @@ def _roofline_cost(req: ServeRequest, target, draft):
     )
     kv = req.kv_cache_tokens if req.kv_cache_tokens is not None else cost.kv_cache_tokens()
     max_seqs = DEFAULT_MAX_NUM_SEQS if req.max_num_seqs is None else req.max_num_seqs
-    return cost, max_seqs, kv, device.name, getattr(runtime, "name", "efficiency")
+    price = device.price_per_hour_usd  # per GPU; the run rents --tp of them
+    usd_per_hour = None if price is None else price * req.tp
+    return cost, max_seqs, kv, device.name, getattr(runtime, "name", "efficiency"), usd_per_hour
 
 
 def serve_setup(req: ServeRequest) -> tuple[ServeSetup, dict]:
@@ -188,12 +193,13 @@ def serve_setup(req: ServeRequest) -> tuple[ServeSetup, dict]:
         notes += [note] if note else []
     image_tokens = target.vision.image_tokens if target.vision else 0
     if cost_profile is None:
-        cost, max_seqs, kv, device, runtime = _roofline_cost(req, target, draft)
+        cost, max_seqs, kv, device, runtime, usd_per_hour = _roofline_cost(req, target, draft)
     else:
         entries = (acceptance.entry,) if acceptance.entry is not None else ()
         cost, max_seqs = _profile_cost(req, cost_profile, image_tokens, entries)
         kv = req.kv_cache_tokens if req.kv_cache_tokens is not None else 1 << 30
         device, runtime = f"measured profile {req.cost_profile}", "its batched engine"
+        usd_per_hour = None
     scheduler = SchedulerConfig(
         max_seqs, req.max_num_batched_tokens, req.encoder_budget, not req.no_chunked_prefill, kv
     )
@@ -221,6 +227,7 @@ def serve_setup(req: ServeRequest) -> tuple[ServeSetup, dict]:
             f"{req.output_tokens} output tokens), burstiness {req.burstiness:g}"
         ),
         "seed": req.seed,
+        "usd_per_hour": usd_per_hour,
     } | ({"vllm_bench_measured": vllm_measured} if vllm_measured is not None else {})
     return setup, about | ({"notes": notes} if notes else {})
 

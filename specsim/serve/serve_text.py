@@ -23,14 +23,20 @@ def _percentile_rows(name: str, on: Percentiles, off: Percentiles) -> list[list[
     ]
 
 
-def comparison_text(c: Comparison, sd_label: str) -> str:
-    """SD on and target-only side by side: percentiles, throughput, goodput, acceptance."""
+def _usd(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3f}"
+
+
+def comparison_text(c: Comparison, sd_label: str, usd: dict | None = None) -> str:
+    """SD on and target-only side by side: percentiles, throughput, goodput, acceptance, and (``usd``:
+    {"sd", "target_only"}, a price given) $ per million output tokens."""
     on, off = c.sd, c.target_only
     rows = []
     for name, key in (("TTFT", "ttft_ms"), ("TPOT", "tpot_ms"), ("ITL", "itl_ms"), ("E2E", "e2e_ms")):
         rows += _percentile_rows(name, getattr(on, key), getattr(off, key))
     rows += [
         ["output tokens/s", f"{on.output_tokens_per_s:.0f}", f"{off.output_tokens_per_s:.0f}"],
+        *([["$/Mtok (output)", _usd(usd["sd"]), _usd(usd["target_only"])]] if usd and usd["sd"] else []),
         ["requests/s", _rate(on.requests_per_s), _rate(off.requests_per_s)],
         ["duration s", f"{on.duration_s:.1f}", f"{off.duration_s:.1f}"],
         ["steps", str(on.steps), str(off.steps)],
@@ -56,13 +62,16 @@ def _pair(on: float | None, off: float | None, fmt) -> str:
     return f"{fmt(on)} / {fmt(off)}"
 
 
-def sweep_text(s: Sweep, slo_given: bool) -> str:
-    """One row per rate: SD / target-only for TPOT p50, TTFT p90, ITL p90, tokens/s (and goodput)."""
+def sweep_text(s: Sweep, slo_given: bool, usd: list | None = None) -> str:
+    """One row per rate: SD / target-only for TPOT p50, TTFT p90, ITL p90, tokens/s (and goodput, and $ per
+    million output tokens when ``usd`` holds a price's)."""
+    priced = bool(usd) and usd[0]["sd"] is not None
     headers = ["rate req/s", "TPOT p50 ms", "TTFT p90 ms", "ITL p90 ms", "output tok/s"]
+    headers += ["$/Mtok"] if priced else []
     headers += ["goodput req/s"] if slo_given else []
     headers += ["TPOT speedup"]
     rows = []
-    for c in s.rows:
+    for i, c in enumerate(s.rows):
         on, off = c.sd, c.target_only
         row = [
             _rate(c.rate_per_s),
@@ -71,6 +80,7 @@ def sweep_text(s: Sweep, slo_given: bool) -> str:
             _pair(on.itl_ms.p90, off.itl_ms.p90, _ms),
             _pair(on.output_tokens_per_s, off.output_tokens_per_s, lambda v: f"{v:.0f}"),
         ]
+        row += [_pair(usd[i]["sd"], usd[i]["target_only"], _usd)] if priced else []
         if slo_given:
             row.append(_pair(on.goodput_requests_per_s, off.goodput_requests_per_s, _rate))
         row.append("-" if c.tpot_speedup is None else f"{c.tpot_speedup:.2f}x")
@@ -93,13 +103,23 @@ def verdict(s: Sweep) -> str:
     )
 
 
-def max_rate_text(found: dict, slo, attainment: float, sd_label: str) -> str:
-    """The highest rates meeting the SLO, SD and target-only, and which side serves more."""
+def max_rate_text(search: dict, slo, sd_label: str) -> str:
+    """The highest rates meeting the SLO, SD and target-only (:func:`specsim.serve.compare.max_rates`), and
+    which side serves more; a side held at its capacity (the most requests/s it completes) says so."""
+    found, capacity, attainment = search["max_rate_per_s"], search["capacity_per_s"], search["slo_attainment"]
+
+    def shown(side: str) -> str:
+        rate = found[side]
+        if rate is None:
+            return "never (even at 1e-4 req/s)"
+        held = rate * 1.02 > capacity[side]
+        return f"{rate:.3g} req/s" + (" (its capacity: the SLO holds at every rate it keeps up with)" * held)
+
     sd, base = found["sd"], found["target_only"]
     lines = [
         f"highest rate at which {attainment:.0%} of requests meet {slo.describe()} (ms):",
-        f"  {sd_label}: " + ("never (even at 1e-4 req/s)" if sd is None else f"{sd:.3g} req/s"),
-        "  target-only: " + ("never (even at 1e-4 req/s)" if base is None else f"{base:.3g} req/s"),
+        f"  {sd_label}: " + shown("sd"),
+        "  target-only: " + shown("target_only"),
     ]
     if sd is not None and base is not None:
         lines.append(

@@ -2,13 +2,13 @@
 simulation.
 
 ``vllm bench serve --save-result --save-detailed`` writes one JSON object with, among others, ``num_prompts``,
-``request_rate`` (a number, or "inf": every request at once), ``burstiness`` (Gamma shape of the gaps, 1 =
-Poisson), per request ``input_lens`` and ``output_lens`` (tokens) and ``errors`` (empty for a request that
-succeeded), and summaries such as ``median_ttft_ms``, ``p99_tpot_ms``, ``output_throughput`` (tok/s) and
-``request_throughput`` (req/s). The file does not keep the arrival times, so the workload redraws them from
-the rate and burstiness with the caller's seeded generator (vLLM draws them the same way). Failed requests
-and requests that emitted nothing are left out. Images are not recorded: the requests are text-only. Errors
-name the file and the field.
+``request_rate`` (a number, or "inf": every request at once; a file without it is refused), ``burstiness``
+(Gamma shape of the gaps, 1 = Poisson), per request ``input_lens`` and ``output_lens`` (tokens) and ``errors``
+(empty for a request that succeeded), and summaries such as ``median_ttft_ms``, ``p99_tpot_ms``,
+``output_throughput`` (tok/s) and ``request_throughput`` (req/s). The file does not keep the arrival times, so
+the workload redraws them from the rate and burstiness with the caller's seeded generator (vLLM draws them the
+same way). Failed requests and requests that emitted nothing are left out. Images are not recorded: the
+requests are text-only. Errors name the file and the field.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import numpy as np
 
 from specsim.errors import SpecsimError
 from specsim.jsonio import field_int, field_num, parse_json, read_text
-from specsim.serve.arrivals import MAX_REQUESTS, Requests, arrivals
+from specsim.serve.arrivals import MAX_REQUESTS, Requests, arrivals, check_span
 
 # the result's summary fields specsim can compare with (ms, except throughputs: per second)
 MEASURED_FIELDS = (
@@ -84,17 +84,24 @@ def read_vllm_bench_result(path: str) -> VllmBenchResult:
     keep = [i for i in range(len(inputs)) if not errors[i] and outputs[i] >= 1 and inputs[i] >= 1]
     if not keep:
         raise SpecsimError(f"{where}: no request succeeded with at least one prompt and one output token")
-    rate = d.get("request_rate", "inf")
-    if rate in ("inf", "Infinity") or (isinstance(rate, float) and np.isinf(rate)):
+    if "request_rate" not in d:
+        raise SpecsimError(f'{where}.request_rate: missing (a rate in req/s, or "inf": all at once)')
+    rate = d["request_rate"]
+    if rate in ("inf", "Infinity") or (isinstance(rate, float) and rate == float("inf")):
         rate = None
     else:
-        rate = field_num(rate, f"{where}.request_rate", lo=0, lo_open=True, hi=1e6)
-    burst = field_num(d.get("burstiness", 1.0), f"{where}.burstiness", lo=0, lo_open=True, hi=1e3)
+        rate = field_num(rate, f"{where}.request_rate", unit="rate_per_s")
+        check_span(len(keep), rate, f"{where}.request_rate")
+    burst = field_num(d.get("burstiness", 1.0), f"{where}.burstiness", unit="burstiness")
     measured = {}
     for key in MEASURED_FIELDS:
         value = d.get(key)
         if value is not None and not (isinstance(value, float) and not np.isfinite(value)):
             measured[key] = field_num(value, f"{where}.{key}", lo=0)
+    for stem in ("ttft", "tpot"):  # a p99 below the median: no distribution has it
+        low, high = measured.get(f"median_{stem}_ms"), measured.get(f"p99_{stem}_ms")
+        if low is not None and high is not None and high < low:
+            raise SpecsimError(f"{where}.p99_{stem}_ms: expected >= median_{stem}_ms ({low:g}), got {high:g}")
     model = d.get("model_id", "")
     return VllmBenchResult(
         np.asarray([inputs[i] for i in keep], dtype=np.int64),

@@ -1,0 +1,67 @@
+"""The checks ``calibrate latency`` runs on its arguments before any model loads (minutes of work saved on
+a bad flag), and the defaults of the batched sweep's ``--request-*`` flags, which apply with
+``--request-batches`` only."""
+
+from __future__ import annotations
+
+from specsim.errors import SpecsimError
+from specsim.jsonio import check_writable
+
+# --request-* flags: what each is when not given (None: --max-new-tokens)
+REQUEST_DEFAULTS = {
+    "request_gammas": [1, 3, 5],
+    "request_new_tokens": 24,
+    "request_target_tokens": None,
+    "request_prompt_lengths": 3,
+    "request_rounds": 2,
+    "no_unpadded_step": False,
+    "no_server_loop": False,
+}
+
+
+def request_flag(args, name: str):
+    """The batched sweep's ``--request-*`` flag ``name`` as given, or its default."""
+    value = getattr(args, name)
+    return REQUEST_DEFAULTS[name] if value in (None, False) else value
+
+
+def check_latency_args(args) -> None:
+    """Everything that can be checked before models load and measuring starts."""
+    from calibrate.models.loading import canonical_dtype, check_device
+
+    check_writable(args.out, "--out")
+    if args.batched_only and not args.request_batches:
+        raise SpecsimError("--batched-only: needs --request-batches")
+    given = [n for n in REQUEST_DEFAULTS if getattr(args, n) not in (None, False)]
+    if given and not args.request_batches:
+        flag = "--" + given[0].replace("_", "-")
+        raise SpecsimError(f"{flag}: applies with --request-batches only (it sizes the batched sweep)")
+    check_device(args.device)
+    canonical_dtype(args.dtype)
+    for name in ("warmup", "caption_tokens", "verify_context", "threads"):
+        value = getattr(args, name)
+        if value is not None and value < (0 if name == "warmup" else 1):
+            raise SpecsimError(
+                f"--{name.replace('_', '-')}: expected an integer >= {0 if name == 'warmup' else 1}, "
+                f"got {value}"
+            )
+    if args.max_new_tokens < 1:
+        raise SpecsimError(f"--max-new-tokens: expected an integer >= 1, got {args.max_new_tokens}")
+    if args.rel_halfwidth is not None and not 0 < args.rel_halfwidth < 1:
+        raise SpecsimError(f"--rel-halfwidth: expected a fraction in (0, 1), got {args.rel_halfwidth}")
+    if args.gammas is not None and max(args.gammas) < 2:
+        raise SpecsimError(
+            f"--gammas: expected a gamma >= 2 among them (the draft's steps after a block's first are timed "
+            f"in blocks of 2 or more drafts), got {','.join(map(str, args.gammas))}"
+        )
+    from calibrate.measure.latency_plan import LatencyPlan  # its defaults stand in for the flags not given
+
+    lo = LatencyPlan.min_repeats if args.min_repeats is None else args.min_repeats
+    hi = LatencyPlan.max_repeats if args.max_repeats is None else args.max_repeats
+    if hi < 2:
+        raise SpecsimError(
+            f"--max-repeats: expected at least 2 rounds (a point timed once has no spread: its half-width "
+            f"would read 0.0 ms), got {hi}"
+        )
+    if hi < lo:
+        raise SpecsimError(f"--min-repeats/--max-repeats: expected min <= max, got {lo} and {hi}")
