@@ -86,7 +86,7 @@ def test_ranking_order_and_costs():
     assert order == ["h100-sxm", "a100-80gb-sxm", "l4"]
     row = plan.select(device="l4")[0]
     assert row.usd_per_million_tokens == pytest.approx(1.0 / (row.sd_tokens_per_s * 3600) * 1e6)
-    assert plan.select(device="h100-sxm")[0].usd_per_million_tokens is None
+    assert plan.select(device="a100-80gb-sxm")[0].usd_per_million_tokens is None  # the catalog cites none
     data = json.loads(json.dumps(plan.to_json()))
     assert data["ranking"]["M"][0] == "h100-sxm"
 
@@ -219,9 +219,10 @@ def test_cli_fit_profile_takes_the_profiles_models(capsys):
     assert implicit["fit"]["held_out_rms_rel_error"] == pytest.approx(
         explicit["fit"]["held_out_rms_rel_error"]
     )
-    # The zoo's models are not presets the roofline can size: a one-line error naming what to pass.
-    rc, out, err = _run(capsys, "--fit-profile", "zoo-cpu", "--validate", "--device", "l4")
-    assert rc == 2 and "zoo-cpu" in err and "--target/--draft" in err and len(err.strip().splitlines()) == 1
+    # The zoo's models are presets now (issue 51): its profile names the models the roofline sizes.
+    rc, out, err = _run(capsys, "--fit-profile", "zoo-cpu", "--validate", "--device", "l4", "--json")
+    assert rc == 0, err
+    assert (json.loads(out)["target"], json.loads(out)["draft"]) == ("zoo:target", "zoo:draft")
     # The pair's own profile has latency only: say which option gives tau.
     rc, out, err = _run(capsys, "--fit-profile", "qwen2.5-coder-0.5b-1.5b-cpu", "--device", "l4")
     assert rc == 2 and "no acceptance entries: pass --profile" in err and "--alpha A" in err
