@@ -1,16 +1,11 @@
 """Drafting methods: every one implements :class:`calibrate.run.proposal.Drafter`, so the engine never
 branches on them.
 
-- :class:`Method` (:mod:`.methods`): a method parsed once from its code (``plain``, ``M``, ``T``, ``C``,
-  ``F``, ``Pn``, ensembles such as ``MTCP4``, ``adaptive:MTC``): members, cost fields, captioner need,
-  drafter.
-  :func:`make_drafter` builds a drafter from a code over a bare draft model.
-- :class:`TextDrafter` (:mod:`.text_drafter`): ``plain``, a causal LM draft over the target's token ids.
-- :class:`EnsembleDrafter`, :class:`AdaptiveEnsembleDrafter` (:mod:`.ensemble`): every multimodal method,
-  an in-batch ensemble of draft contexts (:mod:`.contexts`: M, T, C, F, Pn) over one draft model.
-- :func:`make_request` builds a target request from a prompt with ``<image>`` placeholders; captions come
-  from :func:`hf_captioner` (default prompt :data:`CAPTION_PROMPT`), optionally :class:`CachedCaptioner`.
-- :func:`propose_tree`, :func:`accept_path` (:mod:`.tree_drafter`): token-tree drafting for the tree engine.
+:class:`Method` (:mod:`.methods`) parses a code and :func:`make_drafter` builds its drafter;
+:class:`TextDrafter` (``plain``); :class:`EnsembleDrafter`, :class:`AdaptiveEnsembleDrafter` (every
+multimodal method: an in-batch ensemble of :mod:`.contexts` M, T, C, F, Pn); :func:`make_request`,
+:func:`hf_captioner`, :class:`CachedCaptioner`; :func:`propose_tree`, :func:`accept_path` (tree engine).
+More: ARCHITECTURE.md, Notes by module.
 """
 
 from calibrate.drafting.contexts import (

@@ -1,18 +1,10 @@
 """Draft contexts of the multimodal drafting methods: what each ensemble member feeds the draft model,
 and the captioners caption drafting uses.
 
-A member's ``build(request, draft, shared, device) -> DraftContext`` returns input embeddings [L, H] of
-its whole prompt (the last token is left pending by the drafter) and the set-up ms it spent. ``shared``
-is per-request scratch so M and P members run the draft's vision tower once.
-
-- :class:`MultimodalContext` (M; Pn with ``pool_tokens``): the target's ids with each image's run of
-  image tokens resized to the draft's count (native, or n after pooling); the draft's vision tower →
-  selected layer (CLS dropped for strategy "default") → optional 2-D average pooling → projector.
-- :class:`TargetFeaturesContext` (F): the target's vision features through the draft's projector.
-- :class:`TextOnlyContext` (T): IbED App. C, each ``<image>`` becomes "\\n".
-- :class:`CaptionContext` (C): each ``<image>`` becomes ``prefix + caption`` (IbED §5, App. E); captions
-  come from an :class:`HFCaptioner` (:func:`hf_captioner`, prompt :data:`CAPTION_PROMPT` by default),
-  optionally through a :class:`CachedCaptioner`.
+A member's ``build(request, draft, shared, device) -> DraftContext`` returns input embeddings [L, H] of its
+whole prompt (last token left pending) and its set-up ms. :class:`MultimodalContext` (M, Pn),
+:class:`TargetFeaturesContext` (F), :class:`TextOnlyContext` (T, IbED App. C), :class:`CaptionContext` (C,
+IbED §5, App. E) with :class:`HFCaptioner`, :class:`CachedCaptioner`. More: ARCHITECTURE.md, Notes by module.
 """
 
 from __future__ import annotations

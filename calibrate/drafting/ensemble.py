@@ -1,13 +1,10 @@
-"""In-batch ensembles of draft contexts (IbED): every multimodal method — multimodal (M), text-only (T),
-caption (C), target features (F), pooled (Pn), ensembles of any subset (MT, MTC, MTCP, ...) and adaptive
-ensembles — is an :class:`EnsembleDrafter` behind :class:`calibrate.run.proposal.Drafter`.
+"""In-batch ensembles of draft contexts (IbED): every multimodal method (M, T, C, F, Pn, any subset such as MT
+or MTCP, adaptive) is an :class:`EnsembleDrafter` behind :class:`calibrate.run.proposal.Drafter`.
 
-A member turns a request into one draft context (input embeddings [L, H]; :mod:`calibrate.drafting.contexts`)
-and the drafter runs all contexts as one left-padded batch (attention mask 0 on pads, position ids counted
-from each row's first real token) with one KV cache of batch k. Each step mixes the members' next-token
-distributions, q = Σ_j w_j softmax(z_j / T) (T = 1 for greedy, then argmax q; IbED Algorithm 1), and
-appends the chosen token to every row, so all rows stay the same length and rollback is one crop of the
-shared cache. A method code is parsed and built into a drafter by :mod:`calibrate.drafting.methods`.
+The members' contexts (:mod:`calibrate.drafting.contexts`) run as one left-padded batch with one KV cache of
+batch k; each step drafts from q = Σ_j w_j softmax(z_j / T) (argmax, T = 1, when greedy; IbED Algorithm 1)
+and appends the token to every row, so rollback is one crop of the shared cache. Codes:
+:mod:`calibrate.drafting.methods`. More: ARCHITECTURE.md, Notes by module.
 """
 
 from __future__ import annotations

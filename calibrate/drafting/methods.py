@@ -1,13 +1,10 @@
 """Drafting methods by code: :class:`Method` is parsed once from a code and knows its members, costs and
 drafter.
 
-Codes: ``plain`` (the text drafter of a text pair, :class:`calibrate.drafting.text_drafter.TextDrafter`);
-for VLM targets one or more members ``M`` (multimodal), ``T`` (text-only), ``C`` (caption), ``F`` (target
-features), ``Pn`` (pooled to n visual tokens per image), e.g. ``MT`` or ``MTCP4`` (in-batch ensembles),
-optionally ``adaptive:`` (weights follow the target's verdicts). Long names ``multimodal``, ``text-only``,
-``caption``, ``target-features`` and ``pooled(n)`` are accepted for single members. Cost fields are what
-:mod:`specsim.predict.end_to_end` charges a method: draft batch size (ensemble members), draft vision
-encoder, captions per prompt, ensemble weights.
+Codes: ``plain`` (a text pair's :class:`calibrate.drafting.text_drafter.TextDrafter`); for VLM targets the
+members ``M``, ``T``, ``C``, ``F``, ``Pn``, alone or as in-batch ensembles (``MT``, ``MTCP4``), optionally
+``adaptive:``; long names (``multimodal``, ``pooled(n)``, ...) for single members. Cost fields are what
+:mod:`specsim.predict.pricing` charges a method. More: ARCHITECTURE.md, Notes by module.
 """
 
 from __future__ import annotations

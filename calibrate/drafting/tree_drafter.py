@@ -1,21 +1,11 @@
 """Tree drafting: the draft expands a token tree level by level with a 4-D tree attention mask, and
 keeps only the accepted path in its KV cache afterwards.
 
-Per block (:func:`propose_tree`): pass 0 feeds the drafter's committed-but-unfed tail (the pending
-token, or 2 tokens after a block whose last accepted node was a leaf) as usual; pass ℓ ≥ 1 feeds
-the depth-ℓ nodes that have children, in one forward, each attending to the committed context, its
-ancestors and itself (4-D additive mask, position ids = pending position + depth). A node's
-children are its distribution's top-k tokens when greedy (the mixture at T = 1 for ensembles), or
-k i.i.d. draws from q at temperature T when sampling (SpecInfer's multi-candidate sampling, Miao et
-al. 2024; duplicates allowed). Leaves are never fed, as the chain's last draft is not.
-:func:`accept_path` keeps the cache columns of the committed context and of the fed nodes on the
-accepted path (an index gather along the sequence axis) and queues the rest of the path.
-
-Works with :class:`calibrate.drafting.text_drafter.TextDrafter` and
-:class:`calibrate.drafting.ensemble.EnsembleDrafter` (every multimodal method and ensemble); adaptive
-ensembles are refused (their weights follow chain blocks). Transformers ≥ 5 takes a 4-D mask
-[batch, 1, query, key] as given, skipping its own masks (``masking_utils._preprocess_mask_arguments``);
-an additive float mask serves both eager and SDPA.
+:func:`propose_tree`: pass 0 feeds the unfed tail (1 token, or 2 after a leaf), pass ℓ ≥ 1 the depth-ℓ nodes
+that have children; children are the top-k (greedy) or k i.i.d. draws (SpecInfer, Miao et al. 2024).
+:func:`accept_path` keeps the committed and accepted-path columns (an index gather). Drafters:
+:class:`~calibrate.drafting.text_drafter.TextDrafter`, :class:`~calibrate.drafting.ensemble.EnsembleDrafter`
+(adaptive ensembles refused). More: ARCHITECTURE.md, Notes by module.
 """
 
 from __future__ import annotations

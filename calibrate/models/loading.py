@@ -1,14 +1,10 @@
 """Model loading for calibration: HF ids, local folders, GGUF files, the shipped zoo (``zoo:ROLE``) and
-architecture-only presets. ``device_map``/``max_memory`` place a model too big for one device over GPUs, CPU
-and disk with accelerate (:mod:`calibrate.models.placement`); the placement is kept on the LoadedModel.
+architecture-only presets (random weights: latency does not depend on weight values).
 
-Causal LMs load with ``AutoModelForCausalLM``, configs with a ``vision_config`` (LLaVA-style) with
-``AutoModelForImageTextToText``. Architecture presets (:mod:`specsim.presets`) get random weights: latency
-does not depend on weight values, so any machine can be measured without downloads. Draft and target must
-share one token→id map (:func:`check_same_vocab`). ``progress=False`` (``--no-progress``) loads quietly:
-no library progress bars, the libraries' warnings folded into one line (:func:`quiet_loading`). The loaded
-model, those checks, quiet loading and the synthetic inputs for timing are in
-:mod:`calibrate.models.loaded_model`.
+Causal LMs load with ``AutoModelForCausalLM``, configs with a ``vision_config`` with
+``AutoModelForImageTextToText``; ``device_map``/``max_memory`` spread a big model with accelerate
+(:mod:`calibrate.models.placement`). The loaded model, the shared-vocabulary check, quiet loading
+(``progress=False``) and timing inputs: :mod:`calibrate.models.loaded_model`. More: ARCHITECTURE.md.
 """
 
 from __future__ import annotations

@@ -1,31 +1,11 @@
 """Speculative decoding of B requests at once (a static batch), greedy, in phase-named steps.
 
-Every block drafts γ tokens for each request with the draft at batch B, then one target pass verifies
-B × (γ+1) rows; each request accepts its own prefix (Leviathan et al. 2023, greedy). The layout follows
-:mod:`calibrate.run.engine`: :func:`batch_prefill_phase` (both prompts, fused with the first block as the
-single-request engine fuses them), :func:`batch_draft_phase`, :func:`batch_verify_phase`,
-:func:`batch_accept_phase`, glued by :func:`batch_speculative_decode`; :func:`batch_target_decode` is
-target-only decoding of the same batch through the same forward.
-
-Ragged requests share one KV cache per model, rows left-padded: an attention mask over the cache columns
-(0 on pads) and position ids counted from each row's first real token. Rollback is per row by *masking*:
-the columns of a row's rejected drafts stay in the cache with mask 0, so every row keeps its own length
-and no cache is copied or re-laid (a per-row crop would have to re-align the rows in memory every block,
-which is what paged KV caches of serving engines avoid too). The cost is attention over the dead columns;
-their share is what the batch's acceptance leaves, and the engine's records say how many columns a pass
-ran on. Rows of different lengths feed the same number of new columns each pass: a row with fewer new
-tokens (a draft tail of 1 beside one of 2) gets a masked pad column.
-
-Requests end at their own ``max_new_tokens`` or EOS; a finished row keeps its place in the batch, its
-new columns masked, until the batch ends (a static batch; requests joining and leaving is serving's).
-The block's γ is min(γ, the most tokens any running request has left − 1). Output: each request's tokens,
-token for token the target's greedy output for that request alone (tested).
-
-The draft side is one drafting method whose context is a single member (multimodal, text-only,
-caption, pooled, target features: :mod:`calibrate.drafting.contexts`), built per request and left-padded
-into one batch of embeddings.
-
-Shapes: B requests; ``mask`` [B, cols]; ``pos`` [B]; logits [B, rows, V].
+Each block drafts γ tokens per request at draft batch B, one target pass verifies B × (γ+1) rows, and each
+request accepts its own prefix (Leviathan et al. 2023). Phases as in :mod:`calibrate.run.engine`:
+:func:`batch_prefill_phase`, :func:`batch_draft_phase`, :func:`batch_verify_phase`,
+:func:`batch_accept_phase`, :func:`batch_speculative_decode`; :func:`batch_target_decode` is the baseline.
+Rows left-padded; rollback per row by *masking* (no cache copy); each request's output is its greedy output
+alone. Shapes: ``mask`` [B, cols]; ``pos`` [B]; logits [B, rows, V]. More: ARCHITECTURE.md.
 """
 
 from __future__ import annotations

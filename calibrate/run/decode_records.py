@@ -16,15 +16,11 @@ SCHEMA_VERSION = 1
 class BlockRecord:
     """One draft/verify block (or one target-only step, γ = 0): counts and per-stage ms.
 
-    ``accepted`` counts drafts kept in the output (capped at ``emitted`` − 1 when EOS truncates);
-    ``overhead_ms`` = block − draft model − target model time (Python, sampling, cache bookkeeping, building
-    the next block's input: the records of a request add up to its decoding loop's wall time).
-    Where each forward ran, for the cost model (:mod:`specsim.profile_format.cost_model`): the verify pass fed
-    ``target_rows`` positions (γ+1; 1 for a target-only step; the whole prompt + γ in the first block,
-    whose pass is the prefill) on a KV cache of ``target_context_tokens``; the draft's first step fed
-    ``draft_first_rows`` tokens (2 after a fully accepted block, the whole draft prompt in the first
-    block) on ``draft_context_tokens`` cached positions (padded columns for an ensemble);
-    ``draft_step_ms`` is the ms of each draft step.
+    ``accepted`` counts drafts kept (capped at ``emitted`` − 1 when EOS truncates); ``overhead_ms`` = block −
+    draft model − target model ms (a request's records add up to its decoding loop's wall time). For the cost
+    model: the verify pass fed ``target_rows`` on ``target_context_tokens`` cached positions, the draft's
+    first step ``draft_first_rows`` on ``draft_context_tokens``; ``draft_step_ms`` is each draft step's ms.
+    Field notes: ARCHITECTURE.md, Notes by module.
     """
 
     gamma: int

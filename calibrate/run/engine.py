@@ -1,29 +1,11 @@
 """Speculative decoding (Leviathan et al. 2023; Chen et al. 2023) with KV caches, in phase-named steps.
 
-Layout after gpt-fast: :func:`vision_phase`, draft phase (the drafter's ``propose``),
-:func:`verify_phase`, :func:`accept_phase`, :func:`crop_cache` (one block: :func:`sd_block`), glued by
-:func:`speculative_decode`; :func:`target_decode` is the target-only baseline through the same forward
-and sampling (:func:`target_step`), so timings compare like with like.
-
-Cache convention (both models): the committed sequence is prompt + emitted tokens; the tokens not yet
-in the target's KV cache are *pending*. At the start the whole prompt is pending: the prefill is fused
-with the first forward (the first verification in SD, the first step of target-only decoding; the
-draft's prefill likewise with its first draft step), as HF's assisted generation does, which saves one
-pass over each model's weights per request. Afterwards one token is pending, and every emitted token
-comes out of a draft/verify block, which is what makes greedy trace replay (:mod:`specsim.acceptance.replay`)
-exact from output position 0. A block with γ drafts feeds [pending, d_1..d_γ] to the target, accepts
-n drafts and rolls the cache back to prompt + emitted + n. γ is capped at tokens-left − 1 so no block
-drafts past ``max_new_tokens``.
-
-Sampling: draft i is accepted with probability min(1, p_i(d_i)/q_i(d_i)); at the first rejection the
-token is resampled from norm(max(0, p − q)); if all γ pass, a bonus token comes from p_{γ+1}. The
-output is distributed exactly as the target's. Temperature 0 is greedy: accept while the target's
-argmax agrees; the output is the target's greedy output token for token.
-
-Records: one :class:`BlockRecord` per block, one :class:`DecodeResult` per request
-(:mod:`calibrate.run.decode_records`).
-
-Shapes: batch 1 throughout; ``logits`` [n, V] after dropping the batch axis.
+After gpt-fast: :func:`vision_phase`, the drafter's ``propose``, :func:`verify_phase`, :func:`accept_phase`,
+:func:`crop_cache` (one block: :func:`sd_block`), glued by :func:`speculative_decode`; :func:`target_decode`
+is the target-only baseline through the same forward. The prefill is fused with the first forward, then one
+token is pending, so greedy trace replay is exact from position 0; γ ≤ tokens left − 1. Sampling is
+lossless; T = 0 gives the target's greedy output. Records: :mod:`calibrate.run.decode_records`. Shapes:
+batch 1, ``logits`` [n, V]. More: ARCHITECTURE.md, Notes by module.
 """
 
 from __future__ import annotations

@@ -1,29 +1,11 @@
 """What the engine and a drafter exchange: the :class:`Request` in, the :class:`Proposal` out, and the
 :class:`Drafter` protocol every drafting method implements.
 
-Every drafting method (plain draft LM; for VLM targets: multimodal, text-only, caption, pooled,
-ensembles, adaptive — IbED; :mod:`calibrate.drafting`) implements :class:`Drafter`, so
-:func:`calibrate.run.engine.speculative_decode` never branches on the method (after HF's
-``CandidateGenerator``: ``get_candidates`` / ``update_candidate_strategy``). The protocol, per request:
-
-1. ``prefill(request) -> dict[str, float]``: set up the draft side for a new request (own KV cache,
-   own context: e.g. image tokens dropped, a caption inserted, pooled image features) and return
-   the ms of each set-up stage, keys ending in ``_ms`` (``draft_vision_ms``, ``caption_ms``, ...).
-   The draft's own prompt is not run here: like the target's, it is fused with the first forward
-   (the first draft step runs over the whole draft prompt), which saves a pass over the weights.
-2. ``propose(gamma, *, temperature, generator[, stop_below]) -> Proposal``: γ draft tokens continuing
-   the committed sequence, with q_i (the draft distribution each was sampled from, [γ, V] in the
-   target's vocabulary; ``None`` when ``temperature == 0``) and the ms spent in draft model
-   forwards (the rest of the call counts as overhead). With ``stop_below`` > 0 (a confidence
-   policy, :mod:`specsim.draft_shapes.policies`) drafting stops after the first draft whose distribution's top
-   probability (softmax at T = 1 when greedy) is below it, so fewer than γ may come back.
-3. ``accept(n_accepted, next_token)``: the target kept the first ``n_accepted`` drafts and then
-   emitted ``next_token``; append both to the draft's context and roll back anything past them
-   (KV of rejected drafts). After this call the drafter is ready for the next ``propose``.
-
-A drafter owns its state between ``prefill`` and the end of a request; one drafter serves one
-request at a time. ``method`` names the drafting method as stored in profiles; ``draft_batch_size``
-is the batch of draft contexts one draft step runs (ensemble members), used for costs.
+Every method (:mod:`calibrate.drafting`) implements :class:`Drafter`, so
+:func:`calibrate.run.engine.speculative_decode` never branches on it (after HF's ``CandidateGenerator``).
+Per request: ``prefill(request)`` sets up the draft side and returns set-up ms by stage; ``propose(gamma, *,
+temperature, generator[, stop_below])`` returns γ drafts with q_i ([γ, V]; None when greedy) and draft ms;
+``accept(n_accepted, next_token)`` appends and rolls back. More: ARCHITECTURE.md, Notes by module.
 """
 
 from __future__ import annotations

@@ -1,23 +1,10 @@
 """A real server loop: requests join and leave the batched engine as they arrive and finish (continuous
 batching), decoding with speculative decoding at a fixed γ or target-only, greedy, on the wall clock.
 
-One step of the loop (vLLM V1's engine step, :mod:`specsim.serve.simulator` is its model):
-1. admit the requests that have arrived, in arrival order, while fewer than ``max_num_seqs`` run;
-2. one decode pass over the running requests: an SD block (γ draft steps at batch B, one target pass over
-   B × (γ+1) rows, per-row acceptance and rollback, :mod:`calibrate.run.batch_engine`'s phases) or one
-   target-only step;
-3. each admitted request's prefill, one at a time at batch 1 (the vision encoder and the target's prompt,
-   which emits its first token; with SD the draft's prompt too, into the draft's own cache);
-4. finished requests leave the batch (their cache rows are dropped), admitted ones join it (their caches
-   left-padded to the batch's width and stacked), and cache columns masked in every row are dropped once
-   there are ``compact_columns`` of them (rejected drafts that no row still uses, a departed row's prompt);
-5. every token of the step is stamped with the step's end, as a server returns a step's outputs together.
-With nothing running the loop sleeps until the next arrival. Where it departs from vLLM: prefills are their
-own batch-1 passes, not fused with the decode rows, and without chunking (the engine measured here does not
-fuse them); every request drafts γ every block, also past its last token (the extra drafts are dropped).
-
-Losslessness holds as in the static batch: each request's tokens are its greedy target output alone (tested).
-Times are seconds from the loop's start (arrivals, stamps) and ms (pass timings).
+One step, after vLLM V1's engine step (modelled by :mod:`specsim.serve.simulator`): admit arrived requests
+while fewer than ``max_num_seqs`` run; one decode pass (an SD block or a target-only step); each admitted
+request's prefill at batch 1; leave and join; stamp every token with the step's end. Lossless as the static
+batch. Times: seconds from the loop's start (arrivals, stamps), ms (passes). More: ARCHITECTURE.md.
 """
 
 from __future__ import annotations

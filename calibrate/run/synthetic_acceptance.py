@@ -1,16 +1,10 @@
 """Synthetic acceptance: every block's accept decision follows a schedule instead of comparing tokens.
 
-Serving engines do the same to time speculative decoding without a trained draft (vLLM's
-``rejection_sample_method="synthetic"``, TensorRT-LLM's forced accepted tokens, llama.cpp's
-``--spec-synth-len``): the passes are real, so is the wall clock, at any model size with random weights.
-A schedule is one greedy ``match`` per prompt id (the field of :class:`specsim.profile_format.Trace`: 1 = the
-draft at that output position is accepted). A block that starts at output position t with g drafts accepts the
-run of 1s from t, capped at g (positions past the schedule's end reject), and emits the target's argmax after
-them, as trace replay (:mod:`specsim.acceptance.replay`) has it; so the prediction prices the same schedule
-(:meth:`SyntheticAcceptance.traces`) and a check compares passes, not acceptance. Decoding so is not lossless:
-tokens are the target's only where the schedule agrees with the drafts (given a run's own trace it
-reproduces that run exactly, tested). The engines take a schedule as ``acceptance=`` and call
-:func:`scripted_accept` in their acceptance step; sources: :mod:`calibrate.measure.synthetic_schedules`.
+As vLLM's ``rejection_sample_method="synthetic"``, TensorRT-LLM's forced accepted tokens and llama.cpp's
+``--spec-synth-len``: real passes at any model size with random weights. A schedule is one greedy ``match``
+per prompt id; a block at t with g drafts accepts the run of 1s from t capped at g, as trace replay has it,
+so the prediction prices the same schedule (:meth:`SyntheticAcceptance.traces`). Not lossless. Engines call
+:func:`scripted_accept`; sources: :mod:`calibrate.measure.synthetic_schedules`. More: ARCHITECTURE.md.
 """
 
 from __future__ import annotations

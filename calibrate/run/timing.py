@@ -1,12 +1,9 @@
 """The one timing primitive of ``calibrate``: every measured millisecond goes through :func:`measure`.
 
-CPU: ``time.perf_counter`` around the call; GPU: CUDA events around the call plus a synchronize
-(vidur's timer, gpt-fast's ``device_sync``). Warm-up calls are discarded; then the call is repeated
-until the 95% confidence half-width of the median is ≤ ``target_rel_halfwidth`` × median or
-``max_repeats`` is reached. The confidence interval of the median is distribution-free: the order
-statistics [x_(k), x_(n+1-k)] with k the largest index such that P(Binomial(n, 1/2) < k) ≤ 2.5%
-(Conover, *Practical Nonparametric Statistics*, §3.2); its half-width is (x_(n+1-k) − x_(k)) / 2.
-Below n = 6 no such interval exists and the whole range [min, max] is used (coverage 1 − 2^(1−n)).
+CPU: ``time.perf_counter``; GPU: CUDA events plus a synchronize (vidur's timer, gpt-fast's ``device_sync``).
+Warm-up discarded; repeats until the median's 95% half-width is ≤ ``target_rel_halfwidth`` × median or
+``max_repeats``. The median's interval is distribution-free, order statistics [x_(k), x_(n+1-k)] (Conover,
+*Practical Nonparametric Statistics*, §3.2); below n = 6, [min, max]. More: ARCHITECTURE.md.
 """
 
 from __future__ import annotations

@@ -1,21 +1,11 @@
 """Token-tree speculative decoding (SpecInfer, Miao et al. 2024; Sequoia, Chen et al. 2024) on the
-primitives of :mod:`calibrate.run.engine`: same forward, truncation and records. Unlike the chain engine,
-the target's prefill over prompt[:-1] runs apart (``target_prefill_ms``), so every block verifies one
-pending token plus its tree; the draft's prefill is fused with its first pass, as in the chain engine.
+primitives of :mod:`calibrate.run.engine`: same forward, truncation and records.
 
-Per block: the drafter proposes a tree (a :class:`calibrate.run.tree_proposal.TreeDrafter`) cut to depth
-≤ tokens left − 1; :func:`verify_tree` runs one target pass over [pending, node_1..node_n] with a
-4-D tree attention mask and position ids = pending position + depth; :func:`accept_greedy` /
-:func:`accept_sampled` walk the tree from the root; the target cache keeps the committed context,
-the pending token and the accepted path only (an index gather), and so does the drafter's.
-
-Greedy (T = 0): at each node the target's argmax; if it is one of the node's children, go there,
-else emit it (at a leaf: the bonus token). The output is the target's greedy output token for token.
-Sampling: SpecInfer's multi-step speculative sampling. At node u with target p and children
-c_1..c_k drawn i.i.d. from the draft's q_u: accept c_i with probability min(1, p(c_i)/q_u(c_i)) and
-descend; on rejection p ← norm(max(0, p − q_u)) and try c_{i+1}; if all are rejected, sample from
-p. Each step is a rejection sampler for the current p with a fresh draw from q_u, so the emitted
-token is distributed as the target's (SpecInfer Theorem 4.2).
+The target's prefill over prompt[:-1] runs apart (``target_prefill_ms``); each block verifies the pending
+token plus a tree cut to depth ≤ tokens left − 1 (:func:`verify_tree`, 4-D tree mask) and walks it from the
+root (:func:`accept_greedy`: the target's greedy output; :func:`accept_sampled`: SpecInfer's multi-step
+speculative sampling, lossless by its Theorem 4.2). Caches keep the accepted path only (an index gather).
+More: ARCHITECTURE.md, Notes by module.
 """
 
 from __future__ import annotations

@@ -1,15 +1,9 @@
 """Prompt sets: a JSONL format, built-in offline sets, locally saved HF datasets, and encoding.
 
-JSONL, one prompt per line::
-
-    {"id": "py-fib", "prompt": "Write ...", "task": "coding", "images": ["img/a.png"], "images_per_prompt": 1}
-
-``prompt`` is required; ``id`` defaults to the line number, ``task`` to "", ``images`` to [] (paths
-relative to the file's folder, which they may not leave, through ``..`` or symlinks, unless
-``allow_outside_images``; absolute paths need it too), ``images_per_prompt`` to len(images). Image
-paths are stored resolved (absolute, symlinks followed), so how the file was named does not matter.
-Built-in sets live in ``calibrate/prompts/<name>.jsonl`` (``reference``: coding and explanation prompts
-of varied length for the Qwen2.5-Coder reference pair). Nothing is ever downloaded here.
+JSONL, one prompt per line with ``id``, ``prompt``, ``task``, ``images``, ``images_per_prompt``; only
+``prompt`` is required. Image paths are relative to the file's folder and may not leave it unless
+``allow_outside_images``; they are stored resolved. Built-in sets: ``calibrate/prompts/<name>.jsonl``.
+Nothing is ever downloaded here. More: ARCHITECTURE.md, Notes by module.
 """
 
 from __future__ import annotations

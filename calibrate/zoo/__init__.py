@@ -1,12 +1,9 @@
-"""calibrate.zoo: an offline model zoo (synthetic multimodal task, tokenizer, tiny LLaVA
-target/draft/captioner).
+"""calibrate.zoo: an offline model zoo (synthetic multimodal task, tokenizer, tiny LLaVA target, draft and
+captioner), trained here because no VLM weights can be downloaded.
 
-No VLM weights can be downloaded here, so the project trains its own on a synthetic visual task where
-the image really matters. Modules: :mod:`calibrate.zoo.scenes` (scenes of coloured shapes, rendered with
-PIL), :mod:`calibrate.zoo.task` (1-, 2- and 5-image requests in IbED's (Lee et al. 2024) Appendix C
-templates, with image-fact spans and splits), :mod:`calibrate.zoo.tokenizer` (byte-level BPE on the corpus),
-:mod:`calibrate.zoo.zoo_models` (HF LLaVA configs, FLOP counts, save/load), :mod:`calibrate.zoo.train`
-(``python -m calibrate.zoo.train``). ``import calibrate.zoo`` stays free of torch.
+The task's images really matter: :mod:`~calibrate.zoo.scenes`, :mod:`~calibrate.zoo.task` (IbED's, Lee et
+al. 2024, Appendix C templates), :mod:`~calibrate.zoo.tokenizer`, :mod:`~calibrate.zoo.zoo_models`,
+:mod:`~calibrate.zoo.train`. ``import calibrate.zoo`` stays free of torch. More: ARCHITECTURE.md.
 """
 
 from importlib import resources

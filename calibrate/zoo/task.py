@@ -1,22 +1,11 @@
 """The zoo's synthetic multimodal task: 1-, 2- and 5-image requests in IbED's (Lee et al. 2024) Appendix C
 templates.
 
-Tasks (LLaVA-style prompts, ``<image>`` marks each image; the tokenizer adds ``<s>``):
-
-* ``describe`` / ``vqa`` (1 image): describe the scene, or answer a question with explained reasoning;
-* ``spot`` / ``iedit`` (2 images): the second scene differs from the first in one attribute
-  (Spot-the-Difference and IEdit templates);
-* ``story`` (5 images): each frame changes one attribute of the previous; frames 1-4 come with captions
-  (PororoSV template) and the answer writes caption #5.
-
-Difference answers (spot, iedit, story) walk through the attributes, old and new value side by side with a
-verdict ("the hue from red to blue (new colour)"), before naming the changed attribute.
-
-Answers mix image facts (colour, shape, count, side, which attribute changed) with generic wording a
-text-only model can guess. Each :class:`Example` records the character spans of its image facts and
-whether the same value is already in the prompt (story captions), so acceptance on image-dependent
-tokens can be measured. Generic wording never uses a fact word, so :func:`extract_facts` on any text
-recovers the facts it states (checked by the tests).
+Tasks: ``describe``/``vqa`` (1 image), ``spot``/``iedit`` (2 images, one attribute differs), ``story``
+(5 frames, PororoSV template). Answers mix image facts (colour, shape, count, side, changed attribute) with
+generic wording that never uses a fact word; each :class:`Example` records its fact spans, so acceptance on
+image-dependent tokens can be measured, and :func:`extract_facts` recovers the facts from any text.
+More: ARCHITECTURE.md, Notes by module.
 """
 
 from __future__ import annotations

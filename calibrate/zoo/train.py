@@ -1,13 +1,9 @@
 """Train the zoo (target, draft, captioner) on CPU: ``python -m calibrate.zoo.train --out DIR``.
 
-Order: tokenizer on the train corpus; supervised pre-training of the target's vision tower on scene
-attributes (:mod:`calibrate.zoo.vision`); target (tower frozen, projector + decoder trained, captions
-first); draft (vision tower copied from the trained target and frozen, projector + decoder trained,
-optionally distilled: loss = (1−w)·CE + w·KL(target‖draft) on answer tokens, Hinton et al. 2015);
-captioner (draft architecture, tower copied and frozen, trained on one-line captions). Step counts come
-from ``--steps`` or are planned from the ``--minutes`` budget by timing a few probe steps; the chosen
-counts are written to the model card so a run can be repeated exactly. AdamW, linear warm-up then cosine
-decay, gradient clipping at 1.
+Order: tokenizer; the target's vision tower (:mod:`calibrate.zoo.vision`); target; draft (optionally
+distilled, loss = (1−w)·CE + w·KL(target‖draft), Hinton et al. 2015); captioner. Step counts from
+``--steps`` or planned from ``--minutes``, written to the model card. AdamW, linear warm-up then cosine
+decay, gradient clipping at 1. More: ARCHITECTURE.md, Notes by module.
 """
 
 from __future__ import annotations

@@ -1,14 +1,8 @@
 """Supervised pre-training of the target's vision tower on scene attributes (before LLaVA training).
 
-A random vision tower gives the decoder nothing to read, and learning vision only through next-token loss
-is slow (the decoder first learns the text prior and ignores the image). Four linear heads on the image
-tokens the projector sees (``hidden_states[-1][:, 1:]``) classify colour, shape, count and side; the heads are
-thrown away afterwards. Like LLaVA's use of a pre-trained CLIP tower, but trained here.
-
-Colour, shape and count are read from the *mean* of the patch tokens, side from their concatenation (a mean
-is blind to where the shapes are): the decoder reads images through attention, a weighted mean over image
-tokens, so the features it can read best are the ones a mean exposes. (Count is still the zoo target's
-weakest fact: off-by-one counts are most of its held-out errors, with either readout.)
+Four linear heads on the image tokens the projector sees (``hidden_states[-1][:, 1:]``) classify colour,
+shape and count from the patch tokens' mean and side from their concatenation; the heads are thrown away
+afterwards. Like LLaVA's pre-trained CLIP tower, but trained here. More: ARCHITECTURE.md, Notes by module.
 """
 
 from __future__ import annotations

@@ -1,15 +1,10 @@
 """Monte Carlo of sampled speculative decoding from per-position β traces: τ and request latency, with CIs.
 
-Model: at output position t a drafted token is accepted with probability β_t = Σ_x min(p_t, q_t)
-(Leviathan et al. 2023, §3.5), independently across positions; a block starting at t tries
-t, t+1, … up to γ drafts, stops at the first rejection (emitting the resampled token there) or
-emits a bonus token after γ acceptances. Each position is tried at most once, so drawing
-m_t ~ Bernoulli(β_t) for every position up front and replaying greedily (:mod:`specsim.acceptance.replay`)
-has exactly the block distribution of the sequential process — which makes the simulation fully
-vectorised. Approximation to know: here β is one trace per prompt (teacher-forced on the target's
-greedy output), while a sampled run follows its own tokens; the sampled check
-(:mod:`specsim.check.sampled`) simulates runs along the target's sampled paths instead when the
-profile has them.
+A draft at output position t is accepted with probability β_t = Σ_x min(p_t, q_t) (Leviathan et al. 2023,
+§3.5), independently across positions. Each position is tried at most once, so m_t ~ Bernoulli(β_t) drawn
+up front and replayed greedily (:mod:`specsim.acceptance.replay`) has exactly the sequential process's block
+distribution: fully vectorised. β is one teacher-forced trace per prompt, an approximation
+(:mod:`specsim.check.sampled` follows sampled paths instead). More: ARCHITECTURE.md, Notes by module.
 """
 
 from __future__ import annotations

@@ -1,16 +1,10 @@
 """Exact greedy replay of acceptance traces: τ(γ), accepted-length histograms and survival curves.
 
-A greedy trace ``match[t]`` (1 when the draft's argmax equals the target's token at output position
-t, teacher-forced on the target's own greedy output) determines greedy speculative decoding
-exactly, for every γ at once: a block starting at t accepts the run of matches from t capped at γ
-(and at the tokens left), then emits the target's token.
-
-Closed form used here (no per-block loop): every mismatch position z ends a block, because the
-block that reaches z either rejects there (and emits the target's token at z) or has accepted γ
-drafts and emits its bonus token exactly at z; either way the next block starts at z + 1. So the
-trace splits after every mismatch (and at the end of each prompt) into segments, and a segment of
-L positions takes ceil(L / (γ+1)) blocks: full blocks of γ+1 tokens, then one block with the rest.
-τ = positions / blocks. This is vectorised over positions, prompts and γ (≥ 10^8 positions/s).
+``match[t]`` = 1 when the draft's argmax equals the target's token at output position t (teacher-forced on
+the target's greedy output); it fixes greedy SD exactly, for every γ at once. Closed form, no per-block loop:
+every mismatch ends a block, so the trace splits after each mismatch (and at each prompt's end) into
+segments; a segment of L positions takes ceil(L / (γ+1)) blocks, and τ = positions / blocks. Vectorised
+over positions, prompts and γ. More: ARCHITECTURE.md, Notes by module.
 """
 
 from __future__ import annotations

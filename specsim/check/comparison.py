@@ -1,18 +1,11 @@
 """Predicted vs measured speculative decoding (``specsim check``): one :class:`CheckRow` per method × scenario
 × γ (or token tree, or draft-length policy).
 
-Measured: real runs of the engine, per prompt and round, reduced to :class:`RequestRun` (ms by term).
-Two speedups: *request* = target-only request ms / SD request ms, everything the engine does (vision,
-draft set-up, the first pass that carries the prompt, every block); *decode phase* = ms per token after
-the first pass (target-only steps ≥ 1 vs SD blocks ≥ 1), the convention of τ / (γ·c + v). Each has a
-95% confidence half-width from the spread of the rounds (:func:`ratio_halfwidth`), so a prediction
-error can be judged against the noise of its measurement.
-
-Predicted: :func:`specsim.predict.pricing.price`, the pricing ``specsim predict`` prints, over the same
-prompts: each prompt's exact greedy schedule (its trace replayed at γ, or with a tree or a policy:
-:mod:`specsim.draft_shapes.draft_plans`), its own prompt lengths and its vision and draft set-up. Textbook:
-Leviathan et al.'s τ / (γ·c + 1) with τ from an i.i.d. α fitted at one reference γ.
-Relative error = (predicted − measured) / measured.
+Measured: engine runs reduced to :class:`RequestRun` (ms by term); speedups *request* (target-only ms / SD
+ms, all of it) and *decode phase* (ms per token after the first pass, the τ / (γ·c + v) convention), each
+with a 95% half-width over rounds (:func:`ratio_halfwidth`). Predicted: :func:`specsim.predict.pricing.price`
+on the same prompts; textbook: Leviathan et al. 2023's τ / (γ·c + 1). Relative error = (predicted −
+measured) / measured. More: ARCHITECTURE.md, Notes by module.
 """
 
 from __future__ import annotations

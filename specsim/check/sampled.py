@@ -1,35 +1,11 @@
-"""Sampled-mode ``specsim check`` (temperature T > 0): measured τ and speedup of seeded runs vs 95%
-prediction intervals from a Monte Carlo over the profile's β traces.
+"""Sampled-mode ``specsim check`` (T > 0): measured τ and speedup of seeded runs vs 95% prediction intervals
+from a Monte Carlo over the profile's traces; measured by :func:`specsim.check.sampled_runs.measure_sampled`.
 
-Measured (:func:`measure_sampled`): every prompt runs R times (one seed each); a row pools its P
-prompts × R runs: τ = Σ tokens / Σ blocks; decode-phase speedup = (target-only ms per token after the
-first step) / (SD ms per token after the first block); request speedup as in :mod:`specsim.check.comparison`.
-
-Predicted (:func:`predict_sampled`): a sampled run's tokens are distributed as the target's (the
-engine is lossless), so a simulated run first picks one of the prompt's K seeded sampled target paths
-y (``Trace.accept_paths``) and accepts a draft at position t with probability r_t = min(1, q_t(y_t) /
-p_t(y_t)), independently across positions given the path. That is exact: given the emitted y_t, the
-sampled draft was accepted with probability min(p_t(y_t), q_t(y_t)) / p_t(y_t) (Leviathan et al. 2023,
-§3.5), and E[r_t] over y_t ~ p_t is β_t = Σ_x min(p_t(x), q_t(x)). A profile without sampled paths
-falls back to one path, β_t on the target's greedy output (a warning says so: a sampled run follows its
-own tokens, whose acceptance can differ). Per prompt, a pool of simulated runs: draws m_t ~ Bernoulli
-over the run's length (:mod:`specsim.acceptance.montecarlo`), replayed into the engine's blocks
-(:func:`specsim.draft_shapes.block_plans.greedy_plan`, γ capped at tokens left − 1), every block priced where
-it runs by the chain costs :func:`specsim.predict.pricing.price` composes
-(:func:`specsim.predict.chain_costs.block_ms`). A *replicate* of the measurement first resamples the prompt's
-K paths with replacement (so the interval carries the error of estimating acceptance from K paths: the
-measured runs follow other paths), then draws, for every run actually made (prompt p, n tokens), one simulated
-run of p at length n along a path of that resample, and reduces them as the measurement is reduced. The
-central 95% of the replicates is the interval: it covers the sampling randomness of a run of P × R runs and
-the finite number of calibration paths, not only the Monte Carlo mean's error. The prompts themselves are the
-calibration's, so they are not resampled.
-
-Timing noise: the speedup interval is widened in quadrature by the measurement's timing noise (see
-:func:`timing_halfwidth`). Sampling itself (a draw instead of an argmax for every draft and target-only
-token, the sampled acceptance of every block) is priced by the cost model's :class:`SamplingCost` when
-``calibrate latency`` measured it (older profiles: greedy costs, noted). Not covered, so a miss points at
-it: a systematic cost-model error (the greedy check measures it). A run longer
-than its path (EOS later than on the path) continues at the path's mean acceptance (noted).
+:func:`predict_sampled`: a simulated run picks one of the prompt's K sampled target paths y
+(``Trace.accept_paths``) and accepts at t with probability r_t = min(1, q_t(y_t) / p_t(y_t)), exact given y
+(Leviathan et al. 2023, §3.5; E[r_t] = β_t); blocks priced by :func:`specsim.predict.chain_costs.block_ms`.
+A replicate resamples the K paths and draws one run per measured run; the central 95% of the replicates is
+the interval, widened by timing noise. More: ARCHITECTURE.md, Notes by module.
 """
 
 from __future__ import annotations

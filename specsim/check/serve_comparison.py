@@ -1,15 +1,11 @@
 """A serving check: the requests a real server loop served (``specsim check --serve-rates``) against the
 simulation of the same workload, SD at a fixed γ or target-only.
 
-Measured and predicted share one summary (:func:`specsim.serve.metrics.summarize`): the loop's stamps become
-a :class:`specsim.serve.simulator.ServeRun` (:func:`measured_run`). The prediction (:func:`predicted_run`)
-simulates the same requests: the loop's arrival times, each request's prompt (text tokens, images and image
-positions) and the tokens it emitted; the loop's scheduler (at most ``max_num_seqs`` running, whole prompts,
-a token budget no step reaches); each request's acceptance replayed from its prompt's greedy trace
-(:class:`specsim.serve.speculation.ReplayAcceptance`); every step priced from the profile
-(:class:`specsim.serve.profile_cost.ProfileStepCost`, with the drafting method's prompt and set-up). A row
-compares :data:`specsim.profile_format.SERVE_METRICS`, measured as the mean over rounds (the same arrivals
-each round) with its relative 95% half-width.
+Measured and predicted share one summary (:func:`specsim.serve.metrics.summarize`): :func:`measured_run`
+turns the loop's stamps into a :class:`specsim.serve.simulator.ServeRun`; :func:`predicted_run` simulates
+the same requests, arrivals, scheduler and greedy traces, every step priced from the profile. A row compares
+:data:`specsim.profile_format.SERVE_METRICS` (mean over rounds, relative 95% half-width).
+More: ARCHITECTURE.md, Notes by module.
 """
 
 from __future__ import annotations

@@ -1,17 +1,10 @@
 """Exact greedy replay of an adaptive in-batch ensemble, block by block.
 
-An in-batch ensemble (IbED, Lee et al. 2024) drafts the argmax of q = Σ_j w_j p_j over its members'
-distributions p_j. An adaptive one (after TABED) updates the weights after every block from the
-members' hits on the block's known target tokens: with m = min(n + 1, γ) positions (the n accepted
-drafts and, if n < γ, the target's correction), h_j = (1/m) Σ_i [argmax p_j,i = y_i],
-w ← w · exp(η (h − mean h)), normalised, then w ← (1 − ε) w + ε w⁰.
-
-So whether the draft at t matches the target depends on the weights there, which depend on the earlier
-blocks, which depend on γ: one ``match`` sequence (a trace updates after every token) only approximates
-the engine. For adaptive methods ``calibrate acceptance`` also stores an :class:`AdaptiveTrace` per
-prompt: each member's probability of the target's token, of its rivals (the union of the members'
-top-K tokens; the mixture's argmax is among them unless K is too small) and whether the member's own
-argmax was the target's token. :func:`adaptive_plan` re-runs the weights block by block.
+IbED (Lee et al. 2024) drafts argmax q, q = Σ_j w_j p_j; the adaptive one (after TABED) updates w after each
+block from the members' hits h_j on its m = min(n + 1, γ) known target tokens:
+w ← w · exp(η (h − mean h)), normalised, then w ← (1 − ε) w + ε w⁰. Matches so depend on γ: ``calibrate
+acceptance`` stores an :class:`AdaptiveTrace` per prompt and :func:`adaptive_plan` re-runs the weights
+block by block. More: ARCHITECTURE.md, Notes by module.
 """
 
 from __future__ import annotations

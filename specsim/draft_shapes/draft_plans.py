@@ -1,12 +1,10 @@
 """The blocks of one traced request for a fixed γ, a token tree or a draft-length policy: the engines' exact
-greedy schedules (:func:`draft_plan`), every block's drafting capped at the request's max new tokens as the
-engines cap it.
+greedy schedules (:func:`draft_plan`), each block's drafting capped at the request's max new tokens.
 
-Chains and policies give a :class:`specsim.draft_shapes.block_plans.BlockPlan` (an adaptive ensemble's from
-its weights re-run block by block, :mod:`specsim.draft_shapes.adaptive`); trees a :class:`TreePlan` of
-:class:`TreeBlockPlan` (boundaries from :func:`specsim.draft_shapes.tree_replay.accepted_from_each_start`,
-each block's tree cut to what the request has left, and the rows of the draft's root pass: 1, or 2 after a
-block whose last accepted node was a leaf and so never fed).
+Chains and policies give a :class:`specsim.draft_shapes.block_plans.BlockPlan` (adaptive ensembles: weights
+re-run block by block, :mod:`specsim.draft_shapes.adaptive`); trees a :class:`TreePlan` of
+:class:`TreeBlockPlan` (boundaries from :func:`specsim.draft_shapes.tree_replay.accepted_from_each_start`).
+More: ARCHITECTURE.md, Notes by module.
 """
 
 from __future__ import annotations

@@ -1,33 +1,11 @@
 """Dynamic draft length: policies that choose γ block by block, and their exact greedy replay.
 
-A policy is a frozen description plus a pure transition, shared by the engine
-(the calibrate half's speculative-decoding loop accepts one as ``gamma``) and the replay here, so both
-run the same rule:
-
-- ``initial_state()`` at the start of a request; ``next_gamma(state)`` the γ to draft this block
-  (the engine still caps it at tokens left − 1); ``update(state, proposed, accepted)`` after the block;
-- ``stop_below``: the drafter stops early, after the first draft whose draft probability (the
-  top probability of the distribution it was drafted from; T = 1 when greedy) is below it (0 = never).
-
-Policies (:func:`parse_policy`):
-
-- ``fixed:5`` (or ``5``): γ = 5 always.
-- ``heuristic[:G][,max=M]``: HF transformers' ``num_assistant_tokens_schedule="heuristic"``
-  (``AssistedCandidateGenerator.update_candidate_strategy``): start at G (default 20, HF's
-  ``num_assistant_tokens``); +2 after a block that accepted every draft it proposed, else −1,
-  floor 1; M an optional cap. State resets per request (HF's "heuristic_transient").
-- ``confidence:P[,gamma=G][,heuristic]``: HF's ``assistant_confidence_threshold`` = P with a fixed
-  threshold (HF adapts it by an ROC fit when scikit-learn is installed; not modelled), drafting at
-  most G (default 20) per block, or on the heuristic schedule from G.
-- ``batch:1=5,8=3,32=0[@B]``: a per-batch-size table (the entry of the largest batch ≤ B, B = 1 by
-  default), or its ranges spelling ``1-7:5,8-31:3,32-1024:0`` (``serve --gamma-by-batch``, vLLM's
-  ``num_speculative_tokens_per_batch_size``); γ = 0 turns drafting off, as serving engines do at large
-  batch. The serving simulation keys the same policy on each step's decode batch (``gamma_at``).
-
-Replay from greedy traces: a block starting at t drafts g = min(next_gamma, N-1-t), shortened to
-the first offset i with top1[t+i] < P (that draft included), and accepts min(g, run of matches
-from t). Drafts past the first mismatch never change the outcome, and every draft up to it sits on
-the teacher-forced context, so the replay is exact whenever the traces' top-1 probabilities are.
+A policy is a frozen description plus a pure transition (``initial_state``, ``next_gamma``, ``update``;
+``stop_below``), shared by the engine and the replay, so both run the same rule. :func:`parse_policy` reads
+``fixed:5``, ``heuristic[:G][,max=M]`` (HF transformers' ``num_assistant_tokens_schedule="heuristic"``),
+``confidence:P[,gamma=G][,heuristic]`` (HF's ``assistant_confidence_threshold``) and
+``batch:1=5,8=3,32=0[@B]`` or ``1-7:5,8-31:3,32-1024:0`` (vLLM's ``num_speculative_tokens_per_batch_size``).
+The replay is exact whenever the traces' top-1 probabilities are. More: ARCHITECTURE.md, Notes by module.
 """
 
 from __future__ import annotations

@@ -1,16 +1,10 @@
 """Exact greedy replay of token trees from top-k traces, and per-rank acceptance estimated from them.
 
-A top-k trace stores, at every output position t (teacher-forced on the target's greedy output),
-``draft_rank[t]``: the rank of the target's token in the draft's greedy distribution. Greedy tree
-decoding follows the target's own tokens, so a block that starts at t (root = the pending token)
-accepts its depth-1 node of rank R[t] if the root has such a child, then that node's child of rank
-R[t+1], and so on: every context on this path is the teacher-forced one, so the walk is exact. The
-block emits its accepted nodes plus the target's token after the last one, and the next block
-starts there. Like the engine, a block never accepts the request's last token as a draft (its tree
-is cut to depth ≤ tokens left − 1), so blocks match :mod:`specsim.acceptance.replay` for "chain:γ".
-
-The walk is vectorised over all start positions (one array step per depth); chaining blocks is a
-loop over blocks.
+``draft_rank[t]`` is the rank of the target's token in the draft's greedy distribution at output position t
+(teacher-forced). A block starting at t accepts its depth-1 node of rank R[t] if the root has one, then that
+node's child of rank R[t+1], and so on: every context on the path is the teacher-forced one, so the walk is
+exact. As in the engine, no block accepts the request's last token as a draft, so "chain:γ" matches
+:mod:`specsim.acceptance.replay`. More: ARCHITECTURE.md, Notes by module.
 """
 
 from __future__ import annotations

@@ -1,13 +1,10 @@
 """The best token tree of each size for a given acceptance, and the best tree for a measured cost
-(Sequoia, Chen et al. 2024, §3.1: dynamic programming over subtree sizes; hardware-aware choice by
-tokens per ms).
+(Sequoia, Chen et al. 2024, §3.1: dynamic programming over subtree sizes; hardware-aware by tokens per ms).
 
-Dynamic programme (depth-aware; ranks contiguous from 0 because a node's children are its top-k):
-V[e][m] = the largest expected number of accepted nodes below an accepted node at depth e that has
-exactly m nodes below it. Its children sit at depth e+1 with ranks 0, 1, ...; the child of rank r
-with a subtree of s nodes adds acc[e, r]·(1 + V[e+1][s-1]). Splitting m over ranks is a max-plus
-convolution, W_r[k] = max_s (acc[e, r]·(1 + V[e+1][s-1]) + W_{r+1}[k-s]), computed as one
-(m × s) array per (depth, rank). Then τ*(n) = 1 + V[0][n], for every n ≤ n_max at once.
+V[e][m] = the most expected accepted nodes below an accepted node at depth e with m nodes below it; its
+child of rank r with s nodes adds acc[e, r]·(1 + V[e+1][s-1]), and splitting m over ranks is a max-plus
+convolution, one (m × s) array per (depth, rank). τ*(n) = 1 + V[0][n] for every n ≤ n_max at once.
+More: ARCHITECTURE.md, Notes by module.
 """
 
 from __future__ import annotations

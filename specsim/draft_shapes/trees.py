@@ -1,30 +1,11 @@
 """Token trees: the spec format, expected tokens per block from per-depth, per-rank acceptance, and
 the block cost of a tree.
 
-A token tree (SpecInfer, Miao et al. 2024; Sequoia, Chen et al. 2024) has a root, the block's
-pending token, and n draft nodes. A node's children are candidates for the next position, in rank
-order: the r-th child is the draft's r-th most likely token there (rank 0 = the draft's top choice;
-when sampling, the r-th of the node's i.i.d. draws). One target pass verifies the pending token and
-all n nodes (n+1 positions; a tree attention mask lets each node see only its ancestors). A chain of
-γ drafts is the tree "chain:γ" with n = γ, so Tv(n) keeps the chain's convention: n+1 positions.
-
-Spec strings (:func:`parse_tree`):
-
-- ``"4,2,1"``: branching per depth. The root has 4 children, each depth-1 node 2, each depth-2
-  node 1 (n = 4 + 8 + 8 = 20).
-- ``"chain:5"``: a chain of 5 drafts (the same tree as ``"1,1,1,1,1"``).
-- ``"parents:0,0,1,1,3"``: the parent of nodes 1..n (the root is node 0; a parent comes before its
-  children). Siblings take ranks 0, 1, ... in the order they appear.
-
-Acceptance: ``acc[d-1, r]`` = P(the target's token at depth d is the draft's r-th candidate | the
-parent node was accepted), for d = 1..D and r = 0..K-1; depths beyond D reuse row D. With
-independence across depths (Sequoia's positional acceptance) node u is accepted with probability
-Π_{v on the path root→u} acc[depth(v)-1, rank(v)], and
-
-    τ(tree) = 1 + Σ_u P(u accepted)        (tokens per block, bonus token included).
-
-The best tree of each size is in :mod:`specsim.draft_shapes.tree_search`; exact greedy replay from traces in
-:mod:`specsim.draft_shapes.tree_replay`.
+A tree (SpecInfer, Miao et al. 2024; Sequoia, Chen et al. 2024) has a root, the pending token, and n draft
+nodes; a node's r-th child is the draft's r-th candidate. One target pass verifies n+1 positions, so
+"chain:γ" is the tree with n = γ. Specs (:func:`parse_tree`): ``"4,2,1"``, ``"chain:5"``,
+``"parents:0,0,1,1,3"``. With acc[d-1, r] = P(the depth-d token is the r-th candidate | parent accepted),
+τ(tree) = 1 + Σ_u Π_{v on root→u} acc[depth(v)-1, rank(v)]. More: ARCHITECTURE.md, Notes by module.
 """
 
 from __future__ import annotations

@@ -1,26 +1,10 @@
 """Price B traced requests decoded together by the batched engine, block by block at the batch's composition.
 
-The batched engine (``calibrate/run/batch_engine.py``) runs one static batch: every block drafts g tokens for
-every request (the draft at batch B), verifies B × (g+1) rows in one target pass, and each request accepts
-its own prefix. Under greedy decoding a request emits in the batch exactly what it emits alone (a block's g
-is min(γ, the most tokens any running request has left − 1) ≥ its own, and what it emits is cut at its own
-end), so each request's blocks are its trace's greedy schedule
-(:func:`specsim.draft_shapes.draft_plans.draft_plan`) and the batch runs until its longest schedule ends. Each
-block is priced where it runs (:mod:`specsim.profile_format.batched_cost`):
-
-- the cache width: the longest prompt P, then g₀ columns of the first block, then g + 1 per block whatever
-  was accepted (rejected drafts stay, masked); the draft's: its longest prompt D, then g₀ − 1, then per block
-  1 column (2 when a running request accepted all g drafts of the block before) and g − 1 more;
-- draft: g steps at batch B, step i on the draft's width + i (the first at the first step's cost, where
-  the profile measured it apart); verify: g + 1 rows per request (a block with
-  no drafts: a target step; an end-of-batch g below the measured rows: the nearest measured, flagged as
-  extrapolated); overhead: the engine's at (g, B);
-- target-only: step s ≥ 1 feeds one row per request on P + s − 1 columns, plus the step overhead at B;
-  while no column is masked (every prompt of one length, no request finished yet) at the unpadded step's
-  cost where the profile measured it (transformers then runs SDPA without a mask).
-
-The decode phase leaves the first pass out (fused with the prefill), as the batch-1 check does: ms per
-token after it, every request's tokens counted. Speedup = target-only ms/token ÷ SD ms/token.
+Under greedy decoding a request emits in the batch exactly what it emits alone, so each request's blocks
+are its trace's greedy schedule (:func:`specsim.draft_shapes.draft_plans.draft_plan`) and the batch runs
+until the longest ends. Every pass is read from :mod:`specsim.profile_format.batched_cost` at its cache
+width (rejected drafts stay, masked), B and rows. Decode phase: the first pass left out; speedup =
+target-only ms/token ÷ SD ms/token. More: ARCHITECTURE.md, Notes by module.
 """
 
 from __future__ import annotations

@@ -1,22 +1,11 @@
 """Price a chain request's forwards through the pass cost (:mod:`specsim.costs.pass_cost`), each where it
 runs.
 
-A request's context grows from its prompt P to P + N as it decodes, and each forward costs what it
-costs at its own rows, context and batch. So a prediction lists the blocks (a
-:class:`specsim.draft_shapes.block_plans.BlockPlan`) and prices each pass where it runs, in the engine's cache
-convention (the calibrate half's engine, ARCHITECTURE.md):
-
-- target-only step k feeds 1 row on a cache of P − 1 + k positions;
-- a block that starts after t emitted tokens verifies γ+1 rows on P − 1 + t; the draft's first step
-  feeds 1 row (2 after a fully accepted block, on one position less) on D − 1 + t, where D is the
-  draft's own prompt (the padded length for an ensemble), and its step i ≥ 1 feeds 1 row on D − 1 + t + i;
-- ``fused=True`` prices the first pass as the engine runs it: the prefill is fused with the first
-  block (the target's pass over P + γ rows, the draft's over D rows) and with the first target-only
-  step (P rows); ``fused=False`` prices the decode phase alone, every block as if the prompt were
-  already cached (the convention of τ / (γ·c + v), Leviathan et al. 2023);
-- every block also pays the engine's overhead outside the models at its γ (an adaptive ensemble's
-  blocks also its weight update, ``adaptive_ms_per_block``), and the draft forwards the runtime runs beyond
-  its γ drafts (none in a measured engine's grids).
+A request's context grows from its prompt P to P + N; each pass is priced at its own rows, context and batch
+in the engine's cache convention (a block after t tokens verifies γ+1 rows on P − 1 + t cached positions).
+``fused=True`` prices the first pass fused with the prefill, as the engine runs it; ``fused=False`` the
+decode phase alone, as if the prompt were cached (the τ / (γ·c + v) convention, Leviathan et al. 2023).
+Each block also pays the engine's overhead at its γ. More: ARCHITECTURE.md, Notes by module.
 """
 
 from __future__ import annotations

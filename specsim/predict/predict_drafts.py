@@ -1,17 +1,11 @@
 """Token trees and draft-length policies next to the fixed-γ chain: predicted decode-phase speedups
 (``specsim predict --tree/--policy/--best-tree``, ``specsim sweep --tree/--policy``).
 
-Every row is the decode phase walked through the cost model over each traced request's exact greedy
-schedule (:func:`specsim.draft_shapes.draft_plans.draft_plan`), as
-:func:`specsim.predict.prediction.predict_entry` walks a fixed γ: every block priced at its own rows, context
-and batch as if the prompt were cached; speedup = target-only ms / speculative ms over the same tokens.
-
-The best tree (:func:`best_tree_for`) is Sequoia's hardware-aware choice (Chen et al. 2024;
-:func:`specsim.draft_shapes.tree_search.best_tree`): over the optimal trees of every size n ≤ n_max and depth
-≤ max_depth, the most expected tokens per ms, with τ(tree) from the per-rank acceptance measured on the
-traces (:func:`specsim.draft_shapes.tree_replay.rank_acceptance`, the same at every depth) and the block's ms
-from the tree grids at the requests' mean context. Its row then reports the exact replayed τ and walked
-speedup, which can differ from the search's estimate: the search assumes acceptance independent across depths.
+Every row walks the cost model over each traced request's exact greedy schedule, as a fixed γ is walked;
+speedup = target-only ms / speculative ms over the same tokens. :func:`best_tree_for` is Sequoia's
+hardware-aware choice (Chen et al. 2024): the most expected tokens per ms among the optimal trees of each
+size, assuming acceptance independent across depths; its row reports the exact replayed τ.
+More: ARCHITECTURE.md, Notes by module.
 """
 
 from __future__ import annotations

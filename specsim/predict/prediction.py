@@ -1,14 +1,10 @@
 """Profile + method + γ (or a token tree, or a draft-length policy) -> predicted τ and speedup, one row each.
 
-The decode-phase speedup τ / (γ·c + v + o) (IbED, Lee et al. 2024, Eq. 2, with the engine's overhead o per
-block) is priced by :func:`specsim.predict.pricing.price`, the one pricing every command shares: each
-traced request's exact greedy schedule (or N tokens in blocks of τ), every forward at its own rows,
-context and batch; c, v and o are then effective values over the requests' decode phases.
-
-τ comes from the most direct evidence the profile holds (:mod:`specsim.predict.tau_at_gamma`). A profile
-whose latency is only a published ratio γ·c + v at one γ (a paper's speedup table) is not priced: its
-speedup at that γ is τ / (γ·c + v), and other γ are reported as not computable. The textbook model
-(Leviathan et al. 2023) is used only when asked: v = 1, τ from an i.i.d. α fitted at the measured γ.
+Decode-phase speedup τ / (γ·c + v + o) (IbED, Lee et al. 2024, Eq. 2; o the engine's overhead per block),
+priced by :func:`specsim.predict.pricing.price`, so c, v and o are effective values over the requests.
+τ from the best evidence (:mod:`specsim.predict.tau_at_gamma`). A published ratio γ·c + v is not priced:
+only its own γ is computable. Textbook (Leviathan et al. 2023), only when asked: v = 1, τ from an i.i.d. α.
+More: ARCHITECTURE.md, Notes by module.
 """
 
 from __future__ import annotations

@@ -1,18 +1,11 @@
 """The request shape of pricing: a drafting method's requests, pass by pass through a pass cost
 (:mod:`specsim.costs.pass_cost`; the profile's measured grids by default).
 
-``predict``, ``sweep`` and ``check`` price requests here, so a check tests exactly what ``predict`` prints
-(``recommend`` and ``hardware`` price the plan shape, :mod:`specsim.hardware.plan`). :func:`price` takes
-requests (:class:`RequestSpec`: traced prompts, replayed exactly, or one request of N tokens in blocks of
-τ), a fixed γ, a token tree or a draft-length policy, and returns their costs by term, SD and target-only:
-
-- the whole request: vision encoder, the draft's set-up (its vision encoder, captions), the first pass
-  fused with the prompt as the engine runs it, every later block (:mod:`specsim.predict.chain_costs`,
-  :mod:`specsim.predict.tree_costs`);
-- the decode phase: ms per token after the first pass, target-only steps ≥ 1 against SD blocks ≥ 1, every
-  block priced as if the prompt were cached (the convention of τ / (γ·c + v), Leviathan et al. 2023).
-
-Speedup = target-only ms / SD ms over the same tokens.
+``predict``, ``sweep`` and ``check`` price requests here, so a check tests exactly what ``predict`` prints.
+:func:`price` takes :class:`RequestSpec` requests (traced, replayed exactly, or N tokens in blocks of τ) and a
+γ, tree or policy, and returns costs by term, SD and target-only: the whole request (vision, draft set-up,
+the fused first pass, every block) and the decode phase (as if the prompt were cached; Leviathan et al.
+2023). Speedup = target-only ms / SD ms over the same tokens. More: ARCHITECTURE.md, Notes by module.
 """
 
 from __future__ import annotations

@@ -1,25 +1,11 @@
 """Price requests decoded with a token tree or a draft-length policy, every forward through the pass cost
 (:mod:`specsim.costs.pass_cost`) in the engines' cache conventions.
 
-Trees (the tree engine of the calibrate half, ARCHITECTURE.md), for a request with target prompt P and draft
-prompt D:
-
-- the target's prefill over the prompt's first P − 1 tokens runs apart (``target_prefill``, rows P − 1);
-- a block that starts after t emitted tokens verifies the pending token and its n nodes (``tree.verify``,
-  rows n + 1) on P − 1 + t cached positions;
-- the draft's root pass feeds its unfed tokens (``draft_first``, 1 row, or 2 after a block whose last
-  accepted node was a leaf and so never fed) on D + t − rows, and in the request's first block the whole
-  draft prompt (``draft_prefill``, D rows, fused as in the chain engine); level pass ℓ ≥ 1 feeds the
-  level's m_ℓ expanded nodes (``tree.draft``) on D + t + Σ_{j<ℓ} m_j;
-- each block pays the tree engine's overhead at its n and depth (``tree.overhead_fit``; older profiles: at its
-  n, ``tree.overhead_ms_per_block``) and context; a block whose tree
-  the end of the request cut to nothing is one target step (``target_decode``, its overhead per step).
-
-``fused=False`` prices the decode phase alone: no prefill, every block's root pass as a 1- or 2-row step,
-as :func:`specsim.predict.chain_costs.sd_request_cost` does for chains. Plans come from exact greedy replay
-(:mod:`specsim.draft_shapes.tree_replay`, :mod:`specsim.draft_shapes.policies`) with every block's drafting
-capped at the request's max new tokens as the engines cap it; a policy's blocks are chain blocks of varying γ,
-priced by :func:`specsim.predict.chain_costs.sd_request_cost`.
+Trees (target prompt P, draft prompt D): the target's prefill over P − 1 tokens runs apart; a block after t
+tokens verifies n + 1 rows (``tree.verify``) on P − 1 + t; the draft runs its root pass, then one level pass
+per depth (``tree.draft``); each block pays the tree engine's overhead at its n and depth. ``fused=False``
+prices the decode phase alone. Policies are chain blocks of varying γ
+(:func:`specsim.predict.chain_costs.sd_request_cost`). More: ARCHITECTURE.md, Notes by module.
 """
 
 from __future__ import annotations

@@ -1,18 +1,11 @@
 """The profile: the versioned JSON contract between ``calibrate`` (writes) and ``specsim`` (reads).
 
-A profile holds provenance, latency tables (ms), acceptance per drafting method and scenario, and
-the results of ``specsim check``. Every dataclass here is frozen and has ``to_json``/``from_json``;
-``from_json`` validates every field and raises :class:`SpecsimError` naming the field and the bad
-value (ranges per unit from :mod:`specsim.bounds`). The contract is a leaf: it imports
-nothing of specsim but :mod:`specsim.jsonio`, :mod:`specsim.errors`, :mod:`specsim.bounds` and
-:mod:`specsim.dtypes`. Profiles on disk (shipped, loaded, saved, their traces replayed against their τ)
-are :mod:`specsim.profiles`.
-
-One module per part of the document: :mod:`~specsim.profile_format.provenance`,
-:mod:`~specsim.profile_format.latency_section`,
-:mod:`~specsim.profile_format.trace`, :mod:`~specsim.profile_format.acceptance_entry`,
-:mod:`~specsim.profile_format.check_row`, :mod:`~specsim.profile_format.serve_check_row`,
-:mod:`~specsim.profile_format.document` (the whole). Import from here.
+Provenance, latency (ms), acceptance per drafting method and scenario, and ``specsim check`` results, one
+module per part (:mod:`~specsim.profile_format.document` is the whole). Every dataclass is frozen with
+``to_json``/``from_json``; ``from_json`` validates every field and raises
+:class:`specsim.errors.SpecsimError` naming the field and the bad value. A leaf: of specsim it imports only
+jsonio, errors, bounds and dtypes. Profiles on disk: :mod:`specsim.profiles`. Import from here.
+More: ARCHITECTURE.md, Notes by module.
 """
 
 from specsim.profile_format.acceptance_entry import ADAPTIVE_PREFIX, TAU_TOLERANCE, MethodAcceptance

@@ -1,35 +1,11 @@
-"""The forward cost of B requests decoded together (schema 3): ms of the batched engine's passes by rows ×
-cache width × requests.
+"""The forward cost of B requests decoded together (schema 3): batched engine passes by rows × width × B (ms).
 
-``calibrate latency --request-batches 1,2,4,8`` runs the batched engine (static batch, rows left-padded,
-rejected drafts masked in place: ``calibrate/run/batch_engine.py``) on synthetic ragged prompts and times
-its own passes in its own alternation (γ draft steps at batch B, then one verification of B × (γ+1) rows;
-target-only steps back to back):
-
-- ``target_decode``: a target-only step, 1 row per request;
-- ``target_decode_unpadded`` (optional): the same step when no column of the batch is masked (every prompt
-  of one length, every request still running). transformers then hands SDPA no mask at all (its
-  ``is_causal`` path), so the step is cheaper than one over the same width with pads; every other pass of
-  the engine carries masked columns (verification feeds several rows, and rejected drafts stay masked);
-- ``target_verify``: the verification, ``rows`` = γ+1 per request;
-- ``draft_step``: one draft step of a block after its first, 1 row per request (every step of a block where
-  ``draft_first_step`` is absent);
-- ``draft_first_step`` (optional): a block's first draft step. It runs right after the verification and the
-  acceptance, on caches the target's pass has just used, and is dearer than the steps after it (a first step
-  that feeds 2 columns after a fully accepted block is priced as 1: the rows of a step at batch B differ by
-  one column);
-- ``overhead_ms_per_block``: the engine's work outside the models per block by γ × B (acceptance per row,
-  masking, Python), and ``overhead_ms_per_target_step`` per target-only step by B;
-- ``server_loop`` (optional): what the server loop (``calibrate/run/server_loop.py``, requests joining and
-  leaving) spends outside its passes and prefills, per step (a + b·B by γ, γ = 0 target-only) and per request
-  (its cache rows joined to the batch and dropped from it); and its passes over the grid's by steps since
-  the last admission (:class:`ServerLoopCosts`).
-
-The context axis of every grid is the **cache width**: the columns each row's pass attends over, pads and
-masked columns included (the longest prompt, plus γ+1 columns per block whatever was accepted; the
-records' ``target_columns``). The grid's batch axis is B, the requests in the pass. Reading it:
-:class:`specsim.costs.grid_pass_cost.GridPassCost` (linear in width, flagged extrapolation outside; B and
-rows exact or linear between measured values).
+``calibrate latency --request-batches 1,2,4,8`` times the batched engine's own passes in its alternation:
+``target_decode`` (optional ``target_decode_unpadded``), ``target_verify`` (γ+1 rows per request),
+``draft_step`` (optional ``draft_first_step``), overheads per block (γ × B) and per target-only step (B),
+optional ``server_loop`` (:class:`ServerLoopCosts`). The context axis is the **cache width**, pads and
+masked columns included; read by :class:`specsim.costs.grid_pass_cost.GridPassCost`.
+More: ARCHITECTURE.md, Notes by module.
 """
 
 from __future__ import annotations
@@ -60,17 +36,13 @@ BATCHED_ENGINE = (
 
 @dataclass(frozen=True)
 class ServerLoopCosts:
-    """The server loop's ms outside its passes: per step ``step_ms[i]`` = (a, b) → a + b·B at ``gammas[i]``
-    (0: target-only), and ``ms_per_request`` for joining and leaving the batch once;
-    ``cold_pass_ms_scale``, a pass's ms after the CPU's caches were flushed over its ms after another pass
-    (the loop runs prefills and the vision encoder between passes, the grid none; 1: not measured); and the
-    loop's own passes over the grid's at the same rows, width and B, by steps since the last step that
-    admitted a request (``target_pass_scale[k]``, ``draft_pass_scale[k]``; the last entry for every later
-    step; empty: not measured): caches refill over several passes after the prompts' prefills, not in one;
-    ``prefill_host_ms`` (target-only, SD): a prefill's ms per request outside the models' forwards (its
-    inputs, cache rows, the draft's prompt, the first token; empty: not measured, 0); and
-    ``ms_per_request_by_gamma``, joining and leaving at each of ``gammas`` (SD joins the draft's cache too;
-    empty: ``ms_per_request`` at every γ)."""
+    """The server loop's ms outside its passes (``server_loop``): ``step_ms[i]`` = (a, b) → a + b·B at
+    ``gammas[i]`` (0: target-only); ``ms_per_request`` joining and leaving once (``ms_per_request_by_gamma``:
+    at each γ; empty: ``ms_per_request``); ``prefill_host_ms`` (target-only, SD) a prefill's ms outside the
+    forwards; ``cold_pass_ms_scale`` a pass after flushed CPU caches over one after another pass (1: not
+    measured); ``target_pass_scale[k]``, ``draft_pass_scale[k]`` the loop's passes over the grid's by steps
+    since the last admission (empty: not measured). Field notes: ARCHITECTURE.md, Notes by module.
+    """
 
     gammas: tuple[int, ...]
     step_ms: tuple[tuple[float, float], ...]

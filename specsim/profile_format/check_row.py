@@ -24,19 +24,11 @@ from specsim.jsonio import (
 class CheckRow:
     """One ``specsim check`` result: predicted vs measured at one γ for one method and scenario.
 
-    ``speedup_*`` is the decode phase (ms per token after the first pass); ``request_speedup_*`` the whole
-    request (schema 2). ``*_halfwidth`` are relative 95% confidence half-widths of the measured values over
-    ``rounds`` repeats; ``terms_ms_per_block`` maps draft/verify/overhead to predicted and measured ms
-    per block, and ``target_step`` to those of a target-only step.
-    ``draft`` (optional) names a token tree ("tree:4,2,1", γ = its nodes) or a draft-length policy
-    ("policy:heuristic:5", γ = its starting γ); absent for a fixed-γ chain.
-    Sampled checks (``temperature`` T > 0; absent = greedy) add the 95% prediction intervals of the
-    measured τ and decode-phase speedup (``tau_interval``, ``speedup_interval``: [lo, hi], from the Monte
-    Carlo of :mod:`specsim.check.sampled`); ``rounds`` is then the number of seeds per prompt.
-    ``batch`` (schema 3; absent: one request at a time) is B of a batched check: the batched engine against
-    batched target-only decoding, B requests per batch (``prompts`` in all).
-    ``synthetic_acceptance`` (absent: lossless decoding) names the schedule every block's accept decision
-    followed (``specsim check --synthetic-acceptance SPEC``): the passes are real, the acceptance scripted.
+    ``speedup_*`` is the decode phase, ``request_speedup_*`` the whole request (schema 2); ``*_halfwidth`` are
+    relative 95% half-widths over ``rounds``; ``terms_ms_per_block`` predicted and measured ms by term.
+    Optional: ``draft`` (a tree or a policy), ``temperature`` with ``tau_interval``/``speedup_interval``
+    (sampled), ``batch`` (schema 3), ``synthetic_acceptance`` (a scripted schedule; absent: lossless).
+    Field notes: ARCHITECTURE.md, Notes by module.
     """
 
     method: str

@@ -1,16 +1,10 @@
 """One grid of the forward-cost model: ms of a forward pass over rows × context × batch
 (:class:`CostGrid`), and reading it between and beyond its measured points (:func:`grid_ms`).
 
-Interpolation rule (:func:`grid_ms`):
-
-- context: piecewise linear between measured contexts; outside the measured range, linear
-  extrapolation from the two nearest points with the slope clipped at ≥ 0 and the value at ≥ 0 (a longer
-  cache never costs less; noise must not make a time negative), always flagged (one measured context: that
-  value, flagged whenever another context is asked for). Attention over the KV cache is linear in its
-  length, so the rule is exact for the cost it models inside the grid;
-- rows and batch: exact at measured values, linear between two measured values; outside the measured
-  range a :class:`SpecsimError` names the axis (a verification over more rows than measured is not
-  guessed) -- except the rows of the prefill grids, a prompt's length, which follow the context rule.
+Context: piecewise linear; outside, extrapolated from the two nearest points with slope and value clipped at
+≥ 0, always flagged (attention is linear in cache length, so exact inside). Rows and batch: exact or linear
+between measured values; outside, a :class:`SpecsimError` names the axis, except a prefill grid's rows (a
+prompt's length), which follow the context rule. More: ARCHITECTURE.md, Notes by module.
 """
 
 from __future__ import annotations

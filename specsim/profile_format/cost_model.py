@@ -1,34 +1,11 @@
 """The forward-cost model of a profile (schema 2): ms of one forward pass over rows × context × batch.
 
-A prediction that reads one number at one context is right only there. So ``calibrate latency``
-times the engine's own forwards, in the alternation the engine runs them (target-only steps back to
-back; γ draft steps then one verification, so the draft and the target evict each other's weights
-from the caches as they do in speculative decoding), on a grid:
-
-- ``target_decode``: the target-only step, 1 row, after another target step;
-- ``target_verify``: the verification pass over ``rows`` = γ+1 positions, after γ draft steps;
-- ``draft_first``: the first draft step of a block (1 row, or 2 after a fully accepted block),
-  right after a verification, at draft batch ``batch`` (the members of an in-batch ensemble);
-- ``draft_next``: the later draft steps of a block (1 row);
-- ``target_prefill`` / ``draft_prefill``: the first pass of a request over its whole prompt (``rows``
-  = prompt tokens, context 0), which the engine fuses with the first verification / draft step.
-
-Optional token-tree grids (:class:`TreeCosts`, ``calibrate latency --tree-sizes/--tree``), timed in the
-tree engine's own alternation: ``tree.verify``, the target pass over ``rows`` = n+1 positions with the
-tree attention mask; ``tree.draft``, a draft level pass over ``rows`` = the level's expanded nodes (the
-root pass is a chain first step, ``draft_first``); ``tree.overhead_ms_per_block`` by n, draft batch and
-context, and (when the swept trees span 3 depths or more) ``tree.overhead_fit``, a plane in n and depth.
-
-Each grid stores ms[rows][context][batch] (medians) on the KV-cache length ``context_tokens`` the
-pass starts from. Outside the models, the engine's per-block overhead (sampling, acceptance, cache
-crop, Python) is ``overhead_ms_per_block`` by γ, draft batch and (profiles from now on) target context,
-linear between measured values and the end value outside them, and ``overhead_ms_per_target_step``
-that of a target-only step, both greedy; ``adaptive_ms_per_block`` (same axes) what an adaptive
-ensemble's weight update adds to each of its blocks; ``sampling``
-(:mod:`specsim.profile_format.sampling_cost`) is what drawing tokens at T > 0 adds. ``batched`` (schema 3,
-:mod:`specsim.profile_format.batched_cost`) is the cost of B requests decoded together by the batched engine.
-
-Interpolation: :mod:`specsim.profile_format.cost_grid`.
+``calibrate latency`` times the engine's own forwards in its alternation (draft and target evict each other's
+weights as in SD) on grids ms[rows][context][batch] (medians): ``target_decode``, ``target_verify`` (γ+1
+rows), ``draft_first``, ``draft_next``, ``target_prefill``/``draft_prefill``; optional :class:`TreeCosts`.
+Around them: overheads per block and per target step, ``adaptive_ms_per_block``, ``sampling``
+(:mod:`~specsim.profile_format.sampling_cost`), ``batched`` (schema 3). Interpolation:
+:mod:`~specsim.profile_format.cost_grid`. More: ARCHITECTURE.md, Notes by module.
 """
 
 from __future__ import annotations

@@ -1,17 +1,11 @@
 """What sampling adds to speculative decoding at temperature T > 0, on top of the greedy-calibrated
 cost model (ms).
 
-Greedy decoding takes an argmax. Sampled SD (Leviathan et al. 2023, §2.3) draws every draft token from
-softmax(q/T); verification computes softmax(p/T) over the γ+1 positions, the acceptance test and a
-residual or bonus draw; target-only decoding draws each token from softmax(p/T). ``calibrate latency``
-times the engine's own functions on random logits of the models' vocabularies, sampled and greedy,
-and stores the differences: they depend on the vocabulary and γ, not on the context.
-
-- ``draft_step_ms``: one draft token's draw instead of its argmax;
-- ``target_step_ms``: one target-only token's draw instead of its argmax;
-- ``accept_ms`` at ``accept_gammas``: the sampled acceptance of a block with γ drafts instead of the
-  greedy one. Piecewise linear in γ; above the largest measured γ, linear extrapolation from the last two
-  points (the work is linear in γ + 1 rows), clipped at ≥ 0.
+Sampled SD (Leviathan et al. 2023, §2.3) draws drafts from softmax(q/T) and verifies with softmax(p/T), an
+acceptance test and a residual or bonus draw. ``calibrate latency`` times the engine's functions on random
+logits, sampled minus greedy (they depend on vocabulary and γ, not context): ``draft_step_ms`` and
+``target_step_ms`` per token, ``accept_ms`` per block at ``accept_gammas`` (piecewise linear in γ,
+extrapolated linearly above, clipped at ≥ 0). More: ARCHITECTURE.md, Notes by module.
 """
 
 from __future__ import annotations

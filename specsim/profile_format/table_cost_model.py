@@ -1,12 +1,10 @@
 """A schema-1 profile's 1-D latency tables as a one-context cost model, so every profile is priced one way.
 
-Schema 1 measured Tp and Tq by context, Tv(γ) at one context (``verify_context_tokens``), the draft's cost
-by batch at that context and both prefills by prompt tokens. Read where those tables meet, at the verify
-context c₀ (or Tp's first context), they are the grids of :class:`specsim.profile_format.cost_model.CostModel`
-with one context: target decode Tp(c₀); verification Tv(γ) over γ+1 rows; every draft step, first (1 or 2
-rows) or next, Tq(c₀)·Tq(b)/Tq(1) at draft batch b; the prefills by prompt tokens; no overhead outside the
-models (schema 1 did not time it). A one-context grid answers every context with its one value, flagged
-as extrapolated (:func:`specsim.profile_format.cost_grid.grid_ms`): the tables' own assumption, now said.
+Read at the verify context c₀ (or Tp's first context), the tables are the grids of
+:class:`specsim.profile_format.cost_model.CostModel` with one context: Tp(c₀); Tv(γ) over γ+1 rows; every
+draft step Tq(c₀)·Tq(b)/Tq(1) at draft batch b; the prefills by prompt tokens; no overhead. Every other
+context gets the one value, flagged as extrapolated: the tables' own assumption, now said.
+More: ARCHITECTURE.md, Notes by module.
 """
 
 from __future__ import annotations

@@ -14,23 +14,12 @@ from specsim.profile_format.adaptive_trace import AdaptiveTrace
 class Trace:
     """One prompt's teacher-forced acceptance trace over the target's own output.
 
-    ``match[t]`` is 1 when the draft's argmax at position t equals the target's token (greedy);
-    ``beta[t]`` = Σ_x min(p_t(x), q_t(x)) (sampling). Either may be absent, not both.
-    ``tokens[t]`` (optional) is the target's token id at t, so positions can be classified afterwards
-    (e.g. which tokens state an image fact). ``prompt_tokens`` / ``draft_prompt_tokens`` (optional,
-    schema 2) are the prompt lengths the target and the draft saw, where the request's walk starts.
-    Top-k traces (``calibrate acceptance --top-k K``) add
-    ``draft_rank[t]``, the rank of the target's token in the draft's greedy distribution (0 = the
-    draft's argmax, ties broken by token id; for ensembles the mixture q), and ``draft_top_probs[t]``,
-    that distribution's K largest probabilities in decreasing order: greedy token trees replay exactly
-    from the ranks (:mod:`specsim.draft_shapes.tree_replay`), confidence policies from the top-1 probability.
-    Sampled-path traces (``calibrate acceptance --sample-paths K``, optional) add ``accept_paths[k][t]``
-    = min(1, q_t(y_t) / p_t(y_t)) along the target's k-th seeded sampled continuation y at the entry's
-    temperature: the probability that a sampled draft at t is accepted given that the target emitted
-    y_t there (Leviathan et al. 2023, §3.5; its mean over y_t ~ p_t is β_t). A sampled run follows its
-    own tokens, so the sampled check simulates runs along these paths rather than the greedy output.
-    Adaptive ensembles add ``adaptive`` (:class:`specsim.profile_format.adaptive_trace.AdaptiveTrace`): their
-    exact replay.
+    ``match[t]`` = 1 when the draft's argmax at t is the target's token (greedy); ``beta[t]`` =
+    Σ_x min(p_t(x), q_t(x)) (sampling); either may be absent, not both. Optional: ``tokens``,
+    ``prompt_tokens``/``draft_prompt_tokens`` (schema 2), top-k ``draft_rank`` and ``draft_top_probs`` (trees,
+    confidence policies), ``accept_paths[k][t]`` = min(1, q_t(y_t) / p_t(y_t)) along sampled target paths
+    (Leviathan et al. 2023, §3.5), ``adaptive`` (an :class:`AdaptiveTrace`, for exact replay).
+    Field notes: ARCHITECTURE.md, Notes by module.
     """
 
     match: tuple[int, ...] | None = None
