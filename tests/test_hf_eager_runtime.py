@@ -111,3 +111,17 @@ def test_ibed_speedups_are_tau_over_one_plus_gamma_sixteenths():
     assert len(rows) == 16
     for r in rows:
         assert r.tau / (1 + r.gamma * 2 / 32) == pytest.approx(r.speedup, abs=0.006), r.id
+
+
+def test_runtimes_without_host_against_device_write_what_they_wrote_before():
+    """The new fields are additive: a runtime that leaves them at their neutral values writes none of them
+    (its file, and a fit's JSON, stay as they were); hf-eager's round-trip."""
+    from specsim.hardware.runtime import Runtime
+
+    new = ("host_overlap", "overhead_ms_per_mask", "masked_attention_factor", "device_ms_per_layer")
+    new += ("kv_concat_int32_ops_per_element",)
+    for name in ("vllm", "gpt-fast", "llama.cpp", "torch-cpu"):
+        assert not set(new) & set(load_runtime(name).to_json()), name
+    rt = load_runtime("hf-eager")
+    back = Runtime.from_json(rt.to_json())
+    assert [getattr(back, k) for k in new] == [getattr(rt, k) for k in new]

@@ -105,6 +105,14 @@ _UNSET_SOURCES = {
     "device_ms_per_layer": "default: no device time per layer beyond the roofline",
     "kv_concat_int32_ops_per_element": "default: new K/V written in place (no cache concatenation)",
 }
+# The host-against-device fields (schema 2 takes them or leaves them out) and the value that leaves them off.
+_HOST_DEVICE = {
+    "host_overlap": 0.0,
+    "overhead_ms_per_mask": 0.0,
+    "masked_attention_factor": 1.0,
+    "device_ms_per_layer": 0.0,
+    "kv_concat_int32_ops_per_element": 0.0,
+}
 _SPLIT_MODE_SOURCE = "default: Megatron tensor parallel (vLLM, SGLang, gpt-fast)"
 
 
@@ -220,6 +228,8 @@ class Runtime:
             "kind": self.kind,
         }
         for key in PARAMS:
+            if key in _HOST_DEVICE and key not in self.sources and getattr(self, key) == _HOST_DEVICE[key]:
+                continue  # a runtime that leaves host against device alone writes what it wrote before
             out[key] = {
                 "value": float(getattr(self, key)),
                 "source": self.sources.get(key) or _UNSET_SOURCES.get(key, ""),
