@@ -11,9 +11,9 @@ time even while the KV cache's bytes dominate the pass.
 overhead = per forward + per layer · layers (+ per mask, a pass over more than one new position): launch and
 dispatch cost that no roofline sees, on the host; a runtime that overlaps host and device (``host_overlap``
 1, eager PyTorch) takes max(host, device) instead of their sum, its device time adding each eager kernel's
-launch gap (``device_ms_per_layer``) and, for a cache grown by concatenation, the copy (:func:`kv_concat_ms`).
-Weights stored in
-under 2 bytes add dequant_ms_per_layer per decoder layer (the unpacking matmul kernels of int8/int4 weights
+launch gap (``device_ms_per_layer``), a masked pass's slower attention (``masked_attention_factor``) and, for
+a cache grown by concatenation, the copy (:func:`kv_concat_ms`). Weights stored in under 2 bytes add
+dequant_ms_per_layer per decoder layer (the unpacking matmul kernels of int8/int4 weights
 run below the bandwidth roofline by a roughly fixed time per kernel; PyTorch blog "Accelerating Generative AI
 II", 2023: int8 halves the bytes of Llama-7B but gains only 1.47×). ``eff`` is an
 :class:`Efficiency` (one pair of fractions) or a :class:`~specsim.hardware.runtime.Runtime` (fractions
