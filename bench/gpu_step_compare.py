@@ -2,10 +2,11 @@
 
 For every measured batch B and context C, per GPU (the comparison itself is
 :mod:`specsim.validation.gpu_steps`): the planner's per-term prediction (roofline + runtime: vllm for
-CUDA-graph steps, hf-eager for HF transformers' forward) against the measurement, the error per term, and the
-best-γ speedup both ways with IbED's τ (method M, ChartQA). The measured speedup is of the kernels alone; the
-planner's is printed without the runtime's per-block overhead (comparable) and with it (what
-``specsim hardware`` prints). The batch where each falls below 1 closes every table.
+CUDA-graph steps, hf-eager for HF transformers' forward, fitted on these steps and so priced per GPU by its
+fit on the other GPU's: :mod:`specsim.validation.step_fit`) against the measurement, the error per term, and
+the best-γ speedup both ways with IbED's τ (method M, ChartQA). The measured speedup is of the kernels alone;
+the planner's is printed without the runtime's per-block overhead (comparable) and with it (what ``specsim
+hardware`` prints). The batch where each falls below 1 closes every table.
 
     python bench/gpu_step_compare.py                                     # every shipped file
     python bench/gpu_step_compare.py specsim/data/gpu_steps/h100-llava-1.5-7b-68m-graph.json
@@ -22,6 +23,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from specsim.validation.gpu_steps import RUNTIME_OF_MODE, compare_steps, crossover_text, load_records  # noqa: E402
+from specsim.validation.step_fit import STEP_FIT, held_out_points  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -37,11 +39,16 @@ def main(argv: list[str] | None = None) -> int:
             f"{prov['dtype']}"
         )
     for mode in sorted({pt["mode"] for r in records for pt in r["points"]}):
-        rows = compare_steps(records, mode, args.runtime, args.device)
+        runtime = args.runtime or RUNTIME_OF_MODE[mode]
+        held_out = not (args.runtime or args.device) and STEP_FIT.get(runtime, ("",))[0] == mode
+        if held_out:
+            rows = held_out_points(records, runtime)
+        else:
+            rows = compare_steps(records, mode, runtime, args.device)
         if not rows:
             continue
-        runtime = args.runtime or RUNTIME_OF_MODE[mode]
-        print(f"\n{mode} steps against the planner's runtime {runtime} (err = predicted/measured - 1)")
+        how = ", each GPU priced by its fit on the other GPU's steps" if held_out else ""
+        print(f"\n{mode} steps against the planner's runtime {runtime}{how} (err = predicted/measured - 1)")
         print(
             "gpu                       C     B   Tp ms  err   Tq ms   err  best γ  v meas  v pred  Tv err  "
             "speedup  pred (γ)  pred+overhead"

@@ -9,8 +9,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from specsim.validation.gpu_steps import DATA_DIR, compare_steps, crossover_text, load_records, shipped_points
+from specsim.validation.gpu_steps import DATA_DIR, compare_steps, crossover_text, load_records
 from specsim.validation.regime_error import regime_error
+from specsim.validation.step_fit import shipped_points
 
 ROOT = Path(__file__).resolve().parents[1]
 GRAPH = {

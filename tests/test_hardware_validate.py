@@ -78,7 +78,7 @@ def test_pass_table_equals_forward_ms():
         for b, ctx, n, tp in ((1, 0, 1, 1), (4, 8000, 5, 8), (64, 300, 1, 2), (2, 100, 3, 16), (1, 50, 6, 1))
     ]
     table = pass_table([pass_terms(m, dev, b, ctx, n, tp) for m, b, ctx, n, tp in cases])
-    for _ in range(5):
+    for _ in range(8):
         rt = Runtime(
             name="r",
             overhead_ms_per_forward=rng.uniform(0, 2),
@@ -93,6 +93,10 @@ def test_pass_table_equals_forward_ms():
             dequant_ms_per_layer=rng.uniform(0, 0.1),
             gemv_max_rows=rng.choice([1.0, 8.0]),
             gemv_int32_ops_per_weight_per_row=rng.uniform(0, 3),
+            host_overlap=rng.choice([0.0, rng.uniform(0, 1), 1.0]),
+            overhead_ms_per_mask=rng.uniform(0, 2),
+            device_ms_per_layer=rng.uniform(0, 0.2),
+            kv_concat_int32_ops_per_element=rng.choice([0.0, rng.uniform(0, 300)]),
         )
         ref = [forward_ms(m, dev, rt, b, ctx, n, tp=tp) for m, b, ctx, n, tp in cases]
         assert table.ms(rt) == pytest.approx(ref, rel=1e-12)

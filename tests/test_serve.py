@@ -379,7 +379,7 @@ def test_roofline_mixed_passes_equal_their_merged_pass_tables():
     """A step's target pass (decode rows + prefill chunks) and a draft block carrying the draft's prefill,
     priced from cached lines in Σ KV, equal the PassTable of their summed terms (the weights streamed once)
     built here from pass_terms, at sequences of different lengths, for runtimes with and without extra draft
-    forwards."""
+    forwards, and one whose host time overlaps its device time (hf-eager)."""
     from specsim.hardware.device import load_device
     from specsim.hardware.passes import pass_table, pass_terms
     from specsim.hardware.plan_inputs import resolve_models
@@ -393,8 +393,9 @@ def test_roofline_mixed_passes_equal_their_merged_pass_tables():
         out = dict(parts[0])
         for p in parts[1:]:
             additive = ("flops", "base_bytes", "attention_flops", "kv_bytes")
-            for k in additive + ("score_elems", "rows", "link_bytes"):
+            for k in additive + ("score_elems", "rows", "link_bytes", "kv_elems"):
                 out[k] += p[k]
+            out["masked"] = max(out["masked"], p["masked"])
         weights = pass_terms(m, dev, 1, 0, 1)["base_bytes"] - (
             pass_terms(m, dev, 2, 0, 1)["base_bytes"] - pass_terms(m, dev, 1, 0, 1)["base_bytes"]
         )
@@ -404,7 +405,7 @@ def test_roofline_mixed_passes_equal_their_merged_pass_tables():
     _, t, d = resolve_models(pair="llava-1.5-7b-68m", target=None, draft=None)
     dev = load_device("a100-80gb-sxm")
     ctx = np.array([900.0, 1300.0, 2051.0])
-    for runtime in ("vllm", "llama.cpp"):
+    for runtime in ("vllm", "llama.cpp", "hf-eager"):
         rt = load_runtime(runtime)
         cost = RooflineStepCost(t, d, dev, rt)
         for batch, rows, chunks in [(3, 4, [(300, 0), (64, 512)]), (0, 1, [(1088, 0)]), (3, 1, [(128, 0)])]:

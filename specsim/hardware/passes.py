@@ -5,12 +5,15 @@ A fit of runtime parameters re-prices the same passes thousands of times. Everyt
 materialised scores, score elements, rows, layers, all-reduce traffic, the device's peaks) is computed once
 per pass here; :meth:`PassTable.ms` then applies the runtime exactly as ``forward_ms`` does:
 
-    time = roof(C, M) + roof(Ca, Ma) + per_forward + per_layer·layers + dequant
-           (+ all-reduces when tp > 1) (+ row arithmetic for 1 < rows ≤ gemv_max_rows)
+    device = roof(C, M) + roof(Ca, Ma) + dequant (+ all-reduces when tp > 1)
+             (+ row arithmetic for 1 < rows ≤ gemv_max_rows) + device_ms_per_layer·layers + concatenation
+    host = per_forward + per_layer·layers + per_mask·masked
+    time = device + host, or roof(host, device) at host_overlap > 0
     roof(c, m) = max(c, m) + (1 − overlap)·min(c, m)
     C = (FLOPs − attention FLOPs) / (peak · eff_c(rows)),  M = (bytes − KV bytes) / (bw · eff_m(rows))
     Ca = attention FLOPs / (peak · eff_c(rows))
     Ma = (KV bytes + score_elems · attention_score_bytes) / (bw · eff_m(rows))
+    concatenation = kv_elems · kv_concat_int32_ops_per_element / INT32 ops/s
 
 ``tests/test_hardware_validate.py`` checks it against ``forward_ms`` (a second implementation).
 """
@@ -28,6 +31,7 @@ from specsim.hardware.parallel import allreduce_link_bytes, allreduces_per_pass
 from specsim.hardware.roofline import (
     attention_flops,
     forward_flops,
+    kv_elements,
     quantized_layers,
     roof_ms,
     score_elements,
@@ -53,6 +57,8 @@ _FIELDS = (
     "bandwidth_bytes_per_s",
     "link_bytes_per_s",
     "int32_ops_per_s",
+    "kv_elems",
+    "masked",
 )
 
 
@@ -76,15 +82,19 @@ class PassTable:
     bandwidth_bytes_per_s: np.ndarray
     link_bytes_per_s: np.ndarray
     int32_ops_per_s: np.ndarray  # NaN where the device file does not give it
+    kv_elems: np.ndarray  # K/V elements of the cache after the pass (per GPU): what a concatenation copies
+    masked: np.ndarray  # 1 where a sequence brings more than one new position (the pass builds a mask)
 
     def ms(self, rt) -> np.ndarray:
         """Time (ms) of every pass under runtime ``rt`` (a Runtime or an Efficiency)."""
-        compute, memory, a_compute, a_memory, rest = self.parts_ms(rt)
-        return roof_ms(compute, memory, rt.overlap) + roof_ms(a_compute, a_memory, rt.overlap) + rest
+        compute, memory, a_compute, a_memory, rest, host = self.parts_ms(rt)
+        device = roof_ms(compute, memory, rt.overlap) + roof_ms(a_compute, a_memory, rt.overlap) + rest
+        return device if rt.host_overlap == 0 else roof_ms(host, device, rt.host_overlap)
 
     def parts_ms(self, rt) -> tuple[np.ndarray, ...]:
-        """(compute ms, memory ms) of the matmuls and the rest, the same of the attention kernels, and the
-        remaining ms, of every pass; :meth:`ms` = :func:`roof_ms` of each pair + the rest. Each is affine in
+        """(compute ms, memory ms) of the matmuls and the rest, the same of the attention kernels, the
+        remaining device ms and the host ms of every pass; :meth:`ms` = :func:`roof_ms` of each pair + the
+        rest, the host inside the rest where ``host_overlap`` is 0 (its own part then 0). Each is affine in
         the terms (efficiencies depend on the rows only)."""
         flops_s = self.peak_flops_per_s * rt.compute_efficiency_at(self.rows) / 1e3
         bytes_s = self.bandwidth_bytes_per_s * rt.memory_efficiency(self.rows) / 1e3
@@ -95,14 +105,34 @@ class PassTable:
         allreduce = np.where(
             sharded, self.link_bytes / link * 1e3 + rt.overhead_ms_per_allreduce * self.allreduces, 0.0
         )
-        rest = overhead + rt.dequant_ms_per_layer * self.quantized_layers + allreduce + self._gemv_rows_ms(rt)
+        host = overhead + rt.overhead_ms_per_mask * self.masked
+        dequant = rt.dequant_ms_per_layer * self.quantized_layers
+        eager = rt.device_ms_per_layer * self.layers + self._kv_concat_ms(rt)
+        if rt.host_overlap == 0:
+            rest, host = host + dequant + allreduce + self._gemv_rows_ms(rt) + eager, np.zeros_like(host)
+        else:
+            rest = dequant + allreduce + self._gemv_rows_ms(rt) + eager
+        slow = np.where(self.masked > 0, rt.masked_attention_factor, 1.0)
         return (
             (self.flops - self.attention_flops) / flops_s,
             (self.base_bytes - self.kv_bytes) / bytes_s,
-            self.attention_flops / flops_s,
-            a_bytes / bytes_s,
+            self.attention_flops / flops_s * slow,
+            a_bytes / bytes_s * slow,
             rest,
+            host,
         )
+
+    def _kv_concat_ms(self, rt) -> np.ndarray:
+        """As :func:`specsim.hardware.roofline.kv_concat_ms`."""
+        ops = rt.kv_concat_int32_ops_per_element
+        if ops == 0:
+            return np.zeros_like(self.kv_elems)
+        if np.any(np.isnan(self.int32_ops_per_s)):
+            raise SpecsimError(
+                f"a device has no int32_ops_per_s, and runtime {rt.name!r} prices its cache concatenation by "
+                "it (expected the device file to give it)"
+            )
+        return self.kv_elems * ops / self.int32_ops_per_s * 1e3
 
     def _gemv_rows_ms(self, rt) -> np.ndarray:
         """As :func:`specsim.hardware.roofline.gemv_rows_ms`."""
@@ -142,6 +172,8 @@ def pass_terms(
         "bandwidth_bytes_per_s": dev.memory_bandwidth_bytes_per_s,
         "link_bytes_per_s": float(link) if link else 1.0,
         "int32_ops_per_s": float("nan") if dev.int32_ops_per_s is None else dev.int32_ops_per_s,
+        "kv_elems": float(kv_elements(m, b, ctx, n, tp)),
+        "masked": float(n > 1),
     }
 
 

@@ -8,8 +8,12 @@ attention kernels alone (attention FLOPs; KV-cache bytes and materialised scores
 between the matmuls, not beside them, so a batch's verify rows that make the matmuls compute-bound add their
 time even while the KV cache's bytes dominate the pass.
 (Williams et al. 2009, "Roofline"; applied to LLM decoding as in Pope et al. 2022 and llm-analysis).
-overhead = per forward + per layer · layers: launch/dispatch cost that no roofline sees; weights stored in
-under 2 bytes add dequant_ms_per_layer per decoder layer (the unpacking matmul kernels of int8/int4 weights
+overhead = per forward + per layer · layers (+ per mask, a pass over more than one new position): launch and
+dispatch cost that no roofline sees, on the host; a runtime that overlaps host and device (``host_overlap``
+1, eager PyTorch) takes max(host, device) instead of their sum, its device time adding each eager kernel's
+launch gap (``device_ms_per_layer``), a masked pass's slower attention (``masked_attention_factor``) and, for
+a cache grown by concatenation, the copy (:func:`kv_concat_ms`). Weights stored in under 2 bytes add
+dequant_ms_per_layer per decoder layer (the unpacking matmul kernels of int8/int4 weights
 run below the bandwidth roofline by a roughly fixed time per kernel; PyTorch blog "Accelerating Generative AI
 II", 2023: int8 halves the bytes of Llama-7B but gains only 1.47×). ``eff`` is an
 :class:`Efficiency` (one pair of fractions) or a :class:`~specsim.hardware.runtime.Runtime` (fractions
@@ -78,6 +82,11 @@ class Efficiency:
     extra_draft_forwards_per_block = 0.0
     gemv_max_rows = 1.0
     gemv_int32_ops_per_weight_per_row = 0.0
+    host_overlap = 0.0
+    overhead_ms_per_mask = 0.0
+    masked_attention_factor = 1.0
+    device_ms_per_layer = 0.0
+    kv_concat_int32_ops_per_element = 0.0
 
     def memory_efficiency(self, rows) -> np.ndarray:
         return np.full(np.shape(rows), self.memory)
@@ -252,21 +261,65 @@ def attention_terms_ms(m: ModelSpec, dev: Device, eff, batch, context, new, tp: 
 def forward_ms(m: ModelSpec, dev: Device, eff, batch, context, new, logits=None, tp: int = 1):
     """Time (ms) of one pass: roofline + overhead (+ all-reduces when ``tp`` > 1); broadcasts array
     arguments. The attention kernels and the rest (matmuls over the weights, norms, logits) run one after
-    the other, so each has its own roof: the matmuls' FLOPs never hide under the KV cache's bytes."""
+    the other, so each has its own roof: the matmuls' FLOPs never hide under the KV cache's bytes. The host
+    overhead adds to the device time, or overlaps it by ``host_overlap`` (:func:`roof_ms` of the two)."""
     compute, memory = roofline_terms_ms(m, dev, eff, batch, context, new, logits, tp)
     a_compute, a_memory = attention_terms_ms(m, dev, eff, batch, context, new, tp)
+    slow = masked_attention_factor(eff, new)
     roof = roof_ms(compute - a_compute, memory - a_memory, eff.overlap) + roof_ms(
-        a_compute, a_memory, eff.overlap
+        a_compute * slow, a_memory * slow, eff.overlap
     )
-    dequant = eff.dequant_ms_per_layer * quantized_layers(m)
-    out = (
-        roof
-        + eff.pass_overhead_ms(m.layers)
-        + dequant
-        + allreduce_ms(m, dev, eff, batch, new, tp)
-        + gemv_rows_ms(m, dev, eff, batch, new, tp)
+    host = eff.pass_overhead_ms(m.layers) + mask_ms(eff, new)
+    rest = (
+        eff.dequant_ms_per_layer * quantized_layers(m),
+        allreduce_ms(m, dev, eff, batch, new, tp),
+        gemv_rows_ms(m, dev, eff, batch, new, tp),
+        eager_device_ms(m, dev, eff, batch, context, new, tp),
     )
+    if eff.host_overlap == 0:
+        out = roof + host + rest[0] + rest[1] + rest[2] + rest[3]
+    else:
+        out = roof_ms(host, roof + rest[0] + rest[1] + rest[2] + rest[3], eff.host_overlap)
     return out if out.ndim else float(out)
+
+
+def mask_ms(eff, new):
+    """Host time of building a pass's causal mask: ``overhead_ms_per_mask`` where a sequence brings more than
+    one new position (HF builds none for a one-position pass over its cache)."""
+    return eff.overhead_ms_per_mask * (np.asarray(new, dtype=float) > 1)
+
+
+def masked_attention_factor(eff, new):
+    """How much longer than its roofline a pass's attention runs: ``masked_attention_factor`` where a
+    sequence brings more than one new position (a causal mask takes SDPA off its unmasked kernel), else 1."""
+    return np.where(np.asarray(new, dtype=float) > 1, eff.masked_attention_factor, 1.0)
+
+
+def kv_elements(m: ModelSpec, batch, context, new, tp: int = 1):
+    """K/V elements of a pass's cache after it (batch · (context + new) positions) on one GPU of ``tp``."""
+    return kv_pass_bytes(m, batch, context, new) / m.kv_element_bytes / kv_shards(m, tp)
+
+
+def eager_device_ms(m: ModelSpec, dev: Device, eff, batch, context, new, tp: int = 1):
+    """Device time of an eager pass beyond its roofline (ms): ``device_ms_per_layer`` · layers (each kernel's
+    launch gap) + :func:`kv_concat_ms`; 0 for runtimes that set neither."""
+    return eff.device_ms_per_layer * m.layers + kv_concat_ms(m, dev, eff, batch, context, new, tp)
+
+
+def kv_concat_ms(m: ModelSpec, dev: Device, eff, batch, context, new, tp: int = 1):
+    """DynamicCache's concatenation (ms): every pass ``torch.cat`` copies each layer's cache and the new K/V
+    into a new tensor, :func:`kv_elements` at ``kv_concat_int32_ops_per_element`` integer operations each
+    (the strided copy's index arithmetic) over the device's INT32 rate; 0 for a cache written in place."""
+    ops = eff.kv_concat_int32_ops_per_element
+    elements = kv_elements(m, batch, context, new, tp)
+    if ops == 0:
+        return np.zeros_like(elements)
+    if dev.int32_ops_per_s is None:
+        raise SpecsimError(
+            f"device {dev.name!r}: int32_ops_per_s is missing, and runtime {eff.name!r} prices its cache "
+            "concatenation by it (expected the device file to give the CUDA cores' INT32 peak)"
+        )
+    return elements * ops / dev.int32_ops_per_s * 1e3
 
 
 def decode_ms(m: ModelSpec, dev: Device, eff, context, batch=1, tp: int = 1):
@@ -300,7 +353,9 @@ def vision_ms(v: VisionSpec, dtype_bytes: float, dev: Device, eff, images=1):
         flops / (dev.peak_flops_per_s * eff.compute_efficiency_at(np.maximum(rows, 1))),
         nbytes / (dev.memory_bandwidth_bytes_per_s * eff.memory_efficiency(np.maximum(rows, 1))),
     )
-    out = np.where(n > 0, t * 1e3 + eff.pass_overhead_ms(v.layers), 0.0)
+    host, device = eff.pass_overhead_ms(v.layers), t * 1e3 + eff.device_ms_per_layer * v.layers
+    both = roof_ms(host, device, eff.host_overlap) if eff.host_overlap else device + host
+    out = np.where(n > 0, both, 0.0)
     return out if out.ndim else float(out)
 
 

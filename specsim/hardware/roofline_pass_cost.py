@@ -24,13 +24,12 @@ from specsim.hardware.roofline import compute_bound, forward_ms, roof_ms, vision
 from specsim.hardware.runtime import block_overhead_ms
 
 _NAMES = tuple(f.name for f in fields(PassTable))
-_ADDITIVE = np.array(
-    [
-        n in ("flops", "base_bytes", "attention_flops", "kv_bytes", "score_elems", "rows", "link_bytes")
-        for n in _NAMES
-    ]
-)
+# terms of passes merged into one add up (the weights, streamed once, are taken off again: _merged)
+_SUMMED = ("flops", "base_bytes", "attention_flops", "kv_bytes", "score_elems", "rows", "link_bytes")
+_SUMMED += ("kv_elems",)
+_ADDITIVE = np.array([n in _SUMMED for n in _NAMES])
 _BYTES = _NAMES.index("base_bytes")
+_MASKED = _NAMES.index("masked")
 
 
 @dataclass(frozen=True)
@@ -131,11 +130,12 @@ class RooflinePassCost:
         out = parts[0].copy()
         for p in parts[1:]:
             out[_ADDITIVE] += p[_ADDITIVE]
+            out[_MASKED] = max(out[_MASKED], p[_MASKED])
         out[_BYTES] -= (len(parts) - 1) * float(self._affine(role, 1)[0][_BYTES])
         return out
 
     def line(self, role: str, batch: int, rows: int, chunks=()) -> tuple[float, ...]:
-        """(compute, memory, attention compute, attention memory, rest) ms of one pass over ``batch``
+        """(compute, memory, attention compute, attention memory, rest, host) ms of one pass over ``batch``
         sequences × ``rows`` rows with prefill ``chunks`` ((tokens, cached), …) in the same pass, each as
         (ms at Σ KV 0, ms per Σ KV token): efficiencies depend on the rows only, so each part is a line."""
         key = ("line", role, batch, rows, tuple((int(c[0]), int(c[1])) for c in chunks) if chunks else ())
@@ -155,14 +155,15 @@ class RooflinePassCost:
     def line_ms(self, line: tuple[float, ...], kv_sum):
         """ms of a pass from its :meth:`line` at Σ KV ``kv_sum`` (a float or an array; lines may be
         stacked along the first axis of a [part, ...] array)."""
-        c0, c1, m0, m1, ac0, ac1, am0, am1, r0, r1 = line
-        overlap = self.runtime.overlap
-        return (
+        c0, c1, m0, m1, ac0, ac1, am0, am1, r0, r1, h0, h1 = line
+        overlap, host_overlap = self.runtime.overlap, self.runtime.host_overlap
+        device = (
             roof_ms(c0 + c1 * kv_sum, m0 + m1 * kv_sum, overlap)
             + roof_ms(ac0 + ac1 * kv_sum, am0 + am1 * kv_sum, overlap)
             + r0
             + r1 * kv_sum
         )
+        return device if host_overlap == 0 else roof_ms(h0 + h1 * kv_sum, device, host_overlap)
 
 
 def price_terms(entries: list[dict], runtime) -> np.ndarray:

@@ -25,6 +25,13 @@ A runtime sets what the roofline alone cannot see (ARCHITECTURE.md, "Runtime"):
 - ``overlap``: 1 means time = max(compute, memory) (a GPU overlaps both), 0 means their sum;
 - ``dequant_ms_per_layer``: ms per decoder layer whose weights are stored in under 2 bytes (int8/int4/GGUF):
   the unpacking kernels' shortfall below the bandwidth roofline;
+- host against device (eager PyTorch, ARCHITECTURE.md "Runtime"): ``host_overlap`` (0: the overheads above add
+  to the device time; 1: the device runs while the host launches, pass = max(host, device)),
+  ``overhead_ms_per_mask`` (host time of a pass over more than one new position: its causal mask),
+  ``masked_attention_factor`` (that pass's attention time over its roofline: SDPA's kernel for a mask),
+  ``device_ms_per_layer`` (each eager kernel's launch gap on the device) and
+  ``kv_concat_int32_ops_per_element`` (a cache grown by ``torch.cat`` copies every cached K/V element each
+  pass);
 - ``split_mode``: how the runtime spreads one model over several GPUs by default, "tensor" (Megatron
   sharding: time and memory divide, all-reduces added) or "layer" (whole layers per GPU, run in turn: only
   memory divides); see :mod:`specsim.hardware.parallel`.
@@ -77,6 +84,11 @@ PARAM_BOUNDS = {
     "interconnect_efficiency": (1e-3, 1.0),
     "dequant_ms_per_layer": (0.0, 1e2),
     "extra_draft_forwards_per_block": (0.0, 4.0),
+    "host_overlap": (0.0, 1.0),
+    "overhead_ms_per_mask": (0.0, 1e2),
+    "masked_attention_factor": (1.0, 16.0),
+    "device_ms_per_layer": (0.0, 1e2),
+    "kv_concat_int32_ops_per_element": (0.0, 1e4),
 }
 PARAMS = tuple(PARAM_BOUNDS)
 _KEYS = {"schema_version", "name", "display_name", "kind", "split_mode", "notes", "fit", *PARAMS}
@@ -87,6 +99,19 @@ _UNSET_SOURCES = {
     "overhead_ms_per_sequence_per_block": "default: SD bookkeeping taken as independent of the batch",
     "extra_draft_forwards_per_block": "default: γ draft forwards per block (the first also takes the "
     "target's new token)",
+    "host_overlap": "default: the per-forward and per-layer overheads add to the device time",
+    "overhead_ms_per_mask": "default: no host time for a multi-position pass's mask",
+    "masked_attention_factor": "default: a masked pass's attention runs at its roofline",
+    "device_ms_per_layer": "default: no device time per layer beyond the roofline",
+    "kv_concat_int32_ops_per_element": "default: new K/V written in place (no cache concatenation)",
+}
+# The host-against-device fields (schema 2 takes them or leaves them out) and the value that leaves them off.
+_HOST_DEVICE = {
+    "host_overlap": 0.0,
+    "overhead_ms_per_mask": 0.0,
+    "masked_attention_factor": 1.0,
+    "device_ms_per_layer": 0.0,
+    "kv_concat_int32_ops_per_element": 0.0,
 }
 _SPLIT_MODE_SOURCE = "default: Megatron tensor parallel (vLLM, SGLang, gpt-fast)"
 
@@ -125,6 +150,11 @@ class Runtime:
     interconnect_efficiency: float = 0.7
     dequant_ms_per_layer: float = 0.0
     extra_draft_forwards_per_block: float = 0.0
+    host_overlap: float = 0.0
+    overhead_ms_per_mask: float = 0.0
+    masked_attention_factor: float = 1.0
+    device_ms_per_layer: float = 0.0
+    kv_concat_int32_ops_per_element: float = 0.0
     split_mode: str = "tensor"  # one of specsim.hardware.parallel.SPLIT_MODES
     split_mode_source: str = _SPLIT_MODE_SOURCE
     sources: dict[str, str] = field(default_factory=dict)
@@ -198,6 +228,8 @@ class Runtime:
             "kind": self.kind,
         }
         for key in PARAMS:
+            if key in _HOST_DEVICE and key not in self.sources and getattr(self, key) == _HOST_DEVICE[key]:
+                continue  # a runtime that leaves host against device alone writes what it wrote before
             out[key] = {
                 "value": float(getattr(self, key)),
                 "source": self.sources.get(key) or _UNSET_SOURCES.get(key, ""),

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
@@ -68,32 +67,42 @@ def load_records(paths=None) -> list[dict]:
     return [json.loads(f.read_text(encoding="utf-8")) for f in files]
 
 
-def compare_steps(
-    records, mode: str, runtime: str | None = None, device: str | None = None
-) -> list[StepPoint]:
-    """One :class:`StepPoint` per GPU × C × B of ``mode`` in ``records`` (module docstring); ``runtime``
-    and ``device`` override the mode's runtime and the GPU's catalog device."""
-    from specsim.costs.pass_cost import DRAFT, TARGET
+def step_cost(gpu: str, runtime=None, device: str | None = None):
+    """The pair's passes on ``gpu`` (a provenance name; ``device`` overrides its catalog device) under
+    ``runtime`` (None: terms only, :meth:`~specsim.hardware.roofline_pass_cost.RooflinePassCost.terms`)."""
     from specsim.hardware.device import load_device
     from specsim.hardware.model_resolution import load_model_spec
     from specsim.hardware.roofline_pass_cost import RooflinePassCost
+    from specsim.presets import pair_models
+
+    dev_name = device or DEVICE_OF_GPU.get(gpu)
+    if dev_name is None:
+        raise SpecsimError(f"GPU {gpu!r} of the step timings: expected one of {sorted(DEVICE_OF_GPU)}")
+    target, draft = (load_model_spec(n) for n in pair_models(PAIR))
+    return RooflinePassCost(target, draft, load_device(dev_name), runtime)
+
+
+def compare_steps(
+    records, mode: str, runtime: str | None = None, device: str | None = None, runtimes=None
+) -> list[StepPoint]:
+    """One :class:`StepPoint` per GPU × C × B of ``mode`` in ``records`` (module docstring); ``runtime``
+    and ``device`` override the mode's runtime and the GPU's catalog device; ``runtimes`` (GPU -> Runtime)
+    prices each GPU with its own (a fit that left that GPU out)."""
+    from specsim.costs.pass_cost import DRAFT, TARGET
     from specsim.hardware.runtime import load_runtime
     from specsim.predict.acceptance_source import MethodTau
-    from specsim.presets import pair_models
     from specsim.profiles import load_profile
 
-    target, draft = (load_model_spec(n) for n in pair_models(PAIR))
     (entry,) = load_profile(PROFILE).select_entries([METHOD], SCENARIO)
     mt = MethodTau.from_entry(entry, range(1, 9))
     tau_of = dict(zip(mt.gammas, mt.tau))
     name = runtime or RUNTIME_OF_MODE[mode]
-    eff = load_runtime(name)
+    eff = None if runtimes else load_runtime(name)
     out = []
     for gpu in sorted({r["provenance"]["gpu"] for r in records}):
-        dev_name = device or DEVICE_OF_GPU.get(gpu)
-        if dev_name is None:
-            raise SpecsimError(f"GPU {gpu!r} of the step timings: expected one of {sorted(DEVICE_OF_GPU)}")
-        cost = RooflinePassCost(target, draft, load_device(dev_name), eff)
+        if runtimes and gpu not in runtimes:
+            continue  # no fit prices this GPU (it has no steps of the mode)
+        cost = step_cost(gpu, runtimes[gpu] if runtimes else eff, device)
         ms = {
             (p["model"], p["context_tokens"], p["batch"], p["rows"]): p["ms_median"]
             for r in records
@@ -138,14 +147,6 @@ def compare_steps(
                 )
             )
     return out
-
-
-@lru_cache(maxsize=1)
-def shipped_points() -> tuple[StepPoint, ...]:
-    """Every shipped file's points, each mode priced by its own runtime (computed once per process)."""
-    records = load_records()
-    modes = sorted({p["mode"] for r in records for p in r["points"]})
-    return tuple(pt for mode in modes for pt in compare_steps(records, mode))
 
 
 def crossover_text(points, key: str = "speedup") -> str:

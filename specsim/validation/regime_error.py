@@ -8,7 +8,8 @@ of the runtime falls in the band the answer is "not validated here". Published s
 (:mod:`specsim.validation.load_rows`, concurrency as the batch) add how well ``specsim serve``'s simulation
 reproduces them, leave-one-source-out: the figure for questions asked under load. This project's own GPU
 step timings in the band (:mod:`specsim.validation.gpu_steps`: kernels on an H100 and an H200, the runtime's
-per-block overhead left out) add how well the planner's best-γ speedup matches them.
+per-block overhead left out; a runtime fitted on them priced leave one GPU out, :mod:`.step_fit`) add how
+well the planner's best-γ speedup matches them.
 """
 
 from __future__ import annotations
@@ -55,6 +56,7 @@ class RegimeError:
     gpu_median_abs_error: float | None = None
     gpu_max_abs_error: float | None = None
     gpus: tuple[str, ...] = ()  # the GPUs those timings ran on
+    gpu_fit: str = ""  # how the runtime met those timings, where it was fitted on them (else not said)
 
     @property
     def validated(self) -> bool:
@@ -71,9 +73,10 @@ class RegimeError:
             if self.served_rows
             else ""
         )
+        fit = f"{self.gpu_fit}; " if self.gpu_fit else ""
         gpu = (
             f"; against this project's own step timings there ({', '.join(self.gpus)}; kernels, no per-block "
-            f"overhead; `bench/gpu_step_compare.py`) the planner's best-γ speedup is within median "
+            f"overhead; {fit}`bench/gpu_step_compare.py`) the planner's best-γ speedup is within median "
             f"{self.gpu_median_abs_error:.1%}, max {self.gpu_max_abs_error:.1%} over {self.gpu_points} points"
             if self.gpu_points
             else ""
@@ -87,7 +90,10 @@ class RegimeError:
         )
 
     def to_json(self) -> dict:
-        return asdict(self) | {"validated": self.validated, "text": self.text()}
+        out = asdict(self) | {"validated": self.validated, "text": self.text()}
+        if not self.gpu_fit:
+            del out["gpu_fit"]
+        return out
 
 
 @lru_cache(maxsize=1)
@@ -114,7 +120,7 @@ def _served_in_band(runtime: str, b_band: tuple, c_band: tuple) -> tuple:
 
 
 def _gpu_points() -> tuple:
-    from specsim.validation.gpu_steps import shipped_points
+    from specsim.validation.step_fit import shipped_points
 
     return shipped_points()
 
@@ -162,7 +168,18 @@ def regime_error(
         gpu_median_abs_error=float(np.median(step_errs)) if steps else None,
         gpu_max_abs_error=float(step_errs.max()) if steps else None,
         gpus=tuple(sorted({p.gpu for p in steps})),
+        gpu_fit=_gpu_fit(runtime) if steps and gpu is None else "",
     )
+
+
+def _gpu_fit(runtime: str) -> str:
+    """How the shipped step points price a runtime fitted on them (:mod:`specsim.validation.step_fit`)."""
+    from specsim.validation.step_fit import STEP_FIT
+
+    if runtime not in STEP_FIT:
+        return ""
+    return "each GPU priced by the runtime fitted on the other GPU's steps, `bench/hf_eager_fit.py`"
+
 
 
 def regime_errors(runtime: str, batches, context_tokens: float) -> list[RegimeError]:
