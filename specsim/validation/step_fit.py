@@ -1,12 +1,9 @@
 """A runtime fitted to this project's GPU step timings, scored leave one GPU out (``specsim/data/gpu_steps``).
 
-The HF steps (mode ``hf-eager``: HF transformers' forward with its DynamicCache, one step per call) fit the
-``hf-eager`` runtime's host and device terms (:data:`STEP_FIT`): least squares on log(predicted / measured)
-over every step of the training GPUs (robust: a step the host's other work slowed counts less), from round
-starting values, not the file's (they hold the fit on every GPU). Leave one GPU out: each GPU's steps are
-priced with the runtime fitted on the other GPUs' steps only, so its error says how the fit carries to a GPU
-it never saw. :func:`shipped_points` prices every mode so where its runtime is fitted here, and by the
-shipped runtime (fitted on the published set) elsewhere.
+The HF steps (mode ``hf-eager``) fit the ``hf-eager`` runtime's host and device terms (:data:`STEP_FIT`):
+robust least squares on log(predicted / measured) from round starting values; each GPU is priced by the fit
+on the others. :func:`shipped_points` prices every mode so where its runtime is fitted here.
+More: ARCHITECTURE.md, Notes by module.
 """
 
 from __future__ import annotations
