@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from specsim.bounds import check_range
+from specsim.draft_kinds.registry import draft_kind
 from specsim.errors import SpecsimError
 from specsim.hardware.model import ModelSpec, dtype_bytes, kv_dtype_bytes, spec_from_config
 from specsim.hardware.model_resolution import find_shipped, load_model_spec
@@ -51,6 +52,7 @@ class Row:
     gpus: int = 1
     parallel: str = "none"
     draft: str | None = None
+    draft_kind: str = "model"  # a drafting kind (specsim.draft_kinds.registry): model, eagle3, ngram, ...
     draft_weights_dtype: str | None = None
     draft_context_tokens: float | None = None
     gamma: float | None = None
@@ -208,6 +210,7 @@ def _row(d: Any, where: str, sources: dict, models: dict) -> Row:
         gpus=_field(d, "gpus", where, int, unit="gpus"),
         parallel=parallel,
         draft=_field(d, "draft", where, str, optional=True),
+        draft_kind=draft_kind(d.get("draft_kind"), f"{where}.draft_kind").name,
         draft_weights_dtype=_field(d, "draft_weights_dtype", where, str, optional=True),
         draft_context_tokens=_field(d, "draft_context_tokens", where, num, optional=True, unit="tokens"),
         gamma=_field(d, "gamma", where, num, optional=True, unit="gamma"),
@@ -238,6 +241,7 @@ _SAME_FOR_RATIO = (
     "kind",
     "target",
     "draft",
+    "draft_kind",
     "device",
     "runtime",
     "gpus",
@@ -277,7 +281,12 @@ def _check_row(row: Row, where: str) -> None:
     if row.served_only and (row.load is None or row.speedup is None or row.tau is None):
         raise SpecsimError(f"{where}.served_only: needs the row's load, speedup and tau (it is only served)")
     if row.kind == "sd":
-        for key in ("draft", "gamma", "draft_weights_dtype"):
+        lookup = not draft_kind(row.draft_kind).has_model
+        if lookup and row.draft is not None:
+            raise SpecsimError(
+                f"{where}.draft: a {row.draft_kind!r} row drafts with no model, got {row.draft!r}"
+            )
+        for key in ("gamma",) if lookup else ("draft", "gamma", "draft_weights_dtype"):
             if getattr(row, key) is None:
                 raise SpecsimError(f"{where}.{key}: missing (an 'sd' row needs it)")
         if row.tau is not None and row.tau > row.gamma + 1 + 1e-9:
