@@ -8,7 +8,9 @@ with e·Tq (``extra_draft_forwards``) the draft forwards a block runs beyond its
 - ``lookup``: ``lookup_ms_per_sequence`` per sequence for a drafting kind with no model (n-gram, suffix);
 - ``scheduling``: CPU work per engine step, ``schedule_ms_per_step`` + B·``schedule_ms_per_sequence``, of
   which the share ``schedule_overlap`` runs while the GPU computes (vLLM V1's asynchronous scheduling) and
-  shows only where it outlasts the step's GPU time.
+  shows only where it outlasts the step's GPU time; an SD block overlaps ``schedule_overlap_sd`` of it with
+  a draft head, ``schedule_overlap_sd_model`` with a draft model or a lookup (SGLang v0.4 turned its overlap
+  scheduler off under speculative decoding; vLLM's asynchronous scheduling covered EAGLE/MTP first).
 Each term is bounded by its engine's work per token or per sequence; none is a free per-sequence fit.
 """
 
@@ -34,12 +36,11 @@ def _param(rt, name: str) -> float:
     return float(getattr(rt, name, 0.0))
 
 
-def scheduling_ms(rt, batch, gpu_ms):
-    """CPU scheduling the GPU waits for: the share not overlapped, plus the overlapped share's excess over
-    ``gpu_ms`` (None: none)."""
+def scheduling_ms(rt, batch, gpu_ms, hidden):
+    """CPU scheduling the GPU waits for: the share not ``hidden`` behind the GPU, plus the hidden share's
+    excess over ``gpu_ms`` (None: none)."""
     b = np.asarray(batch, dtype=float)
     cpu = _param(rt, "schedule_ms_per_step") + _param(rt, "schedule_ms_per_sequence") * b
-    hidden = _param(rt, "schedule_overlap")
     excess = 0.0 if gpu_ms is None else np.maximum(cpu - np.asarray(gpu_ms, dtype=float), 0.0)
     return (1.0 - hidden) * cpu + hidden * excess
 
@@ -47,26 +48,31 @@ def scheduling_ms(rt, batch, gpu_ms):
 def step_terms_ms(rt, batch, gpu_ms) -> dict[str, np.ndarray]:
     """Named work of a target-only step of ``batch`` sequences whose forward takes ``gpu_ms``."""
     b = np.asarray(batch, dtype=float)
-    return {"sampling": _param(rt, "sampler_ms_per_token") * b, "scheduling": scheduling_ms(rt, b, gpu_ms)}
+    hidden = _param(rt, "schedule_overlap")
+    sampling = _param(rt, "sampler_ms_per_token") * b
+    return {"sampling": sampling, "scheduling": scheduling_ms(rt, b, gpu_ms, hidden)}
 
 
-def block_terms_ms(rt, gamma, batch, gpu_ms, *, lookup: bool) -> dict[str, np.ndarray]:
+def block_terms_ms(rt, gamma, batch, gpu_ms, *, lookup=False, head=False) -> dict[str, np.ndarray]:
     """Named work of an SD block outside its passes (module docstring): ``gpu_ms`` the block's passes (None:
-    long enough to hide the overlapped scheduling), ``lookup`` (bool or array) a drafting kind with no
-    model."""
+    long enough to hide the overlapped scheduling); ``lookup``, ``head`` (bools or arrays): the drafting kind
+    has no model, or is a head (its overlapped share ``schedule_overlap_sd``; a draft model's or a lookup's
+    ``schedule_overlap_sd_model``)."""
     g, b = np.asarray(gamma, dtype=float), np.asarray(batch, dtype=float)
+    hidden = np.where(head, _param(rt, "schedule_overlap_sd"), _param(rt, "schedule_overlap_sd_model"))
     fixed = _param(rt, "overhead_ms_per_block") + _param(rt, "overhead_ms_per_sequence_per_block") * b
     return {
         "block_fixed": fixed + 0.0 * g,
         "sampling": _param(rt, "sampler_ms_per_token") * b * (g + 1.0),
         "rejection": _param(rt, "rejection_ms_per_draft_token") * b * g,
         "lookup": np.where(lookup, lookup_ms(rt, b), 0.0) + 0.0 * g,
-        "scheduling": scheduling_ms(rt, b, gpu_ms) + 0.0 * g,
+        "scheduling": scheduling_ms(rt, b, gpu_ms, hidden) + 0.0 * g,
     }
 
 
 def draft_pass_ms(rt, roof_ms, *, head: bool):
-    """A draft forward: its roofline (with the runtime's pass overheads) or the runtime's floor for the
-    drafting kind, whichever is longer (a small draft at batch is bound by latency, not bandwidth)."""
+    """A draft forward: its roofline (with the runtime's pass overheads) plus the runtime's per-forward floor
+    for the drafting kind (the proposer's own work per step, whatever the batch: a small draft at batch is
+    bound by latency, not bandwidth)."""
     floor = np.where(head, _param(rt, "head_floor_ms_per_forward"), _param(rt, "draft_floor_ms_per_forward"))
-    return np.maximum(roof_ms, floor)
+    return roof_ms + floor

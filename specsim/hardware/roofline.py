@@ -78,7 +78,8 @@ class Efficiency:
     dequant_ms_per_layer = 0.0
     extra_draft_forwards_per_block = 0.0
     sampler_ms_per_token = rejection_ms_per_draft_token = lookup_ms_per_sequence = 0.0
-    schedule_ms_per_step = schedule_ms_per_sequence = schedule_overlap = 0.0
+    schedule_ms_per_step = schedule_ms_per_sequence = schedule_overlap = schedule_overlap_sd = 0.0
+    schedule_overlap_sd_model = 0.0
     draft_floor_ms_per_forward = head_floor_ms_per_forward = 0.0
     draft_split = "single"
     gemv_max_rows = 1.0

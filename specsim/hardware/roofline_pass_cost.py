@@ -80,7 +80,8 @@ class RooflinePassCost:
     def block_terms_ms(self, gamma, batch=1, width=None, *, gpu_ms=None) -> dict:
         """Named work of an SD block outside its passes (:mod:`specsim.hardware.engine_terms`); ``gpu_ms``:
         the block's passes (None: long enough to hide the overlapped scheduling)."""
-        return block_terms_ms(self.runtime, gamma, batch, gpu_ms, lookup=not self.kind.has_model)
+        kind, rt = self.kind, self.runtime
+        return block_terms_ms(rt, gamma, batch, gpu_ms, lookup=not kind.has_model, head=kind.is_head)
 
     def block_overhead_ms(self, gamma, batch=1, width=None, *, adaptive: bool = False, gpu_ms=None):
         return sum(self.block_terms_ms(gamma, batch, width, gpu_ms=gpu_ms).values())

@@ -83,6 +83,8 @@ PARAM_BOUNDS = {
     "schedule_ms_per_step": (0.0, 100.0),
     "schedule_ms_per_sequence": (0.0, 1.0),
     "schedule_overlap": (0.0, 1.0),
+    "schedule_overlap_sd": (0.0, 1.0),
+    "schedule_overlap_sd_model": (0.0, 1.0),
     "draft_floor_ms_per_forward": (0.0, 100.0),
     "head_floor_ms_per_forward": (0.0, 100.0),
     "lookup_ms_per_sequence": (0.0, 10.0),
@@ -112,6 +114,8 @@ _UNSET_SOURCES = {
     "schedule_ms_per_step": "default: CPU scheduling taken as free",
     "schedule_ms_per_sequence": "default: CPU scheduling taken as free",
     "schedule_overlap": "default: CPU scheduling runs between the GPU's passes (not overlapped)",
+    "schedule_overlap_sd": "default: with a draft head, CPU scheduling runs between the GPU's passes",
+    "schedule_overlap_sd_model": "default: with a draft model or lookup, CPU scheduling runs between passes",
     "draft_floor_ms_per_forward": "default: a draft model's forward costs its roofline and overheads",
     "head_floor_ms_per_forward": "default: a draft head's forward costs its roofline and overheads",
     "lookup_ms_per_sequence": "default: an n-gram lookup taken as free",
@@ -152,7 +156,9 @@ class Runtime:
     rejection_ms_per_draft_token: float = 0.0
     schedule_ms_per_step: float = 0.0
     schedule_ms_per_sequence: float = 0.0
-    schedule_overlap: float = 0.0
+    schedule_overlap: float = 0.0  # share of a target-only step's CPU scheduling hidden behind its forward
+    schedule_overlap_sd: float = 0.0  # the same in an SD block drafting with a head (EAGLE, MTP)
+    schedule_overlap_sd_model: float = 0.0  # ... with a separate draft model or a host lookup
     draft_floor_ms_per_forward: float = 0.0
     head_floor_ms_per_forward: float = 0.0
     lookup_ms_per_sequence: float = 0.0

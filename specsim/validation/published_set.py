@@ -10,7 +10,8 @@ block, bonus included); a row whose source reports other counters says how τ wa
 only in batch size) is compared as ``speedup_ratio`` = its speedup / the reference row's: τ cancels when
 acceptance does not depend on batch size, so a published batch sweep that gives no τ still tests how the cost
 of a block scales with batch. Reserved for an independent check and kept out: the Spec-Bench leaderboard, the
-EAGLE, EAGLE-2 and EAGLE-3 papers' SpS / vanilla-SD rows, and SpecDecode-Bench (arXiv 2601.11580).
+EAGLE, EAGLE-2 and EAGLE-3 papers' SpS / vanilla-SD rows (their EAGLE-head rows may be used), and
+SpecDecode-Bench (arXiv 2601.11580).
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from specsim.hardware.model_resolution import find_shipped, load_model_spec
 from specsim.hardware.parallel import timing_gpus
 from specsim.jsonio import check_schema_version, read_json, show
 from specsim.validation.load_spec import ServedLoad, parse_load
-from specsim.validation.sources import RESERVED_KEYS, Source, is_reserved
+from specsim.validation.sources import RESERVED_KEYS, Source, is_reserved, is_reserved_row
 
 DATA_FILE = "data/published_gpu_measurements.json"
 _PARALLEL = ("none", "tensor", "layer-split")
@@ -232,6 +233,11 @@ def _row(d: Any, where: str, sources: dict, models: dict) -> Row:
         load=parse_load(d.get("load"), f"{where}.load"),
         served_only=_field(d, "served_only", where, bool, optional=True) or False,
     )
+    if row.kind == "sd" and is_reserved_row(sources[source], row.draft_kind):
+        raise SpecsimError(
+            f"{where}: an SpS (separate draft model) row of {sources[source].title!r} is reserved for an "
+            "independent check and must stay out (only the EAGLE papers' head rows may be used)"
+        )
     _check_row(row, where)
     return row
 
@@ -324,7 +330,7 @@ def _source(key: str, d: Any, where: str) -> Source:
     if is_reserved(src):
         raise SpecsimError(
             f"{where}: {src.title!r} is reserved for an independent check (the Spec-Bench "
-            "leaderboard, an EAGLE paper or SpecDecode-Bench) and must stay out"
+            "leaderboard or SpecDecode-Bench) and must stay out"
         )
     return src
 

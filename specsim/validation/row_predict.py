@@ -151,7 +151,7 @@ class _Blocks:
         own = np.where(np.isnan(self.extra), rt.extra_draft_forwards_per_block, self.extra)
         extra = np.where(self.lookup, 0.0, own)
         gpu = (self.gamma + extra) * tq + t[self.tv]
-        terms = block_terms_ms(rt, self.gamma, self.batch, gpu, lookup=self.lookup)
+        terms = block_terms_ms(rt, self.gamma, self.batch, gpu, lookup=self.lookup, head=self.head)
         step = t[self.tp] + sum(step_terms_ms(rt, self.batch, t[self.tp]).values())
         return step, gpu + sum(terms.values())
 
