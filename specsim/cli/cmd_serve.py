@@ -13,6 +13,7 @@ import numpy as np
 from specsim.bounds import number_arg
 from specsim.cli.model_options import add_model_options, image_size
 from specsim.cli.progress import ProgressBar
+from specsim.draft_kinds.registry import draft_kind
 from specsim.draft_shapes.policies import GammaPolicy, parse_batch_ranges
 from specsim.errors import SpecsimError
 from specsim.hardware.device import load_device
@@ -64,7 +65,8 @@ def register(sub) -> None:
         "--tp",
         type=number_arg("gpus", integer=True),
         default=1,
-        help="GPUs the target is split over (default 1; the draft runs on one)",
+        help="GPUs the target is split over (default 1; the draft as the runtime places it: vLLM and SGLang "
+        "shard it the same way)",
     )
     models.add_argument(
         "--draft-image-tokens",
@@ -274,7 +276,11 @@ def _setup(args) -> tuple[ServeSetup, dict]:
     acceptance, acceptance_text, entries = _acceptance(args)
     workload, vllm_measured = _workload(args)
     _, target, draft = resolve_models(
-        pair=args.pair, target=args.target, draft=args.draft, image_size=image_size(args)
+        pair=args.pair,
+        target=args.target,
+        draft=args.draft,
+        image_size=image_size(args),
+        draft_kind=args.draft_kind,
     )
     device = load_device(args.device)
     runtime = device_runtimes(args.runtime, [device])[device.name]
@@ -288,6 +294,7 @@ def _setup(args) -> tuple[ServeSetup, dict]:
             tp=args.tp,
             split=split,
             draft_image_tokens_per_image=args.draft_image_tokens,
+            draft_kind=draft_kind(args.draft_kind).name,
         )
         kv = args.kv_cache_tokens if args.kv_cache_tokens is not None else cost.kv_cache_tokens()
         max_seqs = DEFAULT_MAX_NUM_SEQS if args.max_num_seqs is None else args.max_num_seqs
@@ -305,7 +312,8 @@ def _setup(args) -> tuple[ServeSetup, dict]:
     setup = ServeSetup(cost, workload, policy, acceptance, scheduler, slo, args.seed)
     about = {
         "target": target.name,
-        "draft": draft.name,
+        "draft": None if draft is None else draft.name,
+        "draft_kind": draft_kind(args.draft_kind).name,
         "device": device.name if args.cost_profile is None else f"measured profile {args.cost_profile}",
         "runtime": "its batched engine" if args.cost_profile else getattr(runtime, "name", "efficiency"),
         "tp": args.tp,
@@ -381,7 +389,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
 def _header(about: dict) -> str:
     s = about["scheduler"]
     return (
-        f"{about['target']} / {about['draft']} on {about['tp']} x {about['device']} ({about['runtime']}), "
+        f"{about['target']} / {about['draft'] or 'no draft model'} ({about['draft_kind']} drafting) on "
+        f"{about['tp']} x {about['device']} ({about['runtime']}), "
         f"{about['image_tokens_per_image']} tokens per image\n"
         f"workload: {about['workload']}, seed {about['seed']}\n"
         f"scheduler: max_num_seqs {s['max_num_seqs']}, max_num_batched_tokens {s['max_num_batched_tokens']}, "

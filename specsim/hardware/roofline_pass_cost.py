@@ -176,6 +176,12 @@ class RooflinePassCost:
             self._cache[key] = tuple(v for p in parts for v in (float(p[0]), float(p[1] - p[0])))
         return self._cache[key]
 
+    def draft_line(self, batch: int, chunks=()) -> tuple[float, ...]:
+        """:meth:`line` of a one-row draft pass with the drafting kind's per-forward floor in its rest."""
+        line = self.line(DRAFT, batch, 1, chunks)
+        floor = float(self.draft_floor_ms(0.0))
+        return line[:8] + (line[8] + floor, line[9])
+
     def line_ms(self, line: tuple[float, ...], kv_sum):
         """ms of a pass from its :meth:`line` at Σ KV ``kv_sum`` (a float or an array; lines may be
         stacked along the first axis of a [part, ...] array)."""
