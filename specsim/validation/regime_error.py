@@ -175,3 +175,21 @@ def regime_errors(runtime: str, batches, context_tokens: float) -> list[RegimeEr
         if not out or out[-1].batch_band != e.batch_band:
             out.append(e)
     return out
+
+
+def band_summaries(results) -> list[dict]:
+    """Leave-one-source-out rows (any observable) by batch band: rows, sources, median and max |error|."""
+    out = []
+    for band in BATCH_BANDS:
+        inside = [r for r in results if _band(r.batch, BATCH_BANDS) == band]
+        errs = np.abs([r.error for r in inside])
+        out.append(
+            {
+                "batch_band": _span(band, "batch"),
+                "rows": len(inside),
+                "sources": sorted({r.source for r in inside}),
+                "median_abs_error": float(np.median(errs)) if inside else None,
+                "max_abs_error": float(errs.max()) if inside else None,
+            }
+        )
+    return out
