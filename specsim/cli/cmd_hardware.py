@@ -189,7 +189,8 @@ def cmd_hardware(args: argparse.Namespace) -> int:
     if args.json:
         out = {
             "target": got.target.name,
-            "draft": got.draft.name,
+            "draft": None if got.draft is None else got.draft.name,
+            "draft_kind": got.plan.rows[0].draft_kind,
             "profile": None if got.profile is None else got.profile.name,
             "plan": got.plan.to_json(),
             "fit": None if got.fit is None else got.fit.to_json(),
