@@ -29,6 +29,7 @@ from specsim.validation.runtime_fit import (
     load_runtimes,
     usable_rows,
 )
+from specsim.validation.sources import is_eagle_paper, is_reserved_row
 
 L70 = {
     "model_type": "llama",
@@ -191,7 +192,49 @@ def test_reserved_sources_by_title_or_venue():
     )
     board = Source("x", "Leaderboard", "Xia et al.", 2024, "https://github.com/hemingkx/Spec-Bench", "SpS")
     vllm_issue = Source("v", "[Bug]: Eagle 3 vs Eagle 1 in vLLM", "someone", 2025, "vllm issue", "table")
-    assert is_reserved(eagle) and is_reserved(board) and not is_reserved(vllm_issue)
+    assert is_reserved(board) and not is_reserved(vllm_issue)
+    # an EAGLE paper is not reserved whole: only its SpS (separate draft model) rows are
+    assert not is_reserved(eagle) and is_eagle_paper(eagle) and not is_eagle_paper(vllm_issue)
+    assert is_reserved_row(eagle, "model") and not is_reserved_row(eagle, "eagle3")
+    assert is_reserved_row(board, "eagle3") and not is_reserved_row(vllm_issue, "model")
+
+
+def test_eagle3_paper_loads_its_head_rows_and_refuses_its_sps_rows():
+    """The EAGLE-3 paper's SGLang/vLLM batch tables (EAGLE heads) may be used; its SpS rows stay reserved."""
+    src = {
+        "title": "EAGLE-3: Scaling up Inference Acceleration of Large Language Models via Training-Time Test",
+        "authors": "Li, Wei, Zhang, Zhang",
+        "year": 2025,
+        "venue": "NeurIPS 2025; arXiv 2503.01840",
+        "where": "Table 3",
+    }
+    row = {
+        "id": "e3",
+        "source": "eagle3-paper",
+        "kind": "sd",
+        "where": "Table 3",
+        "target": "llama-3.1-8b",
+        "draft": "eagle3-llama3.1-instruct-8b",
+        "draft_kind": "eagle3",
+        "draft_weights_dtype": "bfloat16",
+        "device": "h100-sxm",
+        "runtime": "vllm",
+        "gpus": 1,
+        "batch": 16,
+        "weights_dtype": "bfloat16",
+        "kv_dtype": "bfloat16",
+        "target_context_tokens": 300,
+        "gamma": 3,
+        "tau": 2.9,
+        "tau_definition": "bonus included",
+        "speedup": 1.48,
+    }
+    data = {"schema_version": 1, "sources": {"eagle3-paper": src}, "rows": [row]}
+    (parsed,) = parse_published_set(data, "mine.json").rows
+    assert parsed.draft_kind == "eagle3"
+    sps = dict(row, draft="llama-3.2-1b", draft_kind="model")
+    with pytest.raises(SpecsimError, match=r"rows\[0\]: an SpS .* is reserved"):
+        parse_published_set(dict(data, rows=[sps]), "mine.json")
 
 
 def test_published_set_has_batch_and_long_context_rows(ps):

@@ -69,10 +69,21 @@ def register(sub) -> None:
         "per GPU, run in turn: only memory divides); default: the runtime's (layer for llama.cpp and "
         "hf-eager, tensor for vllm and gpt-fast)",
     )
-    p.add_argument(
+    placement = p.add_mutually_exclusive_group()
+    placement.add_argument(
         "--draft-sharded",
-        action="store_true",
-        help="with --tp: split the draft the same way (default: the draft runs whole on one GPU)",
+        action="store_const",
+        const=True,
+        default=None,
+        help="with --tp: split the draft the same way as the target (default: as the runtime places it; "
+        "vLLM and SGLang shard it)",
+    )
+    placement.add_argument(
+        "--draft-one-gpu",
+        dest="draft_sharded",
+        action="store_const",
+        const=False,
+        help="with --tp: run the whole draft on one GPU",
     )
     p.add_argument(
         "--gamma",
@@ -110,6 +121,20 @@ def register(sub) -> None:
         "--batch", action="append", default=None, help="batch sizes, e.g. 1,2,4 or 1-8 (default 1..64 x2)"
     )
     p.add_argument("--context", action="append", default=None, help="context tokens (default 1024,4096,8192)")
+    p.add_argument(
+        "--prompt-tokens",
+        type=number_arg("tokens", integer=True),
+        default=None,
+        help="a request's prompt tokens (with --output-tokens, instead of --context): the decode runs over "
+        "the mean cached context, prompt + output/2, and each row adds the end-to-end speedup with both "
+        "prefills",
+    )
+    p.add_argument(
+        "--output-tokens",
+        type=number_arg("tokens", integer=True),
+        default=None,
+        help="a request's output tokens (with --prompt-tokens)",
+    )
     p.add_argument("--gamma-max", default="8", help="largest gamma tried (default 8)")
     p.add_argument(
         "--fit-profile",
@@ -172,7 +197,8 @@ def cmd_hardware(args: argparse.Namespace) -> int:
     if args.json:
         out = {
             "target": got.target.name,
-            "draft": got.draft.name,
+            "draft": None if got.draft is None else got.draft.name,
+            "draft_kind": got.plan.rows[0].draft_kind,
             "profile": None if got.profile is None else got.profile.name,
             "plan": got.plan.to_json(),
             "fit": None if got.fit is None else got.fit.to_json(),
@@ -240,7 +266,7 @@ def _list_all(args: argparse.Namespace) -> int:
     for section, rows in listing.items():
         print(f"{section.replace('_', ' ')}:")
         if not rows:
-            print("  (none registered: every --draft is priced as a separate model)\n")
+            print("  (none)\n")
             continue
         keys = [k for k in rows[0] if k not in ("source", "description")]
         print(format_table(keys, [[_cell(r.get(k)) for k in keys] for r in rows]) + "\n")

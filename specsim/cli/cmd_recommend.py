@@ -8,6 +8,7 @@ import shlex
 
 from specsim.bounds import RANGES, number_arg
 from specsim.cli.model_options import add_model_options, image_size
+from specsim.draft_kinds.registry import draft_kind
 from specsim.engines.engine_config import (
     SGLANG_ALGORITHMS_WITHOUT_MODEL,
     VLLM_METHODS_WITHOUT_MODEL,
@@ -30,7 +31,8 @@ from specsim.engines.recommend import (
 from specsim.errors import SpecsimError
 from specsim.hardware.device import load_device
 from specsim.hardware.measured_pair import other_pair_note
-from specsim.hardware.model_resolution import load_model_spec
+from specsim.hardware.model_resolution import find_shipped
+from specsim.hardware.plan_inputs import resolve_models
 from specsim.hardware.runtime import DEFAULT_RUNTIMES, load_runtime
 from specsim.jsonio import check_writable, dumps_json, show, write_json_atomic, write_text_atomic
 from specsim.predict.acceptance_source import ACCEPTANCE_FORMS, Acceptance, from_options
@@ -125,20 +127,24 @@ def register(sub) -> None:
 
 
 def latency_model(args) -> LatencyModel:
-    """Target, draft and device for the planner's roofline: the one place that picks device/runtime."""
-    if args.pair and (args.target or args.draft):
-        raise SpecsimError("--pair: give either --pair or --target/--draft, not both")
-    if args.pair:
-        target_name, draft_name = pair_models(args.pair)
-    elif args.target and args.draft:
-        target_name, draft_name = args.target, args.draft
-    else:
+    """Target, draft side and device for the planner's roofline: the one place that picks device/runtime
+    (by default the engine's own: vllm, or sglang)."""
+    kind = draft_kind(getattr(args, "draft_kind", None))
+    if not (args.pair or args.target):
         raise SpecsimError(
-            "models: expected --pair NAME or both --target and --draft (preset or config.json)"
+            "models: expected --pair NAME or --target (and --draft, or a --draft-kind that needs none)"
         )
+    _, target, draft = resolve_models(
+        pair=args.pair,
+        target=args.target,
+        draft=args.draft,
+        dtype=args.dtype,
+        image_size=image_size(args),
+        draft_kind=kind.name,
+    )
     device = load_device(args.device)
-    # SGLang, like vLLM, runs decoding under CUDA graphs with paged attention: no runtime file of its own yet.
-    runtime = load_runtime(DEFAULT_RUNTIMES[device.kind] if args.runtime is None else args.runtime)
+    own = args.engine if device.kind == "gpu" else DEFAULT_RUNTIMES[device.kind]
+    runtime = load_runtime(own if args.runtime is None else args.runtime)
     if runtime.kind != device.kind:
         raise SpecsimError(
             f"--runtime: {runtime.name!r} runs on {runtime.kind} devices, but {device.name!r} is a "
@@ -146,17 +152,9 @@ def latency_model(args) -> LatencyModel:
         )
     note = (
         f"latency: roofline on {device.name} with the {runtime.name} runtime "
-        "(overheads and efficiencies by rows)"
+        f"(overheads and efficiencies by rows); drafting kind {kind.name}"
     )
-    if args.engine == "sglang" and args.runtime is None and device.kind == "gpu":
-        note += "; SGLang assumed to cost what vLLM does (both run CUDA graphs)"
-    return LatencyModel(
-        load_model_spec(target_name, dtype=args.dtype, image_size=image_size(args)),
-        load_model_spec(draft_name, dtype=args.dtype, image_size=image_size(args)),
-        device,
-        efficiency=runtime,
-        notes=(note,),
-    )
+    return LatencyModel(target, draft, device, efficiency=runtime, notes=(note,), draft_kind=kind.name)
 
 
 def _acceptance(args) -> tuple[Profile | None, Acceptance]:
@@ -168,19 +166,33 @@ def _acceptance(args) -> tuple[Profile | None, Acceptance]:
     return (None if args.profile is None else load_profile(args.profile)), found
 
 
-def _draft_model(args, profile, acc: Acceptance, method: str, borrowed: bool) -> tuple[str | None, bool]:
-    """(draft model for the config, taken from the profile?): --draft-model, else the profile's draft where
-    its τ is this pair's, else the draft priced (``borrowed``: τ of another pair; no profile); a method that
-    brings no draft model gets only an explicit --draft-model."""
+def _draft_model(
+    args, profile, acc: Acceptance, method: str, borrowed: bool, lm: LatencyModel
+) -> tuple[str | None, bool]:
+    """(draft model for the config, taken from the profile?): --draft-model, else a shipped head's hub id,
+    else the profile's draft where its τ is this pair's, else the draft priced (``borrowed``: τ of another
+    pair; no profile); a method that brings no draft model gets only an explicit --draft-model."""
     if args.draft_model:
         return args.draft_model, False
+    hub = _head_hub_id(lm)
+    if hub:
+        return hub, False
     without = VLLM_METHODS_WITHOUT_MODEL if args.engine == "vllm" else SGLANG_ALGORITHMS_WITHOUT_MODEL
     if method in without or method.upper() in without:
         return None, False
     if borrowed or profile is None or acc.entry is None:
-        return (args.draft or pair_models(args.pair)[1]), False
+        return (args.draft or (pair_models(args.pair)[1] if args.pair else None)), False
     prov = acc.entry.provenance or profile.provenance
     return (None, False) if prov.draft in (NOT_REPORTED, "") else (prov.draft, True)
+
+
+def _head_hub_id(lm: LatencyModel) -> str | None:
+    """The Hugging Face id a shipped draft head is published under (its alias ``org/name``), for a head
+    kind; None otherwise."""
+    if not draft_kind(lm.draft_kind).is_head or lm.draft is None:
+        return None
+    found = find_shipped(lm.draft.name)
+    return next((n for n in found[1].names if is_model_id(n)), None) if found else None
 
 
 def _draft_id_note(draft_model: str | None, from_profile: bool, snippet, given: bool = True) -> list[str]:
@@ -227,8 +239,9 @@ def cmd_recommend(args) -> int:
         gamma_max=gamma_max,
         min_speedup=args.min_speedup,
     )
-    method = args.engine_method or DEFAULT_ENGINE_METHOD[args.engine]
-    draft_model, from_profile = _draft_model(args, profile, entry, method, borrowed is not None)
+    kind = draft_kind(getattr(args, "draft_kind", None))
+    method = args.engine_method or kind.engines.get(args.engine) or DEFAULT_ENGINE_METHOD[args.engine]
+    draft_model, from_profile = _draft_model(args, profile, entry, method, borrowed is not None, lm)
     snippet, extra_notes = _snippet(args, rec, entry, lm, method, draft_model)
     if args.config_out and snippet is not None and draft_model:
         label = " (the profile's draft name)" if from_profile else ""
@@ -244,7 +257,8 @@ def cmd_recommend(args) -> int:
         "engine": ENGINE_NAMES[args.engine],
         "profile": None if profile is None else profile.name,
         "target": lm.target.name,
-        "draft": lm.draft.name,
+        "draft": None if lm.draft is None else lm.draft.name,
+        "draft_kind": lm.draft_kind,
         "config": snippet,
         "notes": extra,
     }
@@ -314,8 +328,9 @@ def _text(args, rec: Recommendation, lm: LatencyModel, profile: Profile, snippet
     lines = [
         f"{ENGINE_NAMES[args.engine]} speculative settings for method {rec.method!r} (scenario "
         f"{rec.scenario!r}) of " + (f"profile {profile.name}" if profile else "the acceptance given"),
-        f"latency: roofline on {rec.device}; target {lm.target.name}, draft {lm.draft.name}; "
-        f"context {rec.context_tokens} tokens",
+        f"latency: roofline on {rec.device}; target {lm.target.name}, draft "
+        f"{'none (host lookup)' if lm.draft is None else lm.draft.name} ({lm.draft_kind}); context "
+        f"{rec.context_tokens} tokens",
     ]
     rows = []
     for b in rec.shown_batches:
@@ -331,13 +346,15 @@ def _text(args, rec: Recommendation, lm: LatencyModel, profile: Profile, snippet
                 fmt(c.tau, 3) + mark,
                 fmt(c.c, 3),
                 fmt(c.v, 2),
+                fmt(c.o, 3),
                 "yes" if c.fits_memory else "NO",
             ]
         )
     lines += [
         "",
         format_table(
-            ["batch", "draft length", "speedup", "best gamma", "its speedup", "tau", "c", "v", "fits"], rows
+            ["batch", "draft length", "speedup", "best gamma", "its speedup", "tau", "c", "v", "o", "fits"],
+            rows,
         ),
     ]
     lines.append("draft length 0 = SD off at that batch size (plain decoding, speedup 1)")

@@ -59,7 +59,8 @@ def register(sub) -> None:
         "--tp",
         type=number_arg("gpus", integer=True),
         default=1,
-        help="GPUs the target is split over (default 1; the draft runs on one)",
+        help="GPUs the target is split over (default 1; the draft as the runtime places it: vLLM and SGLang "
+        "shard it the same way)",
     )
     models.add_argument(
         "--draft-image-tokens",
@@ -301,7 +302,8 @@ def _with_notes(about: dict, *notes) -> dict:
 def _header(about: dict) -> str:
     s = about["scheduler"]
     return (
-        f"{about['target']} / {about['draft']} on {about['tp']} x {about['device']} ({about['runtime']}), "
+        f"{about['target']} / {about['draft'] or 'no draft model'} ({about['draft_kind']} drafting) on "
+        f"{about['tp']} x {about['device']} ({about['runtime']}), "
         f"{about['image_tokens_per_image']} tokens per image\n"
         f"workload: {about['workload']}, seed {about['seed']}\n"
         f"scheduler: max_num_seqs {s['max_num_seqs']}, max_num_batched_tokens {s['max_num_batched_tokens']}, "

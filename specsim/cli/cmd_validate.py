@@ -22,6 +22,7 @@ from specsim.validation.batch_sweeps import (
 )
 from specsim.validation.load_rows import compare_load_rows, summarize_load_rows
 from specsim.validation.published_set import load_published_set
+from specsim.validation.regime_error import band_summaries
 from specsim.validation.runtime_fit import (
     check_runtime_kinds,
     fit_all,
@@ -138,6 +139,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
             "mode": "fit-all (in-sample)" if args.fit_all else "leave-one-source-out",
             "summary": overall.__dict__,
             "summary_fitted_only": None if fitted_only is None else fitted_only.__dict__,
+            "batch_bands": band_summaries(results),
             "rows": [r.to_json() for r in results],
             "not_predictable": [{"id": r.id, "reason": r.tau_derivation or "no tau"} for r in skipped],
             "batch_sweeps": [c.to_json() | {"grid": g} for c, g in zip(comparisons, grids)],
@@ -237,6 +239,13 @@ def _text(results, overall, fitted_only, skipped, ps, fit_all_mode: bool) -> lis
         f"textbook: median |err| {overall.textbook_median_abs_error:.1%}, max "
         f"{overall.textbook_max_abs_error:.1%}"
     )
+    for band in band_summaries(results):
+        if band["rows"]:
+            lines.append(
+                f"  {band['batch_band']}: median |err| {band['median_abs_error']:.1%}, max "
+                f"{band['max_abs_error']:.1%} over {band['rows']} rows from {len(band['sources'])} sources "
+                f"({', '.join(band['sources'])})"
+            )
     if not fit_all_mode and fitted_only is not None and fitted_only.rows != overall.rows:
         lines.append(
             f"rows whose runtime another source covers ({fitted_only.rows}): specsim median "
@@ -292,6 +301,7 @@ def _sweep_text(comparisons, grids) -> list[str]:
             f"    where SD pays: published: {published}; specsim (best gamma): batches "
             f"{describe_sweep_range(c)}"
         )
+        lines.append(f"    {_crossover_text(c)}")
         lines.append(
             "    same pair and tau with the shipped runtimes, batches where SD pays (best gamma; a..b+: "
             "still pays at b, the largest batch that fits):"
@@ -308,4 +318,20 @@ def _sweep_text(comparisons, grids) -> list[str]:
             if g["runtime"] == GRID_RUNTIMES[0]
         ]
         lines.append(format_table(["device", *GRID_RUNTIMES, "context"], table))
+    ok = sum(c.crossover_ok for c in comparisons)
+    lines.append(
+        f"crossover (where SD stops paying at the sweep's gamma): {ok} of {len(comparisons)} sweeps within a "
+        "factor 1.5 of the published one, or at or beyond the largest published batch where it never stops"
+    )
     return lines
+
+
+def _crossover_text(c) -> str:
+    pub = (
+        f"batch {c.published_crossover:.1f} (interpolated)"
+        if c.published_crossover is not None
+        else f"never up to batch {c.largest_batch}"
+    )
+    pred = f"batch {c.predicted_crossover:.1f}" if c.predicted_crossover is not None else "never (up to 4096)"
+    verdict = "ok" if c.crossover_ok else "MISSED"
+    return f"SD stops paying at gamma {c.points[-1].gamma:g}: published {pub}, specsim {pred} ({verdict})"

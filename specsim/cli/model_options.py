@@ -40,7 +40,17 @@ def add_model_options(parser, *, many_devices: bool = False, runtime_default: st
         "--pair", default=None, help="preset pair: llava-1.5-7b-68m (default) or qwen2.5-coder-0.5b-1.5b"
     )
     parser.add_argument("--target", default=None, help=f"target: {MODEL_HELP}")
-    parser.add_argument("--draft", default=None, help="draft: same choices as --target")
+    parser.add_argument(
+        "--draft", default=None, help="draft model or head: same choices as --target (see --draft-kind)"
+    )
+    parser.add_argument(
+        "--draft-kind",
+        default=None,
+        metavar="KIND",
+        help="how the draft side drafts: model (a separate draft model, default), eagle, eagle3 (a head at "
+        "the target's width; --draft defaults to the head shipped for the target), mtp (one more layer of "
+        "the target's), ngram or suffix (no model: a host lookup per sequence); `specsim hardware --list`",
+    )
     add_image_size(parser)
     if many_devices:
         parser.add_argument(

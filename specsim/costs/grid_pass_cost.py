@@ -90,15 +90,22 @@ class GridPassCost:
         along = "rows" if kind == PREFILL else "context"
         return PassMs(*grid_ms(grid, rows, width, batch, name=name, along=along))
 
-    def block_overhead_ms(self, gamma, batch=1, width=None, *, adaptive: bool = False) -> np.ndarray:
+    def block_overhead_ms(self, gamma, batch=1, width=None, *, adaptive: bool = False, gpu_ms=None):
         if self.batched is not None:
             return self.batched.overhead_ms_per_block.at(gamma, batch)
         return self.model.block_overhead_ms(gamma, batch, width, adaptive)
 
+    def block_terms_ms(self, gamma, batch=1, width=None, *, gpu_ms=None) -> dict:
+        """The measured per-block overhead is one term: the engine's work outside its passes."""
+        return {"block_fixed": self.block_overhead_ms(gamma, batch, width)}
+
+    def step_terms_ms(self, batch=1, *, gpu_ms=None) -> dict:
+        return {"step": self.step_overhead_ms(batch)}
+
     def tree_overhead_ms(self, tree, batch=1, width=0.0) -> float:
         return self.model.tree.overhead_at(tree, batch, width)
 
-    def step_overhead_ms(self, batch=1) -> float:
+    def step_overhead_ms(self, batch=1, *, gpu_ms=None) -> float:
         if self.batched is not None:
             return self.batched.target_step_overhead_ms(batch)
         return self.model.overhead_ms_per_target_step

@@ -37,16 +37,25 @@ class PassCost(Protocol):
         """Passes of ``role`` (:data:`TARGET`, :data:`DRAFT`) of ``kind`` at (rows, width, batch)."""
         ...
 
-    def block_overhead_ms(self, gamma, batch=1, width=None, *, adaptive: bool = False) -> np.ndarray:
-        """Work outside the models per SD block at γ (``adaptive``: an adaptive ensemble's weight update)."""
+    def block_overhead_ms(self, gamma, batch=1, width=None, *, adaptive: bool = False, gpu_ms=None):
+        """Work outside the models per SD block at γ (``adaptive``: an adaptive ensemble's weight update;
+        ``gpu_ms``: the block's passes, against which overlapped CPU work hides; None: all of it hides)."""
+        ...
+
+    def block_terms_ms(self, gamma, batch=1, width=None, *, gpu_ms=None) -> dict:
+        """:meth:`block_overhead_ms` as named terms that sum to it (sampling, rejection, lookup, ...)."""
+        ...
+
+    def step_terms_ms(self, batch=1, *, gpu_ms=None) -> dict:
+        """:meth:`step_overhead_ms` as named terms that sum to it."""
         ...
 
     def tree_overhead_ms(self, tree, batch=1, width=0.0) -> float:
         """Work outside the models per token-tree block (a :class:`specsim.draft_shapes.trees.TreeSpec`)."""
         ...
 
-    def step_overhead_ms(self, batch=1) -> float:
-        """Work outside the model per target-only step."""
+    def step_overhead_ms(self, batch=1, *, gpu_ms=None) -> float:
+        """Work outside the model per target-only step (``gpu_ms``: its forward)."""
         ...
 
     def encoder_ms(self, images: int, *, draft: bool = False) -> float:

@@ -35,13 +35,15 @@ _PLAN_CONTEXT_LINE = "context = tokens already in the KV cache"
 
 @dataclass(frozen=True)
 class LatencyModel:
-    """Where per-pass latency comes from: the planner's roofline for target and draft on one device."""
+    """Where per-pass latency comes from: the planner's roofline for target and draft on one device;
+    ``draft_kind`` how the draft side drafts (``draft`` None for a lookup kind)."""
 
     target: ModelSpec
-    draft: ModelSpec
+    draft: ModelSpec | None
     device: Device
     efficiency: Efficiency | Runtime = Efficiency()
     notes: tuple[str, ...] = ()
+    draft_kind: str = "model"
 
 
 @dataclass(frozen=True)
@@ -58,6 +60,8 @@ class BatchChoice:
     c: float
     v: float
     fits_memory: bool
+    o: float = 0.0  # the named overhead terms over one target-only step (the planner's o_terms)
+    o_terms: dict | None = None
 
     @property
     def extrapolated(self) -> bool:
@@ -142,6 +146,7 @@ def _plan(mt: MethodTau, lm: LatencyModel, max_batch: int, context_tokens: int) 
         batches=range(1, max_batch + 1),
         contexts=(context_tokens,),
         notes=lm.notes,
+        draft_kind=lm.draft_kind,
     )
 
 
@@ -217,6 +222,8 @@ def recommend(
             c=r.c,
             v=r.v,
             fits_memory=r.fits_memory,
+            o=r.o,
+            o_terms=r.o_terms,
         )
         for r in sorted(plan.rows, key=lambda r: r.batch_size)
     )

@@ -6,11 +6,15 @@ printed beside a sweep's rows (:func:`runs_text`) are read off them, so a verdic
 that lose. A sweep alone can answer "never" only up to its largest batch, so :class:`StopPaying` also reads
 the largest batch that fits the device (:func:`specsim.hardware.parallel.largest_fitting_batch`) and the
 speedup there: when SD still pays at that batch, memory, not SD, caps the batch at that context.
+:func:`crossover_batch` solves the crossover on a continuous batch axis (any batch, not only those planned);
+:func:`interpolated_crossover` reads a published sweep's between its batches.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+import numpy as np
 
 
 @dataclass(frozen=True)
@@ -68,7 +72,9 @@ class StopPaying:
     """Where SD pays for one device × method × context over the planned batches and the largest batch that
     fits in memory (``largest_fitting_batch``: 0 none, None not bounded; ``speedup_at_largest_fitting``
     the best-γ speedup there): ``runs`` of :func:`paying_runs` over both, ``pays_from``/``stops_from`` as
-    :func:`paying_range`, ``last_planned``: the largest planned batch."""
+    :func:`paying_range`, ``last_planned``: the largest planned batch;
+    ``crossover_batch`` the crossover on a continuous batch axis (:func:`crossover_batch`; None: not solved,
+    or SD pays at its largest batch or never pays)."""
 
     device: str
     method: str
@@ -79,12 +85,14 @@ class StopPaying:
     speedup_at_largest_fitting: float | None
     runs: tuple[Run, ...] = ()
     last_planned: int | None = None
+    crossover_batch: float | None = None
 
     @property
     def memory_caps_first(self) -> bool:
         """SD still pays at the largest batch that fits: memory runs out before SD stops paying."""
         s, fit = self.speedup_at_largest_fitting, self.largest_fitting_batch
-        return s is not None and s >= 1.0 and (self.stops_from is None or self.stops_from > fit)
+        stop = self.crossover_batch if self.crossover_batch is not None else self.stops_from
+        return s is not None and s >= 1.0 and (stop is None or stop > fit)
 
     def cell(self) -> str:
         """The batches (planned and the largest that fits) where speedup < 1: 'none', 'all', '1..8',
@@ -94,6 +102,10 @@ class StopPaying:
         if not any(r.pays for r in self.runs):
             return "all"
         return runs_text(self.runs, False)
+
+    def crossover_cell(self) -> str:
+        """The batch on a continuous axis from which SD stays below 1, in a table cell: '57.3' or '-'."""
+        return "-" if self.crossover_batch is None else f"{self.crossover_batch:.1f}"
 
     def fits_cell(self) -> str:
         """The largest batch that fits and the speedup there, in a table cell: 'B 110: 1.42x'."""
@@ -112,21 +124,26 @@ class StopPaying:
         if fit is None or s is None:
             return None
         at = f"the largest batch that fits (B {fit}, {s:.2f}x)"
+        cross = self.crossover_batch
+        stop = f"{cross:.1f}" if cross is not None else self.stops_from
         if self.memory_caps_first:
             return f"{where}: SD still pays at {at}; memory, not SD, caps the batch here" + (
-                f", so batch {self.stops_from}, from which it stops paying, is out of reach"
-                if self.stops_from is not None
-                else ""
+                f", so batch {stop}, from which it stops paying, is out of reach" if stop is not None else ""
             )
         before = [r for r in self.runs if r.first < fit]
         if s < 1.0 and self.last_planned is not None and fit > self.last_planned and before[-1].pays:
-            return f"{where}: SD stops paying between B {self.last_planned} (planned) and {at}"
+            return f"{where}: SD stops paying between B {self.last_planned} (planned) and {at}" + (
+                f", from batch {cross:.1f}" if cross is not None else ""
+            )
         return None
 
     @classmethod
-    def from_rows(cls, device: str, method: str, context_tokens: int, rows, fit: int | None, at_fit):
+    def from_rows(
+        cls, device: str, method: str, context_tokens: int, rows, fit: int | None, at_fit, crossover=None
+    ):
         """From a sweep's ``rows`` (``batch_size``, ``speedup``), the largest batch that fits (``fit``) and
-        the best-γ speedup there (``at_fit``), read together by :func:`paying_runs`."""
+        the best-γ speedup there (``at_fit``), read together by :func:`paying_runs`; the continuous
+        ``crossover``."""
         at_fit = None if not fit else at_fit
         points = {r.batch_size: r.speedup for r in rows}
         if at_fit is not None:
@@ -134,7 +151,7 @@ class StopPaying:
         runs = paying_runs(list(points), list(points.values()))
         pays, stops = paying_range(list(points), list(points.values()))
         last = max((r.batch_size for r in rows), default=None)
-        return cls(device, method, int(context_tokens), pays, stops, fit, at_fit, runs, last)
+        return cls(device, method, int(context_tokens), pays, stops, fit, at_fit, runs, last, crossover)
 
     def to_json(self) -> dict:
         return {
@@ -143,4 +160,41 @@ class StopPaying:
             "largest_fitting_batch": self.largest_fitting_batch,
             "speedup_at_largest_fitting_batch": self.speedup_at_largest_fitting,
             "memory_caps_first": self.memory_caps_first,
+            "crossover_batch": self.crossover_batch,
         }
+
+
+CROSSOVER_BATCH_MAX = 4096.0  # the continuous search's largest batch
+_GRID_POINTS = 129
+
+
+def crossover_batch(speedup_at, lo: float = 1.0, hi: float = CROSSOVER_BATCH_MAX, tol: float = 1e-3):
+    """The batch, on a continuous axis, from which the best-γ speedup stays below 1: the last downward
+    crossing of 1 on a log grid from ``lo`` to ``hi``, refined by bisection to ``tol`` (relative).
+    ``speedup_at``: array of batches → array of speedups. None when SD still pays at ``hi`` or never pays."""
+    grid = np.geomspace(lo, hi, _GRID_POINTS)
+    s = np.asarray(speedup_at(grid), dtype=float)
+    paying = np.nonzero(s >= 1.0)[0]
+    if paying.size == 0 or paying[-1] == grid.size - 1:
+        return None
+    a, b = grid[paying[-1]], grid[paying[-1] + 1]
+    while b / a - 1.0 > tol:
+        mid = np.sqrt(a * b)
+        if speedup_at(np.array([mid]))[0] >= 1.0:
+            a = mid
+        else:
+            b = mid
+    return float(np.sqrt(a * b))
+
+
+def interpolated_crossover(batches, speedups) -> float | None:
+    """Where a published sweep stops paying, between its batches: the last downward crossing of 1, linear
+    in the batch between the two points around it; None when it pays at its largest batch or never pays."""
+    b, s = np.asarray(batches, dtype=float), np.asarray(speedups, dtype=float)
+    order = np.argsort(b)
+    b, s = b[order], s[order]
+    paying = np.nonzero(s >= 1.0)[0]
+    if paying.size == 0 or paying[-1] == b.size - 1:
+        return None
+    i = paying[-1]
+    return float(b[i] + (s[i] - 1.0) * (b[i + 1] - b[i]) / (s[i] - s[i + 1]))

@@ -7,6 +7,7 @@ dict, so the command prints it as a table (long ``description`` and ``source`` t
 
 from __future__ import annotations
 
+from specsim.draft_kinds.registry import kind_rows
 from specsim.hardware.device import catalog_names, load_device
 from specsim.hardware.model_resolution import load_model_spec, shipped_models
 from specsim.hardware.runtime import load_runtime, runtime_names
@@ -14,10 +15,9 @@ from specsim.presets import pairs, preset_meta, preset_names
 
 
 def draft_kinds() -> list[dict]:
-    """Hook for the drafting-kind registry (issue 52, item 2: a draft model, EAGLE heads, MTP, n-gram):
-    none is registered yet, so every ``--draft`` is priced as a separate model. The registry adds its rows
-    (``{"kind", "description"}``) here."""
-    return []
+    """The drafting kinds of :mod:`specsim.draft_kinds.registry` (``--draft-kind``): a draft model, EAGLE
+    and EAGLE-3 heads, MTP heads, n-gram and suffix lookup, with how each drafts and the engines' names."""
+    return kind_rows()
 
 
 def _model_row(name: str, aliases: tuple[str, ...], source: str) -> dict:

@@ -76,9 +76,11 @@ def other_pair_note(profile: Profile, target: ModelSpec, draft: ModelSpec) -> st
     the same, or the profile's models cannot be sized to tell)."""
     measured = MeasuredPair.of(profile)
     own = measured.specs()
-    if own is None or (same_architecture(own[0], target) and same_architecture(own[1], draft)):
+    same_draft = draft is not None and same_architecture(own[1], draft) if own else False
+    if own is None or (same_architecture(own[0], target) and same_draft):
         return None
+    drafted = "no draft model" if draft is None else draft.name
     return (
         f"acceptance of profile {profile.name} was measured on {measured.describe()}, not on {target.name} / "
-        f"{draft.name}: its tau is borrowed"
+        f"{drafted}: its tau is borrowed"
     )

@@ -110,6 +110,9 @@ class ModelSpec:
     gated_mlp: bool = True  # SwiGLU: 3 matrices (llama, qwen2); False: 2 (gpt2-like)
     tie_word_embeddings: bool = False
     vision: VisionSpec | None = None
+    # weights every forward streams beyond its decoder layers and LM head (a draft head's fc over the
+    # target's features and wider first projection: :mod:`specsim.draft_kinds.heads`)
+    extra_weights: int = 0
 
     @property
     def layer_params(self) -> int:
@@ -128,7 +131,7 @@ class ModelSpec:
     def text_params(self) -> int:
         """Language-model parameters: layers + embedding (+ untied LM head); norms/biases ignored."""
         head = 0 if self.tie_word_embeddings else self.embedding_params
-        return self.layers * self.layer_params + self.embedding_params + head
+        return self.layers * self.layer_params + self.embedding_params + head + self.extra_weights
 
     @property
     def params(self) -> int:

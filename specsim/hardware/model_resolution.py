@@ -171,3 +171,17 @@ def load_model_spec(
         raise _unknown(name_or_path)
     name, model = found
     return _spec(model.config, name, f"model config {model.id}", processor=model.processor, **kw)
+
+
+def model_config(name_or_path: str) -> dict:
+    """The config dict ``name_or_path`` means (metadata dropped), in :func:`load_model_spec`'s order."""
+    preset = preset_path(name_or_path)
+    if preset is not None:
+        cfg = read_json(preset, "model config")
+    elif (local := _local_config(name_or_path)) is not None:
+        cfg = read_json(local[0], "model config")
+    elif (found := find_shipped(name_or_path)) is not None:
+        cfg = found[1].config
+    else:
+        raise _unknown(name_or_path)
+    return {k: v for k, v in cfg.items() if k != META_KEY} if isinstance(cfg, dict) else cfg

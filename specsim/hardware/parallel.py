@@ -142,12 +142,16 @@ def per_gpu_resident_bytes(
     split: str = "tensor",
 ) -> np.ndarray:
     """Bytes on the most loaded GPU: the target spread over ``tp`` GPUs and the draft over ``draft_tp`` (1:
-    whole on GPU 0), both by ``split`` (tensor: weights over the GPUs, KV over :func:`kv_shards`; layer: both
-    by :func:`layer_share`); ``shared_weights``: self-speculation, no draft weights."""
+    whole on GPU 0; None: no draft model), both by ``split`` (tensor: weights over the GPUs, KV over
+    :func:`kv_shards`; layer: both by :func:`layer_share`); ``shared_weights``: self-speculation, no draft
+    weights."""
     b, ctx = np.asarray(batch, dtype=float), np.asarray(context, dtype=float)
     d_ctx = ctx if draft_context is None else np.asarray(draft_context, dtype=float)
-    (tw, tk), (dw, dk) = _shares(target, tp, split), _shares(draft, draft_tp, split)
+    (tw, tk) = _shares(target, tp, split)
     target_bytes = target.weight_bytes * tw + b * ctx * target.kv_bytes_per_token * tk
+    if draft is None:  # a lookup drafting kind: no draft model
+        return target_bytes
+    (dw, dk) = _shares(draft, draft_tp, split)
     draft_weights = 0.0 if shared_weights else draft.weight_bytes * dw
     return target_bytes + draft_weights + b * d_ctx * draft.kv_bytes_per_token * dk
 

@@ -1,10 +1,10 @@
 """Hardware planning: rank devices for a target/draft pair by predicted tokens/s and SD speedup.
 
-For each device, batch size B, context L and γ, the roofline gives Tp = decode(target), Tq =
-decode(draft, batch B·k for a k-member ensemble), Tv(γ) = verify(target, γ+1 positions); then
-speedup = τ(γ)·Tp / ((γ + e)·Tq + Tv(γ) + o) = τ / ((γ + e)·c + v + o/Tp) (decode phase; e and o are the
-runtime's extra draft forwards and overhead per block, 0 for the textbook) and the best γ is kept. τ(γ)
-comes from a profile through :func:`specsim.predict.tau_at_gamma.tau_with_source`.
+For each device, batch size B, context L and γ, the blocks are priced through the pass-cost seam
+(:mod:`specsim.hardware.plan_rows`): speedup = τ(γ)·T / (γ·Tq + Tv(γ) + Σ o-terms) = τ / (γ·c + v + o),
+T the target-only step, o the named overhead terms over T (the extra draft forwards and the engine's block
+terms); the best γ is kept, and where SD stops paying is also solved on a continuous batch axis. τ(γ) comes
+from a profile through :func:`specsim.predict.tau_at_gamma.tau_with_source`.
 """
 
 from __future__ import annotations
@@ -13,10 +13,9 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from specsim.acceptance.theory import block_speedup, sd_block_ms
-from specsim.costs.pass_cost import DRAFT, TARGET
+from specsim.costs.pass_cost import TARGET
 from specsim.errors import SpecsimError
-from specsim.hardware.batch_limit import StopPaying
+from specsim.hardware.batch_limit import StopPaying, crossover_batch
 from specsim.hardware.device import Device
 from specsim.hardware.model import ModelSpec
 from specsim.hardware.parallel import (
@@ -27,11 +26,12 @@ from specsim.hardware.parallel import (
     per_gpu_resident_bytes,
     timing_gpus,
 )
-from specsim.hardware.plan_notes import image_tokens_note, v_below_one_note
+from specsim.hardware.plan_assumptions import plan_assumptions, scale_out_notes
+from specsim.hardware.plan_notes import v_below_one_note
+from specsim.hardware.plan_rows import best_speedup_at, end_to_end_speedup, prefill_ms, price_blocks
 from specsim.hardware.roofline import USABLE_MEMORY_FRACTION, Efficiency
 from specsim.hardware.roofline_pass_cost import RooflinePassCost
 from specsim.predict.acceptance_source import MethodTau
-from specsim.predict.tau_at_gamma import extrapolated
 
 DEFAULT_BATCHES = (1, 2, 4, 8, 16, 32, 64)
 DEFAULT_CONTEXTS = (1024, 4096, 8192)
@@ -59,6 +59,11 @@ class PlanRow:
     usd_per_million_tokens: float | None = None  # SD, only when the user gave a price per hour
     tp: int = 1
     per_gpu_bytes: float = 0.0
+    o: float = 0.0  # the block's overhead over T: sum of o_terms
+    o_terms: dict = field(default_factory=dict)  # named overhead terms, each in units of T
+    draft_kind: str = "model"
+    target_forward_ms: float = 0.0  # Tp, the forward alone (target_ms_per_step adds the step's terms)
+    e2e_speedup: float | None = None  # with the plan's prompt/output lengths: prefills on both sides
 
 
 @dataclass(frozen=True)
@@ -75,6 +80,8 @@ class Plan:
     fitting_limits: tuple[tuple[str, str, int, int | None], ...] = ()
     limit_rows: tuple[PlanRow, ...] = ()
     gammas: tuple[int, ...] = ()  # the γ tried (one: a fixed γ, not a best one)
+    # (device, method, context, batch on a continuous axis from which SD stays below 1, or None)
+    crossovers: tuple[tuple[str, str, int, float | None], ...] = ()
 
     def crossover(self, device: str, method: str, context: int) -> StopPaying:
         """Where SD stops paying on ``device`` at ``context``, with the largest batch that fits."""
@@ -83,7 +90,8 @@ class Plan:
             r for r in self.limit_rows if (r.device, r.method, r.context_tokens) == (device, method, context)
         ]
         rows = self.select(device=device, method=method, context=context)
-        return StopPaying.from_rows(device, method, context, rows, fit, at[0].speedup if at else None)
+        cross = next((x for *key, x in self.crossovers if tuple(key) == (device, method, context)), None)
+        return StopPaying.from_rows(device, method, context, rows, fit, at[0].speedup if at else None, cross)
 
     def to_json(self) -> dict:
         limits = {
@@ -128,46 +136,60 @@ class Plan:
 class Parallel:
     """GPUs per replica of the target, how it is split over them (:data:`SPLIT_MODES
     <specsim.hardware.parallel.SPLIT_MODES>`: "tensor" divides a pass's time, "layer" only its memory) and
-    whether the draft is split the same way (else it runs whole on GPU 0)."""
+    whether the draft is split the same way (else it runs whole on GPU 0; None: as the runtime places it,
+    its ``draft_split``)."""
 
     tp: int = 1
-    draft_sharded: bool = False
+    draft_sharded: bool | None = None
     split: str = "tensor"
+
+    def draft_split_for(self, eff) -> bool:
+        """Whether the draft is split over the target's GPUs under runtime ``eff``."""
+        if self.draft_sharded is not None:
+            return self.draft_sharded
+        return getattr(eff, "draft_split", "single") == "target"
 
     def __post_init__(self) -> None:
         check_split_mode(self.split)
 
 
+def _cost(target, draft, dev, eff, par: Parallel, draft_kind: str) -> RooflinePassCost:
+    d_tp = par.tp if par.draft_split_for(eff) and draft is not None else 1
+    gpus = timing_gpus(par.tp, par.split), timing_gpus(d_tp, par.split)
+    return RooflinePassCost(target, draft, dev, eff, *gpus, draft_kind)
+
+
 def _device_rows(
     target: ModelSpec,
-    draft: ModelSpec,
+    draft: ModelSpec | None,
     dev: Device,
     eff,
     mt: MethodTau,
     batches: np.ndarray,
     contexts: np.ndarray,
     par: Parallel,
+    draft_kind: str = "model",
+    lengths: tuple[int, int] | None = None,
 ) -> list[PlanRow]:
-    b, ctx = batches[:, None, None], contexts[None, :, None]
-    g = np.asarray(mt.gammas, dtype=float)[None, None, :]
-    d_tp = par.tp if par.draft_sharded else 1
-    gpus = timing_gpus(par.tp, par.split), timing_gpus(d_tp, par.split)
-    cost = RooflinePassCost(target, draft, dev, eff, *gpus)
-    tp = cost.pass_ms(TARGET, 1, ctx, b).ms  # [B, L, 1]
-    tq = cost.pass_ms(DRAFT, 1, ctx, b * mt.draft_batch_size).ms  # [B, L, 1]
-    tv = cost.pass_ms(TARGET, g + 1, ctx, b).ms  # [B, L, G]
-    tau = np.asarray(mt.tau)[None, None, :]
-    block_ms = sd_block_ms(g + cost.extra_draft_forwards, tq, tv, cost.block_overhead_ms(g, b))
-    speedups = block_speedup(tau, tp, block_ms)  # = τ / ((γ + e)·c + v + o / Tp)
-    best = np.argmax(speedups, axis=-1)  # [B, L]
-    bound = cost.compute_bound(TARGET, 1, ctx, b)[..., 0]
-    kv_positions, gpus, split = _memory_terms(mt, par, ctx[..., 0])
-    per_gpu = per_gpu_resident_bytes(target, draft, b[..., 0], kv_positions, *gpus, split=split)
+    cost = _cost(target, draft, dev, eff, par, draft_kind)
+    p = price_blocks(cost, mt, batches, contexts)
+    pre = prefill_ms(cost, lengths[0], batches) if lengths else None
+    best = np.argmax(p.speedup, axis=-1)  # [B, L]
+    ctx = contexts[None, :, None]
+    bound = cost.compute_bound(TARGET, 1, ctx, batches[:, None, None])[..., 0]
+    kv_positions, gpus, split = _memory_terms(mt, par, ctx[..., 0], eff, draft)
+    per_gpu = per_gpu_resident_bytes(target, draft, batches[:, None], kv_positions, *gpus, split=split)
     fits = per_gpu <= _usable_bytes(dev)
     rows = []
     for i, j in np.ndindex(best.shape):
         k = int(best[i, j])
-        sd_tps = float(batches[i] * tau[0, 0, k] * 1e3 / block_ms[i, j, k])
+        step = float(p.step_ms[i, j, 0])
+        block = float(p.block_ms[i, j, k])
+        sd_tps = float(batches[i] * mt.tau[k] * 1e3 / block)
+        terms = {name: float(v[i, j, k]) / step for name, v in p.terms_ms.items()}
+        e2e = None
+        if pre is not None:
+            e2e = float(end_to_end_speedup(step, block, mt.tau[k], pre[0][i], pre[1][i], lengths[1]))
         price = dev.price_per_hour_usd
         rows.append(
             PlanRow(
@@ -178,17 +200,22 @@ def _device_rows(
                 best_gamma=mt.gammas[k],
                 tau=mt.tau[k],
                 tau_source=mt.tau_source[k],
-                c=float(tq[i, j, 0] / tp[i, j, 0]),
-                v=float(tv[i, j, k] / tp[i, j, 0]),
-                speedup=float(speedups[i, j, k]),
-                target_ms_per_step=float(tp[i, j, 0]),
-                target_tokens_per_s=float(batches[i] * 1e3 / tp[i, j, 0]),
+                c=float(p.draft_ms[i, j, 0]) / step,
+                v=float(p.verify_ms[i, j, k]) / step,
+                speedup=float(p.speedup[i, j, k]),
+                target_ms_per_step=step,
+                target_tokens_per_s=float(batches[i] * 1e3 / step),
                 sd_tokens_per_s=sd_tps,
                 target_compute_bound=bool(bound[i, j]),
                 fits_memory=bool(fits[i, j]),
                 usd_per_million_tokens=None if price is None else price * par.tp / (sd_tps * 3600.0) * 1e6,
                 tp=par.tp,
                 per_gpu_bytes=float(per_gpu[i, j]),
+                o=sum(terms.values()),
+                o_terms=terms,
+                draft_kind=draft_kind,
+                target_forward_ms=float(p.target_forward_ms[i, j, 0]),
+                e2e_speedup=e2e,
             )
         )
     return rows
@@ -196,7 +223,7 @@ def _device_rows(
 
 def plan_hardware(
     target: ModelSpec,
-    draft: ModelSpec,
+    draft: ModelSpec | None,
     devices: list[Device],
     methods: list[MethodTau],
     *,
@@ -205,19 +232,20 @@ def plan_hardware(
     contexts=DEFAULT_CONTEXTS,
     notes: tuple[str, ...] = (),
     parallel: Parallel | None = None,
+    draft_kind: str = "model",
+    lengths: tuple[int, int] | None = None,
 ) -> Plan:
     """Predicted throughput and best-γ speedup for every device × method × batch × context.
 
     ``efficiency``: an Efficiency or Runtime for every device, or a dict device name -> one of them.
     ``parallel``: GPUs per replica and their split (tokens/s are per replica of ``tp`` GPUs; $/Mtok counts tp
-    GPUs).
+    GPUs). ``draft_kind``: how the draft side drafts (:mod:`specsim.draft_kinds`; ``draft`` None for a
+    lookup kind). ``lengths``: a request's (prompt, output) tokens: rows add the end-to-end speedup.
     """
     par = parallel or Parallel()
     for dev in devices:
         check_tp(par.tp, dev)
     check_splittable(target, par.tp, par.split, "target")
-    if par.draft_sharded:
-        check_splittable(draft, par.tp, par.split, "draft")
     if not devices or not methods:
         raise SpecsimError("plan: need at least one device and one method")
     batches_a = np.asarray(sorted(set(int(x) for x in batches)), dtype=float)
@@ -229,13 +257,19 @@ def plan_hardware(
     effs = (
         efficiency if isinstance(efficiency, dict) else {d.name: efficiency or Efficiency() for d in devices}
     )
+    for eff in effs.values():
+        if draft is not None and par.draft_split_for(eff):
+            check_splittable(draft, par.tp, par.split, "draft")
+
+    def eff_of(dev: Device):
+        return effs.get(dev.name, Efficiency())
 
     def rows_at(dev: Device, mt: MethodTau, b: np.ndarray, c: np.ndarray) -> list[PlanRow]:
-        return _device_rows(target, draft, dev, effs.get(dev.name, Efficiency()), mt, b, c, par)
+        return _device_rows(target, draft, dev, eff_of(dev), mt, b, c, par, draft_kind, lengths)
 
     rows = [row for dev in devices for mt in methods for row in rows_at(dev, mt, batches_a, contexts_a)]
     limits = [
-        (dev, mt, int(c), _largest_fitting_batch(target, draft, dev, mt, c, par))
+        (dev, mt, int(c), _largest_fitting_batch(target, draft, dev, mt, c, par, eff_of(dev)))
         for dev in devices
         for mt in methods
         for c in contexts_a
@@ -243,18 +277,19 @@ def plan_hardware(
     at_limit = tuple(
         rows_at(dev, mt, np.array([b], float), np.array([c], float))[0] for dev, mt, c, b in limits if b
     )
+    crossovers = tuple(
+        (dev.name, mt.method, c, _crossover(_cost(target, draft, dev, eff_of(dev), par, draft_kind), mt, c))
+        for dev, mt, c, _ in limits
+    )
     v_notes = tuple(
         note
         for dev in devices
-        if (
-            note := v_below_one_note(
-                [r for r in rows if r.device == dev.name], effs.get(dev.name, Efficiency())
-            )
-        )
+        if (note := v_below_one_note([r for r in rows if r.device == dev.name], eff_of(dev)))
     )
+    assumptions = plan_assumptions(target, draft, methods, effs, par, draft_kind)
     return Plan(
         tuple(rows),
-        _assumptions(target, draft, methods, effs, par) + _scale_out(devices, par) + tuple(notes) + v_notes,
+        assumptions + scale_out_notes(devices, par) + tuple(notes) + v_notes,
         tuple(d.name for d in devices),
         tuple(m.method for m in methods),
         tuple(int(b) for b in batches_a),
@@ -263,13 +298,20 @@ def plan_hardware(
         tuple((dev.name, mt.method, c, b) for dev, mt, c, b in limits),
         at_limit,
         tuple(sorted({g for m in methods for g in m.gammas})),
+        crossovers,
     )
 
 
-def _memory_terms(mt: MethodTau, par: Parallel, context):
+def _crossover(cost: RooflinePassCost, mt: MethodTau, context: float) -> float | None:
+    """The batch, on a continuous axis, from which the best-γ speedup stays below 1 (None: never)."""
+    return crossover_batch(lambda b: best_speedup_at(cost, mt, b, context))
+
+
+def _memory_terms(mt: MethodTau, par: Parallel, context, eff=None, draft=None):
     """How the plan counts memory, for :func:`per_gpu_resident_bytes` and :func:`largest_fitting_batch`
     alike: (KV positions per sequence = context + γ_max + 1, (target GPUs, draft GPUs), split)."""
-    return context + max(mt.gammas) + 1, (par.tp, par.tp if par.draft_sharded else 1), par.split
+    d_tp = par.tp if draft is not None and par.draft_split_for(eff) else 1
+    return context + max(mt.gammas) + 1, (par.tp, d_tp), par.split
 
 
 def _usable_bytes(dev: Device) -> float:
@@ -277,79 +319,12 @@ def _usable_bytes(dev: Device) -> float:
 
 
 def _largest_fitting_batch(
-    target: ModelSpec, draft: ModelSpec, dev: Device, mt: MethodTau, context: float, par: Parallel
+    target: ModelSpec, draft, dev: Device, mt: MethodTau, context: float, par: Parallel, eff=None
 ) -> int | None:
     """The largest batch that fits on ``dev`` at ``context``, on :func:`_device_rows`'s ``fits_memory``
     terms."""
-    kv_positions, gpus, split = _memory_terms(mt, par, context)
+    kv_positions, gpus, split = _memory_terms(mt, par, context, eff, draft)
     return largest_fitting_batch(target, draft, _usable_bytes(dev), kv_positions, *gpus, split=split)
-
-
-def _assumptions(
-    target: ModelSpec, draft: ModelSpec, methods: list[MethodTau], effs: dict, par: Parallel
-) -> tuple[str, ...]:
-    out = [
-        "decode phase only: speedup = tau/(gamma*c + v); prefill, vision encoding and draft set-up excluded",
-        f"weights {target.dtype_bytes:g} (target) / {draft.dtype_bytes:g} (draft) bytes per parameter, "
-        f"KV cache {target.kv_element_bytes:g} bytes per element; device peaks are datasheet dense "
-        "BF16/FP16 (measured FP32 for the CPU)",
-        "tau does not depend on batch size or context (taken from the profile); a batch verifies in lockstep "
-        "and emits tau tokens per sequence per block",
-        "'fits' = per GPU: "
-        + (
-            "the most loaded GPU's share of the target's layers (weights and KV)"
-            if par.split == "layer"
-            else "target weights over tp and KV over tp (over the KV heads when tp exceeds them)"
-        )
-        + f", the draft {'split the same way' if par.draft_sharded else 'whole on GPU 0'}, "
-        f"KV for batch x (context + gamma_max + 1) <= {USABLE_MEMORY_FRACTION:.0%} of device memory",
-        f"context = tokens already in the KV cache ({image_tokens_note(target)})",
-    ]
-    for mt in methods:
-        extra = sorted({s for s in mt.tau_source if extrapolated(s)})
-        if extra:
-            out.append(
-                f"method {mt.method} ({mt.scenario}): tau at other gamma is an i.i.d. extrapolation "
-                f"({', '.join(extra)}), not measured"
-            )
-    if par.tp > 1 and par.split == "layer":
-        out.append(
-            f"layer split over {par.tp} GPUs (whole layers per GPU, run one GPU after another): a pass costs "
-            "what it costs on one GPU and only memory divides; draft "
-            f"{'split the same way' if par.draft_sharded else 'on one GPU'}; tokens/s are per replica"
-        )
-    elif par.tp > 1:
-        out.append(
-            f"tensor parallel over {par.tp} GPUs (Megatron layout, 2 all-reduces per layer over the device's "
-            f"interconnect); draft {'sharded the same way' if par.draft_sharded else 'on one GPU'}; tokens/s "
-            "are per replica"
-        )
-    for eff in effs.values():  # one line per runtime, not per device (each device has its own copy)
-        out.append(
-            f"runtime {eff.name}: {eff.display_name}"
-            if hasattr(eff, "fit")
-            else f"efficiencies: {eff.source}"
-        )
-        if eff.extra_draft_forwards_per_block > 0:
-            out.append(
-                f"draft: γ + {eff.extra_draft_forwards_per_block:g} forwards per block under "
-                f"{eff.display_name} (extra_draft_forwards_per_block)"
-            )
-    return tuple(dict.fromkeys(out))
-
-
-def _scale_out(devices: list[Device], par: Parallel) -> tuple[str, ...]:
-    """One line per device whose tensor-parallel ring leaves the GPUs its interconnect joins."""
-    if par.split != "tensor":
-        return ()
-    return tuple(
-        f"{d.name}: {par.tp} GPUs span {-(-par.tp // d.interconnect_gpus)} groups of {d.interconnect_gpus} "
-        f"joined by {d.interconnect_link or 'the interconnect'}; all-reduces run at the scale-out link's "
-        f"bandwidth ({d.scale_out_link or 'scale-out'}), their latency at the runtime's per-all-reduce "
-        "figure for one group (under-estimated)"
-        for d in devices
-        if d.interconnect_gpus is not None and par.tp > d.interconnect_gpus
-    )
 
 
 def ranking(

@@ -8,6 +8,8 @@ the option they are about (``--fit-dtype: ...``).
 
 from __future__ import annotations
 
+from specsim.draft_kinds.heads import draft_side
+from specsim.draft_kinds.registry import draft_kind as kind_named
 from specsim.errors import SpecsimError
 from specsim.hardware.device import Device, load_device
 from specsim.hardware.efficiency_fit import (
@@ -83,25 +85,35 @@ def resolve_models(
     dtype: str | None = None,
     kv_dtype: str | None = None,
     image_size: ImageSize | None = None,
-) -> tuple[str | None, ModelSpec, ModelSpec]:
-    """(pair or None, target, draft) from --pair, --target/--draft (or --model-config) or --fit-profile;
-    ``image_size``: --image-size, for towers whose image tokens depend on it."""
+    draft_kind: str | None = None,
+) -> tuple[str | None, ModelSpec, ModelSpec | None]:
+    """(pair or None, target, the draft side) from --pair, --target/--draft (or --model-config) or
+    --fit-profile and --draft-kind (:func:`specsim.draft_kinds.heads.draft_side`: a head kind's draft
+    defaults to its preset for the target; a lookup kind has none); ``image_size``: --image-size, for towers
+    whose image tokens depend on it."""
+    kind = kind_named(draft_kind)
     if model_config:
         if target:
             raise SpecsimError("--model-config: give either --model-config or --target, not both")
         target = model_config
     if pair and (target or draft):
         raise SpecsimError("--pair: give either --pair or --target/--draft, not both")
-    if bool(target) != bool(draft):
+    if kind.name != "model" and pair:
+        raise SpecsimError(
+            f"--pair: a preset pair names a draft model; with --draft-kind {kind.name} give --target"
+        )
+    if draft and not target:
         raise SpecsimError("--target/--draft: give both (or --pair)")
+    if target and not draft and kind.name == "model":
+        raise SpecsimError("--target/--draft: give both (or --pair, or a --draft-kind that needs no --draft)")
     kw = {"dtype": dtype, "kv_dtype": kv_dtype, "image_size": image_size}
     if target:
-        target_name, draft_name = target, draft
-    elif pair is None and fit_profile is not None:
+        spec = load_model_spec(target, **kw)
+        return pair, spec, draft_side(kind, spec, draft, **kw)
+    if pair is None and fit_profile is not None:
         return fit_profile_models(fit_profile, **kw)
-    else:
-        pair = pair or DEFAULT_PAIR
-        target_name, draft_name = pair_models(pair)
+    pair = pair or DEFAULT_PAIR
+    target_name, draft_name = pair_models(pair)
     return pair, load_model_spec(target_name, **kw), load_model_spec(draft_name, **kw)
 
 

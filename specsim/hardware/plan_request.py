@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 
 from specsim.bounds import MAX_PLAN_ROWS
+from specsim.draft_kinds.registry import draft_kind as kind_named
 from specsim.errors import SpecsimError
 from specsim.hardware.device import load_devices
 from specsim.hardware.efficiency_fit import FitResult, HoldoutResult
@@ -31,6 +32,18 @@ from specsim.report import parse_int, parse_int_lists
 DEFAULT_CONTEXTS = (1024, 4096, 8192)
 
 
+def request_lengths(prompt: int | None, output: int | None, *, given_context: bool) -> tuple[int, int] | None:
+    """(prompt, output) tokens per request from --prompt-tokens/--output-tokens (both or neither; not with
+    --context: the decode then runs over the mean cached context, prompt + output / 2)."""
+    if prompt is None and output is None:
+        return None
+    if prompt is None or output is None:
+        raise SpecsimError("--prompt-tokens/--output-tokens: give both (or --context)")
+    if given_context:
+        raise SpecsimError("--context: give either --context or --prompt-tokens/--output-tokens, not both")
+    return int(prompt), int(output)
+
+
 @dataclass(frozen=True)
 class PlanRequest:
     """``specsim hardware``'s options as given (lists of text where the command line takes ranges)."""
@@ -45,7 +58,10 @@ class PlanRequest:
     runtime: str | None = None
     tp: int = 1
     split_mode: str | None = None
-    draft_sharded: bool = False
+    draft_sharded: bool | None = None  # None: as the runtime places the draft
+    draft_kind: str | None = None
+    prompt_tokens: int | None = None
+    output_tokens: int | None = None
     gamma: int | None = None
     tau: float | None = None
     alpha: float | None = None
@@ -97,7 +113,12 @@ def answer(req: PlanRequest) -> PlanAnswer:
     )
     gamma_max = parse_int(req.gamma_max, name="--gamma-max", unit="gamma")
     batches = parse_int_lists(req.batch, DEFAULT_BATCHES, name="--batch", unit="batch")
-    contexts = parse_int_lists(req.context, DEFAULT_CONTEXTS, name="--context", unit="tokens")
+    lengths = request_lengths(req.prompt_tokens, req.output_tokens, given_context=req.context is not None)
+    contexts = (
+        [lengths[0] + lengths[1] // 2]
+        if lengths
+        else parse_int_lists(req.context, DEFAULT_CONTEXTS, name="--context", unit="tokens")
+    )
     pair, target, draft = resolve_models(
         pair=req.pair,
         target=req.target,
@@ -107,11 +128,12 @@ def answer(req: PlanRequest) -> PlanAnswer:
         dtype=req.dtype,
         kv_dtype=req.kv_dtype,
         image_size=None if req.image_size is None else parse_image_size(req.image_size),
+        draft_kind=req.draft_kind,
     )
     profile, methods, notes = tau_methods(
         pair=pair,
         target_name=target.name,
-        draft_name=draft.name,
+        draft_name=draft.name if draft is not None else str(req.draft_kind),
         profile_name=req.profile,
         methods=None if req.method is None else list(req.method),
         scenario=req.scenario,
@@ -157,8 +179,12 @@ def answer(req: PlanRequest) -> PlanAnswer:
         contexts=contexts,
         notes=tuple(notes),
         parallel=parallel,
+        draft_kind=kind_named(req.draft_kind).name,
+        lengths=lengths,
     )
     trees = None
+    if req.trees and draft is None:
+        raise SpecsimError(f"--trees: drafting kind {req.draft_kind!r} drafts with no model (no token tree)")
     if req.trees:
         trees = best_trees(
             profile,

@@ -56,7 +56,9 @@ def fit_text(fit: FitResult | HoldoutResult) -> list[str]:
 def plan_text(plan: Plan, target: ModelSpec, draft: ModelSpec, fit=None) -> str:
     """``specsim hardware``'s text report: models, fit, assumptions, the ranking and speedup vs batch per
     method."""
-    lines = [f"target {describe_model(target)}", f"draft  {describe_model(draft)}"]
+    kind = plan.rows[0].draft_kind if plan.rows else "model"
+    side = describe_model(draft) if draft is not None else "none: drafts by host lookup"
+    lines = [f"target {describe_model(target)}", f"draft  {side} (drafting kind {kind})"]
     if fit is not None:
         lines += fit_text(fit)
     lines.append("assumptions:")
@@ -77,12 +79,15 @@ def plan_text(plan: Plan, target: ModelSpec, draft: ModelSpec, fit=None) -> str:
                 f"{r.tau:.2f}" + ("*" if extrapolated(r.tau_source) else ""),
                 f"{r.c:.3f}",
                 f"{r.v:.2f}",
+                f"{r.o:.3f}",
                 "compute" if r.target_compute_bound else "memory",
                 "yes" if r.fits_memory else "NO",
                 fmt(r.usd_per_million_tokens, 3),
             ]
+            + ([] if r.e2e_speedup is None else [f"{r.e2e_speedup:.2f}"])
             for i, r in enumerate(ranking(plan, method, batch=batch, context=context))
         ]
+        top = ranking(plan, method, batch=batch, context=context)
         lines.append(
             format_table(
                 [
@@ -95,13 +100,16 @@ def plan_text(plan: Plan, target: ModelSpec, draft: ModelSpec, fit=None) -> str:
                     "tau",
                     "c",
                     "v",
+                    "o",
                     "target bound",
                     "fits",
                     "$/Mtok",
-                ],
+                ]
+                + ([] if top[0].e2e_speedup is None else ["e2e speedup"]),
                 rows,
             )
         )
+        lines.append(f"  {overhead_text(top[0])}")
         for ctx in plan.contexts:
             lines.append(f"  {best} vs batch size, context {ctx} (! = does not fit in memory):")
             table, notes = [], []
@@ -111,13 +119,25 @@ def plan_text(plan: Plan, target: ModelSpec, draft: ModelSpec, fit=None) -> str:
                 table.append(
                     [dev]
                     + [f"{r.speedup:.2f}" + ("" if r.fits_memory else "!") for r in rs]
-                    + [limit.cell(), limit.fits_cell()]
+                    + [limit.cell(), limit.crossover_cell(), limit.fits_cell()]
                 )
                 if sentence := limit.sentence():
                     notes.append(f"    {sentence}")
-            header = ["device"] + [f"B={b}" for b in plan.batches] + ["speedup<1 at B", "largest B that fits"]
+            header = ["device"] + [f"B={b}" for b in plan.batches]
+            header += ["speedup<1 at B", "stops paying at B", "largest B that fits"]
             lines.append(format_table(header, table, indent="    "))
             lines += notes
     if any(extrapolated(r.tau_source) for r in plan.rows):
         lines.append("\n* tau at this gamma is an i.i.d. extrapolation from the measured gamma")
     return "\n".join(lines)
+
+
+def overhead_text(r) -> str:
+    """A row's o as the sum of its named terms, and the speedup they reproduce: τ / (γ·c + v + o)."""
+    named = " + ".join(f"{v:.4f} {k}" for k, v in r.o_terms.items() if v)
+    return (
+        f"{r.device}: o = {r.o:.4f}"
+        + (f" = {named}" if named else "")
+        + f"; speedup = tau/(gamma*c + v + o) = {r.tau:.3f}/({r.best_gamma}*{r.c:.4f} + {r.v:.4f} + "
+        f"{r.o:.4f}) = {r.speedup:.3f} (units of one target-only step, {r.target_ms_per_step:.2f} ms)"
+    )

@@ -21,9 +21,10 @@ that depend on the rows of the pass, rows = batch · new).
 
 One pass of a ``ModelSpec`` over ``new`` positions per sequence, ``batch`` sequences, each with
 ``context`` positions already in the KV cache:
-- FLOPs  = batch · [2 · layer_params · layers · new + 2 · vocab · hidden · logits
+- FLOPs  = batch · [2 · (layer_params · layers + extra_weights) · new + 2 · vocab · hidden · logits
            + 4 · layers · heads · head_dim · (new · context + new(new+1)/2)]   (causal attention)
-- bytes  = weights (layers · layer_params + vocab · hidden, the LM head; embedding rows are a gather)
+- bytes  = weights (layers · layer_params + vocab · hidden, the LM head, + extra_weights; embedding rows are
+           a gather)
            + batch · (context + new) · kv_bytes_per_token  (read the cache, write the new K, V)
            + batch · new · layers · act_elems · dtype_bytes (unfused activation traffic, an estimate)
            + batch · logits · vocab · 4                      (fp32 logits)
@@ -80,6 +81,11 @@ class Efficiency:
     interconnect_efficiency = 0.7
     dequant_ms_per_layer = 0.0
     extra_draft_forwards_per_block = 0.0
+    sampler_ms_per_token = rejection_ms_per_draft_token = lookup_ms_per_sequence = 0.0
+    schedule_ms_per_step = schedule_ms_per_sequence = schedule_overlap = schedule_overlap_sd = 0.0
+    schedule_overlap_sd_model = 0.0
+    draft_floor_ms_per_forward = head_floor_ms_per_forward = 0.0
+    draft_split = "single"
     gemv_max_rows = 1.0
     gemv_int32_ops_per_weight_per_row = 0.0
     host_overlap = 0.0
@@ -151,7 +157,7 @@ def forward_flops(m: ModelSpec, batch, context, new, logits=None) -> np.ndarray:
     """FLOPs of one pass (see module docstring); ``logits`` positions default to ``new``."""
     b, ctx, n = _arr(batch, "batch", 1), _arr(context, "context_tokens", 0), _arr(new, "new_tokens", 1)
     lg = n if logits is None else _arr(logits, "logit_tokens", 0)
-    matmul = 2.0 * m.layer_params * m.layers * n + 2.0 * m.vocab * m.hidden * lg
+    matmul = 2.0 * (m.layer_params * m.layers + m.extra_weights) * n + 2.0 * m.vocab * m.hidden * lg
     return b * matmul + attention_flops(m, b, ctx, n)
 
 
@@ -175,8 +181,9 @@ def forward_bytes(m: ModelSpec, batch, context, new, logits=None, score_bytes: f
 
 
 def streamed_weights(m: ModelSpec) -> int:
-    """Weights a pass reads: the decoder layers and the LM head (embedding rows are a gather)."""
-    return m.layers * m.layer_params + m.vocab * m.hidden
+    """Weights a pass reads: the decoder layers, the LM head (embedding rows are a gather) and any
+    ``extra_weights`` (a draft head's fc)."""
+    return m.layers * m.layer_params + m.vocab * m.hidden + m.extra_weights
 
 
 def gemv_rows_ms(m: ModelSpec, dev: Device, eff, batch, new, tp: int = 1):

@@ -16,12 +16,13 @@ from dataclasses import dataclass, field, fields
 
 import numpy as np
 
-from specsim.costs.pass_cost import FIRST, PREFILL, STEP, TARGET, PassMs
+from specsim.costs.pass_cost import DRAFT, FIRST, PREFILL, STEP, TARGET, PassMs
+from specsim.draft_kinds.registry import draft_kind
 from specsim.hardware.device import Device
+from specsim.hardware.engine_terms import block_terms_ms, draft_pass_ms, step_terms_ms
 from specsim.hardware.model import ModelSpec
 from specsim.hardware.passes import PassTable, pass_table, pass_terms
 from specsim.hardware.roofline import compute_bound, forward_ms, roof_ms, vision_ms
-from specsim.hardware.runtime import block_overhead_ms
 
 _NAMES = tuple(f.name for f in fields(PassTable))
 # terms of passes merged into one add up (the weights, streamed once, are taken off again: _merged)
@@ -42,16 +43,32 @@ class RooflinePassCost:
     runtime: object
     target_tp: int = 1  # GPUs a target pass's time divides over
     draft_tp: int = 1
+    draft_kind: str = "model"  # a drafting kind (:mod:`specsim.draft_kinds.registry`); lookup kinds: no draft
     _cache: dict = field(default_factory=dict, compare=False, repr=False)
 
     def _model(self, role: str) -> tuple[ModelSpec, int]:
         return (self.target, self.target_tp) if role == TARGET else (self.draft, self.draft_tp)
 
+    @property
+    def kind(self):
+        """The drafting kind (:class:`specsim.draft_kinds.registry.DraftKind`)."""
+        return draft_kind(self.draft_kind)
+
     def pass_ms(self, role: str, rows, width, batch=1, *, kind: str = STEP) -> PassMs:
         m, tp = self._model(role)
+        if role == DRAFT and m is None:  # a lookup kind runs no draft forward
+            ms = np.zeros(np.broadcast(rows, width, batch).shape)
+            return PassMs(ms if ms.ndim else 0.0, np.zeros(ms.shape, dtype=bool) if ms.ndim else False)
         logits = 1 if kind in (PREFILL, FIRST) else None
         ms = forward_ms(m, self.device, self.runtime, batch, width, rows, logits=logits, tp=tp)
+        if role == DRAFT and kind != PREFILL:
+            ms = self.draft_floor_ms(ms)
         return PassMs(ms, np.zeros(np.shape(ms), dtype=bool) if np.ndim(ms) else False)
+
+    def draft_floor_ms(self, roof_ms_):
+        """A draft forward of roofline ``roof_ms_`` under the runtime's floor for the drafting kind."""
+        out = draft_pass_ms(self.runtime, roof_ms_, head=self.kind.is_head)
+        return out if np.ndim(out) else float(out)
 
     def compute_bound(self, role: str, rows, width, batch=1, *, kind: str = STEP) -> np.ndarray:
         """True where a pass's compute term exceeds its memory term."""
@@ -59,14 +76,24 @@ class RooflinePassCost:
         logits = 1 if kind in (PREFILL, FIRST) else None
         return compute_bound(m, self.device, self.runtime, batch, width, rows, logits, tp=tp)
 
-    def block_overhead_ms(self, gamma, batch=1, width=None, *, adaptive: bool = False) -> np.ndarray:
-        return block_overhead_ms(self.runtime, batch)
+    def block_terms_ms(self, gamma, batch=1, width=None, *, gpu_ms=None) -> dict:
+        """Named work of an SD block outside its passes (:mod:`specsim.hardware.engine_terms`); ``gpu_ms``:
+        the block's passes (None: long enough to hide the overlapped scheduling)."""
+        kind, rt = self.kind, self.runtime
+        return block_terms_ms(rt, gamma, batch, gpu_ms, lookup=not kind.has_model, head=kind.is_head)
+
+    def block_overhead_ms(self, gamma, batch=1, width=None, *, adaptive: bool = False, gpu_ms=None):
+        return sum(self.block_terms_ms(gamma, batch, width, gpu_ms=gpu_ms).values())
 
     def tree_overhead_ms(self, tree, batch=1, width=0.0) -> float:
-        return block_overhead_ms(self.runtime, batch)
+        return self.block_overhead_ms(tree.n, batch, width)
 
-    def step_overhead_ms(self, batch=1) -> float:
-        return 0.0
+    def step_terms_ms(self, batch=1, *, gpu_ms=None) -> dict:
+        """Named work of a target-only step outside its forward (sampling, exposed scheduling)."""
+        return step_terms_ms(self.runtime, batch, gpu_ms)
+
+    def step_overhead_ms(self, batch=1, *, gpu_ms=None):
+        return sum(self.step_terms_ms(batch, gpu_ms=gpu_ms).values())
 
     def encoder_ms(self, images: int, *, draft: bool = False) -> float:
         m = self.draft if draft else self.target
@@ -79,7 +106,7 @@ class RooflinePassCost:
 
     @property
     def extra_draft_forwards(self) -> float:
-        return float(self.runtime.extra_draft_forwards_per_block)
+        return float(self.runtime.extra_draft_forwards_per_block) if self.draft is not None else 0.0
 
     @property
     def sampling(self):
@@ -151,6 +178,12 @@ class RooflinePassCost:
             parts = table.parts_ms(self.runtime)
             self._cache[key] = tuple(v for p in parts for v in (float(p[0]), float(p[1] - p[0])))
         return self._cache[key]
+
+    def draft_line(self, batch: int, chunks=()) -> tuple[float, ...]:
+        """:meth:`line` of a one-row draft pass with the drafting kind's per-forward floor in its rest."""
+        line = self.line(DRAFT, batch, 1, chunks)
+        floor = float(self.draft_floor_ms(0.0))
+        return line[:8] + (line[8] + floor, line[9])
 
     def line_ms(self, line: tuple[float, ...], kv_sum):
         """ms of a pass from its :meth:`line` at Σ KV ``kv_sum`` (a float or an array; lines may be

@@ -89,9 +89,31 @@ PARAM_BOUNDS = {
     "masked_attention_factor": (1.0, 16.0),
     "device_ms_per_layer": (0.0, 1e2),
     "kv_concat_int32_ops_per_element": (0.0, 1e4),
+    # the engine around its passes (:mod:`specsim.hardware.engine_terms`)
+    "sampler_ms_per_token": (0.0, 1.0),
+    "rejection_ms_per_draft_token": (0.0, 1.0),
+    "schedule_ms_per_step": (0.0, 100.0),
+    "schedule_ms_per_sequence": (0.0, 1.0),
+    "schedule_overlap": (0.0, 1.0),
+    "schedule_overlap_sd": (0.0, 1.0),
+    "schedule_overlap_sd_model": (0.0, 1.0),
+    "draft_floor_ms_per_forward": (0.0, 100.0),
+    "head_floor_ms_per_forward": (0.0, 100.0),
+    "lookup_ms_per_sequence": (0.0, 10.0),
 }
 PARAMS = tuple(PARAM_BOUNDS)
-_KEYS = {"schema_version", "name", "display_name", "kind", "split_mode", "notes", "fit", *PARAMS}
+_KEYS = {
+    "schema_version",
+    "name",
+    "display_name",
+    "kind",
+    "split_mode",
+    "draft_split",
+    "defaults_from",
+    "notes",
+    "fit",
+    *PARAMS,
+}
 # Written for a parameter that a runtime file leaves out (it keeps the dataclass default).
 _UNSET_SOURCES = {
     "gemv_max_rows": "default: only a 1-row pass runs the matrix-vector (GEMV) kernels",
@@ -99,6 +121,16 @@ _UNSET_SOURCES = {
     "overhead_ms_per_sequence_per_block": "default: SD bookkeeping taken as independent of the batch",
     "extra_draft_forwards_per_block": "default: γ draft forwards per block (the first also takes the "
     "target's new token)",
+    "sampler_ms_per_token": "default: sampling taken as free (its logits are in the pass's bytes)",
+    "rejection_ms_per_draft_token": "default: rejection sampling taken as free",
+    "schedule_ms_per_step": "default: CPU scheduling taken as free",
+    "schedule_ms_per_sequence": "default: CPU scheduling taken as free",
+    "schedule_overlap": "default: CPU scheduling runs between the GPU's passes (not overlapped)",
+    "schedule_overlap_sd": "default: with a draft head, CPU scheduling runs between the GPU's passes",
+    "schedule_overlap_sd_model": "default: with a draft model or lookup, CPU scheduling runs between passes",
+    "draft_floor_ms_per_forward": "default: a draft model's forward costs its roofline and overheads",
+    "head_floor_ms_per_forward": "default: a draft head's forward costs its roofline and overheads",
+    "lookup_ms_per_sequence": "default: an n-gram lookup taken as free",
     "host_overlap": "default: the per-forward and per-layer overheads add to the device time",
     "overhead_ms_per_mask": "default: no host time for a multi-position pass's mask",
     "masked_attention_factor": "default: a masked pass's attention runs at its roofline",
@@ -114,13 +146,8 @@ _HOST_DEVICE = {
     "kv_concat_int32_ops_per_element": 0.0,
 }
 _SPLIT_MODE_SOURCE = "default: Megatron tensor parallel (vLLM, SGLang, gpt-fast)"
-
-
-def block_overhead_ms(eff, batch):
-    """ms of SD bookkeeping per draft/verify block at ``batch`` sequences (array-like): the fixed part plus
-    B · ``overhead_ms_per_sequence_per_block`` (0 for efficiencies that do not model it)."""
-    per_seq = getattr(eff, "overhead_ms_per_sequence_per_block", 0.0)
-    return eff.overhead_ms_per_block + per_seq * np.asarray(batch, dtype=float)
+DRAFT_SPLITS = ("target", "single")  # the draft over the target's GPUs, or whole on one
+_DRAFT_SPLIT_SOURCE = "default: the draft runs whole on one GPU"
 
 
 # The runtime a plan assumes when none is named: CUDA graphs on GPUs (vLLM), PyTorch eager on CPUs.
@@ -155,8 +182,23 @@ class Runtime:
     masked_attention_factor: float = 1.0
     device_ms_per_layer: float = 0.0
     kv_concat_int32_ops_per_element: float = 0.0
+    sampler_ms_per_token: float = 0.0
+    rejection_ms_per_draft_token: float = 0.0
+    schedule_ms_per_step: float = 0.0
+    schedule_ms_per_sequence: float = 0.0
+    schedule_overlap: float = 0.0  # share of a target-only step's CPU scheduling hidden behind its forward
+    schedule_overlap_sd: float = 0.0  # the same in an SD block drafting with a head (EAGLE, MTP)
+    schedule_overlap_sd_model: float = 0.0  # ... with a separate draft model or a host lookup
+    draft_floor_ms_per_forward: float = 0.0
+    head_floor_ms_per_forward: float = 0.0
+    lookup_ms_per_sequence: float = 0.0
     split_mode: str = "tensor"  # one of specsim.hardware.parallel.SPLIT_MODES
     split_mode_source: str = _SPLIT_MODE_SOURCE
+    draft_split: str = "single"  # one of DRAFT_SPLITS: how the runtime places the draft under --tp
+    draft_split_source: str = _DRAFT_SPLIT_SOURCE
+    # a runtime whose fit (on the same rows) gives this one's defaults where no source of its own covers it
+    defaults_from: str = ""
+    defaults_from_source: str = ""
     sources: dict[str, str] = field(default_factory=dict)
     fit: tuple[str, ...] = ()
     defaults: dict[str, float] = field(default_factory=dict)  # cited values of the ``fit`` parameters
@@ -169,6 +211,10 @@ class Runtime:
 
     def __post_init__(self) -> None:
         check_split_mode(self.split_mode, "runtime.split_mode.value")
+        if self.draft_split not in DRAFT_SPLITS:
+            raise SpecsimError(
+                f"runtime.draft_split.value: expected one of {list(DRAFT_SPLITS)}, got {self.draft_split!r}"
+            )
         for key, to in self.ties.items():
             if (
                 not isinstance(to, str)
@@ -242,6 +288,9 @@ class Runtime:
                     "source": self.default_sources.get(key, ""),
                 }
         out["split_mode"] = {"value": self.split_mode, "source": self.split_mode_source}
+        out["draft_split"] = {"value": self.draft_split, "source": self.draft_split_source}
+        if self.defaults_from:
+            out["defaults_from"] = {"value": self.defaults_from, "source": self.defaults_from_source}
         out["fit"] = list(self.fit)
         if self.notes:
             out["notes"] = self.notes
@@ -275,6 +324,14 @@ class Runtime:
         if "split_mode" in d:
             values["split_mode"], values["split_mode_source"] = sourced(
                 d["split_mode"], f"{where}.split_mode", "where the runtime documents its multi-GPU split"
+            )
+        if "draft_split" in d:
+            values["draft_split"], values["draft_split_source"] = sourced(
+                d["draft_split"], f"{where}.draft_split", "where the runtime documents the draft's GPUs"
+            )
+        if "defaults_from" in d:
+            values["defaults_from"], values["defaults_from_source"] = sourced(
+                d["defaults_from"], f"{where}.defaults_from", "why the other runtime's fit stands in"
             )
         fit = d.get("fit", [])
         if not isinstance(fit, list) or any(k not in PARAMS for k in fit):

@@ -14,9 +14,11 @@ streamed once, as vLLM V1 runs decode rows and chunked prefill in one forward. D
 draft's prefill chunks. The draft's prompt holds ``draft_image_tokens_per_image`` positions per image (None:
 the target's, as multimodal drafting; 0: text-only drafting drops them), its decode passes are priced over the
 target's context. Vision encoder: :func:`~specsim.hardware.roofline.vision_ms` on one GPU, once per image, its
-features reused by the draft. Overhead: the planner's block overhead per SD step (the runtime's fixed part
-plus B · its per-sequence part, :func:`~specsim.hardware.runtime.block_overhead_ms`), 0 without SD. Tensor
-parallel: the target over ``tp`` GPUs as the planner splits it, the draft on one GPU.
+features reused by the draft; each draft pass pays the drafting kind's per-forward floor, and a lookup kind
+(``draft`` None) runs no draft pass. Overhead: the planner's engine terms
+(:mod:`specsim.hardware.engine_terms`) per SD block, and a target-only step's without SD. Tensor parallel:
+the target over ``tp`` GPUs as the planner splits it, the draft as the runtime places it (``draft_split``)
+unless ``draft_tp`` says.
 """
 
 from __future__ import annotations
@@ -41,12 +43,14 @@ class RooflineStepCost:
     target over ``tp`` GPUs split as ``split`` (see the module docstring)."""
 
     target: ModelSpec
-    draft: ModelSpec
+    draft: ModelSpec | None  # None: a drafting kind with no model (n-gram, suffix)
     device: Device
     runtime: object
     tp: int = 1
     split: str = "tensor"
     draft_image_tokens_per_image: int | None = None
+    draft_kind: str = "model"
+    draft_tp: int | None = None  # GPUs the draft is split over (None: as the runtime places it)
     _cache: dict = field(default_factory=dict, compare=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -58,8 +62,21 @@ class RooflineStepCost:
             )
         check_tp(self.tp, self.device)
         check_splittable(self.target, self.tp, self.split, "target")
+        d_tp = self.draft_tp
+        if d_tp is None:
+            d_tp = self.tp if getattr(self.runtime, "draft_split", "single") == "target" else 1
+        if self.draft is None:
+            d_tp = 1
+        elif d_tp > 1:
+            check_splittable(self.draft, d_tp, self.split, "draft")
         self._cache["passes"] = RooflinePassCost(
-            self.target, self.draft, self.device, self.runtime, timing_gpus(self.tp, self.split), 1
+            self.target,
+            self.draft,
+            self.device,
+            self.runtime,
+            timing_gpus(self.tp, self.split),
+            timing_gpus(d_tp, self.split),
+            self.draft_kind,
         )
 
     @property
@@ -74,12 +91,13 @@ class RooflineStepCost:
     def kv_cache_tokens(self) -> int:
         """KV positions that fit beside both models' weights: (usable memory of ``tp`` GPUs − weights) / KV
         bytes per position of target + draft (the planner's usable fraction; replicated KV heads ignored)."""
-        weights = self.target.weight_bytes + self.draft.weight_bytes
+        models = [self.target] + ([self.draft] if self.draft is not None else [])
+        weights = sum(m.weight_bytes for m in models)
         free = USABLE_MEMORY_FRACTION * self.device.memory_bytes * self.tp - weights
-        per_token = self.target.kv_bytes_per_token + self.draft.kv_bytes_per_token
+        per_token = sum(m.kv_bytes_per_token for m in models)
         if free < per_token:
             raise SpecsimError(
-                f"{self.target.name} and {self.draft.name} leave no room for a KV cache on {self.tp} x "
+                f"{' and '.join(m.name for m in models)} leave no room for a KV cache on {self.tp} x "
                 f"{self.device.name} (weights {weights / 1e9:.1f} GB)"
             )
         return int(free // per_token)
@@ -88,14 +106,14 @@ class RooflineStepCost:
         """(line, Σ KV offset, weight) of a block's draft passes: γ one-row passes at ``batch``, pass j over
         Σ KV + j·B, the first carrying ``chunks``, plus the runtime's extra forwards priced as the first pass
         without them; with nothing decoding, ``chunks`` alone."""
-        lines = self.passes.line
+        if self.draft is None:  # a lookup kind: no draft pass (its host work is a block term)
+            return []
+        lines = self.passes.draft_line
         if not (batch and gamma):
-            return [(lines(DRAFT, 0, 1, chunks), 0.0, 1.0)] if chunks else []
-        out = [
-            (lines(DRAFT, batch, 1, chunks if j == 0 else ()), float(batch * j), 1.0) for j in range(gamma)
-        ]
+            return [(self.passes.line(DRAFT, 0, 1, chunks), 0.0, 1.0)] if chunks else []
+        out = [(lines(batch, chunks if j == 0 else ()), float(batch * j), 1.0) for j in range(gamma)]
         extra = self.passes.extra_draft_forwards
-        return out + [(lines(DRAFT, batch, 1, ()), 0.0, extra)] if extra else out
+        return out + [(lines(batch, ()), 0.0, extra)] if extra else out
 
     def _draft_chunks(self, chunks) -> list:
         """The draft's share of prefill chunks: each image's positions replaced by the draft's own."""
@@ -141,5 +159,10 @@ class RooflineStepCost:
         return self.passes.encoder_ms(images)
 
     def overhead_ms(self, batch, gamma) -> float:
-        # the planner's block overhead: the fixed part plus B · the per-sequence part
-        return float(self.passes.block_overhead_ms(gamma, batch)) if gamma > 0 and batch > 0 else 0.0
+        # the planner's engine terms: a block's (sampling, rejection, lookup, scheduling) with SD, a
+        # target-only step's (sampling, scheduling) without
+        if batch <= 0:
+            return 0.0
+        if gamma > 0:
+            return float(self.passes.block_overhead_ms(gamma, batch))
+        return float(self.passes.step_overhead_ms(batch))

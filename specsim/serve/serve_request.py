@@ -12,6 +12,7 @@ from dataclasses import dataclass, fields
 
 import numpy as np
 
+from specsim.draft_kinds.registry import draft_kind
 from specsim.draft_shapes.policies import GammaPolicy, parse_batch_ranges
 from specsim.errors import SpecsimError
 from specsim.hardware.device import load_device
@@ -38,6 +39,7 @@ class ServeRequest:
     pair: str | None = None
     target: str | None = None
     draft: str | None = None
+    draft_kind: str | None = None
     image_size: str | None = None
     device: str = "h100-sxm"
     price: list[str] | None = None
@@ -118,7 +120,9 @@ def _models(req: ServeRequest, cost_profile):
     kw = {"image_size": None if req.image_size is None else parse_image_size(req.image_size)}
     named = None
     if req.pair or req.target or req.draft or cost_profile is None:
-        named = resolve_models(pair=req.pair, target=req.target, draft=req.draft, **kw)
+        named = resolve_models(
+            pair=req.pair, target=req.target, draft=req.draft, draft_kind=req.draft_kind, **kw
+        )
     if cost_profile is None:
         return named[1:]
     return models_for_costs(cost_profile, "--cost-profile", named, **kw)[1:]
@@ -167,8 +171,16 @@ def _roofline_cost(req: ServeRequest, target, draft):
     runtime = device_runtimes(req.runtime, [device])[device.name]
     split = split_mode(None, req.tp, {device.name: runtime})
     per_image = req.draft_image_tokens
+    kind = draft_kind(req.draft_kind).name
     cost = RooflineStepCost(
-        target, draft, device, runtime, tp=req.tp, split=split, draft_image_tokens_per_image=per_image
+        target,
+        draft,
+        device,
+        runtime,
+        tp=req.tp,
+        split=split,
+        draft_image_tokens_per_image=per_image,
+        draft_kind=kind,
     )
     kv = req.kv_cache_tokens if req.kv_cache_tokens is not None else cost.kv_cache_tokens()
     max_seqs = DEFAULT_MAX_NUM_SEQS if req.max_num_seqs is None else req.max_num_seqs
@@ -206,7 +218,8 @@ def serve_setup(req: ServeRequest) -> tuple[ServeSetup, dict]:
     setup = ServeSetup(cost, workload, policy, serving_source(acceptance), scheduler, slo, req.seed)
     about = {
         "target": target.name,
-        "draft": draft.name,
+        "draft": None if draft is None else draft.name,
+        "draft_kind": draft_kind(req.draft_kind).name,
         "device": device,
         "runtime": runtime,
         "tp": req.tp,

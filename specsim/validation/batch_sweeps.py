@@ -10,7 +10,10 @@ runtime, dtypes, contexts) but the batch size. For each sweep:
   ``stops_from`` (the smallest batch from which every larger grid batch is below 1; None: it still pays at
   4096). The grid is not cut where the catalog's device runs out of memory (the published run fitted on its
   card, which may hold more: ``max_fit_batch`` says where the catalog's stops). Self-speculation (MagicDec)
-  pays only at large batch and long context, so both ends matter.
+  pays only at large batch and long context, so both ends matter;
+- where SD stops paying at the sweep's own γ and τ: published (interpolated between its batches) against
+  predicted (solved on a continuous batch axis); ``crossover_ok``: within a factor 1.5, or, where the
+  published sweep never stops paying, at or beyond its largest batch.
 :func:`crossover_grid` gives the same crossover for the sweep's pair on other devices, runtimes and contexts.
 """
 
@@ -21,7 +24,7 @@ from dataclasses import asdict, dataclass, replace
 import numpy as np
 
 from specsim.acceptance.theory import alpha_from_tau, tau_iid
-from specsim.hardware.batch_limit import paying_range
+from specsim.hardware.batch_limit import crossover_batch, interpolated_crossover, paying_range
 from specsim.hardware.parallel import largest_fitting_batch
 from specsim.hardware.roofline import USABLE_MEMORY_FRACTION
 from specsim.hardware.runtime import Runtime
@@ -81,9 +84,27 @@ class SweepComparison:
     max_fit_batch: int  # largest grid batch whose weights + KV fit the catalog's GPUs (0: none)
     grid_batches: tuple[int, ...] = ()  # the doubling grid ...
     grid_best_speedup: tuple[float, ...] = ()  # ... and the predicted best-γ speedup at each
+    # where SD stops paying at the sweep's own γ and τ: published (interpolated between its batches) and
+    # predicted (continuous batch axis); None: still pays at the sweep's largest batch / the search's
+    published_crossover: float | None = None
+    predicted_crossover: float | None = None
+
+    @property
+    def largest_batch(self) -> int:
+        return max(p.batch for p in self.points)
+
+    @property
+    def crossover_ok(self) -> bool:
+        """The predicted crossover within a factor 1.5 of the published one; where the published sweep never
+        stops paying, at or beyond its largest batch."""
+        pub, pred = self.published_crossover, self.predicted_crossover
+        if pub is None:
+            return pred is None or pred >= self.largest_batch
+        return pred is not None and 1 / 1.5 <= pred / pub <= 1.5
 
     def to_json(self) -> dict:
-        return asdict(self) | {"points": [asdict(p) | {"error": p.error} for p in self.points]}
+        points = [asdict(p) | {"error": p.error} for p in self.points]
+        return asdict(self) | {"points": points, "crossover_ok": self.crossover_ok}
 
 
 def published_sweeps(ps: PublishedSet) -> list[list[Row]]:
@@ -101,7 +122,7 @@ def _priced(ps: PublishedSet, row: Row, batch: int, gamma: float, tau: float) ->
     """A copy of ``row`` at another batch/γ/τ, compared as a plain speedup (for pricing only)."""
     return replace(
         row,
-        batch=int(batch),
+        batch=batch,
         gamma=float(gamma),
         tau=float(tau),
         speedup=1.0,
@@ -170,6 +191,14 @@ def compare_sweep(ps: PublishedSet, rows: list[Row], runtime: Runtime) -> SweepC
         pred = _speedups(ps, [_priced(ps, row, row.batch, row.gamma, tau)], rt)[0]
         points.append(SweepPoint(row.batch, row.gamma, float(tau), note, float(row.speedup), float(pred)))
     batches, best = best_speedups(ps, ref, rt, alpha, fitting_only=False)
+    last = rows[-1]
+    tau_last = points[-1].tau
+
+    def at_sweep_gamma(bs):
+        grid = [_priced(ps, last, float(b), last.gamma, tau_last) for b in bs]
+        return _speedups(ps, grid, rt)
+
+    published = interpolated_crossover([p.batch for p in points], [p.published for p in points])
     label = f"{ref.source}: {ref.target} / {'self' if ref.draft == ref.target else ref.draft}"
     return SweepComparison(
         label,
@@ -185,6 +214,8 @@ def compare_sweep(ps: PublishedSet, rows: list[Row], runtime: Runtime) -> SweepC
         max_fit_batch(ps, ref),
         tuple(batches),
         tuple(float(x) for x in best),
+        published,
+        crossover_batch(at_sweep_gamma),
     )
 
 

@@ -64,7 +64,16 @@ def served_ratio(ps: PublishedSet, row: Row, rt: Runtime, seed: int = 0) -> floa
     docstring)."""
     load = row.load
     target, draft = models(ps, row)
-    cost = RooflineStepCost(target, draft, device(row.device), rt, tp=row.tp, split=row.split)
+    cost = RooflineStepCost(
+        target,
+        draft,
+        device(row.device),
+        rt,
+        tp=row.tp,
+        split=row.split,
+        draft_kind=row.draft_kind,
+        draft_tp=row.draft_tp,
+    )
     gamma = int(round(row.gamma))
     workload = Workload(load.requests, load.prompt_tokens, 0, load.output_tokens)
     acceptance = IidAcceptance(float(alpha_from_tau(row.tau, gamma)))

@@ -10,7 +10,8 @@ block, bonus included); a row whose source reports other counters says how τ wa
 only in batch size) is compared as ``speedup_ratio`` = its speedup / the reference row's: τ cancels when
 acceptance does not depend on batch size, so a published batch sweep that gives no τ still tests how the cost
 of a block scales with batch. Reserved for an independent check and kept out: the Spec-Bench leaderboard, the
-EAGLE, EAGLE-2 and EAGLE-3 papers' SpS / vanilla-SD rows, and SpecDecode-Bench (arXiv 2601.11580).
+EAGLE, EAGLE-2 and EAGLE-3 papers' SpS / vanilla-SD rows (their EAGLE-head rows may be used), and
+SpecDecode-Bench (arXiv 2601.11580).
 """
 
 from __future__ import annotations
@@ -21,13 +22,14 @@ from pathlib import Path
 from typing import Any
 
 from specsim.bounds import check_range
+from specsim.draft_kinds.registry import draft_kind
 from specsim.errors import SpecsimError
 from specsim.hardware.model import ModelSpec, dtype_bytes, kv_dtype_bytes, spec_from_config
 from specsim.hardware.model_resolution import find_shipped, load_model_spec
 from specsim.hardware.parallel import timing_gpus
 from specsim.jsonio import check_schema_version, read_json, show
 from specsim.validation.load_spec import ServedLoad, parse_load
-from specsim.validation.sources import RESERVED_KEYS, Source, is_reserved
+from specsim.validation.sources import RESERVED_KEYS, Source, is_reserved, is_reserved_row
 
 DATA_FILE = "data/published_gpu_measurements.json"
 _PARALLEL = ("none", "tensor", "layer-split")
@@ -51,6 +53,7 @@ class Row:
     gpus: int = 1
     parallel: str = "none"
     draft: str | None = None
+    draft_kind: str = "model"  # a drafting kind (specsim.draft_kinds.registry): model, eagle3, ngram, ...
     draft_weights_dtype: str | None = None
     draft_context_tokens: float | None = None
     gamma: float | None = None
@@ -208,6 +211,7 @@ def _row(d: Any, where: str, sources: dict, models: dict) -> Row:
         gpus=_field(d, "gpus", where, int, unit="gpus"),
         parallel=parallel,
         draft=_field(d, "draft", where, str, optional=True),
+        draft_kind=draft_kind(d.get("draft_kind"), f"{where}.draft_kind").name,
         draft_weights_dtype=_field(d, "draft_weights_dtype", where, str, optional=True),
         draft_context_tokens=_field(d, "draft_context_tokens", where, num, optional=True, unit="tokens"),
         gamma=_field(d, "gamma", where, num, optional=True, unit="gamma"),
@@ -229,6 +233,11 @@ def _row(d: Any, where: str, sources: dict, models: dict) -> Row:
         load=parse_load(d.get("load"), f"{where}.load"),
         served_only=_field(d, "served_only", where, bool, optional=True) or False,
     )
+    if row.kind == "sd" and is_reserved_row(sources[source], row.draft_kind):
+        raise SpecsimError(
+            f"{where}: an SpS (separate draft model) row of {sources[source].title!r} is reserved for an "
+            "independent check and must stay out (only the EAGLE papers' head rows may be used)"
+        )
     _check_row(row, where)
     return row
 
@@ -238,6 +247,7 @@ _SAME_FOR_RATIO = (
     "kind",
     "target",
     "draft",
+    "draft_kind",
     "device",
     "runtime",
     "gpus",
@@ -277,7 +287,12 @@ def _check_row(row: Row, where: str) -> None:
     if row.served_only and (row.load is None or row.speedup is None or row.tau is None):
         raise SpecsimError(f"{where}.served_only: needs the row's load, speedup and tau (it is only served)")
     if row.kind == "sd":
-        for key in ("draft", "gamma", "draft_weights_dtype"):
+        lookup = not draft_kind(row.draft_kind).has_model
+        if lookup and row.draft is not None:
+            raise SpecsimError(
+                f"{where}.draft: a {row.draft_kind!r} row drafts with no model, got {row.draft!r}"
+            )
+        for key in ("gamma",) if lookup else ("draft", "gamma", "draft_weights_dtype"):
             if getattr(row, key) is None:
                 raise SpecsimError(f"{where}.{key}: missing (an 'sd' row needs it)")
         if row.tau is not None and row.tau > row.gamma + 1 + 1e-9:
@@ -315,7 +330,7 @@ def _source(key: str, d: Any, where: str) -> Source:
     if is_reserved(src):
         raise SpecsimError(
             f"{where}: {src.title!r} is reserved for an independent check (the Spec-Bench "
-            "leaderboard, an EAGLE paper or SpecDecode-Bench) and must stay out"
+            "leaderboard or SpecDecode-Bench) and must stay out"
         )
     return src
 

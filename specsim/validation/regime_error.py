@@ -1,5 +1,6 @@
 """How well the planner is validated where an answer lies: the leave-one-source-out error of the published
-speedup rows of the same runtime, batch band and context band (:mod:`specsim.validation.runtime_fit`).
+speedup rows (and speedup-ratio rows) of the same runtime, batch band and context band
+(:mod:`specsim.validation.runtime_fit`).
 
 ``hardware`` and ``recommend`` print it beside their speedups, so an answer says whether anything measured
 backs it. Bands: batch 1, 2..15, 16..127, ≥ 128; context ≤ 2k, 2k..8k, > 8k tokens (the short-context and
@@ -103,7 +104,8 @@ def _speedup_results() -> tuple:
     from specsim.validation.runtime_fit import leave_one_source_out, load_runtimes
 
     ps = load_published_set()
-    return tuple(r for r in leave_one_source_out(ps, load_runtimes(ps)) if r.observable == "speedup")
+    kept = ("speedup", "speedup_ratio")  # a ratio row checks the speedup's batch dependence at its batch
+    return tuple(r for r in leave_one_source_out(ps, load_runtimes(ps)) if r.observable in kept)
 
 
 @lru_cache(maxsize=16)
@@ -189,4 +191,22 @@ def regime_errors(runtime: str, batches, context_tokens: float) -> list[RegimeEr
         e = regime_error(runtime, b, context_tokens)
         if not out or out[-1].batch_band != e.batch_band:
             out.append(e)
+    return out
+
+
+def band_summaries(results) -> list[dict]:
+    """Leave-one-source-out rows (any observable) by batch band: rows, sources, median and max |error|."""
+    out = []
+    for band in BATCH_BANDS:
+        inside = [r for r in results if _band(r.batch, BATCH_BANDS) == band]
+        errs = np.abs([r.error for r in inside])
+        out.append(
+            {
+                "batch_band": _span(band, "batch"),
+                "rows": len(inside),
+                "sources": sorted({r.source for r in inside}),
+                "median_abs_error": float(np.median(errs)) if inside else None,
+                "max_abs_error": float(errs.max()) if inside else None,
+            }
+        )
     return out

@@ -17,28 +17,19 @@ import numpy as np
 from scipy.optimize import least_squares
 
 from specsim.errors import SpecsimError
-from specsim.hardware.runtime import PARAM_BOUNDS, Runtime, load_runtime
+from specsim.hardware.runtime import Runtime, load_runtime
+from specsim.validation.family_fit import family, family_base, fit_family
+from specsim.validation.fit_params import (
+    PRIOR_SCALE,
+    PRIOR_WEIGHT,
+    at_theta,
+    fitted_keys,
+    from_theta,
+    theta_bounds,
+    to_theta,
+)
 from specsim.validation.published_set import PublishedSet, Row
 from specsim.validation.row_predict import device, predict_row, row_model, textbook_row
-
-PRIOR_WEIGHT = 0.05  # residual units (log error of one row) per ``PRIOR_SCALE`` of departure from the default
-# The departure from its default that costs a parameter PRIOR_WEIGHT: a natural size per parameter, in the
-# parameter's own unit (ms; log for efficiencies), so a parameter that few rows constrain stays near its
-# default.
-PRIOR_SCALE = {
-    "overhead_ms_per_forward": 0.5,
-    "overhead_ms_per_layer": 0.1,
-    "overhead_ms_per_block": 0.5,
-    "overhead_ms_per_sequence_per_block": 0.05,
-    "overhead_ms_per_allreduce": 0.01,
-    "dequant_ms_per_layer": 0.02,
-    "compute_rows_half": 8.0,
-    "attention_score_bytes": 4.0,
-    "overlap": 0.5,
-    "gemv_int32_ops_per_weight_per_row": 1.0,
-    "gemv_max_rows": 4.0,
-}
-_OVERHEAD_CAP_MS = 100.0
 
 
 @dataclass(frozen=True)
@@ -69,63 +60,53 @@ class RowResult:
         return asdict(self) | {"error": self.error, "textbook_error": self.textbook_error}
 
 
-# Parameters whose effect grows with the batch: fitted only on rows of two batch sizes or more.
-BATCH_PARAMS = ("overhead_ms_per_sequence_per_block",)
-
-
-def _is_log(name: str) -> bool:
-    return "efficiency" in name
-
-
-def _to_theta(name: str, value: float) -> float:
-    return float(np.log(value)) if _is_log(name) else float(value)
-
-
-def _from_theta(name: str, theta: float) -> float:
-    return float(np.exp(theta)) if _is_log(name) else float(theta)
+def transfer_defaults(rt: Runtime, base: Runtime, label: str) -> Runtime:
+    """``rt`` with ``base``'s values of the parameters ``base`` fits: as the defaults of those ``rt`` fits
+    (its ``defaults_from``), as values of the others."""
+    own = {k: getattr(base, k) for k in base.fit if k in rt.fit}
+    taken = {k: getattr(base, k) for k in base.fit if k not in rt.fit and k not in rt.ties}
+    return replace(
+        rt.with_values(label, **taken),
+        defaults={**rt.defaults, **own},
+        default_sources={**rt.default_sources, **{k: label for k in own}},
+    )
 
 
 def fit_runtime(ps: PublishedSet, rows: list[Row], rt: Runtime, source: str) -> Runtime:
     """``rt`` with its ``fit`` parameters fitted on ``rows`` (all of this runtime), starting at its
     defaults."""
     start = rt.at_defaults()
-    keys = list(rt.fit)
-    if len({r.batch for r in rows}) < 2:  # one batch size cannot tell a per-sequence cost from a fixed one
-        keys = [k for k in keys if k not in BATCH_PARAMS]
+    keys = fitted_keys(rt, rows)
     if not keys or not rows:
         return start
     model = row_model(ps, rows)
-    prior = np.array([_to_theta(k, start.defaults[k]) for k in keys])
+    prior = np.array([to_theta(k, start.defaults[k]) for k in keys])
     scale = np.array([PRIOR_SCALE.get(k, 1.0) for k in keys])  # efficiencies: one unit of log
-    lo = np.array([_to_theta(k, PARAM_BOUNDS[k][0]) for k in keys])
-    # On a GPU an efficiency is a fraction of a datasheet peak: at most 1 (CPU peaks are a proxy, so not
-    # there).
-    hi = np.array(
-        [
-            _to_theta(k, 1.0 if rt.kind == "gpu" else PARAM_BOUNDS[k][1])
-            if _is_log(k)
-            else min(PARAM_BOUNDS[k][1], _OVERHEAD_CAP_MS)
-            for k in keys
-        ]
-    )
-
-    def at(theta: np.ndarray) -> Runtime:
-        return replace(start, **{k: _from_theta(k, v) for k, v in zip(keys, theta)})
+    lo, hi = theta_bounds(keys, rt.kind)
 
     def residuals(theta: np.ndarray) -> np.ndarray:
-        return np.concatenate(
-            [np.log(model.predict(at(theta)) / model.measured), PRIOR_WEIGHT * (theta - prior) / scale]
-        )
+        errs = np.log(model.predict(at_theta(start, keys, theta)) / model.measured)
+        return np.concatenate([errs, PRIOR_WEIGHT * (theta - prior) / scale])
 
     best = least_squares(
         residuals, np.clip(prior, lo, np.nextafter(hi, -np.inf)), bounds=(lo, hi), method="trf", x_scale=1.0
     )
-    return start.with_values(source, **{k: _from_theta(k, v) for k, v in zip(keys, best.x)})
+    return start.with_values(source, **{k: from_theta(k, v) for k, v in zip(keys, best.x)})
+
+
+def _family_without(ps: PublishedSet, base_name: str, source: str) -> dict[str, Runtime]:
+    base = load_runtime(base_name)
+    members = {n: load_runtime(n) for n in family(base_name)}
+    train = [r for r in usable_rows(ps) if r.runtime in {base_name, *members} and r.source != source]
+    return fit_family(ps, train, base, members, f"fitted leave-one-source-out without {source}")
 
 
 def fit_without(ps: PublishedSet, rt: Runtime, source: str) -> Runtime:
-    """``rt`` fitted on the usable rows of its runtime from every source but ``source`` (leave-one-source-out;
-    at its cited defaults where no other source covers it)."""
+    """``rt`` fitted on the usable rows of its runtime (and of its family, :mod:`.family_fit`) from every
+    source but ``source`` (leave-one-source-out; at its cited defaults where no other source covers it)."""
+    base = family_base(rt)
+    if base is not None and rt.name in {base, *family(base)}:
+        return _family_without(ps, base, source)[rt.name]
     train = [r for r in usable_rows(ps) if r.runtime == rt.name and r.source != source]
     return fit_runtime(ps, train, rt, f"fitted leave-one-source-out without {source}")
 
@@ -166,7 +147,8 @@ def leave_one_source_out(ps: PublishedSet, runtimes: dict[str, Runtime]) -> list
         held = [r for r in usable if r.source == key]
         for name in sorted({r.runtime for r in held}):
             train = [r for r in usable if r.runtime == name and r.source != key]
-            ident = (name, tuple(r.id for r in train))
+            pooled = family_base(runtimes[name]) is not None
+            ident = (name, key if pooled else tuple(r.id for r in train))
             if ident not in cache:
                 cache[ident] = fit_without(ps, runtimes[name], key)
             rows = [r for r in held if r.runtime == name]
@@ -179,12 +161,18 @@ def leave_one_source_out(ps: PublishedSet, runtimes: dict[str, Runtime]) -> list
 def fit_all(ps: PublishedSet, runtimes: dict[str, Runtime], command: str) -> dict[str, Runtime]:
     """Every runtime fitted on all its rows (what the shipped runtime files hold); ``command`` is cited."""
     usable = usable_rows(ps)
-    out = {}
+    out: dict[str, Runtime] = {}
     for name, rt in runtimes.items():
-        rows = [r for r in usable if r.runtime == name]
+        base = family_base(rt)
+        names = {name} if base is None else {base, *family(base)}
+        rows = [r for r in usable if r.runtime in names]
         sources = sorted({r.source for r in rows})
         label = f"fitted: `{command}` on the published set's rows of {', '.join(sources)}"
-        out[name] = fit_runtime(ps, rows, rt, label) if rows and rt.fit else rt
+        if base is not None:
+            members = {n: runtimes.get(n) or load_runtime(n) for n in family(base)}
+            out[name] = fit_family(ps, rows, runtimes.get(base) or load_runtime(base), members, label)[name]
+        else:
+            out[name] = fit_runtime(ps, rows, rt, label) if rows and rt.fit else rt
     return out
 
 

@@ -1,0 +1,70 @@
+"""The draft side of a drafting kind as a :class:`~specsim.hardware.model.ModelSpec` the roofline prices.
+
+- ``model``: the draft model as resolved;
+- ``eagle`` (EAGLE-1/2): the head's decoder layer at the target's width; the target's LM head read every
+  step (vocab = the target's); ``extra_weights`` = its fc over [embedding; feature], 2·h × h;
+- ``eagle3``: the head's layer; its own LM head over ``draft_vocab_size`` rows; ``extra_weights`` = the fc
+  over three target layers, 3·h × h, and the first projection's second input half, h × (q + 2·kv);
+- ``mtp``: one more decoder layer of the target's shape (or the head config given) with the target's LM
+  head; ``extra_weights`` = the projection of [h; embedding], 2·h × h;
+- ``ngram``/``suffix``: None (no model). A head's input embedding is the target's (a gather).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from specsim.draft_kinds.registry import DraftKind
+from specsim.errors import SpecsimError
+from specsim.hardware.model import ModelSpec
+from specsim.hardware.model_resolution import find_shipped, load_model_spec, model_config
+
+
+def _qkv_width(m: ModelSpec) -> int:
+    return m.heads * m.head_dim + 2 * m.kv_heads * m.head_dim
+
+
+def head_spec(kind: DraftKind, head: ModelSpec, target: ModelSpec, config: dict | None = None) -> ModelSpec:
+    """The head's spec as the kind runs it (module docstring); ``config``: the head's config dict."""
+    h = head.hidden
+    if h != target.hidden:
+        raise SpecsimError(
+            f"--draft: a {kind.name} head runs at the target's width ({target.hidden}), got {head.name!r} "
+            f"of hidden size {h}"
+        )
+    base = replace(head, tie_word_embeddings=True, vision=None)
+    if kind.name == "eagle":
+        return replace(base, vocab=target.vocab, extra_weights=2 * h * h)
+    if kind.name == "eagle3":
+        vocab = int((config or {}).get("draft_vocab_size") or head.vocab)
+        return replace(base, vocab=vocab, extra_weights=3 * h * h + h * _qkv_width(head))
+    return replace(base, vocab=target.vocab, extra_weights=2 * h * h)  # mtp
+
+
+def mtp_head(target: ModelSpec) -> ModelSpec:
+    """One MTP module of the target's own shape (DeepSeek-V3's: a decoder layer and a 2·h → h projection)."""
+    base = replace(target, name=f"{target.name} MTP head", layers=1, vision=None, tie_word_embeddings=True)
+    return replace(base, extra_weights=2 * target.hidden * target.hidden)
+
+
+def draft_side(
+    kind: DraftKind, target: ModelSpec, draft: str | None, *, dtype=None, kv_dtype=None, image_size=None
+) -> ModelSpec | None:
+    """The ModelSpec a block's draft forwards run for ``kind`` (None for a lookup kind); ``draft`` names the
+    draft model or head (a head defaults to the kind's preset for the target)."""
+    if not kind.has_model:
+        if draft:
+            raise SpecsimError(f"--draft: drafting kind {kind.name!r} uses no model, got --draft {draft!r}")
+        return None
+    if kind.name == "mtp" and not draft:
+        return mtp_head(target if dtype is None else target.with_dtype(dtype, kv_dtype))
+    shipped = find_shipped(target.name)
+    name = draft or (kind.head_for(shipped[1].id if shipped else target.name) if kind.is_head else None)
+    if not name:
+        raise SpecsimError(
+            f"--draft: drafting kind {kind.name!r} needs --draft (a model id, folder or config"
+            + (f"; no {kind.name} head ships for {target.name!r})" if kind.is_head else ")")
+        )
+    kw = {"dtype": dtype, "kv_dtype": kv_dtype, "image_size": image_size}
+    spec = load_model_spec(name, **kw)
+    return head_spec(kind, spec, target, model_config(name)) if kind.is_head else spec
