@@ -6,6 +6,10 @@ members) and, where ``batched`` is given, the batched engine's (:mod:`specsim.pr
 batch axis is the requests in the pass, the context axis the padded cache width), which then price every
 pass but the prefills. Reading a grid: :func:`specsim.profile.cost_grid.grid_ms` (linear, flagged
 extrapolation along context; prompts' prefill grids along rows).
+
+``drafter="lookup"``: drafts from a host lookup with no draft model (n-gram, :mod:`specsim.drafts.ngram`):
+draft passes cost nothing, no catch-up, and a block's work outside the target's pass is the profile's
+``lookup_overhead_ms_per_block``.
 """
 
 from __future__ import annotations
@@ -14,7 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from specsim.costs.pass_cost import DRAFT, FIRST, PREFILL, STEP, TARGET, TREE, UNPADDED, PassMs
+from specsim.costs.pass_cost import CATCHUP, DRAFT, FIRST, PREFILL, STEP, TARGET, TREE, UNPADDED, PassMs
 from specsim.errors import SpecsimError
 from specsim.profile import LatencySection
 from specsim.profile.batched_cost import BatchedCosts
@@ -30,6 +34,7 @@ _REQUEST = {
     (DRAFT, STEP, None): ("draft_next", "Tq (draft_next)"),
     (DRAFT, FIRST, None): ("draft_first", "Tq first step (draft_first)"),
     (DRAFT, PREFILL, None): ("draft_prefill", "draft prefill (draft_prefill)"),
+    (DRAFT, CATCHUP, None): ("draft_catchup", "draft catch-up over the verified rows (draft_catchup)"),
     (TARGET, TREE, None): ("tree.verify", "Tv(n) (tree.verify)"),
     (DRAFT, TREE, None): ("tree.draft", "tree draft level pass (tree.draft)"),
 }
@@ -50,6 +55,7 @@ class GridPassCost:
     model: CostModel | None  # None: the batched engine's grids alone (no prefill, no request grids)
     batched: BatchedCosts | None = None
     latency: LatencySection | None = None  # the vision encoders' ms per image
+    drafter: str = "model"  # "lookup": drafts from a host lookup, no draft model (module docstring)
 
     @classmethod
     def request(cls, latency: LatencySection) -> GridPassCost:
@@ -68,7 +74,7 @@ class GridPassCost:
         many = None if kind in (PREFILL, TREE) or role == DRAFT else bool(np.max(rows) > 1)
         table, owner = (
             (_BATCHED, self.batched)
-            if self.batched is not None and kind != PREFILL
+            if self.batched is not None and kind not in (PREFILL, CATCHUP)
             else (
                 _REQUEST,
                 self.model,
@@ -85,12 +91,29 @@ class GridPassCost:
             grid = getattr(owner, _FALLBACK[field])
         return grid, name
 
+    @classmethod
+    def lookup(cls, latency: LatencySection) -> GridPassCost:
+        """One request's grids for a drafter with no model; SpecsimError when the profile did not time its
+        blocks."""
+        model = latency.forward_costs()
+        if model.lookup_overhead_ms_per_block is None:
+            raise SpecsimError(
+                "the profile's cost model has no lookup_overhead_ms_per_block (n-gram drafting's blocks: "
+                "specsim calibrate latency --engine llama.cpp --ngram KIND)"
+            )
+        return cls(model, None, latency, "lookup")
+
     def pass_ms(self, role: str, rows, width, batch=1, *, kind: str = STEP) -> PassMs:
+        if role == DRAFT and self.drafter == "lookup":
+            shape = np.broadcast(np.asarray(rows), np.asarray(width), np.asarray(batch)).shape
+            return PassMs(np.zeros(shape) if shape else 0.0, np.zeros(shape, bool) if shape else False)
         grid, name = self._grid(role, kind, rows)
         along = "rows" if kind == PREFILL else "context"
         return PassMs(*grid_ms(grid, rows, width, batch, name=name, along=along))
 
     def block_overhead_ms(self, gamma, batch=1, width=None, *, adaptive: bool = False) -> np.ndarray:
+        if self.drafter == "lookup":
+            return np.asarray(self.model.lookup_overhead_ms_per_block.at(gamma, batch, width), dtype=float)
         if self.batched is not None:
             return self.batched.overhead_ms_per_block.at(gamma, batch)
         return self.model.block_overhead_ms(gamma, batch, width, adaptive)
@@ -102,6 +125,17 @@ class GridPassCost:
         if self.batched is not None:
             return self.batched.target_step_overhead_ms(batch)
         return self.model.overhead_ms_per_target_step
+
+    def token_overhead_ms(self, batch=1) -> float:
+        return self.model.overhead_ms_per_token if self.model is not None else 0.0
+
+    @property
+    def draft_catchup(self) -> bool:
+        return self.drafter == "model" and self.model is not None and self.model.draft_catchup is not None
+
+    @property
+    def first_pass_drafts(self) -> bool:
+        return self.model is None or self.model.first_pass_drafts
 
     def encoder_ms(self, images: int, *, draft: bool = False) -> float:
         return self.latency.vision_ms(images, draft=draft) if images else 0.0

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field, fields
 
 import numpy as np
 
-from specsim.costs.pass_cost import FIRST, PREFILL, STEP, TARGET, PassMs
+from specsim.costs.pass_cost import CATCHUP, FIRST, PREFILL, STEP, TARGET, PassMs
 from specsim.hardware.device import Device
 from specsim.hardware.model import ModelSpec
 from specsim.hardware.passes import PassTable, pass_table, pass_terms
@@ -50,14 +50,14 @@ class RooflinePassCost:
 
     def pass_ms(self, role: str, rows, width, batch=1, *, kind: str = STEP) -> PassMs:
         m, tp = self._model(role)
-        logits = 1 if kind in (PREFILL, FIRST) else None
+        logits = 1 if kind in (PREFILL, FIRST, CATCHUP) else None
         ms = forward_ms(m, self.device, self.runtime, batch, width, rows, logits=logits, tp=tp)
         return PassMs(ms, np.zeros(np.shape(ms), dtype=bool) if np.ndim(ms) else False)
 
     def compute_bound(self, role: str, rows, width, batch=1, *, kind: str = STEP) -> np.ndarray:
         """True where a pass's compute term exceeds its memory term."""
         m, tp = self._model(role)
-        logits = 1 if kind in (PREFILL, FIRST) else None
+        logits = 1 if kind in (PREFILL, FIRST, CATCHUP) else None
         return compute_bound(m, self.device, self.runtime, batch, width, rows, logits, tp=tp)
 
     def block_overhead_ms(self, gamma, batch=1, width=None, *, adaptive: bool = False) -> np.ndarray:
@@ -68,6 +68,17 @@ class RooflinePassCost:
 
     def step_overhead_ms(self, batch=1) -> float:
         return 0.0
+
+    def token_overhead_ms(self, batch=1) -> float:
+        return 0.0
+
+    @property
+    def draft_catchup(self) -> bool:
+        return False  # the runtimes' drafts carry their extra forwards as extra_draft_forwards
+
+    @property
+    def first_pass_drafts(self) -> bool:
+        return True
 
     def encoder_ms(self, images: int, *, draft: bool = False) -> float:
         m = self.draft if draft else self.target
@@ -96,7 +107,8 @@ class RooflinePassCost:
     def terms(self, role: str, rows, width, batch=1, *, kind: str = STEP) -> dict:
         """The runtime-independent terms of one pass (:func:`~specsim.hardware.passes.pass_terms`)."""
         m, tp = self._model(role)
-        return pass_terms(m, self.device, batch, width, rows, tp, 1 if kind in (PREFILL, FIRST) else None)
+        logits = 1 if kind in (PREFILL, FIRST, CATCHUP) else None
+        return pass_terms(m, self.device, batch, width, rows, tp, logits)
 
     def _affine(self, role: str, rows: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(per pass, per sequence, per Σ KV token) terms of passes of ``rows`` rows per sequence: a pass's

@@ -15,8 +15,12 @@ convention (the calibrate half's engine, ARCHITECTURE.md):
   step (P rows); ``fused=False`` prices the decode phase alone, every block as if the prompt were
   already cached (the convention of τ / (γ·c + v), Leviathan et al. 2023);
 - every block also pays the engine's overhead outside the models at its γ (an adaptive ensemble's
-  blocks also its weight update, ``adaptive_ms_per_block``), and the draft forwards the runtime runs beyond
-  its γ drafts (none in a measured engine's grids).
+  blocks also its weight update, ``adaptive_ms_per_block``) and per token it emits (``token_overhead_ms``),
+  and the draft forwards the runtime runs beyond its γ drafts (none in a measured engine's grids);
+- an engine whose draft catches up over the verified rows (``draft_catchup``, llama.cpp) runs a draft pass
+  over g + 1 rows on D − 1 + t each block (in the draft term), and its first draft step feeds 1 row there;
+  where the prompt's pass does not draft (``first_pass_drafts`` false, llama.cpp) a block capped to no
+  drafts is a plain target step, with the step's overhead.
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from specsim.costs.pass_cost import DRAFT, FIRST, PREFILL, TARGET, PassCost
+from specsim.costs.pass_cost import CATCHUP, DRAFT, FIRST, PREFILL, TARGET, PassCost
 from specsim.drafts.block_plans import BlockPlan
 
 
@@ -107,7 +111,7 @@ def block_ms(
         verify[~has] = price(TARGET, 1, P - 1 + t[~has])
     first = np.zeros_like(t)
     if has.any():
-        rows = plan.first_rows[has]
+        rows = np.ones(int(has.sum())) if cost.draft_catchup else plan.first_rows[has]
         first[has] = price(DRAFT, rows, D - 1 + t[has] - (rows - 1), batch, FIRST)
     steps = np.maximum(g - 1, 0).astype(np.int64)
     block_of = np.repeat(np.arange(g.size), steps)
@@ -117,7 +121,12 @@ def block_ms(
         np.add.at(nxt, block_of, price(DRAFT, 1, D - 1 + t[block_of] + i, batch))
     if cost.extra_draft_forwards and has.any():  # the runtime's draft forwards beyond γ, 1 row each
         nxt[has] += cost.extra_draft_forwards * price(DRAFT, 1, D - 1 + t[has], batch)
+    if cost.draft_catchup and has.any():  # the draft re-runs the g + 1 verified rows
+        nxt[has] += price(DRAFT, g[has] + 1, D - 1 + t[has], batch, CATCHUP)
     overhead = cost.block_overhead_ms(np.maximum(g, 1), batch, P - 1 + t, adaptive=adaptive)
+    overhead = overhead + plan.emitted * cost.token_overhead_ms(batch)
+    if not cost.first_pass_drafts:  # llama.cpp's loop: a block without drafts is a plain target step
+        overhead = np.where(has, overhead, cost.step_overhead_ms(batch))
     return BlockMs(first, nxt, verify, np.broadcast_to(overhead, t.shape), any(flags))
 
 

@@ -28,6 +28,9 @@ class CheckRow:
     batched target-only decoding, B requests per batch (``prompts`` in all).
     ``synthetic_acceptance`` (absent: lossless decoding) names the schedule every block's accept decision
     followed (``specsim check --synthetic-acceptance SPEC``): the passes are real, the acceptance scripted.
+    ``runtime`` (absent: this project's engine) names the engine that ran, e.g. ``llama.cpp``; its rows add
+    ``speedup_predicted_counts``, the prediction with τ from the run's own counts (drafts proposed and
+    accepted), which tests the costs alone (``speedup_predicted`` takes τ from the profile's traces).
     """
 
     method: str
@@ -55,6 +58,8 @@ class CheckRow:
     speedup_interval: tuple[float, float] | None = None
     batch: int | None = None
     synthetic_acceptance: str | None = None
+    runtime: str | None = None
+    speedup_predicted_counts: float | None = None
 
     def to_json(self) -> dict:
         out = {k: getattr(self, k) for k in self.__dataclass_fields__} | {"notes": self.notes or None}
@@ -96,6 +101,8 @@ class CheckRow:
             speedup_interval=_opt(d, "speedup_interval", lambda v, w: _interval(v, w, lo=0), where),
             batch=_opt(d, "batch", lambda v, w: _int(v, w, lo=1, unit="batch"), where),
             synthetic_acceptance=_opt(d, "synthetic_acceptance", _str, where),
+            runtime=_opt(d, "runtime", _str, where),
+            speedup_predicted_counts=_opt(d, "speedup_predicted_counts", ratio, where),
         )
 
 

@@ -19,6 +19,14 @@ tree attention mask; ``tree.draft``, a draft level pass over ``rows`` = the leve
 root pass is a chain first step, ``draft_first``); ``tree.overhead_ms_per_block`` by n, draft batch and
 context, and (when the swept trees span 3 depths or more) ``tree.overhead_fit``, a plane in n and depth.
 
+Another engine's alternation (llama.cpp, ``calibrate latency --engine llama.cpp``) adds, all optional:
+``draft_catchup``, the draft's pass over the γ+1 rows the target just verified (rows × context, logits at
+the last row), which that engine runs every block; ``overhead_ms_per_token``, its work per token a block
+emits (sampling, detokenising), beyond ``overhead_ms_per_block``; ``first_pass_drafts`` false: its prompt
+pass emits one token and drafting starts after it; ``lookup_overhead_ms_per_block``, a block's work outside
+the target's pass when the drafts come from a host lookup with no draft model (n-gram drafting,
+:mod:`specsim.drafts.ngram`), by γ.
+
 Each grid stores ms[rows][context][batch] (medians) on the KV-cache length ``context_tokens`` the
 pass starts from. Outside the models, the engine's per-block overhead (sampling, acceptance, cache
 crop, Python) is ``overhead_ms_per_block`` by γ, draft batch and (profiles from now on) target context,
@@ -199,6 +207,10 @@ class CostModel:
         None  # what an adaptive ensemble's weight update adds; None: free
     )
     batched: BatchedCosts | None = None  # B requests decoded together (schema 3); None: not measured
+    draft_catchup: CostGrid | None = None  # the draft's pass over the verified rows (llama.cpp); None: none
+    overhead_ms_per_token: float = 0.0  # per token a block emits, beyond the block's overhead
+    first_pass_drafts: bool = True  # False: the prompt's pass emits one token, blocks start after it
+    lookup_overhead_ms_per_block: OverheadGrid | None = None  # blocks of a drafter with no model (n-gram)
 
     def block_overhead_ms(self, gamma, batch, context, adaptive: bool = False):
         """The engine's overhead of blocks at ``gamma`` (ms, array-like), plus an adaptive ensemble's
@@ -222,6 +234,12 @@ class CostModel:
                 if self.adaptive_ms_per_block is None
                 else self.adaptive_ms_per_block.to_json(),
                 "batched": None if self.batched is None else self.batched.to_json(),
+                "draft_catchup": None if self.draft_catchup is None else self.draft_catchup.to_json(),
+                "overhead_ms_per_token": self.overhead_ms_per_token or None,
+                "first_pass_drafts": None if self.first_pass_drafts else False,
+                "lookup_overhead_ms_per_block": None
+                if self.lookup_overhead_ms_per_block is None
+                else self.lookup_overhead_ms_per_block.to_json(),
             }
         )
 
@@ -239,9 +257,16 @@ class CostModel:
                 "sampling",
                 "adaptive_ms_per_block",
                 "batched",
+                "draft_catchup",
+                "overhead_ms_per_token",
+                "first_pass_drafts",
+                "lookup_overhead_ms_per_block",
             },
             where,
         )
+        first = d.get("first_pass_drafts", True)
+        if not isinstance(first, bool):
+            raise SpecsimError(f"{where}.first_pass_drafts: expected true or false, got {show(first)}")
         grids = {
             name: CostGrid.from_json(field_req(d, name, where), f"{where}.{name}") for name in GRID_NAMES
         }
@@ -281,9 +306,28 @@ class CostModel:
             sampling=field_opt(d, "sampling", SamplingCost.from_json, where),
             adaptive_ms_per_block=field_opt(d, "adaptive_ms_per_block", OverheadGrid.from_json, where),
             batched=field_opt(d, "batched", BatchedCosts.from_json, where),
+            draft_catchup=_catchup_grid(d, where),
+            overhead_ms_per_token=field_num(
+                d.get("overhead_ms_per_token", 0.0), f"{where}.overhead_ms_per_token", unit="ms", zero_ok=True
+            ),
+            first_pass_drafts=first,
+            lookup_overhead_ms_per_block=field_opt(
+                d, "lookup_overhead_ms_per_block", OverheadGrid.from_json, where
+            ),
         )
 
     @property
     def max_gamma(self) -> int:
         """The largest γ whose verification was measured."""
         return int(self.target_verify.rows[-1]) - 1
+
+
+def _catchup_grid(d: dict, where: str) -> CostGrid | None:
+    """The optional ``draft_catchup`` grid: rows >= 2 (γ + 1 verified rows), batch 1."""
+    grid = field_opt(d, "draft_catchup", CostGrid.from_json, where)
+    if grid is not None and (grid.rows[0] < 2 or grid.batch != (1,)):
+        raise SpecsimError(
+            f"{where}.draft_catchup: expected rows >= 2 (gamma + 1) and batch [1], got rows "
+            f"{show(list(grid.rows))}, batch {show(list(grid.batch))}"
+        )
+    return grid

@@ -131,9 +131,9 @@ class Profile:
 
     def with_checks(self, rows: tuple[CheckRow, ...] | list[CheckRow]) -> Profile:
         """A copy where ``rows`` replace existing rows of the same (method, scenario, gamma, draft,
-        temperature, batch, synthetic acceptance)."""
+        temperature, batch, synthetic acceptance, runtime)."""
         key = lambda r: (  # noqa: E731
-            r.method, r.scenario, r.gamma, r.draft, r.temperature, r.batch, r.synthetic_acceptance
+            r.method, r.scenario, r.gamma, r.draft, r.temperature, r.batch, r.synthetic_acceptance, r.runtime
         )  # fmt: skip
         return replace(self, checks=_replaced(self.checks, rows, key))
 

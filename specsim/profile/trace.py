@@ -31,7 +31,8 @@ class Trace:
     y_t there (Leviathan et al. 2023, §3.5; its mean over y_t ~ p_t is β_t). A sampled run follows its
     own tokens, so the sampled check simulates runs along these paths rather than the greedy output.
     Adaptive ensembles add ``adaptive`` (:class:`specsim.profile.adaptive_trace.AdaptiveTrace`): their exact
-    replay.
+    replay. ``prompt_ids`` (optional) are the prompt's token ids, so a drafter that looks up the request's own
+    tokens (:mod:`specsim.drafts.ngram`) replays from the prompt and ``tokens``.
     """
 
     match: tuple[int, ...] | None = None
@@ -44,6 +45,7 @@ class Trace:
     draft_top_probs: tuple[tuple[float, ...], ...] | None = None
     accept_paths: tuple[tuple[float, ...], ...] | None = None
     adaptive: AdaptiveTrace | None = None  # adaptive ensembles: what the exact block-by-block replay needs
+    prompt_ids: tuple[int, ...] | None = None  # the prompt's token ids (n-gram lookups replay from them)
 
     def to_json(self) -> dict:
         return _drop_none(
@@ -60,6 +62,7 @@ class Trace:
                 else [list(p) for p in self.draft_top_probs],
                 "accept_paths": None if self.accept_paths is None else [list(p) for p in self.accept_paths],
                 "adaptive": None if self.adaptive is None else self.adaptive.to_json(),
+                "prompt_ids": None if self.prompt_ids is None else list(self.prompt_ids),
             }
         )
 
@@ -80,6 +83,7 @@ class Trace:
                 "draft_top_probs",
                 "accept_paths",
                 "adaptive",
+                "prompt_ids",
             },
             where,
         )
@@ -122,7 +126,13 @@ class Trace:
             draft_top_probs=top,
             accept_paths=_accept_paths(d.get("accept_paths"), where),
             adaptive=_adaptive(d, where, len(match if match is not None else beta)),
+            prompt_ids=_opt(d, "prompt_ids", _ids, where),
         )
+
+
+def _ids(value: Any, where: str) -> tuple[int, ...]:
+    """Token ids: integers >= 0."""
+    return tuple(_int(t, f"{where}[{i}]", lo=0, unit="tokens") for i, t in enumerate(_list(value, where)))
 
 
 def _adaptive(d: dict, where: str, positions: int) -> AdaptiveTrace | None:

@@ -1,0 +1,133 @@
+"""``calibrate latency --engine llama.cpp``, ``calibrate acceptance --engine llama.cpp`` and ``check
+--runtime llama.cpp`` (called by the commands' modules): checks, calls into :mod:`calibrate.llama_cpp`,
+prints. Every bad value is one line before a binary runs."""
+
+from __future__ import annotations
+
+import shlex
+import sys
+from pathlib import Path
+
+from calibrate.cli.llama_cpp_options import check_threads, checked_ngram
+from specsim.errors import SpecsimError
+from specsim.jsonio import check_writable, dumps_json
+from specsim.report import parse_int_list
+
+DEFAULT_DEPTHS = (32, 96, 192)
+DEFAULT_PREFILL = (16, 32, 64, 128)
+DEFAULT_GAMMAS = (1, 2, 3, 4, 5, 6)
+
+
+def _command() -> str:
+    return "specsim " + shlex.join(sys.argv[1:])
+
+
+def _setup(args, *, prompts_limit=None):
+    """(llama.cpp build, target, draft, prompt set name, prompts, priority note) after the checks."""
+    from calibrate.llama_cpp.binaries import find_llama_cpp
+    from calibrate.llama_cpp.models import gguf_pair, raise_priority, workload_prompts
+
+    name, prompts = workload_prompts(args.prompts, prompts_limit)
+    llama = find_llama_cpp(args.llama_cpp)
+    target, draft = gguf_pair(args.preset, args.target, args.draft, getattr(args, "cache_dir", None))
+    return llama, target, draft, name, prompts, raise_priority(args.renice)
+
+
+def cmd_latency_llama(args) -> int:
+    """Measure the pass grids and the per-block terms through llama.cpp into --out."""
+    from calibrate.llama_cpp.latency import LatencyPlan, measure_latency, save_latency, summary_lines
+    from calibrate.llama_cpp.pass_grids import GridPlan
+    from calibrate.llama_cpp.server import LlamaServer, ServerConfig
+
+    check_writable(args.out, "--out")
+    threads, ngram = check_threads(args), checked_ngram(args)
+    gammas = tuple(sorted(set(args.gammas or DEFAULT_GAMMAS)))
+    if gammas[-1] > 15:
+        raise SpecsimError(f"--gammas: llama.cpp's grid is timed up to gamma 15, got {gammas[-1]}")
+    depths = tuple(sorted(set(args.contexts or DEFAULT_DEPTHS)))
+    prefill = tuple(sorted(set(args.prefill_tokens or DEFAULT_PREFILL)))
+    reps = args.min_repeats or 5
+    llama, target, draft, _, prompts, note = _setup(args, prompts_limit=1)
+    with LlamaServer(llama, ServerConfig(target, threads)) as server:
+        ids = server.tokenize_chat(prompts[0].text)
+    grid = GridPlan(depths, gammas[-1], prefill, threads, reps, args.renice)
+    plan = LatencyPlan(grid, gammas, ngram=ngram)
+    notes = "; ".join(x for x in (_command(), note) if x)
+    result = measure_latency(llama, target, draft, plan, ids, niceness=args.renice, notes=notes)
+    path = save_latency(args.out, result.section)
+    if args.json:
+        print(dumps_json(result.section.to_json()))
+    else:
+        print("\n".join(summary_lines(result, path)))
+    return 0
+
+
+def cmd_acceptance_llama(args) -> int:
+    """Greedy traces from llama.cpp's logits into --out."""
+    from calibrate.llama_cpp.latency import save_traces
+    from calibrate.llama_cpp.traces import trace_prompts
+
+    check_writable(args.out, "--out")
+    threads = check_threads(args)
+    if args.method not in (None, ["plain"]):
+        raise SpecsimError(f"--method: llama.cpp drafts with a text model only (plain), got {args.method}")
+    llama, target, draft, name, prompts, _ = _setup(args, prompts_limit=args.limit)
+
+    def bar(i, n):
+        if not args.no_progress:
+            print(f"\rllama.cpp traces: {i}/{n} prompts", end="" if i < n else "\n", file=sys.stderr)
+
+    traces = trace_prompts(llama, target, draft, prompts, args.max_new_tokens, threads, bar)
+    path, entry = save_traces(args.out, traces, args.scenario or name, _command(), target, draft)
+    print(f"wrote {path}: {len(traces)} llama.cpp traces of {entry.method}/{entry.scenario}, tau at gamma "
+          f"{entry.gamma} = {entry.tau:.3f}")  # fmt: skip
+    return 0
+
+
+def cmd_check_llama(args) -> int:
+    """llama.cpp's own SD against its target-only decoding, one request at a time (or --serve-rates)."""
+    from calibrate.llama_cpp.check_runs import check_settings, llama_rows, run_llama_check
+    from specsim.check.check_tables import check_table
+    from specsim.profiles import load_profile, resolve_profile_path, save_profile
+
+    gammas = sorted(parse_int_list(args.gamma, name="--gamma"))
+    threads, ngram = check_threads(args), checked_ngram(args)
+    path = resolve_profile_path(args.profile)
+    if not args.no_write:
+        check_writable(path, "--profile")
+    profile = load_profile(str(path))
+    model = profile.latency.forward_costs()
+    if model.first_pass_drafts:
+        raise SpecsimError(f"--profile {args.profile}: its latency is not llama.cpp's (calibrate latency "
+                           "--engine llama.cpp)")  # fmt: skip
+    if gammas[-1] > model.max_gamma:
+        raise SpecsimError(f"--gamma {gammas[-1]}: the profile's grid stops at gamma {model.max_gamma}")
+    entry = profile.one_entry("plain", args.scenario)
+    if args.serve_rates is not None:
+        from calibrate.cli.llama_cpp_serve import cmd_serve_llama
+
+        return cmd_serve_llama(args, profile, path, entry, gammas, threads)
+    llama, target, draft, _, prompts, note = _setup(args, prompts_limit=args.limit)
+    settings = check_settings(target, draft, threads, gammas, ngram)
+    partial = Path(f"{path}.llama-check.partial.json")
+    runs = run_llama_check(
+        llama, settings, prompts, new_tokens=args.max_new_tokens, threads=threads, partial=partial,
+        halfwidth=args.halfwidth, min_rounds=args.min_rounds, max_rounds=args.max_rounds,
+        max_seconds=None if args.max_minutes is None else 60 * args.max_minutes, niceness=args.renice,
+    )  # fmt: skip
+    rows = llama_rows(profile, entry, runs, settings, gammas[0])
+    done = runs.finished
+    if not args.no_write and done:
+        save_profile(profile.with_checks(rows), path)
+        partial.unlink(missing_ok=True)
+    if args.json:
+        print(dumps_json({"rows": [r.to_json() for r in rows], "rounds": runs.rounds, "seconds": runs.seconds,
+                          "finished": done}))  # fmt: skip
+        return 0
+    print(check_table(rows))
+    state = "finished" if done else f"not finished: rerun the same command to go on ({partial})"
+    print(
+        f"{runs.rounds} round(s) in {runs.seconds:.0f} s, {state}; {note or 'normal priority'}",
+        file=sys.stderr,
+    )
+    return 0
