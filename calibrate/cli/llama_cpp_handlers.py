@@ -14,7 +14,7 @@ from specsim.jsonio import check_writable, dumps_json
 from specsim.report import parse_int_list
 
 DEFAULT_DEPTHS = (32, 96, 192)
-DEFAULT_PREFILL = (16, 32, 64, 128)
+DEFAULT_PREFILL = (4, 8, 16, 32, 64, 128)
 DEFAULT_GAMMAS = (1, 2, 3, 4, 5, 6)
 
 
@@ -22,7 +22,7 @@ def _command() -> str:
     return "specsim " + shlex.join(sys.argv[1:])
 
 
-def _setup(args, *, prompts_limit=None):
+def llama_setup(args, *, prompts_limit=None):
     """(llama.cpp build, target, draft, prompt set name, prompts, priority note) after the checks."""
     from calibrate.llama_cpp.binaries import find_llama_cpp
     from calibrate.llama_cpp.models import gguf_pair, raise_priority, workload_prompts
@@ -34,9 +34,17 @@ def _setup(args, *, prompts_limit=None):
 
 
 def cmd_latency_llama(args) -> int:
-    """Measure the pass grids and the per-block terms through llama.cpp into --out."""
-    from calibrate.llama_cpp.latency import LatencyPlan, measure_latency, save_latency, summary_lines
+    """Measure the pass grids and the per-block terms through llama.cpp into --out (--request-batches: also
+    the batched grids of llama-server's slots; --batched-only: those alone, into a llama.cpp profile)."""
+    from calibrate.llama_cpp.latency import (
+        LatencyPlan,
+        add_batched,
+        measure_latency,
+        save_latency,
+        summary_lines,
+    )
     from calibrate.llama_cpp.pass_grids import GridPlan
+    from calibrate.llama_cpp.serve_grids import ServePlan
     from calibrate.llama_cpp.server import LlamaServer, ServerConfig
 
     check_writable(args.out, "--out")
@@ -46,15 +54,37 @@ def cmd_latency_llama(args) -> int:
         raise SpecsimError(f"--gammas: llama.cpp's grid is timed up to gamma 15, got {gammas[-1]}")
     depths = tuple(sorted(set(args.contexts or DEFAULT_DEPTHS)))
     prefill = tuple(sorted(set(args.prefill_tokens or DEFAULT_PREFILL)))
+    if args.batched_only and not args.request_batches:
+        raise SpecsimError("--batched-only: needs --request-batches")
+    serve = None
+    if args.request_batches:
+        serve = ServePlan(
+            tuple(sorted(set(args.request_batches))),
+            tuple(sorted(set(args.request_gammas))),
+            depths,
+            threads,
+            min(args.min_repeats or 3, 5),
+            args.renice,
+        )
     reps = args.min_repeats or 5
-    llama, target, draft, _, prompts, note = _setup(args, prompts_limit=1)
+    llama, target, draft, _, prompts, note = llama_setup(args, prompts_limit=1)
+    if args.batched_only:
+        path, seconds = add_batched(args.out, llama, target, draft, serve)
+        print(f"wrote {path}: llama-server's batched grids at B = {list(serve.batches)} in {seconds:.0f} s")
+        return 0
     with LlamaServer(llama, ServerConfig(target, threads)) as server:
         ids = server.tokenize_chat(prompts[0].text)
     grid = GridPlan(depths, gammas[-1], prefill, threads, reps, args.renice)
-    plan = LatencyPlan(grid, gammas, ngram=ngram)
+    plan = LatencyPlan(grid, tuple(sorted({gammas[0], gammas[len(gammas) // 2], gammas[-1]})), ngram=ngram)
     notes = "; ".join(x for x in (_command(), note) if x)
-    result = measure_latency(llama, target, draft, plan, ids, niceness=args.renice, notes=notes)
+    partial = Path(f"{args.out}.llama-latency.partial.json")
+    result = measure_latency(
+        llama, target, draft, plan, ids, partial=partial, niceness=args.renice, notes=notes
+    )
     path = save_latency(args.out, result.section)
+    partial.unlink(missing_ok=True)
+    if serve is not None:
+        add_batched(path, llama, target, draft, serve)
     if args.json:
         print(dumps_json(result.section.to_json()))
     else:
@@ -71,7 +101,7 @@ def cmd_acceptance_llama(args) -> int:
     threads = check_threads(args)
     if args.method not in (None, ["plain"]):
         raise SpecsimError(f"--method: llama.cpp drafts with a text model only (plain), got {args.method}")
-    llama, target, draft, name, prompts, _ = _setup(args, prompts_limit=args.limit)
+    llama, target, draft, name, prompts, _ = llama_setup(args, prompts_limit=args.limit)
 
     def bar(i, n):
         if not args.no_progress:
@@ -79,8 +109,11 @@ def cmd_acceptance_llama(args) -> int:
 
     traces = trace_prompts(llama, target, draft, prompts, args.max_new_tokens, threads, bar)
     path, entry = save_traces(args.out, traces, args.scenario or name, _command(), target, draft)
-    print(f"wrote {path}: {len(traces)} llama.cpp traces of {entry.method}/{entry.scenario}, tau at gamma "
-          f"{entry.gamma} = {entry.tau:.3f}")  # fmt: skip
+    rate = sum(sum(t.match[1:]) for t in traces) / max(sum(len(t.match) - 1 for t in traces), 1)
+    print(
+        f"wrote {path}: {len(traces)} llama.cpp traces of {entry.method}/{entry.scenario} "
+        f"({args.max_new_tokens} tokens each; draft argmax = target token at {rate:.1%})"
+    )
     return 0
 
 
@@ -98,8 +131,9 @@ def cmd_check_llama(args) -> int:
     profile = load_profile(str(path))
     model = profile.latency.forward_costs()
     if model.first_pass_drafts:
-        raise SpecsimError(f"--profile {args.profile}: its latency is not llama.cpp's (calibrate latency "
-                           "--engine llama.cpp)")  # fmt: skip
+        raise SpecsimError(
+            f"--profile {args.profile}: its latency is not llama.cpp's (calibrate latency --engine llama.cpp)"
+        )
     if gammas[-1] > model.max_gamma:
         raise SpecsimError(f"--gamma {gammas[-1]}: the profile's grid stops at gamma {model.max_gamma}")
     entry = profile.one_entry("plain", args.scenario)
@@ -107,22 +141,38 @@ def cmd_check_llama(args) -> int:
         from calibrate.cli.llama_cpp_serve import cmd_serve_llama
 
         return cmd_serve_llama(args, profile, path, entry, gammas, threads)
-    llama, target, draft, _, prompts, note = _setup(args, prompts_limit=args.limit)
+    llama, target, draft, _, prompts, note = llama_setup(args, prompts_limit=args.limit)
     settings = check_settings(target, draft, threads, gammas, ngram)
     partial = Path(f"{path}.llama-check.partial.json")
     runs = run_llama_check(
-        llama, settings, prompts, new_tokens=args.max_new_tokens, threads=threads, partial=partial,
-        halfwidth=args.halfwidth, min_rounds=args.min_rounds, max_rounds=args.max_rounds,
-        max_seconds=None if args.max_minutes is None else 60 * args.max_minutes, niceness=args.renice,
-    )  # fmt: skip
+        llama,
+        settings,
+        prompts,
+        new_tokens=args.max_new_tokens,
+        threads=threads,
+        partial=partial,
+        halfwidth=args.halfwidth,
+        min_rounds=args.min_rounds,
+        max_rounds=args.max_rounds,
+        max_seconds=None if args.max_minutes is None else 60 * args.max_minutes,
+        niceness=args.renice,
+    )
     rows = llama_rows(profile, entry, runs, settings, gammas[0])
     done = runs.finished
     if not args.no_write and done:
         save_profile(profile.with_checks(rows), path)
         partial.unlink(missing_ok=True)
     if args.json:
-        print(dumps_json({"rows": [r.to_json() for r in rows], "rounds": runs.rounds, "seconds": runs.seconds,
-                          "finished": done}))  # fmt: skip
+        print(
+            dumps_json(
+                {
+                    "rows": [r.to_json() for r in rows],
+                    "rounds": runs.rounds,
+                    "seconds": runs.seconds,
+                    "finished": done,
+                }
+            )
+        )
         return 0
     print(check_table(rows))
     state = "finished" if done else f"not finished: rerun the same command to go on ({partial})"

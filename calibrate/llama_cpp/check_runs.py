@@ -190,15 +190,26 @@ def llama_rows(profile, entry, runs: CheckRuns, settings: list[Setting], referen
 
     def engine(label):
         return {
-            p: [EngineRun(p, c.prompt_ms, c.predicted_ms, c.predicted_n, c.draft_n, c.draft_accepted)
-                for c in cs[: runs.rounds]]
+            p: [
+                EngineRun(p, c.prompt_ms, c.predicted_ms, c.predicted_n, c.draft_n, c.draft_accepted)
+                for c in cs[: runs.rounds]
+            ]
             for p, cs in runs.runs[label].items()
-        }  # fmt: skip
+        }
 
     base = engine(BASE)
     rows = []
     for s in settings[1:]:
         draft = parse_ngram(s.label) if s.label.startswith("ngram") else int(s.label.split(":")[1])
-        rows.append(engine_row(profile, entry, draft, base, engine(s.label), runtime="llama.cpp",
-                               reference_gamma=reference_gamma))  # fmt: skip
+        rows.append(
+            engine_row(
+                profile,
+                entry,
+                draft,
+                base,
+                engine(s.label),
+                runtime="llama.cpp",
+                reference_gamma=reference_gamma,
+            )
+        )
     return rows

@@ -14,18 +14,22 @@ from __future__ import annotations
 import contextlib
 import datetime
 import platform
+import sys
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
+from pathlib import Path
 
 import numpy as np
 
 from calibrate.llama_cpp import block_terms as bt
+from calibrate.llama_cpp.bench_output import BatchedRecord, BenchRecord
 from calibrate.llama_cpp.binaries import LlamaCpp
 from calibrate.llama_cpp.models import host_name
-from calibrate.llama_cpp.pass_grids import GridPlan, measure_model, pass_grids
+from calibrate.llama_cpp.pass_grids import GridPlan, measure_model, measure_verify, pass_grids
 from calibrate.llama_cpp.server import LlamaServer, ServerConfig
 from specsim.costs.grid_pass_cost import GridPassCost
 from specsim.drafts.ngram import NgramSimple
+from specsim.jsonio import parse_json, read_text, write_json_atomic
 from specsim.profile import LatencySection, Provenance
 from specsim.profile.cost_model import CostModel
 from specsim.profile.overhead_grid import OverheadGrid
@@ -75,10 +79,18 @@ def _block_samples(llama, target, draft, plan: LatencyPlan, prompt_ids, niceness
     with contextlib.ExitStack() as stack:
         servers = {}
         for g, a, _ in runs:
-            config = ServerConfig(target, threads) if g == 0 else ServerConfig(
-                target, threads, draft=draft, spec_type="draft-simple", draft_max=g,
-                synth_rates=bt.synthetic_rates(g, a),
-            )  # fmt: skip
+            config = (
+                ServerConfig(target, threads)
+                if g == 0
+                else ServerConfig(
+                    target,
+                    threads,
+                    draft=draft,
+                    spec_type="draft-simple",
+                    draft_max=g,
+                    synth_rates=bt.synthetic_rates(g, a),
+                )
+            )
             servers[(g, a)] = stack.enter_context(LlamaServer(llama, config, niceness=niceness))
         return bt.measure_runs(servers, prompt_ids, runs, plan.rounds)
 
@@ -89,8 +101,14 @@ def _lookup_samples(llama, target, plan: LatencyPlan, niceness) -> tuple[list[bt
     with contextlib.ExitStack() as stack:
         servers = {}
         for g, a, _ in runs:
-            config = ServerConfig(target, threads, spec_type="ngram-simple", ngram_n=kind.size_n,
-                                  ngram_m=kind.size_m, synth_rates=bt.synthetic_rates(g, a))  # fmt: skip
+            config = ServerConfig(
+                target,
+                threads,
+                spec_type="ngram-simple",
+                ngram_n=kind.size_n,
+                ngram_m=kind.size_m,
+                synth_rates=bt.synthetic_rates(g, a),
+            )
             servers[(g, a)] = stack.enter_context(LlamaServer(llama, config, niceness=niceness))
         ids = servers[runs[0][:2]].post("/tokenize", {"content": CYCLE_PROMPT, "add_special": True})["tokens"]
         return bt.measure_runs(servers, ids, runs, plan.rounds, lookup=kind), len(ids)
@@ -120,9 +138,18 @@ def _model(grids: dict, terms: bt.BlockTerms | None, lookup: bt.BlockTerms | Non
 
 def fit_lookup(samples, cost, per_token_ms: float) -> bt.BlockTerms:
     """The n-gram blocks' fit with the draft model's per-token term held (same sampling and tokens)."""
-    shifted = [bt.BlockSample(s.gamma, s.drafts, s.accepted, s.emitted, s.context_tokens,
-                              s.ms - per_token_ms * (s.emitted if s.drafts else 0), s.cores_foreign)
-               for s in samples]  # fmt: skip
+    shifted = [
+        bt.BlockSample(
+            s.gamma,
+            s.drafts,
+            s.accepted,
+            s.emitted,
+            s.context_tokens,
+            s.ms - per_token_ms * (s.emitted if s.drafts else 0),
+            s.cores_foreign,
+        )
+        for s in samples
+    ]
     blocks = [s for s in shifted if s.gamma > 0 and s.drafts > 0]
     x = np.array([[1.0, s.drafts] for s in blocks])
     y = np.array([s.ms - bt.forward_ms(cost, s) for s in blocks])
@@ -131,33 +158,82 @@ def fit_lookup(samples, cost, per_token_ms: float) -> bt.BlockTerms:
     return bt.BlockTerms(float(coef[0]), float(coef[1]), per_token_ms, 0.0, rms, len(blocks), 0)
 
 
+def _stage(stages: Stages, name: str, run, kind):
+    """A stage's records: from the partial file of an earlier slice, else run now and saved."""
+    if name not in stages.done:
+        t0 = time.perf_counter()
+        stages.done[name] = [asdict(r) for r in run()]
+        stages.seconds[name] = time.perf_counter() - t0
+        stages.save()
+        print(f"llama.cpp latency: {name} in {stages.seconds[name]:.0f} s", file=sys.stderr)
+    return [
+        kind(**{k: tuple(v) if isinstance(v, list) else v for k, v in r.items()}) for r in stages.done[name]
+    ]
+
+
+@dataclass
+class Stages:
+    """Finished stages' records, kept in a partial file next to the profile (a rerun resumes; the plan and
+    models are the key)."""
+
+    path: Path
+    key: dict
+    done: dict
+    seconds: dict
+
+    @classmethod
+    def open(cls, path: Path, key: dict) -> Stages:
+        if path.exists():
+            d = parse_json(read_text(path, "latency partial"), str(path))
+            if d.get("key") == key:
+                return cls(path, key, d["done"], d["seconds"])
+        return cls(path, key, {}, {})
+
+    def save(self) -> None:
+        write_json_atomic(self.path, {"key": self.key, "done": self.done, "seconds": self.seconds})
+
+
 def measure_latency(
-    llama: LlamaCpp, target: str, draft: str, plan: LatencyPlan, prompt_ids, *, niceness=0, notes=""
-) -> LatencyResult:
-    """Both stages (module docstring) into a latency section."""
-    seconds, t0 = {}, time.perf_counter()
-    t_recs, d_recs = measure_model(llama, target, plan.grid), measure_model(llama, draft, plan.grid)
-    grids = pass_grids(t_recs, d_recs, plan.grid)
-    seconds["llama-bench"] = time.perf_counter() - t0
+    llama: LlamaCpp, target: str, draft: str, plan: LatencyPlan, prompt_ids, *, partial: Path, niceness=0,
+    notes="",
+) -> LatencyResult:  # fmt: skip
+    """Both stages (module docstring) into a latency section, stage by stage (resumable from ``partial``)."""
+    key = {"plan": repr(plan), "target": target, "draft": draft, "commit": llama.commit}
+    st = Stages.open(partial, key)
+    t_recs = _stage(
+        st, "llama-bench target", lambda: measure_model(llama, target, plan.grid, draft=False), BenchRecord
+    )
+    d_recs = _stage(
+        st, "llama-bench draft", lambda: measure_model(llama, draft, plan.grid, draft=True), BenchRecord
+    )
+    verify = _stage(
+        st, "llama-batched-bench verify", lambda: measure_verify(llama, target, plan.grid), BatchedRecord
+    )
+    grids = pass_grids(t_recs, d_recs, verify, plan.grid)
     m = plan.ngram.size_m if plan.ngram else 0
     cost = GridPassCost(_model(grids, None, None, plan.grid.max_gamma, m))
-    t1 = time.perf_counter()
-    terms = bt.fit_block_terms(_block_samples(llama, target, draft, plan, prompt_ids, niceness), cost)
-    seconds["blocks"] = time.perf_counter() - t1
+    blocks = _stage(st, "blocks", lambda: _block_samples(llama, target, draft, plan, prompt_ids, niceness),
+                    bt.BlockSample)  # fmt: skip
+    terms = bt.fit_block_terms(blocks, cost)
     lookup = None
     if plan.ngram is not None:
-        t2 = time.perf_counter()
-        samples, _ = _lookup_samples(llama, target, plan, niceness)
+        samples = _stage(st, "n-gram blocks", lambda: _lookup_samples(llama, target, plan, niceness)[0],
+                         bt.BlockSample)  # fmt: skip
         lookup = fit_lookup(samples, GridPassCost(cost.model, drafter="lookup"), terms.per_token_ms)
-        seconds["n-gram blocks"] = time.perf_counter() - t2
+    seconds = dict(st.seconds)
     model = _model(grids, terms, lookup, plan.grid.max_gamma, m)
     quant = t_recs[0].model_type
     provenance = Provenance(
-        target=_stem(target), draft=_stem(draft), device=host_name(), dtype=f"gguf {quant}",
-        date=datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d"), source="measured",
-        software=llama.software() | {"python": platform.python_version()}, threads=plan.grid.threads,
+        target=_stem(target),
+        draft=_stem(draft),
+        device=host_name(),
+        dtype=f"gguf {quant}",
+        date=datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d"),
+        source="measured",
+        software=llama.software() | {"python": platform.python_version()},
+        threads=plan.grid.threads,
         notes="; ".join(x for x in (notes, fit_note(terms, lookup)) if x),
-    )  # fmt: skip
+    )
     section = LatencySection(cost_model=model, provenance=provenance)
     return LatencyResult(section, terms, lookup, seconds, plan)
 
@@ -209,12 +285,16 @@ def save_traces(out, traces, scenario: str, command: str, target: str, draft: st
     from specsim.profiles import load_profile, save_profile
 
     entry = MethodAcceptance(
-        method="plain", scenario=scenario, images_per_prompt=0, task="llama.cpp", traces=tuple(traces),
+        method="plain",
+        scenario=scenario,
+        images_per_prompt=0,
+        task="llama.cpp",
+        traces=tuple(traces),
         target_prompt_tokens=float(np.mean([t.prompt_tokens for t in traces])),
         draft_prompt_tokens=float(np.mean([t.prompt_tokens for t in traces])),
         notes=f"greedy traces from llama.cpp's logits (target decodes, the draft names its argmax along it, "
         f"EOS ignored): {command}",
-    )  # fmt: skip
+    )
     out = Path(out)
     if out.is_file():
         profile = load_profile(str(out))
@@ -243,3 +323,22 @@ def summary_lines(result: LatencyResult, path) -> list[str]:
         + ", ".join(f"{r - 1}: {ms(DRAFT, r, CATCHUP):.1f}" for r in rows),
         fit_note(result.terms, result.lookup_terms),
     ]
+
+
+def add_batched(out, llama, target: str, draft: str, plan) -> tuple:
+    """Measure llama-server's batched grids (:mod:`calibrate.llama_cpp.serve_grids`) into the llama.cpp
+    profile at ``out``; (path, seconds)."""
+    from dataclasses import replace
+
+    from calibrate.llama_cpp.serve_grids import measure_batched
+    from specsim.errors import SpecsimError
+    from specsim.profiles import load_profile, save_profile
+
+    profile = load_profile(str(out))
+    model = profile.latency.forward_costs()
+    if model.first_pass_drafts:
+        raise SpecsimError(f"--out {out}: not a llama.cpp profile (run calibrate latency --engine llama.cpp)")
+    t0 = time.perf_counter()
+    batched = measure_batched(llama, target, draft, plan, GridPassCost(model))
+    section = replace(profile.latency, cost_model=replace(model, batched=batched))
+    return save_profile(replace(profile, latency=section), out), time.perf_counter() - t0

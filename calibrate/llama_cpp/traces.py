@@ -39,9 +39,10 @@ def trace_prompts(
 ) -> list[Trace]:
     """One greedy trace per prompt (module docstring); ``progress(i, n)`` after each prompt."""
     out = []
-    with LlamaServer(llama, ServerConfig(target, threads)) as tgt, LlamaServer(
-        llama, ServerConfig(draft, threads)
-    ) as dft:
+    with (
+        LlamaServer(llama, ServerConfig(target, threads)) as tgt,
+        LlamaServer(llama, ServerConfig(draft, threads)) as dft,
+    ):
         for i, p in enumerate(prompts):
             ids = tgt.tokenize_chat(p.text)
             tokens = [int(t) for t in tgt.complete(ids, new_tokens)["tokens"]]

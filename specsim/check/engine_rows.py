@@ -50,8 +50,9 @@ class EngineRun:
 
     def request_run(self) -> RequestRun:
         """As :func:`specsim.check.comparison.measure` reads a run (the engine's terms are not split)."""
-        return RequestRun(self.prompt_id, 0.0, self.prompt_ms, 0.0, self.decode_ms, 0.0, self.tokens, 1,
-                          self.passes + 1)  # fmt: skip
+        return RequestRun(
+            self.prompt_id, 0.0, self.prompt_ms, 0.0, self.decode_ms, 0.0, self.tokens, 1, self.passes + 1
+        )
 
 
 def _runs(by_prompt: dict[str, list[EngineRun]]) -> dict[str, list[RequestRun]]:
@@ -85,8 +86,10 @@ def engine_row(
     n = measured.new_tokens
     ngram = isinstance(draft, NgramSimple)
     cost = GridPassCost.lookup(profile.latency) if ngram else GridPassCost.request(profile.latency)
-    specs = [RequestSpec(t.prompt_tokens, t.draft_prompt_tokens, 0, traces[p], n, prompt_id=p)
-             for p, t in ((p, traces[p]) for p in sorted(sd))]  # fmt: skip
+    specs = [
+        RequestSpec(t.prompt_tokens, t.draft_prompt_tokens, 0, traces[p], n, prompt_id=p)
+        for p, t in ((p, traces[p]) for p in sorted(sd))
+    ]
     pred = price(profile, entry, draft, specs, cost)
     counts = _counts_prediction(profile, entry, draft, sd, n, cost)
     gamma = draft.size_m if ngram else int(draft)
@@ -95,18 +98,30 @@ def engine_row(
         tau_ref, g_ref = reference_tau(entry, reference_gamma)
         book = textbook_speedup(tau_ref, g_ref, gamma, pred.ratios()["c"])
     row = compared_row(
-        entry, gamma, measured, tau=pred.tau, decode_speedup=pred.decode_speedup,
-        request_speedup=pred.request_speedup, textbook=book, terms=pred.terms_ms_per_block(),
+        entry,
+        gamma,
+        measured,
+        tau=pred.tau,
+        decode_speedup=pred.decode_speedup,
+        request_speedup=pred.request_speedup,
+        textbook=book,
+        terms=pred.terms_ms_per_block(),
         notes=f"{runtime}: decode phase after the prompt pass's token; traces from {runtime}'s logits",
-        draft=draft.label if ngram else None, runtime=runtime, speedup_predicted_counts=counts,
-    )  # fmt: skip
+        draft=draft.label if ngram else None,
+        runtime=runtime,
+        speedup_predicted_counts=counts,
+    )
     sd_ms = float(np.mean([[r.decode_ms for r in rs] for rs in sd.values()], axis=1).sum())
     passes = sum(rs[0].passes for rs in sd.values())
     blocks = max(pred.sd_decode.blocks, 1e-12)
     block = {"predicted": pred.sd_decode.total_ms / blocks, "measured": sd_ms / max(passes, 1)}
     terms = {TARGET_TERM: row.terms_ms_per_block[TARGET_TERM], "block": block}
-    return replace(row, terms_ms_per_block=terms, target_ms_per_token=pred.target_ms_per_token,
-                   sd_ms_per_token=pred.sd_ms_per_token)  # fmt: skip
+    return replace(
+        row,
+        terms_ms_per_block=terms,
+        target_ms_per_token=pred.target_ms_per_token,
+        sd_ms_per_token=pred.sd_ms_per_token,
+    )
 
 
 def _counts_prediction(profile, entry, draft, sd: dict[str, list[EngineRun]], n: int, cost) -> float:

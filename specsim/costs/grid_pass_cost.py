@@ -44,6 +44,7 @@ _BATCHED = {
     (TARGET, UNPADDED, False): ("target_decode_unpadded", "batched target_decode"),
     (DRAFT, STEP, None): ("draft_step", "batched draft_step"),
     (DRAFT, FIRST, None): ("draft_first_step", "batched draft_first_step"),
+    (DRAFT, CATCHUP, None): ("draft_catchup", "batched draft_catchup"),
 }
 _FALLBACK = {"target_decode_unpadded": "target_decode", "draft_first_step": "draft_step"}
 
@@ -74,7 +75,7 @@ class GridPassCost:
         many = None if kind in (PREFILL, TREE) or role == DRAFT else bool(np.max(rows) > 1)
         table, owner = (
             (_BATCHED, self.batched)
-            if self.batched is not None and kind not in (PREFILL, CATCHUP)
+            if self.batched is not None and kind != PREFILL
             else (
                 _REQUEST,
                 self.model,

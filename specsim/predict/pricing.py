@@ -305,7 +305,7 @@ def unfused_plan(entry: MethodAcceptance, draft: Draft, request: RequestSpec):
     if request.trace is not None:
         match = request.trace.match
         budget = len(match) if request.max_new_tokens is None else int(request.max_new_tokens)
-        plan = greedy_plan(match[1:], gamma, budget - 1)
+        plan = greedy_plan(match[1:budget], gamma, budget - 1)  # a run of fewer tokens than the trace
     else:
         tau, _ = tau_with_source(entry, gamma)
         plan = expected_plan(tau, gamma, request.new_tokens - 1)

@@ -18,6 +18,8 @@ target-only steps back to back):
   acceptance, on caches the target's pass has just used, and is dearer than the steps after it (a first step
   that feeds 2 columns after a fully accepted block is priced as 1: the rows of a step at batch B differ by
   one column);
+- ``draft_catchup`` (optional, llama.cpp): the draft's pass over the γ+1 rows per request the target just
+  verified (``rows`` = γ+1 per request, logits at the last row only);
 - ``overhead_ms_per_block``: the engine's work outside the models per block by γ × B (acceptance per row,
   masking, Python), and ``overhead_ms_per_target_step`` per target-only step by B;
 - ``server_loop`` (optional): what the server loop (``calibrate/run/server_loop.py``, requests joining and
@@ -44,7 +46,7 @@ from specsim.profile.cost_grid import CostGrid
 from specsim.profile.overhead_grid import OverheadGrid
 
 BATCHED_GRIDS = ("target_decode", "target_verify", "draft_step")
-OPTIONAL_GRIDS = ("target_decode_unpadded", "draft_first_step")
+OPTIONAL_GRIDS = ("target_decode_unpadded", "draft_first_step", "draft_catchup")
 PASS_SCALES = ("target_pass_scale", "draft_pass_scale")  # optional in ``server_loop``
 # optional lists of ``server_loop``, each with its values' (lo, hi) bounds
 OPTIONAL_LOOP_LISTS = {
@@ -171,6 +173,7 @@ class BatchedCosts:
     server_loop: ServerLoopCosts | None = None
     target_decode_unpadded: CostGrid | None = None
     draft_first_step: CostGrid | None = None
+    draft_catchup: CostGrid | None = None
 
     @property
     def batch_sizes(self) -> tuple[int, ...]:
@@ -215,17 +218,18 @@ class BatchedCosts:
                     f"{where}.{name}.batch: expected the target_decode grid's {show(list(batch))}, "
                     f"got {show(list(g.batch))}"
                 )
-        for name in ("target_decode", "draft_step", *OPTIONAL_GRIDS):
+        for name in ("target_decode", "draft_step", "target_decode_unpadded", "draft_first_step"):
             if name in grids and grids[name].rows != (1,):
                 raise SpecsimError(
                     f"{where}.{name}.rows: expected [1] (one row per request), "
                     f"got {show(list(grids[name].rows))}"
                 )
-        if grids["target_verify"].rows[0] < 2:
-            raise SpecsimError(
-                f"{where}.target_verify.rows: expected values >= 2 (gamma + 1 per request), "
-                f"got {show(list(grids['target_verify'].rows))}"
-            )
+        for name in ("target_verify", "draft_catchup"):
+            if name in grids and grids[name].rows[0] < 2:
+                raise SpecsimError(
+                    f"{where}.{name}.rows: expected values >= 2 (gamma + 1 per request), "
+                    f"got {show(list(grids[name].rows))}"
+                )
         overhead = OverheadGrid.from_json(
             field_req(d, "overhead_ms_per_block", where), f"{where}.overhead_ms_per_block"
         )

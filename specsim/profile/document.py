@@ -139,8 +139,8 @@ class Profile:
 
     def with_serve_checks(self, rows: tuple[ServeCheckRow, ...] | list[ServeCheckRow]) -> Profile:
         """A copy where ``rows`` replace existing serving rows of the same (method, scenario, gamma, rate,
-        synthetic acceptance)."""
-        key = lambda r: (r.method, r.scenario, r.gamma, r.rate_per_s, r.synthetic_acceptance)  # noqa: E731
+        synthetic acceptance, runtime)."""
+        key = lambda r: (r.method, r.scenario, r.gamma, r.rate_per_s, r.synthetic_acceptance, r.runtime)  # noqa: E731
         return replace(self, serve_checks=_replaced(self.serve_checks, rows, key))
 
 

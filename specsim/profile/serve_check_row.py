@@ -32,6 +32,7 @@ class ServeCheckRow:
     :data:`SERVE_METRICS` to its predicted and measured value (mean over ``rounds`` repeats of the same
     arrivals) and the measured value's relative 95% half-width. ``synthetic_acceptance`` (absent: lossless)
     names the schedule the SD blocks' accept decisions followed (``check --synthetic-acceptance``).
+    ``runtime`` (absent: this project's server loop) names the server that ran, e.g. ``llama.cpp``.
     """
 
     method: str
@@ -46,6 +47,7 @@ class ServeCheckRow:
     metrics: dict
     notes: str = ""
     synthetic_acceptance: str | None = None
+    runtime: str | None = None
 
     def error(self, metric: str) -> float:
         """predicted / measured − 1 of ``metric``."""
@@ -75,6 +77,7 @@ class ServeCheckRow:
             metrics=_metrics(_req(d, "metrics", where), f"{where}.metrics"),
             notes=_opt(d, "notes", lambda v, w: _str(v, w, allow_empty=True), where) or "",
             synthetic_acceptance=_opt(d, "synthetic_acceptance", _str, where),
+            runtime=_opt(d, "runtime", _str, where),
         )
 
 
