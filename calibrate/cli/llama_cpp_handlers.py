@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 from calibrate.cli.llama_cpp_options import check_threads, checked_ngram
+from calibrate.llama_cpp.models import setup_from_args
 from specsim.errors import SpecsimError
 from specsim.jsonio import check_writable, dumps_json
 from specsim.report import parse_int_list
@@ -20,17 +21,6 @@ DEFAULT_GAMMAS = (1, 2, 3, 4, 5, 6)
 
 def _command() -> str:
     return "specsim " + shlex.join(sys.argv[1:])
-
-
-def llama_setup(args, *, prompts_limit=None):
-    """(llama.cpp build, target, draft, prompt set name, prompts, priority note) after the checks."""
-    from calibrate.llama_cpp.binaries import find_llama_cpp
-    from calibrate.llama_cpp.models import gguf_pair, raise_priority, workload_prompts
-
-    name, prompts = workload_prompts(args.prompts, prompts_limit)
-    llama = find_llama_cpp(args.llama_cpp)
-    target, draft = gguf_pair(args.preset, args.target, args.draft, getattr(args, "cache_dir", None))
-    return llama, target, draft, name, prompts, raise_priority(args.renice)
 
 
 def cmd_latency_llama(args) -> int:
@@ -67,7 +57,7 @@ def cmd_latency_llama(args) -> int:
             args.renice,
         )
     reps = args.min_repeats or 5
-    llama, target, draft, _, prompts, note = llama_setup(args, prompts_limit=1)
+    llama, target, draft, _, prompts, note = setup_from_args(args, prompts_limit=1)
     if args.batched_only:
         path, seconds = add_batched(args.out, llama, target, draft, serve)
         print(f"wrote {path}: llama-server's batched grids at B = {list(serve.batches)} in {seconds:.0f} s")
@@ -101,7 +91,7 @@ def cmd_acceptance_llama(args) -> int:
     threads = check_threads(args)
     if args.method not in (None, ["plain"]):
         raise SpecsimError(f"--method: llama.cpp drafts with a text model only (plain), got {args.method}")
-    llama, target, draft, name, prompts, _ = llama_setup(args, prompts_limit=args.limit)
+    llama, target, draft, name, prompts, _ = setup_from_args(args, prompts_limit=args.limit)
 
     def bar(i, n):
         if not args.no_progress:
@@ -141,7 +131,7 @@ def cmd_check_llama(args) -> int:
         from calibrate.cli.llama_cpp_serve import cmd_serve_llama
 
         return cmd_serve_llama(args, profile, path, entry, gammas, threads)
-    llama, target, draft, _, prompts, note = llama_setup(args, prompts_limit=args.limit)
+    llama, target, draft, _, prompts, note = setup_from_args(args, prompts_limit=args.limit)
     settings = check_settings(target, draft, threads, gammas, ngram)
     partial = Path(f"{path}.llama-check.partial.json")
     runs = run_llama_check(

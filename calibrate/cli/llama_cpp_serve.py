@@ -12,7 +12,7 @@ from specsim.jsonio import dumps_json
 
 def cmd_serve_llama(args, profile, path, entry, gammas, threads) -> int:
     """The serving check of :mod:`calibrate.llama_cpp.serve_check` (one round per --min-rounds)."""
-    from calibrate.cli.llama_cpp_handlers import llama_setup
+    from calibrate.llama_cpp.models import setup_from_args
     from calibrate.llama_cpp.serve_check import run_serve_check, serve_rows, serve_settings
     from specsim.check.serve_comparison import serve_summary, serve_table
     from specsim.profiles import save_profile
@@ -20,7 +20,7 @@ def cmd_serve_llama(args, profile, path, entry, gammas, threads) -> int:
 
     LlamaServerStepCost.from_profile(profile).passes.check_batch(args.max_num_seqs, "--max-num-seqs")
     traces = {t.prompt_id: t for t in entry.traces}
-    llama, target, draft, name, prompts, note = llama_setup(args, prompts_limit=args.limit)
+    llama, target, draft, name, prompts, note = setup_from_args(args, prompts_limit=args.limit)
     missing = [p.prompt_id for p in prompts if p.prompt_id not in traces]
     if missing:
         raise SpecsimError(f"--profile {args.profile}: no llama.cpp trace of prompt {missing[0]!r}")

@@ -79,3 +79,14 @@ def raise_priority(niceness: int) -> str:
     if not done:
         return f"--renice {niceness}: not permitted here, ran at normal priority"
     return f"ran at nice {niceness} ({' and '.join(done)})"
+
+
+def setup_from_args(args, *, prompts_limit=None):
+    """(llama.cpp build, target, draft, prompt set name, prompts, priority note) from a command's options,
+    every check before a binary runs."""
+    from calibrate.llama_cpp.binaries import find_llama_cpp
+
+    name, prompts = workload_prompts(args.prompts, prompts_limit)
+    llama = find_llama_cpp(args.llama_cpp)
+    target, draft = gguf_pair(args.preset, args.target, args.draft, getattr(args, "cache_dir", None))
+    return llama, target, draft, name, prompts, raise_priority(args.renice)
