@@ -18,7 +18,7 @@ from specsim.profile.overhead_grid import OverheadGrid
 from specsim.profiles import load_profile
 
 
-def _llama_like():
+def llama_like_profile():
     """The Xeon profile's grids with llama.cpp's terms added (a catch-up grid, 3 ms per token, 40 ms per
     lookup block, prompt pass without drafts)."""
     profile = load_profile("qwen2.5-coder-0.5b-1.5b-cpu-xeon")
@@ -56,7 +56,7 @@ def _by_hand(cost, match, gamma, n, P, D):
 
 @pytest.mark.parametrize("gamma", [1, 3, 6])
 def test_the_decode_phase_equals_llama_cpps_loop_written_by_hand(gamma):
-    profile = _llama_like()
+    profile = llama_like_profile()
     entry = profile.acceptance[0]
     cost = GridPassCost.request(profile.latency)
     assert cost.draft_catchup and not cost.first_pass_drafts and cost.token_overhead_ms() == 3.0
@@ -71,7 +71,7 @@ def test_the_decode_phase_equals_llama_cpps_loop_written_by_hand(gamma):
 
 
 def test_a_shorter_run_than_its_trace_prices_the_trace_prefix():
-    profile = _llama_like()
+    profile = llama_like_profile()
     entry = profile.acceptance[0]
     trace = entry.traces[0]
     spec = RequestSpec(60.0, 60.0, 0, trace, 32)
@@ -80,7 +80,7 @@ def test_a_shorter_run_than_its_trace_prices_the_trace_prefix():
 
 
 def test_the_lookup_drafter_runs_no_draft_pass():
-    profile = _llama_like()
+    profile = llama_like_profile()
     entry = profile.acceptance[0]
     trace = replace(entry.traces[0], tokens=tuple(range(64)), prompt_ids=tuple(range(10)))
     cost = GridPassCost.lookup(profile.latency)
@@ -100,7 +100,7 @@ def test_the_lookup_drafter_runs_no_draft_pass():
 
 
 def test_the_new_cost_model_fields_round_trip_and_bad_ones_name_themselves():
-    model = _llama_like().latency.forward_costs()
+    model = llama_like_profile().latency.forward_costs()
     again = CostModel.from_json(model.to_json())
     assert again == model
     d = model.to_json()

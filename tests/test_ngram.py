@@ -35,11 +35,15 @@ def test_the_lookup_equals_llama_cpps_loop_on_random_histories():
         n, m = int(rng.integers(1, 4)), int(rng.integers(4, 8))
         tokens = [int(x) for x in rng.integers(0, 4, size=int(rng.integers(0, 40)))]
         sampled = int(rng.integers(0, 4))
-        assert ngram_simple_draft(tokens, sampled, NgramSimple(n, m)) == _reference_draft(tokens, sampled, n, m)
+        assert ngram_simple_draft(tokens, sampled, NgramSimple(n, m)) == _reference_draft(
+            tokens, sampled, n, m
+        )
 
 
 def test_the_plan_follows_llama_servers_schedule():
-    plan = ngram_plan([1, 2, 3, 4, 5, 1, 2, 3, 4, 5], [1, 2, 3, 4, 5, 1, 2, 9, 9, 9, 9, 9, 9], NgramSimple(2, 3))
+    plan = ngram_plan(
+        [1, 2, 3, 4, 5, 1, 2, 3, 4, 5], [1, 2, 3, 4, 5, 1, 2, 9, 9, 9, 9, 9, 9], NgramSimple(2, 3)
+    )
     assert plan.start.tolist() == [1, 5, 8, 9, 10, 11, 12]  # the first token comes from the prompt pass
     assert plan.drafts.tolist() == [3, 3, 0, 0, 0, 0, 0]
     assert plan.emitted.tolist() == [4, 3, 1, 1, 1, 1, 1]

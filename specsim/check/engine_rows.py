@@ -87,7 +87,7 @@ def engine_row(
     ngram = isinstance(draft, NgramSimple)
     cost = GridPassCost.lookup(profile.latency) if ngram else GridPassCost.request(profile.latency)
     specs = [
-        RequestSpec(t.prompt_tokens, t.draft_prompt_tokens, 0, traces[p], n, prompt_id=p)
+        RequestSpec(t.prompt_tokens, t.draft_prompt_tokens or t.prompt_tokens, 0, traces[p], n, prompt_id=p)
         for p, t in ((p, traces[p]) for p in sorted(sd))
     ]
     pred = price(profile, entry, draft, specs, cost)
