@@ -11,6 +11,8 @@ import io
 import time
 from pathlib import Path
 
+from calibrate.cli.llama_cpp_handlers import cmd_acceptance_llama
+from calibrate.cli.llama_cpp_options import llama_cpp_args
 from calibrate.cli.shared_options import method_args, model_args
 from specsim.bounds import number_arg
 from specsim.errors import SpecsimError
@@ -87,11 +89,14 @@ def register(subparsers) -> None:
         "(method x scenario) its prompts, positions, match rate and tau at --reference-gamma, the prompt "
         "count and the seconds taken (load_seconds of them loading)",
     )
+    llama_cpp_args(acc, "--engine")
     acc.set_defaults(func=cmd_acceptance)
 
 
 def cmd_acceptance(args) -> int:
     """Check the arguments and --out, load the models and prompts, run, write the profile."""
+    if args.engine == "llama.cpp":
+        return cmd_acceptance_llama(args)
     if args.reference_gamma < 1:
         raise SpecsimError(f"--reference-gamma: expected an integer >= 1, got {args.reference_gamma}")
     if not args.temperature > 0:

@@ -13,6 +13,8 @@ from __future__ import annotations
 import sys
 
 from calibrate.cli.check_serve import serve_args, serve_only_flags
+from calibrate.cli.llama_cpp_handlers import cmd_check_llama
+from calibrate.cli.llama_cpp_options import llama_cpp_args
 from calibrate.cli.shared_options import method_args, model_args
 from specsim.bounds import number_arg
 from specsim.errors import SpecsimError
@@ -114,6 +116,7 @@ def register(subparsers) -> None:
     _sampling_args(chk)
     chk.add_argument("--json", action="store_true", help="print JSON instead of the tables")
     chk.add_argument("--no-write", action="store_true", help="do not write the rows into the profile")
+    llama_cpp_args(chk, "--runtime")
     chk.set_defaults(func=cmd_check)
 
 
@@ -197,6 +200,8 @@ def cmd_check(args) -> int:
     from calibrate.workload.run_setup import load_setup, progress
     from specsim.check.check_tables import check_table, summary, terms_table
 
+    if args.runtime == "llama.cpp":
+        return cmd_check_llama(args)
     if args.temperature > 0 and args.batch is None and args.serve_rates is None:
         return cmd_check_sampled(args)
     gammas, profile_path, profile, methods, synthetic = prepare(args)

@@ -12,6 +12,8 @@ import time
 from typing import TYPE_CHECKING
 
 from calibrate.cli.latency_checks import check_latency_args, request_flag
+from calibrate.cli.llama_cpp_handlers import cmd_latency_llama
+from calibrate.cli.llama_cpp_options import llama_cpp_args
 from specsim.bounds import number_arg
 from specsim.errors import SpecsimError
 from specsim.jsonio import dumps_json
@@ -234,11 +236,14 @@ def register(subparsers) -> None:
         help="stop repeating a point after this much time",
     )
     rep.add_argument("--seed", type=number_arg("seed", integer=True), default=0)
+    llama_cpp_args(p, "--engine")
     p.set_defaults(func=cmd_latency)
 
 
 def cmd_latency(args) -> int:
     """The command: check arguments and --out, load, plan, measure (resumable), write, print a summary."""
+    if args.engine == "llama.cpp":
+        return cmd_latency_llama(args)
     from calibrate.measure import latency_plan as L
     from calibrate.measure.latency_assembly import summary_lines
     from calibrate.measure.latency_workload import latency_workload

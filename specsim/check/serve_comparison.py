@@ -86,14 +86,18 @@ def predicted_run(
     traces: Sequence,
     image_tokens_per_image: int,
     max_num_seqs: int,
+    cost=None,
+    scheduler: SchedulerConfig | None = None,
 ) -> ServeRun:
     """The simulation of ``requests`` (module docstring); ``traces``: request i's greedy trace (its match
-    array replayed), used when ``gamma`` > 0; ``entries``: the drafting method's acceptance entries."""
-    cost = ProfileStepCost.from_profile(profile, image_tokens_per_image, entries if gamma else ())
-    cost.batched.check_batch(max_num_seqs, "--max-num-seqs")
+    array replayed), used when ``gamma`` > 0; ``entries``: the drafting method's acceptance entries; ``cost``
+    and ``scheduler`` stand in for another server's (llama-server's: :mod:`specsim.serve.llama_step_cost`)."""
+    if cost is None:
+        cost = ProfileStepCost.from_profile(profile, image_tokens_per_image, entries if gamma else ())
+    cost.passes.check_batch(max_num_seqs, "--max-num-seqs")
     prompts = requests.prompt_tokens + requests.images * image_tokens_per_image
     budget = int(max_num_seqs * (gamma + 1) + prompts.sum())  # every decode and every prompt fit a step
-    scheduler = SchedulerConfig(
+    scheduler = scheduler or SchedulerConfig(
         max_num_seqs=max_num_seqs, max_num_batched_tokens=min(budget, 2**24), chunked_prefill=False
     )
     acceptance = None
@@ -160,6 +164,7 @@ def serve_check_row(
     max_num_seqs: int,
     seed: int,
     drift: float | None = None,
+    runtime: str | None = None,
 ) -> ServeCheckRow:
     """One row from the rounds' loop runs (same arrivals) and the prediction; ``drift``
     (:func:`pass_drift`) goes into the row's notes."""
@@ -197,6 +202,7 @@ def serve_check_row(
             )
             if n
         ),
+        runtime=runtime,
     )
 
 

@@ -18,6 +18,7 @@ from specsim.engines.engine_config import (
     vllm_speculative_config,
 )
 from specsim.engines.imported import NOT_REPORTED
+from specsim.engines.llama_cpp import is_llama_cpp_profile, llama_recommendation, server_args
 from specsim.engines.recommend import (
     DEFAULT_GAMMA_MAX,
     DEFAULT_SHOWN_BATCHES,
@@ -37,20 +38,21 @@ from specsim.hardware.runtime import DEFAULT_RUNTIMES, load_runtime
 from specsim.jsonio import check_writable, dumps_json, show, write_json_atomic, write_text_atomic
 from specsim.predict.acceptance_source import ACCEPTANCE_FORMS, Acceptance, from_options
 from specsim.presets import pair_models
-from specsim.profile_format import Profile
+from specsim.profile_format import MethodAcceptance, Profile
 from specsim.profiles import load_profile
 from specsim.report import fmt, format_table, parse_int_list
 from specsim.serve.speculation import alpha_arg
 from specsim.validation.regime_error import regime_errors
 
-ENGINE_NAMES = {"vllm": "vLLM", "sglang": "SGLang"}
-DEFAULT_ENGINE_METHOD = {"vllm": "draft_model", "sglang": "STANDALONE"}
+ENGINE_NAMES = {"vllm": "vLLM", "sglang": "SGLang", "llama.cpp": "llama.cpp"}
+DEFAULT_ENGINE_METHOD = {"vllm": "draft_model", "sglang": "STANDALONE", "llama.cpp": "draft-simple"}
 _DESC = (
     "Recommend a serving engine's speculative-decoding settings per batch size: the best draft length "
     "gamma (0 = turn SD off there) from the profile's tau(gamma) and the hardware planner's roofline latency "
     "(speedup = tau/(gamma*c + v), c = Tq/Tp, v = Tv(gamma)/Tp, decode phase). Prints a table and the "
     "engine's config: vLLM speculative_config (num_speculative_tokens, num_speculative_tokens_per_batch_size)"
-    " or SGLang --speculative-* flags."
+    " or SGLang --speculative-* flags, or llama-server flags (a llama.cpp profile: priced from its own "
+    "measured passes, one request at a time)."
 )
 
 
@@ -223,6 +225,8 @@ def cmd_recommend(args) -> int:
         if path is not None:
             check_writable(path, option)
     profile, entry = _acceptance(args)
+    if args.engine == "llama.cpp" and profile is not None and is_llama_cpp_profile(profile):
+        return _llama_measured(args, profile, entry.entry)
     lm = latency_model(args)
     borrowed = None if profile is None else other_pair_note(profile, lm.target, lm.draft)
     context = _one_int(args.context, "--context", 0, "tokens")
@@ -290,6 +294,12 @@ def _snippet(args, rec: Recommendation, entry, lm, method, draft_model):
             ]
         )
         return config, notes
+    if args.engine == "llama.cpp":
+        gamma = rec.at(args.at_batch).gamma
+        flags = server_args(gamma, draft_model=draft_model or "DRAFT.gguf", parallel=args.at_batch)
+        return flags, [
+            f"llama-server has one draft length for all batch sizes: chosen for batch {args.at_batch}"
+        ]
     if not 1 <= args.at_batch <= rec.choices[-1].batch_size:
         raise SpecsimError(
             f"--at-batch: expected a batch size in 1..{rec.choices[-1].batch_size}, got {args.at_batch}"
@@ -308,6 +318,15 @@ def _snippet(args, rec: Recommendation, entry, lm, method, draft_model):
         notes.append(f"--at-batch {args.at_batch} does not fit in memory at this context (fits NO)")
     notes.append(fixed_gamma_note(speedups, gamma, rec.min_speedup))
     return flags, notes
+
+
+def _llama_measured(args, profile: Profile, entry: MethodAcceptance) -> int:
+    """llama-server flags for the best γ of a llama.cpp profile, priced from its own passes."""
+    out = llama_recommendation(profile, entry, args.min_speedup, args.draft_model or "DRAFT.gguf")
+    if args.config_out and out["config"] is not None:
+        write_text_atomic(args.config_out, shlex.join(out["config"]) + "\n")
+    print(dumps_json(out) if args.json else out.pop("text"))
+    return 0
 
 
 def _schedule_text(rec: Recommendation) -> str:

@@ -6,6 +6,10 @@ members) and, where ``batched`` is given, the batched engine's (:mod:`specsim.pr
 the batch axis is the requests in the pass, the context axis the padded cache width), which then price every
 pass but the prefills. Reading a grid: :func:`specsim.profile_format.cost_grid.grid_ms` (linear, flagged
 extrapolation along context; prompts' prefill grids along rows).
+
+``drafter="lookup"``: drafts from a host lookup with no draft model (n-gram,
+:mod:`specsim.draft_shapes.ngram_lookup`): draft passes cost nothing, no catch-up, and a block's work outside
+the target's pass is the profile's ``lookup_overhead_ms_per_block``.
 """
 
 from __future__ import annotations
@@ -14,7 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from specsim.costs.pass_cost import DRAFT, FIRST, PREFILL, STEP, TARGET, TREE, UNPADDED, PassMs
+from specsim.costs.pass_cost import CATCHUP, DRAFT, FIRST, PREFILL, STEP, TARGET, TREE, UNPADDED, PassMs
 from specsim.errors import SpecsimError
 from specsim.profile_format import LatencySection
 from specsim.profile_format.batched_cost import BatchedCosts
@@ -30,6 +34,7 @@ _REQUEST = {
     (DRAFT, STEP, None): ("draft_next", "Tq (draft_next)"),
     (DRAFT, FIRST, None): ("draft_first", "Tq first step (draft_first)"),
     (DRAFT, PREFILL, None): ("draft_prefill", "draft prefill (draft_prefill)"),
+    (DRAFT, CATCHUP, None): ("draft_catchup", "draft catch-up over the verified rows (draft_catchup)"),
     (TARGET, TREE, None): ("tree.verify", "Tv(n) (tree.verify)"),
     (DRAFT, TREE, None): ("tree.draft", "tree draft level pass (tree.draft)"),
 }
@@ -39,6 +44,7 @@ _BATCHED = {
     (TARGET, UNPADDED, False): ("target_decode_unpadded", "batched target_decode"),
     (DRAFT, STEP, None): ("draft_step", "batched draft_step"),
     (DRAFT, FIRST, None): ("draft_first_step", "batched draft_first_step"),
+    (DRAFT, CATCHUP, None): ("draft_catchup", "batched draft_catchup"),
 }
 _FALLBACK = {"target_decode_unpadded": "target_decode", "draft_first_step": "draft_step"}
 
@@ -50,6 +56,7 @@ class GridPassCost:
     model: CostModel | None  # None: the batched engine's grids alone (no prefill, no request grids)
     batched: BatchedCosts | None = None
     latency: LatencySection | None = None  # the vision encoders' ms per image
+    drafter: str = "model"  # "lookup": drafts from a host lookup, no draft model (module docstring)
 
     @classmethod
     def request(cls, latency: LatencySection) -> GridPassCost:
@@ -85,12 +92,29 @@ class GridPassCost:
             grid = getattr(owner, _FALLBACK[field])
         return grid, name
 
+    @classmethod
+    def lookup(cls, latency: LatencySection) -> GridPassCost:
+        """One request's grids for a drafter with no model; SpecsimError when the profile did not time its
+        blocks."""
+        model = latency.forward_costs()
+        if model.lookup_overhead_ms_per_block is None:
+            raise SpecsimError(
+                "the profile's cost model has no lookup_overhead_ms_per_block (n-gram drafting's blocks: "
+                "specsim calibrate latency --engine llama.cpp --ngram KIND)"
+            )
+        return cls(model, None, latency, "lookup")
+
     def pass_ms(self, role: str, rows, width, batch=1, *, kind: str = STEP) -> PassMs:
+        if role == DRAFT and self.drafter == "lookup":
+            shape = np.broadcast(np.asarray(rows), np.asarray(width), np.asarray(batch)).shape
+            return PassMs(np.zeros(shape) if shape else 0.0, np.zeros(shape, bool) if shape else False)
         grid, name = self._grid(role, kind, rows)
         along = "rows" if kind == PREFILL else "context"
         return PassMs(*grid_ms(grid, rows, width, batch, name=name, along=along))
 
     def block_overhead_ms(self, gamma, batch=1, width=None, *, adaptive: bool = False, gpu_ms=None):
+        if self.drafter == "lookup":
+            return np.asarray(self.model.lookup_overhead_ms_per_block.at(gamma, batch, width), dtype=float)
         if self.batched is not None:
             return self.batched.overhead_ms_per_block.at(gamma, batch)
         return self.model.block_overhead_ms(gamma, batch, width, adaptive)
@@ -109,6 +133,17 @@ class GridPassCost:
         if self.batched is not None:
             return self.batched.target_step_overhead_ms(batch)
         return self.model.overhead_ms_per_target_step
+
+    def token_overhead_ms(self, batch=1) -> float:
+        return self.model.overhead_ms_per_token if self.model is not None else 0.0
+
+    @property
+    def draft_catchup(self) -> bool:
+        return self.drafter == "model" and self.model is not None and self.model.draft_catchup is not None
+
+    @property
+    def first_pass_drafts(self) -> bool:
+        return self.model is None or self.model.first_pass_drafts
 
     def encoder_ms(self, images: int, *, draft: bool = False) -> float:
         return self.latency.vision_ms(images, draft=draft) if images else 0.0

@@ -2,8 +2,9 @@
 
 A pass is one forward of the ``target`` or the ``draft`` over ``rows`` new positions per sequence for
 ``batch`` sequences, on caches ``width`` positions wide (pads and masked columns included); ``kind`` names
-its place in the engine's alternation (:data:`KINDS`). Around the passes: the engine's work per SD block
-and per target-only step, the vision encoder, and the draft forwards a block runs beyond its γ drafts.
+its place in the engine's alternation (:data:`KINDS`). Around the passes: the engine's work per SD block,
+per token a block emits and per target-only step, the vision encoder, the draft forwards a block runs
+beyond its γ drafts, and the engine's schedule (the draft's catch-up pass; whether the prompt's pass drafts).
 Implementations: :class:`specsim.costs.grid_pass_cost.GridPassCost` (a profile's measured grids) and
 :class:`specsim.hardware.roofline_pass_cost.RooflinePassCost` (a model on a device under a runtime).
 """
@@ -20,7 +21,8 @@ FIRST = "first"  # a block's first draft step, right after the verification (1 r
 PREFILL = "prefill"  # a prompt's first pass: rows = its tokens on an empty cache, logits at the last only
 UNPADDED = "unpadded"  # a batched target step with no masked column (SDPA then runs without a mask)
 TREE = "tree"  # a pass under a tree attention mask: verification of n + 1 rows, a draft level pass
-KINDS = (STEP, FIRST, PREFILL, UNPADDED, TREE)
+CATCHUP = "catchup"  # the draft's pass over the rows the target just verified (llama.cpp), logits at the last
+KINDS = (STEP, FIRST, PREFILL, UNPADDED, TREE, CATCHUP)
 
 
 class PassMs(NamedTuple):
@@ -56,6 +58,23 @@ class PassCost(Protocol):
 
     def step_overhead_ms(self, batch=1, *, gpu_ms=None) -> float:
         """Work outside the model per target-only step (``gpu_ms``: its forward)."""
+        ...
+
+    def token_overhead_ms(self, batch=1) -> float:
+        """Work outside the models per token an SD block emits (sampling there, detokenising), beyond
+        :meth:`block_overhead_ms`; 0 where the engine's block overhead holds it."""
+        ...
+
+    @property
+    def draft_catchup(self) -> bool:
+        """Whether each block's draft also runs a :data:`CATCHUP` pass over the γ + 1 verified rows (its
+        first draft step then feeds one row: the target's last token)."""
+        ...
+
+    @property
+    def first_pass_drafts(self) -> bool:
+        """Whether the prompt's pass also verifies a first block of drafts (this project's engines), or emits
+        one token with blocks after it (llama.cpp)."""
         ...
 
     def encoder_ms(self, images: int, *, draft: bool = False) -> float:

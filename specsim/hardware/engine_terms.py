@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from specsim.draft_kinds.ngram_lookup import lookup_ms
+from specsim.draft_shapes.ngram_lookup import lookup_ms
 
 BLOCK_TERMS = ("block_fixed", "sampling", "rejection", "lookup", "scheduling")
 STEP_TERMS = ("sampling", "scheduling")

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field, fields
 
 import numpy as np
 
-from specsim.costs.pass_cost import DRAFT, FIRST, PREFILL, STEP, TARGET, PassMs
+from specsim.costs.pass_cost import CATCHUP, DRAFT, FIRST, PREFILL, STEP, TARGET, PassMs
 from specsim.draft_kinds.registry import draft_kind
 from specsim.hardware.device import Device
 from specsim.hardware.engine_terms import block_terms_ms, draft_pass_ms, step_terms_ms
@@ -59,7 +59,7 @@ class RooflinePassCost:
         if role == DRAFT and m is None:  # a lookup kind runs no draft forward
             ms = np.zeros(np.broadcast(rows, width, batch).shape)
             return PassMs(ms if ms.ndim else 0.0, np.zeros(ms.shape, dtype=bool) if ms.ndim else False)
-        logits = 1 if kind in (PREFILL, FIRST) else None
+        logits = 1 if kind in (PREFILL, FIRST, CATCHUP) else None
         ms = forward_ms(m, self.device, self.runtime, batch, width, rows, logits=logits, tp=tp)
         if role == DRAFT and kind != PREFILL:
             ms = self.draft_floor_ms(ms)
@@ -73,7 +73,7 @@ class RooflinePassCost:
     def compute_bound(self, role: str, rows, width, batch=1, *, kind: str = STEP) -> np.ndarray:
         """True where a pass's compute term exceeds its memory term."""
         m, tp = self._model(role)
-        logits = 1 if kind in (PREFILL, FIRST) else None
+        logits = 1 if kind in (PREFILL, FIRST, CATCHUP) else None
         return compute_bound(m, self.device, self.runtime, batch, width, rows, logits, tp=tp)
 
     def block_terms_ms(self, gamma, batch=1, width=None, *, gpu_ms=None) -> dict:
@@ -94,6 +94,17 @@ class RooflinePassCost:
 
     def step_overhead_ms(self, batch=1, *, gpu_ms=None):
         return sum(self.step_terms_ms(batch, gpu_ms=gpu_ms).values())
+
+    def token_overhead_ms(self, batch=1) -> float:
+        return 0.0
+
+    @property
+    def draft_catchup(self) -> bool:
+        return False  # the runtimes' drafts carry their extra forwards as extra_draft_forwards
+
+    @property
+    def first_pass_drafts(self) -> bool:
+        return True
 
     def encoder_ms(self, images: int, *, draft: bool = False) -> float:
         m = self.draft if draft else self.target
@@ -125,7 +136,8 @@ class RooflinePassCost:
     def terms(self, role: str, rows, width, batch=1, *, kind: str = STEP) -> dict:
         """The runtime-independent terms of one pass (:func:`~specsim.hardware.passes.pass_terms`)."""
         m, tp = self._model(role)
-        return pass_terms(m, self.device, batch, width, rows, tp, 1 if kind in (PREFILL, FIRST) else None)
+        logits = 1 if kind in (PREFILL, FIRST, CATCHUP) else None
+        return pass_terms(m, self.device, batch, width, rows, tp, logits)
 
     def _affine(self, role: str, rows: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(per pass, per sequence, per Σ KV token) terms of passes of ``rows`` rows per sequence: a pass's

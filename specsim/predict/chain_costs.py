@@ -5,7 +5,8 @@ A request's context grows from its prompt P to P + N; each pass is priced at its
 in the engine's cache convention (a block after t tokens verifies γ+1 rows on P − 1 + t cached positions).
 ``fused=True`` prices the first pass fused with the prefill, as the engine runs it; ``fused=False`` the
 decode phase alone, as if the prompt were cached (the τ / (γ·c + v) convention, Leviathan et al. 2023).
-Each block also pays the engine's overhead at its γ. More: ARCHITECTURE.md, Notes by module.
+Each block also pays the engine's overhead at its γ, and an engine whose draft catches up over the verified
+rows (llama.cpp) that pass in the draft term. More: ARCHITECTURE.md, Notes by module.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from specsim.costs.pass_cost import DRAFT, FIRST, PREFILL, TARGET, PassCost
+from specsim.costs.pass_cost import CATCHUP, DRAFT, FIRST, PREFILL, TARGET, PassCost
 from specsim.draft_shapes.block_plans import BlockPlan
 
 
@@ -96,7 +97,7 @@ def block_ms(
         verify[~has] = price(TARGET, 1, P - 1 + t[~has])
     first = np.zeros_like(t)
     if has.any():
-        rows = plan.first_rows[has]
+        rows = np.ones(int(has.sum())) if cost.draft_catchup else plan.first_rows[has]
         first[has] = price(DRAFT, rows, D - 1 + t[has] - (rows - 1), batch, FIRST)
     steps = np.maximum(g - 1, 0).astype(np.int64)
     block_of = np.repeat(np.arange(g.size), steps)
@@ -106,7 +107,12 @@ def block_ms(
         np.add.at(nxt, block_of, price(DRAFT, 1, D - 1 + t[block_of] + i, batch))
     if cost.extra_draft_forwards and has.any():  # the runtime's draft forwards beyond γ, 1 row each
         nxt[has] += cost.extra_draft_forwards * price(DRAFT, 1, D - 1 + t[has], batch)
+    if cost.draft_catchup and has.any():  # the draft re-runs the g + 1 verified rows
+        nxt[has] += price(DRAFT, g[has] + 1, D - 1 + t[has], batch, CATCHUP)
     overhead = cost.block_overhead_ms(np.maximum(g, 1), batch, P - 1 + t, adaptive=adaptive)
+    overhead = overhead + plan.emitted * cost.token_overhead_ms(batch)
+    if not cost.first_pass_drafts:  # llama.cpp's loop: a block without drafts is a plain target step
+        overhead = np.where(has, overhead, cost.step_overhead_ms(batch))
     return BlockMs(first, nxt, verify, np.broadcast_to(overhead, t.shape), any(flags))
 
 

@@ -5,21 +5,23 @@
 :func:`price` takes :class:`RequestSpec` requests (traced, replayed exactly, or N tokens in blocks of τ) and a
 γ, tree or policy, and returns costs by term, SD and target-only: the whole request (vision, draft set-up,
 the fused first pass, every block) and the decode phase (as if the prompt were cached; Leviathan et al.
-2023). Speedup = target-only ms / SD ms over the same tokens. More: ARCHITECTURE.md, Notes by module.
+2023). Speedup = target-only ms / SD ms over the same tokens; an engine whose prompt pass does not draft
+(llama.cpp) drafts from the second token. More: ARCHITECTURE.md, Notes by module.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from specsim.acceptance.replay import replay_survival
 from specsim.acceptance.theory import alpha_from_tau
 from specsim.costs.grid_pass_cost import GridPassCost
-from specsim.costs.pass_cost import PassCost
-from specsim.draft_shapes.block_plans import expected_plan
+from specsim.costs.pass_cost import DRAFT, PREFILL, TARGET, PassCost
+from specsim.draft_shapes.block_plans import expected_plan, greedy_plan
 from specsim.draft_shapes.draft_plans import Draft, draft_plan
+from specsim.draft_shapes.ngram_lookup import NgramSimple, ngram_plan
 from specsim.errors import SpecsimError
 from specsim.predict.chain_costs import RequestCost, target_request_cost
 from specsim.predict.tau_at_gamma import tau_with_source
@@ -204,25 +206,26 @@ def price(
     totals: dict[str, RequestCost | None] = dict.fromkeys(("sd_req", "base_req", "sd_dec", "base_dec"))
     drafts, setups, note = 0.0, np.zeros(2), ""
     for r in requests:
-        plan = _plan(entry, draft, r)
         kw = {
             "target_prompt_tokens": r.prompt_tokens,
             "draft_prompt_tokens": r.draft_prompt_tokens,
             "batch": entry.draft_batch_size,
             "adaptive": entry.adaptive,
         }
-        n, P = plan.tokens, r.prompt_tokens
-        # The decode phase starts after the first pass, unless that pass is the whole request.
-        dec, first = plan.after_first(), 1.0
-        if dec.tokens == 0:
-            dec, first = plan, 0.0
-        base_req, base_dec = target_only(cost, P, n, first)
-        parts = {
-            "sd_req": plan_cost(cost, plan, **kw),
-            "base_req": base_req,
-            "sd_dec": plan_cost(cost, dec, fused=False, **kw),
-            "base_dec": base_dec,
-        }
+        P = r.prompt_tokens
+        if cost.first_pass_drafts:
+            plan = _plan(entry, draft, r)
+            # The decode phase starts after the first pass, unless that pass is the whole request.
+            dec, first = plan.after_first(), 1.0
+            if dec.tokens == 0:
+                dec, first = plan, 0.0
+            sd_req, sd_dec = plan_cost(cost, plan, **kw), plan_cost(cost, dec, fused=False, **kw)
+        else:
+            dec, first = unfused_plan(entry, draft, r), 1.0
+            sd_dec = plan_cost(cost, dec, fused=False, **kw)
+            sd_req = sd_dec + prompt_pass(cost, P, r.draft_prompt_tokens)
+        base_req, base_dec = target_only(cost, P, sd_req.tokens, first)
+        parts = {"sd_req": sd_req, "base_req": base_req, "sd_dec": sd_dec, "base_dec": base_dec}
         for k, v in parts.items():
             totals[k] = v if totals[k] is None else totals[k] + v
         drafts += dec.draft_tokens
@@ -253,7 +256,56 @@ def target_only(cost: PassCost, prompt_tokens: float, new_tokens: float, first: 
     return request, decode
 
 
+def prompt_pass(cost: PassCost, prompt_tokens: float, draft_prompt_tokens: float) -> RequestCost:
+    """The prompt's pass of an engine that does not draft in it: the target's prefill and the draft's
+    (free for a drafter without a model), emitting the first token."""
+    target, out = cost.pass_ms(TARGET, prompt_tokens, 0, 1, kind=PREFILL)
+    draft, out_d = cost.pass_ms(DRAFT, draft_prompt_tokens, 0, 1, kind=PREFILL)
+    return RequestCost(
+        tokens=1.0,
+        blocks=1.0,
+        prefill_ms=float(target),
+        draft_ms=0.0,
+        verify_ms=0.0,
+        overhead_ms=float(cost.step_overhead_ms()),
+        extrapolated=bool(np.any(out) or np.any(out_d)),
+        draft_prefill_ms=float(draft),
+    )
+
+
+def unfused_plan(entry: MethodAcceptance, draft: Draft, request: RequestSpec):
+    """The blocks after the prompt pass's token (``first_pass_drafts`` false): the trace from its second
+    position at γ (N − 1 tokens), or N − 1 tokens in blocks of τ, or an n-gram lookup replayed over the
+    trace's prompt and tokens (:func:`specsim.draft_shapes.ngram_lookup.ngram_plan`); starts count the first
+    token."""
+    if isinstance(draft, NgramSimple):
+        t = request.trace
+        if t is None or t.tokens is None or t.prompt_ids is None:
+            raise SpecsimError(
+                f"n-gram drafting ({draft.label}) replays the target's tokens from their prompt: method "
+                f"{entry.method!r} has no traces with tokens and prompt_ids "
+                "(calibrate acceptance --engine llama.cpp)"
+            )
+        return ngram_plan(t.prompt_ids, t.tokens, draft, request.max_new_tokens)
+    if not isinstance(draft, (int, np.integer)):
+        raise SpecsimError(
+            "trees and draft-length policies are priced for engines whose prompt pass drafts; this profile's "
+            "engine (llama.cpp) runs fixed-gamma chains"
+        )
+    gamma = int(draft)
+    if request.trace is not None:
+        match = request.trace.match
+        budget = len(match) if request.max_new_tokens is None else int(request.max_new_tokens)
+        plan = greedy_plan(match[1:budget], gamma, budget - 1)  # a run of fewer tokens than the trace
+    else:
+        tau, _ = tau_with_source(entry, gamma)
+        plan = expected_plan(tau, gamma, request.new_tokens - 1)
+    return replace(plan, start=plan.start + 1.0, first_rows=np.minimum(plan.first_rows, 1.0))
+
+
 def _plan(entry: MethodAcceptance, draft: Draft, request: RequestSpec):
+    if isinstance(draft, NgramSimple):
+        raise SpecsimError(f"{draft.label}: n-gram drafting is priced for llama.cpp's profiles only")
     """The request's blocks: its trace's exact schedule, or N tokens in blocks of τ at a fixed γ."""
     if request.trace is not None:
         return draft_plan(draft, request.trace, request.max_new_tokens)

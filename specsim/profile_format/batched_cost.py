@@ -3,8 +3,9 @@
 ``calibrate latency --request-batches 1,2,4,8`` times the batched engine's own passes in its alternation:
 ``target_decode`` (optional ``target_decode_unpadded``), ``target_verify`` (γ+1 rows per request),
 ``draft_step`` (optional ``draft_first_step``), overheads per block (γ × B) and per target-only step (B),
-optional ``server_loop`` (:class:`ServerLoopCosts`). The context axis is the **cache width**, pads and
-masked columns included; read by :class:`specsim.costs.grid_pass_cost.GridPassCost`.
+optional ``draft_catchup`` (llama.cpp) and ``server_loop`` (:class:`ServerLoopCosts`). The context axis is
+the **cache width**, pads and masked columns included; read by
+:class:`specsim.costs.grid_pass_cost.GridPassCost`.
 More: ARCHITECTURE.md, Notes by module.
 """
 
@@ -20,7 +21,7 @@ from specsim.profile_format.cost_grid import CostGrid
 from specsim.profile_format.overhead_grid import OverheadGrid
 
 BATCHED_GRIDS = ("target_decode", "target_verify", "draft_step")
-OPTIONAL_GRIDS = ("target_decode_unpadded", "draft_first_step")
+OPTIONAL_GRIDS = ("target_decode_unpadded", "draft_first_step", "draft_catchup")
 PASS_SCALES = ("target_pass_scale", "draft_pass_scale")  # optional in ``server_loop``
 # optional lists of ``server_loop``, each with its values' (lo, hi) bounds
 OPTIONAL_LOOP_LISTS = {
@@ -143,6 +144,7 @@ class BatchedCosts:
     server_loop: ServerLoopCosts | None = None
     target_decode_unpadded: CostGrid | None = None
     draft_first_step: CostGrid | None = None
+    draft_catchup: CostGrid | None = None
 
     @property
     def batch_sizes(self) -> tuple[int, ...]:
@@ -197,17 +199,18 @@ class BatchedCosts:
                     f"{where}.{name}.batch: expected the target_decode grid's {show(list(batch))}, "
                     f"got {show(list(g.batch))}"
                 )
-        for name in ("target_decode", "draft_step", *OPTIONAL_GRIDS):
+        for name in ("target_decode", "draft_step", "target_decode_unpadded", "draft_first_step"):
             if name in grids and grids[name].rows != (1,):
                 raise SpecsimError(
                     f"{where}.{name}.rows: expected [1] (one row per request), "
                     f"got {show(list(grids[name].rows))}"
                 )
-        if grids["target_verify"].rows[0] < 2:
-            raise SpecsimError(
-                f"{where}.target_verify.rows: expected values >= 2 (gamma + 1 per request), "
-                f"got {show(list(grids['target_verify'].rows))}"
-            )
+        for name in ("target_verify", "draft_catchup"):
+            if name in grids and grids[name].rows[0] < 2:
+                raise SpecsimError(
+                    f"{where}.{name}.rows: expected values >= 2 (gamma + 1 per request), "
+                    f"got {show(list(grids[name].rows))}"
+                )
         overhead = OverheadGrid.from_json(
             field_req(d, "overhead_ms_per_block", where), f"{where}.overhead_ms_per_block"
         )

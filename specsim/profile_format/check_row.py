@@ -56,6 +56,8 @@ class CheckRow:
     speedup_interval: tuple[float, float] | None = None
     batch: int | None = None
     synthetic_acceptance: str | None = None
+    runtime: str | None = None
+    speedup_predicted_counts: float | None = None
 
     def to_json(self) -> dict:
         out = {k: getattr(self, k) for k in self.__dataclass_fields__} | {"notes": self.notes or None}
@@ -97,6 +99,8 @@ class CheckRow:
             speedup_interval=field_opt(d, "speedup_interval", lambda v, w: _interval(v, w, lo=0), where),
             batch=field_opt(d, "batch", lambda v, w: field_int(v, w, lo=1, unit="batch"), where),
             synthetic_acceptance=field_opt(d, "synthetic_acceptance", field_str, where),
+            runtime=field_opt(d, "runtime", field_str, where),
+            speedup_predicted_counts=field_opt(d, "speedup_predicted_counts", ratio, where),
         )
 
 

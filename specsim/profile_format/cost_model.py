@@ -1,10 +1,10 @@
 """The forward-cost model of a profile (schema 2): ms of one forward pass over rows × context × batch.
 
-``calibrate latency`` times the engine's own forwards in its alternation (draft and target evict each other's
-weights as in SD) on grids ms[rows][context][batch] (medians): ``target_decode``, ``target_verify`` (γ+1
-rows), ``draft_first``, ``draft_next``, ``target_prefill``/``draft_prefill``; optional :class:`TreeCosts`.
-Around them: overheads per block and per target step, ``adaptive_ms_per_block``, ``sampling``
-(:mod:`~specsim.profile_format.sampling_cost`), ``batched`` (schema 3). Interpolation:
+``calibrate latency`` times the engine's own forwards in its alternation on grids ms[rows][context][batch]
+(medians): ``target_decode``, ``target_verify`` (γ+1 rows), ``draft_first``, ``draft_next``,
+``target_prefill``/``draft_prefill``; optional :class:`TreeCosts`. Around them: overheads per block and per
+target step, ``adaptive_ms_per_block``, ``sampling``, ``batched`` (schema 3); llama.cpp's ``draft_catchup``,
+``overhead_ms_per_token``, ``first_pass_drafts``, ``lookup_overhead_ms_per_block``. Interpolation:
 :mod:`~specsim.profile_format.cost_grid`. More: ARCHITECTURE.md, Notes by module.
 """
 
@@ -176,6 +176,10 @@ class CostModel:
         None  # what an adaptive ensemble's weight update adds; None: free
     )
     batched: BatchedCosts | None = None  # B requests decoded together (schema 3); None: not measured
+    draft_catchup: CostGrid | None = None  # the draft's pass over the verified rows (llama.cpp); None: none
+    overhead_ms_per_token: float = 0.0  # per token a block emits, beyond the block's overhead
+    first_pass_drafts: bool = True  # False: the prompt's pass emits one token, blocks start after it
+    lookup_overhead_ms_per_block: OverheadGrid | None = None  # blocks of a drafter with no model (n-gram)
 
     def block_overhead_ms(self, gamma, batch, context, adaptive: bool = False):
         """The engine's overhead of blocks at ``gamma`` (ms, array-like), plus an adaptive ensemble's
@@ -199,6 +203,12 @@ class CostModel:
                 if self.adaptive_ms_per_block is None
                 else self.adaptive_ms_per_block.to_json(),
                 "batched": None if self.batched is None else self.batched.to_json(),
+                "draft_catchup": None if self.draft_catchup is None else self.draft_catchup.to_json(),
+                "overhead_ms_per_token": self.overhead_ms_per_token or None,
+                "first_pass_drafts": None if self.first_pass_drafts else False,
+                "lookup_overhead_ms_per_block": None
+                if self.lookup_overhead_ms_per_block is None
+                else self.lookup_overhead_ms_per_block.to_json(),
             }
         )
 
@@ -216,9 +226,16 @@ class CostModel:
                 "sampling",
                 "adaptive_ms_per_block",
                 "batched",
+                "draft_catchup",
+                "overhead_ms_per_token",
+                "first_pass_drafts",
+                "lookup_overhead_ms_per_block",
             },
             where,
         )
+        first = d.get("first_pass_drafts", True)
+        if not isinstance(first, bool):
+            raise SpecsimError(f"{where}.first_pass_drafts: expected true or false, got {show(first)}")
         grids = {
             name: CostGrid.from_json(field_req(d, name, where), f"{where}.{name}") for name in GRID_NAMES
         }
@@ -258,9 +275,28 @@ class CostModel:
             sampling=field_opt(d, "sampling", SamplingCost.from_json, where),
             adaptive_ms_per_block=field_opt(d, "adaptive_ms_per_block", OverheadGrid.from_json, where),
             batched=field_opt(d, "batched", BatchedCosts.from_json, where),
+            draft_catchup=_catchup_grid(d, where),
+            overhead_ms_per_token=field_num(
+                d.get("overhead_ms_per_token", 0.0), f"{where}.overhead_ms_per_token", unit="ms", zero_ok=True
+            ),
+            first_pass_drafts=first,
+            lookup_overhead_ms_per_block=field_opt(
+                d, "lookup_overhead_ms_per_block", OverheadGrid.from_json, where
+            ),
         )
 
     @property
     def max_gamma(self) -> int:
         """The largest γ whose verification was measured."""
         return int(self.target_verify.rows[-1]) - 1
+
+
+def _catchup_grid(d: dict, where: str) -> CostGrid | None:
+    """The optional ``draft_catchup`` grid: rows >= 2 (γ + 1 verified rows), batch 1."""
+    grid = field_opt(d, "draft_catchup", CostGrid.from_json, where)
+    if grid is not None and (grid.rows[0] < 2 or grid.batch != (1,)):
+        raise SpecsimError(
+            f"{where}.draft_catchup: expected rows >= 2 (gamma + 1) and batch [1], got rows "
+            f"{show(list(grid.rows))}, batch {show(list(grid.batch))}"
+        )
+    return grid

@@ -130,16 +130,16 @@ class Profile:
 
     def with_checks(self, rows: tuple[CheckRow, ...] | list[CheckRow]) -> Profile:
         """A copy where ``rows`` replace existing rows of the same (method, scenario, gamma, draft,
-        temperature, batch, synthetic acceptance)."""
+        temperature, batch, synthetic acceptance, runtime)."""
         key = lambda r: (  # noqa: E731
-            r.method, r.scenario, r.gamma, r.draft, r.temperature, r.batch, r.synthetic_acceptance
+            r.method, r.scenario, r.gamma, r.draft, r.temperature, r.batch, r.synthetic_acceptance, r.runtime
         )  # fmt: skip
         return replace(self, checks=_replaced(self.checks, rows, key))
 
     def with_serve_checks(self, rows: tuple[ServeCheckRow, ...] | list[ServeCheckRow]) -> Profile:
         """A copy where ``rows`` replace existing serving rows of the same (method, scenario, gamma, rate,
-        synthetic acceptance)."""
-        key = lambda r: (r.method, r.scenario, r.gamma, r.rate_per_s, r.synthetic_acceptance)  # noqa: E731
+        synthetic acceptance, runtime)."""
+        key = lambda r: (r.method, r.scenario, r.gamma, r.rate_per_s, r.synthetic_acceptance, r.runtime)  # noqa: E731
         return replace(self, serve_checks=_replaced(self.serve_checks, rows, key))
 
 

@@ -31,6 +31,7 @@ class ServeCheckRow:
     :data:`SERVE_METRICS` to its predicted and measured value (mean over ``rounds`` repeats of the same
     arrivals) and the measured value's relative 95% half-width. ``synthetic_acceptance`` (absent: lossless)
     names the schedule the SD blocks' accept decisions followed (``check --synthetic-acceptance``).
+    ``runtime`` (absent: this project's server loop) names the server that ran, e.g. ``llama.cpp``.
     """
 
     method: str
@@ -45,6 +46,7 @@ class ServeCheckRow:
     metrics: dict
     notes: str = ""
     synthetic_acceptance: str | None = None
+    runtime: str | None = None
 
     def error(self, metric: str) -> float:
         """predicted / measured − 1 of ``metric``."""
@@ -74,6 +76,7 @@ class ServeCheckRow:
             metrics=_metrics(field_req(d, "metrics", where), f"{where}.metrics"),
             notes=field_opt(d, "notes", lambda v, w: field_str(v, w, allow_empty=True), where) or "",
             synthetic_acceptance=field_opt(d, "synthetic_acceptance", field_str, where),
+            runtime=field_opt(d, "runtime", field_str, where),
         )
 
 

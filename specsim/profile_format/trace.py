@@ -18,7 +18,8 @@ class Trace:
     Σ_x min(p_t(x), q_t(x)) (sampling); either may be absent, not both. Optional: ``tokens``,
     ``prompt_tokens``/``draft_prompt_tokens`` (schema 2), top-k ``draft_rank`` and ``draft_top_probs`` (trees,
     confidence policies), ``accept_paths[k][t]`` = min(1, q_t(y_t) / p_t(y_t)) along sampled target paths
-    (Leviathan et al. 2023, §3.5), ``adaptive`` (an :class:`AdaptiveTrace`, for exact replay).
+    (Leviathan et al. 2023, §3.5), ``adaptive`` (an :class:`AdaptiveTrace`, for exact replay), ``prompt_ids``
+    (n-gram replay).
     Field notes: ARCHITECTURE.md, Notes by module.
     """
 
@@ -32,6 +33,7 @@ class Trace:
     draft_top_probs: tuple[tuple[float, ...], ...] | None = None
     accept_paths: tuple[tuple[float, ...], ...] | None = None
     adaptive: AdaptiveTrace | None = None  # adaptive ensembles: what the exact block-by-block replay needs
+    prompt_ids: tuple[int, ...] | None = None  # the prompt's token ids (n-gram lookups replay from them)
 
     def to_json(self) -> dict:
         return drop_none(
@@ -48,6 +50,7 @@ class Trace:
                 else [list(p) for p in self.draft_top_probs],
                 "accept_paths": None if self.accept_paths is None else [list(p) for p in self.accept_paths],
                 "adaptive": None if self.adaptive is None else self.adaptive.to_json(),
+                "prompt_ids": None if self.prompt_ids is None else list(self.prompt_ids),
             }
         )
 
@@ -68,6 +71,7 @@ class Trace:
                 "draft_top_probs",
                 "accept_paths",
                 "adaptive",
+                "prompt_ids",
             },
             where,
         )
@@ -112,7 +116,14 @@ class Trace:
             draft_top_probs=top,
             accept_paths=_accept_paths(d.get("accept_paths"), where),
             adaptive=_adaptive(d, where, len(match if match is not None else beta)),
+            prompt_ids=field_opt(d, "prompt_ids", _ids, where),
         )
+
+
+def _ids(value: Any, where: str) -> tuple[int, ...]:
+    """Token ids: integers >= 0."""
+    ids = field_list(value, where)
+    return tuple(field_int(t, f"{where}[{i}]", lo=0, unit="tokens") for i, t in enumerate(ids))
 
 
 def _adaptive(d: dict, where: str, positions: int) -> AdaptiveTrace | None:

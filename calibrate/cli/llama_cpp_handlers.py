@@ -1,0 +1,173 @@
+"""``calibrate latency --engine llama.cpp``, ``calibrate acceptance --engine llama.cpp`` and ``check
+--runtime llama.cpp`` (called by the commands' modules): checks, calls into :mod:`calibrate.llama_cpp`,
+prints. Every bad value is one line before a binary runs."""
+
+from __future__ import annotations
+
+import shlex
+import sys
+from pathlib import Path
+
+from calibrate.cli.llama_cpp_options import check_threads, checked_ngram
+from calibrate.llama_cpp.models import setup_from_args
+from specsim.errors import SpecsimError
+from specsim.jsonio import check_writable, dumps_json
+from specsim.report import parse_int_list
+
+DEFAULT_DEPTHS = (32, 96, 192)
+DEFAULT_PREFILL = (4, 8, 16, 32, 64, 128)
+DEFAULT_GAMMAS = (1, 2, 3, 4, 5, 6)
+
+
+def _command() -> str:
+    return "specsim " + shlex.join(sys.argv[1:])
+
+
+def cmd_latency_llama(args) -> int:
+    """Measure the pass grids and the per-block terms through llama.cpp into --out (--request-batches: also
+    the batched grids of llama-server's slots; --batched-only: those alone, into a llama.cpp profile)."""
+    from calibrate.llama_cpp.latency import (
+        LatencyPlan,
+        add_batched,
+        measure_latency,
+        save_latency,
+        summary_lines,
+    )
+    from calibrate.llama_cpp.pass_grids import GridPlan
+    from calibrate.llama_cpp.serve_grids import ServePlan
+    from calibrate.llama_cpp.server import LlamaServer, ServerConfig
+
+    check_writable(args.out, "--out")
+    threads, ngram = check_threads(args), checked_ngram(args)
+    gammas = tuple(sorted(set(args.gammas or DEFAULT_GAMMAS)))
+    if gammas[-1] > 15:
+        raise SpecsimError(f"--gammas: llama.cpp's grid is timed up to gamma 15, got {gammas[-1]}")
+    depths = tuple(sorted(set(args.contexts or DEFAULT_DEPTHS)))
+    prefill = tuple(sorted(set(args.prefill_tokens or DEFAULT_PREFILL)))
+    if args.batched_only and not args.request_batches:
+        raise SpecsimError("--batched-only: needs --request-batches")
+    serve = None
+    if args.request_batches:
+        serve = ServePlan(
+            tuple(sorted(set(args.request_batches))),
+            tuple(sorted(set(args.request_gammas))),
+            depths,
+            threads,
+            min(args.min_repeats or 3, 5),
+            args.renice,
+        )
+    reps = args.min_repeats or 5
+    llama, target, draft, _, prompts, note = setup_from_args(args, prompts_limit=1)
+    if args.batched_only:
+        path, seconds = add_batched(args.out, llama, target, draft, serve)
+        print(f"wrote {path}: llama-server's batched grids at B = {list(serve.batches)} in {seconds:.0f} s")
+        return 0
+    with LlamaServer(llama, ServerConfig(target, threads)) as server:
+        ids = server.tokenize_chat(prompts[0].text)
+    grid = GridPlan(depths, gammas[-1], prefill, threads, reps, args.renice)
+    plan = LatencyPlan(grid, tuple(sorted({gammas[0], gammas[len(gammas) // 2], gammas[-1]})), ngram=ngram)
+    notes = "; ".join(x for x in (_command(), note) if x)
+    partial = Path(f"{args.out}.llama-latency.partial.json")
+    result = measure_latency(
+        llama, target, draft, plan, ids, partial=partial, niceness=args.renice, notes=notes
+    )
+    path = save_latency(args.out, result.section)
+    partial.unlink(missing_ok=True)
+    if serve is not None:
+        add_batched(path, llama, target, draft, serve)
+    if args.json:
+        print(dumps_json(result.section.to_json()))
+    else:
+        print("\n".join(summary_lines(result, path)))
+    return 0
+
+
+def cmd_acceptance_llama(args) -> int:
+    """Greedy traces from llama.cpp's logits into --out."""
+    from calibrate.llama_cpp.latency import save_traces
+    from calibrate.llama_cpp.traces import trace_prompts
+
+    check_writable(args.out, "--out")
+    threads = check_threads(args)
+    if args.method not in (None, ["plain"]):
+        raise SpecsimError(f"--method: llama.cpp drafts with a text model only (plain), got {args.method}")
+    llama, target, draft, name, prompts, _ = setup_from_args(args, prompts_limit=args.limit)
+
+    def bar(i, n):
+        if not args.no_progress:
+            print(f"\rllama.cpp traces: {i}/{n} prompts", end="" if i < n else "\n", file=sys.stderr)
+
+    traces = trace_prompts(llama, target, draft, prompts, args.max_new_tokens, threads, bar)
+    path, entry = save_traces(args.out, traces, args.scenario or name, _command(), target, draft)
+    rate = sum(sum(t.match[1:]) for t in traces) / max(sum(len(t.match) - 1 for t in traces), 1)
+    print(
+        f"wrote {path}: {len(traces)} llama.cpp traces of {entry.method}/{entry.scenario} "
+        f"({args.max_new_tokens} tokens each; draft argmax = target token at {rate:.1%})"
+    )
+    return 0
+
+
+def cmd_check_llama(args) -> int:
+    """llama.cpp's own SD against its target-only decoding, one request at a time (or --serve-rates)."""
+    from calibrate.llama_cpp.check_runs import check_settings, llama_rows, run_llama_check
+    from specsim.check.check_tables import check_table
+    from specsim.profiles import load_profile, resolve_profile_path, save_profile
+
+    gammas = sorted(parse_int_list(args.gamma, name="--gamma"))
+    threads, ngram = check_threads(args), checked_ngram(args)
+    path = resolve_profile_path(args.profile)
+    if not args.no_write:
+        check_writable(path, "--profile")
+    profile = load_profile(str(path))
+    model = profile.latency.forward_costs()
+    if model.first_pass_drafts:
+        raise SpecsimError(
+            f"--profile {args.profile}: its latency is not llama.cpp's (calibrate latency --engine llama.cpp)"
+        )
+    if gammas[-1] > model.max_gamma:
+        raise SpecsimError(f"--gamma {gammas[-1]}: the profile's grid stops at gamma {model.max_gamma}")
+    entry = profile.one_entry("plain", args.scenario)
+    if args.serve_rates is not None:
+        from calibrate.cli.llama_cpp_serve import cmd_serve_llama
+
+        return cmd_serve_llama(args, profile, path, entry, gammas, threads)
+    llama, target, draft, _, prompts, note = setup_from_args(args, prompts_limit=args.limit)
+    settings = check_settings(target, draft, threads, gammas, ngram)
+    partial = Path(f"{path}.llama-check.partial.json")
+    runs = run_llama_check(
+        llama,
+        settings,
+        prompts,
+        new_tokens=args.max_new_tokens,
+        threads=threads,
+        partial=partial,
+        halfwidth=args.halfwidth,
+        min_rounds=args.min_rounds,
+        max_rounds=args.max_rounds,
+        max_seconds=None if args.max_minutes is None else 60 * args.max_minutes,
+        niceness=args.renice,
+    )
+    rows = llama_rows(profile, entry, runs, settings, gammas[0])
+    done = runs.finished
+    if not args.no_write and done:
+        save_profile(profile.with_checks(rows), path)
+        partial.unlink(missing_ok=True)
+    if args.json:
+        print(
+            dumps_json(
+                {
+                    "rows": [r.to_json() for r in rows],
+                    "rounds": runs.rounds,
+                    "seconds": runs.seconds,
+                    "finished": done,
+                }
+            )
+        )
+        return 0
+    print(check_table(rows))
+    state = "finished" if done else f"not finished: rerun the same command to go on ({partial})"
+    print(
+        f"{runs.rounds} round(s) in {runs.seconds:.0f} s, {state}; {note or 'normal priority'}",
+        file=sys.stderr,
+    )
+    return 0

@@ -1,0 +1,72 @@
+"""The llama.cpp options of ``calibrate latency``, ``calibrate acceptance`` and ``check`` (argparse only), and
+their checks before any binary runs."""
+
+from __future__ import annotations
+
+import argparse
+
+from specsim.errors import SpecsimError
+
+ENGINES = ("transformers", "llama.cpp")
+
+
+def llama_cpp_args(p: argparse.ArgumentParser, flag: str) -> None:
+    """``flag`` (``--engine`` or ``--runtime``), ``--llama-cpp``, ``--ngram`` and ``--renice``."""
+    grp = p.add_argument_group("llama.cpp (an engine this project did not write)")
+    grp.add_argument(
+        flag,
+        choices=ENGINES,
+        default="transformers",
+        help="who runs the models: this project's engines on transformers (default), or llama.cpp's own "
+        "binaries (llama-bench, llama-batched-bench, llama-server) on GGUF files",
+    )
+    grp.add_argument(
+        "--llama-cpp",
+        metavar="DIR",
+        default=None,
+        help="folder of a llama.cpp build's binaries (default: llama-server on PATH; README: Getting "
+        "llama.cpp)",
+    )
+    grp.add_argument(
+        "--ngram",
+        metavar="KIND",
+        default=None,
+        help="also an n-gram drafting kind, no draft model: ngram-simple:N,M (llama.cpp's --spec-type "
+        "ngram-simple, lookup of N tokens, drafts of N..M)",
+    )
+    grp.add_argument(
+        "--renice",
+        type=_niceness,
+        default=0,
+        help="run the timed processes ahead of the host's other work at this nice value (e.g. -10; needs the "
+        "right to renice; default 0: as is)",
+    )
+
+
+def _niceness(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = None
+    if value is None or not -20 <= value <= 0:
+        raise argparse.ArgumentTypeError(f"expected an integer in -20..0, got {text!r}")
+    return value
+
+
+def checked_ngram(args):
+    """The --ngram kind (None without it); SpecsimError naming the value."""
+    if args.ngram is None:
+        return None
+    from specsim.draft_shapes.ngram_lookup import parse_ngram
+
+    try:
+        return parse_ngram(args.ngram)
+    except SpecsimError as err:
+        raise SpecsimError(f"--ngram {args.ngram!r}: {err}") from None
+
+
+def check_threads(args) -> int:
+    """--threads for llama.cpp: required (a fixed thread count is part of what is measured)."""
+    if args.threads is None:
+        raise SpecsimError("--threads: llama.cpp needs a fixed thread count (e.g. --threads 2)")
+    return int(args.threads)

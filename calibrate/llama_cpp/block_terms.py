@@ -1,0 +1,155 @@
+"""The work of llama.cpp's draft/verify alternation outside the forwards ``llama-bench`` times, measured in
+``llama-server`` itself with synthetic acceptance (``--spec-synth-rates``: 1 for the first ``a`` drafts, 0
+after, so every block accepts exactly ``a``).
+
+A run streams one request; its tokens arrive a block at a time, so each block's ms is the gap between the
+arrivals of its last token and the previous block's (:func:`blocks_of_run`). The schedule is known: after
+the prompt pass's token, a block after ``t`` tokens drafts g = min(γ, N − t − 1) (the server's cap), accepts
+min(a, g) and emits one more. Each block's residual = its ms − the forwards the profile's grids price for it
+(g draft steps, the draft's catch-up over g + 1 rows, the verification of g + 1 rows; a block of g = 0 is a
+target step) is fitted as o₀ + o_g·g + o_e·emitted (:func:`fit_block_terms`), and a target-only step's
+residual (its ms − Tp) is its own term. So the fit says which per-block work is there: per block, per draft
+(the draft's sampling over the vocabulary, the verification's extra rows of logits) or per emitted token
+(sampling the target at that position, detokenising, sending).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from calibrate.llama_cpp.cpu_share import CpuShare
+from calibrate.llama_cpp.server import LlamaServer
+from specsim.costs.pass_cost import CATCHUP, DRAFT, TARGET, PassCost, draft_steps_ms
+from specsim.draft_shapes.ngram_lookup import NgramSimple, ngram_simple_draft
+from specsim.errors import SpecsimError
+
+SCHEMA_VERSION = 1
+
+
+@dataclass(frozen=True)
+class BlockSample:
+    """One measured block (or target-only step: γ = 0): drafts g, accepted, tokens emitted, the target's
+    cache length before it, its ms and the cores others used during its run."""
+
+    gamma: int
+    drafts: int
+    accepted: int
+    emitted: int
+    context_tokens: int
+    ms: float
+    cores_foreign: float = 0.0
+    schema_version: int = SCHEMA_VERSION
+
+
+@dataclass(frozen=True)
+class BlockTerms:
+    """Fitted ms outside the forwards: per block ``per_block_ms`` + ``per_draft_ms``·g + ``per_token_ms``
+    per emitted token; ``per_step_ms`` per target-only step; the fit's residual spread (ms, RMS) and the
+    samples behind it."""
+
+    per_block_ms: float
+    per_draft_ms: float
+    per_token_ms: float
+    per_step_ms: float
+    rms_ms: float
+    blocks: int
+    steps: int
+    schema_version: int = SCHEMA_VERSION
+
+    def block_ms(self, gamma) -> np.ndarray:
+        """What a block at γ pays outside its forwards and its emitted tokens."""
+        return self.per_block_ms + self.per_draft_ms * np.asarray(gamma, dtype=float)
+
+
+def synthetic_rates(gamma: int, accepted: int) -> tuple[float, ...]:
+    """``--spec-synth-rates`` that accept exactly ``accepted`` of ``gamma`` drafts in every block."""
+    if not 0 <= accepted <= gamma:
+        raise SpecsimError(f"synthetic acceptance: expected 0 <= accepted <= gamma = {gamma}, got {accepted}")
+    return (1.0,) * accepted + (0.0,) * (gamma - accepted)
+
+
+def schedule(gamma: int, accepted: int, n_predict: int) -> list[tuple[int, int, int]]:
+    """(drafts, accepted, emitted) of each block after the prompt pass's token, as llama-server caps it."""
+    out, t = [], 1
+    while t < n_predict:
+        g = max(0, min(gamma, n_predict - t - 1))
+        a = min(accepted, g)
+        e = min(a + 1, n_predict - t)
+        out.append((g, a, e))
+        t += e
+    return out
+
+
+def lookup_schedule(prompt_ids, out_ids, kind: NgramSimple, accepted: int) -> list[tuple[int, int, int]]:
+    """(drafts, accepted, emitted) of each block of a streamed n-gram run accepting ``accepted`` drafts per
+    block: the lookup replayed over the run's own tokens
+    (:func:`specsim.draft_shapes.ngram_lookup.ngram_simple_draft`), checked against them."""
+    n, out, t = len(out_ids), [], 1
+    while t < n:
+        history = list(prompt_ids) + list(out_ids[: t - 1])
+        draft = ngram_simple_draft(history, out_ids[t - 1], kind)[: max(0, n - t - 1)]
+        a = min(accepted, len(draft))
+        if list(out_ids[t : t + a]) != draft[:a]:
+            raise SpecsimError("n-gram block terms: the streamed tokens are not the replayed lookup's drafts")
+        e = min(a + 1, n - t)
+        out.append((len(draft), a, e))
+        t += e
+    return out
+
+
+def blocks_of_run(times_s, gamma: int, accepted: int, prompt_tokens: int, foreign: float = 0.0, plan=None):
+    """The blocks of one streamed run (token arrival seconds) under its known schedule (``plan``: the
+    lookup's, else llama-server's for a draft model)."""
+    n = len(times_s)
+    plan = schedule(gamma, accepted, n) if plan is None else plan
+    out, t = [], 1
+    for g, a, e in plan:
+        ms = 1000.0 * (times_s[t + e - 1] - times_s[t - 1])
+        out.append(BlockSample(gamma, g, a, e, prompt_tokens + t - 1, ms, foreign))
+        t += e
+    return out
+
+
+def measure_runs(
+    servers: dict, tokens, runs: list[tuple[int, int, int]], rounds: int, lookup: NgramSimple | None = None
+) -> list[BlockSample]:
+    """``rounds`` rounds of every (γ, accepted, n_predict) run on ``servers[(γ, accepted)]`` (γ = 0: the
+    target-only server; with ``lookup``, n-gram servers whose blocks replay its lookup), interleaved."""
+    out = []
+    for _ in range(rounds):
+        for gamma, accepted, n in runs:
+            server: LlamaServer = servers[(gamma, accepted)]
+            with CpuShare((server.pid,)) as share:
+                times, ids, _ = server.stream(tokens, n)
+            plan = lookup_schedule(tokens, ids, lookup, accepted) if lookup and gamma else None
+            out += blocks_of_run(times, gamma, accepted, len(tokens), share.foreign, plan)
+    return out
+
+
+def forward_ms(cost: PassCost, s: BlockSample) -> float:
+    """The forwards of one sample priced through ``cost``: a target step, or g draft steps, the catch-up over
+    g + 1 rows (where the source's draft runs them) and the verification of g + 1 rows."""
+    ctx = float(s.context_tokens)
+    if s.drafts == 0:
+        return float(cost.pass_ms(TARGET, 1, ctx).ms)
+    draft = float(np.sum(draft_steps_ms(cost, ctx + np.arange(s.drafts), 1).ms))
+    if cost.draft_catchup:
+        draft += float(cost.pass_ms(DRAFT, s.drafts + 1, ctx, kind=CATCHUP).ms)
+    return draft + float(cost.pass_ms(TARGET, s.drafts + 1, ctx).ms)
+
+
+def fit_block_terms(samples: list[BlockSample], cost: PassCost) -> BlockTerms:
+    """Least squares of the blocks' residuals on (1, g, emitted), the steps' mean residual (module
+    docstring); SpecsimError without blocks of two draft counts or without target-only steps."""
+    blocks = [s for s in samples if s.gamma > 0 and s.drafts > 0]
+    steps = [s for s in samples if s.gamma == 0]
+    if len({s.drafts for s in blocks}) < 2 or len({s.emitted for s in blocks}) < 2 or not steps:
+        raise SpecsimError("block terms: need blocks of two draft counts and two emitted counts, and steps")
+    x = np.array([[1.0, s.drafts, s.emitted] for s in blocks])
+    y = np.array([s.ms - forward_ms(cost, s) for s in blocks])
+    coef, *_ = np.linalg.lstsq(x, y, rcond=None)
+    step = np.array([s.ms - forward_ms(cost, s) for s in steps])
+    rms = float(np.sqrt(np.mean((y - x @ coef) ** 2)))
+    return BlockTerms(*(float(c) for c in coef), float(np.median(step)), rms, len(blocks), len(steps))

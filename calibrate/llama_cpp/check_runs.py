@@ -1,0 +1,215 @@
+"""``specsim check --runtime llama.cpp``: llama.cpp's own speculative decoding against its target-only
+decoding, one request at a time, in rounds.
+
+One llama-server per setting (target-only; the draft model at each ``--spec-draft-n-max``; an n-gram kind),
+all started at once and idle but for the request each is sent. A round sends every prompt to every setting,
+the settings of one prompt back to back (so a row's base and SD runs share the host's minutes); rounds go on
+until each row's decode-phase speedup has a 95 % half-width within ``halfwidth`` (at least ``min_rounds``),
+``max_rounds`` or ``max_seconds``. Every finished request is appended to a partial file next to the profile
+(atomic), and a rerun resumes from it, so a long check runs in slices (the host's lock is held ≤ 10 min).
+A request whose own processes lost their core (:func:`calibrate.llama_cpp.cpu_share.starved`) is redone.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+
+from calibrate.llama_cpp.binaries import LlamaCpp
+from calibrate.llama_cpp.cpu_share import CpuShare, starved
+from calibrate.llama_cpp.server import Completion, LlamaServer, ServerConfig, parse_completion
+from calibrate.llama_cpp.traces import TracedPrompt
+from specsim.check.comparison import ratio_halfwidth
+from specsim.check.engine_rows import EngineRun, engine_row
+from specsim.draft_shapes.ngram_lookup import NgramSimple, parse_ngram
+from specsim.errors import SpecsimError
+from specsim.jsonio import parse_json, read_text, write_json_atomic
+
+SCHEMA_VERSION = 1
+BASE = "target-only"
+MAX_REDOS = 3
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One server of the check: its label (``target-only``, ``draft:γ``, an n-gram kind's label) and
+    configuration."""
+
+    label: str
+    config: ServerConfig
+    schema_version: int = SCHEMA_VERSION
+
+
+@dataclass(frozen=True)
+class CheckRuns:
+    """Every finished request: ``runs[label][prompt_id]`` is a list of :class:`Completion` (one per round),
+    the rounds completed, the seconds spent (this and earlier slices) and whether the check is complete
+    (else a rerun goes on from the partial file)."""
+
+    runs: dict
+    rounds: int
+    seconds: float
+    finished: bool = True
+    schema_version: int = SCHEMA_VERSION
+
+    def decode_ms(self, label: str, prompt_ids) -> np.ndarray:
+        """Decode-phase ms [prompt, round] of ``label`` over the complete rounds."""
+        return np.array(
+            [[c.predicted_ms for c in self.runs[label][p][: self.rounds]] for p in prompt_ids], dtype=float
+        )
+
+    def halfwidth(self, label: str, prompt_ids) -> float:
+        """The relative 95 % half-width of ``label``'s decode-phase speedup over target-only."""
+        return ratio_halfwidth(self.decode_ms(BASE, prompt_ids), self.decode_ms(label, prompt_ids))
+
+
+def _load_partial(path: Path, key: dict) -> tuple[dict, float]:
+    """(runs, seconds) of an earlier slice of the same check, else empty."""
+    if not path.exists():
+        return {}, 0.0
+    d = parse_json(read_text(path, "check partial"), str(path))
+    if d.get("key") != key:
+        raise SpecsimError(f"{path}: a partial llama.cpp check of other settings (delete it or use them)")
+    runs = {
+        label: {p: [Completion(**c) for c in cs] for p, cs in per.items()} for label, per in d["runs"].items()
+    }
+    return runs, float(d["seconds"])
+
+
+def _save_partial(path: Path, key: dict, runs: dict, seconds: float) -> None:
+    data = {
+        "key": key,
+        "seconds": seconds,
+        "runs": {label: {p: [_plain(c) for c in cs] for p, cs in per.items()} for label, per in runs.items()},
+    }
+    write_json_atomic(path, data)
+
+
+def _plain(c: Completion) -> dict:
+    d = asdict(c)
+    d["tokens"] = list(d["tokens"])
+    return d
+
+
+def _complete(server: LlamaServer, tokens, n: int, threads: int) -> Completion:
+    """One request, redone (up to :data:`MAX_REDOS` times) while the host took its core."""
+    for _ in range(MAX_REDOS):
+        with CpuShare((server.pid,)) as share:
+            c = parse_completion(server.complete(tokens, n))
+        if not starved(share, threads):
+            break
+    return Completion(**{**asdict(c), "cores_ours": share.ours, "cores_foreign": share.foreign})
+
+
+def check_settings(target: str, draft: str, threads: int, gammas, ngram: NgramSimple | None) -> list[Setting]:
+    """Target-only, the draft model at each γ, and the n-gram kind (when given)."""
+    out = [Setting(BASE, ServerConfig(target, threads))]
+    out += [
+        Setting(
+            f"draft:{g}", ServerConfig(target, threads, draft=draft, spec_type="draft-simple", draft_max=g)
+        )
+        for g in gammas
+    ]
+    if ngram is not None:
+        config = ServerConfig(
+            target, threads, spec_type="ngram-simple", ngram_n=ngram.size_n, ngram_m=ngram.size_m
+        )
+        out.append(Setting(ngram.label, config))
+    return out
+
+
+def run_llama_check(
+    llama: LlamaCpp,
+    settings: list[Setting],
+    prompts: list[TracedPrompt],
+    *,
+    new_tokens: int,
+    threads: int,
+    partial: Path,
+    halfwidth: float,
+    min_rounds: int,
+    max_rounds: int,
+    max_seconds: float | None,
+    niceness: int = 0,
+    progress=None,
+) -> CheckRuns:
+    """Run (or resume) the check of the module docstring."""
+    if settings[0].label != BASE:
+        raise SpecsimError("llama.cpp check: the first setting must be target-only")
+    ids = sorted(p.prompt_id for p in prompts)
+    key = {"settings": [s.label for s in settings], "prompts": ids, "new_tokens": new_tokens}
+    runs, seconds = _load_partial(partial, key)
+    for s in settings:
+        runs.setdefault(s.label, {p: [] for p in ids})
+
+    def rounds_done() -> int:
+        return min(len(runs[s.label][p]) for s in settings for p in ids)
+
+    def done() -> bool:
+        r = rounds_done()
+        if r >= max_rounds:
+            return True
+        view = CheckRuns(runs, r, seconds)
+        precise = all(view.halfwidth(s.label, ids) <= halfwidth for s in settings[1:])
+        return r >= max(min_rounds, 2) and precise
+
+    t0 = time.perf_counter()
+    with contextlib.ExitStack() as stack:
+        servers = {BASE: stack.enter_context(LlamaServer(llama, settings[0].config, niceness=niceness))}
+        tokens = {p.prompt_id: servers[BASE].tokenize_chat(p.text) for p in prompts}
+        while not done():
+            if max_seconds is not None and time.perf_counter() - t0 > max_seconds:
+                break
+            r = rounds_done()
+            for p in ids:
+                for s in settings:
+                    if len(runs[s.label][p]) > r:
+                        continue
+                    if s.label not in servers:
+                        server = LlamaServer(llama, s.config, niceness=niceness)
+                        servers[s.label] = stack.enter_context(server)
+                    runs[s.label][p].append(_complete(servers[s.label], tokens[p], new_tokens, threads))
+                    elapsed = seconds + time.perf_counter() - t0
+                    _save_partial(partial, key, runs, elapsed)
+                    if progress is not None:
+                        progress(r, p, s.label)
+                if max_seconds is not None and time.perf_counter() - t0 > max_seconds:
+                    break
+    return CheckRuns(runs, rounds_done(), seconds + time.perf_counter() - t0, done())
+
+
+def llama_rows(profile, entry, runs: CheckRuns, settings: list[Setting], reference_gamma: int) -> list:
+    """One :class:`specsim.profile_format.CheckRow` per SD setting over the complete rounds
+    (:func:`specsim.check.engine_rows.engine_row`)."""
+    if runs.rounds < 1:
+        return []
+
+    def engine(label):
+        return {
+            p: [
+                EngineRun(p, c.prompt_ms, c.predicted_ms, c.predicted_n, c.draft_n, c.draft_accepted)
+                for c in cs[: runs.rounds]
+            ]
+            for p, cs in runs.runs[label].items()
+        }
+
+    base = engine(BASE)
+    rows = []
+    for s in settings[1:]:
+        draft = parse_ngram(s.label) if s.label.startswith("ngram") else int(s.label.split(":")[1])
+        rows.append(
+            engine_row(
+                profile,
+                entry,
+                draft,
+                base,
+                engine(s.label),
+                runtime="llama.cpp",
+                reference_gamma=reference_gamma,
+            )
+        )
+    return rows

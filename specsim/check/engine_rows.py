@@ -1,0 +1,141 @@
+"""Check rows of an engine this project did not write (llama.cpp): its runs against two predictions.
+
+A run is what the engine reports per request (:class:`EngineRun`: decode-phase ms after the first token,
+tokens, drafts proposed and accepted). Measured: the decode-phase speedup over its target-only runs
+(:func:`specsim.check.comparison.measure`, rounds paired per prompt, 95 % half-width). Predicted, both through
+:func:`specsim.predict.pricing.price` and the profile's pass cost:
+
+- from the traces: every prompt's greedy trace replayed at γ (an n-gram kind: its lookup replayed over the
+  trace's prompt and tokens) — the whole prediction (``speedup_predicted``);
+- from the counts: each prompt's τ as the run measured it (tokens over target passes) in blocks of τ (an
+  n-gram kind: its mean drafts per verified block) — the costs alone (``speedup_predicted_counts``).
+
+The textbook is τ / (γ·c + 1) with τ from an i.i.d. α fitted at the reference γ (Leviathan et al. 2023).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from specsim.check.comparison import TARGET_TERM, RequestRun, compared_row, measure
+from specsim.costs.grid_pass_cost import GridPassCost
+from specsim.draft_shapes.ngram_lookup import NgramSimple
+from specsim.errors import SpecsimError
+from specsim.predict.prediction import reference_tau, textbook_speedup
+from specsim.predict.pricing import RequestSpec, price
+from specsim.profile_format import CheckRow, MethodAcceptance, Profile
+
+SCHEMA_VERSION = 1
+
+
+@dataclass(frozen=True)
+class EngineRun:
+    """One request as the engine reported it: prompt and decode-phase ms, tokens (the first from the prompt
+    pass), drafts proposed and accepted."""
+
+    prompt_id: str
+    prompt_ms: float
+    decode_ms: float
+    tokens: int
+    drafted: int = 0
+    accepted: int = 0
+    schema_version: int = SCHEMA_VERSION
+
+    @property
+    def passes(self) -> int:
+        """Target passes after the prompt's: one per block, drafted or not."""
+        return self.tokens - 1 - self.accepted
+
+    def request_run(self) -> RequestRun:
+        """As :func:`specsim.check.comparison.measure` reads a run (the engine's terms are not split)."""
+        return RequestRun(
+            self.prompt_id, 0.0, self.prompt_ms, 0.0, self.decode_ms, 0.0, self.tokens, 1, self.passes + 1
+        )
+
+
+def _runs(by_prompt: dict[str, list[EngineRun]]) -> dict[str, list[RequestRun]]:
+    return {p: [r.request_run() for r in runs] for p, runs in by_prompt.items()}
+
+
+def _counts_entry(entry: MethodAcceptance, runs: list[EngineRun], gamma: int) -> MethodAcceptance:
+    """``entry`` with τ at γ from one prompt's runs (tokens after the first over target passes)."""
+    decoded = sum(r.tokens - 1 for r in runs)
+    tau = min(max(decoded / max(sum(r.passes for r in runs), 1), 1.0), gamma + 1.0)
+    return replace(entry, traces=(), gamma=gamma, tau=tau, accepted_histogram=None)
+
+
+def engine_row(
+    profile: Profile,
+    entry: MethodAcceptance,
+    draft: int | NgramSimple,
+    base: dict[str, list[EngineRun]],
+    sd: dict[str, list[EngineRun]],
+    *,
+    runtime: str,
+    reference_gamma: int,
+) -> CheckRow:
+    """One row (module docstring): ``entry``'s traces for the prompts of ``sd``, at γ ``draft`` or an n-gram
+    kind."""
+    traces = {t.prompt_id: t for t in entry.traces if t.match is not None}
+    missing = [p for p in sd if p not in traces]
+    if missing:
+        raise SpecsimError(f"check: method {entry.method!r} has no llama.cpp trace for prompt {missing[0]!r}")
+    measured = measure(_runs(base), _runs(sd))
+    n = measured.new_tokens
+    ngram = isinstance(draft, NgramSimple)
+    cost = GridPassCost.lookup(profile.latency) if ngram else GridPassCost.request(profile.latency)
+    specs = [
+        RequestSpec(t.prompt_tokens, t.draft_prompt_tokens or t.prompt_tokens, 0, traces[p], n, prompt_id=p)
+        for p, t in ((p, traces[p]) for p in sorted(sd))
+    ]
+    pred = price(profile, entry, draft, specs, cost)
+    counts = _counts_prediction(profile, entry, draft, sd, n, cost)
+    gamma = draft.size_m if ngram else int(draft)
+    book = None
+    if not ngram:
+        tau_ref, g_ref = reference_tau(entry, reference_gamma)
+        book = textbook_speedup(tau_ref, g_ref, gamma, pred.ratios()["c"])
+    row = compared_row(
+        entry,
+        gamma,
+        measured,
+        tau=pred.tau,
+        decode_speedup=pred.decode_speedup,
+        request_speedup=pred.request_speedup,
+        textbook=book,
+        terms=pred.terms_ms_per_block(),
+        notes=f"{runtime}: decode phase after the prompt pass's token; traces from {runtime}'s logits",
+        draft=draft.label if ngram else None,
+        runtime=runtime,
+        speedup_predicted_counts=counts,
+    )
+    sd_ms = float(np.mean([[r.decode_ms for r in rs] for rs in sd.values()], axis=1).sum())
+    passes = sum(rs[0].passes for rs in sd.values())
+    blocks = max(pred.sd_decode.blocks, 1e-12)
+    block = {"predicted": pred.sd_decode.total_ms / blocks, "measured": sd_ms / max(passes, 1)}
+    terms = {TARGET_TERM: row.terms_ms_per_block[TARGET_TERM], "block": block}
+    return replace(
+        row,
+        terms_ms_per_block=terms,
+        target_ms_per_token=pred.target_ms_per_token,
+        sd_ms_per_token=pred.sd_ms_per_token,
+    )
+
+
+def _counts_prediction(profile, entry, draft, sd: dict[str, list[EngineRun]], n: int, cost) -> float:
+    """The decode-phase speedup priced with each prompt's τ from its runs' counts."""
+    if isinstance(draft, NgramSimple):  # its blocks draft a varying number: price the mean per pass
+        drafted = sum(r.drafted for rs in sd.values() for r in rs)
+        passes = sum(r.passes for rs in sd.values() for r in rs)
+        draft = max(1, int(round(drafted / max(passes, 1))))
+    out = []
+    for p, runs in sorted(sd.items()):
+        e = _counts_entry(entry, runs, int(draft))
+        t = next((t for t in entry.traces if t.prompt_id == p), None)
+        prompt = t.prompt_tokens if t is not None else entry.target_prompt_tokens
+        out.append(price(profile, e, int(draft), [RequestSpec(prompt, prompt, 0, new_tokens=n)], cost))
+    base = sum(o.base_decode.total_ms for o in out) / sum(o.base_decode.tokens for o in out)
+    sd_ms = sum(o.sd_decode.total_ms for o in out) / sum(o.sd_decode.tokens for o in out)
+    return float(base / sd_ms)

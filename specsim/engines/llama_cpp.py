@@ -1,0 +1,75 @@
+"""llama.cpp as a serving engine: ``llama-server``'s speculative flags, and the best draft length from a
+profile measured through llama.cpp (``calibrate latency --engine llama.cpp``).
+
+Flags (common/arg.cpp of llama.cpp 0c1e570; ``--draft-max``/``--draft-min`` are gone): ``-md`` the draft
+GGUF, ``--spec-type draft-simple``, ``--spec-draft-n-max`` K, ``--spec-draft-n-min 0`` and
+``--spec-draft-p-min 0`` (always K drafts: the fixed γ that was priced), ``-np`` slots; an n-gram kind is
+``--spec-type ngram-simple`` with its sizes (:class:`specsim.draft_shapes.ngram_lookup.NgramSimple`), no draft
+model.
+llama-server takes one K for every batch, and reads it at start only (one server per setting).
+With a llama.cpp profile the speedup at each γ is priced through its pass cost from the entry's traces
+(:func:`measured_speedups`, one request at a time, as the profile's check runs it).
+"""
+
+from __future__ import annotations
+
+import shlex
+
+from specsim.draft_shapes.ngram_lookup import NgramSimple
+from specsim.errors import SpecsimError
+from specsim.predict.pricing import price, request_specs
+from specsim.profile_format import MethodAcceptance, Profile
+
+LLAMA_CPP_COMMIT = "0c1e570"  # the build these flags were read from
+
+
+def server_args(
+    gamma: int, *, draft_model: str | None, parallel: int = 1, ngram: NgramSimple | None = None
+) -> list[str] | None:
+    """``llama-server`` flags for one draft length (None: γ = 0, serve without SD); with ``ngram`` the
+    n-gram kind instead of a draft model."""
+    if gamma == 0 and ngram is None:
+        return None
+    if ngram is not None:
+        return [*ngram.server_flags(), "-np", str(parallel)]
+    if not draft_model:
+        raise SpecsimError("--draft-model: llama.cpp's draft-simple needs the draft GGUF (-md PATH)")
+    return ["-md", draft_model, "--spec-type", "draft-simple", "--spec-draft-n-max", str(gamma),
+            "--spec-draft-n-min", "0", "--spec-draft-p-min", "0", "-np", str(parallel)]  # fmt: skip
+
+
+def is_llama_cpp_profile(profile: Profile) -> bool:
+    """Whether the profile's latency was measured through llama.cpp (its prompt pass does not draft)."""
+    model = profile.latency.cost_model
+    return model is not None and not model.first_pass_drafts
+
+
+def measured_speedups(profile: Profile, entry: MethodAcceptance, gammas, new_tokens: int) -> dict[int, float]:
+    """Decode-phase speedup at each γ over the entry's traced prompts, priced by the profile (batch 1)."""
+    specs = request_specs(entry, max_new_tokens=new_tokens)
+    return {int(g): float(price(profile, entry, int(g), specs).decode_speedup) for g in gammas}
+
+
+def llama_recommendation(
+    profile: Profile, entry: MethodAcceptance, min_speedup: float, draft_model: str
+) -> dict:
+    """The best γ of a llama.cpp profile (64 tokens per request, batch 1), its flags and a text table."""
+    from specsim.report import fmt, format_table
+
+    speedups = measured_speedups(profile, entry, range(1, profile.latency.forward_costs().max_gamma + 1), 64)
+    best = max(speedups, key=speedups.get)
+    gamma = best if speedups[best] >= min_speedup else 0
+    flags = server_args(gamma, draft_model=draft_model)
+    version = profile.latency.provenance.software.get("llama.cpp", "?") if profile.latency.provenance else "?"
+    table = format_table(["gamma", "speedup"], [[str(g), fmt(v, 3)] for g, v in speedups.items()])
+    verdict = f"best gamma {best} ({speedups[best]:.2f}x)" + (
+        "" if gamma else ": below --min-speedup, SD off"
+    )
+    text = (
+        f"llama.cpp ({version}) speculative settings for {entry.method}/{entry.scenario} of profile "
+        f"{profile.name}, priced from its measured passes (64 tokens, one request at a time)\n{table}\n"
+        f"{verdict}\n"
+        + ("llama-server " + shlex.join(flags) if flags else "serve without -md: SD does not pay")
+    )
+    return {"engine": "llama.cpp", "profile": profile.name, "speedups": speedups, "gamma": gamma,
+            "config": flags, "text": text}  # fmt: skip

@@ -1,0 +1,232 @@
+"""llama.cpp as an engine, without running it: its outputs read from small committed recordings
+(``tests/data/llama_cpp/``), llama-server's flags and schedule, the per-block fit against known terms, and
+every bad option one line, exit 2, before a binary runs."""
+
+import asyncio
+import json
+import subprocess
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from calibrate.llama_cpp import block_terms as bt
+from calibrate.llama_cpp.bench_output import parse_batched_jsonl, parse_bench_jsonl
+from calibrate.llama_cpp.binaries import find_llama_cpp, parse_cmake_cache, parse_version
+from calibrate.llama_cpp.cpu_share import CpuShare, starved
+from calibrate.llama_cpp.serve_runs import _events
+from calibrate.llama_cpp.server import ServerConfig, completion_body, parse_completion
+from specsim.costs.grid_pass_cost import GridPassCost
+from specsim.draft_shapes.ngram_lookup import NgramSimple
+from specsim.errors import SpecsimError
+from tests.test_llama_cpp_pricing import llama_like_profile
+
+DATA = Path(__file__).parent / "data" / "llama_cpp"
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_llama_bench_records_become_passes():
+    gen = parse_bench_jsonl((DATA / "llama_bench_gen.jsonl").read_text())
+    assert len(gen) == 1 and gen[0].rows == 1 and gen[0].forwards == 2 and gen[0].depth_tokens == 8
+    assert len(gen[0].pass_ms) == 2 and all(ms > 0 for ms in gen[0].pass_ms)
+    assert gen[0].context_tokens == 8.5 and gen[0].threads == 2 and gen[0].commit
+    prompt = parse_bench_jsonl((DATA / "llama_bench_prompt.jsonl").read_text())
+    assert prompt[0].rows == 3 and prompt[0].forwards == 1
+    with pytest.raises(SpecsimError, match="no JSON records"):
+        parse_bench_jsonl("llama-bench: error: no model\n")
+
+
+def test_llama_batched_bench_records_amid_its_log():
+    recs = parse_batched_jsonl((DATA / "batched_bench.txt").read_text())
+    assert [r.sequences for r in recs] == [1, 2]
+    assert all(r.prompt_tokens == 8 and r.steps == 2 and r.step_ms > 0 for r in recs)
+
+
+def test_version_and_build_flags():
+    version, commit, compiler = parse_version((DATA / "server_version.txt").read_text())
+    assert commit and version.endswith(f"commit {commit})") and compiler
+    flags = parse_cmake_cache((DATA / "CMakeCache.txt").read_text())
+    assert flags.get("CMAKE_BUILD_TYPE") == "Release" and "GGML_CUDA" not in flags
+    with pytest.raises(SpecsimError, match="version"):
+        parse_version("llama-server: command not found")
+
+
+def test_a_completion_and_its_stream():
+    c = parse_completion(json.loads((DATA / "completion_sd.json").read_text()))
+    assert c.predicted_n == 6 and len(c.tokens) == 6 and c.draft_n >= c.draft_accepted >= 0
+    assert c.decode_steps == 5 - c.draft_accepted
+    raw = (DATA / "stream_raw.http").read_bytes()
+    body = raw.split(b"\r\n\r\n", 1)[1]
+
+    async def read():
+        reader = asyncio.StreamReader()
+        reader.feed_data(body)
+        reader.feed_eof()
+        return [e async for e in _events(reader)]
+
+    events = asyncio.run(read())
+    assert sum(len(e.get("tokens") or ()) for e in events) == 4 and events[-1]["stop"]
+    with pytest.raises(SpecsimError, match="timings"):
+        parse_completion({"content": "hi"})
+
+
+def test_server_flags_are_todays_spelling():
+    args = ServerConfig("t.gguf", 2, draft="d.gguf", spec_type="draft-simple", draft_max=3).args()
+    joined = " ".join(args)
+    assert "--spec-draft-n-max 3" in joined and "-md d.gguf" in joined and "-t 2" in joined
+    assert "--draft-max" not in joined and "--draft-min" not in joined  # removed from llama.cpp
+    ngram = ServerConfig("t.gguf", 1, spec_type="ngram-simple", ngram_n=3, ngram_m=6).args()
+    assert "--spec-ngram-simple-size-m" in ngram and "-md" not in ngram
+    body = completion_body([1, 2], 8)
+    assert body["temperature"] == 0 and body["ignore_eos"] and not body["cache_prompt"]
+
+
+def test_llama_servers_schedule_caps_the_last_blocks():
+    assert bt.schedule(3, 3, 10) == [(3, 3, 4), (3, 3, 4), (0, 0, 1)]
+    assert bt.schedule(3, 0, 5) == [(3, 0, 1), (2, 0, 1), (1, 0, 1), (0, 0, 1)]
+    assert bt.synthetic_rates(3, 1) == (1.0, 0.0, 0.0)
+    with pytest.raises(SpecsimError):
+        bt.synthetic_rates(2, 3)
+    blocks = bt.blocks_of_run([0.1, 0.6, 0.6, 0.6, 0.9], 2, 2, 40)  # a block's tokens arrive together
+    assert [(b.drafts, b.emitted, b.context_tokens) for b in blocks] == [(2, 3, 40), (0, 1, 43)]
+    assert blocks[0].ms == pytest.approx(500.0) and blocks[1].ms == pytest.approx(300.0)
+
+
+def test_the_lookup_schedule_replays_a_stream_and_refuses_another():
+    prompt, kind = [1, 2, 3, 4, 5, 1, 2, 3, 4, 5], NgramSimple(2, 3)
+    out = [1, 2, 3, 4, 5, 1, 2, 3]
+    plan = bt.lookup_schedule(prompt, out, kind, 3)
+    assert plan[0] == (3, 3, 4)
+    with pytest.raises(SpecsimError, match="replayed lookup"):
+        bt.lookup_schedule(prompt, [1, 9, 9, 9, 9, 9, 9, 9], kind, 3)
+
+
+def test_the_block_fit_recovers_known_terms():
+    cost = GridPassCost.request(llama_like_profile().latency)
+    rng = np.random.default_rng(1)
+    samples = []
+    for g in (1, 3, 6):
+        for e in (1, g + 1):
+            s = bt.BlockSample(g, g, e - 1, e, int(rng.integers(40, 150)), 0.0)
+            samples.append(replace(s, ms=bt.forward_ms(cost, s) + 7.0 + 2.5 * g + 4.0 * e))
+    step = bt.BlockSample(0, 0, 0, 1, 60, 0.0)
+    samples.append(replace(step, ms=bt.forward_ms(cost, step) + 9.0))
+    fit = bt.fit_block_terms(samples, cost)
+    assert (fit.per_block_ms, fit.per_draft_ms, fit.per_token_ms) == pytest.approx((7.0, 2.5, 4.0))
+    assert fit.per_step_ms == pytest.approx(9.0) and fit.rms_ms < 1e-6
+    with pytest.raises(SpecsimError, match="two draft counts"):
+        bt.fit_block_terms(samples[:2], cost)
+
+
+def test_cpu_share_and_starvation():
+    with CpuShare() as share:
+        sum(i * i for i in range(200_000))
+    assert share.seconds > 0 and share.ours >= 0 and share.foreign >= 0
+    assert starved(replace(share, seconds=1.0, ours=0.5), 1) and not starved(
+        replace(share, seconds=1.0, ours=1.9), 2
+    )
+
+
+def test_a_build_folder_is_checked_before_anything_runs(tmp_path):
+    with pytest.raises(SpecsimError, match="is not a folder"):
+        find_llama_cpp(str(tmp_path / "nowhere"))
+    (tmp_path / "llama-server").write_text("")
+    with pytest.raises(SpecsimError, match="llama-bench"):
+        find_llama_cpp(str(tmp_path))
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["check", "--runtime", "llama.cpp", "--profile", "qwen2.5-coder-0.5b-1.5b-cpu-xeon"], "--threads"),
+        (
+            [
+                "check",
+                "--runtime",
+                "llama.cpp",
+                "--threads",
+                "2",
+                "--profile",
+                "qwen2.5-coder-0.5b-1.5b-cpu-xeon",
+                "--no-write",
+            ],
+            "not llama.cpp's",
+        ),
+        (
+            [
+                "calibrate",
+                "latency",
+                "--engine",
+                "llama.cpp",
+                "--threads",
+                "2",
+                "--renice",
+                "5",
+                "--out",
+                "x.json",
+            ],
+            "--renice",
+        ),
+        (
+            [
+                "calibrate",
+                "latency",
+                "--engine",
+                "llama.cpp",
+                "--threads",
+                "2",
+                "--ngram",
+                "ngram-mod",
+                "--out",
+                "x.json",
+            ],
+            "--ngram",
+        ),
+        (
+            [
+                "calibrate",
+                "latency",
+                "--engine",
+                "llama.cpp",
+                "--threads",
+                "2",
+                "--llama-cpp",
+                "/nowhere",
+                "--preset",
+                "qwen2.5-coder-0.5b-1.5b",
+                "--out",
+                "x.json",
+            ],
+            "--llama-cpp",
+        ),
+        (
+            [
+                "calibrate",
+                "acceptance",
+                "--engine",
+                "llama.cpp",
+                "--threads",
+                "2",
+                "--method",
+                "M",
+                "--out",
+                "x.json",
+            ],
+            "--method",
+        ),
+    ],
+)
+def test_bad_llama_cpp_options_are_one_line(argv, message, tmp_path):
+    code = "import sys; from specsim.cli.main import main; sys.exit(main(sys.argv[1:]))"
+    proc = subprocess.run(
+        [sys.executable, "-c", code, *argv],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)},
+        timeout=120,
+    )
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.count("\n") == 1 and message in proc.stderr
