@@ -28,7 +28,7 @@ from specsim.hardware.parallel import (
 )
 from specsim.hardware.plan_assumptions import plan_assumptions, scale_out_notes
 from specsim.hardware.plan_notes import v_below_one_note
-from specsim.hardware.plan_rows import best_speedup_at, end_to_end_speedup, prefill_ms, price_blocks
+from specsim.hardware.plan_rows import best_speedup_at, end_to_end_speedup, price_blocks, request_prefills_ms
 from specsim.hardware.roofline import USABLE_MEMORY_FRACTION, Efficiency
 from specsim.hardware.roofline_pass_cost import RooflinePassCost
 from specsim.predict.acceptance_source import MethodTau
@@ -173,7 +173,7 @@ def _device_rows(
 ) -> list[PlanRow]:
     cost = _cost(target, draft, dev, eff, par, draft_kind)
     p = price_blocks(cost, mt, batches, contexts)
-    pre = prefill_ms(cost, lengths[0], batches) if lengths else None
+    pre = request_prefills_ms(cost, lengths[0], batches) if lengths else None
     best = np.argmax(p.speedup, axis=-1)  # [B, L]
     ctx = contexts[None, :, None]
     bound = cost.compute_bound(TARGET, 1, ctx, batches[:, None, None])[..., 0]

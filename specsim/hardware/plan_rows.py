@@ -55,7 +55,7 @@ def best_speedup_at(cost: RooflinePassCost, mt: MethodTau, batches, context: flo
     return price_blocks(cost, mt, batches, [context]).speedup.max(axis=-1)[:, 0]
 
 
-def prefill_ms(cost: RooflinePassCost, prompt_tokens: int, batches) -> tuple[np.ndarray, np.ndarray]:
+def request_prefills_ms(cost: RooflinePassCost, prompt_tokens: int, batches) -> tuple[np.ndarray, np.ndarray]:
     """(target, draft) prefill of ``prompt_tokens`` per sequence for each batch (ms; the draft's 0 for a
     lookup kind)."""
     b = np.asarray(batches, dtype=float)

@@ -195,7 +195,7 @@ class RooflinePassCost:
         """:meth:`line` of a one-row draft pass with the drafting kind's per-forward floor in its rest."""
         line = self.line(DRAFT, batch, 1, chunks)
         floor = float(self.draft_floor_ms(0.0))
-        return line[:8] + (line[8] + floor, line[9])
+        return line[:8] + (line[8] + floor, line[9]) + line[10:]
 
     def line_ms(self, line: tuple[float, ...], kv_sum):
         """ms of a pass from its :meth:`line` at Σ KV ``kv_sum`` (a float or an array; lines may be
