@@ -12,12 +12,12 @@ import numpy as np
 import pytest
 
 from specsim.cli.main import main
-from specsim.draft_kinds.heads import draft_side
 from specsim.draft_kinds.registry import draft_kind, kind_rows
 from specsim.engines.imported import import_vllm
 from specsim.engines.recommend import LatencyModel, recommend
 from specsim.errors import SpecsimError
 from specsim.hardware.device import load_device
+from specsim.hardware.draft_heads import draft_side
 from specsim.hardware.model_resolution import load_model_spec
 from specsim.hardware.plan import plan_hardware
 from specsim.hardware.roofline import forward_ms

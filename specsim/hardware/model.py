@@ -111,7 +111,7 @@ class ModelSpec:
     tie_word_embeddings: bool = False
     vision: VisionSpec | None = None
     # weights every forward streams beyond its decoder layers and LM head (a draft head's fc over the
-    # target's features and wider first projection: :mod:`specsim.draft_kinds.heads`)
+    # target's features and wider first projection: :mod:`specsim.hardware.draft_heads`)
     extra_weights: int = 0
 
     @property

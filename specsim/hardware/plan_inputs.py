@@ -8,10 +8,10 @@ the option they are about (``--fit-dtype: ...``).
 
 from __future__ import annotations
 
-from specsim.draft_kinds.heads import draft_side
 from specsim.draft_kinds.registry import draft_kind as kind_named
 from specsim.errors import SpecsimError
 from specsim.hardware.device import Device, load_device
+from specsim.hardware.draft_heads import draft_side
 from specsim.hardware.efficiency_fit import (
     FitResult,
     HoldoutResult,
@@ -88,7 +88,7 @@ def resolve_models(
     draft_kind: str | None = None,
 ) -> tuple[str | None, ModelSpec, ModelSpec | None]:
     """(pair or None, target, the draft side) from --pair, --target/--draft (or --model-config) or
-    --fit-profile and --draft-kind (:func:`specsim.draft_kinds.heads.draft_side`: a head kind's draft
+    --fit-profile and --draft-kind (:func:`specsim.hardware.draft_heads.draft_side`: a head kind's draft
     defaults to its preset for the target; a lookup kind has none); ``image_size``: --image-size, for towers
     whose image tokens depend on it."""
     kind = kind_named(draft_kind)

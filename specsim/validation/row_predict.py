@@ -20,9 +20,9 @@ import numpy as np
 
 from specsim.acceptance.theory import block_speedup
 from specsim.costs.pass_cost import DRAFT, TARGET
-from specsim.draft_kinds.heads import head_spec, mtp_head
 from specsim.draft_kinds.registry import draft_kind
 from specsim.hardware.device import Device, load_device
+from specsim.hardware.draft_heads import head_spec, mtp_head
 from specsim.hardware.engine_terms import block_terms_ms, draft_pass_ms, step_terms_ms
 from specsim.hardware.model_resolution import model_config
 from specsim.hardware.roofline import forward_bytes
@@ -43,7 +43,7 @@ def _spec(ps_key: int, ps: PublishedSet, name: str, dtype: str, kv_dtype: str):
 
 def models(ps: PublishedSet, row: Row):
     """(target, draft side or None) ModelSpecs of a row: a head kind's draft as the kind runs it
-    (:mod:`specsim.draft_kinds.heads`), None for a lookup kind."""
+    (:mod:`specsim.hardware.draft_heads`), None for a lookup kind."""
     target = _spec(id(ps), ps, row.target, row.weights_dtype, row.kv_dtype)
     kind = draft_kind(row.draft_kind)
     if not kind.has_model:
