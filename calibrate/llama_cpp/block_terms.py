@@ -1,16 +1,10 @@
-"""The work of llama.cpp's draft/verify alternation outside the forwards ``llama-bench`` times, measured in
-``llama-server`` itself with synthetic acceptance (``--spec-synth-rates``: 1 for the first ``a`` drafts, 0
-after, so every block accepts exactly ``a``).
+"""The work of llama.cpp's draft/verify alternation outside the forwards ``llama-bench`` times (ms),
+measured in ``llama-server`` with synthetic acceptance (``--spec-synth-rates``: every block accepts ``a``).
 
-A run streams one request; its tokens arrive a block at a time, so each block's ms is the gap between the
-arrivals of its last token and the previous block's (:func:`blocks_of_run`). The schedule is known: after
-the prompt pass's token, a block after ``t`` tokens drafts g = min(γ, N − t − 1) (the server's cap), accepts
-min(a, g) and emits one more. Each block's residual = its ms − the forwards the profile's grids price for it
-(g draft steps, the draft's catch-up over g + 1 rows, the verification of g + 1 rows; a block of g = 0 is a
-target step) is fitted as o₀ + o_g·g + o_e·emitted (:func:`fit_block_terms`), and a target-only step's
-residual (its ms − Tp) is its own term. So the fit says which per-block work is there: per block, per draft
-(the draft's sampling over the vocabulary, the verification's extra rows of logits) or per emitted token
-(sampling the target at that position, detokenising, sending).
+Each block's ms is the gap between the arrivals of its last token and the previous block's
+(:func:`blocks_of_run`); its residual over the forwards the grids price for it (g = min(γ, N − t − 1) drafts)
+is fitted as o₀ + o_g·g + o_e·emitted (:func:`fit_block_terms`): per block, per draft, per emitted token.
+A target-only step's residual (its ms − Tp) is its own term. More: ARCHITECTURE.md, Notes by module.
 """
 
 from __future__ import annotations

@@ -1,13 +1,9 @@
 """``specsim check --runtime llama.cpp``: llama.cpp's own speculative decoding against its target-only
 decoding, one request at a time, in rounds.
 
-One llama-server per setting (target-only; the draft model at each ``--spec-draft-n-max``; an n-gram kind),
-all started at once and idle but for the request each is sent. A round sends every prompt to every setting,
-the settings of one prompt back to back (so a row's base and SD runs share the host's minutes); rounds go on
-until each row's decode-phase speedup has a 95 % half-width within ``halfwidth`` (at least ``min_rounds``),
-``max_rounds`` or ``max_seconds``. Every finished request is appended to a partial file next to the profile
-(atomic), and a rerun resumes from it, so a long check runs in slices (the host's lock is held ≤ 10 min).
-A request whose own processes lost their core (:func:`calibrate.llama_cpp.cpu_share.starved`) is redone.
+One llama-server per setting, all started at once; a round sends every prompt to every setting, until each
+row's decode-phase speedup has a 95 % half-width within ``halfwidth`` (or a round or time limit). Finished
+requests go to a partial file a rerun resumes from. More: ARCHITECTURE.md, Notes by module.
 """
 
 from __future__ import annotations

@@ -1,12 +1,9 @@
 """``specsim calibrate latency --engine llama.cpp``: a profile's latency measured through llama.cpp itself.
 
-Two stages. The passes (:mod:`calibrate.llama_cpp.pass_grids`): ``llama-bench`` on the target and the draft
-fills the cost model's grids, the draft's catch-up pass included. The work around them
-(:mod:`calibrate.llama_cpp.block_terms`): ``llama-server`` runs synthetic-acceptance requests at each γ, every
-block timed as it streams, and the residuals over the grids' forwards are fitted per block, per draft and
-per emitted token, and per target-only step; with an n-gram kind, its blocks likewise (its per-token term is
-the draft model's: the same sampling and token handling). The profile says what built llama.cpp (version,
-commit, build flags), the threads and how the fit went.
+Two stages: the passes (:mod:`calibrate.llama_cpp.pass_grids`: ``llama-bench`` fills the cost model's grids,
+the draft's catch-up included), and the work around them (:mod:`calibrate.llama_cpp.block_terms`: the
+residuals of ``llama-server``'s synthetic-acceptance blocks over the grids' forwards, fitted per block, per
+draft, per emitted token and per target-only step). More: ARCHITECTURE.md, Notes by module.
 """
 
 from __future__ import annotations

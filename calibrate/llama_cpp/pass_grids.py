@@ -1,18 +1,9 @@
 """The profile's pass grids measured by ``llama-bench``: every forward llama.cpp's speculative decoding runs.
 
-Per model, three ``llama-bench`` runs (``-t`` threads, ``-r`` repetitions, JSONL):
-
-- generation tests (``-n 4``) at each cache depth: a 1-row step → ``target_decode``, ``draft_first`` and
-  ``draft_next`` (llama.cpp's draft feeds one row per step: its first is the target's last token);
-- prompt tests of ``rows`` = 2..γ_max+1 at each depth on the draft: one forward over the rows, logits at the
-  last → ``draft_catchup``, the draft's pass over the rows the target just verified (llama.cpp re-runs them
-  through the draft after each verification, ``TAG_SPEC_AVOID_DRAFT_REEVAL`` in its server);
-- prompt tests at depth 0 → ``target_prefill`` / ``draft_prefill``.
-
-The verification keeps every row's logits, which a ``llama-bench`` prompt test does not (it keeps the
-last row's). So ``target_verify`` comes from ``llama-batched-bench`` (unified KV cache): a generation step of
-R sequences, one row each, every row with logits, over R prompts of depth/R tokens, is a pass of R rows
-with logits over the same cells of cache as a verification of R rows at that depth.
+Per model, ``llama-bench`` generation tests (1-row steps → ``target_decode``, ``draft_first``, ``draft_next``)
+and prompt tests (``draft_catchup`` over 2..γ_max+1 rows; ``target_prefill``/``draft_prefill`` at depth 0).
+``target_verify`` comes from ``llama-batched-bench``, since a verification keeps every row's logits.
+More: ARCHITECTURE.md, Notes by module.
 """
 
 from __future__ import annotations

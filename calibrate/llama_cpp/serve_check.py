@@ -1,12 +1,10 @@
 """The serving check against ``llama-server``: runs at each rate, target-only and SD, in rounds; and their
 rows against ``specsim serve``'s simulation of the same requests priced from the llama.cpp profile.
 
-Servers: ``-np`` slots (``max_num_seqs``) sharing one unified KV cache; one per side (target-only, the draft
-at each γ), all started first and idle but for their run. A round runs every rate on every side, the sides
-of one rate back to back; each finished run is appended to a partial file (a rerun goes on from it). The
-prediction (:func:`specsim.check.serve_comparison.predicted_run`): the runs' own arrivals and prompts,
-llama-server's scheduler (slots, whole prompts up to its 2048-token batch, decode rows first), acceptance
-replayed from each request's llama.cpp trace, every step from :class:`specsim.serve.llama_step_cost`.
+Servers: ``-np`` slots (``max_num_seqs``) sharing one unified KV cache, one per side; finished runs go to a
+partial file a rerun goes on from. The prediction (:func:`specsim.check.serve_comparison.predicted_run`)
+replays the runs' arrivals and prompts through llama-server's scheduler, every step priced by
+:class:`specsim.serve.llama_step_cost`. More: ARCHITECTURE.md, Notes by module.
 """
 
 from __future__ import annotations

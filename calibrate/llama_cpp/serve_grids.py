@@ -1,12 +1,10 @@
 """The batched grids of a llama.cpp profile (``calibrate latency --engine llama.cpp --request-batches``):
 what ``llama-server``'s passes cost with B slots decoding in its unified KV cache.
 
-``llama-batched-bench`` (``-kvu``): B sequences of ``width`` tokens, then one row per sequence per step, every
-row with logits → ``target_decode`` and ``draft_step`` at (1, width, B); B·(γ+1) sequences of width/(γ+1)
-tokens → ``target_verify`` at (γ+1, width, B) (the same rows with logits over the same cells of cache as B
-slots verifying γ+1 rows each). ``llama-bench`` on the draft, B·(γ+1) rows at depth B·width, logits at the
-last → ``draft_catchup``. The work outside the passes is B times the one-request terms (the server samples
-and handles tokens slot by slot).
+``llama-batched-bench`` (``-kvu``) → ``target_decode``, ``draft_step`` at (1, width, B) and ``target_verify``
+at (γ+1, width, B); ``llama-bench`` on the draft → ``draft_catchup``. The work outside the passes is B times
+the one-request terms (the server samples and handles tokens slot by slot).
+More: ARCHITECTURE.md, Notes by module.
 """
 
 from __future__ import annotations

@@ -1,12 +1,9 @@
 """``specsim check --serve-rates … --runtime llama.cpp``: a seeded Poisson load sent to ``llama-server`` on
 loopback by one light asyncio client, every token stamped as it streams.
 
-The workload is the project's (:func:`specsim.serve.arrivals.poisson_arrivals`, seeded): request i sends
-prompt i mod P (token ids, greedy, EOS ignored, ``n_predict`` tokens) at its arrival time. One thread runs
-the client (an event loop of plain HTTP/1.1 connections, chunked server-sent events decoded by hand), so it
-adds little to the 2 cores the server computes on; its own CPU share is recorded. A run is a
-:class:`specsim.check.serve_comparison.ServedTimes`: per request arrival, first token and finish, every
-token's stamp (s from the start), and the server's drafts and accepted drafts from each final ``timings``.
+Request i sends prompt i mod P at its arrival (:func:`specsim.serve.arrivals.poisson_arrivals`, seeded). A
+run is a :class:`specsim.check.serve_comparison.ServedTimes`: per request arrival, first token, finish and
+every token's stamp, and the server's drafts and accepted drafts. More: ARCHITECTURE.md, Notes by module.
 """
 
 from __future__ import annotations

@@ -1,16 +1,10 @@
 """Check rows of an engine this project did not write (llama.cpp): its runs against two predictions.
 
-A run is what the engine reports per request (:class:`EngineRun`: decode-phase ms after the first token,
-tokens, drafts proposed and accepted). Measured: the decode-phase speedup over its target-only runs
-(:func:`specsim.check.comparison.measure`, rounds paired per prompt, 95 % half-width). Predicted, both through
-:func:`specsim.predict.pricing.price` and the profile's pass cost:
-
-- from the traces: every prompt's greedy trace replayed at γ (an n-gram kind: its lookup replayed over the
-  trace's prompt and tokens) — the whole prediction (``speedup_predicted``);
-- from the counts: each prompt's τ as the run measured it (tokens over target passes) in blocks of τ (an
-  n-gram kind: its mean drafts per verified block) — the costs alone (``speedup_predicted_counts``).
-
-The textbook is τ / (γ·c + 1) with τ from an i.i.d. α fitted at the reference γ (Leviathan et al. 2023).
+A run (:class:`EngineRun`) is what the engine reports per request. Measured: the decode-phase speedup over
+its target-only runs (:func:`specsim.check.comparison.measure`). Predicted through
+:func:`specsim.predict.pricing.price`: from the traces replayed at γ (``speedup_predicted``), and from each
+run's own τ in blocks of τ, the costs alone (``speedup_predicted_counts``).
+More: ARCHITECTURE.md, Notes by module.
 """
 
 from __future__ import annotations

@@ -1,15 +1,10 @@
 """Passes priced from a profile's measured grids (:mod:`specsim.profile_format.cost_model`): this project's
 engines, another engine's profile or a GPU's, whichever measured them.
 
-Two engines' grids: one request's (``CostModel``: the batch axis is the draft's batch, an ensemble's
-members) and, where ``batched`` is given, the batched engine's (:mod:`specsim.profile_format.batched_cost`:
-the batch axis is the requests in the pass, the context axis the padded cache width), which then price every
-pass but the prefills. Reading a grid: :func:`specsim.profile_format.cost_grid.grid_ms` (linear, flagged
-extrapolation along context; prompts' prefill grids along rows).
-
-``drafter="lookup"``: drafts from a host lookup with no draft model (n-gram,
-:mod:`specsim.draft_shapes.ngram_lookup`): draft passes cost nothing, no catch-up, and a block's work outside
-the target's pass is the profile's ``lookup_overhead_ms_per_block``.
+One request's grids (``CostModel``: batch = the draft's batch) and, where ``batched`` is given, the batched
+engine's (batch = the requests in the pass, context = the padded cache width), which then price every pass
+but the prefills; read by :func:`specsim.profile_format.cost_grid.grid_ms`. ``drafter="lookup"``: no draft
+model (n-gram). More: ARCHITECTURE.md, Notes by module.
 """
 
 from __future__ import annotations

@@ -2,11 +2,10 @@
 
 A pass is one forward of the ``target`` or the ``draft`` over ``rows`` new positions per sequence for
 ``batch`` sequences, on caches ``width`` positions wide (pads and masked columns included); ``kind`` names
-its place in the engine's alternation (:data:`KINDS`). Around the passes: the engine's work per SD block,
-per token a block emits and per target-only step, the vision encoder, the draft forwards a block runs
-beyond its γ drafts, and the engine's schedule (the draft's catch-up pass; whether the prompt's pass drafts).
-Implementations: :class:`specsim.costs.grid_pass_cost.GridPassCost` (a profile's measured grids) and
+its place in the engine's alternation (:data:`KINDS`). Implementations:
+:class:`specsim.costs.grid_pass_cost.GridPassCost` (a profile's measured grids) and
 :class:`specsim.hardware.roofline_pass_cost.RooflinePassCost` (a model on a device under a runtime).
+More: ARCHITECTURE.md, Notes by module.
 """
 
 from __future__ import annotations

@@ -1,14 +1,10 @@
 """llama.cpp as a serving engine: ``llama-server``'s speculative flags, and the best draft length from a
 profile measured through llama.cpp (``calibrate latency --engine llama.cpp``).
 
-Flags (common/arg.cpp of llama.cpp 0c1e570; ``--draft-max``/``--draft-min`` are gone): ``-md`` the draft
-GGUF, ``--spec-type draft-simple``, ``--spec-draft-n-max`` K, ``--spec-draft-n-min 0`` and
-``--spec-draft-p-min 0`` (always K drafts: the fixed γ that was priced), ``-np`` slots; an n-gram kind is
-``--spec-type ngram-simple`` with its sizes (:class:`specsim.draft_shapes.ngram_lookup.NgramSimple`), no draft
-model.
-llama-server takes one K for every batch, and reads it at start only (one server per setting).
-With a llama.cpp profile the speedup at each γ is priced through its pass cost from the entry's traces
-(:func:`measured_speedups`, one request at a time, as the profile's check runs it).
+Flags (common/arg.cpp of llama.cpp 0c1e570): ``-md`` the draft GGUF, ``--spec-type draft-simple``,
+``--spec-draft-n-max`` K with its n-min and p-min 0 (always K drafts), ``-np`` slots; K is one for every
+batch, read at start only. With a llama.cpp profile the speedup at each γ is priced through its pass cost
+from the entry's traces (:func:`measured_speedups`). More: ARCHITECTURE.md, Notes by module.
 """
 
 from __future__ import annotations

@@ -1,13 +1,10 @@
 """Where SD pays along a sweep (batches, request rates), and where memory stops the batch first.
 
-:func:`paying_runs` is the one reading of a sweep: its points split into runs of consecutive points where SD
-pays (speedup >= a threshold, 1 by default) and where it does not; :func:`paying_range` and every verdict
-printed beside a sweep's rows (:func:`runs_text`) are read off them, so a verdict names exactly the points
-that lose. A sweep alone can answer "never" only up to its largest batch, so :class:`StopPaying` also reads
-the largest batch that fits the device (:func:`specsim.hardware.parallel.largest_fitting_batch`) and the
-speedup there: when SD still pays at that batch, memory, not SD, caps the batch at that context.
-:func:`crossover_batch` solves the crossover on a continuous batch axis (any batch, not only those planned);
-:func:`interpolated_crossover` reads a published sweep's between its batches.
+:func:`paying_runs` splits a sweep's points into runs where SD pays (speedup >= a threshold, 1 by default)
+and where it does not; :func:`paying_range` and every verdict (:func:`runs_text`) are read off them.
+:class:`StopPaying` also reads the largest batch that fits the device; :func:`crossover_batch` solves the
+crossover on a continuous batch axis, :func:`interpolated_crossover` a published sweep's between its batches.
+More: ARCHITECTURE.md, Notes by module.
 """
 
 from __future__ import annotations

@@ -1,13 +1,8 @@
 """The draft side of a drafting kind as a :class:`~specsim.hardware.model.ModelSpec` the roofline prices.
 
-- ``model``: the draft model as resolved;
-- ``eagle`` (EAGLE-1/2): the head's decoder layer at the target's width; the target's LM head read every
-  step (vocab = the target's); ``extra_weights`` = its fc over [embedding; feature], 2·h × h;
-- ``eagle3``: the head's layer; its own LM head over ``draft_vocab_size`` rows; ``extra_weights`` = the fc
-  over three target layers, 3·h × h, and the first projection's second input half, h × (q + 2·kv);
-- ``mtp``: one more decoder layer of the target's shape (or the head config given) with the target's LM
-  head; ``extra_weights`` = the projection of [h; embedding], 2·h × h;
-- ``ngram``/``suffix``: None (no model). A head's input embedding is the target's (a gather).
+``model``: the draft model as resolved; ``eagle`` (EAGLE-1/2), ``eagle3``, ``mtp``: the head's decoder layer
+with an LM head and ``extra_weights`` (its fc or projection, in h × h blocks); ``ngram``/``suffix``: None
+(no model). A head's input embedding is the target's (a gather). More: ARCHITECTURE.md, Notes by module.
 """
 
 from __future__ import annotations

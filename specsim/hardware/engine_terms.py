@@ -1,17 +1,10 @@
 """What a serving engine does around its passes, as named terms (ms) of an SD block and of a target-only step.
 
-block = (γ + e)·Tq + Tv + Σ block terms;  target step = Tp + Σ step terms  (ARCHITECTURE.md, "Batch terms"),
-with e·Tq (``extra_draft_forwards``) the draft forwards a block runs beyond its γ drafts;
-- ``block_fixed``: ``overhead_ms_per_block`` (acceptance and cache bookkeeping per block);
-- ``sampling``: ``sampler_ms_per_token`` per sampled target position (B·(γ+1) in a block, B in a step);
-- ``rejection``: ``rejection_ms_per_draft_token`` per verified draft (B·γ);
-- ``lookup``: ``lookup_ms_per_sequence`` per sequence for a drafting kind with no model (n-gram, suffix);
-- ``scheduling``: CPU work per engine step, ``schedule_ms_per_step`` + B·``schedule_ms_per_sequence``, of
-  which the share ``schedule_overlap`` runs while the GPU computes (vLLM V1's asynchronous scheduling) and
-  shows only where it outlasts the step's GPU time; an SD block overlaps ``schedule_overlap_sd`` of it with
-  a draft head, ``schedule_overlap_sd_model`` with a draft model or a lookup (SGLang v0.4 turned its overlap
-  scheduler off under speculative decoding; vLLM's asynchronous scheduling covered EAGLE/MTP first).
+block = (γ + e)·Tq + Tv + Σ block terms;  target step = Tp + Σ step terms,
+with e·Tq (``extra_draft_forwards``) the draft forwards a block runs beyond its γ drafts. Terms:
+``block_fixed``, ``sampling``, ``rejection``, ``lookup``, ``scheduling`` (partly hidden under the GPU's work).
 Each term is bounded by its engine's work per token or per sequence; none is a free per-sequence fit.
+More: ARCHITECTURE.md, Notes by module.
 """
 
 from __future__ import annotations

@@ -1,5 +1,4 @@
-"""Price a chain request's forwards through the pass cost (:mod:`specsim.costs.pass_cost`), each where it
-runs.
+"""Price a chain request's forwards, each where it runs, through :mod:`specsim.costs.pass_cost`.
 
 A request's context grows from its prompt P to P + N; each pass is priced at its own rows, context and batch
 in the engine's cache convention (a block after t tokens verifies γ+1 rows on P − 1 + t cached positions).

@@ -5,8 +5,7 @@
 :func:`price` takes :class:`RequestSpec` requests (traced, replayed exactly, or N tokens in blocks of τ) and a
 γ, tree or policy, and returns costs by term, SD and target-only: the whole request (vision, draft set-up,
 the fused first pass, every block) and the decode phase (as if the prompt were cached; Leviathan et al.
-2023). Speedup = target-only ms / SD ms over the same tokens; an engine whose prompt pass does not draft
-(llama.cpp) drafts from the second token. More: ARCHITECTURE.md, Notes by module.
+2023). Speedup = target-only ms / SD ms over the same tokens. More: ARCHITECTURE.md, Notes by module.
 """
 
 from __future__ import annotations

@@ -5,8 +5,7 @@
 ``draft_step`` (optional ``draft_first_step``), overheads per block (γ × B) and per target-only step (B),
 optional ``draft_catchup`` (llama.cpp) and ``server_loop`` (:class:`ServerLoopCosts`). The context axis is
 the **cache width**, pads and masked columns included; read by
-:class:`specsim.costs.grid_pass_cost.GridPassCost`.
-More: ARCHITECTURE.md, Notes by module.
+:class:`specsim.costs.grid_pass_cost.GridPassCost`. More: ARCHITECTURE.md, Notes by module.
 """
 
 from __future__ import annotations

@@ -25,13 +25,11 @@ SERVE_METRICS = (
 class ServeCheckRow:
     """One serving check result (schema 3, optional ``serve_checks``).
 
-    The loop served ``requests`` requests of ``scenario`` (its prompts in turn) arriving as a seeded Poisson
-    process at ``rate_per_s``, at most ``max_num_seqs`` at once, ``new_tokens`` each at most; ``method`` and
-    ``gamma`` the SD side (``gamma`` 0: target-only, ``method`` "target"). ``metrics`` maps each name of
-    :data:`SERVE_METRICS` to its predicted and measured value (mean over ``rounds`` repeats of the same
-    arrivals) and the measured value's relative 95% half-width. ``synthetic_acceptance`` (absent: lossless)
-    names the schedule the SD blocks' accept decisions followed (``check --synthetic-acceptance``).
-    ``runtime`` (absent: this project's server loop) names the server that ran, e.g. ``llama.cpp``.
+    ``requests`` requests of ``scenario`` arriving as a seeded Poisson process at ``rate_per_s``, at most
+    ``max_num_seqs`` at once, ``new_tokens`` each at most; the SD side ``method`` and ``gamma`` (0:
+    target-only). ``metrics`` maps each name of :data:`SERVE_METRICS` to its predicted and measured value
+    (mean over ``rounds``) and the measured value's relative 95% half-width. Optional:
+    ``synthetic_acceptance``, ``runtime``. Field notes: ARCHITECTURE.md, Notes by module.
     """
 
     method: str

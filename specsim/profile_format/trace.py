@@ -18,8 +18,7 @@ class Trace:
     Σ_x min(p_t(x), q_t(x)) (sampling); either may be absent, not both. Optional: ``tokens``,
     ``prompt_tokens``/``draft_prompt_tokens`` (schema 2), top-k ``draft_rank`` and ``draft_top_probs`` (trees,
     confidence policies), ``accept_paths[k][t]`` = min(1, q_t(y_t) / p_t(y_t)) along sampled target paths
-    (Leviathan et al. 2023, §3.5), ``adaptive`` (an :class:`AdaptiveTrace`, for exact replay), ``prompt_ids``
-    (n-gram replay).
+    (Leviathan et al. 2023, §3.5), ``adaptive`` (exact replay), ``prompt_ids`` (n-gram replay).
     Field notes: ARCHITECTURE.md, Notes by module.
     """
 

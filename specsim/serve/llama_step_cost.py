@@ -1,15 +1,10 @@
 """A ``llama-server`` step priced from a llama.cpp profile (:class:`specsim.serve.step_cost.StepCost`).
 
-llama-server decodes its busy slots (``--parallel N``) in one unified KV cache: a step's target pass carries
-every decoding slot's rows (its last token and γ drafts) and the prompts being processed; every row attends
-over the cells in use, so a pass of B slots costs what the profile's batched grids measured
-(``llama-batched-bench``: B sequences, rows per sequence, each sequence's cache width) at the slots' mean
-width. With a draft model, each step drafts γ passes of one row per slot, and after the target's pass the
-draft re-runs the same batch (its catch-up: γ+1 rows per slot, and the prompts' rows, the draft's prefill).
-Rejected drafts are removed from the cache (``keeps_rejected_drafts`` false). Outside the passes: the
-batched work per target-only step or per block at γ and B, plus per emitted token (τ tokens a block per
-slot, the mean of the traces served: ``tokens_per_block``). Prompts are priced with the prefill grids
-(their rows run in the same pass as the decode rows; a compute-bound CPU pass costs about the sum).
+Busy slots (``--parallel N``) decode in one unified KV cache: a step's target pass carries every decoding
+slot's rows and the prompts being processed, priced from the batched grids (``llama-batched-bench``) at the
+slots' mean width; with a draft model, γ draft passes of one row per slot, then the draft's catch-up after
+the target's pass. Rejected drafts leave the cache. Outside the passes: the batched work per target-only
+step or per block at γ and B, plus per emitted token. More: ARCHITECTURE.md, Notes by module.
 """
 
 from __future__ import annotations

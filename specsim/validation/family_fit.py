@@ -1,12 +1,10 @@
 """Runtimes fitted as a family: serving engines that share the hardware's kernels but not their SD code.
 
 A runtime whose ``defaults_from`` names another (SGLang, TensorRT-LLM and vLLM's V0 engine name vLLM) joins
-that runtime's fit. The parameters in :data:`POOLED` (how the GPU fills its tensor cores, and the engine
-terms that grow with the batch) are one value for the whole family, fitted on every member's rows; each
-member with rows of its own gets its own copy of the other ``fit`` parameters (memory efficiency, per-pass,
-per-block and per-forward overheads), pulled toward the base's cited defaults as the base's are; a member
-with no rows (its only source held out) is priced at the base's fitted values. Each member keeps its own
-cited switches (which CPU work it overlaps, how it places the draft). Fitting in θ space: :mod:`.fit_params`.
+that runtime's fit. The parameters in :data:`POOLED` are one value for the whole family, fitted on every
+member's rows; each member with rows of its own gets its own copy of the other ``fit`` parameters, pulled
+toward the base's cited defaults; a member with no rows is priced at the base's fitted values. Fitting in θ
+space: :mod:`.fit_params`. More: ARCHITECTURE.md, Notes by module.
 """
 
 from __future__ import annotations
