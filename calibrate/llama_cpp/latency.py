@@ -21,11 +21,11 @@ import numpy as np
 from calibrate.llama_cpp import block_terms as bt
 from calibrate.llama_cpp.bench_output import BatchedRecord, BenchRecord
 from calibrate.llama_cpp.binaries import LlamaCpp
-from calibrate.llama_cpp.models import host_name
 from calibrate.llama_cpp.pass_grids import GridPlan, measure_model, measure_verify, pass_grids
 from calibrate.llama_cpp.server import LlamaServer, ServerConfig
 from specsim.costs.grid_pass_cost import GridPassCost
 from specsim.draft_shapes.ngram_lookup import NgramSimple
+from specsim.hardware.host import cpu_device_name
 from specsim.jsonio import parse_json, read_text, write_json_atomic
 from specsim.profile_format import LatencySection, Provenance
 from specsim.profile_format.cost_model import CostModel
@@ -223,7 +223,7 @@ def measure_latency(
     provenance = Provenance(
         target=_stem(target),
         draft=_stem(draft),
-        device=host_name(),
+        device=cpu_device_name(),
         dtype=f"gguf {quant}",
         date=datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d"),
         source="measured",
@@ -297,7 +297,7 @@ def save_traces(out, traces, scenario: str, command: str, target: str, draft: st
         profile = load_profile(str(out))
     else:
         date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d")
-        provenance = Provenance(_stem(target), _stem(draft), host_name(), "gguf", date, "measured")
+        provenance = Provenance(_stem(target), _stem(draft), cpu_device_name(), "gguf", date, "measured")
         profile = Profile(provenance=provenance, name=out.stem)
     return save_profile(profile.with_acceptance([entry]), out), entry
 

@@ -48,15 +48,6 @@ def workload_prompts(prompts: str | None, limit: int | None) -> tuple[str, list[
     return Path(name).stem, [TracedPrompt(p.id, p.text) for p in loaded]
 
 
-def host_name() -> str:
-    """The CPU's model name with its logical CPU count (as the torch half names a CPU device)."""
-    name = "cpu"
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as fh:
-            name = next((ln.split(":", 1)[1].strip() for ln in fh if ln.startswith("model name")), name)
-    except OSError:
-        pass
-    return f"cpu: {name} ({os.cpu_count()} logical CPUs)"
 
 
 def raise_priority(niceness: int) -> str:

@@ -21,6 +21,7 @@ from calibrate.measure.sampling_sweep import sampling_cost
 from calibrate.models.loaded_model import LoadedModel
 from calibrate.run.timing import Timing, summarize
 from specsim.errors import SpecsimError
+from specsim.hardware.host import cpu_device_name
 from specsim.profile_format import Curve, LatencySection, Profile, Provenance
 from specsim.profile_format.cost_grid import make_grid
 from specsim.profile_format.cost_model import CostModel, HostCheck, OverheadGrid, TreeCosts
@@ -234,20 +235,11 @@ def worst_rel_halfwidth(timings: dict[str, Timing]) -> tuple[str, float]:
 # --------------------------------------------------------------------------- provenance and output
 def device_name(device: str) -> str:
     """Human-readable device: the GPU name, or the CPU model name with its logical CPU count."""
-    import os
-    import platform
-
     import torch
 
     if device.startswith("cuda"):
         return torch.cuda.get_device_name(torch.device(device))
-    name = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as fh:
-            name = next((ln.split(":", 1)[1].strip() for ln in fh if ln.startswith("model name")), name)
-    except OSError:
-        pass
-    return f"cpu: {name} ({os.cpu_count()} logical CPUs)"
+    return cpu_device_name()
 
 
 def measurement_provenance(models: dict[str, LoadedModel], *, notes: str = "") -> Provenance:

@@ -8,6 +8,7 @@ GPU is not known without torch.
 
 from __future__ import annotations
 
+import os
 import platform
 
 
@@ -21,6 +22,11 @@ def cpu_model(cpuinfo: str = "/proc/cpuinfo") -> str | None:
     except OSError:
         pass
     return platform.processor().strip() or None
+
+
+def cpu_device_name() -> str:
+    """This host's CPU as a profile's provenance names it: ``cpu: MODEL (N logical CPUs)``."""
+    return f"cpu: {cpu_model() or platform.machine() or 'cpu'} ({os.cpu_count()} logical CPUs)"
 
 
 def measured_cpu(device: str) -> str | None:
