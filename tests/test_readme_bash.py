@@ -114,8 +114,9 @@ def _names(args) -> list[str]:
         "pair": pairs(),
         "target_config": preset_names(),
         "draft_config": preset_names(),
-        "runtime": runtime_names(),
     }
+    if args.command in ("hardware", "recommend", "serve", "tune"):  # check's --runtime names an engine
+        wanted["runtime"] = runtime_names()
     found = [
         f"--{key.replace('_', '-')} {value}: not a shipped name"
         for key, known in wanted.items()
