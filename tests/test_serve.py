@@ -417,6 +417,8 @@ def test_roofline_mixed_passes_equal_their_merged_pass_tables():
         draft = merged_ms(d, dev, rt, (3, mean, 1), [(300, 0)])
         draft += sum(merged_ms(d, dev, rt, (3, mean + j, 1), []) for j in (1, 2))
         draft += rt.extra_draft_forwards_per_block * merged_ms(d, dev, rt, (3, mean, 1), [])
+        # each draft forward pays the runtime's per-forward floor (a draft model's; 0 where not fitted)
+        draft += (3 + rt.extra_draft_forwards_per_block) * rt.draft_floor_ms_per_forward
         assert cost.draft_ms(3, 3, ctx, [(300, 0)]) == pytest.approx(draft, rel=1e-9), runtime
 
 

@@ -65,7 +65,7 @@ def test_a_cost_profile_brings_its_own_models(capsys):
     """No --pair: the zoo's models and 16 positions per image (it was LLaVA-1.5-7B's 576)."""
     assert main([*ZOO, "--scenario", "zoo-2img", "--images", "2", "--rate", "20", "--requests", "30"]) == 0
     head = capsys.readouterr().out.splitlines()[0]
-    assert head.startswith("zoo:target / zoo:draft on 1 x measured profile zoo-cpu-batch")
+    assert head.startswith("zoo:target / zoo:draft (model drafting) on 1 x measured profile zoo-cpu-batch")
     assert head.endswith("16 tokens per image")
 
 
