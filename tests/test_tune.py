@@ -46,6 +46,23 @@ def test_a_trial_is_what_serve_prints(capsys):
     assert result.fits and json.loads(json.dumps(result.metrics.to_json())) == shown
 
 
+@pytest.mark.parametrize("kind", ["eagle3", "ngram"])
+def test_a_trial_of_a_drafting_kind_is_what_serve_draft_kind_prints(capsys, kind):
+    """A registry kind (an EAGLE-3 head, the n-gram lookup) is priced as `serve --draft-kind` prices it."""
+    argv = f"--target llama-3.1-8b --draft-kind {kind} --device h100-sxm --rate 8 --gamma 3 --alpha 0.7 "
+    argv += "--requests 60 --prompt-tokens 200 --output-tokens 40 --max-num-seqs 32 --seed 5 --json"
+    assert main(["serve", *argv.split()]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert shown["draft_kind"] == kind and (shown["draft"] is None) == (kind == "ngram")
+    context = TuneContext("llama-3.1-8b", Workload(60, 200, 0, 40), 8.0, seed=5)
+    option = parse_draft_option(f":{kind}@0.7")
+    assert option.kind == kind and option.model is None
+    result = run_trial(TrialConfig(context, Deployment("h100-sxm", None, 1, option, GammaPolicy(3), 32)))
+    sd = json.loads(json.dumps(result.metrics.to_json()))
+    assert result.fits and sd["tpot_ms"] == shown["comparison"]["sd"]["tpot_ms"]
+    assert sd == shown["comparison"]["sd"] and result.kv_cache_tokens == shown["scheduler"]["kv_cache_tokens"]
+
+
 def test_configs_and_results_round_trip_and_a_deployment_that_cannot_fit_says_why():
     dep = _space(gamma_breaks="8", max_num_seqs="16").deployment({"gamma": 3, "gamma_from_9": 1})
     assert dep.policy.gamma_at(8) == 3 and dep.policy.gamma_at(9) == 1

@@ -81,7 +81,7 @@ def test_what_an_engine_cannot_hold_is_a_note_and_sd_off_writes_no_config():
         [1, 8, 2],
         [9, 16, 4],
     ]
-    assert any("TensorRT-LLM gets no speculative_config" in n for n in c.notes)
+    assert any("TensorRT-LLM gets no speculative settings" in n for n in c.notes)
     assert any("llava-1.5-68m has no Hugging Face id" in n for n in c.notes)  # the draft kept its name
     off = engine_configs(_record(GammaPolicy(0), 8), "llava-1.5-7b", max_num_batched_tokens=8192)
     assert off.vllm is off.sglang is off.tensorrt_llm is off.llama_cpp is None
@@ -91,7 +91,34 @@ def test_what_an_engine_cannot_hold_is_a_note_and_sd_off_writes_no_config():
     text_only = engine_configs(
         _record(BANDS, 8, "llava-1.5-68m:T@0.6"), "llava-1.5-7b", max_num_batched_tokens=8192
     )
-    assert any("drafting kind T" in n for n in text_only.notes)
+    assert any("image axis T" in n for n in text_only.notes)
+
+
+def test_a_drafting_kinds_configs_name_the_registrys_engine_methods():
+    """An n-gram trial pastes vLLM's method ngram with the lookup's settings and no draft model; an
+    EAGLE-3 trial its head, under each engine's name for the kind (the registry's)."""
+    context = TuneContext("llama-3.1-8b", Workload(30, 128, 0, 16), 10.0)
+    for spec, vllm, sglang, trt in (
+        (":ngram@0.6", "ngram", "NGRAM", "NGram"),
+        (":eagle3@0.7", "eagle3", "EAGLE3", "Eagle3"),
+    ):
+        dep = Deployment("h100-sxm", None, 1, parse_draft_option(spec), BANDS, 16)
+        rec = TrialRecord(0, dep, run_trial(TrialConfig(context, dep)), 0.0, True)
+        c = engine_configs(rec, "llama-3.1-8b", max_num_batched_tokens=8192)
+        assert c.vllm["method"] == vllm and c.sglang[1] == sglang and c.tensorrt_llm["decoding_type"] == trt
+        assert c.llama_cpp is None and any("llama.cpp has no method" in n for n in c.notes)
+        assert f'"method": "{vllm}"' in dict(c.commands)["vLLM"]
+        if vllm == "ngram":
+            assert "model" not in c.vllm and c.vllm["prompt_lookup_max"] == 5
+            assert (
+                "speculative_model" not in c.tensorrt_llm and "--speculative-draft-model-path" not in c.sglang
+            )
+        else:
+            assert (
+                c.vllm["model"]
+                == c.tensorrt_llm["speculative_model"]
+                == "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B"
+            )
 
 
 def test_cli_prints_the_best_per_device_and_the_configs_and_json_holds_every_trial(capsys, tmp_path):
@@ -130,9 +157,11 @@ def _one_line(capsys) -> str:
     "extra, expected",
     [
         (["--device", "h100x"], "--device: unknown device 'h100x'"),
-        (["--draft", "llava-1.5-68m"], "--draft: expected MODEL[:KIND]@ACCEPTANCE"),
+        (["--draft", "llava-1.5-68m"], "--draft: expected [MODEL][:KIND][:M|T]@ACCEPTANCE"),
         (["--draft", "llava-1.5-68m@1.5"], "expected an i.i.d. alpha in [0, 1)"),
-        (["--draft", "llava-1.5-68m:X@0.5"], "expected a drafting kind in ['M', 'T']"),
+        (["--draft", "llava-1.5-68m:X@0.5"], "KIND: expected one of model, eagle, eagle3"),
+        (["--draft", "llava-1.5-68m:ngram@0.5"], "drafting kind 'ngram' uses no model"),
+        (["--draft", ":eagle@0.5"], "no eagle head ships for 'llava-1.5-7b'"),
         (["--draft", "llava-1.5-6m@0.5"], "unknown model 'llava-1.5-6m'"),
         (["--objective", "goodput"], "--objective goodput: needs --slo"),
         (["--objective", "usd-per-mtok"], "device 'h100-sxm' has no price"),

@@ -55,9 +55,12 @@ def register(sub) -> None:
         "--draft",
         action="append",
         default=[],
-        metavar="MODEL[:KIND]@ACCEPTANCE",
-        help="a draft option to search (repeatable): KIND M (the draft sees the images, default) or T (it "
-        "does not); ACCEPTANCE an i.i.d. alpha (0.7) or traces:PROFILE[:METHOD[/SCENARIO]]",
+        metavar="[MODEL][:KIND][:M|T]@ACCEPTANCE",
+        help="a draft option to search (repeatable; one per drafting kind searches kinds): KIND a drafting "
+        "kind of hardware --list (model, eagle, eagle3, mtp, ngram, suffix; default model), priced as serve "
+        "--draft-kind prices it (MODEL: the draft model or head, none for a lookup kind, a head kind's "
+        "preset by default); M (the draft's prompt keeps the images, default) or T (it drops them); "
+        "ACCEPTANCE an i.i.d. alpha (0.7) or traces:PROFILE[:METHOD[/SCENARIO]]",
     )
     m.add_argument("--alpha", type=alpha_arg, default=None, help="with --pair: its draft at i.i.d. alpha")
     m.add_argument(
@@ -182,7 +185,7 @@ def _inputs(args):
         drafts.insert(0, f"{pair_draft}@{args.alpha!r}")
     if not drafts:
         raise SpecsimError(
-            "--draft: give at least one draft option MODEL[:KIND]@ACCEPTANCE (or --pair with --alpha)"
+            "--draft: give at least one draft option [MODEL][:KIND][:M|T]@ACCEPTANCE (or --pair with --alpha)"
         )
     space = parse_space(
         devices=args.device, drafts=drafts, gammas=args.gamma, runtimes=args.runtime, tps=args.tp,

@@ -149,10 +149,11 @@ def sglang_args_for_gamma(
 
 
 def trtllm_speculative_config(
-    schedule, *, draft_model: str, decoding_type: str = "Draft_Target"
+    schedule, *, draft_model: str | None, decoding_type: str = "Draft_Target"
 ) -> dict | None:
     """TensorRT-LLM's ``speculative_config`` for ``schedule`` [(first, last, K), ...] covering 1..B (None:
-    K = 0 everywhere); SpecsimError when its draft_len_schedule cannot hold it (K above batch 1's: module)."""
+    K = 0 everywhere; no ``speculative_model`` for a decoding type without one, NGram or MTP); SpecsimError
+    when its draft_len_schedule cannot hold it (K above batch 1's: module)."""
     ks = [g for _, _, g in schedule]
     if max(ks) == 0:
         return None
@@ -161,7 +162,9 @@ def trtllm_speculative_config(
             "TensorRT-LLM draft_len_schedule: its smallest batch key must carry max_draft_len, but K = "
             f"{ks[0]} at batch 1 is below K = {max(ks)} at a larger batch"
         )
-    config = {"decoding_type": decoding_type, "max_draft_len": ks[0], "speculative_model": draft_model}
+    config = {"decoding_type": decoding_type, "max_draft_len": ks[0]}
+    if draft_model:
+        config["speculative_model"] = draft_model
     kept = list(schedule)
     while kept[-1][2] == 0:  # above the largest key TensorRT-LLM drafts nothing
         kept.pop()

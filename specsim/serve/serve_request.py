@@ -189,6 +189,12 @@ def _roofline_cost(req: ServeRequest, target, draft):
     return cost, max_seqs, kv, device.name, getattr(runtime, "name", "efficiency"), usd_per_hour
 
 
+def roofline_step_cost(req: ServeRequest) -> RooflineStepCost:
+    """The roofline step cost ``serve`` prices ``req``'s models, drafting kind, device, runtime and TP with
+    (``specsim tune``'s trials are priced here, so a trial is what ``serve`` prints)."""
+    return _roofline_cost(req, *_models(req, None))[0]
+
+
 def serve_setup(req: ServeRequest) -> tuple[ServeSetup, dict]:
     """The set-up ``req`` asks for, and what it was built from (``about``: the header's fields, notes)."""
     slo = parse_slo(req.slo) if req.slo is not None else None

@@ -1,11 +1,11 @@
 """The engine settings that paste, for a tuned deployment: vLLM, SGLang, TensorRT-LLM and llama.cpp.
 
-The deployment's serving γ policy becomes a schedule over decode batches 1..``max_num_seqs``
-(:func:`policy_schedule`), written by :mod:`specsim.engines.engine_config`: vLLM's
-``num_speculative_tokens_per_batch_size`` and TensorRT-LLM's ``draft_len_schedule`` hold it; SGLang and
-llama.cpp take one draft length, the schedule's at the load's mean concurrency (Little's law), as said in a
-note. Models are named by their Hugging Face id: a shipped config's or preset's, or ``--model-id
-NAME=ID``; a model without one keeps its name, and a note says to replace it.
+The serving γ policy becomes a schedule over decode batches 1..``max_num_seqs`` (:func:`policy_schedule`),
+written by :mod:`specsim.engines.engine_config` under the drafting kind's engine names (the registry's
+``engines``: vLLM method, SGLang algorithm, TensorRT-LLM decoding type; llama.cpp's flags for a draft model
+only): vLLM's ``num_speculative_tokens_per_batch_size`` and TensorRT-LLM's ``draft_len_schedule`` hold it;
+SGLang and llama.cpp take the schedule's γ at the load's mean concurrency (Little's law). Models by Hugging
+Face id: a shipped config's or preset's, or ``--model-id NAME=ID``; else its name, and a note says so.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ import json
 import shlex
 from dataclasses import dataclass
 
+from specsim.draft_kinds.registry import DraftKind, draft_kind
 from specsim.draft_shapes.policies import GammaPolicy
 from specsim.engines.engine_config import (
     is_model_id,
@@ -25,8 +26,8 @@ from specsim.engines.engine_config import (
 from specsim.errors import SpecsimError
 from specsim.hardware.model_resolution import find_shipped
 from specsim.presets import preset_meta, preset_names
-from specsim.tune.kinds import drafting_kind
 from specsim.tune.study import TrialRecord
+from specsim.tune.trial import IMAGE_AXIS
 
 
 @dataclass(frozen=True)
@@ -83,8 +84,10 @@ def model_id(name: str, given: dict[str, str]) -> str | None:
     if name in given:
         return given[name]
     found = find_shipped(name)
-    if found is not None and is_model_id(found[1].id):
-        return found[1].id
+    if found is not None:  # its id, else an alias that is one (a shipped head's published org/name)
+        hub = [n for n in (found[1].id, *found[1].names) if is_model_id(n)]
+        if hub:
+            return hub[0]
     ids = preset_meta(name).get("ids", []) if name in preset_names() else []
     return ids[0] if ids else None
 
@@ -94,30 +97,54 @@ def engine_configs(
 ) -> EngineConfigs:
     """The settings of ``record``'s deployment for every engine (module docstring)."""
     dep, ids = record.deployment, ids or {}
-    kind = drafting_kind(dep.draft.kind)
+    kind = draft_kind(dep.draft.kind)
     schedule = policy_schedule(dep.policy, dep.max_num_seqs)
     concurrency = record.result.mean_concurrency or 1.0
     at = int(min(max(round(concurrency), 1), dep.max_num_seqs))
     gamma = dep.policy.gamma_at(at)
-    target_id, draft_id = model_id(target, ids), model_id(dep.draft.model, ids)
+    draft = _draft_name(kind, dep.draft.model, target)
+    target_id, draft_id = model_id(target, ids), None if draft is None else model_id(draft, ids)
     notes = [
         f"{n} has no Hugging Face id here: replace {n!r} in the lines below, or give --model-id {n}=ORG/NAME"
-        for n, i in ((target, target_id), (dep.draft.model, draft_id))
-        if i is None
+        for n, i in ((target, target_id), (draft, draft_id))
+        if n is not None and i is None
     ]
-    target_id, draft_id = target_id or target, draft_id or dep.draft.model
-    vllm = vllm_config_for_schedule(list(schedule), method=kind.vllm_method, draft_model=draft_id)
-    sglang = sglang_args_for_gamma(gamma, algorithm=kind.sglang_algorithm, draft_model=draft_id)
-    try:
-        trt = trtllm_speculative_config(
-            list(schedule), draft_model=draft_id, decoding_type=kind.trtllm_decoding_type
+    target_id, draft_id = target_id or target, draft_id or draft
+    kv, names, rows = record.result.kv_cache_tokens, kind.engines, list(schedule)
+    vllm = sglang = trt = llama = None
+    if max(g for _, _, g in schedule) > 0:  # each engine's writer, under the kind's name for it
+        vllm = _written(
+            notes,
+            "vLLM",
+            names.get("vllm"),
+            kind,
+            lambda m: vllm_config_for_schedule(rows, method=m, draft_model=draft_id),
         )
-    except SpecsimError as err:
-        trt, notes = None, notes + [f"{err}: TensorRT-LLM gets no speculative_config"]
-    kv = record.result.kv_cache_tokens
-    llama = llama_cpp_server_args(
-        gamma, draft_model="DRAFT.gguf", parallel=dep.max_num_seqs, context_tokens=kv
-    )
+        if vllm is not None and not kind.has_model:  # the lookup's settings as priced (the kind's preset)
+            vllm |= {k: v for k, v in kind.preset.items() if k.startswith("prompt_lookup_")}
+        sglang = _written(
+            notes,
+            "SGLang",
+            names.get("sglang"),
+            kind,
+            lambda m: sglang_args_for_gamma(gamma, algorithm=m, draft_model=draft_id),
+        )
+        trt = _written(
+            notes,
+            "TensorRT-LLM",
+            names.get("tensorrt-llm"),
+            kind,
+            lambda m: trtllm_speculative_config(rows, draft_model=draft_id, decoding_type=m),
+        )
+        llama = _written(
+            notes,
+            "llama.cpp",
+            "-md" if kind.name == "model" else None,
+            kind,
+            lambda _: llama_cpp_server_args(
+                gamma, draft_model="DRAFT.gguf", parallel=dep.max_num_seqs, context_tokens=kv
+            ),
+        )
     if max(g for _, _, g in schedule) == 0:
         notes.append("SD is off at every batch size: serve without speculative decoding")
     elif len({g for _, _, g in schedule}) > 1:
@@ -126,13 +153,11 @@ def engine_configs(
             "mean concurrency, requests/s x mean E2E)"
         )
     notes.append(
-        "llama.cpp loads GGUF files: TARGET.gguf and DRAFT.gguf stand for yours; -c is the KV cache the "
-        "simulation assumed, shared by the -np slots"
+        f"llama.cpp loads GGUF files: TARGET.gguf{' and DRAFT.gguf' if llama else ''} stand for yours; -c is "
+        "the KV cache the simulation assumed, shared by the -np slots"
     )
-    if kind.draft_image_tokens_per_image == 0:
-        notes.append(
-            f"drafting kind {kind.code}: priced with a draft prompt without the images ({kind.description})"
-        )
+    if dep.draft.images != "M":
+        notes.append(f"drafting kind {kind.name}, image axis {dep.draft.images}: priced as {IMAGE_AXIS['T']}")
     plain_llama = ["-np", str(dep.max_num_seqs)] + (["-c", str(kv)] if kv is not None else [])
     commands = _commands(dep, target_id, max_num_batched_tokens, vllm, sglang, trt, llama, plain_llama)
     return EngineConfigs(
@@ -145,6 +170,28 @@ def engine_configs(
         commands,
         tuple(notes),
     )
+
+
+def _draft_name(kind: DraftKind, model: str | None, target: str) -> str | None:
+    """The draft model or head the kind runs (a head kind's preset head for the target, as ``serve`` picks
+    it: :func:`specsim.hardware.draft_heads.draft_side`); None for a lookup kind or MTP on the target."""
+    if model or not kind.is_head:
+        return model
+    found = find_shipped(target)
+    return kind.head_for(found[1].id if found else target)
+
+
+def _written(notes: list, engine: str, name: str | None, kind: DraftKind, write):
+    """``write(name)``, the engine's settings for the kind (None: SD off), or None with a note where the
+    engine has no name for the kind or its writer refuses."""
+    if name is None:
+        notes.append(f"{engine} has no method for drafting kind {kind.name!r} here: no speculative settings")
+        return None
+    try:
+        return write(name)
+    except SpecsimError as err:
+        notes.append(f"{err}: {engine} gets no speculative settings")
+        return None
 
 
 def _commands(

@@ -7,10 +7,10 @@ JSON), ``runtime`` (None: the device's default), ``tp``, ``draft`` (draft option
 the first band, ``gamma_from_LO`` for the others), ``sd_off_from_batch`` (None: never) and
 ``max_num_seqs``. A point of the product is a :class:`~specsim.tune.trial.Deployment`.
 
-Grammar (CLI strings, errors naming the flag): integer lists as ``1-4,8``
-(:func:`specsim.report.parse_int_list`, γ may be 0), ``never`` in ``--sd-off-from-batch``, a draft option
-``MODEL[:KIND]@ACCEPTANCE`` (KIND a code of :func:`specsim.tune.kinds.drafting_kinds`, default M;
-ACCEPTANCE an i.i.d. α or ``traces:PROFILE[:METHOD[/SCENARIO]]``).
+Grammar (errors naming the flag): integer lists as ``1-4,8`` (:func:`specsim.report.parse_int_list`, γ may
+be 0), ``never`` in ``--sd-off-from-batch``, a draft option ``[MODEL][:KIND][:M|T]@ACCEPTANCE`` (KIND a
+drafting kind of :mod:`specsim.draft_kinds.registry`, default ``model``; M/T the image axis; ACCEPTANCE an
+i.i.d. α or ``traces:PROFILE[:METHOD[/SCENARIO]]``): searching kinds is giving one option per kind.
 """
 
 from __future__ import annotations
@@ -19,16 +19,17 @@ import itertools
 from dataclasses import dataclass
 
 from specsim.bounds import RANGES
+from specsim.draft_kinds.registry import draft_kind, draft_kinds
 from specsim.draft_shapes.policies import GammaPolicy
 from specsim.errors import SpecsimError
 from specsim.hardware.device import load_device
 from specsim.hardware.image_tokens import ImageSize
 from specsim.hardware.model_resolution import load_model_spec
 from specsim.hardware.parallel import check_splittable, check_tp
+from specsim.hardware.plan_inputs import resolve_models
 from specsim.hardware.runtime import DEFAULT_RUNTIMES, load_runtime
 from specsim.report import clip, parse_int_list
-from specsim.tune.kinds import drafting_kind
-from specsim.tune.trial import TRACES_PREFIX, Deployment, DraftOption, acceptance_source
+from specsim.tune.trial import IMAGE_AXIS, TRACES_PREFIX, Deployment, DraftOption, acceptance_source
 
 MAX_BATCH = int(RANGES["batch"][1])
 NEVER, DEFAULT = "never", "default"
@@ -164,19 +165,31 @@ def _off_list(text: str) -> tuple[int | None, ...]:
 
 
 def parse_draft_option(text: str, where: str = "--draft") -> DraftOption:
-    """``MODEL[:KIND]@ACCEPTANCE`` → :class:`DraftOption` (the acceptance checked, the model not yet)."""
+    """``[MODEL][:KIND][:M|T]@ACCEPTANCE`` → :class:`DraftOption` (the acceptance and the kind checked, the
+    model not yet: :func:`check_space`)."""
     model, at, acceptance = str(text).strip().partition("@")  # a spec may hold "@" (tau:T@G)
-    if not at or not model or not acceptance:
+    if not at or not acceptance or not model.strip(":"):
         raise SpecsimError(
-            f"{where}: expected MODEL[:KIND]@ACCEPTANCE (e.g. llava-1.5-68m@0.7 or "
-            f"llava-1.5-68m:T@{TRACES_PREFIX}PROFILE:METHOD/SCENARIO), got {clip(text)!r}"
+            f"{where}: expected [MODEL][:KIND][:M|T]@ACCEPTANCE (e.g. llava-1.5-68m@0.7, "
+            f"llava-1.5-68m:T@0.7, :eagle3@0.8, :ngram@{TRACES_PREFIX}PROFILE:METHOD/SCENARIO), "
+            f"got {clip(text)!r}"
         )
-    head, colon, kind = model.rpartition(":")
-    if colon and kind and kind.isupper() and len(kind) <= 4:  # a model name may hold ':' (zoo:draft)
-        drafting_kind(kind, f"{where} {clip(text)!r}")
-        model = head
-    else:
-        kind = "M"
+    head, colon, images = model.rpartition(":")
+    model, images = (head, images) if colon and images in IMAGE_AXIS else (model, "M")
+    head, colon, name = model.rpartition(":")  # a model name may hold ':' (zoo:draft)
+    kind = draft_kind(None)
+    if colon and (_names_kind(name) or (name.isupper() and len(name) <= 4)):
+        kind, model = draft_kind(name, f"{where} {clip(text)!r}: KIND"), head
+    elif not colon and _names_kind(name) and draft_kind(name).name != "model":  # ngram@0.5: the kind alone
+        kind, model = draft_kind(name), ""
+    model = model or None
+    if model is None and kind.name == "model":
+        raise SpecsimError(f"{where} {clip(text)!r}: drafting kind 'model' needs the draft model's name")
+    if not kind.has_model and (model is not None or images != "M"):
+        raise SpecsimError(
+            f"{where} {clip(text)!r}: drafting kind {kind.name!r} uses no model (write "
+            f":{kind.name}@ACCEPTANCE)"
+        )
     if not acceptance.startswith(TRACES_PREFIX):
         try:
             acceptance = f"{float(acceptance):g}"
@@ -186,7 +199,12 @@ def parse_draft_option(text: str, where: str = "--draft") -> DraftOption:
         acceptance_source(acceptance)
     except SpecsimError as err:
         raise SpecsimError(f"{where} {clip(text)!r}: {err}") from None
-    return DraftOption(model, kind, acceptance)
+    return DraftOption(model, kind.name, acceptance, images)
+
+
+def _names_kind(name: str) -> bool:
+    key = name.strip().lower()
+    return any(key == k.name or key in k.aliases for k in draft_kinds().values())
 
 
 def check_space(space: SearchSpace, target: str, image_size: tuple[int, int] | None = None) -> None:
@@ -195,8 +213,9 @@ def check_space(space: SearchSpace, target: str, image_size: tuple[int, int] | N
     (Whether weights and KV cache fit is a trial's answer, not an input error.)"""
     size = None if image_size is None else ImageSize(*image_size)
     target_spec = _named("--target", lambda: load_model_spec(target, image_size=size))
-    for d in space.drafts:
-        _named(f"--draft {d.label!r}", lambda d=d: load_model_spec(d.model, image_size=size))
+    for d in space.drafts:  # resolved as serve --draft-kind resolves them (a head kind's preset head, ...)
+        kw = {"target": target, "draft": d.model, "draft_kind": d.kind, "image_size": size}
+        _named(f"--draft {d.label!r}", lambda kw=kw: resolve_models(pair=None, **kw))
     for name in space.devices:
         dev = _named("--device", lambda name=name: load_device(name))
         for rt_name in space.runtimes:

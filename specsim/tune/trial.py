@@ -2,11 +2,10 @@
 
 A :class:`TrialConfig` is the study's fixed :class:`TuneContext` (target, workload and rate, SLO, token
 budget, seed) and one :class:`Deployment` (device, runtime, TP, draft option, serving γ policy,
-``max_num_seqs``). :func:`run_trial` prices it through the library ``specsim serve`` uses (roofline step
-costs, :func:`specsim.serve.compare.served`): the same arrivals and acceptance draws (seeded from the
-context) for every deployment, so trials differ only by what they choose. A deployment that cannot run
-(weights leave no KV cache, a prompt longer than the cache) is a :class:`TrialResult` that does not fit,
-with the reason. Both dataclasses serialise with ``schema_version`` (results are stored in a study).
+``max_num_seqs``). :func:`run_trial` prices it as ``specsim serve`` does (its step cost from
+:func:`specsim.serve.serve_request.roofline_step_cost`, :func:`specsim.serve.compare.served`): the same
+arrivals and acceptance draws for every deployment. A deployment that cannot run is a :class:`TrialResult`
+that does not fit, with the reason. Both dataclasses serialise with ``schema_version``.
 """
 
 from __future__ import annotations
@@ -16,35 +15,50 @@ from functools import lru_cache
 
 from specsim.draft_shapes.policies import GammaPolicy
 from specsim.errors import SpecsimError
-from specsim.hardware.device import load_device
-from specsim.hardware.image_tokens import ImageSize
-from specsim.hardware.model_resolution import load_model_spec
-from specsim.hardware.runtime import DEFAULT_RUNTIMES, load_runtime
 from specsim.predict.acceptance_source import parse_acceptance
 from specsim.serve.compare import ServeSetup, Workload, served
 from specsim.serve.metrics import ServeMetrics, Slo
 from specsim.serve.roofline_cost import RooflineStepCost
 from specsim.serve.scheduler import SchedulerConfig
+from specsim.serve.serve_request import ServeRequest, roofline_step_cost
 from specsim.serve.speculation import serving_source
-from specsim.tune.kinds import drafting_kind
 
 SCHEMA_VERSION = 1
 TRACES_PREFIX = "traces:"
+IMAGE_AXIS = {  # what a draft pass's prompt holds of each image (not a drafting kind: any kind with a model)
+    "M": "the draft's prompt keeps the images (multimodal drafting)",
+    "T": "the draft's prompt drops the images (text-only drafting)",
+}
 
 
 @dataclass(frozen=True)
 class DraftOption:
-    """A draft model, its drafting kind (:mod:`specsim.tune.kinds`) and its acceptance, any spec of
-    :func:`specsim.predict.acceptance_source.parse_acceptance`: an i.i.d. α (``0.7``),
-    ``traces:PROFILE[:METHOD[/SCENARIO]]`` (a profile entry's greedy traces replayed), ``tau:T@G``, ...)."""
+    """A drafting kind (a name of :func:`specsim.draft_kinds.registry.draft_kinds`), its draft model or head
+    (None: a lookup kind, or a head kind's preset head for the target), the image axis of the draft's prompt
+    (``M`` keeps each image's positions; ``T`` drops them, serve's ``--draft-image-tokens 0``) and its
+    acceptance, a spec of :func:`specsim.predict.acceptance_source.parse_acceptance` (``0.7``, ...)."""
 
-    model: str
+    model: str | None
     kind: str
     acceptance: str
+    images: str = "M"
 
     @property
     def label(self) -> str:
-        return f"{self.model}:{self.kind}@{self.acceptance}"
+        return f"{self.model or ''}:{self.kind}{':T' if self.images == 'T' else ''}@{self.acceptance}"
+
+    @property
+    def draft_image_tokens(self) -> int | None:
+        """Positions per image in the draft's prompt (serve's ``--draft-image-tokens``; None: the
+        target's)."""
+        return 0 if self.images == "T" else None
+
+    @classmethod
+    def from_json(cls, d: dict) -> DraftOption:
+        d = dict(d)
+        if d["kind"] in IMAGE_AXIS:  # a record from before the registry: kind M/T was a draft model's
+            d["images"], d["kind"] = d["kind"], "model"
+        return cls(**d)
 
 
 @dataclass(frozen=True)
@@ -69,6 +83,7 @@ class Deployment:
                 "model": self.draft.model,
                 "kind": self.draft.kind,
                 "acceptance": self.draft.acceptance,
+                "images": self.draft.images,
             },
             "gamma": p.gamma,
             "gamma_by_batch": [list(r) for r in p.by_batch],
@@ -79,7 +94,7 @@ class Deployment:
     @classmethod
     def from_json(cls, d: dict) -> Deployment:
         policy = GammaPolicy(d["gamma"], tuple(tuple(r) for r in d["gamma_by_batch"]), d["sd_off_from_batch"])
-        draft = DraftOption(**d["draft"])
+        draft = DraftOption.from_json(d["draft"])
         return cls(d["device"], d["runtime"], d["tp"], draft, policy, d["max_num_seqs"])
 
     def with_policy(self, policy: GammaPolicy) -> Deployment:
@@ -189,9 +204,7 @@ def run_trial(config: TrialConfig) -> TrialResult:
     """Serve the context's workload with the deployment (see the module docstring)."""
     ctx, dep = config.context, config.deployment
     try:
-        cost = step_cost(
-            ctx.target, dep.draft.model, dep.draft.kind, dep.device, dep.runtime, dep.tp, ctx.image_size
-        )
+        cost = step_cost(ctx.target, dep.draft, dep.device, dep.runtime, dep.tp, ctx.image_size)
         kv = cost.kv_cache_tokens()
         scheduler = SchedulerConfig(dep.max_num_seqs, ctx.max_num_batched_tokens, None, True, kv)
         acceptance = acceptance_source(dep.draft.acceptance)
@@ -203,20 +216,19 @@ def run_trial(config: TrialConfig) -> TrialResult:
 
 
 @lru_cache(maxsize=64)
-def step_cost(target, draft, kind, device, runtime, tp, image_size) -> RooflineStepCost:
-    """The roofline step cost of one deployment's models and hardware (cached per process: a pure value)."""
-    size = None if image_size is None else ImageSize(*image_size)
-    dev = load_device(device)
-    rt = load_runtime(runtime if runtime is not None else DEFAULT_RUNTIMES[dev.kind])
-    return RooflineStepCost(
-        load_model_spec(target, image_size=size),
-        load_model_spec(draft, image_size=size),
-        dev,
-        rt,
+def step_cost(target, draft: DraftOption, device, runtime, tp, image_size) -> RooflineStepCost:
+    """The step cost ``specsim serve --draft-kind KIND`` prices one deployment with (cached per process)."""
+    request = ServeRequest(
+        target=target,
+        draft=draft.model,
+        draft_kind=draft.kind,
+        image_size=None if image_size is None else f"{image_size[0]}x{image_size[1]}",
+        device=device,
+        runtime=runtime,
         tp=tp,
-        split=getattr(rt, "split_mode", "tensor"),
-        draft_image_tokens_per_image=drafting_kind(kind).draft_image_tokens_per_image,
+        draft_image_tokens=draft.draft_image_tokens,
     )
+    return roofline_step_cost(request)
 
 
 @lru_cache(maxsize=64)

@@ -124,9 +124,7 @@ def device_best(
 def mean_context_tokens(context: TuneContext, record: TrialRecord) -> float:
     """Mean KV positions of a decoding request: text + images × image tokens + half the output."""
     dep, w = record.deployment, context.workload
-    cost = step_cost(
-        context.target, dep.draft.model, dep.draft.kind, dep.device, dep.runtime, dep.tp, context.image_size
-    )
+    cost = step_cost(context.target, dep.draft, dep.device, dep.runtime, dep.tp, context.image_size)
     if w.trace is not None:
         t = w.trace
         images, prompt, output = t.images.mean(), t.prompt_tokens.mean(), t.output_tokens.mean()
