@@ -1,6 +1,7 @@
 """`specsim tune`'s library: trials are `serve`'s simulations, TPE finds the exhaustive optimum, executors
 agree, studies resume, constraints and prices hold."""
 
+import dataclasses
 import json
 
 import pytest
@@ -69,7 +70,11 @@ def test_configs_and_results_round_trip_and_a_deployment_that_cannot_fit_says_wh
     config = TrialConfig(SMALL, dep)
     assert TrialConfig.from_json(json.loads(json.dumps(config.to_json()))) == config
     result = run_trial(config)
-    assert TrialResult.from_json(json.loads(json.dumps(result.to_json()))) == result
+    back = TrialResult.from_json(json.loads(json.dumps(result.to_json())))
+    # the run's mean decode batch and widest cache are serve's decode-phase note, not the metrics' JSON
+    assert back == dataclasses.replace(
+        result, metrics=dataclasses.replace(result.metrics, max_context_tokens=0, mean_decode_batch=0.0)
+    )
     big = TuneContext("llama-2-70b", Workload(4, 64, 0, 8), 1.0)
     unfit = run_trial(
         TrialConfig(big, Deployment("l4", None, 1, parse_draft_option("llama-2-7b@0.7"), GammaPolicy(2), 8))
@@ -100,10 +105,12 @@ def test_tpe_with_fewer_trials_than_the_space_finds_the_exhaustive_optimum():
     assert full.search == "exhaustive" and len(full.records) == full.simulations == space.size == 192
     assert len({r.deployment for r in full.records}) == space.size  # every point once
     best = full.best(obj)
-    assert sum(r.value == best.value for r in full.records) == 1  # one optimum: nothing to find by ties
+    # the optimum: every point at the best value (a max_num_seqs the load never reaches ties a larger one)
+    optima = {r.deployment for r in full.records if r.value == best.value}
+    assert len(optima) <= 3 < space.size // 8  # few enough that a random hit is unlikely in 40 of 192
     _, tpe = _study(space, StudyPlan("tpe", 40, 4, seed=0), context=context)
     assert tpe.search == "tpe" and len(tpe.records) == 40 and tpe.simulations < space.size
-    assert tpe.best(obj).deployment == best.deployment and tpe.best(obj).value == best.value
+    assert tpe.best(obj).deployment in optima and tpe.best(obj).value == best.value
 
 
 def _trials(outcome):

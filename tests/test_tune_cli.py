@@ -164,7 +164,7 @@ def _one_line(capsys) -> str:
         (["--draft", ":eagle@0.5"], "no eagle head ships for 'llava-1.5-7b'"),
         (["--draft", "llava-1.5-6m@0.5"], "unknown model 'llava-1.5-6m'"),
         (["--objective", "goodput"], "--objective goodput: needs --slo"),
-        (["--objective", "usd-per-mtok"], "device 'h100-sxm' has no price"),
+        (["--device", "h200", "--objective", "usd-per-mtok"], "device 'h200' has no price"),
         (["--gamma-breaks", "32,8x"], "--gamma-breaks: expected integers"),
         (["--gamma", "0-2000"], "--gamma: expected values <= 1024"),
         (["--sd-off-from-batch", "never,0"], "--sd-off-from-batch: expected integers >= 1"),

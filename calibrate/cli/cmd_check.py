@@ -214,6 +214,7 @@ def cmd_check(args) -> int:
 
         return cmd_check_batch(args, gammas, profile_path, profile, methods, synthetic)
     drafts = _drafts(args)
+    preflight(profile, [], drafts, args.max_new_tokens)  # the profile's grids first, then its entries
     refuse_before_loading(args, profile, methods, gammas, synthetic=synthetic, traces=False)
     setup = load_setup(args, methods=methods, cache_captions=False)
     if drafts:
