@@ -65,7 +65,7 @@ def test_each_engine_gets_the_schedule_that_was_priced():
     at = max(1, round(rec.result.mean_concurrency))
     assert c.single_gamma == BANDS.gamma_at(at)
     assert c.sglang[c.sglang.index("--speculative-num-steps") + 1] == str(c.single_gamma)
-    assert c.llama_cpp[c.llama_cpp.index("--draft-max") + 1] == str(c.single_gamma)
+    assert c.llama_cpp[c.llama_cpp.index("--spec-draft-n-max") + 1] == str(c.single_gamma)
     yaml = pytest.importorskip("yaml")  # the extra file TensorRT-LLM reads: integer batch keys
     assert yaml.safe_load(c.trtllm_yaml) == {"speculative_config": trt} and 8 in trt["draft_len_schedule"]
     assert f"-c {rec.result.kv_cache_tokens}" in dict(c.commands)["llama.cpp"]

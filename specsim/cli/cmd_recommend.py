@@ -14,11 +14,12 @@ from specsim.engines.engine_config import (
     VLLM_METHODS_WITHOUT_MODEL,
     check_model_id,
     is_model_id,
+    llama_cpp_server_args,
     sglang_server_args,
     vllm_speculative_config,
 )
 from specsim.engines.imported import NOT_REPORTED
-from specsim.engines.llama_cpp import is_llama_cpp_profile, llama_recommendation, server_args
+from specsim.engines.llama_cpp import is_llama_cpp_profile, llama_recommendation
 from specsim.engines.recommend import (
     DEFAULT_GAMMA_MAX,
     DEFAULT_SHOWN_BATCHES,
@@ -296,7 +297,7 @@ def _snippet(args, rec: Recommendation, entry, lm, method, draft_model):
         return config, notes
     if args.engine == "llama.cpp":
         gamma = rec.at(args.at_batch).gamma
-        flags = server_args(gamma, draft_model=draft_model or "DRAFT.gguf", parallel=args.at_batch)
+        flags = llama_cpp_server_args(gamma, draft_model=draft_model or "DRAFT.gguf", parallel=args.at_batch)
         return flags, [
             f"llama-server has one draft length for all batch sizes: chosen for batch {args.at_batch}"
         ]

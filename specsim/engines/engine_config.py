@@ -24,10 +24,10 @@ tensorrt_llm/llmapi/llm_args.py ``DecodingBaseConfig``, PR #8194 and #10860): ``
 and above the largest key drafting stops (K = 0); its smallest key must carry ``max_draft_len`` and no K may
 exceed it, so a schedule whose K grows with the batch cannot be written.
 
-llama.cpp (``llama-server``, common/arg.cpp): ``-md`` the draft GGUF, ``--draft-max`` K, ``--draft-min`` and
-``--draft-p-min`` (0 and 0: always K drafts, the fixed γ that was priced; its default stops a draft early
-below a probability), ``-np`` parallel slots sharing ``-c`` KV positions. One K for every batch size, as
-SGLang.
+llama.cpp (``llama-server``, common/arg.cpp): ``-md`` the draft GGUF, ``--spec-type draft-simple``,
+``--spec-draft-n-max`` K, ``--spec-draft-n-min`` and ``--spec-draft-p-min`` (0 and 0: always K drafts, the
+fixed γ that was priced; its default stops a draft early below a probability), ``-np`` parallel slots
+sharing ``-c`` KV positions. One K for every batch size, as SGLang.
 
 Both take the draft as a model id: a Hugging Face repo id ``org/name`` (huggingface_hub's validate_repo_id:
 letters, digits, ``-``, ``_``, ``.``, no ``--`` or ``..``, at most 96 characters) or a local path
@@ -174,15 +174,18 @@ def trtllm_speculative_config(
 
 
 def llama_cpp_server_args(
-    gamma: int, *, draft_model: str, parallel: int, context_tokens: int | None = None
+    gamma: int, *, draft_model: str | None, parallel: int = 1, context_tokens: int | None = None, ngram=None
 ) -> list[str] | None:
-    """``llama-server`` flags for one draft length ``gamma`` over ``parallel`` slots sharing
-    ``context_tokens`` KV positions (``-c``; None: llama.cpp's default) (None: γ = 0, SD off)."""
-    if gamma == 0:
+    """``llama-server`` flags for one draft length ``gamma`` (always γ drafts: n-min and p-min 0) over
+    ``parallel`` slots sharing ``context_tokens`` KV positions (``-c``; None: llama.cpp's default); with
+    ``ngram`` (:class:`specsim.draft_shapes.ngram_lookup.NgramSimple`) that kind instead of a draft model.
+    None: γ = 0, SD off."""
+    if gamma == 0 and ngram is None:
         return None
     ctx = ["-c", str(context_tokens)] if context_tokens is not None else []
-    return ["-md", draft_model, "--draft-max", str(gamma), "--draft-min", "0", "--draft-p-min", "0"] + [
-        "-np",
-        str(parallel),
-        *ctx,
-    ]
+    if ngram is not None:
+        return [*ngram.server_flags(), "-np", str(parallel), *ctx]
+    if not draft_model:
+        raise SpecsimError("--draft-model: llama.cpp's draft-simple needs the draft GGUF (-md PATH)")
+    return ["-md", draft_model, "--spec-type", "draft-simple", "--spec-draft-n-max", str(gamma),
+            "--spec-draft-n-min", "0", "--spec-draft-p-min", "0", "-np", str(parallel), *ctx]  # fmt: skip

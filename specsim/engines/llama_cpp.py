@@ -11,27 +11,11 @@ from __future__ import annotations
 
 import shlex
 
-from specsim.draft_shapes.ngram_lookup import NgramSimple
-from specsim.errors import SpecsimError
+from specsim.engines.engine_config import llama_cpp_server_args
 from specsim.predict.pricing import price, request_specs
 from specsim.profile_format import MethodAcceptance, Profile
 
 LLAMA_CPP_COMMIT = "0c1e570"  # the build these flags were read from
-
-
-def server_args(
-    gamma: int, *, draft_model: str | None, parallel: int = 1, ngram: NgramSimple | None = None
-) -> list[str] | None:
-    """``llama-server`` flags for one draft length (None: γ = 0, serve without SD); with ``ngram`` the
-    n-gram kind instead of a draft model."""
-    if gamma == 0 and ngram is None:
-        return None
-    if ngram is not None:
-        return [*ngram.server_flags(), "-np", str(parallel)]
-    if not draft_model:
-        raise SpecsimError("--draft-model: llama.cpp's draft-simple needs the draft GGUF (-md PATH)")
-    return ["-md", draft_model, "--spec-type", "draft-simple", "--spec-draft-n-max", str(gamma),
-            "--spec-draft-n-min", "0", "--spec-draft-p-min", "0", "-np", str(parallel)]  # fmt: skip
 
 
 def is_llama_cpp_profile(profile: Profile) -> bool:
@@ -55,7 +39,7 @@ def llama_recommendation(
     speedups = measured_speedups(profile, entry, range(1, profile.latency.forward_costs().max_gamma + 1), 64)
     best = max(speedups, key=speedups.get)
     gamma = best if speedups[best] >= min_speedup else 0
-    flags = server_args(gamma, draft_model=draft_model)
+    flags = llama_cpp_server_args(gamma, draft_model=draft_model)
     version = profile.latency.provenance.software.get("llama.cpp", "?") if profile.latency.provenance else "?"
     table = format_table(["gamma", "speedup"], [[str(g), fmt(v, 3)] for g, v in speedups.items()])
     verdict = f"best gamma {best} ({speedups[best]:.2f}x)" + (
