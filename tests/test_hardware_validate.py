@@ -155,8 +155,11 @@ def test_fit_parameters_need_cited_defaults(tmp_path):
 
 
 def test_ratio_rows_and_their_reference(ps):
-    ratio = [r for r in ps.rows if r.observable == "speedup_ratio"]
+    ratio = [r for r in ps.rows if r.observable == "speedup_ratio" and r.source == "magicdec"]
     assert len(ratio) == 3 and all(r.tau is None and r.batch == 64 for r in ratio)
+    # the EAGLE-3 paper's batch tables: batch > 2 rows as ratios to its batch-2 rows, tau derived (stated)
+    eagle3 = [r for r in ps.rows if r.observable == "speedup_ratio" and r.source == "eagle3-paper"]
+    assert len(eagle3) == 30 and all(r.tau is not None and r.batch > 2 for r in eagle3)
     ref = next(r for r in ps.rows if r.id == ratio[0].ratio_to)
     assert ratio[0].measured == pytest.approx(ratio[0].speedup / ref.speedup)
     data = _one_row_set(kind="decode", target_ms_per_token=9.0, ratio_to="zzz")
@@ -244,7 +247,7 @@ def test_published_set_has_batch_and_long_context_rows(ps):
     for r in ps.rows:
         by_runtime.setdefault(r.runtime, set()).add(r.source)
     assert all(len(by_runtime[n]) >= 2 for n in ("vllm", "gpt-fast", "llama.cpp"))
-    assert [len(s) for s in published_sweeps(ps)] == [3, 3, 3, 7, 6]
+    assert [len(s) for s in published_sweeps(ps)] == [3, 3, 3, 7, 6, 9, 9, 8, 8]  # 4 EAGLE-3 paper sweeps
 
 
 def test_paying_range_by_hand():

@@ -209,7 +209,7 @@ def test_device_values_out_of_range(tmp_path):
     )
     assert "peak_flops_per_s.value: expected a value in" in _device(tmp_path, peak_flops_per_s=5e-324)
     assert "NaN is not a JSON number" in _device(tmp_path, price_per_hour_usd=math.nan)
-    assert "price_per_hour_usd: expected a value in 0..1e+06 (usd_per_hour), got 1e+300" in _device(
+    assert "price_per_hour_usd.value: expected a value in 0..1e+06 (usd_per_hour), got 1e+300" in _device(
         tmp_path, price_per_hour_usd=1e300
     )
     assert "schema_version: expected 1, got True" in _device(tmp_path, schema_version=True)
