@@ -17,7 +17,7 @@ from specsim.validation.load_rows import compare_load_rows, load_rows, served_ra
 from specsim.validation.load_spec import ServedLoad
 from specsim.validation.published_set import load_published_set, parse_published_set
 from specsim.validation.row_predict import row_model
-from specsim.validation.runtime_fit import fit_runtime, load_runtimes, usable_rows
+from specsim.validation.runtime_fit import fit_all, fit_without, load_runtimes, usable_rows
 
 SOURCE = "tomasruiz-vllm-draft-model"
 
@@ -88,11 +88,10 @@ def test_load_rows_are_leave_one_source_out(ps):
     runtimes = load_runtimes(ps)
     results = compare_load_rows(ps, runtimes)
     row = next(r for r in ps.rows if r.id == "tomasruiz-qwen3-32b-4b-k3-c16")
-    train = [r for r in usable_rows(ps) if r.runtime == "vllm" and r.source != SOURCE]
-    held_out = fit_runtime(ps, train, runtimes["vllm"], "test")
+    held_out = fit_without(ps, runtimes["vllm"], SOURCE)  # the serving-engine family, fitted without it
     got = next(r for r in results if r.id == row.id)
     assert got.served == pytest.approx(served_ratio(ps, row, held_out), rel=1e-12)
-    in_sample = fit_runtime(ps, [r for r in usable_rows(ps) if r.runtime == "vllm"], runtimes["vllm"], "t")
+    in_sample = fit_all(ps, runtimes, "t")["vllm"]
     assert served_ratio(ps, row, in_sample) != pytest.approx(got.served, rel=1e-6)
 
 
