@@ -82,7 +82,7 @@ def dry_plan(work: Path) -> Plan:
     return Plan(
         device="cpu", llava=(str(tiny["llava-7b"]), str(tiny["llava-68m"])),
         llama=(str(tiny["llama-8b"]), str(tiny["llama-1b"])), new_tokens=8, prompts=2, gammas="1,3",
-        latency_gammas="1,3", repeats=(0, 1, 1), rounds=1, grid_batches="1,2", check_batches="2",
+        latency_gammas="1,3", repeats=(0, 2, 2), rounds=1, grid_batches="1,2", check_batches="2",
         batch_prompts=2, zoo_prompts=3, zoo_gammas="1,2", hf_gammas="2",
         hf_steps=("--tiny", "--device", "cpu", "--contexts", "32", "--batches", "1,2", "--hf-rows", "1,2"),
         budgets_s=tuple((name, 120.0) for name, _ in Plan().budgets_s),
