@@ -12,6 +12,7 @@ import os
 from dataclasses import replace
 from pathlib import Path
 
+from specsim.bounds import clip
 from specsim.draft_shapes.adaptive import replay_at
 from specsim.errors import SpecsimError
 from specsim.jsonio import check_regular_file, read_json, show, write_json_atomic
@@ -48,8 +49,8 @@ def resolve_profile_path(name_or_path: str) -> Path:
     if path.suffix == ".json" or os.path.lexists(path) or os.sep in name_or_path:
         return check_regular_file(path, "profile file")
     raise SpecsimError(
-        f"unknown profile {name_or_path!r} (expected a path to a .json file or one of: "
-        f"{', '.join(shipped) or 'none shipped'})"
+        f"unknown profile {clip(str(name_or_path), 60)!r} (expected a path to a .json file or a shipped "
+        f"profile: 'specsim profiles' lists the {len(shipped)})"
     )
 
 
