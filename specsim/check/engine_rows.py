@@ -15,10 +15,11 @@ import numpy as np
 
 from specsim.check.comparison import TARGET_TERM, RequestRun, compared_row, measure
 from specsim.costs.grid_pass_cost import GridPassCost
-from specsim.draft_shapes.ngram_lookup import NgramSimple
+from specsim.draft_shapes.ngram_lookup import NgramSimple, ngram_counts_plan
 from specsim.errors import SpecsimError
 from specsim.predict.prediction import reference_tau, textbook_speedup
-from specsim.predict.pricing import RequestSpec, price
+from specsim.predict.pricing import RequestSpec, price, target_only
+from specsim.predict.tree_costs import plan_cost
 from specsim.profile_format import CheckRow, MethodAcceptance, Profile
 
 SCHEMA_VERSION = 1
@@ -119,17 +120,33 @@ def engine_row(
 
 
 def _counts_prediction(profile, entry, draft, sd: dict[str, list[EngineRun]], n: int, cost) -> float:
-    """The decode-phase speedup priced with each prompt's τ from its runs' counts."""
-    if isinstance(draft, NgramSimple):  # its blocks draft a varying number: price the mean per pass
-        drafted = sum(r.drafted for rs in sd.values() for r in rs)
-        passes = sum(r.passes for rs in sd.values() for r in rs)
-        draft = max(1, int(round(drafted / max(passes, 1))))
+    """The decode-phase speedup priced with each prompt's τ from its runs' counts (an n-gram kind: each
+    run's blocks from its drafted and accepted counts, :func:`ngram_counts_plan`)."""
+    if isinstance(draft, NgramSimple):
+        return _ngram_counts_speedup(entry, draft, sd, cost)
     out = []
     for p, runs in sorted(sd.items()):
-        e = _counts_entry(entry, runs, int(draft))
-        t = next((t for t in entry.traces if t.prompt_id == p), None)
-        prompt = t.prompt_tokens if t is not None else entry.target_prompt_tokens
+        e, prompt = _counts_entry(entry, runs, int(draft)), _prompt(entry, p)
         out.append(price(profile, e, int(draft), [RequestSpec(prompt, prompt, 0, new_tokens=n)], cost))
     base = sum(o.base_decode.total_ms for o in out) / sum(o.base_decode.tokens for o in out)
     sd_ms = sum(o.sd_decode.total_ms for o in out) / sum(o.sd_decode.tokens for o in out)
     return float(base / sd_ms)
+
+
+def _prompt(entry: MethodAcceptance, prompt_id: str) -> float:
+    t = next((t for t in entry.traces if t.prompt_id == prompt_id), None)
+    return t.prompt_tokens if t is not None else entry.target_prompt_tokens
+
+
+def _ngram_counts_speedup(entry, draft: NgramSimple, sd: dict[str, list[EngineRun]], cost) -> float:
+    """Target-only over n-gram decode ms per token, every run's blocks rebuilt from its counts."""
+    base_ms = sd_ms = tokens = 0.0
+    for p, runs in sorted(sd.items()):
+        prompt = _prompt(entry, p)
+        for r in runs:
+            plan = ngram_counts_plan(draft, r.tokens, r.drafted, r.accepted)
+            got = plan_cost(cost, plan, target_prompt_tokens=prompt, draft_prompt_tokens=prompt, fused=False)
+            sd_ms += got.total_ms
+            base_ms += target_only(cost, prompt, r.tokens)[1].total_ms
+            tokens += plan.tokens
+    return float(base_ms / sd_ms) if tokens else float("nan")

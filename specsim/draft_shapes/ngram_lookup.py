@@ -101,3 +101,23 @@ def ngram_plan(prompt_ids, output_ids, kind: NgramSimple, max_new_tokens: int | 
     a = np.asarray(rows, dtype=float).reshape(-1, 3)
     first = np.minimum(a[:, 1], 1.0)  # a block with drafts runs no draft pass; 0 rows without drafts
     return BlockPlan(a[:, 0], a[:, 1], a[:, 2], first, np.ones(len(rows)))
+
+
+def ngram_counts_plan(kind: NgramSimple, tokens: int, drafted: int, accepted: int) -> BlockPlan:
+    """A request's blocks from llama-server's counts alone: ``tokens`` emitted (the first by the prompt
+    pass), ``drafted`` proposed, ``accepted``. Drafts are taken at the kind's cap M (llama.cpp copies M
+    tokens after a match unless the history ends sooner), spread evenly over the decode; starts count the
+    first token."""
+    passes = int(tokens) - 1 - int(accepted)
+    if passes < 0 or accepted > drafted:
+        raise SpecsimError(
+            f"n-gram counts: expected accepted <= drafted and < tokens, got tokens={tokens}, "
+            f"drafted={drafted}, accepted={accepted}"
+        )
+    k = min(passes, max(1, round(drafted / kind.size_m))) if drafted > 0 else 0
+    drafts, emitted = np.zeros(passes), np.ones(passes)
+    at = (np.arange(k) * passes) // max(k, 1)  # k distinct blocks, evenly spaced
+    drafts[at] = drafted / max(k, 1)
+    emitted[at] += accepted / max(k, 1)
+    start = 1.0 + np.concatenate([[0.0], np.cumsum(emitted)[:-1]])
+    return BlockPlan(start, drafts, emitted, np.minimum(drafts, 1.0), np.ones(passes))
