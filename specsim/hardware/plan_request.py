@@ -26,6 +26,7 @@ from specsim.hardware.plan_inputs import (
 )
 from specsim.hardware.prices import parse_prices, priced
 from specsim.predict.acceptance_source import tau_methods
+from specsim.presets import pair_profile
 from specsim.profile_format import Profile
 
 
@@ -132,6 +133,7 @@ def answer(req: PlanRequest) -> PlanAnswer:
         image_size=req.image_size,
         draft_kind=req.draft_kind,
     )
+    measured_on = pair_profile(pair) if pair else None  # the pair's own profile
     profile, methods, notes = tau_methods(
         pair=pair,
         target_name=target.name,
@@ -144,6 +146,7 @@ def answer(req: PlanRequest) -> PlanAnswer:
         gamma=req.gamma,
         gamma_max=req.gamma_max,
         spec=req.acceptance,
+        pair_profile=measured_on,
     )
     borrowed = None if profile is None else other_pair_note(profile, target, draft)
     notes = notes + ([borrowed] if borrowed else [])
