@@ -1,6 +1,7 @@
-"""One hardware plan from a command's options as given: ``specsim hardware`` hands them here in one
-:class:`PlanRequest` and prints the :class:`PlanAnswer` (models, τ per method, runtimes or fitted
-efficiencies, the plan, token trees). Every option is checked before anything is priced; errors name it.
+"""One hardware plan from a command's options: ``specsim hardware`` parses its ranges, hands every option
+here in one :class:`PlanRequest` (the rest checked by :meth:`PlanRequest.from_options`) and prints the
+:class:`PlanAnswer` (models, τ per method, runtimes or fitted efficiencies, the plan, token trees). Every
+option is checked before anything is priced; errors name it.
 """
 
 from __future__ import annotations
