@@ -150,12 +150,12 @@ def _planned(preset: str, profile, entry, row: dict, devices: list[str]) -> None
     """Fill each row's GPU speedups: best γ, best tree, the row's policy, on replayed schedules."""
     from specsim.draft_shapes.draft_plans import draft_plan
     from specsim.draft_shapes.policies import parse_policy
-    from specsim.draft_shapes.tree_replay import rank_acceptance
+    from specsim.draft_shapes.tree_replay import TreeMethod, rank_acceptance
     from specsim.draft_shapes.trees import parse_tree
     from specsim.hardware.device import load_device
     from specsim.hardware.model_resolution import load_model_spec
     from specsim.hardware.runtime import load_runtime
-    from specsim.hardware.tree_plan import TreeMethod, plan_trees, replay_speedup
+    from specsim.hardware.tree_plan import plan_trees, replay_speedup
     from specsim.presets import pair_models
 
     names = ARCH.get(preset) or pair_models(preset)

@@ -669,7 +669,8 @@ def test_extra_draft_forwards_in_replayed_and_tree_plans():
     from dataclasses import replace
 
     from specsim.draft_shapes.block_plans import BlockPlan
-    from specsim.hardware.tree_plan import TreeMethod, plan_trees, replay_speedup
+    from specsim.draft_shapes.tree_replay import TreeMethod
+    from specsim.hardware.tree_plan import plan_trees, replay_speedup
 
     dev = load_device("rtx-3090")
     target, draft = (

@@ -200,11 +200,12 @@ def test_predict_and_sweep_list_chain_tree_and_policy(tmp_path, capsys):
 
 
 def test_hardware_picks_smaller_trees_where_verification_is_compute_bound(capsys):
+    from specsim.draft_shapes.tree_replay import TreeMethod
     from specsim.draft_shapes.trees import rank_acceptance_iid
     from specsim.hardware.device import load_device
     from specsim.hardware.model_resolution import load_model_spec
     from specsim.hardware.runtime import load_runtime
-    from specsim.hardware.tree_plan import TreeMethod, plan_trees
+    from specsim.hardware.tree_plan import plan_trees
     from specsim.presets import preset_names
 
     if "llava-1.5-7b" not in preset_names():

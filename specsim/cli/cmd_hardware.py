@@ -11,13 +11,15 @@ from specsim.bounds import number_arg
 from specsim.cli.model_options import add_model_options, add_price_option
 from specsim.hardware.device import load_devices
 from specsim.hardware.parallel import SPLIT_MODES
+from specsim.hardware.plan import DEFAULT_BATCHES, DEFAULT_CONTEXTS
 from specsim.hardware.plan_request import PlanRequest, answer
 from specsim.hardware.plan_text import plan_text
 from specsim.hardware.runtime import Runtime
+from specsim.hardware.tree_plan import tree_plan_text
 from specsim.jsonio import check_writable, dumps_json
 from specsim.predict.acceptance_source import ACCEPTANCE_FORMS
 from specsim.profiles import DEFAULT_PROFILE
-from specsim.report import fmt, format_table
+from specsim.report import fmt, format_table, parse_int, parse_int_lists
 
 _DESC = (
     "Rank devices by predicted tokens/s and speculative-decoding speedup for a target/draft pair, using a "
@@ -188,7 +190,14 @@ def cmd_hardware(args: argparse.Namespace) -> int:
         return _list_devices(args)
     if args.plot is not None:
         check_writable(args.plot, "--plot", suffix=".png")
-    got = answer(PlanRequest.from_options(vars(args)))
+    # The ranges are parsed here, at the command line; the request checks what they combine with.
+    ranges = {
+        "gamma_max": parse_int(args.gamma_max, name="--gamma-max", unit="gamma"),
+        "batches": parse_int_lists(args.batch, DEFAULT_BATCHES, name="--batch", unit="batch"),
+        "contexts": parse_int_lists(args.context, DEFAULT_CONTEXTS, name="--context", unit="tokens"),
+    }
+    req = PlanRequest.from_options(vars(args) | ranges)
+    got = answer(req)
     if args.plot:
         from specsim.hardware.plots import plot_speedup_vs_batch
 
@@ -208,18 +217,17 @@ def cmd_hardware(args: argparse.Namespace) -> int:
             out["trees"] = [r.to_json() for r in got.trees]
         print(dumps_json(out))
         return 0
+    trees = None if got.trees is None else tree_plan_text(list(got.trees))
     print(plan_text(got.plan, got.target, got.draft, got.fit))
     if validation:
         print("\nvalidation of these speedups (published rows, `specsim validate`):")
         print("\n".join(f"  context {c}: {v.text()}" for c, v in validation))
-    if got.trees is not None:
-        from specsim.hardware.tree_plan import tree_plan_text
-
+    if trees is not None:
         print(
             "\ntoken trees (Sequoia-style search; tau from per-rank acceptance, the same at every depth; "
             "speedup = tau*Tp / (draft passes + Tv(n) + runtime overhead per block)):"
         )
-        print(tree_plan_text(list(got.trees)))
+        print(trees)
     return 0
 
 

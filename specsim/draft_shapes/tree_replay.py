@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from specsim.acceptance.replay import trace_arrays
-from specsim.draft_shapes.trees import TreeSpec
+from specsim.draft_shapes.trees import TreeSpec, rank_acceptance_iid
 from specsim.errors import SpecsimError
 
 
@@ -111,3 +111,40 @@ def rank_acceptance(traces, k: int) -> np.ndarray:
     if ranks.size == 0:
         raise SpecsimError("traces: expected at least one position, got only empty traces")
     return (np.bincount(np.minimum(ranks, k), minlength=k + 1)[:k] / ranks.size)[None, :]
+
+
+# --------------------------------------------------------------------------- per-rank acceptance of a method
+@dataclass(frozen=True)
+class TreeMethod:
+    """A drafting method for the tree planner (:mod:`specsim.hardware.tree_plan`): per-rank acceptance
+    (D, K), its draft batch (ensemble members) and where the acceptance came from."""
+
+    method: str
+    acceptance: np.ndarray
+    draft_batch_size: int = 1
+    source: str = ""
+
+
+def tree_methods(entries, *, alpha: float | None = None, ranks: int = 8) -> list[TreeMethod]:
+    """Per-rank acceptance of each method for ``ranks`` ranks: i.i.d. geometric ranks from ``alpha`` when
+    given (:func:`~specsim.draft_shapes.trees.rank_acceptance_iid`), else each profile entry's from its
+    top-k traces (:func:`rank_acceptance`)."""
+    if alpha is not None:
+        return [TreeMethod("user", rank_acceptance_iid(alpha, ranks), 1, f"iid ranks, alpha={alpha:g}")]
+    out = []
+    for e in entries:
+        traces = [t for t in e.traces if t.draft_rank is not None]
+        if not traces:
+            raise SpecsimError(
+                f"--trees: method {e.method!r} ({e.scenario}) has no top-k traces (run 'specsim "
+                "calibrate acceptance --top-k K'), or pass --alpha for i.i.d. ranks"
+            )
+        out.append(
+            TreeMethod(
+                e.method,
+                rank_acceptance(traces, ranks),
+                e.draft_batch_size,
+                f"per-rank acceptance of {len(traces)} traces ({e.scenario})",
+            )
+        )
+    return out

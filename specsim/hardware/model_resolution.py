@@ -147,6 +147,24 @@ def _spec(cfg, name: str, where: str, **kw) -> ModelSpec:
         raise SpecsimError(f"{where}: {err}") from None
 
 
+def _config_of(name_or_path: str) -> tuple[object, str, str, dict | None]:
+    """(config, the model's name, where its errors point, preprocessor values or None) of what
+    ``name_or_path`` means, in the module docstring's order."""
+    preset = preset_path(name_or_path)
+    if preset is not None:
+        return read_json(preset, "model config"), name_or_path, f"model config {preset.name}", None
+    local = _local_config(name_or_path)
+    if local is not None:
+        path, processor = local
+        name = path.parent.name if path.name == "config.json" else path.stem
+        return read_json(path, "model config"), name, f"model config {path.name}", processor
+    found = find_shipped(name_or_path)
+    if found is None:
+        raise _unknown(name_or_path)
+    name, model = found
+    return model.config, name, f"model config {model.id}", model.processor
+
+
 def load_model_spec(
     name_or_path: str,
     *,
@@ -156,32 +174,11 @@ def load_model_spec(
 ) -> ModelSpec:
     """The model ``name_or_path`` means (see the module docstring for the order); ``image_size`` sizes a
     dynamic-resolution tower's image tokens (default: the stated typical image)."""
-    kw = {"dtype": dtype, "kv_dtype": kv_dtype, "image_size": image_size}
-    preset = preset_path(name_or_path)
-    if preset is not None:
-        return _spec(read_json(preset, "model config"), name_or_path, f"model config {preset.name}", **kw)
-    local = _local_config(name_or_path)
-    if local is not None:
-        path, processor = local
-        name = path.parent.name if path.name == "config.json" else path.stem
-        cfg = read_json(path, "model config")
-        return _spec(cfg, name, f"model config {path.name}", processor=processor, **kw)
-    found = find_shipped(name_or_path)
-    if found is None:
-        raise _unknown(name_or_path)
-    name, model = found
-    return _spec(model.config, name, f"model config {model.id}", processor=model.processor, **kw)
+    cfg, name, where, processor = _config_of(name_or_path)
+    return _spec(cfg, name, where, dtype=dtype, kv_dtype=kv_dtype, image_size=image_size, processor=processor)
 
 
 def model_config(name_or_path: str) -> dict:
     """The config dict ``name_or_path`` means (metadata dropped), in :func:`load_model_spec`'s order."""
-    preset = preset_path(name_or_path)
-    if preset is not None:
-        cfg = read_json(preset, "model config")
-    elif (local := _local_config(name_or_path)) is not None:
-        cfg = read_json(local[0], "model config")
-    elif (found := find_shipped(name_or_path)) is not None:
-        cfg = found[1].config
-    else:
-        raise _unknown(name_or_path)
+    cfg = _config_of(name_or_path)[0]
     return {k: v for k, v in cfg.items() if k != META_KEY} if isinstance(cfg, dict) else cfg

@@ -224,17 +224,15 @@ def best_trees(
     profile's top-k traces."""
     if tp > 1:
         raise SpecsimError("--trees: several GPUs per replica are not modelled for token trees (use --tp 1)")
-    from specsim.draft_shapes.trees import rank_acceptance_iid
-    from specsim.hardware.tree_plan import TreeMethod, plan_trees, tree_methods
-
-    if alpha is not None:
-        tree = [TreeMethod("user", rank_acceptance_iid(alpha, 8), 1, f"iid ranks, alpha={alpha:g}")]
-    elif profile is None:
+    if alpha is None and profile is None:
         raise SpecsimError(
             "--trees: needs per-rank acceptance, from a profile's top-k traces or --alpha (not --tau)"
         )
-    else:
-        tree = tree_methods(method_entries(profile, methods, scenario))
+    from specsim.draft_shapes.tree_replay import tree_methods
+    from specsim.hardware.tree_plan import plan_trees
+
+    entries = [] if alpha is not None else method_entries(profile, methods, scenario)
+    tree = tree_methods(entries, alpha=alpha)
     return plan_trees(
         target,
         draft,

@@ -1,6 +1,7 @@
-"""One hardware plan from a command's options as given: ``specsim hardware`` hands them here in one
-:class:`PlanRequest` and prints the :class:`PlanAnswer` (models, τ per method, runtimes or fitted
-efficiencies, the plan, token trees). Every option is checked before anything is priced; errors name it.
+"""One hardware plan from a command's options: ``specsim hardware`` parses its ranges, hands every option
+here in one :class:`PlanRequest` (the rest checked by :meth:`PlanRequest.from_options`) and prints the
+:class:`PlanAnswer` (models, τ per method, runtimes or fitted efficiencies, the plan, token trees). Every
+option is checked before anything is priced; errors name it.
 """
 
 from __future__ import annotations
@@ -12,10 +13,10 @@ from specsim.draft_kinds.registry import draft_kind as kind_named
 from specsim.errors import SpecsimError
 from specsim.hardware.device import load_devices
 from specsim.hardware.efficiency_fit import FitResult, HoldoutResult
-from specsim.hardware.image_tokens import parse_image_size
+from specsim.hardware.image_tokens import ImageSize, parse_image_size
 from specsim.hardware.measured_pair import other_pair_note
 from specsim.hardware.model import ModelSpec
-from specsim.hardware.plan import DEFAULT_BATCHES, Parallel, Plan, plan_hardware
+from specsim.hardware.plan import Parallel, Plan, plan_hardware
 from specsim.hardware.plan_inputs import (
     best_trees,
     check_options,
@@ -26,10 +27,8 @@ from specsim.hardware.plan_inputs import (
 )
 from specsim.hardware.prices import parse_prices, priced
 from specsim.predict.acceptance_source import tau_methods
+from specsim.presets import pair_profile
 from specsim.profile_format import Profile
-from specsim.report import parse_int, parse_int_lists
-
-DEFAULT_CONTEXTS = (1024, 4096, 8192)
 
 
 def request_lengths(prompt: int | None, output: int | None, *, given_context: bool) -> tuple[int, int] | None:
@@ -46,13 +45,19 @@ def request_lengths(prompt: int | None, output: int | None, *, given_context: bo
 
 @dataclass(frozen=True)
 class PlanRequest:
-    """``specsim hardware``'s options as given (lists of text where the command line takes ranges)."""
+    """``specsim hardware``'s options, parsed and checked: ranges as ints, ``--image-size`` as an
+    :class:`ImageSize`, ``--prompt-tokens``/``--output-tokens`` as ``lengths`` (their mean cached context is
+    then the one context); the rest as given, lists as tuples."""
 
+    gamma_max: int
+    batches: tuple[int, ...]
+    contexts: tuple[int, ...]
+    lengths: tuple[int, int] | None = None
     pair: str | None = None
     target: str | None = None
     draft: str | None = None
     model_config: str | None = None
-    image_size: str | None = None
+    image_size: ImageSize | None = None
     dtype: str | None = None
     kv_dtype: str | None = None
     runtime: str | None = None
@@ -60,8 +65,6 @@ class PlanRequest:
     split_mode: str | None = None
     draft_sharded: bool | None = None  # None: as the runtime places the draft
     draft_kind: str | None = None
-    prompt_tokens: int | None = None
-    output_tokens: int | None = None
     gamma: int | None = None
     tau: float | None = None
     alpha: float | None = None
@@ -69,9 +72,6 @@ class PlanRequest:
     profile: str | None = None
     method: tuple[str, ...] | None = None
     scenario: str | None = None
-    batch: tuple[str, ...] | None = None
-    context: tuple[str, ...] | None = None
-    gamma_max: str = "8"
     device: tuple[str, ...] | None = None
     price: tuple[str, ...] | None = None
     fit_profile: str | None = None
@@ -83,8 +83,27 @@ class PlanRequest:
 
     @classmethod
     def from_options(cls, options: dict) -> PlanRequest:
-        """The request from a command's parsed options (others ignored; lists as tuples)."""
+        """The request from a command's parsed options: ``gamma_max``, ``batches`` and ``contexts`` already
+        ints (the command line's ranges); the options they combine with are checked here, before anything
+        is priced (others ignored)."""
+        check_options(
+            dtype=options.get("dtype"),
+            kv_dtype=options.get("kv_dtype"),
+            fit_profile=options.get("fit_profile"),
+            validate=options.get("validate", False),
+            fit_device=options.get("fit_device"),
+            fit_dtype=options.get("fit_dtype"),
+        )
+        lengths = request_lengths(
+            options.get("prompt_tokens"),
+            options.get("output_tokens"),
+            given_context=options.get("context") is not None,
+        )
+        size = options.get("image_size")
         given = {f.name: options[f.name] for f in fields(cls) if f.name in options}
+        given |= {"lengths": lengths, "image_size": None if size is None else parse_image_size(size)}
+        if lengths is not None:
+            given["contexts"] = [lengths[0] + lengths[1] // 2]
         return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in given.items()})
 
 
@@ -103,22 +122,7 @@ class PlanAnswer:
 
 def answer(req: PlanRequest) -> PlanAnswer:
     """The plan ``req`` asks for (module docstring)."""
-    check_options(
-        dtype=req.dtype,
-        kv_dtype=req.kv_dtype,
-        fit_profile=req.fit_profile,
-        validate=req.validate,
-        fit_device=req.fit_device,
-        fit_dtype=req.fit_dtype,
-    )
-    gamma_max = parse_int(req.gamma_max, name="--gamma-max", unit="gamma")
-    batches = parse_int_lists(req.batch, DEFAULT_BATCHES, name="--batch", unit="batch")
-    lengths = request_lengths(req.prompt_tokens, req.output_tokens, given_context=req.context is not None)
-    contexts = (
-        [lengths[0] + lengths[1] // 2]
-        if lengths
-        else parse_int_lists(req.context, DEFAULT_CONTEXTS, name="--context", unit="tokens")
-    )
+    batches, contexts, lengths = list(req.batches), list(req.contexts), req.lengths
     pair, target, draft = resolve_models(
         pair=req.pair,
         target=req.target,
@@ -127,9 +131,10 @@ def answer(req: PlanRequest) -> PlanAnswer:
         fit_profile=req.fit_profile,
         dtype=req.dtype,
         kv_dtype=req.kv_dtype,
-        image_size=None if req.image_size is None else parse_image_size(req.image_size),
+        image_size=req.image_size,
         draft_kind=req.draft_kind,
     )
+    measured_on = pair_profile(pair) if pair else None  # the pair's own profile
     profile, methods, notes = tau_methods(
         pair=pair,
         target_name=target.name,
@@ -140,8 +145,9 @@ def answer(req: PlanRequest) -> PlanAnswer:
         tau=req.tau,
         alpha=req.alpha,
         gamma=req.gamma,
-        gamma_max=gamma_max,
+        gamma_max=req.gamma_max,
         spec=req.acceptance,
+        pair_profile=measured_on,
     )
     borrowed = None if profile is None else other_pair_note(profile, target, draft)
     notes = notes + ([borrowed] if borrowed else [])
@@ -199,6 +205,6 @@ def answer(req: PlanRequest) -> PlanAnswer:
             scenario=req.scenario,
             tp=req.tp,
             n_max=req.tree_max_nodes,
-            gamma_max=gamma_max,
+            gamma_max=req.gamma_max,
         )
     return PlanAnswer(target, draft, profile, plan, efficiency, fit, None if trees is None else tuple(trees))

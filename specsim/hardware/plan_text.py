@@ -3,6 +3,8 @@ batch."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from specsim.hardware.efficiency_fit import FitResult, HoldoutResult
 from specsim.hardware.model import ModelSpec
 from specsim.hardware.plan import Plan, ranking
@@ -53,9 +55,47 @@ def fit_text(fit: FitResult | HoldoutResult) -> list[str]:
     return lines
 
 
+@dataclass(frozen=True)
+class _MethodShown:
+    """One method's section before formatting: the ranking at the first (batch, context) with each row's
+    τ flag (extrapolated?) and the top row's overhead line, and per context the speedup-vs-batch cells of
+    every device with the notes on where SD stops paying."""
+
+    method: str
+    top: list
+    starred: list[bool]
+    overhead: str
+    batch_tables: dict[int, tuple[list[list[str]], list[str]]]
+
+
+def _batch_table(plan: Plan, method: str, ctx: int) -> tuple[list[list[str]], list[str]]:
+    """(a row of cells per device: speedup per batch, ! where it does not fit, then where SD stops paying;
+    the notes on it) for ``method`` at context ``ctx``."""
+    table, notes = [], []
+    for dev in plan.devices:
+        rs = sorted(plan.select(device=dev, method=method, context=ctx), key=lambda r: r.batch_size)
+        limit = plan.crossover(dev, method, ctx)
+        table.append(
+            [dev]
+            + [f"{r.speedup:.2f}" + ("" if r.fits_memory else "!") for r in rs]
+            + [limit.cell(), limit.crossover_cell(), limit.fits_cell()]
+        )
+        if sentence := limit.sentence():
+            notes.append(f"    {sentence}")
+    return table, notes
+
+
+def _method_shown(plan: Plan, method: str) -> _MethodShown:
+    """What ``method``'s section shows (:class:`_MethodShown`), gathered from the plan."""
+    top = ranking(plan, method, batch=plan.batches[0], context=plan.contexts[0])
+    tables = {ctx: _batch_table(plan, method, ctx) for ctx in plan.contexts}
+    overhead = overhead_text(top[0])
+    return _MethodShown(method, top, [extrapolated(r.tau_source) for r in top], overhead, tables)
+
+
 def plan_text(plan: Plan, target: ModelSpec, draft: ModelSpec, fit=None) -> str:
     """``specsim hardware``'s text report: models, fit, assumptions, the ranking and speedup vs batch per
-    method."""
+    method (every section gathered first, then formatted)."""
     kind = plan.rows[0].draft_kind if plan.rows else "model"
     side = describe_model(draft) if draft is not None else "none: drafts by host lookup"
     lines = [f"target {describe_model(target)}", f"draft  {side} (drafting kind {kind})"]
@@ -63,73 +103,53 @@ def plan_text(plan: Plan, target: ModelSpec, draft: ModelSpec, fit=None) -> str:
         lines += fit_text(fit)
     lines.append("assumptions:")
     lines += [f"  - {a}" for a in plan.assumptions]
+    shown = [_method_shown(plan, method) for method in plan.methods]
+    any_starred = any(extrapolated(r.tau_source) for r in plan.rows)
+    for section in shown:
+        lines += _method_lines(plan, section)
+    if any_starred:
+        lines.append("\n* tau at this gamma is an i.i.d. extrapolation from the measured gamma")
+    return "\n".join(lines)
+
+
+def _method_lines(plan: Plan, shown: _MethodShown) -> list[str]:
+    """One method's section formatted: its ranking table, the top row's overhead, speedup vs batch per
+    context."""
     batch, context = plan.batches[0], plan.contexts[0]
     fixed = len(plan.gammas) == 1  # a fixed γ (--gamma) is not a best one
     best = f"speedup at γ = {plan.gammas[0]}" if fixed else "best-γ speedup"
-    for method in plan.methods:
-        lines.append(f"\nmethod {method}: ranking at batch {batch}, context {context} tokens")
-        rows = [
-            [
-                str(i + 1),
-                r.device,
-                f"{r.target_tokens_per_s:.1f}",
-                f"{r.sd_tokens_per_s:.1f}",
-                f"{r.speedup:.2f}",
-                str(r.best_gamma),
-                f"{r.tau:.2f}" + ("*" if extrapolated(r.tau_source) else ""),
-                f"{r.c:.3f}",
-                f"{r.v:.2f}",
-                f"{r.o:.3f}",
-                "compute" if r.target_compute_bound else "memory",
-                "yes" if r.fits_memory else "NO",
-                fmt(r.usd_per_million_tokens, 3),
-            ]
-            + ([] if r.e2e_speedup is None else [f"{r.e2e_speedup:.2f}"])
-            for i, r in enumerate(ranking(plan, method, batch=batch, context=context))
+    top = shown.top
+    rows = [
+        [
+            str(i + 1),
+            r.device,
+            f"{r.target_tokens_per_s:.1f}",
+            f"{r.sd_tokens_per_s:.1f}",
+            f"{r.speedup:.2f}",
+            str(r.best_gamma),
+            f"{r.tau:.2f}" + ("*" if star else ""),
+            f"{r.c:.3f}",
+            f"{r.v:.2f}",
+            f"{r.o:.3f}",
+            "compute" if r.target_compute_bound else "memory",
+            "yes" if r.fits_memory else "NO",
+            fmt(r.usd_per_million_tokens, 3),
         ]
-        top = ranking(plan, method, batch=batch, context=context)
-        lines.append(
-            format_table(
-                [
-                    "#",
-                    "device",
-                    "target tok/s",
-                    "SD tok/s",
-                    "speedup",
-                    "γ" if fixed else "best γ",
-                    "tau",
-                    "c",
-                    "v",
-                    "o",
-                    "target bound",
-                    "fits",
-                    "$/Mtok",
-                ]
-                + ([] if top[0].e2e_speedup is None else ["e2e speedup"]),
-                rows,
-            )
-        )
-        lines.append(f"  {overhead_text(top[0])}")
-        for ctx in plan.contexts:
-            lines.append(f"  {best} vs batch size, context {ctx} (! = does not fit in memory):")
-            table, notes = [], []
-            for dev in plan.devices:
-                rs = sorted(plan.select(device=dev, method=method, context=ctx), key=lambda r: r.batch_size)
-                limit = plan.crossover(dev, method, ctx)
-                table.append(
-                    [dev]
-                    + [f"{r.speedup:.2f}" + ("" if r.fits_memory else "!") for r in rs]
-                    + [limit.cell(), limit.crossover_cell(), limit.fits_cell()]
-                )
-                if sentence := limit.sentence():
-                    notes.append(f"    {sentence}")
-            header = ["device"] + [f"B={b}" for b in plan.batches]
-            header += ["speedup<1 at B", "stops paying at B", "largest B that fits"]
-            lines.append(format_table(header, table, indent="    "))
-            lines += notes
-    if any(extrapolated(r.tau_source) for r in plan.rows):
-        lines.append("\n* tau at this gamma is an i.i.d. extrapolation from the measured gamma")
-    return "\n".join(lines)
+        + ([] if r.e2e_speedup is None else [f"{r.e2e_speedup:.2f}"])
+        for i, (r, star) in enumerate(zip(top, shown.starred, strict=True))
+    ]
+    headers = ["#", "device", "target tok/s", "SD tok/s", "speedup", "γ" if fixed else "best γ", "tau", "c"]
+    headers += ["v", "o", "target bound", "fits", "$/Mtok"]
+    headers += [] if top[0].e2e_speedup is None else ["e2e speedup"]
+    lines = [f"\nmethod {shown.method}: ranking at batch {batch}, context {context} tokens"]
+    lines += [format_table(headers, rows), f"  {shown.overhead}"]
+    header = ["device"] + [f"B={b}" for b in plan.batches]
+    header += ["speedup<1 at B", "stops paying at B", "largest B that fits"]
+    for ctx, (table, notes) in shown.batch_tables.items():
+        lines.append(f"  {best} vs batch size, context {ctx} (! = does not fit in memory):")
+        lines.append(format_table(header, table, indent="    "))
+        lines += notes
+    return lines
 
 
 def overhead_text(r) -> str:

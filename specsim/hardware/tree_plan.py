@@ -20,6 +20,7 @@ import numpy as np
 
 from specsim.acceptance.theory import block_speedup
 from specsim.costs.pass_cost import DRAFT, FIRST, TARGET, TREE
+from specsim.draft_shapes.tree_replay import TreeMethod
 from specsim.draft_shapes.trees import TreeSpec, chain_tree, draft_pass_rows, expected_tokens
 from specsim.errors import SpecsimError
 from specsim.hardware.device import Device
@@ -27,17 +28,6 @@ from specsim.hardware.model import ModelSpec
 from specsim.hardware.roofline import Efficiency
 from specsim.hardware.roofline_pass_cost import RooflinePassCost
 from specsim.report import format_table
-
-
-@dataclass(frozen=True)
-class TreeMethod:
-    """A drafting method for the tree planner: per-rank acceptance (D, K) and its draft batch (ensemble
-    members)."""
-
-    method: str
-    acceptance: np.ndarray
-    draft_batch_size: int = 1
-    source: str = ""
 
 
 @dataclass(frozen=True)
@@ -166,31 +156,7 @@ def _rows(device: str, method: str, trees, tau, speedups, tp, chains, b, ctx) ->
     return rows
 
 
-# --------------------------------------------------------------------------- inputs and text
-def tree_methods(entries, *, ranks: int = 8) -> list[TreeMethod]:
-    """Per-rank acceptance of profile entries from their top-k traces
-    (:func:`specsim.draft_shapes.tree_replay.rank_acceptance`)."""
-    from specsim.draft_shapes.tree_replay import rank_acceptance
-
-    out = []
-    for e in entries:
-        traces = [t for t in e.traces if t.draft_rank is not None]
-        if not traces:
-            raise SpecsimError(
-                f"--trees: method {e.method!r} ({e.scenario}) has no top-k traces (run 'specsim "
-                "calibrate acceptance --top-k K'), or pass --alpha for i.i.d. ranks"
-            )
-        out.append(
-            TreeMethod(
-                e.method,
-                rank_acceptance(traces, ranks),
-                e.draft_batch_size,
-                f"per-rank acceptance of {len(traces)} traces ({e.scenario})",
-            )
-        )
-    return out
-
-
+# --------------------------------------------------------------------------- text
 def tree_plan_text(rows: list[TreePlanRow]) -> str:
     """Per method and context: for each device and batch, the best tree (n nodes / depth) and its speedup,
     with the best chain's beside it."""

@@ -17,7 +17,6 @@ from specsim.acceptance.theory import alpha_from_tau, survival_from_histogram, t
 from specsim.bounds import MAX_GAMMA, clip
 from specsim.errors import SpecsimError, warn
 from specsim.predict.tau_at_gamma import EXTRAPOLATED, tau_with_source
-from specsim.presets import pair_profile
 from specsim.profile_format import MethodAcceptance, Profile
 from specsim.profiles import DEFAULT_PROFILE, load_profile, shipped_profiles
 
@@ -144,10 +143,11 @@ def tau_methods(
     gamma: int | None,
     gamma_max: int,
     spec: str | None = None,
+    pair_profile: str | None = None,
 ) -> tuple[Profile | None, list[MethodTau], list[str]]:
     """(profile or None, tau per method, notes): from --tau/--alpha or --acceptance SPEC, else from
-    --profile or the pair's (the default profile, with a warning, when tau may not belong to the named
-    target and draft)."""
+    --profile or ``pair_profile``, the profile of ``pair`` (:func:`specsim.presets.pair_profile`; the
+    default profile, with a warning, when tau may not belong to the named target and draft)."""
     if spec is not None:
         for flag, given in (("--tau", tau), ("--alpha", alpha), ("--profile", profile_name)):
             if given is not None:
@@ -158,11 +158,7 @@ def tau_methods(
     user = user_methods(tau, alpha, gamma, gamma_max)
     if user is not None:
         return None, user, [f"tau from the command line ({user[0].scenario})"]
-    name = (
-        profile_name
-        if profile_name is not None
-        else ((pair_profile(pair) if pair else None) or DEFAULT_PROFILE)
-    )
+    name = profile_name if profile_name is not None else (pair_profile or DEFAULT_PROFILE)
     if profile_name is None and name not in shipped_profiles():
         raise SpecsimError(
             f"--profile: the default profile {name!r} for pair {pair!r} is not shipped "
