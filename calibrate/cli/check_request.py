@@ -20,7 +20,6 @@ from specsim.report import parse_int_list
 
 GREEDY, SAMPLED, SERVE, BATCH = "greedy", "sampled", "serve", "batch"
 SERVE_DEFAULTS = {"serve_requests": 24, "max_num_seqs": 8}  # apply with --serve-rates only
-NO_BATCHED = "--profile {}: has no batched cost (calibrate latency --request-batches 1,2,4,8)"
 
 
 @dataclass(frozen=True)
@@ -148,11 +147,9 @@ def _sampled(args, request: CheckRequest) -> None:
     """Every entry the run may use measured at --temperature (no schedule: _check_args refuses one)."""
     from specsim.check.sampled_runs import check_sampling_entry
 
+    methods = request.methods
     for entry in request.profile.acceptance:  # a wrong temperature costs no loading
-        if (request.methods is None or entry.method in request.methods) and args.scenario in (
-            None,
-            entry.scenario,
-        ):
+        if (methods is None or entry.method in methods) and args.scenario in (None, entry.scenario):
             check_sampling_entry(entry, args.temperature)
 
 
@@ -162,9 +159,7 @@ def _serving(args, request: CheckRequest) -> CheckRequest:
         raise SpecsimError(
             "--serve-rates: runs fixed gamma, greedy (no --tree, --policy, --temperature or --batch)"
         )
-    batched = request.profile.latency.forward_costs().batched
-    if batched is None:
-        raise SpecsimError(NO_BATCHED.format(request.profile_path))
+    batched = _batched_cost(request)
     batched.check_batch(args.max_num_seqs, "--max-num-seqs")
     return replace(request, batched=batched)
 
@@ -172,12 +167,21 @@ def _serving(args, request: CheckRequest) -> CheckRequest:
 def _batched(args, request: CheckRequest) -> CheckRequest:
     """--batch sizes inside the profile's batched cost."""
     sizes = batch_sizes(args)
-    batched = request.profile.latency.forward_costs().batched
-    if batched is None:
-        raise SpecsimError(NO_BATCHED.format(request.profile_path))
+    batched = _batched_cost(request)
     for b in sizes:
         batched.check_batch(b)
     return replace(request, sizes=tuple(sizes), batched=batched)
+
+
+def _batched_cost(request: CheckRequest):
+    """The profile's batched cost; SpecsimError when the profile did not measure one."""
+    batched = request.profile.latency.forward_costs().batched
+    if batched is None:
+        raise SpecsimError(
+            f"--profile {request.profile_path}: has no batched cost "
+            "(calibrate latency --request-batches 1,2,4,8)"
+        )
+    return batched
 
 
 def batch_sizes(args) -> list[int]:
