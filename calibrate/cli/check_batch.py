@@ -1,45 +1,26 @@
 """``specsim check --batch B``: the batched engine against batched target-only decoding, B requests per
-batch, compared with the batched walk (handler called by :mod:`calibrate.cli.cmd_check`)."""
+batch, compared with the batched walk (handler called by :mod:`calibrate.cli.cmd_check` once
+:mod:`calibrate.cli.check_request` has checked the flags)."""
 
 from __future__ import annotations
 
 import sys
 
-from specsim.errors import SpecsimError
 from specsim.jsonio import dumps_json
 from specsim.profiles import save_profile
 
 
-def batch_sizes(args) -> list[int]:
-    """--batch as a sorted list of batch sizes; SpecsimError for anything else."""
-    from specsim.report import parse_int_list
-
-    sizes = sorted(set(parse_int_list(args.batch, name="--batch", unit="batch")))
-    if any(b < 1 for b in sizes):
-        raise SpecsimError(f"--batch: expected batch sizes >= 1, got {args.batch}")
-    if args.tree or args.policy or args.temperature > 0:
-        raise SpecsimError("--batch: runs fixed gamma, greedy (no --tree, --policy or --temperature)")
-    return sizes
-
-
-def cmd_check_batch(args, gammas, profile_path, profile, methods, synthetic=None) -> int:
-    """Per batch size: run in rounds, price, write the rows, print the table and summary (``synthetic``: the
+def cmd_check_batch(args, request) -> int:
+    """Per batch size: run in rounds, price, write the rows, print the table and summary (``request``: the
+    checked flags and profile, :mod:`calibrate.cli.check_request`; its ``synthetic``: the
     --synthetic-acceptance schedule's spec)."""
     from calibrate.measure.batch_check_runs import batch_check_rows, preflight, run_batch_check
-    from calibrate.measure.check_preload import refuse_before_loading
     from calibrate.measure.synthetic_schedules import check_acceptance, marked, synthetic_note
     from calibrate.workload.run_setup import load_setup, progress
     from specsim.check.check_tables import batch_table, summary, summary_line, terms_table
 
-    sizes = batch_sizes(args)
-    cost = profile.latency.forward_costs().batched
-    if cost is None:
-        raise SpecsimError(
-            f"--profile {profile_path}: has no batched cost (calibrate latency --request-batches 1,2,4,8)"
-        )
-    for b in sizes:
-        cost.check_batch(b)
-    refuse_before_loading(args, profile, methods, gammas, cost, synthetic)
+    gammas, profile, methods, synthetic = request.gammas, request.profile, request.methods, request.synthetic
+    sizes = list(request.sizes)
     setup = load_setup(args, methods=methods, cache_captions=False)
     setup, schedule, entries = check_acceptance(
         setup, profile, synthetic, scenario=args.scenario, max_new_tokens=args.max_new_tokens, gammas=gammas,
@@ -84,7 +65,7 @@ def cmd_check_batch(args, gammas, profile_path, profile, methods, synthetic=None
     ]
     rows = rows if synthetic is None else marked(rows, synthetic)
     if not args.no_write:
-        save_profile(profile.with_checks(rows), profile_path)
+        save_profile(profile.with_checks(rows), request.profile_path)
     if args.json:
         print(dumps_json({"rows": [r.to_json() for r in rows], "summary": summary(rows), "seconds": seconds}))
         return 0

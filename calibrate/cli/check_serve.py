@@ -7,7 +7,6 @@ from __future__ import annotations
 import sys
 
 from specsim.bounds import number_arg
-from specsim.errors import SpecsimError
 from specsim.jsonio import dumps_json
 from specsim.profiles import save_profile
 from specsim.serve.arrivals import rates_arg
@@ -38,40 +37,17 @@ def serve_args(parser) -> None:
     )
 
 
-SERVE_DEFAULTS = {"serve_requests": 24, "max_num_seqs": 8}  # apply with --serve-rates only
-
-
-def serve_only_flags(args) -> None:
-    """SpecsimError for a serving flag given without --serve-rates (it would be ignored); else the flags'
-    defaults filled in."""
-    for name, default in SERVE_DEFAULTS.items():
-        if getattr(args, name) is None:
-            setattr(args, name, default)
-        elif args.serve_rates is None:
-            raise SpecsimError(f"--{name.replace('_', '-')}: applies with --serve-rates only")
-
-
-def cmd_check_serve(args, gammas, profile_path, profile, methods, synthetic=None) -> int:
+def cmd_check_serve(args, request) -> int:
     """Run the loop in rounds, simulate each (rate, side), write the rows, print the table and summary
-    (``synthetic``: the --synthetic-acceptance schedule's spec)."""
-    from calibrate.measure.check_preload import refuse_before_loading
+    (``request``: the checked flags and profile, :mod:`calibrate.cli.check_request`; its ``synthetic``: the
+    --synthetic-acceptance schedule's spec)."""
     from calibrate.measure.check_runs import greedy_trace
     from calibrate.measure.serve_check_runs import run_serve_check, serve_check_rows, workload_order
     from calibrate.measure.synthetic_schedules import check_acceptance, marked, synthetic_note
     from calibrate.workload.run_setup import load_setup, progress
     from specsim.check.serve_comparison import serve_summary, serve_table
 
-    if args.tree or args.policy or args.temperature > 0 or args.batch is not None:
-        raise SpecsimError(
-            "--serve-rates: runs fixed gamma, greedy (no --tree, --policy, --temperature or --batch)"
-        )
-    batched = profile.latency.forward_costs().batched
-    if batched is None:
-        raise SpecsimError(
-            f"--profile {profile_path}: has no batched cost (calibrate latency --request-batches 1,2,4,8)"
-        )
-    batched.check_batch(args.max_num_seqs, "--max-num-seqs")
-    refuse_before_loading(args, profile, methods, gammas, batched, synthetic)
+    gammas, profile, methods, synthetic = request.gammas, request.profile, request.methods, request.synthetic
     setup = load_setup(args, methods=methods, cache_captions=False)
     setup, schedule, entries = check_acceptance(
         setup, profile, synthetic, scenario=args.scenario, max_new_tokens=args.max_new_tokens, gammas=gammas,
@@ -130,7 +106,7 @@ def cmd_check_serve(args, gammas, profile_path, profile, methods, synthetic=None
     )
     rows = rows if synthetic is None else marked(rows, synthetic)
     if not args.no_write:
-        save_profile(profile.with_serve_checks(rows), profile_path)
+        save_profile(profile.with_serve_checks(rows), request.profile_path)
     if args.json:
         out = {"rows": [r.to_json() for r in rows], "summary": serve_summary(rows)}
         print(dumps_json(out | {"rounds": runs.rounds, "seconds": runs.seconds, "host_pass_drift": drift}))

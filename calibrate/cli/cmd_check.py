@@ -12,15 +12,13 @@ from __future__ import annotations
 
 import sys
 
-from calibrate.cli.check_serve import serve_args, serve_only_flags
+from calibrate.cli.check_serve import serve_args
 from calibrate.cli.llama_cpp_handlers import cmd_check_llama
 from calibrate.cli.llama_cpp_options import llama_cpp_args
 from calibrate.cli.shared_options import method_args, model_args
 from specsim.bounds import number_arg
-from specsim.errors import SpecsimError
-from specsim.jsonio import check_writable, dumps_json, show
-from specsim.profiles import load_profile, resolve_profile_path, save_profile
-from specsim.report import parse_int_list
+from specsim.jsonio import dumps_json
+from specsim.profiles import save_profile
 
 _DESC = (
     "Per gamma and method: tau and speedup over target-only decoding, predicted from the profile (tau from "
@@ -120,65 +118,6 @@ def register(subparsers) -> None:
     chk.set_defaults(func=cmd_check)
 
 
-def _check_args(args) -> list[int]:
-    gammas = sorted(parse_int_list(args.gamma, name="--gamma"))
-    serve_only_flags(args)
-    if args.remeasure_batched and args.batch is None and args.serve_rates is None:
-        raise SpecsimError("--remeasure-batched: applies with --batch or --serve-rates only")
-    if args.max_new_tokens < 2:  # the first pass carries the prompt; the decode phase starts at token 2
-        raise SpecsimError(
-            f"--max-new-tokens: expected an integer >= 2 (a decode phase to time), got {args.max_new_tokens}"
-        )
-    if not 0 < args.halfwidth < 1:
-        raise SpecsimError(f"--halfwidth: expected a fraction in (0, 1), got {args.halfwidth}")
-    if args.min_rounds < 1 or args.max_rounds < args.min_rounds:
-        raise SpecsimError(
-            f"--min-rounds/--max-rounds: expected 1 <= min <= max, got {args.min_rounds} and "
-            f"{args.max_rounds}"
-        )
-    if args.max_minutes is not None and not args.max_minutes > 0:
-        raise SpecsimError(f"--max-minutes: expected a positive number, got {args.max_minutes}")
-    if args.synthetic_acceptance is not None and (args.tree or args.policy or args.temperature > 0):
-        raise SpecsimError(
-            "--synthetic-acceptance: runs fixed gamma, greedy (no --tree, --policy or --temperature)"
-        )
-    return gammas
-
-
-def _drafts(args) -> list:
-    """The token trees and draft-length policies of --tree / --policy."""
-    from specsim.draft_shapes.policies import parse_policy
-    from specsim.draft_shapes.trees import parse_tree
-
-    drafts = []
-    for option, parse, texts in (("--tree", parse_tree, args.tree), ("--policy", parse_policy, args.policy)):
-        for text in texts or []:
-            try:
-                drafts.append(parse(text))
-            except SpecsimError as err:
-                raise SpecsimError(f"{option} {show(text)}: {err}") from None
-    return drafts
-
-
-def prepare(args) -> tuple:
-    """(γs, profile path, profile, methods, synthetic schedule spec or None) after every check that needs no
-    model: arguments, --profile writable, a latency section, --synthetic-acceptance; methods default to a
-    single-method profile's one."""
-    from calibrate.measure.synthetic_schedules import parse_schedule
-
-    gammas = _check_args(args)
-    synthetic = None if args.synthetic_acceptance is None else parse_schedule(args.synthetic_acceptance)
-    profile_path = resolve_profile_path(args.profile)
-    if not args.no_write:
-        check_writable(profile_path, "--profile")
-    profile = load_profile(str(profile_path))
-    profile.latency.forward_costs()  # a profile without timings is refused before anything runs
-    methods = args.method
-    if methods is None and len({a.method for a in profile.acceptance}) == 1 and profile.acceptance:
-        methods = [profile.acceptance[0].method]  # a single-method profile needs no --method
-    return gammas, profile_path, profile, methods, synthetic
-
-
 def _warn_other_host(profile, device: str) -> None:
     """Say on screen when the profile's latency comes from another device model or thread count."""
     import torch
@@ -193,29 +132,35 @@ def _warn_other_host(profile, device: str) -> None:
 
 
 def cmd_check(args) -> int:
-    """Check arguments and the profile, load models, run in rounds, write the rows, print the tables."""
-    from calibrate.measure.check_preload import refuse_before_loading
+    """Check arguments and the profile (:func:`calibrate.cli.check_request.check_request`), then run the mode:
+    load models, run in rounds, write the rows, print the tables."""
+    from calibrate.cli.check_request import BATCH, SAMPLED, SERVE, check_request
+
+    if args.runtime == "llama.cpp":
+        return cmd_check_llama(args)
+    request = check_request(args)
+    if request.mode == SAMPLED:
+        return cmd_check_sampled(args, request)
+    if request.mode == SERVE:
+        from calibrate.cli.check_serve import cmd_check_serve
+
+        return cmd_check_serve(args, request)
+    if request.mode == BATCH:
+        from calibrate.cli.check_batch import cmd_check_batch
+
+        return cmd_check_batch(args, request)
+    return cmd_check_greedy(args, request)
+
+
+def cmd_check_greedy(args, request) -> int:
+    """Greedy (T = 0): load models, run in rounds, price, write the rows, print the tables."""
     from calibrate.measure.check_runs import check_rows, preflight, run_check
     from calibrate.measure.synthetic_schedules import check_acceptance, marked, synthetic_note
     from calibrate.workload.run_setup import load_setup, progress
     from specsim.check.check_tables import check_table, summary, terms_table
 
-    if args.runtime == "llama.cpp":
-        return cmd_check_llama(args)
-    if args.temperature > 0 and args.batch is None and args.serve_rates is None:
-        return cmd_check_sampled(args)
-    gammas, profile_path, profile, methods, synthetic = prepare(args)
-    if args.serve_rates is not None:
-        from calibrate.cli.check_serve import cmd_check_serve
-
-        return cmd_check_serve(args, gammas, profile_path, profile, methods, synthetic)
-    if args.batch is not None:
-        from calibrate.cli.check_batch import cmd_check_batch
-
-        return cmd_check_batch(args, gammas, profile_path, profile, methods, synthetic)
-    drafts = _drafts(args)
-    preflight(profile, [], drafts, args.max_new_tokens)  # the profile's grids first, then its entries
-    refuse_before_loading(args, profile, methods, gammas, synthetic=synthetic, traces=False)
+    gammas, profile, methods, synthetic = request.gammas, request.profile, request.methods, request.synthetic
+    drafts = list(request.drafts)
     setup = load_setup(args, methods=methods, cache_captions=False)
     if drafts:
         preflight(
@@ -246,7 +191,7 @@ def cmd_check(args) -> int:
     rows, agreement, stages = check_rows(profile, setup, entries, runs, gammas, drafts)
     rows = rows if synthetic is None else marked(rows, synthetic)
     if not args.no_write:
-        save_profile(profile.with_checks(rows), profile_path)
+        save_profile(profile.with_checks(rows), request.profile_path)
     if args.json:
         print(
             dumps_json(
@@ -310,28 +255,18 @@ def _sampling_args(parser) -> None:
     )
 
 
-def cmd_check_sampled(args) -> int:
-    """Check arguments and the profile, load models, run, predict, write the rows, print."""
+def cmd_check_sampled(args, request) -> int:
+    """Sampled (T > 0): load models, run, predict, write the rows, print."""
     import numpy as np
 
-    from calibrate.measure.check_preload import refuse_before_loading
     from calibrate.measure.check_runs import entries_of
     from calibrate.measure.sampled_check_runs import run_sampled_check, sampled_rows
     from calibrate.workload.run_setup import load_setup, progress
     from specsim.check.check_tables import coverage, sampled_table, summary
     from specsim.check.sampled_runs import check_sampling_entry
 
-    if args.seeds < 2:
-        raise SpecsimError(
-            f"--seeds: expected at least 2 runs per prompt with --temperature (one run gives no "
-            f"spread to judge), got {args.seeds}"
-        )
-    gammas, profile_path, profile, methods, _ = prepare(args)  # refuses --synthetic-acceptance with T > 0
-    for entry in profile.acceptance:  # before models load: a wrong temperature costs no loading
-        if (methods is None or entry.method in methods) and args.scenario in (None, entry.scenario):
-            check_sampling_entry(entry, args.temperature)
-    refuse_before_loading(args, profile, methods, gammas, traces=False)
-    setup = load_setup(args, methods=methods, cache_captions=False)
+    gammas, profile = request.gammas, request.profile
+    setup = load_setup(args, methods=request.methods, cache_captions=False)
     entries = entries_of(setup, profile, args.scenario)
     for entry in entries.values():
         check_sampling_entry(entry, args.temperature)
@@ -362,7 +297,7 @@ def cmd_check_sampled(args) -> int:
         rng=np.random.default_rng(args.seed),
     )
     if not args.no_write:
-        save_profile(profile.with_checks(rows), profile_path)
+        save_profile(profile.with_checks(rows), request.profile_path)
     if args.json:
         print(
             dumps_json(

@@ -318,6 +318,7 @@ def check_rows(profile, setup, entries: dict, runs, gammas: list, drafts: list) 
             for g in gammas + drafts:
                 rows.append(check_row(profile, entry, g, specs, runs.measured(m, g, ids)))
             first = {g: [r for r in runs.first[(m, g)] if r.prompt_id in set(ids)] for g in gammas + drafts}
+            stages[(m, entry.scenario)] = stage_shares([r for g in gammas for r in first[g]])
             for kind, runs_of in (
                 ("gamma", gammas),
                 ("tree", [d for d in drafts if isinstance(d, TreeSpec)]),
@@ -331,5 +332,4 @@ def check_rows(profile, setup, entries: dict, runs, gammas: list, drafts: list) 
                         sum(p[0] for p in pairs),
                         sum(p[1] for p in pairs),
                     )
-            stages[(m, entry.scenario)] = stage_shares([r for g in gammas for r in first[g]])
     return rows, agreement, stages

@@ -14,11 +14,10 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from specsim.check.comparison import TARGET_TERM, RequestRun, compared_row, measure
-from specsim.costs.grid_pass_cost import GridPassCost
 from specsim.draft_shapes.ngram_lookup import NgramSimple, ngram_counts_plan
 from specsim.errors import SpecsimError
 from specsim.predict.prediction import reference_tau, textbook_speedup
-from specsim.predict.pricing import RequestSpec, price, target_only
+from specsim.predict.pricing import RequestSpec, draft_cost, price, target_only
 from specsim.predict.tree_costs import plan_cost
 from specsim.profile_format import CheckRow, MethodAcceptance, Profile
 
@@ -80,12 +79,12 @@ def engine_row(
     measured = measure(_runs(base), _runs(sd))
     n = measured.new_tokens
     ngram = isinstance(draft, NgramSimple)
-    cost = GridPassCost.lookup(profile.latency) if ngram else GridPassCost.request(profile.latency)
     specs = [
         RequestSpec(t.prompt_tokens, t.draft_prompt_tokens or t.prompt_tokens, 0, traces[p], n, prompt_id=p)
         for p, t in ((p, traces[p]) for p in sorted(sd))
     ]
-    pred = price(profile, entry, draft, specs, cost)
+    pred = price(profile, entry, draft, specs)
+    cost = draft_cost(profile, draft)  # the grids that priced pred, for the counts too
     counts = _counts_prediction(profile, entry, draft, sd, n, cost)
     gamma = draft.size_m if ngram else int(draft)
     book = None

@@ -189,6 +189,14 @@ class Priced:
         }
 
 
+def draft_cost(profile: Profile, draft: Draft) -> GridPassCost:
+    """The profile's measured grids that price ``draft``: an n-gram kind's (no draft model: its blocks'
+    lookup overhead instead of draft passes), else one request's; SpecsimError when the profile lacks them."""
+    if isinstance(draft, NgramSimple):
+        return GridPassCost.lookup(profile.latency)
+    return GridPassCost.request(profile.latency)
+
+
 def price(
     profile: Profile,
     entry: MethodAcceptance,
@@ -196,10 +204,10 @@ def price(
     requests: list[RequestSpec],
     cost: PassCost | None = None,
 ) -> Priced:
-    """Price ``requests`` of ``entry`` at ``draft`` (a fixed γ, a token tree or a draft-length policy) pass
-    by pass through ``cost`` (default: the profile's measured grids); SpecsimError names what the source
-    cannot price."""
-    cost = cost or GridPassCost.request(profile.latency)
+    """Price ``requests`` of ``entry`` at ``draft`` (a fixed γ, a token tree, a draft-length policy or an
+    n-gram kind) pass by pass through ``cost`` (default: the profile's measured grids,
+    :func:`draft_cost`); SpecsimError names what the source cannot price."""
+    cost = cost or draft_cost(profile, draft)
     if not requests:
         raise SpecsimError(f"method {entry.method!r}: no requests to price")
     totals: dict[str, RequestCost | None] = dict.fromkeys(("sd_req", "base_req", "sd_dec", "base_dec"))

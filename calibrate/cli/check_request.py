@@ -1,0 +1,252 @@
+"""What ``specsim check`` (this project's engines) refuses before a model loads, read once off the flags and
+the profile into one :class:`CheckRequest`: its mode (greedy, sampled, batched, serving), γs, the profile,
+methods, the --synthetic-acceptance schedule, --tree/--policy drafts, --batch sizes and the batched cost.
+
+Minutes saved on a bad flag: γ outside the batched grid, a method or scenario without an acceptance entry,
+prompts without a greedy trace, prompts plus ``--max-new-tokens`` beyond the target's positions where its
+config is at hand. Each mode's checks run in one fixed order, so a bad flag is always the same one line;
+:mod:`calibrate.cli.cmd_check` then runs the mode (``--runtime llama.cpp`` checks its own flags).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from specsim.errors import SpecsimError
+from specsim.jsonio import check_writable, show
+from specsim.profiles import load_profile, resolve_profile_path
+from specsim.report import parse_int_list
+
+GREEDY, SAMPLED, SERVE, BATCH = "greedy", "sampled", "serve", "batch"
+SERVE_DEFAULTS = {"serve_requests": 24, "max_num_seqs": 8}  # apply with --serve-rates only
+
+
+@dataclass(frozen=True)
+class CheckRequest:
+    """One check's inputs once every refusal before loading has passed (module docstring). ``gammas``:
+    sorted γs; ``methods``: --method, or a single-method profile's one, or None; ``synthetic``: the
+    schedule's spec or None; ``drafts``: token trees and policies (greedy); ``sizes``: --batch sizes;
+    ``batched``: the profile's batched cost (batch and serving modes)."""
+
+    mode: str
+    gammas: list[int]
+    profile_path: Path
+    profile: object
+    methods: list[str] | None
+    synthetic: object | None = None
+    drafts: tuple = ()
+    sizes: tuple[int, ...] = ()
+    batched: object | None = None
+
+
+def check_mode(args) -> str:
+    """Which check the flags ask for: serving (--serve-rates), batched (--batch), sampled (T > 0), greedy."""
+    if args.serve_rates is not None:
+        return SERVE
+    if args.batch is not None:
+        return BATCH
+    return SAMPLED if args.temperature > 0 else GREEDY
+
+
+def check_request(args) -> CheckRequest:
+    """The :class:`CheckRequest` of ``args``; SpecsimError (one line) for the first thing a run refuses."""
+    mode = check_mode(args)
+    if mode == SAMPLED and args.seeds < 2:
+        raise SpecsimError(
+            f"--seeds: expected at least 2 runs per prompt with --temperature (one run gives no "
+            f"spread to judge), got {args.seeds}"
+        )
+    request = prepare(args, mode)
+    if mode == SERVE:
+        request = _serving(args, request)
+    elif mode == BATCH:
+        request = _batched(args, request)
+    elif mode == SAMPLED:
+        _sampled(args, request)
+    else:
+        request = _greedy(args, request)
+    refuse_before_loading(args, request, traces=mode in (SERVE, BATCH))  # greedy, sampled: after loading
+    return request
+
+
+def prepare(args, mode: str) -> CheckRequest:
+    """The checks every mode shares, before anything that needs a model: arguments, --profile writable, a
+    latency section, --synthetic-acceptance; methods default to a single-method profile's one."""
+    from calibrate.measure.synthetic_schedules import parse_schedule
+
+    gammas = _check_args(args)
+    synthetic = None if args.synthetic_acceptance is None else parse_schedule(args.synthetic_acceptance)
+    profile_path = resolve_profile_path(args.profile)
+    if not args.no_write:
+        check_writable(profile_path, "--profile")
+    profile = load_profile(str(profile_path))
+    profile.latency.forward_costs()  # a profile without timings is refused before anything runs
+    methods = args.method
+    if methods is None and len({a.method for a in profile.acceptance}) == 1 and profile.acceptance:
+        methods = [profile.acceptance[0].method]  # a single-method profile needs no --method
+    return CheckRequest(mode, gammas, profile_path, profile, methods, synthetic)
+
+
+def _check_args(args) -> list[int]:
+    """Sorted --gamma; SpecsimError for a flag out of range or given where it does not apply (a serving flag
+    without --serve-rates would be ignored); the serving flags' defaults filled in."""
+    gammas = sorted(parse_int_list(args.gamma, name="--gamma"))
+    for name, default in SERVE_DEFAULTS.items():
+        if getattr(args, name) is None:
+            setattr(args, name, default)
+        elif args.serve_rates is None:
+            raise SpecsimError(f"--{name.replace('_', '-')}: applies with --serve-rates only")
+    if args.remeasure_batched and args.batch is None and args.serve_rates is None:
+        raise SpecsimError("--remeasure-batched: applies with --batch or --serve-rates only")
+    if args.max_new_tokens < 2:  # the first pass carries the prompt; the decode phase starts at token 2
+        raise SpecsimError(
+            f"--max-new-tokens: expected an integer >= 2 (a decode phase to time), got {args.max_new_tokens}"
+        )
+    if not 0 < args.halfwidth < 1:
+        raise SpecsimError(f"--halfwidth: expected a fraction in (0, 1), got {args.halfwidth}")
+    if args.min_rounds < 1 or args.max_rounds < args.min_rounds:
+        raise SpecsimError(
+            f"--min-rounds/--max-rounds: expected 1 <= min <= max, got {args.min_rounds} and "
+            f"{args.max_rounds}"
+        )
+    if args.max_minutes is not None and not args.max_minutes > 0:
+        raise SpecsimError(f"--max-minutes: expected a positive number, got {args.max_minutes}")
+    if args.synthetic_acceptance is not None and (args.tree or args.policy or args.temperature > 0):
+        raise SpecsimError(
+            "--synthetic-acceptance: runs fixed gamma, greedy (no --tree, --policy or --temperature)"
+        )
+    return gammas
+
+
+def _greedy(args, request: CheckRequest) -> CheckRequest:
+    """--tree / --policy parsed, and the profile's grids for them."""
+    from calibrate.measure.check_runs import preflight
+
+    drafts = tuple(_drafts(args))
+    preflight(request.profile, [], list(drafts), args.max_new_tokens)  # the grids first, then the entries
+    return replace(request, drafts=drafts)
+
+
+def _drafts(args) -> list:
+    """The token trees and draft-length policies of --tree / --policy."""
+    from specsim.draft_shapes.policies import parse_policy
+    from specsim.draft_shapes.trees import parse_tree
+
+    drafts = []
+    for option, parse, texts in (("--tree", parse_tree, args.tree), ("--policy", parse_policy, args.policy)):
+        for text in texts or []:
+            try:
+                drafts.append(parse(text))
+            except SpecsimError as err:
+                raise SpecsimError(f"{option} {show(text)}: {err}") from None
+    return drafts
+
+
+def _sampled(args, request: CheckRequest) -> None:
+    """Every entry the run may use measured at --temperature (no schedule: _check_args refuses one)."""
+    from specsim.check.sampled_runs import check_sampling_entry
+
+    methods = request.methods
+    for entry in request.profile.acceptance:  # a wrong temperature costs no loading
+        if (methods is None or entry.method in methods) and args.scenario in (None, entry.scenario):
+            check_sampling_entry(entry, args.temperature)
+
+
+def _serving(args, request: CheckRequest) -> CheckRequest:
+    """Fixed γ, greedy; the profile's batched cost with --max-num-seqs inside it."""
+    if args.tree or args.policy or args.temperature > 0 or args.batch is not None:
+        raise SpecsimError(
+            "--serve-rates: runs fixed gamma, greedy (no --tree, --policy, --temperature or --batch)"
+        )
+    batched = _batched_cost(request)
+    batched.check_batch(args.max_num_seqs, "--max-num-seqs")
+    return replace(request, batched=batched)
+
+
+def _batched(args, request: CheckRequest) -> CheckRequest:
+    """--batch sizes inside the profile's batched cost."""
+    sizes = batch_sizes(args)
+    batched = _batched_cost(request)
+    for b in sizes:
+        batched.check_batch(b)
+    return replace(request, sizes=tuple(sizes), batched=batched)
+
+
+def _batched_cost(request: CheckRequest):
+    """The profile's batched cost; SpecsimError when the profile did not measure one."""
+    batched = request.profile.latency.forward_costs().batched
+    if batched is None:
+        raise SpecsimError(
+            f"--profile {request.profile_path}: has no batched cost "
+            "(calibrate latency --request-batches 1,2,4,8)"
+        )
+    return batched
+
+
+def batch_sizes(args) -> list[int]:
+    """--batch as a sorted list of batch sizes; SpecsimError for anything else."""
+    sizes = sorted(set(parse_int_list(args.batch, name="--batch", unit="batch")))
+    if any(b < 1 for b in sizes):
+        raise SpecsimError(f"--batch: expected batch sizes >= 1, got {args.batch}")
+    if args.tree or args.policy or args.temperature > 0:
+        raise SpecsimError("--batch: runs fixed gamma, greedy (no --tree, --policy or --temperature)")
+    return sizes
+
+
+def refuse_before_loading(args, request: CheckRequest, *, traces: bool = True) -> None:
+    """SpecsimError for what the runs could not price, read off the flags, the prompt set and the profile
+    (:func:`calibrate.measure.check_runs.entries_of` and the preflights repeat it after loading): γ in the
+    batched grid, an entry per method and scenario group, a greedy trace per prompt (``traces``)."""
+    from calibrate.measure.check_runs import entry_of, greedy_trace
+    from calibrate.workload.run_setup import prompt_workload
+
+    for g in request.gammas if request.batched is not None else ():
+        request.batched.check_gamma(g)
+    name, prompts, codes = prompt_workload(args, request.methods)
+    if request.synthetic is not None:  # a schedule, not the profile's traces, decides the accepts
+        return
+    base, longest = args.scenario or name, 0
+    for prompt in prompts:
+        n = len(prompt.images)
+        for m in codes:
+            entry = entry_of(request.profile, m, base if n == 0 else f"{base}-{n}img")
+            found = [t for t in entry.traces if t.prompt_id == prompt.id and t.match is not None]
+            if traces and not found:
+                greedy_trace(entry, prompt.id)  # names the method, scenario and prompt
+            longest = max([longest] + [t.prompt_tokens or 0 for t in found])
+    limit = target_positions(args)
+    if limit is not None and longest + args.max_new_tokens > limit:
+        raise SpecsimError(
+            f"--max-new-tokens: {longest} prompt tokens (the longest prompt's, in the profile's traces) "
+            f"+ {args.max_new_tokens} = {longest + args.max_new_tokens} positions, but the target has at "
+            f"most {limit} (max_position_embeddings)"
+        )
+
+
+def target_positions(args) -> int | None:
+    """The target's max_position_embeddings when its config is at hand without loading weights (the zoo, a
+    config JSON, a local folder); None otherwise."""
+    import json
+
+    from specsim.presets import pair
+
+    spec = pair(args.preset)["target"] if args.preset else args.target
+    if not spec:
+        return None
+    if spec.startswith("zoo:"):
+        from calibrate.zoo import weights_dir
+
+        spec = str(weights_dir(spec.split(":", 1)[1]))
+    path = Path(spec) / "config.json" if Path(spec).is_dir() else Path(spec)
+    if path.suffix != ".json" or not path.is_file():
+        return None
+    try:
+        config = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None  # the loader names what is wrong with it
+    if not isinstance(config, dict):
+        return None
+    text = config.get("text_config")
+    limit = (text if isinstance(text, dict) else config).get("max_position_embeddings")
+    return limit if isinstance(limit, int) and limit > 0 else None

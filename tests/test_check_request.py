@@ -1,0 +1,61 @@
+"""``specsim check``'s one validated request (calibrate/cli/check_request.py): the mode the flags ask for, and
+what each mode carries out of its checks, read before a model loads."""
+
+import dataclasses
+
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+from calibrate.cli.check_request import BATCH, GREEDY, SAMPLED, SERVE, check_mode, check_request  # noqa: E402
+from specsim.cli.main import build_parser  # noqa: E402
+
+ZOO_CHECK = ["check", "--profile", "zoo-cpu-batch", "--preset", "zoo", "--no-write", "--no-progress"]
+
+
+@pytest.fixture
+def no_loading(monkeypatch):
+    """Loading a model fails the test: a request is built before anything loads."""
+
+    def refuse(*a, **k):
+        raise AssertionError("a model was loaded while the request was built")
+
+    import calibrate.models.loading as loading
+
+    monkeypatch.setattr(loading, "load_pair", refuse)
+
+
+def _args(*extra):
+    return build_parser().parse_args([*ZOO_CHECK, *extra])
+
+
+@pytest.mark.parametrize(
+    "extra, mode",
+    [
+        ([], GREEDY),
+        (["--temperature", "0.7"], SAMPLED),
+        (["--batch", "2"], BATCH),
+        (["--serve-rates", "1"], SERVE),
+        (["--serve-rates", "1", "--batch", "2"], SERVE),  # refused there: serving runs no --batch
+        (["--batch", "2", "--temperature", "0.7"], BATCH),  # refused there: batches run greedy
+    ],
+)
+def test_the_flags_name_one_mode(extra, mode):
+    assert check_mode(_args(*extra)) == mode
+
+
+def test_a_batched_request_carries_its_sizes_and_the_batched_cost(no_loading):
+    request = check_request(_args("--batch", "2,1,2", "--gamma", "3,1", "--method", "M"))
+    assert request.mode == BATCH and request.sizes == (1, 2) and request.gammas == [1, 3]
+    assert request.batched is request.profile.latency.forward_costs().batched
+    assert request.drafts == () and request.synthetic is None and request.methods == ["M"]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        request.mode = GREEDY
+
+
+def test_a_serving_request_fills_the_serving_defaults(no_loading):
+    args = _args("--serve-rates", "1", "--gamma", "2", "--method", "M")
+    request = check_request(args)
+    assert request.mode == SERVE and request.batched is not None and request.sizes == ()
+    assert (args.serve_requests, args.max_num_seqs) == (24, 8)
