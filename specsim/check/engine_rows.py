@@ -83,8 +83,8 @@ def engine_row(
         RequestSpec(t.prompt_tokens, t.draft_prompt_tokens or t.prompt_tokens, 0, traces[p], n, prompt_id=p)
         for p, t in ((p, traces[p]) for p in sorted(sd))
     ]
-    pred = price(profile, entry, draft, specs)
-    cost = draft_cost(profile, draft)  # the grids that priced pred, for the counts too
+    cost = draft_cost(profile, draft)  # one set of grids prices both predictions
+    pred = price(profile, entry, draft, specs, cost)
     counts = _counts_prediction(profile, entry, draft, sd, n, cost)
     gamma = draft.size_m if ngram else int(draft)
     book = None
@@ -139,7 +139,7 @@ def _prompt(entry: MethodAcceptance, prompt_id: str) -> float:
 
 def _ngram_counts_speedup(entry, draft: NgramSimple, sd: dict[str, list[EngineRun]], cost) -> float:
     """Target-only over n-gram decode ms per token, every run's blocks rebuilt from its counts."""
-    base_ms = sd_ms = tokens = 0.0
+    base_ms = sd_ms = 0.0
     for p, runs in sorted(sd.items()):
         prompt = _prompt(entry, p)
         for r in runs:
@@ -147,5 +147,4 @@ def _ngram_counts_speedup(entry, draft: NgramSimple, sd: dict[str, list[EngineRu
             got = plan_cost(cost, plan, target_prompt_tokens=prompt, draft_prompt_tokens=prompt, fused=False)
             sd_ms += got.total_ms
             base_ms += target_only(cost, prompt, r.tokens)[1].total_ms
-            tokens += plan.tokens
-    return float(base_ms / sd_ms) if tokens else float("nan")
+    return float(base_ms / sd_ms) if sd_ms > 0 else float("nan")
