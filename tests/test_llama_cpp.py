@@ -230,3 +230,26 @@ def test_bad_llama_cpp_options_are_one_line(argv, message, tmp_path):
     )
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.count("\n") == 1 and message in proc.stderr
+
+
+def test_batched_only_takes_the_request_gammas_default(monkeypatch, tmp_path):
+    """``--request-batches`` without ``--request-gammas`` sizes llama-server's batched grids at the default
+    gammas (it raised a TypeError before the fix)."""
+    from calibrate.cli import llama_cpp_handlers
+    from calibrate.cli.latency_checks import REQUEST_DEFAULTS
+    from calibrate.llama_cpp import latency
+    from specsim.cli.main import main
+
+    seen = {}
+
+    def add_batched(path, llama, target, draft, serve):
+        seen["serve"] = serve
+        return path, 1.0
+
+    monkeypatch.setattr(llama_cpp_handlers, "setup_from_args", lambda args, prompts_limit: (None,) * 5 + ("",))
+    monkeypatch.setattr(latency, "add_batched", add_batched)
+    out = tmp_path / "p.json"
+    argv = ["calibrate", "latency", "--engine", "llama.cpp", "--threads", "2", "--request-batches", "4,1,2"]
+    assert main([*argv, "--batched-only", "--out", str(out)]) == 0
+    assert seen["serve"].batches == (1, 2, 4)
+    assert seen["serve"].gammas == tuple(REQUEST_DEFAULTS["request_gammas"])

@@ -8,6 +8,7 @@ import shlex
 import sys
 from pathlib import Path
 
+from calibrate.cli.latency_checks import request_flag
 from calibrate.cli.llama_cpp_options import check_threads, checked_ngram
 from calibrate.llama_cpp.models import setup_from_args
 from specsim.errors import SpecsimError
@@ -50,7 +51,7 @@ def cmd_latency_llama(args) -> int:
     if args.request_batches:
         serve = ServePlan(
             tuple(sorted(set(args.request_batches))),
-            tuple(sorted(set(args.request_gammas))),
+            tuple(sorted(set(request_flag(args, "request_gammas")))),
             depths,
             threads,
             min(args.min_repeats or 3, 5),
