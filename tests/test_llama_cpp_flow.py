@@ -75,3 +75,33 @@ def test_runs_resume_and_rows_carry_both_predictions(monkeypatch, tmp_path):
         assert r.tau_measured == pytest.approx(32 / (1 + 31 - 15))
         assert np.isfinite(r.speedup_predicted) and np.isfinite(r.speedup_predicted_counts)
         assert r.terms_ms_per_block["block"]["measured"] == pytest.approx(250.0)
+
+
+def test_the_serving_check_runs_every_round_interleaved_and_resumes(monkeypatch, tmp_path):
+    """One call runs --min-rounds rounds, each (rate, side) once a round before any runs twice; a rerun
+    after a stop goes on from the partial file (before the fix, one call ran one round only)."""
+    from calibrate.llama_cpp import serve_check
+    from calibrate.llama_cpp.check_runs import Setting
+    from specsim.check.serve_comparison import ServedTimes
+
+    order = []
+
+    def run_load(server, prompts, arrivals, n):
+        order.append(server.config)
+        t = tuple(float(a) for a in arrivals)
+        times = ServedTimes(t, t, t, tuple((a,) for a in t), (3,) * len(t), (0,) * len(t), 0, 0, 0)
+        return times, 0.01
+
+    monkeypatch.setattr(serve_check, "LlamaServer", FakeServer)
+    monkeypatch.setattr(serve_check, "run_load", run_load)
+    settings = [Setting("target-only", "base"), Setting("draft:3", "sd")]
+    partial = tmp_path / "p.json"
+    kw = dict(rates=(0.5, 2.0), requests=3, new_tokens=4, seed=0, partial=partial)
+    runs, done, share = serve_check.run_serve_check(None, settings, [[1, 2]], rounds=2, max_seconds=None, **kw)
+    assert done and share == pytest.approx(0.01)
+    assert {k: len(v) for k, v in runs.items()} == {f"{r:g}@{s.label}": 2 for r in (0.5, 2.0) for s in settings}
+    assert order == ["base", "sd", "base", "sd"] * 2
+    # a third round asked for later: the partial's two are kept, one more each
+    order.clear()
+    runs, done, _ = serve_check.run_serve_check(None, settings, [[1, 2]], rounds=3, max_seconds=None, **kw)
+    assert done and len(order) == 4 and all(len(v) == 3 for v in runs.values())

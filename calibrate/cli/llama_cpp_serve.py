@@ -11,7 +11,7 @@ from specsim.jsonio import dumps_json
 
 
 def cmd_serve_llama(args, profile, path, entry, gammas, threads) -> int:
-    """The serving check of :mod:`calibrate.llama_cpp.serve_check` (one round per --min-rounds)."""
+    """The serving check of :mod:`calibrate.llama_cpp.serve_check`: --min-rounds rounds, each rate and side once a round."""
     from calibrate.llama_cpp.models import setup_from_args
     from calibrate.llama_cpp.serve_check import run_serve_check, serve_rows, serve_settings
     from specsim.check.serve_comparison import serve_summary, serve_table
@@ -56,7 +56,7 @@ def cmd_serve_llama(args, profile, path, entry, gammas, threads) -> int:
     if done and not args.no_write:
         save_profile(profile.with_serve_checks(rows), path)
         partial.unlink(missing_ok=True)
-    split = f"server {threads} threads, one asyncio client thread ({client:.2f} cores)"
+    split = f"server {threads} threads, one asyncio client thread ({client:.3f} cores)"
     if args.json:
         print(dumps_json({"rows": [r.to_json() for r in rows], "finished": done, "split": split}))
         return 0

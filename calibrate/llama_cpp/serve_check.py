@@ -81,11 +81,14 @@ def run_serve_check(
     def left() -> list[tuple[float, Setting]]:
         return [(r, s) for r in rates for s in settings if len(runs.get(_key(r, s.label), [])) < rounds]
 
+    def out_of_time() -> bool:
+        return max_seconds is not None and time.perf_counter() - t0 > max_seconds
+
     with contextlib.ExitStack() as stack:
         servers = {}
-        for rate, s in sorted(left(), key=lambda x: len(runs.get(_key(*x[:1], x[1].label), []))):
-            if max_seconds is not None and time.perf_counter() - t0 > max_seconds:
-                break
+        # round-robin: the (rate, side) with the fewest runs next, so rounds interleave the sides
+        while (todo := left()) and not out_of_time():
+            rate, s = min(todo, key=lambda x: len(runs.get(_key(x[0], x[1].label), [])))
             if s.label not in servers:
                 servers[s.label] = stack.enter_context(LlamaServer(llama, s.config, niceness=niceness))
             arrivals = workload_arrivals(requests, rate, seed)
