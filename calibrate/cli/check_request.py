@@ -91,7 +91,7 @@ def prepare(args, mode: str) -> CheckRequest:
 def _check_args(args) -> list[int]:
     """Sorted --gamma; SpecsimError for a flag out of range or given where it does not apply (a serving flag
     without --serve-rates would be ignored); the serving flags' defaults filled in."""
-    gammas = sorted(parse_int_list(args.gamma, name="--gamma"))
+    gammas = sorted(args.gamma)
     for name, default in SERVE_DEFAULTS.items():
         if getattr(args, name) is None:
             setattr(args, name, default)
@@ -187,8 +187,6 @@ def _batched_cost(request: CheckRequest):
 def batch_sizes(args) -> list[int]:
     """--batch as a sorted list of batch sizes; SpecsimError for anything else."""
     sizes = sorted(set(parse_int_list(args.batch, name="--batch", unit="batch")))
-    if any(b < 1 for b in sizes):
-        raise SpecsimError(f"--batch: expected batch sizes >= 1, got {args.batch}")
     if args.tree or args.policy or args.temperature > 0:
         raise SpecsimError("--batch: runs fixed gamma, greedy (no --tree, --policy or --temperature)")
     return sizes

@@ -15,7 +15,7 @@ import sys
 from calibrate.cli.check_serve import serve_args
 from calibrate.cli.llama_cpp_handlers import cmd_check_llama
 from calibrate.cli.llama_cpp_options import llama_cpp_args
-from calibrate.cli.shared_options import method_args, model_args
+from calibrate.cli.shared_options import IntList, method_args, model_args
 from specsim.bounds import number_arg
 from specsim.jsonio import dumps_json
 from specsim.profiles import save_profile
@@ -36,7 +36,10 @@ def register(subparsers) -> None:
     )
     chk.add_argument("--profile", required=True, help="profile with latency and acceptance sections")
     chk.add_argument(
-        "--gamma", default="1,2,3,4,6,8", help="gammas, e.g. 1,2,3,4,6,8 or 1-4 (default 1,2,3,4,6,8)"
+        "--gamma",
+        action=IntList,
+        default=[1, 2, 3, 4, 6, 8],
+        help="gammas, e.g. 1,2,3,4,6,8 or 1-4 (default 1,2,3,4,6,8)",
     )
     model_args(chk)
     method_args(chk)

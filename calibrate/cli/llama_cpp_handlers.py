@@ -13,7 +13,6 @@ from calibrate.cli.llama_cpp_options import check_threads, checked_ngram
 from calibrate.llama_cpp.models import setup_from_args
 from specsim.errors import SpecsimError
 from specsim.jsonio import check_writable, dumps_json
-from specsim.report import parse_int_list
 
 DEFAULT_DEPTHS = (32, 96, 192)
 DEFAULT_PREFILL = (4, 8, 16, 32, 64, 128)
@@ -114,7 +113,7 @@ def cmd_check_llama(args) -> int:
     from specsim.check.check_tables import check_table
     from specsim.profiles import load_profile, resolve_profile_path, save_profile
 
-    gammas = sorted(parse_int_list(args.gamma, name="--gamma"))
+    gammas = sorted(args.gamma)
     threads, ngram = check_threads(args), checked_ngram(args)
     path = resolve_profile_path(args.profile)
     if not args.no_write:
