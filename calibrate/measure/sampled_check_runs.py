@@ -121,16 +121,9 @@ def sampled_rows(
         ids = [r.prompt_id for r in reqs]
         for m in setup.methods:
             specs = [runs.specs[(m, p)] for p in ids]
-            rows += [
-                sampled_row(
-                    profile,
-                    entries[(n, m)],
-                    g,
-                    specs,
-                    runs.measured(m, g, ids),
-                    temperature=temperature,
-                    rng=rng,
+            for g in gammas:
+                measured = runs.measured(m, g, ids)
+                rows.append(
+                    sampled_row(profile, entries[(n, m)], g, specs, measured, temperature=temperature, rng=rng)
                 )
-                for g in gammas
-            ]
     return rows
