@@ -19,9 +19,9 @@ def cmd_check_batch(args, request) -> int:
     from calibrate.workload.run_setup import load_setup, progress
     from specsim.check.check_tables import batch_table, summary, summary_line, terms_table
 
-    gammas, profile, methods, synthetic = request.gammas, request.profile, request.methods, request.synthetic
+    gammas, profile, synthetic = request.gammas, request.profile, request.synthetic
     sizes = list(request.sizes)
-    setup = load_setup(args, methods=methods, cache_captions=False)
+    setup = load_setup(args, request.workload, cache_captions=False)
     setup, schedule, entries = check_acceptance(
         setup, profile, synthetic, scenario=args.scenario, max_new_tokens=args.max_new_tokens, gammas=gammas,
         seed=args.seed,

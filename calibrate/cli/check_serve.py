@@ -47,8 +47,8 @@ def cmd_check_serve(args, request) -> int:
     from calibrate.workload.run_setup import load_setup, progress
     from specsim.check.serve_comparison import serve_summary, serve_table
 
-    gammas, profile, methods, synthetic = request.gammas, request.profile, request.methods, request.synthetic
-    setup = load_setup(args, methods=methods, cache_captions=False)
+    gammas, profile, synthetic = request.gammas, request.profile, request.synthetic
+    setup = load_setup(args, request.workload, cache_captions=False)
     setup, schedule, entries = check_acceptance(
         setup, profile, synthetic, scenario=args.scenario, max_new_tokens=args.max_new_tokens, gammas=gammas,
         seed=args.seed,

@@ -162,9 +162,9 @@ def cmd_check_greedy(args, request) -> int:
     from calibrate.workload.run_setup import load_setup, progress
     from specsim.check.check_tables import check_table, summary, terms_table
 
-    gammas, profile, methods, synthetic = request.gammas, request.profile, request.methods, request.synthetic
+    gammas, profile, synthetic = request.gammas, request.profile, request.synthetic
     drafts = list(request.drafts)
-    setup = load_setup(args, methods=methods, cache_captions=False)
+    setup = load_setup(args, request.workload, cache_captions=False)
     if drafts:
         preflight(
             profile, [a for a in profile.acceptance if a.method in setup.methods], drafts, args.max_new_tokens
@@ -269,7 +269,7 @@ def cmd_check_sampled(args, request) -> int:
     from specsim.check.sampled_runs import check_sampling_entry
 
     gammas, profile = request.gammas, request.profile
-    setup = load_setup(args, methods=request.methods, cache_captions=False)
+    setup = load_setup(args, request.workload, cache_captions=False)
     entries = entries_of(setup, profile, args.scenario)
     for entry in entries.values():
         check_sampling_entry(entry, args.temperature)

@@ -122,8 +122,6 @@ def sampled_rows(
         for m in setup.methods:
             specs = [runs.specs[(m, p)] for p in ids]
             for g in gammas:
-                measured = runs.measured(m, g, ids)
-                rows.append(
-                    sampled_row(profile, entries[(n, m)], g, specs, measured, temperature=temperature, rng=rng)
-                )
+                measured, entry = runs.measured(m, g, ids), entries[(n, m)]
+                rows.append(sampled_row(profile, entry, g, specs, measured, temperature=temperature, rng=rng))
     return rows
