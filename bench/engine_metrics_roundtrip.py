@@ -42,7 +42,7 @@ def run(args) -> int:
 
     from calibrate.measure.export_metrics import counters_from_results, engine_tau, exposition_text
     from calibrate.run.engine import speculative_decode
-    from calibrate.workload.run_setup import load_setup
+    from calibrate.workload.run_setup import load_setup, read_workload
     from specsim.cli.main import build_parser, main
     from specsim.predict.prediction import predict
     from specsim.profiles import load_profile
@@ -64,7 +64,8 @@ def run(args) -> int:
     ]
     argv += ["--prompts", args.prompts] if args.prompts else []
     argv += ["--limit", str(args.limit)] if args.limit else []
-    setup = load_setup(build_parser().parse_args(argv))
+    flags = build_parser().parse_args(argv)
+    setup = load_setup(flags, read_workload(flags))
     reqs = setup.requests if args.images is None else setup.groups.get(args.images, [])
     if len(reqs) < 2:
         print(f"need at least 2 requests, got {len(reqs)}", file=sys.stderr)

@@ -167,8 +167,8 @@ def child(variant: str, argv: list[str], report: Path) -> int:
         A.target_paths, A.acceptance_trace = _old_target_paths, _old_acceptance_trace
     load = run_setup.load_setup
 
-    def load_then_reset(args):
-        setup = load(args)
+    def load_then_reset(*a, **k):
+        setup = load(*a, **k)
         Path("/proc/self/clear_refs").write_text("5")
         return setup
 

@@ -23,7 +23,7 @@ def main(argv: list[str] | None = None) -> int:
     from calibrate.measure.server_loop_costs import loop_passes
     from calibrate.run.batch_engine import batch_target_decode
     from calibrate.run.server_loop import serve_loop
-    from calibrate.workload.run_setup import load_setup
+    from calibrate.workload.run_setup import load_setup, read_workload
     from specsim.cli.main import build_parser
     from specsim.costs.grid_pass_cost import GridPassCost
     from specsim.costs.pass_cost import TARGET
@@ -39,7 +39,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args(argv)
     check = ["check", "--preset", "zoo", "--threads", "1", "--profile", args.profile, "--method", "M"]
-    setup = load_setup(build_parser().parse_args([*check, "--max-new-tokens", str(args.new_tokens)]))
+    flags = build_parser().parse_args([*check, "--max-new-tokens", str(args.new_tokens)])
+    setup = load_setup(flags, read_workload(flags))
     cost = GridPassCost.batch(load_profile(args.profile).latency, "the profile has no batched grids")
     order = workload_order(setup, args.requests)
     reqs = [setup.groups[g][i] for g, i in order]

@@ -101,12 +101,12 @@ def _load(args):
         method=[args.method] if args.method else None,
     )
     try:
-        return C.load_setup(ns)
+        return C.load_setup(ns, C.read_workload(ns))
     except SpecsimError:
         if args.method:
             raise
         ns.method = ["T"]  # image prompts need a multimodal method; text-only drafting is the default there
-        return C.load_setup(ns)
+        return C.load_setup(ns, C.read_workload(ns))
 
 
 def _measure(setup, runs, kw, top_k):

@@ -16,12 +16,12 @@ K = 5
 
 
 def _setup(argv: list[str]):
-    from calibrate.workload.run_setup import load_setup
+    from calibrate.workload.run_setup import load_setup, read_workload
 
     args = build_parser().parse_args(
         ["calibrate", "acceptance", "--threads", "1", "--no-progress", "--out", "unused.json", *argv]
     )
-    return load_setup(args)
+    return load_setup(args, read_workload(args))
 
 
 def _round_trip(tmp_path, results, model: str) -> dict[int, tuple[float, float]]:

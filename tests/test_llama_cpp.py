@@ -253,3 +253,24 @@ def test_batched_only_takes_the_request_gammas_default(monkeypatch, tmp_path):
     assert main([*argv, "--batched-only", "--out", str(out)]) == 0
     assert seen["serve"].batches == (1, 2, 4)
     assert seen["serve"].gammas == tuple(REQUEST_DEFAULTS["request_gammas"])
+
+
+def test_the_serving_check_takes_the_serving_defaults(monkeypatch):
+    """``check --runtime llama.cpp --serve-rates`` without ``--serve-requests``/``--max-num-seqs`` serves at
+    their defaults, as the transformers check does (the slots check raised a TypeError on None before the
+    fix)."""
+    from calibrate.cli import llama_cpp_serve
+    from calibrate.cli.check_request import SERVE_DEFAULTS
+    from specsim.cli.main import main
+
+    seen = {}
+
+    def serve(args, *rest):
+        seen.update(serve_requests=args.serve_requests, max_num_seqs=args.max_num_seqs)
+        return 0
+
+    monkeypatch.setattr(llama_cpp_serve, "cmd_serve_llama", serve)
+    profile = "llama-cpp-qwen2.5-coder-0.5b-1.5b-cpu"
+    argv = ["check", "--runtime", "llama.cpp", "--profile", profile, "--threads", "2", "--gamma", "3"]
+    assert main([*argv, "--serve-rates", "1", "--no-write"]) == 0
+    assert seen == SERVE_DEFAULTS

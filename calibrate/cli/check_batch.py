@@ -10,18 +10,17 @@ from specsim.jsonio import dumps_json
 from specsim.profiles import save_profile
 
 
-def cmd_check_batch(args, request) -> int:
+def cmd_check_batch(args, request, setup) -> int:
     """Per batch size: run in rounds, price, write the rows, print the table and summary (``request``: the
     checked flags and profile, :mod:`calibrate.cli.check_request`; its ``synthetic``: the
-    --synthetic-acceptance schedule's spec)."""
+    --synthetic-acceptance schedule's spec; ``setup``: the loaded models and requests)."""
     from calibrate.measure.batch_check_runs import batch_check_rows, preflight, run_batch_check
     from calibrate.measure.synthetic_schedules import check_acceptance, marked, synthetic_note
-    from calibrate.workload.run_setup import load_setup, progress
+    from calibrate.workload.run_setup import progress
     from specsim.check.check_tables import batch_table, summary, summary_line, terms_table
 
-    gammas, profile, methods, synthetic = request.gammas, request.profile, request.methods, request.synthetic
+    gammas, profile, synthetic = request.gammas, request.profile, request.synthetic
     sizes = list(request.sizes)
-    setup = load_setup(args, methods=methods, cache_captions=False)
     setup, schedule, entries = check_acceptance(
         setup, profile, synthetic, scenario=args.scenario, max_new_tokens=args.max_new_tokens, gammas=gammas,
         seed=args.seed,

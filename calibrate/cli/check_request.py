@@ -27,7 +27,8 @@ class CheckRequest:
     """One check's inputs once every refusal before loading has passed (module docstring). ``gammas``:
     sorted γs; ``methods``: --method, or a single-method profile's one, or None; ``synthetic``: the
     schedule's spec or None; ``drafts``: token trees and policies (greedy); ``sizes``: --batch sizes;
-    ``batched``: the profile's batched cost (batch and serving modes)."""
+    ``batched``: the profile's batched cost (batch and serving modes); ``workload``: the prompts and methods
+    (:class:`calibrate.workload.run_setup.Workload`)."""
 
     mode: str
     gammas: list[int]
@@ -38,6 +39,7 @@ class CheckRequest:
     drafts: tuple = ()
     sizes: tuple[int, ...] = ()
     batched: object | None = None
+    workload: object | None = None
 
 
 def check_mode(args) -> str:
@@ -51,6 +53,8 @@ def check_mode(args) -> str:
 
 def check_request(args) -> CheckRequest:
     """The :class:`CheckRequest` of ``args``; SpecsimError (one line) for the first thing a run refuses."""
+    from calibrate.workload.run_setup import check_model_flags, read_workload
+
     mode = check_mode(args)
     if mode == SAMPLED and args.seeds < 2:
         raise SpecsimError(
@@ -66,8 +70,10 @@ def check_request(args) -> CheckRequest:
         _sampled(args, request)
     else:
         request = _greedy(args, request)
-    refuse_before_loading(args, request, traces=mode in (SERVE, BATCH))  # greedy, sampled: after loading
-    return request
+    workload = read_workload(args, request.methods)
+    refuse_before_loading(args, request, workload, traces=mode in (SERVE, BATCH))  # else after loading
+    check_model_flags(args)
+    return replace(request, workload=workload)
 
 
 def prepare(args, mode: str) -> CheckRequest:
@@ -91,7 +97,7 @@ def prepare(args, mode: str) -> CheckRequest:
 def _check_args(args) -> list[int]:
     """Sorted --gamma; SpecsimError for a flag out of range or given where it does not apply (a serving flag
     without --serve-rates would be ignored); the serving flags' defaults filled in."""
-    gammas = sorted(parse_int_list(args.gamma, name="--gamma"))
+    gammas = sorted(args.gamma)
     for name, default in SERVE_DEFAULTS.items():
         if getattr(args, name) is None:
             setattr(args, name, default)
@@ -161,6 +167,8 @@ def _serving(args, request: CheckRequest) -> CheckRequest:
         )
     batched = _batched_cost(request)
     batched.check_batch(args.max_num_seqs, "--max-num-seqs")
+    for g in request.gammas:
+        batched.check_gamma(g)
     return replace(request, batched=batched)
 
 
@@ -170,6 +178,8 @@ def _batched(args, request: CheckRequest) -> CheckRequest:
     batched = _batched_cost(request)
     for b in sizes:
         batched.check_batch(b)
+    for g in request.gammas:
+        batched.check_gamma(g)
     return replace(request, sizes=tuple(sizes), batched=batched)
 
 
@@ -187,23 +197,18 @@ def _batched_cost(request: CheckRequest):
 def batch_sizes(args) -> list[int]:
     """--batch as a sorted list of batch sizes; SpecsimError for anything else."""
     sizes = sorted(set(parse_int_list(args.batch, name="--batch", unit="batch")))
-    if any(b < 1 for b in sizes):
-        raise SpecsimError(f"--batch: expected batch sizes >= 1, got {args.batch}")
     if args.tree or args.policy or args.temperature > 0:
         raise SpecsimError("--batch: runs fixed gamma, greedy (no --tree, --policy or --temperature)")
     return sizes
 
 
-def refuse_before_loading(args, request: CheckRequest, *, traces: bool = True) -> None:
-    """SpecsimError for what the runs could not price, read off the flags, the prompt set and the profile
-    (:func:`calibrate.measure.check_runs.entries_of` and the preflights repeat it after loading): γ in the
-    batched grid, an entry per method and scenario group, a greedy trace per prompt (``traces``)."""
+def refuse_before_loading(args, request: CheckRequest, workload, *, traces: bool = True) -> None:
+    """SpecsimError for what the runs could not price, read off the flags, the ``workload`` and the profile
+    (:func:`calibrate.measure.check_runs.entries_of` and the preflights repeat it after loading): an entry per
+    method and scenario group, a greedy trace per prompt (``traces``), prompts that fit the target."""
     from calibrate.measure.check_runs import entry_of, greedy_trace
-    from calibrate.workload.run_setup import prompt_workload
 
-    for g in request.gammas if request.batched is not None else ():
-        request.batched.check_gamma(g)
-    name, prompts, codes = prompt_workload(args, request.methods)
+    name, prompts, codes = workload.name, workload.prompts, workload.methods
     if request.synthetic is not None:  # a schedule, not the profile's traces, decides the accepts
         return
     base, longest = args.scenario or name, 0
@@ -215,7 +220,7 @@ def refuse_before_loading(args, request: CheckRequest, *, traces: bool = True) -
             if traces and not found:
                 greedy_trace(entry, prompt.id)  # names the method, scenario and prompt
             longest = max([longest] + [t.prompt_tokens or 0 for t in found])
-    limit = target_positions(args)
+    limit = target_positions(args, workload.preset)
     if limit is not None and longest + args.max_new_tokens > limit:
         raise SpecsimError(
             f"--max-new-tokens: {longest} prompt tokens (the longest prompt's, in the profile's traces) "
@@ -224,14 +229,12 @@ def refuse_before_loading(args, request: CheckRequest, *, traces: bool = True) -
         )
 
 
-def target_positions(args) -> int | None:
+def target_positions(args, preset: dict) -> int | None:
     """The target's max_position_embeddings when its config is at hand without loading weights (the zoo, a
-    config JSON, a local folder); None otherwise."""
+    config JSON, a local folder); None otherwise. ``preset``: the --preset pair's entry."""
     import json
 
-    from specsim.presets import pair
-
-    spec = pair(args.preset)["target"] if args.preset else args.target
+    spec = preset["target"] if args.preset else args.target
     if not spec:
         return None
     if spec.startswith("zoo:"):

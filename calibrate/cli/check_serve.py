@@ -37,18 +37,17 @@ def serve_args(parser) -> None:
     )
 
 
-def cmd_check_serve(args, request) -> int:
+def cmd_check_serve(args, request, setup) -> int:
     """Run the loop in rounds, simulate each (rate, side), write the rows, print the table and summary
     (``request``: the checked flags and profile, :mod:`calibrate.cli.check_request`; its ``synthetic``: the
-    --synthetic-acceptance schedule's spec)."""
+    --synthetic-acceptance schedule's spec; ``setup``: the loaded models and requests)."""
     from calibrate.measure.check_runs import greedy_trace
     from calibrate.measure.serve_check_runs import run_serve_check, serve_check_rows, workload_order
     from calibrate.measure.synthetic_schedules import check_acceptance, marked, synthetic_note
-    from calibrate.workload.run_setup import load_setup, progress
+    from calibrate.workload.run_setup import progress
     from specsim.check.serve_comparison import serve_summary, serve_table
 
-    gammas, profile, methods, synthetic = request.gammas, request.profile, request.methods, request.synthetic
-    setup = load_setup(args, methods=methods, cache_captions=False)
+    gammas, profile, synthetic = request.gammas, request.profile, request.synthetic
     setup, schedule, entries = check_acceptance(
         setup, profile, synthetic, scenario=args.scenario, max_new_tokens=args.max_new_tokens, gammas=gammas,
         seed=args.seed,

@@ -115,12 +115,13 @@ def cmd_acceptance(args) -> int:
     check_writable(args.out, "--out")
     from calibrate.measure.acceptance_run import partial_path, run_acceptance
     from calibrate.models.loading import quiet_loading
-    from calibrate.workload.run_setup import load_setup
+    from calibrate.workload.run_setup import check_model_flags, load_setup, read_workload
 
     check_writable(partial_path(Path(args.out)), "--out's partial file")
     start_s = time.perf_counter()
     with quiet_loading(not args.no_progress):  # the captioner too: every model loads quietly
-        setup = load_setup(args)
+        check_model_flags(args)
+        setup = load_setup(args, read_workload(args))
     load_s = time.perf_counter() - start_s
     if not args.json:
         run_acceptance(setup, args)

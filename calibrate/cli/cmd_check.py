@@ -15,7 +15,7 @@ import sys
 from calibrate.cli.check_serve import serve_args
 from calibrate.cli.llama_cpp_handlers import cmd_check_llama
 from calibrate.cli.llama_cpp_options import llama_cpp_args
-from calibrate.cli.shared_options import method_args, model_args
+from calibrate.cli.shared_options import IntList, method_args, model_args
 from specsim.bounds import number_arg
 from specsim.jsonio import dumps_json
 from specsim.profiles import save_profile
@@ -36,7 +36,10 @@ def register(subparsers) -> None:
     )
     chk.add_argument("--profile", required=True, help="profile with latency and acceptance sections")
     chk.add_argument(
-        "--gamma", default="1,2,3,4,6,8", help="gammas, e.g. 1,2,3,4,6,8 or 1-4 (default 1,2,3,4,6,8)"
+        "--gamma",
+        action=IntList,
+        default=[1, 2, 3, 4, 6, 8],
+        help="gammas, e.g. 1,2,3,4,6,8 or 1-4 (default 1,2,3,4,6,8)",
     )
     model_args(chk)
     method_args(chk)
@@ -132,36 +135,38 @@ def _warn_other_host(profile, device: str) -> None:
 
 
 def cmd_check(args) -> int:
-    """Check arguments and the profile (:func:`calibrate.cli.check_request.check_request`), then run the mode:
-    load models, run in rounds, write the rows, print the tables."""
+    """Check arguments and the profile (:func:`calibrate.cli.check_request.check_request`), load the models
+    once, then run the mode: run in rounds, write the rows, print the tables."""
     from calibrate.cli.check_request import BATCH, SAMPLED, SERVE, check_request
+    from calibrate.workload.run_setup import load_setup
 
     if args.runtime == "llama.cpp":
         return cmd_check_llama(args)
     request = check_request(args)
+    setup = load_setup(args, request.workload, cache_captions=False)
     if request.mode == SAMPLED:
-        return cmd_check_sampled(args, request)
+        return cmd_check_sampled(args, request, setup)
     if request.mode == SERVE:
         from calibrate.cli.check_serve import cmd_check_serve
 
-        return cmd_check_serve(args, request)
+        return cmd_check_serve(args, request, setup)
     if request.mode == BATCH:
         from calibrate.cli.check_batch import cmd_check_batch
 
-        return cmd_check_batch(args, request)
-    return cmd_check_greedy(args, request)
+        return cmd_check_batch(args, request, setup)
+    return cmd_check_greedy(args, request, setup)
 
 
-def cmd_check_greedy(args, request) -> int:
-    """Greedy (T = 0): load models, run in rounds, price, write the rows, print the tables."""
+def cmd_check_greedy(args, request, setup) -> int:
+    """Greedy (T = 0): run in rounds, price, write the rows, print the tables (``setup``: the loaded
+    models and requests, :class:`calibrate.workload.run_setup.Setup`)."""
     from calibrate.measure.check_runs import check_rows, preflight, run_check
     from calibrate.measure.synthetic_schedules import check_acceptance, marked, synthetic_note
-    from calibrate.workload.run_setup import load_setup, progress
+    from calibrate.workload.run_setup import progress
     from specsim.check.check_tables import check_table, summary, terms_table
 
-    gammas, profile, methods, synthetic = request.gammas, request.profile, request.methods, request.synthetic
+    gammas, profile, synthetic = request.gammas, request.profile, request.synthetic
     drafts = list(request.drafts)
-    setup = load_setup(args, methods=methods, cache_captions=False)
     if drafts:
         preflight(
             profile, [a for a in profile.acceptance if a.method in setup.methods], drafts, args.max_new_tokens
@@ -255,18 +260,17 @@ def _sampling_args(parser) -> None:
     )
 
 
-def cmd_check_sampled(args, request) -> int:
-    """Sampled (T > 0): load models, run, predict, write the rows, print."""
+def cmd_check_sampled(args, request, setup) -> int:
+    """Sampled (T > 0): run, predict, write the rows, print."""
     import numpy as np
 
     from calibrate.measure.check_runs import entries_of
     from calibrate.measure.sampled_check_runs import run_sampled_check, sampled_rows
-    from calibrate.workload.run_setup import load_setup, progress
+    from calibrate.workload.run_setup import progress
     from specsim.check.check_tables import coverage, sampled_table, summary
     from specsim.check.sampled_runs import check_sampling_entry
 
     gammas, profile = request.gammas, request.profile
-    setup = load_setup(args, methods=request.methods, cache_captions=False)
     entries = entries_of(setup, profile, args.scenario)
     for entry in entries.values():
         check_sampling_entry(entry, args.temperature)

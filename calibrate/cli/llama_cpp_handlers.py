@@ -13,7 +13,6 @@ from calibrate.cli.llama_cpp_options import check_threads, checked_ngram
 from calibrate.llama_cpp.models import setup_from_args
 from specsim.errors import SpecsimError
 from specsim.jsonio import check_writable, dumps_json
-from specsim.report import parse_int_list
 
 DEFAULT_DEPTHS = (32, 96, 192)
 DEFAULT_PREFILL = (4, 8, 16, 32, 64, 128)
@@ -114,7 +113,7 @@ def cmd_check_llama(args) -> int:
     from specsim.check.check_tables import check_table
     from specsim.profiles import load_profile, resolve_profile_path, save_profile
 
-    gammas = sorted(parse_int_list(args.gamma, name="--gamma"))
+    gammas = sorted(args.gamma)
     threads, ngram = check_threads(args), checked_ngram(args)
     path = resolve_profile_path(args.profile)
     if not args.no_write:
@@ -129,8 +128,12 @@ def cmd_check_llama(args) -> int:
         raise SpecsimError(f"--gamma {gammas[-1]}: the profile's grid stops at gamma {model.max_gamma}")
     entry = profile.one_entry("plain", args.scenario)
     if args.serve_rates is not None:
+        from calibrate.cli.check_request import SERVE_DEFAULTS
         from calibrate.cli.llama_cpp_serve import cmd_serve_llama
 
+        for name, default in SERVE_DEFAULTS.items():  # as the transformers check fills them
+            if getattr(args, name) is None:
+                setattr(args, name, default)
         return cmd_serve_llama(args, profile, path, entry, gammas, threads)
     llama, target, draft, _, prompts, note = setup_from_args(args, prompts_limit=args.limit)
     settings = check_settings(target, draft, threads, gammas, ngram)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 
 from specsim.bounds import number_arg
+from specsim.report import parse_int_list
 
 
 def method_args(p: argparse.ArgumentParser) -> None:
@@ -64,3 +65,16 @@ def model_args(p: argparse.ArgumentParser) -> None:
         "huggingface_hub's downloads), and the libraries' warnings while loading folded into one "
         "'specsim: warning:' line",
     )
+
+
+class IntList(argparse.Action):
+    """A list flag ('1,2,6', '1-4') parsed as argparse reads it (``unit``: the cap, :mod:`specsim.bounds`); a
+    bad value is the SpecsimError that names the flag, one line, as :func:`specsim.report.parse_int_list`
+    words it."""
+
+    def __init__(self, *args, unit: str = "gamma", **kwargs):
+        super().__init__(*args, **kwargs)
+        self.unit = unit
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        setattr(namespace, self.dest, parse_int_list(values, name=self.option_strings[0], unit=self.unit))

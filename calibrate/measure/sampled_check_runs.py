@@ -121,16 +121,7 @@ def sampled_rows(
         ids = [r.prompt_id for r in reqs]
         for m in setup.methods:
             specs = [runs.specs[(m, p)] for p in ids]
-            rows += [
-                sampled_row(
-                    profile,
-                    entries[(n, m)],
-                    g,
-                    specs,
-                    runs.measured(m, g, ids),
-                    temperature=temperature,
-                    rng=rng,
-                )
-                for g in gammas
-            ]
+            for g in gammas:
+                measured, entry = runs.measured(m, g, ids), entries[(n, m)]
+                rows.append(sampled_row(profile, entry, g, specs, measured, temperature=temperature, rng=rng))
     return rows

@@ -258,8 +258,8 @@ def speculative_decode(
     """Speculative decoding of one request with ``drafter`` at fixed γ or under a draft-length policy
     (:mod:`specsim.draft_shapes.policies`: the policy picks each block's γ and hears its outcome); with
     ``acceptance`` each block accepts what that synthetic schedule says (greedy, not lossless)."""
-    policy = as_policy(gamma)  # an int is a fixed γ; bad values raise naming gamma
     check_args(0, max_new_tokens, temperature, request, synthetic=acceptance is not None)
+    policy = as_policy(gamma)  # an int is a fixed γ; bad values raise naming gamma
     state = policy.initial_state()
     model, cache, setup, kwargs, pending = start_request(target, request, device)
     setup.update(drafter.prefill(request))

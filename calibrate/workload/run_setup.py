@@ -1,8 +1,8 @@
 """The workload of a calibration run: models, prompts and encoded requests, methods and captioner.
 
-:func:`load_setup` turns the shared model/prompt flags (:mod:`calibrate.cli.shared_options`) into a
-:class:`Setup`, used by ``specsim calibrate acceptance`` and ``specsim check``; :func:`prompt_lengths`
-gives the token lengths of a prompt set's requests (to size latency grids).
+:func:`read_workload`, :func:`check_model_flags` and :func:`load_setup` turn the shared model/prompt flags
+(:mod:`calibrate.cli.shared_options`) into a :class:`Setup` for ``specsim calibrate acceptance`` and ``specsim
+check``; :func:`prompt_lengths` gives a prompt set's token lengths (to size latency grids).
 """
 
 from __future__ import annotations
@@ -117,9 +117,20 @@ def _methods(given: list[str] | None, has_images: bool) -> list[str]:
     return methods
 
 
-def prompt_workload(args, methods: list[str] | None = None) -> tuple[str, list, list[str]]:
-    """(prompt-set name, prompts, canonical method codes) of the shared flags: what a run will serve, read
-    without loading a model (so a check can refuse a bad flag before minutes of loading)."""
+@dataclass(frozen=True)
+class Workload:
+    """What a run will serve, read off the shared flags without loading a model: the prompt set's name, its
+    prompts, the canonical method codes and the --preset pair's entry ({} without one)."""
+
+    name: str
+    prompts: list
+    methods: list[str]
+    preset: dict
+
+
+def read_workload(args, methods: list[str] | None = None) -> Workload:
+    """The :class:`Workload` of the shared flags (``methods``, else ``--method``), read before any model loads
+    (so a check can refuse a bad flag before minutes of loading)."""
     from specsim.presets import pair
 
     preset = pair(args.preset) if args.preset else {}
@@ -129,16 +140,14 @@ def prompt_workload(args, methods: list[str] | None = None) -> tuple[str, list, 
     )
     check_image_counts(prompts)
     methods = _methods(methods or args.method, any(p.images for p in prompts))
-    return (Path(prompt_set).stem if prompt_set.endswith(".jsonl") else prompt_set), prompts, methods
+    name = Path(prompt_set).stem if prompt_set.endswith(".jsonl") else prompt_set
+    return Workload(name, prompts, methods, preset)
 
 
-def load_setup(args, methods: list[str] | None = None, cache_captions: bool = True) -> Setup:
-    """Models, prompts, encoded requests, methods (``methods``, else ``--method``) and captioner from the
-    shared flags; ``cache_captions`` reuses an image's caption across methods (acceptance, not timing)."""
-    from calibrate.drafting import CachedCaptioner, Method, hf_captioner, make_request
-    from calibrate.models.loading import canonical_dtype, check_device, load_pair, model_from_spec
-    from calibrate.run.engine import Request
-    from specsim.presets import pair
+def check_model_flags(args) -> None:
+    """SpecsimError for a model flag that loading would refuse: --max-new-tokens, the models, --device and
+    --dtype."""
+    from calibrate.models.loading import canonical_dtype, check_device
 
     if args.max_new_tokens < 1:
         raise SpecsimError(f"--max-new-tokens: expected an integer >= 1, got {args.max_new_tokens}")
@@ -146,9 +155,18 @@ def load_setup(args, methods: list[str] | None = None, cache_captions: bool = Tr
         raise SpecsimError("models: expected --preset PAIR or both --target and --draft")
     check_device(args.device)
     canonical_dtype(args.dtype)
-    preset = pair(args.preset) if args.preset else {}
-    name, prompts, methods = prompt_workload(args, methods)
-    caption_spec = args.captioner or preset.get("captioner")
+
+
+def load_setup(args, workload: Workload, cache_captions: bool = True) -> Setup:
+    """Models, encoded requests and captioner for ``workload`` (:func:`read_workload`) from the shared flags,
+    once :func:`check_model_flags` has passed; ``cache_captions`` reuses an image's caption across methods
+    (acceptance, not timing)."""
+    from calibrate.drafting import CachedCaptioner, Method, hf_captioner, make_request
+    from calibrate.models.loading import load_pair, model_from_spec
+    from calibrate.run.engine import Request
+
+    name, prompts, methods = workload.name, workload.prompts, workload.methods
+    caption_spec = args.captioner or workload.preset.get("captioner")
     if any(Method.parse(m).needs_captioner for m in methods) and not caption_spec:  # before loading
         raise SpecsimError("--method C: caption drafting needs --captioner (an image-to-text VLM)")
     target, draft = load_pair(
