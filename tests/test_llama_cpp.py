@@ -246,7 +246,9 @@ def test_batched_only_takes_the_request_gammas_default(monkeypatch, tmp_path):
         seen["serve"] = serve
         return path, 1.0
 
-    monkeypatch.setattr(llama_cpp_handlers, "setup_from_args", lambda args, prompts_limit: (None,) * 5 + ("",))
+    monkeypatch.setattr(
+        llama_cpp_handlers, "setup_from_args", lambda args, prompts_limit: (None,) * 5 + ("",)
+    )
     monkeypatch.setattr(latency, "add_batched", add_batched)
     out = tmp_path / "p.json"
     argv = ["calibrate", "latency", "--engine", "llama.cpp", "--threads", "2", "--request-batches", "4,1,2"]

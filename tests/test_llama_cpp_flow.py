@@ -97,9 +97,13 @@ def test_the_serving_check_runs_every_round_interleaved_and_resumes(monkeypatch,
     settings = [Setting("target-only", "base"), Setting("draft:3", "sd")]
     partial = tmp_path / "p.json"
     kw = dict(rates=(0.5, 2.0), requests=3, new_tokens=4, seed=0, partial=partial)
-    runs, done, share = serve_check.run_serve_check(None, settings, [[1, 2]], rounds=2, max_seconds=None, **kw)
+    runs, done, share = serve_check.run_serve_check(
+        None, settings, [[1, 2]], rounds=2, max_seconds=None, **kw
+    )
     assert done and share == pytest.approx(0.01)
-    assert {k: len(v) for k, v in runs.items()} == {f"{r:g}@{s.label}": 2 for r in (0.5, 2.0) for s in settings}
+    assert {k: len(v) for k, v in runs.items()} == {
+        f"{r:g}@{s.label}": 2 for r in (0.5, 2.0) for s in settings
+    }
     assert order == ["base", "sd", "base", "sd"] * 2
     # a third round asked for later: the partial's two are kept, one more each
     order.clear()

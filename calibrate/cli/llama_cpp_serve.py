@@ -11,7 +11,8 @@ from specsim.jsonio import dumps_json
 
 
 def cmd_serve_llama(args, profile, path, entry, gammas, threads) -> int:
-    """The serving check of :mod:`calibrate.llama_cpp.serve_check`: --min-rounds rounds, each rate and side once a round."""
+    """The serving check of :mod:`calibrate.llama_cpp.serve_check`: --min-rounds rounds, each rate and side
+    once a round."""
     from calibrate.llama_cpp.models import setup_from_args
     from calibrate.llama_cpp.serve_check import run_serve_check, serve_rows, serve_settings
     from specsim.check.serve_comparison import serve_summary, serve_table
