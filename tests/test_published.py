@@ -39,3 +39,16 @@ def test_other_gamma_is_not_invented():
     assert "Tv(gamma) unknown" in rows[0].note
     textbook = predict(load_profile(), 3, methods=["M"], scenario="ChartQA", textbook=True)[0]
     assert textbook.v == 1.0 and textbook.speedup is not None
+
+
+def test_published_set_ibed_speedups_are_one_block_cost():
+    """The published set's IbED rows: tau / speedup is 1.313 on every row, to the speedup's 2-decimal rounding
+    (a computed figure, not a wall-clock time per task), and each row's flags say so."""
+    from specsim.validation.published_set import load_published_set
+
+    rows = [r for r in load_published_set().rows if r.source == "ibed"]
+    assert len(rows) == 16
+    for r in rows:
+        rounding = 0.005 / r.speedup  # the relative half-width of a speedup printed to 2 decimals
+        assert r.tau / r.speedup == pytest.approx(1.313, rel=rounding + 1e-3), r.id
+        assert any("tau / 1.313" in f for f in r.flags), r.id

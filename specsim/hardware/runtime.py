@@ -2,7 +2,9 @@
 
 A runtime sets what the roofline alone cannot see (ARCHITECTURE.md, "Runtime"):
 - fixed costs: ``overhead_ms_per_forward`` (launch/dispatch, Python, sampling), ``overhead_ms_per_layer``
-  (kernel launches per decoder layer in eager mode), ``overhead_ms_per_block`` (SD bookkeeping per
+  (kernel launches per decoder layer from the host: eager mode, or attention between the pieces of a
+  piecewise CUDA graph; paid at ``layer_overhead_share``, 0 where one graph replays a whole decode step),
+  ``overhead_ms_per_block`` (SD bookkeeping per
   draft/verify block: acceptance, cache crop), ``overhead_ms_per_sequence_per_block`` (the part of it that
   grows with the batch: rejection sampling and the proposer's inputs per sequence; a block at batch B pays
   ``overhead_ms_per_block`` + B · ``overhead_ms_per_sequence_per_block``, :func:`block_overhead_ms`) and
@@ -68,6 +70,7 @@ RUNTIMES_DIR = Path(__file__).parent / "runtimes"
 PARAM_BOUNDS = {
     "overhead_ms_per_forward": (0.0, 1e4),
     "overhead_ms_per_layer": (0.0, 1e3),
+    "layer_overhead_share": (0.0, 1.0),
     "overhead_ms_per_block": (0.0, 1e4),
     "overhead_ms_per_sequence_per_block": (0.0, 1e2),
     "overhead_ms_per_allreduce": (0.0, 1e2),
@@ -136,6 +139,7 @@ _UNSET_SOURCES = {
     "masked_attention_factor": "default: a masked pass's attention runs at its roofline",
     "device_ms_per_layer": "default: no device time per layer beyond the roofline",
     "kv_concat_int32_ops_per_element": "default: new K/V written in place (no cache concatenation)",
+    "layer_overhead_share": "default: every decoder layer pays overhead_ms_per_layer",
 }
 # The host-against-device fields (schema 2 takes them or leaves them out) and the value that leaves them off.
 _HOST_DEVICE = {
@@ -145,6 +149,8 @@ _HOST_DEVICE = {
     "device_ms_per_layer": 0.0,
     "kv_concat_int32_ops_per_element": 0.0,
 }
+# Fields a runtime file may leave out, written only where set: the value that leaves them off.
+_OPTIONAL = {**_HOST_DEVICE, "layer_overhead_share": 1.0}
 _SPLIT_MODE_SOURCE = "default: Megatron tensor parallel (vLLM, SGLang, gpt-fast)"
 DRAFT_SPLITS = ("target", "single")  # the draft over the target's GPUs, or whole on one
 _DRAFT_SPLIT_SOURCE = "default: the draft runs whole on one GPU"
@@ -163,6 +169,7 @@ class Runtime:
     kind: str = "gpu"  # "gpu" | "cpu": which devices it runs on
     overhead_ms_per_forward: float = 0.0
     overhead_ms_per_layer: float = 0.0
+    layer_overhead_share: float = 1.0  # share of overhead_ms_per_layer paid per layer (0: one graph a step)
     overhead_ms_per_block: float = 0.0
     overhead_ms_per_sequence_per_block: float = 0.0
     overhead_ms_per_allreduce: float = 0.0
@@ -264,7 +271,8 @@ class Runtime:
         return self.compute_efficiency * r / (r + self.compute_rows_half)
 
     def pass_overhead_ms(self, layers: int) -> float:
-        return self.overhead_ms_per_forward + self.overhead_ms_per_layer * layers
+        per_layer = self.overhead_ms_per_layer * self.layer_overhead_share
+        return self.overhead_ms_per_forward + per_layer * layers
 
     def to_json(self) -> dict:
         out: dict[str, Any] = {
@@ -274,7 +282,7 @@ class Runtime:
             "kind": self.kind,
         }
         for key in PARAMS:
-            if key in _HOST_DEVICE and key not in self.sources and getattr(self, key) == _HOST_DEVICE[key]:
+            if key in _OPTIONAL and key not in self.sources and getattr(self, key) == _OPTIONAL[key]:
                 continue  # a runtime that leaves host against device alone writes what it wrote before
             out[key] = {
                 "value": float(getattr(self, key)),
