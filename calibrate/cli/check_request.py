@@ -94,15 +94,21 @@ def prepare(args, mode: str) -> CheckRequest:
     return CheckRequest(mode, gammas, profile_path, profile, methods, synthetic)
 
 
+def fill_serve_defaults(args) -> None:
+    """--serve-requests and --max-num-seqs at :data:`SERVE_DEFAULTS` where not given (either runtime)."""
+    for name, default in SERVE_DEFAULTS.items():
+        if getattr(args, name) is None:
+            setattr(args, name, default)
+
+
 def _check_args(args) -> list[int]:
     """Sorted --gamma; SpecsimError for a flag out of range or given where it does not apply (a serving flag
     without --serve-rates would be ignored); the serving flags' defaults filled in."""
     gammas = sorted(args.gamma)
-    for name, default in SERVE_DEFAULTS.items():
-        if getattr(args, name) is None:
-            setattr(args, name, default)
-        elif args.serve_rates is None:
+    for name in SERVE_DEFAULTS:
+        if getattr(args, name) is not None and args.serve_rates is None:
             raise SpecsimError(f"--{name.replace('_', '-')}: applies with --serve-rates only")
+    fill_serve_defaults(args)
     if args.remeasure_batched and args.batch is None and args.serve_rates is None:
         raise SpecsimError("--remeasure-batched: applies with --batch or --serve-rates only")
     if args.max_new_tokens < 2:  # the first pass carries the prompt; the decode phase starts at token 2

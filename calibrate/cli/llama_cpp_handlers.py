@@ -128,12 +128,10 @@ def cmd_check_llama(args) -> int:
         raise SpecsimError(f"--gamma {gammas[-1]}: the profile's grid stops at gamma {model.max_gamma}")
     entry = profile.one_entry("plain", args.scenario)
     if args.serve_rates is not None:
-        from calibrate.cli.check_request import SERVE_DEFAULTS
+        from calibrate.cli.check_request import fill_serve_defaults
         from calibrate.cli.llama_cpp_serve import cmd_serve_llama
 
-        for name, default in SERVE_DEFAULTS.items():  # as the transformers check fills them
-            if getattr(args, name) is None:
-                setattr(args, name, default)
+        fill_serve_defaults(args)
         return cmd_serve_llama(args, profile, path, entry, gammas, threads)
     llama, target, draft, _, prompts, note = setup_from_args(args, prompts_limit=args.limit)
     settings = check_settings(target, draft, threads, gammas, ngram)
