@@ -109,7 +109,7 @@ def cmd_acceptance_llama(args) -> int:
 
 def cmd_check_llama(args) -> int:
     """llama.cpp's own SD against its target-only decoding, one request at a time (or --serve-rates)."""
-    from calibrate.llama_cpp.check_runs import check_settings, llama_rows, run_llama_check
+    from calibrate.llama_cpp.check_runs import check_settings, keep_runs, llama_rows, run_llama_check
     from specsim.check.check_tables import check_table
     from specsim.profiles import load_profile, resolve_profile_path, save_profile
 
@@ -151,9 +151,10 @@ def cmd_check_llama(args) -> int:
     )
     rows = llama_rows(profile, entry, runs, settings, gammas[0])
     done = runs.finished
+    kept = None
     if not args.no_write and done:
         save_profile(profile.with_checks(rows), path)
-        partial.unlink(missing_ok=True)
+        kept = keep_runs(partial)
     if args.json:
         print(
             dumps_json(
@@ -168,6 +169,7 @@ def cmd_check_llama(args) -> int:
         return 0
     print(check_table(rows))
     state = "finished" if done else f"not finished: rerun the same command to go on ({partial})"
+    state += f" (raw runs: {kept})" if kept else ""
     print(
         f"{runs.rounds} round(s) in {runs.seconds:.0f} s, {state}; {note or 'normal priority'}",
         file=sys.stderr,

@@ -13,6 +13,7 @@ from specsim.jsonio import dumps_json
 def cmd_serve_llama(args, profile, path, entry, gammas, threads) -> int:
     """The serving check of :mod:`calibrate.llama_cpp.serve_check`: --min-rounds rounds, each rate and side
     once a round."""
+    from calibrate.llama_cpp.check_runs import keep_runs
     from calibrate.llama_cpp.models import setup_from_args
     from calibrate.llama_cpp.serve_check import run_serve_check, serve_rows, serve_settings
     from specsim.check.serve_comparison import serve_summary, serve_table
@@ -54,9 +55,10 @@ def cmd_serve_llama(args, profile, path, entry, gammas, threads) -> int:
         seed=args.seed,
         scenario=entry.scenario,
     )
+    kept = None
     if done and not args.no_write:
         save_profile(profile.with_serve_checks(rows), path)
-        partial.unlink(missing_ok=True)
+        kept = keep_runs(partial)
     split = f"server {threads} threads, one asyncio client thread ({client:.3f} cores)"
     if args.json:
         print(dumps_json({"rows": [r.to_json() for r in rows], "finished": done, "split": split}))
@@ -65,5 +67,6 @@ def cmd_serve_llama(args, profile, path, entry, gammas, threads) -> int:
         print(serve_table(rows))
         print(dumps_json(serve_summary(rows)))
     state = "finished" if done else f"not finished: rerun the same command to go on ({partial})"
+    state += f" (raw runs: {kept})" if kept else ""
     print(f"{split}; {state}; {note or 'normal priority'}", file=sys.stderr)
     return 0

@@ -3,7 +3,8 @@ decoding, one request at a time, in rounds.
 
 One llama-server per setting, all started at once; a round sends every prompt to every setting, until each
 row's decode-phase speedup has a 95 % half-width within ``halfwidth`` (or a round or time limit). Finished
-requests go to a partial file a rerun resumes from. More: ARCHITECTURE.md, Notes by module.
+requests go to a partial file a rerun resumes from, kept as the raw runs when the check is done.
+More: ARCHITECTURE.md, Notes by module.
 """
 
 from __future__ import annotations
@@ -83,6 +84,15 @@ def _save_partial(path: Path, key: dict, runs: dict, seconds: float) -> None:
         "runs": {label: {p: [_plain(c) for c in cs] for p, cs in per.items()} for label, per in runs.items()},
     }
     write_json_atomic(path, data)
+
+
+def keep_runs(partial: Path) -> Path:
+    """Rename a finished check's partial file to ``….runs.json`` (its raw runs, kept for analysis such as
+    ``bench/llama_serve_steps.py``; a rerun starts afresh) and return the new path."""
+    kept = partial.with_name(partial.name.replace(".partial.json", ".runs.json"))
+    if partial.exists():
+        partial.replace(kept)
+    return kept
 
 
 def _plain(c: Completion) -> dict:
