@@ -22,10 +22,12 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from calibrate.llama_cpp.check_runs import label_gamma  # noqa: E402
 from specsim.errors import SpecsimError  # noqa: E402
 from specsim.jsonio import parse_json, read_text  # noqa: E402
 from specsim.profiles import load_profile  # noqa: E402
 from specsim.serve.llama_step_cost import LlamaServerStepCost  # noqa: E402
+from specsim.serve.step_cost import step_ms  # noqa: E402
 
 MIN_GAPS = 5  # a batch with fewer gaps is not shown (a lone gap says nothing of a step)
 BURST_S = 0.005  # token events closer than this are one step (a block streams its tokens an event each)
@@ -62,16 +64,19 @@ def alone_ttft_ms(run: dict) -> list[tuple[int, float]]:
 def priced_step_ms(cost: LlamaServerStepCost, batch: int, gamma: int, width: float) -> float:
     """A target-only step (γ = 0) or an SD block of ``batch`` slots at cache width ``width``."""
     widths = np.full(batch, width)
-    rows = gamma + 1
-    ms = cost.target_step_ms(batch, rows, widths) + cost.overhead_ms(batch, gamma)
-    return ms + (cost.draft_ms(batch, gamma, widths) if gamma else 0.0)
+    return step_ms(
+        cost, batch=batch, gamma=gamma, context_tokens=widths, prefill_chunks=(), images=0,
+        draft_prefill=False,
+    )  # fmt: skip
 
 
 def priced_prompt_ms(cost: LlamaServerStepCost, tokens: int, gamma: int) -> float:
     """The prompt pass of one request: the target's, and with SD the draft's."""
-    chunk = [(tokens, 0)]
-    ms = cost.target_step_ms(0, 1, np.zeros(0), chunk)
-    return ms + (cost.draft_ms(0, gamma, np.zeros(0), chunk) if gamma else 0.0)
+    chunks = [(tokens, 0)]
+    return step_ms(
+        cost, batch=0, gamma=gamma, context_tokens=np.zeros(0), prefill_chunks=chunks, images=0,
+        draft_prefill=gamma > 0,
+    )  # fmt: skip
 
 
 def _priced(cost: LlamaServerStepCost, batch: int) -> bool:
@@ -85,10 +90,10 @@ def _priced(cost: LlamaServerStepCost, batch: int) -> bool:
 def report(runs_by_key: dict, profile, new_tokens: int) -> list[str]:
     """The module docstring's two tables, one block per rate and side."""
     lines = []
+    cost = LlamaServerStepCost.from_profile(profile)
     for key, runs in runs_by_key.items():
         rate, label = key.split("@")
-        gamma = 0 if label == "target-only" else int(label.split(":")[1])
-        cost = LlamaServerStepCost.from_profile(profile)
+        gamma = label_gamma(label)
         prompt = float(np.mean([t for r in runs for t in r["prompt_tokens"]]))
         width = prompt + new_tokens / 2
         gaps = defaultdict(list)

@@ -41,6 +41,11 @@ class Setting:
     schema_version: int = SCHEMA_VERSION
 
 
+def label_gamma(label: str) -> int:
+    """The draft model's γ of a setting labelled ``target-only`` (0) or ``draft:γ``."""
+    return 0 if label == BASE else int(label.split(":")[1])
+
+
 @dataclass(frozen=True)
 class CheckRuns:
     """Every finished request: ``runs[label][prompt_id]`` is a list of :class:`Completion` (one per round),
@@ -206,7 +211,7 @@ def llama_rows(profile, entry, runs: CheckRuns, settings: list[Setting], referen
     base = engine(BASE)
     rows = []
     for s in settings[1:]:
-        draft = parse_ngram(s.label) if s.label.startswith("ngram") else int(s.label.split(":")[1])
+        draft = parse_ngram(s.label) if s.label.startswith("ngram") else label_gamma(s.label)
         rows.append(
             engine_row(
                 profile,

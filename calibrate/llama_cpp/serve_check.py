@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from calibrate.llama_cpp.check_runs import BASE, Setting
+from calibrate.llama_cpp.check_runs import BASE, Setting, label_gamma
 from calibrate.llama_cpp.serve_runs import run_load, workload_arrivals
 from calibrate.llama_cpp.server import LlamaServer, ServerConfig
 from specsim.check.serve_comparison import ServedTimes, predicted_run, serve_check_row
@@ -119,7 +119,7 @@ def serve_rows(
             measured = runs.get(_key(rate, s.label), [])
             if not measured:
                 continue
-            gamma = 0 if s.label == BASE else int(s.label.split(":")[1])
+            gamma = label_gamma(s.label)
             request_traces = [
                 prompt_traces[i % len(prompt_traces)] for i in range(len(measured[0].arrival_s))
             ]
