@@ -97,7 +97,7 @@ def terms_table(profile, context: float, gammas) -> str:
         "γ draft steps",
         "Tv(γ)",
         "draft catch-up (γ+1 rows)",
-        "per block + per draft",
+        "per block at γ",
         "per token",
         "textbook block",
         "gap over it",

@@ -116,8 +116,36 @@ def test_the_block_fit_recovers_known_terms():
     fit = bt.fit_block_terms(samples, cost)
     assert (fit.per_block_ms, fit.per_draft_ms, fit.per_token_ms) == pytest.approx((7.0, 2.5, 4.0))
     assert fit.per_step_ms == pytest.approx(9.0) and fit.rms_ms < 1e-6
+    assert dict(fit.per_gamma_ms) == pytest.approx({1: 9.5, 3: 14.5, 6: 22.0})
     with pytest.raises(SpecsimError, match="two draft counts"):
         bt.fit_block_terms(samples[:2], cost)
+
+
+def test_each_gamma_is_priced_at_its_own_median_residual():
+    """Residuals that are no line in γ (here 40, 20, 70 ms) and one host stall: each γ keeps its median,
+    the γ between measured ones is interpolated, and the per-token work the profile prices is taken out."""
+    cost = GridPassCost.request(llama_like_profile().latency)
+    own = {1: 40.0, 3: 20.0, 6: 70.0}
+    samples, extra = [bt.BlockSample(0, 0, 0, 1, 60, 0.0)], {}
+    for g, o in own.items():
+        for e in (1, g + 1):
+            for k in range(5):
+                s = bt.BlockSample(g, g, e - 1, e, 50 + 10 * k, 0.0)
+                extra[len(samples)] = o + 3.0 * e + 0.1 * k + (900.0 if (g, e, k) == (1, 1, 2) else 0.0)
+                samples.append(replace(s, ms=bt.forward_ms(cost, s) + extra[len(samples)]))
+    fit = bt.fit_block_terms(samples, cost)
+    assert fit.per_token_ms == pytest.approx(3.0, abs=0.05)  # the stall moves one cell's median by 0.1 ms
+    got = dict(fit.per_gamma_ms)
+    for g, o in own.items():
+        mine = [x - fit.per_token_ms * samples[i].emitted for i, x in extra.items() if samples[i].gamma == g]
+        assert got[g] == pytest.approx(float(np.median(mine)))
+        assert abs(got[g] - o) < 0.5
+    assert fit.block_ms([1, 2, 3, 9]) == pytest.approx([got[1], (got[1] + got[3]) / 2, got[3], got[6]])
+    linear = replace(fit, per_gamma_ms=())
+    assert linear.block_ms(2) == pytest.approx(fit.per_block_ms + 2 * fit.per_draft_ms)
+    one_each = [s for s in samples if (s.gamma, s.emitted) in {(0, 1), (1, 1), (3, 4)}]
+    with pytest.raises(SpecsimError, match="two emitted counts at one gamma"):
+        bt.fit_block_terms(one_each, cost)
 
 
 def test_cpu_share_and_starvation():

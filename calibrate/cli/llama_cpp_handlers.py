@@ -65,7 +65,7 @@ def cmd_latency_llama(args) -> int:
     with LlamaServer(llama, ServerConfig(target, threads)) as server:
         ids = server.tokenize_chat(prompts[0].text)
     grid = GridPlan(depths, gammas[-1], prefill, threads, reps, args.renice)
-    plan = LatencyPlan(grid, tuple(sorted({gammas[0], gammas[len(gammas) // 2], gammas[-1]})), ngram=ngram)
+    plan = LatencyPlan(grid, gammas, ngram=ngram)
     notes = "; ".join(x for x in (_command(), note) if x)
     partial = Path(f"{args.out}.llama-latency.partial.json")
     result = measure_latency(

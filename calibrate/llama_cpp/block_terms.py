@@ -3,8 +3,9 @@ measured in ``llama-server`` with synthetic acceptance (``--spec-synth-rates``: 
 
 Each block's ms is the gap between the arrivals of its last token and the previous block's
 (:func:`blocks_of_run`); its residual over the forwards the grids price for it (g = min(γ, N − t − 1) drafts)
-is fitted as o₀ + o_g·g + o_e·emitted (:func:`fit_block_terms`): per block, per draft, per emitted token.
-A target-only step's residual (its ms − Tp) is its own term. More: ARCHITECTURE.md, Notes by module.
+is fitted as o₀ + o_g·g + o_e·emitted (:func:`fit_block_terms`), and the profile prices each γ's own median
+residual (the residual is not linear in γ). A target-only step's residual (its ms − Tp) is its own term.
+More: ARCHITECTURE.md, Notes by module.
 """
 
 from __future__ import annotations
@@ -41,7 +42,8 @@ class BlockSample:
 class BlockTerms:
     """Fitted ms outside the forwards: per block ``per_block_ms`` + ``per_draft_ms``·g + ``per_token_ms``
     per emitted token; ``per_step_ms`` per target-only step; the fit's residual spread (ms, RMS) and the
-    samples behind it."""
+    samples behind it; ``per_gamma_ms``: (γ, median ms) of each measured γ's blocks beyond the priced
+    per-token work (empty: the linear fit prices every γ)."""
 
     per_block_ms: float
     per_draft_ms: float
@@ -50,11 +52,17 @@ class BlockTerms:
     rms_ms: float
     blocks: int
     steps: int
+    per_gamma_ms: tuple[tuple[int, float], ...] = ()
     schema_version: int = SCHEMA_VERSION
 
     def block_ms(self, gamma) -> np.ndarray:
-        """What a block at γ pays outside its forwards and its emitted tokens."""
-        return self.per_block_ms + self.per_draft_ms * np.asarray(gamma, dtype=float)
+        """What a block at γ pays outside its forwards and its emitted tokens: its γ's median, linear between
+        measured γ and held flat beyond them; the linear fit without per-γ medians."""
+        gamma = np.asarray(gamma, dtype=float)
+        if not self.per_gamma_ms:
+            return self.per_block_ms + self.per_draft_ms * gamma
+        gs, ms = zip(*self.per_gamma_ms)
+        return np.interp(gamma, np.asarray(gs, dtype=float), np.asarray(ms, dtype=float))
 
 
 def synthetic_rates(gamma: int, accepted: int) -> tuple[float, ...]:
@@ -135,15 +143,36 @@ def forward_ms(cost: PassCost, s: BlockSample) -> float:
 
 
 def fit_block_terms(samples: list[BlockSample], cost: PassCost) -> BlockTerms:
-    """Least squares of the blocks' residuals on (1, g, emitted), the steps' mean residual (module
-    docstring); SpecsimError without blocks of two draft counts or without target-only steps."""
+    """The blocks' residuals: o_e from the (γ, emitted) cells' medians, o₀ + o_g·g by least squares on the
+    rest, each γ's median beyond the per-token work the profile prices (max(o_e, 0)·emitted), and the steps'
+    median (module docstring); SpecsimError without blocks of two draft counts or target-only steps."""
     blocks = [s for s in samples if s.gamma > 0 and s.drafts > 0]
     steps = [s for s in samples if s.gamma == 0]
     if len({s.drafts for s in blocks}) < 2 or len({s.emitted for s in blocks}) < 2 or not steps:
         raise SpecsimError("block terms: need blocks of two draft counts and two emitted counts, and steps")
-    x = np.array([[1.0, s.drafts, s.emitted] for s in blocks])
     y = np.array([s.ms - forward_ms(cost, s) for s in blocks])
-    coef, *_ = np.linalg.lstsq(x, y, rcond=None)
+    gammas, emitted = np.array([s.gamma for s in blocks]), np.array([s.emitted for s in blocks], dtype=float)
+    # Medians, per γ and per (γ, emitted) cell: host stalls give single blocks hundreds of ms; and a γ of its
+    # own, as the grids' error at g + 1 rows differs by γ and no line in g carries it (ARCHITECTURE.md).
+    per_token = _per_token_ms(gammas, emitted, y)
+    x = np.array([[1.0, s.drafts] for s in blocks])
+    line, *_ = np.linalg.lstsq(x, y - per_token * emitted, rcond=None)
+    beyond = y - max(per_token, 0.0) * emitted
+    per_gamma = tuple((int(g), float(np.median(beyond[gammas == g]))) for g in sorted(set(gammas.tolist())))
     step = np.array([s.ms - forward_ms(cost, s) for s in steps])
-    rms = float(np.sqrt(np.mean((y - x @ coef) ** 2)))
-    return BlockTerms(*(float(c) for c in coef), float(np.median(step)), rms, len(blocks), len(steps))
+    rms = float(np.sqrt(np.mean((y - x @ line - per_token * emitted) ** 2)))
+    return BlockTerms(
+        *(float(c) for c in line), per_token, float(np.median(step)), rms, len(blocks), len(steps), per_gamma
+    )
+
+
+def _per_token_ms(gammas: np.ndarray, emitted: np.ndarray, y: np.ndarray) -> float:
+    """The slope in emitted tokens of the (γ, emitted) cells' median residuals, each γ its own level."""
+    cells = sorted({(int(g), float(e)) for g, e in zip(gammas, emitted)})
+    levels = sorted({g for g, _ in cells})
+    if len(cells) == len(levels):
+        raise SpecsimError("block terms: need blocks of two emitted counts at one gamma")
+    x = np.array([[float(g == k) for k in levels] + [e] for g, e in cells])
+    med = np.array([np.median(y[(gammas == g) & (emitted == e)]) for g, e in cells])
+    coef, *_ = np.linalg.lstsq(x, med, rcond=None)
+    return float(coef[-1])

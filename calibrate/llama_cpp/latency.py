@@ -243,6 +243,10 @@ def fit_note(terms: bt.BlockTerms, lookup: bt.BlockTerms | None) -> str:
         f"{terms.per_token_ms:.1f} ms per emitted token (residual RMS {terms.rms_ms:.1f} ms); "
         f"{terms.per_step_ms:.1f} ms per target-only step"
     )
+    if terms.per_gamma_ms:
+        out += "; priced per gamma (median ms per block): " + ", ".join(
+            f"{g}: {ms:.1f}" for g, ms in terms.per_gamma_ms
+        )
     if lookup is not None:
         out += (
             f"; n-gram blocks ({lookup.blocks}): {lookup.per_block_ms:.1f} ms + {lookup.per_draft_ms:.1f} ms "
