@@ -16,6 +16,7 @@ from calibrate.llama_cpp import block_terms as bt
 from calibrate.llama_cpp.bench_output import parse_batched_jsonl, parse_bench_jsonl
 from calibrate.llama_cpp.binaries import find_llama_cpp, parse_cmake_cache, parse_version
 from calibrate.llama_cpp.cpu_share import CpuShare, starved
+from calibrate.llama_cpp.latency import fit_lookup
 from calibrate.llama_cpp.serve_runs import _events
 from calibrate.llama_cpp.server import ServerConfig, completion_body, parse_completion
 from specsim.costs.grid_pass_cost import GridPassCost
@@ -119,6 +120,19 @@ def test_the_block_fit_recovers_known_terms():
     assert dict(fit.per_gamma_ms) == pytest.approx({1: 9.5, 3: 14.5, 6: 22.0})
     with pytest.raises(SpecsimError, match="two draft counts"):
         bt.fit_block_terms(samples[:2], cost)
+
+
+def test_the_lookup_fit_holds_the_per_token_term_and_recovers_its_line():
+    """n-gram blocks (no draft forwards) at o₀ = 5, o_g = 1.5 ms with 2 ms per emitted token held."""
+    cost = GridPassCost(llama_like_profile().latency.forward_costs(), drafter="lookup")
+    samples = []
+    for g, e in ((1, 1), (2, 3), (4, 2), (5, 6)):
+        s = bt.BlockSample(g, g, e - 1, e, 80, 0.0)
+        samples.append(replace(s, ms=bt.forward_ms(cost, s) + 5.0 + 1.5 * g + 2.0 * e))
+    samples.append(bt.BlockSample(0, 0, 0, 1, 80, 999.0))
+    fit = fit_lookup(samples, cost, 2.0)
+    assert (fit.per_block_ms, fit.per_draft_ms, fit.per_token_ms) == pytest.approx((5.0, 1.5, 2.0))
+    assert fit.rms_ms < 1e-6 and (fit.blocks, fit.steps) == (4, 0)
 
 
 def test_each_gamma_is_priced_at_its_own_median_residual():

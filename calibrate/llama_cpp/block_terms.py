@@ -155,15 +155,19 @@ def fit_block_terms(samples: list[BlockSample], cost: PassCost) -> BlockTerms:
     # Medians, per γ and per (γ, emitted) cell: host stalls give single blocks hundreds of ms; and a γ of its
     # own, as the grids' error at g + 1 rows differs by γ and no line in g carries it (ARCHITECTURE.md).
     per_token = _per_token_ms(gammas, emitted, y)
-    x = np.array([[1.0, s.drafts] for s in blocks])
-    line, *_ = np.linalg.lstsq(x, y - per_token * emitted, rcond=None)
+    (o0, og), rms = line_ms(blocks, y - per_token * emitted)
     beyond = y - max(per_token, 0.0) * emitted
     per_gamma = tuple((int(g), float(np.median(beyond[gammas == g]))) for g in sorted(set(gammas.tolist())))
     step = np.array([s.ms - forward_ms(cost, s) for s in steps])
-    rms = float(np.sqrt(np.mean((y - x @ line - per_token * emitted) ** 2)))
-    return BlockTerms(
-        *(float(c) for c in line), per_token, float(np.median(step)), rms, len(blocks), len(steps), per_gamma
-    )
+    return BlockTerms(o0, og, per_token, float(np.median(step)), rms, len(blocks), len(steps), per_gamma)
+
+
+def line_ms(blocks: list[BlockSample], residual_ms: np.ndarray) -> tuple[tuple[float, float], float]:
+    """Least squares of the blocks' residuals (ms) on o₀ + o_g·g: ((o₀, o_g), RMS of what is left)."""
+    x = np.array([[1.0, s.drafts] for s in blocks])
+    coef, *_ = np.linalg.lstsq(x, residual_ms, rcond=None)
+    rms = float(np.sqrt(np.mean((residual_ms - x @ coef) ** 2)))
+    return (float(coef[0]), float(coef[1])), rms
 
 
 def _per_token_ms(gammas: np.ndarray, emitted: np.ndarray, y: np.ndarray) -> float:

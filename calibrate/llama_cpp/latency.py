@@ -135,24 +135,10 @@ def _model(grids: dict, terms: bt.BlockTerms | None, lookup: bt.BlockTerms | Non
 
 def fit_lookup(samples, cost, per_token_ms: float) -> bt.BlockTerms:
     """The n-gram blocks' fit with the draft model's per-token term held (same sampling and tokens)."""
-    shifted = [
-        bt.BlockSample(
-            s.gamma,
-            s.drafts,
-            s.accepted,
-            s.emitted,
-            s.context_tokens,
-            s.ms - per_token_ms * (s.emitted if s.drafts else 0),
-            s.cores_foreign,
-        )
-        for s in samples
-    ]
-    blocks = [s for s in shifted if s.gamma > 0 and s.drafts > 0]
-    x = np.array([[1.0, s.drafts] for s in blocks])
-    y = np.array([s.ms - bt.forward_ms(cost, s) for s in blocks])
-    coef, *_ = np.linalg.lstsq(x, y, rcond=None)
-    rms = float(np.sqrt(np.mean((y - x @ coef) ** 2)))
-    return bt.BlockTerms(float(coef[0]), float(coef[1]), per_token_ms, 0.0, rms, len(blocks), 0)
+    blocks = [s for s in samples if s.gamma > 0 and s.drafts > 0]
+    y = np.array([s.ms - bt.forward_ms(cost, s) - per_token_ms * s.emitted for s in blocks])
+    (o0, og), rms = bt.line_ms(blocks, y)
+    return bt.BlockTerms(o0, og, per_token_ms, 0.0, rms, len(blocks), 0)
 
 
 def _stage(stages: Stages, name: str, run, kind):
