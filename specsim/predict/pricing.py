@@ -311,9 +311,9 @@ def unfused_plan(entry: MethodAcceptance, draft: Draft, request: RequestSpec):
 
 
 def _plan(entry: MethodAcceptance, draft: Draft, request: RequestSpec):
+    """The request's blocks: its trace's exact schedule, or N tokens in blocks of τ at a fixed γ."""
     if isinstance(draft, NgramSimple):
         raise SpecsimError(f"{draft.label}: n-gram drafting is priced for llama.cpp's profiles only")
-    """The request's blocks: its trace's exact schedule, or N tokens in blocks of τ at a fixed γ."""
     if request.trace is not None:
         return draft_plan(draft, request.trace, request.max_new_tokens)
     if not isinstance(draft, (int, np.integer)):
