@@ -162,6 +162,39 @@ def test_each_gamma_is_priced_at_its_own_median_residual():
         bt.fit_block_terms(one_each, cost)
 
 
+def test_a_real_runs_blocks_are_spread_evenly():
+    run = bt.RunSample(gamma=4, prompt_tokens=40, tokens=21, drafted=17, accepted=16, ms=0.0)
+    blocks = bt.run_blocks(run)
+    assert run.blocks == 5 and [b.drafts for b in blocks] == [4, 4, 3, 3, 3]
+    assert [b.context_tokens for b in blocks] == [40, 44, 48, 52, 56]
+
+
+def test_real_acceptance_runs_price_each_gamma_where_given():
+    """Synthetic blocks give o_e = 3 ms a token; real runs at γ 2 (30 ms, twice, and one 400 ms stall) and
+    γ 5 (−10 ms) beyond their forwards and o_e price those γ, not the synthetic blocks' 50 ms."""
+    cost = GridPassCost.request(llama_like_profile().latency)
+    samples = [bt.BlockSample(0, 0, 0, 1, 60, 0.0)]
+    for g in (2, 5):
+        for e in (1, g + 1):
+            s = bt.BlockSample(g, g, e - 1, e, 60, 0.0)
+            samples.append(replace(s, ms=bt.forward_ms(cost, s) + 50.0 + 3.0 * e))
+    runs = []
+    for g, level, drafted, accepted in (
+        (2, 30.0, 30, 24),
+        (2, 30.0, 31, 22),
+        (2, 400.0, 30, 24),
+        (5, -10.0, 50, 40),
+    ):
+        run = bt.RunSample(g, 50, 63, drafted, accepted, 0.0)
+        forwards = sum(bt.forward_ms(cost, b) for b in bt.run_blocks(run))
+        runs.append(replace(run, ms=forwards + level * run.blocks + 3.0 * run.tokens))
+    assert bt.run_residual_ms(cost, runs[0], 3.0) == pytest.approx(30.0)
+    fit = bt.fit_block_terms(samples, cost, tuple(runs))
+    assert fit.per_token_ms == pytest.approx(3.0) and fit.real_runs == 4
+    assert dict(fit.per_gamma_ms) == pytest.approx({2: 30.0, 5: -10.0})
+    assert dict(bt.fit_block_terms(samples, cost).per_gamma_ms) == pytest.approx({2: 50.0, 5: 50.0})
+
+
 def test_cpu_share_and_starvation():
     with CpuShare() as share:
         sum(i * i for i in range(200_000))

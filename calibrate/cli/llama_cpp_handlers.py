@@ -17,6 +17,7 @@ from specsim.jsonio import check_writable, dumps_json
 DEFAULT_DEPTHS = (32, 96, 192)
 DEFAULT_PREFILL = (4, 8, 16, 32, 64, 128)
 DEFAULT_GAMMAS = (1, 2, 3, 4, 5, 6)
+HELD_OUT_PROMPTS = 2
 
 
 def _command() -> str:
@@ -57,19 +58,22 @@ def cmd_latency_llama(args) -> int:
             args.renice,
         )
     reps = args.min_repeats or 5
-    llama, target, draft, _, prompts, note = setup_from_args(args, prompts_limit=1)
+    llama, target, draft, _, prompts, note = setup_from_args(args, prompts_limit=None)
     if args.batched_only:
         path, seconds = add_batched(args.out, llama, target, draft, serve)
         print(f"wrote {path}: llama-server's batched grids at B = {list(serve.batches)} in {seconds:.0f} s")
         return 0
+    # The set's last prompts price each γ's real blocks: a check of its first --limit prompts runs others.
+    held = prompts[-HELD_OUT_PROMPTS:] if len(prompts) > HELD_OUT_PROMPTS else []
     with LlamaServer(llama, ServerConfig(target, threads)) as server:
         ids = server.tokenize_chat(prompts[0].text)
+        held_ids = [server.tokenize_chat(p.text) for p in held]
     grid = GridPlan(depths, gammas[-1], prefill, threads, reps, args.renice)
-    plan = LatencyPlan(grid, gammas, ngram=ngram)
+    plan = LatencyPlan(grid, gammas, ngram=ngram, held_out=tuple(p.prompt_id for p in held))
     notes = "; ".join(x for x in (_command(), note) if x)
     partial = Path(f"{args.out}.llama-latency.partial.json")
     result = measure_latency(
-        llama, target, draft, plan, ids, partial=partial, niceness=args.renice, notes=notes
+        llama, target, draft, plan, ids, partial=partial, niceness=args.renice, notes=notes, held_out=held_ids
     )
     path = save_latency(args.out, result.section)
     partial.unlink(missing_ok=True)

@@ -1,11 +1,9 @@
-"""The work of llama.cpp's draft/verify alternation outside the forwards ``llama-bench`` times (ms),
-measured in ``llama-server`` with synthetic acceptance (``--spec-synth-rates``: every block accepts ``a``).
-
-Each block's ms is the gap between the arrivals of its last token and the previous block's
-(:func:`blocks_of_run`); its residual over the forwards the grids price for it (g = min(γ, N − t − 1) drafts)
-is fitted as o₀ + o_g·g + o_e·emitted (:func:`fit_block_terms`), and the profile prices each γ's own median
-residual (the residual is not linear in γ). A target-only step's residual (its ms − Tp) is its own term.
-More: ARCHITECTURE.md, Notes by module.
+"""The work of llama.cpp's draft/verify alternation outside the forwards ``llama-bench`` times (ms), in
+``llama-server``: synthetic-acceptance blocks (``--spec-synth-rates``), streamed (:func:`blocks_of_run`), give
+o_e per emitted token and o₀ + o_g·g (:func:`fit_block_terms`); each γ is priced at its own median residual
+over the grids' forwards, from real-acceptance runs on held-out prompts where measured (:class:`RunSample`:
+synthetic blocks cost more than real ones at high γ), else from the synthetic blocks. A target-only step's
+residual (its ms − Tp) is its own term. More: ARCHITECTURE.md, Notes by module.
 """
 
 from __future__ import annotations
@@ -15,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from calibrate.llama_cpp.cpu_share import CpuShare
-from calibrate.llama_cpp.server import LlamaServer
+from calibrate.llama_cpp.server import LlamaServer, timed_completion
 from specsim.costs.pass_cost import CATCHUP, DRAFT, TARGET, PassCost, draft_steps_ms
 from specsim.draft_shapes.ngram_lookup import NgramSimple, ngram_simple_draft
 from specsim.errors import SpecsimError
@@ -39,6 +37,27 @@ class BlockSample:
 
 
 @dataclass(frozen=True)
+class RunSample:
+    """One real-acceptance run of llama-server, not streamed (as the one-request check runs): γ, its prompt
+    tokens, the tokens decoded after the prompt pass's (n − 1), drafts proposed and accepted, and the
+    server's decode ms over them (``predicted_ms``)."""
+
+    gamma: int
+    prompt_tokens: int
+    tokens: int
+    drafted: int
+    accepted: int
+    ms: float
+    cores_foreign: float = 0.0
+    schema_version: int = SCHEMA_VERSION
+
+    @property
+    def blocks(self) -> int:
+        """Each block emits its accepted drafts and one token of the target's: n − 1 = accepted + blocks."""
+        return self.tokens - self.accepted
+
+
+@dataclass(frozen=True)
 class BlockTerms:
     """Fitted ms outside the forwards: per block ``per_block_ms`` + ``per_draft_ms``·g + ``per_token_ms``
     per emitted token; ``per_step_ms`` per target-only step; the fit's residual spread (ms, RMS) and the
@@ -53,6 +72,7 @@ class BlockTerms:
     blocks: int
     steps: int
     per_gamma_ms: tuple[tuple[int, float], ...] = ()
+    real_runs: int = 0  # the real-acceptance runs behind per_gamma_ms (0: the synthetic blocks)
     schema_version: int = SCHEMA_VERSION
 
     def block_ms(self, gamma) -> np.ndarray:
@@ -142,10 +162,13 @@ def forward_ms(cost: PassCost, s: BlockSample) -> float:
     return draft + float(cost.pass_ms(TARGET, s.drafts + 1, ctx).ms)
 
 
-def fit_block_terms(samples: list[BlockSample], cost: PassCost) -> BlockTerms:
+def fit_block_terms(
+    samples: list[BlockSample], cost: PassCost, runs: tuple[RunSample, ...] = ()
+) -> BlockTerms:
     """The blocks' residuals: o_e from the (γ, emitted) cells' medians, o₀ + o_g·g by least squares on the
-    rest, each γ's median beyond the per-token work the profile prices (max(o_e, 0)·emitted), and the steps'
-    median (module docstring); SpecsimError without blocks of two draft counts or target-only steps."""
+    rest, each γ's median beyond the per-token work the profile prices (max(o_e, 0)·emitted; from ``runs``'
+    real blocks where given: :func:`run_residual_ms`), and the steps' median (module docstring);
+    SpecsimError without blocks of two draft counts or target-only steps."""
     blocks = [s for s in samples if s.gamma > 0 and s.drafts > 0]
     steps = [s for s in samples if s.gamma == 0]
     # Two emitted counts at one γ are checked by _per_token_ms, which needs them.
@@ -159,8 +182,14 @@ def fit_block_terms(samples: list[BlockSample], cost: PassCost) -> BlockTerms:
     (o0, og), rms = line_ms(blocks, y - per_token * emitted)
     beyond = y - max(per_token, 0.0) * emitted
     per_gamma = tuple((int(g), float(np.median(beyond[gammas == g]))) for g in sorted(set(gammas.tolist())))
+    if runs:
+        real = np.array([run_residual_ms(cost, r, max(per_token, 0.0)) for r in runs])
+        gs = np.array([r.gamma for r in runs])
+        per_gamma = tuple((int(g), float(np.median(real[gs == g]))) for g in sorted(set(gs.tolist())))
     step = np.array([s.ms - forward_ms(cost, s) for s in steps])
-    return BlockTerms(o0, og, per_token, float(np.median(step)), rms, len(blocks), len(steps), per_gamma)
+    return BlockTerms(
+        o0, og, per_token, float(np.median(step)), rms, len(blocks), len(steps), per_gamma, len(runs)
+    )
 
 
 def line_ms(blocks: list[BlockSample], residual_ms: np.ndarray) -> tuple[tuple[float, float], float]:
@@ -181,3 +210,35 @@ def _per_token_ms(gammas: np.ndarray, emitted: np.ndarray, y: np.ndarray) -> flo
     med = np.array([np.median(y[(gammas == g) & (emitted == e)]) for g, e in cells])
     coef, *_ = np.linalg.lstsq(x, med, rcond=None)
     return float(coef[-1])
+
+
+def run_blocks(run: RunSample) -> list[BlockSample]:
+    """The blocks of a run whose schedule the server does not report, spread evenly: its drafts over its
+    blocks (the first ``drafted mod blocks`` one more), each at the context its share of the tokens
+    reaches."""
+    n, per, extra = run.blocks, run.drafted // run.blocks, run.drafted % run.blocks
+    step = run.tokens / n
+    return [
+        BlockSample(run.gamma, per + (i < extra), 0, 1, run.prompt_tokens + int(i * step), 0.0)
+        for i in range(n)
+    ]
+
+
+def run_residual_ms(cost: PassCost, run: RunSample, per_token_ms: float) -> float:
+    """A real run's ms per block beyond its forwards priced through ``cost`` (:func:`run_blocks`) and
+    ``per_token_ms`` per emitted token."""
+    forwards = sum(forward_ms(cost, b) for b in run_blocks(run))
+    return (run.ms - forwards - per_token_ms * run.tokens) / run.blocks
+
+
+def measure_real_runs(servers: dict, prompts, n_predict: int, rounds: int, threads: int) -> list[RunSample]:
+    """``rounds`` rounds of every prompt (token ids) on every ``servers[γ]`` (the draft model, real
+    acceptance), interleaved, not streamed."""
+    out = []
+    for _ in range(rounds):
+        for gamma, server in servers.items():
+            for tokens in prompts:
+                c = timed_completion(server, tokens, n_predict, threads)
+                args = (c.prompt_n, c.predicted_n - 1, c.draft_n, c.draft_accepted, c.predicted_ms)
+                out.append(RunSample(gamma, *args, c.cores_foreign))
+    return out

@@ -17,8 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from calibrate.llama_cpp.binaries import LlamaCpp
-from calibrate.llama_cpp.cpu_share import CpuShare, starved
-from calibrate.llama_cpp.server import Completion, LlamaServer, ServerConfig, parse_completion
+from calibrate.llama_cpp.server import Completion, LlamaServer, ServerConfig, timed_completion
 from calibrate.llama_cpp.traces import TracedPrompt
 from specsim.check.comparison import ratio_halfwidth
 from specsim.check.engine_rows import EngineRun, engine_row
@@ -28,7 +27,6 @@ from specsim.jsonio import parse_json, read_text, write_json_atomic
 
 SCHEMA_VERSION = 1
 BASE = "target-only"
-MAX_REDOS = 3
 
 
 @dataclass(frozen=True)
@@ -106,16 +104,6 @@ def _plain(c: Completion) -> dict:
     return d
 
 
-def _complete(server: LlamaServer, tokens, n: int, threads: int) -> Completion:
-    """One request, redone (up to :data:`MAX_REDOS` times) while the host took its core."""
-    for _ in range(MAX_REDOS):
-        with CpuShare((server.pid,)) as share:
-            c = parse_completion(server.complete(tokens, n))
-        if not starved(share, threads):
-            break
-    return Completion(**{**asdict(c), "cores_ours": share.ours, "cores_foreign": share.foreign})
-
-
 def check_settings(target: str, draft: str, threads: int, gammas, ngram: NgramSimple | None) -> list[Setting]:
     """Target-only, the draft model at each γ, and the n-gram kind (when given)."""
     out = [Setting(BASE, ServerConfig(target, threads))]
@@ -183,7 +171,8 @@ def run_llama_check(
                     if s.label not in servers:
                         server = LlamaServer(llama, s.config, niceness=niceness)
                         servers[s.label] = stack.enter_context(server)
-                    runs[s.label][p].append(_complete(servers[s.label], tokens[p], new_tokens, threads))
+                    run = timed_completion(servers[s.label], tokens[p], new_tokens, threads)
+                    runs[s.label][p].append(run)
                     elapsed = seconds + time.perf_counter() - t0
                     _save_partial(partial, key, runs, elapsed)
                     if progress is not None:

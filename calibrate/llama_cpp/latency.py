@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import functools
 import platform
 import sys
 import time
@@ -38,14 +39,17 @@ CYCLE_PROMPT = "Count from 1 to 9 again and again, separated by spaces: " + "1 2
 
 @dataclass(frozen=True)
 class LatencyPlan:
-    """The pass grids' plan, the γ of the synthetic block runs, blocks per run, rounds, and an optional
-    n-gram kind to time."""
+    """The pass grids' plan, the γ of the synthetic block runs, blocks per run, rounds, an optional n-gram
+    kind to time, and the held-out prompts (ids) whose real-acceptance runs of ``real_tokens`` tokens price
+    each γ."""
 
     grid: GridPlan
     block_gammas: tuple[int, ...]
     blocks_per_run: int = 8
     rounds: int = 3
     ngram: NgramSimple | None = None
+    held_out: tuple[str, ...] = ()
+    real_tokens: int = 64
     schema_version: int = SCHEMA_VERSION
 
 
@@ -90,6 +94,22 @@ def _block_samples(llama, target, draft, plan: LatencyPlan, prompt_ids, niceness
             )
             servers[(g, a)] = stack.enter_context(LlamaServer(llama, config, niceness=niceness))
         return bt.measure_runs(servers, prompt_ids, runs, plan.rounds)
+
+
+def _real_runs(llama, target, draft, plan: LatencyPlan, prompts, niceness) -> list[bt.RunSample]:
+    threads = plan.grid.threads
+    with contextlib.ExitStack() as stack:
+        servers = {
+            g: stack.enter_context(
+                LlamaServer(
+                    llama,
+                    ServerConfig(target, threads, draft=draft, spec_type="draft-simple", draft_max=g),
+                    niceness=niceness,
+                )
+            )
+            for g in plan.block_gammas
+        }
+        return bt.measure_real_runs(servers, prompts, plan.real_tokens, plan.rounds, threads)
 
 
 def _lookup_samples(llama, target, plan: LatencyPlan, niceness) -> tuple[list[bt.BlockSample], int]:
@@ -178,9 +198,10 @@ class Stages:
 
 def measure_latency(
     llama: LlamaCpp, target: str, draft: str, plan: LatencyPlan, prompt_ids, *, partial: Path, niceness=0,
-    notes="",
+    notes="", held_out=(),
 ) -> LatencyResult:  # fmt: skip
-    """Both stages (module docstring) into a latency section, stage by stage (resumable from ``partial``)."""
+    """Both stages (module docstring) into a latency section, stage by stage (resumable from ``partial``);
+    ``held_out``: the token ids of ``plan.held_out``'s prompts."""
     key = {"plan": repr(plan), "target": target, "draft": draft, "commit": llama.commit}
     st = Stages.open(partial, key)
     t_recs = _stage(
@@ -197,7 +218,11 @@ def measure_latency(
     cost = GridPassCost(_model(grids, None, None, plan.grid.max_gamma, m))
     blocks = _stage(st, "blocks", lambda: _block_samples(llama, target, draft, plan, prompt_ids, niceness),
                     bt.BlockSample)  # fmt: skip
-    terms = bt.fit_block_terms(blocks, cost)
+    runs = ()
+    if held_out:
+        real = functools.partial(_real_runs, llama, target, draft, plan, held_out, niceness)
+        runs = tuple(_stage(st, "real blocks", real, bt.RunSample))
+    terms = bt.fit_block_terms(blocks, cost, runs)
     lookup = None
     if plan.ngram is not None:
         samples = _stage(st, "n-gram blocks", lambda: _lookup_samples(llama, target, plan, niceness)[0],
@@ -230,7 +255,10 @@ def fit_note(terms: bt.BlockTerms, lookup: bt.BlockTerms | None) -> str:
         f"{terms.per_step_ms:.1f} ms per target-only step"
     )
     if terms.per_gamma_ms:
-        out += "; priced per gamma (median ms per block): " + ", ".join(
+        source = "synthetic blocks"
+        if terms.real_runs:
+            source = f"{terms.real_runs} real-acceptance runs on held-out prompts"
+        out += f"; priced per gamma (median ms per block, {source}): " + ", ".join(
             f"{g}: {ms:.1f}" for g, ms in terms.per_gamma_ms
         )
     if lookup is not None:

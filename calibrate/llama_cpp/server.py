@@ -17,13 +17,15 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from calibrate.llama_cpp.binaries import LlamaCpp
+from calibrate.llama_cpp.cpu_share import CpuShare, starved
 from specsim.errors import SpecsimError
 
 SCHEMA_VERSION = 1
 HOST = "127.0.0.1"
+MAX_REDOS = 3
 
 
 @dataclass(frozen=True)
@@ -219,3 +221,14 @@ def completion_body(tokens, n_predict: int, **extra) -> dict:
         "return_tokens": True,
         **extra,
     }
+
+
+def timed_completion(server: LlamaServer, tokens, n: int, threads: int) -> Completion:
+    """One request, redone (up to :data:`MAX_REDOS` times) while the host took its core, with the cores it
+    and others used."""
+    for _ in range(MAX_REDOS):
+        with CpuShare((server.pid,)) as share:
+            c = parse_completion(server.complete(tokens, n))
+        if not starved(share, threads):
+            break
+    return replace(c, cores_ours=share.ours, cores_foreign=share.foreign)
