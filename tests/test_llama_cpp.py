@@ -16,7 +16,7 @@ from calibrate.llama_cpp import block_terms as bt
 from calibrate.llama_cpp.bench_output import parse_batched_jsonl, parse_bench_jsonl
 from calibrate.llama_cpp.binaries import find_llama_cpp, parse_cmake_cache, parse_version
 from calibrate.llama_cpp.cpu_share import CpuShare, starved
-from calibrate.llama_cpp.latency import fit_lookup
+from calibrate.llama_cpp.latency import fit_lookup, fit_note
 from calibrate.llama_cpp.serve_runs import _events
 from calibrate.llama_cpp.server import ServerConfig, completion_body, parse_completion
 from specsim.costs.grid_pass_cost import GridPassCost
@@ -193,6 +193,10 @@ def test_real_acceptance_runs_price_each_gamma_where_given():
     assert fit.per_token_ms == pytest.approx(3.0) and fit.real_runs == 4
     assert dict(fit.per_gamma_ms) == pytest.approx({2: 30.0, 5: -10.0})
     assert dict(bt.fit_block_terms(samples, cost).per_gamma_ms) == pytest.approx({2: 50.0, 5: 50.0})
+    assert "4 real-acceptance runs on held-out prompts rust-struct, py-unit-test" in fit_note(
+        fit, None, ("rust-struct", "py-unit-test")
+    )
+    assert "median ms per block, synthetic blocks" in fit_note(bt.fit_block_terms(samples, cost), None)
 
 
 def test_cpu_share_and_starvation():

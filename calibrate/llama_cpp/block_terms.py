@@ -2,8 +2,8 @@
 ``llama-server``: synthetic-acceptance blocks (``--spec-synth-rates``), streamed (:func:`blocks_of_run`), give
 o_e per emitted token and o₀ + o_g·g (:func:`fit_block_terms`); each γ is priced at its own median residual
 over the grids' forwards, from real-acceptance runs on held-out prompts where measured (:class:`RunSample`:
-synthetic blocks cost more than real ones at high γ), else from the synthetic blocks. A target-only step's
-residual (its ms − Tp) is its own term. More: ARCHITECTURE.md, Notes by module.
+synthetic blocks priced real ones up to 120 ms off at γ 5 and 6), else from the synthetic blocks. A
+target-only step's residual (its ms − Tp) is its own term. More: ARCHITECTURE.md, Notes by module.
 """
 
 from __future__ import annotations

@@ -240,14 +240,14 @@ def measure_latency(
         source="measured",
         software=llama.software() | {"python": platform.python_version()},
         threads=plan.grid.threads,
-        notes="; ".join(x for x in (notes, fit_note(terms, lookup)) if x),
+        notes="; ".join(x for x in (notes, fit_note(terms, lookup, plan.held_out)) if x),
     )
     section = LatencySection(cost_model=model, provenance=provenance)
     return LatencyResult(section, terms, lookup, seconds, plan)
 
 
-def fit_note(terms: bt.BlockTerms, lookup: bt.BlockTerms | None) -> str:
-    """The block fits in one line for the provenance notes."""
+def fit_note(terms: bt.BlockTerms, lookup: bt.BlockTerms | None, held_out: tuple[str, ...] = ()) -> str:
+    """The block fits in one line for the provenance notes (``held_out``: the real runs' prompts)."""
     out = (
         f"llama-server per-block work outside the llama-bench forwards (synthetic acceptance, {terms.blocks} "
         f"blocks): {terms.per_block_ms:.1f} ms per block + {terms.per_draft_ms:.1f} ms per draft + "
@@ -257,7 +257,7 @@ def fit_note(terms: bt.BlockTerms, lookup: bt.BlockTerms | None) -> str:
     if terms.per_gamma_ms:
         source = "synthetic blocks"
         if terms.real_runs:
-            source = f"{terms.real_runs} real-acceptance runs on held-out prompts"
+            source = f"{terms.real_runs} real-acceptance runs on held-out prompts {', '.join(held_out)}"
         out += f"; priced per gamma (median ms per block, {source}): " + ", ".join(
             f"{g}: {ms:.1f}" for g, ms in terms.per_gamma_ms
         )
@@ -336,7 +336,7 @@ def summary_lines(result: LatencyResult, path) -> list[str]:
         "Tv(gamma) ms: " + ", ".join(f"{r - 1}: {ms(TARGET, r):.1f}" for r in rows),
         "draft catch-up over gamma+1 rows ms: "
         + ", ".join(f"{r - 1}: {ms(DRAFT, r, CATCHUP):.1f}" for r in rows),
-        fit_note(result.terms, result.lookup_terms),
+        fit_note(result.terms, result.lookup_terms, result.plan.held_out),
     ]
 
 
