@@ -107,12 +107,7 @@ def _plain(c: Completion) -> dict:
 def check_settings(target: str, draft: str, threads: int, gammas, ngram: NgramSimple | None) -> list[Setting]:
     """Target-only, the draft model at each γ, and the n-gram kind (when given)."""
     out = [Setting(BASE, ServerConfig(target, threads))]
-    out += [
-        Setting(
-            f"draft:{g}", ServerConfig(target, threads, draft=draft, spec_type="draft-simple", draft_max=g)
-        )
-        for g in gammas
-    ]
+    out += [Setting(f"draft:{g}", ServerConfig.draft_model(target, threads, draft, g)) for g in gammas]
     if ngram is not None:
         config = ServerConfig(
             target, threads, spec_type="ngram-simple", ngram_n=ngram.size_n, ngram_m=ngram.size_m

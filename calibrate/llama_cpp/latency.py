@@ -83,14 +83,7 @@ def _block_samples(llama, target, draft, plan: LatencyPlan, prompt_ids, niceness
             config = (
                 ServerConfig(target, threads)
                 if g == 0
-                else ServerConfig(
-                    target,
-                    threads,
-                    draft=draft,
-                    spec_type="draft-simple",
-                    draft_max=g,
-                    synth_rates=bt.synthetic_rates(g, a),
-                )
+                else ServerConfig.draft_model(target, threads, draft, g, bt.synthetic_rates(g, a))
             )
             servers[(g, a)] = stack.enter_context(LlamaServer(llama, config, niceness=niceness))
         return bt.measure_runs(servers, prompt_ids, runs, plan.rounds)
@@ -101,11 +94,7 @@ def _real_runs(llama, target, draft, plan: LatencyPlan, prompts, niceness) -> li
     with contextlib.ExitStack() as stack:
         servers = {
             g: stack.enter_context(
-                LlamaServer(
-                    llama,
-                    ServerConfig(target, threads, draft=draft, spec_type="draft-simple", draft_max=g),
-                    niceness=niceness,
-                )
+                LlamaServer(llama, ServerConfig.draft_model(target, threads, draft, g), niceness=niceness)
             )
             for g in plan.block_gammas
         }

@@ -47,6 +47,19 @@ class ServerConfig:
     synth_rates: tuple[float, ...] = ()
     schema_version: int = SCHEMA_VERSION
 
+    @classmethod
+    def draft_model(cls, target: str, threads: int, draft: str, gamma: int, synth_rates=()) -> ServerConfig:
+        """A server drafting with the ``draft`` GGUF, up to ``gamma`` drafts per block (``synth_rates``:
+        synthetic acceptance)."""
+        return cls(
+            target,
+            threads,
+            draft=draft,
+            spec_type="draft-simple",
+            draft_max=gamma,
+            synth_rates=tuple(synth_rates),
+        )
+
     def args(self) -> list[str]:
         """llama-server's flags for this configuration (the port excluded)."""
         out = ["-m", self.target, "-t", str(self.threads), "-tb", str(self.threads)]
