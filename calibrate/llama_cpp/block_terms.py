@@ -180,12 +180,12 @@ def fit_block_terms(
     # own, as the grids' error at g + 1 rows differs by γ and no line in g carries it (ARCHITECTURE.md).
     per_token = _per_token_ms(gammas, emitted, y)
     (o0, og), rms = line_ms(blocks, y - per_token * emitted)
-    beyond = y - max(per_token, 0.0) * emitted
-    per_gamma = tuple((int(g), float(np.median(beyond[gammas == g]))) for g in sorted(set(gammas.tolist())))
-    if runs:
-        real = np.array([run_residual_ms(cost, r, max(per_token, 0.0)) for r in runs])
-        gs = np.array([r.gamma for r in runs])
-        per_gamma = tuple((int(g), float(np.median(real[gs == g]))) for g in sorted(set(gs.tolist())))
+    if runs:  # real blocks price each γ where measured (module docstring)
+        beyond = np.array([run_residual_ms(cost, r, max(per_token, 0.0)) for r in runs])
+        at = np.array([r.gamma for r in runs])
+    else:
+        beyond, at = y - max(per_token, 0.0) * emitted, gammas
+    per_gamma = tuple((int(g), float(np.median(beyond[at == g]))) for g in sorted(set(at.tolist())))
     step = np.array([s.ms - forward_ms(cost, s) for s in steps])
     return BlockTerms(
         o0, og, per_token, float(np.median(step)), rms, len(blocks), len(steps), per_gamma, len(runs)
