@@ -9,7 +9,7 @@ import pytest
 
 from specsim.acceptance.replay import replay_traces_tau
 from specsim.acceptance.theory import alpha_from_tau, tau_iid
-from specsim.check.check_tables import check_table, error_rows, summary, terms_table
+from specsim.check.check_tables import check_table, error_rows, rounds_note, summary, terms_table
 from specsim.check.comparison import (
     PromptSpec,
     RequestRun,
@@ -144,6 +144,17 @@ def test_table_and_summary():
     assert "ms per block after the first" in terms_table(rows)  # schema-1 rows are priced by term too
     with pytest.raises(SpecsimError):
         summary([])
+
+
+def test_rounds_note_projects_the_widest_half_width():
+    """A half-width of 4 % after 8 rounds of 30 s: 2 % needs 8·(4/2)² = 32 rounds, 16 min."""
+    prof = make_profile()
+    row = check_row(prof, _entry(gamma=5, tau=2.4), 2, SPECS, _measured(60.0, 2))
+    rows = [replace(row, speedup_halfwidth=0.04), replace(row, speedup_halfwidth=0.01)]
+    note = rounds_note(rows, 8, 240.0, 0.02)
+    assert "widest half-width 4.0% after 8 rounds" in note and "about 32 rounds" in note and "~16 min" in note
+    assert rounds_note(rows, 8, 240.0, 0.05) == "" and rounds_note(rows, 1, 30.0, 0.02) == ""
+    assert rounds_note([replace(row, speedup_halfwidth=float("inf"))], 8, 240.0, 0.02) == ""
 
 
 # --------------------------------------------------------------------------- CLI on tiny random models

@@ -167,6 +167,8 @@ def test_a_real_runs_blocks_are_spread_evenly():
     blocks = bt.run_blocks(run)
     assert run.blocks == 5 and [b.drafts for b in blocks] == [4, 4, 3, 3, 3]
     assert [b.context_tokens for b in blocks] == [40, 44, 48, 52, 56]
+    with pytest.raises(SpecsimError, match="0 tokens after the prompt pass, no block"):
+        bt.run_residual_ms(None, replace(run, tokens=0, drafted=0, accepted=0), 3.0)
 
 
 def test_real_acceptance_runs_price_each_gamma_where_given():

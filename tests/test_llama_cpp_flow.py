@@ -8,6 +8,7 @@ import pytest
 
 from calibrate.llama_cpp import check_runs
 from calibrate.llama_cpp.traces import TracedPrompt
+from specsim.check.check_tables import terms_table
 from specsim.draft_shapes.ngram_lookup import NgramSimple
 from tests.test_llama_cpp_pricing import llama_like_profile
 
@@ -75,6 +76,11 @@ def test_runs_resume_and_rows_carry_both_predictions(monkeypatch, tmp_path):
         assert r.tau_measured == pytest.approx(32 / (1 + 31 - 15))
         assert np.isfinite(r.speedup_predicted) and np.isfinite(r.speedup_predicted_counts)
         assert r.terms_ms_per_block["block"]["measured"] == pytest.approx(250.0)
+    # the printed terms: the whole block and the target-only step, no split the engine did not report
+    lines = terms_table(rows).splitlines()
+    heads = lines[1].split()
+    assert heads[heads.index("block") + 1] == "pred" and "verify" not in heads and "target" in heads
+    assert "250.000" in lines[3] and len(lines) == 3 + len(rows)
 
 
 def test_the_serving_check_runs_every_round_interleaved_and_resumes(monkeypatch, tmp_path):

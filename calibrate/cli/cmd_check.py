@@ -163,7 +163,7 @@ def cmd_check_greedy(args, request, setup) -> int:
     from calibrate.measure.check_runs import check_rows, preflight, run_check
     from calibrate.measure.synthetic_schedules import check_acceptance, marked, synthetic_note
     from calibrate.workload.run_setup import progress
-    from specsim.check.check_tables import check_table, summary, terms_table
+    from specsim.check.check_tables import check_table, rounds_note, summary, terms_table
 
     gammas, profile, synthetic = request.gammas, request.profile, request.synthetic
     drafts = list(request.drafts)
@@ -229,6 +229,9 @@ def cmd_check_greedy(args, request, setup) -> int:
     if synthetic is not None:
         print(synthetic_note(synthetic))
     print(f"{runs.rounds} round(s) in {runs.seconds:.0f} s", file=sys.stderr)
+    more = rounds_note(rows, runs.rounds, runs.seconds, args.halfwidth)
+    if more:
+        print(more, file=sys.stderr)
     return 0
 
 

@@ -114,7 +114,7 @@ def cmd_acceptance_llama(args) -> int:
 def cmd_check_llama(args) -> int:
     """llama.cpp's own SD against its target-only decoding, one request at a time (or --serve-rates)."""
     from calibrate.llama_cpp.check_runs import check_settings, keep_runs, llama_rows, run_llama_check
-    from specsim.check.check_tables import check_table
+    from specsim.check.check_tables import check_table, rounds_note, terms_table
     from specsim.profiles import load_profile, resolve_profile_path, save_profile
 
     gammas = sorted(args.gamma)
@@ -172,10 +172,16 @@ def cmd_check_llama(args) -> int:
         )
         return 0
     print(check_table(rows))
+    terms = terms_table(rows)
+    if terms:  # the check's own blocks against the profile's: drift between calibration and check shows here
+        print("\n" + terms)
     state = "finished" if done else f"not finished: rerun the same command to go on ({partial})"
     state += f" (raw runs: {kept})" if kept else ""
     print(
         f"{runs.rounds} round(s) in {runs.seconds:.0f} s, {state}; {note or 'normal priority'}",
         file=sys.stderr,
     )
+    more = rounds_note(rows, runs.rounds, runs.seconds, args.halfwidth)
+    if more:
+        print(more, file=sys.stderr)
     return 0

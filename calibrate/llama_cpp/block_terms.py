@@ -215,7 +215,11 @@ def _per_token_ms(gammas: np.ndarray, emitted: np.ndarray, y: np.ndarray) -> flo
 def run_blocks(run: RunSample) -> list[BlockSample]:
     """The blocks of a run whose schedule the server does not report, spread evenly: its drafts over its
     blocks (the first ``drafted mod blocks`` one more), each at the context its share of the tokens
-    reaches."""
+    reaches; SpecsimError for a run with no block after the prompt pass."""
+    if run.blocks < 1:
+        raise SpecsimError(
+            f"real run at gamma {run.gamma}: {run.tokens} tokens after the prompt pass, no block"
+        )
     n, per, extra = run.blocks, run.drafted // run.blocks, run.drafted % run.blocks
     step = run.tokens / n
     return [

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from specsim.check.comparison import TARGET_TERM, TERMS, relative_error
+from specsim.check.comparison import BLOCK_TERM, TARGET_TERM, TERMS, relative_error
 from specsim.check.sampled import CI
 from specsim.errors import SpecsimError
 from specsim.profile_format import CheckRow
@@ -177,11 +177,28 @@ def summary_line(rows: list[CheckRow]) -> str:
     return line
 
 
+def rounds_note(rows: list[CheckRow], rounds: int, seconds: float, goal: float) -> str:
+    """What reaching ``goal`` (relative half-width) on every row would take: a half-width shrinks as 1/√R
+    at the same noise, so R·(h/goal)² rounds for the widest row h; "" when every row is within it."""
+    widths = [r.speedup_halfwidth for r in rows if r.speedup_halfwidth is not None]
+    widest = max((w for w in widths if np.isfinite(w)), default=None)
+    if rounds < 2 or widest is None or widest <= goal:
+        return ""
+    need = int(np.ceil(rounds * (widest / goal) ** 2))
+    return (
+        f"widest half-width {widest:.1%} after {rounds} rounds: every row within {goal:.1%} needs about "
+        f"{need} rounds at this noise (~{seconds / rounds * need / 60:.0f} min; --max-rounds, --max-minutes)"
+    )
+
+
 def terms_table(rows: list[CheckRow]) -> str:
-    """Per row: predicted vs measured ms per block of each term (draft, verify, overhead) and per
-    target-only step (the speedup's denominator), so a miss names its term."""
+    """Per row: predicted vs measured ms per block of each term (draft, verify, overhead; the whole block
+    where the engine reports no split) and per target-only step (the speedup's denominator), so a miss
+    names its term."""
     scen = len({r.scenario for r in rows}) > 1
-    terms = (*TERMS, TARGET_TERM)
+    have = {t for r in rows for t in (r.terms_ms_per_block or {})}
+    split = TERMS if have & set(TERMS) else ()
+    terms = (*split, *((BLOCK_TERM,) if BLOCK_TERM in have else ()), TARGET_TERM)
     table = []
     for r in rows:
         if not r.terms_ms_per_block:

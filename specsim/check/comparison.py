@@ -22,6 +22,8 @@ from specsim.profile_format import CheckRow, MethodAcceptance, Profile
 
 # The speedup's denominator has a term too: a target-only step (its block is one token), ms per step.
 TARGET_TERM = "target_step"
+# An engine that reports no split of its blocks (llama.cpp) is checked on the whole block, ms per block.
+BLOCK_TERM = "block"
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from specsim.check.comparison import TARGET_TERM, RequestRun, compared_row, measure
+from specsim.check.comparison import BLOCK_TERM, TARGET_TERM, RequestRun, compared_row, measure
 from specsim.draft_shapes.ngram_lookup import NgramSimple, ngram_counts_plan
 from specsim.errors import SpecsimError
 from specsim.predict.prediction import reference_tau, textbook_speedup
@@ -109,7 +109,7 @@ def engine_row(
     passes = sum(rs[0].passes for rs in sd.values())
     blocks = max(pred.sd_decode.blocks, 1e-12)
     block = {"predicted": pred.sd_decode.total_ms / blocks, "measured": sd_ms / max(passes, 1)}
-    terms = {TARGET_TERM: row.terms_ms_per_block[TARGET_TERM], "block": block}
+    terms = {TARGET_TERM: row.terms_ms_per_block[TARGET_TERM], BLOCK_TERM: block}
     return replace(
         row,
         terms_ms_per_block=terms,
