@@ -15,6 +15,7 @@ import argparse
 
 import numpy as np
 
+from specsim.check.comparison import BLOCK_TERM, TARGET_TERM
 from specsim.costs.grid_pass_cost import GridPassCost
 from specsim.costs.pass_cost import CATCHUP, DRAFT, TARGET, draft_steps_ms
 from specsim.profiles import load_profile
@@ -27,8 +28,8 @@ def rows_table(profile, ctx: float) -> str:
     for r in sorted(
         (r for r in profile.checks if r.runtime == "llama.cpp"), key=lambda r: (r.draft or "", r.gamma)
     ):
-        step = r.terms_ms_per_block["target_step"]["measured"]
-        block = r.terms_ms_per_block["block"]["measured"]
+        step = r.terms_ms_per_block[TARGET_TERM]["measured"]
+        block = r.terms_ms_per_block[BLOCK_TERM]["measured"]
         tp = float(cost.pass_ms(TARGET, 1, ctx).ms)
         g = r.gamma
         ngram = r.draft is not None
