@@ -221,6 +221,7 @@ def cmd_check_greedy(args, request, setup) -> int:
         return 0
     print(check_table(rows))
     terms = terms_table(rows)
+    more = rounds_note(rows, runs.rounds, runs.seconds, args.halfwidth)
     if terms:
         print("\n" + terms)
     for (m, s, kind), (same, total) in agreement.items():
@@ -229,7 +230,6 @@ def cmd_check_greedy(args, request, setup) -> int:
     if synthetic is not None:
         print(synthetic_note(synthetic))
     print(f"{runs.rounds} round(s) in {runs.seconds:.0f} s", file=sys.stderr)
-    more = rounds_note(rows, runs.rounds, runs.seconds, args.halfwidth)
     if more:
         print(more, file=sys.stderr)
     return 0

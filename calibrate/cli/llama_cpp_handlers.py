@@ -171,6 +171,7 @@ def cmd_check_llama(args) -> int:
             )
         )
         return 0
+    more = rounds_note(rows, runs.rounds, runs.seconds, args.halfwidth)
     print(check_table(rows))
     terms = terms_table(rows)
     if terms:  # the check's own blocks against the profile's: drift between calibration and check shows here
@@ -181,7 +182,6 @@ def cmd_check_llama(args) -> int:
         f"{runs.rounds} round(s) in {runs.seconds:.0f} s, {state}; {note or 'normal priority'}",
         file=sys.stderr,
     )
-    more = rounds_note(rows, runs.rounds, runs.seconds, args.halfwidth)
     if more:
         print(more, file=sys.stderr)
     return 0

@@ -199,35 +199,27 @@ def terms_table(rows: list[CheckRow]) -> str:
     have = {t for r in rows for t in (r.terms_ms_per_block or {})}
     split = TERMS if have & set(TERMS) else ()
     terms = (*split, *((BLOCK_TERM,) if BLOCK_TERM in have else ()), TARGET_TERM)
-    table = []
-    for r in rows:
-        if not r.terms_ms_per_block:
-            continue
-        cells = []
-        for t in terms:
-            pair = r.terms_ms_per_block.get(t)
-            cells += (
-                ["-", "-", "-"]
-                if pair is None
-                else [
-                    fmt(pair["predicted"], 3),
-                    fmt(pair["measured"], 3),
-                    _pct(
-                        relative_error(pair["predicted"], pair["measured"]) if pair["measured"] > 0 else None
-                    ),
-                ]
-            )
-        table.append(
-            _batch_cell(rows, r) + ([r.scenario] if scen else []) + [r.method, draft_name(r), *cells]
-        )
-    if not table:
-        return ""
     heads = (
         _batch_cell(rows)
         + (["scenario"] if scen else [])
         + ["method", _draft_head(rows)]
         + [f"{t.replace('_', ' ')} {k}" for t in terms for k in ("pred", "meas", "err")]
     )
+    table = []
+    for r in rows:
+        if not r.terms_ms_per_block:
+            continue
+        cells = _batch_cell(rows, r) + ([r.scenario] if scen else []) + [r.method, draft_name(r)]
+        for t in terms:
+            pair = r.terms_ms_per_block.get(t)
+            if pair is None:
+                cells += ["-", "-", "-"]
+                continue
+            err = relative_error(pair["predicted"], pair["measured"]) if pair["measured"] > 0 else None
+            cells += [fmt(pair["predicted"], 3), fmt(pair["measured"], 3), _pct(err)]
+        table.append(cells)
+    if not table:
+        return ""
     return "ms per block after the first, and per target-only step (predicted vs measured):\n" + format_table(
         heads, table, indent=""
     )
