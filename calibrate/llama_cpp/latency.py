@@ -3,7 +3,8 @@
 Two stages: the passes (:mod:`calibrate.llama_cpp.pass_grids`: ``llama-bench`` fills the cost model's grids,
 the draft's catch-up included), and the work around them (:mod:`calibrate.llama_cpp.block_terms`: the
 residuals of ``llama-server``'s synthetic-acceptance blocks over the grids' forwards, fitted per block, per
-draft, per emitted token and per target-only step). More: ARCHITECTURE.md, Notes by module.
+draft, per emitted token and per target-only step; each γ's block from real-acceptance runs on held-out
+prompts where the plan names them). More: ARCHITECTURE.md, Notes by module.
 """
 
 from __future__ import annotations
