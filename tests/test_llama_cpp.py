@@ -297,6 +297,25 @@ def test_a_build_folder_is_checked_before_anything_runs(tmp_path):
             ],
             "--method",
         ),
+        (
+            [
+                "check",
+                "--runtime",
+                "llama.cpp",
+                "--threads",
+                "2",
+                "--profile",
+                "llama-cpp-qwen2.5-coder-0.5b-1.5b-cpu",
+                "--gamma",
+                "3",
+                "--serve-rates",
+                "1",
+                "--ngram",
+                "ngram-simple:3,6",
+                "--no-write",
+            ],
+            "--ngram: applies one request at a time",
+        ),
     ],
 )
 def test_bad_llama_cpp_options_are_one_line(argv, message, tmp_path):
@@ -342,7 +361,7 @@ def test_the_serving_check_takes_the_serving_defaults(monkeypatch):
     """``check --runtime llama.cpp --serve-rates`` without ``--serve-requests``/``--max-num-seqs`` serves at
     their defaults, as the transformers check does (the slots check raised a TypeError on None before the
     fix)."""
-    from calibrate.cli import llama_cpp_serve
+    from calibrate.cli import llama_cpp_handlers, llama_cpp_serve
     from calibrate.cli.check_request import SERVE_DEFAULTS
     from specsim.cli.main import main
 
@@ -353,6 +372,9 @@ def test_the_serving_check_takes_the_serving_defaults(monkeypatch):
         return 0
 
     monkeypatch.setattr(llama_cpp_serve, "cmd_serve_llama", serve)
+    monkeypatch.setattr(llama_cpp_serve, "check_slots", lambda profile, slots: None)  # its grids stop at 4
+    no_models = lambda args, prompts_limit: (None,) * 5 + ("",)  # noqa: E731
+    monkeypatch.setattr(llama_cpp_handlers, "setup_from_args", no_models)
     profile = "llama-cpp-qwen2.5-coder-0.5b-1.5b-cpu"
     argv = ["check", "--runtime", "llama.cpp", "--profile", profile, "--threads", "2", "--gamma", "3"]
     assert main([*argv, "--serve-rates", "1", "--no-write"]) == 0

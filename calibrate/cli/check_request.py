@@ -16,7 +16,6 @@ from pathlib import Path
 from specsim.errors import SpecsimError
 from specsim.jsonio import check_writable, show
 from specsim.profiles import load_profile, resolve_profile_path
-from specsim.report import parse_int_list
 
 GREEDY, SAMPLED, SERVE, BATCH = "greedy", "sampled", "serve", "batch"
 SERVE_DEFAULTS = {"serve_requests": 24, "max_num_seqs": 8}  # apply with --serve-rates only
@@ -201,8 +200,8 @@ def _batched_cost(request: CheckRequest):
 
 
 def batch_sizes(args) -> list[int]:
-    """--batch as a sorted list of batch sizes; SpecsimError for anything else."""
-    sizes = sorted(set(parse_int_list(args.batch, name="--batch", unit="batch")))
+    """--batch (parsed by argparse) as a sorted list of batch sizes; SpecsimError where a batch cannot run."""
+    sizes = sorted(set(args.batch))
     if args.tree or args.policy or args.temperature > 0:
         raise SpecsimError("--batch: runs fixed gamma, greedy (no --tree, --policy or --temperature)")
     return sizes

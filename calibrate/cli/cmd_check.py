@@ -91,6 +91,8 @@ def register(subparsers) -> None:
     )
     chk.add_argument(
         "--batch",
+        action=IntList,
+        unit="batch",
         default=None,
         help="run B requests together (batched engine against batched target-only decoding), e.g. 1,2,4,8; "
         "fixed gamma, greedy; needs the profile's batched cost (calibrate latency --request-batches)",

@@ -112,13 +112,19 @@ def cmd_acceptance_llama(args) -> int:
 
 
 def cmd_check_llama(args) -> int:
-    """llama.cpp's own SD against its target-only decoding, one request at a time (or --serve-rates)."""
+    """llama.cpp's own SD against its target-only decoding, one request at a time (or --serve-rates): every
+    flag and the profile checked first, then the models and prompts once, then the runs."""
+    from calibrate.cli.check_request import fill_serve_defaults
     from calibrate.llama_cpp.check_runs import check_settings, keep_runs, llama_rows, run_llama_check
     from specsim.check.check_tables import check_table, rounds_note, terms_table
     from specsim.profiles import load_profile, resolve_profile_path, save_profile
 
-    gammas = sorted(args.gamma)
-    threads, ngram = check_threads(args), checked_ngram(args)
+    gammas, serving = sorted(args.gamma), args.serve_rates is not None
+    threads = check_threads(args)
+    if serving:
+        if args.ngram is not None:
+            raise SpecsimError("--ngram: applies one request at a time, not with --serve-rates")
+        fill_serve_defaults(args)
     path = resolve_profile_path(args.profile)
     if not args.no_write:
         check_writable(path, "--profile")
@@ -131,13 +137,15 @@ def cmd_check_llama(args) -> int:
     if gammas[-1] > model.max_gamma:
         raise SpecsimError(f"--gamma {gammas[-1]}: the profile's grid stops at gamma {model.max_gamma}")
     entry = profile.one_entry("plain", args.scenario)
-    if args.serve_rates is not None:
-        from calibrate.cli.check_request import fill_serve_defaults
-        from calibrate.cli.llama_cpp_serve import cmd_serve_llama
+    if serving:
+        from calibrate.cli.llama_cpp_serve import check_slots, cmd_serve_llama
 
-        fill_serve_defaults(args)
-        return cmd_serve_llama(args, profile, path, entry, gammas, threads)
-    llama, target, draft, _, prompts, note = setup_from_args(args, prompts_limit=args.limit)
+        check_slots(profile, args.max_num_seqs)
+    ngram = checked_ngram(args)
+    setup = setup_from_args(args, prompts_limit=args.limit)
+    if serving:
+        return cmd_serve_llama(args, profile, path, entry, gammas, threads, setup)
+    llama, target, draft, _, prompts, note = setup
     settings = check_settings(target, draft, threads, gammas, ngram)
     partial = Path(f"{path}.llama-check.partial.json")
     runs = run_llama_check(

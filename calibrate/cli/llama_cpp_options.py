@@ -32,7 +32,8 @@ def llama_cpp_args(p: argparse.ArgumentParser, flag: str) -> None:
         metavar="KIND",
         default=None,
         help="also an n-gram drafting kind, no draft model: ngram-simple:N,M (llama.cpp's --spec-type "
-        "ngram-simple, lookup of N tokens, drafts of N..M)",
+        "ngram-simple, lookup of N tokens, drafts of N..M); check: one request at a time, not with "
+        "--serve-rates",
     )
     grp.add_argument(
         "--renice",

@@ -10,19 +10,24 @@ from specsim.errors import SpecsimError
 from specsim.jsonio import dumps_json
 
 
-def cmd_serve_llama(args, profile, path, entry, gammas, threads) -> int:
+def check_slots(profile, slots: int) -> None:
+    """SpecsimError when --max-num-seqs is beyond the profile's llama-server batched grids."""
+    from specsim.serve.llama_step_cost import LlamaServerStepCost
+
+    LlamaServerStepCost.from_profile(profile).passes.check_batch(slots, "--max-num-seqs")
+
+
+def cmd_serve_llama(args, profile, path, entry, gammas, threads, setup) -> int:
     """The serving check of :mod:`calibrate.llama_cpp.serve_check`: --min-rounds rounds, each rate and side
-    once a round."""
+    once a round (``setup``: :func:`calibrate.llama_cpp.models.setup_from_args` of the command's flags,
+    every flag checked before it)."""
     from calibrate.llama_cpp.check_runs import keep_runs
-    from calibrate.llama_cpp.models import setup_from_args
     from calibrate.llama_cpp.serve_check import run_serve_check, serve_rows, serve_settings
     from specsim.check.serve_comparison import serve_summary, serve_table
     from specsim.profiles import save_profile
-    from specsim.serve.llama_step_cost import LlamaServerStepCost
 
-    LlamaServerStepCost.from_profile(profile).passes.check_batch(args.max_num_seqs, "--max-num-seqs")
     traces = {t.prompt_id: t for t in entry.traces}
-    llama, target, draft, name, prompts, note = setup_from_args(args, prompts_limit=args.limit)
+    llama, target, draft, name, prompts, note = setup
     missing = [p.prompt_id for p in prompts if p.prompt_id not in traces]
     if missing:
         raise SpecsimError(f"--profile {args.profile}: no llama.cpp trace of prompt {missing[0]!r}")
