@@ -3,6 +3,7 @@
 every bad option one line, exit 2, before a binary runs."""
 
 import asyncio
+import base64
 import json
 import subprocess
 import sys
@@ -80,6 +81,8 @@ def test_server_flags_are_todays_spelling():
     assert "--draft-max" not in joined and "--draft-min" not in joined  # removed from llama.cpp
     ngram = ServerConfig("t.gguf", 1, spec_type="ngram-simple", ngram_n=3, ngram_m=6).args()
     assert "--spec-ngram-simple-size-m" in ngram and "-md" not in ngram
+    images = " ".join(ServerConfig("t.gguf", 1, mmproj="m.gguf").args())
+    assert "--mmproj" not in args and "--mmproj m.gguf" in images
     body = completion_body([1, 2], 8)
     assert body["temperature"] == 0 and body["ignore_eos"] and not body["cache_prompt"]
 
@@ -379,3 +382,21 @@ def test_the_serving_check_takes_the_serving_defaults(monkeypatch):
     argv = ["check", "--runtime", "llama.cpp", "--profile", profile, "--threads", "2", "--gamma", "3"]
     assert main([*argv, "--serve-rates", "1", "--no-write"]) == 0
     assert seen == SERVE_DEFAULTS
+
+
+def test_the_zoo_image_requests_carry_one_marker_per_image():
+    """``bench/llama_cpp_zoo_images.py`` sends every ``zoo`` prompt with llama-server's media marker where
+    each image goes and the images as base64, and counts agreed tokens up to the first difference."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("zoo_images", ROOT / "bench" / "llama_cpp_zoo_images.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    requests = bench.zoo_requests(None)
+    assert len(requests) == 36 and sorted({r["images"] for r in requests}) == [1, 2, 5]
+    for r in requests:
+        prompt = r["prompt"]
+        assert prompt["prompt_string"].count(bench.MARKER) == r["images"] == len(prompt["multimodal_data"])
+        assert "<image>" not in prompt["prompt_string"]
+        assert base64.b64decode(prompt["multimodal_data"][0])[:4] == b"\x89PNG"
+    assert bench._agreed([1, 2, 3, 4], [1, 2, 5, 4]) == 2 and bench._agreed([1, 2], [1, 2, 3]) == 2

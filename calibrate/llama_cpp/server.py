@@ -33,7 +33,7 @@ class ServerConfig:
     """One llama-server: the target GGUF, threads, KV positions (``-c``), slots (``-np``), and SD: a draft
     GGUF with ``spec_type`` ``draft-simple``, or an n-gram ``spec_type`` (``ngram-simple``: lookup of
     ``ngram_n`` tokens, drafts of up to ``ngram_m``), ``draft_max`` drafts per block, optional synthetic
-    acceptance rates (``--spec-synth-rates``)."""
+    acceptance rates (``--spec-synth-rates``); ``mmproj``: the target's image encoder and projector GGUF."""
 
     target: str
     threads: int
@@ -45,6 +45,7 @@ class ServerConfig:
     ngram_n: int | None = None
     ngram_m: int | None = None
     synth_rates: tuple[float, ...] = ()
+    mmproj: str | None = None
     schema_version: int = SCHEMA_VERSION
 
     @classmethod
@@ -77,6 +78,8 @@ class ServerConfig:
             out += ["--spec-ngram-simple-size-m", str(self.ngram_m)]
         if self.synth_rates:
             out += ["--spec-synth-rates", ",".join(f"{r:g}" for r in self.synth_rates)]
+        if self.mmproj:
+            out += ["--mmproj", self.mmproj]
         return out
 
 

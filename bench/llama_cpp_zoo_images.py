@@ -1,0 +1,202 @@
+"""llama.cpp's speculative decoding on the zoo pair's image requests: convert the pair, serve it, compare.
+
+The zoo pair (a LLaVA target, a LLaVA draft, one CLIP image encoder each) goes through llama.cpp's own
+converters: ``convert_hf_to_gguf.py`` for the two language models, and LLaVA-1.5's path for the target's
+image encoder and projector (``tools/mtmd/legacy-models/convert_image_encoder_to_gguf.py``, all encoder
+layers the zoo reads; the ``--mmproj`` of ``convert_hf_to_gguf.py`` takes LLaVA configs of Pixtral and
+Mistral only). llama-server then decodes every ``zoo`` prompt greedily with ``--mmproj``, target-only and
+with the draft (``-md``, γ drafts per block). Per images-per-prompt group it prints the target tokens that
+agree with our engine's (the ``zoo-cpu`` traces, up to the first difference) and τ: llama.cpp's, from its
+draft counts, beside our engine's multimodal (M) and text-only (T) drafting replayed from the traces.
+llama.cpp's draft cannot read the target's image embeddings (another width): it gets zero rows in their
+place (``common/speculative.cpp``, draft-simple), so its drafting after an image is neither M nor T.
+Two shims, both printed: the zoo tokenizer is byte-level BPE with GPT-2's split pattern, which the converter
+recognises by hashing token ids (so never for a new vocabulary), and the legacy converter reads
+``CLIPVisionModel.vision_model``, which transformers 5 no longer has.
+
+    python bench/llama_cpp_zoo_images.py --llama-cpp BUILD/bin --source LLAMA_CPP_SOURCE [--out DIR]  # ~1 min
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from dataclasses import replace
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from calibrate.llama_cpp.binaries import find_llama_cpp  # noqa: E402
+from calibrate.llama_cpp.server import LlamaServer, ServerConfig, parse_completion  # noqa: E402
+from calibrate.zoo import weights_dir  # noqa: E402
+from specsim.errors import SpecsimError  # noqa: E402
+
+PROMPTS = Path(__file__).resolve().parents[1] / "calibrate" / "prompts"
+# where an image's tokens go: llama-server draws a random marker unless LLAMA_MEDIA_MARKER pins one
+MARKER = "<__media__>"
+PROFILE = "zoo-cpu"  # its acceptance traces: our engine's greedy tokens and matches on the zoo prompts
+NO_EOS = {"ignore_eos": True, "return_tokens": True, "cache_prompt": False}
+
+GPT2_SPLIT = """
+import sys, runpy
+sys.path[:0] = [SRC, SRC + "/gguf-py"]
+import conversion.base as base
+base.TextModel.get_vocab_base_pre = lambda self, tokenizer: "gpt-2"
+sys.argv = [SRC + "/convert_hf_to_gguf.py", *ARGS]
+runpy.run_path(sys.argv[0], run_name="__main__")
+"""
+VISION_MODEL = """
+import sys, runpy
+sys.path[:0] = [SRC + "/gguf-py"]
+import torch.nn as nn, transformers
+load = transformers.CLIPVisionModel.from_pretrained
+class Wrapped(nn.Module):
+    def __init__(self, inner):
+        super().__init__()
+        self.vision_model, self.config = inner, inner.config
+transformers.CLIPVisionModel.from_pretrained = classmethod(lambda cls, *a, **k: Wrapped(load(*a, **k)))
+sys.argv = [SRC + "/tools/mtmd/legacy-models/convert_image_encoder_to_gguf.py", *ARGS]
+runpy.run_path(sys.argv[0], run_name="__main__")
+"""
+
+
+def _run(shim: str, source: Path, args: list[str]) -> None:
+    """One converter run through ``shim``; SpecsimError with its last line when it fails."""
+    code = f"SRC = {str(source)!r}\nARGS = {args!r}\n" + shim
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    if proc.returncode != 0:
+        last = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
+        raise SpecsimError(f"llama.cpp converter failed: {last}")
+
+
+def split_vision(target: Path, out: Path) -> tuple[Path, Path]:
+    """The target's CLIP encoder as a model folder and its projector as ``llava.projector`` (what LLaVA-1.5's
+    surgery script writes)."""
+    import torch
+    from transformers import LlavaForConditionalGeneration
+
+    model = LlavaForConditionalGeneration.from_pretrained(target)
+    clip = out / "clip"
+    model.model.vision_tower.save_pretrained(clip)
+    # the converter keeps the encoder layers up to the one LLaVA reads (default: all but the last)
+    config = json.loads((clip / "config.json").read_text())
+    config["vision_feature_layer"] = model.config.vision_feature_layer
+    (clip / "config.json").write_text(json.dumps(config, indent=1))
+    projector = out / "llava.projector"
+    state = model.model.multi_modal_projector.state_dict()
+    torch.save({f"multi_modal_projector.{k}": v for k, v in state.items()}, projector)
+    return clip, projector
+
+
+def convert_zoo(source: Path, out: Path) -> dict[str, Path]:
+    """GGUF files of the zoo target, draft and the target's image encoder + projector."""
+    files = {}
+    for role in ("target", "draft"):
+        files[role] = out / f"zoo-{role}.gguf"
+        _run(GPT2_SPLIT, source, [str(weights_dir(role)), "--outfile", str(files[role]), "--outtype", "f32"])
+    clip, projector = split_vision(weights_dir("target"), out)
+    processor = json.loads((weights_dir("target") / "processor_config.json").read_text())["image_processor"]
+    args = [
+        "-m", str(clip), "--llava-projector", str(projector), "--clip-model-is-vision", "--use-f32",
+        "--output-dir", str(out / "mmproj"),
+        "--image-mean", *map(str, processor["image_mean"]), "--image-std", *map(str, processor["image_std"]),
+    ]  # fmt: skip
+    _run(VISION_MODEL, source, args)
+    files["mmproj"] = out / "mmproj" / "mmproj-model-f32.gguf"
+    return files
+
+
+def zoo_requests(limit: int | None) -> list[dict]:
+    """The ``zoo`` prompt set's requests: id, images, llama-server's prompt (markers, images as base64)."""
+    out = []
+    for line in (PROMPTS / "zoo.jsonl").read_text().splitlines()[:limit]:
+        r = json.loads(line)
+        data = [base64.b64encode((PROMPTS / i).read_bytes()).decode() for i in r["images"]]
+        text = r["prompt"].replace("<image>", MARKER)
+        out.append(
+            {"id": r["id"], "images": len(data), "prompt": {"prompt_string": text, "multimodal_data": data}}
+        )
+    return out
+
+
+def run(llama, config: ServerConfig, requests: list[dict], new_tokens: dict[str, int], log: Path) -> dict:
+    """prompt id -> llama-server's greedy :class:`Completion` of that request (``new_tokens`` each)."""
+    out = {}
+    with LlamaServer(llama, config, log_path=str(log)) as server:
+        for r in requests:
+            body = {"prompt": r["prompt"], "n_predict": new_tokens[r["id"]], "temperature": 0.0}
+            out[r["id"]] = parse_completion(server.post("/completion", body | NO_EOS, timeout_s=300))
+    return out
+
+
+def compare(requests, target, sd, profile, gamma: int) -> list[str]:
+    """Per images-per-prompt group: llama.cpp's target tokens against our engine's (the traces'), and τ at
+    ``gamma``: llama.cpp's drafts after zero rows, against our engine's M and T drafting replayed."""
+    from specsim.acceptance.replay import replay_traces_tau
+
+    lines = [
+        f"{'images':>6} {'prompts':>7} {'agreed tokens':>13} {'tau llama.cpp':>13} {'tau M':>6} {'tau T':>6}"
+    ]
+    for n in sorted({r["images"] for r in requests}):
+        ids = [r["id"] for r in requests if r["images"] == n]
+        scenario = f"zoo-{n}img"
+        traces = {m: [t for t in profile.one_entry(m, scenario).traces if t.prompt_id in ids] for m in "MT"}
+        ours = {t.prompt_id: t.tokens for t in traces["M"]}
+        same = sum(_agreed(target[i].tokens, ours[i]) for i in ids)
+        total = sum(len(ours[i]) for i in ids)
+        tau = sum(sd[i].predicted_n - 1 for i in ids) / sum(sd[i].decode_steps for i in ids)
+        m, t = (replay_traces_tau(traces[k], gamma) for k in "MT")
+        lines.append(f"{n:>6} {len(ids):>7} {same:>6}/{total:<6} {tau:>13.2f} {m:>6.2f} {t:>6.2f}")
+    return lines
+
+
+def _agreed(a, b) -> int:
+    """How many tokens two greedy outputs share before they first differ."""
+    n = next((k for k, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+    return int(n)
+
+
+def main(argv: list[str] | None = None) -> int:
+    from specsim.profiles import load_profile
+
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--llama-cpp", required=True, help="folder of the llama-server binary")
+    p.add_argument("--source", required=True, help="llama.cpp's source tree (its converters)")
+    p.add_argument(
+        "--out", default=None, help="folder for the GGUF files and logs (default: a temporary one)"
+    )
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--gamma", type=int, default=3, help="drafts per block (--spec-draft-n-max)")
+    p.add_argument("--limit", type=int, default=None, help="the first N zoo prompts (default: all 36)")
+    args = p.parse_args(argv)
+    llama = find_llama_cpp(args.llama_cpp)
+    out = Path(args.out or tempfile.mkdtemp(prefix="zoo-gguf-"))
+    out.mkdir(parents=True, exist_ok=True)
+    files = convert_zoo(Path(args.source), out)
+    print("converted: " + ", ".join(f"{k} {v}" for k, v in files.items()))
+    print("shims: zoo tokenizer named 'gpt-2' (its split pattern); CLIPVisionModel wrapped for .vision_model")
+    os.environ["LLAMA_MEDIA_MARKER"] = MARKER  # the servers inherit it
+    profile = load_profile(PROFILE)
+    requests = zoo_requests(args.limit)
+    lengths = {t.prompt_id: len(t.tokens) for a in profile.acceptance if a.method == "M" for t in a.traces}
+    target = ServerConfig(str(files["target"]), args.threads, mmproj=str(files["mmproj"]))
+    sd = replace(
+        ServerConfig.draft_model(str(files["target"]), args.threads, str(files["draft"]), args.gamma),
+        mmproj=target.mmproj,
+    )
+    plain = run(llama, target, requests, lengths, out / "target.log")
+    drafted = run(llama, sd, requests, lengths, out / "sd.log")
+    print(f"llama-server, the zoo pair with --mmproj, greedy, gamma {args.gamma} ({PROFILE}'s traces: ours)")
+    print("\n".join(compare(requests, plain, drafted, profile, args.gamma)))
+    warned = [x for x in (out / "sd.log").read_text(errors="replace").splitlines() if "zero rows" in x]
+    print("llama.cpp: " + (warned[0].split(": ", 1)[-1] if warned else "no zero-row warning in the log"))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
