@@ -40,7 +40,6 @@ PROMPTS = Path(__file__).resolve().parents[1] / "calibrate" / "prompts"
 # where an image's tokens go: llama-server draws a random marker unless LLAMA_MEDIA_MARKER pins one
 MARKER = "<__media__>"
 PROFILE = "zoo-cpu"  # its acceptance traces: our engine's greedy tokens and matches on the zoo prompts
-NO_EOS = {"ignore_eos": True, "return_tokens": True, "cache_prompt": False}
 
 GPT2_SPLIT = """
 import sys, runpy
@@ -129,8 +128,7 @@ def run(llama, config: ServerConfig, requests: list[dict], new_tokens: dict[str,
     out = {}
     with LlamaServer(llama, config, log_path=str(log)) as server:
         for r in requests:
-            body = {"prompt": r["prompt"], "n_predict": new_tokens[r["id"]], "temperature": 0.0}
-            out[r["id"]] = parse_completion(server.post("/completion", body | NO_EOS, timeout_s=300))
+            out[r["id"]] = parse_completion(server.complete(r["prompt"], new_tokens[r["id"]]))
     return out
 
 

@@ -85,6 +85,8 @@ def test_server_flags_are_todays_spelling():
     assert "--mmproj" not in args and "--mmproj m.gguf" in images
     body = completion_body([1, 2], 8)
     assert body["temperature"] == 0 and body["ignore_eos"] and not body["cache_prompt"]
+    image = {"prompt_string": "a <__media__> b", "multimodal_data": ["AA=="]}
+    assert completion_body(image, 8)["prompt"] == image and completion_body(image, 8)["ignore_eos"]
 
 
 def test_llama_servers_schedule_caps_the_last_blocks():

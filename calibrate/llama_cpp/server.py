@@ -227,9 +227,10 @@ class LlamaServer:
 
 
 def completion_body(tokens, n_predict: int, **extra) -> dict:
-    """The ``/completion`` request of every run (module docstring)."""
+    """The ``/completion`` request of every run (module docstring); ``tokens``: token ids, or a multimodal
+    prompt as llama-server takes it (``{"prompt_string": ..., "multimodal_data": [base64, ...]}``), as is."""
     return {
-        "prompt": [int(t) for t in tokens],
+        "prompt": tokens if isinstance(tokens, dict) else [int(t) for t in tokens],
         "n_predict": int(n_predict),
         "temperature": 0.0,
         "cache_prompt": False,
