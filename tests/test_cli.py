@@ -129,7 +129,7 @@ def test_latency_only_profile_needs_alpha(capsys, tmp_path, profile):
 def test_profiles_show_says_what_a_profile_holds(capsys):
     code, out, _ = run(capsys, "profiles", "show", "zoo-cpu")
     assert code == 0
-    assert "methods (11):" in out and "latency: measured cost model (gamma <= 4, token-tree grids)" in out
+    assert "methods (12):" in out and "latency: measured cost model (gamma <= 4, token-tree grids)" in out
     assert "check rows: 222" in out and "greedy: median |err|" in out
     code, out, _ = run(capsys, "profiles", "show", "ibed-llava1.5-7b-68m", "--json")
     info = json.loads(out)

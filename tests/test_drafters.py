@@ -14,7 +14,7 @@ from tests.tiny_pair import tiny_zoo
 
 torch.set_num_threads(1)
 NEW_TOKENS = 16
-METHODS = ("M", "T", "C", "P16", "P1", "MT", "MC", "MTC", "MTCP4", "adaptive:MTC")
+METHODS = ("M", "T", "C", "Z", "P16", "P1", "MT", "MC", "MTC", "MTCP4", "MZ", "adaptive:MTC")
 
 
 @pytest.fixture(scope="module")
@@ -63,6 +63,33 @@ def test_text_only_works_with_a_text_lm_draft(zoo):
         )
     with pytest.raises(SpecsimError, match="VLM draft"):
         make_drafter("MT", lm, tokenizer=zoo["tok"])
+
+
+def test_zero_rows_feed_the_target_prompt_with_zeros_at_its_image_tokens(zoo):
+    """Z, as llama.cpp's draft-simple on image input: one zero input row per target image token, the text
+    rows the draft's own embeddings, positions contiguous; any LM draft works (no vision tower)."""
+    from transformers import LlamaForCausalLM
+
+    from calibrate.drafting.contexts import ZeroRowsContext
+
+    req = zoo["requests"][2]
+    ids = req.input_ids[0]
+    image = ids == req.image_token_id
+    assert int(image.sum()) == 2 * IMAGE_TOKENS_PER_IMAGE
+    lm = LlamaForCausalLM(zoo["draft"].config.text_config).eval()
+    for draft in (zoo["draft"].eval(), lm):
+        ctx = ZeroRowsContext().build(req, draft, {}, "cpu")
+        assert ctx.embeds.shape[0] == ids.numel() and ctx.last_id == int(ids[-1])
+        assert not ctx.embeds[image].any() and ctx.stages_ms == {}
+        torch.testing.assert_close(ctx.embeds[~image], draft.get_input_embeddings()(ids[~image]))
+    base = target_decode(zoo["target"], req, max_new_tokens=NEW_TOKENS)
+    out = speculative_decode(
+        zoo["target"], make_drafter("zero-rows", lm), req, gamma=3, max_new_tokens=NEW_TOKENS
+    )
+    assert out.tokens == base.tokens and out.method == "Z"
+    text = make_request(zoo["tok"], "USER: what is in the box? ASSISTANT:")  # no image: nothing zeroed
+    ctx = ZeroRowsContext().build(text, lm, {}, "cpu")
+    torch.testing.assert_close(ctx.embeds, lm.get_input_embeddings()(text.input_ids[0]))
 
 
 def test_pool_features_is_2d_average_pooling():

@@ -67,11 +67,12 @@ def test_method_names_and_costs():
             "caption",
             "target-features",
             "pooled(4)",
+            "zero-rows",
             "MTCP4",
             "adaptive:MT",
             "plain",
         )
-    ] == ["M", "T", "C", "F", "P4", "MTCP4", "adaptive:MT", "plain"]
+    ] == ["M", "T", "C", "F", "P4", "Z", "MTCP4", "adaptive:MT", "plain"]
     assert Method.parse("MTC").costs(5) == {
         "draft_batch_size": 3,
         "uses_draft_vision": True,
@@ -80,6 +81,7 @@ def test_method_names_and_costs():
     }
     assert Method.parse("T").costs(2)["uses_draft_vision"] is False
     assert Method.parse("F").costs(2)["uses_draft_vision"] is False
+    assert Method.parse("Z").costs(2)["uses_draft_vision"] is False
     assert Method.parse("P4").costs(1) == {
         "draft_batch_size": 1,
         "uses_draft_vision": True,

@@ -19,7 +19,8 @@ def method_args(p: argparse.ArgumentParser) -> None:
         default=None,
         metavar="METHOD",
         help="drafting method, repeatable: plain (text pairs; the default), M (multimodal), T (text-only), "
-        "C (caption), F (target-features), P<n> (pooled to n tokens per image), ensembles such as "
+        "C (caption), F (target-features), Z (zero rows at the image tokens: llama.cpp's draft on image "
+        "input), P<n> (pooled to n tokens per image), ensembles such as "
         "MT, MC, MTC, MTCP4, and adaptive:MTC",
     )
     p.add_argument("--captioner", default=None, help="captioner VLM for C (default: the preset's captioner)")

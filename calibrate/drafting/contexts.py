@@ -3,8 +3,9 @@ and the captioners caption drafting uses.
 
 A member's ``build(request, draft, shared, device) -> DraftContext`` returns input embeddings [L, H] of its
 whole prompt (last token left pending) and its set-up ms. :class:`MultimodalContext` (M, Pn),
-:class:`TargetFeaturesContext` (F), :class:`TextOnlyContext` (T, IbED App. C), :class:`CaptionContext` (C,
-IbED §5, App. E) with :class:`HFCaptioner`, :class:`CachedCaptioner`. More: ARCHITECTURE.md, Notes by module.
+:class:`TargetFeaturesContext` (F), :class:`TextOnlyContext` (T, IbED App. C), :class:`ZeroRowsContext` (Z,
+llama.cpp's draft on image input), :class:`CaptionContext` (C, IbED §5, App. E) with :class:`HFCaptioner`,
+:class:`CachedCaptioner`. More: ARCHITECTURE.md, Notes by module.
 """
 
 from __future__ import annotations
@@ -229,6 +230,26 @@ class TextOnlyContext:
                 request.input_ids[0].tolist(), image_id, per_image, lambda k: list(self.newline_ids)
             )
         return DraftContext(embeds=_embed(model, ids), last_id=ids[-1])
+
+
+@dataclass
+class ZeroRowsContext:
+    """Z: the target's prompt with a zero input row at each of its image tokens, as llama.cpp's draft-simple
+    speculative decoding feeds a draft that cannot read the target's projected image embeddings
+    (``common/speculative.cpp``: one zero row per image token, positions kept contiguous)."""
+
+    code: str = "Z"
+
+    def build(self, request: Request, model, shared: dict, device) -> DraftContext:
+        ids = request.input_ids[0].tolist()
+        image_id, per_image = image_runs(request)
+        if not per_image:
+            return DraftContext(embeds=_embed(model, ids), last_id=ids[-1])
+        at = torch.tensor(ids, device=model.device) == image_id
+        # The image id may lie outside the draft's vocabulary: embed a valid id there, then zero the rows.
+        embeds = _embed(model, [0 if i == image_id else i for i in ids])
+        embeds[at] = 0.0
+        return DraftContext(embeds=embeds, last_id=ids[-1])
 
 
 @dataclass

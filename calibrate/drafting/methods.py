@@ -2,9 +2,9 @@
 drafter.
 
 Codes: ``plain`` (a text pair's :class:`calibrate.drafting.text_drafter.TextDrafter`); for VLM targets the
-members ``M``, ``T``, ``C``, ``F``, ``Pn``, alone or as in-batch ensembles (``MT``, ``MTCP4``), optionally
-``adaptive:``; long names (``multimodal``, ``pooled(n)``, ...) for single members. Cost fields are what
-:mod:`specsim.predict.pricing` charges a method. More: ARCHITECTURE.md, Notes by module.
+members ``M``, ``T``, ``C``, ``F``, ``Z``, ``Pn``, alone or as in-batch ensembles (``MT``, ``MTCP4``),
+optionally ``adaptive:``; long names (``multimodal``, ``pooled(n)``, ...) for single members. Cost fields
+are what :mod:`specsim.predict.pricing` charges a method. More: ARCHITECTURE.md, Notes by module.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from calibrate.drafting.contexts import (
     MultimodalContext,
     TargetFeaturesContext,
     TextOnlyContext,
+    ZeroRowsContext,
 )
 from calibrate.drafting.ensemble import AdaptiveEnsembleDrafter, EnsembleDrafter
 from calibrate.drafting.text_drafter import PLAIN, TextDrafter
@@ -25,13 +26,13 @@ from calibrate.run.engine import unwrap
 from specsim.errors import SpecsimError
 from specsim.profile_format import ADAPTIVE_PREFIX
 
-_CODE_RE = re.compile(r"M|T|C|F|P(\d+)")
-_NAMES = {"multimodal": "M", "text-only": "T", "caption": "C", "target-features": "F"}
+_CODE_RE = re.compile(r"M|T|C|F|Z|P(\d+)")
+_NAMES = {"multimodal": "M", "text-only": "T", "caption": "C", "target-features": "F", "zero-rows": "Z"}
 
 
 @dataclass(frozen=True)
 class MemberSpec:
-    """One ensemble member: ``kind`` in M/T/C/F/P and ``pool_tokens`` (P only)."""
+    """One ensemble member: ``kind`` in M/T/C/F/Z/P and ``pool_tokens`` (P only)."""
 
     kind: str
     pool_tokens: int | None = None
@@ -76,8 +77,8 @@ class Method:
             pos = m.end()
         if not specs or pos != len(body) or any(s.kind == "P" and s.pool_tokens < 1 for s in specs):
             raise SpecsimError(
-                f"--method: expected plain (text pairs) or codes like M, T, C, F, P144, MT, MTCP or "
-                f"adaptive:MTC (or multimodal, text-only, caption, target-features, pooled(N)), "
+                f"--method: expected plain (text pairs) or codes like M, T, C, F, Z, P144, MT, MTCP or "
+                f"adaptive:MTC (or multimodal, text-only, caption, target-features, zero-rows, pooled(N)), "
                 f"got {code!r}"
             )
         return cls(
@@ -160,6 +161,8 @@ def make_drafter(
             members.append(MultimodalContext(pool_tokens=s.pool_tokens, image_processor=image_processor))
         elif s.kind == "T":
             members.append(TextOnlyContext(tokenizer=tokenizer))
+        elif s.kind == "Z":
+            members.append(ZeroRowsContext())
         elif s.kind == "F":
             if target is None or not hasattr(unwrap(target), "get_image_features"):
                 raise SpecsimError(
