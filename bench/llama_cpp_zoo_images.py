@@ -7,14 +7,20 @@ layers the zoo reads; the ``--mmproj`` of ``convert_hf_to_gguf.py`` takes LLaVA 
 Mistral only). llama-server then decodes every ``zoo`` prompt greedily with ``--mmproj``, target-only and
 with the draft (``-md``, γ drafts per block). Per images-per-prompt group it prints the target tokens that
 agree with our engine's (the ``zoo-cpu`` traces, up to the first difference) and τ: llama.cpp's, from its
-draft counts, beside our engine's multimodal (M) and text-only (T) drafting replayed from the traces.
-llama.cpp's draft cannot read the target's image embeddings (another width): it gets zero rows in their
-place (``common/speculative.cpp``, draft-simple), so its drafting after an image is neither M nor T.
+draft counts, beside our engine's drafting replayed from the traces: zero rows (Z), multimodal (M) and
+text-only (T). llama.cpp's draft cannot read the target's image embeddings (another width): it gets a zero
+row at each image token (``common/speculative.cpp``, draft-simple), which is what Z feeds our draft.
 Two shims, both printed: the zoo tokenizer is byte-level BPE with GPT-2's split pattern, which the converter
 recognises by hashing token ids (so never for a new vocabulary), and the legacy converter reads
 ``CLIPVisionModel.vision_model``, which transformers 5 no longer has.
 
+With ``--profile`` (a ``calibrate latency --engine llama.cpp`` profile of the converted pair) it then checks
+wall-clock too: target-only and SD at every γ, interleaved in rounds (:mod:`calibrate.llama_cpp.check_runs`),
+each (γ, image count) priced through :func:`specsim.check.engine_rows.engine_row` with τ from the Z, M and T
+traces, and from llama.cpp's own counts (the costs alone).
+
     python bench/llama_cpp_zoo_images.py --llama-cpp BUILD/bin --source LLAMA_CPP_SOURCE [--out DIR]  # ~1 min
+        [--gamma 1,2,3,4,5] [--profile ZOO_LLAMA_PROFILE --halfwidth 0.007 --max-minutes 20]     # +20 min
 """
 
 from __future__ import annotations
@@ -31,8 +37,20 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+import numpy as np  # noqa: E402
+
 from calibrate.llama_cpp.binaries import find_llama_cpp  # noqa: E402
+from calibrate.llama_cpp.check_runs import (  # noqa: E402
+    BASE,
+    CheckRuns,
+    Setting,
+    check_settings,
+    label_gamma,
+    llama_rows,
+    run_llama_check,
+)
 from calibrate.llama_cpp.server import LlamaServer, ServerConfig, parse_completion  # noqa: E402
+from calibrate.llama_cpp.traces import TracedPrompt  # noqa: E402
 from calibrate.zoo import weights_dir  # noqa: E402
 from specsim.errors import SpecsimError  # noqa: E402
 
@@ -40,6 +58,7 @@ PROMPTS = Path(__file__).resolve().parents[1] / "calibrate" / "prompts"
 # where an image's tokens go: llama-server draws a random marker unless LLAMA_MEDIA_MARKER pins one
 MARKER = "<__media__>"
 PROFILE = "zoo-cpu"  # its acceptance traces: our engine's greedy tokens and matches on the zoo prompts
+METHODS = ("Z", "M", "T")  # zero rows (llama.cpp's draft on image input), multimodal, text-only
 
 GPT2_SPLIT = """
 import sys, runpy
@@ -132,25 +151,97 @@ def run(llama, config: ServerConfig, requests: list[dict], new_tokens: dict[str,
     return out
 
 
-def compare(requests, target, sd, profile, gamma: int) -> list[str]:
-    """Per images-per-prompt group: llama.cpp's target tokens against our engine's (the traces'), and τ at
-    ``gamma``: llama.cpp's drafts after zero rows, against our engine's M and T drafting replayed."""
+def compare(requests, target, runs: dict, profile) -> list[str]:
+    """Per draft length γ (``runs``: γ -> llama.cpp's SD completions) and images-per-prompt group:
+    llama.cpp's target tokens against our engine's (the traces'), and τ: llama.cpp's drafts after zero rows,
+    against our engine's Z, M and T drafting replayed at γ (each with its signed error against llama.cpp's);
+    then each method's median and largest |error| over the rows."""
     from specsim.acceptance.replay import replay_traces_tau
 
-    lines = [
-        f"{'images':>6} {'prompts':>7} {'agreed tokens':>13} {'tau llama.cpp':>13} {'tau M':>6} {'tau T':>6}"
+    head = f"{'gamma':>5} {'images':>6} {'prompts':>7} {'agreed tokens':>13} {'tau llama.cpp':>13}"
+    lines, errors = [head + "".join(f" {'tau ' + k:>6} {'err':>6}" for k in METHODS)], []
+    for gamma, sd in sorted(runs.items()):
+        for n in sorted({r["images"] for r in requests}):
+            ids = [r["id"] for r in requests if r["images"] == n]
+            scenario = f"zoo-{n}img"
+            traces = {
+                m: [t for t in profile.one_entry(m, scenario).traces if t.prompt_id in ids] for m in METHODS
+            }
+            ours = {t.prompt_id: t.tokens for t in traces["M"]}
+            same = sum(_agreed(target[i].tokens, ours[i]) for i in ids)
+            total = sum(len(ours[i]) for i in ids)
+            tau = sum(sd[i].predicted_n - 1 for i in ids) / sum(sd[i].decode_steps for i in ids)
+            errors.append([replay_traces_tau(traces[k], gamma) / tau - 1 for k in METHODS])
+            cells = "".join(f" {(1 + e) * tau:>6.2f} {e:>+6.1%}" for e in errors[-1])
+            lines.append(f"{gamma:>5} {n:>6} {len(ids):>7} {same:>6}/{total:<6} {tau:>13.2f}{cells}")
+    abs_err = np.abs(np.array(errors))
+    lines += [
+        f"{k}: median |err| {np.median(a):.1%}, max {a.max():.1%} over {len(a)} rows"
+        for k, a in zip(METHODS, abs_err.T)
     ]
-    for n in sorted({r["images"] for r in requests}):
-        ids = [r["id"] for r in requests if r["images"] == n]
-        scenario = f"zoo-{n}img"
-        traces = {m: [t for t in profile.one_entry(m, scenario).traces if t.prompt_id in ids] for m in "MT"}
-        ours = {t.prompt_id: t.tokens for t in traces["M"]}
-        same = sum(_agreed(target[i].tokens, ours[i]) for i in ids)
-        total = sum(len(ours[i]) for i in ids)
-        tau = sum(sd[i].predicted_n - 1 for i in ids) / sum(sd[i].decode_steps for i in ids)
-        m, t = (replay_traces_tau(traces[k], gamma) for k in "MT")
-        lines.append(f"{n:>6} {len(ids):>7} {same:>6}/{total:<6} {tau:>13.2f} {m:>6.2f} {t:>6.2f}")
     return lines
+
+
+def check_wallclock(llama, files, requests, lengths, gammas, args, out: Path) -> CheckRuns:
+    """Target-only and the draft at each γ, with ``--mmproj``, every zoo request per round, interleaved,
+    until each setting's decode-phase speedup is within ``--halfwidth`` (or the round or time limit)."""
+    settings = [
+        replace(s, config=replace(s.config, mmproj=str(files["mmproj"])))
+        for s in check_settings(str(files["target"]), str(files["draft"]), args.threads, gammas, None)
+    ]
+    prompts = [TracedPrompt(r["id"], "") for r in requests]
+    return run_llama_check(
+        llama, settings, prompts, new_tokens={r["id"]: lengths[r["id"]] for r in requests},
+        threads=args.threads, partial=out / "check.partial.json", halfwidth=args.halfwidth,
+        min_rounds=args.min_rounds, max_rounds=args.max_rounds, max_seconds=60 * args.max_minutes,
+        requests={r["id"]: r["prompt"] for r in requests}, niceness=args.renice,
+    )  # fmt: skip
+
+
+def wallclock_table(runs: CheckRuns, requests, costs, profile) -> list[str]:
+    """Per γ and image count: the measured decode-phase speedup (95 % half-width) and the predictions with
+    τ from llama.cpp's counts, and from the Z, M and T traces (signed errors), then Z's summary."""
+    head = f"{'gamma':>5} {'images':>6} {'measured':>8} {'hw':>5} {'counts':>6} {'err':>6}"
+    lines, errors = [head + "".join(f" {k:>5} {'err':>6}" for k in METHODS)], []
+    for label in sorted(runs.runs, key=label_gamma)[1:]:
+        gamma = label_gamma(label)
+        for n in sorted({r["images"] for r in requests}):
+            ids = {r["id"] for r in requests if r["images"] == n}
+            sub = CheckRuns(
+                {k: {p: v for p, v in d.items() if p in ids} for k, d in runs.runs.items()}, runs.rounds, 0
+            )
+            setting = [Setting(BASE, None), Setting(label, None)]
+            rows = {
+                m: llama_rows(costs, profile.one_entry(m, f"zoo-{n}img"), sub, setting, gamma)[0]
+                for m in METHODS
+            }
+            z = rows["Z"]
+            meas, counts = z.speedup_measured, z.speedup_predicted_counts
+            cells = "".join(
+                f" {r.speedup_predicted:>5.2f} {r.speedup_predicted / meas - 1:>+6.1%}" for r in rows.values()
+            )
+            line = f"{gamma:>5} {n:>6} {meas:>8.3f} {z.speedup_halfwidth:>5.1%} {counts:>6.3f}"
+            line += f" {counts / meas - 1:>+6.1%}"
+            lines.append(line + cells)
+            errors.append((abs(z.speedup_predicted / meas - 1), abs(counts / meas - 1)))
+    e = np.array(errors)
+    lines.append(
+        f"Z traces: median |err| {np.median(e[:, 0]):.1%}, max {e[:, 0].max():.1%}; counts: median "
+        f"{np.median(e[:, 1]):.1%}, max {e[:, 1].max():.1%} over {len(e)} rows; {runs.rounds} rounds in "
+        f"{runs.seconds / 60:.0f} min"
+    )
+    return lines
+
+
+def _gammas(text: str) -> list[int]:
+    """--gamma's comma-separated draft lengths, each 1..16; SpecsimError naming the bad value."""
+    try:
+        out = sorted({int(x) for x in text.split(",")})
+    except ValueError:
+        out = []
+    if not out or not all(1 <= g <= 16 for g in out):
+        raise SpecsimError(f"--gamma: expected comma-separated integers 1..16, got {text!r}")
+    return out
 
 
 def _agreed(a, b) -> int:
@@ -169,9 +260,26 @@ def main(argv: list[str] | None = None) -> int:
         "--out", default=None, help="folder for the GGUF files and logs (default: a temporary one)"
     )
     p.add_argument("--threads", type=int, default=2)
-    p.add_argument("--gamma", type=int, default=3, help="drafts per block (--spec-draft-n-max)")
+    p.add_argument(
+        "--gamma", default="3", help="drafts per block (--spec-draft-n-max), comma-separated (default 3)"
+    )
     p.add_argument("--limit", type=int, default=None, help="the first N zoo prompts (default: all 36)")
+    p.add_argument(
+        "--profile", default=None, help="a llama.cpp latency profile of the converted pair: check wall-clock"
+    )
+    p.add_argument(
+        "--halfwidth", type=float, default=0.02,
+        help="stop when each setting's speedup over all prompts is within this 95%% half-width",
+    )  # fmt: skip
+    p.add_argument("--min-rounds", type=int, default=3)
+    p.add_argument("--max-rounds", type=int, default=30)
+    p.add_argument("--max-minutes", type=float, default=30.0)
+    p.add_argument("--renice", type=int, default=0, help="niceness of the servers (< 0: ahead of the host)")
     args = p.parse_args(argv)
+    try:
+        gammas = _gammas(args.gamma)
+    except SpecsimError as err:
+        p.error(str(err))
     llama = find_llama_cpp(args.llama_cpp)
     out = Path(args.out or tempfile.mkdtemp(prefix="zoo-gguf-"))
     out.mkdir(parents=True, exist_ok=True)
@@ -183,16 +291,24 @@ def main(argv: list[str] | None = None) -> int:
     requests = zoo_requests(args.limit)
     lengths = {t.prompt_id: len(t.tokens) for a in profile.acceptance if a.method == "M" for t in a.traces}
     target = ServerConfig(str(files["target"]), args.threads, mmproj=str(files["mmproj"]))
-    sd = replace(
-        ServerConfig.draft_model(str(files["target"]), args.threads, str(files["draft"]), args.gamma),
-        mmproj=target.mmproj,
-    )
     plain = run(llama, target, requests, lengths, out / "target.log")
-    drafted = run(llama, sd, requests, lengths, out / "sd.log")
-    print(f"llama-server, the zoo pair with --mmproj, greedy, gamma {args.gamma} ({PROFILE}'s traces: ours)")
-    print("\n".join(compare(requests, plain, drafted, profile, args.gamma)))
-    warned = [x for x in (out / "sd.log").read_text(errors="replace").splitlines() if "zero rows" in x]
+    runs = {}
+    for gamma in gammas:
+        sd = replace(
+            ServerConfig.draft_model(str(files["target"]), args.threads, str(files["draft"]), gamma),
+            mmproj=target.mmproj,
+        )
+        runs[gamma] = run(llama, sd, requests, lengths, out / f"sd-{gamma}.log")
+    print(f"llama-server, the zoo pair with --mmproj, greedy ({PROFILE}'s traces: ours)")
+    print("\n".join(compare(requests, plain, runs, profile)))
+    log = (out / f"sd-{gammas[0]}.log").read_text(errors="replace")
+    warned = [x for x in log.splitlines() if "zero rows" in x]
     print("llama.cpp: " + (warned[0].split(": ", 1)[-1] if warned else "no zero-row warning in the log"))
+    if args.profile:
+        costs = load_profile(args.profile)
+        runs = check_wallclock(llama, files, requests, lengths, gammas, args, out)
+        print(f"wall-clock, decode phase ({args.profile}'s costs; tau from llama.cpp's counts, or replayed)")
+        print("\n".join(wallclock_table(runs, requests, costs, profile)))
     return 0
 
 

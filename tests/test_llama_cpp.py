@@ -206,6 +206,29 @@ def test_real_acceptance_runs_price_each_gamma_where_given():
     assert "median ms per block, synthetic blocks" in fit_note(bt.fit_block_terms(samples, cost), None)
 
 
+def test_target_only_real_runs_price_the_step_instead_of_the_streamed_ones():
+    """Target-only runs (γ 0, not streamed) 4 ms a step beyond Tp at their contexts, and one 50 ms stall,
+    price the step at their median, not the streamed steps' 9 ms; the γ's blocks ignore them."""
+    cost = GridPassCost.request(llama_like_profile().latency)
+    step = bt.BlockSample(0, 0, 0, 1, 60, 0.0)
+    samples = [replace(step, ms=bt.forward_ms(cost, step) + 9.0)]
+    for g in (2, 4):
+        for e in (1, g + 1):
+            s = bt.BlockSample(g, g, e - 1, e, 60, 0.0)
+            samples.append(replace(s, ms=bt.forward_ms(cost, s) + 20.0))
+    runs = []
+    for level in (4.0, 4.0, 50.0):
+        run = bt.RunSample(0, 45, 63, 0, 0, 0.0)
+        forwards = sum(bt.forward_ms(cost, b) for b in bt.run_blocks(run))  # Tp at each step's context
+        runs.append(replace(run, ms=forwards + level * run.tokens))
+    fit = bt.fit_block_terms(samples, cost, tuple(runs))
+    assert fit.per_step_ms == pytest.approx(4.0) and (fit.real_steps, fit.real_runs) == (3, 0)
+    assert dict(fit.per_gamma_ms) == pytest.approx({2: 20.0, 4: 20.0})  # the synthetic blocks' medians
+    assert bt.fit_block_terms(samples, cost).per_step_ms == pytest.approx(9.0)
+    note = fit_note(fit, None, ("rust-struct", "py-unit-test"))
+    assert "4.0 ms per target-only step (3 target-only runs on held-out prompts rust-struct" in note
+
+
 def test_cpu_share_and_starvation():
     with CpuShare() as share:
         sum(i * i for i in range(200_000))
@@ -386,14 +409,19 @@ def test_the_serving_check_takes_the_serving_defaults(monkeypatch):
     assert seen == SERVE_DEFAULTS
 
 
-def test_the_zoo_image_requests_carry_one_marker_per_image():
-    """``bench/llama_cpp_zoo_images.py`` sends every ``zoo`` prompt with llama-server's media marker where
-    each image goes and the images as base64, and counts agreed tokens up to the first difference."""
+def _zoo_images_bench():
     import importlib.util
 
     spec = importlib.util.spec_from_file_location("zoo_images", ROOT / "bench" / "llama_cpp_zoo_images.py")
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
+    return bench
+
+
+def test_the_zoo_image_requests_carry_one_marker_per_image():
+    """``bench/llama_cpp_zoo_images.py`` sends every ``zoo`` prompt with llama-server's media marker where
+    each image goes and the images as base64, and counts agreed tokens up to the first difference."""
+    bench = _zoo_images_bench()
     requests = bench.zoo_requests(None)
     assert len(requests) == 36 and sorted({r["images"] for r in requests}) == [1, 2, 5]
     for r in requests:
@@ -402,3 +430,29 @@ def test_the_zoo_image_requests_carry_one_marker_per_image():
         assert "<image>" not in prompt["prompt_string"]
         assert base64.b64decode(prompt["multimodal_data"][0])[:4] == b"\x89PNG"
     assert bench._agreed([1, 2, 3, 4], [1, 2, 5, 4]) == 2 and bench._agreed([1, 2], [1, 2, 3]) == 2
+
+
+def test_the_zoo_image_table_sets_each_replayed_tau_against_llama_cpps():
+    """llama.cpp's τ from its counts ((n − 1) tokens over n − 1 − accepted blocks; 2.0 here in every group),
+    each method's τ replayed from ``zoo-cpu``'s traces at γ, its signed error, and the summary by method."""
+    from specsim.acceptance.replay import replay_traces_tau
+    from specsim.profiles import load_profile
+
+    bench, profile = _zoo_images_bench(), load_profile("zoo-cpu")
+    requests = bench.zoo_requests(None)
+    traces = {t.prompt_id: t.tokens for a in profile.acceptance if a.method == "M" for t in a.traces}
+    target = {r["id"]: parse_completion(_completion(65, traces[r["id"]])) for r in requests}
+    sd = {r["id"]: parse_completion(_completion(65, (), draft_n=40, draft_n_accepted=32)) for r in requests}
+    lines = bench.compare(requests, target, {2: sd, 4: sd}, profile)
+    assert len(lines) == 1 + 2 * 3 + 3 and lines[0].split()[:2] == ["gamma", "images"]
+    row = lines[1 + 3 + 1].split()  # gamma 4, two images
+    agreed, total = row[3].split("/")  # the target's tokens are the traces': all agree
+    assert row[:3] == ["4", "2", "12"] and agreed == total and row[4] == "2.00"
+    z = replay_traces_tau(profile.one_entry("Z", "zoo-2img").traces, 4)
+    assert row[5] == f"{z:.2f}" and row[6] == f"{z / 2 - 1:+.1%}"
+    assert lines[-3].startswith("Z: median |err|") and lines[-3].endswith("over 6 rows")
+
+
+def _completion(n: int, tokens, **timings) -> dict:
+    return {"tokens": list(tokens), "timings": {"prompt_n": 40, "prompt_ms": 1.0, "predicted_n": n,
+                                                "predicted_ms": 100.0, **timings}}  # fmt: skip

@@ -83,6 +83,50 @@ def test_runs_resume_and_rows_carry_both_predictions(monkeypatch, tmp_path):
     assert "250.000" in lines[3] and len(lines) == 3 + len(rows)
 
 
+def test_requests_as_given_each_for_its_own_tokens_and_priced_over_them(monkeypatch, tmp_path):
+    """``requests`` (here ids; the zoo's multimodal prompts in the image bench) are sent as given, never
+    through the chat template, each for its own ``new_tokens``, and each prompt is priced over its runs'
+    tokens: the row's prediction equals the prompts priced one by one at their own lengths."""
+    from specsim.check.engine_rows import EngineRun, engine_row
+
+    sent = []
+
+    class Given(FakeServer):
+        def tokenize_chat(self, text):
+            raise AssertionError("a given request is not re-tokenised")
+
+        def complete(self, tokens, n):
+            sent.append((tuple(tokens), n))
+            return super().complete(tokens, n)
+
+    monkeypatch.setattr(check_runs, "LlamaServer", Given)
+    profile = llama_like_profile()
+    entry = profile.acceptance[0]
+    lengths = dict(zip([t.prompt_id for t in entry.traces[:2]], (17, 33)))
+    traces = tuple(replace(t, prompt_tokens=40, tokens=tuple(range(64))) for t in entry.traces[:2])
+    entry = replace(entry, traces=traces)
+    prompts = [TracedPrompt(p, "") for p in lengths]
+    requests = {p: [7] * (40 + i) for i, p in enumerate(lengths)}
+    settings = check_runs.check_settings("t.gguf", "d.gguf", 2, [3], None)
+    kw = dict(threads=2, partial=tmp_path / "p.json", halfwidth=0.5, min_rounds=2, max_seconds=None)
+    runs = check_runs.run_llama_check(
+        None, settings, prompts, new_tokens=lengths, max_rounds=2, requests=requests, **kw
+    )
+    assert {(len(t), n) for t, n in sent} == {(40, 17), (41, 33)} and len(sent) == 2 * 2 * 2
+    row = check_runs.llama_rows(profile, entry, runs, settings, 3)[0]
+    one = []
+    for p, n in lengths.items():
+        base = {p: [EngineRun(p, 1.0, 100.0 * (n - 1), n)] * 2}
+        c = runs.runs["draft:3"][p][0]
+        sd = {p: [EngineRun(p, 1.0, c.predicted_ms, n, c.draft_n, c.draft_accepted)] * 2}
+        one.append(engine_row(profile, entry, 3, base, sd, runtime="llama.cpp", reference_gamma=3))
+    per_token = [(o.target_ms_per_token, o.sd_ms_per_token) for o in one]
+    weights = [n - 1 for n in lengths.values()]
+    base_ms = sum(w * b for w, (b, _) in zip(weights, per_token)) / sum(weights)
+    sd_ms = sum(w * s for w, (_, s) in zip(weights, per_token)) / sum(weights)
+    assert row.speedup_predicted == pytest.approx(base_ms / sd_ms, rel=1e-9)  # at the longest: 1.114
+
+
 def test_the_serving_check_runs_every_round_interleaved_and_resumes(monkeypatch, tmp_path):
     """One call runs --min-rounds rounds, each (rate, side) once a round before any runs twice; a rerun
     after a stop goes on from the partial file (before the fix, one call ran one round only)."""

@@ -3,7 +3,8 @@
 o_e per emitted token and o₀ + o_g·g (:func:`fit_block_terms`); each γ is priced at its own median residual
 over the grids' forwards, from real-acceptance runs on held-out prompts where measured (:class:`RunSample`:
 synthetic blocks priced real ones up to 120 ms off at γ 5 and 6), else from the synthetic blocks. A
-target-only step's residual (its ms − Tp) is its own term. More: ARCHITECTURE.md, Notes by module.
+target-only step's residual (its ms − Tp) is its own term, from target-only runs beside the real ones where
+measured (streamed arrivals cannot resolve sub-ms steps). More: ARCHITECTURE.md, Notes by module.
 """
 
 from __future__ import annotations
@@ -73,6 +74,7 @@ class BlockTerms:
     steps: int
     per_gamma_ms: tuple[tuple[int, float], ...] = ()
     real_runs: int = 0  # the real-acceptance runs behind per_gamma_ms (0: the synthetic blocks)
+    real_steps: int = 0  # the target-only runs behind per_step_ms (0: the synthetic runs' steps)
     schema_version: int = SCHEMA_VERSION
 
     def block_ms(self, gamma) -> np.ndarray:
@@ -168,7 +170,8 @@ def fit_block_terms(
     """The blocks' residuals: o_e from the (γ, emitted) cells' medians, o₀ + o_g·g by least squares on the
     rest, each γ's median beyond the per-token work the profile prices (max(o_e, 0)·emitted; from ``runs``'
     real blocks where given: :func:`run_residual_ms`), and the steps' median (module docstring);
-    SpecsimError without blocks of two draft counts or target-only steps."""
+    SpecsimError without blocks of two draft counts or target-only steps; ``runs`` at γ 0 (target-only)
+    price the step instead of the synthetic runs' steps."""
     blocks = [s for s in samples if s.gamma > 0 and s.drafts > 0]
     steps = [s for s in samples if s.gamma == 0]
     # Two emitted counts at one γ are checked by _per_token_ms, which needs them.
@@ -180,16 +183,19 @@ def fit_block_terms(
     # own, as the grids' error at g + 1 rows differs by γ and no line in g carries it (ARCHITECTURE.md).
     per_token = _per_token_ms(gammas, emitted, y)
     (o0, og), rms = line_ms(blocks, y - per_token * emitted)
-    if runs:  # real blocks price each γ where measured (module docstring)
-        beyond = np.array([run_residual_ms(cost, r, max(per_token, 0.0)) for r in runs])
-        at = np.array([r.gamma for r in runs])
+    real = [r for r in runs if r.gamma > 0]
+    if real:  # real blocks price each γ where measured (module docstring)
+        beyond = np.array([run_residual_ms(cost, r, max(per_token, 0.0)) for r in real])
+        at = np.array([r.gamma for r in real])
     else:
         beyond, at = y - max(per_token, 0.0) * emitted, gammas
     per_gamma = tuple((int(g), float(np.median(beyond[at == g]))) for g in sorted(set(at.tolist())))
-    step = np.array([s.ms - forward_ms(cost, s) for s in steps])
+    target_only = [run_residual_ms(cost, r, 0.0) for r in runs if r.gamma == 0]
+    step = target_only or [s.ms - forward_ms(cost, s) for s in steps]
     return BlockTerms(
-        o0, og, per_token, float(np.median(step)), rms, len(blocks), len(steps), per_gamma, len(runs)
-    )
+        o0, og, per_token, float(np.median(step)), rms, len(blocks), len(steps), per_gamma, len(real),
+        len(target_only),
+    )  # fmt: skip
 
 
 def line_ms(blocks: list[BlockSample], residual_ms: np.ndarray) -> tuple[tuple[float, float], float]:
@@ -237,7 +243,7 @@ def run_residual_ms(cost: PassCost, run: RunSample, per_token_ms: float) -> floa
 
 def measure_real_runs(servers: dict, prompts, n_predict: int, rounds: int, threads: int) -> list[RunSample]:
     """``rounds`` rounds of every prompt (token ids) on every ``servers[γ]`` (the draft model, real
-    acceptance), interleaved, not streamed."""
+    acceptance; γ 0: target-only), interleaved, not streamed."""
     out = []
     for _ in range(rounds):
         for gamma, server in servers.items():

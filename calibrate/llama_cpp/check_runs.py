@@ -130,8 +130,11 @@ def run_llama_check(
     max_seconds: float | None,
     niceness: int = 0,
     progress=None,
+    requests: dict | None = None,
 ) -> CheckRuns:
-    """Run (or resume) the check of the module docstring."""
+    """Run (or resume) the check of the module docstring. ``new_tokens``: one count, or one per prompt id;
+    ``requests``: each prompt as sent (token ids, or a multimodal prompt), instead of its text in the
+    model's chat template."""
     if settings[0].label != BASE:
         raise SpecsimError("llama.cpp check: the first setting must be target-only")
     ids = sorted(p.prompt_id for p in prompts)
@@ -154,7 +157,8 @@ def run_llama_check(
     t0 = time.perf_counter()
     with contextlib.ExitStack() as stack:
         servers = {BASE: stack.enter_context(LlamaServer(llama, settings[0].config, niceness=niceness))}
-        tokens = {p.prompt_id: servers[BASE].tokenize_chat(p.text) for p in prompts}
+        tokens = requests or {p.prompt_id: servers[BASE].tokenize_chat(p.text) for p in prompts}
+        per_prompt = new_tokens if isinstance(new_tokens, dict) else dict.fromkeys(ids, new_tokens)
         while not done():
             if max_seconds is not None and time.perf_counter() - t0 > max_seconds:
                 break
@@ -166,7 +170,7 @@ def run_llama_check(
                     if s.label not in servers:
                         server = LlamaServer(llama, s.config, niceness=niceness)
                         servers[s.label] = stack.enter_context(server)
-                    run = timed_completion(servers[s.label], tokens[p], new_tokens, threads)
+                    run = timed_completion(servers[s.label], tokens[p], per_prompt[p], threads)
                     runs[s.label][p].append(run)
                     elapsed = seconds + time.perf_counter() - t0
                     _save_partial(partial, key, runs, elapsed)

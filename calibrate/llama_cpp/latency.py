@@ -92,12 +92,11 @@ def _block_samples(llama, target, draft, plan: LatencyPlan, prompt_ids, niceness
 
 def _real_runs(llama, target, draft, plan: LatencyPlan, prompts, niceness) -> list[bt.RunSample]:
     threads = plan.grid.threads
+    configs = {0: ServerConfig(target, threads)}  # target-only: the step as the check runs it
+    configs |= {g: ServerConfig.draft_model(target, threads, draft, g) for g in plan.block_gammas}
     with contextlib.ExitStack() as stack:
         servers = {
-            g: stack.enter_context(
-                LlamaServer(llama, ServerConfig.draft_model(target, threads, draft, g), niceness=niceness)
-            )
-            for g in plan.block_gammas
+            g: stack.enter_context(LlamaServer(llama, c, niceness=niceness)) for g, c in configs.items()
         }
         return bt.measure_real_runs(servers, prompts, plan.real_tokens, plan.rounds, threads)
 
@@ -244,6 +243,10 @@ def fit_note(terms: bt.BlockTerms, lookup: bt.BlockTerms | None, held_out: tuple
         f"{terms.per_token_ms:.1f} ms per emitted token (residual RMS {terms.rms_ms:.1f} ms); "
         f"{terms.per_step_ms:.1f} ms per target-only step"
     )
+    if terms.real_steps:
+        out += (
+            f" ({terms.real_steps} target-only runs on held-out prompts {', '.join(held_out)}, not streamed)"
+        )
     if terms.per_gamma_ms:
         source = "synthetic blocks"
         if terms.real_runs:

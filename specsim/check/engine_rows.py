@@ -77,15 +77,16 @@ def engine_row(
     if missing:
         raise SpecsimError(f"check: method {entry.method!r} has no llama.cpp trace for prompt {missing[0]!r}")
     measured = measure(_runs(base), _runs(sd))
-    n = measured.new_tokens
     ngram = isinstance(draft, NgramSimple)
+    # each prompt priced over its own runs' tokens (the zoo's image requests end where our engine's did)
     specs = [
-        RequestSpec(t.prompt_tokens, t.draft_prompt_tokens or t.prompt_tokens, 0, traces[p], n, prompt_id=p)
+        RequestSpec(t.prompt_tokens, t.draft_prompt_tokens or t.prompt_tokens, 0, t, sd[p][0].tokens,
+                    prompt_id=p)
         for p, t in ((p, traces[p]) for p in sorted(sd))
-    ]
+    ]  # fmt: skip
     cost = draft_cost(profile, draft)  # one set of grids prices both predictions
     pred = price(profile, entry, draft, specs, cost)
-    counts = _counts_prediction(profile, entry, draft, sd, n, cost)
+    counts = _counts_prediction(profile, entry, draft, sd, cost)
     gamma = draft.size_m if ngram else int(draft)
     book = None
     if not ngram:
@@ -118,14 +119,14 @@ def engine_row(
     )
 
 
-def _counts_prediction(profile, entry, draft, sd: dict[str, list[EngineRun]], n: int, cost) -> float:
-    """The decode-phase speedup priced with each prompt's τ from its runs' counts (an n-gram kind: each
-    run's blocks from its drafted and accepted counts, :func:`ngram_counts_plan`)."""
+def _counts_prediction(profile, entry, draft, sd: dict[str, list[EngineRun]], cost) -> float:
+    """The decode-phase speedup priced with each prompt's τ from its runs' counts, over its runs' tokens (an
+    n-gram kind: each run's blocks from its drafted and accepted counts, :func:`ngram_counts_plan`)."""
     if isinstance(draft, NgramSimple):
         return _ngram_counts_speedup(entry, draft, sd, cost)
     out = []
     for p, runs in sorted(sd.items()):
-        e, prompt = _counts_entry(entry, runs, int(draft)), _prompt(entry, p)
+        e, prompt, n = _counts_entry(entry, runs, int(draft)), _prompt(entry, p), runs[0].tokens
         out.append(price(profile, e, int(draft), [RequestSpec(prompt, prompt, 0, new_tokens=n)], cost))
     base = sum(o.base_decode.total_ms for o in out) / sum(o.base_decode.tokens for o in out)
     sd_ms = sum(o.sd_decode.total_ms for o in out) / sum(o.sd_decode.tokens for o in out)
