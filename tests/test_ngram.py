@@ -97,5 +97,5 @@ def test_the_counts_prediction_agrees_with_the_replay_whose_counts_it_reads():
         sd[t.prompt_id] = [EngineRun(t.prompt_id, 0.0, 0.0, 64, int(plan.draft_tokens), accepted)]
         specs.append(RequestSpec(t.prompt_tokens, t.prompt_tokens, 0, t, 64, prompt_id=t.prompt_id))
     replayed = price(prof, entry, kind, specs, cost).decode_speedup
-    counts = _counts_prediction(prof, entry, kind, sd, 64, cost)
+    counts = _counts_prediction(prof, entry, kind, sd, cost)
     assert counts == pytest.approx(replayed, rel=0.03)
