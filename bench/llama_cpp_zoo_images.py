@@ -41,7 +41,6 @@ import numpy as np  # noqa: E402
 
 from calibrate.llama_cpp.binaries import find_llama_cpp  # noqa: E402
 from calibrate.llama_cpp.check_runs import (  # noqa: E402
-    BASE,
     CheckRuns,
     Setting,
     check_settings,
@@ -53,6 +52,7 @@ from calibrate.llama_cpp.server import LlamaServer, ServerConfig, parse_completi
 from calibrate.llama_cpp.traces import TracedPrompt  # noqa: E402
 from calibrate.zoo import weights_dir  # noqa: E402
 from specsim.errors import SpecsimError  # noqa: E402
+from specsim.report import int_list_arg  # noqa: E402
 
 PROMPTS = Path(__file__).resolve().parents[1] / "calibrate" / "prompts"
 # where an image's tokens go: llama-server draws a random marker unless LLAMA_MEDIA_MARKER pins one
@@ -182,13 +182,16 @@ def compare(requests, target, runs: dict, profile) -> list[str]:
     return lines
 
 
-def check_wallclock(llama, files, requests, lengths, gammas, args, out: Path) -> CheckRuns:
-    """Target-only and the draft at each γ, with ``--mmproj``, every zoo request per round, interleaved,
-    until each setting's decode-phase speedup is within ``--halfwidth`` (or the round or time limit)."""
-    settings = [
-        replace(s, config=replace(s.config, mmproj=str(files["mmproj"])))
-        for s in check_settings(str(files["target"]), str(files["draft"]), args.threads, gammas, None)
-    ]
+def zoo_settings(files: dict, threads: int, gammas) -> list[Setting]:
+    """The llama.cpp check's settings (target-only, then the draft at each γ) over the converted pair, each
+    server with ``--mmproj``."""
+    settings = check_settings(str(files["target"]), str(files["draft"]), threads, gammas, None)
+    return [replace(s, config=replace(s.config, mmproj=str(files["mmproj"]))) for s in settings]
+
+
+def check_wallclock(llama, settings, requests, lengths, args, out: Path) -> CheckRuns:
+    """Every setting, every zoo request per round, interleaved, until each setting's decode-phase speedup is
+    within ``--halfwidth`` (or the round or time limit)."""
     prompts = [TracedPrompt(r["id"], "") for r in requests]
     return run_llama_check(
         llama, settings, prompts, new_tokens={r["id"]: lengths[r["id"]] for r in requests},
@@ -198,29 +201,28 @@ def check_wallclock(llama, files, requests, lengths, gammas, args, out: Path) ->
     )  # fmt: skip
 
 
-def wallclock_table(runs: CheckRuns, requests, costs, profile) -> list[str]:
+def wallclock_table(runs: CheckRuns, settings, requests, costs, profile) -> list[str]:
     """Per γ and image count: the measured decode-phase speedup (95 % half-width) and the predictions with
     τ from llama.cpp's counts, and from the Z, M and T traces (signed errors), then Z's summary."""
+    by_group = {}  # images -> method -> the llama.cpp check's rows, one per SD setting
+    for n in sorted({r["images"] for r in requests}):
+        ids = {r["id"] for r in requests if r["images"] == n}
+        sub = CheckRuns(
+            {k: {p: v for p, v in d.items() if p in ids} for k, d in runs.runs.items()}, runs.rounds, 0
+        )
+        entries = {m: profile.one_entry(m, f"zoo-{n}img") for m in METHODS}
+        by_group[n] = {m: llama_rows(costs, e, sub, settings, e.gamma) for m, e in entries.items()}
     head = f"{'gamma':>5} {'images':>6} {'measured':>8} {'hw':>5} {'counts':>6} {'err':>6}"
     lines, errors = [head + "".join(f" {k:>5} {'err':>6}" for k in METHODS)], []
-    for label in sorted(runs.runs, key=label_gamma)[1:]:
-        gamma = label_gamma(label)
-        for n in sorted({r["images"] for r in requests}):
-            ids = {r["id"] for r in requests if r["images"] == n}
-            sub = CheckRuns(
-                {k: {p: v for p, v in d.items() if p in ids} for k, d in runs.runs.items()}, runs.rounds, 0
-            )
-            setting = [Setting(BASE, None), Setting(label, None)]
-            rows = {
-                m: llama_rows(costs, profile.one_entry(m, f"zoo-{n}img"), sub, setting, gamma)[0]
-                for m in METHODS
-            }
-            z = rows["Z"]
+    for i, s in enumerate(settings[1:]):
+        for n, rows in by_group.items():
+            z = rows["Z"][i]
             meas, counts = z.speedup_measured, z.speedup_predicted_counts
             cells = "".join(
-                f" {r.speedup_predicted:>5.2f} {r.speedup_predicted / meas - 1:>+6.1%}" for r in rows.values()
+                f" {r[i].speedup_predicted:>5.2f} {r[i].speedup_predicted / meas - 1:>+6.1%}"
+                for r in rows.values()
             )
-            line = f"{gamma:>5} {n:>6} {meas:>8.3f} {z.speedup_halfwidth:>5.1%} {counts:>6.3f}"
+            line = f"{label_gamma(s.label):>5} {n:>6} {meas:>8.3f} {z.speedup_halfwidth:>5.1%} {counts:>6.3f}"
             line += f" {counts / meas - 1:>+6.1%}"
             lines.append(line + cells)
             errors.append((abs(z.speedup_predicted / meas - 1), abs(counts / meas - 1)))
@@ -231,17 +233,6 @@ def wallclock_table(runs: CheckRuns, requests, costs, profile) -> list[str]:
         f"{runs.seconds / 60:.0f} min"
     )
     return lines
-
-
-def _gammas(text: str) -> list[int]:
-    """--gamma's comma-separated draft lengths, each 1..16; SpecsimError naming the bad value."""
-    try:
-        out = sorted({int(x) for x in text.split(",")})
-    except ValueError:
-        out = []
-    if not out or not all(1 <= g <= 16 for g in out):
-        raise SpecsimError(f"--gamma: expected comma-separated integers 1..16, got {text!r}")
-    return out
 
 
 def _agreed(a, b) -> int:
@@ -261,8 +252,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--threads", type=int, default=2)
     p.add_argument(
-        "--gamma", default="3", help="drafts per block (--spec-draft-n-max), comma-separated (default 3)"
-    )
+        "--gamma", type=int_list_arg("gamma"), default="3",
+        help="drafts per block (--spec-draft-n-max), e.g. 1,2,3 or 1-5 (default 3)",
+    )  # fmt: skip
     p.add_argument("--limit", type=int, default=None, help="the first N zoo prompts (default: all 36)")
     p.add_argument(
         "--profile", default=None, help="a llama.cpp latency profile of the converted pair: check wall-clock"
@@ -276,10 +268,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--max-minutes", type=float, default=30.0)
     p.add_argument("--renice", type=int, default=0, help="niceness of the servers (< 0: ahead of the host)")
     args = p.parse_args(argv)
-    try:
-        gammas = _gammas(args.gamma)
-    except SpecsimError as err:
-        p.error(str(err))
+    gammas = sorted(args.gamma)
     llama = find_llama_cpp(args.llama_cpp)
     out = Path(args.out or tempfile.mkdtemp(prefix="zoo-gguf-"))
     out.mkdir(parents=True, exist_ok=True)
@@ -290,15 +279,12 @@ def main(argv: list[str] | None = None) -> int:
     profile = load_profile(PROFILE)
     requests = zoo_requests(args.limit)
     lengths = {t.prompt_id: len(t.tokens) for a in profile.acceptance if a.method == "M" for t in a.traces}
-    target = ServerConfig(str(files["target"]), args.threads, mmproj=str(files["mmproj"]))
-    plain = run(llama, target, requests, lengths, out / "target.log")
-    runs = {}
-    for gamma in gammas:
-        sd = replace(
-            ServerConfig.draft_model(str(files["target"]), args.threads, str(files["draft"]), gamma),
-            mmproj=target.mmproj,
-        )
-        runs[gamma] = run(llama, sd, requests, lengths, out / f"sd-{gamma}.log")
+    settings = zoo_settings(files, args.threads, gammas)
+    plain = run(llama, settings[0].config, requests, lengths, out / "target.log")
+    runs = {
+        label_gamma(s.label): run(llama, s.config, requests, lengths, out / f"sd-{label_gamma(s.label)}.log")
+        for s in settings[1:]
+    }
     print(f"llama-server, the zoo pair with --mmproj, greedy ({PROFILE}'s traces: ours)")
     print("\n".join(compare(requests, plain, runs, profile)))
     log = (out / f"sd-{gammas[0]}.log").read_text(errors="replace")
@@ -306,9 +292,9 @@ def main(argv: list[str] | None = None) -> int:
     print("llama.cpp: " + (warned[0].split(": ", 1)[-1] if warned else "no zero-row warning in the log"))
     if args.profile:
         costs = load_profile(args.profile)
-        runs = check_wallclock(llama, files, requests, lengths, gammas, args, out)
+        runs = check_wallclock(llama, settings, requests, lengths, args, out)
         print(f"wall-clock, decode phase ({args.profile}'s costs; tau from llama.cpp's counts, or replayed)")
-        print("\n".join(wallclock_table(runs, requests, costs, profile)))
+        print("\n".join(wallclock_table(runs, settings, requests, costs, profile)))
     return 0
 
 
