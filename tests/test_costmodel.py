@@ -1,6 +1,7 @@
 """The cost model's grids, interpolation rule and JSON contract, and the request walk (numpy only)."""
 
 import json
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -101,6 +102,22 @@ def test_cost_model_json_round_trip_and_errors(tmp_path):
     path.write_text(json.dumps(data))
     with pytest.raises(SpecsimError, match="target_verify.ms: expected 6 rows"):
         load_profile(str(path))
+
+
+def test_a_target_step_below_the_grid_loads_but_never_prices_a_step_at_zero():
+    """Real target-only runs may find the engine's step faster than the decode grid's timing (a residual
+    below 0, kept with its sign), down to just above the grid's fastest step (10.08 ms here); no further."""
+    cm = replace(_cost_model(), overhead_ms_per_target_step=-5.4)
+    back = CostModel.from_json(json.loads(json.dumps(cm.to_json())))
+    assert back.overhead_ms_per_target_step == -5.4
+    assert GridPassCost(back).step_overhead_ms() == -5.4
+    for bad in (-10.08, -20.0):
+        with pytest.raises(
+            SpecsimError, match=r"overhead_ms_per_target_step: expected > -10.08 \(the target"
+        ):
+            CostModel.from_json(cm.to_json() | {"overhead_ms_per_target_step": bad})
+    with pytest.raises(SpecsimError, match="overhead_ms_per_target_step: expected a finite number"):
+        CostModel.from_json(cm.to_json() | {"overhead_ms_per_target_step": float("nan")})
 
 
 def test_schema1_profile_still_loads(tmp_path):
@@ -225,7 +242,6 @@ def test_check_row_names_the_target_only_step_term():
 def test_overhead_by_context_is_interpolated_and_walked_per_block():
     """With a context axis, each block pays the overhead at its own target context (linear between measured
     contexts, the end value outside); without one, the pooled value; the JSON keys come in pairs."""
-    from dataclasses import replace
 
     pooled = OverheadGrid((1, 6), (1, 2), ((1.0, 1.0), (1.0, 1.0)))
     grid = replace(
@@ -254,7 +270,6 @@ def test_overhead_by_context_is_interpolated_and_walked_per_block():
 def test_an_adaptive_ensemble_pays_its_weight_update_per_block(tmp_path):
     """``adaptive_ms_per_block`` is added to each block of an adaptive method's walk (at its γ, batch and
     context), to no other method's; profiles without it price the update as free; it round-trips."""
-    from dataclasses import replace
 
     update = OverheadGrid(
         (1, 6),

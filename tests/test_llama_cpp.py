@@ -206,6 +206,43 @@ def test_real_acceptance_runs_price_each_gamma_where_given():
     assert "median ms per block, synthetic blocks" in fit_note(bt.fit_block_terms(samples, cost), None)
 
 
+def test_real_runs_pair_a_target_only_run_with_every_draft_run(monkeypatch):
+    """Every real-acceptance run comes just after a target-only run of the same prompt, so the step is
+    sampled as often as the blocks and at the same moments; without a target-only server, the draft runs
+    alone."""
+    calls = []
+
+    def fake(server, tokens, n, threads):
+        calls.append((server, tuple(tokens)))
+        drafted = 0 if server == "plain" else 10
+        timings = {"prompt_n": 5, "prompt_ms": 9.0, "predicted_n": n, "predicted_ms": 100.0}
+        timings |= {"draft_n": drafted, "draft_n_accepted": drafted // 2}
+        return parse_completion({"tokens": [1] * n, "timings": timings})
+
+    monkeypatch.setattr(bt, "timed_completion", fake)
+    servers = {0: "plain", 3: "sd3", 1: "sd1"}
+    runs = bt.measure_real_runs(servers, [[7], [8]], 16, 2, 2)
+    order = [(s, t[0]) for s, t in calls]
+    one_round = [("plain", 7), ("sd1", 7), ("plain", 8), ("sd1", 8), ("plain", 7), ("sd3", 7), ("plain", 8)]
+    assert order == (one_round + [("sd3", 8)]) * 2
+    assert [r.gamma for r in runs[:4]] == [0, 1, 0, 1] and sum(r.gamma == 0 for r in runs) == 8
+    assert runs[1].drafted == 10 and runs[1].tokens == 15 and runs[0].drafted == 0
+    calls.clear()
+    assert [r.gamma for r in bt.measure_real_runs({2: "sd2"}, [[7]], 16, 1, 2)] == [2]
+
+
+def test_the_target_only_step_keeps_its_sign_and_never_reaches_zero():
+    """A step faster than llama-bench's Tp (host drift between stages) is written as measured, not as 0;
+    one that would price a step at or below zero is one line before anything is written."""
+    from calibrate.llama_cpp.latency import _step_ms
+
+    decode = llama_like_profile().latency.cost_model.target_decode
+    tp = float(np.min(decode.ms))
+    assert _step_ms(-5.4, decode) == -5.4 and _step_ms(3.0, decode) == 3.0
+    with pytest.raises(SpecsimError, match="faster than llama-bench's Tp .* calibrate again"):
+        _step_ms(-tp, decode)
+
+
 def test_target_only_real_runs_price_the_step_instead_of_the_streamed_ones():
     """Target-only runs (γ 0, not streamed) 4 ms a step beyond Tp at their contexts, and one 50 ms stall,
     price the step at their median, not the streamed steps' 9 ms; the γ's blocks ignore them."""

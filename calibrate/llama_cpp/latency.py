@@ -27,6 +27,7 @@ from calibrate.llama_cpp.pass_grids import GridPlan, measure_model, measure_veri
 from calibrate.llama_cpp.server import LlamaServer, ServerConfig
 from specsim.costs.grid_pass_cost import GridPassCost
 from specsim.draft_shapes.ngram_lookup import NgramSimple
+from specsim.errors import SpecsimError
 from specsim.hardware.host import cpu_device_name
 from specsim.jsonio import parse_json, read_text, write_json_atomic
 from specsim.profile_format import LatencySection, Provenance
@@ -125,6 +126,19 @@ def _overhead(terms: bt.BlockTerms, gammas) -> OverheadGrid:
     return OverheadGrid(tuple(int(g) for g in gammas), (1,), tuple((float(m),) for m in ms))
 
 
+def _step_ms(per_step_ms: float, decode) -> float:
+    """The target-only step beyond Tp, with its sign: real runs beside the blocks carry the host's speed as
+    the blocks' do, and llama-bench's Tp was timed minutes before them (clamped at 0, a -5.4 ms step priced
+    its check's step 9 % slow); SpecsimError where it would price a step at or below zero."""
+    tp_ms = float(np.min(np.asarray(decode.ms, dtype=float)))
+    if per_step_ms <= -tp_ms:
+        raise SpecsimError(
+            f"block terms: target-only runs {-per_step_ms:.1f} ms a step faster than llama-bench's "
+            f"Tp ({tp_ms:.1f} ms): the host changed between stages, calibrate again"
+        )
+    return float(per_step_ms)
+
+
 def _model(grids: dict, terms: bt.BlockTerms | None, lookup: bt.BlockTerms | None, max_gamma: int, m: int):
     zero = bt.BlockTerms(0.0, 0.0, 0.0, 0.0, 0.0, 0, 0)
     terms = terms or zero
@@ -132,7 +146,7 @@ def _model(grids: dict, terms: bt.BlockTerms | None, lookup: bt.BlockTerms | Non
     return CostModel(
         **{k: v for k, v in grids.items() if k != "draft_catchup"},
         overhead_ms_per_block=_overhead(terms, gammas),
-        overhead_ms_per_target_step=max(terms.per_step_ms, 0.0),
+        overhead_ms_per_target_step=_step_ms(terms.per_step_ms, grids["target_decode"]),
         draft_catchup=grids["draft_catchup"],
         overhead_ms_per_token=max(terms.per_token_ms, 0.0),
         first_pass_drafts=False,

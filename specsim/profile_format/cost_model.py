@@ -152,6 +152,20 @@ class TreeCosts:
         )
 
 
+def target_step_ms(value, tp_ms: float, where: str) -> float:
+    """A target-only step's ms beyond the decode grid's Tp. Negative where real runs found the engine's step
+    faster than the grid's timing (llama.cpp: llama-bench's, timed minutes before them), never so far that
+    a priced step (``tp_ms``: the grid's fastest) would not stay above zero."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and value < 0:
+        step = field_num(value, where)
+        if step <= -tp_ms:
+            raise SpecsimError(
+                f"{where}: expected > -{tp_ms:.6g} (the target's fastest decode step, ms), got {show(value)}"
+            )
+        return step
+    return field_num(value, where, unit="ms", zero_ok=True)
+
+
 # --------------------------------------------------------------------------- the model
 @dataclass(frozen=True)
 class CostModel:
@@ -259,11 +273,10 @@ class CostModel:
         overhead = OverheadGrid.from_json(
             field_req(d, "overhead_ms_per_block", where), f"{where}.overhead_ms_per_block"
         )
-        step = field_num(
+        step = target_step_ms(
             field_req(d, "overhead_ms_per_target_step", where),
+            float(np.min(np.asarray(grids["target_decode"].ms, dtype=float))),
             f"{where}.overhead_ms_per_target_step",
-            unit="ms",
-            zero_ok=True,
         )
         return cls(
             **grids,
