@@ -237,7 +237,7 @@ def test_the_target_only_step_keeps_its_sign_and_never_reaches_zero():
     from calibrate.llama_cpp.latency import _step_ms
 
     decode = llama_like_profile().latency.cost_model.target_decode
-    tp = float(np.min(decode.ms))
+    tp = float(decode.values().min())
     assert _step_ms(-5.4, decode) == -5.4 and _step_ms(3.0, decode) == 3.0
     with pytest.raises(SpecsimError, match="faster than llama-bench's Tp .* calibrate again"):
         _step_ms(-tp, decode)

@@ -130,7 +130,7 @@ def _step_ms(per_step_ms: float, decode) -> float:
     """The target-only step beyond Tp, with its sign: real runs beside the blocks carry the host's speed as
     the blocks' do, and llama-bench's Tp was timed minutes before them (clamped at 0, a -5.4 ms step priced
     its check's step 9 % slow); SpecsimError where it would price a step at or below zero."""
-    tp_ms = float(np.min(np.asarray(decode.ms, dtype=float)))
+    tp_ms = float(decode.values().min())
     if per_step_ms <= -tp_ms:
         raise SpecsimError(
             f"block terms: target-only runs {-per_step_ms:.1f} ms a step faster than llama-bench's "

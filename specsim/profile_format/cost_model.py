@@ -275,7 +275,7 @@ class CostModel:
         )
         step = target_step_ms(
             field_req(d, "overhead_ms_per_target_step", where),
-            float(np.min(np.asarray(grids["target_decode"].ms, dtype=float))),
+            float(grids["target_decode"].values().min()),
             f"{where}.overhead_ms_per_target_step",
         )
         return cls(
