@@ -381,6 +381,27 @@ def test_a_build_folder_is_checked_before_anything_runs(tmp_path):
             ],
             "--ngram: applies one request at a time",
         ),
+        (
+            [
+                "check",
+                "--runtime",
+                "llama.cpp",
+                "--threads",
+                "2",
+                "--profile",
+                "llama-cpp-qwen2.5-coder-0.5b-1.5b-cpu",
+                "--gamma",
+                "3",
+                "--serve-rates",
+                "1",
+                "--min-rounds",
+                "4",
+                "--max-rounds",
+                "3",
+                "--no-write",
+            ],
+            "--min-rounds/--max-rounds: expected 1 <= min <= max, got 4 and 3",
+        ),
     ],
 )
 def test_bad_llama_cpp_options_are_one_line(argv, message, tmp_path):

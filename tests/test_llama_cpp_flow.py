@@ -127,6 +127,43 @@ def test_requests_as_given_each_for_its_own_tokens_and_priced_over_them(monkeypa
     assert row.speedup_predicted == pytest.approx(base_ms / sd_ms, rel=1e-9)  # at the longest: 1.114
 
 
+def test_the_serving_check_goes_on_to_the_halfwidth_side_by_side(monkeypatch, tmp_path):
+    """After --min-rounds, a (rate, side) whose p50 TPOT, p90 TTFT or tokens/s is still wider than
+    --halfwidth runs again, up to --max-rounds; one whose rounds agree stops (before the fix, every side ran
+    --min-rounds rounds, however wide)."""
+    from calibrate.llama_cpp import serve_check
+    from calibrate.llama_cpp.check_runs import Setting
+    from specsim.check.serve_comparison import ServedTimes, headline_halfwidth
+
+    calls = {"base": 0, "sd": 0}
+
+    def run_load(server, prompts, arrivals, n):
+        calls[server.config] += 1
+        # target-only steps 100 ms every round; SD's alternate 60 and 140 ms (wide)
+        step = 0.1 if server.config == "base" else (0.06, 0.14)[calls["sd"] % 2]
+        t = [float(a) for a in arrivals]
+        stamps = tuple(tuple(a + step * (k + 1) for k in range(n)) for a in t)
+        times = ServedTimes(
+            tuple(t),
+            tuple(s[0] for s in stamps),
+            tuple(s[-1] for s in stamps),
+            stamps,
+            (3,) * len(t),
+            (0,) * len(t),
+        )
+        return times, 0.0
+
+    monkeypatch.setattr(serve_check, "LlamaServer", FakeServer)
+    monkeypatch.setattr(serve_check, "run_load", run_load)
+    settings = [Setting("target-only", "base"), Setting("draft:3", "sd")]
+    kw = dict(rates=(0.5,), requests=3, new_tokens=4, seed=0, max_seconds=None)
+    runs, done, _ = serve_check.run_serve_check(
+        None, settings, [[1, 2]], min_rounds=2, max_rounds=5, halfwidth=0.05, partial=tmp_path / "p", **kw
+    )
+    assert done and calls == {"base": 2, "sd": 5}
+    assert headline_halfwidth(runs["0.5@target-only"]) == 0.0 < 0.05 < headline_halfwidth(runs["0.5@draft:3"])
+
+
 def test_the_serving_check_runs_every_round_interleaved_and_resumes(monkeypatch, tmp_path):
     """One call runs --min-rounds rounds, each (rate, side) once a round before any runs twice; a rerun
     after a stop goes on from the partial file (before the fix, one call ran one round only)."""
@@ -147,8 +184,9 @@ def test_the_serving_check_runs_every_round_interleaved_and_resumes(monkeypatch,
     settings = [Setting("target-only", "base"), Setting("draft:3", "sd")]
     partial = tmp_path / "p.json"
     kw = dict(rates=(0.5, 2.0), requests=3, new_tokens=4, seed=0, partial=partial)
+    rounds = dict(halfwidth=0.1, max_seconds=None)
     runs, done, share = serve_check.run_serve_check(
-        None, settings, [[1, 2]], rounds=2, max_seconds=None, **kw
+        None, settings, [[1, 2]], min_rounds=2, max_rounds=2, **rounds, **kw
     )
     assert done and share == pytest.approx(0.01)
     assert {k: len(v) for k, v in runs.items()} == {
@@ -157,5 +195,7 @@ def test_the_serving_check_runs_every_round_interleaved_and_resumes(monkeypatch,
     assert order == ["base", "sd", "base", "sd"] * 2
     # a third round asked for later: the partial's two are kept, one more each
     order.clear()
-    runs, done, _ = serve_check.run_serve_check(None, settings, [[1, 2]], rounds=3, max_seconds=None, **kw)
+    runs, done, _ = serve_check.run_serve_check(
+        None, settings, [[1, 2]], min_rounds=3, max_rounds=3, **rounds, **kw
+    )
     assert done and len(order) == 4 and all(len(v) == 3 for v in runs.values())

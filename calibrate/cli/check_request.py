@@ -100,6 +100,20 @@ def fill_serve_defaults(args) -> None:
             setattr(args, name, default)
 
 
+def check_rounds(args) -> None:
+    """SpecsimError for --halfwidth, --min-rounds/--max-rounds or --max-minutes out of range (either
+    runtime)."""
+    if not 0 < args.halfwidth < 1:
+        raise SpecsimError(f"--halfwidth: expected a fraction in (0, 1), got {args.halfwidth}")
+    if args.min_rounds < 1 or args.max_rounds < args.min_rounds:
+        raise SpecsimError(
+            f"--min-rounds/--max-rounds: expected 1 <= min <= max, got {args.min_rounds} and "
+            f"{args.max_rounds}"
+        )
+    if args.max_minutes is not None and not args.max_minutes > 0:
+        raise SpecsimError(f"--max-minutes: expected a positive number, got {args.max_minutes}")
+
+
 def _check_args(args) -> list[int]:
     """Sorted --gamma; SpecsimError for a flag out of range or given where it does not apply (a serving flag
     without --serve-rates would be ignored); the serving flags' defaults filled in."""
@@ -114,15 +128,7 @@ def _check_args(args) -> list[int]:
         raise SpecsimError(
             f"--max-new-tokens: expected an integer >= 2 (a decode phase to time), got {args.max_new_tokens}"
         )
-    if not 0 < args.halfwidth < 1:
-        raise SpecsimError(f"--halfwidth: expected a fraction in (0, 1), got {args.halfwidth}")
-    if args.min_rounds < 1 or args.max_rounds < args.min_rounds:
-        raise SpecsimError(
-            f"--min-rounds/--max-rounds: expected 1 <= min <= max, got {args.min_rounds} and "
-            f"{args.max_rounds}"
-        )
-    if args.max_minutes is not None and not args.max_minutes > 0:
-        raise SpecsimError(f"--max-minutes: expected a positive number, got {args.max_minutes}")
+    check_rounds(args)
     if args.synthetic_acceptance is not None and (args.tree or args.policy or args.temperature > 0):
         raise SpecsimError(
             "--synthetic-acceptance: runs fixed gamma, greedy (no --tree, --policy or --temperature)"

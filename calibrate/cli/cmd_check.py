@@ -72,7 +72,8 @@ def register(subparsers) -> None:
         type=number_arg("ratio"),
         default=0.015,
         help="stop repeating a row once its "
-        "measured decode-phase speedup has a 95%% half-width within this fraction (default 0.015)",
+        "measured decode-phase speedup has a 95%% half-width within this fraction (default 0.015; "
+        "--serve-rates: a rate and side once its p50 TPOT, p90 TTFT and output tokens/s have)",
     )
     rep.add_argument(
         "--min-rounds",

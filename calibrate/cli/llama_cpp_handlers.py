@@ -114,13 +114,14 @@ def cmd_acceptance_llama(args) -> int:
 def cmd_check_llama(args) -> int:
     """llama.cpp's own SD against its target-only decoding, one request at a time (or --serve-rates): every
     flag and the profile checked first, then the models and prompts once, then the runs."""
-    from calibrate.cli.check_request import fill_serve_defaults
+    from calibrate.cli.check_request import check_rounds, fill_serve_defaults
     from calibrate.llama_cpp.check_runs import check_settings, keep_runs, llama_rows, run_llama_check
     from specsim.check.check_tables import check_table, rounds_note, terms_table
     from specsim.profiles import load_profile, resolve_profile_path, save_profile
 
     gammas, serving = sorted(args.gamma), args.serve_rates is not None
     threads = check_threads(args)
+    check_rounds(args)
     if serving:
         if args.ngram is not None:
             raise SpecsimError("--ngram: applies one request at a time, not with --serve-rates")

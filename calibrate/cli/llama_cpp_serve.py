@@ -18,9 +18,9 @@ def check_slots(profile, slots: int) -> None:
 
 
 def cmd_serve_llama(args, profile, path, entry, gammas, threads, setup) -> int:
-    """The serving check of :mod:`calibrate.llama_cpp.serve_check`: --min-rounds rounds, each rate and side
-    once a round (``setup``: :func:`calibrate.llama_cpp.models.setup_from_args` of the command's flags,
-    every flag checked before it)."""
+    """The serving check of :mod:`calibrate.llama_cpp.serve_check`: each rate and side once a round,
+    --min-rounds rounds, then on to --halfwidth or --max-rounds (``setup``:
+    :func:`calibrate.llama_cpp.models.setup_from_args` of the command's flags, every flag checked first)."""
     from calibrate.llama_cpp.check_runs import keep_runs
     from calibrate.llama_cpp.serve_check import run_serve_check, serve_rows, serve_settings
     from specsim.check.serve_comparison import serve_summary, serve_table
@@ -43,7 +43,9 @@ def cmd_serve_llama(args, profile, path, entry, gammas, threads, setup) -> int:
         requests=args.serve_requests,
         new_tokens=args.max_new_tokens,
         seed=args.seed,
-        rounds=args.min_rounds,
+        min_rounds=args.min_rounds,
+        max_rounds=args.max_rounds,
+        halfwidth=args.halfwidth,
         max_seconds=None if args.max_minutes is None else 60 * args.max_minutes,
         partial=partial,
         niceness=args.renice,

@@ -19,7 +19,7 @@ import numpy as np
 from calibrate.llama_cpp.check_runs import BASE, Setting, label_gamma
 from calibrate.llama_cpp.serve_runs import run_load, workload_arrivals
 from calibrate.llama_cpp.server import LlamaServer, ServerConfig
-from specsim.check.serve_comparison import ServedTimes, predicted_run, serve_check_row
+from specsim.check.serve_comparison import ServedTimes, headline_halfwidth, predicted_run, serve_check_row
 from specsim.draft_shapes.block_plans import greedy_plan
 from specsim.errors import SpecsimError
 from specsim.jsonio import parse_json, read_text, write_json_atomic
@@ -53,12 +53,17 @@ def run_serve_check(
     requests: int,
     new_tokens: int,
     seed: int,
-    rounds: int,
+    min_rounds: int,
+    max_rounds: int,
+    halfwidth: float,
     max_seconds: float | None,
     partial: Path,
     niceness: int = 0,
 ) -> tuple[dict, bool, float]:
-    """(runs by "rate@label" → list of ServedTimes, finished, the client's mean CPU share in cores)."""
+    """(runs by "rate@label" → list of ServedTimes, finished, the client's mean CPU share in cores): each
+    (rate, side) runs ``min_rounds`` times, then on while its headline metrics' relative 95% half-width
+    exceeds ``halfwidth`` (:func:`specsim.check.serve_comparison.headline_halfwidth`, as our own server
+    loop's check), up to ``max_rounds``; finished when none is left."""
     key = {
         "settings": [s.label for s in settings],
         "rates": list(rates),
@@ -78,8 +83,12 @@ def run_serve_check(
         }
     shares, t0 = [], time.perf_counter()
 
+    def wanted(done: list) -> bool:
+        n = len(done)
+        return n < min_rounds or (n < max_rounds and headline_halfwidth(done) > halfwidth)
+
     def left() -> list[tuple[float, Setting]]:
-        return [(r, s) for r in rates for s in settings if len(runs.get(_key(r, s.label), [])) < rounds]
+        return [(r, s) for r in rates for s in settings if wanted(runs.get(_key(r, s.label), []))]
 
     def out_of_time() -> bool:
         return max_seconds is not None and time.perf_counter() - t0 > max_seconds

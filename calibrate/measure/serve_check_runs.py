@@ -96,9 +96,8 @@ def run_serve_check(
     from calibrate.drafting.contexts import image_runs
     from calibrate.measure.batch_check_runs import members_of
     from calibrate.run.server_loop import serve_loop
-    from specsim.check.serve_comparison import HEADLINE, measured_run, metric_values, rel_halfwidth
+    from specsim.check.serve_comparison import headline_halfwidth
     from specsim.serve.arrivals import poisson_arrivals
-    from specsim.serve.metrics import summarize
 
     out = ServeRuns(order=workload_order(setup, requests))
     reqs = [setup.groups[g][i] for g, i in out.order]
@@ -143,15 +142,7 @@ def run_serve_check(
                     out.runs[(rate, side)].append(served_times(run, images, image_tokens))
         out.rounds = rnd + 1
         if rnd + 1 >= min_rounds:
-            active = {
-                key
-                for key in active
-                if max(
-                    rel_halfwidth([metric_values(summarize(measured_run(t)))[n] for t in out.runs[key]])
-                    for n in HEADLINE
-                )
-                > halfwidth
-            }
+            active = {key for key in active if headline_halfwidth(out.runs[key]) > halfwidth}
         if not active or (max_seconds is not None and time.perf_counter() - t0 > max_seconds):
             break
     out.seconds = time.perf_counter() - t0

@@ -152,6 +152,13 @@ def rel_halfwidth(values: Sequence[float]) -> float:
     return float(student_t.ppf(0.975, x.size - 1) * x.std(ddof=1) / np.sqrt(x.size) / x.mean())
 
 
+def headline_halfwidth(runs: Sequence[ServedTimes]) -> float:
+    """The widest relative 95% half-width of :data:`HEADLINE`'s metrics over ``runs`` (rounds of one rate
+    and side; inf below two): both serving checks go on while it exceeds their ``--halfwidth``."""
+    rounds = [metric_values(summarize(measured_run(t))) for t in runs]
+    return max(rel_halfwidth([r[n] for r in rounds]) for n in HEADLINE)
+
+
 def serve_check_row(
     measured: Sequence[ServedTimes],
     predicted: ServeRun,
