@@ -120,6 +120,28 @@ def test_a_target_step_below_the_grid_loads_but_never_prices_a_step_at_zero():
         CostModel.from_json(cm.to_json() | {"overhead_ms_per_target_step": float("nan")})
 
 
+def test_llama_cpp_blocks_below_their_forwards_load_but_never_price_a_block_at_its_verification():
+    """A profile whose prompt pass drafts nothing (llama.cpp's) keeps each γ's block residual with its sign,
+    down to just above minus its cheapest verification (γ + 1 rows: 10 + 2γ ms at context 8 here); our
+    engines' profiles still refuse a negative block overhead."""
+    cm = replace(_cost_model(), first_pass_drafts=False)
+    grid = OverheadGrid((1, 6), (1,), ((-11.9,), (-21.9,)))
+    back = CostModel.from_json(json.loads(json.dumps(replace(cm, overhead_ms_per_block=grid).to_json())))
+    assert back.overhead_ms_per_block == grid
+    assert GridPassCost(back).block_overhead_ms(3) == pytest.approx(-11.9 - 10.0 * 2 / 5)
+    for bad, at in (((-12.09,), (0.0,)), ((0.0,), (-22.2,))):
+        d = cm.to_json() | {"overhead_ms_per_block": OverheadGrid((1, 6), (1,), (bad, at)).to_json()}
+        g, floor = (1, 12.08) if bad[0] else (6, 22.08)
+        with pytest.raises(SpecsimError, match=rf"overhead_ms_per_block: expected > -{floor} at gamma {g}"):
+            CostModel.from_json(d)
+    lookup = cm.to_json() | {"lookup_overhead_ms_per_block": OverheadGrid((1,), (1,), ((-13.0,),)).to_json()}
+    with pytest.raises(SpecsimError, match=r"lookup_overhead_ms_per_block: expected > -12.08 at gamma 1"):
+        CostModel.from_json(lookup)
+    ours = _cost_model().to_json() | {"overhead_ms_per_block": grid.to_json()}
+    with pytest.raises(SpecsimError, match=r"overhead_ms_per_block.ms\[0\]\[0\]: expected a value"):
+        CostModel.from_json(ours)
+
+
 def test_schema1_profile_still_loads(tmp_path):
     data = make_profile().to_json() | {"schema_version": 1}
     path = tmp_path / "old.json"

@@ -7,7 +7,7 @@ import base64
 import json
 import subprocess
 import sys
-from dataclasses import replace
+from dataclasses import asdict, replace
 from pathlib import Path
 
 import numpy as np
@@ -243,6 +243,44 @@ def test_the_target_only_step_keeps_its_sign_and_never_reaches_zero():
         _step_ms(-tp, decode)
 
 
+def test_each_gammas_real_blocks_keep_their_sign_and_never_reach_their_verification():
+    """Real blocks under llama-bench's forwards (host drift between stages) are written as measured, not as
+    0 (a calibration's -56 to -130 ms were); one at or below minus its cheapest verification is one line."""
+    from calibrate.llama_cpp.latency import _overhead
+
+    verify = llama_like_profile().latency.cost_model.target_verify
+    terms = bt.BlockTerms(0.0, 0.0, 0.0, 0.0, 0.0, 0, 0, ((1, -56.0), (3, 12.0)))
+    grid = _overhead(terms, range(1, 5), verify)
+    assert [m for (m,) in grid.ms] == pytest.approx([-56.0, -22.0, 12.0, 12.0])
+    floor = float(verify.values()[list(verify.rows).index(2)].min())  # γ 1 verifies 2 rows
+    with pytest.raises(SpecsimError, match=r"expected > -.* at gamma 1 .* calibrate again"):
+        _overhead(replace(terms, per_gamma_ms=((1, -floor), (3, 0.0))), range(1, 4), verify)
+
+
+def test_refit_reads_the_kept_records_and_runs_nothing(tmp_path):
+    """--refit's stages come from a finished calibration's records: missing or of another key is one line,
+    a stage they lack is refused rather than timed, a stage they hold is read without running."""
+    from calibrate.llama_cpp import latency
+
+    path, key = tmp_path / "p.json.llama-latency.records.json", {"plan": "a"}
+    with pytest.raises(SpecsimError, match="--refit: .*: not found"):
+        latency.Stages.open(path, key, kept=True)
+    path.write_text(json.dumps({"key": {"plan": "b"}, "done": {}, "seconds": {}}))
+    with pytest.raises(SpecsimError, match="records of another plan"):
+        latency.Stages.open(path, key, kept=True)
+    step = asdict(bt.BlockSample(0, 0, 0, 1, 60, 9.0))
+    path.write_text(json.dumps({"key": key, "done": {"blocks": [step]}, "seconds": {"blocks": 1.0}}))
+    stages = latency.Stages.open(path, key, kept=True)
+
+    def run():
+        raise AssertionError("a refit timed a stage")
+
+    assert latency._stage(stages, "blocks", run, bt.BlockSample) == [bt.BlockSample(0, 0, 0, 1, 60, 9.0)]
+    with pytest.raises(SpecsimError, match="has no 'real blocks' stage"):
+        latency._stage(stages, "real blocks", run, bt.RunSample)
+    assert latency.Stages.open(path, {"plan": "c"}).done == {}  # a new calibration measures
+
+
 def test_target_only_real_runs_price_the_step_instead_of_the_streamed_ones():
     """Target-only runs (γ 0, not streamed) 4 ms a step beyond Tp at their contexts, and one 50 ms stall,
     price the step at their median, not the streamed steps' 9 ms; the γ's blocks ignore them."""
@@ -402,6 +440,11 @@ def test_a_build_folder_is_checked_before_anything_runs(tmp_path):
             ],
             "--min-rounds/--max-rounds: expected 1 <= min <= max, got 4 and 3",
         ),
+        (
+            ["calibrate", "latency", "--engine", "llama.cpp", "--threads", "2", "--refit", "--out", "x.json"],
+            "--refit: no records at x.json.llama-latency.records.json",
+        ),
+        (["calibrate", "latency", "--refit", "--out", "x.json"], "--refit: refits llama.cpp's kept records"),
     ],
 )
 def test_bad_llama_cpp_options_are_one_line(argv, message, tmp_path):

@@ -160,6 +160,12 @@ def register(subparsers) -> None:
         "batch-1 latency (e.g. a larger B after a first run)",
     )
     what.add_argument(
+        "--refit",
+        action="store_true",
+        help="--engine llama.cpp: fit the profile at --out again from the raw records its calibration kept "
+        "(OUT.llama-latency.records.json), timing nothing (llama-server only tokenizes the prompts)",
+    )
+    what.add_argument(
         "--request-gammas",
         type=int_list_arg("gamma"),
         help="gammas of the batched sweep (default 1,3,5; rows between them are interpolated)",
@@ -244,6 +250,8 @@ def cmd_latency(args) -> int:
     """The command: check arguments and --out, load, plan, measure (resumable), write, print a summary."""
     if args.engine == "llama.cpp":
         return cmd_latency_llama(args)
+    if args.refit:
+        raise SpecsimError("--refit: refits llama.cpp's kept records (--engine llama.cpp)")
     from calibrate.measure import latency_plan as L
     from calibrate.measure.latency_assembly import summary_lines
     from calibrate.measure.latency_workload import latency_workload

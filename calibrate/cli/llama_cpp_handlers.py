@@ -25,8 +25,9 @@ def _command() -> str:
 
 
 def cmd_latency_llama(args) -> int:
-    """Measure the pass grids and the per-block terms through llama.cpp into --out (--request-batches: also
-    the batched grids of llama-server's slots; --batched-only: those alone, into a llama.cpp profile)."""
+    """Measure the pass grids and the per-block terms through llama.cpp into --out, its raw records kept
+    beside it (--request-batches: also the batched grids of llama-server's slots; --batched-only: those
+    alone, into a llama.cpp profile; --refit: fit the kept records again, timing nothing)."""
     from calibrate.llama_cpp.latency import (
         LatencyPlan,
         add_batched,
@@ -47,6 +48,11 @@ def cmd_latency_llama(args) -> int:
     prefill = tuple(sorted(set(args.prefill_tokens or DEFAULT_PREFILL)))
     if args.batched_only and not args.request_batches:
         raise SpecsimError("--batched-only: needs --request-batches")
+    records = Path(f"{args.out}.llama-latency.records.json")
+    if args.refit and (args.batched_only or args.request_batches):
+        raise SpecsimError("--refit: fits the one-request terms again; not with --request-batches")
+    if args.refit and not records.exists():
+        raise SpecsimError(f"--refit: no records at {records} (a finished calibration keeps them there)")
     serve = None
     if args.request_batches:
         serve = ServePlan(
@@ -71,12 +77,11 @@ def cmd_latency_llama(args) -> int:
     grid = GridPlan(depths, gammas[-1], prefill, threads, reps, args.renice)
     plan = LatencyPlan(grid, gammas, ngram=ngram, held_out=tuple(p.prompt_id for p in held))
     notes = "; ".join(x for x in (_command(), note) if x)
-    partial = Path(f"{args.out}.llama-latency.partial.json")
-    result = measure_latency(
-        llama, target, draft, plan, ids, partial=partial, niceness=args.renice, notes=notes, held_out=held_ids
-    )
+    partial = records if args.refit else Path(f"{args.out}.llama-latency.partial.json")
+    kw = {"niceness": args.renice, "notes": notes, "held_out": held_ids, "kept": args.refit}
+    result = measure_latency(llama, target, draft, plan, ids, partial=partial, **kw)
     path = save_latency(args.out, result.section)
-    partial.unlink(missing_ok=True)
+    partial.replace(records)  # kept: --refit fits them again after a change to the fit
     if serve is not None:
         add_batched(path, llama, target, draft, serve)
     if args.json:

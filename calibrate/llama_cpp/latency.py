@@ -31,7 +31,7 @@ from specsim.errors import SpecsimError
 from specsim.hardware.host import cpu_device_name
 from specsim.jsonio import parse_json, read_text, write_json_atomic
 from specsim.profile_format import LatencySection, Provenance
-from specsim.profile_format.cost_model import CostModel
+from specsim.profile_format.cost_model import CostModel, check_block_residuals
 from specsim.profile_format.overhead_grid import OverheadGrid
 
 SCHEMA_VERSION = 1
@@ -121,9 +121,17 @@ def _lookup_samples(llama, target, plan: LatencyPlan, niceness) -> tuple[list[bt
         return bt.measure_runs(servers, ids, runs, plan.rounds, lookup=kind), len(ids)
 
 
-def _overhead(terms: bt.BlockTerms, gammas) -> OverheadGrid:
-    ms = np.maximum(terms.block_ms(np.asarray(gammas)), 0.0)
-    return OverheadGrid(tuple(int(g) for g in gammas), (1,), tuple((float(m),) for m in ms))
+def _overhead(terms: bt.BlockTerms, gammas, verify) -> OverheadGrid:
+    """Each γ's block beyond its forwards and emitted tokens, with its sign, as the step's
+    (:func:`_step_ms`): a γ whose real blocks ran under llama-bench's forwards is priced so (one
+    calibration's ran 31-130 ms under them, which a clamp at 0 priced as 0); SpecsimError where it would
+    price a block at or below its verification."""
+    ms = terms.block_ms(np.asarray(gammas))
+    grid = OverheadGrid(tuple(int(g) for g in gammas), (1,), tuple((float(m),) for m in ms))
+    try:
+        return check_block_residuals(grid, verify, "block terms")
+    except SpecsimError as err:
+        raise SpecsimError(f"{err}: the host changed between stages, calibrate again") from None
 
 
 def _step_ms(per_step_ms: float, decode) -> float:
@@ -145,12 +153,14 @@ def _model(grids: dict, terms: bt.BlockTerms | None, lookup: bt.BlockTerms | Non
     gammas = range(1, max_gamma + 1)
     return CostModel(
         **{k: v for k, v in grids.items() if k != "draft_catchup"},
-        overhead_ms_per_block=_overhead(terms, gammas),
+        overhead_ms_per_block=_overhead(terms, gammas, grids["target_verify"]),
         overhead_ms_per_target_step=_step_ms(terms.per_step_ms, grids["target_decode"]),
         draft_catchup=grids["draft_catchup"],
         overhead_ms_per_token=max(terms.per_token_ms, 0.0),
         first_pass_drafts=False,
-        lookup_overhead_ms_per_block=None if lookup is None else _overhead(lookup, range(1, m + 1)),
+        lookup_overhead_ms_per_block=(
+            None if lookup is None else _overhead(lookup, range(1, m + 1), grids["target_verify"])
+        ),
         interpolation="context_tokens: piecewise linear (llama-bench depths), flagged linear extrapolation "
         "outside; rows exact or linear between measured values",
     )
@@ -165,7 +175,10 @@ def fit_lookup(samples, cost, per_token_ms: float) -> bt.BlockTerms:
 
 
 def _stage(stages: Stages, name: str, run, kind):
-    """A stage's records: from the partial file of an earlier slice, else run now and saved."""
+    """A stage's records: from the partial file of an earlier slice, else run now and saved (refused for
+    kept records, which a refit only reads)."""
+    if name not in stages.done and stages.kept:
+        raise SpecsimError(f"--refit: {stages.path} has no {name!r} stage (calibrate again)")
     if name not in stages.done:
         t0 = time.perf_counter()
         stages.done[name] = [asdict(r) for r in run()]
@@ -186,13 +199,17 @@ class Stages:
     key: dict
     done: dict
     seconds: dict
+    kept: bool = False  # a finished calibration's records (--refit): read, never run or written
 
     @classmethod
-    def open(cls, path: Path, key: dict) -> Stages:
+    def open(cls, path: Path, key: dict, kept: bool = False) -> Stages:
         if path.exists():
-            d = parse_json(read_text(path, "latency partial"), str(path))
+            d = parse_json(read_text(path, "latency records" if kept else "latency partial"), str(path))
             if d.get("key") == key:
-                return cls(path, key, d["done"], d["seconds"])
+                return cls(path, key, d["done"], d["seconds"], kept)
+        if kept:
+            why = "not found" if not path.exists() else "records of another plan, models or llama.cpp build"
+            raise SpecsimError(f"--refit: {path}: {why} (the same command without --refit measures)")
         return cls(path, key, {}, {})
 
     def save(self) -> None:
@@ -201,12 +218,13 @@ class Stages:
 
 def measure_latency(
     llama: LlamaCpp, target: str, draft: str, plan: LatencyPlan, prompt_ids, *, partial: Path, niceness=0,
-    notes="", held_out=(),
+    notes="", held_out=(), kept: bool = False,
 ) -> LatencyResult:  # fmt: skip
-    """Both stages (module docstring) into a latency section, stage by stage (resumable from ``partial``);
-    ``held_out``: the token ids of ``plan.held_out``'s prompts."""
+    """Both stages (module docstring) into a latency section, stage by stage (resumable from ``partial``;
+    ``kept``: a finished calibration's records there, fitted again without timing anything); ``held_out``:
+    the token ids of ``plan.held_out``'s prompts."""
     key = {"plan": repr(plan), "target": target, "draft": draft, "commit": llama.commit}
-    st = Stages.open(partial, key)
+    st = Stages.open(partial, key, kept)
     t_recs = _stage(
         st, "llama-bench target", lambda: measure_model(llama, target, plan.grid, draft=False), BenchRecord
     )

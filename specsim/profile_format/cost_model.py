@@ -166,6 +166,28 @@ def target_step_ms(value, tp_ms: float, where: str) -> float:
     return field_num(value, where, unit="ms", zero_ok=True)
 
 
+def block_floor_ms(verify: CostGrid, gamma: int) -> float:
+    """The cheapest verification of a block at γ (ms): the grid's fastest pass at the largest measured row
+    count ≤ γ + 1 (more rows cost more), below which no block at γ is priced."""
+    i = max(int(np.searchsorted(np.asarray(verify.rows), gamma + 1, side="right")) - 1, 0)
+    return float(verify.values()[i].min())
+
+
+def check_block_residuals(grid: OverheadGrid, verify: CostGrid, where: str) -> OverheadGrid:
+    """``grid``, each γ's residual checked above minus its cheapest verification (:func:`block_floor_ms`):
+    an engine's real blocks may run under their grids' forwards (llama.cpp: llama-bench's, timed minutes
+    before), never so far that a block would be priced at or below zero."""
+    by_context = np.asarray(grid.ms_by_context if grid.ms_by_context is not None else grid.ms, dtype=float)
+    for i, g in enumerate(grid.gamma):
+        floor, worst = block_floor_ms(verify, g), float(np.min(by_context[i]))
+        if worst <= -floor:
+            raise SpecsimError(
+                f"{where}: expected > -{floor:.6g} at gamma {g} (its cheapest verification, ms), "
+                f"got {show(worst)}"
+            )
+    return grid
+
+
 # --------------------------------------------------------------------------- the model
 @dataclass(frozen=True)
 class CostModel:
@@ -270,9 +292,14 @@ class CostModel:
                     f"{where}.{name}.batch: expected [1] (the target runs one request), "
                     f"got {show(list(grids[name].batch))}"
                 )
-        overhead = OverheadGrid.from_json(
-            field_req(d, "overhead_ms_per_block", where), f"{where}.overhead_ms_per_block"
-        )
+
+        # llama.cpp's blocks (no draft in the prompt's pass) keep the sign their real runs measured.
+        def blocks(value, at: str) -> OverheadGrid:
+            grid = OverheadGrid.from_json(value, at, signed=not first)
+            return grid if first else check_block_residuals(grid, grids["target_verify"], at)
+
+        overhead = blocks(field_req(d, "overhead_ms_per_block", where), f"{where}.overhead_ms_per_block")
+        lookup = field_opt(d, "lookup_overhead_ms_per_block", blocks, where)
         step = target_step_ms(
             field_req(d, "overhead_ms_per_target_step", where),
             float(grids["target_decode"].values().min()),
@@ -293,9 +320,7 @@ class CostModel:
                 d.get("overhead_ms_per_token", 0.0), f"{where}.overhead_ms_per_token", unit="ms", zero_ok=True
             ),
             first_pass_drafts=first,
-            lookup_overhead_ms_per_block=field_opt(
-                d, "lookup_overhead_ms_per_block", OverheadGrid.from_json, where
-            ),
+            lookup_overhead_ms_per_block=lookup,
         )
 
     @property

@@ -53,7 +53,10 @@ class OverheadGrid:
         return out
 
     @classmethod
-    def from_json(cls, d: dict, where: str) -> OverheadGrid:
+    def from_json(cls, d: dict, where: str, *, signed: bool = False) -> OverheadGrid:
+        """The grid of ``d``; ``signed``: values may be negative (an engine's real blocks that ran under
+        their grids' forwards; the caller bounds them)."""
+        _ms = _signed_ms if signed else _overhead_ms
         check_keys(
             d if isinstance(d, dict) else {},
             {"gamma", "batch", "ms", "context_tokens", "ms_by_context"},
@@ -112,9 +115,16 @@ def _corners(x: np.ndarray, xs: np.ndarray):
     return ((lo, 1.0 - w), (hi, w))
 
 
-def _ms(value, where: str) -> float:
+def _overhead_ms(value, where: str) -> float:
     """A measured overhead: ms, 0 allowed."""
     return field_num(value, where, unit="ms", zero_ok=True)
+
+
+def _signed_ms(value, where: str) -> float:
+    """A measured residual: ms, finite; a positive one in the ms range as :func:`_overhead_ms`."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and value < 0:
+        return field_num(value, where)
+    return _overhead_ms(value, where)
 
 
 @dataclass(frozen=True)
