@@ -137,6 +137,9 @@ def test_llama_cpp_blocks_below_their_forwards_load_but_never_price_a_block_at_i
     lookup = cm.to_json() | {"lookup_overhead_ms_per_block": OverheadGrid((1,), (1,), ((-13.0,),)).to_json()}
     with pytest.raises(SpecsimError, match=r"lookup_overhead_ms_per_block: expected > -12.08 at gamma 1"):
         CostModel.from_json(lookup)
+    by_ctx = OverheadGrid((1,), (1,), ((-13.0,),), (8.0,), (((-1.0,),),))  # pooled below, by context above
+    with pytest.raises(SpecsimError, match=r"overhead_ms_per_block: expected > -12.08 at gamma 1"):
+        CostModel.from_json(cm.to_json() | {"overhead_ms_per_block": by_ctx.to_json()})
     ours = _cost_model().to_json() | {"overhead_ms_per_block": grid.to_json()}
     with pytest.raises(SpecsimError, match=r"overhead_ms_per_block.ms\[0\]\[0\]: expected a value"):
         CostModel.from_json(ours)

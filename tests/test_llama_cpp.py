@@ -321,6 +321,22 @@ def test_a_build_folder_is_checked_before_anything_runs(tmp_path):
         find_llama_cpp(str(tmp_path))
 
 
+# check --runtime llama.cpp --serve-rates on the shipped profile: the bad-option cases below add to it
+LLAMA_SERVE_CHECK = [
+    "check",
+    "--runtime",
+    "llama.cpp",
+    "--threads",
+    "2",
+    "--profile",
+    "llama-cpp-qwen2.5-coder-0.5b-1.5b-cpu",
+    "--gamma",
+    "3",
+    "--serve-rates",
+    "1",
+]
+
+
 @pytest.mark.parametrize(
     "argv, message",
     [
@@ -401,43 +417,11 @@ def test_a_build_folder_is_checked_before_anything_runs(tmp_path):
             "--method",
         ),
         (
-            [
-                "check",
-                "--runtime",
-                "llama.cpp",
-                "--threads",
-                "2",
-                "--profile",
-                "llama-cpp-qwen2.5-coder-0.5b-1.5b-cpu",
-                "--gamma",
-                "3",
-                "--serve-rates",
-                "1",
-                "--ngram",
-                "ngram-simple:3,6",
-                "--no-write",
-            ],
+            [*LLAMA_SERVE_CHECK, "--ngram", "ngram-simple:3,6", "--no-write"],
             "--ngram: applies one request at a time",
         ),
         (
-            [
-                "check",
-                "--runtime",
-                "llama.cpp",
-                "--threads",
-                "2",
-                "--profile",
-                "llama-cpp-qwen2.5-coder-0.5b-1.5b-cpu",
-                "--gamma",
-                "3",
-                "--serve-rates",
-                "1",
-                "--min-rounds",
-                "4",
-                "--max-rounds",
-                "3",
-                "--no-write",
-            ],
+            [*LLAMA_SERVE_CHECK, "--min-rounds", "4", "--max-rounds", "3", "--no-write"],
             "--min-rounds/--max-rounds: expected 1 <= min <= max, got 4 and 3",
         ),
         (

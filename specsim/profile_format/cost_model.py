@@ -27,7 +27,7 @@ from specsim.jsonio import (
 )
 from specsim.profile_format.batched_cost import BatchedCosts
 from specsim.profile_format.cost_grid import CostGrid
-from specsim.profile_format.overhead_grid import OverheadGrid, TreeOverheadFit
+from specsim.profile_format.overhead_grid import OverheadGrid, TreeOverheadFit, signed_ms
 from specsim.profile_format.sampling_cost import SamplingCost
 
 GRID_NAMES = (
@@ -156,14 +156,12 @@ def target_step_ms(value, tp_ms: float, where: str) -> float:
     """A target-only step's ms beyond the decode grid's Tp. Negative where real runs found the engine's step
     faster than the grid's timing (llama.cpp: llama-bench's, timed minutes before them), never so far that
     a priced step (``tp_ms``: the grid's fastest) would not stay above zero."""
-    if isinstance(value, (int, float)) and not isinstance(value, bool) and value < 0:
-        step = field_num(value, where)
-        if step <= -tp_ms:
-            raise SpecsimError(
-                f"{where}: expected > -{tp_ms:.6g} (the target's fastest decode step, ms), got {show(value)}"
-            )
-        return step
-    return field_num(value, where, unit="ms", zero_ok=True)
+    step = signed_ms(value, where)
+    if step < 0 and step <= -tp_ms:
+        raise SpecsimError(
+            f"{where}: expected > -{tp_ms:.6g} (the target's fastest decode step, ms), got {show(value)}"
+        )
+    return step
 
 
 def block_floor_ms(verify: CostGrid, gamma: int) -> float:
@@ -177,9 +175,11 @@ def check_block_residuals(grid: OverheadGrid, verify: CostGrid, where: str) -> O
     """``grid``, each γ's residual checked above minus its cheapest verification (:func:`block_floor_ms`):
     an engine's real blocks may run under their grids' forwards (llama.cpp: llama-bench's, timed minutes
     before), never so far that a block would be priced at or below zero."""
-    by_context = np.asarray(grid.ms_by_context if grid.ms_by_context is not None else grid.ms, dtype=float)
+    pooled = np.asarray(grid.ms, dtype=float)
+    by_context = pooled if grid.ms_by_context is None else np.asarray(grid.ms_by_context, dtype=float)
     for i, g in enumerate(grid.gamma):
-        floor, worst = block_floor_ms(verify, g), float(np.min(by_context[i]))
+        # the pooled values price a block whose context is not given, the by-context ones the rest
+        floor, worst = block_floor_ms(verify, g), float(min(np.min(pooled[i]), np.min(by_context[i])))
         if worst <= -floor:
             raise SpecsimError(
                 f"{where}: expected > -{floor:.6g} at gamma {g} (its cheapest verification, ms), "

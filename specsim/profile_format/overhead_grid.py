@@ -56,7 +56,7 @@ class OverheadGrid:
     def from_json(cls, d: dict, where: str, *, signed: bool = False) -> OverheadGrid:
         """The grid of ``d``; ``signed``: values may be negative (an engine's real blocks that ran under
         their grids' forwards; the caller bounds them)."""
-        _ms = _signed_ms if signed else _overhead_ms
+        _ms = signed_ms if signed else _overhead_ms
         check_keys(
             d if isinstance(d, dict) else {},
             {"gamma", "batch", "ms", "context_tokens", "ms_by_context"},
@@ -120,8 +120,9 @@ def _overhead_ms(value, where: str) -> float:
     return field_num(value, where, unit="ms", zero_ok=True)
 
 
-def _signed_ms(value, where: str) -> float:
-    """A measured residual: ms, finite; a positive one in the ms range as :func:`_overhead_ms`."""
+def signed_ms(value, where: str) -> float:
+    """A measured residual: ms, finite; a positive one in the ms range as :func:`_overhead_ms` (the caller
+    bounds a negative one: a block's or a step's residual)."""
     if isinstance(value, (int, float)) and not isinstance(value, bool) and value < 0:
         return field_num(value, where)
     return _overhead_ms(value, where)
