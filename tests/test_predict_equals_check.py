@@ -40,3 +40,22 @@ def test_predict_prints_the_checks_predicted_column(capsys, name):
         label = None if r.draft is None else r.draft.split(":", 1)[0] + ":" + r.draft.split(":", 1)[1]
         key = (r.method, r.scenario, label, r.gamma)
         assert printed[key] == pytest.approx(r.speedup_predicted, rel=1e-12), key
+
+
+# llama.cpp's one-request checks ran with --max-new-tokens 64 as well (README, "llama.cpp").
+LLAMA_CPP_CHECKED = ("llama-cpp-qwen2.5-coder-0.5b-1.5b-cpu", "llama-cpp-qwen2.5-coder-0.5b-1.5b-cpu-check")
+
+
+@pytest.mark.parametrize("name", LLAMA_CPP_CHECKED)
+def test_predict_prints_the_llama_cpp_checks_predicted_column(capsys, name):
+    """A check of llama.cpp's own SD is priced by the same ``price`` as ``predict``: every draft-model row's
+    predicted speedup (τ from the traces) is what ``predict`` prints at its γ."""
+    rows = [r for r in load_profile(name).checks if r.runtime == "llama.cpp" and r.draft is None]
+    assert len({r.gamma for r in rows}) >= 6, "the committed check covers γ 1..6"
+    for r in rows:
+        (p,) = [
+            p
+            for p in _predict_json(capsys, "--profile", name, "--gamma", str(r.gamma))
+            if (p["method"], p["scenario"]) == (r.method, r.scenario)
+        ]
+        assert p["speedup"] == pytest.approx(r.speedup_predicted, rel=1e-12), r.gamma
