@@ -234,27 +234,23 @@ def test_real_runs_pair_a_target_only_run_with_every_draft_run(monkeypatch):
 def test_the_target_only_step_keeps_its_sign_and_never_reaches_zero():
     """A step faster than llama-bench's Tp (host drift between stages) is written as measured, not as 0;
     one that would price a step at or below zero is one line before anything is written."""
-    from calibrate.llama_cpp.latency import _step_ms
-
     decode = llama_like_profile().latency.cost_model.target_decode
     tp = float(decode.values().min())
-    assert _step_ms(-5.4, decode) == -5.4 and _step_ms(3.0, decode) == 3.0
+    assert bt.step_overhead_ms(-5.4, decode) == -5.4 and bt.step_overhead_ms(3.0, decode) == 3.0
     with pytest.raises(SpecsimError, match="faster than llama-bench's Tp .* calibrate again"):
-        _step_ms(-tp, decode)
+        bt.step_overhead_ms(-tp, decode)
 
 
 def test_each_gammas_real_blocks_keep_their_sign_and_never_reach_their_verification():
     """Real blocks under llama-bench's forwards (host drift between stages) are written as measured, not as
     0 (a calibration's -56 to -130 ms were); one at or below minus its cheapest verification is one line."""
-    from calibrate.llama_cpp.latency import _overhead
-
     verify = llama_like_profile().latency.cost_model.target_verify
     terms = bt.BlockTerms(0.0, 0.0, 0.0, 0.0, 0.0, 0, 0, ((1, -56.0), (3, 12.0)))
-    grid = _overhead(terms, range(1, 5), verify)
+    grid = bt.overhead_grid(terms, range(1, 5), verify)
     assert [m for (m,) in grid.ms] == pytest.approx([-56.0, -22.0, 12.0, 12.0])
     floor = float(verify.values()[list(verify.rows).index(2)].min())  # γ 1 verifies 2 rows
     with pytest.raises(SpecsimError, match=r"expected > -.* at gamma 1 .* calibrate again"):
-        _overhead(replace(terms, per_gamma_ms=((1, -floor), (3, 0.0))), range(1, 4), verify)
+        bt.overhead_grid(replace(terms, per_gamma_ms=((1, -floor), (3, 0.0))), range(1, 4), verify)
 
 
 def test_refit_reads_the_kept_records_and_runs_nothing(tmp_path):
@@ -419,6 +415,15 @@ LLAMA_SERVE_CHECK = [
         (
             [*LLAMA_SERVE_CHECK, "--ngram", "ngram-simple:3,6", "--no-write"],
             "--ngram: applies one request at a time",
+        ),
+        ([*LLAMA_SERVE_CHECK, "--remeasure", "--no-write"], "--remeasure: applies one request at a time"),
+        (
+            [*LLAMA_SERVE_CHECK[:-2], "--remeasure", "--limit", "15", "--no-write"],
+            "--remeasure: the held-out prompts are reference's last 2; expected --limit <= 14",
+        ),
+        (
+            ["check", "--profile", "qwen2.5-coder-0.5b-1.5b-cpu-xeon", "--remeasure", "--no-write"],
+            "--remeasure: applies with --runtime llama.cpp",
         ),
         (
             [*LLAMA_SERVE_CHECK, "--min-rounds", "4", "--max-rounds", "3", "--no-write"],

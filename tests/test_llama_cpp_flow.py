@@ -199,3 +199,59 @@ def test_the_serving_check_runs_every_round_interleaved_and_resumes(monkeypatch,
         None, settings, [[1, 2]], min_rounds=3, max_rounds=3, **rounds, **kw
     )
     assert done and len(order) == 4 and all(len(v) == 3 for v in runs.values())
+
+
+def test_remeasure_runs_one_held_out_prompt_a_round_and_prices_the_step_and_blocks_from_them(
+    monkeypatch, tmp_path
+):
+    """--remeasure: before each round one held-out prompt (in turn) runs target-only, at each draft-model γ
+    and target-only again, resumable like the rest; the step and each run γ's block are then priced at the
+    median of those runs beyond the grids' forwards, the other γ as calibrated; a held-out prompt that is
+    also checked is refused."""
+    from calibrate.llama_cpp import block_terms as bt
+    from specsim.costs.grid_pass_cost import GridPassCost
+
+    sent = []
+
+    class Logged(FakeServer):
+        def complete(self, tokens, n):  # 420 ms a step, 1000 ms a block: the stand-in profile's pace
+            sent.append((self.config.draft_max or 0, n))
+            out = super().complete(tokens, n)
+            out["timings"]["predicted_ms"] *= 4.0 if self.config.draft_max else 4.2
+            return out
+
+    monkeypatch.setattr(check_runs, "LlamaServer", Logged)
+    prompts = [TracedPrompt("a", "p0"), TracedPrompt("b", "p1")]
+    held = (TracedPrompt("h0", "q0"), TracedPrompt("h1", "q1"))  # the same length: one residual each
+    settings = check_runs.check_settings("t.gguf", "d.gguf", 2, [1, 3], NgramSimple(3, 6))
+    kw = dict(new_tokens=32, threads=2, partial=tmp_path / "p.json", halfwidth=0.0, min_rounds=3)
+    kw |= dict(max_seconds=None, held_out=held, held_tokens=64)
+    check_runs.run_llama_check(None, settings, prompts, max_rounds=1, **kw)
+    assert sent[:4] == [(0, 64), (1, 64), (3, 64), (0, 64)] and len(sent) == 4 + 2 * 4
+    runs = check_runs.run_llama_check(None, settings, prompts, max_rounds=3, **kw)
+    held_runs = {k: {p: len(v) for p, v in per.items()} for k, per in runs.runs.items() if "held" in k}
+    assert held_runs["held-out target-only"] == {"h0": 4, "h1": 2} and held_runs["held-out draft:3"] == {
+        "h0": 2,
+        "h1": 1,
+    }
+    assert "held-out ngram-simple:3,6" not in held_runs and len(sent) == 3 * (4 + 2 * 4)
+    samples = check_runs.held_out_runs(runs)
+    assert sorted({s.gamma for s in samples}) == [0, 1, 3] and len(samples) == 3 * 4
+
+    model = llama_like_profile().latency.cost_model
+    new, terms = bt.remeasured_model(model, samples)
+    cost = GridPassCost(model)
+    step = bt.RunSample(0, 42, 63, 0, 0, 420.0 * 63)
+    assert new.overhead_ms_per_target_step == pytest.approx(bt.run_residual_ms(cost, step, 0.0))
+    per_token = max(model.overhead_ms_per_token, 0.0)
+    block3 = bt.RunSample(3, 42, 63, 2 * 32, 31, 1000.0 * 32)  # 32 blocks, 2 drafts each
+    ms = dict(zip(new.overhead_ms_per_block.gamma, (m for (m,) in new.overhead_ms_per_block.ms)))
+    old = dict(zip(model.overhead_ms_per_block.gamma, (m for (m,) in model.overhead_ms_per_block.ms)))
+    assert ms[3] == pytest.approx(bt.run_residual_ms(cost, block3, per_token))
+    assert ms[2] == old[2] and ms[3] != old[3] and (terms.real_steps, terms.real_runs) == (6, 6)
+    priced, line = check_runs.remeasured_profile(llama_like_profile(), runs)
+    assert priced.latency.cost_model.overhead_ms_per_target_step == new.overhead_ms_per_target_step
+    assert "re-measured between the check's 3 rounds" in priced.latency.provenance.notes
+    assert line.endswith("on held-out prompts h0, h1") and "(6 runs)" in line
+    with pytest.raises(Exception, match="overlap the checked ones"):
+        check_runs.run_llama_check(None, settings, prompts, max_rounds=3, **(kw | {"held_out": prompts[:1]}))

@@ -124,6 +124,10 @@ def _check_args(args) -> list[int]:
     fill_serve_defaults(args)
     if args.remeasure_batched and args.batch is None and args.serve_rates is None:
         raise SpecsimError("--remeasure-batched: applies with --batch or --serve-rates only")
+    if args.remeasure:
+        raise SpecsimError(
+            "--remeasure: applies with --runtime llama.cpp (--remeasure-batched: this engine's)"
+        )
     if args.max_new_tokens < 2:  # the first pass carries the prompt; the decode phase starts at token 2
         raise SpecsimError(
             f"--max-new-tokens: expected an integer >= 2 (a decode phase to time), got {args.max_new_tokens}"

@@ -106,6 +106,14 @@ def register(subparsers) -> None:
         "check's own), so prediction and runs share the host's minutes; predict from it and write it with "
         "the rows",
     )
+    chk.add_argument(
+        "--remeasure",
+        action="store_true",
+        help="with --runtime llama.cpp, one request at a time: before each round, one of the prompt set's "
+        "last two (held out, as the calibration's real blocks) runs target-only and at each gamma; the "
+        "target-only step and each gamma's block are priced from those runs, so prediction and runs share "
+        "the host's minutes; written with the rows",
+    )
     serve_args(chk)
     chk.add_argument(
         "--synthetic-acceptance",

@@ -116,11 +116,33 @@ def cmd_acceptance_llama(args) -> int:
     return 0
 
 
+def _held_out(args) -> tuple:
+    """--remeasure's prompts: the prompt set's last :data:`HELD_OUT_PROMPTS`, as the calibration's real
+    blocks take them; SpecsimError where the checked prompts (its first --limit) reach them."""
+    from calibrate.llama_cpp.models import workload_prompts
+
+    name, every = workload_prompts(args.prompts, None)
+    checked = every[: args.limit] if args.limit else every
+    held = tuple(every[-HELD_OUT_PROMPTS:])
+    if len(every) <= HELD_OUT_PROMPTS or {p.prompt_id for p in held} & {p.prompt_id for p in checked}:
+        raise SpecsimError(
+            f"--remeasure: the held-out prompts are {name}'s last {HELD_OUT_PROMPTS}; expected --limit <= "
+            f"{max(len(every) - HELD_OUT_PROMPTS, 0)} so the check runs others, got {len(checked)} prompts"
+        )
+    return held
+
+
 def cmd_check_llama(args) -> int:
     """llama.cpp's own SD against its target-only decoding, one request at a time (or --serve-rates): every
     flag and the profile checked first, then the models and prompts once, then the runs."""
     from calibrate.cli.check_request import check_rounds, fill_serve_defaults
-    from calibrate.llama_cpp.check_runs import check_settings, keep_runs, llama_rows, run_llama_check
+    from calibrate.llama_cpp.check_runs import (
+        check_settings,
+        keep_runs,
+        llama_rows,
+        remeasured_profile,
+        run_llama_check,
+    )
     from specsim.check.check_tables import check_table, rounds_note, terms_table
     from specsim.profiles import load_profile, resolve_profile_path, save_profile
 
@@ -130,6 +152,8 @@ def cmd_check_llama(args) -> int:
     if serving:
         if args.ngram is not None:
             raise SpecsimError("--ngram: applies one request at a time, not with --serve-rates")
+        if args.remeasure:
+            raise SpecsimError("--remeasure: applies one request at a time, not with --serve-rates")
         fill_serve_defaults(args)
     path = resolve_profile_path(args.profile)
     if not args.no_write:
@@ -148,6 +172,7 @@ def cmd_check_llama(args) -> int:
 
         check_slots(profile, args.max_num_seqs)
     ngram = checked_ngram(args)
+    held = _held_out(args) if args.remeasure else ()
     setup = setup_from_args(args, prompts_limit=args.limit)
     if serving:
         return cmd_serve_llama(args, profile, path, entry, gammas, threads, setup)
@@ -166,7 +191,11 @@ def cmd_check_llama(args) -> int:
         max_rounds=args.max_rounds,
         max_seconds=None if args.max_minutes is None else 60 * args.max_minutes,
         niceness=args.renice,
+        held_out=held,
     )
+    if held and runs.rounds:
+        profile, line = remeasured_profile(profile, runs)
+        print(f"re-measured between the check's rounds: {line}", file=sys.stderr)
     rows = llama_rows(profile, entry, runs, settings, gammas[0])
     done = runs.finished
     kept = None

@@ -9,15 +9,18 @@ measured (streamed arrivals cannot resolve sub-ms steps). More: ARCHITECTURE.md,
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from calibrate.llama_cpp.cpu_share import CpuShare
 from calibrate.llama_cpp.server import LlamaServer, timed_completion
+from specsim.costs.grid_pass_cost import GridPassCost
 from specsim.costs.pass_cost import CATCHUP, DRAFT, TARGET, PassCost, draft_steps_ms
 from specsim.draft_shapes.ngram_lookup import NgramSimple, ngram_simple_draft
 from specsim.errors import SpecsimError
+from specsim.profile_format.cost_model import CostModel, check_block_residuals
+from specsim.profile_format.overhead_grid import OverheadGrid
 
 SCHEMA_VERSION = 1
 
@@ -261,3 +264,61 @@ def measure_real_runs(servers: dict, prompts, n_predict: int, rounds: int, threa
                     out.append(sample(0, tokens))
                 out.append(sample(gamma, tokens))
     return out
+
+
+def overhead_grid(terms: BlockTerms, gammas, verify) -> OverheadGrid:
+    """Each γ's block beyond its forwards and emitted tokens, with its sign, as the step's
+    (:func:`step_overhead_ms`): a γ whose real blocks ran under llama-bench's forwards is priced so (one
+    calibration's ran 31-130 ms under them, which a clamp at 0 priced as 0); SpecsimError where it would
+    price a block at or below its verification."""
+    ms = terms.block_ms(np.asarray(gammas))
+    grid = OverheadGrid(tuple(int(g) for g in gammas), (1,), tuple((float(m),) for m in ms))
+    try:
+        return check_block_residuals(grid, verify, "block terms")
+    except SpecsimError as err:
+        raise SpecsimError(f"{err}: the host changed between stages, calibrate again") from None
+
+
+def step_overhead_ms(per_step_ms: float, decode) -> float:
+    """The target-only step beyond Tp, with its sign: real runs beside the blocks carry the host's speed as
+    the blocks' do, and llama-bench's Tp was timed minutes before them (clamped at 0, a -5.4 ms step priced
+    its check's step 9 % slow); SpecsimError where it would price a step at or below zero."""
+    tp_ms = float(decode.values().min())
+    if per_step_ms <= -tp_ms:
+        raise SpecsimError(
+            f"block terms: target-only runs {-per_step_ms:.1f} ms a step faster than llama-bench's "
+            f"Tp ({tp_ms:.1f} ms): the host changed between stages, calibrate again"
+        )
+    return float(per_step_ms)
+
+
+def remeasured_model(model: CostModel, runs: list[RunSample]) -> tuple[CostModel, BlockTerms]:
+    """``model`` with the target-only step and each measured γ's block re-priced from ``runs`` (real runs
+    on held-out prompts between a check's rounds, ``check --runtime llama.cpp --remeasure``): medians over
+    the grids' forwards as :func:`fit_block_terms` takes them; other γ, the n-gram lookup and the grids as
+    calibrated. Also the re-fitted terms (per_gamma_ms: the re-measured γ only), for the notes."""
+    steps = [r for r in runs if r.gamma == 0]
+    real = [r for r in runs if r.gamma > 0]
+    if not steps or not real:
+        raise SpecsimError("re-measured blocks: need target-only runs and draft-model runs")
+    cost = GridPassCost(model)
+    per_token = max(model.overhead_ms_per_token, 0.0)
+    step = float(np.median([run_residual_ms(cost, r, 0.0) for r in steps]))
+    beyond = {
+        g: [run_residual_ms(cost, r, per_token) for r in real if r.gamma == g]
+        for g in {r.gamma for r in real}
+    }
+    per_gamma = tuple((g, float(np.median(beyond[g]))) for g in sorted(beyond))
+    old = model.overhead_ms_per_block
+    ms = dict(zip(old.gamma, (float(row[0]) for row in old.ms))) | dict(per_gamma)
+    gammas = tuple(sorted(ms))
+    terms = BlockTerms(0.0, 0.0, per_token, step, 0.0, 0, 0, per_gamma, len(real), len(steps))
+    grid = overhead_grid(
+        replace(terms, per_gamma_ms=tuple((g, ms[g]) for g in gammas)), gammas, model.target_verify
+    )
+    new = replace(
+        model,
+        overhead_ms_per_block=grid,
+        overhead_ms_per_target_step=step_overhead_ms(step, model.target_decode),
+    )
+    return new, terms

@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import contextlib
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import numpy as np
 
 from calibrate.llama_cpp.binaries import LlamaCpp
+from calibrate.llama_cpp.block_terms import RunSample, remeasured_model
 from calibrate.llama_cpp.server import Completion, LlamaServer, ServerConfig, timed_completion
 from calibrate.llama_cpp.traces import TracedPrompt
 from specsim.check.comparison import ratio_halfwidth
@@ -27,6 +28,7 @@ from specsim.jsonio import parse_json, read_text, write_json_atomic
 
 SCHEMA_VERSION = 1
 BASE = "target-only"
+HELD = "held-out "  # prefix of a setting's runs on held-out prompts (--remeasure)
 
 
 @dataclass(frozen=True)
@@ -131,17 +133,29 @@ def run_llama_check(
     niceness: int = 0,
     progress=None,
     requests: dict | None = None,
+    held_out: tuple[TracedPrompt, ...] = (),
+    held_tokens: int = 64,
 ) -> CheckRuns:
     """Run (or resume) the check of the module docstring. ``new_tokens``: one count, or one per prompt id;
     ``requests``: each prompt as sent (token ids, or a multimodal prompt), instead of its text in the
-    model's chat template."""
+    model's chat template; ``held_out``: before each round, one of these prompts (in turn) runs
+    ``held_tokens`` tokens target-only, at each draft-model γ and target-only again (``--remeasure``:
+    :func:`held_out_runs` re-price the step and the blocks from them)."""
     if settings[0].label != BASE:
         raise SpecsimError("llama.cpp check: the first setting must be target-only")
     ids = sorted(p.prompt_id for p in prompts)
+    held_ids = [p.prompt_id for p in held_out]
+    if set(held_ids) & set(ids):
+        raise SpecsimError(f"llama.cpp check: held-out prompts {held_ids} overlap the checked ones {ids}")
     key = {"settings": [s.label for s in settings], "prompts": ids, "new_tokens": new_tokens}
+    sequence = [BASE] + [s.label for s in settings if s.label.startswith("draft:")] + [BASE]
+    if held_ids:
+        key |= {"held_out": held_ids, "held_tokens": held_tokens}
     runs, seconds = _load_partial(partial, key)
     for s in settings:
         runs.setdefault(s.label, {p: [] for p in ids})
+    for label in sequence if held_ids else ():
+        runs.setdefault(HELD + label, {p: [] for p in held_ids})
 
     def rounds_done() -> int:
         return min(len(runs[s.label][p]) for s in settings for p in ids)
@@ -155,22 +169,36 @@ def run_llama_check(
         return r >= max(min_rounds, 2) and precise
 
     t0 = time.perf_counter()
+    configs = {s.label: s.config for s in settings}
     with contextlib.ExitStack() as stack:
         servers = {BASE: stack.enter_context(LlamaServer(llama, settings[0].config, niceness=niceness))}
+
+        def server(label: str) -> LlamaServer:
+            if label not in servers:
+                servers[label] = stack.enter_context(LlamaServer(llama, configs[label], niceness=niceness))
+            return servers[label]
+
         tokens = requests or {p.prompt_id: servers[BASE].tokenize_chat(p.text) for p in prompts}
+        held = {p.prompt_id: servers[BASE].tokenize_chat(p.text) for p in held_out}
         per_prompt = new_tokens if isinstance(new_tokens, dict) else dict.fromkeys(ids, new_tokens)
         while not done():
             if max_seconds is not None and time.perf_counter() - t0 > max_seconds:
                 break
             r = rounds_done()
+            if held_ids:  # the round's held-out prompt, each run once (a resumed round skips those done)
+                p, k = held_ids[r % len(held_ids)], r // len(held_ids)
+                for i, label in enumerate(sequence):
+                    wanted = k * sequence.count(label) + sequence[: i + 1].count(label)
+                    if len(runs[HELD + label][p]) >= wanted:
+                        continue
+                    run = timed_completion(server(label), held[p], held_tokens, threads)
+                    runs[HELD + label][p].append(run)
+                    _save_partial(partial, key, runs, seconds + time.perf_counter() - t0)
             for p in ids:
                 for s in settings:
                     if len(runs[s.label][p]) > r:
                         continue
-                    if s.label not in servers:
-                        server = LlamaServer(llama, s.config, niceness=niceness)
-                        servers[s.label] = stack.enter_context(server)
-                    run = timed_completion(servers[s.label], tokens[p], per_prompt[p], threads)
+                    run = timed_completion(server(s.label), tokens[p], per_prompt[p], threads)
                     runs[s.label][p].append(run)
                     elapsed = seconds + time.perf_counter() - t0
                     _save_partial(partial, key, runs, elapsed)
@@ -179,6 +207,39 @@ def run_llama_check(
                 if max_seconds is not None and time.perf_counter() - t0 > max_seconds:
                     break
     return CheckRuns(runs, rounds_done(), seconds + time.perf_counter() - t0, done())
+
+
+def held_out_runs(runs: CheckRuns) -> list[RunSample]:
+    """The held-out prompts' runs (``run_llama_check``'s ``held_out``) as the calibration's real runs: γ 0
+    target-only, else the draft model's γ."""
+    out = []
+    for label, per in runs.runs.items():
+        if label.startswith(HELD):
+            gamma = label_gamma(label[len(HELD) :])
+            for cs in per.values():
+                out += [
+                    RunSample(gamma, c.prompt_n, c.predicted_n - 1, c.draft_n, c.draft_accepted,
+                              c.predicted_ms, c.cores_foreign)
+                    for c in cs
+                ]  # fmt: skip
+    return out
+
+
+def remeasured_profile(profile, runs: CheckRuns):
+    """(``profile`` with the step and the draft model's blocks priced from the held-out runs between the
+    check's rounds, :func:`calibrate.llama_cpp.block_terms.remeasured_model`, said in its notes; the note)."""
+    model, terms = remeasured_model(profile.latency.cost_model, held_out_runs(runs))
+    held = sorted({p for label, per in runs.runs.items() if label.startswith(HELD) for p in per})
+    per_gamma = ", ".join(f"{g}: {ms:.1f}" for g, ms in terms.per_gamma_ms)
+    line = (
+        f"{terms.per_step_ms:.1f} ms per target-only step ({terms.real_steps} runs), per gamma (median ms "
+        f"per block, {terms.real_runs} real-acceptance runs) {per_gamma}, on held-out prompts "
+        f"{', '.join(held)}"
+    )
+    prov = profile.latency.provenance
+    notes = f"{prov.notes}; re-measured between the check's {runs.rounds} rounds (check --remeasure): {line}"
+    latency = replace(profile.latency, cost_model=model, provenance=replace(prov, notes=notes))
+    return replace(profile, latency=latency), line
 
 
 def llama_rows(profile, entry, runs: CheckRuns, settings: list[Setting], reference_gamma: int) -> list:

@@ -31,8 +31,7 @@ from specsim.errors import SpecsimError
 from specsim.hardware.host import cpu_device_name
 from specsim.jsonio import parse_json, read_text, write_json_atomic
 from specsim.profile_format import LatencySection, Provenance
-from specsim.profile_format.cost_model import CostModel, check_block_residuals
-from specsim.profile_format.overhead_grid import OverheadGrid
+from specsim.profile_format.cost_model import CostModel
 
 SCHEMA_VERSION = 1
 # n-gram calibration: a prompt that repeats, so the lookup always finds a draft
@@ -121,45 +120,19 @@ def _lookup_samples(llama, target, plan: LatencyPlan, niceness) -> tuple[list[bt
         return bt.measure_runs(servers, ids, runs, plan.rounds, lookup=kind), len(ids)
 
 
-def _overhead(terms: bt.BlockTerms, gammas, verify) -> OverheadGrid:
-    """Each γ's block beyond its forwards and emitted tokens, with its sign, as the step's
-    (:func:`_step_ms`): a γ whose real blocks ran under llama-bench's forwards is priced so (one
-    calibration's ran 31-130 ms under them, which a clamp at 0 priced as 0); SpecsimError where it would
-    price a block at or below its verification."""
-    ms = terms.block_ms(np.asarray(gammas))
-    grid = OverheadGrid(tuple(int(g) for g in gammas), (1,), tuple((float(m),) for m in ms))
-    try:
-        return check_block_residuals(grid, verify, "block terms")
-    except SpecsimError as err:
-        raise SpecsimError(f"{err}: the host changed between stages, calibrate again") from None
-
-
-def _step_ms(per_step_ms: float, decode) -> float:
-    """The target-only step beyond Tp, with its sign: real runs beside the blocks carry the host's speed as
-    the blocks' do, and llama-bench's Tp was timed minutes before them (clamped at 0, a -5.4 ms step priced
-    its check's step 9 % slow); SpecsimError where it would price a step at or below zero."""
-    tp_ms = float(decode.values().min())
-    if per_step_ms <= -tp_ms:
-        raise SpecsimError(
-            f"block terms: target-only runs {-per_step_ms:.1f} ms a step faster than llama-bench's "
-            f"Tp ({tp_ms:.1f} ms): the host changed between stages, calibrate again"
-        )
-    return float(per_step_ms)
-
-
 def _model(grids: dict, terms: bt.BlockTerms | None, lookup: bt.BlockTerms | None, max_gamma: int, m: int):
     zero = bt.BlockTerms(0.0, 0.0, 0.0, 0.0, 0.0, 0, 0)
     terms = terms or zero
     gammas = range(1, max_gamma + 1)
     return CostModel(
         **{k: v for k, v in grids.items() if k != "draft_catchup"},
-        overhead_ms_per_block=_overhead(terms, gammas, grids["target_verify"]),
-        overhead_ms_per_target_step=_step_ms(terms.per_step_ms, grids["target_decode"]),
+        overhead_ms_per_block=bt.overhead_grid(terms, gammas, grids["target_verify"]),
+        overhead_ms_per_target_step=bt.step_overhead_ms(terms.per_step_ms, grids["target_decode"]),
         draft_catchup=grids["draft_catchup"],
         overhead_ms_per_token=max(terms.per_token_ms, 0.0),
         first_pass_drafts=False,
         lookup_overhead_ms_per_block=(
-            None if lookup is None else _overhead(lookup, range(1, m + 1), grids["target_verify"])
+            None if lookup is None else bt.overhead_grid(lookup, range(1, m + 1), grids["target_verify"])
         ),
         interpolation="context_tokens: piecewise linear (llama-bench depths), flagged linear extrapolation "
         "outside; rows exact or linear between measured values",
