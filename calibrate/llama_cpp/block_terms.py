@@ -9,7 +9,7 @@ measured (streamed arrivals cannot resolve sub-ms steps). More: ARCHITECTURE.md,
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -19,7 +19,7 @@ from specsim.costs.grid_pass_cost import GridPassCost
 from specsim.costs.pass_cost import CATCHUP, DRAFT, TARGET, PassCost, draft_steps_ms
 from specsim.draft_shapes.ngram_lookup import NgramSimple, ngram_simple_draft
 from specsim.errors import SpecsimError
-from specsim.profile_format.cost_model import CostModel, check_block_residuals
+from specsim.profile_format.cost_model import CostModel, check_block_residuals, with_residuals
 from specsim.profile_format.overhead_grid import OverheadGrid
 
 SCHEMA_VERSION = 1
@@ -313,12 +313,5 @@ def remeasured_model(model: CostModel, runs: list[RunSample]) -> tuple[CostModel
     ms = dict(zip(old.gamma, (float(row[0]) for row in old.ms))) | dict(per_gamma)
     gammas = tuple(sorted(ms))
     terms = BlockTerms(0.0, 0.0, per_token, step, 0.0, 0, 0, per_gamma, len(real), len(steps))
-    grid = overhead_grid(
-        replace(terms, per_gamma_ms=tuple((g, ms[g]) for g in gammas)), gammas, model.target_verify
-    )
-    new = replace(
-        model,
-        overhead_ms_per_block=grid,
-        overhead_ms_per_target_step=step_overhead_ms(step, model.target_decode),
-    )
-    return new, terms
+    grid = OverheadGrid(gammas, (1,), tuple((ms[g],) for g in gammas))
+    return with_residuals(model, grid, step, "re-measured blocks"), terms

@@ -10,7 +10,7 @@ target step, ``adaptive_ms_per_block``, ``sampling``, ``batched`` (schema 3); ll
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -338,3 +338,13 @@ def _catchup_grid(d: dict, where: str) -> CostGrid | None:
             f"{show(list(grid.rows))}, batch {show(list(grid.batch))}"
         )
     return grid
+
+
+def with_residuals(model: CostModel, grid: OverheadGrid, step_ms: float, where: str) -> CostModel:
+    """``model`` with a per-block grid and a target-only step beyond Tp (ms, signed), checked as a
+    calibration's are (:func:`check_block_residuals`; a step at or below minus the cheapest Tp refused)."""
+    tp_ms = float(model.target_decode.values().min())
+    if not step_ms > -tp_ms:
+        raise SpecsimError(f"{where}: expected a target-only step > -{tp_ms:.6g} ms (Tp), got {step_ms:.6g}")
+    grid = check_block_residuals(grid, model.target_verify, where)
+    return replace(model, overhead_ms_per_block=grid, overhead_ms_per_target_step=float(step_ms))
