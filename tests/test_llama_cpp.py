@@ -234,23 +234,30 @@ def test_real_runs_pair_a_target_only_run_with_every_draft_run(monkeypatch):
 def test_the_target_only_step_keeps_its_sign_and_never_reaches_zero():
     """A step faster than llama-bench's Tp (host drift between stages) is written as measured, not as 0;
     one that would price a step at or below zero is one line before anything is written."""
-    decode = llama_like_profile().latency.cost_model.target_decode
-    tp = float(decode.values().min())
-    assert bt.step_overhead_ms(-5.4, decode) == -5.4 and bt.step_overhead_ms(3.0, decode) == 3.0
-    with pytest.raises(SpecsimError, match="faster than llama-bench's Tp .* calibrate again"):
-        bt.step_overhead_ms(-tp, decode)
+    model = llama_like_profile().latency.cost_model
+    tp = float(model.target_decode.values().min())
+    for step in (-5.4, 3.0):
+        checked = bt.checked_calibration(replace(model, overhead_ms_per_target_step=step))
+        assert checked.overhead_ms_per_target_step == step
+    with pytest.raises(SpecsimError, match=r"expected a target-only step > -.* \(Tp\).* calibrate again"):
+        bt.checked_calibration(replace(model, overhead_ms_per_target_step=-tp))
 
 
-def test_each_gammas_real_blocks_keep_their_sign_and_never_reach_their_verification():
+def test_each_gammas_real_blocks_and_the_lookups_keep_their_sign_and_never_reach_their_verification():
     """Real blocks under llama-bench's forwards (host drift between stages) are written as measured, not as
-    0 (a calibration's -56 to -130 ms were); one at or below minus its cheapest verification is one line."""
-    verify = llama_like_profile().latency.cost_model.target_verify
+    0 (a calibration's -56 to -130 ms were); one at or below minus its cheapest verification, the draft
+    model's or the n-gram lookup's, is one line."""
+    model = llama_like_profile().latency.cost_model
     terms = bt.BlockTerms(0.0, 0.0, 0.0, 0.0, 0.0, 0, 0, ((1, -56.0), (3, 12.0)))
-    grid = bt.overhead_grid(terms, range(1, 5), verify)
+    grid = bt.overhead_grid(terms, range(1, 5))
     assert [m for (m,) in grid.ms] == pytest.approx([-56.0, -22.0, 12.0, 12.0])
-    floor = float(verify.values()[list(verify.rows).index(2)].min())  # γ 1 verifies 2 rows
-    with pytest.raises(SpecsimError, match=r"expected > -.* at gamma 1 .* calibrate again"):
-        bt.overhead_grid(replace(terms, per_gamma_ms=((1, -floor), (3, 0.0))), range(1, 4), verify)
+    assert bt.checked_calibration(replace(model, overhead_ms_per_block=grid)).overhead_ms_per_block == grid
+    floor = float(model.target_verify.values()[list(model.target_verify.rows).index(2)].min())  # γ 1: 2 rows
+    low = bt.overhead_grid(replace(terms, per_gamma_ms=((1, -floor), (3, 0.0))), range(1, 4))
+    with pytest.raises(SpecsimError, match=r"block terms: expected > -.* at gamma 1 .* calibrate again"):
+        bt.checked_calibration(replace(model, overhead_ms_per_block=low))
+    with pytest.raises(SpecsimError, match=r"\(n-gram lookup\): expected > -.* at gamma 1 .* calibrate"):
+        bt.checked_calibration(replace(model, lookup_overhead_ms_per_block=low))
 
 
 def test_refit_reads_the_kept_records_and_runs_nothing(tmp_path):

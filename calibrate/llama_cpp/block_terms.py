@@ -19,7 +19,7 @@ from specsim.costs.grid_pass_cost import GridPassCost
 from specsim.costs.pass_cost import CATCHUP, DRAFT, TARGET, PassCost, draft_steps_ms
 from specsim.draft_shapes.ngram_lookup import NgramSimple, ngram_simple_draft
 from specsim.errors import SpecsimError
-from specsim.profile_format.cost_model import CostModel, check_block_residuals, with_residuals
+from specsim.profile_format.cost_model import CostModel, with_residuals
 from specsim.profile_format.overhead_grid import OverheadGrid
 
 SCHEMA_VERSION = 1
@@ -266,30 +266,25 @@ def measure_real_runs(servers: dict, prompts, n_predict: int, rounds: int, threa
     return out
 
 
-def overhead_grid(terms: BlockTerms, gammas, verify) -> OverheadGrid:
-    """Each γ's block beyond its forwards and emitted tokens, with its sign, as the step's
-    (:func:`step_overhead_ms`): a γ whose real blocks ran under llama-bench's forwards is priced so (one
-    calibration's ran 31-130 ms under them, which a clamp at 0 priced as 0); SpecsimError where it would
-    price a block at or below its verification."""
+def overhead_grid(terms: BlockTerms, gammas) -> OverheadGrid:
+    """Each γ's block beyond its forwards and emitted tokens, with its sign (one calibration's real blocks
+    ran 31-130 ms under llama-bench's forwards, which a clamp at 0 priced as 0): checked with the step by
+    :func:`checked_calibration`."""
     ms = terms.block_ms(np.asarray(gammas))
-    grid = OverheadGrid(tuple(int(g) for g in gammas), (1,), tuple((float(m),) for m in ms))
+    return OverheadGrid(tuple(int(g) for g in gammas), (1,), tuple((float(m),) for m in ms))
+
+
+def checked_calibration(model: CostModel) -> CostModel:
+    """``model``, its blocks and target-only step checked through
+    :func:`specsim.profile_format.cost_model.with_residuals`, as ``--remeasure``'s are: signed, since real
+    runs carry the host's speed and llama-bench's forwards were timed minutes before them (a -5.4 ms step
+    clamped at 0 priced its check's step 9 % slow); SpecsimError where a block or a step would be priced at
+    or below zero."""
     try:
-        return check_block_residuals(grid, verify, "block terms")
+        step_ms = model.overhead_ms_per_target_step
+        return with_residuals(model, model.overhead_ms_per_block, step_ms, "block terms")
     except SpecsimError as err:
         raise SpecsimError(f"{err}: the host changed between stages, calibrate again") from None
-
-
-def step_overhead_ms(per_step_ms: float, decode) -> float:
-    """The target-only step beyond Tp, with its sign: real runs beside the blocks carry the host's speed as
-    the blocks' do, and llama-bench's Tp was timed minutes before them (clamped at 0, a -5.4 ms step priced
-    its check's step 9 % slow); SpecsimError where it would price a step at or below zero."""
-    tp_ms = float(decode.values().min())
-    if per_step_ms <= -tp_ms:
-        raise SpecsimError(
-            f"block terms: target-only runs {-per_step_ms:.1f} ms a step faster than llama-bench's "
-            f"Tp ({tp_ms:.1f} ms): the host changed between stages, calibrate again"
-        )
-    return float(per_step_ms)
 
 
 def remeasured_model(model: CostModel, runs: list[RunSample]) -> tuple[CostModel, BlockTerms]:

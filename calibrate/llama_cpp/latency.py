@@ -123,20 +123,18 @@ def _lookup_samples(llama, target, plan: LatencyPlan, niceness) -> tuple[list[bt
 def _model(grids: dict, terms: bt.BlockTerms | None, lookup: bt.BlockTerms | None, max_gamma: int, m: int):
     zero = bt.BlockTerms(0.0, 0.0, 0.0, 0.0, 0.0, 0, 0)
     terms = terms or zero
-    gammas = range(1, max_gamma + 1)
-    return CostModel(
+    model = CostModel(
         **{k: v for k, v in grids.items() if k != "draft_catchup"},
-        overhead_ms_per_block=bt.overhead_grid(terms, gammas, grids["target_verify"]),
-        overhead_ms_per_target_step=bt.step_overhead_ms(terms.per_step_ms, grids["target_decode"]),
+        overhead_ms_per_block=bt.overhead_grid(terms, range(1, max_gamma + 1)),
+        overhead_ms_per_target_step=float(terms.per_step_ms),
         draft_catchup=grids["draft_catchup"],
         overhead_ms_per_token=max(terms.per_token_ms, 0.0),
         first_pass_drafts=False,
-        lookup_overhead_ms_per_block=(
-            None if lookup is None else bt.overhead_grid(lookup, range(1, m + 1), grids["target_verify"])
-        ),
+        lookup_overhead_ms_per_block=None if lookup is None else bt.overhead_grid(lookup, range(1, m + 1)),
         interpolation="context_tokens: piecewise linear (llama-bench depths), flagged linear extrapolation "
         "outside; rows exact or linear between measured values",
     )
+    return bt.checked_calibration(model)
 
 
 def fit_lookup(samples, cost, per_token_ms: float) -> bt.BlockTerms:
