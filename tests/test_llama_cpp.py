@@ -239,7 +239,8 @@ def test_the_target_only_step_keeps_its_sign_and_never_reaches_zero():
     for step in (-5.4, 3.0):
         checked = bt.checked_calibration(replace(model, overhead_ms_per_target_step=step))
         assert checked.overhead_ms_per_target_step == step
-    with pytest.raises(SpecsimError, match=r"expected a target-only step > -.* \(Tp\).* calibrate again"):
+    wanted = r"target-only step: expected > -.* \(the target's fastest decode step, ms\).* calibrate again"
+    with pytest.raises(SpecsimError, match=wanted):
         bt.checked_calibration(replace(model, overhead_ms_per_target_step=-tp))
 
 

@@ -343,12 +343,10 @@ def _catchup_grid(d: dict, where: str) -> CostGrid | None:
 def with_residuals(model: CostModel, grid: OverheadGrid, step_ms: float, where: str) -> CostModel:
     """``model`` with a per-block grid and a target-only step beyond Tp (ms, signed), checked as every
     calibration's are: each γ's block and the n-gram lookup's above minus their cheapest verification
-    (:func:`check_block_residuals`), the step above minus the cheapest Tp."""
-    tp_ms = float(model.target_decode.values().min())
-    if not step_ms > -tp_ms:
-        raise SpecsimError(f"{where}: expected a target-only step > -{tp_ms:.6g} ms (Tp), got {step_ms:.6g}")
+    (:func:`check_block_residuals`), the step above minus the cheapest Tp (:func:`target_step_ms`)."""
+    step_ms = target_step_ms(step_ms, float(model.target_decode.values().min()), f"{where}: target-only step")
     grid = check_block_residuals(grid, model.target_verify, where)
     lookup = model.lookup_overhead_ms_per_block
     if lookup is not None:
         check_block_residuals(lookup, model.target_verify, f"{where} (n-gram lookup)")
-    return replace(model, overhead_ms_per_block=grid, overhead_ms_per_target_step=float(step_ms))
+    return replace(model, overhead_ms_per_block=grid, overhead_ms_per_target_step=step_ms)
