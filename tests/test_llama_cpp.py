@@ -252,6 +252,7 @@ def test_each_gammas_real_blocks_and_the_lookups_keep_their_sign_and_never_reach
     terms = bt.BlockTerms(0.0, 0.0, 0.0, 0.0, 0.0, 0, 0, ((1, -56.0), (3, 12.0)))
     grid = bt.overhead_grid(terms, range(1, 5))
     assert [m for (m,) in grid.ms] == pytest.approx([-56.0, -22.0, 12.0, 12.0])
+    assert (grid.gamma, grid.batch) == ((1, 2, 3, 4), (1,))
     assert bt.checked_calibration(replace(model, overhead_ms_per_block=grid)).overhead_ms_per_block == grid
     floor = float(model.target_verify.values()[list(model.target_verify.rows).index(2)].min())  # γ 1: 2 rows
     low = bt.overhead_grid(replace(terms, per_gamma_ms=((1, -floor), (3, 0.0))), range(1, 4))

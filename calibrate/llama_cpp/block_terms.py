@@ -271,7 +271,7 @@ def overhead_grid(terms: BlockTerms, gammas) -> OverheadGrid:
     ran 31-130 ms under llama-bench's forwards, which a clamp at 0 priced as 0): checked with the step by
     :func:`checked_calibration`."""
     ms = terms.block_ms(np.asarray(gammas))
-    return OverheadGrid(tuple(int(g) for g in gammas), (1,), tuple((float(m),) for m in ms))
+    return OverheadGrid.at_batch_one(dict(zip((int(g) for g in gammas), ms)))
 
 
 def checked_calibration(model: CostModel) -> CostModel:
@@ -306,7 +306,5 @@ def remeasured_model(model: CostModel, runs: list[RunSample]) -> tuple[CostModel
     per_gamma = tuple((g, float(np.median(beyond[g]))) for g in sorted(beyond))
     old = model.overhead_ms_per_block
     ms = dict(zip(old.gamma, (float(row[0]) for row in old.ms))) | dict(per_gamma)
-    gammas = tuple(sorted(ms))
     terms = BlockTerms(0.0, 0.0, per_token, step, 0.0, 0, 0, per_gamma, len(real), len(steps))
-    grid = OverheadGrid(gammas, (1,), tuple((ms[g],) for g in gammas))
-    return with_residuals(model, grid, step, "re-measured blocks"), terms
+    return with_residuals(model, OverheadGrid.at_batch_one(ms), step, "re-measured blocks"), terms

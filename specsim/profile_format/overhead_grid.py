@@ -53,6 +53,12 @@ class OverheadGrid:
         return out
 
     @classmethod
+    def at_batch_one(cls, ms_by_gamma: dict[int, float]) -> OverheadGrid:
+        """One request's grid: ms per block by γ, at batch 1 (an engine that times each γ's real blocks)."""
+        gammas = tuple(sorted(int(g) for g in ms_by_gamma))
+        return cls(gammas, (1,), tuple((float(ms_by_gamma[g]),) for g in gammas))
+
+    @classmethod
     def from_json(cls, d: dict, where: str, *, signed: bool = False) -> OverheadGrid:
         """The grid of ``d``; ``signed``: values may be negative (an engine's real blocks that ran under
         their grids' forwards; the caller bounds them)."""
