@@ -11,10 +11,13 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
+import numpy as np
+
 from specsim.bounds import check_range
 from specsim.dtypes import DTYPE_ALIASES, dtype_name
 from specsim.errors import SpecsimError
 from specsim.hardware.image_tokens import ImageSize
+from specsim.hardware.moe import MoESpec
 from specsim.hardware.vision_towers import VisionSpec, vision_spec
 
 # transformers' defaults for keys a config may omit (LlamaConfig, MistralConfig, Qwen2Config).
@@ -113,15 +116,52 @@ class ModelSpec:
     # weights every forward streams beyond its decoder layers and LM head (a draft head's fc over the
     # target's features and wider first projection: :mod:`specsim.hardware.draft_heads`)
     extra_weights: int = 0
+    moe: MoESpec | None = None  # None: every layer's MLP is dense (``intermediate`` wide)
 
     @property
     def layer_params(self) -> int:
-        """Matmul weights of one decoder layer: Q, K, V, O projections and the MLP."""
-        q_out = self.heads * self.head_dim
-        kv_out = self.kv_heads * self.head_dim
-        attn = self.hidden * q_out + 2 * self.hidden * kv_out + q_out * self.hidden
-        mlp = (3 if self.gated_mlp else 2) * self.hidden * self.intermediate
-        return attn + mlp
+        """Matmul weights of one dense decoder layer: Q, K, V, O projections and the MLP."""
+        return self.attention_params + (3 if self.gated_mlp else 2) * self.hidden * self.intermediate
+
+    @property
+    def attention_params(self) -> int:
+        """Q, K, V and O projections of one decoder layer."""
+        q_out, kv_out = self.heads * self.head_dim, self.kv_heads * self.head_dim
+        return 2 * self.hidden * q_out + 2 * self.hidden * kv_out
+
+    @property
+    def decoder_params(self) -> int:
+        """Matmul weights of all decoder layers (every expert of a mixture-of-experts model)."""
+        return self._decoder_params(None if self.moe is None else self.moe.experts)
+
+    @property
+    def active_decoder_params(self) -> int:
+        """Decoder weights one token multiplies: all of a dense model's; a MoE model's routed k experts."""
+        return self._decoder_params(None if self.moe is None else self.moe.per_token)
+
+    def streamed_decoder_params(self, rows) -> np.ndarray:
+        """Decoder weights a pass of ``rows`` tokens reads: a dense model's all; a MoE model's attention,
+        router and shared expert plus the experts its tokens touch (:meth:`MoESpec.touched_experts`)."""
+        if self.moe is None:
+            return np.full(np.shape(rows), float(self.decoder_params))
+        return self._decoder_params(self.moe.touched_experts(rows))
+
+    def _decoder_params(self, experts):
+        moe = self.moe
+        if moe is None:
+            return self.layers * self.layer_params
+        routed = experts * moe.expert_params(self.hidden)
+        per_moe_layer = self.attention_params + moe.fixed_params(self.hidden) + routed
+        return (self.layers - moe.layers) * self.layer_params + moe.layers * per_moe_layer
+
+    @property
+    def mlp_width_per_token(self) -> float:
+        """MLP intermediate elements one token computes per layer, averaged over the layers."""
+        if self.moe is None:
+            return self.intermediate
+        moe = self.moe
+        routed = moe.per_token * moe.expert_intermediate + moe.shared_intermediate
+        return ((self.layers - moe.layers) * self.intermediate + moe.layers * routed) / self.layers
 
     @property
     def embedding_params(self) -> int:
@@ -131,7 +171,13 @@ class ModelSpec:
     def text_params(self) -> int:
         """Language-model parameters: layers + embedding (+ untied LM head); norms/biases ignored."""
         head = 0 if self.tie_word_embeddings else self.embedding_params
-        return self.layers * self.layer_params + self.embedding_params + head + self.extra_weights
+        return self.decoder_params + self.embedding_params + head + self.extra_weights
+
+    @property
+    def active_params(self) -> int:
+        """Parameters one token's forward multiplies (a MoE model's routed experts only), vision excluded."""
+        head = 0 if self.tie_word_embeddings else self.embedding_params
+        return self.active_decoder_params + self.embedding_params + head + self.extra_weights
 
     @property
     def params(self) -> int:
@@ -218,6 +264,46 @@ def _heads(cfg: dict, defaults: dict, where: str, hidden: int) -> tuple[int, int
     return heads, kv, head_dim
 
 
+# Config keys of a mixture-of-experts MLP, per role, in the spellings of the model types read here.
+_EXPERT_KEYS = ("num_experts", "num_local_experts", "n_routed_experts")
+_MOE_TYPES = ("mixtral", "qwen2_moe", "qwen3_moe", "qwen3_vl_moe_text")
+
+
+def _moe_spec(cfg: dict, where: str, layers: int, intermediate: int | None) -> MoESpec | None:
+    """The MoE MLP of a text config (None: dense). Read for Mixtral (every layer; experts
+    ``intermediate_size`` wide), Qwen2-MoE (a shared expert) and Qwen3-MoE / Qwen3-VL-MoE
+    (``moe_intermediate_size``, ``mlp_only_layers``, ``decoder_sparse_step``); any other config with routed
+    experts is refused, never priced as dense."""
+    key = next((k for k in _EXPERT_KEYS if cfg.get(k) is not None), None)
+    if key is None:
+        return None
+    model_type = cfg.get("model_type")
+    if model_type not in _MOE_TYPES or cfg.get("kv_lora_rank") is not None:
+        raise SpecsimError(
+            f"{where}: a mixture-of-experts config ({key} {cfg[key]!r}) of model_type {model_type!r}: "
+            f"expected one of {list(_MOE_TYPES)} (the MoE layouts specsim reads; multi-head latent "
+            "attention is not modelled)"
+        )
+    experts = _pos_int(cfg[key], f"{where}.{key}")
+    per_token = _pos_int(cfg.get("num_experts_per_tok"), f"{where}.num_experts_per_tok")
+    if per_token > experts:
+        raise SpecsimError(
+            f"{where}.num_experts_per_tok: expected at most {key} ({experts}), got {per_token}"
+        )
+    width = _given(cfg, where, "moe_intermediate_size") or intermediate
+    if width is None:
+        raise SpecsimError(f"{where}: missing 'moe_intermediate_size' (the experts' width)")
+    shared = _given(cfg, where, "shared_expert_intermediate_size") or 0
+    step = _given(cfg, where, "decoder_sparse_step") or 1
+    dense = cfg.get("mlp_only_layers") or []
+    if not isinstance(dense, list) or any(not isinstance(i, int) or not 0 <= i < layers for i in dense):
+        raise SpecsimError(
+            f"{where}.mlp_only_layers: expected layer indices in 0..{layers - 1}, got {dense!r:.60}"
+        )
+    moe_layers = sum(1 for i in range(layers) if i not in dense and (i + 1) % step == 0)
+    return MoESpec(experts, per_token, width, shared, moe_layers)
+
+
 def _text_spec(cfg: dict, name: str, where: str) -> dict[str, Any]:
     model_type = cfg.get("model_type", "")
     if not isinstance(model_type, str):
@@ -226,10 +312,11 @@ def _text_spec(cfg: dict, name: str, where: str) -> dict[str, Any]:
     hidden = _pos_int(_get(cfg, "hidden_size", defaults, where, "n_embd", "d_model"), f"{where}.hidden_size")
     heads, kv, head_dim = _heads(cfg, defaults, where, hidden)
     inter = _given(cfg, where, "intermediate_size", "n_inner")
+    layers = _get(cfg, "num_hidden_layers", defaults, where, "n_layer")
+    layers = _pos_int(layers, f"{where}.num_hidden_layers")
     return {
-        "layers": _pos_int(
-            _get(cfg, "num_hidden_layers", defaults, where, "n_layer"), f"{where}.num_hidden_layers"
-        ),
+        "layers": layers,
+        "moe": _moe_spec(cfg, where, layers, inter),
         "hidden": hidden,
         "heads": heads,
         "kv_heads": kv,

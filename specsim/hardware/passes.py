@@ -167,7 +167,7 @@ def pass_terms(
         "link_bytes": float(allreduce_link_bytes(m, b, n, tp)) if tp > 1 else 0.0,
         "allreduces": float(allreduces_per_pass(m)),
         "quantized_layers": float(quantized_layers(m)),
-        "weights": float(streamed_weights(m)) / tp,
+        "weights": float(streamed_weights(m, b * n)) / tp,
         "peak_flops_per_s": dev.peak_flops_per_s,
         "bandwidth_bytes_per_s": dev.memory_bandwidth_bytes_per_s,
         "link_bytes_per_s": float(link) if link else 1.0,

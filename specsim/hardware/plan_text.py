@@ -18,9 +18,15 @@ def describe_model(m: ModelSpec) -> str:
     v = m.vision
     at = f" at {v.image_size}" if v is not None and v.image_size is not None else ""
     vision = f", vision tower {v.params / 1e6:.0f}M ({v.image_tokens} tokens/image{at})" if v else ""
+    moe = m.moe
+    experts = (
+        f", {m.active_params / 1e9:.2f}B active: {moe.per_token} of {moe.experts} experts per token"
+        if moe
+        else ""
+    )
     return (
-        f"{m.name} ({m.params / 1e9:.2f}B params, {m.dtype_bytes:g} bytes/weight, {m.kv_element_bytes:g} "
-        f"bytes/KV element{vision})"
+        f"{m.name} ({m.params / 1e9:.2f}B params{experts}, {m.dtype_bytes:g} bytes/weight, "
+        f"{m.kv_element_bytes:g} bytes/KV element{vision})"
     )
 
 

@@ -21,14 +21,17 @@ that depend on the rows of the pass, rows = batch · new).
 
 One pass of a ``ModelSpec`` over ``new`` positions per sequence, ``batch`` sequences, each with
 ``context`` positions already in the KV cache:
-- FLOPs  = batch · [2 · (layer_params · layers + extra_weights) · new + 2 · vocab · hidden · logits
+- FLOPs  = batch · [2 · (decoder_params + extra_weights) · new + 2 · vocab · hidden · logits
            + 4 · layers · heads · head_dim · (new · context + new(new+1)/2)]   (causal attention)
-- bytes  = weights (layers · layer_params + vocab · hidden, the LM head, + extra_weights; embedding rows are
+- bytes  = weights (decoder_params + vocab · hidden, the LM head, + extra_weights; embedding rows are
            a gather)
            + batch · (context + new) · kv_bytes_per_token  (read the cache, write the new K, V)
            + batch · new · layers · act_elems · dtype_bytes (unfused activation traffic, an estimate)
            + batch · logits · vocab · 4                      (fp32 logits)
            + batch · layers · heads · new · (context + new) · attention_score_bytes (materialised scores)
+A mixture-of-experts model multiplies its routed experts' weights per token (FLOPs) and reads the experts
+its batch · new tokens touch (bytes; :meth:`~specsim.hardware.model.MoESpec.touched_experts`), so a verify
+pass of B·(γ+1) rows reads more experts than a decode pass of B rows.
 Phases: prefill of S tokens (new = S, context 0, logits for the last position only),
 decode (new = 1: Tp, Tq), verify (new = γ+1: the pending token plus γ drafts, logits for all).
 """
@@ -150,14 +153,14 @@ def _arr(x, name: str, lo: float) -> np.ndarray:
 def _activation_elems(m: ModelSpec) -> int:
     """Elements read + written per token per layer by unfused ops (norms, residuals, matmul I/O)."""
     q, kv = m.heads * m.head_dim, m.kv_heads * m.head_dim
-    return 8 * m.hidden + 2 * q + 2 * kv + (4 if m.gated_mlp else 2) * m.intermediate
+    return 8 * m.hidden + 2 * q + 2 * kv + (4 if m.gated_mlp else 2) * m.mlp_width_per_token
 
 
 def forward_flops(m: ModelSpec, batch, context, new, logits=None) -> np.ndarray:
     """FLOPs of one pass (see module docstring); ``logits`` positions default to ``new``."""
     b, ctx, n = _arr(batch, "batch", 1), _arr(context, "context_tokens", 0), _arr(new, "new_tokens", 1)
     lg = n if logits is None else _arr(logits, "logit_tokens", 0)
-    matmul = 2.0 * (m.layer_params * m.layers + m.extra_weights) * n + 2.0 * m.vocab * m.hidden * lg
+    matmul = 2.0 * (m.active_decoder_params + m.extra_weights) * n + 2.0 * m.vocab * m.hidden * lg
     return b * matmul + attention_flops(m, b, ctx, n)
 
 
@@ -172,7 +175,7 @@ def forward_bytes(m: ModelSpec, batch, context, new, logits=None, score_bytes: f
     """Bytes moved to/from memory by one pass (see module docstring)."""
     b, ctx, n = _arr(batch, "batch", 1), _arr(context, "context_tokens", 0), _arr(new, "new_tokens", 1)
     lg = n if logits is None else _arr(logits, "logit_tokens", 0)
-    weights = streamed_weights(m) * m.dtype_bytes
+    weights = streamed_weights(m, b * n) * m.dtype_bytes
     kv = kv_pass_bytes(m, b, ctx, n)
     act_bytes = max(m.dtype_bytes, m.kv_element_bytes)  # quantised weights still compute in fp16/fp32
     act = b * n * m.layers * _activation_elems(m) * act_bytes
@@ -180,10 +183,12 @@ def forward_bytes(m: ModelSpec, batch, context, new, logits=None, score_bytes: f
     return weights + kv + act + b * lg * m.vocab * 4.0 + scores
 
 
-def streamed_weights(m: ModelSpec) -> int:
-    """Weights a pass reads: the decoder layers, the LM head (embedding rows are a gather) and any
-    ``extra_weights`` (a draft head's fc)."""
-    return m.layers * m.layer_params + m.vocab * m.hidden + m.extra_weights
+def streamed_weights(m: ModelSpec, rows=1.0):
+    """Weights a pass of ``rows`` tokens (batch · new) reads: the decoder layers (a MoE model's touched
+    experts only), the LM head (embedding rows are a gather) and any ``extra_weights`` (a draft head's fc)."""
+    if m.moe is None:
+        return m.decoder_params + m.vocab * m.hidden + m.extra_weights
+    return m.streamed_decoder_params(rows) + m.vocab * m.hidden + m.extra_weights
 
 
 def gemv_rows_ms(m: ModelSpec, dev: Device, eff, batch, new, tp: int = 1):
@@ -205,7 +210,8 @@ def gemv_rows_ms(m: ModelSpec, dev: Device, eff, batch, new, tp: int = 1):
             f"passes of 2 to {eff.gemv_max_rows:g} rows by it (expected the device file to give the "
             "CUDA cores' INT32 peak)"
         )
-    return np.where(multi, (rows - 1.0) * streamed_weights(m) / tp * ops / dev.int32_ops_per_s * 1e3, 0.0)
+    weights = streamed_weights(m, rows)
+    return np.where(multi, (rows - 1.0) * weights / tp * ops / dev.int32_ops_per_s * 1e3, 0.0)
 
 
 def kv_pass_bytes(m: ModelSpec, batch, context, new) -> np.ndarray:

@@ -1,0 +1,105 @@
+"""Mixture-of-experts targets in the roofline: parameters against the model cards, the experts a pass reads
+(hand computations), and MoE configs specsim cannot read refused in one line, never priced as dense."""
+
+from __future__ import annotations
+
+import pytest
+
+from specsim.errors import SpecsimError
+from specsim.hardware.model import ModelSpec, spec_from_config
+from specsim.hardware.model_resolution import load_model_spec
+from specsim.hardware.moe import MoESpec
+from specsim.hardware.roofline import forward_bytes, forward_flops, streamed_weights
+
+
+@pytest.mark.parametrize(
+    "name, total_b, active_b",
+    [
+        # Qwen/Qwen3-30B-A3B model card: "Number of Parameters: 30.5B in total and 3.3B activated"
+        ("Qwen/Qwen3-30B-A3B", 30.5, 3.3),
+        # Mistral AI, "Mixtral of experts" (2023-12-11): "46.7B total parameters but only uses 12.9B
+        # parameters per token"
+        ("mistralai/Mixtral-8x7B-Instruct-v0.1", 46.7, 12.9),
+    ],
+)
+def test_shipped_moe_models_match_their_cards(name, total_b, active_b):
+    m = load_model_spec(name)
+    assert m.moe is not None
+    assert m.params / 1e9 == pytest.approx(total_b, rel=0.01)
+    assert m.active_params / 1e9 == pytest.approx(active_b, rel=0.02)
+
+
+def test_a_pass_reads_the_experts_its_tokens_touch():
+    """E = 8, k = 2: one token reads 2 experts, 4 tokens 8·(1 − 0.75⁴) = 5.46875, many tokens all 8."""
+    moe = MoESpec(experts=8, per_token=2, expert_intermediate=10, shared_intermediate=0, layers=1)
+    assert moe.touched_experts(1) == pytest.approx(2.0)
+    assert moe.touched_experts(4) == pytest.approx(5.46875)
+    assert moe.touched_experts(1000) == pytest.approx(8.0)
+
+
+def _tiny(moe: MoESpec | None, intermediate: int = 10) -> ModelSpec:
+    return ModelSpec("tiny", layers=2, hidden=4, heads=2, kv_heads=1, head_dim=2, intermediate=intermediate,
+                     vocab=16, moe=moe)  # fmt: skip
+
+
+def test_weights_and_flops_of_a_moe_pass_by_hand():
+    """Two layers, one of them MoE (E 8, k 2, experts 10 wide, a shared expert 6 wide): attention 2·4·4 +
+    2·4·2 = 48 per layer; the dense layer's MLP 3·4·10 = 120; per MoE layer the router 4·8 = 32, the shared
+    expert 3·4·6 = 72 and each expert 120; the LM head 16·4 = 64."""
+    m = _tiny(MoESpec(8, 2, 10, 6, layers=1))
+    dense_layer, fixed = 48 + 120, 48 + 32 + 72
+    assert m.decoder_params == dense_layer + fixed + 8 * 120
+    assert m.active_decoder_params == dense_layer + fixed + 2 * 120
+    assert streamed_weights(m, 1) == pytest.approx(dense_layer + fixed + 2 * 120 + 64)
+    assert streamed_weights(m, 4) == pytest.approx(dense_layer + fixed + 5.46875 * 120 + 64)
+    # FLOPs per token: the routed experts only (2 · active weights per row, plus the LM head's)
+    no_attention = forward_flops(m, 1, 0, 1) - 4.0 * 2 * 2 * 2 * 1
+    assert no_attention == pytest.approx(2.0 * (dense_layer + fixed + 2 * 120) + 2.0 * 64)
+    # a verify pass of 4 rows reads more expert bytes per row than a decode pass, fewer in all than 4 decodes
+    one, four = forward_bytes(m, 1, 0, 1), forward_bytes(m, 1, 0, 4)
+    assert one < four < 4 * one
+
+
+def test_a_dense_model_streams_every_weight_at_any_rows():
+    m = _tiny(None)
+    assert m.active_decoder_params == m.decoder_params == 2 * m.layer_params
+    assert streamed_weights(m, 1) == streamed_weights(m, 64) == m.decoder_params + 64
+
+
+def test_qwen3_moe_layers_follow_mlp_only_layers_and_the_sparse_step():
+    cfg = {
+        "model_type": "qwen3_moe", "hidden_size": 8, "num_hidden_layers": 4, "num_attention_heads": 2,
+        "num_key_value_heads": 1, "vocab_size": 32, "intermediate_size": 24, "moe_intermediate_size": 4,
+        "num_experts": 4, "num_experts_per_tok": 2, "decoder_sparse_step": 2, "mlp_only_layers": [3],
+    }  # fmt: skip
+    moe = spec_from_config(cfg, "q").moe
+    assert (moe.experts, moe.per_token, moe.expert_intermediate, moe.layers) == (4, 2, 4, 1)  # layer 1 only
+
+
+@pytest.mark.parametrize(
+    "extra, match",
+    [
+        (
+            {"model_type": "deepseek_v3", "n_routed_experts": 256},
+            r"model_type 'deepseek_v3': expected one of",
+        ),
+        ({"num_local_experts": 8, "kv_lora_rank": 512}, "multi-head latent attention is not modelled"),
+        ({"num_local_experts": 2, "num_experts_per_tok": 4}, r"num_experts_per_tok: expected at most"),
+        ({"num_local_experts": 0}, r"num_local_experts: expected an integer >= 1, got 0"),
+        ({"num_local_experts": 8, "num_experts_per_tok": None}, r"num_experts_per_tok: expected an integer"),
+    ],
+)
+def test_moe_configs_specsim_cannot_read_are_one_line(extra, match):
+    cfg = {
+        "model_type": "mixtral",
+        "hidden_size": 8,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 2,
+        "vocab_size": 32,
+        "intermediate_size": 16,
+        "num_local_experts": 4,
+        "num_experts_per_tok": 2,
+    }
+    with pytest.raises(SpecsimError, match=match) as err:
+        spec_from_config(cfg | extra, "m")
+    assert "\n" not in str(err.value)
