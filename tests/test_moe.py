@@ -103,3 +103,14 @@ def test_moe_configs_specsim_cannot_read_are_one_line(extra, match):
     with pytest.raises(SpecsimError, match=match) as err:
         spec_from_config(cfg | extra, "m")
     assert "\n" not in str(err.value)
+
+
+def test_the_moe_vlm_reads_its_text_model_as_the_moe_text_model_and_its_tower_as_qwen3_vls():
+    """Qwen3-VL-30B-A3B-Instruct's text config is Qwen3-30B-A3B's shape (its config.json: 48 layers, 128
+    experts, 8 per token, 768 wide); its tower is Qwen3-VL's (27 layers, 16-px patches merged 2x2), read as
+    the 8B's, with the merger projecting to 2048."""
+    vl, text, dense_vl = (load_model_spec(n) for n in ("qwen3-vl-30b-a3b", "qwen3-30b-a3b", "qwen3-vl-8b"))
+    assert (vl.text_params, vl.active_params, vl.moe) == (text.text_params, text.active_params, text.moe)
+    assert vl.vision.layers == dense_vl.vision.layers == 27
+    assert vl.vision.image_tokens == dense_vl.vision.image_tokens
+    assert vl.vision.params < dense_vl.vision.params  # the same tower, a narrower merger output
