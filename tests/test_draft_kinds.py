@@ -161,6 +161,8 @@ def test_recommend_matches_a_hand_computation(setting, kind):
         ["--target", "llama-3.1-8b", "--draft-kind", "ngram", "--alpha", "0.4", "--runtime", "sglang"],
         ["--target", "llama-3.1-70b", "--draft", "llama-3.2-1b", "--alpha", "0.6", "--tp", "4"],
         ["--target", "qwen3-32b", "--draft", "qwen3-1.7b", "--alpha", "0.7", "--runtime", "hf-eager"],
+        ["--target", "qwen3-30b-a3b", "--draft", "qwen3-0.6b", "--alpha", "0.7", "--batch", "1,16,64"],
+        ["--target", "mixtral-8x7b", "--draft-kind", "ngram", "--alpha", "0.4", "--tp", "2"],
     ],
 )
 def test_every_hardware_row_reproduces_its_speedup_from_c_v_and_o(args, capsys):
