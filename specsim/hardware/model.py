@@ -117,6 +117,8 @@ class ModelSpec:
     # target's features and wider first projection: :mod:`specsim.hardware.draft_heads`)
     extra_weights: int = 0
     moe: MoESpec | None = None  # None: every layer's MLP is dense (``intermediate`` wide)
+    window: int | None = None  # sliding-window attention: ``window_layers`` layers attend the last W
+    window_layers: int = 0
 
     @property
     def layer_params(self) -> int:
@@ -183,6 +185,15 @@ class ModelSpec:
     def params(self) -> int:
         """All parameters, vision tower and projector included."""
         return self.text_params + (self.vision.params if self.vision else 0)
+
+    def attended_positions(self, positions):
+        """Cache positions one layer's attention reads (and its KV cache holds), averaged over the layers:
+        all ``positions`` for a full-attention layer, at most ``window`` for a sliding-window one."""
+        if self.window is None or not self.window_layers:
+            return positions
+        p = np.asarray(positions, dtype=float)
+        full = self.layers - self.window_layers
+        return (full * p + self.window_layers * np.minimum(p, self.window)) / self.layers
 
     @property
     def kv_bytes_per_token(self) -> int:
@@ -304,6 +315,30 @@ def _moe_spec(cfg: dict, where: str, layers: int, intermediate: int | None) -> M
     return MoESpec(experts, per_token, width, shared, moe_layers)
 
 
+def _window(cfg: dict, where: str, layers: int) -> tuple[int | None, int]:
+    """(window, layers that use it) of a config's sliding-window attention; (None, 0) without one. Layers:
+    ``layer_types``' 'sliding_attention' entries where the config lists them; else Gemma-2 every other layer,
+    Gemma-3 all but every ``sliding_window_pattern``-th (default 6); Qwen2-family windows only with
+    ``use_sliding_window`` (from ``max_window_layers`` on); any other model type (Mistral, Phi-3) every
+    layer."""
+    window = _given(cfg, where, "sliding_window")
+    model_type = str(cfg.get("model_type", ""))
+    if window is None or cfg.get("use_sliding_window") is False:
+        return None, 0
+    types = cfg.get("layer_types")
+    if isinstance(types, list) and len(types) == layers:
+        return window, sum(1 for t in types if t == "sliding_attention")
+    if model_type.startswith("gemma2"):
+        return window, (layers + 1) // 2  # even layers slide (Gemma2DecoderLayer: not layer_idx % 2)
+    if model_type.startswith("gemma3"):
+        pattern = _given(cfg, where, "sliding_window_pattern") or 6
+        return window, layers - layers // pattern
+    if "use_sliding_window" in cfg:  # Qwen2-family: layers from max_window_layers on use the window
+        first = _given(cfg, where, "max_window_layers") or 0
+        return window, max(layers - first, 0)
+    return window, layers
+
+
 def _text_spec(cfg: dict, name: str, where: str) -> dict[str, Any]:
     model_type = cfg.get("model_type", "")
     if not isinstance(model_type, str):
@@ -317,6 +352,7 @@ def _text_spec(cfg: dict, name: str, where: str) -> dict[str, Any]:
     return {
         "layers": layers,
         "moe": _moe_spec(cfg, where, layers, inter),
+        **dict(zip(("window", "window_layers"), _window(cfg, where, layers))),
         "hidden": hidden,
         "heads": heads,
         "kv_heads": kv,

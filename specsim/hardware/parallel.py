@@ -148,12 +148,13 @@ def per_gpu_resident_bytes(
     b, ctx = np.asarray(batch, dtype=float), np.asarray(context, dtype=float)
     d_ctx = ctx if draft_context is None else np.asarray(draft_context, dtype=float)
     (tw, tk) = _shares(target, tp, split)
-    target_bytes = target.weight_bytes * tw + b * ctx * target.kv_bytes_per_token * tk
+    t_ctx = target.attended_positions(ctx)  # a sliding-window layer holds at most its window
+    target_bytes = target.weight_bytes * tw + b * t_ctx * target.kv_bytes_per_token * tk
     if draft is None:  # a lookup drafting kind: no draft model
         return target_bytes
     (dw, dk) = _shares(draft, draft_tp, split)
     draft_weights = 0.0 if shared_weights else draft.weight_bytes * dw
-    return target_bytes + draft_weights + b * d_ctx * draft.kv_bytes_per_token * dk
+    return target_bytes + draft_weights + b * draft.attended_positions(d_ctx) * draft.kv_bytes_per_token * dk
 
 
 def largest_fitting_batch(

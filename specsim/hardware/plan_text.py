@@ -24,9 +24,10 @@ def describe_model(m: ModelSpec) -> str:
         if moe
         else ""
     )
+    window = f", a {m.window}-token window on {m.window_layers}/{m.layers} layers" if m.window_layers else ""
     return (
         f"{m.name} ({m.params / 1e9:.2f}B params{experts}, {m.dtype_bytes:g} bytes/weight, "
-        f"{m.kv_element_bytes:g} bytes/KV element{vision})"
+        f"{m.kv_element_bytes:g} bytes/KV element{window}{vision})"
     )
 
 

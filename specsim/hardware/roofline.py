@@ -168,7 +168,7 @@ def attention_flops(m: ModelSpec, batch, context, new) -> np.ndarray:
     """FLOPs of a pass's attention kernels: batch · 4 · layers · heads · head_dim · (new · context +
     new(new+1)/2) (scores and their weighted sum, causal over the new positions)."""
     b, ctx, n = _arr(batch, "batch", 1), _arr(context, "context_tokens", 0), _arr(new, "new_tokens", 1)
-    return b * 4.0 * m.layers * m.heads * m.head_dim * (n * ctx + n * (n + 1) / 2)
+    return b * 4.0 * m.layers * m.heads * m.head_dim * (n * m.attended_positions(ctx) + n * (n + 1) / 2)
 
 
 def forward_bytes(m: ModelSpec, batch, context, new, logits=None, score_bytes: float = 0.0) -> np.ndarray:
@@ -216,7 +216,8 @@ def gemv_rows_ms(m: ModelSpec, dev: Device, eff, batch, new, tp: int = 1):
 
 def kv_pass_bytes(m: ModelSpec, batch, context, new) -> np.ndarray:
     """KV-cache bytes one pass reads and writes: batch · (context + new) positions."""
-    return np.asarray(batch, dtype=float) * (np.asarray(context, dtype=float) + new) * m.kv_bytes_per_token
+    positions = m.attended_positions(np.asarray(context, dtype=float) + new)
+    return np.asarray(batch, dtype=float) * positions * m.kv_bytes_per_token
 
 
 def sharded_bytes(m: ModelSpec, batch, context, new, logits=None, score_bytes: float = 0.0, tp: int = 1):
@@ -238,7 +239,7 @@ def score_elements(m: ModelSpec, batch, context, new, tp: int = 1):
     """Attention score elements one GPU of a ``tp``-way shard materialises in a pass (runtimes whose
     attention writes them out pay ``attention_score_bytes`` each)."""
     b, ctx, n = (np.asarray(x, dtype=float) for x in (batch, context, new))
-    return b * m.layers * m.heads * n * (ctx + n) / tp
+    return b * m.layers * m.heads * n * m.attended_positions(ctx + n) / tp
 
 
 def quantized_layers(m: ModelSpec) -> int:
@@ -382,9 +383,8 @@ def compute_bound(
 
 def resident_bytes(m: ModelSpec, batch, context) -> np.ndarray:
     """Weights (vision tower included) + KV cache for ``batch`` sequences of ``context`` positions."""
-    return (
-        m.weight_bytes + _arr(batch, "batch", 1) * _arr(context, "context_tokens", 0) * m.kv_bytes_per_token
-    )
+    positions = m.attended_positions(_arr(context, "context_tokens", 0))
+    return m.weight_bytes + _arr(batch, "batch", 1) * positions * m.kv_bytes_per_token
 
 
 def fits_memory(models: list[ModelSpec], dev: Device, batch, context) -> np.ndarray:
