@@ -33,6 +33,9 @@ QWEN_VIT_M = 675
 #   Qwen3-8B's 8.2B (https://huggingface.co/Qwen/Qwen3-8B, card: "Number of Parameters: 8.2B"), the same
 #   language model: 0.57B for the SigLIP-2 So400m tower and its four mergers.
 QWEN3_VL_VISION_M = 8770 - 8200
+# Gemma 3: "Vision Encoder 417M" for the 4B, 12B and 27B models (Gemma Team 2025, Gemma 3 Technical Report,
+#   arXiv 2503.19786, Table 1: the SigLIP encoder, 400M, with its projection).
+GEMMA3_VISION_M = 417
 
 CARDS = [
     ("llava-hf/llava-1.5-7b-hf", "tower_params", CLIP_L_336_M),
@@ -41,6 +44,8 @@ CARDS = [
     ("Qwen/Qwen2.5-VL-7B-Instruct", "params", QWEN_VIT_M),
     ("Qwen/Qwen2.5-VL-3B-Instruct", "params", QWEN_VIT_M),
     ("Qwen/Qwen3-VL-8B-Instruct", "params", QWEN3_VL_VISION_M),
+    ("google/gemma-3-4b-it", "params", GEMMA3_VISION_M),
+    ("google/gemma-3-27b-it", "params", GEMMA3_VISION_M),
 ]
 
 
@@ -64,6 +69,18 @@ def test_qwen3_vl_has_a_merger_per_deepstack_layer():
     v = load_model_spec("Qwen/Qwen3-VL-8B-Instruct").vision
     assert (v.layers, v.hidden, v.gated_mlp, v.full_attention_layers) == (27, 1152, False, None)
     assert v.projector_params == 4 * (4608 * 4608 + 4608 * 4096)  # main merger + deepstack at 8, 16, 24
+
+
+def test_gemma3_pools_its_siglip_patches_to_256_tokens_and_windows_5_layers_in_6():
+    """SigLIP at 896 px: 64 x 64 = 4096 patches through 27 layers, average-pooled to mm_tokens_per_image
+    (256) and projected by one 1152 x 2560 linear layer; Gemma 3 4B's language model (Table 1: 3,209M
+    non-embedding parameters) slides a 1024-token window on all but every 6th of its 34 layers."""
+    m = load_model_spec("google/gemma-3-4b-it")
+    v = m.vision
+    assert (v.layers, v.patch_tokens, v.image_tokens, v.views_per_image) == (27, 4096, 256, 1)
+    assert v.projector_params == 1152 * 2560
+    assert m.decoder_params / 1e6 == pytest.approx(3209, rel=0.01)
+    assert (m.window, m.window_layers) == (1024, 29)
 
 
 # ---------------------------------------------------------------- image tokens, each model's rule by hand

@@ -2,7 +2,8 @@
 
 One reader per family, picked by the config's top-level ``model_type``: LLaVA-1.5 (CLIP, fixed resize),
 LLaVA-NeXT (any-res: a base view plus tiles), Qwen2-VL / Qwen2.5-VL / Qwen3-VL (dynamic resolution, windowed
-attention, merged patches, DeepStack mergers) and InternVL 2.5/3 (448-px tiles, pixel shuffle). Parameters
+attention, merged patches, DeepStack mergers), InternVL 2.5/3 (448-px tiles, pixel shuffle) and Gemma 3 (SigLIP
+at 896 px pooled to 256 tokens). Parameters
 count the transformer layers and the projector/merger matmuls; embeddings, norms and biases are left out
 (under 1 % of each tower). Image counts follow :mod:`specsim.hardware.image_tokens`.
 """
@@ -181,6 +182,21 @@ def llava_tower(cfg: dict, lm_hidden: int, where: str) -> VisionSpec:
     )
 
 
+def gemma3_tower(cfg: dict, lm_hidden: int, where: str) -> VisionSpec:
+    """Gemma 3: a SigLIP tower over the whole image resized to ``image_size`` (896 px: 64 × 64 patches, no
+    CLS), average-pooled to ``mm_tokens_per_image`` tokens (256) and projected by one linear layer
+    (Gemma3MultiModalProjector); pan-and-scan crops are off by default, so one view per image."""
+    vc = cfg["vision_config"]
+    layers, hidden, inter, heads, image, patch = _clip_tower(vc, f"{where}.vision_config")
+    tokens = field_int(cfg.get("mm_tokens_per_image", 256), f"{where}.mm_tokens_per_image", lo=1, unit="size")
+    grid = image // patch
+    if tokens > grid * grid:
+        raise SpecsimError(
+            f"{where}.mm_tokens_per_image: expected at most the tower's {grid * grid} patches, got {tokens}"
+        )
+    return VisionSpec(layers, hidden, inter, heads, grid * grid, tokens, projector_params=hidden * lm_hidden)
+
+
 def llava_next_tower(cfg: dict, lm_hidden: int, image: ImageSize, where: str) -> VisionSpec:
     """LLaVA-1.6/NeXT any-res: the base view plus the tiles of the best ``image_grid_pinpoints`` resolution;
     the LM gets the base's grid² tokens, the tiles' unpadded features and one newline per row."""
@@ -335,4 +351,6 @@ def vision_spec(
         return llava_next_tower(cfg, lm_hidden, image, where)
     if kind in ("internvl_chat", "internvl"):
         return internvl_tower(cfg, lm_hidden, image, processor, where)
+    if kind == "gemma3":
+        return gemma3_tower(cfg, lm_hidden, where)
     return llava_tower(cfg, lm_hidden, where)
