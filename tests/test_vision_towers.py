@@ -162,6 +162,11 @@ def test_unknown_vision_family_warns_instead_of_guessing_silently():
     cfg = {**_hand_written_qwen2_5_vl(), "model_type": "mystery_vl"}
     with pytest.warns(SpecsimWarning, match="read as a LLaVA-1.5-style CLIP tower"):
         spec_from_config(cfg, "m")
+    # a known tower in another family's model (LLaVA-OneVision tiles its SigLIP views: not one 729-token view)
+    siglip = {"model_type": "siglip_vision_model", "image_size": 384, "patch_size": 14}
+    onevision = {**cfg, "model_type": "llava_onevision", "vision_config": siglip}
+    with pytest.warns(SpecsimWarning, match="'llava_onevision' with vision tower 'siglip_vision_model'"):
+        spec_from_config(onevision, "m")
 
 
 def test_bad_tower_fields_name_the_field():

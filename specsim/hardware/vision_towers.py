@@ -2,8 +2,8 @@
 
 One reader per family, picked by the config's top-level ``model_type``: LLaVA-1.5 (CLIP, fixed resize),
 LLaVA-NeXT (any-res: a base view plus tiles), Qwen2-VL / Qwen2.5-VL / Qwen3-VL (dynamic resolution, windowed
-attention, merged patches, DeepStack mergers), InternVL 2.5/3 (448-px tiles, pixel shuffle) and Gemma 3 (SigLIP
-at 896 px pooled to 256 tokens). Parameters
+attention, merged patches, DeepStack mergers), InternVL 2.5/3 (448-px tiles, pixel shuffle) and Gemma 3
+(SigLIP at 896 px pooled to 256 tokens); another family read by LLaVA-1.5's rule gets a warning. Parameters
 count the transformer layers and the projector/merger matmuls; embeddings, norms and biases are left out
 (under 1 % of each tower). Image counts follow :mod:`specsim.hardware.image_tokens`.
 """
@@ -92,6 +92,9 @@ _QWEN_PIXELS = {
 }
 MAX_TILES = 1024  # InternVL tiles per image a config may allow (its models use 12, 40 at most at test time)
 _KNOWN_CLIP_TOWERS = ("clip_vision_model", "siglip_vision_model")
+# VLMs that resize every image to the tower's one size and hand all its patches to the LM (LLaVA-1.5's rule);
+# any other model_type read by that rule (LLaVA-OneVision's any-res, Pixtral, Idefics3) gets a warning.
+_FIXED_RESIZE = ("llava", "vipllava", "paligemma")
 # transformers' defaults for the keys a Qwen vision_config leaves out (Qwen2VLVisionConfig,
 # Qwen2_5_VLVisionConfig, Qwen3VLVisionConfig; hub configs of Qwen2.5-VL fine-tunes rely on them).
 _QWEN_VISION_DEFAULTS = {
@@ -161,7 +164,7 @@ def llava_tower(cfg: dict, lm_hidden: int, where: str) -> VisionSpec:
     tokens reach the LM, ``image_seq_length`` when given), the tower sees grid² + 1; a 2-layer MLP
     projector."""
     vc = cfg["vision_config"]
-    if cfg.get("model_type") != "llava" and vc.get("model_type") not in _KNOWN_CLIP_TOWERS:
+    if cfg.get("model_type") not in _FIXED_RESIZE or vc.get("model_type") not in _KNOWN_CLIP_TOWERS:
         warn(
             f"{where}: model_type {cfg.get('model_type')!r} with vision tower {vc.get('model_type')!r} is "
             "read as a LLaVA-1.5-style CLIP tower (fixed resize, MLP projector); its size and image tokens "
