@@ -112,4 +112,3 @@ def batch_check_row(
         },
         batch=batch,
     )
-

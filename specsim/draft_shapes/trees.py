@@ -22,7 +22,6 @@ SCHEMA_VERSION = 1
 MAX_NODES = 1024  # a bigger tree is a typo ("8,8,8,8,8" has 37448 nodes), not a plan
 
 
-
 @dataclass(frozen=True)
 class TreeSpec:
     """A token tree as the parent of each draft node: ``parents[i-1]`` is node i's parent (root 0).

@@ -14,11 +14,11 @@ from typing import Any
 import numpy as np
 
 from specsim.bounds import check_range
-from specsim.dtypes import DTYPE_ALIASES, dtype_name
 from specsim.errors import SpecsimError
 from specsim.hardware.image_tokens import ImageSize
 from specsim.hardware.moe import MoESpec
 from specsim.hardware.vision_towers import VisionSpec, vision_spec
+from specsim.hardware.weight_formats import config_dtype, dtype_bytes, kv_dtype_bytes
 
 # transformers' defaults for keys a config may omit (LlamaConfig, MistralConfig, Qwen2Config).
 _TEXT_DEFAULTS: dict[str, dict[str, Any]] = {
@@ -48,51 +48,6 @@ _TEXT_DEFAULTS: dict[str, dict[str, Any]] = {
         "tie_word_embeddings": False,
     },
 }
-# Bytes per weight. Quantised formats count their scales: GGUF Q8_0 stores 32 int8 + one fp16 scale per block
-# (34 B / 32), Q4_0 16 B of nibbles + an fp16 scale (18 B / 32), Q4_K 144 B per 256 weights (4.5 bits); Q4_K_M
-# keeps attn_v and half of ffn_down in Q6_K (6.5625 bits), about 4.85 bits per weight on a Llama model
-# (ggml-quants.h block layouts). int4 g32 (gpt-fast): 4 bits + a bf16 scale and zero per 32 weights = 5 bits.
-# Keys are canonical names (specsim.dtypes); aliases such as bf16 resolve to them.
-_DTYPE_BYTES = {
-    "float32": 4,
-    "float16": 2,
-    "bfloat16": 2,
-    "float8": 1,
-    "int8": 1,
-    "int4": 0.5,
-    "int4-g32": 5 / 8,
-    "q8_0": 34 / 32,
-    "q4_0": 18 / 32,
-    "q4_k_m": 4.85 / 8,
-}
-KV_DTYPES = ("float32", "float16", "bfloat16", "float8", "int8")
-_NAMES = sorted(set(_DTYPE_BYTES) | {a for a, c in DTYPE_ALIASES.items() if c in _DTYPE_BYTES})
-
-
-def dtype_bytes(name: str | float, where: str = "dtype") -> float:
-    """Bytes per element of a dtype name (``bfloat16`` → 2, ``q4_0`` → 0.5625); a number passes through.
-    Errors name ``where`` (e.g. ``--dtype``)."""
-    if isinstance(name, (int, float)) and not isinstance(name, bool):
-        if not name > 0:
-            raise SpecsimError(f"{where}: expected bytes per element > 0, got {name!r}")
-        return name
-    if not str(name).strip():
-        raise SpecsimError(f"{where}: expected a dtype name (one of {_NAMES}), got {name!r}")
-    key = dtype_name(name)
-    if key not in _DTYPE_BYTES:
-        raise SpecsimError(f"{where}: expected one of {_NAMES}, got {name!r}")
-    return _DTYPE_BYTES[key]
-
-
-def kv_dtype_bytes(name: str, where: str = "kv dtype") -> float:
-    """Bytes per KV-cache element; weight-only formats (int4, GGUF blocks) are not KV dtypes."""
-    if not str(name).strip():
-        raise SpecsimError(f"{where}: expected a dtype name (one of {list(KV_DTYPES)}), got {name!r}")
-    if dtype_name(name) not in KV_DTYPES:
-        raise SpecsimError(
-            f"{where}: expected one of {list(KV_DTYPES)} (or an alias such as bf16), got {name!r}"
-        )
-    return dtype_bytes(name, where)
 
 
 @dataclass(frozen=True)
@@ -395,6 +350,7 @@ def spec_from_config(
         vision = vision_spec(cfg, fields["hidden"], name, image_size, processor)
     dt = dtype  # a given dtype is used as given: '' is refused by dtype_bytes, not read as "the config's"
     if dt is None:
-        dt = cfg.get("torch_dtype") or cfg.get("dtype") or text_cfg.get("torch_dtype") or "bfloat16"
+        dt, cache = config_dtype(cfg, text_cfg, name)
+        kv_dtype = cache if kv_dtype is None else kv_dtype
     kv = None if kv_dtype is None else kv_dtype_bytes(kv_dtype)
     return ModelSpec(name=name, dtype_bytes=dtype_bytes(dt), kv_bytes=kv, vision=vision, **fields)

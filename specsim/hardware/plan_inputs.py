@@ -22,9 +22,10 @@ from specsim.hardware.efficiency_fit import (
 )
 from specsim.hardware.image_tokens import ImageSize
 from specsim.hardware.measured_pair import models_for_costs
-from specsim.hardware.model import ModelSpec, dtype_bytes, kv_dtype_bytes
+from specsim.hardware.model import ModelSpec
 from specsim.hardware.model_resolution import load_model_spec
 from specsim.hardware.runtime import DEFAULT_RUNTIMES, Runtime, load_runtime
+from specsim.hardware.weight_formats import dtype_bytes, kv_dtype_bytes
 from specsim.predict.acceptance_source import method_entries
 from specsim.presets import pair_models
 from specsim.profile_format import Profile

@@ -164,7 +164,8 @@ def llava_tower(cfg: dict, lm_hidden: int, where: str) -> VisionSpec:
     tokens reach the LM, ``image_seq_length`` when given), the tower sees grid² + 1; a 2-layer MLP
     projector."""
     vc = cfg["vision_config"]
-    if cfg.get("model_type") not in _FIXED_RESIZE or vc.get("model_type") not in _KNOWN_CLIP_TOWERS:
+    tower = vc.get("model_type", "clip_vision_model")  # LlavaConfig's default tower
+    if cfg.get("model_type") not in _FIXED_RESIZE or tower not in _KNOWN_CLIP_TOWERS:
         warn(
             f"{where}: model_type {cfg.get('model_type')!r} with vision tower {vc.get('model_type')!r} is "
             "read as a LLaVA-1.5-style CLIP tower (fixed resize, MLP projector); its size and image tokens "

@@ -24,9 +24,10 @@ from typing import Any
 from specsim.bounds import check_range
 from specsim.draft_kinds.registry import draft_kind
 from specsim.errors import SpecsimError
-from specsim.hardware.model import ModelSpec, dtype_bytes, kv_dtype_bytes, spec_from_config
+from specsim.hardware.model import ModelSpec, spec_from_config
 from specsim.hardware.model_resolution import find_shipped, load_model_spec
 from specsim.hardware.parallel import timing_gpus
+from specsim.hardware.weight_formats import dtype_bytes, kv_dtype_bytes
 from specsim.jsonio import check_schema_version, read_json, show
 from specsim.validation.load_spec import ServedLoad, parse_load
 from specsim.validation.sources import RESERVED_KEYS, Source, is_reserved, is_reserved_row

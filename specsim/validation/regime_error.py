@@ -183,7 +183,6 @@ def _gpu_fit(runtime: str) -> str:
     return "each GPU priced by the runtime fitted on the other GPU's steps, `bench/hf_eager_fit.py`"
 
 
-
 def regime_errors(runtime: str, batches, context_tokens: float) -> list[RegimeError]:
     """One :class:`RegimeError` per distinct band the ``batches`` fall in, in batch order."""
     out: list[RegimeError] = []
