@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from specsim.errors import SpecsimError
+from specsim.errors import SpecsimError, SpecsimWarning
 from specsim.hardware.model import ModelSpec, spec_from_config
 from specsim.hardware.model_resolution import load_model_spec
 from specsim.hardware.moe import MoESpec
@@ -79,11 +79,11 @@ def test_qwen3_moe_layers_follow_mlp_only_layers_and_the_sparse_step():
 @pytest.mark.parametrize(
     "extra, match",
     [
+        ({"model_type": "gpt_oss", "num_local_experts": 32}, r"model_type 'gpt_oss': expected one of"),
         (
-            {"model_type": "deepseek_v3", "n_routed_experts": 256},
-            r"model_type 'deepseek_v3': expected one of",
+            {"num_local_experts": 8, "kv_lora_rank": 512},
+            r"qk_nope_head_dim: expected an integer >= 1, got None",
         ),
-        ({"num_local_experts": 8, "kv_lora_rank": 512}, "multi-head latent attention is not modelled"),
         ({"num_local_experts": 2, "num_experts_per_tok": 4}, r"num_experts_per_tok: expected at most"),
         ({"num_local_experts": 0}, r"num_local_experts: expected an integer >= 1, got 0"),
         ({"num_local_experts": 8, "num_experts_per_tok": None}, r"num_experts_per_tok: expected an integer"),
@@ -114,3 +114,36 @@ def test_the_moe_vlm_reads_its_text_model_as_the_moe_text_model_and_its_tower_as
     assert vl.vision.layers == dense_vl.vision.layers == 27
     assert vl.vision.image_tokens == dense_vl.vision.image_tokens
     assert vl.vision.params < dense_vl.vision.params  # the same tower, a narrower merger output
+
+
+def test_deepseek_v3_matches_its_card_with_latent_attention_and_shared_experts():
+    """DeepSeek-V3 (DeepSeek-AI 2024, the model card and arXiv 2412.19437 §1): "671B total parameters with
+    37B activated for each token"; 3 dense layers, then 58 of 256 routed experts (8 a token) plus one shared;
+    its cache: 61 layers x (512 latent + 64 RoPE) elements a position."""
+    with pytest.warns(SpecsimWarning, match="priced as float8"):  # its config's quantization_config: fp8
+        m = load_model_spec("deepseek-ai/DeepSeek-V3")
+    assert m.params / 1e9 == pytest.approx(671, rel=0.005)
+    assert m.active_params / 1e9 == pytest.approx(37, rel=0.02)
+    assert (m.moe.layers, m.moe.shared_intermediate, m.kv_heads) == (58, 2048, 1)
+    assert m.kv_bytes_per_token == 61 * 576 * 2  # the cache stays 16-bit beside fp8 weights
+    # attention projections by hand: q down/up 7168·1536 + 1536·128·192, kv down 7168·576, kv up 512·128·256,
+    # o 128·128·7168
+    assert (
+        m.attention_params == 7168 * 1536 + 1536 * 128 * 192 + 7168 * 576 + 512 * 128 * 256 + 128 * 128 * 7168
+    )
+    # absorbed decoding: 2·128·(2·512 + 64) FLOPs a head-position per layer, i.e. 4·heads·544
+    assert forward_flops(m, 1, 1000, 1) - forward_flops(m, 1, 0, 1) == pytest.approx(
+        61 * 2 * 128 * 1088 * 1000
+    )
+
+
+def test_an_mtp_head_of_a_moe_target_is_one_routed_layer():
+    from specsim.hardware.draft_heads import mtp_head
+
+    with pytest.warns(SpecsimWarning):
+        target = load_model_spec("deepseek-v3")
+    head = mtp_head(target)
+    assert (head.layers, head.moe.layers, head.moe.experts) == (1, 1, 256)
+    assert (
+        head.active_decoder_params == target.attention_params + target.moe.fixed_params(7168) + 8 * 44040192
+    )

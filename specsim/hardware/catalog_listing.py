@@ -21,7 +21,7 @@ def draft_kinds() -> list[dict]:
 
 
 def _model_row(name: str, aliases: tuple[str, ...], source: str) -> dict:
-    spec = load_model_spec(name)
+    spec = load_model_spec(name, dtype="bfloat16")  # parameters only: the weights' format is not listed
     row = {"id": name, "aliases": list(aliases), "params_b": round(spec.params / 1e9, 2)}
     if spec.vision is not None:
         v = spec.vision

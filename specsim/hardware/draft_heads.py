@@ -38,7 +38,11 @@ def head_spec(kind: DraftKind, head: ModelSpec, target: ModelSpec, config: dict 
 
 def mtp_head(target: ModelSpec) -> ModelSpec:
     """One MTP module of the target's own shape (DeepSeek-V3's: a decoder layer and a 2·h → h projection)."""
-    base = replace(target, name=f"{target.name} MTP head", layers=1, vision=None, tie_word_embeddings=True)
+    moe = None if target.moe is None else replace(target.moe, layers=1)  # DeepSeek-V3's MTP layer routes too
+    base = replace(
+        target, name=f"{target.name} MTP head", layers=1, vision=None, tie_word_embeddings=True, moe=moe,
+        window=None, window_layers=0,
+    )  # fmt: skip
     return replace(base, extra_weights=2 * target.hidden * target.hidden)
 
 

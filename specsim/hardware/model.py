@@ -13,10 +13,11 @@ from typing import Any
 
 import numpy as np
 
-from specsim.bounds import check_range
 from specsim.errors import SpecsimError
+from specsim.hardware.config_fields import given, pos_int
 from specsim.hardware.image_tokens import ImageSize
-from specsim.hardware.moe import MoESpec
+from specsim.hardware.mla import MLASpec, mla_from_config
+from specsim.hardware.moe import MoESpec, moe_from_config
 from specsim.hardware.vision_towers import VisionSpec, vision_spec
 from specsim.hardware.weight_formats import config_dtype, dtype_bytes, kv_dtype_bytes
 
@@ -74,6 +75,13 @@ class ModelSpec:
     moe: MoESpec | None = None  # None: every layer's MLP is dense (``intermediate`` wide)
     window: int | None = None  # sliding-window attention: ``window_layers`` layers attend the last W
     window_layers: int = 0
+    mla: MLASpec | None = None  # multi-head latent attention (kv_heads is then 1: one latent for all heads)
+
+    def __post_init__(self) -> None:
+        if self.moe is not None and not 0 <= self.moe.layers <= self.layers:
+            raise SpecsimError(f"{self.name}: {self.moe.layers} MoE layers of {self.layers}")
+        if not 0 <= self.window_layers <= self.layers:
+            raise SpecsimError(f"{self.name}: {self.window_layers} sliding-window layers of {self.layers}")
 
     @property
     def layer_params(self) -> int:
@@ -82,9 +90,16 @@ class ModelSpec:
 
     @property
     def attention_params(self) -> int:
-        """Q, K, V and O projections of one decoder layer."""
+        """Q, K, V and O projections of one decoder layer (latent attention: :mod:`specsim.hardware.mla`)."""
+        if self.mla is not None:
+            return self.mla.attention_params(self.hidden, self.heads)
         q_out, kv_out = self.heads * self.head_dim, self.kv_heads * self.head_dim
         return 2 * self.hidden * q_out + 2 * self.hidden * kv_out
+
+    @property
+    def attention_head_dim(self) -> float:
+        """Per-head width of the attention kernels' FLOPs per cached position (4 · heads · d)."""
+        return self.head_dim if self.mla is None else self.mla.attention_head_dim
 
     @property
     def decoder_params(self) -> int:
@@ -152,7 +167,10 @@ class ModelSpec:
 
     @property
     def kv_bytes_per_token(self) -> int:
-        """KV-cache bytes one position adds: layers × KV heads × head dim × 2 (K and V) × dtype bytes."""
+        """KV-cache bytes one position adds: layers × KV heads × head dim × 2 (K and V) × dtype bytes (latent
+        attention: layers × its latent and RoPE key × dtype bytes)."""
+        if self.mla is not None:
+            return self.layers * self.mla.cache_elements * self.kv_element_bytes
         return self.layers * self.kv_heads * self.head_dim * 2 * self.kv_element_bytes
 
     @property
@@ -185,28 +203,13 @@ def _get(cfg: dict, key: str, defaults: dict, where: str, *alt: str) -> Any:
     )
 
 
-def _pos_int(value: Any, where: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise SpecsimError(f"{where}: expected an integer >= 1, got {value!r}")
-    return check_range(value, "size", where)
-
-
-def _given(cfg: dict, where: str, *keys: str) -> int | None:
-    """The first of ``keys`` the config sets (null counts as unset), checked >= 1 under its own name; None
-    when it sets none. A 0 is a value, not a missing key: it is refused, never replaced by a default."""
-    for k in keys:
-        if cfg.get(k) is not None:
-            return _pos_int(cfg[k], f"{where}.{k}")
-    return None
-
-
 def _heads(cfg: dict, defaults: dict, where: str, hidden: int) -> tuple[int, int, int]:
     """(attention heads, KV heads, head dim): KV heads divide the heads (grouped-query attention shares
     each KV head among heads / kv_heads query heads); without ``head_dim``, the heads divide hidden_size."""
-    heads = _pos_int(
+    heads = pos_int(
         _get(cfg, "num_attention_heads", defaults, where, "n_head"), f"{where}.num_attention_heads"
     )
-    kv = _given(cfg, where, "num_key_value_heads")
+    kv = given(cfg, where, "num_key_value_heads")
     shown = f"{kv}"
     if kv is None:
         kv = defaults.get("num_key_value_heads", heads)
@@ -219,7 +222,7 @@ def _heads(cfg: dict, defaults: dict, where: str, hidden: int) -> tuple[int, int
         raise SpecsimError(
             f"{where}.num_key_value_heads: expected a divisor of num_attention_heads ({heads}), got {shown}"
         )
-    head_dim = _given(cfg, where, "head_dim")
+    head_dim = given(cfg, where, "head_dim")
     if head_dim is None:
         if hidden % heads:
             raise SpecsimError(
@@ -230,53 +233,13 @@ def _heads(cfg: dict, defaults: dict, where: str, hidden: int) -> tuple[int, int
     return heads, kv, head_dim
 
 
-# Config keys of a mixture-of-experts MLP, per role, in the spellings of the model types read here.
-_EXPERT_KEYS = ("num_experts", "num_local_experts", "n_routed_experts")
-_MOE_TYPES = ("mixtral", "qwen2_moe", "qwen3_moe", "qwen3_vl_moe_text")
-
-
-def _moe_spec(cfg: dict, where: str, layers: int, intermediate: int | None) -> MoESpec | None:
-    """The MoE MLP of a text config (None: dense). Read for Mixtral (every layer; experts
-    ``intermediate_size`` wide), Qwen2-MoE (a shared expert) and Qwen3-MoE / Qwen3-VL-MoE
-    (``moe_intermediate_size``, ``mlp_only_layers``, ``decoder_sparse_step``); any other config with routed
-    experts is refused, never priced as dense."""
-    key = next((k for k in _EXPERT_KEYS if cfg.get(k) is not None), None)
-    if key is None:
-        return None
-    model_type = cfg.get("model_type")
-    if model_type not in _MOE_TYPES or cfg.get("kv_lora_rank") is not None:
-        raise SpecsimError(
-            f"{where}: a mixture-of-experts config ({key} {cfg[key]!r}) of model_type {model_type!r}: "
-            f"expected one of {list(_MOE_TYPES)} (the MoE layouts specsim reads; multi-head latent "
-            "attention is not modelled)"
-        )
-    experts = _pos_int(cfg[key], f"{where}.{key}")
-    per_token = _pos_int(cfg.get("num_experts_per_tok"), f"{where}.num_experts_per_tok")
-    if per_token > experts:
-        raise SpecsimError(
-            f"{where}.num_experts_per_tok: expected at most {key} ({experts}), got {per_token}"
-        )
-    width = _given(cfg, where, "moe_intermediate_size") or intermediate
-    if width is None:
-        raise SpecsimError(f"{where}: missing 'moe_intermediate_size' (the experts' width)")
-    shared = _given(cfg, where, "shared_expert_intermediate_size") or 0
-    step = _given(cfg, where, "decoder_sparse_step") or 1
-    dense = cfg.get("mlp_only_layers") or []
-    if not isinstance(dense, list) or any(not isinstance(i, int) or not 0 <= i < layers for i in dense):
-        raise SpecsimError(
-            f"{where}.mlp_only_layers: expected layer indices in 0..{layers - 1}, got {dense!r:.60}"
-        )
-    moe_layers = sum(1 for i in range(layers) if i not in dense and (i + 1) % step == 0)
-    return MoESpec(experts, per_token, width, shared, moe_layers)
-
-
 def _window(cfg: dict, where: str, layers: int) -> tuple[int | None, int]:
     """(window, layers that use it) of a config's sliding-window attention; (None, 0) without one. Layers:
     ``layer_types``' 'sliding_attention' entries where the config lists them; else Gemma-2 every other layer,
     Gemma-3 all but every ``sliding_window_pattern``-th (default 6); Qwen2-family windows only with
     ``use_sliding_window`` (from ``max_window_layers`` on); any other model type (Mistral, Phi-3) every
     layer."""
-    window = _given(cfg, where, "sliding_window")
+    window = given(cfg, where, "sliding_window")
     model_type = str(cfg.get("model_type", ""))
     if window is None or cfg.get("use_sliding_window") is False:
         return None, 0
@@ -286,10 +249,10 @@ def _window(cfg: dict, where: str, layers: int) -> tuple[int | None, int]:
     if model_type.startswith("gemma2"):
         return window, (layers + 1) // 2  # even layers slide (Gemma2DecoderLayer: not layer_idx % 2)
     if model_type.startswith("gemma3"):
-        pattern = _given(cfg, where, "sliding_window_pattern") or 6
+        pattern = given(cfg, where, "sliding_window_pattern") or 6
         return window, layers - layers // pattern
     if "use_sliding_window" in cfg:  # Qwen2-family: layers from max_window_layers on use the window
-        first = _given(cfg, where, "max_window_layers") or 0
+        first = given(cfg, where, "max_window_layers") or 0
         return window, max(layers - first, 0)
     return window, layers
 
@@ -299,21 +262,25 @@ def _text_spec(cfg: dict, name: str, where: str) -> dict[str, Any]:
     if not isinstance(model_type, str):
         raise SpecsimError(f"{where}.model_type: expected a string, got {model_type!r:.60}")
     defaults = _TEXT_DEFAULTS.get(model_type, {})
-    hidden = _pos_int(_get(cfg, "hidden_size", defaults, where, "n_embd", "d_model"), f"{where}.hidden_size")
+    hidden = pos_int(_get(cfg, "hidden_size", defaults, where, "n_embd", "d_model"), f"{where}.hidden_size")
     heads, kv, head_dim = _heads(cfg, defaults, where, hidden)
-    inter = _given(cfg, where, "intermediate_size", "n_inner")
+    inter = given(cfg, where, "intermediate_size", "n_inner")
     layers = _get(cfg, "num_hidden_layers", defaults, where, "n_layer")
-    layers = _pos_int(layers, f"{where}.num_hidden_layers")
+    layers = pos_int(layers, f"{where}.num_hidden_layers")
+    mla = mla_from_config(cfg, where)
+    if mla is not None:  # one latent for all heads; head_dim: the query/key width
+        kv, head_dim = 1, mla.qk_nope_head_dim + mla.qk_rope_head_dim
     return {
         "layers": layers,
-        "moe": _moe_spec(cfg, where, layers, inter),
+        "mla": mla,
+        "moe": moe_from_config(cfg, where, layers, inter),
         **dict(zip(("window", "window_layers"), _window(cfg, where, layers))),
         "hidden": hidden,
         "heads": heads,
         "kv_heads": kv,
         "head_dim": head_dim,
         "intermediate": inter or defaults.get("intermediate_size") or 4 * hidden,
-        "vocab": _pos_int(_get(cfg, "vocab_size", defaults, where), f"{where}.vocab_size"),
+        "vocab": pos_int(_get(cfg, "vocab_size", defaults, where), f"{where}.vocab_size"),
         "gated_mlp": cfg.get("model_type") not in ("gpt2", "opt", "gpt_neox"),
         "tie_word_embeddings": bool(
             cfg.get("tie_word_embeddings", defaults.get("tie_word_embeddings", True))

@@ -12,6 +12,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from specsim.errors import SpecsimError
+from specsim.hardware.config_fields import given, pos_int
+
 
 @dataclass(frozen=True)
 class MoESpec:
@@ -37,3 +40,56 @@ class MoESpec:
         routes taken as independent and uniform (each token picks k of E). 1 row: k; many rows: all E."""
         rows = np.asarray(rows, dtype=float)
         return self.experts * (1.0 - (1.0 - self.per_token / self.experts) ** rows)
+
+
+# Config keys of a mixture-of-experts MLP, per role, in the spellings of the model types read here.
+_EXPERT_KEYS = ("num_experts", "num_local_experts", "n_routed_experts")
+_MOE_TYPES = ("mixtral", "qwen2_moe", "qwen3_moe", "qwen3_vl_moe_text", "deepseek_v2", "deepseek_v3")
+
+
+def moe_from_config(cfg: dict, where: str, layers: int, intermediate: int | None) -> MoESpec | None:
+    """The MoE MLP of a text config (None: dense). Read for Mixtral (every layer; experts
+    ``intermediate_size`` wide), Qwen2-MoE (a shared expert) and Qwen3-MoE / Qwen3-VL-MoE
+    (``moe_intermediate_size``, ``mlp_only_layers``, ``decoder_sparse_step``); any other config with routed
+    experts is refused, never priced as dense."""
+    key = next((k for k in _EXPERT_KEYS if cfg.get(k) is not None), None)
+    if key is None:
+        return None
+    model_type = cfg.get("model_type")
+    if model_type not in _MOE_TYPES:
+        raise SpecsimError(
+            f"{where}: a mixture-of-experts config ({key} {cfg[key]!r}) of model_type {model_type!r}: "
+            f"expected one of {list(_MOE_TYPES)} (the MoE layouts specsim reads)"
+        )
+    experts = pos_int(cfg[key], f"{where}.{key}")
+    per_token = pos_int(cfg.get("num_experts_per_tok"), f"{where}.num_experts_per_tok")
+    if per_token > experts:
+        raise SpecsimError(
+            f"{where}.num_experts_per_tok: expected at most {key} ({experts}), got {per_token}"
+        )
+    width = given(cfg, where, "moe_intermediate_size") or intermediate
+    if width is None:
+        raise SpecsimError(f"{where}: missing 'moe_intermediate_size' (the experts' width)")
+    shared = given(cfg, where, "shared_expert_intermediate_size") or 0
+    if cfg.get("n_shared_experts"):  # DeepSeek: n shared experts of the routed width
+        shared = pos_int(cfg["n_shared_experts"], f"{where}.n_shared_experts") * width
+    moe_layers = sparse_layers(cfg, where, layers)
+    return MoESpec(experts, per_token, width, shared, moe_layers)
+
+
+def sparse_layers(cfg: dict, where: str, layers: int) -> int:
+    """How many layers route to experts: DeepSeek's from ``first_k_dense_replace`` on, every
+    ``moe_layer_freq``-th (i >= k and i % freq == 0); Qwen's every ``decoder_sparse_step``-th ((i + 1) % step
+    == 0) outside ``mlp_only_layers``; Mixtral's all."""
+    if "first_k_dense_replace" in cfg or "moe_layer_freq" in cfg:
+        first, freq = cfg.get("first_k_dense_replace") or 0, given(cfg, where, "moe_layer_freq") or 1
+        if not isinstance(first, int) or not 0 <= first <= layers:
+            raise SpecsimError(f"{where}.first_k_dense_replace: expected 0..{layers}, got {first!r:.40}")
+        return sum(1 for i in range(first, layers) if i % freq == 0)
+    step = given(cfg, where, "decoder_sparse_step") or 1
+    dense = cfg.get("mlp_only_layers") or []
+    if not isinstance(dense, list) or any(not isinstance(i, int) or not 0 <= i < layers for i in dense):
+        raise SpecsimError(
+            f"{where}.mlp_only_layers: expected layer indices in 0..{layers - 1}, got {dense!r:.60}"
+        )
+    return sum(1 for i in range(layers) if i not in dense and (i + 1) % step == 0)

@@ -168,7 +168,8 @@ def attention_flops(m: ModelSpec, batch, context, new) -> np.ndarray:
     """FLOPs of a pass's attention kernels: batch · 4 · layers · heads · head_dim · (new · context +
     new(new+1)/2) (scores and their weighted sum, causal over the new positions)."""
     b, ctx, n = _arr(batch, "batch", 1), _arr(context, "context_tokens", 0), _arr(new, "new_tokens", 1)
-    return b * 4.0 * m.layers * m.heads * m.head_dim * (n * m.attended_positions(ctx) + n * (n + 1) / 2)
+    per_position = 4.0 * m.layers * m.heads * m.attention_head_dim
+    return b * per_position * (n * m.attended_positions(ctx) + n * (n + 1) / 2)
 
 
 def forward_bytes(m: ModelSpec, batch, context, new, logits=None, score_bytes: float = 0.0) -> np.ndarray:
