@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from specsim.errors import SpecsimError, SpecsimWarning
@@ -147,3 +149,12 @@ def test_an_mtp_head_of_a_moe_target_is_one_routed_layer():
     assert (
         head.active_decoder_params == target.attention_params + target.moe.fixed_params(7168) + 8 * 44040192
     )
+
+
+def test_the_plan_states_what_the_architecture_changes(capsys):
+    from specsim.cli.main import main
+
+    args = ["hardware", "--target", "qwen3-30b-a3b", "--draft", "qwen3-0.6b", "--alpha", "0.7", "--json"]
+    assert main([*args, "--device", "h100-sxm"]) == 0
+    said = " ".join(json.loads(capsys.readouterr().out)["plan"]["assumptions"])
+    assert "a token multiplies 8 of 128 experts" in said and "sliding window" not in said

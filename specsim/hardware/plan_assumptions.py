@@ -46,6 +46,7 @@ def plan_assumptions(target: ModelSpec, draft, methods, effs: dict, par, kind_na
         + f", KV for batch x (context + gamma_max + 1) <= {USABLE_MEMORY_FRACTION:.0%} of device memory",
         f"context = tokens already in the KV cache ({image_tokens_note(target)})",
     ]
+    out += _architecture_notes(target)
     for mt in methods:
         extra = sorted({s for s in mt.tau_source if extrapolated(s)})
         if extra:
@@ -72,6 +73,29 @@ def plan_assumptions(target: ModelSpec, draft, methods, effs: dict, par, kind_na
                 f"{eff.display_name} (extra_draft_forwards_per_block)"
             )
     return tuple(dict.fromkeys(out))
+
+
+def _architecture_notes(m: ModelSpec) -> list[str]:
+    """What the target's architecture changes in the pricing: routed experts, latent attention, windows."""
+    out = []
+    if m.moe is not None:
+        out.append(
+            f"mixture of experts: a token multiplies {m.moe.per_token} of {m.moe.experts} experts; a pass of "
+            "B·new tokens reads E·(1 − (1 − k/E)^(B·new)) of them (routes taken as independent and uniform), "
+            "so verification reads more experts than the decode step it replaces; unvalidated (no published "
+            "MoE row)"
+        )
+    if m.mla is not None:
+        out.append(
+            f"latent attention: the cache holds {m.mla.cache_elements} elements per layer and position, one "
+            "copy for all heads (replicated over tensor-parallel GPUs); decoding runs absorbed"
+        )
+    if m.window_layers:
+        out.append(
+            f"sliding window: {m.window_layers} of {m.layers} layers read and hold at most the last "
+            f"{m.window} positions"
+        )
+    return out
 
 
 def scale_out_notes(devices: list[Device], par) -> tuple[str, ...]:
