@@ -78,7 +78,8 @@ def test_batch_and_serving_checks_under_the_zoo_traces(zoo_profile, capsys):
                   "--serve-requests", "4", "--synthetic-acceptance", spec) == 0  # fmt: skip
     rows = json.loads(capsys.readouterr().out)["rows"]
     assert [(r["method"], r["gamma"], r["synthetic_acceptance"]) for r in rows] == [
-        ("target", 0, spec), ("M", 2, spec)
+        ("target", 0, spec),
+        ("M", 2, spec),
     ]
     stored = load_profile(str(zoo_profile)).serve_checks
     assert sum(r.synthetic_acceptance == spec for r in stored) == 2

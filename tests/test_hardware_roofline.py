@@ -7,11 +7,11 @@ from specsim.errors import SpecsimError
 from specsim.hardware.device import Device
 from specsim.hardware.model import spec_from_config
 from specsim.hardware.roofline import (
+    USABLE_MEMORY_FRACTION,
     Efficiency,
     attention_flops,
     compute_bound,
     decode_ms,
-    fits_memory,
     forward_bytes,
     forward_flops,
     forward_ms,
@@ -150,10 +150,12 @@ def test_overhead_is_added_per_pass():
 
 
 def test_fits_memory():
+    from specsim.hardware.parallel import per_gpu_resident_bytes
+
     m = spec_from_config(LLAMA2_7B, "llama2-7b")
-    l4 = device(300e9, 121e12, mem=24e9)
-    assert bool(fits_memory([m], l4, 1, 1024))
-    assert not bool(fits_memory([m], l4, 64, 8192))
+    usable = USABLE_MEMORY_FRACTION * 24e9  # an L4
+    assert per_gpu_resident_bytes(m, None, 1, 1024, 1, None) <= usable
+    assert per_gpu_resident_bytes(m, None, 64, 8192, 1, None) > usable
 
 
 def test_vision_tower_time_positive_and_zero_without_images():

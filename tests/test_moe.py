@@ -11,7 +11,7 @@ from specsim.errors import SpecsimError, SpecsimWarning
 from specsim.hardware.model import ModelSpec, spec_from_config
 from specsim.hardware.model_resolution import load_model_spec
 from specsim.hardware.moe import MoESpec
-from specsim.hardware.roofline import forward_bytes, forward_flops, streamed_weights
+from specsim.hardware.roofline import forward_bytes, forward_flops, streamed_weight_bytes, streamed_weights
 
 
 @pytest.mark.parametrize(
@@ -81,7 +81,7 @@ def test_qwen3_moe_layers_follow_mlp_only_layers_and_the_sparse_step():
 @pytest.mark.parametrize(
     "extra, match",
     [
-        ({"model_type": "gpt_oss", "num_local_experts": 32}, r"model_type 'gpt_oss': expected one of"),
+        ({"model_type": "qwen3_next", "num_experts": 512}, r"model_type 'qwen3_next': expected one of"),
         (
             {"num_local_experts": 8, "kv_lora_rank": 512},
             r"qk_nope_head_dim: expected an integer >= 1, got None",
@@ -175,3 +175,28 @@ def test_published_moe_rows_are_checked_out_of_sample_and_never_fitted():
     assert moe <= results.keys()
     # within a factor 2: reading all 8 experts a token (or pricing the 46.7B as dense) would be 3-4x slow
     assert all(0.5 < results[i].predicted / results[i].measured < 2 for i in moe)
+
+
+GPT_OSS = [("gpt-oss-120b", 116.83, 5.13, 60.8), ("gpt-oss-20b", 20.91, 3.61, 12.8)]
+
+
+@pytest.mark.parametrize("name, total_b, active_b, checkpoint_gib", GPT_OSS)
+def test_gpt_oss_prices_its_mxfp4_experts_as_the_card_states(name, total_b, active_b, checkpoint_gib):
+    """OpenAI, gpt-oss-120b & gpt-oss-20b model card (2025-08-05), Table 1: parameters, active parameters
+    (the input embedding is a gather, not counted) and checkpoint size, with the MoE weights in MXFP4 (17
+    bytes per 32) and the rest in bf16."""
+    with pytest.warns(SpecsimWarning, match="routed experts priced as mxfp4"):
+        m = load_model_spec(name)
+    assert m.params / 1e9 == pytest.approx(total_b, rel=0.01)
+    assert (m.active_params - m.embedding_params) / 1e9 == pytest.approx(active_b, rel=0.01)
+    assert m.weight_bytes / 2**30 == pytest.approx(checkpoint_gib, rel=0.01)
+    assert (m.window, m.window_layers) == (128, m.layers // 2)  # alternating sliding and full attention
+    bf16 = m.with_dtype("bfloat16")  # --dtype sets every weight, the experts too
+    assert bf16.moe.expert_bytes is None and bf16.weight_bytes == pytest.approx(m.params * 2)
+    # a decode pass reads 4 experts a layer in MXFP4; its bytes by hand
+    routed = 36 if name.endswith("120b") else 24
+    expert = 3 * 2880 * 2880
+    want = (
+        m.decoder_params - routed * m.moe.experts * expert + 2880 * m.vocab
+    ) * 2 + routed * 4 * expert * 17 / 32
+    assert streamed_weight_bytes(m, 1) == pytest.approx(want)

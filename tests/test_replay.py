@@ -1,6 +1,5 @@
 """Greedy trace replay: the vectorised segment form against a block-by-block reference, limits, speed."""
 
-
 import numpy as np
 import pytest
 

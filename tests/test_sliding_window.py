@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 
 from specsim.hardware.model import spec_from_config
-from specsim.hardware.roofline import attention_flops, kv_pass_bytes, resident_bytes
+from specsim.hardware.parallel import per_gpu_resident_bytes
+from specsim.hardware.roofline import attention_flops, kv_pass_bytes
 
 BASE = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 6, "num_attention_heads": 4,
         "num_key_value_heads": 2, "vocab_size": 100}  # fmt: skip
@@ -57,7 +58,7 @@ def test_a_window_caps_the_positions_a_pass_reads_by_hand():
     per_position = full.kv_bytes_per_token
     assert kv_pass_bytes(m, 2, 1000, 1) == pytest.approx(2 * 564.5 * per_position)
     assert kv_pass_bytes(m, 2, 100, 1) == pytest.approx(kv_pass_bytes(full, 2, 100, 1))
-    assert resident_bytes(m, 4, 1000) == pytest.approx(
+    assert per_gpu_resident_bytes(m, None, 4, 1000, 1, None) == pytest.approx(
         m.weight_bytes + 4 * (3 * 1000 + 3 * 128) / 6 * per_position
     )
     # attention: the new token scores (3 · 1000 + 3 · 128) / 6 = 564 cached positions a layer, plus itself

@@ -183,13 +183,17 @@ class ModelSpec:
 
     @property
     def weight_bytes(self) -> float:
-        """Bytes of all weights (vision tower included)."""
-        return self.params * self.dtype_bytes
+        """Bytes of all weights (vision tower included; routed experts at their own bytes where set)."""
+        if self.moe is None or self.moe.expert_bytes is None:
+            return self.params * self.dtype_bytes
+        routed = self.moe.routed_params(self.hidden)
+        return (self.params - routed) * self.dtype_bytes + routed * self.moe.expert_bytes
 
     def with_dtype(self, dtype: str | float, kv_dtype: str | None = None) -> ModelSpec:
         """A copy with weights (and, when given, the KV cache) in another dtype (name or bytes)."""
         kv = self.kv_bytes if kv_dtype is None else kv_dtype_bytes(kv_dtype)
-        return replace(self, dtype_bytes=dtype_bytes(dtype), kv_bytes=kv)
+        moe = None if self.moe is None else replace(self.moe, expert_bytes=None)  # --dtype sets every weight
+        return replace(self, dtype_bytes=dtype_bytes(dtype), kv_bytes=kv, moe=moe)
 
 
 def _get(cfg: dict, key: str, defaults: dict, where: str, *alt: str) -> Any:
@@ -317,7 +321,11 @@ def spec_from_config(
         vision = vision_spec(cfg, fields["hidden"], name, image_size, processor)
     dt = dtype  # a given dtype is used as given: '' is refused by dtype_bytes, not read as "the config's"
     if dt is None:
-        dt, cache = config_dtype(cfg, text_cfg, name)
+        dt, cache, experts = config_dtype(cfg, text_cfg, name)
         kv_dtype = cache if kv_dtype is None else kv_dtype
+        if experts is not None and fields["moe"] is not None:
+            fields["moe"] = replace(fields["moe"], expert_bytes=dtype_bytes(experts))
+        elif experts is not None:  # no routed experts: the format is every weight's
+            dt = experts
     kv = None if kv_dtype is None else kv_dtype_bytes(kv_dtype)
     return ModelSpec(name=name, dtype_bytes=dtype_bytes(dt), kv_bytes=kv, vision=vision, **fields)

@@ -27,6 +27,11 @@ class MoESpec:
     expert_intermediate: int
     shared_intermediate: int
     layers: int
+    expert_bytes: float | None = None  # bytes per routed-expert weight (None: the model's dtype_bytes)
+
+    def routed_params(self, hidden: int) -> int:
+        """Every routed expert's weights in all MoE layers."""
+        return self.layers * self.experts * self.expert_params(hidden)
 
     def expert_params(self, hidden: int) -> int:
         return 3 * hidden * self.expert_intermediate
@@ -44,7 +49,15 @@ class MoESpec:
 
 # Config keys of a mixture-of-experts MLP, per role, in the spellings of the model types read here.
 _EXPERT_KEYS = ("num_experts", "num_local_experts", "n_routed_experts")
-_MOE_TYPES = ("mixtral", "qwen2_moe", "qwen3_moe", "qwen3_vl_moe_text", "deepseek_v2", "deepseek_v3")
+_MOE_TYPES = (
+    "mixtral",
+    "qwen2_moe",
+    "qwen3_moe",
+    "qwen3_vl_moe_text",
+    "deepseek_v2",
+    "deepseek_v3",
+    "gpt_oss",
+)
 
 
 def moe_from_config(cfg: dict, where: str, layers: int, intermediate: int | None) -> MoESpec | None:

@@ -21,6 +21,7 @@ def describe_model(m: ModelSpec) -> str:
     moe = m.moe
     experts = (
         f", {m.active_params / 1e9:.2f}B active: {moe.per_token} of {moe.experts} experts per token"
+        + ("" if moe.expert_bytes is None else f" at {moe.expert_bytes:g} bytes/weight")
         if moe
         else ""
     )

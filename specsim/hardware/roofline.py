@@ -176,7 +176,7 @@ def forward_bytes(m: ModelSpec, batch, context, new, logits=None, score_bytes: f
     """Bytes moved to/from memory by one pass (see module docstring)."""
     b, ctx, n = _arr(batch, "batch", 1), _arr(context, "context_tokens", 0), _arr(new, "new_tokens", 1)
     lg = n if logits is None else _arr(logits, "logit_tokens", 0)
-    weights = streamed_weights(m, b * n) * m.dtype_bytes
+    weights = streamed_weight_bytes(m, b * n)
     kv = kv_pass_bytes(m, b, ctx, n)
     act_bytes = max(m.dtype_bytes, m.kv_element_bytes)  # quantised weights still compute in fp16/fp32
     act = b * n * m.layers * _activation_elems(m) * act_bytes
@@ -190,6 +190,15 @@ def streamed_weights(m: ModelSpec, rows=1.0):
     if m.moe is None:
         return m.decoder_params + m.vocab * m.hidden + m.extra_weights
     return m.streamed_decoder_params(rows) + m.vocab * m.hidden + m.extra_weights
+
+
+def streamed_weight_bytes(m: ModelSpec, rows):
+    """Bytes of :func:`streamed_weights`: the model's bytes per weight, routed experts at their own."""
+    nbytes = streamed_weights(m, rows) * m.dtype_bytes
+    if m.moe is None or m.moe.expert_bytes is None:
+        return nbytes
+    routed = m.moe.layers * m.moe.touched_experts(rows) * m.moe.expert_params(m.hidden)
+    return nbytes + routed * (m.moe.expert_bytes - m.dtype_bytes)
 
 
 def gemv_rows_ms(m: ModelSpec, dev: Device, eff, batch, new, tp: int = 1):
@@ -380,15 +389,3 @@ def compute_bound(
     """True where the compute term of the roofline exceeds the memory term."""
     compute, memory = roofline_terms_ms(m, dev, eff, batch, context, new, logits, tp)
     return compute > memory
-
-
-def resident_bytes(m: ModelSpec, batch, context) -> np.ndarray:
-    """Weights (vision tower included) + KV cache for ``batch`` sequences of ``context`` positions."""
-    positions = m.attended_positions(_arr(context, "context_tokens", 0))
-    return m.weight_bytes + _arr(batch, "batch", 1) * positions * m.kv_bytes_per_token
-
-
-def fits_memory(models: list[ModelSpec], dev: Device, batch, context) -> np.ndarray:
-    """True where all ``models`` with their KV caches fit in USABLE_MEMORY_FRACTION of device memory."""
-    total = sum(resident_bytes(m, batch, context) for m in models)
-    return np.asarray(total <= USABLE_MEMORY_FRACTION * dev.memory_bytes)

@@ -13,6 +13,7 @@ from specsim.errors import SpecsimError, warn
 # (34 B / 32), Q4_0 16 B of nibbles + an fp16 scale (18 B / 32), Q4_K 144 B per 256 weights (4.5 bits); Q4_K_M
 # keeps attn_v and half of ffn_down in Q6_K (6.5625 bits), about 4.85 bits per weight on a Llama model
 # (ggml-quants.h block layouts). int4 g32 (gpt-fast): 4 bits + a bf16 scale and zero per 32 weights = 5 bits.
+# MXFP4 (OCP Microscaling Formats v1.0): 32 FP4 (E2M1) values and one E8M0 scale per block = 17 B / 32.
 # Keys are canonical names (specsim.dtypes); aliases such as bf16 resolve to them.
 _DTYPE_BYTES = {
     "float32": 4,
@@ -25,6 +26,7 @@ _DTYPE_BYTES = {
     "q8_0": 34 / 32,
     "q4_0": 18 / 32,
     "q4_k_m": 4.85 / 8,
+    "mxfp4": 17 / 32,
 }
 KV_DTYPES = ("float32", "float16", "bfloat16", "float8", "int8")
 _NAMES = sorted(set(_DTYPE_BYTES) | {a for a, c in DTYPE_ALIASES.items() if c in _DTYPE_BYTES})
@@ -60,16 +62,20 @@ def kv_dtype_bytes(name: str, where: str = "kv dtype") -> float:
 _QUANT_DTYPES = {"awq": {4: "int4", 8: "int8"}, "gptq": {4: "int4", 8: "int8"}, "fp8": {8: "float8"}}
 
 
-def config_dtype(cfg: dict, text_cfg: dict, name: str) -> tuple[str, str | None]:
-    """(weights' dtype, KV cache's dtype or None: the weights') of a HF config: its ``quantization_config``'s
-    format (AWQ/GPTQ 4- or 8-bit, FP8, bitsandbytes) with the cache in ``torch_dtype``, else ``torch_dtype``
-    (bfloat16 when it has none). A quantised format is one line on stderr: the LM head, the embedding and a
-    vision tower stay in 16 bits there, priced here at its bytes."""
+def config_dtype(cfg: dict, text_cfg: dict, name: str) -> tuple[str, str | None, str | None]:
+    """(weights' dtype, KV cache's dtype or None: the weights', routed experts' dtype or None: the weights')
+    of a HF config: its ``quantization_config``'s format (AWQ/GPTQ 4- or 8-bit, FP8, bitsandbytes) with the
+    cache in ``torch_dtype``; MXFP4 (gpt-oss) on the experts alone; else ``torch_dtype`` (bfloat16 when it
+    has none). A quantised format is one line on stderr: the LM head, the embedding and a vision tower stay
+    in 16 bits there, priced here at its bytes."""
     activations = cfg.get("torch_dtype") or cfg.get("dtype") or text_cfg.get("torch_dtype") or "bfloat16"
     quant = cfg.get("quantization_config") or text_cfg.get("quantization_config")
     if not isinstance(quant, dict):
-        return activations, None
+        return activations, None, None
     method = str(quant.get("quant_method", "")).lower()
+    if method == "mxfp4":  # gpt-oss: the MoE weights in MXFP4, attention, router and embeddings not converted
+        warn(f"{name}: routed experts priced as mxfp4 (17 bytes per 32 weights, from quantization_config)")
+        return activations, None, "mxfp4"
     bits = quant.get("bits", 8 if method == "fp8" else None)
     if method == "bitsandbytes":
         bits = 4 if quant.get("load_in_4bit") else 8 if quant.get("load_in_8bit") else None
@@ -83,4 +89,4 @@ def config_dtype(cfg: dict, text_cfg: dict, name: str) -> tuple[str, str | None]
         f"{name}: weights priced as {dtype} ({method}, {bits} bits, from quantization_config); the LM head, "
         "embeddings and any vision tower are 16-bit in such checkpoints (pass --dtype to price otherwise)"
     )
-    return dtype, activations
+    return dtype, activations, None
