@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 
@@ -11,7 +12,13 @@ from specsim.errors import SpecsimError, SpecsimWarning
 from specsim.hardware.model import ModelSpec, spec_from_config
 from specsim.hardware.model_resolution import load_model_spec
 from specsim.hardware.moe import MoESpec
-from specsim.hardware.roofline import forward_bytes, forward_flops, streamed_weight_bytes, streamed_weights
+from specsim.hardware.roofline import (
+    forward_bytes,
+    forward_flops,
+    sharded_bytes,
+    streamed_weight_bytes,
+    streamed_weights,
+)
 
 
 @pytest.mark.parametrize(
@@ -200,3 +207,32 @@ def test_gpt_oss_prices_its_mxfp4_experts_as_the_card_states(name, total_b, acti
         m.decoder_params - routed * m.moe.experts * expert + 2880 * m.vocab
     ) * 2 + routed * 4 * expert * 17 / 32
     assert streamed_weight_bytes(m, 1) == pytest.approx(want)
+
+
+def test_expert_parallelism_waits_for_the_busiest_gpu_by_hand():
+    """E = 4 experts, k = 2, on 2 GPUs (2 experts each): one token touches each expert with p = 1/2, so a
+    GPU reads Binomial(2, 1/2) experts and the busier of the two E[max] = (1 - 1/4²) + (1 - 3/4²)
+    = 1.375 experts, where tensor parallelism reads 4 · 1/2 / 2 = 1 expert-equivalent a GPU."""
+    moe = MoESpec(experts=4, per_token=2, expert_intermediate=10, shared_intermediate=0, layers=1)
+    assert moe.busiest_gpu_experts(1, 2) == pytest.approx(1.375)
+    assert moe.busiest_gpu_experts(10_000, 2) == pytest.approx(2.0)  # every expert touched: E / gpus
+    m = _tiny(replace(moe, layers=2))
+    tp = sharded_bytes(m, 1, 0, 1, tp=2)
+    ep = sharded_bytes(replace(m, moe=replace(m.moe, expert_parallel=True)), 1, 0, 1, tp=2)
+    assert ep - tp == pytest.approx(2 * 3 * 4 * 10 * 2 * (1.375 - 1.0))  # layers · expert weights · bytes
+
+
+@pytest.mark.parametrize(
+    "args, match",
+    [
+        (["--target", "qwen3-8b", "--draft", "qwen3-0.6b", "--tp", "2"], "has no routed experts"),
+        (["--target", "qwen3-30b-a3b", "--draft", "qwen3-0.6b"], "expected --tp of 2 or more GPUs"),
+        (["--target", "qwen3-30b-a3b", "--draft", "qwen3-0.6b", "--tp", "3"], "dividing the 128 experts"),
+    ],
+)
+def test_expert_parallel_needs_experts_to_spread(args, match, capsys):
+    from specsim.cli.main import main
+
+    assert main(["hardware", *args, "--alpha", "0.7", "--expert-parallel"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert match in err and "\n" not in err

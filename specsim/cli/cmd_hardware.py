@@ -71,6 +71,13 @@ def register(sub) -> None:
         "per GPU, run in turn: only memory divides); default: the runtime's (layer for llama.cpp and "
         "hf-eager, tensor for vllm and gpt-fast)",
     )
+    p.add_argument(
+        "--expert-parallel",
+        action="store_true",
+        help="with --tp and a mixture-of-experts target: each GPU holds E/tp whole experts (vLLM "
+        "--enable-expert-parallel, SGLang --ep-size) and a pass waits for the busiest; default: every "
+        "expert split over the GPUs",
+    )
     placement = p.add_mutually_exclusive_group()
     placement.add_argument(
         "--draft-sharded",

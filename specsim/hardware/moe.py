@@ -28,6 +28,7 @@ class MoESpec:
     shared_intermediate: int
     layers: int
     expert_bytes: float | None = None  # bytes per routed-expert weight (None: the model's dtype_bytes)
+    expert_parallel: bool = False  # experts spread whole over the GPUs (EP), not split across them (TP)
 
     def routed_params(self, hidden: int) -> int:
         """Every routed expert's weights in all MoE layers."""
@@ -39,6 +40,18 @@ class MoESpec:
     def fixed_params(self, hidden: int) -> int:
         """Per MoE layer, what every token reads whatever its route: the router and the shared expert."""
         return hidden * self.experts + 3 * hidden * self.shared_intermediate
+
+    def busiest_gpu_experts(self, rows, gpus: int) -> np.ndarray:
+        """Expert parallelism: the expected experts the busiest of ``gpus`` GPUs reads per layer, each GPU
+        holding E/gpus whole experts, each touched with p = 1 − (1 − k/E)^rows (as if independently):
+        E[max of ``gpus`` Binomial(E/gpus, p)] = Σ_m (1 − F(m − 1)^gpus). Tensor parallelism reads
+        E·p/gpus expert-equivalents a GPU; at batch 1 the busiest EP GPU reads about 2-3 times that."""
+        from scipy.stats import binom
+
+        held = self.experts // gpus
+        p = 1.0 - (1.0 - self.per_token / self.experts) ** np.asarray(rows, dtype=float)
+        m = np.arange(1, held + 1).reshape((-1,) + (1,) * p.ndim)
+        return np.sum(1.0 - binom.cdf(m - 1, held, p) ** gpus, axis=0)
 
     def touched_experts(self, rows) -> np.ndarray:
         """Expected distinct experts a pass of ``rows`` tokens reads per layer: E · (1 − (1 − k/E)^rows),

@@ -85,6 +85,11 @@ def _architecture_notes(m: ModelSpec) -> list[str]:
             "so verification reads more experts than the decode step it replaces; against gpt-fast's "
             "Mixtral 8x7B decode steps this roofline runs fast (see `specsim validate`)"
         )
+    if m.moe is not None and m.moe.expert_parallel:
+        out.append(
+            "expert parallelism: each GPU holds its share of the experts whole, and a pass waits for the GPU "
+            "whose experts its tokens touch most (the expected maximum over the GPUs)"
+        )
     if m.mla is not None:
         out.append(
             f"latent attention: the cache holds {m.mla.cache_elements} elements per layer and position, one "

@@ -6,7 +6,7 @@ option is checked before anything is priced; errors name it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 
 from specsim.bounds import MAX_PLAN_ROWS
 from specsim.draft_kinds.registry import draft_kind as kind_named
@@ -64,6 +64,7 @@ class PlanRequest:
     tp: int = 1
     split_mode: str | None = None
     draft_sharded: bool | None = None  # None: as the runtime places the draft
+    expert_parallel: bool = False  # a MoE target's experts spread whole over the --tp GPUs
     draft_kind: str | None = None
     gamma: int | None = None
     tau: float | None = None
@@ -120,6 +121,19 @@ class PlanAnswer:
     trees: tuple | None = None
 
 
+def _expert_parallel(target: ModelSpec, tp: int) -> ModelSpec:
+    """``target`` with its routed experts spread whole over ``tp`` GPUs (vLLM --enable-expert-parallel,
+    SGLang --ep-size); SpecsimError where there is nothing to spread or it does not split evenly."""
+    moe = target.moe
+    if moe is None:
+        raise SpecsimError(f"--expert-parallel: target {target.name!r} has no routed experts")
+    if tp < 2 or moe.experts % tp:
+        raise SpecsimError(
+            f"--expert-parallel: expected --tp of 2 or more GPUs dividing the {moe.experts} experts, got {tp}"
+        )
+    return replace(target, moe=replace(moe, expert_parallel=True))
+
+
 def answer(req: PlanRequest) -> PlanAnswer:
     """The plan ``req`` asks for (module docstring)."""
     batches, contexts, lengths = list(req.batches), list(req.contexts), req.lengths
@@ -134,6 +148,8 @@ def answer(req: PlanRequest) -> PlanAnswer:
         image_size=req.image_size,
         draft_kind=req.draft_kind,
     )
+    if req.expert_parallel:
+        target = _expert_parallel(target, req.tp)
     measured_on = pair_profile(pair) if pair else None  # the pair's own profile
     profile, methods, notes = tau_methods(
         pair=pair,
@@ -175,6 +191,10 @@ def answer(req: PlanRequest) -> PlanAnswer:
         fitted = fit.fit.efficiency if isinstance(fit, HoldoutResult) else fit.efficiency
         efficiency = {d.name: fitted for d in devices}
     parallel = Parallel(req.tp, req.draft_sharded, split_mode(req.split_mode, req.tp, efficiency))
+    if req.expert_parallel and parallel.split != "tensor":
+        raise SpecsimError(
+            f"--expert-parallel: spreads experts over tensor-parallel GPUs, not --split-mode {parallel.split}"
+        )
     plan = plan_hardware(
         target,
         draft,

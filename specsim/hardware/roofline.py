@@ -235,6 +235,10 @@ def sharded_bytes(m: ModelSpec, batch, context, new, logits=None, score_bytes: f
     :func:`~specsim.hardware.parallel.kv_shards` (replicated KV heads are read on every GPU that holds
     them)."""
     whole = forward_bytes(m, batch, context, new, logits, score_bytes) / tp
+    if m.moe is not None and m.moe.expert_parallel and tp > 1:  # the busiest GPU's whole experts
+        moe, rows = m.moe, np.asarray(batch, dtype=float) * np.asarray(new, dtype=float)
+        per_expert = moe.layers * moe.expert_params(m.hidden) * (moe.expert_bytes or m.dtype_bytes)
+        whole = whole + per_expert * (moe.busiest_gpu_experts(rows, tp) - moe.touched_experts(rows) / tp)
     if kv_shards(m, tp) == tp:
         return whole
     return whole + sharded_kv_bytes(m, batch, context, new, tp) - kv_pass_bytes(m, batch, context, new) / tp
