@@ -8,6 +8,8 @@ the option they are about (``--fit-dtype: ...``).
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from specsim.draft_kinds.registry import draft_kind as kind_named
 from specsim.errors import SpecsimError
 from specsim.hardware.device import Device, load_device
@@ -87,12 +89,16 @@ def resolve_models(
     kv_dtype: str | None = None,
     image_size: ImageSize | None = None,
     draft_kind: str | None = None,
+    expert_parallel_tp: int | None = None,
 ) -> tuple[str | None, ModelSpec, ModelSpec | None]:
     """(pair or None, target, the draft side) from --pair, --target/--draft (or --model-config) or
     --fit-profile and --draft-kind (:func:`specsim.hardware.draft_heads.draft_side`: a head kind's draft
     defaults to its preset for the target; a lookup kind has none); ``image_size``: --image-size, for towers
-    whose image tokens depend on it."""
+    whose image tokens depend on it; ``expert_parallel_tp``: --expert-parallel's GPUs, for a --target's
+    experts."""
     kind = kind_named(draft_kind)
+    if expert_parallel_tp is not None and not (target or model_config):
+        raise SpecsimError("--expert-parallel: needs --target, a mixture-of-experts model")
     if model_config:
         if target:
             raise SpecsimError("--model-config: give either --model-config or --target, not both")
@@ -110,12 +116,27 @@ def resolve_models(
     kw = {"dtype": dtype, "kv_dtype": kv_dtype, "image_size": image_size}
     if target:
         spec = load_model_spec(target, **kw)
+        if expert_parallel_tp is not None:
+            spec = expert_parallel(spec, expert_parallel_tp)
         return pair, spec, draft_side(kind, spec, draft, **kw)
     if pair is None and fit_profile is not None:
         return fit_profile_models(fit_profile, **kw)
     pair = pair or DEFAULT_PAIR
     target_name, draft_name = pair_models(pair)
     return pair, load_model_spec(target_name, **kw), load_model_spec(draft_name, **kw)
+
+
+def expert_parallel(target: ModelSpec, tp: int) -> ModelSpec:
+    """``target`` with its routed experts spread whole over ``tp`` GPUs (vLLM --enable-expert-parallel,
+    SGLang --ep-size); SpecsimError where there is nothing to spread or it does not split evenly."""
+    moe = target.moe
+    if moe is None:
+        raise SpecsimError(f"--expert-parallel: target {target.name!r} has no routed experts")
+    if tp < 2 or moe.experts % tp:
+        raise SpecsimError(
+            f"--expert-parallel: expected --tp of 2 or more GPUs dividing the {moe.experts} experts, got {tp}"
+        )
+    return replace(target, moe=replace(moe, expert_parallel=True))
 
 
 def fit_profile_models(fit_profile: str, **kw) -> tuple[str | None, ModelSpec, ModelSpec]:

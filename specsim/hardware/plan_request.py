@@ -6,7 +6,7 @@ option is checked before anything is priced; errors name it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, fields
 
 from specsim.bounds import MAX_PLAN_ROWS
 from specsim.draft_kinds.registry import draft_kind as kind_named
@@ -121,19 +121,6 @@ class PlanAnswer:
     trees: tuple | None = None
 
 
-def _expert_parallel(target: ModelSpec, tp: int) -> ModelSpec:
-    """``target`` with its routed experts spread whole over ``tp`` GPUs (vLLM --enable-expert-parallel,
-    SGLang --ep-size); SpecsimError where there is nothing to spread or it does not split evenly."""
-    moe = target.moe
-    if moe is None:
-        raise SpecsimError(f"--expert-parallel: target {target.name!r} has no routed experts")
-    if tp < 2 or moe.experts % tp:
-        raise SpecsimError(
-            f"--expert-parallel: expected --tp of 2 or more GPUs dividing the {moe.experts} experts, got {tp}"
-        )
-    return replace(target, moe=replace(moe, expert_parallel=True))
-
-
 def answer(req: PlanRequest) -> PlanAnswer:
     """The plan ``req`` asks for (module docstring)."""
     batches, contexts, lengths = list(req.batches), list(req.contexts), req.lengths
@@ -147,9 +134,8 @@ def answer(req: PlanRequest) -> PlanAnswer:
         kv_dtype=req.kv_dtype,
         image_size=req.image_size,
         draft_kind=req.draft_kind,
+        expert_parallel_tp=req.tp if req.expert_parallel else None,
     )
-    if req.expert_parallel:
-        target = _expert_parallel(target, req.tp)
     measured_on = pair_profile(pair) if pair else None  # the pair's own profile
     profile, methods, notes = tau_methods(
         pair=pair,
