@@ -41,23 +41,27 @@ class MoESpec:
         """Per MoE layer, what every token reads whatever its route: the router and the shared expert."""
         return hidden * self.experts + 3 * hidden * self.shared_intermediate
 
-    def busiest_gpu_experts(self, rows, gpus: int) -> np.ndarray:
-        """Expert parallelism: the expected experts the busiest of ``gpus`` GPUs reads per layer, each GPU
-        holding E/gpus whole experts, each touched with p = 1 − (1 − k/E)^rows (as if independently):
-        E[max of ``gpus`` Binomial(E/gpus, p)] = Σ_m (1 − F(m − 1)^gpus). Tensor parallelism reads
-        E·p/gpus expert-equivalents a GPU; at batch 1 the busiest EP GPU reads about 2-3 times that."""
-        from scipy.stats import binom
-
-        held = self.experts // gpus
-        p = 1.0 - (1.0 - self.per_token / self.experts) ** np.asarray(rows, dtype=float)
-        m = np.arange(1, held + 1).reshape((-1,) + (1,) * p.ndim)
-        return np.sum(1.0 - binom.cdf(m - 1, held, p) ** gpus, axis=0)
+    def touch_probability(self, rows) -> np.ndarray:
+        """The chance a pass of ``rows`` tokens routes to a given expert: 1 − (1 − k/E)^rows, routes taken as
+        independent and uniform (each token picks k of E)."""
+        return 1.0 - (1.0 - self.per_token / self.experts) ** np.asarray(rows, dtype=float)
 
     def touched_experts(self, rows) -> np.ndarray:
-        """Expected distinct experts a pass of ``rows`` tokens reads per layer: E · (1 − (1 − k/E)^rows),
-        routes taken as independent and uniform (each token picks k of E). 1 row: k; many rows: all E."""
-        rows = np.asarray(rows, dtype=float)
-        return self.experts * (1.0 - (1.0 - self.per_token / self.experts) ** rows)
+        """Expected distinct experts a pass of ``rows`` tokens reads per layer: E · p (1 row: k; many: E)."""
+        return self.experts * self.touch_probability(rows)
+
+    def busiest_gpu_experts(self, rows, gpus: int) -> np.ndarray:
+        """Expert parallelism: the expected experts the busiest of ``gpus`` GPUs reads per layer, each GPU
+        holding E/gpus whole experts, each touched with p (as if independently): E[max of ``gpus``
+        Binomial(E/gpus, p)] = Σ_m (1 − F(m − 1)^gpus). Tensor parallelism reads E·p/gpus
+        expert-equivalents a GPU; for DeepSeek-V3 decoding one token on 8 GPUs the busiest reads 2.5 times
+        that."""
+        from scipy.stats import binom  # here, not at import: every command loads this module
+
+        p = self.touch_probability(rows)
+        held = self.experts // gpus
+        m = np.arange(1, held + 1).reshape((-1,) + (1,) * p.ndim)
+        return np.sum(1.0 - binom.cdf(m - 1, held, p) ** gpus, axis=0)
 
 
 # Config keys of a mixture-of-experts MLP, per role, in the spellings of the model types read here.
