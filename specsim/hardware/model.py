@@ -111,12 +111,10 @@ class ModelSpec:
         """Decoder weights one token multiplies: all of a dense model's; a MoE model's routed k experts."""
         return self._decoder_params(None if self.moe is None else self.moe.per_token)
 
-    def streamed_decoder_params(self, rows) -> np.ndarray:
+    def streamed_decoder_params(self, rows):
         """Decoder weights a pass of ``rows`` tokens reads: a dense model's all; a MoE model's attention,
         router and shared expert plus the experts its tokens touch (:meth:`MoESpec.touched_experts`)."""
-        if self.moe is None:
-            return np.full(np.shape(rows), float(self.decoder_params))
-        return self._decoder_params(self.moe.touched_experts(rows))
+        return self._decoder_params(None if self.moe is None else self.moe.touched_experts(rows))
 
     def _decoder_params(self, experts):
         moe = self.moe

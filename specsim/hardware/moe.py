@@ -30,9 +30,10 @@ class MoESpec:
     expert_bytes: float | None = None  # bytes per routed-expert weight (None: the model's dtype_bytes)
     expert_parallel: bool = False  # experts spread whole over the GPUs (EP), not split across them (TP)
 
-    def routed_params(self, hidden: int) -> int:
-        """Every routed expert's weights in all MoE layers."""
-        return self.layers * self.experts * self.expert_params(hidden)
+    def routed_params(self, hidden: int, experts=None):
+        """The weights of ``experts`` routed experts (default: all E) in every MoE layer; ``experts`` may be
+        an expectation (:meth:`touched_experts`) or an array of them."""
+        return self.layers * (self.experts if experts is None else experts) * self.expert_params(hidden)
 
     def expert_params(self, hidden: int) -> int:
         return 3 * hidden * self.expert_intermediate
@@ -78,9 +79,10 @@ _MOE_TYPES = (
 
 
 def moe_from_config(cfg: dict, where: str, layers: int, intermediate: int | None) -> MoESpec | None:
-    """The MoE MLP of a text config (None: dense). Read for Mixtral (every layer; experts
-    ``intermediate_size`` wide), Qwen2-MoE (a shared expert) and Qwen3-MoE / Qwen3-VL-MoE
-    (``moe_intermediate_size``, ``mlp_only_layers``, ``decoder_sparse_step``); any other config with routed
+    """The MoE MLP of a text config (None: dense). Read for Mixtral and gpt-oss (every layer; experts
+    ``intermediate_size`` wide), Qwen2-MoE (a shared expert), Qwen3-MoE / Qwen3-VL-MoE
+    (``moe_intermediate_size``, ``mlp_only_layers``, ``decoder_sparse_step``) and DeepSeek-V2/V3
+    (``n_shared_experts``, ``first_k_dense_replace``, ``moe_layer_freq``); any other config with routed
     experts is refused, never priced as dense."""
     key = next((k for k in _EXPERT_KEYS if cfg.get(k) is not None), None)
     if key is None:

@@ -187,8 +187,6 @@ def forward_bytes(m: ModelSpec, batch, context, new, logits=None, score_bytes: f
 def streamed_weights(m: ModelSpec, rows=1.0):
     """Weights a pass of ``rows`` tokens (batch · new) reads: the decoder layers (a MoE model's touched
     experts only), the LM head (embedding rows are a gather) and any ``extra_weights`` (a draft head's fc)."""
-    if m.moe is None:
-        return m.decoder_params + m.vocab * m.hidden + m.extra_weights
     return m.streamed_decoder_params(rows) + m.vocab * m.hidden + m.extra_weights
 
 
@@ -197,7 +195,7 @@ def streamed_weight_bytes(m: ModelSpec, rows):
     nbytes = streamed_weights(m, rows) * m.dtype_bytes
     if m.moe is None or m.moe.expert_bytes is None:
         return nbytes
-    routed = m.moe.layers * m.moe.touched_experts(rows) * m.moe.expert_params(m.hidden)
+    routed = m.moe.routed_params(m.hidden, m.moe.touched_experts(rows))
     return nbytes + routed * (m.moe.expert_bytes - m.dtype_bytes)
 
 
@@ -237,8 +235,8 @@ def sharded_bytes(m: ModelSpec, batch, context, new, logits=None, score_bytes: f
     whole = forward_bytes(m, batch, context, new, logits, score_bytes) / tp
     if m.moe is not None and m.moe.expert_parallel and tp > 1:  # the busiest GPU's whole experts
         moe, rows = m.moe, np.asarray(batch, dtype=float) * np.asarray(new, dtype=float)
-        per_expert = moe.layers * moe.expert_params(m.hidden) * (moe.expert_bytes or m.dtype_bytes)
-        whole = whole + per_expert * (moe.busiest_gpu_experts(rows, tp) - moe.touched_experts(rows) / tp)
+        busiest = moe.busiest_gpu_experts(rows, tp) - moe.touched_experts(rows) / tp  # beyond an even split
+        whole = whole + moe.routed_params(m.hidden, busiest) * (moe.expert_bytes or m.dtype_bytes)
     if kv_shards(m, tp) == tp:
         return whole
     return whole + sharded_kv_bytes(m, batch, context, new, tp) - kv_pass_bytes(m, batch, context, new) / tp

@@ -59,7 +59,12 @@ def kv_dtype_bytes(name: str, where: str = "kv dtype") -> float:
 
 
 # quantization_config.quant_method -> dtype by bits (transformers' HfQuantizer names)
-_QUANT_DTYPES = {"awq": {4: "int4", 8: "int8"}, "gptq": {4: "int4", 8: "int8"}, "fp8": {8: "float8"}}
+_QUANT_DTYPES = {
+    "awq": {4: "int4", 8: "int8"},
+    "gptq": {4: "int4", 8: "int8"},
+    "fp8": {8: "float8"},
+    "bitsandbytes": {4: "int4", 8: "int8"},
+}
 
 
 def config_dtype(cfg: dict, text_cfg: dict, name: str) -> tuple[str, str | None, str | None]:
@@ -79,7 +84,7 @@ def config_dtype(cfg: dict, text_cfg: dict, name: str) -> tuple[str, str | None,
     bits = quant.get("bits", 8 if method == "fp8" else None)
     if method == "bitsandbytes":
         bits = 4 if quant.get("load_in_4bit") else 8 if quant.get("load_in_8bit") else None
-    dtype = {**_QUANT_DTYPES, "bitsandbytes": {4: "int4", 8: "int8"}}.get(method, {}).get(bits)
+    dtype = _QUANT_DTYPES.get(method, {}).get(bits)
     if dtype is None:
         raise SpecsimError(
             f"{name}.quantization_config: quant_method {method!r} with bits {bits!r} is not a format specsim "

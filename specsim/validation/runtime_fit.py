@@ -167,12 +167,12 @@ def leave_one_source_out(ps: PublishedSet, runtimes: dict[str, Runtime]) -> list
 
 def fit_all(ps: PublishedSet, runtimes: dict[str, Runtime], command: str) -> dict[str, Runtime]:
     """Every runtime fitted on all its rows (what the shipped runtime files hold); ``command`` is cited."""
-    usable = fit_rows(ps)
+    fitted = fit_rows(ps)
     out: dict[str, Runtime] = {}
     for name, rt in runtimes.items():
         base = family_base(rt)
         names = {name} if base is None else {base, *family(base)}
-        rows = [r for r in usable if r.runtime in names]
+        rows = [r for r in fitted if r.runtime in names]
         sources = sorted({r.source for r in rows})
         label = f"fitted: `{command}` on the published set's rows of {', '.join(sources)}"
         if base is not None:
