@@ -1,41 +1,10 @@
 """Plausible ranges per unit: values outside them are rejected where they enter (files, arguments).
 
 The ranges are wide (they bound no real system) but finite, so no ratio of two accepted values
-(c = Tq/Tp, v = Tv/Tp, FLOP/byte, $/token) can overflow to inf or vanish to 0, and no loop or
-array built from an accepted count can exhaust memory. One table, used by profile, device and
-model-config loaders and by the CLI's argument types:
-
-==============  =====================  =====================================================
-unit            range                  used for
-==============  =====================  =====================================================
-ms              1e-6 .. 1e8            latencies (1 ns .. ~28 h); 0 where a field allows it
-tokens          0 .. 2**24             context, prompt and output lengths (16.7 M tokens)
-gamma           1 .. 1024              draft length γ (:data:`MAX_GAMMA`)
-batch           1 .. 4096              draft or target batch sizes
-images          0 .. 1024              images or captions per prompt
-ratio           1e-6 .. 1e6            c, v, γ·c + v, speedups, ensemble weights
-bytes_per_s     1e6 .. 1e16            memory bandwidth (1 MB/s .. 10 PB/s)
-flops_per_s     1e6 .. 1e19            peak FLOP/s
-ops_per_s       1e6 .. 1e19            peak integer operations per second
-bytes           1e6 .. 1e16            memory size (1 MB .. 10 PB)
-usd_per_hour    0 .. 1e6               price of a device-hour
-threads         1 .. 65536             CPU threads
-gpus            1 .. 1024              devices a model is split over (tensor parallel)
-size            1 .. 2**24             model config sizes (layers, hidden, heads, vocab, ...)
-repeats         1 .. 100000            timing repeats and warm-up calls per point
-seconds         1e-3 .. 1e6            time limits (s)
-minutes         1e-3 .. 1e5            time limits given in minutes (~70 days)
-seed            0 .. 2**63-1           random seeds
-temperature     1e-3 .. 1e3            sampling temperature T
-rate_per_s      1e-6 .. 1e6            request rates (requests per second)
-arrival_s       0 .. 1e9               arrival times and a workload's span (s, ~32 years: a
-                                       float64 clock there still resolves 0.2 µs)
-burstiness      1e-3 .. 1e3            Gamma shape of inter-arrival gaps (1 = Poisson)
-==============  =====================  =====================================================
-
-A list argument (``--gamma 1-8``, ``--batch 1,2,4``) holds at most :data:`MAX_LIST_VALUES` values,
-and a hardware plan (batch sizes × contexts × devices × methods) at most :data:`MAX_PLAN_ROWS` rows
-(a few seconds of work and tens of MB of JSON).
+(c = Tq/Tp, v = Tv/Tp, FLOP/byte, $/token) can overflow to inf or vanish to 0, and no loop or array
+built from an accepted count can exhaust memory. One table, used by profile, device and model-config
+loaders and the CLI's argument types; a list argument holds at most :data:`MAX_LIST_VALUES` values, a
+hardware plan at most :data:`MAX_PLAN_ROWS` rows. More: ARCHITECTURE.md, Notes by module.
 """
 
 from __future__ import annotations

@@ -314,68 +314,11 @@ def test_no_module_imports_a_private_name_of_another():
 
 
 DOCSTRING_MAX_LINES = 8
-# Docstrings still over the limit, by path (a module's) or path::qualified name (a class's or a function's).
-# Done: calibrate/run, drafting, zoo, models, workload; specsim/__init__.py, acceptance, profile_format,
-# draft_shapes, predict, check, costs, profiles. The list may only shrink: an entry whose docstring is short
-# now fails the test until it is removed.
-LONG_DOCSTRINGS_NOT_YET_SHORTENED = frozenset(
-    {
-        "specsim/bounds.py",
-        "specsim/cli/main.py",
-        "specsim/engines/__init__.py",
-        "specsim/engines/engine_config.py",
-        "specsim/engines/recommend.py",
-        "specsim/engines/sglang.py",
-        "specsim/engines/vllm.py",
-        "specsim/hardware/device.py",
-        "specsim/hardware/efficiency_fit.py",
-        "specsim/hardware/parallel.py",
-        "specsim/hardware/passes.py",
-        "specsim/hardware/roofline.py",
-        "specsim/hardware/roofline_pass_cost.py",
-        "specsim/hardware/runtime.py",
-        "specsim/hardware/tree_plan.py",
-        "specsim/jsonio/__init__.py",
-        "specsim/serve/arrivals.py",
-        "specsim/serve/metrics.py",
-        "specsim/serve/profile_cost.py",
-        "specsim/serve/roofline_cost.py",
-        "specsim/serve/scheduler.py",
-        "specsim/serve/simulator.py",
-        "specsim/serve/speculation.py",
-        "specsim/serve/step_cost.py",
-        "specsim/serve/vllm_bench.py",
-        "specsim/tune/objective.py",
-        "specsim/tune/space.py",
-        "specsim/tune/study.py",
-        "specsim/tune/tune_report.py",
-        "specsim/validation/batch_sweeps.py",
-        "specsim/validation/gpu_steps.py",
-        "specsim/validation/load_rows.py",
-        "specsim/validation/published_set.py",
-        "specsim/validation/regime_error.py",
-        "specsim/validation/row_predict.py",
-        "specsim/validation/runtime_fit.py",
-        "calibrate/measure/acceptance_traces.py",
-        "calibrate/measure/acceptance_traces.py::drafter_trace",
-        "calibrate/measure/batch_check_runs.py",
-        "calibrate/measure/batch_grid_sweep.py",
-        "calibrate/measure/check_runs.py",
-        "calibrate/measure/export_metrics.py",
-        "calibrate/measure/interleaved_grid.py",
-        "calibrate/measure/latency_plan.py",
-        "calibrate/measure/request_grid_sweep.py",
-        "calibrate/measure/serve_check_runs.py",
-        "calibrate/measure/server_loop_costs.py",
-        "calibrate/measure/synthetic_schedules.py",
-        "calibrate/measure/tree_grid_sweep.py",
-    }
-)
 
 
 def _long_docstrings(limit: int) -> set[str]:
-    """Every module, class and function docstring of specsim/ and calibrate/ over ``limit`` lines, named as
-    in the allow-list above."""
+    """Every module, class and function docstring of specsim/ and calibrate/ over ``limit`` lines, named by
+    path (a module's) or path::qualified name (a class's or a function's)."""
     found = set()
 
     def visit(node, path: str, prefix: str) -> None:
@@ -401,13 +344,9 @@ def _long_docstrings(limit: int) -> set[str]:
 
 def test_docstrings_are_short():
     """Docstrings of at most 8 lines (issue 50): what it is, units, formula or paper, the key convention; the
-    longer explanation goes to ARCHITECTURE.md, Notes by module. The allow-list of those not done yet may only
-    shrink."""
-    long = _long_docstrings(DOCSTRING_MAX_LINES)
-    new = sorted(long - LONG_DOCSTRINGS_NOT_YET_SHORTENED)
-    assert not new, f"docstrings over {DOCSTRING_MAX_LINES} lines (the rest goes to ARCHITECTURE.md): {new}"
-    done = sorted(LONG_DOCSTRINGS_NOT_YET_SHORTENED - long)
-    assert not done, f"short now: remove from LONG_DOCSTRINGS_NOT_YET_SHORTENED: {done}"
+    longer explanation goes to ARCHITECTURE.md, Notes by module."""
+    long = sorted(_long_docstrings(DOCSTRING_MAX_LINES))
+    assert not long, f"docstrings over {DOCSTRING_MAX_LINES} lines (the rest goes to ARCHITECTURE.md): {long}"
 
 
 def test_a_docstring_stands_first():

@@ -1,26 +1,11 @@
 """Teacher-forced acceptance traces: one forward of each model over the target's own greedy output.
 
-For a prompt x and the target's greedy output y_0..y_{N-1} (decoded with
-:func:`calibrate.run.engine.target_decode`), one forward of the target and one of the draft over
-x + y_{<N-1} give at every output position t p_t and q_t, the next-token distributions given x + y_{<t}.
-Then (IbED, Lee et al. 2024, §3; the fields from p and q: :mod:`calibrate.measure.trace_fields`)
-
-- ``match[t]`` = [argmax q_t == y_t]: greedy SD is fully determined by it, for every γ
-  (:mod:`specsim.acceptance.replay`);
-- ``beta[t]`` = Σ_x min(p_t(x), q_t(x)) at temperature T: the acceptance probability of a
-  sampled draft at t (Leviathan et al. 2023, §3.5), input to :mod:`specsim.acceptance.montecarlo`;
-- with ``top_k`` = K > 0, ``draft_rank[t]`` (rank of y_t in the draft's greedy distribution, T = 1)
-  and ``draft_top_probs[t]`` (its K largest probabilities): greedy token trees and confidence
-  policies replay exactly from them (:mod:`specsim.draft_shapes.tree_replay`,
-  :mod:`specsim.draft_shapes.policies`);
-- with K sampled paths (:func:`target_paths`), ``accept_paths[k][t]`` = min(1, q_t(y_t) / p_t(y_t)) along
-  the target's k-th sampled continuation y at temperature T (one seeded ``torch.Generator`` per path,
-  :func:`path_seed`): the probability that a sampled draft at t is accepted given that the target emitted
-  y_t (Leviathan et al. 2023, §3.5). A sampled run follows its own tokens, not the greedy output, so the
-  sampled check (:mod:`specsim.check.sampled`) simulates runs along these paths. Greedy fields stay as
-  they are: they are of the greedy output.
-
-The accepted-length histogram stored beside the traces is the replay at a reference γ.
+For a prompt x and the target's greedy output y (:func:`calibrate.run.engine.target_decode`), p_t and q_t are
+the target's and the draft's next-token distributions given x + y_{<t} (IbED, Lee et al. 2024, §3):
+``match[t]`` = [argmax q_t == y_t]; ``beta[t]`` = Σ_x min(p_t(x), q_t(x)) at temperature T (Leviathan et
+al. 2023, §3.5); with ``top_k`` = K > 0, ``draft_rank`` and ``draft_top_probs``; along sampled path k,
+``accept_paths[k][t]`` = min(1, q_t(y_t) / p_t(y_t)).
+More: ARCHITECTURE.md, Notes by module.
 """
 
 from __future__ import annotations
@@ -216,17 +201,11 @@ def drafter_trace(
 ) -> PromptTrace:
     """A teacher-forced trace through the drafting protocol, so any method (ensembles, adaptive) is traced.
 
-    After ``drafter.prefill``, per output position t: ``propose(1)`` at ``temperature`` gives q_t,
-    then ``accept(0, y_t)`` commits the target's token. ``match[t]`` = [argmax q_t == y_t]: exact for
-    single methods at any T and for ensembles at T = 1 (greedy ensembles mix softmax at T = 1). Adaptive
-    ensembles update their weights here after every token but in the engine after every block of γ, so
-    their ``match`` approximates the engine's; their trace also gets ``adaptive``
-    (:func:`calibrate.measure.trace_fields.member_features` per position), from which
-    :mod:`specsim.draft_shapes.adaptive` replays the engine's fixed-γ blocks exactly. ``reference`` (from
-    :func:`target_reference`) saves the target's work when several methods are traced. ``top_k`` > 0 adds
-    the top-k fields (:func:`calibrate.measure.trace_fields.top_k_fields`) of q at T = 1 (the greedy
-    mixture for ensembles). Sampled ``paths`` (:func:`target_paths`) add ``accept_paths``: the same walk
-    along each path's tokens.
+    After ``drafter.prefill``, per output position t: ``propose(1)`` at ``temperature`` gives q_t, then
+    ``accept(0, y_t)`` commits the target's token; ``match[t]`` = [argmax q_t == y_t]. ``reference`` (from
+    :func:`target_reference`) saves the target's work; ``top_k`` > 0 adds the top-k fields of q at T = 1;
+    sampled ``paths`` (:func:`target_paths`) add ``accept_paths``.
+    More: ARCHITECTURE.md, Notes by module.
     """
     if top_k > 0 and temperature != 1.0:
         raise SpecsimError(

@@ -2,14 +2,9 @@
 the same B requests, interleaved, in rounds until each row's measured speedup is precise enough or a cap
 is reached.
 
-A scenario group's prompts are cut, in prompt order, into batches of B (a last, smaller batch is left out:
-its composition is another batch size). A round runs, per batch (batches and their runs rotate from round to
-round, so slow drift of the machine hits every row alike): target-only, every γ still measuring, target-only
-again. After each round from ``min_rounds`` on, a row (method × scenario × γ) whose decode-phase speedup has a
-95% half-width ≤ ``halfwidth`` stops.
-
-Each run is reduced to its decode phase (the blocks after the first pass, which carries the prompt): ms,
-tokens, and for SD the draft, verify and overhead ms, blocks and requests running per block.
+A row (method × scenario × γ) stops after a round from ``min_rounds`` on once its decode-phase speedup has a
+95% half-width ≤ ``halfwidth``.
+More: ARCHITECTURE.md, Notes by module.
 """
 
 from __future__ import annotations

@@ -1,24 +1,11 @@
 """Measure the batched engine's cost (:mod:`specsim.profile_format.batched_cost`) by running the batched
 engine.
 
-Each round runs, for every batch size B and prompt length, B synthetic ragged prompts (random text ids; the
-longest has the given length, the others are shorter, so the pads and masks of a ragged batch are in every
-pass) through :func:`calibrate.run.batch_engine.batch_target_decode` and, for every γ,
-:func:`calibrate.run.batch_engine.batch_speculative_decode`: the engine's own passes in its own alternation.
-B prompts of the one length are decoded target-only too: a batch with no masked column (the unpadded step).
-A block's first draft step (right after the verification) and its later ones are separate grid points.
-Its records give every pass's ms and the cache width it ran on. Random prompts make most drafts rejected, so
-blocks emit about one token and the width grows by γ+1 per block: one run covers a range of widths.
-
-Each grid point (pass, rows, B) is, per prompt length, a line in width fitted through the passes' ms of the
-runs from that length (attention over the cache is linear in its length; one line across far-apart lengths
-would miss what else changes with the cache's size), stored at the narrowest and widest width those runs
-reached, with the 95% half-width of the fitted value from the residuals;
-:mod:`specsim.profile_format.cost_grid` interpolates linearly between the stored widths. The first block of a
-run (the prompt's prefill fused with it) is left out. The engine's overhead is a block's wall ms minus its
-passes', the median over blocks of each γ (blocks of a smaller end-of-request γ count at that γ).
-
-The server loop's costs are measured against this grid in :mod:`calibrate.measure.server_loop_costs`.
+Per round, for every batch size B, prompt length and γ: B synthetic ragged prompts through
+:func:`calibrate.run.batch_engine.batch_target_decode` and ``batch_speculative_decode``. Each grid point
+(pass, rows, B) is, per prompt length, a line in cache width fitted through the passes' ms, stored at the
+narrowest and widest width reached, with the 95% half-width of the fitted value.
+More: ARCHITECTURE.md, Notes by module.
 """
 
 from __future__ import annotations

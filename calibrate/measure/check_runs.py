@@ -2,13 +2,9 @@
 row's measured speedup is precise enough or a cap is reached; reduced to
 :class:`specsim.check.comparison.RequestRun`.
 
-A round runs, per prompt (the prompt order and the order of the runs rotate from round to round, so slow
-drift of the machine hits every row alike): target-only decoding, every method × γ still measuring, then
-target-only decoding again. A "γ" may also be a token tree (:class:`specsim.draft_shapes.trees.TreeSpec`, run
-by :func:`calibrate.run.tree_engine.tree_decode`) or a draft-length policy
-(:mod:`specsim.draft_shapes.policies`, run by :func:`calibrate.run.engine.speculative_decode`): they are rows
-like any other. After each round from ``min_rounds`` on, a row (method × scenario × γ) whose decode-phase
-speedup has a 95% half-width ≤ ``halfwidth`` stops; the target-only runs go on for the rest.
+A row (method × scenario × γ; a "γ" may be a token tree or a draft-length policy) stops after a round from
+``min_rounds`` on once its decode-phase speedup has a 95% half-width ≤ ``halfwidth``.
+More: ARCHITECTURE.md, Notes by module.
 """
 
 from __future__ import annotations

@@ -1,15 +1,9 @@
 """The project's own speculative-decoding runs written as vLLM's spec-decode counters (Prometheus text).
 
-Every draft/verify block of :func:`calibrate.run.engine.speculative_decode` with γ ≥ 1 drafts is counted
-the way vLLM counts one draft (vllm/v1/spec_decode/metrics.py, ``SpecDecodingStats.observe_draft``):
-``num_drafts`` += 1, ``num_draft_tokens`` += γ of the block, ``num_accepted_tokens`` += accepted and
-``num_accepted_tokens_per_pos[i]`` += 1 for i < accepted. A block with no drafts (the engine's last
-block when one token is left) is no draft in vLLM either. The text comes from ``prometheus_client``'s
-own registry and ``generate_latest`` with vLLM's metric names, help strings and labels (``model_name``,
-``engine``, ``position``), i.e. what ``GET /metrics`` of a vLLM server returns for these counters.
-
-:func:`engine_tau` is the engine's own τ(k) from the same block records, mean over draft blocks of
-1 + min(accepted, k), for the round trip engine -> counters -> ``specsim import`` -> τ(k).
+Per block with γ ≥ 1 drafts (vLLM's ``SpecDecodingStats.observe_draft``): ``num_drafts`` += 1,
+``num_draft_tokens`` += γ, ``num_accepted_tokens`` += accepted, ``num_accepted_tokens_per_pos[i]`` += 1 for
+i < accepted. :func:`engine_tau` is the engine's own τ(k): mean over draft blocks of 1 + min(accepted, k).
+More: ARCHITECTURE.md, Notes by module.
 """
 
 from __future__ import annotations

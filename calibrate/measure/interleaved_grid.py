@@ -1,20 +1,9 @@
 """A profile's batched cost measured again inside a check, in rounds between the check's own rounds.
 
-A shared CPU host changes speed from one minute to the next, and unevenly across passes (a memory-bound
-target-only step more than a verification of several rows), so a grid measured minutes before a check prices
-the check's runs at another speed, and the speedup's ratio does not cancel it. ``check --remeasure-batched``
-therefore runs the batched sweep of :mod:`calibrate.measure.batch_grid_sweep` (its prompts sized to the
-check's own, the profile's γ values) in the check's process, alternating with the check:
-
-- ``check --batch``: one sweep round at batch B right before each check round at B, so each B's grid and rows
-  are timed in the same minutes; batch sizes of the profile's grid that the check does not run get
-  ``min_rounds`` rounds after it;
-- ``check --serve-rates``: one sweep round at every batch size and one round of the server loop's own costs
-  right before each serving round (a serving round runs every batch size); the loop's costs are averaged
-  over its rounds, and its passes' scales over the grid are taken against the final grid.
-
-The grid is fitted from all its rounds at the end (:func:`calibrate.measure.batch_grid_sweep.batched_costs`),
-the rows are predicted from it, and it is written with them.
+``check --remeasure-batched`` runs the batched sweep of :mod:`calibrate.measure.batch_grid_sweep` in the
+check's process, alternating with the check's rounds, so that grid and rows are timed in the same minutes of
+a shared CPU host whose speed drifts; the grid is fitted from all its rounds at the end.
+More: ARCHITECTURE.md, Notes by module.
 """
 
 from __future__ import annotations

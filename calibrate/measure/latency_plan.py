@@ -1,26 +1,10 @@
 """Latency calibration of a draft/target pair -> :class:`specsim.profile_format.LatencySection` (all times in
 ms).
 
-What is measured (one timing primitive, :mod:`calibrate.run.timing`; greedy; KV caches in use):
-
-- the forward-cost model (:mod:`specsim.profile_format.cost_model`, swept by
-:mod:`calibrate.measure.request_grid_sweep`):
-  at each context of the plan, the engine's own target-only steps and speculative blocks for every γ and
-  draft batch, round-robin, so each pass is timed after what precedes it in a real run; plus the engine's
-  overhead per block outside the models;
-- prefill: the first pass of a request over its whole prompt (context 0), target at batch 1 and draft
-  at every draft batch, over the plan's prompt lengths (the engine fuses it with the first block);
-- the vision encoder (1 and 4 images in one call through vision tower + projector) of target and draft,
-  and the captioner (image prompt + ``caption_tokens`` greedy tokens) when there is one;
-- a sentinel (target-only steps at the first context) timed at the start and again at the end: if
-  it moved by more than the threshold, the host was contended and the profile and the screen say so.
-
-The 1-D tables of schema 1 (Tp and Tq by context, Tv(γ) at the verify context, prefill, Tq by draft
-batch) are written too, read off the grid. KV caches hold random keys/values of the real shapes
-(:func:`calibrate.models.loaded_model.random_kv_cache`): latency does not depend on the values, and long
-contexts then cost no prefill. The plan's units are :class:`calibrate.measure.latency_tasks.Task`; results
-are saved after every unit in ``<out>.partial`` (atomically, :mod:`calibrate.measure.latency_partial`), so
-an interrupted run resumes there.
+Measured (greedy, KV caches in use, one timing primitive, :mod:`calibrate.run.timing`): the forward-cost
+model (:mod:`calibrate.measure.request_grid_sweep`), prefill, the vision encoders and the captioner, and a
+sentinel for host contention. Results are saved after every unit in ``<out>.partial``, where a run resumes.
+More: ARCHITECTURE.md, Notes by module.
 """
 
 from __future__ import annotations

@@ -1,22 +1,11 @@
 """Measure the forward-cost model (:mod:`specsim.profile_format.cost_model`) by running the engine's own
 phases.
 
-At each context c the sweep runs, round-robin, what :mod:`calibrate.run.engine` runs on a request:
-
-- target-only steps (:func:`calibrate.run.engine.target_step`) on a target KV cache of c positions, back to
-  back as target-only decoding runs them (the first of each run, after the blocks, is not kept);
-- speculative blocks (:func:`calibrate.run.engine.sd_block`) for every γ and draft batch: γ draft steps of
-  the real drafter (the text drafter, or the in-batch ensemble drafter with ``batch`` padded rows),
-  then the verification of γ+1 rows; the draft's first step alternates between 1 and 2 fed tokens
-  (2 follow a fully accepted block). After an ensemble's block, the adaptive ensemble's weight update
-  is timed on that block (``overhead-adaptive`` keys): what an adaptive block adds to the overhead.
-
-So the draft and the target alternate as in speculative decoding and evict each other's weights from
-the caches as they do there, and the block's wall time minus its model time is the engine's overhead.
-Caches hold random keys/values of the real shapes (:func:`calibrate.models.loaded_model.random_kv_cache`)
-and are cropped back to c after every step or block, so no prefill is needed. Draft steps i ≥ 1 of a block run
-on c + i positions: a line fitted through their per-step medians carries them to c + 1, where the
-``draft_next`` grid stores them.
+At each context c, round-robin: target-only steps (:func:`calibrate.run.engine.target_step`) and speculative
+blocks (:func:`calibrate.run.engine.sd_block`) for every γ and draft batch, on random KV caches cropped back
+to c after each; a block's wall time minus its model time is the engine's overhead. Draft steps i ≥ 1 are
+carried to c + 1 (``draft_next``) along a line fitted through their per-step medians.
+More: ARCHITECTURE.md, Notes by module.
 """
 
 from __future__ import annotations

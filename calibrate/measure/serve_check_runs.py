@@ -1,12 +1,10 @@
 """Real runs for ``specsim check --serve-rates``: the server loop (:mod:`calibrate.run.server_loop`) at each
 request rate, target-only and SD per (method, γ), interleaved, in rounds.
 
-The workload: ``requests`` requests taking the run's prompts in turn, scenario groups interleaved (with the
-zoo's 1-, 2- and 5-image prompts: 1, 2, 5, 1, 2, 5, …), arriving as a Poisson process at the rate, seeded
-by (``seed``, rate index), so every round and every side serves the same arrivals. A round runs, per rate
-(rates rotate from round to round), target-only and every SD side in a rotating order. After each round from
-``min_rounds`` on, the rounds stop once every side's headline metrics (p50 TPOT, p90 TTFT, output tokens/s)
-have a relative 95% half-width ≤ ``halfwidth``, or at ``max_rounds`` / ``max_seconds``.
+Arrivals are a Poisson process at the rate, seeded by (``seed``, rate index). Rounds stop from
+``min_rounds`` on once every side's p50 TPOT, p90 TTFT and output tokens/s have a relative 95% half-width
+≤ ``halfwidth``, or at ``max_rounds`` / ``max_seconds``.
+More: ARCHITECTURE.md, Notes by module.
 """
 
 from __future__ import annotations

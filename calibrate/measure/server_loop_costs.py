@@ -2,26 +2,10 @@
 batched grid, and the batched cost as ``calibrate latency`` measures it (:func:`measure_batched`: grid, then
 loop).
 
-The server loop (:mod:`calibrate.run.server_loop`) is timed per B and γ (0: target-only): 2B synthetic
-requests of the plan's prompt lengths, at most B running, arriving one every (new tokens × a target step's ms
-at B) / B, so they join a batch that is nearly full, one or two at a time, and leave it one at a time, as
-under a load near saturation (arriving at once, they would join an empty batch together and leave it together,
-and a join or a leave would look cheaper than it is: it copies the batch's whole cache).
-
-- **Outside the passes:** a step's loop overhead is its wall ms minus its prefills' and passes'; per γ, a
-  least-squares fit over steps of overhead = a + b·(requests decoding) + c·(requests joining or leaving) gives
-  a, b, and the loop's ms per request (2c: it joins once and leaves once) at each γ and averaged over γ.
-- **Prefills' set-up:** the loop's prefill ms outside the models' forwards per admitted request (its inputs,
-  its cache rows, the draft's prompt, the first token), target-only and with SD: the grids time forwards
-  only.
-- **Prefills cold:** the loop runs prefills (and the vision encoder) between its passes, the grid runs passes
-  back to back: a target step timed right after the CPU's caches are flushed, over one right after another
-  step, is the loop's ``cold_pass_ms_scale``.
-- **Passes after an admission:** Σ the loop's target pass ms over Σ the grid's at the same rows, cache width
-  and B, by steps since the last step that admitted a request (k = 0 .. ``PASS_SCALE_STEPS`` − 1, the last
-  bucket every later step), and the same for the draft's steps (grid: the block's steps at width + j). The
-  caches refill over several passes after the prefills, and the loop's own work between passes keeps them
-  below the grid's back-to-back passes even later; this is what the serving simulation multiplies a pass by.
+The loop (:mod:`calibrate.run.server_loop`) is timed per B and γ (0: target-only) on 2B synthetic requests
+arriving near saturation. A step's loop overhead = a + b·(requests decoding) + c·(requests joining or
+leaving), so 2c per request; plus the prefills' set-up, cold passes and pass scales after an admission.
+More: ARCHITECTURE.md, Notes by module.
 """
 
 from __future__ import annotations

@@ -2,19 +2,10 @@
 adapter from acceptance evidence specsim already reads to per-position rates, drawn into a
 :class:`calibrate.run.synthetic_acceptance.SyntheticAcceptance`, and the acceptance entries that price it.
 
-SPEC (PROFILE: a shipped profile's name or a profile file):
-
-- ``tau:T@G``: every position at the i.i.d. α with τ(α, G) = T, read as every command reads a τ
-  (:func:`specsim.predict.acceptance_source.given_tau`);
-- ``tau:PROFILE:METHOD/SCENARIO``: the same from that entry's τ at its own γ
-  (:func:`specsim.predict.acceptance_source.of_entry`), e.g. ``tau:ibed-llava1.5-7b-68m:M/ChartQA``;
-- ``rates:R0,R1,…``: position t at rate R_t, the last rate holding on (acceptance along the answer, as
-  :func:`specsim.acceptance.replay.match_rate_by_position` measures it);
-- ``traces:PROFILE[:METHOD[/SCENARIO]]``: that method's greedy traces replayed; a prompt they trace takes its
-  own, every other prompt the next one in turn; each repeated from its start to the run's length.
-
-Positions are drawn in prompt order from one numpy Generator seeded with ``--seed``; a trace's 0/1 rates
-draw themselves. Every check row measured so carries the SPEC (``synthetic_acceptance``).
+SPEC: ``tau:T@G``, ``tau:PROFILE:METHOD/SCENARIO``, ``rates:R0,R1,…`` or
+``traces:PROFILE[:METHOD[/SCENARIO]]`` (PROFILE: a shipped profile's name or a profile file). Positions are
+drawn from one numpy Generator seeded with ``--seed``.
+More: ARCHITECTURE.md, Notes by module.
 """
 
 from __future__ import annotations

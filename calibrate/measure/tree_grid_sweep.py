@@ -2,23 +2,10 @@
 running the tree engine's own phases on random KV caches, as :mod:`calibrate.measure.request_grid_sweep` does
 for chains.
 
-At each context c the sweep runs, round-robin over the plan's trees and draft batches, one tree block as
-:func:`calibrate.run.tree_engine.tree_decode` runs it: the draft's root pass over 1 pending token, its level
-passes with the 4-D tree mask (:func:`calibrate.drafting.propose_tree`), the target's pass over the
-pending token and the n nodes (:func:`calibrate.run.tree_engine.verify_tree`), greedy acceptance and the
-accepted-path gathers of both caches; so draft and target alternate as in tree decoding. Stored:
-
-- ``tree_verify``: the verification, rows = n+1, on c;
-- ``tree_draft``: each level pass ℓ ≥ 1 by its rows m_ℓ (the level's expanded nodes); it runs on
-  c + 1 + Σ_{j<ℓ} m_j positions and is carried to c + 1 along a line fitted per rows and batch through
-  the medians at each of its contexts (:func:`calibrate.measure.request_grid_sweep.next_step_timings`; a rows
-  value seen at one context only keeps its median there);
-- the block's wall time minus its model time: the tree engine's overhead per block, by n and batch.
-
-The root pass is a chain first step (``draft_first``, measured by the chain sweep) and is not stored
-here. The plan's trees are ``--tree`` specs plus, per ``--tree-sizes`` n, :func:`sweep_tree` (n); the
-chain of one draft (n = 1, two verified rows) is always added, so a tree cut short at the end of a
-request stays inside the measured rows.
+At each context c, round-robin over the plan's trees and draft batches, one tree block as
+:func:`calibrate.run.tree_engine.tree_decode` runs it. Stored: ``tree_verify`` (rows n+1, on c),
+``tree_draft`` (level passes by rows m_ℓ, carried to c + 1) and the overhead per block by n and batch.
+More: ARCHITECTURE.md, Notes by module.
 """
 
 from __future__ import annotations

@@ -1,16 +1,10 @@
 """Command line: the ``specsim`` parser, with every command found through entry points.
 
-Each command lives in a ``cli_<command>.py`` module named in the ``specsim.commands`` entry-point group
+Each command lives in a ``cmd_<command>.py`` module named in the ``specsim.commands`` entry-point group
 (pyproject.toml); its ``register(subparsers)`` adds its parsers, each setting ``func=cmd_*(args) -> int``.
-An entry point named ``calibrate.<what>`` registers under ``specsim calibrate``. Run from a source checkout
-whose pyproject.toml names commands the installed metadata lacks (an editable install made before they were
-added), those register too (:func:`source_tree_entry_points`). This module names no
-command module, so the measuring half plugs in without specsim importing it. Command modules must not
-import torch at module level (``specsim --help`` has to work without it). Any :class:`SpecsimError`,
-and any argparse error, becomes one line on stderr and exit status 2; a :class:`SpecsimWarning` is one
-``specsim: warning:`` line. Stdout that cannot be written (a full device) is one line and exit 2 too; a
-reader that went away (``| head``) ends the command quietly, status 0. See ARCHITECTURE.md for the
-command → file table.
+This module names no command module, so the measuring half plugs in without specsim importing it.
+Any :class:`SpecsimError`, and any argparse error, becomes one line on stderr and exit status 2.
+More: ARCHITECTURE.md, Notes by module (and Commands, for the command → file table).
 """
 
 from __future__ import annotations

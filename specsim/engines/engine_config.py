@@ -2,39 +2,10 @@
 :class:`~specsim.engines.recommend.Recommendation`'s, or a tuned serving γ policy's): vLLM
 ``speculative_config``, SGLang flags, TensorRT-LLM ``speculative_config``, llama.cpp server flags.
 
-vLLM (``--speculative-config`` JSON / ``LLM(speculative_config=...)``; option names from
-vllm/config/speculative.py ``SpeculativeConfig`` and docs/features/speculative_decoding/README.md):
-``method``, ``model``, ``num_speculative_tokens`` (> 0, the most drafts per step) and, for a draft
-length per batch size, ``num_speculative_tokens_per_batch_size`` = [[first_bs, last_bs, K], ...]
-(docs/features/speculative_decoding/dynamic_speculative_decoding.md: ranges start at 1, do not
-overlap, each K ≤ num_speculative_tokens, K = 0 drafts nothing; above the last range vLLM keeps
-its K, vllm/v1/spec_decode/dynamic/utils.py). Older vLLM without that key takes one fixed
-``num_speculative_tokens``.
-
-SGLang (server flags; docs/advanced_features/speculative_decoding.md, python/sglang/srt/server_args.py):
-``--speculative-algorithm`` (EAGLE, EAGLE3, STANDALONE, NGRAM, ...), ``--speculative-draft-model-path``,
-``--speculative-num-steps`` (draft depth), ``--speculative-eagle-topk`` (branching; 1 = a chain) and
-``--speculative-num-draft-tokens`` (verified tokens; num_steps + 1 for a chain). SGLang has no
-per-batch-size draft length, so one K is written and the batch size where it stops paying is reported.
-
-TensorRT-LLM (PyTorch backend; ``speculative_config`` of ``trtllm-serve --extra_llm_api_options FILE.yaml``,
-tensorrt_llm/llmapi/llm_args.py ``DecodingBaseConfig``, PR #8194 and #10860): ``decoding_type``
-(``Draft_Target`` for a separate draft model), ``max_draft_len``, ``speculative_model`` and
-``draft_len_schedule`` = {last batch size of a range: K}: a batch size takes the K of the first key >= it,
-and above the largest key drafting stops (K = 0); its smallest key must carry ``max_draft_len`` and no K may
-exceed it, so a schedule whose K grows with the batch cannot be written.
-
-llama.cpp (``llama-server``, common/arg.cpp): ``-md`` the draft GGUF, ``--spec-type draft-simple``,
-``--spec-draft-n-max`` K, ``--spec-draft-n-min`` and ``--spec-draft-p-min`` (0 and 0: always K drafts, the
-fixed γ that was priced; its default stops a draft early below a probability), ``-np`` parallel slots
-sharing ``-c`` KV positions. One K for every batch size, as SGLang.
-
-Both take the draft as a model id: a Hugging Face repo id ``org/name`` (huggingface_hub's validate_repo_id:
-letters, digits, ``-``, ``_``, ``.``, no ``--`` or ``..``, at most 96 characters) or a local path
-(``/``, ``./``, ``../``, ``~``, or a folder that exists here). A bare ``name`` (a legacy Hub id, or a
-relative folder on the server) passes only when the user typed it (``bare_ok``): a profile's draft name
-must be unambiguous. :func:`check_model_id` refuses anything else (a profile's descriptive draft name,
-say) before a config is written.
+vLLM takes a K per batch-size range (``num_speculative_tokens_per_batch_size``), TensorRT-LLM a
+``draft_len_schedule``; SGLang and llama.cpp take one K for every batch size. The draft is a model id
+(a Hugging Face repo id or a local path), checked by :func:`check_model_id` before a config is written.
+More: ARCHITECTURE.md, Notes by module.
 """
 
 from __future__ import annotations

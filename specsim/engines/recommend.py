@@ -1,13 +1,10 @@
 """Best draft length per batch size for a serving engine: planner latency × profile τ; 0 turns SD off there.
 
-For every batch size B = 1..B_max (each integer, so ranges of equal draft length are exact to the
-model) the hardware planner (:func:`specsim.hardware.plan.plan_hardware`) gives the best-γ decode
-speedup τ(γ)·Tp / (γ·Tq + Tv(γ)) over γ = 1..γ_max on one device; where even the best is below
-``min_speedup`` the recommendation is γ = 0 (plain decoding). τ(γ) comes from the profile entry via
-:func:`specsim.predict.tau_at_gamma.tau_with_source` (exact for γ ≤ K of imported engine counters, flagged
-beyond). The CLI searches γ up to :func:`default_gamma_max` (past K only where τ is exact). The
-recommendation carries notes on what its numbers rest on: batch sizes whose weights and KV cache do not
-fit, γ tried past K (or not), and why v = Tv/Tp prints below 1 where it does.
+For every batch size B = 1..B_max the planner (:func:`specsim.hardware.plan.plan_hardware`) gives the best-γ
+decode speedup τ(γ)·Tp / (γ·Tq + Tv(γ)) over γ = 1..γ_max on one device; below ``min_speedup``, γ = 0.
+τ(γ) comes from :func:`specsim.predict.tau_at_gamma.tau_with_source` (exact for γ ≤ K of imported engine
+counters, flagged beyond); the CLI searches γ up to :func:`default_gamma_max`.
+More: ARCHITECTURE.md, Notes by module.
 """
 
 from __future__ import annotations

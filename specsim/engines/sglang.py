@@ -1,18 +1,10 @@
 """SGLang speculative decoding -> τ at the server's draft length (the only γ SGLang's numbers speak for).
 
-Two sources, both bonus-included accept lengths (= specsim's τ):
-
-- the gauge ``sglang:spec_accept_length`` on ``/metrics`` ("The average acceptance length of
-  speculative decoding", python/sglang/srt/metrics/collector.py, ``SchedulerMetricsCollector``): the
-  mean over the scheduler's latest logging interval only, labelled ``model_name``;
-- responses of the native ``/generate`` API, one JSON object per line, whose ``meta_info`` carries
-  ``completion_tokens`` and ``spec_verify_ct`` (verification steps; python/sglang/srt/managers/
-  tokenizer_manager.py). SGLang's own accept length is completion_tokens / spec_verify_ct; over many
-  requests we take Σ completion_tokens / Σ spec_verify_ct (tokens per verify step, the block mean).
-
-SGLang reports neither a histogram nor per-position counts, so τ is known at K =
-``--speculative-num-steps`` (a chain: ``--speculative-eagle-topk 1``) and every other γ is an i.i.d.
-extrapolation, flagged as such downstream.
+Two sources, both bonus-included accept lengths (= specsim's τ): the gauge ``sglang:spec_accept_length`` on
+``/metrics`` (the latest logging interval only), and native ``/generate`` responses (JSON lines), taken as
+Σ completion_tokens / Σ spec_verify_ct. τ is known at K = ``--speculative-num-steps`` only (a chain); every
+other γ is an i.i.d. extrapolation, flagged as such downstream.
+More: ARCHITECTURE.md, Notes by module.
 """
 
 from __future__ import annotations

@@ -1,21 +1,10 @@
 """vLLM (V1 engine) speculative-decoding counters -> accepted-length histogram at K, survival a_i, τ(k ≤ K).
 
-What vLLM counts (source: vllm/v1/spec_decode/metrics.py, ``SpecDecodingStats.observe_draft`` and
-``SpecDecodingProm``; docs/design/metrics.md): per verification step of one request that carried
-draft tokens, ``num_drafts`` += 1, ``num_draft_tokens`` += drafts proposed, ``num_accepted_tokens`` +=
-a (drafts accepted, bonus token not counted) and ``num_accepted_tokens_per_pos[i]`` += 1 for every
-i < a. So ``per_pos[i]`` counts drafts that accepted at least i+1 tokens:
-
-    a_i = per_pos[i-1] / drafts                       (survival, i = 1..K)
-    h[j] = per_pos[j-1] - per_pos[j]  (h[0] = drafts - per_pos[0], h[K] = per_pos[K-1])
-    mean acceptance length = 1 + accepted / drafts    (bonus included: specsim's τ at K)
-    acceptance rate = accepted / draft_tokens
-
-Prometheus names (exposition adds ``_total``): ``vllm:spec_decode_num_drafts``,
-``vllm:spec_decode_num_draft_tokens``, ``vllm:spec_decode_num_accepted_tokens``,
-``vllm:spec_decode_num_accepted_tokens_per_pos{position="0".."K-1"}``, labelled ``model_name`` and
-``engine`` (one per data-parallel engine; summed here). Counters are cumulative since the server
-started: two scrapes give the window between them.
+``per_pos[i]`` counts drafts (verification steps that carried drafts) that accepted at least i+1 tokens:
+a_i = per_pos[i-1] / drafts (i = 1..K); h[j] = per_pos[j-1] - per_pos[j] (h[0] = drafts - per_pos[0],
+h[K] = per_pos[K-1]); τ at K = 1 + accepted / drafts (bonus included); acceptance rate = accepted /
+draft_tokens. Counters are cumulative since the server started: two scrapes give the window between them.
+More: ARCHITECTURE.md, Notes by module.
 """
 
 from __future__ import annotations

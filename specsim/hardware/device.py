@@ -1,19 +1,11 @@
 """Devices for the roofline model: one JSON file per device, every number with its source.
 
-A device file holds memory bandwidth (bytes/s), dense BF16/FP16 peak FLOP/s (FP32 for CPUs), memory
-size (bytes), optionally the GPU-to-GPU link bandwidth per direction (bytes/s, for tensor parallel), how
-many GPUs that link joins (an NVLink domain: 8 in a DGX, 2 over an RTX 3090's bridge) with the per-GPU
-scale-out bandwidth beyond them (InfiniBand, PCIe), optionally the peak 32-bit integer rate of the CUDA cores
-(ops/s, a multiply-add counted as 2 like an FMA; what llama.cpp's quantised matrix-vector kernels run at, see
-:mod:`specsim.hardware.runtime`), and the on-demand price of a device-hour in USD (``price_per_hour_usd``:
-null where no public price list was found; ``--price DEVICE=USD`` overrides it). Each number is an object
-``{"value": ..., "source": "..."}`` so the datasheet, price list (with its date) or measurement behind it
-travels with it (a user's file may give the price as a bare number).
-The shipped catalog is ``specsim/hardware/catalog/*.json``; users pass their own files by path.
-The ``cpu`` entry has no numbers: they are measured on this machine when it is loaded. Catalog names are
-case-insensitive and have aliases (:data:`DEVICE_ALIASES`, :func:`resolve_device_name`), among them what
-``nvidia-smi`` and ``torch.cuda.get_device_name()`` print; a name that fits parts with different numbers
-(``a100``) is refused with the candidates.
+A device file holds memory bandwidth (bytes/s), dense BF16/FP16 peak FLOP/s (FP32 for CPUs) and memory size
+(bytes), optionally GPU link bandwidths (bytes/s per direction), the INT32 rate (ops/s) and a device-hour's
+price (USD). Each number is ``{"value": ..., "source": "..."}``. The shipped catalog is
+``specsim/hardware/catalog/*.json``; users pass their own files by path. Names are case-insensitive, with
+aliases (:data:`DEVICE_ALIASES`, :func:`resolve_device_name`).
+More: ARCHITECTURE.md, Notes by module.
 """
 
 from __future__ import annotations

@@ -1,14 +1,11 @@
 """Fit roofline efficiencies and overhead to a profile's measured latencies; held-out validation.
 
-Least squares on log(predicted / measured) (relative errors, so 1 ms and 100 ms points weigh the
-same) over the profile's prefill, decode, verify and draft-batch points, with scipy's bounded
-``least_squares`` started from a small grid (the max() in the roofline makes the loss piecewise).
-The parameters are those of an :class:`Efficiency` (one pair of fractions) or of a
-:class:`~specsim.hardware.runtime.Runtime` (fractions that depend on the rows of a pass).
-Every point is (role, batch, cached context, new positions, ms): :func:`points_from_latency` reads
-today's 1-D tables, :func:`points_from_grid` a rows × context × batch grid.
-A parameter no point is sensitive to (e.g. compute efficiency when every point is memory-bound) is
-reported as unconstrained: its value is then the starting value, not a measurement.
+Least squares on log(predicted / measured) (relative errors: 1 ms and 100 ms points weigh the same) over the
+profile's prefill, decode, verify and draft-batch points, with scipy's bounded ``least_squares``. The
+parameters are those of an :class:`Efficiency` or of a :class:`~specsim.hardware.runtime.Runtime`. A point is
+(role, batch, cached context, new positions, ms). A parameter no point is sensitive to is reported as
+unconstrained: its value is then the starting value, not a measurement.
+More: ARCHITECTURE.md, Notes by module.
 """
 
 from __future__ import annotations

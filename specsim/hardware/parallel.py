@@ -1,22 +1,11 @@
 """Multi-GPU models: tensor parallelism's all-reduces (Megatron-LM layout) and the layer split's memory.
 
-Shoeybi et al. 2019 (Megatron-LM): attention heads and the MLP's inner dimension are split over
-``tp`` GPUs; each decoder layer ends its attention block and its MLP with one all-reduce of the
-activations, so a pass does 2 · layers all-reduces of batch · new · hidden elements each.
-A ring all-reduce moves 2 (tp − 1) / tp times the message through each GPU's link (Patarasuk & Yuan
-2009; NCCL's "bus bandwidth"); a ring that leaves the GPUs the interconnect joins (``interconnect_gpus``,
-e.g. 16 GPUs over two 8-GPU NVLink nodes) runs at the slower scale-out link (``Device.link_bytes_per_s``), so
-per all-reduce:
+Tensor parallel (Shoeybi et al. 2019): a pass does 2 · layers all-reduces of batch · new · hidden elements,
+each a ring all-reduce (Patarasuk & Yuan 2009) over the link ``Device.link_bytes_per_s``:
     time_ms = 2 (tp − 1) / tp · message_bytes / (link_bytes_per_s · efficiency) · 1e3 + latency_ms
-Weights, FLOPs and memory traffic divide by ``tp``; the LM head is split over the vocabulary. Whole heads
-are sharded, so ``tp`` must divide the attention heads; the KV heads either divide over ``tp`` or, when
-``tp`` is a multiple of them, each is replicated on tp / kv_heads GPUs (vLLM's and Megatron's rule), and
-the KV cache then divides by kv_heads only.
-
-A layer split (llama.cpp's default ``--split-mode layer`` since its pull request #4766; Hugging Face
-Accelerate's ``device_map``) gives each GPU whole layers, which run one GPU after another: a pass costs what
-it costs on one GPU (the hand-off of one activation vector between GPUs is not priced), and only memory
-divides.
+Weights, FLOPs and memory traffic divide by ``tp``. A layer split (llama.cpp's ``--split-mode layer``) runs
+whole layers one GPU after another: a pass costs what it costs on one GPU, and only memory divides.
+More: ARCHITECTURE.md, Notes by module.
 """
 
 from __future__ import annotations

@@ -1,21 +1,11 @@
 """Forward passes as a table of runtime-independent terms, priced under any runtime in one vectorised step.
 
-A fit of runtime parameters re-prices the same passes thousands of times. Everything in
-:func:`specsim.hardware.roofline.forward_ms` that does not depend on the runtime (FLOPs, bytes without
-materialised scores, score elements, rows, layers, all-reduce traffic, the device's peaks) is computed once
-per pass here; :meth:`PassTable.ms` then applies the runtime exactly as ``forward_ms`` does:
-
-    device = roof(C, M) + roof(Ca, Ma) + dequant (+ all-reduces when tp > 1)
-             (+ row arithmetic for 1 < rows ≤ gemv_max_rows) + device_ms_per_layer·layers + concatenation
-    host = per_forward + per_layer·layers + per_mask·masked
-    time = device + host, or roof(host, device) at host_overlap > 0
-    roof(c, m) = max(c, m) + (1 − overlap)·min(c, m)
-    C = (FLOPs − attention FLOPs) / (peak · eff_c(rows)),  M = (bytes − KV bytes) / (bw · eff_m(rows))
-    Ca = attention FLOPs / (peak · eff_c(rows))
-    Ma = (KV bytes + score_elems · attention_score_bytes) / (bw · eff_m(rows))
-    concatenation = kv_elems · kv_concat_int32_ops_per_element / INT32 ops/s
-
-``tests/test_hardware_validate.py`` checks it against ``forward_ms`` (a second implementation).
+A fit re-prices the same passes thousands of times, so what :func:`specsim.hardware.roofline.forward_ms`
+computes that does not depend on the runtime (FLOPs, bytes, score elements, rows, layers, all-reduce
+traffic, the device's peaks) is computed once per pass here; :meth:`PassTable.ms` applies the runtime exactly
+as ``forward_ms`` does: time = device + host, or roof(host, device) at host_overlap > 0, with
+roof(c, m) = max(c, m) + (1 − overlap)·min(c, m). ``tests/test_hardware_validate.py`` checks the two agree.
+More: ARCHITECTURE.md, Notes by module.
 """
 
 from __future__ import annotations

@@ -1,39 +1,11 @@
 """Roofline latency of one forward pass (ms), vectorised over batch, context and new positions.
 
-time = roof(C − Ca, M − Ma) + roof(Ca, Ma) + overhead + all-reduce (tensor parallel, :mod:`.parallel`)
-       + row arithmetic (runtimes whose matrix-vector kernel takes a few rows, see :func:`gemv_rows_ms`)
+time = roof(C − Ca, M − Ma) + roof(Ca, Ma) + overhead + all-reduce (:mod:`.parallel`) + row arithmetic
 roof(c, m) = max(c, m) + (1 − overlap) · min(c, m)
-C = FLOPs / (peak · eff_compute(rows)), M = bytes / (bandwidth · eff_memory(rows)); Ca, Ma: the same of the
-attention kernels alone (attention FLOPs; KV-cache bytes and materialised scores). The attention kernels run
-between the matmuls, not beside them, so a batch's verify rows that make the matmuls compute-bound add their
-time even while the KV cache's bytes dominate the pass.
-(Williams et al. 2009, "Roofline"; applied to LLM decoding as in Pope et al. 2022 and llm-analysis).
-overhead = per forward + per layer · layers (+ per mask, a pass over more than one new position): launch and
-dispatch cost that no roofline sees, on the host; a runtime that overlaps host and device (``host_overlap``
-1, eager PyTorch) takes max(host, device) instead of their sum, its device time adding each eager kernel's
-launch gap (``device_ms_per_layer``), a masked pass's slower attention (``masked_attention_factor``) and, for
-a cache grown by concatenation, the copy (:func:`kv_concat_ms`). Weights stored in under 2 bytes add
-dequant_ms_per_layer per decoder layer (the unpacking matmul kernels of int8/int4 weights
-run below the bandwidth roofline by a roughly fixed time per kernel; PyTorch blog "Accelerating Generative AI
-II", 2023: int8 halves the bytes of Llama-7B but gains only 1.47×). ``eff`` is an
-:class:`Efficiency` (one pair of fractions) or a :class:`~specsim.hardware.runtime.Runtime` (fractions
-that depend on the rows of the pass, rows = batch · new).
-
-One pass of a ``ModelSpec`` over ``new`` positions per sequence, ``batch`` sequences, each with
-``context`` positions already in the KV cache:
-- FLOPs  = batch · [2 · (decoder_params + extra_weights) · new + 2 · vocab · hidden · logits
-           + 4 · layers · heads · head_dim · (new · context + new(new+1)/2)]   (causal attention)
-- bytes  = weights (decoder_params + vocab · hidden, the LM head, + extra_weights; embedding rows are
-           a gather)
-           + batch · (context + new) · kv_bytes_per_token  (read the cache, write the new K, V)
-           + batch · new · layers · act_elems · dtype_bytes (unfused activation traffic, an estimate)
-           + batch · logits · vocab · 4                      (fp32 logits)
-           + batch · layers · heads · new · (context + new) · attention_score_bytes (materialised scores)
-A mixture-of-experts model multiplies its routed experts' weights per token (FLOPs) and reads the experts
-its batch · new tokens touch (bytes; :meth:`~specsim.hardware.model.MoESpec.touched_experts`), so a verify
-pass of B·(γ+1) rows reads more experts than a decode pass of B rows.
-Phases: prefill of S tokens (new = S, context 0, logits for the last position only),
-decode (new = 1: Tp, Tq), verify (new = γ+1: the pending token plus γ drafts, logits for all).
+C = FLOPs / (peak · eff_compute(rows)), M = bytes / (bandwidth · eff_memory(rows)), rows = batch · new;
+Ca, Ma: the same of the attention kernels alone. ``eff``: an :class:`Efficiency` or a runtime.
+(Williams et al. 2009, "Roofline"; applied to LLM decoding as in Pope et al. 2022 and llm-analysis.)
+More: ARCHITECTURE.md, Notes by module.
 """
 
 from __future__ import annotations

@@ -3,11 +3,9 @@
 
 A pass costs :func:`~specsim.hardware.roofline.forward_ms` of its model at (batch, width, rows) over the GPUs
 its time divides over (``target_tp``, ``draft_tp``); prefills and a block's first draft step keep the logits
-of their last position only. Around the passes: the runtime's per-block overhead (fixed + B · per sequence)
-and extra draft forwards, and the vision tower on one GPU. Fits and the serving simulation price the same
-passes in bulk: :meth:`RooflinePassCost.terms` (runtime-independent terms for a
-:class:`~specsim.hardware.passes.PassTable`) and :meth:`RooflinePassCost.line` (a pass's parts as lines in
-Σ KV, cached: the serving fast path, ARCHITECTURE.md).
+of their last position only. Fits and the serving simulation price the same passes in bulk
+(:meth:`RooflinePassCost.terms`, :meth:`RooflinePassCost.line`).
+More: ARCHITECTURE.md, Notes by module.
 """
 
 from __future__ import annotations

@@ -1,48 +1,11 @@
 """Runtimes: the software that runs a forward pass, as one JSON file each, every number with its source.
 
-A runtime sets what the roofline alone cannot see (ARCHITECTURE.md, "Runtime"):
-- fixed costs: ``overhead_ms_per_forward`` (launch/dispatch, Python, sampling), ``overhead_ms_per_layer``
-  (kernel launches per decoder layer from the host: eager mode, or attention between the pieces of a
-  piecewise CUDA graph; paid at ``layer_overhead_share``, 0 where one graph replays a whole decode step),
-  ``overhead_ms_per_block`` (SD bookkeeping per
-  draft/verify block: acceptance, cache crop), ``overhead_ms_per_sequence_per_block`` (the part of it that
-  grows with the batch: rejection sampling and the proposer's inputs per sequence; a block at batch B pays
-  ``overhead_ms_per_block`` + B · ``overhead_ms_per_sequence_per_block``, :func:`block_overhead_ms`) and
-  ``overhead_ms_per_allreduce`` (tensor parallel);
-- ``extra_draft_forwards_per_block``: draft forwards a block runs beyond its γ drafts (0: the first draft
-  forward also takes the target's new token; llama.cpp's speculative example first evaluates the target's
-  token alone, then every drafted token, the last one included: 1), so block = (γ + extra)·Tq + Tv + per
-  block;
-- efficiency as a function of the rows r a pass carries (batch × new positions):
-  memory: ``memory_efficiency_gemv`` up to ``gemv_max_rows`` rows (matrix-vector kernels; default 1) and
-  ``memory_efficiency_gemm`` above (GEMM kernels re-tile or pack the weights and stream them less
-  efficiently); a runtime whose matrix-vector kernel also takes a few rows (llama.cpp's mul_mat_vec_q, up to
-  8) streams the weights once for all of them, and each row past the first adds its integer dot products:
-  (r − 1) · weights · ``gemv_int32_ops_per_weight_per_row`` / the device's ``int32_ops_per_s``
-  (:func:`specsim.hardware.roofline.gemv_rows_ms`);
-  compute: eff_c(r) = ``compute_efficiency`` · r / (r + ``compute_rows_half``), GEMV-like at one row,
-  rising toward the GEMM asymptote (tiles filled);
-- attention context: ``attention_score_bytes`` per (query row × cached position × head) when scores are
-  materialised (eager attention, llama.cpp without flash attention; 0 for fused/paged kernels);
-- ``overlap``: 1 means time = max(compute, memory) (a GPU overlaps both), 0 means their sum;
-- ``dequant_ms_per_layer``: ms per decoder layer whose weights are stored in under 2 bytes (int8/int4/GGUF):
-  the unpacking kernels' shortfall below the bandwidth roofline;
-- host against device (eager PyTorch, ARCHITECTURE.md "Runtime"): ``host_overlap`` (0: the overheads above add
-  to the device time; 1: the device runs while the host launches, pass = max(host, device)),
-  ``overhead_ms_per_mask`` (host time of a pass over more than one new position: its causal mask),
-  ``masked_attention_factor`` (that pass's attention time over its roofline: SDPA's kernel for a mask),
-  ``device_ms_per_layer`` (each eager kernel's launch gap on the device) and
-  ``kv_concat_int32_ops_per_element`` (a cache grown by ``torch.cat`` copies every cached K/V element each
-  pass);
-- ``split_mode``: how the runtime spreads one model over several GPUs by default, "tensor" (Megatron
-  sharding: time and memory divide, all-reduces added) or "layer" (whole layers per GPU, run in turn: only
-  memory divides); see :mod:`specsim.hardware.parallel`.
-
+A runtime sets what the roofline alone cannot see (ARCHITECTURE.md, "Runtime"): fixed overheads per forward,
+layer, block and all-reduce, extra draft forwards per block, memory and compute efficiencies by the rows a
+pass carries, materialised attention scores, dequantisation, host against device, and the multi-GPU split.
 The shipped files are ``specsim/hardware/runtimes/*.json``; users pass their own by path. Each number is
-``{"value": ..., "source": "..."}``; ``fit`` lists the parameters ``specsim validate`` refits, and each of
-them carries a ``"default": {"value": ..., "source": "..."}``: the value cited from outside the published set
-(or stated as an assumption) that leave-one-source-out starts from, pulls toward, and falls back to when no
-other source covers the runtime. ``value`` is then the fit on the whole set (``specsim validate --fit-all``).
+``{"value": ..., "source": "..."}``; ``fit`` lists the parameters ``specsim validate`` refits.
+More: ARCHITECTURE.md, Notes by module.
 """
 
 from __future__ import annotations

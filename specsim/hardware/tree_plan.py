@@ -1,15 +1,11 @@
 """Hardware planning for token trees: the best tree per device, batch and context (Sequoia, Chen et al. 2024:
 the best tree depends on the hardware through the cost of verifying n tokens).
 
-On each device the roofline prices a tree block (:mod:`specsim.hardware.roofline`): the draft's root pass
-is a decode step and its level pass ℓ ≥ 1 a forward over the level's m_ℓ expanded nodes (batch B·k for a
-k-member ensemble, on the draft's context plus the nodes fed before it); Tv(n) is the target's forward over
-n+1 rows; the runtime adds its per-block overhead and its extra draft forwards per block (decode steps).
-τ(tree) comes from per-rank acceptance
-(:func:`specsim.draft_shapes.trees.expected_tokens`, the same acceptance at every depth). Candidates are the
-optimal trees (:func:`specsim.draft_shapes.tree_search.optimal_trees`) of every size n ≤ n_max and depth bound
-≤ max_depth, chains included, so the best chain under the same acceptance model is found too; speedup =
-τ·Tp / block ms, the decode phase as in :mod:`specsim.hardware.plan`.
+The roofline prices a tree block (the draft's root and level passes, Tv(n) over n+1 rows, the runtime's
+per-block terms); τ(tree) comes from per-rank acceptance (:func:`specsim.draft_shapes.trees.expected_tokens`).
+Candidates: the optimal trees (:func:`specsim.draft_shapes.tree_search.optimal_trees`) of every size
+n ≤ n_max and depth ≤ max_depth, chains included; speedup = τ·Tp / block ms (:mod:`specsim.hardware.plan`).
+More: ARCHITECTURE.md, Notes by module.
 """
 
 from __future__ import annotations

@@ -1,21 +1,11 @@
 """Requests arriving at a server: seeded Poisson or Gamma arrivals, or a JSONL trace.
 
-A workload is a :class:`Requests`: per request its arrival time (s from the start), prompt text tokens,
-images and output tokens, sorted by arrival. Inter-arrival times:
-- Poisson at rate λ: exponential with mean 1/λ;
-- Gamma with shape k (``burstiness``) and scale 1/(λ·k): mean 1/λ, coefficient of variation 1/√k, so k = 1
-  is Poisson, k < 1 burstier, k > 1 smoother (the convention of ``vllm bench serve --burstiness``).
-The first request arrives one inter-arrival time after 0. Every draw comes from the caller's
-``np.random.Generator``, so a seed fixes the workload.
-
-An image mix ``0:0.2,1:0.5,3:0.3`` (images per prompt : weight) draws each request's images from those
-weights, normalised (:func:`parse_image_mix`, :func:`mixed_image_requests`).
-
-A trace is JSONL, one request per line: ``{"arrival_s": 0.25, "prompt_tokens": 512, "images": 1,
-"output_tokens": 256}`` (``images`` may be left out: 0). It is read a line at a time and refused at its first
-bad line, named with its field. Arrivals lie within 1e9 s (``arrival_s`` in :mod:`specsim.bounds`); a trace is
-served from its first arrival (:meth:`Requests.from_first_arrival`: every metric is a difference of times,
-and a clock near 0 keeps a step's digits).
+A workload is a :class:`Requests` (per request: arrival s from the start, prompt text tokens, images, output
+tokens; sorted by arrival). Inter-arrival times: Poisson at rate λ, exponential with mean 1/λ; Gamma with
+shape k (``burstiness``) and scale 1/(λ·k), mean 1/λ, CV 1/√k (``vllm bench serve --burstiness``). Every draw
+comes from the caller's ``np.random.Generator``. A trace is JSONL, one request per line:
+``{"arrival_s": 0.25, "prompt_tokens": 512, "images": 1, "output_tokens": 256}``.
+More: ARCHITECTURE.md, Notes by module.
 """
 
 from __future__ import annotations

@@ -1,12 +1,11 @@
 """Serving metrics of a simulated run: TTFT, TPOT, ITL, E2E percentiles, throughput and goodput under an SLO.
 
-Per request (as ``vllm bench serve`` defines them): TTFT = first token − arrival; E2E = last token − arrival;
-TPOT = (E2E − TTFT) / (output tokens − 1), for requests of more than one output token; ITL = the gaps between
-a request's successive tokens after the first, where a step that emits τ tokens at once gives one gap and
-τ − 1 gaps of 0. Percentiles are numpy's linear ones. Duration = last finish − first arrival; throughput =
-output tokens / duration; goodput = requests meeting every SLO bound / duration (a one-token request meets any
-TPOT bound). Acceptance as vLLM's counters: acceptance rate = accepted / draft tokens, mean acceptance length
-= 1 + accepted / SD blocks (bonus token included, = τ).
+Per request (as ``vllm bench serve``): TTFT = first token − arrival; E2E = last token − arrival; TPOT =
+(E2E − TTFT) / (output tokens − 1); ITL = gaps between successive tokens after the first (τ at once: one gap,
+τ − 1 of 0). Duration = last finish − first arrival; throughput = output tokens / duration; goodput = requests
+meeting every SLO bound / duration. Acceptance rate = accepted / draft tokens; mean acceptance length =
+1 + accepted / SD blocks (= τ).
+More: ARCHITECTURE.md, Notes by module.
 """
 
 from __future__ import annotations

@@ -1,27 +1,11 @@
-"""A serving step priced from a measured profile (:class:`specsim.serve.step_cost.StepCost`): the batched
-engine's grids of this machine (:mod:`specsim.profile_format.batched_cost`) for decode steps, the profile's
-prefill grids and vision encoder for prompts.
+"""A serving step priced from a measured profile (:class:`specsim.serve.step_cost.StepCost`).
 
-Decode rows of a step run as one padded batch, as the batched engine runs them: every sequence attends over
-the longest one's cache (the grids' cache width), so a step is read at width = max(context) and B = the
-sequences decoding. The engine keeps each request's rejected drafts as masked cache columns
-(``keeps_rejected_drafts``), so the simulator counts them in a request's context. Prefill chunks are separate
-first passes (the profile's ``target_prefill`` / ``draft_prefill`` grids at batch 1, one per chunk over its
-whole prompt so far minus what is cached), not fused into the decode pass as vLLM fuses them: the engine
-measured here does not fuse them either. A batch beyond the measured B is an error naming it (no
-extrapolation along B). The work outside the passes is the server loop's where the profile measured it
-(``batched.server_loop``: per step, per request joining and leaving the batch at the step's γ, and per
-request's prefill outside the forwards, SD's share with the draft), else the static batched engine's per
-block; so are its passes' scales over the grid by steps since the last admission, and its prefills'
-cold-cache scale.
-
-The drafting method's own costs per request (:func:`from_profile` with its acceptance entry): the draft's
-prompt drops ``draft_drop_tokens_per_image`` positions per image (text-only drafting drops every image
-position, a caption replaces them with fewer, multimodal keeps them), read from the entry's traces
-(target prompt − draft prompt, per image); the draft's vision encoder (``draft_vision``) and a caption per
-image (``captioner_ms_per_image``) are added to the draft's prefill, as
-:func:`specsim.predict.pricing.setup_ms` adds them to a request. A prompt's images go through an encoder in
-one call (:meth:`specsim.profile_format.LatencySection.vision_ms`), priced with the prompt's prefill chunk.
+Decode steps: the batched engine's grids of this machine (:mod:`specsim.profile_format.batched_cost`), one
+padded batch read at width = max(context) and B = the sequences decoding (no extrapolation along B); rejected
+drafts stay as masked cache columns (``keeps_rejected_drafts``). Prompts: the profile's prefill grids at
+batch 1, one first pass per chunk (not fused into the decode pass), and its vision encoder. Outside the
+passes: the server loop's terms where measured, else the static batched engine's per block.
+More: ARCHITECTURE.md, Notes by module.
 """
 
 from __future__ import annotations

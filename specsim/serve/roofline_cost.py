@@ -1,24 +1,11 @@
 """Serving steps priced by the GPU planner's roofline and runtimes (a :class:`~.step_cost.StepCost`).
 
 Every pass comes from :class:`specsim.hardware.roofline_pass_cost.RooflinePassCost`, priced under the
-runtime exactly as :func:`specsim.hardware.roofline.forward_ms` prices a pass. A pass's runtime-independent
-terms (FLOPs, bytes,
-score elements, rows, all-reduce traffic) are affine in the batch B and in Σ context for a fixed number of
-new rows per sequence, so a decode/verify pass over sequences of different KV lengths has exactly the terms of
-B sequences at their mean context; they are taken from :func:`~specsim.hardware.passes.pass_terms` at three
-points per row count and cached, and a pass's compute, memory and other ms, affine in its terms at fixed rows,
-are cached lines in Σ context per (batch, rows, prefill chunks). A step's target pass adds its prefill chunks'
-terms (each chunk: its tokens over its cached prompt positions, logits for the last only) with the weights
-streamed once, as vLLM V1 runs decode rows and chunked prefill in one forward. Draft passes: γ + the runtime's
-``extra_draft_forwards_per_block`` one-row passes at batch B, pass j over KV + j; the first carries the
-draft's prefill chunks. The draft's prompt holds ``draft_image_tokens_per_image`` positions per image (None:
-the target's, as multimodal drafting; 0: text-only drafting drops them), its decode passes are priced over the
-target's context. Vision encoder: :func:`~specsim.hardware.roofline.vision_ms` on one GPU, once per image, its
-features reused by the draft; each draft pass pays the drafting kind's per-forward floor, and a lookup kind
-(``draft`` None) runs no draft pass. Overhead: the planner's engine terms
-(:mod:`specsim.hardware.engine_terms`) per SD block, and a target-only step's without SD. Tensor parallel:
-the target over ``tp`` GPUs as the planner splits it, the draft as the runtime places it (``draft_split``)
-unless ``draft_tp`` says.
+runtime as :func:`specsim.hardware.roofline.forward_ms` prices a pass. A pass's terms are affine in B and
+Σ context at fixed rows per sequence, so sequences of different KV lengths price as B at their mean context.
+A step's target pass carries decode rows and prefill chunks in one forward (vLLM V1); draft: γ +
+``extra_draft_forwards_per_block`` one-row passes at batch B, pass j over KV + j.
+More: ARCHITECTURE.md, Notes by module.
 """
 
 from __future__ import annotations

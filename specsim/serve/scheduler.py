@@ -1,30 +1,11 @@
 """One scheduling step of a vLLM-V1-like continuous-batching scheduler (token budget, chunked prefill).
 
-What it models (vLLM V1 ``Scheduler.schedule``): a running list in admission order and a FCFS waiting queue.
-Each step has a token budget (``max_num_batched_tokens``) and an encoder budget (image tokens per step,
-vLLM's ``max_num_encoder_input_tokens``, by default equal to the token budget):
-1. decode first: every running request past its prefill is scheduled for γ+1 tokens (its pending token plus
-   γ drafts to verify; 1 without SD), in admission order, while the budget lasts;
-2. running requests still in their prefill get the next chunk: min(prompt left, budget left);
-3. waiting requests are admitted in arrival order while fewer than ``max_num_seqs`` run, budget is left and
-   the KV cache (``kv_cache_tokens``, None: unbounded) can hold the request's whole sequence (prompt + output
-   + γ lookahead positions, reserved at admission), each with a first chunk (the whole prompt without
-   chunked prefill, or it waits).
-A prompt is its images' positions first (``image_tokens_per_image`` each, LLaVA-style), then its text. A chunk
-that reaches an image not yet encoded encodes the whole image in that step (vLLM runs the encoder on whole
-items and caches the output); when the encoder budget cannot take it, the chunk stops before the image, and
-a chunk cut to nothing is not scheduled (a waiting request then stops admission, as in vLLM).
-
-Where it departs from vLLM V1:
-- vLLM walks its running list in admission order whatever the phase; here decodes go before prefill chunks
-  (the order only matters when the token budget binds);
-- vLLM trims a decode's draft tokens to fit the budget; here a decode that does not fit whole (γ+1 tokens)
-  waits for the next step (``max_num_batched_tokens`` must be at least γ+1);
-- KV cache: vLLM allocates blocks as tokens are scheduled and preempts (recomputes) the newest request when
-  they run out; here a request reserves its whole sequence at admission and is never preempted (a
-  conservative admission: fewer requests run at once than vLLM admits, none is recomputed); no prefix
-  caching, no ``long_prefill_token_threshold``, no priority scheduling, no encoder-cache size limit;
-- images always sit at the start of the prompt.
+Models vLLM V1 ``Scheduler.schedule``: a running list in admission order, a FCFS waiting queue, a token budget
+(``max_num_batched_tokens``) and an encoder budget per step. Order: decodes (γ+1 tokens each: pending + γ
+drafts; 1 without SD), then running prefills' next chunks, then admissions in arrival order (``max_num_seqs``,
+budget, a KV cache holding prompt + output + γ). A prompt is its images' positions first, then its text.
+Departs from vLLM: decodes before chunks, no draft trimming, whole-sequence KV reservation, no preemption.
+More: ARCHITECTURE.md, Notes by module.
 """
 
 from __future__ import annotations

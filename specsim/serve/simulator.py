@@ -1,25 +1,11 @@
 """Discrete-event simulation of an inference server with continuous batching and speculative decoding.
 
-The server runs one step after another (vLLM V1's engine loop); between steps, requests that arrived join
-the waiting queue. A step: the scheduler (:mod:`.scheduler`) picks decodes and prefill chunks; γ comes from
-the policy at the decode batch B (:class:`.speculation.GammaPolicy`); each decoding request accepts a of its
-γ drafts (:mod:`.speculation` acceptance sources) and emits a + 1 tokens (bonus included, at most the tokens
-it has left), all at the step's end; a request whose prefill completes emits its first token at the step's
-end. The step lasts :func:`.step_cost.step_ms` (encoder + draft + target + overhead; a measured profile's
-passes also by the steps since the last step that admitted a request). Each decoding sequence's
-KV length before the step is prompt positions (images included) + emitted tokens − 1 (the last emitted token
-is the pending row), plus, for a cost whose engine keeps rejected drafts as masked cache columns
-(``keeps_rejected_drafts``: the measured batched engine; vLLM frees them), the request's drafts rejected so
-far. Time is in seconds from the start (arrivals) and ms (costs).
-
-Vectorised per step over the running batch (numpy index arithmetic, no per-token objects); ITL is kept as one
-gap per (request, step) emission plus a count of the tokens that share their step's instant (gap 0). Runs of
-decode-only steps over an unchanged batch (nothing prefilling, nobody admissible) are advanced together
-(:func:`_fast_forward`): acceptance is drawn step by step (trace replay) or several steps at a time (i.i.d.,
-:func:`_emissions`), every step priced in one call (:func:`.step_cost.decode_steps_ms`), and the run ends with
-the first step in which a request finishes or an admissible request arrives. With a deterministic acceptance
-source (trace replay) this is the step-by-step schedule exactly; with i.i.d. draws it consumes the generator
-differently (the same distribution).
+One step after another (vLLM V1's engine loop): the scheduler (:mod:`.scheduler`) picks decodes and prefill
+chunks, γ comes from the policy at the decode batch B, each decoding request accepts a of its γ drafts and
+emits a + 1 tokens at the step's end; the step lasts :func:`.step_cost.step_ms`. KV length before a step =
+prompt positions + emitted tokens − 1 (+ rejected drafts where ``keeps_rejected_drafts``). Time: s from the
+start (arrivals), ms (costs). Decode-only runs are advanced together (:func:`_fast_forward`).
+More: ARCHITECTURE.md, Notes by module.
 """
 
 from __future__ import annotations

@@ -1,18 +1,11 @@
 """Speculative decoding per serving step: how many drafts (γ policy) and how many are accepted.
 
-γ per step: :class:`specsim.draft_shapes.policies.GammaPolicy` keyed on the step's decode batch B (running
-requests past their prefill): a fixed γ (``num_speculative_tokens``; 0 is target-only decoding), ranges
-``((lo, hi, γ), ...)`` as vLLM's ``num_speculative_tokens_per_batch_size``, SD off from a batch size up as
-vLLM V0's ``speculative_disable_by_batch_size``.
-
+γ per step: :class:`specsim.draft_shapes.policies.GammaPolicy` keyed on the step's decode batch B (a fixed γ,
+ranges by batch size as vLLM's ``num_speculative_tokens_per_batch_size``, or SD off from a batch size up).
 Accepted drafts per request per block (an :class:`AcceptanceSource`), vectorised over the step's requests:
-- :class:`IidAcceptance`: each draft accepted with probability α, independently: accepted =
-  min(G − 1, drafts), G ~ Geometric(1 − α) (leading successes before the first rejection);
-- :class:`ReplayAcceptance`: each request follows one greedy trace ``match[t]`` (1 when the draft's token
-  equals the target's at output position t); a block whose first draft is at position t accepts the run of
-  matches from t, capped at its drafts (exact for greedy SD, :mod:`specsim.acceptance.replay`). Position t
-  counts the request's tokens already emitted (its prefill emitted t = 0); past the trace's end the request
-  wraps to the trace's start.
+:class:`IidAcceptance` (accepted = min(G − 1, drafts), G ~ Geometric(1 − α)) and :class:`ReplayAcceptance`
+(the run of greedy-trace matches from the block's first draft position, capped at its drafts).
+More: ARCHITECTURE.md, Notes by module.
 """
 
 from __future__ import annotations

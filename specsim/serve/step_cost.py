@@ -1,30 +1,11 @@
 """What one serving step costs (ms): the interface the simulator prices steps through, and a hand-set one.
 
-A step runs, in this order (vLLM V1 with a draft model):
-1. the vision encoder over the images whose prompt positions the step's prefill chunks reach first;
-2. γ sequential draft passes over the B decoding sequences (the first also carries the draft's prefill of the
-   step's prompt chunks: the draft needs the prompt in its own KV cache);
-3. one target pass over B·(γ+1) verification rows (B·1 without SD) plus the step's prefill chunks: vLLM V1
-   puts decode rows and chunked-prefill tokens in the same forward, so a mixed step streams the weights once;
-4. per-step work outside the models: scheduling, sampling, rejection sampling.
-
-step_ms = encoder_ms + draft_ms + target_step_ms + overhead_ms (:func:`step_ms`); a cost may also define
-``decode_steps_ms(batch=, gamma=, context_tokens=, since_admission=)`` pricing K decode-only steps at once
-(the same values as :func:`step_ms` step by step), which :func:`decode_steps_ms` then uses.
-
-``since_admission``: steps since the last step that admitted a request (0: this one; None: long after). A
-measured profile prices a pass by it, since a real loop's passes run slower for a few steps after prompts were
-prefilled between them (:class:`specsim.profile_format.batched_cost.ServerLoopCosts`); the roofline ignores
-it.
-
-A prefill chunk is ``(tokens, context_tokens, images)``: ``tokens`` new prompt positions (image positions
-included) over ``context_tokens`` prompt positions already in the cache, and the images it encodes
-(optional: 0). ``context_tokens`` arrays hold each decoding sequence's KV length before the step.
-Implementations: :class:`ConstantStepCost` (hand-set, for tests),
-:class:`specsim.serve.roofline_cost.RooflineStepCost` (the GPU planner's roofline and runtimes),
-:class:`specsim.serve.profile_cost.ProfileStepCost` (a measured profile's batched grids: target_step_ms =
-verify/decode grid at (rows, width, batch) + prefill grid per chunk; draft_ms = draft steps at (width,
-batch)).
+step_ms = encoder_ms + draft_ms + target_step_ms + overhead_ms (:func:`step_ms`), in vLLM V1's order with a
+draft model: vision encoder, γ sequential draft passes over the B decoding sequences, one target pass over
+B·(γ+1) rows plus the step's prefill chunks, per-step work outside the models. A prefill chunk is
+``(tokens, context_tokens, images)``; ``since_admission`` = steps since the last admitting step (0: this one;
+None: long after). Implementations: :class:`ConstantStepCost`, ``RooflineStepCost``, ``ProfileStepCost``.
+More: ARCHITECTURE.md, Notes by module.
 """
 
 from __future__ import annotations

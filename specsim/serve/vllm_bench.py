@@ -1,14 +1,11 @@
 """A workload from a ``vllm bench serve`` result file, and the figures it measured, to read beside the
 simulation.
 
-``vllm bench serve --save-result --save-detailed`` writes one JSON object with, among others, ``num_prompts``,
-``request_rate`` (a number, or "inf": every request at once; a file without it is refused), ``burstiness``
-(Gamma shape of the gaps, 1 = Poisson), per request ``input_lens`` and ``output_lens`` (tokens) and ``errors``
-(empty for a request that succeeded), and summaries such as ``median_ttft_ms``, ``p99_tpot_ms``,
-``output_throughput`` (tok/s) and ``request_throughput`` (req/s). The file does not keep the arrival times, so
-the workload redraws them from the rate and burstiness with the caller's seeded generator (vLLM draws them the
-same way). Failed requests and requests that emitted nothing are left out. Images are not recorded: the
-requests are text-only. Errors name the file and the field.
+Reads the JSON of ``vllm bench serve --save-result --save-detailed``: ``request_rate`` (a number or "inf";
+required), ``burstiness``, per request ``input_lens``, ``output_lens`` and ``errors``, and summaries such as
+``median_ttft_ms``. The file keeps no arrival times: they are redrawn from the rate and burstiness with the
+caller's seeded generator (as vLLM draws them). Failed and empty requests are left out; all are text-only.
+More: ARCHITECTURE.md, Notes by module.
 """
 
 from __future__ import annotations

@@ -1,14 +1,11 @@
 """What a tuning study optimises, read off each trial's serving summary.
 
 - ``goodput``: requests per second that meet every bound of the SLO (maximised; needs an SLO);
-- ``tokens-per-gpu``: output tokens per second per GPU (the target's TP degree: the draft shares its GPUs;
-  maximised);
+- ``tokens-per-gpu``: output tokens per second per GPU (the target's TP degree; maximised);
 - ``usd-per-mtok``: dollars per million output tokens = price per GPU-hour × GPUs / (3600 · tokens/s) · 1e6
-  (minimised; every device needs a price: its file's ``price_per_hour_usd`` or ``--price``).
-
-With an SLO, ``tokens-per-gpu`` and ``usd-per-mtok`` count a deployment only where at least
-``slo_attainment`` of the requests meet it (a constraint: :meth:`Objective.violation` > 0 is infeasible);
-a deployment that does not fit is infeasible and scores the worst value (0, or +inf for cost).
+  (minimised). With an SLO a deployment counts only where ``slo_attainment`` of the requests meet it
+  (:meth:`Objective.violation` > 0 is infeasible); one that does not fit scores the worst value.
+More: ARCHITECTURE.md, Notes by module.
 """
 
 from __future__ import annotations

@@ -1,16 +1,11 @@
 """The search space of ``specsim tune`` and its grammar: the deployments a study may choose.
 
-Dimensions, each a list of choices (one choice: fixed, not searched): ``device`` (catalog names or device
-JSON), ``runtime`` (None: the device's default), ``tp``, ``draft`` (draft options, :class:`DraftOption`),
-γ per decode-batch band (the serving γ policy: bands split after the batch sizes ``gamma_breaks``, e.g.
-8,32 → 1..8, 9..32, 33..4096, each band's γ one of ``gammas``, 0 = no drafting there; param ``gamma`` for
-the first band, ``gamma_from_LO`` for the others), ``sd_off_from_batch`` (None: never) and
-``max_num_seqs``. A point of the product is a :class:`~specsim.tune.trial.Deployment`.
-
-Grammar (errors naming the flag): integer lists as ``1-4,8`` (:func:`specsim.report.parse_int_list`, γ may
-be 0), ``never`` in ``--sd-off-from-batch``, a draft option ``[MODEL][:KIND][:M|T]@ACCEPTANCE`` (KIND a
-drafting kind of :mod:`specsim.draft_kinds.registry`, default ``model``; M/T the image axis; ACCEPTANCE an
-i.i.d. α or ``traces:PROFILE[:METHOD[/SCENARIO]]``): searching kinds is giving one option per kind.
+Dimensions, each a list of choices (one choice: fixed): ``device``, ``runtime``, ``tp``, ``draft``
+(:class:`DraftOption`), γ per decode-batch band (bands split after ``gamma_breaks``; 0 = no drafting),
+``sd_off_from_batch`` and ``max_num_seqs``. A point is a :class:`~specsim.tune.trial.Deployment`.
+Grammar: integer lists as ``1-4,8``, ``never`` in ``--sd-off-from-batch``, a draft option
+``[MODEL][:KIND][:M|T]@ACCEPTANCE`` (ACCEPTANCE an i.i.d. α or ``traces:PROFILE[:METHOD[/SCENARIO]]``).
+More: ARCHITECTURE.md, Notes by module.
 """
 
 from __future__ import annotations

@@ -1,17 +1,11 @@
 """A tuning study: Optuna's ask/tell over a search space, simulations mapped by an executor, in batches.
 
-Each round asks ``batch`` trials (seeded TPE, or the next points of the space in product order for an
-exhaustive search, enqueued), maps :func:`~specsim.tune.trial.run_trial` over the deployments not simulated
-yet (a point asked twice is simulated once) and tells the results in order. The sampler sees the same
-results in the same order whatever executor ran them, so a study's trials depend on the space, the seed and
-``batch``, never on ``--executor`` or ``--jobs``. The trials' deployments and results are stored with them
-(user attributes), so a study in a storage (SQLite ``*.db`` or ``sqlite:///...``, or a journal file
-``*.log``/``*.jsonl``) resumes where it stopped and several processes or nodes can join it; a study made for
-another context, space or objective is refused. A resumed TPE study re-seeds its sampler, so its later
-trials differ from an uninterrupted run's (the results of each trial do not); an interrupted round's trials
-are failed, so a resumed study asks again (a process killed outright leaves its round running: taken).
-``trials`` counts the study's trials in all: a run stops when the study holds that many (or, exhaustive,
-the whole space).
+Each round asks ``batch`` trials (seeded TPE, or product order when exhaustive), maps
+:func:`~specsim.tune.trial.run_trial` over the deployments not simulated yet and tells the results in order,
+so a study's trials depend on the space, the seed and ``batch``, never on ``--executor`` or ``--jobs``.
+A study in a storage (SQLite or a journal file) resumes where it stopped and several processes may join it;
+``trials`` counts the study's trials in all.
+More: ARCHITECTURE.md, Notes by module.
 """
 
 from __future__ import annotations

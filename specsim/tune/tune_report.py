@@ -2,11 +2,10 @@
 metrics, the same deployment served target-only, the validation of the planner where it lies, and the
 engine settings that paste; and the latency-throughput front of the feasible trials.
 
-Validation is :func:`specsim.validation.regime_error.regime_error` (the line ``hardware`` and ``recommend``
-print) at the deployment's runtime, the load's mean concurrency (Little's law: requests/s × mean E2E, at
-most ``max_num_seqs``) as the batch, and the mean context of a decoding request (prompt positions + half
-the output). The front: feasible trials not beaten on both output tokens/s per GPU (higher) and p50 TPOT
-(lower).
+Validation: :func:`specsim.validation.regime_error.regime_error` at the deployment's runtime, the load's mean
+concurrency (Little's law) and a decoding request's mean context. The front: feasible trials not beaten on
+both output tokens/s per GPU (higher) and p50 TPOT (lower).
+More: ARCHITECTURE.md, Notes by module.
 """
 
 from __future__ import annotations

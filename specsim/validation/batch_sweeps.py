@@ -1,20 +1,11 @@
 """Where SD stops paying as batch grows: published batch sweeps against the runtime-aware roofline.
 
-A *sweep* is a set of a source's SD rows with a published speedup that share everything (pair, device, GPUs,
-runtime, dtypes, contexts) but the batch size. For each sweep:
-- the runtime's parameters are fitted on the *other* sources (as leave-one-source-out does);
-- τ: the row's own when published; otherwise calibrated on the sweep's smallest batch (τ̂ = S·block/Tp, the one
-  number taken from the sweep) and carried to another γ by the i.i.d. closed form (an extrapolation, flagged);
-- predicted speedup at each published batch, and where SD pays on a doubling grid of batches 1..4096: the
-  best-γ speedup (γ = 1..8, τ(γ) from the same α) is >= 1 from ``pays_from`` on and SD stops paying from
-  ``stops_from`` (the smallest batch from which every larger grid batch is below 1; None: it still pays at
-  4096). The grid is not cut where the catalog's device runs out of memory (the published run fitted on its
-  card, which may hold more: ``max_fit_batch`` says where the catalog's stops). Self-speculation (MagicDec)
-  pays only at large batch and long context, so both ends matter;
-- where SD stops paying at the sweep's own γ and τ: published (interpolated between its batches) against
-  predicted (solved on a continuous batch axis); ``crossover_ok``: within a factor 1.5, or, where the
-  published sweep never stops paying, at or beyond its largest batch.
-:func:`crossover_grid` gives the same crossover for the sweep's pair on other devices, runtimes and contexts.
+A *sweep*: a source's SD rows with a published speedup that differ only in batch size. Per sweep the runtime
+is fitted on the other sources; τ is the row's own, else calibrated on the smallest batch (τ̂ = S·block/Tp);
+the best-γ speedup on batches 1..4096 gives ``pays_from`` and ``stops_from``; ``crossover_ok``: where SD
+stops paying at the sweep's γ and τ, predicted within a factor 1.5 of published.
+:func:`crossover_grid`: the same crossover for the sweep's pair on other devices, runtimes and contexts.
+More: ARCHITECTURE.md, Notes by module.
 """
 
 from __future__ import annotations

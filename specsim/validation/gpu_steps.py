@@ -1,16 +1,11 @@
 """The planner against this project's own GPU step timings: LLaVA-1.5-7B and its 68M draft on an H100 and an
 H200 (``specsim/data/gpu_steps``, measured by ``bench/gpu_step_kernels.py``; provenance in each file).
 
-Each file holds the median ms of one decode or verify step per model × context C × batch B × rows (γ+1),
-run as a captured CUDA graph (``graph``: the kernels a serving engine replays, priced by the vLLM runtime)
-or through HF transformers' eager forward (``hf-eager``). For every B × C with both models measured this
-module compares the planner's Tp, Tq and Tv(γ) and the best-γ speedup with IbED's τ (Lee et al. 2024,
-method M, ChartQA):
-
+Median ms of one step (``graph`` or ``hf-eager``) per model × context × batch × rows (γ+1), against the
+planner's Tp, Tq, Tv(γ) and best-γ speedup, with IbED's τ (Lee et al. 2024, method M, ChartQA):
     speedup(γ) = τ(γ)·Tp / (γ·Tq + Tv(γ))           (measured steps, or the planner's)
-
-The kernels carry no scheduler or sampler, so the planner's speedup is taken without the runtime's per-block
-overhead (``speedup_pred``); ``speedup_pred_full`` adds it, as ``specsim hardware`` prints.
+``speedup_pred`` leaves out the runtime's per-block overhead; ``speedup_pred_full`` adds it.
+More: ARCHITECTURE.md, Notes by module.
 """
 
 from __future__ import annotations

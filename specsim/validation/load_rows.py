@@ -1,17 +1,11 @@
 """Published rows measured under a serving load, replayed in ``specsim serve``'s simulation.
 
-A row with a ``load`` (:mod:`specsim.validation.load_spec`) publishes the output throughput of a serving
-benchmark with SD over the same benchmark without it. Its decode-phase prediction (:mod:`.row_predict`: one
-block at a batch of ``max_concurrency``) leaves out what the benchmark also timed: each request's prefill
-riding in the decode steps (the verification's B·(γ+1) rows reach the compute roof before the target-only
-step's B rows do), arrivals, ramp-up and the tail of the run. Here the row's load is served twice by
-:func:`specsim.serve.compare.served` (the same Poisson arrivals, prompts and outputs, the server's
-``max_num_seqs`` at the benchmark's concurrency, its logged KV caches and token budget): SD at the row's γ
-with i.i.d. acceptance α from its published τ (:func:`specsim.acceptance.theory.alpha_from_tau`), and
-target-only; the prediction is the ratio of their output tokens per second.
-
-Leave-one-source-out as elsewhere: the runtime is fitted (on the decode-phase model, :mod:`.runtime_fit`) on
-the other sources' rows only; the simulation then prices every step with it.
+A row with a ``load`` (:mod:`specsim.validation.load_spec`) publishes a serving benchmark's output throughput
+with SD over without it. Its load is served twice by :func:`specsim.serve.compare.served`: SD at the row's γ
+with i.i.d. α from its published τ (:func:`specsim.acceptance.theory.alpha_from_tau`), and target-only; the
+prediction is the ratio of their output tokens per second. Leave-one-source-out: the runtime is fitted
+(:mod:`.runtime_fit`) on the other sources' rows only.
+More: ARCHITECTURE.md, Notes by module.
 """
 
 from __future__ import annotations

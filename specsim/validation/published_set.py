@@ -1,17 +1,11 @@
 """The published GPU measurement set: ``specsim/data/published_gpu_measurements.json``, every row cited.
 
-A row is ``sd`` (speculative decoding with a draft model: γ, τ with its definition, and the
-measured speedup and/or SD ms per token), ``decode`` (target-only ms per token) or ``pass`` (one target
-forward over ``pass_new_tokens`` new positions per sequence after ``target_context_tokens`` cached ones, in
-ms: a benchmark of the multi-row passes that verification runs, e.g. llama-bench ``pp N``). Sources carry
-title, authors, year, venue and where in the source the numbers are. τ is specsim's τ (tokens per
-block, bonus included); a row whose source reports other counters says how τ was derived
-(``tau_derivation``) and is flagged. A row with ``ratio_to`` (the id of a row of the same source that differs
-only in batch size) is compared as ``speedup_ratio`` = its speedup / the reference row's: τ cancels when
-acceptance does not depend on batch size, so a published batch sweep that gives no τ still tests how the cost
-of a block scales with batch. Reserved for an independent check and kept out: the Spec-Bench leaderboard, the
-EAGLE, EAGLE-2 and EAGLE-3 papers' SpS / vanilla-SD rows (their EAGLE-head rows may be used), and
-SpecDecode-Bench (arXiv 2601.11580).
+Rows: ``sd`` (draft-model SD: γ, τ, measured speedup and/or SD ms per token), ``decode`` (target-only ms per
+token), ``pass`` (one target forward over ``pass_new_tokens`` new positions, ms). τ is specsim's τ (tokens per
+block, bonus included); a derived τ is flagged (``tau_derivation``). A ``ratio_to`` row is compared as
+``speedup_ratio`` (τ cancels). Kept out for an independent check: the Spec-Bench leaderboard, the EAGLE
+papers' SpS / vanilla-SD rows, SpecDecode-Bench (arXiv 2601.11580).
+More: ARCHITECTURE.md, Notes by module.
 """
 
 from __future__ import annotations

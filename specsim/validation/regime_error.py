@@ -2,15 +2,10 @@
 speedup rows (and speedup-ratio rows) of the same runtime, batch band and context band
 (:mod:`specsim.validation.runtime_fit`).
 
-``hardware`` and ``recommend`` print it beside their speedups, so an answer says whether anything measured
-backs it. Bands: batch 1, 2..15, 16..127, ≥ 128; context ≤ 2k, 2k..8k, > 8k tokens (the short-context and
-long-context regimes of serving batches, where speculative decoding stops or starts paying). Where no row
-of the runtime falls in the band the answer is "not validated here". Published serving benchmarks in the band
-(:mod:`specsim.validation.load_rows`, concurrency as the batch) add how well ``specsim serve``'s simulation
-reproduces them, leave-one-source-out: the figure for questions asked under load. This project's own GPU
-step timings in the band (:mod:`specsim.validation.gpu_steps`: kernels on an H100 and an H200, the runtime's
-per-block overhead left out; a runtime fitted on them priced leave one GPU out, :mod:`.step_fit`) add how
-well the planner's best-γ speedup matches them.
+Bands: batch 1, 2..15, 16..127, ≥ 128; context ≤ 2k, 2k..8k, > 8k tokens; no row of the runtime in the band:
+"not validated here". Serving benchmarks (:mod:`specsim.validation.load_rows`) and this project's GPU step
+timings (:mod:`specsim.validation.gpu_steps`) in the band add their own errors.
+More: ARCHITECTURE.md, Notes by module.
 """
 
 from __future__ import annotations

@@ -1,14 +1,11 @@
 """Predicted value of a published row under a runtime: a reference implementation and a vectorised one.
 
-For an ``sd`` row: Tp = decode(target, tp GPUs), Tq = decode(draft, draft_tp GPUs, its own cached context)
-under the runtime's floor for the row's drafting kind (none for a lookup kind), Tv = verify(target, γ+1
-rows); block = (γ + e)·Tq + Tv + the engine's block terms, target step T = Tp + its step terms
-(:mod:`specsim.hardware.engine_terms`; e = the row's ``extra_draft_forwards_per_block``, else the runtime's);
-speedup = τ·T / block and SD ms per token = block / τ. A ``decode`` row compares T with the published ms per
-token, a ``pass`` row one target forward over its ``pass_new_tokens`` new positions. A ``speedup_ratio`` row
-compares its speedup over its reference row's (same pair, context and γ, another batch size), τ cancelling.
-Textbook (Leviathan et al. 2023): speedup = τ / (γ·c + 1) with c = draft weight bytes / target weight bytes
-and v = 1; ms per token (and per pass) from bytes / peak bandwidth with no overhead; a speedup ratio of 1.
+``sd`` row: block = (γ + e)·Tq + Tv + the engine's block terms (e = ``extra_draft_forwards_per_block``),
+target step T = Tp + its step terms (:mod:`specsim.hardware.engine_terms`); speedup = τ·T / block, SD ms per
+token = block / τ. A ``decode`` row compares T, a ``pass`` row one target forward, a ``speedup_ratio`` row
+its speedup over its reference row's.
+Textbook (Leviathan et al. 2023): speedup = τ / (γ·c + 1), c = draft weight bytes / target weight bytes.
+More: ARCHITECTURE.md, Notes by module.
 """
 
 from __future__ import annotations

@@ -1,12 +1,11 @@
 """Runtime-aware roofline vs the published GPU set: fits of runtime parameters, leave-one-source-out,
 summaries.
 
-Fitting: the parameters a runtime lists in ``fit`` are least-squares fitted on log(predicted / measured) over
-that runtime's rows, with a weak pull toward the runtime's cited defaults (so a parameter few rows see stays
-near its cited value). Rows of different runtimes share no parameter, so each runtime is fitted alone.
-Leave-one-source-out: each source's rows are predicted with parameters fitted on the *other* sources only,
-starting from the defaults; a runtime that no other source covers is priced at its cited defaults (never at
-a fit on the held-out source) and its rows are flagged ``at_defaults``. Predictions: :mod:`.row_predict`.
+Fitting: least squares on log(predicted / measured) over each runtime's rows, with a weak pull toward its
+cited defaults; runtimes share no parameter. Leave-one-source-out: each source priced with a fit on the
+other sources only; a runtime no other source covers is priced at its defaults (``at_defaults``).
+Predictions: :mod:`.row_predict`.
+More: ARCHITECTURE.md, Notes by module.
 """
 
 from __future__ import annotations
