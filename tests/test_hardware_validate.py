@@ -167,6 +167,20 @@ def test_ratio_rows_and_their_reference(ps):
         parse_published_set(data, "mine.json")
 
 
+def test_vllm_16937_rows_are_the_comments_figures_with_20780s_tau(ps):
+    """vLLM PR #16937's H100 BS1 rows: each speedup is the comment's tokens/s over vanilla's 133, each
+    EAGLE-1 tau the same head's AL at the same K in issue #20780's table (derived, flagged), and the EAGLE-3
+    row, whose runs printed no AL, is not predictable."""
+    rows = {r.id: r for r in ps.rows if r.source == "vllm-16937"}
+    al_20780 = {r.gamma: r.tau for r in ps.rows if r.source == "vllm-20780" and r.draft_kind == "eagle"}
+    for k, tokens_per_s in ((2, 201.69), (4, 198.0), (7, 169.92)):
+        r = rows[f"vllm-16937-e1-k{k}"]
+        assert r.speedup == pytest.approx(tokens_per_s / 133, abs=1e-4) and r.batch == 1
+        assert r.tau == al_20780[k] and r.tau_derivation and "#20780" in r.tau_derivation
+    assert rows["vllm-16937-vanilla"].target_ms_per_token == pytest.approx(1000 / 133, abs=1e-3)
+    assert rows["vllm-16937-e3-k2"].observable is None
+
+
 def test_row_without_tau_must_say_why():
     sd = {
         "kind": "sd",

@@ -190,7 +190,8 @@ def test_a_user_set_keeps_its_own_models():
 def test_preset_pair_output_is_what_main_printed(capsys, captured, argv):
     """Captured from main (06d94fc) before the resolver landed: `specsim hardware ... --device h100-sxm
     --device l4 --batch 1,8,64 --context 1024,4096`; re-captured with issue 51's verdict column
-    ('speedup<1 at B') and labels, and with issue 52's drafting kind, o and continuous crossover."""
+    ('speedup<1 at B') and labels, with issue 52's drafting kind, o and continuous crossover, and with the
+    validation lines vLLM PR #16937's rows moved."""
     args = ["--device", "h100-sxm", "--device", "l4", "--batch", "1,8,64", "--context", "1024,4096"]
     code, out, _ = run(capsys, "hardware", *argv, *args)
     want = (MAIN_OUTPUTS / captured).read_text()
