@@ -99,3 +99,17 @@ def run_notebook(path, workdir, timeout: int = 300) -> tuple[str, int]:
     outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])]
     text = "".join(o.get("text", "") for o in outputs)
     return text, sum("image/png" in o.get("data", {}) for o in outputs)
+
+
+def json_close(got, want, rel: float = 1e-5, abs_: float = 1e-7) -> bool:
+    """JSON values equal: floats to ``rel`` relative or ``abs_`` absolute (fitted figures move in their last
+    digits with numpy/scipy versions), keys, strings, integers and lengths exactly."""
+    if isinstance(want, float) and isinstance(got, (int, float)) and not isinstance(got, bool):
+        return got == pytest.approx(want, rel=rel, abs=abs_)
+    if isinstance(want, dict):
+        same_keys = isinstance(got, dict) and got.keys() == want.keys()
+        return same_keys and all(json_close(got[k], want[k], rel, abs_) for k in want)
+    if isinstance(want, list):
+        same_len = isinstance(got, list) and len(got) == len(want)
+        return same_len and all(json_close(g, w, rel, abs_) for g, w in zip(got, want))
+    return type(got) is type(want) and got == want

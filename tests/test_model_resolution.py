@@ -12,6 +12,7 @@ from specsim.errors import SpecsimError
 from specsim.hardware.catalog_listing import catalog_listing
 from specsim.hardware.model_resolution import closest_names, find_shipped, load_model_spec, shipped_models
 from specsim.validation.published_set import load_published_set, parse_published_set
+from tests.conftest import json_close
 
 MAIN_OUTPUTS = Path(__file__).parent / "data" / "main_outputs"
 VLM_IDS = [
@@ -191,27 +192,16 @@ def test_preset_pair_output_is_what_main_printed(capsys, captured, argv):
     """Captured from main (06d94fc) before the resolver landed: `specsim hardware ... --device h100-sxm
     --device l4 --batch 1,8,64 --context 1024,4096`; re-captured with issue 51's verdict column
     ('speedup<1 at B') and labels, with issue 52's drafting kind, o and continuous crossover, and with the
-    validation lines vLLM PR #16937's rows moved."""
+    validation lines vLLM PR #16937's rows moved, and with the vLLM-family runtimes as their cited fit writes
+    them (tests/test_shipped_runtimes.py)."""
     args = ["--device", "h100-sxm", "--device", "l4", "--batch", "1,8,64", "--context", "1024,4096"]
     code, out, _ = run(capsys, "hardware", *argv, *args)
     want = (MAIN_OUTPUTS / captured).read_text()
     assert code == 0
     if captured.endswith(".json"):  # its validation block holds fitted figures: numpy/scipy move last digits
-        assert _close(json.loads(out), json.loads(want)), "hardware --json differs beyond float rounding"
+        assert json_close(json.loads(out), json.loads(want)), "hardware --json differs beyond float rounding"
     else:
         assert out == want
-
-
-def _close(got, want) -> bool:
-    """JSON values equal: floats to 1e-5 relative or 1e-7 absolute (fractions near 0), the rest exactly."""
-    if isinstance(want, float) and isinstance(got, (int, float)) and not isinstance(got, bool):
-        return got == pytest.approx(want, rel=1e-5, abs=1e-7)
-    if isinstance(want, dict):
-        same_keys = isinstance(got, dict) and got.keys() == want.keys()
-        return same_keys and all(_close(got[k], want[k]) for k in want)
-    if isinstance(want, list):
-        return isinstance(got, list) and len(got) == len(want) and all(map(_close, got, want))
-    return type(got) is type(want) and got == want
 
 
 def test_published_alias_output_is_what_main_printed(capsys):
