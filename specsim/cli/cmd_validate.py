@@ -22,7 +22,7 @@ from specsim.validation.batch_sweeps import (
 )
 from specsim.validation.load_rows import compare_load_rows, summarize_load_rows
 from specsim.validation.published_set import load_published_set
-from specsim.validation.regime_error import band_summaries
+from specsim.validation.regime_error import band_summaries, source_summaries
 from specsim.validation.runtime_fit import (
     check_runtime_kinds,
     fit_all,
@@ -140,6 +140,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
             "summary": overall.__dict__,
             "summary_fitted_only": None if fitted_only is None else fitted_only.__dict__,
             "batch_bands": band_summaries(results),
+            "by_source": source_summaries(results),
             "rows": [r.to_json() for r in results],
             "not_predictable": [{"id": r.id, "reason": r.tau_derivation or "no tau"} for r in skipped],
             "batch_sweeps": [c.to_json() | {"grid": g} for c, g in zip(comparisons, grids)],
@@ -246,6 +247,15 @@ def _text(results, overall, fitted_only, skipped, ps, fit_all_mode: bool) -> lis
                 f"{band['max_abs_error']:.1%} over {band['rows']} rows from {len(band['sources'])} sources "
                 f"({', '.join(band['sources'])})"
             )
+    legend = "" if fit_all_mode else " (d: every row priced at its runtime's cited defaults)"
+    lines.append(f"  by source{legend}:")
+    for src in source_summaries(results):
+        runtimes = ", ".join(src["runtimes"]) + (", d" if src["at_defaults"] and not fit_all_mode else "")
+        rows = f"{src['rows']} row{'s' if src['rows'] != 1 else ''}"
+        lines.append(
+            f"    {src['source']} ({rows}, {runtimes}): median |err| "
+            f"{src['median_abs_error']:.1%}, max {src['max_abs_error']:.1%}"
+        )
     if not fit_all_mode and fitted_only is not None and fitted_only.rows != overall.rows:
         lines.append(
             f"rows whose runtime another source covers ({fitted_only.rows}): specsim median "

@@ -204,3 +204,23 @@ def band_summaries(results) -> list[dict]:
             }
         )
     return out
+
+
+def source_summaries(results) -> list[dict]:
+    """Leave-one-source-out rows by source, most rows first: rows, runtimes, whether every row is priced at
+    its runtime's cited defaults, median and max |error|."""
+    out = []
+    for source in sorted({r.source for r in results}):
+        inside = [r for r in results if r.source == source]
+        errs = np.abs([r.error for r in inside])
+        out.append(
+            {
+                "source": source,
+                "rows": len(inside),
+                "runtimes": sorted({r.runtime for r in inside}),
+                "at_defaults": all(r.at_defaults for r in inside),
+                "median_abs_error": float(np.median(errs)),
+                "max_abs_error": float(errs.max()),
+            }
+        )
+    return sorted(out, key=lambda s: -s["rows"])
