@@ -19,3 +19,22 @@ def test_validation_notebook_runs(tmp_path, monkeypatch):
     assert "all rows: specsim median" in text and "speedup < 1 from batch" in text and "GB on GPU 0" in text
     assert "SD pays at batches" in text and "magicdec" in text
     assert images >= 3
+
+
+def test_the_committed_notebook_shows_todays_published_set():
+    """The committed outputs count the set as it is (they still said 115 rows from 12 sources when the set had
+    161 predictable rows from 15): re-run `python notebooks/regenerate.py 05` after changing the set."""
+    import json
+
+    from specsim.validation.published_set import load_published_set
+
+    ps = load_published_set()
+    nb = json.loads(NOTEBOOK.read_text(encoding="utf-8"))
+    printed = "".join(
+        "".join(o.get("text", ""))
+        for c in nb["cells"]
+        if c["cell_type"] == "code"
+        for o in c.get("outputs", [])
+    )
+    assert f"{len(ps.rows)} rows from {len(ps.sources)} sources" in printed
+    assert all(f"- {key}: " in printed for key in ps.sources)
