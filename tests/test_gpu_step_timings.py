@@ -32,14 +32,16 @@ def _bench(name: str):
 def test_planner_speedup_at_batch_matches_the_graph_steps(gpu):
     """vLLM runtime, kernels only (no per-block overhead): best-γ speedup with IbED's τ (method M) against
     the measured CUDA-graph steps (H200: B 1..384, contexts 256..2048; H100: B 1..160, contexts 512, 1024):
-    median |err| <= 13 %, max <= 30 % (8 % and 25 % before the batch issue's family fit, which prices vLLM's
-    engine terms from published batch rows: now 8.9 % / 13.6 % on the H100, 12.6 % / 28.4 % on the H200);
+    median |err| <= 10 %, max <= 33 % (8 % and 25 % before the batch issue's family fit, which prices vLLM's
+    engine terms from published batch rows; 8.9 % / 13.6 % on the H100, 12.6 % / 28.4 % on the H200 with the
+    fit the runtime files held; 3.9 % / 18.9 % and 8.5 % / 31.6 % (H200, B 384) with the one their cited
+    command writes);
     the verify pass's growth with the batch is predicted (v > 1.05 at B >= 128; was 1.2); and the measured
     kernels never stop paying."""
     rows = compare_steps(load_records(GRAPH[gpu]), "graph")
     assert len(rows) >= 20 and {r.runtime for r in rows} == {"vllm"}
     err = np.array([abs(r.error) for r in rows])
-    assert np.median(err) <= 0.13 and err.max() <= 0.30, (np.median(err), err.max())
+    assert np.median(err) <= 0.10 and err.max() <= 0.33, (np.median(err), err.max())
     big = [r for r in rows if r.batch >= 128]
     # the verify pass grows with the batch (v > 1.05 at B >= 128; measured 1.28..1.82, predicted 1.08..1.39
     # since the family fit: it under-prices verification at batch against these steps, not fitted on them)
