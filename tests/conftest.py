@@ -113,3 +113,13 @@ def json_close(got, want, rel: float = 1e-5, abs_: float = 1e-7) -> bool:
         same_len = isinstance(got, list) and len(got) == len(want)
         return same_len and all(json_close(g, w, rel, abs_) for g, w in zip(got, want))
     return type(got) is type(want) and got == want
+
+
+def committed_output(path) -> str:
+    """The text the committed notebook at ``path`` printed (its code cells' stream outputs, in order)."""
+    import json
+    from pathlib import Path
+
+    nb = json.loads(Path(path).read_text(encoding="utf-8"))
+    cells = [c for c in nb["cells"] if c["cell_type"] == "code"]
+    return "".join("".join(o.get("text", "")) for c in cells for o in c.get("outputs", []))

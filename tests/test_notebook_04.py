@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from specsim.presets import preset_names
-from tests.conftest import run_notebook
+from tests.conftest import committed_output, run_notebook
 
 NOTEBOOK = Path(__file__).resolve().parents[1] / "notebooks" / "04_hardware_planning.ipynb"
 
@@ -26,13 +26,7 @@ def test_the_notebooks_figures_are_what_the_command_and_readme_say(capsys):
 
     from specsim.cli.main import main
 
-    nb = json.loads(NOTEBOOK.read_text(encoding="utf-8"))
-    printed = "".join(
-        "".join(o.get("text", ""))
-        for c in nb["cells"]
-        if c["cell_type"] == "code"
-        for o in c.get("outputs", [])
-    )
+    printed = committed_output(NOTEBOOK)
     # the ranking table: device, target tok/s, SD tok/s, speedup, best γ, c, v, fits
     h100 = re.search(
         r"^\s+h100-sxm\s+\d+\s+\d+\s+([\d.]+)\s+\d+\s+[\d.]+\s+[\d.]+\s+(True|False)$", printed, re.M
@@ -66,8 +60,7 @@ def test_the_prose_quotes_no_efficiency_and_the_code_prints_the_runtimes():
     nb = json.loads(NOTEBOOK.read_text(encoding="utf-8"))
     prose = "".join("".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "markdown")
     assert not re.search(r"\d+ ?% of (peak|bandwidth)|\d ms/layer per pass", prose)
-    code = [c for c in nb["cells"] if c["cell_type"] == "code"]
-    printed = "".join("".join(o.get("text", "")) for c in code for o in c.get("outputs", []))
+    printed = committed_output(NOTEBOOK)
     rt = load_runtime("vllm")
     assert f"runtime vllm: memory efficiency {rt.memory_efficiency_gemv:.0%} (GEMV)" in printed
     assert "priced: " in printed and "h100-sxm $3.78/h" in printed

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from specsim.presets import preset_names
-from tests.conftest import run_notebook
+from tests.conftest import committed_output, run_notebook
 
 NOTEBOOK = Path(__file__).resolve().parents[1] / "notebooks" / "05_validation_and_planning.ipynb"
 
@@ -24,17 +24,9 @@ def test_validation_notebook_runs(tmp_path, monkeypatch):
 def test_the_committed_notebook_shows_todays_published_set():
     """The committed outputs count the set as it is (they still said 115 rows from 12 sources when the set had
     161 predictable rows from 15): re-run `python notebooks/regenerate.py 05` after changing the set."""
-    import json
-
     from specsim.validation.published_set import load_published_set
 
     ps = load_published_set()
-    nb = json.loads(NOTEBOOK.read_text(encoding="utf-8"))
-    printed = "".join(
-        "".join(o.get("text", ""))
-        for c in nb["cells"]
-        if c["cell_type"] == "code"
-        for o in c.get("outputs", [])
-    )
+    printed = committed_output(NOTEBOOK)
     assert f"{len(ps.rows)} rows from {len(ps.sources)} sources" in printed
     assert all(f"- {key}: " in printed for key in ps.sources)

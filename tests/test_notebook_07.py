@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from specsim.presets import preset_names
-from tests.conftest import run_notebook
+from tests.conftest import committed_output, run_notebook
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOK = ROOT / "notebooks" / "07_serving_engines.ipynb"
@@ -42,13 +42,7 @@ def test_the_notebooks_recommendation_is_what_the_command_prints(capsys, tmp_pat
             "my-org/draft", "--json"]  # fmt: skip
     assert main(args) == 0
     table = {r["batch_size"]: r for r in json.loads(capsys.readouterr().out)["table"]}
-    nb = json.loads(NOTEBOOK.read_text(encoding="utf-8"))
-    printed = "".join(
-        "".join(o.get("text", ""))
-        for c in nb["cells"]
-        if c["cell_type"] == "code"
-        for o in c.get("outputs", [])
-    )
+    printed = committed_output(NOTEBOOK)
     rows = re.findall(r"^\s+(\d+)\s+(\d+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)$", printed, re.M)
     assert [int(r[0]) for r in rows] == [1, 4, 16, 64, 128, 256, 512]
     for batch, gamma, speedup, tau, v in rows:
