@@ -132,6 +132,14 @@ def _in_band(rows, runtime: str, b_band: tuple, c_band: tuple, context=lambda r:
     ]
 
 
+def _abs_error_stats(rows) -> tuple[float | None, float | None]:
+    """Median and max |error| of ``rows`` (anything with an ``error``); (None, None) for none."""
+    if not rows:
+        return None, None
+    errs = np.abs([r.error for r in rows])
+    return float(np.median(errs)), float(errs.max())
+
+
 def regime_error(
     runtime: str, batch: int, context_tokens: float, results=None, served=None, gpu=None
 ) -> RegimeError:
@@ -147,23 +155,23 @@ def regime_error(
         else _in_band(served, runtime, b_band, c_band)
     )
     steps = _in_band(_gpu_points() if gpu is None else gpu, runtime, b_band, c_band)
-    errs = np.abs([r.error for r in inside])
-    load_errs = np.abs([r.error for r in loads])
-    step_errs = np.abs([p.error for p in steps])
+    median, most = _abs_error_stats(inside)
+    served_median, served_most = _abs_error_stats(loads)
+    gpu_median, gpu_most = _abs_error_stats(steps)
     return RegimeError(
         runtime=runtime,
         batch_band=b_band,
         context_band=c_band,
         rows=len(inside),
         sources=tuple(sorted({r.source for r in inside})),
-        median_abs_error=float(np.median(errs)) if inside else None,
-        max_abs_error=float(errs.max()) if inside else None,
+        median_abs_error=median,
+        max_abs_error=most,
         served_rows=len(loads),
-        served_median_abs_error=float(np.median(load_errs)) if loads else None,
-        served_max_abs_error=float(load_errs.max()) if loads else None,
+        served_median_abs_error=served_median,
+        served_max_abs_error=served_most,
         gpu_points=len(steps),
-        gpu_median_abs_error=float(np.median(step_errs)) if steps else None,
-        gpu_max_abs_error=float(step_errs.max()) if steps else None,
+        gpu_median_abs_error=gpu_median,
+        gpu_max_abs_error=gpu_most,
         gpus=tuple(sorted({p.gpu for p in steps})),
         gpu_fit=_gpu_fit(runtime) if steps and gpu is None else "",
     )
@@ -193,14 +201,14 @@ def band_summaries(results) -> list[dict]:
     out = []
     for band in BATCH_BANDS:
         inside = [r for r in results if _band(r.batch, BATCH_BANDS) == band]
-        errs = np.abs([r.error for r in inside])
+        median, most = _abs_error_stats(inside)
         out.append(
             {
                 "batch_band": _span(band, "batch"),
                 "rows": len(inside),
                 "sources": sorted({r.source for r in inside}),
-                "median_abs_error": float(np.median(errs)) if inside else None,
-                "max_abs_error": float(errs.max()) if inside else None,
+                "median_abs_error": median,
+                "max_abs_error": most,
             }
         )
     return out
@@ -212,15 +220,15 @@ def source_summaries(results) -> list[dict]:
     out = []
     for source in sorted({r.source for r in results}):
         inside = [r for r in results if r.source == source]
-        errs = np.abs([r.error for r in inside])
+        median, most = _abs_error_stats(inside)
         out.append(
             {
                 "source": source,
                 "rows": len(inside),
                 "runtimes": sorted({r.runtime for r in inside}),
                 "at_defaults": all(r.at_defaults for r in inside),
-                "median_abs_error": float(np.median(errs)),
-                "max_abs_error": float(errs.max()),
+                "median_abs_error": median,
+                "max_abs_error": most,
             }
         )
     return sorted(out, key=lambda s: -s["rows"])
