@@ -10,6 +10,7 @@ More: ARCHITECTURE.md, Notes by module.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -123,6 +124,13 @@ _DRAFT_SPLIT_SOURCE = "default: the draft runs whole on one GPU"
 DEFAULT_RUNTIMES = {"gpu": "vllm", "cpu": "torch-cpu"}
 
 
+def _in_bounds(value, lo: float, hi: float) -> bool:
+    """A real number (not a bool), finite, in [lo, hi]; math, not numpy: every fit step builds runtimes."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.floating)):
+        return False
+    return (isinstance(value, int) or math.isfinite(value)) and lo <= value <= hi
+
+
 @dataclass(frozen=True)
 class Runtime:
     """Per-pass overheads (ms) and row/context-dependent efficiencies of one serving runtime."""
@@ -200,21 +208,11 @@ class Runtime:
             object.__setattr__(self, key, getattr(self, to))
         for key, (lo, hi) in PARAM_BOUNDS.items():
             value = getattr(self, key)
-            if (
-                isinstance(value, bool)
-                or not isinstance(value, (int, float, np.floating))
-                or not np.isfinite(value)
-                or not lo <= value <= hi
-            ):
+            if not _in_bounds(value, lo, hi):
                 raise SpecsimError(f"runtime.{key}: expected a number in [{lo:g}, {hi:g}], got {value!r}")
         for key, value in self.defaults.items():
             lo, hi = PARAM_BOUNDS[key]
-            if (
-                isinstance(value, bool)
-                or not isinstance(value, (int, float, np.floating))
-                or not np.isfinite(value)
-                or not lo <= value <= hi
-            ):
+            if not _in_bounds(value, lo, hi):
                 raise SpecsimError(
                     f"runtime.{key}.default: expected a number in [{lo:g}, {hi:g}], got {value!r}"
                 )

@@ -61,6 +61,7 @@ def fit_family(
         return {n: t.with_values(label, **values) for n, t in templates.items()}
     shared = [k for k in keys if k in POOLED]
     own = [k for k in keys if k not in POOLED]
+    keys_at = shared + own  # one copy's parameters, as split() lays them out
     by = {n: [r for r in rows if r.runtime == n] for n in templates}
     copies = [base.name] + [n for n in templates if n != base.name and by[n]]
     groups = [(n, row_model(ps, by[n])) for n in copies if by[n]]
@@ -73,8 +74,8 @@ def fit_family(
     def split(theta: np.ndarray) -> dict[str, Runtime]:
         out = {}
         for i, n in enumerate(copies):
-            rt = at_theta(templates[n], shared, theta[:ns])
-            out[n] = at_theta(rt, own, theta[ns + i * no : ns + (i + 1) * no])
+            at = np.concatenate([theta[:ns], theta[ns + i * no : ns + (i + 1) * no]])
+            out[n] = at_theta(templates[n], keys_at, at)
         return out
 
     def residuals(theta: np.ndarray) -> np.ndarray:
