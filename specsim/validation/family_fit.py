@@ -61,21 +61,21 @@ def fit_family(
         return {n: t.with_values(label, **values) for n, t in templates.items()}
     shared = [k for k in keys if k in POOLED]
     own = [k for k in keys if k not in POOLED]
-    keys_at = shared + own  # one copy's parameters, as split() lays them out
+    layout = shared + own  # one copy's parameters in θ order: the pooled first, then its own
     by = {n: [r for r in rows if r.runtime == n] for n in templates}
     copies = [base.name] + [n for n in templates if n != base.name and by[n]]
     groups = [(n, row_model(ps, by[n])) for n in copies if by[n]]
     ns, no = len(shared), len(own)
-    prior = np.array([to_theta(k, start.defaults[k]) for k in shared + own])
+    prior = np.array([to_theta(k, start.defaults[k]) for k in layout])
     scale = np.array([PRIOR_SCALE.get(k, 1.0) for k in shared + own * len(copies)])
-    bounds = theta_bounds(shared + own, base.kind)
+    bounds = theta_bounds(layout, base.kind)
     lo, hi = (np.concatenate([b[:ns]] + [b[ns:]] * len(copies)) for b in bounds)
 
     def split(theta: np.ndarray) -> dict[str, Runtime]:
         out = {}
         for i, n in enumerate(copies):
             at = np.concatenate([theta[:ns], theta[ns + i * no : ns + (i + 1) * no]])
-            out[n] = at_theta(templates[n], keys_at, at)
+            out[n] = at_theta(templates[n], layout, at)
         return out
 
     def residuals(theta: np.ndarray) -> np.ndarray:
