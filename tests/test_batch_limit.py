@@ -3,10 +3,11 @@ the per-GPU bytes and the plan's own ``fits`` flag) and what ``specsim hardware`
 
 import json
 
+import numpy as np
 import pytest
 
 from specsim.cli.main import main
-from specsim.hardware.batch_limit import StopPaying
+from specsim.hardware.batch_limit import StopPaying, crossover_batch, fitting_crossover
 from specsim.hardware.device import load_device
 from specsim.hardware.model_resolution import load_model_spec
 from specsim.hardware.parallel import largest_fitting_batch, per_gpu_resident_bytes
@@ -113,3 +114,39 @@ def test_hardware_cli_says_memory_caps_the_llava_batch_at_1k(capsys):
     assert limit["memory_caps_first"] and 64 < limit["largest_fitting_batch"] < 512
     assert limit["speedup_at_largest_fitting_batch"] > 1.0
     assert len(out["plan"]["rows_at_largest_fitting_batch"]) == 1
+
+
+def _dips_then_recovers(b):
+    """Pays below batch 50, loses from 50 to 1000, pays again beyond (as the KV-bound regime of huge batches
+    can, past a device's memory)."""
+    b = np.asarray(b, dtype=float)
+    return np.where(b < 1000, 1.5 - b / 100, 1.001)
+
+
+def test_the_crossover_is_solved_within_the_memory_when_sd_no_longer_pays_at_the_largest_fitting_batch():
+    assert crossover_batch(_dips_then_recovers) is None  # on the whole axis SD pays at its end
+    assert fitting_crossover(_dips_then_recovers, 130) == pytest.approx(50, rel=2e-3)
+    assert fitting_crossover(_dips_then_recovers, 20) is None  # pays at the fit, and again past 1000
+    assert fitting_crossover(_dips_then_recovers, None) is None  # no memory bound: the whole axis
+    assert fitting_crossover(lambda b: 0.5 + 0.0 * np.asarray(b, dtype=float), 64) is None  # never pays
+
+
+def test_hardware_names_where_sd_stops_paying_whenever_it_loses_at_the_largest_batch_that_fits(capsys):
+    """Every device x context of the default plan where SD pays at a planned batch but not at the largest
+    batch that fits gets a crossover at or below that batch, with the planned rows on the right side of it
+    (H20 at 1k context: its speedup comes back to 1 only at batches beyond its memory)."""
+    assert main(["hardware", "--json"]) == 0
+    plan = json.loads(capsys.readouterr().out)["plan"]
+    seen = 0
+    for device, by_context in plan["stop_paying"]["M"].items():
+        for context, limit in by_context.items():
+            s_fit = limit["speedup_at_largest_fitting_batch"]
+            if limit["pays_from_batch"] is None or s_fit is None or s_fit >= 1.0:
+                continue
+            seen += 1
+            cross, fit = limit["crossover_batch"], limit["largest_fitting_batch"]
+            assert cross is not None and 1 <= cross <= fit, (device, context, limit)
+            rows = [r for r in plan["rows"] if (r["device"], str(r["context_tokens"])) == (device, context)]
+            assert all(r["speedup"] < 1.0 for r in rows if cross < r["batch_size"] <= fit)
+            assert all(r["speedup"] >= 1.0 for r in rows if r["batch_size"] < cross), (device, context)
+    assert seen >= 1

@@ -3,7 +3,8 @@
 :func:`paying_runs` splits a sweep's points into runs where SD pays (speedup >= a threshold, 1 by default)
 and where it does not; :func:`paying_range` and every verdict (:func:`runs_text`) are read off them.
 :class:`StopPaying` also reads the largest batch that fits the device; :func:`crossover_batch` solves the
-crossover on a continuous batch axis, :func:`interpolated_crossover` a published sweep's between its batches.
+crossover on a continuous batch axis (:func:`fitting_crossover`: on a device's),
+:func:`interpolated_crossover` a published sweep's between its batches.
 More: ARCHITECTURE.md, Notes by module.
 """
 
@@ -182,6 +183,16 @@ def crossover_batch(speedup_at, lo: float = 1.0, hi: float = CROSSOVER_BATCH_MAX
         else:
             b = mid
     return float(np.sqrt(a * b))
+
+
+def fitting_crossover(speedup_at, fit: int | None) -> float | None:
+    """:func:`crossover_batch` on a device that holds at most ``fit`` sequences (None: any; 0: none). Where SD
+    no longer pays at ``fit``, the last crossing up to ``fit``: SD paying again past the memory limit (the
+    KV-bound regime of huge batches) is a batch the device cannot run. Else up to
+    :data:`CROSSOVER_BATCH_MAX`, which finds a crossing that memory puts out of reach."""
+    if fit and speedup_at(np.array([float(fit)]))[0] < 1.0:
+        return crossover_batch(speedup_at, hi=float(fit))
+    return crossover_batch(speedup_at)
 
 
 def interpolated_crossover(batches, speedups) -> float | None:

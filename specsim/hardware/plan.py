@@ -15,7 +15,7 @@ import numpy as np
 
 from specsim.costs.pass_cost import TARGET
 from specsim.errors import SpecsimError
-from specsim.hardware.batch_limit import StopPaying, crossover_batch
+from specsim.hardware.batch_limit import StopPaying, fitting_crossover
 from specsim.hardware.device import Device
 from specsim.hardware.model import ModelSpec
 from specsim.hardware.parallel import (
@@ -264,6 +264,9 @@ def plan_hardware(
     def eff_of(dev: Device):
         return effs.get(dev.name, Efficiency())
 
+    def cost_of(dev: Device) -> RooflinePassCost:
+        return _cost(target, draft, dev, eff_of(dev), par, draft_kind)
+
     def rows_at(dev: Device, mt: MethodTau, b: np.ndarray, c: np.ndarray) -> list[PlanRow]:
         return _device_rows(target, draft, dev, eff_of(dev), mt, b, c, par, draft_kind, lengths)
 
@@ -278,8 +281,7 @@ def plan_hardware(
         rows_at(dev, mt, np.array([b], float), np.array([c], float))[0] for dev, mt, c, b in limits if b
     )
     crossovers = tuple(
-        (dev.name, mt.method, c, _crossover(_cost(target, draft, dev, eff_of(dev), par, draft_kind), mt, c))
-        for dev, mt, c, _ in limits
+        (dev.name, mt.method, c, _crossover(cost_of(dev), mt, c, fit)) for dev, mt, c, fit in limits
     )
     v_notes = tuple(
         note
@@ -302,9 +304,10 @@ def plan_hardware(
     )
 
 
-def _crossover(cost: RooflinePassCost, mt: MethodTau, context: float) -> float | None:
-    """The batch, on a continuous axis, from which the best-γ speedup stays below 1 (None: never)."""
-    return crossover_batch(lambda b: best_speedup_at(cost, mt, b, context))
+def _crossover(cost: RooflinePassCost, mt: MethodTau, context: float, fit: int | None) -> float | None:
+    """The batch, on a continuous axis, from which the best-γ speedup stays below 1 on a device that holds
+    ``fit`` sequences (:func:`fitting_crossover`; None: never)."""
+    return fitting_crossover(lambda b: best_speedup_at(cost, mt, b, context), fit)
 
 
 def _memory_terms(mt: MethodTau, par: Parallel, context, eff=None, draft=None):
