@@ -131,6 +131,15 @@ def test_the_crossover_is_solved_within_the_memory_when_sd_no_longer_pays_at_the
     assert fitting_crossover(lambda b: 0.5 + 0.0 * np.asarray(b, dtype=float), 64) is None  # never pays
 
 
+def test_the_crossover_is_exact_to_the_decimal_hardware_prints():
+    """A crossing at exactly batch 100 (speedup 2 - B/100) on two search ranges: within 0.001 of 100 on both,
+    so the one decimal printed does not depend on the range (bisected to 1e-3 relative, 100.02 and 100.03)."""
+    for hi in (300.0, 4096.0):
+        assert crossover_batch(lambda b: 2.0 - np.asarray(b, dtype=float) / 100, hi=hi) == pytest.approx(
+            100.0, abs=1e-3
+        )
+
+
 def test_hardware_names_where_sd_stops_paying_whenever_it_loses_at_the_largest_batch_that_fits(capsys):
     """Every device x context of the default plan where SD pays at a planned batch but not at the largest
     batch that fits gets a crossover at or below that batch, with the planned rows on the right side of it

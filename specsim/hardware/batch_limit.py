@@ -166,7 +166,7 @@ CROSSOVER_BATCH_MAX = 4096.0  # the continuous search's largest batch
 _GRID_POINTS = 129
 
 
-def crossover_batch(speedup_at, lo: float = 1.0, hi: float = CROSSOVER_BATCH_MAX, tol: float = 1e-3):
+def crossover_batch(speedup_at, lo: float = 1.0, hi: float = CROSSOVER_BATCH_MAX, tol: float = 1e-6):
     """The batch, on a continuous axis, from which the best-γ speedup stays below 1: the last downward
     crossing of 1 on a log grid from ``lo`` to ``hi``, refined by bisection to ``tol`` (relative).
     ``speedup_at``: array of batches → array of speedups. None when SD still pays at ``hi`` or never pays."""
@@ -176,7 +176,7 @@ def crossover_batch(speedup_at, lo: float = 1.0, hi: float = CROSSOVER_BATCH_MAX
     if paying.size == 0 or paying[-1] == grid.size - 1:
         return None
     a, b = grid[paying[-1]], grid[paying[-1] + 1]
-    while b / a - 1.0 > tol:
+    while b / a - 1.0 > tol:  # 1e-6: the printed decimal (batches up to 4096) does not move with lo, hi
         mid = np.sqrt(a * b)
         if speedup_at(np.array([mid]))[0] >= 1.0:
             a = mid
