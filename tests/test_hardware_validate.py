@@ -145,6 +145,19 @@ def test_runtime_no_other_source_covers_is_priced_at_its_defaults(ps):
     assert not any(r.at_defaults for r in results.values() if r.runtime in ("vllm", "gpt-fast", "llama.cpp"))
 
 
+def test_a_given_family_base_prices_its_members_leave_one_source_out(ps):
+    """A --runtime that replaces vLLM reaches the rows of SGLang, vLLM V0 and TensorRT-LLM, which are priced
+    by vLLM's family fit on the other sources (they were priced with the shipped vLLM whatever was given)."""
+    runtimes = load_runtimes(ps)
+    vllm = runtimes["vllm"]
+    slower = replace(vllm, defaults={**vllm.defaults, "overhead_ms_per_block": 3.0})
+    shipped = {r.id: r.predicted for r in leave_one_source_out(ps, runtimes)}
+    given = {r.id: r.predicted for r in leave_one_source_out(ps, {**runtimes, "vllm": slower})}
+    for name in ("sglang", "vllm-v0", "tensorrt-llm"):
+        ids = [r.id for r in usable_rows(ps) if r.runtime == name]
+        assert ids and any(abs(given[i] / shipped[i] - 1) > 1e-3 for i in ids), name
+
+
 def test_fit_parameters_need_cited_defaults(tmp_path):
     d = json.loads((RUNTIMES_DIR / "vllm.json").read_text())
     d["overhead_ms_per_forward"].pop("default")

@@ -112,6 +112,29 @@ def test_validate_data_with_a_zero_reference_speedup(tmp_path, capsys):
     _one_line_error(capsys, ["validate", "--data", str(path), "--no-sweeps"], "schema_version 1, got true")
 
 
+def test_validate_data_without_a_predictable_row(tmp_path, capsys):
+    """A set none of whose rows can be predicted (sd rows without their tau) is one line, not a traceback from
+    summarising nothing."""
+    data = _small_published_set()
+    data["rows"] = [
+        dict(r, tau=None, tau_derivation="withheld for this test") for r in data["rows"] if r["kind"] == "sd"
+    ]
+    path = tmp_path / "set.json"
+    path.write_text(json.dumps(data))
+    for extra in ([], ["--json"], ["--fit-all"]):
+        _one_line_error(capsys, ["validate", "--data", str(path), *extra], "no row can be predicted")
+
+
+def test_validate_counts_the_sources_of_its_rows(tmp_path, capsys):
+    """The header counts the sources that have predictable rows, not every source the set cites."""
+    data = _small_published_set()
+    data["rows"] = [r for r in data["rows"] if r["source"] == "llamacpp-4766"]
+    path = tmp_path / "set.json"
+    path.write_text(json.dumps(data))
+    code, out, _ = run(capsys, "validate", "--data", str(path), "--no-sweeps")
+    assert code == 0 and out.startswith("published GPU measurements: 2 predictable rows from 1 source (")
+
+
 # --------------------------------------------------------------------------- trees and policies
 def test_trees_are_capped_before_they_are_built():
     t0 = time.process_time()

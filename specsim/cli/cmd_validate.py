@@ -30,6 +30,7 @@ from specsim.validation.runtime_fit import (
     leave_one_source_out,
     load_runtimes,
     summarize,
+    usable_rows,
 )
 
 _DESC = (
@@ -37,7 +38,8 @@ _DESC = (
     "(specsim/data/published_gpu_measurements.json: draft-model speculative decoding speedups and ms/token, "
     "each row cited) with the runtime-aware roofline, fitting each runtime's parameters leave-one-source-out "
     "(a source's rows are predicted with parameters fitted on the other sources; a runtime no other source "
-    "covers is priced at its cited defaults, marked d), and print predicted vs published with the signed "
+    "covers, marked d, is priced at its cited defaults, or in a runtime family at the family's fit on the "
+    "other sources), and print predicted vs published with the signed "
     "relative error, beside the textbook formula speedup = tau/(gamma*c + 1), c = draft/target weight bytes, "
     "v = 1. Then every published batch sweep: predicted speedup per batch and the batch range where SD pays, "
     "per device x runtime x context."
@@ -89,7 +91,7 @@ def _sweeps(ps, runtimes) -> tuple[list, list]:
     comparisons, grids = [], []
     shipped = [load_runtime(n) for n in GRID_RUNTIMES]
     for rows in published_sweeps(ps):
-        c = compare_sweep(ps, rows, runtimes[rows[0].runtime])
+        c = compare_sweep(ps, rows, runtimes[rows[0].runtime], runtimes)
         comparisons.append(c)
         grids.append(crossover_grid(ps, rows, c.alpha, list(GRID_DEVICES), shipped, list(GRID_CONTEXTS)))
     return comparisons, grids
@@ -110,6 +112,11 @@ def cmd_validate(args: argparse.Namespace) -> int:
             raise SpecsimError(f"--write-runtimes: expected a folder, got {args.write_runtimes!r}")
         check_writable(Path(args.write_runtimes) / "runtime.json", "--write-runtimes")
     ps = load_published_set(args.data)
+    if not usable_rows(ps):
+        raise SpecsimError(
+            f"--data {args.data}: no row can be predicted (expected at least one row with a published value "
+            "to compare and the tau it needs)"
+        )
     overrides = {rt.name: rt for rt in (load_runtime(x) for x in args.runtime or [])}
     runtimes = load_runtimes(ps, overrides)
     check_runtime_kinds(ps, runtimes)
@@ -195,9 +202,9 @@ def _stop(batch: int | None, sweep: dict) -> str:
 
 def _text(results, overall, fitted_only, skipped, ps, fit_all_mode: bool) -> list[str]:
     mode = "fitted on every row (in-sample)" if fit_all_mode else "leave-one-source-out"
-    lines = [
-        f"published GPU measurements: {len(results)} predictable rows from {len(ps.sources)} sources ({mode})"
-    ]
+    n = len({r.source for r in results})
+    sources = f"{n} source{'s' if n != 1 else ''}"
+    lines = [f"published GPU measurements: {len(results)} predictable rows from {sources} ({mode})"]
     rows = [
         [
             r.id + (" d" if r.at_defaults else ""),
@@ -247,7 +254,7 @@ def _text(results, overall, fitted_only, skipped, ps, fit_all_mode: bool) -> lis
                 f"{band['max_abs_error']:.1%} over {band['rows']} rows from {len(band['sources'])} sources "
                 f"({', '.join(band['sources'])})"
             )
-    legend = "" if fit_all_mode else " (d: every row priced at its runtime's cited defaults)"
+    legend = "" if fit_all_mode else " (d: no other source has rows of its runtime)"
     lines.append(f"  by source{legend}:")
     for src in source_summaries(results):
         runtimes = ", ".join(src["runtimes"]) + (", d" if src["at_defaults"] and not fit_all_mode else "")
@@ -264,8 +271,9 @@ def _text(results, overall, fitted_only, skipped, ps, fit_all_mode: bool) -> lis
         )
     if not fit_all_mode and any(r.at_defaults for r in results):
         lines.append(
-            "d: no other source covers the row's runtime, so it is priced at the runtime's cited defaults "
-            "(nothing fitted on its own source)"
+            "d: no other source has rows of the row's runtime, so it is priced at the runtime's cited "
+            "defaults, or, for a member of a runtime family (defaults_from), at the family's fit on the "
+            "other sources (nothing fitted on its own source)"
         )
     for r in skipped:
         lines.append(f"not predictable: {r.id} ({r.tau_derivation or 'no tau'})")

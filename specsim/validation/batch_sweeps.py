@@ -165,10 +165,13 @@ def _calibrated_tau(ps: PublishedSet, ref: Row, rt: Runtime) -> float:
     return float(np.clip(ref.speedup / unit, 1.0, ref.gamma + 1.0))
 
 
-def compare_sweep(ps: PublishedSet, rows: list[Row], runtime: Runtime) -> SweepComparison:
-    """One sweep: runtime fitted on the other sources, τ as in the module docstring, points and crossovers."""
+def compare_sweep(
+    ps: PublishedSet, rows: list[Row], runtime: Runtime, runtimes: dict[str, Runtime] | None = None
+) -> SweepComparison:
+    """One sweep: runtime fitted on the other sources (its family's other members from ``runtimes`` where it
+    names them), τ as in the module docstring, points and crossovers."""
     ref = rows[0]
-    rt = fit_without(ps, runtime, ref.source)
+    rt = fit_without(ps, runtime, ref.source, runtimes)
     tau_ref = ref.tau if ref.tau is not None else _calibrated_tau(ps, ref, rt)
     alpha = float(alpha_from_tau(tau_ref, int(round(ref.gamma))))
     points = []

@@ -42,6 +42,13 @@ def family_base(rt: Runtime) -> str | None:
     return rt.defaults_from or (rt.name if family(rt.name) else None)
 
 
+def family_runtimes(base_name: str, runtimes: dict[str, Runtime]) -> tuple[Runtime, dict[str, Runtime]]:
+    """The family's base and its members by name: ``runtimes``' where it names them (a user's
+    ``--runtime``), else the shipped ones."""
+    pick = lambda n: runtimes.get(n) or load_runtime(n)  # noqa: E731
+    return pick(base_name), {n: pick(n) for n in family(base_name)}
+
+
 def _member_start(member: Runtime, base: Runtime) -> Runtime:
     """A member at the base's defaults for every parameter the base fits (its own switches kept)."""
     values = {k: base.defaults[k] for k in base.fit if k not in member.ties}

@@ -102,7 +102,7 @@ def compare_load_rows(
     for row in load_rows(ps) if rows is None else rows:
         key = (row.runtime, row.source)
         if key not in fitted:
-            fitted[key] = fit_without(ps, runtimes[row.runtime], row.source)
+            fitted[key] = fit_without(ps, runtimes[row.runtime], row.source, runtimes)
         rt = fitted[key]
         # the decode phase of a served-only row too (as its speedup), beside what served it
         decode = float(row_model(ps, [replace(row, served_only=False)]).predict(rt)[0])

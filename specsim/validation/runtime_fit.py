@@ -2,8 +2,9 @@
 summaries.
 
 Fitting: least squares on log(predicted / measured) over each runtime's rows, with a weak pull toward its
-cited defaults; runtimes share no parameter. Leave-one-source-out: each source priced with a fit on the
-other sources only; a runtime no other source covers is priced at its defaults (``at_defaults``).
+cited defaults; a runtime family shares its pooled parameters (:mod:`.family_fit`). Leave-one-source-out:
+each source priced with a fit on the other sources only; a runtime no other source covers (``at_defaults``)
+is priced at its defaults, or, in a family, at the family's fit on the other sources.
 Predictions: :mod:`.row_predict`.
 More: ARCHITECTURE.md, Notes by module.
 """
@@ -17,7 +18,7 @@ from scipy.optimize import least_squares
 
 from specsim.errors import SpecsimError
 from specsim.hardware.runtime import Runtime, load_runtime
-from specsim.validation.family_fit import family, family_base, fit_family
+from specsim.validation.family_fit import family, family_base, family_runtimes, fit_family
 from specsim.validation.fit_params import (
     PRIOR_SCALE,
     PRIOR_WEIGHT,
@@ -43,7 +44,7 @@ class RowResult:
     measured: float
     predicted: float
     textbook: float
-    at_defaults: bool  # True: no other source covers the runtime, so its cited defaults priced the row
+    at_defaults: bool  # True: no other source has rows of the runtime (its defaults or its family's fit)
     batch: int = 1
     context_tokens: float = 0.0
 
@@ -93,19 +94,23 @@ def fit_runtime(ps: PublishedSet, rows: list[Row], rt: Runtime, source: str) -> 
     return start.with_values(source, **{k: from_theta(k, v) for k, v in zip(keys, best.x)})
 
 
-def _family_without(ps: PublishedSet, base_name: str, source: str) -> dict[str, Runtime]:
-    base = load_runtime(base_name)
-    members = {n: load_runtime(n) for n in family(base_name)}
+def _family_without(
+    ps: PublishedSet, base_name: str, source: str, runtimes: dict[str, Runtime]
+) -> dict[str, Runtime]:
+    base, members = family_runtimes(base_name, runtimes)
     train = [r for r in fit_rows(ps) if r.runtime in {base_name, *members} and r.source != source]
     return fit_family(ps, train, base, members, f"fitted leave-one-source-out without {source}")
 
 
-def fit_without(ps: PublishedSet, rt: Runtime, source: str) -> Runtime:
-    """``rt`` fitted on the usable rows of its runtime (and of its family, :mod:`.family_fit`) from every
-    source but ``source`` (leave-one-source-out; at its cited defaults where no other source covers it)."""
+def fit_without(
+    ps: PublishedSet, rt: Runtime, source: str, runtimes: dict[str, Runtime] | None = None
+) -> Runtime:
+    """``rt`` fitted on the usable rows of its runtime (and of its family, :mod:`.family_fit`, whose other
+    members ``runtimes`` may replace) from every source but ``source`` (leave-one-source-out; at its cited
+    defaults where no other source covers it)."""
     base = family_base(rt)
     if base is not None and rt.name in {base, *family(base)}:
-        return _family_without(ps, base, source)[rt.name]
+        return _family_without(ps, base, source, {**(runtimes or {}), rt.name: rt})[rt.name]
     train = [r for r in fit_rows(ps) if r.runtime == rt.name and r.source != source]
     return fit_runtime(ps, train, rt, f"fitted leave-one-source-out without {source}")
 
@@ -156,7 +161,7 @@ def leave_one_source_out(ps: PublishedSet, runtimes: dict[str, Runtime]) -> list
             pooled = family_base(runtimes[name]) is not None
             ident = (name, key if pooled else tuple(r.id for r in train))
             if ident not in cache:
-                cache[ident] = fit_without(ps, runtimes[name], key)
+                cache[ident] = fit_without(ps, runtimes[name], key, runtimes)
             rows = [r for r in held if r.runtime == name]
             predicted = row_model(ps, rows).predict(cache[ident])
             out += [_result(ps, r, p, not train) for r, p in zip(rows, predicted)]
@@ -175,8 +180,7 @@ def fit_all(ps: PublishedSet, runtimes: dict[str, Runtime], command: str) -> dic
         sources = sorted({r.source for r in rows})
         label = f"fitted: `{command}` on the published set's rows of {', '.join(sources)}"
         if base is not None:
-            members = {n: runtimes.get(n) or load_runtime(n) for n in family(base)}
-            out[name] = fit_family(ps, rows, runtimes.get(base) or load_runtime(base), members, label)[name]
+            out[name] = fit_family(ps, rows, *family_runtimes(base, runtimes), label)[name]
         else:
             out[name] = fit_runtime(ps, rows, rt, label) if rows and rt.fit else rt
     return out
