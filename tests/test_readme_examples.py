@@ -1,7 +1,7 @@
 """Every command example README.md shows with its output (a ```text block of `$ specsim ...` lines) is run,
 in order, in one folder, and its output compared with the text line by line: a line `...` stands for any
 number of lines, `...` inside a line for any text; otherwise lines follow each other as printed. So what
-the README quotes cannot drift from what the commands print."""
+the README quotes cannot drift from what the commands print. Every ```python block runs as shown."""
 
 import os
 import re
@@ -109,3 +109,25 @@ def test_every_readme_example_prints_what_the_readme_shows(tmp_path):
 )
 def test_the_comparison_itself(shown, printed, ok):
     assert (mismatch(shown, printed) is None) == ok
+
+
+def python_blocks() -> list[str]:
+    return re.findall(r"```python\n(.*?)```", (ROOT / "README.md").read_text(encoding="utf-8"), re.S)
+
+
+@pytest.mark.parametrize("block", python_blocks(), ids=lambda b: b.split("\n", 1)[0][:40])
+def test_every_readme_python_block_runs(block, tmp_path):
+    """Offline, in an empty folder: an import that moved or a signature that changed fails here (the tree
+    block once imported ``tree_block_ms`` from where it no longer lives)."""
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+    }
+    run = subprocess.run(
+        [sys.executable, "-c", block], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300
+    )
+    assert run.returncode == 0, run.stderr[-1500:]
+
+
+def test_readme_has_python_blocks():
+    assert len(python_blocks()) >= 2
