@@ -269,3 +269,37 @@ def test_recommend_bad_input(tmp_path, capsys, setting):
         assert main(base + argv) == 2
         err = capsys.readouterr().err
         assert err.startswith("specsim: error: ") and err.count("\n") == 1 and fragment in err, err
+
+
+def test_each_engine_s_settings_under_its_own_heading(capsys):
+    """llama-server's flags were printed under SGLang's heading (every engine but vLLM's)."""
+    base = "recommend --alpha 0.7 --target llama-3.1-8b --draft llama-3.2-1b --batch 1,8".split()
+    for engine, heading, flag in [
+        ("vllm", "vLLM --speculative-config", '"num_speculative_tokens'),
+        ("sglang", "SGLang server flags", "--speculative-num-steps"),
+        ("llama.cpp", "llama-server flags", "--spec-draft-n-max"),
+    ]:
+        assert main([*base, "--engine", engine]) == 0
+        text = capsys.readouterr().out
+        at = text.index(heading)
+        assert flag in text[at:].split("\n")[1], engine
+        assert sum(h in text for h in ("vLLM --speculative", "SGLang server", "llama-server flags")) == 1
+
+
+def test_sd_off_for_the_threshold_says_so(capsys):
+    """Below a --min-speedup above 1, SD may still pay: the note names the threshold instead."""
+    argv = "recommend --engine vllm --alpha 0.5 --target llama-3.1-8b --draft llama-3.2-1b".split()
+    argv += ["--batch", "1,8"]
+    assert main([*argv, "--min-speedup", "3"]) == 0
+    text = capsys.readouterr().out
+    assert "SD does not reach --min-speedup 3 at any evaluated batch size" in text
+    assert "does not pay" not in text
+
+
+def test_help_says_what_the_defaults_are(capsys):
+    """recommend has no default pair and prices with the --engine's own runtime."""
+    with pytest.raises(SystemExit):
+        main(["recommend", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "(this or --target is needed)" in text and "(default: llava" not in text
+    assert "default: the --engine's own on GPUs" in text and "for SGLang too" not in text

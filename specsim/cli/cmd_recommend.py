@@ -46,6 +46,11 @@ from specsim.serve.speculation import alpha_arg
 from specsim.validation.regime_error import regime_errors
 
 ENGINE_NAMES = {"vllm": "vLLM", "sglang": "SGLang", "llama.cpp": "llama.cpp"}
+_CONFIG_HEADINGS = {  # where each engine documents the settings printed under it
+    "vllm": "vLLM --speculative-config (docs/features/speculative_decoding):",
+    "sglang": "SGLang server flags (docs/advanced_features/speculative_decoding.md):",
+    "llama.cpp": "llama-server flags (tools/server/README.md):",
+}
 DEFAULT_ENGINE_METHOD = {"vllm": "draft_model", "sglang": "STANDALONE", "llama.cpp": "draft-simple"}
 _DESC = (
     "Recommend a serving engine's speculative-decoding settings per batch size: the best draft length "
@@ -77,7 +82,7 @@ def register(sub) -> None:
     )
     p.add_argument("--method", default=None, help="method of the entry (default: the profile's only one)")
     p.add_argument("--scenario", default=None, help="scenario of the entry (default: the profile's only one)")
-    add_model_options(p, runtime_default="; for SGLang too")
+    add_model_options(p, runtime_default="the --engine's own on GPUs", pair_default=None)
     p.add_argument("--dtype", default=None, help="weights/KV dtype (default: bfloat16 or the config's)")
     p.add_argument(
         "--batch",
@@ -286,7 +291,7 @@ def _snippet(args, rec: Recommendation, entry, lm, method, draft_model):
     if args.engine == "vllm":
         config = vllm_speculative_config(rec, method=method, draft_model=draft_model)
         notes = (
-            ["SD does not pay at any evaluated batch size: run without --speculative-config"]
+            [f"SD {_falls_short(rec)} at any evaluated batch size: run without --speculative-config"]
             if config is None
             else [
                 f"above batch {rec.choices[-1].batch_size} vLLM keeps the last range's draft length",
@@ -308,7 +313,7 @@ def _snippet(args, rec: Recommendation, entry, lm, method, draft_model):
     flags = sglang_server_args(rec, at_batch=args.at_batch, algorithm=method, draft_model=draft_model)
     if flags is None:
         return None, [
-            f"SD does not pay at batch {args.at_batch}: launch SGLang without --speculative-* flags"
+            f"SD {_falls_short(rec)} at batch {args.at_batch}: launch SGLang without --speculative-* flags"
         ]
     gamma = rec.at(args.at_batch).gamma
     speedups = fixed_gamma_speedups(
@@ -319,6 +324,11 @@ def _snippet(args, rec: Recommendation, entry, lm, method, draft_model):
         notes.append(f"--at-batch {args.at_batch} does not fit in memory at this context (fits NO)")
     notes.append(fixed_gamma_note(speedups, gamma, rec.min_speedup))
     return flags, notes
+
+
+def _falls_short(rec: Recommendation) -> str:
+    """Why SD is off: it does not pay, or does not reach the user's --min-speedup."""
+    return "does not pay" if rec.min_speedup <= 1.0 else f"does not reach --min-speedup {rec.min_speedup:g}"
 
 
 def _llama_measured(args, profile: Profile, entry: MethodAcceptance) -> int:
@@ -382,11 +392,10 @@ def _text(args, rec: Recommendation, lm: LatencyModel, profile: Profile, snippet
     if any(rec.at(b).extrapolated for b in rec.shown_batches):
         lines.append("* tau at this gamma is an i.i.d. extrapolation from the measured gamma")
     lines += [f"validation: {v.text()}" for v in validation]
+    lines.append("\n" + _CONFIG_HEADINGS[args.engine])
     if args.engine == "vllm":
-        lines.append("\nvLLM --speculative-config (docs/features/speculative_decoding):")
         lines.append("  (none)" if snippet is None else json.dumps(snippet))
     else:
-        lines.append("\nSGLang server flags (docs/advanced_features/speculative_decoding.md):")
         lines.append("  (none)" if snippet is None else "  " + shlex.join(snippet))
     lines += [f"note: {n}" for n in notes]
     lines.append("assumptions:")

@@ -33,11 +33,23 @@ def image_size(args: argparse.Namespace) -> ImageSize | None:
     return None if given is None else parse_image_size(given)
 
 
-def add_model_options(parser, *, many_devices: bool = False, runtime_default: str = "") -> None:
+def add_model_options(
+    parser,
+    *,
+    many_devices: bool = False,
+    runtime_default: str = "vllm on GPUs",
+    pair_default: str | None = "llava-1.5-7b-68m",
+) -> None:
     """Add the pair, models, image size, device and runtime options to ``parser`` (or an argument group):
-    ``--device`` repeatable with ``many_devices`` (default: the whole GPU catalog), else one, h100-sxm."""
+    ``--device`` repeatable with ``many_devices`` (default: the whole GPU catalog), else one, h100-sxm;
+    ``runtime_default`` and ``pair_default`` (None: --pair or --target is needed) as the command has them."""
+    pairs = "llava-1.5-7b-68m or qwen2.5-coder-0.5b-1.5b"
     parser.add_argument(
-        "--pair", default=None, help="preset pair: llava-1.5-7b-68m (default) or qwen2.5-coder-0.5b-1.5b"
+        "--pair",
+        default=None,
+        help=f"preset pair: {pairs} (default: {pair_default})"
+        if pair_default
+        else f"preset pair: {pairs} (this or --target is needed)",
     )
     parser.add_argument("--target", default=None, help=f"target: {MODEL_HELP}")
     parser.add_argument(
@@ -71,7 +83,7 @@ def add_model_options(parser, *, many_devices: bool = False, runtime_default: st
         default=None,
         metavar="NAME_OR_JSON",
         help="serving runtime: hf-eager, vllm, gpt-fast, llama.cpp, torch-cpu or a runtime JSON "
-        f"(default: vllm on GPUs, torch-cpu on CPUs{runtime_default})",
+        f"(default: {runtime_default}, torch-cpu on CPUs)",
     )
 
 
