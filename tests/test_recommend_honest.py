@@ -238,3 +238,18 @@ def test_shipped_vllm_prices_verification_at_least_one_target_step(capsys):
     assert rc == 0 and "v < 1" not in out
     rows = [line.split() for line in out.splitlines() if line.split()[:1] in (["1"], ["2"], ["4"], ["8"])]
     assert len(rows) == 4 and all(float(r[7]) >= 1.0 for r in rows)
+
+
+def test_v_note_names_each_batch_once_with_its_gammas(capsys):
+    """A plan over three contexts (the README's llama.cpp 70B/7B example): the note listed batch 4 three
+    times and one row's gamma + 1 for every batch."""
+    argv = "hardware --target llama-2-70b --draft llama-2-7b --dtype q4_k_m --alpha 0.7 --runtime llama.cpp"
+    assert main([*argv.split(), "--tp", "3", "--device", "rtx-3090", "--json"]) == 0
+    plan = json.loads(capsys.readouterr().out)["plan"]
+    low = [r for r in plan["rows"] if r["v"] < 1.0]
+    batches = sorted({r["batch_size"] for r in low})
+    assert len(low) > len(batches)  # some batch is below 1 at more than one context
+    gammas = {b: sorted({r["best_gamma"] for r in low if r["batch_size"] == b}) for b in batches}
+    at = ", ".join(f"{b} (gamma {', '.join(map(str, g))})" for b, g in gammas.items())
+    (note,) = [a for a in plan["assumptions"] if a.startswith("v < 1")]
+    assert note.startswith(f"v < 1 at batch {at}: ")

@@ -27,7 +27,12 @@ def v_below_one_note(shown, eff) -> str | None:
     c = low[0]
     rows_tp, rows_tv = c.batch_size, c.batch_size * (c.best_gamma + 1)
     m_tp, m_tv = (float(eff.memory_efficiency(r)) for r in (rows_tp, rows_tv))
-    where = f"{V_BELOW_ONE} at batch {', '.join(str(x.batch_size) for x in low)}"
+    gammas = {
+        b: sorted({x.best_gamma for x in low if x.batch_size == b})
+        for b in sorted({x.batch_size for x in low})
+    }
+    at = ", ".join(f"{b} (gamma {', '.join(map(str, g))})" for b, g in gammas.items())
+    where = f"{V_BELOW_ONE} at batch {at}"
     if m_tv > m_tp and hasattr(eff, "memory_efficiency_gemv"):
         fitted = set(getattr(eff, "fit", ()))
 
@@ -37,11 +42,11 @@ def v_below_one_note(shown, eff) -> str | None:
         return (
             f"{where}: runtime {eff.name} streams weights at {m_tv:.1%} of peak bandwidth in a pass of "
             f"{rows_tv} rows (memory_efficiency_gemm, {how('memory_efficiency_gemm')}) but at {m_tp:.1%} in "
-            f"a {rows_tp}-row pass (memory_efficiency_gemv, {how('memory_efficiency_gemv')}), so verifying "
-            f"gamma+1 = {c.best_gamma + 1} positions is priced below one target-only step; a property of "
-            "these two efficiencies, not a measured Tv < Tp"
+            f"a {rows_tp}-row pass (memory_efficiency_gemv, {how('memory_efficiency_gemv')}; batch "
+            f"{c.batch_size}, gamma {c.best_gamma}), so verifying gamma+1 positions is priced below one "
+            "target-only step; a property of these two efficiencies, not a measured Tv < Tp"
         )
     return (
-        f"{where}: the roofline prices the verification of gamma+1 = {c.best_gamma + 1} positions below one "
-        "target-only step (efficiencies and overheads by rows of the runtime); not a measured Tv < Tp"
+        f"{where}: the roofline prices the verification of gamma+1 positions below one target-only step "
+        "(efficiencies, overheads and kernels by rows of the runtime); not a measured Tv < Tp"
     )
