@@ -262,3 +262,19 @@ def test_cli_calibrate_cpu_device(tmp_path, capsys):
     assert main(["calibrate", "cpu-device", "--out", str(out_path)]) == 0
     dev = load_device(str(out_path))
     assert isinstance(dev, Device) and dev.kind == "cpu" and dev.memory_bandwidth_bytes_per_s > 0
+
+
+@pytest.mark.parametrize("draft", [["--draft-kind", "eagle"], ["--draft", "llama-3.2-1b"]])
+def test_the_tree_table_prices_a_chain_as_the_ranking_does(capsys, draft):
+    """--trees' best chain equals the plan's best γ where they pick the same γ: one pricing (the tree table
+    priced an EAGLE head as a draft model and left out the step terms and the overlap: 1.70x beside 1.82x)."""
+    argv = "hardware --trees --alpha 0.7 --target llama-3.1-8b --device h100-sxm --batch 1,8,64".split()
+    assert main([*argv, "--context", "1024", *draft, "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    rows = {r["batch_size"]: r for r in out["plan"]["rows"]}
+    same = [t for t in out["trees"] if t["chain_gamma"] == rows[t["batch_size"]]["best_gamma"]]
+    assert len(same) >= 2
+    for t in same:
+        row = rows[t["batch_size"]]
+        assert t["target_ms_per_step"] == pytest.approx(row["target_ms_per_step"], rel=1e-12)
+        assert t["chain_speedup"] == pytest.approx(row["speedup"], rel=1e-3)  # the draft's context grows

@@ -232,7 +232,7 @@ def cmd_hardware(args: argparse.Namespace) -> int:
     if trees is not None:
         print(
             "\ntoken trees (Sequoia-style search; tau from per-rank acceptance, the same at every depth; "
-            "speedup = tau*Tp / (draft passes + Tv(n) + runtime overhead per block)):"
+            "speedup = tau*T / (draft passes + Tv(n) + the engine's block terms), T and the terms as above):"
         )
         print(trees)
     return 0

@@ -241,9 +241,10 @@ def best_trees(
     tp: int,
     n_max: int,
     gamma_max: int,
+    draft_kind: str = "model",
 ) -> list:
     """The best tree per device × batch × context (--trees), per-rank acceptance from --alpha or the
-    profile's top-k traces."""
+    profile's top-k traces; ``draft_kind`` as the plan's."""
     if tp > 1:
         raise SpecsimError("--trees: several GPUs per replica are not modelled for token trees (use --tp 1)")
     if alpha is None and profile is None:
@@ -265,4 +266,5 @@ def best_trees(
         contexts=contexts,
         n_max=n_max,
         gamma_max=gamma_max,
+        draft_kind=draft_kind,
     )

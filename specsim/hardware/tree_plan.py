@@ -1,10 +1,11 @@
 """Hardware planning for token trees: the best tree per device, batch and context (Sequoia, Chen et al. 2024:
 the best tree depends on the hardware through the cost of verifying n tokens).
 
-The roofline prices a tree block (the draft's root and level passes, Tv(n) over n+1 rows, the runtime's
-per-block terms); τ(tree) comes from per-rank acceptance (:func:`specsim.draft_shapes.trees.expected_tokens`).
+The roofline prices a tree block as :mod:`specsim.hardware.plan_rows` prices a chain's (the draft's root and
+level passes under its drafting kind, Tv(n) over n+1 rows, the runtime's block terms against the block's
+passes); τ(tree) comes from per-rank acceptance (:func:`specsim.draft_shapes.trees.expected_tokens`).
 Candidates: the optimal trees (:func:`specsim.draft_shapes.tree_search.optimal_trees`) of every size
-n ≤ n_max and depth ≤ max_depth, chains included; speedup = τ·Tp / block ms (:mod:`specsim.hardware.plan`).
+n ≤ n_max and depth ≤ max_depth, chains included; speedup = τ·T / block ms, T the target-only step.
 More: ARCHITECTURE.md, Notes by module.
 """
 
@@ -89,10 +90,12 @@ def plan_trees(
     n_max: int = 64,
     max_depth: int = 10,
     gamma_max: int = 8,
+    draft_kind: str = "model",
 ) -> list[TreePlanRow]:
     """The best tree and chain for every device × method × batch × context (module docstring).
 
-    ``efficiency``: an Efficiency or Runtime for every device, or a dict device name -> one of them.
+    ``efficiency``: an Efficiency or Runtime for every device, or a dict device name -> one of them;
+    ``draft_kind``: how the draft drafts (:mod:`specsim.draft_kinds`: a head's per-forward floor, ...).
     """
     if not devices or not methods:
         raise SpecsimError("tree plan: need at least one device and one method")
@@ -110,19 +113,18 @@ def plan_trees(
         members = np.zeros((len(trees), rows.size))
         members[owner, np.arange(rows.size)] = 1.0
         for dev in devices:
-            cost = RooflinePassCost(target, draft, dev, effs.get(dev.name, Efficiency()))
+            cost = RooflinePassCost(
+                target, draft, dev, effs.get(dev.name, Efficiency()), draft_kind=draft_kind
+            )
             k = b * mt.draft_batch_size
             tp = cost.pass_ms(TARGET, 1, ctx, b).ms  # [B, L, 1]
+            step = tp + cost.step_overhead_ms(b, gpu_ms=tp)
             passes = cost.pass_ms(DRAFT, rows, ctx + offset, k, kind=TREE).ms  # [B, L, P]
             catch_up = cost.extra_draft_forwards * cost.pass_ms(DRAFT, 1, ctx, k).ms
-            block = (
-                passes @ members.T
-                + catch_up
-                + cost.pass_ms(TARGET, nodes + 1, ctx, b, kind=TREE).ms
-                + cost.block_overhead_ms(nodes, b)
-            )
-            speedups = block_speedup(tau, tp, block)  # [B, L, T]
-            out += _rows(dev.name, mt.method, trees, tau, speedups, tp, chains, b, ctx)
+            gpu = passes @ members.T + catch_up + cost.pass_ms(TARGET, nodes + 1, ctx, b, kind=TREE).ms
+            block = gpu + cost.block_overhead_ms(nodes, b, gpu_ms=gpu)
+            speedups = block_speedup(tau, step, block)  # [B, L, T]
+            out += _rows(dev.name, mt.method, trees, tau, speedups, step, chains, b, ctx)
     return out
 
 
