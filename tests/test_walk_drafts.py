@@ -188,7 +188,9 @@ def test_predict_and_sweep_list_chain_tree_and_policy(tmp_path, capsys):
     assert main(["predict", "--gamma", "3", *args, "--best-tree"]) == 0
     out = capsys.readouterr().out
     assert "chain vs token tree" in out and "tree:4,2,1" in out and "policy:heuristic:2,max=6" in out
-    assert "best tree:" in out and "best γ = 3" in out
+    assert "best tree:" in out and "γ = 3" in out and "best γ" not in out  # the best of one γ is that γ
+    assert main(["sweep", "--gamma", "1-6", *args]) == 0
+    assert "best γ = " in capsys.readouterr().out
     assert main(["sweep", "--gamma", "1-6", *args, "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     row = data["drafts"][0]

@@ -156,7 +156,7 @@ def _print_comparison(rows: list) -> None:
 
     print(
         "\nchain vs token tree vs draft-length policy (decode phase; every traced request walked through the "
-        "cost model; block/Tp = ms per block in units of the target's ms per token)"
+        "cost model; block/Tp = ms per block in units of the target's ms per token; speedup = tau / block/Tp)"
     )
     print(comparison_table(rows))
 
@@ -253,11 +253,12 @@ def cmd_predict(args) -> int:
     with_overhead = any(r.o is not None for r in rows)
     columns = [  # (header, cell); a column no row has a value for is left out
         ("method", lambda r: r.method),
-        ("tau", lambda r: fmt(r.tau) + _marks(r)[0]),
+        ("tau", lambda r: fmt(_shown_tau(r)) + _marks(r)[0]),
+        ("d", lambda r: fmt(r.drafts_per_block)),
         ("c", lambda r: fmt(r.c)),
         ("v", lambda r: fmt(r.v)),
         ("o", lambda r: fmt(r.o)),
-        ("g*c+v+o" if with_overhead else "g*c+v", lambda r: fmt(r.gamma_c_plus_v)),
+        ("d*c+v+o" if with_overhead else "g*c+v", lambda r: fmt(r.gamma_c_plus_v)),
         ("speedup", lambda r: (fmt(r.speedup, 2) + _marks(r)[1]) if r.speedup is not None else "n/a"),
         ("tok/s", lambda r: fmt(r.tokens_per_s, 1)),
     ]
@@ -284,13 +285,24 @@ def cmd_predict(args) -> int:
             "every other speedup is derived (tau / g*c+v)."
         )
     if with_overhead:
-        print(
-            "o: the engine's overhead per block outside the models, in units of Tp; c, v, o are averages "
-            "over each request's walk from its prompt to prompt + new tokens"
-        )
+        print(DECODE_PHASE_NOTE)
     if drafts is not None:
         _print_comparison(drafts)
     return 0
+
+
+DECODE_PHASE_NOTE = (
+    "tau, d, c, v, o: the decode phase (each request's blocks after its first pass), averaged over each "
+    "request's walk from its prompt to prompt + new tokens; d: drafts made per block (gamma, fewer where the "
+    "token budget cuts a block short); o: the engine's overhead per block outside the models, in units of "
+    "Tp; speedup = tau / (d*c + v + o). --json: decode_tau, drafts_per_block, and tau over whole requests "
+    "(first pass included), as `specsim check` measures it"
+)
+
+
+def _shown_tau(r) -> float:
+    """The τ a row's speedup divides: the decode phase's where the profile is priced pass by pass."""
+    return r.tau if r.decode_tau is None else r.decode_tau
 
 
 def _print_by_scenario(items, headers: list[str], row_of) -> None:

@@ -106,6 +106,7 @@ class Comparison:
     drafts: tuple[Prediction, ...]
     best_tree: Prediction | None
     best_tree_note: str = ""
+    gammas: tuple[int, ...] = ()  # the γs best_chain is the best of
 
     def to_json(self) -> dict:
         row = lambda p: None if p is None else p.to_json()  # noqa: E731
@@ -114,6 +115,7 @@ class Comparison:
             "scenario": self.scenario,
             "images_per_prompt": self.images_per_prompt,
             "best_chain": row(self.best_chain),
+            "gammas": list(self.gammas),
             "drafts": [row(p) for p in self.drafts],
             "best_tree": row(self.best_tree),
             "best_tree_note": self.best_tree_note,
@@ -153,6 +155,7 @@ def compare(
                 rows,
                 best,
                 note,
+                tuple(int(g) for g in gammas),
             )
         )
     return out
@@ -165,7 +168,8 @@ def comparison_table(rows: list[Comparison]) -> str:
     for scen in dict.fromkeys((c.scenario, c.images_per_prompt) for c in rows):
         table = []
         for c in (c for c in rows if (c.scenario, c.images_per_prompt) == scen):
-            runs = [("best γ", c.best_chain)] + [("", p) for p in c.drafts] + [("", c.best_tree)]
+            chain = "best γ" if len(c.gammas) > 1 else "γ"  # the best of one γ is that γ
+            runs = [(chain, c.best_chain)] + [("", p) for p in c.drafts] + [("", c.best_tree)]
             for label, p in runs:
                 if p is None:
                     continue
@@ -174,7 +178,7 @@ def comparison_table(rows: list[Comparison]) -> str:
                     [
                         c.method,
                         name,
-                        fmt(p.tau),
+                        fmt(p.tau if p.decode_tau is None else p.decode_tau),
                         fmt(p.speedup, 2) if p.speedup is not None else "n/a",
                         fmt(p.tokens_per_s, 1),
                         fmt(p.gamma_c_plus_v),

@@ -48,6 +48,10 @@ class Prediction:
     end_to_end: dict | None = None  # request latency (ms by stage) when new_tokens was asked for
     end_to_end_note: str = ""
     draft: str | None = None  # a token tree or draft-length policy; None: fixed γ
+    # priced profiles: the decode phase's τ and drafts per block, so that speedup = decode_tau / block
+    # (gamma_c_plus_v = drafts_per_block·c + v + o); ``tau`` counts whole requests, as a check measures it
+    decode_tau: float | None = None
+    drafts_per_block: float | None = None
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -108,14 +112,17 @@ def predict_entry(
 
 
 def priced_prediction(base: dict, priced: Priced, note: str) -> Prediction:
-    """A :class:`Prediction` (identity fields ``base``) from priced requests: τ = tokens per block, c, v, o
-    per decode-phase block in units of Tp, speedup = target-only ms / SD ms per decode-phase token."""
+    """A :class:`Prediction` (identity fields ``base``) from priced requests: τ = tokens per block (whole
+    requests and the decode phase), c, v, o per decode-phase block in units of Tp, speedup = target-only ms /
+    SD ms per decode-phase token = decode τ / (d·c + v + o)."""
     r = priced.ratios()
     if priced.extrapolated:
         note += "; a context outside the measured grid was extrapolated (linear)"
     return Prediction(
         **base,
         tau=priced.tau,
+        decode_tau=priced.decode_tau,
+        drafts_per_block=r["drafts"],
         c=r["c"],
         v=r["v"],
         o=r["o"],

@@ -148,6 +148,11 @@ class Priced:
         return self.sd_request.tokens / self.sd_request.blocks
 
     @property
+    def decode_tau(self) -> float:
+        """τ of the decode phase: tokens per block after each request's first pass."""
+        return self.sd_decode.tokens / max(self.sd_decode.blocks, 1e-12)
+
+    @property
     def target_ms_per_token(self) -> float:
         """Tp: a target-only decode step, ms."""
         return self.base_decode.total_ms / self.base_decode.tokens
@@ -179,9 +184,11 @@ class Priced:
         return terms | {"target_step": self.target_ms_per_token}
 
     def ratios(self) -> dict[str, float]:
-        """Decode-phase c (per draft), v and o (per block) in units of Tp, and γ·c + v + o per block."""
+        """Decode-phase c (per draft), v and o (per block) in units of Tp, drafts made per block d (below γ
+        where the token budget cuts a block short), and the block d·c + v + o (``gamma_c_plus_v``)."""
         tp, blocks = self.target_ms_per_token, max(self.sd_decode.blocks, 1e-12)
         return {
+            "drafts": self.decode_drafts / blocks,
             "c": self.sd_decode.draft_ms / max(self.decode_drafts, 1e-12) / tp,
             "v": self.sd_decode.verify_ms / blocks / tp,
             "o": self.sd_decode.overhead_ms / blocks / tp,
