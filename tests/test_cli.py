@@ -126,6 +126,21 @@ def test_latency_only_profile_needs_alpha(capsys, tmp_path, profile):
     assert code == 2 and "--alpha: expected a probability in [0, 1], got '1.5'" in err
 
 
+def test_alpha_what_if_survives_a_scenario_filter(capsys):
+    """--alpha adds its i.i.d. row whatever --scenario selects (a --scenario dropped it without a word)."""
+    for argv in (
+        ["predict", "--gamma", "3", "--textbook", "--alpha", "0.6", "--scenario", "ChartQA", "--method", "M"],
+        ["sweep", "--profile", "zoo-cpu", "--alpha", "0.8", "--scenario", "zoo-1img", "--method", "M"],
+        ["predict", "--gamma", "3", "--textbook", "--alpha", "0.6", "--scenario", "1img"],
+    ):
+        code, out, _ = run(capsys, *argv, "--json")
+        rows = json.loads(out)
+        assert code == 0 and {r["method"] for r in rows} >= {f"iid(alpha={argv[argv.index('--alpha') + 1]})"}
+        assert any(not r["method"].startswith("iid") for r in rows)  # and the scenario's own rows
+    code, _, err = run(capsys, "predict", "--gamma", "3", "--alpha", "0.6", "--scenario", "bogus")
+    assert code == 2 and "unknown scenario 'bogus'" in err
+
+
 def test_profiles_show_says_what_a_profile_holds(capsys):
     code, out, _ = run(capsys, "profiles", "show", "zoo-cpu")
     assert code == 0

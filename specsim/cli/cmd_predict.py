@@ -11,7 +11,7 @@ from specsim.hardware.host import other_host_note
 from specsim.jsonio import dumps_json
 from specsim.predict.prediction import Prediction, predict
 from specsim.predict.sweep import sweep
-from specsim.profile_format import MethodAcceptance, Profile
+from specsim.profile_format import WHAT_IF_SCENARIO, MethodAcceptance, Profile
 from specsim.profiles import DEFAULT_PROFILE, load_profile
 from specsim.report import fmt, format_table, parse_int, parse_int_list
 
@@ -181,7 +181,7 @@ def _load(args) -> tuple[Profile, list[str] | None]:
     # τ at γ=1 is 1+α exactly, so predictions at any γ are the i.i.d. closed form (marked extrapolated).
     entry = MethodAcceptance(
         method=f"iid(alpha={alpha:g})",
-        scenario="what-if",
+        scenario=WHAT_IF_SCENARIO,
         images_per_prompt=0,
         gamma=1,
         tau=1.0 + alpha,

@@ -10,7 +10,7 @@ More: ARCHITECTURE.md, Notes by module.
 
 from specsim.profile_format.acceptance_entry import ADAPTIVE_PREFIX, TAU_TOLERANCE, MethodAcceptance
 from specsim.profile_format.check_row import CheckRow
-from specsim.profile_format.document import SCHEMA_VERSION, SCHEMA_VERSIONS, Profile
+from specsim.profile_format.document import SCHEMA_VERSION, SCHEMA_VERSIONS, WHAT_IF_SCENARIO, Profile
 from specsim.profile_format.latency_section import BlockCost, Curve, LatencySection
 from specsim.profile_format.provenance import Provenance
 from specsim.profile_format.serve_check_row import SERVE_METRICS, ServeCheckRow
@@ -22,6 +22,7 @@ __all__ = [
     "SCHEMA_VERSIONS",
     "SERVE_METRICS",
     "TAU_TOLERANCE",
+    "WHAT_IF_SCENARIO",
     "BlockCost",
     "CheckRow",
     "Curve",

@@ -19,6 +19,7 @@ SCHEMA_VERSION = 3
 # serving check rows (``serve_checks``, optional).
 # Older files load.
 SCHEMA_VERSIONS = (1, 2, 3)
+WHAT_IF_SCENARIO = "what-if"  # an entry a user adds for any scenario (``--alpha``): no --scenario drops it
 
 
 @dataclass(frozen=True)
@@ -101,8 +102,9 @@ class Profile:
                     raise SpecsimError(f"unknown method {m!r} (this profile has: {', '.join(known)})")
             entries = [e for e in entries if e.method in methods]
         if scenario is not None:
-            entries = [e for e in entries if _scenario_matches(e, scenario)]
-            if not entries:
+            matched = [e for e in entries if _scenario_matches(e, scenario)]
+            entries = matched + [e for e in entries if e.scenario == WHAT_IF_SCENARIO and e not in matched]
+            if not matched:
                 known = list(dict.fromkeys(e.scenario for e in self.acceptance))
                 groups = sorted({f"{e.images_per_prompt}img" for e in self.acceptance})
                 raise SpecsimError(
