@@ -550,6 +550,29 @@ def test_max_rate_search_brackets_the_slo_edge(capsys):
     assert "highest rate at which 90% of requests meet ttft=2000,tpot=40" in out and "target-only:" in out
     assert main([*SERVE, "--max-rate"]) == 2
     assert "--max-rate: needs --slo" in _one_line(capsys)
+    for given in (["--rate", "8"], ["--rates", "8,16"]):  # they were ignored without a word
+        assert main([*argv, *given]) == 2
+        assert f"--max-rate: searches the rate itself, so {given[0]} does not apply" in _one_line(capsys)
+
+
+def test_a_printed_max_rate_is_never_above_the_one_found(capsys):
+    """3 significant digits, rounded down: 15.657 req/s (90.3 % meet the SLO) printed as 15.7, where 89.1 %
+    meet it, read as a rate that holds."""
+    from specsim.serve.serve_text import _at_most
+
+    rng = np.random.default_rng(3)
+    for rate in np.concatenate([[15.657, 10.152, 99.96, 1e-4, 2.0], 10 ** rng.uniform(-4, 5, 500)]):
+        shown = float(_at_most(float(rate)))
+        assert shown <= rate * (1 + 1e-12) and shown > rate * (1 - 0.01), (rate, shown)
+    argv = [*SERVE, "--requests", "200", "--slo", "ttft=2000,tpot=40", "--max-rate"]
+    assert main([*argv, "--json"]) == 0
+    found = json.loads(capsys.readouterr().out)["max_rate_per_s"]
+    assert main(argv) == 0
+    lines = capsys.readouterr().out.splitlines()
+    for side, label in (("sd", "SD ("), ("target_only", "target-only:")):
+        line = next(x for x in lines if x.strip().startswith(label))
+        printed = float(line.split(": ", 1)[1].split(" req/s")[0])
+        assert printed <= found[side] and printed == float(_at_most(found[side]))
 
 
 def _vllm_result(tmp_path, **over):

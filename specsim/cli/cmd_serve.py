@@ -196,7 +196,7 @@ def register(sub) -> None:
         "--max-rate",
         action="store_true",
         help="search the highest rate at which --slo-attainment of the requests meet --slo, SD and "
-        "target-only (a rate search; --rate/--rates then only print their comparison)",
+        "target-only (the search picks its rates: no --rate/--rates)",
     )
     out.add_argument(
         "--slo-attainment",
@@ -231,6 +231,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
         check_writable(args.plot, "--plot", suffix=".png")
     if args.max_rate and args.trace:
         raise SpecsimError("--max-rate: searches request rates, so it does not apply with --trace")
+    if args.max_rate and (args.rate is not None or args.rates is not None):
+        given = "--rate" if args.rate is not None else "--rates"
+        raise SpecsimError(
+            f"--max-rate: searches the rate itself, so {given} does not apply (it was ignored)"
+        )
     if args.slo_attainment is not None and not args.max_rate:
         raise SpecsimError("--slo-attainment: applies with --max-rate only (the share its search must meet)")
     for rate in [args.rate] if args.rate is not None else args.rates or []:

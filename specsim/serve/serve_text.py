@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 from specsim.hardware.batch_limit import runs_text
 from specsim.report import format_table
 from specsim.serve.compare import Comparison, Sweep
@@ -103,6 +105,12 @@ def verdict(s: Sweep) -> str:
     )
 
 
+def _at_most(rate: float) -> str:
+    """``rate`` to 3 significant digits, rounded down: a rate printed above the one found may miss the SLO."""
+    step = 10.0 ** (math.floor(math.log10(rate)) - 2)
+    return f"{math.floor(rate / step + 1e-9) * step:.4g}"
+
+
 def max_rate_text(search: dict, slo, sd_label: str) -> str:
     """The highest rates meeting the SLO, SD and target-only (:func:`specsim.serve.compare.max_rates`), and
     which side serves more; a side held at its capacity (the most requests/s it completes) says so."""
@@ -113,7 +121,9 @@ def max_rate_text(search: dict, slo, sd_label: str) -> str:
         if rate is None:
             return "never (even at 1e-4 req/s)"
         held = rate * 1.02 > capacity[side]
-        return f"{rate:.3g} req/s" + (" (its capacity: the SLO holds at every rate it keeps up with)" * held)
+        return f"{_at_most(rate)} req/s" + (
+            " (its capacity: the SLO holds at every rate it keeps up with)" * held
+        )
 
     sd, base = found["sd"], found["target_only"]
     lines = [
