@@ -134,3 +134,20 @@ def test_hardware_with_another_pairs_profile_says_its_tau_is_borrowed(capsys):
     assert "acceptance of profile ibed-llava1.5-7b-68m was measured on llava-1.5-7b" in out
     assert main(["hardware", "--pair", "llava-1.5-7b-68m", "--device", "h100-sxm", "--batch", "1"]) == 0
     assert "borrowed" not in capsys.readouterr().out
+
+
+def test_per_position_rates_carried_past_k_never_rise():
+    """Rates 0.9, 0.8, 0.5 at γ = 5: the measured a_3 = 0.36 bounds a_4 and a_5, so τ(5) <= 1 + 0.9 + 0.72 +
+    3 x 0.36 = 3.70; carrying τ(3) on an i.i.d. curve gave 3.73 (its a_4 = α^4 rose above a_3). Past K each
+    draft is accepted at τ(3)'s α: a_{3+j} = a_3·α^j, in the planner's τ and in the server's draws alike."""
+    from specsim.acceptance.theory import survival_past
+
+    acc = parse_acceptance("positions:0.9,0.8,0.5")
+    alpha = alpha_from_tau(1 + 0.9 + 0.72 + 0.36, 3)
+    tau5, source = acc.tau_with_source(5)
+    assert tau5 == pytest.approx(1 + 0.9 + 0.72 + 0.36 * (1 + alpha + alpha**2)) and tau5 <= 3.70
+    assert extrapolated(source) and acc.tau_with_source(3) == (pytest.approx(2.98), "--acceptance positions")
+    curve = survival_past([0.9, 0.72, 0.36], alpha, 8)
+    assert np.all(np.diff(curve) <= 0) and curve[:3] == pytest.approx([0.9, 0.72, 0.36])
+    draws = serving_source(acc).accepted_steps(20000, 5, 1, np.random.default_rng(0))[0]
+    assert 1 + draws.mean() == pytest.approx(tau5, abs=0.02)

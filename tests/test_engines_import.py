@@ -99,7 +99,11 @@ def test_imported_entry_predicts_exact_tau_up_to_k_and_flags_beyond(tmp_path):
         assert row.tau == pytest.approx(counters.tau(k), abs=1e-15) and not row.extrapolated
         assert row.speedup is None  # an imported profile has no latency yet
     beyond = predict(profile, 7)[0]
-    assert beyond.extrapolated and beyond.tau == pytest.approx(tau_iid(alpha_from_tau(counters.tau(5), 5), 7))
+    # past K = 5 the counters' own curve goes on, each draft accepted at the alpha of tau(5): a_6 = a_5·α,
+    # a_7 = a_5·α² (an i.i.d. curve through tau(5) could rise above the measured a_5)
+    alpha, a5 = alpha_from_tau(counters.tau(5), 5), counters.tau(5) - counters.tau(4)
+    assert beyond.extrapolated and beyond.tau == pytest.approx(counters.tau(5) + a5 * (alpha + alpha**2))
+    assert beyond.tau != pytest.approx(tau_iid(alpha, 7), rel=1e-4)
 
 
 def test_predict_cli_on_an_imported_only_profile(tmp_path, capsys):

@@ -71,6 +71,17 @@ def survival_iid(alpha, gamma: int) -> np.ndarray:
     return np.power(a[..., None], i)
 
 
+def survival_past(survival, alpha: float, gamma: int) -> np.ndarray:
+    """a_1..a_γ from a measured curve a_1..a_K: its own up to K, then each later draft accepted at the i.i.d.
+    ``alpha`` (a_{K+j} = a_K·α^j), so the curve never rises (τ carried whole by an i.i.d. α can: its a_{K+1}
+    may exceed the measured a_K). An extrapolation: callers say so."""
+    a = np.asarray(survival, dtype=float)
+    g = int(as_gammas(gamma))
+    if g <= a.size:
+        return a[:g].copy()
+    return np.concatenate([a, a[-1] * np.power(float(alpha), np.arange(1, g - a.size + 1))])
+
+
 def tau_from_survival(survival):
     """τ = 1 + Σ_{i=1..γ} a_i, with a_i = P(at least i drafts accepted); last axis is i."""
     a = _as_prob(survival, "survival")

@@ -207,7 +207,8 @@ def _finish(imp: EngineImport, args) -> int:
     print(format_table(["k", "tau(k)", "a_k", "P(k-th accepted | k-1 accepted)"], table))
     if any(r["extrapolated"] for r in rows):
         print(
-            f"\n* i.i.d. extrapolation from tau at the measured draft length K = {imp.gamma} (not measured)"
+            f"\n* past the measured draft length K = {imp.gamma}: the counters' curve carried on, each later "
+            f"draft accepted at the i.i.d. alpha of tau({imp.gamma}) (not measured)"
         )
     print(
         f"wrote {args.out} ({'new profile' if created else 'added to profile ' + profile.name}): method "

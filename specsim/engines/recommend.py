@@ -174,7 +174,7 @@ def default_gamma_max(entry: MethodAcceptance | Acceptance) -> int:
     """Largest γ the CLI tries when not told: as far as τ is exact, up to :data:`DEFAULT_GAMMA_MAX`.
 
     An entry with greedy traces replays τ at any γ exactly: max(K, 8). An entry known only up to its K
-    (imported engine counters, a published τ): K, since τ past K would be an i.i.d. extrapolation from τ(K),
+    (imported engine counters, a published τ): K, since τ past K would be extrapolated at τ(K)'s i.i.d. α,
     optimistic where acceptance falls with depth, and a config would be written from it; the recommendation
     says so and ``--gamma-max`` (the library's ``gamma_max``) searches further, flagged."""
     acc = acceptance_of(entry)
@@ -328,8 +328,9 @@ def _boundary_note(acc: Acceptance, gamma_max: int, choices) -> str | None:
     )
     if gamma_max == measured_gamma(acc) and _iid_at(acc, gamma_max + 1):
         return (
-            f"draft lengths tried 1..{gamma_max} = the measured K only: tau past K = {gamma_max} would be an "
-            f"i.i.d. extrapolation from tau({gamma_max}), so it is not searched by default{best}; "
+            f"draft lengths tried 1..{gamma_max} = the measured K only: tau past K = {gamma_max} would be "
+            f"extrapolated (each later draft accepted at the i.i.d. alpha of tau({gamma_max})), so it is not "
+            f"searched by default{best}; "
             "--gamma-max N searches further (marked *), or serve with a larger K and import again"
         )
     if not at_max:

@@ -13,7 +13,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from specsim.acceptance.theory import alpha_from_tau, survival_from_histogram, tau_iid
+from specsim.acceptance.theory import (
+    alpha_from_tau,
+    survival_from_histogram,
+    survival_past,
+    tau_from_survival,
+    tau_iid,
+)
 from specsim.bounds import MAX_GAMMA, clip
 from specsim.errors import SpecsimError, warn
 from specsim.predict.tau_at_gamma import EXTRAPOLATED, tau_with_source
@@ -234,7 +240,8 @@ class Acceptance:
             k = len(self.survival)
             if gamma <= k:
                 return 1.0 + float(np.sum(self.survival[:gamma])), "--acceptance positions"
-            return float(tau_iid(self.alpha_past_k(), gamma)), f"{EXTRAPOLATED} gamma={k}"
+            carried = survival_past(self.survival, self.alpha_past_k(), gamma)
+            return float(tau_from_survival(carried)), f"{EXTRAPOLATED} gamma={k}"
         if self.gamma is None:
             return float(tau_iid(self.alpha, gamma)), "iid --alpha"
         if gamma == self.gamma:

@@ -2,13 +2,21 @@
 
 Greedy traces replayed at γ (exact; an adaptive ensemble's through :mod:`specsim.draft_shapes.adaptive`), else
 τ or the histogram measured at this γ, or (an entry recorded as a histogram at K, no separate τ, e.g. imported
-engine counters) the survival read off it for γ ≤ K (exact), else an i.i.d. extrapolation through α(τ) from
-the measured γ, always flagged as such.
+engine counters) the survival read off it for γ ≤ K (exact) and carried on past K at α(τ(K)), else an i.i.d.
+extrapolation through α(τ) from the measured γ, the last two always flagged as such.
 """
 
 from __future__ import annotations
 
-from specsim.acceptance.theory import alpha_from_tau, tau_from_histogram, tau_from_histogram_at, tau_iid
+from specsim.acceptance.theory import (
+    alpha_from_tau,
+    survival_from_histogram,
+    survival_past,
+    tau_from_histogram,
+    tau_from_histogram_at,
+    tau_from_survival,
+    tau_iid,
+)
 from specsim.errors import SpecsimError
 from specsim.profile_format import MethodAcceptance
 
@@ -64,4 +72,7 @@ def tau_with_source(entry: MethodAcceptance, gamma: int) -> tuple[float, str]:
     if entry.gamma == gamma:
         return measured, "measured" if entry.tau is not None else "histogram"
     alpha = alpha_from_tau(measured, entry.gamma)
+    if entry.tau is None and gamma > entry.gamma:  # the histogram's curve, carried on past K (it never rises)
+        carried = survival_past(survival_from_histogram(entry.accepted_histogram), alpha, gamma)
+        return float(tau_from_survival(carried)), f"{EXTRAPOLATED} gamma={entry.gamma}"
     return float(tau_iid(alpha, gamma)), f"{EXTRAPOLATED} gamma={entry.gamma}"

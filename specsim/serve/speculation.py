@@ -16,7 +16,7 @@ from typing import Protocol
 
 import numpy as np
 
-from specsim.acceptance.theory import alpha_from_tau
+from specsim.acceptance.theory import alpha_from_tau, survival_past
 from specsim.bounds import interval_arg
 from specsim.errors import SpecsimError
 
@@ -100,7 +100,8 @@ class SurvivalAcceptance:
     """Accepted drafts of a block drawn from a survival curve ``survival`` = (a_1..a_K), a_i = P(at least i
     drafts accepted): one uniform u per block, accepted = #{i <= γ: u < a_i} (exact for γ <= K: the first γ
     drafts of a K-draft block are the γ a γ-block proposes). Past K, as τ is carried there
-    (:func:`specsim.predict.tau_at_gamma.tau_with_source`), i.i.d. at ``alpha_past_k``, the α of τ(K)."""
+    (:func:`specsim.acceptance.theory.survival_past`): each later draft accepted at ``alpha_past_k``, the α
+    of τ(K)."""
 
     survival: tuple[float, ...]
     alpha_past_k: float
@@ -111,10 +112,8 @@ class SurvivalAcceptance:
 
     def accepted_steps(self, requests: int, gamma: int, steps: int, rng) -> np.ndarray:
         """[steps, requests] accepted drafts of blocks of γ drafts (draws do not depend on positions)."""
-        if gamma > len(self.survival):
-            return IidAcceptance(self.alpha_past_k).accepted_steps(requests, gamma, steps, rng)
         u = rng.random(size=(steps, requests))
-        return (u[..., None] < np.asarray(self.survival[:gamma], dtype=float)).sum(axis=-1)
+        return (u[..., None] < survival_past(self.survival, self.alpha_past_k, gamma)).sum(axis=-1)
 
 
 def serving_source(acceptance) -> AcceptanceSource:
