@@ -1,11 +1,9 @@
 """Hardware planning for token trees: the best tree per device, batch and context (Sequoia, Chen et al. 2024:
 the best tree depends on the hardware through the cost of verifying n tokens).
 
-The roofline prices a tree block as :mod:`specsim.hardware.plan_rows` prices a chain's (the draft's root and
-level passes under its drafting kind, Tv(n) over n+1 rows, the runtime's block terms against the block's
-passes); τ(tree) comes from per-rank acceptance (:func:`specsim.draft_shapes.trees.expected_tokens`).
-Candidates: the optimal trees (:func:`specsim.draft_shapes.tree_search.optimal_trees`) of every size
-n ≤ n_max and depth ≤ max_depth, chains included; speedup = τ·T / block ms, T the target-only step.
+A tree block is priced as :mod:`specsim.hardware.plan_rows` prices a chain's (draft passes under the drafting
+kind, Tv(n) over n+1 rows, the block terms); τ(tree) from per-rank acceptance; candidates: the optimal trees
+of every size n ≤ n_max and depth ≤ max_depth, chains included; speedup = τ·T / block, T the target step.
 More: ARCHITECTURE.md, Notes by module.
 """
 

@@ -1,12 +1,10 @@
 """Runtime-aware roofline vs the published GPU set: fits of runtime parameters, leave-one-source-out,
 summaries.
 
-Fitting: least squares on log(predicted / measured) over each runtime's rows, with a weak pull toward its
-cited defaults; a runtime family shares its pooled parameters (:mod:`.family_fit`). Leave-one-source-out:
-each source priced with a fit on the other sources only; a runtime no other source covers (``at_defaults``)
-is priced at its defaults, or, in a family, at the family's fit on the other sources.
-Predictions: :mod:`.row_predict`.
-More: ARCHITECTURE.md, Notes by module.
+Fitting: least squares on log(predicted / measured) over each runtime's rows, pulled weakly toward its cited
+defaults; a runtime family shares its pooled parameters (:mod:`.family_fit`). Leave-one-source-out: each
+source priced with a fit on the other sources only (a runtime no other source covers: ``at_defaults``).
+Predictions: :mod:`.row_predict`. More: ARCHITECTURE.md, Notes by module.
 """
 
 from __future__ import annotations
