@@ -303,3 +303,22 @@ def test_help_says_what_the_defaults_are(capsys):
     text = " ".join(capsys.readouterr().out.split())
     assert "(this or --target is needed)" in text and "(default: llava" not in text
     assert "default: the --engine's own on GPUs" in text and "for SGLang too" not in text
+
+
+def test_engine_settings_name_the_draft_an_engine_can_load(capsys, tmp_path):
+    """A shipped draft given by its alias is written as its Hugging Face id (vLLM and SGLang load ids, not
+    specsim's aliases); llama-server reads a GGUF file, so only --draft-model names one there."""
+    base = "recommend --alpha 0.7 --target llama-3.1-8b --draft llama-3.2-1b --batch 1,8".split()
+    out = tmp_path / "spec.json"
+    assert main([*base, "--engine", "vllm", "--config-out", str(out)]) == 0
+    assert json.loads(out.read_text())["model"] == "meta-llama/Llama-3.2-1B-Instruct"
+    capsys.readouterr()
+    assert main([*base, "--engine", "sglang", "--json"]) == 0
+    flags = json.loads(capsys.readouterr().out)["config"]
+    assert flags[flags.index("--speculative-draft-model-path") + 1] == "meta-llama/Llama-3.2-1B-Instruct"
+    assert main([*base, "--engine", "llama.cpp", "--json"]) == 0
+    flags = json.loads(capsys.readouterr().out)["config"]
+    assert flags[flags.index("-md") + 1] == "DRAFT.gguf"
+    assert main([*base, "--engine", "llama.cpp", "--draft-model", "d.gguf", "--json"]) == 0
+    flags = json.loads(capsys.readouterr().out)["config"]
+    assert flags[flags.index("-md") + 1] == "d.gguf"

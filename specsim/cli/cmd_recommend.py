@@ -10,9 +10,11 @@ from specsim.bounds import RANGES, number_arg
 from specsim.cli.model_options import add_model_options, image_size
 from specsim.draft_kinds.registry import draft_kind
 from specsim.engines.engine_config import (
+    CONFIG_HEADINGS,
     SGLANG_ALGORITHMS_WITHOUT_MODEL,
     VLLM_METHODS_WITHOUT_MODEL,
     check_model_id,
+    hub_id,
     is_model_id,
     llama_cpp_server_args,
     sglang_server_args,
@@ -33,7 +35,6 @@ from specsim.engines.recommend import (
 from specsim.errors import SpecsimError
 from specsim.hardware.device import load_device
 from specsim.hardware.measured_pair import other_pair_note
-from specsim.hardware.model_resolution import find_shipped
 from specsim.hardware.plan_inputs import resolve_models
 from specsim.hardware.runtime import DEFAULT_RUNTIMES, load_runtime
 from specsim.jsonio import check_writable, dumps_json, show, write_json_atomic, write_text_atomic
@@ -46,11 +47,6 @@ from specsim.serve.speculation import alpha_arg
 from specsim.validation.regime_error import regime_errors
 
 ENGINE_NAMES = {"vllm": "vLLM", "sglang": "SGLang", "llama.cpp": "llama.cpp"}
-_CONFIG_HEADINGS = {  # where each engine documents the settings printed under it
-    "vllm": "vLLM --speculative-config (docs/features/speculative_decoding):",
-    "sglang": "SGLang server flags (docs/advanced_features/speculative_decoding.md):",
-    "llama.cpp": "llama-server flags (tools/server/README.md):",
-}
 DEFAULT_ENGINE_METHOD = {"vllm": "draft_model", "sglang": "STANDALONE", "llama.cpp": "draft-simple"}
 _DESC = (
     "Recommend a serving engine's speculative-decoding settings per batch size: the best draft length "
@@ -182,25 +178,18 @@ def _draft_model(
     pair; no profile); a method that brings no draft model gets only an explicit --draft-model."""
     if args.draft_model:
         return args.draft_model, False
-    hub = _head_hub_id(lm)
+    head = draft_kind(lm.draft_kind).is_head and lm.draft is not None
+    hub = hub_id(lm.draft.name) if head else None  # a shipped head: the id it is published under
     if hub:
         return hub, False
     without = VLLM_METHODS_WITHOUT_MODEL if args.engine == "vllm" else SGLANG_ALGORITHMS_WITHOUT_MODEL
-    if method in without or method.upper() in without:
-        return None, False
+    if method in without or method.upper() in without or args.engine == "llama.cpp":
+        return None, False  # llama-server reads a GGUF file: only --draft-model names one
     if borrowed or profile is None or acc.entry is None:
-        return (args.draft or (pair_models(args.pair)[1] if args.pair else None)), False
+        priced = args.draft or (pair_models(args.pair)[1] if args.pair else None)
+        return (hub_id(priced) or priced) if priced else None, False
     prov = acc.entry.provenance or profile.provenance
     return (None, False) if prov.draft in (NOT_REPORTED, "") else (prov.draft, True)
-
-
-def _head_hub_id(lm: LatencyModel) -> str | None:
-    """The Hugging Face id a shipped draft head is published under (its alias ``org/name``), for a head
-    kind; None otherwise."""
-    if not draft_kind(lm.draft_kind).is_head or lm.draft is None:
-        return None
-    found = find_shipped(lm.draft.name)
-    return next((n for n in found[1].names if is_model_id(n)), None) if found else None
 
 
 def _draft_id_note(draft_model: str | None, from_profile: bool, snippet, given: bool = True) -> list[str]:
@@ -392,7 +381,7 @@ def _text(args, rec: Recommendation, lm: LatencyModel, profile: Profile, snippet
     if any(rec.at(b).extrapolated for b in rec.shown_batches):
         lines.append("* tau at this gamma is an i.i.d. extrapolation from the measured gamma")
     lines += [f"validation: {v.text()}" for v in validation]
-    lines.append("\n" + _CONFIG_HEADINGS[args.engine])
+    lines.append("\n" + CONFIG_HEADINGS[args.engine])
     if args.engine == "vllm":
         lines.append("  (none)" if snippet is None else json.dumps(snippet))
     else:

@@ -15,6 +15,7 @@ import re
 
 from specsim.engines.recommend import Recommendation
 from specsim.errors import SpecsimError
+from specsim.hardware.model_resolution import find_shipped
 from specsim.jsonio import show
 
 # vLLM speculative methods that bring no separate draft model (SpeculativeConfig.__post_init__).
@@ -28,6 +29,11 @@ SGLANG_FLAGS = (
     "--speculative-num-draft-tokens",
 )
 SGLANG_ALGORITHMS_WITHOUT_MODEL = ("NGRAM",)
+CONFIG_HEADINGS = {  # where each engine documents the settings ``specsim recommend`` prints under it
+    "vllm": "vLLM --speculative-config (docs/features/speculative_decoding):",
+    "sglang": "SGLang server flags (docs/advanced_features/speculative_decoding.md):",
+    "llama.cpp": "llama-server flags (tools/server/README.md):",
+}
 _HF_REPO_ID = re.compile(r"([A-Za-z0-9][\w.-]*/)?[\w.-]+")
 _PATH_PREFIXES = ("/", "./", "../", "~")
 
@@ -47,6 +53,13 @@ def is_model_id(text, *, bare_ok: bool = False) -> bool:
         and ".." not in text
         and not text.endswith((".", "-", ".git"))
     )
+
+
+def hub_id(name: str) -> str | None:
+    """The Hugging Face id (``org/name``) a shipped model is published under, for its id or an alias (an
+    engine loads the id, not specsim's alias); None when nothing ships it."""
+    found = find_shipped(name)
+    return next((n for n in found[1].names if is_model_id(n)), None) if found else None
 
 
 def check_model_id(value: str, flag: str, *, label: str = "", bare_ok: bool = False) -> str:
