@@ -355,3 +355,20 @@ def test_reference_pair_cache_dir_that_is_a_file(tmp_path):
         fetch_model(
             spec, tmp_path / "file" / "cache", progress=False
         )  # NotADirectoryError before, no download
+
+
+def test_validate_sweep_plot_with_nothing_to_draw(tmp_path, capsys):
+    """--sweep-plot with --no-sweeps, or on a set without sweeps, wrote nothing and exited 0 silently."""
+    plot = str(tmp_path / "s.png")
+    _one_line_error(capsys, ["validate", "--no-sweeps", "--sweep-plot", plot], "--no-sweeps leaves out")
+    path = tmp_path / "set.json"
+    path.write_text(json.dumps(_small_published_set()))  # batch-1 sources only
+    _one_line_error(capsys, ["validate", "--data", str(path), "--sweep-plot", plot], "has no batch sweep")
+    assert not (tmp_path / "s.png").exists()
+
+
+def test_a_sweep_cell_where_no_batch_fits_does_not_say_never():
+    from specsim.validation.batch_sweeps import describe_range
+
+    assert describe_range(None, None, 0) == "no batch fits"
+    assert describe_range(None, None, 64) == "never <=64" and describe_range(8, None, 64) == "8..64+"

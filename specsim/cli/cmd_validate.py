@@ -101,6 +101,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
     if args.plot is not None:
         check_writable(args.plot, "--plot", suffix=".png")
     if args.sweep_plot is not None:
+        if args.no_sweeps:
+            raise SpecsimError("--sweep-plot: draws the batch sweeps, which --no-sweeps leaves out")
         check_writable(args.sweep_plot, "--sweep-plot", suffix=".png")
     if args.write_runtimes is not None:
         if not args.fit_all:
@@ -117,6 +119,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
             f"--data {args.data}: no row can be predicted (expected at least one row with a published value "
             "to compare and the tau it needs)"
         )
+    if args.sweep_plot and not published_sweeps(ps):
+        raise SpecsimError(f"--sweep-plot: --data {args.data} has no batch sweep to draw")
     overrides = {rt.name: rt for rt in (load_runtime(x) for x in args.runtime or [])}
     runtimes = load_runtimes(ps, overrides)
     check_runtime_kinds(ps, runtimes)

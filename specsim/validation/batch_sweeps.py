@@ -251,7 +251,9 @@ def crossover_grid(
 
 def describe_range(pays_from: int | None, stops_from: int | None, max_fit_batch: int) -> str:
     """Where SD pays on the batches that fit, in a table cell: never <=64 / 8..64+ (still at the largest that
-    fits) / 8..32 (not from 64)."""
+    fits) / 8..32 (not from 64) / no batch fits."""
+    if max_fit_batch < 1:  # not "never pays": the weights and one sequence's cache do not fit
+        return "no batch fits"
     if pays_from is None:
         return f"never <={max_fit_batch}"
     if stops_from is None:
