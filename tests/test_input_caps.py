@@ -135,6 +135,16 @@ def test_validate_counts_the_sources_of_its_rows(tmp_path, capsys):
     assert code == 0 and out.startswith("published GPU measurements: 2 predictable rows from 1 source (")
 
 
+def test_a_set_without_schema_version_says_so(tmp_path, capsys):
+    """`{}` was reported as "got null", as if schema_version had been given as null."""
+    path = tmp_path / "set.json"
+    path.write_text("{}")
+    message = "expected an object with schema_version 1, got an object without one"
+    _one_line_error(capsys, ["validate", "--data", str(path), "--no-sweeps"], message)
+    path.write_text(json.dumps({"schema_version": None}))
+    _one_line_error(capsys, ["validate", "--data", str(path), "--no-sweeps"], "schema_version 1, got null")
+
+
 # --------------------------------------------------------------------------- trees and policies
 def test_trees_are_capped_before_they_are_built():
     t0 = time.process_time()

@@ -19,7 +19,10 @@ def check_schema_version(d: Any, expected: int, where: str) -> int:
     otherwise (``true`` and ``1.0`` equal 1 in Python, but no writer of this format wrote them)."""
     version = d.get("schema_version") if isinstance(d, dict) else None
     if type(version) is not int or version != expected:
-        got = show(version) if isinstance(d, dict) else f"{type(d).__name__} {show(d)}"
+        if isinstance(d, dict):
+            got = show(version) if "schema_version" in d else "an object without one"
+        else:
+            got = f"{type(d).__name__} {show(d)}"
         raise SpecsimError(f"{where}: expected an object with schema_version {expected}, got {got}")
     return version
 
