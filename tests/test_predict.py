@@ -132,3 +132,13 @@ def test_a_priced_row_reproduces_its_speedup_from_its_own_columns(name, capsys):
     lines = capsys.readouterr().out.splitlines()
     header = next(line for line in lines if line.split()[:2] == ["method", "tau"])
     assert header.split()[2:8] == ["d", "c", "v", "o", "d*c+v+o", "speedup"]
+
+
+def test_the_tok_s_note_is_for_profiles_without_ms(capsys):
+    """zoo-cpu has ms; at gamma 5 its rows are unpriced for another reason (their notes say which), and the
+    table said the profile has no Tp."""
+    assert main(["predict", "--profile", "zoo-cpu", "--gamma", "5", "--scenario", "zoo-1img"]) == 0
+    out = capsys.readouterr().out
+    assert "outside the measured range" in out and "tok/s needs absolute Tp" not in out
+    assert main(["predict", "--gamma", "5"]) == 0  # IbED: published ratios, no ms
+    assert "tok/s needs absolute Tp (ms); this profile has none" in capsys.readouterr().out

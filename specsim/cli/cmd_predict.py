@@ -324,7 +324,8 @@ def _print_notes(rows, notes: dict, e2e_missing=()) -> None:
         lines.append(f"{ASSUMED_MARK} speedup rests on an assumption stated below")
     lines += [f"note: {n}" for n in notes]
     lines += [f"note: {m}" for m in dict.fromkeys(e2e_missing)]
-    if all(r.tokens_per_s is None for r in rows):
+    priced = [r for r in rows if r.speedup is not None]  # rows without a speedup say why in their notes
+    if priced and all(r.tokens_per_s is None for r in priced):
         lines.append("tok/s needs absolute Tp (ms); this profile has none")
     if lines:
         print("\n" + "\n".join(lines))
