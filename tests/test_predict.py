@@ -142,3 +142,10 @@ def test_the_tok_s_note_is_for_profiles_without_ms(capsys):
     assert "outside the measured range" in out and "tok/s needs absolute Tp" not in out
     assert main(["predict", "--gamma", "5"]) == 0  # IbED: published ratios, no ms
     assert "tok/s needs absolute Tp (ms); this profile has none" in capsys.readouterr().out
+
+
+def test_a_best_chain_of_one_priced_gamma_is_not_called_best(capsys):
+    """IbED prices gamma 5 only: the chain row read 'best γ = 5' above a sweep that says it names no best."""
+    assert main(["sweep", "--tree", "4,2,1", "--scenario", "ChartQA"]) == 0
+    out = capsys.readouterr().out
+    assert "γ = 5" in out and "best γ" not in out and "no best gamma" in out

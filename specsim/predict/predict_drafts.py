@@ -106,7 +106,7 @@ class Comparison:
     drafts: tuple[Prediction, ...]
     best_tree: Prediction | None
     best_tree_note: str = ""
-    gammas: tuple[int, ...] = ()  # the γs best_chain is the best of
+    gammas: tuple[int, ...] = ()  # the γs best_chain is the best of (those with a speedup)
 
     def to_json(self) -> dict:
         row = lambda p: None if p is None else p.to_json()  # noqa: E731
@@ -155,7 +155,7 @@ def compare(
                 rows,
                 best,
                 note,
-                tuple(int(g) for g in gammas),
+                tuple(p.gamma for p in known),
             )
         )
     return out
