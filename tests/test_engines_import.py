@@ -148,6 +148,21 @@ def test_import_adds_to_an_existing_profile_and_keeps_it(tmp_path, profile):
     assert row.speedup is not None  # the existing latency tables now give a speedup
 
 
+def test_an_import_that_replaces_an_entry_or_meets_another_target_says_so(tmp_path, capsys):
+    """SGLang's counters (Qwen2.5-VL) over a vLLM import (LLaVA) of the same method and scenario replaced
+    it and printed "added to profile", without a word about the entry gone or the other model."""
+    out = str(tmp_path / "served.json")
+    argv = ["--method", "draft", "--scenario", "chat", "--out", out]
+    assert main(["import", "vllm", str(SCRAPE_1), str(SCRAPE_2), *argv]) == 0
+    capsys.readouterr()
+    assert main(["import", "sglang", str(DATA / "sglang_metrics.prom"), "--num-steps", "3", *argv]) == 0
+    got = capsys.readouterr()
+    assert "replaced the entry of method 'draft', scenario 'chat'" in got.err and "(gamma 5, " in got.err
+    assert "but profile served's target is 'llava-hf/llava-1.5-7b-hf'" in got.err
+    assert "(replaced in profile served)" in got.out
+    assert [(a.method, a.gamma) for a in load_profile(out).acceptance] == [("draft", 3)]
+
+
 def test_entry_provenance_round_trips_and_is_validated():
     imp = import_vllm([SCRAPE_2])
     entry = imp.entry(method="M", scenario="s", engine_version="0.11.0", draft="d", device="H100")

@@ -8,7 +8,7 @@ import sys
 
 from specsim.bounds import number_arg
 from specsim.engines.imported import EngineImport, add_to_profile, import_sglang, import_vllm
-from specsim.errors import SpecsimError
+from specsim.errors import SpecsimError, warn
 from specsim.jsonio import check_writable, dumps_json
 from specsim.predict.tau_at_gamma import extrapolated, tau_with_source
 from specsim.profile_format import MethodAcceptance
@@ -160,6 +160,21 @@ def tau_rows(entry: MethodAcceptance, k_max: int) -> list[dict]:
     return rows
 
 
+def _import_warnings(profile, entry, replaced) -> list[str]:
+    """What an import into an existing profile changed besides adding: an entry replaced, another target."""
+    out = []
+    if replaced is not None:
+        of = f", of {replaced.provenance.target!r}" if replaced.provenance else ""
+        out.append(
+            f"replaced the entry of method {entry.method!r}, scenario {entry.scenario!r} in profile "
+            f"{profile.name} (gamma {replaced.gamma}{of}); give another --method or --scenario to keep both"
+        )
+    mine, theirs = entry.provenance.target if entry.provenance else "", profile.provenance.target
+    if mine and theirs and mine != theirs:
+        out.append(f"these counters are of model {mine!r}, but profile {profile.name}'s target is {theirs!r}")
+    return out
+
+
 def _finish(imp: EngineImport, args) -> int:
     entry = imp.entry(
         method=args.method,
@@ -170,7 +185,10 @@ def _finish(imp: EngineImport, args) -> int:
         device=args.device,
     )
     rows = tau_rows(entry, args.show_k or imp.gamma + 2)
-    profile, created = add_to_profile(entry, args.out)
+    profile, created, replaced = add_to_profile(entry, args.out)
+    done = "new profile" if created else f"{'replaced in' if replaced else 'added to'} profile {profile.name}"
+    for line in _import_warnings(profile, entry, replaced):
+        warn(line)
     if args.json:
         print(
             dumps_json(
@@ -187,6 +205,7 @@ def _finish(imp: EngineImport, args) -> int:
                     else list(imp.accepted_histogram),
                     "profile": str(args.out),
                     "created": created,
+                    "replaced": replaced is not None,
                 }
             )
         )
@@ -211,7 +230,7 @@ def _finish(imp: EngineImport, args) -> int:
             f"draft accepted at the i.i.d. alpha of tau({imp.gamma}) (not measured)"
         )
     print(
-        f"wrote {args.out} ({'new profile' if created else 'added to profile ' + profile.name}): method "
+        f"wrote {args.out} ({done}): method "
         f"{entry.method!r}, scenario {entry.scenario!r}, gamma = {entry.gamma}"
     )
     if not created and profile.latency.target_decode_ms_by_context is not None:

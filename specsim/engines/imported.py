@@ -160,12 +160,10 @@ def import_sglang(
     )
 
 
-def add_to_profile(entry: MethodAcceptance, out: str | Path) -> tuple[Profile, bool]:
-    """(profile written to ``out``, created?): ``entry`` added to the profile at ``out``, or a new one.
-
-    A new profile carries the entry's provenance and no latency; an existing one keeps its own and
-    any entry of the same (method, scenario) is replaced. Written atomically after validation.
-    """
+def add_to_profile(entry: MethodAcceptance, out: str | Path) -> tuple[Profile, bool, MethodAcceptance | None]:
+    """(profile written to ``out``, created?, the entry it replaced): ``entry`` added to the profile at
+    ``out``, or a new one. A new profile carries the entry's provenance and no latency; an existing one
+    keeps its own and any entry of the same (method, scenario) is replaced. Written atomically."""
     out = Path(out)
     if out.suffix != ".json":
         raise SpecsimError(f"--out: expected a path ending in .json, got {str(out)!r}")
@@ -177,7 +175,12 @@ def add_to_profile(entry: MethodAcceptance, out: str | Path) -> tuple[Profile, b
             name=out.stem,
             description=f"acceptance imported from a serving engine ({entry.provenance.notes[:80]})",
         )
-    else:
-        profile = load_profile(str(out)).with_acceptance([entry])
+    replaced = None
+    if not created:
+        before = load_profile(str(out))
+        replaced = next(
+            (e for e in before.acceptance if (e.method, e.scenario) == (entry.method, entry.scenario)), None
+        )
+        profile = before.with_acceptance([entry])
     save_profile(profile, out)
-    return profile, created
+    return profile, created, replaced
