@@ -37,8 +37,8 @@ def register(sub) -> None:
         "--new-tokens",
         type=str,
         default=None,
-        help="also show end-to-end request latency (ms) for this many output tokens "
-        "(needs absolute latency tables in the profile)",
+        help="also show end-to-end request latency (ms) for this many output tokens (needs absolute latency "
+        "tables in the profile); every column is then priced on requests of that length",
     )
     p.add_argument(
         "--max-new-tokens",
