@@ -251,3 +251,17 @@ def test_hardware_picks_smaller_trees_where_verification_is_compute_bound(capsys
         == 0
     )
     assert "best tree speedup" in capsys.readouterr().out
+
+
+def test_a_best_tree_beaten_in_its_own_table_says_why(capsys):
+    """The search picks a tree by per-rank acceptance at the mean context; the table walks the traces, where
+    another listed run can price higher (zoo-cpu's T: 'best tree:2' 0.95x under tree:chain:2's 0.98x)."""
+    argv = "predict --profile zoo-cpu --gamma 2 --tree chain:2 --best-tree --scenario zoo-1img --method T"
+    assert main([*argv.split(), "--json"]) == 0
+    (cmp,) = json.loads(capsys.readouterr().out)["drafts"]
+    chain = next(d for d in cmp["drafts"] if d["draft"] == "tree:chain:2")
+    assert chain["speedup"] > cmp["best_tree"]["speedup"]  # the case this test is about
+    assert main(argv.split()) == 0
+    lines = capsys.readouterr().out.splitlines()
+    note = next(x for x in lines if x.startswith("note: best tree (T, zoo-1img)"))
+    assert "tree:chain:2" in note and "price higher" in note

@@ -161,6 +161,15 @@ def compare(
     return out
 
 
+def _beating_best_tree(c: Comparison) -> list[str]:
+    """The runs of ``c`` whose walked speedup beats its best tree's (the search prices trees otherwise)."""
+    best = c.best_tree.speedup if c.best_tree is not None else None
+    if best is None:
+        return []
+    runs = [p for p in (c.best_chain, *c.drafts) if p is not None and p.speedup is not None]
+    return [p.draft or f"γ = {p.gamma}" for p in runs if p.speedup > best]
+
+
 def comparison_table(rows: list[Comparison]) -> str:
     """Per scenario: one line per method and run (best γ, trees, policies, best tree) with τ, speedup,
     tokens/s and the block's cost in units of Tp."""
@@ -188,6 +197,11 @@ def comparison_table(rows: list[Comparison]) -> str:
                     notes[p.note] = None
             if c.best_tree_note:
                 notes[f"best tree ({c.method}): {c.best_tree_note}"] = None
+            if beaten := _beating_best_tree(c):
+                notes[
+                    f"best tree ({c.method}, {c.scenario}): the search's pick by per-rank acceptance at the "
+                    f"mean context; walked through the traces, {', '.join(beaten)} price higher"
+                ] = None
         lines.append(f"\nscenario {scen[0]} ({scen[1]} image{'s' if scen[1] != 1 else ''})")
         lines.append(format_table(["method", "run", "tau", "speedup", "tok/s", "block/Tp"], table))
     lines += [f"note: {n}" for n in notes]
