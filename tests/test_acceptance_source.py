@@ -121,7 +121,8 @@ def test_recommend_with_another_pairs_profile_says_so_and_names_the_priced_draft
     argv += ["--scenario", "ChartQA", "--target", "llama-3.1-8b", "--draft", "llama-3.2-1b", "--json"]
     out = _json(capsys, argv)
     assert any("its tau is borrowed" in n and "ibed-llava1.5-7b-68m" in n for n in out["notes"])
-    assert out["config"]["model"] == "llama-3.2-1b" and "68m" not in json.dumps(out["config"])
+    assert out["config"]["model"] == "meta-llama/Llama-3.2-1B-Instruct"  # the priced draft, by its hub id
+    assert "68m" not in json.dumps(out["config"])
     own = _json(capsys, argv[:-5] + ["--pair", "llava-1.5-7b-68m", "--json"])
     assert not any("borrowed" in n for n in own["notes"])
 
