@@ -109,26 +109,17 @@ def test_unusable_devices_are_one_line(tmp_path, cfg, capsys, monkeypatch, devic
 )
 def test_latency_plan_bounds(tmp_path, cfg, capsys, monkeypatch, extra, expected):
     monkeypatch.setattr(L, "calibrate_latency", lambda *a, **k: pytest.fail("measured an impossible plan"))
-    argv = [
-        "calibrate",
-        "latency",
-        "--target-config",
-        cfg,
-        "--draft-config",
-        cfg,
-        "--out",
-        str(tmp_path / "p.json"),
-        "--contexts",
-        "8,16",
-        "--verify-context",
-        "8",
-        "--gammas",
-        "1,2",
-        "--prefill-tokens",
-        "8",
-        "--quiet",
-    ]
-    assert main(argv + extra) == 2
+    options = {
+        "--target-config": cfg,
+        "--draft-config": cfg,
+        "--out": str(tmp_path / "p.json"),
+        "--contexts": "8,16",
+        "--verify-context": "8",
+        "--gammas": "1,2",
+        "--prefill-tokens": "8",
+    } | dict(zip(extra[::2], extra[1::2]))  # the case's values replace the base's (an option is given once)
+    argv = ["calibrate", "latency", *(x for kv in options.items() for x in kv), "--quiet"]
+    assert main(argv) == 2
     assert expected in _one_line(capsys)
     assert not (tmp_path / "p.json").exists()
 

@@ -181,3 +181,25 @@ def test_sample_paths_is_capped_before_models_load(tmp_path, capsys, monkeypatch
     err = _one_line(capsys)
     assert "--sample-paths: expected 0 (off) or at least 2 and at most 1024" in err and "1000000" in err
     assert not (tmp_path / "p.json").exists()
+
+
+@pytest.mark.parametrize(
+    "argv, flag",
+    [
+        (["sweep", "--gamma", "1-3", "--gamma", "2-4"], "--gamma"),
+        (["predict", "--gamma", "5", "--json", "--json"], "--json"),
+        (["predict", "--gam", "5", "--gamma=4"], "--gamma"),  # abbreviated and with '=' alike
+        (["recommend", "--engine", "vllm", "--device", "h100-sxm", "--device", "l4"], "--device"),
+        (["validate", "--data", "a.json", "--data", "b.json"], "--data"),
+        (["calibrate", "latency", "--out", "a.json", "--out", "b.json"], "--out"),
+    ],
+)
+def test_an_option_given_twice_is_an_error(capsys, argv, flag):
+    """The second value silently won (recommend kept the last --device of two, sweep the last --gamma)."""
+    assert main(argv) == 2
+    assert f"{flag}: given twice (expected it once)" in _one_line(capsys)
+
+
+def test_repeatable_options_still_repeat(capsys):
+    assert main(["predict", "--gamma", "5", "--method", "M", "--method", "T", "--scenario", "ChartQA"]) == 0
+    assert main(["hardware", "--device", "h100-sxm", "--device", "l4", "--batch", "1", "--context", "8"]) == 0

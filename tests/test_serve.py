@@ -292,6 +292,12 @@ def test_roofline_step_cost_prices_passes_as_the_planner():
 SERVE = ["serve", "--requests", "30", "--output-tokens", "32", "--alpha", "0.7"]
 
 
+def _with_requests(n: int) -> list[str]:
+    """SERVE with another request count (an option is given once)."""
+    i = SERVE.index("--requests")
+    return [*SERVE[: i + 1], str(n), *SERVE[i + 2 :]]
+
+
 def test_cli_prints_sd_on_and_off(capsys):
     assert main([*SERVE, "--rate", "4", "--slo", "ttft=500,tpot=50"]) == 0
     out = capsys.readouterr().out
@@ -544,7 +550,7 @@ def test_max_rate_search_brackets_the_slo_edge(capsys):
         rate = max_rate_meeting_slo(setup, policy, 0.9)
         assert rate is not None and meets_slo(setup, policy, rate, 0.9)
         assert not meets_slo(setup, policy, rate * 1.03, 0.9)
-    argv = [*SERVE, "--requests", "200", "--slo", "ttft=2000,tpot=40", "--max-rate"]
+    argv = [*_with_requests(200), "--slo", "ttft=2000,tpot=40", "--max-rate"]
     assert main(argv) == 0
     out = capsys.readouterr().out
     assert "highest rate at which 90% of requests meet ttft=2000,tpot=40" in out and "target-only:" in out
@@ -564,7 +570,7 @@ def test_a_printed_max_rate_is_never_above_the_one_found(capsys):
     for rate in np.concatenate([[15.657, 10.152, 99.96, 1e-4, 2.0], 10 ** rng.uniform(-4, 5, 500)]):
         shown = float(_at_most(float(rate)))
         assert shown <= rate * (1 + 1e-12) and shown > rate * (1 - 0.01), (rate, shown)
-    argv = [*SERVE, "--requests", "200", "--slo", "ttft=2000,tpot=40", "--max-rate"]
+    argv = [*_with_requests(200), "--slo", "ttft=2000,tpot=40", "--max-rate"]
     assert main([*argv, "--json"]) == 0
     found = json.loads(capsys.readouterr().out)["max_rate_per_s"]
     assert main(argv) == 0
@@ -631,7 +637,7 @@ def test_a_sweep_on_two_processes_equals_one():
 def test_plot_of_a_rate_sweep(tmp_path, capsys):
     """--plot writes a PNG of the sweep; without --rates it is refused before anything runs."""
     out = tmp_path / "rates.png"
-    assert main([*SERVE, "--requests", "60", "--rates", "1,4,16", "--plot", str(out), "--no-progress"]) == 0
+    assert main([*_with_requests(60), "--rates", "1,4,16", "--plot", str(out), "--no-progress"]) == 0
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     capsys.readouterr()
     assert main([*SERVE, "--plot", str(tmp_path / "x.png")]) == 2

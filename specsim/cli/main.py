@@ -73,6 +73,11 @@ class OneLineParser(argparse.ArgumentParser):
         sub = self.prog.split(" ", 1)[1] + ": " if " " in self.prog else ""
         raise SpecsimError(f"{sub}{message} (see --help)")
 
+    def parse_known_args(self, args=None, namespace=None):
+        # each parse (a subcommand's included: its options all follow its name) counts its options afresh
+        _GIVEN.clear()
+        return super().parse_known_args(args, namespace)
+
 
 def build_parser() -> argparse.ArgumentParser:
     """The full argparse tree, plug-ins included."""
@@ -97,7 +102,47 @@ def build_parser() -> argparse.ArgumentParser:
                 continue
             raise
         register(calib_sub if ep.name.startswith(CALIBRATE_PREFIX) else sub)
+    _given_once(parser)
     return parser
+
+
+# Options that collect (repeatable by design) or print and exit; every other option takes one value.
+_REPEATABLE = (
+    argparse._AppendAction,
+    argparse._AppendConstAction,
+    argparse._CountAction,
+    argparse._ExtendAction,
+    argparse._HelpAction,
+    argparse._VersionAction,
+    argparse._SubParsersAction,
+)
+_GIVEN: set[int] = set()  # the single-value options met in the parse under way (OneLineParser resets it)
+_ONCE: dict[type, type] = {}
+
+
+def _once_class(base: type) -> type:
+    """``base`` refusing a second call in one parse (argparse calls an action each time its option is met,
+    abbreviated or ``--opt=value`` alike): the last one would win without a word."""
+    if base not in _ONCE:
+
+        def __call__(self, parser, namespace, values, option_string=None):
+            if id(self) in _GIVEN:
+                raise SpecsimError(f"{option_string}: given twice (expected it once)")
+            _GIVEN.add(id(self))
+            base.__call__(self, parser, namespace, values, option_string)
+
+        _ONCE[base] = type(f"Once{base.__name__}", (base,), {"__call__": __call__})
+    return _ONCE[base]
+
+
+def _given_once(parser: argparse.ArgumentParser) -> None:
+    """Every single-value option of ``parser`` and of its subcommands refuses to be given twice."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in dict.fromkeys(action.choices.values()):
+                _given_once(sub)
+        elif action.option_strings and not isinstance(action, _REPEATABLE):
+            action.__class__ = _once_class(type(action))
 
 
 def _usage(parser: argparse.ArgumentParser) -> int:
