@@ -174,8 +174,9 @@ def check_row(
     chain = isinstance(gamma, (int, np.integer))
     book = None
     if chain:
+        c = pred.ratios()["c"]  # Tq/Tp of the priced passes, for the textbook's tau / (gamma*c + 1)
         tau_ref, g_ref = reference_tau(entry, reference_gamma or gamma)
-        book = textbook_speedup(tau_ref, g_ref, gamma, pred.ratios()["c"])
+        book = textbook_speedup(tau_ref, g_ref, gamma, c)
         note += f"; textbook: v=1, iid alpha from tau={tau_ref:.3f} at gamma={g_ref}"
     return compared_row(
         entry,

@@ -90,8 +90,9 @@ def engine_row(
     gamma = draft.size_m if ngram else int(draft)
     book = None
     if not ngram:
+        c = pred.ratios()["c"]  # Tq/Tp of the priced passes, for the textbook's tau / (gamma*c + 1)
         tau_ref, g_ref = reference_tau(entry, reference_gamma)
-        book = textbook_speedup(tau_ref, g_ref, gamma, pred.ratios()["c"])
+        book = textbook_speedup(tau_ref, g_ref, gamma, c)
     row = compared_row(
         entry,
         gamma,

@@ -30,7 +30,13 @@ def plan_assumptions(target: ModelSpec, draft, methods, effs: dict, par, kind_na
         "decode phase: speedup = tau/(gamma*c + v + o), c = Tq/T, v = Tv/T, o = the named overhead terms "
         "(extra draft forwards, the engine's block terms) over T, T = one target-only step (its forward plus "
         "the engine's sampling and exposed scheduling); prefill, vision encoding and draft set-up excluded",
-        f"drafting kind {kind.name}: {kind.description}",
+        f"drafting kind {kind.name}: {kind.description}"
+        + (
+            "; its params above are the head as it runs, on the target's embedding (`hardware --list` counts "
+            "the checkpoint's)"
+            if kind.is_head and draft is not None
+            else ""
+        ),
         f"weights {target.dtype_bytes:g} (target) / {draft_bytes} bytes per parameter, KV cache "
         f"{target.kv_element_bytes:g} bytes per element; device peaks are datasheet dense BF16/FP16 "
         "(measured FP32 for the CPU)",

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from specsim.draft_kinds.registry import draft_kind
 from specsim.hardware.efficiency_fit import FitResult, HoldoutResult
 from specsim.hardware.model import ModelSpec
 from specsim.hardware.plan import Plan, ranking
@@ -107,9 +106,7 @@ def plan_text(plan: Plan, target: ModelSpec, draft: ModelSpec, fit=None) -> str:
     method (every section gathered first, then formatted)."""
     kind = plan.rows[0].draft_kind if plan.rows else "model"
     side = describe_model(draft) if draft is not None else "none: drafts by host lookup"
-    # a head's checkpoint counts its own embedding (`hardware --list`); the head runs on the target's
-    runs = ", params as the head runs: the target's embedding shared" if draft_kind(kind).is_head else ""
-    lines = [f"target {describe_model(target)}", f"draft  {side} (drafting kind {kind}{runs})"]
+    lines = [f"target {describe_model(target)}", f"draft  {side} (drafting kind {kind})"]
     if fit is not None:
         lines += fit_text(fit)
     lines.append("assumptions:")

@@ -13,7 +13,6 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from specsim.acceptance.theory import block_speedup
 from specsim.costs.pass_cost import DRAFT, FIRST, TARGET, TREE
 from specsim.draft_shapes.tree_replay import TreeMethod
 from specsim.draft_shapes.trees import TreeSpec, chain_tree, draft_pass_rows, expected_tokens
@@ -121,7 +120,7 @@ def plan_trees(
             catch_up = cost.extra_draft_forwards * cost.pass_ms(DRAFT, 1, ctx, k).ms
             gpu = passes @ members.T + catch_up + cost.pass_ms(TARGET, nodes + 1, ctx, b, kind=TREE).ms
             block = gpu + cost.block_overhead_ms(nodes, b, gpu_ms=gpu)
-            speedups = block_speedup(tau, step, block)  # [B, L, T]
+            speedups = tau * step / block  # [B, L, T]: τ·T / block, as plan_rows.price_blocks
             out += _rows(dev.name, mt.method, trees, tau, speedups, step, chains, b, ctx)
     return out
 
