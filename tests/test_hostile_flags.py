@@ -203,3 +203,12 @@ def test_an_option_given_twice_is_an_error(capsys, argv, flag):
 def test_repeatable_options_still_repeat(capsys):
     assert main(["predict", "--gamma", "5", "--method", "M", "--method", "T", "--scenario", "ChartQA"]) == 0
     assert main(["hardware", "--device", "h100-sxm", "--device", "l4", "--batch", "1", "--context", "8"]) == 0
+
+
+def test_context_and_output_lengths_need_a_decode(capsys):
+    """recommend took --context 0 where hardware refuses it; hardware --output-tokens 0 printed an end-to-end
+    speedup of the prefills alone."""
+    argv = ["recommend", "--engine", "vllm", "--alpha", "0.7", "--pair", "llava-1.5-7b-68m", "--context", "0"]
+    assert main(argv) == 2 and "--context: expected one integer in 1.." in _one_line(capsys)
+    argv = ["hardware", "--device", "h100-sxm", "--prompt-tokens", "100", "--output-tokens", "0"]
+    assert main(argv) == 2 and "--output-tokens: expected an integer >= 1" in _one_line(capsys)

@@ -224,7 +224,7 @@ def cmd_recommend(args) -> int:
         return _llama_measured(args, profile, entry.entry)
     lm = latency_model(args)
     borrowed = None if profile is None else other_pair_note(profile, lm.target, lm.draft)
-    context = _one_int(args.context, "--context", 0, "tokens")
+    context = _one_int(args.context, "--context", 1, "tokens")  # as hardware's: a decode has a context
     gamma_max = (
         default_gamma_max(entry)
         if args.gamma_max is None
