@@ -159,3 +159,15 @@ def test_hardware_names_where_sd_stops_paying_whenever_it_loses_at_the_largest_b
             assert all(r["speedup"] < 1.0 for r in rows if cross < r["batch_size"] <= fit)
             assert all(r["speedup"] >= 1.0 for r in rows if r["batch_size"] < cross), (device, context)
     assert seen >= 1
+
+
+def test_losing_at_every_shown_batch_but_paying_between_says_so():
+    """Qwen3-30B-A3B at 4k (tp 4, expert parallel, batches 1, 8, 64): 'speedup<1 at B: all' stood beside a
+    stop-paying batch of 42.6, where SD pays from 16 to 42 between the batches shown."""
+    limit = StopPaying.from_rows(
+        "gpu", "M", 4096, [_Row(1, 0.88), _Row(8, 0.93), _Row(64, 0.94)], 258, 0.72, crossover=42.6
+    )
+    assert limit.cell() == "all"
+    assert "SD loses at every batch shown but pays between them, up to batch 42.6" in limit.sentence()
+    never = StopPaying.from_rows("gpu", "M", 4096, [_Row(1, 0.9), _Row(8, 0.9)], 258, 0.7, crossover=None)
+    assert never.sentence() is None or "pays between" not in never.sentence()

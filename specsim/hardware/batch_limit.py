@@ -119,10 +119,15 @@ class StopPaying:
         fit, s = self.largest_fitting_batch, self.speedup_at_largest_fitting
         if fit == 0:
             return f"{where}: not even one sequence fits in memory"
+        cross = self.crossover_batch
+        if cross is not None and not any(r.pays for r in self.runs):  # 'all' beside a crossover
+            return (
+                f"{where}: SD loses at every batch shown but pays between them, up to batch {cross:.1f} "
+                "(a finer --batch shows where)"
+            )
         if fit is None or s is None:
             return None
         at = f"the largest batch that fits (B {fit}, {s:.2f}x)"
-        cross = self.crossover_batch
         stop = f"{cross:.1f}" if cross is not None else self.stops_from
         if self.memory_caps_first:
             return f"{where}: SD still pays at {at}; memory, not SD, caps the batch here" + (
