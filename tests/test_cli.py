@@ -141,6 +141,18 @@ def test_alpha_what_if_survives_a_scenario_filter(capsys):
     assert code == 2 and "unknown scenario 'bogus'" in err
 
 
+def test_an_alpha_what_if_is_exact_at_every_gamma(capsys):
+    """--alpha is i.i.d. by definition: its rows were marked extrapolated from gamma = 1, and sweep named no
+    best gamma for it ('only gamma = 1 priced from its own evidence')."""
+    argv = ["sweep", "--profile", "zoo-cpu", "--alpha", "0.8", "--scenario", "what-if", "--json"]
+    code, out, _ = run(capsys, *argv)
+    (row,) = json.loads(out)
+    assert code == 0 and row["best_gamma"] is not None and not any(row["extrapolated"])
+    code, out, _ = run(capsys, "predict", "--profile", "zoo-cpu", "--gamma", "3", "--alpha", "0.7", "--json")
+    what_if = next(r for r in json.loads(out) if r["method"] == "iid(alpha=0.7)")
+    assert not what_if["extrapolated"] and what_if["tau_source"] == "iid --alpha"
+
+
 def test_profiles_show_says_what_a_profile_holds(capsys):
     code, out, _ = run(capsys, "profiles", "show", "zoo-cpu")
     assert code == 0

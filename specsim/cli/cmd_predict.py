@@ -178,7 +178,7 @@ def _load(args) -> tuple[Profile, list[str] | None]:
         alpha = float("nan")
     if not 0.0 <= alpha <= 1.0:
         raise SpecsimError(f"--alpha: expected a probability in [0, 1], got {args.alpha!r}")
-    # τ at γ=1 is 1+α exactly, so predictions at any γ are the i.i.d. closed form (marked extrapolated).
+    # τ at γ=1 is 1+α; a what-if entry is i.i.d. at every γ by definition (tau_with_source: not extrapolated).
     entry = MethodAcceptance(
         method=f"iid(alpha={alpha:g})",
         scenario=WHAT_IF_SCENARIO,

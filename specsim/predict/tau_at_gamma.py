@@ -18,7 +18,7 @@ from specsim.acceptance.theory import (
     tau_iid,
 )
 from specsim.errors import SpecsimError
-from specsim.profile_format import MethodAcceptance
+from specsim.profile_format import WHAT_IF_SCENARIO, MethodAcceptance
 
 
 def check_gamma(gamma) -> int:
@@ -56,6 +56,8 @@ def tau_with_source(entry: MethodAcceptance, gamma: int) -> tuple[float, str]:
         )  # numpy only; imported here to keep start-up light
 
         return float(replay_traces_tau(entry.traces, gamma)), "replay"
+    if entry.scenario == WHAT_IF_SCENARIO and entry.gamma == 1 and entry.tau is not None:
+        return float(tau_iid(entry.tau - 1.0, gamma)), "iid --alpha"  # an α what-if is i.i.d. at every γ
     if entry.tau is None and entry.accepted_histogram is not None and gamma <= entry.gamma:
         # The histogram at K is the record (e.g. imported engine counters): τ(γ ≤ K) = 1 + Σ_{i≤γ} a_i
         # exactly.
