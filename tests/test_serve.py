@@ -703,3 +703,23 @@ def test_text_only_drafting_skips_the_image_positions_in_the_draft_prefill(capsy
         main([*SERVE, "--draft-image-tokens", "0", "--cost-profile", "zoo-cpu-batch", "--images", "0"]) == 2
     )
     assert "--draft-image-tokens: applies to roofline pricing" in _one_line(capsys)
+
+
+def test_kv_cache_past_the_kv_heads_is_counted_as_the_planner_counts_it():
+    """Llama-3.1-8B has 8 KV heads: past tp 8 each GPU holds every position of its replicated heads, so the
+    cache grows only by the weights' share it frees (tp 16 doubled it to 6.9M tokens against hardware's
+    3.46M); the positions are those the planner's per-GPU bytes fit, exactly."""
+    from specsim.hardware.device import load_device
+    from specsim.hardware.model_resolution import load_model_spec
+    from specsim.hardware.parallel import per_gpu_resident_bytes
+    from specsim.hardware.roofline import USABLE_MEMORY_FRACTION
+    from specsim.hardware.runtime import load_runtime
+    from specsim.serve.roofline_cost import RooflineStepCost
+
+    target, draft = load_model_spec("llama-3.1-8b"), load_model_spec("llama-3.2-1b")
+    dev, rt = load_device("h100-sxm"), load_runtime("vllm")
+    k8, k16 = (RooflineStepCost(target, draft, dev, rt, tp=tp).kv_cache_tokens() for tp in (8, 16))
+    assert k8 < k16 < 1.05 * k8
+    usable = USABLE_MEMORY_FRACTION * dev.memory_bytes
+    fits = lambda n: per_gpu_resident_bytes(target, draft, 1, n, 16, 16) <= usable  # noqa: E731
+    assert fits(k16) and not fits(k16 + 1)

@@ -18,7 +18,7 @@ from specsim.costs.pass_cost import DRAFT, TARGET
 from specsim.errors import SpecsimError
 from specsim.hardware.device import Device
 from specsim.hardware.model import ModelSpec
-from specsim.hardware.parallel import check_splittable, check_tp, timing_gpus
+from specsim.hardware.parallel import check_splittable, check_tp, per_gpu_resident_bytes, timing_gpus
 from specsim.hardware.roofline import USABLE_MEMORY_FRACTION
 from specsim.hardware.roofline_pass_cost import RooflinePassCost
 from specsim.serve.step_cost import chunk_images
@@ -56,6 +56,7 @@ class RooflineStepCost:
             d_tp = 1
         elif d_tp > 1:
             check_splittable(self.draft, d_tp, self.split, "draft")
+        self._cache["draft_gpus"] = d_tp
         self._cache["passes"] = RooflinePassCost(
             self.target,
             self.draft,
@@ -76,18 +77,22 @@ class RooflineStepCost:
         return self.target.vision.image_tokens if self.target.vision is not None else 0
 
     def kv_cache_tokens(self) -> int:
-        """KV positions that fit beside both models' weights: (usable memory of ``tp`` GPUs − weights) / KV
-        bytes per position of target + draft (the planner's usable fraction; replicated KV heads ignored)."""
-        models = [self.target] + ([self.draft] if self.draft is not None else [])
-        weights = sum(m.weight_bytes for m in models)
-        free = USABLE_MEMORY_FRACTION * self.device.memory_bytes * self.tp - weights
-        per_token = sum(m.kv_bytes_per_token for m in models)
-        if free < per_token:
+        """KV positions that fit on the most loaded GPU beside its weights, at the planner's usable fraction:
+        :func:`~specsim.hardware.parallel.per_gpu_resident_bytes` (KV over the GPUs, or over the KV heads
+        where ``tp`` exceeds them: replicated heads hold the same positions on every GPU)."""
+        d_tp, usable = self._cache["draft_gpus"], USABLE_MEMORY_FRACTION * self.device.memory_bytes
+        at = lambda n: per_gpu_resident_bytes(  # noqa: E731
+            self.target, self.draft, 1, n, self.tp, d_tp, split=self.split
+        )
+        base, per_token = float(at(0)), float(at(1) - at(0))
+        if usable - base < per_token:
+            models = [self.target] + ([self.draft] if self.draft is not None else [])
+            weights = sum(m.weight_bytes for m in models)
             raise SpecsimError(
                 f"{' and '.join(m.name for m in models)} leave no room for a KV cache on {self.tp} x "
                 f"{self.device.name} (weights {weights / 1e9:.1f} GB)"
             )
-        return int(free // per_token)
+        return int((usable - base) // per_token)
 
     def _draft_passes(self, batch: int, gamma: int, chunks) -> list[tuple[tuple[float, ...], float, float]]:
         """(line, Σ KV offset, weight) of a block's draft passes: γ one-row passes at ``batch``, pass j over
