@@ -293,3 +293,16 @@ def test_acceptance_out_checked_first(tmp_path, cfg, capsys, monkeypatch):
     monkeypatch.setattr(W, "load_setup", lambda args: pytest.fail("set up before --out was checked"))
     assert main(["calibrate", "acceptance", "--target", cfg, "--draft", cfg, "--out", str(tmp_path)]) == 2
     assert "--out" in _one_line(capsys)
+
+
+def test_a_config_transformers_refuses_is_one_line(tmp_path, capsys):
+    """transformers 5 refuses some configs with huggingface_hub's StrictDataclass errors (not a ValueError):
+    a hidden size of -5 gave two tracebacks and exit 1."""
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps({"model_type": "llama", "hidden_size": -5}))
+    argv = ["calibrate", "latency", "--target-config", str(path), "--draft-config", "zoo:draft"]
+    assert main([*argv, "--out", str(tmp_path / "p.json"), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err
+    assert "cannot build a transformers config (The hidden size (-5) is not a multiple" in err
+    assert not (tmp_path / "p.json").exists()

@@ -85,10 +85,10 @@ def build_random_model(
         raise SpecsimError(f"model config {label!r}: expected a 'model_type' field")
     try:
         cfg = transformers.AutoConfig.for_model(**cfg_dict)
-    except (ValueError, KeyError, TypeError) as err:
-        raise SpecsimError(
-            f"model config {label!r}: cannot build a transformers config ({str(err).splitlines()[0]})"
-        ) from None
+    except Exception as err:  # noqa: BLE001 - any refusal of a user's config (transformers 5 validates
+        # with huggingface_hub's StrictDataclass errors, which are none of ValueError, KeyError, TypeError)
+        why = str(err.__cause__ or err).strip().splitlines() or [type(err).__name__]
+        raise SpecsimError(f"model config {label!r}: cannot build a transformers config ({why[0]})") from None
     dev = check_device("cpu" if device_map else device)
     dt = canonical_dtype(dtype)
     _check_memory(cfg, dt, dev, label)
