@@ -555,3 +555,27 @@ def test_the_zoo_image_table_sets_each_replayed_tau_against_llama_cpps():
 def _completion(n: int, tokens, **timings) -> dict:
     return {"tokens": list(tokens), "timings": {"prompt_n": 40, "prompt_ms": 1.0, "predicted_n": n,
                                                 "predicted_ms": 100.0, **timings}}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "extra, flag",
+    [
+        (["--temperature", "0.7"], "--temperature"),
+        (["--batch", "2"], "--batch"),
+        (["--tree", "4,2,1"], "--tree"),
+        (["--policy", "heuristic:4"], "--policy"),
+        (["--synthetic-acceptance", "tau:2@3"], "--synthetic-acceptance"),
+        (["--method", "M"], "--method"),
+        (["--device", "cuda"], "--device"),
+        (["--max-new-tokens", "1"], "--max-new-tokens"),
+    ],
+)
+def test_check_with_llama_cpp_refuses_what_only_this_project_s_engines_run(capsys, extra, flag):
+    """These were ignored and llama-server started: a sampled, batched or tree check asked for would have run
+    (and been written) as a greedy one-request check."""
+    from specsim.cli.main import main
+
+    argv = ["check", "--runtime", "llama.cpp", "--threads", "2"]
+    assert main([*argv, "--profile", "llama-cpp-qwen2.5-coder-0.5b-1.5b-cpu", *extra, "--no-write"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"specsim: error: {flag}: ") and err.count("\n") == 1

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from calibrate.cli.latency_checks import request_flag
-from calibrate.cli.llama_cpp_options import check_threads, checked_ngram
+from calibrate.cli.llama_cpp_options import check_threads, checked_ngram, refuse_transformers_flags
 from calibrate.llama_cpp.models import setup_from_args
 from specsim.errors import SpecsimError
 from specsim.jsonio import check_writable, dumps_json
@@ -146,6 +146,11 @@ def cmd_check_llama(args) -> int:
     from specsim.check.check_tables import check_table, rounds_note, terms_table
     from specsim.profiles import load_profile, resolve_profile_path, save_profile
 
+    refuse_transformers_flags(args, "check", "--runtime llama.cpp")
+    if args.max_new_tokens < 2:  # the first pass carries the prompt; the decode phase starts at token 2
+        raise SpecsimError(
+            f"--max-new-tokens: expected an integer >= 2 (a decode phase to time), got {args.max_new_tokens}"
+        )
     gammas, serving = sorted(args.gamma), args.serve_rates is not None
     threads = check_threads(args)
     check_rounds(args)

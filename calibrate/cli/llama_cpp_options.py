@@ -71,3 +71,29 @@ def check_threads(args) -> int:
     if args.threads is None:
         raise SpecsimError("--threads: llama.cpp needs a fixed thread count (e.g. --threads 2)")
     return int(args.threads)
+
+
+# what this project's engines take and llama.cpp's runs do not: (dest, option, its default)
+_TRANSFORMERS_ONLY = {
+    "check": (
+        ("temperature", "--temperature", 0.0),
+        ("batch", "--batch", None),
+        ("tree", "--tree", None),
+        ("policy", "--policy", None),
+        ("synthetic_acceptance", "--synthetic-acceptance", None),
+        ("remeasure_batched", "--remeasure-batched", False),
+        ("method", "--method", None),
+        ("captioner", "--captioner", None),
+        ("device", "--device", "cpu"),
+        ("dtype", "--dtype", "float32"),
+        ("random_weights", "--random-weights", False),
+    ),
+}
+
+
+def refuse_transformers_flags(args, command: str, where: str) -> None:
+    """SpecsimError for the first flag given that only this project's engines run (``command``'s
+    :data:`_TRANSFORMERS_ONLY`): with ``where`` (llama.cpp's runs) it would be ignored without a word."""
+    for dest, option, default in _TRANSFORMERS_ONLY[command]:
+        if getattr(args, dest, default) != default:
+            raise SpecsimError(f"{option}: does not apply with {where} (this project's engines only)")
