@@ -306,3 +306,24 @@ def test_a_config_transformers_refuses_is_one_line(tmp_path, capsys):
     assert err.count("\n") == 1 and "Traceback" not in err
     assert "cannot build a transformers config (The hidden size (-5) is not a multiple" in err
     assert not (tmp_path / "p.json").exists()
+
+
+@pytest.mark.parametrize("command", [["latency", "--quiet"], ["acceptance", "--method", "M"]])
+def test_an_existing_out_that_is_no_profile_is_refused_before_measuring(tmp_path, capsys, command):
+    """The file is merged into at the end: a broken one was found after the whole measurement (the zoo's
+    latency: about 5 minutes; hours on large models)."""
+    out = tmp_path / "broken.json"
+    out.write_text("{broken")
+    assert main(["calibrate", command[0], "--preset", "zoo", "--out", str(out), *command[1:]]) == 2
+    err = capsys.readouterr().err
+    assert "--out: the existing file cannot be added to: " in err and err.count("\n") == 1
+    assert out.read_text() == "{broken" and not list(tmp_path.glob("*.partial*"))
+
+
+def test_a_zero_request_flag_is_checked_not_read_as_missing(tmp_path, capsys):
+    """--request-new-tokens 0 silently became the default 24 (0 == False in `value in (None, False)`)."""
+    argv = ["calibrate", "latency", "--preset", "zoo", "--out", str(tmp_path / "p.json"), "--quiet"]
+    assert main([*argv, "--request-batches", "1", "--request-new-tokens", "0"]) == 2
+    assert "--request-new-tokens: expected an integer >= 1, got 0" in capsys.readouterr().err
+    assert main([*argv, "--request-new-tokens", "0"]) == 2  # and, as any --request-* flag, needs its sweep
+    assert "--request-new-tokens: applies with --request-batches only" in capsys.readouterr().err

@@ -11,6 +11,7 @@ import io
 import time
 from pathlib import Path
 
+from calibrate.cli.latency_checks import check_existing_profile
 from calibrate.cli.llama_cpp_handlers import cmd_acceptance_llama
 from calibrate.cli.llama_cpp_options import llama_cpp_args
 from calibrate.cli.shared_options import method_args, model_args
@@ -113,6 +114,7 @@ def cmd_acceptance(args) -> int:
             f"them; each path costs one more target generation), got {args.sample_paths}"
         )
     check_writable(args.out, "--out")
+    check_existing_profile(args.out, "--out")
     from calibrate.measure.acceptance_run import partial_path, run_acceptance
     from calibrate.models.loading import quiet_loading
     from calibrate.workload.run_setup import check_model_flags, load_setup, read_workload

@@ -19,10 +19,29 @@ REQUEST_DEFAULTS = {
 }
 
 
+def _given(value) -> bool:
+    """A flag given on the command line: not its unset None or False (a 0 is given, and checked)."""
+    return value is not None and value is not False
+
+
 def request_flag(args, name: str):
     """The batched sweep's ``--request-*`` flag ``name`` as given, or its default."""
     value = getattr(args, name)
-    return REQUEST_DEFAULTS[name] if value in (None, False) else value
+    return value if _given(value) else REQUEST_DEFAULTS[name]
+
+
+def check_existing_profile(path, flag: str) -> None:
+    """SpecsimError when ``path`` exists but is no profile: a run merges into it at its end, after the
+    measuring (minutes, or hours on large models)."""
+    from pathlib import Path
+
+    from specsim.profiles import load_profile
+
+    if Path(path).is_file():
+        try:
+            load_profile(str(path))
+        except SpecsimError as err:
+            raise SpecsimError(f"{flag}: the existing file cannot be added to: {err}") from None
 
 
 def check_latency_args(args) -> None:
@@ -30,9 +49,10 @@ def check_latency_args(args) -> None:
     from calibrate.models.loading import canonical_dtype, check_device
 
     check_writable(args.out, "--out")
+    check_existing_profile(args.out, "--out")
     if args.batched_only and not args.request_batches:
         raise SpecsimError("--batched-only: needs --request-batches")
-    given = [n for n in REQUEST_DEFAULTS if getattr(args, n) not in (None, False)]
+    given = [n for n in REQUEST_DEFAULTS if _given(getattr(args, n))]
     if given and not args.request_batches:
         flag = "--" + given[0].replace("_", "-")
         raise SpecsimError(f"{flag}: applies with --request-batches only (it sizes the batched sweep)")
@@ -47,6 +67,10 @@ def check_latency_args(args) -> None:
             )
     if args.max_new_tokens < 1:
         raise SpecsimError(f"--max-new-tokens: expected an integer >= 1, got {args.max_new_tokens}")
+    for name in ("request_new_tokens", "request_target_tokens", "request_rounds"):
+        value = getattr(args, name)
+        if _given(value) and value < 1:  # 0 read as "not given" once, and became the default silently
+            raise SpecsimError(f"--{name.replace('_', '-')}: expected an integer >= 1, got {value}")
     if args.rel_halfwidth is not None and not 0 < args.rel_halfwidth < 1:
         raise SpecsimError(f"--rel-halfwidth: expected a fraction in (0, 1), got {args.rel_halfwidth}")
     if args.gammas is not None and max(args.gammas) < 2:
