@@ -150,6 +150,18 @@ def test_a_stored_study_resumes_and_refuses_other_settings(tmp_path, suffix):
         _study(_space(max_num_seqs="8,16"), StudyPlan("tpe", 9, 2, storage=storage))
 
 
+def test_a_resumed_study_draws_new_points(tmp_path):
+    """The sampler was seeded alike in every process, so a resumed (or joined) study's next trials repeated
+    the first run's deployments: 8 more trials were the first 8 again, and nothing new was simulated."""
+    space = _space(gammas="0-6", max_num_seqs="8,16,32")
+    storage = str(tmp_path / "study.db")
+    _, first = _study(space, StudyPlan("tpe", 6, 2, storage=storage))
+    _, again = _study(space, StudyPlan("tpe", 12, 2, storage=storage))
+    before = {str(r.deployment) for r in first.records}
+    after = [str(r.deployment) for r in again.records[6:]]
+    assert len(after) == 6 and sum(d in before for d in after) < 3 and again.simulations >= 4
+
+
 def test_an_exhaustive_study_resumes_where_it_stopped(tmp_path):
     space = _space(max_num_seqs="8,16")
     storage = str(tmp_path / "grid.db")

@@ -142,19 +142,23 @@ def fingerprint(context: TuneContext, space: SearchSpace, objective: Objective, 
     }
 
 
+def _sampler(optuna, search: str, seed: int):
+    if search == "tpe":
+        return optuna.samplers.TPESampler(seed=seed)
+    return optuna.samplers.RandomSampler(seed=seed)  # every exhaustive trial is enqueued
+
+
 def _open(optuna, plan: StudyPlan, objective: Objective, search: str, mark: dict):
-    sampler = (
-        optuna.samplers.TPESampler(seed=plan.seed)
-        if search == "tpe"
-        else optuna.samplers.RandomSampler(seed=plan.seed)  # every exhaustive trial is enqueued
-    )
     study = optuna.create_study(
         storage=_storage(optuna, plan.storage),
         study_name=plan.study_name,
-        sampler=sampler,
+        sampler=_sampler(optuna, search, plan.seed),
         direction=objective.direction,
         load_if_exists=True,
     )
+    held = len(study.get_trials(deepcopy=False))
+    if held:  # a resumed or joined study: the seed's first draws would repeat the trials it holds
+        study.sampler = _sampler(optuna, search, plan.seed + held)
     stored = study.user_attrs.get(STUDY_ATTR)
     if stored is None:
         study.set_user_attr(STUDY_ATTR, mark)
