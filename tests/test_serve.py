@@ -723,3 +723,18 @@ def test_kv_cache_past_the_kv_heads_is_counted_as_the_planner_counts_it():
     usable = USABLE_MEMORY_FRACTION * dev.memory_bytes
     fits = lambda n: per_gpu_resident_bytes(target, draft, 1, n, 16, 16) <= usable  # noqa: E731
     assert fits(k16) and not fits(k16 + 1)
+
+
+def test_what_a_cost_profile_or_the_default_pair_cannot_price_is_refused(capsys):
+    """--cost-profile priced its own measured draft whatever --draft-kind said, and ignored --device and
+    --image-size; a drafting kind without --target ran the default pair's 68M draft model under its label."""
+    base = ["serve", "--cost-profile", "zoo-cpu-batch", "--alpha", "0.7", "--images", "0", "--requests", "20"]
+    for extra, flag in (
+        (["--draft-kind", "ngram"], "--draft-kind"),
+        (["--device", "l4"], "--device"),
+        (["--image-size", "640x480"], "--image-size"),
+    ):
+        assert main([*base, *extra]) == 2
+        assert f"{flag}: applies to roofline pricing, not with --cost-profile" in _one_line(capsys)
+    assert main(["serve", "--alpha", "0.7", "--draft-kind", "ngram", "--requests", "20"]) == 2
+    assert "--draft-kind ngram: needs --target" in _one_line(capsys)

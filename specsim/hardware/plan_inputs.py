@@ -121,6 +121,8 @@ def resolve_models(
         return pair, spec, draft_side(kind, spec, draft, **kw)
     if pair is None and fit_profile is not None:
         return fit_profile_models(fit_profile, **kw)
+    if kind.name != "model":  # the default pair names a draft model, which this kind would not run
+        raise SpecsimError(f"--draft-kind {kind.name}: needs --target (the default pair names a draft model)")
     pair = pair or DEFAULT_PAIR
     target_name, draft_name = pair_models(pair)
     return pair, load_model_spec(target_name, **kw), load_model_spec(draft_name, **kw)

@@ -151,6 +151,10 @@ def _profile_cost(req: ServeRequest, profile, image_tokens: int, entries):
         ("--draft-image-tokens", req.draft_image_tokens, "the drafting method's prompt comes from the "
          "acceptance entry's traces"),
         ("--price", req.price, "a --cost-profile run has no device"),
+        ("--device", None if req.device == ServeRequest.device else req.device, "its machine's costs"),
+        ("--image-size", req.image_size, "its image tokens are those it measured"),
+        ("--draft-kind", req.draft_kind if draft_kind(req.draft_kind).name != "model" else None,
+         "it prices the draft model it measured"),
     ):  # fmt: skip
         if value is not None:
             raise SpecsimError(
