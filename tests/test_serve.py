@@ -738,3 +738,11 @@ def test_what_a_cost_profile_or_the_default_pair_cannot_price_is_refused(capsys)
         assert f"{flag}: applies to roofline pricing, not with --cost-profile" in _one_line(capsys)
     assert main(["serve", "--alpha", "0.7", "--draft-kind", "ngram", "--requests", "20"]) == 2
     assert "--draft-kind ngram: needs --target" in _one_line(capsys)
+
+
+def test_a_tau_of_gamma_plus_one_serves_every_draft_accepted(capsys):
+    """--tau 4 at --gamma 3 (every draft accepted, alpha 1) failed on an option not given: 'alpha: expected
+    0 <= alpha < 1, got 1.0'."""
+    assert main(["serve", "--tau", "4", "--gamma", "3", "--requests", "20", "--json"]) == 0
+    sd = json.loads(capsys.readouterr().out)["comparison"]["sd"]
+    assert sd["mean_acceptance_length"] == pytest.approx(4.0) and sd["acceptance_rate"] == pytest.approx(1.0)

@@ -34,23 +34,28 @@ class AcceptanceSource(Protocol):
 
 @dataclass(frozen=True)
 class IidAcceptance:
-    """Each draft accepted with probability ``alpha`` independently (0 <= alpha < 1)."""
+    """Each draft accepted with probability ``alpha`` independently (0 <= alpha <= 1; 1: a τ of γ+1 given,
+    every draft accepted)."""
 
     alpha: float
 
     def __post_init__(self) -> None:
-        if not (isinstance(self.alpha, (int, float)) and 0.0 <= self.alpha < 1.0):
-            raise SpecsimError(f"alpha: expected 0 <= alpha < 1, got {self.alpha!r}")
+        if not (isinstance(self.alpha, (int, float)) and 0.0 <= self.alpha <= 1.0):
+            raise SpecsimError(f"alpha: expected 0 <= alpha <= 1, got {self.alpha!r}")
+
+    def _leading(self, rng, size) -> np.ndarray:
+        """Drafts accepted before the first rejection (no rejection at α = 1)."""
+        if self.alpha >= 1.0:
+            return np.full(size, np.iinfo(np.int64).max)
+        return rng.geometric(1.0 - self.alpha, size=size) - 1
 
     def accepted(self, requests, positions, drafts, rng) -> np.ndarray:
-        leading = rng.geometric(1.0 - self.alpha, size=len(requests)) - 1
-        return np.minimum(leading, drafts)
+        return np.minimum(self._leading(rng, len(requests)), drafts)
 
     def accepted_steps(self, requests: int, gamma: int, steps: int, rng) -> np.ndarray:
         """[steps, requests] accepted drafts of ``steps`` consecutive blocks of γ drafts at once (the draws do
         not depend on positions, so the simulator may take several steps in one call)."""
-        leading = rng.geometric(1.0 - self.alpha, size=(steps, requests)) - 1
-        return np.minimum(leading, gamma)
+        return np.minimum(self._leading(rng, (steps, requests)), gamma)
 
 
 @dataclass(frozen=True)
