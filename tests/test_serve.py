@@ -334,6 +334,7 @@ def _one_line(capsys) -> str:
         (["--max-num-batched-tokens", "3"], "--max-num-batched-tokens: expected at least gamma+1 = 4"),
         (["--max-num-seqs", "-1"], "--max-num-seqs: expected an integer"),
         (["--encoder-budget", "100"], "--encoder-budget: expected at least one image's 576 tokens"),
+        (["--max-num-batched-tokens", "100"], "--max-num-batched-tokens: expected at least one image's 576"),
         (["--kv-cache-tokens", "50"], "--kv-cache-tokens: expected room for the longest request"),
         (["--gamma-by-batch", "1-8"], "--gamma-by-batch: expected ranges like 1-8:5,9-32:3"),
         (["--burstiness", "0"], "--burstiness: expected a Gamma shape"),

@@ -66,9 +66,11 @@ class SchedulerConfig:
                 f"verification rows), got {self.max_num_batched_tokens}"
             )
         if image_tokens > self.encoder_budget:
+            # without --encoder-budget the budget is --max-num-batched-tokens: name the flag the user gave
+            given = self.encoder_budget_tokens is not None
             raise SpecsimError(
-                f"--encoder-budget: expected at least one image's {image_tokens} tokens per step, got "
-                f"{self.encoder_budget}"
+                f"{'--encoder-budget' if given else '--max-num-batched-tokens'}: expected at least one "
+                f"image's {image_tokens} tokens per step (the encoder's budget), got {self.encoder_budget}"
             )
         if not self.chunked_prefill and longest_prompt > self.max_num_batched_tokens:
             raise SpecsimError(
