@@ -220,7 +220,7 @@ def test_import_sglang_steps_are_bounded(tmp_path, capsys):
     "extra, message",
     [
         (["--gamma-max", "5000"], "--gamma-max: expected one integer in 1..1024 (gamma)"),
-        (["--context", "100000000"], "--context: expected one integer in 0..16777216 (tokens)"),
+        (["--context", "100000000"], "--context: expected one integer in 1..16777216 (tokens)"),
         (["--min-speedup", "inf"], "argument --min-speedup: expected a finite number"),
         (["--at-batch", "100000"], "argument --at-batch: expected an integer in 1..4096"),
     ],
