@@ -579,3 +579,41 @@ def test_check_with_llama_cpp_refuses_what_only_this_project_s_engines_run(capsy
     assert main([*argv, "--profile", "llama-cpp-qwen2.5-coder-0.5b-1.5b-cpu", *extra, "--no-write"]) == 2
     err = capsys.readouterr().err
     assert err.startswith(f"specsim: error: {flag}: ") and err.count("\n") == 1
+
+
+@pytest.mark.parametrize(
+    "command, extra, flag",
+    [
+        ("latency", ["--tree", "4,2,1"], "--tree"),
+        ("latency", ["--device", "cuda"], "--device"),
+        ("latency", ["--max-repeats", "3"], "--max-repeats"),
+        ("latency", ["--target-config", "zoo:target"], "--target-config"),
+        ("acceptance", ["--sample-paths", "4"], "--sample-paths"),
+        ("acceptance", ["--top-k", "4"], "--top-k"),
+        ("acceptance", ["--temperature", "0.5"], "--temperature"),
+    ],
+)
+def test_calibrate_with_llama_cpp_refuses_what_only_this_project_s_engines_run(
+    tmp_path, capsys, command, extra, flag
+):
+    """Ignored before, with llama.cpp's binaries started: a tree grid, a device or sampled paths asked for
+    were simply not measured."""
+    from specsim.cli.main import main
+
+    argv = [
+        "calibrate",
+        command,
+        "--engine",
+        "llama.cpp",
+        "--threads",
+        "2",
+        "--out",
+        str(tmp_path / "p.json"),
+    ]
+    assert main([*argv, *extra]) == 2
+    err = capsys.readouterr().err
+    assert (
+        err.startswith(f"specsim: error: {flag}: does not apply with --engine llama.cpp")
+        and err.count("\n") == 1
+    )
+    assert not (tmp_path / "p.json").exists()

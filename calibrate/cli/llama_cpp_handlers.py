@@ -39,6 +39,7 @@ def cmd_latency_llama(args) -> int:
     from calibrate.llama_cpp.serve_grids import ServePlan
     from calibrate.llama_cpp.server import LlamaServer, ServerConfig
 
+    refuse_transformers_flags(args, "latency", "--engine llama.cpp")
     check_writable(args.out, "--out")
     threads, ngram = check_threads(args), checked_ngram(args)
     gammas = tuple(sorted(set(args.gammas or DEFAULT_GAMMAS)))
@@ -96,6 +97,7 @@ def cmd_acceptance_llama(args) -> int:
     from calibrate.llama_cpp.latency import save_traces
     from calibrate.llama_cpp.traces import trace_prompts
 
+    refuse_transformers_flags(args, "acceptance", "--engine llama.cpp")
     check_writable(args.out, "--out")
     threads = check_threads(args)
     if args.method not in (None, ["plain"]):

@@ -73,6 +73,18 @@ def check_threads(args) -> int:
     return int(args.threads)
 
 
+def _flag(dest: str) -> str:
+    return "--" + dest.replace("_", "-")
+
+
+# calibrate latency's options that llama.cpp's calibration does not read (values, then switches)
+_LATENCY_VALUES = (
+    "target_config draft_config captioner device_map max_memory verify_context batch_sizes tree_sizes tree "
+    "caption_tokens warmup max_repeats rel_halfwidth max_seconds_per_point request_new_tokens "
+    "request_target_tokens request_prompt_lengths request_rounds"
+)
+_LATENCY_SWITCHES = "random_weights no_vision no_unpadded_step no_server_loop no_workload"
+
 # what this project's engines take and llama.cpp's runs do not: (dest, option, its default)
 _TRANSFORMERS_ONLY = {
     "check": (
@@ -83,6 +95,22 @@ _TRANSFORMERS_ONLY = {
         ("synthetic_acceptance", "--synthetic-acceptance", None),
         ("remeasure_batched", "--remeasure-batched", False),
         ("method", "--method", None),
+        ("captioner", "--captioner", None),
+        ("device", "--device", "cpu"),
+        ("dtype", "--dtype", "float32"),
+        ("random_weights", "--random-weights", False),
+    ),
+    "latency": (
+        *((d, _flag(d), None) for d in _LATENCY_VALUES.split()),
+        *((d, _flag(d), False) for d in _LATENCY_SWITCHES.split()),
+        ("device", "--device", "cpu"),
+        ("dtype", "--dtype", "float32"),
+    ),
+    "acceptance": (
+        ("top_k", "--top-k", 0),
+        ("sample_paths", "--sample-paths", 0),
+        ("temperature", "--temperature", 1.0),
+        ("reference_gamma", "--reference-gamma", 5),
         ("captioner", "--captioner", None),
         ("device", "--device", "cpu"),
         ("dtype", "--dtype", "float32"),
