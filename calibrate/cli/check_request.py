@@ -101,8 +101,12 @@ def fill_serve_defaults(args) -> None:
 
 
 def check_rounds(args) -> None:
-    """SpecsimError for --halfwidth, --min-rounds/--max-rounds or --max-minutes out of range (either
-    runtime)."""
+    """SpecsimError for --max-new-tokens, --halfwidth, --min-rounds/--max-rounds or --max-minutes out of range
+    (either runtime: what a round decodes and how the rounds repeat)."""
+    if args.max_new_tokens < 2:  # the first pass carries the prompt; the decode phase starts at token 2
+        raise SpecsimError(
+            f"--max-new-tokens: expected an integer >= 2 (a decode phase to time), got {args.max_new_tokens}"
+        )
     if not 0 < args.halfwidth < 1:
         raise SpecsimError(f"--halfwidth: expected a fraction in (0, 1), got {args.halfwidth}")
     if args.min_rounds < 1 or args.max_rounds < args.min_rounds:
@@ -127,10 +131,6 @@ def _check_args(args) -> list[int]:
     if args.remeasure:
         raise SpecsimError(
             "--remeasure: applies with --runtime llama.cpp (--remeasure-batched: this engine's)"
-        )
-    if args.max_new_tokens < 2:  # the first pass carries the prompt; the decode phase starts at token 2
-        raise SpecsimError(
-            f"--max-new-tokens: expected an integer >= 2 (a decode phase to time), got {args.max_new_tokens}"
         )
     check_rounds(args)
     if args.synthetic_acceptance is not None and (args.tree or args.policy or args.temperature > 0):

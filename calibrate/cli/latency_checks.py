@@ -4,6 +4,8 @@ a bad flag), and the defaults of the batched sweep's ``--request-*`` flags, whic
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from specsim.errors import SpecsimError
 from specsim.jsonio import check_writable
 
@@ -33,8 +35,6 @@ def request_flag(args, name: str):
 def check_existing_profile(path, flag: str) -> None:
     """SpecsimError when ``path`` exists but is no profile: a run merges into it at its end, after the
     measuring (minutes, or hours on large models)."""
-    from pathlib import Path
-
     from specsim.profiles import load_profile
 
     if Path(path).is_file():

@@ -149,13 +149,9 @@ def cmd_check_llama(args) -> int:
     from specsim.profiles import load_profile, resolve_profile_path, save_profile
 
     refuse_transformers_flags(args, "check", "--runtime llama.cpp")
-    if args.max_new_tokens < 2:  # the first pass carries the prompt; the decode phase starts at token 2
-        raise SpecsimError(
-            f"--max-new-tokens: expected an integer >= 2 (a decode phase to time), got {args.max_new_tokens}"
-        )
+    check_rounds(args)  # --max-new-tokens among them, as for this project's engines
     gammas, serving = sorted(args.gamma), args.serve_rates is not None
     threads = check_threads(args)
-    check_rounds(args)
     if serving:
         if args.ngram is not None:
             raise SpecsimError("--ngram: applies one request at a time, not with --serve-rates")

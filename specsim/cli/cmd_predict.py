@@ -253,7 +253,7 @@ def cmd_predict(args) -> int:
     with_overhead = any(r.o is not None for r in rows)
     columns = [  # (header, cell); a column no row has a value for is left out
         ("method", lambda r: r.method),
-        ("tau", lambda r: fmt(_shown_tau(r)) + _marks(r)[0]),
+        ("tau", lambda r: fmt(r.block_tau) + _marks(r)[0]),
         ("d", lambda r: fmt(r.drafts_per_block)),
         ("c", lambda r: fmt(r.c)),
         ("v", lambda r: fmt(r.v)),
@@ -298,11 +298,6 @@ DECODE_PHASE_NOTE = (
     "Tp; speedup = tau / (d*c + v + o). --json: decode_tau, drafts_per_block, and tau over whole requests "
     "(first pass included), as `specsim check` measures it"
 )
-
-
-def _shown_tau(r) -> float:
-    """The τ a row's speedup divides: the decode phase's where the profile is priced pass by pass."""
-    return r.tau if r.decode_tau is None else r.decode_tau
 
 
 def _print_by_scenario(items, headers: list[str], row_of) -> None:

@@ -233,9 +233,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         raise SpecsimError("--max-rate: searches request rates, so it does not apply with --trace")
     if args.max_rate and (args.rate is not None or args.rates is not None):
         given = "--rate" if args.rate is not None else "--rates"
-        raise SpecsimError(
-            f"--max-rate: searches the rate itself, so {given} does not apply (it was ignored)"
-        )
+        raise SpecsimError(f"--max-rate: searches the rate itself, so {given} does not apply")
     if args.slo_attainment is not None and not args.max_rate:
         raise SpecsimError("--slo-attainment: applies with --max-rate only (the share its search must meet)")
     for rate in [args.rate] if args.rate is not None else args.rates or []:

@@ -187,7 +187,7 @@ def comparison_table(rows: list[Comparison]) -> str:
                     [
                         c.method,
                         name,
-                        fmt(p.tau if p.decode_tau is None else p.decode_tau),
+                        fmt(p.block_tau),
                         fmt(p.speedup, 2) if p.speedup is not None else "n/a",
                         fmt(p.tokens_per_s, 1),
                         fmt(p.gamma_c_plus_v),

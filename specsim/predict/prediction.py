@@ -56,6 +56,11 @@ class Prediction:
     def to_json(self) -> dict:
         return asdict(self)
 
+    @property
+    def block_tau(self) -> float:
+        """The τ the speedup divides by the block: the decode phase's where the row is priced pass by pass."""
+        return self.tau if self.decode_tau is None else self.decode_tau
+
 
 def predict_entry(
     profile: Profile,

@@ -84,7 +84,8 @@ class RooflineStepCost:
         at = lambda n: per_gpu_resident_bytes(  # noqa: E731
             self.target, self.draft, 1, n, self.tp, d_tp, split=self.split
         )
-        base, per_token = float(at(0)), float(at(1) - at(0))
+        base = float(at(0))
+        per_token = float(at(1)) - base
         if usable - base < per_token:
             models = [self.target] + ([self.draft] if self.draft is not None else [])
             weights = sum(m.weight_bytes for m in models)
