@@ -1,23 +1,21 @@
 """One prepared GPU session: calibrate's CUDA paths, latency, synthetic-acceptance checks, the zoo and HF
-steps on one lent GPU (H100/H200) within 5 minutes, in stages, most valuable first (issue 54).
+steps on one lent GPU (H100/H200) within 8 minutes (``--total-s``), in stages, most valuable first (issue 54).
 
     python bench/gpu_session.py --out "$OUT"                  # on the device machine
+    python bench/gpu_session.py --out "$OUT" --only llava7b,zoo --rounds 3   # some stages again
     python bench/gpu_session.py --dry-run --out /tmp/session  # the same path on the CPU, tiny configs
 
-Install without pip or network: a ``specsim_mllm`` dist-info holding pyproject.toml's ``specsim.commands``
-entry points, in a work folder put on PYTHONPATH beside the tree: what ``pip install -e .`` adds, without its
-build backend (setuptools) or an index. Each stage runs in its own process under its budget, cut
-to what is left of ``--total-s``; a failing or overrunning stage is recorded and the next one runs. After
-every stage its results are copied to ``--out`` (7 files): session.json (environment, per stage its steps,
-status, seconds, errors), log.txt, cuda_paths.json, llava7b.json, hf_steps.json, zoo.json, llama8b.json.
+Install without pip or network: a ``specsim_mllm`` dist-info with pyproject.toml's entry points, in a folder
+on PYTHONPATH beside the tree (what ``pip install -e .`` adds, no build backend, no index). Each stage runs
+in its own process under its budget, cut to what is left of ``--total-s``; a failing or overrunning stage is
+recorded and the next runs. After every stage its results are copied to ``--out`` (7 files): session.json
+(environment, per stage its steps, status, seconds, errors), log.txt, and a JSON per stage's results.
 
-Stages: cuda_paths (``bench/gpu_session_checks.py``); llava7b (``calibrate latency`` of LLaVA-1.5-7B/68M with
-random bf16 weights built on the GPU, batch-1 grid, then ``check --synthetic-acceptance`` at B 1 on IbED's τ);
-hf_steps (``bench/gpu_step_kernels.py --modes hf``: target and draft, rows 1..9, B 1..32); zoo (the committed
-weights: latency, acceptance, check at γ 1..5 on 1-, 2- and 5-image prompts, ``bench/engine_vs_hf.py``);
-llava7b_batch (the batched grid, B 1..64, then ``check --batch`` on the zoo's traces); llama8b (Llama-3.1-8B
-with Llama-3.2-1B, ``bench/configs/``: the same four steps, at B 1 on the zoo's traces, batched on IbED's τ).
-``--dry-run`` runs every stage on the CPU with tiny configs and small grids.
+Stages: cuda_paths (``bench/gpu_session_checks.py``); llava7b (LLaVA-1.5-7B/68M, random bf16 weights: latency
+at B 1, ``check --synthetic-acceptance`` on IbED's τ); hf_steps (``bench/gpu_step_kernels.py --modes hf``);
+zoo (real weights: latency, acceptance, check, ``bench/engine_vs_hf.py``); llava7b_batch (B 1..64, a batched
+check); llama8b (Llama-3.1-8B, Llama-3.2-1B, ``bench/configs/``: the same four steps).
+``--dry-run``: every stage on the CPU with tiny configs.
 """
 
 from __future__ import annotations
@@ -29,7 +27,7 @@ import shutil
 import subprocess
 import sys
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -65,8 +63,8 @@ class Plan:
                                  "1,2,3,4,5,6,7,8,9", "--draft-rows", "1,2,3,4,5,6,7,8,9")  # fmt: skip
     # seconds per stage, in the order run (what a stage does not finish in its budget is lost, the rest kept)
     budgets_s: tuple[tuple[str, float], ...] = (
-        ("cuda_paths", 25), ("llava7b", 75), ("hf_steps", 45), ("zoo", 60), ("llava7b_batch", 45),
-        ("llama8b", 90),  # the last stage: whatever is left
+        ("cuda_paths", 45), ("llava7b", 100), ("hf_steps", 75), ("zoo", 75), ("llava7b_batch", 60),
+        ("llama8b", 130),  # the last stage: whatever is left
     )  # fmt: skip
 
 
@@ -171,7 +169,7 @@ def _stage_steps(plan: Plan, work: Path, name: str) -> list[tuple[str, object]]:
     batched += ["--no-server-loop"]
     b1 = ["--gamma", plan.gammas, "--limit", str(plan.prompts)]
     steps = {
-        "cuda_paths": [("checks", lambda: _write(work / "cuda_paths.json", _cuda_paths(plan)))],
+        "cuda_paths": [("checks", lambda: _write(work / "cuda_paths.json", _cuda_paths(plan, work)))],
         "llava7b": [
             ("latency", lambda: _latency(plan, plan.llava, llava)),
             ("check B=1", lambda: _check(plan, plan.llava, llava, IBED, *b1)),
@@ -194,16 +192,15 @@ def _stage_steps(plan: Plan, work: Path, name: str) -> list[tuple[str, object]]:
     return steps[name]
 
 
-def _cuda_paths(plan: Plan) -> dict:
+def _cuda_paths(plan: Plan, work: Path) -> dict:
     """The CUDA-path checks with the device's provenance (GPU, driver, CUDA, torch)."""
     import torch
 
     from bench.gpu_session_checks import cuda_paths
     from bench.gpu_step_kernels import provenance
 
-    return {"provenance": provenance(torch.device(plan.device), getattr(torch, plan.dtype))} | cuda_paths(
-        plan.device, plan.dtype
-    )
+    record = {"provenance": provenance(torch.device(plan.device), getattr(torch, plan.dtype))}
+    return cuda_paths(plan.device, plan.dtype, record, lambda r: _write(work / "cuda_paths.json", r))
 
 
 def _hf_steps(plan: Plan, out: Path) -> int:
@@ -311,7 +308,7 @@ def run_session(plan: Plan, out: Path, work: Path, total_s: float, stages=None, 
     todo = stages or [(name, budget, None) for name, budget in plan.budgets_s]
     for name, budget, argv in todo:
         left = total_s - (time.perf_counter() - t_start)
-        argv = argv or _stage_argv(name, work, dry, min(budget, left))
+        argv = argv or _stage_argv(name, work, dry, min(budget, left), plan.rounds)
         record = {"stage": name, "budget_s": round(min(budget, max(left, 0)), 1)}
         if left < MIN_STAGE_S:
             why = f"{left:.0f} s left of {total_s:.0f}"
@@ -329,9 +326,10 @@ def run_session(plan: Plan, out: Path, work: Path, total_s: float, stages=None, 
     return session
 
 
-def _stage_argv(name: str, work: Path, dry: bool, budget_s: float) -> list[str]:
+def _stage_argv(name: str, work: Path, dry: bool, budget_s: float, rounds: int) -> list[str]:
     return [sys.executable, str(Path(__file__).resolve()), "--stage", name, "--work", str(work),
-            "--stage-budget-s", f"{budget_s:.1f}", *(["--dry-run"] if dry else [])]  # fmt: skip
+            "--stage-budget-s", f"{budget_s:.1f}", "--rounds", str(rounds),
+            *(["--dry-run"] if dry else [])]  # fmt: skip
 
 
 def _run_one(argv: list[str], budget_s: float, log: Path, env: dict) -> dict:
@@ -371,15 +369,22 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", default=os.environ.get("OUT"), help="results folder (default $OUT)")
     p.add_argument("--work", default=None, help="scratch folder (default: a temporary one)")
     p.add_argument("--dry-run", action="store_true", help="the same stages on the CPU, tiny configs")
-    p.add_argument("--total-s", type=float, default=285.0, help="the whole session's seconds (default 285)")
+    p.add_argument("--total-s", type=float, default=490.0, help="the whole session's seconds (default 490)")
+    names = [name for name, _ in Plan().budgets_s]
+    p.add_argument("--only", default=None, help=f"stages to run, in this order (some of {','.join(names)})")
+    p.add_argument("--rounds", type=int, default=None, help="check rounds (default: the plan's)")
     p.add_argument("--stage", default=None, help=argparse.SUPPRESS)  # a stage's own process
     p.add_argument("--stage-budget-s", type=float, default=float("inf"), help=argparse.SUPPRESS)
     args = p.parse_args(argv)
+    wanted, budgets = (args.only or ",".join(names)).split(","), dict(Plan().budgets_s)
+    if unknown := [n for n in wanted if n not in budgets]:
+        p.error(f"--only: unknown stage {', '.join(unknown)}; expected some of {', '.join(names)}")
     import tempfile
 
     work = Path(args.work or tempfile.mkdtemp(prefix="gpu-session-"))
     work.mkdir(parents=True, exist_ok=True)
-    plan = dry_plan(work) if args.dry_run else Plan()
+    plan = replace(dry_plan(work) if args.dry_run else Plan(), rounds=args.rounds or Plan().rounds)
+    plan = replace(plan, budgets_s=tuple((n, dict(plan.budgets_s)[n]) for n in wanted))
     if args.stage:
         sys.path.insert(0, str(ROOT))
         DEADLINE[0] = time.perf_counter() + args.stage_budget_s

@@ -183,15 +183,15 @@ def cuda_graphs(device: str) -> dict:
                   "tiny_step_graph_ms": sorted(replay)[len(replay) // 2]}  # fmt: skip
 
 
-def cuda_paths(device: str, dtype: str) -> dict:
-    """Every check above, each guarded: a failing one is reported and the rest run."""
-    return {
-        "device": device,
-        "dtype": dtype,
-        "placement": _guarded(placement, device, dtype),
-        "timed_regions": _guarded(timed_regions, device, dtype),
-        "synchronisation": _guarded(synchronisation, device),
-        "warm_up": _guarded(warm_up, device, dtype),
-        "bf16": _guarded(bf16, device, dtype),
-        "cuda_graphs": _guarded(cuda_graphs, device),
-    }
+def cuda_paths(device: str, dtype: str, record: dict | None = None, saved=lambda record: None) -> dict:
+    """Every check above, each guarded: a failing one is reported and the rest run; ``saved(record)`` after
+    each (a stage killed at its budget keeps the checks it finished)."""
+    record = dict(record or {}, device=device, dtype=dtype)
+    checks = {"placement": (placement, device, dtype), "timed_regions": (timed_regions, device, dtype),
+              "synchronisation": (synchronisation, device), "warm_up": (warm_up, device, dtype),
+              "bf16": (bf16, device, dtype), "cuda_graphs": (cuda_graphs, device)}  # fmt: skip
+    for name, (fn, *args) in checks.items():
+        t0 = time.perf_counter()
+        record[name] = _guarded(fn, *args) | {"check_s": round(time.perf_counter() - t0, 2)}
+        saved(record)
+    return record

@@ -125,3 +125,17 @@ def test_check_refuses_what_it_cannot_predict_before_running(files, capsys):
     assert "no token-tree grids" in err and len(err.strip().splitlines()) == 1
     assert main(args + ["--tree", "9,9,9,9"]) == 2
     assert "--tree" in capsys.readouterr().err
+
+
+def test_the_check_warms_up_every_gamma_it_times(monkeypatch):
+    """On a GPU each γ's pass shapes (γ+1 verify rows) run their first kernels in the warm-up, not round 1."""
+    from types import SimpleNamespace
+
+    from calibrate.measure import check_runs
+
+    warmed = []
+    monkeypatch.setattr(check_runs, "decode_run", lambda target, d, req, g, acc, **kw: warmed.append(g))
+    monkeypatch.setattr("calibrate.run.engine.target_decode", lambda *a, **k: None)
+    setup = SimpleNamespace(requests=["r"], target=None)
+    check_runs._warm_up(setup, {"M": "draft"}, [1, 3, 5, "tree"], {"max_new_tokens": 32})
+    assert warmed == [1, 3, 5, "tree"]

@@ -30,7 +30,7 @@ FILES = {"session.json", "log.txt", "cuda_paths.json", "llava7b.json", "hf_steps
 def dry_run(tmp_path_factory):
     base = tmp_path_factory.mktemp("session")
     out = base / "out"
-    # the session's whole budget is the device's (285 s); a busy CPU may need more for the dry run's stages
+    # the session's whole budget is the device's (490 s); a busy CPU may need more for the dry run's stages
     cmd = [sys.executable, str(ROOT / "bench" / "gpu_session.py"), "--dry-run", "--out", str(out)]
     cmd += ["--total-s", "1500"]
     proc = subprocess.run([*cmd, "--work", str(base / "work")], capture_output=True, text=True, timeout=900)
@@ -110,3 +110,21 @@ def test_install_puts_the_tree_and_its_entry_points_on_the_path(tmp_path):
     assert all(line.startswith(str(ROOT)) for line in proc.stdout.split()), proc.stdout + proc.stderr
     points = (next((tmp_path / "site").glob("*.dist-info")) / "entry_points.txt").read_text()
     assert "check = calibrate.cli.cmd_check:register" in points
+
+
+def test_only_refuses_an_unknown_stage_before_anything_runs(tmp_path):
+    script = [sys.executable, str(ROOT / "bench" / "gpu_session.py"), "--out", str(tmp_path / "out")]
+    bad = subprocess.run([*script, "--only", "zoo,llava9b"], capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2 and "unknown stage llava9b" in bad.stderr
+    assert not (tmp_path / "out").exists()  # refused before anything ran
+
+
+def test_cuda_paths_saves_the_report_after_every_check():
+    from bench.gpu_session_checks import cuda_paths
+
+    saved = []
+    record = cuda_paths("cpu", "float32", {"provenance": {"device": "cpu"}}, lambda r: saved.append(set(r)))
+    checks = ["placement", "timed_regions", "synchronisation", "warm_up", "bf16", "cuda_graphs"]
+    assert len(saved) == len(checks)  # a stage killed at its budget keeps the checks it finished
+    assert all(saved[i] >= {"provenance", *checks[: i + 1]} for i in range(len(checks)))
+    assert all(record[c]["check_s"] >= 0 for c in checks)

@@ -216,7 +216,7 @@ def drafter_trace(
         target, request, max_new_tokens=max_new_tokens, eos_token_id=eos_token_id, device=device
     )
     y = torch.tensor(ref.tokens, dtype=torch.long)  # [N]
-    gen = torch.Generator().manual_seed(seed)
+    gen = torch.Generator(device=str(unwrap(target).device)).manual_seed(seed)  # drafts draw on the device
     members = [] if isinstance(drafter, AdaptiveEnsembleDrafter) else None
     q = _drafter_probs(drafter, request, ref.tokens, temperature, gen, members)  # [N, V]
     trace = trace_from_probs(

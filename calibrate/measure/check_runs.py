@@ -99,7 +99,8 @@ def decode_run(target, drafter, request, draft, acceptance=None, **kw):
 
 
 def _warm_up(setup, drafters: dict, gammas: list, kw: dict, acceptance=None) -> None:
-    """Short runs of target-only decoding and of every kind of run, thrown away (first-call allocations)."""
+    """Short runs of target-only decoding and of every run of the check, thrown away: first-call allocations,
+    and on a GPU each pass shape's first kernels (a γ verifies γ+1 rows)."""
     from calibrate.run.engine import target_decode
 
     warm, short = setup.requests[0], kw | {"max_new_tokens": 4}
@@ -107,7 +108,7 @@ def _warm_up(setup, drafters: dict, gammas: list, kw: dict, acceptance=None) -> 
     chains = [g for g in gammas if isinstance(g, int)]
     others = [g for g in gammas if not isinstance(g, int)]
     for d in drafters.values():
-        for g in ([max(chains)] if chains else []) + others:
+        for g in chains + others:
             decode_run(setup.target, d, warm, g, acceptance, **short)
 
 

@@ -168,7 +168,9 @@ def accept_phase(
     if g:
         q = proposal.q_probs  # [γ, V]
         rows = torch.arange(g)
-        u = torch.rand(g, generator=generator, dtype=torch.float64)
+        # drawn where the generator lives (a CUDA generator draws on the GPU), compared where p lives
+        where = generator.device if generator is not None else p.device
+        u = torch.rand(g, generator=generator, dtype=torch.float64, device=where).to(p.device)
         ok = (u * q[rows, drafts].double() < p[rows, drafts].double()).long()  # u < p/q
         n = int(torch.cumprod(ok, 0).sum())
         if n < g:
