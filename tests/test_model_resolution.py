@@ -210,3 +210,11 @@ def test_published_alias_output_is_what_main_printed(capsys):
         "--device", "h100-sxm", "--batch", "1,16,64", "--context", "512",
     )  # fmt: skip
     assert code == 0 and out == (MAIN_OUTPUTS / "hardware_llama_alias.txt").read_text()
+
+
+def test_a_shipped_config_is_listed_under_its_hugging_face_id():
+    """``hardware --list`` shows the id, then the aliases: where a hub id ships, it is the id."""
+    from specsim.engines.engine_config import is_model_id
+
+    models = shipped_models()
+    assert not [m.id for m in models if not is_model_id(m.id) and any(map(is_model_id, m.names))]
