@@ -140,3 +140,12 @@ def test_cpu_device_json_is_what_it_writes(tmp_path, capsys, monkeypatch):
         capsys.readouterr().out
         == f"wrote {out}: 40.0 GB/s, 200.0 GFLOP/s fp32, {written.memory_bytes / 1e9:.1f} GB\n"
     )
+
+
+def test_list_devices_shows_the_price_given(capsys):
+    """``--price`` is what the plan prices a device-hour at, so the device list shows it too."""
+    assert main(["hardware", "--list-devices", "--device", "l4", "--price", "l4=0.55", "--json"]) == 0
+    (l4,) = json.loads(capsys.readouterr().out)
+    assert l4["price_per_hour_usd"] == {"value": 0.55, "source": "--price"}
+    assert main(["hardware", "--list-devices", "--device", "l4", "--price", "h100=3"]) == 2
+    assert "--price: device 'h100-sxm' is not among the devices (l4)" in capsys.readouterr().err

@@ -248,7 +248,9 @@ def _validation(efficiency: dict, batches, contexts) -> list[tuple[int, object]]
 
 
 def _list_devices(args: argparse.Namespace) -> int:
-    devices = load_devices(args.device)
+    from specsim.hardware.prices import parse_prices, priced
+
+    devices = priced(load_devices(args.device), parse_prices(args.price))  # $/h as the plan would price it
     if args.json:
         print(dumps_json([d.to_json() for d in devices]))
         return 0
