@@ -98,3 +98,23 @@ def test_the_timing_bench_runs_tiny_on_the_cpu(tmp_path, modes):
     assert len(pts) == 2 * 2 * (1 + len(rows))  # contexts x batches x (draft's one row + target rows)
     assert all(p["ms_median"] > 0 and p["ms_p10"] <= p["ms_median"] <= p["ms_p90"] for p in pts)
     assert record["provenance"]["device"] == "cpu" and record["schema"] == "gpu-step-kernels/1"
+
+
+def test_the_hf_eager_runtime_on_the_2026_11_30_session_steps_it_was_not_fitted_on():
+    """bench/results/gpu-session-h200-2026-11-30/README.md's figures: the committed runtime on that session's
+    HF steps (held out), and those steps against the 2026-11-26 H200 ones (device- vs host-bound)."""
+    steps = ROOT / "bench/results/gpu-session-h200-2026-11-30/hf_steps.json"
+    errors = [abs(p.error) for p in compare_steps(load_records([steps]), "hf-eager")]
+    assert len(errors) == 6
+    assert np.median(errors) == pytest.approx(0.089, abs=0.001)
+    assert max(errors) == pytest.approx(0.277, abs=0.001)
+
+    def medians(path):
+        points = json.loads(Path(path).read_text())["points"]
+        return {(p["model"], p["context_tokens"], p["batch"], p["rows"]): p["ms_median"] for p in points}
+
+    new, old = medians(steps), medians(DATA_DIR / "h200-llava-1.5-7b-68m-hf.json")
+    ratio = {k: new[k] / old[k] for k in new.keys() & old.keys() if k[0] == "target"}
+    device_bound = [r for k, r in ratio.items() if k[2] >= 16]  # the same but for B 16 at 1 row (1.15)
+    assert len(device_bound) == 10 and sum(0.99 < r < 1.02 for r in device_bound) == 9
+    assert 1.04 <= min(r for k, r in ratio.items() if k[2] <= 8) and max(ratio.values()) > 1.8  # host-bound
