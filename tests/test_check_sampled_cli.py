@@ -171,3 +171,24 @@ def test_acceptance_path_arguments_fail_before_models_load(tmp_path, capsys, mon
     out, err = capsys.readouterr()
     assert code == 2 and out == "" and message in err, err
     assert err.count("\n") == 1 and "Traceback" not in err and not list(tmp_path.iterdir())
+
+
+def test_a_missing_prompt_set_and_a_policy_past_the_grid_fail_before_models_load(
+    tmp_path, capsys, monkeypatch
+):
+    """``calibrate latency --prompts`` and ``check --policy`` are refused from files alone: no model loads."""
+    pytest.importorskip("torch")
+    import calibrate.workload.run_setup as CA
+
+    def no_models(*a, **k):
+        raise AssertionError("models loaded before the arguments were checked")
+
+    monkeypatch.setattr(CA, "load_setup", no_models)
+    monkeypatch.setattr(CA, "latency_models", no_models)
+    out = str(tmp_path / "l.json")
+    assert main(["calibrate", "latency", "--preset", "zoo", "--prompts", "nosuchset", "--out", out]) == 2
+    assert "--prompts: prompt set 'nosuchset' not found" in capsys.readouterr().err
+    policy = ["--policy", "confidence:0.7,gamma=20", "--max-new-tokens", "8", "--no-progress", "--limit", "1"]
+    assert main(["check", "--preset", "zoo", "--profile", "zoo-cpu", "--method", "M", *policy]) == 2
+    assert "reaches gamma 20 on M/" in capsys.readouterr().err
+    assert not list(tmp_path.iterdir())

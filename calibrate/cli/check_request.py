@@ -221,20 +221,23 @@ def refuse_before_loading(args, request: CheckRequest, workload, *, traces: bool
     """SpecsimError for what the runs could not price, read off the flags, the ``workload`` and the profile
     (:func:`calibrate.measure.check_runs.entries_of` and the preflights repeat it after loading): an entry per
     method and scenario group, a greedy trace per prompt (``traces``), prompts that fit the target."""
-    from calibrate.measure.check_runs import entry_of, greedy_trace
+    from calibrate.measure.check_runs import entry_of, greedy_trace, preflight
 
     name, prompts, codes = workload.name, workload.prompts, workload.methods
     if request.synthetic is not None:  # a schedule, not the profile's traces, decides the accepts
         return
-    base, longest = args.scenario or name, 0
+    base, longest, entries = args.scenario or name, 0, {}
     for prompt in prompts:
         n = len(prompt.images)
         for m in codes:
             entry = entry_of(request.profile, m, base if n == 0 else f"{base}-{n}img")
+            entries[id(entry)] = entry
             found = [t for t in entry.traces if t.prompt_id == prompt.id and t.match is not None]
             if traces and not found:
                 greedy_trace(entry, prompt.id)  # names the method, scenario and prompt
             longest = max([longest] + [t.prompt_tokens or 0 for t in found])
+    if request.drafts:  # a tree or policy the grids cannot price on these entries' traces
+        preflight(request.profile, list(entries.values()), list(request.drafts), args.max_new_tokens)
     limit = target_positions(args, workload.preset)
     if limit is not None and longest + args.max_new_tokens > limit:
         raise SpecsimError(

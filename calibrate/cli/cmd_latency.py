@@ -256,12 +256,15 @@ def cmd_latency(args) -> int:
     from calibrate.measure.latency_assembly import summary_lines
     from calibrate.measure.latency_workload import latency_workload
     from calibrate.measure.tree_grid_sweep import sweep_trees
+    from calibrate.workload.prompt_sets import load_prompts
     from calibrate.workload.run_setup import check_plan_positions, latency_models
 
     check_latency_args(args)
     if args.batched_only:
         _existing_cost_model(args.out)
     sweep_trees(args.tree_sizes or (), args.tree or ())  # a bad tree fails before the models load
+    if args.prompts:
+        load_prompts(args.prompts)  # so does a prompt set that is not there or does not parse
     t_load = time.perf_counter()
     models = latency_models(args)
     load_s = time.perf_counter() - t_load

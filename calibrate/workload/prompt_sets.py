@@ -104,7 +104,7 @@ def load_prompts(
         path = Path(name_or_path)
         if not os.path.lexists(path):
             raise SpecsimError(
-                f"prompt set {name_or_path!r} not found (expected a .jsonl file or one of: "
+                f"--prompts: prompt set {name_or_path!r} not found (expected a .jsonl file or one of: "
                 f"{', '.join(builtin_sets())})"
             )
     text, base = read_text(path, "prompt set"), path.parent  # built-in sets keep their images beside them
