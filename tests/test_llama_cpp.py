@@ -443,6 +443,25 @@ LLAMA_SERVE_CHECK = [
             "--refit: no records at x.json.llama-latency.records.json",
         ),
         (["calibrate", "latency", "--refit", "--out", "x.json"], "--refit: refits llama.cpp's kept records"),
+        (
+            [
+                "check",
+                "--profile",
+                "qwen2.5-coder-0.5b-1.5b-cpu-xeon",
+                "--ngram",
+                "ngram-simple:3,6",
+                "--no-write",
+            ],
+            "--ngram: applies with --runtime llama.cpp",
+        ),
+        (
+            ["calibrate", "latency", "--renice", "-5", "--out", "x.json"],
+            "--renice: applies with --engine llama.cpp",
+        ),
+        (
+            ["calibrate", "acceptance", "--llama-cpp", "/tmp", "--out", "x.json"],
+            "--llama-cpp: applies with --engine llama.cpp",
+        ),
     ],
 )
 def test_bad_llama_cpp_options_are_one_line(argv, message, tmp_path):

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from calibrate.cli.latency_checks import check_existing_profile
 from calibrate.cli.llama_cpp_handlers import cmd_acceptance_llama
-from calibrate.cli.llama_cpp_options import llama_cpp_args
+from calibrate.cli.llama_cpp_options import llama_cpp_args, refuse_llama_cpp_flags
 from calibrate.cli.shared_options import method_args, model_args
 from specsim.bounds import number_arg
 from specsim.errors import SpecsimError
@@ -98,6 +98,7 @@ def cmd_acceptance(args) -> int:
     """Check the arguments and --out, load the models and prompts, run, write the profile."""
     if args.engine == "llama.cpp":
         return cmd_acceptance_llama(args)
+    refuse_llama_cpp_flags(args, "--engine")
     if args.reference_gamma < 1:
         raise SpecsimError(f"--reference-gamma: expected an integer >= 1, got {args.reference_gamma}")
     if not args.temperature > 0:

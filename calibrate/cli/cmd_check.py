@@ -14,7 +14,7 @@ import sys
 
 from calibrate.cli.check_serve import serve_args
 from calibrate.cli.llama_cpp_handlers import cmd_check_llama
-from calibrate.cli.llama_cpp_options import llama_cpp_args
+from calibrate.cli.llama_cpp_options import llama_cpp_args, refuse_llama_cpp_flags
 from calibrate.cli.shared_options import IntList, method_args, model_args
 from specsim.bounds import number_arg
 from specsim.jsonio import dumps_json
@@ -153,6 +153,7 @@ def cmd_check(args) -> int:
 
     if args.runtime == "llama.cpp":
         return cmd_check_llama(args)
+    refuse_llama_cpp_flags(args, "--runtime")
     request = check_request(args)
     setup = load_setup(args, request.workload, cache_captions=False)
     if request.mode == SAMPLED:

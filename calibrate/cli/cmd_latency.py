@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from calibrate.cli.latency_checks import check_latency_args, request_flag
 from calibrate.cli.llama_cpp_handlers import cmd_latency_llama
-from calibrate.cli.llama_cpp_options import llama_cpp_args
+from calibrate.cli.llama_cpp_options import llama_cpp_args, refuse_llama_cpp_flags
 from specsim.bounds import number_arg
 from specsim.errors import SpecsimError
 from specsim.jsonio import dumps_json
@@ -250,6 +250,7 @@ def cmd_latency(args) -> int:
     """The command: check arguments and --out, load, plan, measure (resumable), write, print a summary."""
     if args.engine == "llama.cpp":
         return cmd_latency_llama(args)
+    refuse_llama_cpp_flags(args, "--engine")
     if args.refit:
         raise SpecsimError("--refit: refits llama.cpp's kept records (--engine llama.cpp)")
     from calibrate.measure import latency_plan as L

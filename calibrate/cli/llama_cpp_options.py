@@ -54,6 +54,17 @@ def _niceness(text: str) -> int:
     return value
 
 
+def refuse_llama_cpp_flags(args, flag: str) -> None:
+    """SpecsimError for --llama-cpp, --ngram and --renice without ``flag`` llama.cpp: only llama.cpp reads
+    them, and this project's engines would silently run without what they ask for."""
+    given = [o for o, on in (("--llama-cpp", args.llama_cpp is not None), ("--ngram", args.ngram is not None),
+                             ("--renice", args.renice != 0)) if on]  # fmt: skip
+    if given:
+        raise SpecsimError(
+            f"{given[0]}: applies with {flag} llama.cpp (this project's engines do not read it)"
+        )
+
+
 def checked_ngram(args):
     """The --ngram kind (None without it); SpecsimError naming the value."""
     if args.ngram is None:
