@@ -295,7 +295,7 @@ def test_pass_rows_price_one_forward_over_their_new_positions(ps):
         (r for r in ps.rows if r.kind == "pass" and r.source == "llamacpp-5625"),
         key=lambda r: r.pass_new_tokens,
     )
-    assert [r.pass_new_tokens for r in rows] == list(range(1, 9)) and all(
+    assert [r.pass_new_tokens for r in rows] == list(range(1, 12)) and all(
         r.observable == "pass_ms" for r in rows
     )
     tps = float(rows[3].where.rsplit(": ", 1)[1].split()[0])
@@ -305,9 +305,12 @@ def test_pass_rows_price_one_forward_over_their_new_positions(ps):
     dev = load_device(rows[0].device)
     predicted = [predict_row(ps, r, rt) for r in rows]
     assert predicted == pytest.approx(
-        [float(forward_ms(target, dev, rt, 1, 0, n)) for n in range(1, 9)], rel=1e-12
+        [float(forward_ms(target, dev, rt, 1, 0, n)) for n in range(1, 12)], rel=1e-12
     )
     assert predicted[1] > predicted[0] and np.all(np.diff(predicted) >= 0)
+    # past mul_mat_vec_q's 8 rows, mul_mat_q tiles: the table's 9 rows cost 2.25x its 8 (112.0 / 49.7 ms)
+    assert rows[8].measured / rows[7].measured == pytest.approx(2.25, abs=0.01)
+    assert predicted[8] / predicted[7] == pytest.approx(2.25, rel=0.1)
     row = {
         "id": "p",
         "kind": "pass",
