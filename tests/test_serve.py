@@ -380,6 +380,10 @@ def test_cli_trace_runs(tmp_path, capsys):
     assert main(["serve", "--trace", str(path), "--alpha", "0.5", "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["comparison"]["rate_per_s"] is None and data["comparison"]["sd"]["requests"] == 10
+    for flag, value in (("--prompt-tokens", "64"), ("--output-tokens", "8"), ("--images", "2")):
+        # the trace gives each request's lengths and images: a load option beside it would be ignored
+        assert main(["serve", "--trace", str(path), "--alpha", "0.5", flag, value]) == 2
+        assert f"{flag}: does not apply with --trace" in capsys.readouterr().err
 
 
 def test_roofline_mixed_passes_equal_their_merged_pass_tables():

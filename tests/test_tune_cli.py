@@ -192,7 +192,10 @@ def test_alpha_needs_a_pair_and_a_trace_takes_no_shape(capsys, tmp_path):
     trace = tmp_path / "t.jsonl"
     trace.write_text('{"arrival_s": 0.1, "prompt_tokens": 10, "images": 1, "output_tokens": 4}\n')
     assert main(["tune", "--alpha", "0.7", "--trace", str(trace), "--images", "2"]) == 2
-    assert "--trace: gives every request" in _one_line(capsys)
+    assert "--images: does not apply with --trace (the trace gives every request)" in _one_line(capsys)
+    for flag in ("--prompt-tokens", "--output-tokens"):  # were silently ignored beside a trace
+        assert main(["tune", "--alpha", "0.7", "--trace", str(trace), flag, "64"]) == 2
+        assert f"{flag}: does not apply with --trace" in _one_line(capsys)
 
 
 @pytest.mark.parametrize(

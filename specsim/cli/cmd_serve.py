@@ -17,7 +17,7 @@ from specsim.predict.acceptance_source import ACCEPTANCE_FORMS
 from specsim.serve.arrivals import burstiness_arg, check_span, rate_arg, rates_arg
 from specsim.serve.compare import compare_at, max_rates, sweep_rates
 from specsim.serve.scheduler import DEFAULT_MAX_NUM_BATCHED_TOKENS, DEFAULT_MAX_NUM_SEQS
-from specsim.serve.serve_request import ServeRequest, context_note, decode_phase, serve_setup
+from specsim.serve.serve_request import LOAD_DEFAULTS, ServeRequest, context_note, decode_phase, serve_setup
 from specsim.serve.serve_text import (
     comparison_text,
     decode_phase_text,
@@ -84,19 +84,19 @@ def register(sub) -> None:
     load.add_argument(
         "--requests",
         type=number_arg("size", integer=True),
-        default=1000,
+        default=LOAD_DEFAULTS["requests"],
         help="requests per simulation (default 1000)",
     )
     load.add_argument(
         "--burstiness",
         type=burstiness_arg,
-        default=1.0,
+        default=LOAD_DEFAULTS["burstiness"],
         help="Gamma shape of the inter-arrival gaps: 1 = Poisson (default), < 1 burstier",
     )
     load.add_argument(
         "--prompt-tokens",
         type=number_arg("tokens", integer=True),
-        default=512,
+        default=LOAD_DEFAULTS["prompt_tokens"],
         help="text tokens per prompt (default 512)",
     )
     load.add_argument(
@@ -108,7 +108,7 @@ def register(sub) -> None:
     load.add_argument(
         "--output-tokens",
         type=number_arg("tokens", integer=True),
-        default=256,
+        default=LOAD_DEFAULTS["output_tokens"],
         help="output tokens per request (default 256)",
     )
     sd = p.add_argument_group("speculative decoding")

@@ -19,6 +19,7 @@ from specsim.presets import pair_models
 from specsim.serve.arrivals import burstiness_arg, parse_image_mix, rate_arg, read_trace
 from specsim.serve.compare import Workload
 from specsim.serve.metrics import parse_slo
+from specsim.serve.serve_request import LOAD_DEFAULTS, refuse_with_trace
 from specsim.serve.speculation import alpha_arg
 from specsim.tune.executor import EXECUTORS, make_executor
 from specsim.tune.objective import OBJECTIVES, make_objective
@@ -74,19 +75,31 @@ def register(sub) -> None:
         "--trace", default=None, metavar="JSONL", help="requests from a JSONL trace (as serve --trace)"
     )
     load.add_argument(
-        "--requests", type=number_arg("size", integer=True), default=1000, help="requests (default 1000)"
+        "--requests",
+        type=number_arg("size", integer=True),
+        default=LOAD_DEFAULTS["requests"],
+        help="requests (default 1000)",
     )
     load.add_argument(
-        "--prompt-tokens", type=number_arg("tokens", integer=True), default=512, help="text tokens per prompt"
+        "--prompt-tokens",
+        type=number_arg("tokens", integer=True),
+        default=LOAD_DEFAULTS["prompt_tokens"],
+        help="text tokens per prompt",
     )
     load.add_argument(
         "--images", default="1", metavar="N|MIX", help="images per prompt, or a mix 0:1,1:2,3:1 (weights)"
     )
     load.add_argument(
-        "--output-tokens", type=number_arg("tokens", integer=True), default=256, help="output tokens"
+        "--output-tokens",
+        type=number_arg("tokens", integer=True),
+        default=LOAD_DEFAULTS["output_tokens"],
+        help="output tokens",
     )
     load.add_argument(
-        "--burstiness", type=burstiness_arg, default=1.0, help="Gamma shape of the gaps (1 = Poisson)"
+        "--burstiness",
+        type=burstiness_arg,
+        default=LOAD_DEFAULTS["burstiness"],
+        help="Gamma shape of the gaps (1 = Poisson)",
     )
     load.add_argument(
         "--max-num-batched-tokens",
@@ -196,10 +209,8 @@ def _inputs(args):
     check_space(space, target, None if size is None else (size.width_px, size.height_px))
     mix = parse_image_mix(args.images)
     if args.trace is not None:
-        if args.images != "1" or args.requests != 1000 or args.burstiness != 1.0:
-            raise SpecsimError(
-                "--trace: gives every request; --images, --requests and --burstiness do not apply"
-            )
+        images = None if args.images == "1" else args.images  # tune's --images defaults to one image
+        refuse_with_trace(**{k: getattr(args, k) for k in LOAD_DEFAULTS} | {"images": images})
         workload, rate = Workload(trace=read_trace(args.trace)), None
     else:
         shape = (args.requests, args.prompt_tokens, mix[0][0], args.output_tokens, args.burstiness)

@@ -81,14 +81,32 @@ def _policy(req: ServeRequest) -> GammaPolicy:
     return GammaPolicy(req.gamma, by_batch, req.sd_off_from_batch)
 
 
+# the load options' defaults (serve and tune), which a trace replaces
+LOAD_DEFAULTS = {
+    "burstiness": 1.0,
+    "requests": 1000,
+    "prompt_tokens": 512,
+    "output_tokens": 256,
+    "images": None,
+}
+
+
+def refuse_with_trace(**options) -> None:
+    """SpecsimError naming the first load option set off its default (:data:`LOAD_DEFAULTS`) beside a trace:
+    the trace gives every request's arrival, lengths and images, so the option would be silently ignored."""
+    for name, value in options.items():
+        if value != LOAD_DEFAULTS[name]:
+            flag = "--" + name.replace("_", "-")
+            raise SpecsimError(f"{flag}: does not apply with --trace (the trace gives every request)")
+
+
 def _workload(req: ServeRequest, images: int) -> tuple[Workload, dict | None]:
     """The workload, and a vLLM result's measured figures when --trace is one."""
     if req.trace is None:
         shape = (req.requests, req.prompt_tokens, images, req.output_tokens, req.burstiness)
         return Workload(*shape), None
-    for flag, given in (("--burstiness", req.burstiness != 1.0), ("--requests", req.requests != 1000)):
-        if given:
-            raise SpecsimError(f"{flag}: does not apply with --trace (the trace gives every request)")
+    given = {k: getattr(req, k) for k in LOAD_DEFAULTS}
+    refuse_with_trace(**given)
     if str(req.trace).endswith(".json"):
         result = read_vllm_bench_result(req.trace)
         return Workload(trace=result.requests(np.random.default_rng([req.seed, 2]))), result.measured
