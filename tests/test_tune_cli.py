@@ -138,6 +138,14 @@ def test_cli_prints_the_best_per_device_and_the_configs_and_json_holds_every_tri
     assert best["engine_configs"]["vllm_speculative_config"]["model"] == "org/draft"
 
 
+def test_an_exhaustive_search_cut_short_by_trials_says_so(capsys):
+    argv = BASE + ["--gamma", "0-3", "--max-num-seqs", "8,16", "--search", "exhaustive", "--trials", "3"]
+    assert main(argv) == 0
+    text = capsys.readouterr().out
+    assert "search: exhaustive over 8 deployments" in text
+    assert "3 of them tried, so the best below is the best of those (--trials 8 covers them all" in text
+
+
 def test_a_study_resumes_from_the_command_line(capsys, tmp_path):
     argv = BASE + ["--gamma", "0-5", "--storage", str(tmp_path / "s.db"), "--search", "tpe", "--json"]
     assert main(argv + ["--trials", "4"]) == 0

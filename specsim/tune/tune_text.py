@@ -30,11 +30,17 @@ def header_text(
     searched = ", ".join(f"{n} {','.join(map(str, c))}" for n, c in space.searched()) or "nothing"
     slo = f", SLO {context.slo.describe()}" if context.slo is not None else ""
     feasible = sum(r.feasible for r in outcome.records)
+    part = ""
+    if outcome.search == "exhaustive" and len(outcome.records) < space.size:  # --trials below the space
+        part = (
+            f"; {len(outcome.records)} of them tried, so the best below is the best of those (--trials "
+            f"{space.size} covers them all, or run again with the same --storage to go on)"
+        )
     return "\n".join(
         [
             f"target {context.target}; workload: {workload_text(context)}, seed {context.seed}",
             f"objective: {objective.describe()}{slo}",
-            f"search: {outcome.search} over {space.size} deployments (searched: {searched})",
+            f"search: {outcome.search} over {space.size} deployments (searched: {searched}){part}",
             f"trials: {len(outcome.records)} ({feasible} feasible), {outcome.simulations} simulations this "
             f"run, {where}",
         ]
