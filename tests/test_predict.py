@@ -149,3 +149,17 @@ def test_a_best_chain_of_one_priced_gamma_is_not_called_best(capsys):
     assert main(["sweep", "--tree", "4,2,1", "--scenario", "ChartQA"]) == 0
     out = capsys.readouterr().out
     assert "γ = 5" in out and "best γ" not in out and "no best gamma" in out
+
+
+def test_a_one_context_profile_says_every_context_is_priced_at_it(capsys):
+    """Its grids cannot be extrapolated along the context: the row is the same at 100 and 4000 tokens, and
+    the note says why instead of claiming a linear extrapolation."""
+    rows = []
+    for ctx in ("100", "4000"):
+        argv = ["predict", "--profile", "qwen2.5-coder-0.5b-1.5b-cpu", "--alpha", "0.7", "--gamma", "3"]
+        assert main([*argv, "--context-tokens", ctx]) == 0
+        out = capsys.readouterr().out
+        rows.append([line for line in out.splitlines() if line.startswith("  iid(alpha=0.7)")])
+        assert "the grids hold one context (256 tokens), so every context is priced at it" in out
+        assert "extrapolated (linear)" not in out
+    assert rows[0] == rows[1]

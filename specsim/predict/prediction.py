@@ -106,7 +106,9 @@ def predict_entry(
         priced = price(profile, entry, draft, specs)
     except SpecsimError as err:
         return Prediction(**base, tau=tau0, c=None, v=None, gamma_c_plus_v=None, speedup=None, note=str(err))
-    row = priced_prediction(base, priced, WALK_NOTE)
+    row = priced_prediction(
+        base, priced, WALK_NOTE, profile.latency.forward_costs().target_verify.context_tokens
+    )
     if textbook and chain:
         row = _textbook(row, entry, draft)
     if new_tokens is None:
@@ -116,12 +118,14 @@ def predict_entry(
     return replace(row, end_to_end=request_latency(priced, entry, draft, new_tokens))
 
 
-def priced_prediction(base: dict, priced: Priced, note: str) -> Prediction:
+def priced_prediction(base: dict, priced: Priced, note: str, contexts=()) -> Prediction:
     """A :class:`Prediction` (identity fields ``base``) from priced requests: τ = tokens per block (whole
     requests and the decode phase), c, v, o per decode-phase block in units of Tp, speedup = target-only ms /
-    SD ms per decode-phase token = decode τ / (d·c + v + o)."""
+    SD ms per decode-phase token = decode τ / (d·c + v + o); ``contexts``: the grids' measured contexts."""
     r = priced.ratios()
-    if priced.extrapolated:
+    if priced.extrapolated and len(contexts) == 1:  # nothing to extrapolate along: held at the one context
+        note += f"; the grids hold one context ({contexts[0]:g} tokens), so every context is priced at it"
+    elif priced.extrapolated:
         note += "; a context outside the measured grid was extrapolated (linear)"
     return Prediction(
         **base,
