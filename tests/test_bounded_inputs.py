@@ -12,6 +12,7 @@ from specsim.errors import SpecsimError
 from specsim.profiles import shipped_profiles
 
 SERVE = ["serve", "--alpha", "0.7", "--output-tokens", "32", "--no-progress"]
+TRACED = ["serve", "--alpha", "0.7", "--no-progress"]  # a trace gives the lengths: --output-tokens is refused
 
 
 def _one_line(capsys) -> str:
@@ -63,7 +64,7 @@ def test_a_trace_late_in_time_serves_as_one_at_zero(tmp_path, capsys):
     gaps = [0.0, 0.013, 0.25, 0.2501]
     runs = []
     for start in (0.0, 1e9 - 1.0):
-        argv = [*SERVE, "--trace", _trace(tmp_path / "t.jsonl", [start + g for g in gaps]), "--json"]
+        argv = [*TRACED, "--trace", _trace(tmp_path / "t.jsonl", [start + g for g in gaps]), "--json"]
         assert main(argv) == 0
         runs.append(json.loads(capsys.readouterr().out)["comparison"])
     for side in ("sd", "target_only"):
@@ -93,7 +94,7 @@ def _vllm_result(tmp_path, **over) -> str:
 def test_a_vllm_result_is_held_to_the_command_lines_bounds(tmp_path, capsys, over, expected):
     """-Infinity or no request_rate read as "every request at t = 0"; a burstiness of 1e-300 passed from a
     file though --burstiness refuses it; a p99 below the median was shown."""
-    assert main([*SERVE, "--trace", _vllm_result(tmp_path, **over)]) == 2
+    assert main([*TRACED, "--trace", _vllm_result(tmp_path, **over)]) == 2
     assert expected in _one_line(capsys)
 
 

@@ -158,9 +158,9 @@ class GridPassCost:
         grid, _ = self._grid(role, kind, 2 if role == TARGET and kind == STEP else 1)
         return None if grid is None else grid.rows
 
-    def measured_width(self, role: str, kind: str = STEP, rows: int = 1) -> float | None:
+    def measured_widths(self, role: str, kind: str = STEP, rows: int = 1) -> tuple[float, ...] | None:
         grid, _ = self._grid(role, kind, rows)
-        return None if grid is None else grid.context_tokens[-1]
+        return None if grid is None else tuple(grid.context_tokens)
 
     def check_batch(self, batch: int, where: str = "--batch") -> None:
         if self.batched is not None:

@@ -95,8 +95,8 @@ class PassCost(Protocol):
         """The rows the source prices exactly (None: any)."""
         ...
 
-    def measured_width(self, role: str, kind: str = STEP, rows: int = 1) -> float | None:
-        """The widest cache the source measured passes of ``rows`` rows on (None: any, nothing measured)."""
+    def measured_widths(self, role: str, kind: str = STEP, rows: int = 1) -> tuple[float, ...] | None:
+        """The caches the source measured passes of ``rows`` rows on, narrowest first (None: any width)."""
         ...
 
     def check_batch(self, batch: int, where: str = "--batch") -> None:

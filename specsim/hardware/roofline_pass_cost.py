@@ -124,7 +124,7 @@ class RooflinePassCost:
     def measured_rows(self, role: str, kind: str = STEP) -> tuple[int, ...] | None:
         return None
 
-    def measured_width(self, role: str, kind: str = STEP, rows: int = 1) -> float | None:
+    def measured_widths(self, role: str, kind: str = STEP, rows: int = 1) -> tuple[float, ...] | None:
         return None
 
     def check_batch(self, batch: int, where: str = "--batch") -> None:

@@ -14,9 +14,10 @@ from dataclasses import asdict, dataclass, replace
 import numpy as np
 
 from specsim.acceptance.theory import alpha_from_tau, speedup, tau_from_histogram, tau_iid
+from specsim.costs.pass_cost import TARGET
 from specsim.draft_shapes.draft_plans import Draft, draft_gamma, draft_label
 from specsim.errors import SpecsimError
-from specsim.predict.pricing import Priced, price, request_specs
+from specsim.predict.pricing import Priced, draft_cost, price, request_specs
 from specsim.predict.tau_at_gamma import check_gamma, extrapolated, tau_with_source
 from specsim.profile_format import BlockCost, MethodAcceptance, Profile
 
@@ -106,9 +107,8 @@ def predict_entry(
         priced = price(profile, entry, draft, specs)
     except SpecsimError as err:
         return Prediction(**base, tau=tau0, c=None, v=None, gamma_c_plus_v=None, speedup=None, note=str(err))
-    row = priced_prediction(
-        base, priced, WALK_NOTE, profile.latency.forward_costs().target_verify.context_tokens
-    )
+    widths = draft_cost(profile, draft).measured_widths(TARGET, rows=2) or ()
+    row = priced_prediction(base, priced, WALK_NOTE, widths)
     if textbook and chain:
         row = _textbook(row, entry, draft)
     if new_tokens is None:

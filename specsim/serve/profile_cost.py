@@ -170,8 +170,8 @@ class ProfileStepCost:
     ) -> str | None:
         """Where a run read the grids past what the profile measured (context, prompt rows), by how much."""
         p = self.passes
-        widths = (p.measured_width(TARGET, rows=2), p.measured_width(TARGET), p.measured_width(DRAFT))
-        widest = min(w for w in widths if w is not None)
+        widths = (p.measured_widths(TARGET, rows=2), p.measured_widths(TARGET), p.measured_widths(DRAFT))
+        widest = min(w[-1] for w in widths if w is not None)
         rows = p.measured_rows(TARGET, PREFILL)
         parts = []
         if widest_context > widest:
