@@ -30,7 +30,7 @@ FILES = {"session.json", "log.txt", "cuda_paths.json", "llava7b.json", "hf_steps
 def dry_run(tmp_path_factory):
     base = tmp_path_factory.mktemp("session")
     out = base / "out"
-    # the session's whole budget is the device's (490 s); a busy CPU may need more for the dry run's stages
+    # the session's whole budget is the device's (570 s); a busy CPU may need more for the dry run's stages
     cmd = [sys.executable, str(ROOT / "bench" / "gpu_session.py"), "--dry-run", "--out", str(out)]
     cmd += ["--total-s", "1500"]
     proc = subprocess.run([*cmd, "--work", str(base / "work")], capture_output=True, text=True, timeout=900)
