@@ -124,3 +124,15 @@ def test_with_acceptance_and_checks_replace_same_keys(profile):
     p3 = p2.with_checks([row]).with_checks([row])
     assert len(p3.checks) == 1
     assert Profile.from_json(json.loads(json.dumps(p3.to_json()))) == p3
+
+
+def test_every_shipped_profile_is_named_as_it_is_asked_for():
+    """Errors name a profile by its ``name``: the H200 profiles shipped as 'llava7b', 'llama8b' and 'zoo',
+    the stems their calibration wrote, so `--profile llava-1.5-7b-68m-h200-hf` answered about 'llava7b'."""
+    from specsim.profiles import load_profile
+    from specsim.profiles.loading import shipped_profiles
+
+    shipped = shipped_profiles()
+    assert len(shipped) >= 13
+    assert {name: load_profile(name).name for name in shipped} == {name: name for name in shipped}
+    assert all(load_profile(name).description for name in shipped)
