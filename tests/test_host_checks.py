@@ -70,3 +70,27 @@ def test_calibrate_latency_prints_the_noise_warning(tmp_path, capsys, monkeypatc
     err = [line for line in capsys.readouterr().err.splitlines() if "noisy calibration" in line]
     assert len(err) == 1 and err[0].startswith("warning: noisy calibration: ") and "load average" in err[0]
     assert out.exists()
+
+
+def test_a_profile_calibrated_on_a_contended_host_says_so_where_it_prices(monkeypatch, capsys, tmp_path):
+    """The H200 LLaVA profile's sentinel moved +67 % while it was measured (its host_check says contended),
+    and predict priced from it without a word; serve --cost-profile did the same for such a profile."""
+    import json
+
+    from specsim.profiles.loading import resolve_profile_path
+
+    monkeypatch.setattr(host, "cpu_model", lambda *a: None)  # no other-CPU note: only this one
+    assert main(["predict", "--profile", "llava-1.5-7b-68m-h200-hf", "--alpha", "0.7", "--gamma", "3"]) == 0
+    err = capsys.readouterr().err
+    assert (
+        err.count("\n") == 1 and "measured on a contended host" in err and "(+67.3%; threshold 10.1%)" in err
+    )
+    assert host.contended_note(load_profile("zoo-cpu")) is None
+    doc = json.loads(resolve_profile_path("zoo-cpu-batch").read_text())
+    doc["latency"]["cost_model"]["host_check"]["contended"] = True
+    path = tmp_path / "contended.json"
+    path.write_text(json.dumps(doc))
+    argv = ["serve", "--cost-profile", str(path), "--alpha", "0.7", "--requests", "20", "--no-progress"]
+    assert main([*argv, "--json"]) == 0
+    notes = json.loads(capsys.readouterr().out)["notes"]
+    assert any("measured on a contended host" in n for n in notes)

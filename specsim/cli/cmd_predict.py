@@ -7,7 +7,7 @@ from itertools import groupby
 
 from specsim.bounds import number_arg
 from specsim.errors import SpecsimError, warn
-from specsim.hardware.host import other_host_note
+from specsim.hardware.host import contended_note, other_host_note
 from specsim.jsonio import dumps_json
 from specsim.predict.prediction import Prediction, predict
 from specsim.predict.sweep import sweep
@@ -192,11 +192,11 @@ def _load(args) -> tuple[Profile, list[str] | None]:
 
 
 def _warn_other_host(profile: Profile) -> None:
-    """One ``specsim: warning:`` line when the profile's latency comes from another CPU model (after the
-    work: an error stays one line)."""
-    note = other_host_note(profile)
-    if note:
-        warn(note)
+    """A ``specsim: warning:`` line when the profile's latency comes from another CPU model, and one when its
+    calibration's host was contended (after the work: an error stays one line)."""
+    for note in (other_host_note(profile), contended_note(profile)):
+        if note:
+            warn(note)
 
 
 def _header(profile: Profile) -> str:

@@ -37,6 +37,21 @@ def measured_cpu(device: str) -> str | None:
     return (model.rsplit(" (", 1)[0] if model.endswith(" logical CPUs)") else model).strip() or None
 
 
+def contended_note(profile) -> str | None:
+    """Why ``profile``'s latency may not hold anywhere: its calibration's sentinel step moved past its
+    threshold while it measured (``host_check.contended``), or None."""
+    model = getattr(getattr(profile, "latency", None), "cost_model", None)
+    check = getattr(model, "host_check", None)
+    if check is None or not check.contended:
+        return None
+    return (
+        f"profile {profile.name}'s latency was measured on a contended host: the sentinel step took "
+        f"{check.start_ms:.3f} ms at the start and {check.end_ms:.3f} ms at the end "
+        f"({check.rel_change:+.1%}; threshold {check.threshold:.1%}), so its ms, and the speedups priced "
+        "from them, may be off"
+    )
+
+
 def other_host_note(profile, here: str | None = None) -> str | None:
     """Why ``profile``'s latency may not hold on this host (``here``: its CPU model, read when None), or None
     when it was measured on this CPU model, or on something that cannot be compared."""

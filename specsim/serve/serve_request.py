@@ -16,6 +16,7 @@ from specsim.draft_kinds.registry import draft_kind
 from specsim.draft_shapes.policies import GammaPolicy, parse_batch_ranges
 from specsim.errors import SpecsimError
 from specsim.hardware.device import load_device
+from specsim.hardware.host import contended_note
 from specsim.hardware.image_tokens import parse_image_size
 from specsim.hardware.measured_pair import models_for_costs, other_pair_note
 from specsim.hardware.plan import Parallel, plan_hardware
@@ -232,6 +233,8 @@ def serve_setup(req: ServeRequest) -> tuple[ServeSetup, dict]:
         note = other_pair_note(load(req.acceptance_profile), target, draft)
         notes += [note] if note else []
     image_tokens = target.vision.image_tokens if target.vision else 0
+    if cost_profile is not None and contended_note(cost_profile):
+        notes.append(contended_note(cost_profile))
     if cost_profile is None:
         cost, max_seqs, kv, device, runtime, usd_per_hour = _roofline_cost(req, target, draft)
     else:
