@@ -384,8 +384,9 @@ def main(argv: list[str] | None = None) -> int:
 
     work = Path(args.work or tempfile.mkdtemp(prefix="gpu-session-"))
     work.mkdir(parents=True, exist_ok=True)
-    plan = replace(dry_plan(work) if args.dry_run else Plan(), rounds=args.rounds or Plan().rounds)
-    plan = replace(plan, budgets_s=tuple((n, dict(plan.budgets_s)[n]) for n in wanted))
+    plan = dry_plan(work) if args.dry_run else Plan()
+    budgets = tuple((n, dict(plan.budgets_s)[n]) for n in wanted)
+    plan = replace(plan, rounds=args.rounds or plan.rounds, budgets_s=budgets)
     if args.stage:
         sys.path.insert(0, str(ROOT))
         DEADLINE[0] = time.perf_counter() + args.stage_budget_s

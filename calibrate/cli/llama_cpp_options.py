@@ -54,15 +54,18 @@ def _niceness(text: str) -> int:
     return value
 
 
+# what llama.cpp's runs take and this project's engines do not: (dest, option, its default)
+_LLAMA_CPP_ONLY = (("llama_cpp", "--llama-cpp", None), ("ngram", "--ngram", None), ("renice", "--renice", 0))
+
+
 def refuse_llama_cpp_flags(args, flag: str) -> None:
-    """SpecsimError for --llama-cpp, --ngram and --renice without ``flag`` llama.cpp: only llama.cpp reads
-    them, and this project's engines would silently run without what they ask for."""
-    given = [o for o, on in (("--llama-cpp", args.llama_cpp is not None), ("--ngram", args.ngram is not None),
-                             ("--renice", args.renice != 0)) if on]  # fmt: skip
-    if given:
-        raise SpecsimError(
-            f"{given[0]}: applies with {flag} llama.cpp (this project's engines do not read it)"
-        )
+    """SpecsimError for the first of :data:`_LLAMA_CPP_ONLY` given without ``flag`` llama.cpp: this project's
+    engines would silently run without what it asks for (the mirror of :func:`refuse_transformers_flags`)."""
+    for dest, option, default in _LLAMA_CPP_ONLY:
+        if getattr(args, dest, default) != default:
+            raise SpecsimError(
+                f"{option}: applies with {flag} llama.cpp (this project's engines do not read it)"
+            )
 
 
 def checked_ngram(args):

@@ -32,6 +32,15 @@ from specsim.serve.scheduler import DEFAULT_MAX_NUM_SEQS, SchedulerConfig
 from specsim.serve.speculation import serving_source
 from specsim.serve.vllm_bench import read_vllm_bench_result
 
+# the load options' defaults (serve and tune), which a trace replaces
+LOAD_DEFAULTS = {
+    "burstiness": 1.0,
+    "requests": 1000,
+    "prompt_tokens": 512,
+    "output_tokens": 256,
+    "images": None,
+}
+
 
 @dataclass(frozen=True)
 class ServeRequest:
@@ -49,11 +58,11 @@ class ServeRequest:
     tp: int = 1
     draft_image_tokens: int | None = None
     trace: str | None = None
-    requests: int = 1000
-    burstiness: float = 1.0
-    prompt_tokens: int = 512
+    requests: int = LOAD_DEFAULTS["requests"]
+    burstiness: float = LOAD_DEFAULTS["burstiness"]
+    prompt_tokens: int = LOAD_DEFAULTS["prompt_tokens"]
     images: int | None = None
-    output_tokens: int = 256
+    output_tokens: int = LOAD_DEFAULTS["output_tokens"]
     gamma: int = 3
     gamma_by_batch: str | None = None
     sd_off_from_batch: int | None = None
@@ -80,16 +89,6 @@ class ServeRequest:
 def _policy(req: ServeRequest) -> GammaPolicy:
     by_batch = parse_batch_ranges(req.gamma_by_batch) if req.gamma_by_batch is not None else ()
     return GammaPolicy(req.gamma, by_batch, req.sd_off_from_batch)
-
-
-# the load options' defaults (serve and tune), which a trace replaces
-LOAD_DEFAULTS = {
-    "burstiness": 1.0,
-    "requests": 1000,
-    "prompt_tokens": 512,
-    "output_tokens": 256,
-    "images": None,
-}
 
 
 def refuse_with_trace(**options) -> None:
@@ -233,8 +232,8 @@ def serve_setup(req: ServeRequest) -> tuple[ServeSetup, dict]:
         note = other_pair_note(load(req.acceptance_profile), target, draft)
         notes += [note] if note else []
     image_tokens = target.vision.image_tokens if target.vision else 0
-    if cost_profile is not None and contended_note(cost_profile):
-        notes.append(contended_note(cost_profile))
+    if cost_profile is not None and (note := contended_note(cost_profile)):
+        notes.append(note)
     if cost_profile is None:
         cost, max_seqs, kv, device, runtime, usd_per_hour = _roofline_cost(req, target, draft)
     else:
