@@ -329,3 +329,27 @@ def test_other_host_names_the_device_and_thread_changes():
     assert "with 1 thread(s), this run uses 2" in other_host(replace(prov, device=here), here, 2)
     assert other_host(replace(prov, device=here), here, 1) is None
     assert other_host(replace(prov, device="cpu"), here, 1) is None  # older profiles name no CPU model
+
+
+def test_block_spread_reads_every_block_after_the_first_and_each_draft_step():
+    """p50/p90/max by term over the blocks after each run's first, and the draft's first and later steps
+    apart: a slow first step shows there, where a mean per block would spread it over the γ steps."""
+    from calibrate.measure.check_runs import block_spread
+    from calibrate.run.decode_records import BlockRecord
+
+    def block(steps, verify):
+        return BlockRecord(gamma=len(steps), accepted=0, emitted=1, draft_ms=sum(steps), verify_ms=verify,
+                           block_ms=sum(steps) + verify + 1.0, draft_step_ms=tuple(steps))  # fmt: skip
+
+    class Run:
+        def __init__(self, blocks):
+            self.blocks = blocks
+
+    runs = [Run([block([50.0, 50.0], 90.0), block([20.0, 2.0], 10.0), block([22.0, 2.0], 12.0)]),
+            Run([block([9.0, 9.0], 99.0), block([24.0, 4.0], 14.0)])]  # fmt: skip
+    out = block_spread(runs)
+    assert out["blocks"] == 3 and out["draft"]["n"] == 3  # the first blocks (the prompt's) left out
+    assert out["draft"] == {"p50": 24.0, "p90": pytest.approx(27.2), "max": 28.0, "n": 3}
+    assert out["draft_first_step"]["p50"] == 22.0 and out["draft_later_step"]["max"] == 4.0
+    assert out["verify"]["p50"] == 12.0 and out["overhead"]["max"] == pytest.approx(1.0)
+    assert block_spread([Run([block([1.0], 1.0)])]) == {"blocks": 0}

@@ -60,6 +60,12 @@ def test_one_request_check_under_a_schedule(zoo_profile, capsys):
         assert row["synthetic_acceptance"] == "tau:2.2@4"
         assert row["tau_measured"] == pytest.approx(row["tau_predicted"], rel=1e-12)
     assert all(same == total > 0 for same, total in out["replay_equals_engine"].values())
+    spread = out["block_ms_spread"]
+    assert set(spread) == {"M/γ=2", "M/γ=4"}
+    for row in spread.values():  # every block after the first, each draft step of them
+        assert row["blocks"] == row["draft"]["n"] == row["draft_first_step"]["n"] > 0
+        assert 0 < row["draft"]["p50"] <= row["draft"]["p90"] <= row["draft"]["max"]
+    assert spread["M/γ=4"]["draft_later_step"]["n"] > spread["M/γ=2"]["draft_later_step"]["n"]
     stored = [r for r in load_profile(str(zoo_profile)).checks if r.synthetic_acceptance == "tau:2.2@4"]
     assert len(stored) == 6 and all(r.batch is None for r in stored)
     lossless = [r for r in load_profile(str(zoo_profile)).checks if r.synthetic_acceptance is None]

@@ -172,10 +172,11 @@ def cmd_check(args) -> int:
 def cmd_check_greedy(args, request, setup) -> int:
     """Greedy (T = 0): run in rounds, price, write the rows, print the tables (``setup``: the loaded
     models and requests, :class:`calibrate.workload.run_setup.Setup`)."""
-    from calibrate.measure.check_runs import check_rows, preflight, run_check
+    from calibrate.measure.check_runs import block_spread, check_rows, preflight, run_check
     from calibrate.measure.synthetic_schedules import check_acceptance, marked, synthetic_note
     from calibrate.workload.run_setup import progress
     from specsim.check.check_tables import check_table, rounds_note, summary, terms_table
+    from specsim.draft_shapes.draft_plans import draft_label
 
     gammas, profile, synthetic = request.gammas, request.profile, request.synthetic
     drafts = list(request.drafts)
@@ -227,6 +228,9 @@ def cmd_check_greedy(args, request, setup) -> int:
                         f"{m}/{s}": list(v) for (m, s, k), v in agreement.items() if k == "policy"
                     },
                     "stages": {f"{m}/{s}": v for (m, s), v in stages.items()},
+                    "block_ms_spread": {
+                        f"{m}/{draft_label(g)}": block_spread(res) for (m, g), res in runs.first.items()
+                    },
                 }
             )
         )

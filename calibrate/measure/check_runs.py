@@ -13,6 +13,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from specsim.check.comparison import Measured, PromptSpec, RequestRun, check_row, measure
 from specsim.draft_shapes.trees import TreeSpec
 from specsim.errors import SpecsimError
@@ -183,6 +185,29 @@ def replay_agreement(entry, results: list, draft=None) -> tuple[int, int]:
         total += 1
         same += int(draft_plan(r.gamma if draft is None else draft, trace).blocks == len(r.blocks))
     return same, total
+
+
+def block_spread(results: list) -> dict:
+    """ms per block after the first of a row's first-round SD runs, by term, as p50/p90/max, and each draft
+    step's (the first, which feeds the last block's tokens, and the later ones): where a mean per block hides
+    a few slow blocks, or one slow step."""
+    rest = [b for r in results for b in r.blocks[1:] if b.gamma > 0]
+    first = [b.draft_step_ms[0] for b in rest if b.draft_step_ms]
+    later = [s for b in rest for s in b.draft_step_ms[1:]]
+    terms = {
+        "draft": [b.draft_ms for b in rest],
+        "verify": [b.verify_ms for b in rest],
+        "overhead": [b.overhead_ms for b in rest],
+        "draft_first_step": first,
+        "draft_later_step": later,
+    }
+    out = {k: _spread(v) for k, v in terms.items() if v}
+    return out | {"blocks": len(rest)}
+
+
+def _spread(ms: list[float]) -> dict[str, float]:
+    p50, p90 = np.percentile(ms, [50, 90])
+    return {"p50": float(p50), "p90": float(p90), "max": float(max(ms)), "n": len(ms)}
 
 
 def stage_shares(results: list) -> dict[str, float]:
