@@ -163,3 +163,15 @@ def test_profiles_show_says_what_a_profile_holds(capsys):
     assert info["gammas_measured"] == [5] and info["latency"].startswith("published ratio g*c+v = 1.3128")
     code, _, err = run(capsys, "profiles", "show")
     assert code == 2 and "expected a profile name or path" in err
+
+
+@pytest.mark.parametrize("gamma", ["2", "3"])
+def test_a_textbook_row_prints_the_tau_and_drafts_its_speedup_divides(capsys, gamma):
+    """On a priced profile the textbook row's τ is i.i.d. from the reference γ and its block γ·c + 1: the
+    printed τ, d, c and speedup agree (they once showed the replayed decode τ and d beside the textbook's)."""
+    argv = ["predict", "--profile", "zoo-cpu", "--gamma", gamma, "--scenario", "zoo-1img", "--method", "M"]
+    assert main([*argv, "--textbook", "--json"]) == 0
+    row = json.loads(capsys.readouterr().out)[0]
+    assert row["drafts_per_block"] == int(gamma) and row["decode_tau"] is None
+    assert row["speedup"] == pytest.approx(row["tau"] / (int(gamma) * row["c"] + 1.0), rel=1e-12)
+    assert row["gamma_c_plus_v"] == pytest.approx(int(gamma) * row["c"] + 1.0, rel=1e-12)

@@ -170,13 +170,16 @@ def textbook_speedup(tau_reference: float, gamma_reference: int, gamma: int, c: 
 
 
 def _textbook(row: Prediction, entry: MethodAcceptance, gamma: int) -> Prediction:
-    """The textbook row: the priced c, v = 1, no overhead, τ from :func:`textbook_tau`."""
+    """The textbook row: the priced c, v = 1, no overhead, γ drafts per block, τ from :func:`textbook_tau`
+    (one τ: the textbook has no first pass to tell whole requests from the decode phase)."""
     tau, source = textbook_tau(entry, gamma)
     cost = gamma * row.c + 1.0
     sd_ms = row.target_ms_per_token * cost / tau
     return replace(
         row,
         tau=tau,
+        decode_tau=None,
+        drafts_per_block=float(gamma),
         tau_source=source,
         extrapolated=extrapolated(source),
         v=1.0,
