@@ -175,3 +175,19 @@ def test_a_textbook_row_prints_the_tau_and_drafts_its_speedup_divides(capsys, ga
     assert row["drafts_per_block"] == int(gamma) and row["decode_tau"] is None
     assert row["speedup"] == pytest.approx(row["tau"] / (int(gamma) * row["c"] + 1.0), rel=1e-12)
     assert row["gamma_c_plus_v"] == pytest.approx(int(gamma) * row["c"] + 1.0, rel=1e-12)
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["predict", "--gamma", "5", "--context-tokens", "999999"],
+        ["predict", "--gamma", "5", "--max-new-tokens", "3"],
+        ["sweep", "--gamma", "1-3", "--textbook", "--context-tokens", "99999"],
+    ],
+)
+def test_a_published_ratio_refuses_the_flags_that_shape_a_walk(capsys, argv):
+    """The default profile publishes γ·c + v at one γ and walks no requests: a context or a token cap would
+    change nothing (the output was byte-identical without them), so each is refused, naming the flag."""
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and argv[-2] in err and argv[-1] in err
