@@ -191,3 +191,15 @@ def test_a_published_ratio_refuses_the_flags_that_shape_a_walk(capsys, argv):
     assert main(argv) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and argv[-2] in err and argv[-1] in err
+
+
+def test_the_comparison_says_which_flags_it_does_not_take(capsys):
+    """--textbook and --new-tokens shape the per-γ table; the tree/policy comparison walks the traced requests
+    through the cost model, and says so where its γ row would otherwise contradict the table above."""
+    argv = ["predict", "--profile", "zoo-cpu", "--gamma", "3", "--tree", "4,2,1", "--scenario", "zoo-1img"]
+    assert main([*argv, "--method", "M", "--textbook"]) == 0
+    assert "note: --textbook applies to the table above, not to this comparison" in capsys.readouterr().out
+    assert main([*argv, "--method", "M", "--textbook", "--new-tokens", "64"]) == 0
+    assert "note: --textbook and --new-tokens apply to the table above, not to" in capsys.readouterr().out
+    assert main([*argv, "--method", "M"]) == 0
+    assert "apply to the table above" not in capsys.readouterr().out

@@ -38,7 +38,8 @@ def register(sub) -> None:
         type=str,
         default=None,
         help="also show end-to-end request latency (ms) for this many output tokens (needs absolute latency "
-        "tables in the profile); every column is then priced on requests of that length",
+        "tables in the profile); every column of the per-gamma table is then priced on requests of that "
+        "length (a --tree/--policy comparison walks the traced requests)",
     )
     p.add_argument(
         "--max-new-tokens",
@@ -151,7 +152,7 @@ def _comparison(args, profile: Profile, methods, gammas, drafts: list, max_new_t
     )
 
 
-def _print_comparison(rows: list) -> None:
+def _print_comparison(rows: list, args) -> None:
     from specsim.predict.predict_drafts import comparison_table
 
     print(
@@ -159,6 +160,12 @@ def _print_comparison(rows: list) -> None:
         "cost model; block/Tp = ms per block in units of the target's ms per token; speedup = tau / block/Tp)"
     )
     print(comparison_table(rows))
+    # The textbook has no trees or policies, and a tree needs its traces: these flags shape the table above.
+    flags = (("--textbook", args.textbook), ("--new-tokens", getattr(args, "new_tokens", None)))
+    shaped = [f for f, on in flags if on]
+    if shaped:
+        verb = "applies" if len(shaped) == 1 else "apply"
+        print(f"note: {' and '.join(shaped)} {verb} to the table above, not to this comparison")
 
 
 def _load(args) -> tuple[Profile, list[str] | None]:
@@ -307,7 +314,7 @@ def cmd_predict(args) -> int:
     if with_overhead:
         print(DECODE_PHASE_NOTE)
     if drafts is not None:
-        _print_comparison(drafts)
+        _print_comparison(drafts, args)
     return 0
 
 
@@ -386,5 +393,5 @@ def cmd_sweep(args) -> int:
     for note in dict.fromkeys(r.best_note for r in results if r.best_note):
         print(f"best g n/a: {note}")
     if drafts is not None:
-        _print_comparison(drafts)
+        _print_comparison(drafts, args)
     return 0
