@@ -203,3 +203,18 @@ def test_the_comparison_says_which_flags_it_does_not_take(capsys):
     assert "note: --textbook and --new-tokens apply to the table above, not to" in capsys.readouterr().out
     assert main([*argv, "--method", "M"]) == 0
     assert "apply to the table above" not in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["validate", "--plot", "{d}/same.png", "--sweep-plot", "{d}/same.png"],
+        ["recommend", "--engine", "vllm", "--out", "{d}/x.json", "--config-out", "{d}/./x.json"],
+    ],
+)
+def test_two_outputs_naming_one_file_are_refused_before_any_work(tmp_path, capsys, argv):
+    """The later write would silently replace the earlier (validate kept one of its two plots)."""
+    assert main([a.format(d=tmp_path) for a in argv]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "give each its own" in err
+    assert not list(tmp_path.iterdir())

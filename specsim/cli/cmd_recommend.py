@@ -37,7 +37,7 @@ from specsim.hardware.device import load_device
 from specsim.hardware.measured_pair import other_pair_note
 from specsim.hardware.plan_inputs import resolve_models
 from specsim.hardware.runtime import DEFAULT_RUNTIMES, load_runtime
-from specsim.jsonio import check_writable, dumps_json, show, write_json_atomic, write_text_atomic
+from specsim.jsonio import check_outputs, dumps_json, show, write_json_atomic, write_text_atomic
 from specsim.predict.acceptance_source import ACCEPTANCE_FORMS, Acceptance, from_options
 from specsim.presets import pair_models
 from specsim.profile_format import MethodAcceptance, Profile
@@ -216,9 +216,7 @@ def _one_int(text: str, name: str, lo: int, unit: str) -> int:
 
 
 def cmd_recommend(args) -> int:
-    for path, option in ((args.out, "--out"), (args.config_out, "--config-out")):
-        if path is not None:
-            check_writable(path, option)
+    check_outputs((args.out, "--out", None), (args.config_out, "--config-out", None))
     profile, entry = _acceptance(args)
     if args.engine == "llama.cpp" and profile is not None and is_llama_cpp_profile(profile):
         return _llama_measured(args, profile, entry.entry)

@@ -14,7 +14,7 @@ from specsim.cli.model_options import MODEL_HELP, add_image_size, image_size
 from specsim.cli.progress import ProgressBar
 from specsim.errors import SpecsimError
 from specsim.hardware.prices import parse_prices
-from specsim.jsonio import check_writable, dumps_json
+from specsim.jsonio import check_outputs, dumps_json
 from specsim.presets import pair_models
 from specsim.serve.arrivals import burstiness_arg, parse_image_mix, rate_arg, read_trace
 from specsim.serve.compare import Workload
@@ -235,11 +235,8 @@ def _inputs(args):
         args.seed,
         None if size is None else (size.width_px, size.height_px),
     )
-    if args.storage is not None:
-        url = storage_url(args.storage)
-        check_writable(url.removeprefix("sqlite:///"), "--storage")
-    if args.plot is not None:
-        check_writable(args.plot, "--plot", suffix=".png")
+    storage = None if args.storage is None else storage_url(args.storage).removeprefix("sqlite:///")
+    check_outputs((storage, "--storage", None), (args.plot, "--plot", ".png"))
     plan = StudyPlan(args.search, args.trials, args.batch, args.seed, args.storage, args.study_name)
     require_optuna()
     executor = make_executor(args.executor, jobs=args.jobs, ray_address=args.ray_address)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from specsim.errors import SpecsimError
 from specsim.hardware.runtime import load_runtime
-from specsim.jsonio import check_writable, dumps_json, write_json_atomic
+from specsim.jsonio import check_outputs, check_writable, dumps_json, write_json_atomic
 from specsim.report import format_table
 from specsim.validation.batch_sweeps import (
     compare_sweep,
@@ -98,12 +98,9 @@ def _sweeps(ps, runtimes) -> tuple[list, list]:
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
-    if args.plot is not None:
-        check_writable(args.plot, "--plot", suffix=".png")
-    if args.sweep_plot is not None:
-        if args.no_sweeps:
-            raise SpecsimError("--sweep-plot: draws the batch sweeps, which --no-sweeps leaves out")
-        check_writable(args.sweep_plot, "--sweep-plot", suffix=".png")
+    if args.sweep_plot is not None and args.no_sweeps:
+        raise SpecsimError("--sweep-plot: draws the batch sweeps, which --no-sweeps leaves out")
+    check_outputs((args.plot, "--plot", ".png"), (args.sweep_plot, "--sweep-plot", ".png"))
     if args.write_runtimes is not None:
         if not args.fit_all:
             raise SpecsimError(

@@ -44,6 +44,7 @@ from specsim.jsonio.reading import (
 )
 from specsim.jsonio.writing import (
     WriteError,
+    check_outputs,
     check_writable,
     write_bytes_atomic,
     write_json_atomic,
@@ -57,6 +58,7 @@ __all__ = [
     "WriteError",
     "check_keys",
     "check_object",
+    "check_outputs",
     "check_regular_file",
     "check_schema_version",
     "check_writable",
