@@ -7,6 +7,7 @@ import sys
 import pytest
 
 from specsim.cli.main import main
+from specsim.errors import SpecsimError
 from specsim.profiles import save_profile
 
 
@@ -218,3 +219,25 @@ def test_two_outputs_naming_one_file_are_refused_before_any_work(tmp_path, capsy
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "give each its own" in err
     assert not list(tmp_path.iterdir())
+
+
+def test_one_scenario_keeps_one_image_count(tmp_path, capsys):
+    """An import into a scenario whose entries have another image count is refused before the profile is
+    written (predict showed 'ChartQA (0 images)' beside 'ChartQA (1 image)'), as is a profile holding one."""
+    from specsim.profiles import load_profile, resolve_profile_path
+
+    out = tmp_path / "ib.json"
+    out.write_bytes(resolve_profile_path("ibed-llava1.5-7b-68m").read_bytes())
+    before = out.read_bytes()
+    scrape = "notebooks/data/engines/vllm_scrape_1.prom"
+    argv = ["import", "vllm", scrape, "--method", "new", "--scenario", "ChartQA", "--out", str(out)]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "'ChartQA'" in err and "0 images" in err
+    assert out.read_bytes() == before
+    assert main([*argv, "--images-per-prompt", "1"]) == 0
+    doc = json.loads(out.read_text())
+    doc["acceptance"][-1]["images_per_prompt"] = 2
+    out.write_text(json.dumps(doc))
+    with pytest.raises(SpecsimError, match="one scenario is one workload"):
+        load_profile(str(out))

@@ -135,6 +135,8 @@ def test_import_adds_to_an_existing_profile_and_keeps_it(tmp_path, profile):
                 "vllm-draft",
                 "--scenario",
                 "one",
+                "--images-per-prompt",
+                "1",  # scenario "one" is a one-image workload
                 "--out",
                 str(path),
             ]

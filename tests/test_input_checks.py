@@ -180,7 +180,13 @@ def test_block_cost_below_one_is_refused(tmp_path, profile):
 def test_draft_vision_without_images_warns(tmp_path, profile):
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        _load_mutated(tmp_path, profile, _set(["acceptance", 0, "images_per_prompt"], 0))
+        no_images, own_scenario = (
+            _set(["acceptance", 0, "images_per_prompt"], 0),
+            _set(["acceptance", 0, "scenario"], "text"),
+        )
+        _load_mutated(
+            tmp_path, profile, lambda d: (no_images(d), own_scenario(d))
+        )  # a text scenario of its own
     assert [str(w.message) for w in caught if w.category is SpecsimWarning] == [
         "acceptance[0]: uses_draft_vision is true but images_per_prompt is 0, so no draft vision cost is "
         "charged; is the entry mislabeled?"
@@ -200,6 +206,11 @@ def _device(tmp_path, **changes) -> str:
     with pytest.raises(SpecsimError) as err:
         load_device(str(path))
     return str(err.value)
+
+
+def test_one_scenario_is_one_image_count(tmp_path, profile):
+    err = _error(tmp_path, profile, _set(["acceptance", 0, "images_per_prompt"], 0))
+    assert "scenario 'one'" in err and "one scenario is one workload" in err
 
 
 def test_device_values_out_of_range(tmp_path):

@@ -72,6 +72,7 @@ class Profile:
                     f"acceptance[{i}]: duplicate entry for method {a.method!r} in scenario {a.scenario!r}"
                 )
             seen.add((a.method, a.scenario))
+        check_scenario_images(acceptance)
         return cls(
             provenance=Provenance.from_json(field_req(d, "provenance", "profile")),
             latency=LatencySection.from_json(d.get("latency", {})),
@@ -128,7 +129,9 @@ class Profile:
     def with_acceptance(self, entries: tuple[MethodAcceptance, ...] | list[MethodAcceptance]) -> Profile:
         """A copy where ``entries`` replace any existing entry of the same (method, scenario)."""
         key = lambda e: (e.method, e.scenario)  # noqa: E731
-        return replace(self, acceptance=_replaced(self.acceptance, entries, key))
+        acceptance = _replaced(self.acceptance, entries, key)
+        check_scenario_images(acceptance)
+        return replace(self, acceptance=acceptance)
 
     def with_checks(self, rows: tuple[CheckRow, ...] | list[CheckRow]) -> Profile:
         """A copy where ``rows`` replace existing rows of the same (method, scenario, gamma, draft,
@@ -157,3 +160,17 @@ def _scenario_matches(entry: MethodAcceptance, scenario: str) -> bool:
         f"{entry.images_per_prompt}img",
         f"{entry.images_per_prompt}-image",
     )
+
+
+def check_scenario_images(acceptance) -> None:
+    """One scenario is one workload: every entry of it has the same images per prompt (predict groups rows
+    by scenario and prices each with its entry's images); SpecsimError naming both counts."""
+    first: dict[str, MethodAcceptance] = {}
+    for a in acceptance:
+        b = first.setdefault(a.scenario, a)
+        if b.images_per_prompt != a.images_per_prompt:
+            raise SpecsimError(
+                f"scenario {a.scenario!r}: method {a.method!r} has {a.images_per_prompt} images per prompt, "
+                f"method {b.method!r} {b.images_per_prompt}; one scenario is one workload (give the entry "
+                "the scenario's images per prompt, or another scenario name)"
+            )
