@@ -194,6 +194,23 @@ def test_bad_input_is_one_line_and_exit_2(capsys, extra, expected):
     assert expected in _one_line(capsys)
 
 
+@pytest.mark.parametrize(
+    ("name", "expected"),
+    [
+        ("g.db", "not an SQLite study store (file is not a database)"),
+        ("g.log", "cannot open study 'specsim-tune' there ("),
+    ],
+)
+def test_a_storage_file_that_holds_no_study_is_one_line(capsys, tmp_path, name, expected):
+    """A file of other text under --storage is refused in one line naming it (it was a driver's traceback,
+    exit 1); a store in a folder not yet made is made there, as every other output's folder is."""
+    (tmp_path / name).write_text("garbage\n")
+    assert main([*BASE, "--trials", "2", "--storage", str(tmp_path / name)]) == 2
+    assert f"--storage '{tmp_path / name}': {expected}" in _one_line(capsys)
+    assert main([*BASE, "--trials", "2", "--storage", str(tmp_path / "new" / name), "--json"]) == 0
+    assert (tmp_path / "new" / name).stat().st_size > 0
+
+
 def test_alpha_needs_a_pair_and_a_trace_takes_no_shape(capsys, tmp_path):
     assert main(["tune", "--target", "llava-1.5-7b", "--alpha", "0.7"]) == 2
     assert "--alpha: sets the acceptance of --pair's draft" in _one_line(capsys)

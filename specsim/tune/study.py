@@ -111,24 +111,42 @@ def storage_url(spec: str | None) -> str | None:
     )
 
 
+# What Optuna's journal replay raises on a line that is not one of its records.
+JOURNAL_ERRORS = (ValueError, KeyError, TypeError)
+
+
 def _storage(optuna, spec: str | None):
+    """Optuna's storage for ``spec``, its folder made as every output's is; a file that holds no study store
+    is one line naming --storage, not a database driver's traceback."""
     url = storage_url(spec)
     if url is None:
         return None
+    Path(url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
     if url.startswith("sqlite:///"):
         from sqlalchemy.exc import SQLAlchemyError  # optuna's own dependency
 
         for attempt in range(5):  # processes that start together race to create one file's tables
             try:
                 return optuna.storages.RDBStorage(url)
-            except SQLAlchemyError:
+            except SQLAlchemyError as err:
                 if attempt == 4:
-                    raise
+                    raise SpecsimError(
+                        f"--storage {spec!r}: not an SQLite study store ({_reason(err)})"
+                    ) from None
                 time.sleep(0.2 * (attempt + 1))
     from optuna.storages import JournalStorage
     from optuna.storages.journal import JournalFileBackend
 
-    return JournalStorage(JournalFileBackend(url))
+    try:
+        return JournalStorage(JournalFileBackend(url))
+    except JOURNAL_ERRORS as err:
+        raise SpecsimError(f"--storage {spec!r}: not an Optuna journal ({_reason(err)})") from None
+
+
+def _reason(err: Exception) -> str:
+    """The first line of a driver's message, without SQLAlchemy's statement and links."""
+    orig = getattr(err, "orig", None)
+    return str(orig if orig is not None else err).splitlines()[0][:120]
 
 
 def fingerprint(context: TuneContext, space: SearchSpace, objective: Objective, search: str) -> dict:
@@ -149,13 +167,19 @@ def _sampler(optuna, search: str, seed: int):
 
 
 def _open(optuna, plan: StudyPlan, objective: Objective, search: str, mark: dict):
-    study = optuna.create_study(
-        storage=_storage(optuna, plan.storage),
-        study_name=plan.study_name,
-        sampler=_sampler(optuna, search, plan.seed),
-        direction=objective.direction,
-        load_if_exists=True,
-    )
+    storage = _storage(optuna, plan.storage)
+    try:
+        study = optuna.create_study(
+            storage=storage,
+            study_name=plan.study_name,
+            sampler=_sampler(optuna, search, plan.seed),
+            direction=objective.direction,
+            load_if_exists=True,
+        )
+    except JOURNAL_ERRORS as err:  # a journal is read as the study opens; a stored study may disagree
+        raise SpecsimError(
+            f"--storage {plan.storage!r}: cannot open study {plan.study_name!r} there ({_reason(err)})"
+        ) from None
     held = len(study.get_trials(deepcopy=False))
     if held:  # a resumed or joined study: the seed's first draws would repeat the trials it holds
         study.sampler = _sampler(optuna, search, plan.seed + held)
