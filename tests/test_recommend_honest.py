@@ -260,3 +260,18 @@ def test_v_note_names_each_batch_once_with_its_gammas(capsys):
     ]
     note = v_below_one_note(low, load_runtime("llama.cpp"))
     assert note.startswith("v < 1 at batch 2 (gamma 4), 4 (gamma 2, 3), 8 (gamma 1): ")
+
+
+@pytest.mark.parametrize("engine", ["vllm", "sglang"])
+def test_config_out_with_no_settings_to_write_says_so(tmp_path, capsys, engine):
+    """SD never reaches --min-speedup: no settings, and an older --config-out file is not passed off as this
+    run's (it was left in place without a word, exit 0)."""
+    cfg = tmp_path / "c.json"
+    cfg.write_text("older settings\n")
+    argv = ["recommend", "--engine", engine, "--pair", "llava-1.5-7b-68m", "--alpha", "0.7", "--batch", "1,8"]
+    rc, out, err = _run(capsys, [*argv, "--min-speedup", "100", "--config-out", str(cfg)])
+    assert rc == 0 and f"wrote {cfg}" not in out and cfg.read_text() == "older settings\n"
+    assert err == (
+        f"specsim: warning: --config-out {cfg}: not written, there are no speculative settings to write: "
+        "SD off (the older file there is left as it was)\n"
+    )

@@ -4,6 +4,7 @@ planner."""
 from __future__ import annotations
 
 import json
+import os
 import shlex
 
 from specsim.bounds import RANGES, number_arg
@@ -32,7 +33,7 @@ from specsim.engines.recommend import (
     fixed_gamma_speedups,
     recommend,
 )
-from specsim.errors import SpecsimError
+from specsim.errors import SpecsimError, warn
 from specsim.hardware.device import load_device
 from specsim.hardware.measured_pair import other_pair_note
 from specsim.hardware.plan_inputs import resolve_models
@@ -261,11 +262,9 @@ def cmd_recommend(args) -> int:
     }
     if args.out:
         write_json_atomic(args.out, out)
-    if args.config_out and snippet is not None:
-        write_text_atomic(
-            args.config_out,
-            (json.dumps(snippet, indent=1) if args.engine == "vllm" else shlex.join(snippet)) + "\n",
-        )
+    if args.config_out:
+        text = json.dumps(snippet, indent=1) if args.engine == "vllm" else shlex.join(snippet or [])
+        _write_config(args.config_out, None if snippet is None else text + "\n")
     if args.json:
         print(dumps_json(out))
         return 0
@@ -321,10 +320,18 @@ def _falls_short(rec: Recommendation) -> str:
 def _llama_measured(args, profile: Profile, entry: MethodAcceptance) -> int:
     """llama-server flags for the best γ of a llama.cpp profile, priced from its own passes."""
     out = llama_recommendation(profile, entry, args.min_speedup, args.draft_model or "DRAFT.gguf")
-    if args.config_out and out["config"] is not None:
-        write_text_atomic(args.config_out, shlex.join(out["config"]) + "\n")
+    if args.config_out:
+        _write_config(args.config_out, None if out["config"] is None else shlex.join(out["config"]) + "\n")
     print(dumps_json(out) if args.json else out.pop("text"))
     return 0
+
+
+def _write_config(path: str, text: str | None) -> None:
+    """--config-out's settings; None (SD off): a warning (a script would read an older file as this run's)."""
+    if text is not None:
+        return write_text_atomic(path, text)
+    older = " (the older file there is left as it was)" if os.path.exists(path) else ""
+    warn(f"--config-out {path}: not written, there are no speculative settings to write: SD off{older}")
 
 
 def _schedule_text(rec: Recommendation) -> str:
