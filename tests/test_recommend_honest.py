@@ -275,3 +275,17 @@ def test_config_out_with_no_settings_to_write_says_so(tmp_path, capsys, engine):
         f"specsim: warning: --config-out {cfg}: not written, there are no speculative settings to write: "
         "SD off (the older file there is left as it was)\n"
     )
+
+
+def test_engine_method_is_one_of_the_engines_names_and_says_which_kind_it_runs(capsys):
+    """An unknown --engine-method was written into the config as given; one that names another drafting
+    kind than the one priced is written with a note saying so (the README's SGLang EAGLE example)."""
+    argv = ["recommend", "--pair", "llava-1.5-7b-68m", "--alpha", "0.7", "--batch", "1,8"]
+    err = _one_line_error(*_run(capsys, [*argv, "--engine", "vllm", "--engine-method", "bogus"]))
+    assert "--engine-method: expected one of vllm's draft_model, eagle, eagle3" in err and "'bogus'" in err
+    rc, out, _ = _run(capsys, [*argv, "--engine", "sglang", "--engine-method", "EAGLE", "--json"])
+    got = json.loads(out)
+    assert rc == 0 and got["config"][got["config"].index("--speculative-algorithm") + 1] == "EAGLE"
+    assert any("EAGLE is sglang's name for drafting kind 'eagle'" in n for n in got["notes"])
+    rc, out, _ = _run(capsys, [*argv, "--engine", "vllm", "--engine-method", "draft_model", "--json"])
+    assert rc == 0 and not any("--engine-method" in n for n in json.loads(out)["notes"])

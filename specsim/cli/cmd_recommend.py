@@ -9,7 +9,7 @@ import shlex
 
 from specsim.bounds import RANGES, number_arg
 from specsim.cli.model_options import add_model_options, image_size
-from specsim.draft_kinds.registry import draft_kind
+from specsim.draft_kinds.registry import draft_kind, engine_method
 from specsim.engines.engine_config import (
     CONFIG_HEADINGS,
     SGLANG_ALGORITHMS_WITHOUT_MODEL,
@@ -48,7 +48,6 @@ from specsim.serve.speculation import alpha_arg
 from specsim.validation.regime_error import regime_errors
 
 ENGINE_NAMES = {"vllm": "vLLM", "sglang": "SGLang", "llama.cpp": "llama.cpp"}
-DEFAULT_ENGINE_METHOD = {"vllm": "draft_model", "sglang": "STANDALONE", "llama.cpp": "draft-simple"}
 _DESC = (
     "Recommend a serving engine's speculative-decoding settings per batch size: the best draft length "
     "gamma (0 = turn SD off there) from the profile's tau(gamma) and the hardware planner's roofline latency "
@@ -218,6 +217,8 @@ def _one_int(text: str, name: str, lo: int, unit: str) -> int:
 
 def cmd_recommend(args) -> int:
     check_outputs((args.out, "--out", None), (args.config_out, "--config-out", None))
+    kind = draft_kind(getattr(args, "draft_kind", None))
+    method, method_note = engine_method(args.engine, args.engine_method, kind)
     profile, entry = _acceptance(args)
     if args.engine == "llama.cpp" and profile is not None and is_llama_cpp_profile(profile):
         return _llama_measured(args, profile, entry.entry)
@@ -237,8 +238,6 @@ def cmd_recommend(args) -> int:
         gamma_max=gamma_max,
         min_speedup=args.min_speedup,
     )
-    kind = draft_kind(getattr(args, "draft_kind", None))
-    method = args.engine_method or kind.engines.get(args.engine) or DEFAULT_ENGINE_METHOD[args.engine]
     draft_model, from_profile = _draft_model(args, profile, entry, method, borrowed is not None, lm)
     snippet, extra_notes = _snippet(args, rec, entry, lm, method, draft_model)
     if args.config_out and snippet is not None and draft_model:
@@ -246,7 +245,7 @@ def cmd_recommend(args) -> int:
         check_model_id(
             draft_model, "--draft-model", label=label, bare_ok=not from_profile
         )  # nothing written yet
-    extra = [borrowed] if borrowed else []
+    extra = [n for n in (borrowed, method_note) if n]
     extra += extra_notes + _draft_id_note(draft_model, from_profile, snippet, bool(args.draft_model))
     extra += list(rec.notes)
     validation = regime_errors(lm.efficiency.name, rec.shown_batches, rec.context_tokens)

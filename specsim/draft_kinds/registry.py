@@ -95,6 +95,29 @@ def draft_kind(name: str | None, where: str = "--draft-kind") -> DraftKind:
     raise SpecsimError(f"{where}: expected one of {', '.join(kinds)} (or an alias), got {name!r}")
 
 
+# An engine's name for a kind the registry does not name there: llama-server's --spec-type for a draft model.
+DEFAULT_ENGINE_METHOD = {"vllm": "draft_model", "sglang": "STANDALONE", "llama.cpp": "draft-simple"}
+
+
+def engine_method(engine: str, given: str | None, kind: DraftKind) -> tuple[str, str]:
+    """(the method (vLLM) or algorithm (SGLang) name an engine config carries for ``kind``, a note): ``given``
+    when it is one of that engine's names here, with a note when it names another kind than the one priced;
+    one line naming the engine's names otherwise. Engines without names here (llama.cpp) take it as given."""
+    own = kind.engines.get(engine) or DEFAULT_ENGINE_METHOD[engine]
+    if given is None or given == own:
+        return own, ""
+    names = {k.engines[engine]: k.name for k in draft_kinds().values() if engine in k.engines}
+    if not names:
+        return given, ""
+    if given not in names:
+        raise SpecsimError(f"--engine-method: expected one of {engine}'s {', '.join(names)}, got {given!r}")
+    other = names[given]
+    return given, (
+        f"--engine-method {given} is {engine}'s name for drafting kind {other!r}; the table prices kind "
+        f"{kind.name!r} ({own}): give --draft-kind {other} to price the kind the config runs"
+    )
+
+
 def kind_rows() -> list[dict]:
     """``specsim hardware --list``'s drafting kinds: name, how it drafts, aliases, engines, description."""
     return [
