@@ -111,3 +111,15 @@ def test_the_zoo_presets_are_the_shipped_weights_configs(role):
     assert preset_config(f"zoo-{role}") == weights and preset_meta(f"zoo-{role}")["ids"] == [f"zoo:{role}"]
     spec = load_model_spec(f"zoo:{role}")
     assert spec.vision.image_tokens == weights["image_seq_length"] == 16
+
+
+def test_a_trace_with_images_on_a_text_only_target_is_refused(capsys, tmp_path):
+    """As --images is: a text-only target prices no image tokens, so the trace's images vanished."""
+    trace = tmp_path / "t.jsonl"
+    trace.write_text('{"arrival_s": 0, "prompt_tokens": 10, "output_tokens": 5, "images": 2}\n')
+    argv = ["serve", "--alpha", "0.7", "--pair", "qwen2.5-coder-0.5b-1.5b", "--trace", str(trace)]
+    assert main(argv) == 2
+    err = _one_line(capsys)
+    assert "--trace: requests carry up to 2 image(s), but qwen2.5-coder-1.5b has no vision" in err
+    trace.write_text('{"arrival_s": 0, "prompt_tokens": 10, "output_tokens": 5, "images": 0}\n')
+    assert main([*argv, "--no-progress"]) == 0

@@ -301,3 +301,19 @@ def test_a_trace_a_mix_and_a_device_where_nothing_fits(capsys, tmp_path):
     text = capsys.readouterr().out
     assert "+ images 0:0.50,2:0.50 ->" in text and "best on h100-sxm" in text
     assert "no deployment on t4 fits: llava-1.5-7b and llava-1.5-68m leave no room for a KV cache" in text
+
+
+def test_images_on_a_text_only_target_are_refused_and_its_default_is_none(capsys, tmp_path):
+    """--images (a count or a mix) or a trace's images on a text-only target: one line, as serve --images
+    says (they were kept in the workload and priced as nothing); its default is then 0 images."""
+    qwen = ["tune", "--alpha", "0.7", "--pair", "qwen2.5-coder-0.5b-1.5b", "--trials", "2"]
+    for images in ("1", "0:1,2:1"):
+        assert main([*qwen, "--images", images]) == 2
+        err = _one_line(capsys)
+        assert "--images: requests carry up to" in err and "qwen2.5-coder-1.5b has no vision tower" in err
+    trace = tmp_path / "t.jsonl"
+    trace.write_text('{"arrival_s": 0, "prompt_tokens": 10, "output_tokens": 5, "images": 1}\n')
+    assert main([*qwen, "--trace", str(trace)]) == 2
+    assert "--trace: requests carry up to 1 image(s)" in _one_line(capsys)
+    assert main([*qwen, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["context"]["workload"]["images"] == 0

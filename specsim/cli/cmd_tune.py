@@ -19,7 +19,7 @@ from specsim.presets import pair_models
 from specsim.serve.arrivals import burstiness_arg, parse_image_mix, rate_arg, read_trace
 from specsim.serve.compare import Workload
 from specsim.serve.metrics import parse_slo
-from specsim.serve.serve_request import LOAD_DEFAULTS, refuse_with_trace
+from specsim.serve.serve_request import LOAD_DEFAULTS, refuse_images_without_vision, refuse_with_trace
 from specsim.serve.speculation import alpha_arg
 from specsim.tune.executor import EXECUTORS, make_executor
 from specsim.tune.objective import OBJECTIVES, make_objective
@@ -87,7 +87,10 @@ def register(sub) -> None:
         help="text tokens per prompt",
     )
     load.add_argument(
-        "--images", default="1", metavar="N|MIX", help="images per prompt, or a mix 0:1,1:2,3:1 (weights)"
+        "--images",
+        default=None,
+        metavar="N|MIX",
+        help="images per prompt, or a mix 0:1,1:2,3:1 (weights); default 1, 0 for a text-only target",
     )
     load.add_argument(
         "--output-tokens",
@@ -206,16 +209,16 @@ def _inputs(args):
         max_num_seqs=args.max_num_seqs,
     )  # fmt: skip
     size = image_size(args)
-    check_space(space, target, None if size is None else (size.width_px, size.height_px))
-    mix = parse_image_mix(args.images)
+    target_spec = check_space(space, target, None if size is None else (size.width_px, size.height_px))
+    mix = parse_image_mix(args.images or ("1" if target_spec.vision is not None else "0"))
     if args.trace is not None:
-        images = None if args.images == "1" else args.images  # tune's --images defaults to one image
-        refuse_with_trace(**{k: getattr(args, k) for k in LOAD_DEFAULTS} | {"images": images})
+        refuse_with_trace(**{k: getattr(args, k) for k in LOAD_DEFAULTS} | {"images": args.images})
         workload, rate = Workload(trace=read_trace(args.trace)), None
     else:
         shape = (args.requests, args.prompt_tokens, mix[0][0], args.output_tokens, args.burstiness)
         workload = Workload(*shape, image_mix=mix if len(mix) > 1 else ())
         rate = args.rate if args.rate is not None else 4.0
+    refuse_images_without_vision(workload, target_spec, "--trace" if args.trace else "--images")
     slo = parse_slo(args.slo) if args.slo is not None else None
     name = args.objective or ("goodput" if slo is not None else "tokens-per-gpu")
     prices = parse_prices(args.price)  # bounded as hardware's and serve's --price

@@ -54,6 +54,14 @@ class Workload:
             return mixed_image_requests(times, self.prompt_tokens, self.image_mix, self.output_tokens, rng)
         return uniform_requests(times, self.prompt_tokens, self.images, self.output_tokens)
 
+    def max_images(self) -> int:
+        """The most images one request of this workload carries."""
+        if self.trace is not None:
+            return int(self.trace.images.max()) if len(self.trace.images) else 0
+        if self.image_mix:
+            return max(k for k, share in self.image_mix if share > 0)
+        return self.images
+
     def to_json(self) -> dict:
         """The workload as JSON (a trace as its four columns)."""
         out = {k: getattr(self, k) for k in ("requests", "prompt_tokens", "images", "output_tokens")}

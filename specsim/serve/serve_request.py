@@ -158,6 +158,17 @@ def _images(req: ServeRequest, target) -> int:
     return req.images
 
 
+def refuse_images_without_vision(workload, target, flag: str) -> None:
+    """A workload whose requests carry images, on a text-only target: refused naming ``flag`` (a text-only
+    model prices no image tokens, so the images would vanish without a word)."""
+    most = workload.max_images()
+    if most and target.vision is None:
+        raise SpecsimError(
+            f"{flag}: requests carry up to {most} image(s), but {target.name} has no vision tower (a "
+            "text-only model); expected requests without images"
+        )
+
+
 def _profile_cost(req: ServeRequest, profile, image_tokens: int, entries):
     """The measured profile's step cost and the batch it may run at most (--max-num-seqs within its grid);
     the roofline's options refused."""
@@ -227,6 +238,7 @@ def serve_setup(req: ServeRequest) -> tuple[ServeSetup, dict]:
     target, draft = _models(req, cost_profile)
     images = _images(req, target)
     workload, vllm_measured = _workload(req, images)
+    refuse_images_without_vision(workload, target, "--trace")  # --images itself: _images
     notes = []
     if acceptance.entry is not None and req.acceptance_profile is not None:
         note = other_pair_note(load(req.acceptance_profile), target, draft)

@@ -202,10 +202,10 @@ def _names_kind(name: str) -> bool:
     return any(key == k.name or key in k.aliases for k in draft_kinds().values())
 
 
-def check_space(space: SearchSpace, target: str, image_size: tuple[int, int] | None = None) -> None:
+def check_space(space: SearchSpace, target: str, image_size: tuple[int, int] | None = None):
     """Refuse, before any simulation, what no deployment of ``space`` could mean: unknown models, devices
     or runtimes, a runtime for another kind of device, a TP degree a device or the target cannot take.
-    (Whether weights and KV cache fit is a trial's answer, not an input error.)"""
+    (Whether weights and KV cache fit is a trial's answer, not an input error.) Returns the target's spec."""
     size = None if image_size is None else ImageSize(*image_size)
     target_spec = _named("--target", lambda: load_model_spec(target, image_size=size))
     for d in space.drafts:  # resolved as serve --draft-kind resolves them (a head kind's preset head, ...)
@@ -223,6 +223,7 @@ def check_space(space: SearchSpace, target: str, image_size: tuple[int, int] | N
             for tp in space.tps:
                 _named("--tp", lambda tp=tp, dev=dev: check_tp(tp, dev))
                 _named("--tp", lambda tp=tp, split=split: check_splittable(target_spec, tp, split, "target"))
+    return target_spec
 
 
 def _named(flag: str, load):
