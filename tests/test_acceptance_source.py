@@ -152,3 +152,26 @@ def test_per_position_rates_carried_past_k_never_rise():
     assert np.all(np.diff(curve) <= 0) and curve[:3] == pytest.approx([0.9, 0.72, 0.36])
     draws = serving_source(acc).accepted_steps(20000, 5, 1, np.random.default_rng(0))[0]
     assert 1 + draws.mean() == pytest.approx(tau5, abs=0.02)
+
+
+@pytest.mark.parametrize(
+    ("extra", "named"),
+    [
+        (["--alpha", "0.7", "--method", "ZZ"], "--method: picks tau out of a profile; --alpha gives it"),
+        (
+            ["--alpha", "0.7", "--profile", "nosuch"],
+            "--profile: picks tau out of a profile; --alpha gives it",
+        ),
+        (["--tau", "2", "--gamma", "3", "--scenario", "x"], "--scenario: picks tau out of a profile; --tau"),
+        (
+            ["--acceptance", "alpha:0.7", "--method", "M"],
+            "--method: picks tau out of a profile; --acceptance",
+        ),
+    ],
+)
+def test_hardware_refuses_profile_choices_beside_a_given_acceptance(capsys, extra, named):
+    """--profile, --method and --scenario choose tau from a profile: beside --alpha, --tau or --acceptance
+    they changed nothing (an unknown method or profile passed without a word)."""
+    assert main(["hardware", "--pair", "llava-1.5-7b-68m", "--batch", "1", *extra]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and named in err

@@ -158,6 +158,14 @@ def tau_methods(
         for flag, given in (("--tau", tau), ("--alpha", alpha), ("--profile", profile_name)):
             if given is not None:
                 raise SpecsimError(f"--acceptance/{flag}: give one acceptance source, not both")
+    if spec is not None or tau is not None or alpha is not None:
+        source = "--acceptance" if spec is not None else ("--tau" if tau is not None else "--alpha")
+        for flag, given in (("--profile", profile_name), ("--method", methods), ("--scenario", scenario)):
+            if given is not None:  # each picks tau out of a profile, which the source replaces
+                raise SpecsimError(
+                    f"{flag}: picks tau out of a profile; {source} gives it here, not a profile"
+                )
+    if spec is not None:
         found = parse_acceptance(spec)
         gammas = (gamma,) if gamma else tuple(range(1, gamma_max + 1))
         return None, [found.method_tau(gammas)], [f"tau from --acceptance ({found.label})"]
