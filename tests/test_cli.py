@@ -241,3 +241,23 @@ def test_one_scenario_keeps_one_image_count(tmp_path, capsys):
     out.write_text(json.dumps(doc))
     with pytest.raises(SpecsimError, match="one scenario is one workload"):
         load_profile(str(out))
+
+
+@pytest.mark.parametrize(
+    ("extra", "named"),
+    [
+        (
+            ["--gamma", "5", "--gamma-max", "2"],
+            "--gamma-max: bounds the gamma searched, and --gamma fixes it",
+        ),
+        (["--tree-max-nodes", "8"], "--tree-max-nodes: bounds the token trees --trees searches; add --trees"),
+    ],
+)
+def test_hardware_refuses_a_bound_on_a_search_it_does_not_run(capsys, extra, named):
+    """The plan ran at --gamma 5, and searched no trees, without a word about the bound given."""
+    assert main(["hardware", "--pair", "llava-1.5-7b-68m", "--alpha", "0.7", "--batch", "1", *extra]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and named in err
+    argv = ["hardware", "--pair", "llava-1.5-7b-68m", "--alpha", "0.7", "--batch", "1", "--json"]
+    assert main([*argv, "--gamma-max", "4"]) == 0
+    assert {r["best_gamma"] for r in json.loads(capsys.readouterr().out)["plan"]["rows"]} <= {1, 2, 3, 4}

@@ -9,6 +9,7 @@ import argparse
 
 from specsim.bounds import number_arg
 from specsim.cli.model_options import add_model_options, add_price_option
+from specsim.errors import SpecsimError
 from specsim.hardware.device import load_devices
 from specsim.hardware.parallel import SPLIT_MODES
 from specsim.hardware.plan import DEFAULT_BATCHES, DEFAULT_CONTEXTS
@@ -144,7 +145,7 @@ def register(sub) -> None:
         default=None,
         help="a request's output tokens (with --prompt-tokens)",
     )
-    p.add_argument("--gamma-max", default="8", help="largest gamma tried (default 8)")
+    p.add_argument("--gamma-max", default=None, help="largest gamma tried (default 8)")
     p.add_argument(
         "--fit-profile",
         default=None,
@@ -176,7 +177,7 @@ def register(sub) -> None:
     p.add_argument(
         "--tree-max-nodes",
         type=number_arg("gamma", integer=True),
-        default=64,
+        default=None,
         help="largest tree searched with --trees (default 64)",
     )
     p.add_argument(
@@ -190,6 +191,14 @@ def register(sub) -> None:
     p.set_defaults(func=cmd_hardware)
 
 
+def _refuse_unused(args: argparse.Namespace) -> None:
+    """Options that would change nothing in this combination: refused, not ignored."""
+    if args.gamma_max is not None and args.gamma is not None and not args.trees:
+        raise SpecsimError("--gamma-max: bounds the gamma searched, and --gamma fixes it; give one of them")
+    if args.tree_max_nodes is not None and not args.trees:
+        raise SpecsimError("--tree-max-nodes: bounds the token trees --trees searches; add --trees")
+
+
 def cmd_hardware(args: argparse.Namespace) -> int:
     if args.list:
         return _list_all(args)
@@ -197,9 +206,11 @@ def cmd_hardware(args: argparse.Namespace) -> int:
         return _list_devices(args)
     if args.plot is not None:
         check_writable(args.plot, "--plot", suffix=".png")
+    _refuse_unused(args)
     # The ranges are parsed here, at the command line; the request checks what they combine with.
     ranges = {
-        "gamma_max": parse_int(args.gamma_max, name="--gamma-max", unit="gamma"),
+        "gamma_max": parse_int(args.gamma_max or "8", name="--gamma-max", unit="gamma"),
+        "tree_max_nodes": args.tree_max_nodes or 64,
         "batches": parse_int_lists(args.batch, DEFAULT_BATCHES, name="--batch", unit="batch"),
         "contexts": parse_int_lists(args.context, DEFAULT_CONTEXTS, name="--context", unit="tokens"),
     }
