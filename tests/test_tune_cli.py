@@ -317,3 +317,18 @@ def test_images_on_a_text_only_target_are_refused_and_its_default_is_none(capsys
     assert "--trace: requests carry up to 1 image(s)" in _one_line(capsys)
     assert main([*qwen, "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["context"]["workload"]["images"] == 0
+
+
+@pytest.mark.parametrize(
+    ("extra", "named"),
+    [
+        (["--slo-attainment", "0.5"], "--slo-attainment: the share that must meet --slo; give --slo"),
+        (["--study-name", "foo"], "--study-name: names the study in --storage; give --storage"),
+        (["--draft", "llava-1.5-68m@0.6", "--draft", "llava-1.5-68m@0.6"], "'llava-1.5-68m@0.6' given twice"),
+        (["--gamma-breaks", ""], "--gamma-breaks: expected batch sizes B,..., got ''"),
+    ],
+)
+def test_options_that_would_change_nothing_are_refused(capsys, extra, named):
+    """Each ran the study as without it, without a word (serve refuses --slo-attainment without a search)."""
+    assert main(BASE + extra) == 2
+    assert named in _one_line(capsys)

@@ -119,7 +119,7 @@ def register(sub) -> None:
     )
     o.add_argument("--slo", default=None, help="bounds in ms, e.g. ttft=500,tpot=50 (keys ttft, tpot, e2e)")
     o.add_argument(
-        "--slo-attainment", type=number_arg("ratio"), default=0.9, help="share that must meet --slo (0.9)"
+        "--slo-attainment", type=number_arg("ratio"), default=None, help="share that must meet --slo (0.9)"
     )
     o.add_argument(
         "--price", action="append", default=[], metavar="DEVICE=USD", help="price per GPU-hour of a device"
@@ -153,7 +153,7 @@ def register(sub) -> None:
     r.add_argument(
         "--storage", default=None, help="resumable study: sqlite:///PATH, PATH.db or a journal PATH.log"
     )
-    r.add_argument("--study-name", default="specsim-tune", help="the study's name in --storage")
+    r.add_argument("--study-name", default=None, help="the study's name in --storage (default specsim-tune)")
     x = p.add_argument_group("executor")
     x.add_argument("--executor", choices=EXECUTORS, default="local", help="local processes or ray")
     x.add_argument(
@@ -185,6 +185,19 @@ def _pairs(items: list[str], flag: str, value=str) -> dict:
     return out
 
 
+def _refuse_unused(args: argparse.Namespace) -> None:
+    """Options that would change nothing in this combination: refused, not ignored."""
+    if args.slo_attainment is not None and args.slo is None:
+        raise SpecsimError("--slo-attainment: the share that must meet --slo; give --slo")
+    if args.study_name is not None and args.storage is None:
+        raise SpecsimError("--study-name: names the study in --storage; give --storage")
+    twice = sorted({d for d in args.draft if args.draft.count(d) > 1})
+    if twice:
+        raise SpecsimError(f"--draft: {twice[0]!r} given twice; give each draft option once")
+    if args.gamma_breaks is not None and not args.gamma_breaks.strip():
+        raise SpecsimError("--gamma-breaks: expected batch sizes B,..., got ''")
+
+
 def _inputs(args):
     """Everything the study needs, checked before anything heavy runs."""
     if args.pair and args.target:
@@ -192,6 +205,7 @@ def _inputs(args):
     target, pair_draft = (
         pair_models(args.pair or "llava-1.5-7b-68m") if not args.target else (args.target, None)
     )
+    _refuse_unused(args)
     drafts = list(args.draft)
     if args.alpha is not None:
         if pair_draft is None:
@@ -225,7 +239,7 @@ def _inputs(args):
     objective = make_objective(
         name,
         has_slo=slo is not None,
-        slo_attainment=args.slo_attainment,
+        slo_attainment=0.9 if args.slo_attainment is None else args.slo_attainment,
         devices=space.devices,
         prices=prices,
     )
@@ -240,7 +254,8 @@ def _inputs(args):
     )
     storage = None if args.storage is None else storage_url(args.storage).removeprefix("sqlite:///")
     check_outputs((storage, "--storage", None), (args.plot, "--plot", ".png"))
-    plan = StudyPlan(args.search, args.trials, args.batch, args.seed, args.storage, args.study_name)
+    study = args.study_name or "specsim-tune"
+    plan = StudyPlan(args.search, args.trials, args.batch, args.seed, args.storage, study)
     require_optuna()
     executor = make_executor(args.executor, jobs=args.jobs, ray_address=args.ray_address)
     return context, space, objective, plan, executor, _pairs(args.model_id, "--model-id")
