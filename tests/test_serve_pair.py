@@ -123,3 +123,9 @@ def test_a_trace_with_images_on_a_text_only_target_is_refused(capsys, tmp_path):
     assert "--trace: requests carry up to 2 image(s), but qwen2.5-coder-1.5b has no vision" in err
     trace.write_text('{"arrival_s": 0, "prompt_tokens": 10, "output_tokens": 5, "images": 0}\n')
     assert main([*argv, "--no-progress"]) == 0
+
+
+def test_jobs_without_rates_is_refused(capsys):
+    """--jobs runs --rates' simulations in processes; one rate ran as without it, without a word."""
+    assert main(["serve", "--pair", "llava-1.5-7b-68m", "--alpha", "0.7", "--jobs", "4"]) == 2
+    assert "--jobs: runs the rates of --rates in processes; give --rates" in _one_line(capsys)

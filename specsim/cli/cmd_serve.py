@@ -218,7 +218,7 @@ def register(sub) -> None:
     out.add_argument(
         "--jobs",
         type=number_arg("threads", integer=True),
-        default=1,
+        default=None,
         help="processes for --rates (default 1; the rates are independent simulations)",
     )
     p.set_defaults(func=cmd_serve)
@@ -234,6 +234,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if args.max_rate and (args.rate is not None or args.rates is not None):
         given = "--rate" if args.rate is not None else "--rates"
         raise SpecsimError(f"--max-rate: searches the rate itself, so {given} does not apply")
+    if args.jobs is not None and args.rates is None:
+        raise SpecsimError("--jobs: runs the rates of --rates in processes; give --rates")
     if args.slo_attainment is not None and not args.max_rate:
         raise SpecsimError("--slo-attainment: applies with --max-rate only (the share its search must meet)")
     for rate in [args.rate] if args.rate is not None else args.rates or []:
@@ -253,7 +255,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if args.rates is not None:
         progress = ProgressBar(len(args.rates), not args.no_progress, "specsim serve", "rates")
         try:
-            result = sweep_rates(setup, args.rates, progress.step, jobs=args.jobs)
+            result = sweep_rates(setup, args.rates, progress.step, jobs=args.jobs or 1)
         finally:
             progress.close()
         if args.plot is not None:
