@@ -21,6 +21,7 @@ MAX_PLAN_ROWS = 65536
 RANGES: dict[str, tuple[float, float]] = {
     "ms": (1e-6, 1e8),
     "tokens": (0, 2**24),
+    "output_tokens": (1, 2**24),  # a request decodes at least one token
     "gamma": (1, MAX_GAMMA),
     "batch": (1, 4096),
     "images": (0, 1024),

@@ -129,3 +129,21 @@ def test_jobs_without_rates_is_refused(capsys):
     """--jobs runs --rates' simulations in processes; one rate ran as without it, without a word."""
     assert main(["serve", "--pair", "llava-1.5-7b-68m", "--alpha", "0.7", "--jobs", "4"]) == 2
     assert "--jobs: runs the rates of --rates in processes; give --rates" in _one_line(capsys)
+
+
+@pytest.mark.parametrize(
+    ("argv", "named"),
+    [
+        (["serve", "--output-tokens", "0"], "argument --output-tokens: expected an integer in 1..16777216"),
+        (["tune", "--output-tokens", "0"], "argument --output-tokens: expected an integer in 1..16777216"),
+        (["serve", "--images", "1000"], "the KV cache h100-sxm's memory holds beside the weights (--tp, or"),
+        (
+            ["hardware", "--prompt-tokens", "0", "--output-tokens", "50"],
+            "--prompt-tokens: expected an integer",
+        ),
+    ],
+)
+def test_an_error_names_the_option_it_is_about(capsys, argv, named):
+    """They named requests.output_tokens, new_tokens, or a --kv-cache-tokens that was never given."""
+    assert main([*argv[:1], "--pair", "llava-1.5-7b-68m", "--alpha", "0.7", *argv[1:]]) == 2
+    assert named in _one_line(capsys)

@@ -107,7 +107,7 @@ def register(sub) -> None:
     )
     load.add_argument(
         "--output-tokens",
-        type=number_arg("tokens", integer=True),
+        type=number_arg("output_tokens", integer=True),
         default=LOAD_DEFAULTS["output_tokens"],
         help="output tokens per request (default 256)",
     )

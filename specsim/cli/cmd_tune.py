@@ -94,7 +94,7 @@ def register(sub) -> None:
     )
     load.add_argument(
         "--output-tokens",
-        type=number_arg("tokens", integer=True),
+        type=number_arg("output_tokens", integer=True),
         default=LOAD_DEFAULTS["output_tokens"],
         help="output tokens",
     )

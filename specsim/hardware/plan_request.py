@@ -40,6 +40,8 @@ def request_lengths(prompt: int | None, output: int | None, *, given_context: bo
         raise SpecsimError("--prompt-tokens/--output-tokens: give both (or --context)")
     if given_context:
         raise SpecsimError("--context: give either --context or --prompt-tokens/--output-tokens, not both")
+    if prompt < 1:  # a request prefills at least one token (its chat template's, if nothing else)
+        raise SpecsimError(f"--prompt-tokens: expected an integer >= 1 (text tokens), got {prompt}")
     if output < 1:  # no decode: nothing for SD to speed up (the row would price the prefills alone)
         raise SpecsimError(f"--output-tokens: expected an integer >= 1 (a decode to speed up), got {output}")
     return int(prompt), int(output)

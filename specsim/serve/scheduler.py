@@ -29,6 +29,7 @@ class SchedulerConfig:
     encoder_budget_tokens: int | None = None
     chunked_prefill: bool = True
     kv_cache_tokens: int | None = None
+    kv_cache_source: str = "--kv-cache-tokens"  # who set kv_cache_tokens: the errors name it
 
     def __post_init__(self) -> None:
         for flag, value in (
@@ -57,8 +58,8 @@ class SchedulerConfig:
         ``longest_sequence``: the most KV positions one request reserves."""
         if self.kv_cache_tokens is not None and longest_sequence > self.kv_cache_tokens:
             raise SpecsimError(
-                f"--kv-cache-tokens: expected room for the longest request ({longest_sequence} positions: "
-                f"prompt, images, output and gamma lookahead), got {self.kv_cache_tokens}"
+                f"{self.kv_cache_source}: expected room for the longest request ({longest_sequence} "
+                f"positions: prompt, images, output and gamma lookahead), got {self.kv_cache_tokens}"
             )
         if self.max_num_batched_tokens < max_gamma + 1:
             raise SpecsimError(

@@ -254,8 +254,11 @@ def serve_setup(req: ServeRequest) -> tuple[ServeSetup, dict]:
         kv = req.kv_cache_tokens if req.kv_cache_tokens is not None else 1 << 30
         device, runtime = f"measured profile {req.cost_profile}", "its batched engine"
         usd_per_hour = None
+    kv_source = "--kv-cache-tokens" if req.kv_cache_tokens is not None else (
+        f"the KV cache {device}'s memory holds beside the weights (--tp, or --kv-cache-tokens)"
+    )  # fmt: skip
     scheduler = SchedulerConfig(
-        max_seqs, req.max_num_batched_tokens, req.encoder_budget, not req.no_chunked_prefill, kv
+        max_seqs, req.max_num_batched_tokens, req.encoder_budget, not req.no_chunked_prefill, kv, kv_source
     )
     setup = ServeSetup(cost, workload, policy, serving_source(acceptance), scheduler, slo, req.seed)
     about = {
