@@ -147,3 +147,20 @@ def test_an_error_names_the_option_it_is_about(capsys, argv, named):
     """They named requests.output_tokens, new_tokens, or a --kv-cache-tokens that was never given."""
     assert main([*argv[:1], "--pair", "llava-1.5-7b-68m", "--alpha", "0.7", *argv[1:]]) == 2
     assert named in _one_line(capsys)
+
+
+@pytest.mark.parametrize(
+    ("argv", "named"),
+    [
+        (
+            ["recommend", "--engine", "vllm", "--pair", "llava-1.5-7b-68m", "--dtype", "nosuch"],
+            "--dtype: expected",
+        ),
+        (["hardware", "--device", ""], "--device: expected a catalog name or a device JSON file, got ''"),
+        (["serve", "--pair", "llava-1.5-7b-68m", "--device", ""], "--device: expected a catalog name"),
+    ],
+)
+def test_a_bad_dtype_or_an_empty_device_is_named_by_its_flag(capsys, argv, named):
+    """They read "model config llava-1.5-7b.json: dtype: ..." and "device file '.' is a directory"."""
+    assert main([*argv, "--alpha", "0.7"]) == 2
+    assert _one_line(capsys).startswith(f"specsim: error: {named}")

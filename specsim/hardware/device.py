@@ -293,6 +293,8 @@ def resolve_device_name(name: str) -> str | None:
 def load_device(name_or_path: str) -> Device:
     """A catalog name (``h100-sxm``, ``cpu``; any case, or an alias: :func:`resolve_device_name`) or a path
     to a user device JSON file (an existing file wins over an alias)."""
+    if not str(name_or_path).strip():
+        raise SpecsimError(f"--device: expected a catalog name or a device JSON file, got {name_or_path!r}")
     if not os.path.lexists(name_or_path):
         name_or_path = resolve_device_name(name_or_path) or name_or_path
     path = shipped_or_user_file(name_or_path, CATALOG_DIR, "device")

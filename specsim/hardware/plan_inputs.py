@@ -97,6 +97,9 @@ def resolve_models(
     whose image tokens depend on it; ``expert_parallel_tp``: --expert-parallel's GPUs, for a --target's
     experts."""
     kind = kind_named(draft_kind)
+    for flag, value, size in (("--dtype", dtype, dtype_bytes), ("--kv-dtype", kv_dtype, kv_dtype_bytes)):
+        if value is not None:  # named by its flag, not by the model config it would have been read into
+            size(value, flag)
     if expert_parallel_tp is not None and not (target or model_config):
         raise SpecsimError("--expert-parallel: needs --target, a mixture-of-experts model")
     if model_config:
