@@ -261,3 +261,13 @@ def test_hardware_refuses_a_bound_on_a_search_it_does_not_run(capsys, extra, nam
     argv = ["hardware", "--pair", "llava-1.5-7b-68m", "--alpha", "0.7", "--batch", "1", "--json"]
     assert main([*argv, "--gamma-max", "4"]) == 0
     assert {r["best_gamma"] for r in json.loads(capsys.readouterr().out)["plan"]["rows"]} <= {1, 2, 3, 4}
+
+
+def test_sweep_explains_only_the_marks_it_prints(capsys):
+    """Every unpriced cell prints n/a without a mark: no legend for a '*' the table does not show."""
+    assert main(["sweep", "--gamma", "1-8", "--scenario", "PororoSV", "--method", "M"]) == 0
+    out = capsys.readouterr().out
+    assert "*" not in out.split("\n\n")[1] and "* tau extrapolated" not in out
+    assert main(["sweep", "--gamma", "1-8", "--scenario", "PororoSV", "--method", "M", "--textbook"]) == 0
+    out = capsys.readouterr().out
+    assert "1.09*+" in out and "* tau extrapolated from another gamma" in out

@@ -334,10 +334,11 @@ def _print_by_scenario(items, headers: list[str], row_of) -> None:
         print(format_table(headers, [row_of(r) for r in group]))
 
 
-def _print_notes(rows, notes: dict, e2e_missing=()) -> None:
-    lines = []
-    if any(r.extrapolated for r in rows):
-        srcs = sorted({r.tau_source for r in rows if r.extrapolated})
+def _print_notes(rows, notes: dict, e2e_missing=(), marked=None) -> None:
+    """The legend of the marks ``marked`` rows print (default: every row), then the notes."""
+    lines, marked = [], rows if marked is None else marked
+    if any(r.extrapolated for r in marked):
+        srcs = sorted({r.tau_source for r in marked if r.extrapolated})
         lines.append(
             f"{EXTRAPOLATED_MARK} tau extrapolated from another gamma assuming i.i.d. acceptance "
             f"({', '.join(srcs)})"
@@ -389,7 +390,8 @@ def cmd_sweep(args) -> int:
 
     _print_by_scenario(results, ["method", *[f"g={g}" for g in gammas], "best g", "best"], row_of)
     all_rows = [p for res in results for p in res.predictions]
-    _print_notes(all_rows, {p.note: None for p in all_rows if p.note})
+    priced = [p for p in all_rows if p.speedup is not None]  # a cell prints its marks beside its speedup
+    _print_notes(all_rows, {p.note: None for p in all_rows if p.note}, marked=priced)
     for note in dict.fromkeys(r.best_note for r in results if r.best_note):
         print(f"best g n/a: {note}")
     if drafts is not None:
