@@ -271,3 +271,20 @@ def test_sweep_explains_only_the_marks_it_prints(capsys):
     assert main(["sweep", "--gamma", "1-8", "--scenario", "PororoSV", "--method", "M", "--textbook"]) == 0
     out = capsys.readouterr().out
     assert "1.09*+" in out and "* tau extrapolated from another gamma" in out
+
+
+def test_version_is_the_packages_and_help_gives_the_whole_block(capsys):
+    """--version prints the version pyproject.toml ships; the help's formula carries the overhead o that
+    every table prints (it read tau / (gamma*c + v))."""
+    from pathlib import Path
+
+    import tomllib
+
+    shipped = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())["project"]["version"]
+    with pytest.raises(SystemExit) as done:
+        main(["--version"])
+    assert done.value.code == 0 and capsys.readouterr().out == f"specsim {shipped}\n"
+    for argv in (["--help"], ["predict", "--help"], ["hardware", "--help"], ["recommend", "--help"]):
+        with pytest.raises(SystemExit):
+            main(argv)
+        assert "v + o)" in " ".join(capsys.readouterr().out.split()), argv

@@ -26,7 +26,8 @@ _DESC = (
     "Rank devices by predicted tokens/s and speculative-decoding speedup for a target/draft pair, using a "
     "roofline latency model (time = max(FLOPs/(peak*eff_compute(rows)), bytes/(bandwidth*eff_memory(rows))) "
     "+ the runtime's per-forward/per-layer overhead, + all-reduces under tensor parallel) and acceptance tau "
-    "(from a profile, or --tau/--alpha). speedup = tau/(gamma*c + v), c = Tq/Tp, v = Tv(gamma)/Tp, best "
+    "(from a profile, or --tau/--alpha). speedup = tau/(gamma*c + v + o), c = Tq/Tp, v = Tv(gamma)/Tp, o = "
+    "the engine's named block terms / Tp, best "
     "gamma per device unless --gamma; tokens/s are summed over the batch. Decode phase only. The local CPU "
     "is measured only when asked (--device cpu)."
 )

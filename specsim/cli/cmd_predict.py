@@ -19,8 +19,8 @@ EXTRAPOLATED_MARK = "*"
 ASSUMED_MARK = "+"
 
 _SYMBOLS = (
-    "tau: tokens per block (bonus included); c = Tq/Tp; v = Tv(gamma)/Tp; "
-    "speedup = tau / (gamma*c + v) for the decode phase"
+    "tau: tokens per block (bonus included); c = Tq/Tp; v = Tv(gamma)/Tp; o = the engine's overhead per "
+    "block / Tp; speedup = tau / (d*c + v + o) for the decode phase (d: drafts per block, gamma at most)"
 )
 
 

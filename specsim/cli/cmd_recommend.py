@@ -51,10 +51,10 @@ ENGINE_NAMES = {"vllm": "vLLM", "sglang": "SGLang", "llama.cpp": "llama.cpp"}
 _DESC = (
     "Recommend a serving engine's speculative-decoding settings per batch size: the best draft length "
     "gamma (0 = turn SD off there) from the profile's tau(gamma) and the hardware planner's roofline latency "
-    "(speedup = tau/(gamma*c + v), c = Tq/Tp, v = Tv(gamma)/Tp, decode phase). Prints a table and the "
-    "engine's config: vLLM speculative_config (num_speculative_tokens, num_speculative_tokens_per_batch_size)"
-    " or SGLang --speculative-* flags, or llama-server flags (a llama.cpp profile: priced from its own "
-    "measured passes, one request at a time)."
+    "(speedup = tau/(gamma*c + v + o), c = Tq/Tp, v = Tv(gamma)/Tp, o = overhead/Tp, decode phase). Prints a "
+    "table and the engine's config: vLLM speculative_config (num_speculative_tokens, "
+    "num_speculative_tokens_per_batch_size) or SGLang --speculative-* flags, or llama-server flags (a "
+    "llama.cpp profile: priced from its own measured passes, one request at a time)."
 )
 
 

@@ -16,6 +16,7 @@ import warnings
 from importlib.metadata import EntryPoint, entry_points
 from pathlib import Path
 
+from specsim import __version__
 from specsim.errors import SpecsimError, SpecsimWarning
 
 COMMAND_GROUP = "specsim.commands"
@@ -85,10 +86,12 @@ def build_parser() -> argparse.ArgumentParser:
         prog="specsim",
         description=(
             "Predict speculative-decoding speedups for (multimodal) LLMs from a profile. "
-            "speedup = tau / (gamma*c + v): tau = tokens per block (bonus included), "
-            "c = Tq/Tp draft/target per-token time, v = Tv(gamma)/Tp verify/decode time."
+            "speedup = tau / (gamma*c + v + o): tau = tokens per block (bonus included), "
+            "c = Tq/Tp draft/target per-token time, v = Tv(gamma)/Tp verify/decode time, o = the engine's "
+            "overhead per block / Tp."
         ),
     )
+    parser.add_argument("--version", action="version", version=f"specsim {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     calib = sub.add_parser("calibrate", help="measure a profile on this machine (needs the calibrate extra)")
     calib_sub = calib.add_subparsers(dest="calibrate_command", metavar="WHAT")
