@@ -289,3 +289,15 @@ def test_engine_method_is_one_of_the_engines_names_and_says_which_kind_it_runs(c
     assert any("EAGLE is sglang's name for drafting kind 'eagle'" in n for n in got["notes"])
     rc, out, _ = _run(capsys, [*argv, "--engine", "vllm", "--engine-method", "draft_model", "--json"])
     assert rc == 0 and not any("--engine-method" in n for n in json.loads(out)["notes"])
+
+
+def test_at_batch_is_for_the_engines_with_one_draft_length(capsys):
+    """vLLM takes a draft length per batch size: --at-batch changed nothing there, without a word; SGLang and
+    llama-server take their one draft length at it, within the batches evaluated."""
+    argv = ["recommend", "--pair", "llava-1.5-7b-68m", "--alpha", "0.7", "--batch", "1-8"]
+    err = _one_line_error(*_run(capsys, [*argv, "--engine", "vllm", "--at-batch", "4"]))
+    assert "--at-batch: applies to SGLang and llama-server" in err
+    err = _one_line_error(*_run(capsys, [*argv, "--engine", "llama.cpp", "--at-batch", "9"]))
+    assert "--at-batch: expected a batch size in 1..8, got 9" in err
+    rc, out, _ = _run(capsys, [*argv, "--engine", "llama.cpp", "--at-batch", "4", "--json"])
+    assert rc == 0 and any("chosen for batch 4" in n for n in json.loads(out)["notes"])

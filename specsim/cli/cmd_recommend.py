@@ -114,8 +114,8 @@ def register(sub) -> None:
     p.add_argument(
         "--at-batch",
         type=number_arg("batch", integer=True),
-        default=1,
-        help="SGLang: the batch size its one draft length is chosen for (default 1)",
+        default=None,
+        help="SGLang and llama-server: the batch size their one draft length is chosen for (default 1)",
     )
     p.add_argument(
         "--out", default=None, help="write the whole recommendation (table, config, assumptions) as JSON"
@@ -273,40 +273,35 @@ def cmd_recommend(args) -> int:
 
 def _snippet(args, rec: Recommendation, entry, lm, method, draft_model):
     """(engine config or None, notes about it)."""
+    last = rec.choices[-1].batch_size
     if args.engine == "vllm":
+        if args.at_batch is not None:  # vLLM takes a draft length per batch size
+            raise SpecsimError("--at-batch: applies to SGLang and llama-server, which take one draft length")
         config = vllm_speculative_config(rec, method=method, draft_model=draft_model)
         notes = (
             [f"SD {_falls_short(rec)} at any evaluated batch size: run without --speculative-config"]
             if config is None
             else [
-                f"above batch {rec.choices[-1].batch_size} vLLM keeps the last range's draft length",
+                f"above batch {last} vLLM keeps the last range's draft length",
                 "num_speculative_tokens_per_batch_size needs a vLLM with dynamic speculative decoding; older "
                 "versions take one num_speculative_tokens (pick the row of your usual batch size)",
             ]
         )
         return config, notes
+    at = 1 if args.at_batch is None else args.at_batch
+    if not 1 <= at <= last:
+        raise SpecsimError(f"--at-batch: expected a batch size in 1..{last}, got {at}")
+    gamma = rec.at(at).gamma
     if args.engine == "llama.cpp":
-        gamma = rec.at(args.at_batch).gamma
-        flags = llama_cpp_server_args(gamma, draft_model=draft_model or "DRAFT.gguf", parallel=args.at_batch)
-        return flags, [
-            f"llama-server has one draft length for all batch sizes: chosen for batch {args.at_batch}"
-        ]
-    if not 1 <= args.at_batch <= rec.choices[-1].batch_size:
-        raise SpecsimError(
-            f"--at-batch: expected a batch size in 1..{rec.choices[-1].batch_size}, got {args.at_batch}"
-        )
-    flags = sglang_server_args(rec, at_batch=args.at_batch, algorithm=method, draft_model=draft_model)
+        flags = llama_cpp_server_args(gamma, draft_model=draft_model or "DRAFT.gguf", parallel=at)
+        return flags, [f"llama-server has one draft length for all batch sizes: chosen for batch {at}"]
+    flags = sglang_server_args(rec, at_batch=at, algorithm=method, draft_model=draft_model)
     if flags is None:
-        return None, [
-            f"SD {_falls_short(rec)} at batch {args.at_batch}: launch SGLang without --speculative-* flags"
-        ]
-    gamma = rec.at(args.at_batch).gamma
-    speedups = fixed_gamma_speedups(
-        entry, lm, gamma, max_batch=rec.choices[-1].batch_size, context_tokens=rec.context_tokens
-    )
-    notes = [f"SGLang has one draft length for all batch sizes: chosen for batch {args.at_batch}"]
-    if not rec.at(args.at_batch).fits_memory:
-        notes.append(f"--at-batch {args.at_batch} does not fit in memory at this context (fits NO)")
+        return None, [f"SD {_falls_short(rec)} at batch {at}: launch SGLang without --speculative-* flags"]
+    speedups = fixed_gamma_speedups(entry, lm, gamma, max_batch=last, context_tokens=rec.context_tokens)
+    notes = [f"SGLang has one draft length for all batch sizes: chosen for batch {at}"]
+    if not rec.at(at).fits_memory:
+        notes.append(f"--at-batch {at} does not fit in memory at this context (fits NO)")
     notes.append(fixed_gamma_note(speedups, gamma, rec.min_speedup))
     return flags, notes
 
