@@ -164,3 +164,13 @@ def test_a_bad_dtype_or_an_empty_device_is_named_by_its_flag(capsys, argv, named
     """They read "model config llava-1.5-7b.json: dtype: ..." and "device file '.' is a directory"."""
     assert main([*argv, "--alpha", "0.7"]) == 2
     assert _one_line(capsys).startswith(f"specsim: error: {named}")
+
+
+@pytest.mark.parametrize("command", ["hardware", "serve", "recommend", "tune"])
+def test_image_size_on_a_text_only_target_is_refused(capsys, command):
+    """--image-size sizes a vision tower's image tokens: on a text-only target it changed nothing."""
+    argv = [command, "--pair", "qwen2.5-coder-0.5b-1.5b", "--alpha", "0.7", "--image-size", "640x480"]
+    assert main([*argv, *(["--engine", "vllm"] if command == "recommend" else [])]) == 2
+    assert _one_line(capsys).startswith(
+        "specsim: error: --image-size: sizes a vision tower's image tokens, and qwen2.5-coder-1.5b has none"
+    )

@@ -78,7 +78,21 @@ def check_options(
         raise SpecsimError(f"--fit-device: expected a catalog name or device JSON, got {fit_device!r}")
 
 
-def resolve_models(
+def resolve_models(**options) -> tuple[str | None, ModelSpec, ModelSpec | None]:
+    """:func:`_resolve_models`, and --image-size refused for a target without a vision tower (it sizes
+    image tokens, of which a text-only model has none)."""
+    pair, target, draft = _resolve_models(**options)
+    refuse_image_size_without_vision(target, options.get("image_size"))
+    return pair, target, draft
+
+
+def refuse_image_size_without_vision(target: ModelSpec, image_size) -> None:
+    """--image-size sizes a vision tower's image tokens; a text-only target has none to size."""
+    if image_size is not None and target.vision is None:
+        raise SpecsimError(f"--image-size: sizes a vision tower's image tokens, and {target.name} has none")
+
+
+def _resolve_models(
     *,
     pair: str | None,
     target: str | None,

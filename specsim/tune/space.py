@@ -21,7 +21,7 @@ from specsim.hardware.device import load_device
 from specsim.hardware.image_tokens import ImageSize
 from specsim.hardware.model_resolution import load_model_spec
 from specsim.hardware.parallel import check_splittable, check_tp
-from specsim.hardware.plan_inputs import resolve_models
+from specsim.hardware.plan_inputs import refuse_image_size_without_vision, resolve_models
 from specsim.hardware.runtime import DEFAULT_RUNTIMES, load_runtime
 from specsim.report import clip, parse_int_list
 from specsim.tune.trial import IMAGE_AXIS, TRACES_PREFIX, Deployment, DraftOption, acceptance_source
@@ -208,6 +208,7 @@ def check_space(space: SearchSpace, target: str, image_size: tuple[int, int] | N
     (Whether weights and KV cache fit is a trial's answer, not an input error.) Returns the target's spec."""
     size = None if image_size is None else ImageSize(*image_size)
     target_spec = _named("--target", lambda: load_model_spec(target, image_size=size))
+    refuse_image_size_without_vision(target_spec, size)  # before the drafts, which would name themselves
     for d in space.drafts:  # resolved as serve --draft-kind resolves them (a head kind's preset head, ...)
         kw = {"target": target, "draft": d.model, "draft_kind": d.kind, "image_size": size}
         _named(f"--draft {d.label!r}", lambda kw=kw: resolve_models(pair=None, **kw))
