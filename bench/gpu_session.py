@@ -1,21 +1,17 @@
 """One prepared GPU session: calibrate's CUDA paths, latency, synthetic-acceptance checks, the zoo and HF
 steps on one lent GPU (H100/H200) in 9.5 minutes (``--total-s``), in stages, most valuable first (issue 54).
 
-    python bench/gpu_session.py --out "$OUT"                  # on the device machine
-    python bench/gpu_session.py --out "$OUT" --only llava7b,zoo --rounds 3   # some stages again
+    python bench/gpu_session.py --out "$OUT" [--only llava7b,zoo --rounds 3]   # on the device machine
     python bench/gpu_session.py --dry-run --out /tmp/session  # the same path on the CPU, tiny configs
 
-Install without pip or network: a ``specsim_mllm`` dist-info with pyproject.toml's entry points, in a folder
-on PYTHONPATH beside the tree (what ``pip install -e .`` adds, no build backend, no index). Each stage runs
-in its own process under its budget, cut to what is left of ``--total-s``; a failing or overrunning stage is
-recorded and the next runs. After every stage its results are copied to ``--out`` (7 files): session.json
-(environment, per stage its steps, status, seconds, errors), log.txt, and a JSON per stage's results.
-
+Installed without pip or network (a ``specsim_mllm`` dist-info with pyproject.toml's entry points on
+PYTHONPATH). Each stage runs in its own process under its budget, cut to what is left of ``--total-s``; a
+failing or overrunning stage is recorded and the next runs; after each, its results go to ``--out`` (7 files):
+session.json (environment, per stage its steps, status, seconds, errors), log.txt, a JSON per stage.
 Stages: cuda_paths (``bench/gpu_session_checks.py``); llava7b (LLaVA-1.5-7B/68M, random bf16 weights: latency
 at B 1, ``check --synthetic-acceptance`` on IbED's τ); hf_steps (``bench/gpu_step_kernels.py --modes hf``);
 zoo (real weights: latency, acceptance, check, ``bench/engine_vs_hf.py``); llava7b_batch (B 1..64, a batched
 check); llama8b (Llama-3.1-8B, Llama-3.2-1B, ``bench/configs/``: the same four steps).
-``--dry-run``: every stage on the CPU with tiny configs.
 """
 
 from __future__ import annotations
