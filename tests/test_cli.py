@@ -288,3 +288,27 @@ def test_version_is_the_packages_and_help_gives_the_whole_block(capsys):
         with pytest.raises(SystemExit):
             main(argv)
         assert "v + o)" in " ".join(capsys.readouterr().out.split()), argv
+
+
+def test_a_binary_metrics_file_is_not_called_json(tmp_path, capsys):
+    """decode_utf8 reads every text format: the NUL-byte error said 'expected UTF-8 JSON text' of a .prom."""
+    prom = tmp_path / "m.prom"
+    prom.write_bytes(b"vllm:a 1\x00\n")
+    assert (
+        main(
+            [
+                "import",
+                "vllm",
+                str(prom),
+                "--method",
+                "x",
+                "--scenario",
+                "y",
+                "--out",
+                str(tmp_path / "o.json"),
+            ]
+        )
+        == 2
+    )
+    err = capsys.readouterr().err
+    assert "contains NUL bytes" in err and err.rstrip().endswith("expected UTF-8 text")

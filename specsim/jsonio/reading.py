@@ -154,7 +154,7 @@ def decode_utf8(data: bytes, where: str) -> str:
         )
     if b"\x00" in data:
         raise SpecsimError(
-            f"{where} contains NUL bytes (a binary file, or UTF-16 text?); expected UTF-8 JSON text"
+            f"{where} contains NUL bytes (a binary file, or UTF-16 text?); expected UTF-8 text"
         )
     try:
         return data.decode("utf-8-sig")
