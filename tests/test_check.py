@@ -180,7 +180,8 @@ def tiny_files(tmp_path):
         '{"id": "x", "prompt": "def add(a, b):"}\n{"id": "y", "prompt": "Explain recursion."}\n'
     )
     prof = tmp_path / "prof.json"
-    save_profile(make_profile(acceptance=()), prof)
+    pair = replace(make_profile().provenance, target="tiny", draft="tiny")  # the models the runs load
+    save_profile(make_profile(acceptance=(), provenance=pair), prof)
     return cfg, prompts, prof
 
 

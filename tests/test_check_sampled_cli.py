@@ -3,6 +3,7 @@ runs, Monte Carlo intervals, rows written beside the greedy ones, reproducible w
 its argument errors, one line each, before any model loads."""
 
 import json
+from dataclasses import replace
 
 import pytest
 
@@ -25,7 +26,8 @@ def tiny(tmp_path_factory):
         '{"id": "x", "prompt": "def add(a, b):"}\n{"id": "y", "prompt": "Explain recursion."}\n'
     )
     prof = folder / "prof.json"
-    save_profile(make_profile(acceptance=()), prof)
+    pair = replace(make_profile().provenance, target=str(folder / "target"), draft=str(folder / "draft"))
+    save_profile(make_profile(acceptance=(), provenance=pair), prof)  # of the models the runs load
     models = [
         "--target",
         str(folder / "target"),

@@ -129,3 +129,28 @@ def test_replayed_traces_keep_their_tau():
     schedule = build_schedule(parse_schedule("traces:zoo-cpu-batch:T/zoo-2img"), ids, n, seed=0)
     cut = [t.match[:n] for t in entry.traces]
     assert replay_traces_tau(schedule.traces(ids, n), 3) == replay_traces_tau(cut, 3)
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["check", "--preset", "zoo", "--profile", "{p}", "--threads", "1", "--method", "plain", "--prompts",
+         "reference", "--gamma", "2", "--limit", "1", "--max-new-tokens", "64", "--min-rounds", "1",
+         "--max-rounds", "1", "--no-progress"],  # the Qwen profile's own method and prompts
+        ["calibrate", "acceptance", "--preset", "zoo", "--threads", "1", "--method", "M", "--limit", "1",
+         "--max-new-tokens", "8", "--no-progress", "--out", "{p}"],
+        ["calibrate", "latency", "--preset", "zoo", "--threads", "1", "--quiet", "--out", "{p}",
+         "--contexts", "32", "--gammas", "1,2", "--batch-sizes", "1", "--min-repeats", "2", "--max-repeats",
+         "2", "--no-vision"],
+    ],
+)  # fmt: skip
+def test_another_pairs_profile_is_refused_before_anything_is_measured(tmp_path, capsys, argv):
+    """A profile is one pair's: the zoo's runs were priced against the Qwen pair's profile (verify +33217 %)
+    and written into it, replacing its own rows; now one line, the file untouched."""
+    other = tmp_path / "qwen.json"
+    other.write_bytes(resolve_profile_path("qwen2.5-coder-0.5b-1.5b-cpu-check").read_bytes())
+    before = other.read_bytes()
+    assert main([a.format(p=other) for a in argv]) == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "measured on target 'qwen2.5-coder-1.5b-instruct' / draft 'qwen2.5-coder-0.5b-instruct'" in err
+    assert "this run loads 'zoo:target' / 'zoo:draft'" in err and other.read_bytes() == before

@@ -4,6 +4,7 @@ huggingface_hub) and the libraries' warnings while loading folded into at most o
 
 import json
 import re
+from dataclasses import replace
 
 import pytest
 
@@ -155,7 +156,8 @@ def prompts(tmp_path):
 
 def test_acceptance_and_check_print_no_bars_and_one_warning_line(tmp_path, bad_folder, prompts, capfd):
     out = str(tmp_path / "prof.json")
-    save_profile(make_profile(acceptance=()), out)  # its latency prices the check
+    pair = replace(make_profile().provenance, target=bad_folder, draft=bad_folder)  # the models the runs load
+    save_profile(make_profile(acceptance=(), provenance=pair), out)  # its latency prices the check
     capfd.readouterr()
     models = ["--target", bad_folder, "--draft", bad_folder, "--prompts", prompts]
     assert main(_cli("calibrate", "acceptance", *models, "--out", out)) == 0

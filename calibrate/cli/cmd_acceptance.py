@@ -11,7 +11,7 @@ import io
 import time
 from pathlib import Path
 
-from calibrate.cli.latency_checks import check_existing_profile
+from calibrate.cli.latency_checks import check_existing_profile, refuse_other_pair
 from calibrate.cli.llama_cpp_handlers import cmd_acceptance_llama
 from calibrate.cli.llama_cpp_options import llama_cpp_args, refuse_llama_cpp_flags
 from calibrate.cli.shared_options import method_args, model_args
@@ -125,6 +125,7 @@ def cmd_acceptance(args) -> int:
     with quiet_loading(not args.no_progress):  # the captioner too: every model loads quietly
         check_model_flags(args)
         setup = load_setup(args, read_workload(args))
+    refuse_other_pair(args.out, "--out", setup.target.name, setup.draft.name)
     load_s = time.perf_counter() - start_s
     if not args.json:
         run_acceptance(setup, args)

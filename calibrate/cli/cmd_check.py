@@ -149,6 +149,7 @@ def cmd_check(args) -> int:
     """Check arguments and the profile (:func:`calibrate.cli.check_request.check_request`), load the models
     once, then run the mode: run in rounds, write the rows, print the tables."""
     from calibrate.cli.check_request import BATCH, SAMPLED, SERVE, check_request
+    from calibrate.cli.latency_checks import refuse_other_pair
     from calibrate.workload.run_setup import load_setup
 
     if args.runtime == "llama.cpp":
@@ -156,6 +157,7 @@ def cmd_check(args) -> int:
     refuse_llama_cpp_flags(args, "--runtime")
     request = check_request(args)
     setup = load_setup(args, request.workload, cache_captions=False)
+    refuse_other_pair(request.profile_path, "--profile", setup.target.name, setup.draft.name)
     if request.mode == SAMPLED:
         return cmd_check_sampled(args, request, setup)
     if request.mode == SERVE:

@@ -11,7 +11,7 @@ import sys
 import time
 from typing import TYPE_CHECKING
 
-from calibrate.cli.latency_checks import check_latency_args, request_flag
+from calibrate.cli.latency_checks import check_latency_args, refuse_other_pair, request_flag
 from calibrate.cli.llama_cpp_handlers import cmd_latency_llama
 from calibrate.cli.llama_cpp_options import llama_cpp_args, refuse_llama_cpp_flags
 from specsim.bounds import number_arg
@@ -269,6 +269,7 @@ def cmd_latency(args) -> int:
     t_load = time.perf_counter()
     models = latency_models(args)
     load_s = time.perf_counter() - t_load
+    refuse_other_pair(args.out, "--out", models["target"].name, models["draft"].name)
     sized, workload_tokens, workload_line = latency_workload(args, models["target"])
     given = {
         "contexts_tokens": args.contexts,

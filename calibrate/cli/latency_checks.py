@@ -44,6 +44,22 @@ def check_existing_profile(path, flag: str) -> None:
             raise SpecsimError(f"{flag}: the existing file cannot be added to: {err}") from None
 
 
+def refuse_other_pair(path, flag: str, target: str, draft: str) -> None:
+    """SpecsimError when the profile at ``path`` was measured on another pair than the loaded ``target`` /
+    ``draft`` (checked as the models load, before anything is measured): a profile is one pair's, and a run
+    of another would be priced against it, or written into it beside the pair's own numbers."""
+    from specsim.profiles import load_profile
+
+    if path is None or not Path(path).is_file():
+        return
+    p = load_profile(str(path)).provenance
+    if (p.target, p.draft) != (target, draft):
+        raise SpecsimError(
+            f"{flag} {path}: measured on target {p.target!r} / draft {p.draft!r}, and this run loads "
+            f"{target!r} / {draft!r}; give this pair's profile{', or a new file' if flag == '--out' else ''}"
+        )
+
+
 def check_latency_args(args) -> None:
     """Everything that can be checked before models load and measuring starts."""
     from calibrate.models.loading import canonical_dtype, check_device
