@@ -154,3 +154,14 @@ def test_another_pairs_profile_is_refused_before_anything_is_measured(tmp_path, 
     err = capsys.readouterr().err.strip().splitlines()[-1]
     assert "measured on target 'qwen2.5-coder-1.5b-instruct' / draft 'qwen2.5-coder-0.5b-instruct'" in err
     assert "this run loads 'zoo:target' / 'zoo:draft'" in err and other.read_bytes() == before
+
+
+@pytest.mark.parametrize("command", [["check", "--profile", "zoo-cpu-batch", "--no-write"],
+                                     ["calibrate", "acceptance", "--out", "{d}/n.json"]])  # fmt: skip
+@pytest.mark.parametrize("flag", ["--target", "--draft"])
+def test_a_preset_beside_a_model_flag_is_refused(tmp_path, capsys, command, flag):
+    """--preset names both models: a --target or --draft beside it went unread, and the preset's pair ran."""
+    argv = [a.format(d=tmp_path) for a in command] + ["--preset", "zoo", "--method", "M", flag, "x"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == "specsim: error: models: give either --preset PAIR or --target and --draft, not both"

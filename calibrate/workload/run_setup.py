@@ -145,22 +145,22 @@ def read_workload(args, methods: list[str] | None = None) -> Workload:
 
 
 def check_model_flags(args) -> None:
-    """SpecsimError for a model flag that loading would refuse: --max-new-tokens, the models, --device and
-    --dtype."""
+    """SpecsimError for a flag loading would refuse: --max-new-tokens, the models, --device, --dtype."""
     from calibrate.models.loading import canonical_dtype, check_device
 
     if args.max_new_tokens < 1:
         raise SpecsimError(f"--max-new-tokens: expected an integer >= 1, got {args.max_new_tokens}")
     if not args.preset and not (args.target and args.draft):
         raise SpecsimError("models: expected --preset PAIR or both --target and --draft")
+    if args.preset and (args.target or args.draft):  # the preset names both models: these went unread
+        raise SpecsimError("models: give either --preset PAIR or --target and --draft, not both")
     check_device(args.device)
     canonical_dtype(args.dtype)
 
 
 def load_setup(args, workload: Workload, cache_captions: bool = True) -> Setup:
-    """Models, encoded requests and captioner for ``workload`` (:func:`read_workload`) from the shared flags,
-    once :func:`check_model_flags` has passed; ``cache_captions`` reuses an image's caption across methods
-    (acceptance, not timing)."""
+    """Models, encoded requests and captioner for ``workload`` (:func:`read_workload`) once
+    :func:`check_model_flags` has passed; ``cache_captions``: one caption per image (for acceptance)."""
     from calibrate.drafting import CachedCaptioner, Method, hf_captioner, make_request
     from calibrate.models.loading import load_pair, model_from_spec
     from calibrate.run.engine import Request
