@@ -165,3 +165,15 @@ def test_a_preset_beside_a_model_flag_is_refused(tmp_path, capsys, command, flag
     assert main(argv) == 2
     err = capsys.readouterr().err.strip()
     assert err == "specsim: error: models: give either --preset PAIR or --target and --draft, not both"
+
+
+def test_a_gamma_past_the_profiles_grid_is_refused_before_the_models_load(monkeypatch, capsys):
+    """It was refused after the models loaded and the runs ran (γ 1000 with a RuntimeWarning first)."""
+    import calibrate.workload.run_setup as setup
+
+    monkeypatch.setattr(setup, "load_setup", lambda *a, **k: pytest.fail("models loaded"))
+    argv = ["check", "--preset", "zoo", "--profile", "zoo-cpu-batch", "--no-write", "--method", "M"]
+    for gamma in ("9", "1000"):
+        assert main([*argv, "--gamma", f"2,{gamma}"]) == 2
+        err = capsys.readouterr().err
+        assert err == f"specsim: error: --gamma {gamma}: the profile's grid stops at gamma 8\n"

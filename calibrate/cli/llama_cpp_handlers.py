@@ -167,8 +167,7 @@ def cmd_check_llama(args) -> int:
         raise SpecsimError(
             f"--profile {args.profile}: its latency is not llama.cpp's (calibrate latency --engine llama.cpp)"
         )
-    if gammas[-1] > model.max_gamma:
-        raise SpecsimError(f"--gamma {gammas[-1]}: the profile's grid stops at gamma {model.max_gamma}")
+    model.check_gamma(gammas[-1])
     entry = profile.one_entry("plain", args.scenario)
     if serving:
         from calibrate.cli.llama_cpp_serve import check_slots, cmd_serve_llama

@@ -328,6 +328,11 @@ class CostModel:
         """The largest γ whose verification was measured."""
         return int(self.target_verify.rows[-1]) - 1
 
+    def check_gamma(self, gamma: int, flag: str = "--gamma") -> None:
+        """SpecsimError naming ``flag`` when ``gamma`` verifies more rows than the grid measured."""
+        if gamma > self.max_gamma:
+            raise SpecsimError(f"{flag} {gamma}: the profile's grid stops at gamma {self.max_gamma}")
+
 
 def _catchup_grid(d: dict, where: str) -> CostGrid | None:
     """The optional ``draft_catchup`` grid: rows >= 2 (γ + 1 verified rows), batch 1."""
