@@ -177,3 +177,11 @@ def test_a_gamma_past_the_profiles_grid_is_refused_before_the_models_load(monkey
         assert main([*argv, "--gamma", f"2,{gamma}"]) == 2
         err = capsys.readouterr().err
         assert err == f"specsim: error: --gamma {gamma}: the profile's grid stops at gamma 8\n"
+
+
+def test_a_bad_policy_is_named_once(capsys):
+    """The policy parser names --policy itself: check prefixed it again ("--policy 'X': --policy: ...")."""
+    argv = ["check", "--preset", "zoo", "--profile", "zoo-cpu-batch", "--no-write", "--policy", "X"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("specsim: error: --policy: expected a policy like") and err.count("--policy") == 1

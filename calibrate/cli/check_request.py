@@ -159,8 +159,10 @@ def _drafts(args) -> list:
         for text in texts or []:
             try:
                 drafts.append(parse(text))
-            except SpecsimError as err:
-                raise SpecsimError(f"{option} {show(text)}: {err}") from None
+            except SpecsimError as err:  # named by its option once (a policy's error names it already)
+                said = str(err)
+                said = said if said.startswith(option) else f"{option} {show(text)}: {said}"
+                raise SpecsimError(said) from None
     return drafts
 
 
