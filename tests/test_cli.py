@@ -312,3 +312,13 @@ def test_a_binary_metrics_file_is_not_called_json(tmp_path, capsys):
     )
     err = capsys.readouterr().err
     assert "contains NUL bytes" in err and err.rstrip().endswith("expected UTF-8 text")
+
+
+@pytest.mark.parametrize("flag", ["--split-mode", "--draft-one-gpu", "--draft-sharded"])
+def test_hardware_refuses_a_placement_over_one_gpu(capsys, flag):
+    """How --tp GPUs share the models means nothing at --tp 1: the plan ran as without it, without a word."""
+    argv = ["hardware", "--target", "llama-2-70b", "--draft", "llama-2-7b", "--alpha", "0.7", "--batch", "1"]
+    assert main([*argv, *([flag, "layer"] if flag == "--split-mode" else [flag])]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "places the model over --tp GPUs, and --tp is 1" in err
+    assert main([*argv, *([flag, "layer"] if flag == "--split-mode" else [flag]), "--tp", "2", "--json"]) == 0

@@ -198,6 +198,10 @@ def _refuse_unused(args: argparse.Namespace) -> None:
         raise SpecsimError("--gamma-max: bounds the gamma searched, and --gamma fixes it; give one of them")
     if args.tree_max_nodes is not None and not args.trees:
         raise SpecsimError("--tree-max-nodes: bounds the token trees --trees searches; add --trees")
+    given = [f for f, v in (("--split-mode", args.split_mode), ("--draft-sharded/--draft-one-gpu",
+             args.draft_sharded)) if v is not None]  # fmt: skip
+    if given and args.tp == 1:
+        raise SpecsimError(f"{given[0]}: places the model over --tp GPUs, and --tp is 1; add --tp N")
 
 
 def cmd_hardware(args: argparse.Namespace) -> int:
