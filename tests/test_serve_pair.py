@@ -174,3 +174,12 @@ def test_image_size_on_a_text_only_target_is_refused(capsys, command):
     assert _one_line(capsys).startswith(
         "specsim: error: --image-size: sizes a vision tower's image tokens, and qwen2.5-coder-1.5b has none"
     )
+
+
+def test_draft_image_tokens_without_images_is_refused(capsys):
+    """It sizes the draft's image tokens: with --images 0 the run was as without it, without a word."""
+    argv = ["serve", "--pair", "llava-1.5-7b-68m", "--alpha", "0.7", "--draft-image-tokens", "5"]
+    assert main([*argv, "--images", "0"]) == 2
+    err = _one_line(capsys)
+    assert "--draft-image-tokens: sizes the draft prompt's images, and no request has one" in err
+    assert main([*argv, "--images", "1", "--requests", "40", "--no-progress"]) == 0

@@ -254,6 +254,8 @@ def serve_setup(req: ServeRequest) -> tuple[ServeSetup, dict]:
         kv = req.kv_cache_tokens if req.kv_cache_tokens is not None else 1 << 30
         device, runtime = f"measured profile {req.cost_profile}", "its batched engine"
         usd_per_hour = None
+    if req.draft_image_tokens is not None and not workload.max_images():
+        raise SpecsimError("--draft-image-tokens: sizes the draft prompt's images, and no request has one")
     kv_source = "--kv-cache-tokens" if req.kv_cache_tokens is not None else (
         f"the KV cache {device}'s memory holds beside the weights (--tp, or --kv-cache-tokens)"
     )  # fmt: skip
