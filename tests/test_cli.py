@@ -322,3 +322,10 @@ def test_hardware_refuses_a_placement_over_one_gpu(capsys, flag):
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "places the model over --tp GPUs, and --tp is 1" in err
     assert main([*argv, *([flag, "layer"] if flag == "--split-mode" else [flag]), "--tp", "2", "--json"]) == 0
+
+
+def test_cpu_device_refuses_an_empty_name(tmp_path, capsys):
+    """A device is chosen by its name: --name '' was written into the file."""
+    out = tmp_path / "d.json"
+    assert main(["calibrate", "cpu-device", "--name", " ", "--out", str(out)]) == 2
+    assert "--name: expected a device name, got ' '" in capsys.readouterr().err and not out.exists()

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 
+from specsim.errors import SpecsimError
 from specsim.jsonio import check_writable, dumps_json, write_json_atomic
 
 
@@ -28,6 +29,8 @@ def cmd_cpu_device(args: argparse.Namespace) -> int:
     """Measure, write --out atomically, print the figures."""
     from specsim.hardware.device import measure_cpu
 
+    if not args.name.strip():  # a device is chosen by its name (--device NAME)
+        raise SpecsimError(f"--name: expected a device name, got {args.name!r}")
     check_writable(args.out, "--out")
     dev = measure_cpu(args.name)
     write_json_atomic(args.out, dev.to_json())
