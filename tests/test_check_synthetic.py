@@ -176,7 +176,8 @@ def test_a_gamma_past_the_profiles_grid_is_refused_before_the_models_load(monkey
     for gamma in ("9", "1000"):
         assert main([*argv, "--gamma", f"2,{gamma}"]) == 2
         err = capsys.readouterr().err
-        assert err == f"specsim: error: --gamma {gamma}: the profile's grid stops at gamma 8\n"
+        said = f"--gamma {gamma}: the profile's grid stops at gamma 8 (give --gamma up to it)"
+        assert err == f"specsim: error: {said}\n"
 
 
 def test_a_bad_policy_is_named_once(capsys):

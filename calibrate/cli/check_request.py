@@ -86,7 +86,9 @@ def prepare(args, mode: str) -> CheckRequest:
     if not args.no_write:
         check_writable(profile_path, "--profile")
     profile = load_profile(str(profile_path))
-    profile.latency.forward_costs().check_gamma(gammas[-1])  # no timings, or too few: before anything runs
+    model = profile.latency.forward_costs()  # a profile without timings is refused before anything runs
+    if mode not in (BATCH, SERVE):  # those price γ on the batched grid, and check it there
+        model.check_gamma(gammas[-1])
     methods = args.method
     if methods is None and len({a.method for a in profile.acceptance}) == 1 and profile.acceptance:
         methods = [profile.acceptance[0].method]  # a single-method profile needs no --method

@@ -331,7 +331,9 @@ class CostModel:
     def check_gamma(self, gamma: int, flag: str = "--gamma") -> None:
         """SpecsimError naming ``flag`` when ``gamma`` verifies more rows than the grid measured."""
         if gamma > self.max_gamma:
-            raise SpecsimError(f"{flag} {gamma}: the profile's grid stops at gamma {self.max_gamma}")
+            raise SpecsimError(
+                f"{flag} {gamma}: the profile's grid stops at gamma {self.max_gamma} (give {flag} up to it)"
+            )
 
 
 def _catchup_grid(d: dict, where: str) -> CostGrid | None:
