@@ -82,5 +82,5 @@ def test_batched_and_serving_checks_refuse_before_the_models_load(capsys, no_loa
 def test_the_latency_workload_line_comes_after_the_plan_is_accepted(tmp_path, capsys):
     """calibrate latency printed its "workload" line to stderr, then an error: two lines."""
     argv = ["calibrate", "latency", "--preset", "zoo", "--out", str(tmp_path / "p.json"), "--quiet"]
-    assert main([*argv, "--contexts", "900,5000"]) == 2
+    assert main([*argv, "--contexts", "900,1020", "--gammas", "8"]) == 2  # 1020 + 8 + 1 past 1024: the plan's
     assert "--contexts/--verify-context/--gammas" in _one_line(capsys)

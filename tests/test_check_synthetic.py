@@ -186,3 +186,18 @@ def test_a_bad_policy_is_named_once(capsys):
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert err.startswith("specsim: error: --policy: expected a policy like") and err.count("--policy") == 1
+
+
+@pytest.mark.parametrize("flag", ["--contexts", "--verify-context", "--prefill-tokens"])
+def test_latency_sizes_past_the_targets_positions_are_refused_before_loading(
+    monkeypatch, tmp_path, capsys, flag
+):
+    """Read off the zoo target's config (1024 positions): the models loaded, then the plan was refused."""
+    import calibrate.workload.run_setup as setup
+
+    monkeypatch.setattr(setup, "latency_models", lambda *a, **k: pytest.fail("models loaded"))
+    out = tmp_path / "l.json"
+    assert main(["calibrate", "latency", "--preset", "zoo", "--out", str(out), flag, "100000"]) == 2
+    err = capsys.readouterr().err
+    assert err == f"specsim: error: {flag}: 100000 tokens, past the target's 1024 max positions\n"
+    assert not out.exists()
