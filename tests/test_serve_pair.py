@@ -86,7 +86,10 @@ def test_images_on_a_text_only_target_are_refused_not_free(capsys):
     qwen = ["serve", "--pair", "qwen2.5-coder-0.5b-1.5b", "--alpha", "0.6", "--requests", "20"]
     qwen += ["--no-progress"]
     assert main([*qwen, "--images", "1"]) == 2
-    assert "--images: 1 per prompt, but qwen2.5-coder-1.5b has no vision tower" in _one_line(capsys)
+    assert (
+        "--images: requests carry up to 1 image(s), but qwen2.5-coder-1.5b has no vision tower"
+        in _one_line(capsys)
+    )
     assert main([*qwen, "--rate", "1"]) == 0  # no --images: none for a text-only target
     assert "+ 0 images" in capsys.readouterr().out
 

@@ -147,14 +147,10 @@ def _models(req: ServeRequest, cost_profile):
 
 
 def _images(req: ServeRequest, target) -> int:
-    """--images, default 1 for a VLM and 0 for a text-only target; images on a text-only target refused."""
+    """--images, default 1 for a VLM and 0 for a text-only target (:func:`refuse_images_without_vision`
+    refuses images on a text-only target, given here or by a trace)."""
     if req.images is None:
         return 1 if target.vision is not None else 0
-    if req.images and target.vision is None:
-        raise SpecsimError(
-            f"--images: {req.images} per prompt, but {target.name} has no vision tower (a text-only model); "
-            "expected --images 0"
-        )
     return req.images
 
 
@@ -238,7 +234,7 @@ def serve_setup(req: ServeRequest) -> tuple[ServeSetup, dict]:
     target, draft = _models(req, cost_profile)
     images = _images(req, target)
     workload, vllm_measured = _workload(req, images)
-    refuse_images_without_vision(workload, target, "--trace")  # --images itself: _images
+    refuse_images_without_vision(workload, target, "--trace" if req.trace else "--images")
     notes = []
     if acceptance.entry is not None and req.acceptance_profile is not None:
         note = other_pair_note(load(req.acceptance_profile), target, draft)
