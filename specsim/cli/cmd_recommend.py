@@ -262,8 +262,10 @@ def cmd_recommend(args) -> int:
     if args.out:
         write_json_atomic(args.out, out)
     if args.config_out:
-        text = json.dumps(snippet, indent=1) if args.engine == "vllm" else shlex.join(snippet or [])
-        _write_config(args.config_out, None if snippet is None else text + "\n")
+        text = None  # SD off: nothing to write, and _write_config says so
+        if snippet is not None:
+            text = (json.dumps(snippet, indent=1) if args.engine == "vllm" else shlex.join(snippet)) + "\n"
+        _write_config(args.config_out, text)
     if args.json:
         print(dumps_json(out))
         return 0

@@ -73,11 +73,10 @@ def check_writable(path: str | os.PathLike | None, what: str, *, suffix: str | N
     return target
 
 
-def check_outputs(*outputs: tuple[str | os.PathLike | None, str, str | None]) -> list[Path]:
+def check_outputs(*outputs: tuple[str | os.PathLike | None, str, str | None]) -> None:
     """:func:`check_writable` on each (path, option, suffix) given (a None path: not asked for), and no two
     options naming one file, which the later would silently overwrite."""
     seen: dict[Path, str] = {}
-    out = []
     for path, what, suffix in outputs:
         if path is None:
             continue
@@ -86,8 +85,6 @@ def check_outputs(*outputs: tuple[str | os.PathLike | None, str, str | None]) ->
             shown = os.fspath(path)
             raise SpecsimError(f"{what} {shown!r}: the file {seen[target]} writes; give each its own")
         seen[target] = what
-        out.append(target)
-    return out
 
 
 def _umask() -> int:
