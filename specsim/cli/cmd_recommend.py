@@ -130,10 +130,9 @@ def register(sub) -> None:
     p.set_defaults(func=cmd_recommend)
 
 
-def latency_model(args) -> LatencyModel:
-    """Target, draft side and device for the planner's roofline: the one place that picks device/runtime
-    (by default the engine's own: vllm, or sglang)."""
-    kind = draft_kind(getattr(args, "draft_kind", None))
+def latency_model(args, kind) -> LatencyModel:
+    """Target, draft side (of drafting ``kind``) and device for the planner's roofline: the one place that
+    picks device/runtime (by default the engine's own: vllm, or sglang)."""
     if not (args.pair or args.target):
         raise SpecsimError(
             "models: expected --pair NAME or --target (and --draft, or a --draft-kind that needs none)"
@@ -222,7 +221,7 @@ def cmd_recommend(args) -> int:
     profile, entry = _acceptance(args)
     if args.engine == "llama.cpp" and profile is not None and is_llama_cpp_profile(profile):
         return _llama_measured(args, profile, entry.entry)
-    lm = latency_model(args)
+    lm = latency_model(args, kind)
     borrowed = None if profile is None else other_pair_note(profile, lm.target, lm.draft)
     context = _one_int(args.context, "--context", 1, "tokens")  # as hardware's: a decode has a context
     gamma_max = (
