@@ -226,11 +226,12 @@ def refuse_before_loading(args, request: CheckRequest, workload, *, traces: bool
     (:func:`calibrate.measure.check_runs.entries_of` and the preflights repeat it after loading): an entry per
     method and scenario group, a greedy trace per prompt (``traces``), prompts that fit the target."""
     from calibrate.measure.check_runs import entry_of, greedy_trace, preflight
+    from specsim.draft_shapes.block_plans import refuse_short_budget
 
     name, prompts, codes = workload.name, workload.prompts, workload.methods
     if request.synthetic is not None:  # a schedule, not the profile's traces, decides the accepts
         return
-    base, longest, entries = args.scenario or name, 0, {}
+    base, longest, entries, traced = args.scenario or name, 0, {}, []
     for prompt in prompts:
         n = len(prompt.images)
         for m in codes:
@@ -240,6 +241,9 @@ def refuse_before_loading(args, request: CheckRequest, workload, *, traces: bool
             if traces and not found:
                 greedy_trace(entry, prompt.id)  # names the method, scenario and prompt
             longest = max([longest] + [t.prompt_tokens or 0 for t in found])
+            traced += found
+    if request.mode in (GREEDY, BATCH):  # these replay each trace under the cap (serving and sampled runs
+        refuse_short_budget(traced, args.max_new_tokens)  # follow the run's own length)
     if request.drafts:  # a tree or policy the grids cannot price on these entries' traces
         preflight(request.profile, list(entries.values()), list(request.drafts), args.max_new_tokens)
     limit = target_positions(args, workload.preset)

@@ -57,6 +57,16 @@ def token_budget(n_tokens: int, max_new_tokens: int | None) -> int:
     return budget
 
 
+def refuse_short_budget(traces, max_new_tokens: int | None, option: str = "--max-new-tokens") -> None:
+    """SpecsimError, naming ``option``, when ``max_new_tokens`` is below a greedy trace's length (new tokens):
+    that request was decoded under a larger cap, so no run under this one can replay it."""
+    longest = max((len(t.match) for t in traces if t.match is not None), default=0)
+    if max_new_tokens is not None and max_new_tokens < longest:
+        raise SpecsimError(
+            f"{option}: expected >= {longest} (the longest traced request's new tokens), got {max_new_tokens}"
+        )
+
+
 def plan_of_blocks(blocks, n_tokens: int) -> BlockPlan:
     """The :class:`BlockPlan` of a replayed trace of ``n_tokens`` positions from its blocks' (start, drafts,
     accepted): each emits its accepted drafts and the target's token (capped at the trace's end); the

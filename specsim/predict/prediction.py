@@ -15,6 +15,7 @@ import numpy as np
 
 from specsim.acceptance.theory import alpha_from_tau, speedup, tau_from_histogram, tau_iid
 from specsim.costs.pass_cost import TARGET
+from specsim.draft_shapes.block_plans import refuse_short_budget
 from specsim.draft_shapes.draft_plans import Draft, draft_gamma, draft_label
 from specsim.errors import SpecsimError
 from specsim.predict.pricing import Priced, draft_cost, price, request_specs
@@ -264,7 +265,10 @@ def predict(
     max_new_tokens: int | None = None,
 ) -> list[Prediction]:
     """Predictions for every selected method × scenario at γ, grouped by scenario (fewest images first);
-    with ``new_tokens`` each row also carries its end-to-end request latency (or the reason it has none)."""
+    with ``new_tokens`` each row also carries its end-to-end request latency (or the reason it has none);
+    SpecsimError when ``max_new_tokens`` is below a selected entry's traced request."""
+    entries = profile.select_entries(methods, scenario)
+    refuse_short_budget([t for e in entries for t in e.traces], max_new_tokens)
     return [
         predict_entry(
             profile,
@@ -275,5 +279,5 @@ def predict(
             new_tokens=new_tokens,
             max_new_tokens=max_new_tokens,
         )
-        for e in profile.select_entries(methods, scenario)
+        for e in entries
     ]
