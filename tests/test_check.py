@@ -72,6 +72,16 @@ def test_ratio_halfwidth_matches_monte_carlo_coverage():
     assert ratio_halfwidth(np.ones((2, 1)), np.ones((2, 1))) == float("inf")  # one round: no interval
 
 
+def test_ratio_halfwidth_of_nothing_timed_is_unbounded_without_a_warning():
+    """A decode phase of no tokens times 0 ms: the delta method divided by zero (a RuntimeWarning, NaN)."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert ratio_halfwidth(np.zeros((2, 3)), np.ones((2, 3))) == float("inf")
+        assert ratio_halfwidth(np.ones((2, 3)), np.zeros((2, 3))) == float("inf")
+
+
 def test_measure_reduces_runs_to_speedups_and_terms():
     base = {
         "a": [_run("a", 90.0, blocks=10), _run("a", 90.0, blocks=10)],

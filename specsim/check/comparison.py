@@ -73,7 +73,7 @@ def ratio_halfwidth(base: np.ndarray, sd: np.ndarray) -> float:
     """Relative 95% half-width of (Σ_p mean_r base[p, r]) / (Σ_p mean_r sd[p, r]), rounds r paired.
 
     Delta method on the per-prompt round means (Var(log B/D) ≈ Var B/B² + Var D/D² − 2 Cov/(B·D)), with a
-    Student t of Σ_p (R − 1) degrees of freedom; inf with fewer than two rounds.
+    Student t of Σ_p (R − 1) degrees of freedom; inf with fewer than two rounds or nothing timed (a zero sum).
     """
     from scipy.stats import t as student_t
 
@@ -82,6 +82,8 @@ def ratio_halfwidth(base: np.ndarray, sd: np.ndarray) -> float:
     if rounds < 2:
         return float("inf")
     B, D = base.mean(1).sum(), sd.mean(1).sum()
+    if not (B > 0 and D > 0):  # no decode phase was timed: nothing to bound (it divided by zero)
+        return float("inf")
     var_b = base.var(1, ddof=1).sum() / rounds
     var_d = sd.var(1, ddof=1).sum() / rounds
     cov = (
