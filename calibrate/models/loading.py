@@ -257,10 +257,28 @@ def model_from_spec(
                 return build_random_model(cfg, device=device, dtype=dtype, seed=seed, name=spec, **place)
             loaded = load_model(str(folder), device=device, dtype=dtype, threads=threads, **place)
             return replace(loaded, name=spec)
-        if random_weights or spec in preset_names() or _is_config_json(spec):
+        if builds_random(spec, random_weights):
             set_threads(threads)
             return build_random_model(spec, device=device, dtype=dtype, seed=seed, **place)
         return load_model(spec, device=device, dtype=dtype, threads=threads, **place)
+
+
+def builds_random(spec: str, random_weights: bool) -> bool:
+    """Whether :func:`model_from_spec` builds ``spec`` as an architecture with random weights (no tokenizer,
+    no image processor): with ``random_weights``, or a preset name or config JSON outside the zoo."""
+    if spec.startswith(ZOO_PREFIX):
+        return random_weights
+    return random_weights or spec in preset_names() or _is_config_json(spec)
+
+
+def target_builds_random(preset_or_target: str, draft: str | None, random_weights: bool) -> bool:
+    """Whether :func:`load_pair` builds the target with random weights, read off the specs before loading."""
+    if draft is not None:
+        return builds_random(preset_or_target, random_weights)
+    entry = pair(preset_or_target)
+    if "gguf" in entry:
+        return random_weights
+    return builds_random(entry["target"], not entry["target"].startswith(ZOO_PREFIX) or random_weights)
 
 
 def _is_config_json(spec: str) -> bool:

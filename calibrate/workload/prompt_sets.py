@@ -125,6 +125,17 @@ def load_prompts(
     return _finish(prompts, name_or_path, limit)
 
 
+def check_image_counts(prompts) -> None:
+    """SpecsimError when a prompt declares ``images_per_prompt`` other than the images it carries: its
+    requests, scenario group ('-<n>img') and captions follow the images, so the label would be wrong."""
+    for p in prompts:
+        if p.images_per_prompt != len(p.images):
+            raise SpecsimError(
+                f"prompt {p.id!r}: images_per_prompt: expected {len(p.images)} (the prompt's images), "
+                f"got {p.images_per_prompt}"
+            )
+
+
 def _finish(prompts: list[Prompt], name: str, limit: int | None) -> list[Prompt]:
     if limit is not None:
         if limit < 1:

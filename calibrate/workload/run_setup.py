@@ -15,7 +15,7 @@ from pathlib import Path
 from calibrate.drafting import IMAGE_PLACEHOLDER
 from calibrate.models import loading as M
 from calibrate.models.loaded_model import LoadedModel, image_token_count
-from calibrate.workload.prompt_sets import encode, load_prompts
+from calibrate.workload.prompt_sets import check_image_counts, encode, load_prompts
 from specsim.errors import SpecsimError
 from specsim.profile_format import Provenance
 
@@ -94,17 +94,6 @@ def _open_images(prompt) -> list:
     return out
 
 
-def check_image_counts(prompts) -> None:
-    """SpecsimError when a prompt declares ``images_per_prompt`` other than the images it carries: its
-    requests, scenario group ('-<n>img') and captions follow the images, so the label would be wrong."""
-    for p in prompts:
-        if p.images_per_prompt != len(p.images):
-            raise SpecsimError(
-                f"prompt {p.id!r}: images_per_prompt: expected {len(p.images)} (the prompt's images), "
-                f"got {p.images_per_prompt}"
-            )
-
-
 def _methods(given: list[str] | None, has_images: bool) -> list[str]:
     from calibrate.drafting import PLAIN, Method
 
@@ -139,7 +128,16 @@ def read_workload(args, methods: list[str] | None = None) -> Workload:
         prompt_set, limit=args.limit, allow_outside_images=getattr(args, "allow_outside_images", False)
     )
     check_image_counts(prompts)
-    methods = _methods(methods or args.method, any(p.images for p in prompts))
+    with_images = next((p for p in prompts if p.images), None)
+    spec, draft = args.preset or (args.target if args.draft else None), None if args.preset else args.draft
+    if with_images is not None and spec and M.target_builds_random(spec, draft, args.random_weights):
+        how = f"{spec!r} with --random-weights" if args.random_weights else repr(spec)
+        raise SpecsimError(
+            f"prompts: the target ({how}) is built from its config with random weights and has no image "
+            f"processor; expected prompts without images (e.g. --prompts reference), got images in "
+            f"{with_images.id!r}"
+        )
+    methods = _methods(methods or args.method, with_images is not None)
     name = Path(prompt_set).stem if prompt_set.endswith(".jsonl") else prompt_set
     return Workload(name, prompts, methods, preset)
 

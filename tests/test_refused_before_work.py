@@ -1,4 +1,5 @@
-"""A token cap below a traced request is refused, naming the flag, before anything is priced or loaded."""
+"""Flags refused, naming the flag, before anything is priced or loaded: a token cap below a traced request,
+images for a target built from its config (no image processor)."""
 
 from __future__ import annotations
 
@@ -42,3 +43,40 @@ def test_check_refuses_a_cap_below_the_traces_before_the_models_load(monkeypatch
     assert main([*argv, "--gamma", "2", "--max-new-tokens", "3"]) == 2
     said = f"--max-new-tokens: expected >= {longest} (the longest traced request's new tokens), got 3"
     assert capsys.readouterr().err == f"specsim: error: {said}\n"
+
+
+CHECK = ["check", "--preset", "zoo", "--profile", "zoo-cpu-batch", "--no-write", "--gamma", "2"]
+ACCEPTANCE = ["calibrate", "acceptance", "--method", "M", "--out", "{d}/a.json"]
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        [*CHECK, "--method", "M", "--random-weights"],
+        [*ACCEPTANCE, "--preset", "zoo", "--random-weights"],
+        [
+            *ACCEPTANCE,
+            "--target",
+            "llava-1.5-7b",
+            "--draft",
+            "llava-1.5-68m",
+            "--prompts",
+            "zoo",
+            "--dtype",
+            "bfloat16",
+        ],
+    ],
+)
+def test_images_for_a_target_built_from_its_config_are_refused_before_loading(
+    monkeypatch, tmp_path, capsys, argv
+):
+    """A random-weight target has no image processor: the models loaded (seconds for the zoo, minutes at 7B),
+    then the first prompt with images was refused."""
+    import calibrate.models.loading as loading
+
+    monkeypatch.setattr(loading, "load_pair", lambda *a, **k: pytest.fail("models loaded"))
+    assert main([a.format(d=tmp_path) for a in argv]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("specsim: error: prompts: the target (") and err.count("\n") == 1
+    assert "built from its config with random weights" in err and "e.g. --prompts reference" in err
+    assert not list(tmp_path.iterdir())
