@@ -80,3 +80,28 @@ def test_images_for_a_target_built_from_its_config_are_refused_before_loading(
     assert err.startswith("specsim: error: prompts: the target (") and err.count("\n") == 1
     assert "built from its config with random weights" in err and "e.g. --prompts reference" in err
     assert not list(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("option", ["--captioner", "--target", "--draft"])
+def test_a_missing_local_model_is_refused_before_any_model_loads(monkeypatch, tmp_path, capsys, option):
+    """A missing --captioner path was read as an HF id after the target and draft had loaded."""
+    import calibrate.models.loading as loading
+
+    monkeypatch.setattr(loading, "load_pair", lambda *a, **k: pytest.fail("models loaded"))
+    models = {"--target": "zoo:target", "--draft": "zoo:draft", "--captioner": "zoo:captioner"}
+    models[option] = str(tmp_path / "missing")
+    argv = [
+        "check",
+        "--profile",
+        "zoo-cpu-batch",
+        "--no-write",
+        "--gamma",
+        "2",
+        "--method",
+        "C",
+        "--prompts",
+        "zoo",
+    ]
+    assert main([*argv, *(a for kv in models.items() for a in kv)]) == 2
+    said = f"{option}: {models[option]!r} not found (expected an existing model folder, .gguf file"
+    assert capsys.readouterr().err.startswith(f"specsim: error: {said}")

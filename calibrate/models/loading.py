@@ -271,6 +271,19 @@ def builds_random(spec: str, random_weights: bool) -> bool:
     return random_weights or spec in preset_names() or _is_config_json(spec)
 
 
+def check_local_spec(spec: str | None, option: str) -> None:
+    """SpecsimError when ``spec`` is written as a local path (absolute, ./, ../, ~, a .gguf or .json file)
+    that does not exist: loading read it as an HF id, and only after the models before it had loaded."""
+    if not spec or spec.startswith(ZOO_PREFIX) or spec in preset_names():
+        return
+    local = spec.startswith(("/", "./", "../", "~")) or Path(spec).suffix in (".gguf", ".json")
+    if local and not os.path.lexists(Path(spec).expanduser()):
+        raise SpecsimError(
+            f"{option}: {spec!r} not found (expected an existing model folder, .gguf file or config JSON, "
+            "or an HF id)"
+        )
+
+
 def target_builds_random(preset_or_target: str, draft: str | None, random_weights: bool) -> bool:
     """Whether :func:`load_pair` builds the target with random weights, read off the specs before loading."""
     if draft is not None:

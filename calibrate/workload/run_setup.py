@@ -152,6 +152,8 @@ def check_model_flags(args) -> None:
         raise SpecsimError("models: expected --preset PAIR or both --target and --draft")
     if args.preset and (args.target or args.draft):  # the preset names both models: these went unread
         raise SpecsimError("models: give either --preset PAIR or --target and --draft, not both")
+    for option in ("target", "draft", "captioner"):
+        M.check_local_spec(getattr(args, option, None), f"--{option}")
     check_device(args.device)
     canonical_dtype(args.dtype)
 
