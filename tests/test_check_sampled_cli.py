@@ -109,6 +109,9 @@ def test_sampled_check_needs_beta_at_the_same_temperature(tiny, capsys):
     "extra, message",
     [
         (["--temperature", "1", "--seeds", "1"], "--seeds: expected at least 2 runs per prompt"),
+        (["--seeds", "3"], "--seeds: applies with --temperature > 0 only"),  # greedy: ignored
+        (["--temperature", "1", "--tree", "4,2,1"], "--tree/--policy: greedy checks only"),  # dropped
+        (["--temperature", "1", "--policy", "1-8:3"], "--tree/--policy: greedy checks only"),
         (["--temperature", "nan"], "argument --temperature: expected a finite number"),
         (["--temperature", "-1"], "argument --temperature: expected a finite number in 0 or 0.001..1000"),
         (["--temperature", "1", "--seeds", "0"], "argument --seeds: expected an integer in 1..100000"),

@@ -55,6 +55,9 @@ def check_request(args) -> CheckRequest:
     from calibrate.workload.run_setup import check_model_flags, read_workload
 
     mode = check_mode(args)
+    if args.seeds is not None and mode != SAMPLED:  # greedy checks repeat in rounds, not seeds
+        raise SpecsimError("--seeds: applies with --temperature > 0 only (greedy checks: --min-rounds)")
+    args.seeds = 4 if args.seeds is None else args.seeds
     if mode == SAMPLED and args.seeds < 2:
         raise SpecsimError(
             f"--seeds: expected at least 2 runs per prompt with --temperature (one run gives no "
@@ -172,6 +175,8 @@ def _sampled(args, request: CheckRequest) -> None:
     """Every entry the run may use measured at --temperature (no schedule: _check_args refuses one)."""
     from specsim.check.sampled_runs import check_sampling_entry
 
+    if args.tree or args.policy:  # the sampled runs draft fixed-γ chains
+        raise SpecsimError("--tree/--policy: greedy checks only (no --temperature)")
     methods = request.methods
     for entry in request.profile.acceptance:  # a wrong temperature costs no loading
         if (methods is None or entry.method in methods) and args.scenario in (None, entry.scenario):

@@ -269,8 +269,8 @@ def _sampling_args(parser) -> None:
     smp.add_argument(
         "--seeds",
         type=number_arg("repeats", integer=True),
-        default=4,
-        help="with T > 0: runs per prompt, one seed each, in rounds (default 4, at least 2); "
+        default=None,
+        help="with T > 0 only: runs per prompt, one seed each, in rounds (default 4, at least 2); "
         "--halfwidth, --min-rounds and --max-rounds are for greedy checks",
     )
     smp.add_argument(

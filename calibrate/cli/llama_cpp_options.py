@@ -103,6 +103,7 @@ _LATENCY_SWITCHES = "random_weights no_vision no_unpadded_step no_server_loop no
 _TRANSFORMERS_ONLY = {
     "check": (
         ("temperature", "--temperature", 0.0),
+        ("seeds", "--seeds", None),
         ("batch", "--batch", None),
         ("tree", "--tree", None),
         ("policy", "--policy", None),
