@@ -580,6 +580,7 @@ def _completion(n: int, tokens, **timings) -> dict:
     "extra, flag",
     [
         (["--temperature", "0.7"], "--temperature"),
+        (["--seeds", "3"], "--seeds"),
         (["--batch", "2"], "--batch"),
         (["--tree", "4,2,1"], "--tree"),
         (["--policy", "heuristic:4"], "--policy"),
