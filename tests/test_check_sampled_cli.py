@@ -193,8 +193,8 @@ def test_a_missing_prompt_set_and_a_policy_past_the_grid_fail_before_models_load
     out = str(tmp_path / "l.json")
     assert main(["calibrate", "latency", "--preset", "zoo", "--prompts", "nosuchset", "--out", out]) == 2
     assert "--prompts: prompt set 'nosuchset' not found" in capsys.readouterr().err
-    policy = ["--policy", "confidence:0.7,gamma=20", "--max-new-tokens", "40", "--no-progress", "--limit", "1"]
-    policy += ["--gamma", "2"]  # the default list's 6 and 8 are past zoo-cpu's grid, refused first
+    policy = ["--policy", "confidence:0.7,gamma=20", "--max-new-tokens", "40", "--no-progress"]
+    policy += ["--limit", "1", "--gamma", "2"]  # the default list's 6 and 8 are past zoo-cpu's grid
     assert main(["check", "--preset", "zoo", "--profile", "zoo-cpu", "--method", "M", *policy]) == 2
     assert "reaches gamma 20 on M/" in capsys.readouterr().err
     assert not list(tmp_path.iterdir())
