@@ -15,7 +15,7 @@ from calibrate.measure import latency_plan as L  # noqa: E402
 from calibrate.models import loading as M  # noqa: E402
 from calibrate.run.timing import Timing  # noqa: E402
 from calibrate.workload import run_setup as W  # noqa: E402
-from calibrate.workload.prompt_sets import Prompt, load_prompts  # noqa: E402
+from calibrate.workload.prompt_sets import Prompt, load_prompts, open_images  # noqa: E402
 from specsim.cli.main import main  # noqa: E402
 from specsim.errors import SpecsimWarning  # noqa: E402
 from tests.test_models import TINY_LLAMA  # noqa: E402
@@ -255,12 +255,12 @@ def test_decompression_bomb_is_one_line(tmp_path, monkeypatch):
     prompt = Prompt(id="p", text="x", images=(str(tmp_path / "big.png"),))
     monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", 1000)  # 4096 pixels: past 2x the limit, Pillow's error
     with pytest.raises(Exception, match="too large to decode safely.*decompression bomb"):
-        W._open_images(prompt)
+        open_images(prompt)
     monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", 3000)  # between 1x and 2x: Pillow only warns
     with pytest.raises(Exception, match="decompression bomb"):
-        W._open_images(prompt)
+        open_images(prompt)
     monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", 10**6)
-    assert W._open_images(prompt)[0].size == (64, 64)
+    assert open_images(prompt)[0].size == (64, 64)
 
 
 def test_prompt_longer_than_the_model_is_an_error(tmp_path, cfg, capsys):

@@ -1,4 +1,5 @@
-"""Prompt sets: a JSONL format, built-in offline sets, locally saved HF datasets, and encoding.
+"""Prompt sets: a JSONL format, built-in offline sets, locally saved HF datasets, opening their images, and
+encoding (a tokenizer's chat template, or UTF-8 bytes for an architecture without a tokenizer).
 
 JSONL, one prompt per line with ``id``, ``prompt``, ``task``, ``images``, ``images_per_prompt``; only
 ``prompt`` is required. Image paths are relative to the file's folder and may not leave it unless
@@ -123,6 +124,41 @@ def load_prompts(
             )
         )
     return _finish(prompts, name_or_path, limit)
+
+
+def byte_ids(text: str, vocab: int):
+    """Architecture-only models have no tokenizer: ids = UTF-8 bytes mod vocab (timing is what matters)."""
+    import torch
+
+    return torch.tensor([[b % vocab for b in text.encode("utf-8")] or [0]], dtype=torch.long)
+
+
+def open_images(prompt) -> list:
+    """The prompt's images as RGB (paths were checked at load: inside the folder, regular files).
+
+    Pillow's decompression-bomb limit (Image.MAX_IMAGE_PIXELS) is an error here, not a warning.
+    """
+    import warnings
+
+    from PIL import Image
+
+    out = []
+    for path in prompt.images:
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("error", Image.DecompressionBombWarning)
+                with Image.open(path) as img:
+                    out.append(img.convert("RGB"))
+        except (Image.DecompressionBombWarning, Image.DecompressionBombError) as err:
+            raise SpecsimError(
+                f"prompt {prompt.id!r}: image {path!r} is too large to decode safely ({err}); "
+                "a decompression bomb?"
+            ) from None
+        except (OSError, ValueError, SyntaxError) as err:
+            raise SpecsimError(
+                f"prompt {prompt.id!r}: cannot read image {path!r} ({err.__class__.__name__})"
+            ) from None
+    return out
 
 
 def check_image_counts(prompts) -> None:

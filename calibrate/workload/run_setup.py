@@ -15,7 +15,7 @@ from pathlib import Path
 from calibrate.drafting import IMAGE_PLACEHOLDER
 from calibrate.models import loading as M
 from calibrate.models.loaded_model import LoadedModel, image_token_count
-from calibrate.workload.prompt_sets import check_image_counts, encode, load_prompts
+from calibrate.workload.prompt_sets import byte_ids, check_image_counts, encode, load_prompts, open_images
 from specsim.errors import SpecsimError
 from specsim.profile_format import Provenance
 
@@ -57,41 +57,6 @@ class Setup:
             caption_prefix=self.caption_prefix,
             device=self.target.device,
         )
-
-
-def _byte_ids(text: str, vocab: int):
-    """Architecture-only models have no tokenizer: ids = UTF-8 bytes mod vocab (timing is what matters)."""
-    import torch
-
-    return torch.tensor([[b % vocab for b in text.encode("utf-8")] or [0]], dtype=torch.long)
-
-
-def _open_images(prompt) -> list:
-    """The prompt's images as RGB (paths were checked at load: inside the folder, regular files).
-
-    Pillow's decompression-bomb limit (Image.MAX_IMAGE_PIXELS) is an error here, not a warning.
-    """
-    import warnings
-
-    from PIL import Image
-
-    out = []
-    for path in prompt.images:
-        try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("error", Image.DecompressionBombWarning)
-                with Image.open(path) as img:
-                    out.append(img.convert("RGB"))
-        except (Image.DecompressionBombWarning, Image.DecompressionBombError) as err:
-            raise SpecsimError(
-                f"prompt {prompt.id!r}: image {path!r} is too large to decode safely ({err}); "
-                "a decompression bomb?"
-            ) from None
-        except (OSError, ValueError, SyntaxError) as err:
-            raise SpecsimError(
-                f"prompt {prompt.id!r}: cannot read image {path!r} ({err.__class__.__name__})"
-            ) from None
-    return out
 
 
 def _methods(given: list[str] | None, has_images: bool) -> list[str]:
@@ -187,10 +152,10 @@ def load_setup(args, workload: Workload, cache_captions: bool = True) -> Setup:
                     f"prompt {p.id!r} has images but target {target.name!r} has no image processor "
                     "(expected a VLM folder with processor files)"
                 )
-            request = make_request(target.processor, p.text, _open_images(p), prompt_id=p.id)
+            request = make_request(target.processor, p.text, open_images(p), prompt_id=p.id)
             reqs.append(_placed(request, target))
             continue
-        ids = encode(tok, p) if tok is not None else _byte_ids(p.text, target.vocab_size)
+        ids = encode(tok, p) if tok is not None else byte_ids(p.text, target.vocab_size)
         reqs.append(Request(ids.to(target.device), text=p.text, prompt_id=p.id))
     for model in (target, draft):
         _check_positions(model, prompts, reqs, args.max_new_tokens)
