@@ -105,3 +105,33 @@ def test_a_missing_local_model_is_refused_before_any_model_loads(monkeypatch, tm
     assert main([*argv, *(a for kv in models.items() for a in kv)]) == 2
     said = f"{option}: {models[option]!r} not found (expected an existing model folder, .gguf file"
     assert capsys.readouterr().err.startswith(f"specsim: error: {said}")
+
+
+@pytest.mark.parametrize(
+    "argv, said",
+    [
+        (
+            [*CHECK, "--method", "M", "--captioner", "zoo:captioner"],
+            "--captioner: applies to caption drafting only",
+        ),
+        (
+            [*CHECK, "--method", "M", "--caption-prefix", "X"],
+            "--caption-prefix: applies to caption drafting only",
+        ),
+        (
+            [*ACCEPTANCE, "--preset", "zoo", "--caption-prefix", "X"],
+            "--caption-prefix: applies to caption drafting",
+        ),
+        ([*ACCEPTANCE, "--preset", "zoo", "--seed", "3"], "--seed: applies with --sample-paths only"),
+    ],
+)
+def test_a_flag_the_run_would_not_read_is_refused(monkeypatch, tmp_path, capsys, argv, said):
+    """Each went unread: a caption flag with no caption method, a seed with no sampled paths."""
+    import calibrate.models.loading as loading
+
+    monkeypatch.setattr(loading, "load_pair", lambda *a, **k: pytest.fail("models loaded"))
+    assert main([a.format(d=tmp_path) for a in argv]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"specsim: error: {said}") and err.count("\n") == 1
+    assert not list(tmp_path.iterdir())
+

@@ -73,8 +73,8 @@ def register(subparsers) -> None:
     acc.add_argument(
         "--seed",
         type=number_arg("seed", integer=True),
-        default=0,
-        help="base seed of the sampled paths' generators (default 0)",
+        default=None,
+        help="with --sample-paths: base seed of the sampled paths' generators (default 0)",
     )
     acc.add_argument(
         "--reference-gamma",
@@ -114,6 +114,9 @@ def cmd_acceptance(args) -> int:
             "(the sampled check resamples the paths to carry the error of estimating acceptance from "
             f"them; each path costs one more target generation), got {args.sample_paths}"
         )
+    if args.seed is not None and not args.sample_paths:  # it seeds the sampled paths only
+        raise SpecsimError("--seed: applies with --sample-paths only")
+    args.seed = 0 if args.seed is None else args.seed
     check_writable(args.out, "--out")
     check_existing_profile(args.out, "--out")
     from calibrate.measure.acceptance_run import partial_path, run_acceptance

@@ -124,6 +124,7 @@ _TRANSFORMERS_ONLY = {
     "acceptance": (
         ("top_k", "--top-k", 0),
         ("sample_paths", "--sample-paths", 0),
+        ("seed", "--seed", None),
         ("temperature", "--temperature", 1.0),
         ("reference_gamma", "--reference-gamma", 5),
         ("captioner", "--captioner", None),

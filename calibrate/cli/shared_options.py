@@ -24,7 +24,9 @@ def method_args(p: argparse.ArgumentParser) -> None:
         "MT, MC, MTC, MTCP4, and adaptive:MTC",
     )
     p.add_argument("--captioner", default=None, help="captioner VLM for C (default: the preset's captioner)")
-    p.add_argument("--caption-prefix", default="Image: ", help="text before each caption (default 'Image: ')")
+    p.add_argument(
+        "--caption-prefix", default=None, help="text before each caption for C (default 'Image: ')"
+    )
 
 
 def model_args(p: argparse.ArgumentParser) -> None:

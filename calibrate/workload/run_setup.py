@@ -59,7 +59,9 @@ class Setup:
         )
 
 
-def _methods(given: list[str] | None, has_images: bool) -> list[str]:
+def _methods(args, given: list[str] | None, has_images: bool) -> list[str]:
+    """The canonical method codes; SpecsimError for plain on images, or a caption flag with no caption method
+    (it went unread)."""
     from calibrate.drafting import PLAIN, Method
 
     methods = list(dict.fromkeys(Method.parse(m).code for m in (given or [PLAIN])))
@@ -68,6 +70,13 @@ def _methods(given: list[str] | None, has_images: bool) -> list[str]:
             "--method: the prompts have images; expected multimodal methods such as --method M "
             "--method T --method C (plain is for text-only pairs)"
         )
+    if not any(Method.parse(m).needs_captioner for m in methods):
+        for option in ("captioner", "caption_prefix"):
+            if getattr(args, option, None) is not None:
+                raise SpecsimError(
+                    f"--{option.replace('_', '-')}: applies to caption drafting only (a method with C, such "
+                    f"as --method C or MTC), got methods {', '.join(methods)}"
+                )
     return methods
 
 
@@ -102,7 +111,7 @@ def read_workload(args, methods: list[str] | None = None) -> Workload:
             f"processor; expected prompts without images (e.g. --prompts reference), got images in "
             f"{with_images.id!r}"
         )
-    methods = _methods(methods or args.method, with_images is not None)
+    methods = _methods(args, methods or args.method, with_images is not None)
     name = Path(prompt_set).stem if prompt_set.endswith(".jsonl") else prompt_set
     return Workload(name, prompts, methods, preset)
 
@@ -177,7 +186,8 @@ def load_setup(args, workload: Workload, cache_captions: bool = True) -> Setup:
         )
         # Acceptance captions each image once for every method; a check times every request's own captions.
         captioner = CachedCaptioner(captioner) if cache_captions else captioner
-    return Setup(target, draft, prompts, reqs, eos, name, methods, captioner, args.caption_prefix)
+    prefix = Setup.caption_prefix if args.caption_prefix is None else args.caption_prefix
+    return Setup(target, draft, prompts, reqs, eos, name, methods, captioner, prefix)
 
 
 def _placed(request, target: LoadedModel):
