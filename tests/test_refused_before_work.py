@@ -135,3 +135,17 @@ def test_a_flag_the_run_would_not_read_is_refused(monkeypatch, tmp_path, capsys,
     assert err.startswith(f"specsim: error: {said}") and err.count("\n") == 1
     assert not list(tmp_path.iterdir())
 
+
+CONFIGS = ["--target-config", "llava-1.5-7b", "--draft-config", "llava-1.5-68m"]
+
+
+@pytest.mark.parametrize("models", [["--preset", "zoo", "--prompts", "zoo"], CONFIGS])
+def test_latency_refuses_no_workload_where_it_drops_nothing(monkeypatch, tmp_path, capsys, models):
+    """--prompts took precedence, and without --preset there is no pair's set to drop: it went unread."""
+    import calibrate.workload.run_setup as setup
+
+    monkeypatch.setattr(setup, "latency_models", lambda *a, **k: pytest.fail("models loaded"))
+    argv = ["calibrate", "latency", *models, "--no-workload", "--out", str(tmp_path / "l.json")]
+    assert main(argv) == 2
+    said = "--no-workload: applies with --preset, without --prompts (drops the pair's set)"
+    assert capsys.readouterr().err == f"specsim: error: {said}\n" and not list(tmp_path.iterdir())

@@ -66,6 +66,8 @@ def check_latency_args(args) -> None:
 
     check_writable(args.out, "--out")
     check_existing_profile(args.out, "--out")
+    if args.no_workload and (args.prompts or not args.preset):  # --prompts won, or there was nothing to drop
+        raise SpecsimError("--no-workload: applies with --preset, without --prompts (drops the pair's set)")
     if args.batched_only and not args.request_batches:
         raise SpecsimError("--batched-only: needs --request-batches")
     given = [n for n in REQUEST_DEFAULTS if _given(getattr(args, n))]
