@@ -117,6 +117,7 @@ def test_sampled_check_needs_beta_at_the_same_temperature(tiny, capsys):
         (["--temperature", "1", "--seeds", "0"], "argument --seeds: expected an integer in 1..100000"),
         (["--seed", "-3"], "argument --seed: expected an integer"),
         (["--max-new-tokens", "1"], "--max-new-tokens: expected an integer >= 2"),
+        (["--max-new-tokens", "0"], "argument --max-new-tokens: expected an integer in 1..16777216"),  # 0..
         (["--max-rounds", "10000000"], "argument --max-rounds: expected an integer in 1..100000"),
         (["--min-rounds", "3", "--max-rounds", "2"], "--min-rounds/--max-rounds: expected 1 <= min <= max"),
         (["--max-minutes", "inf"], "argument --max-minutes: expected a finite number"),

@@ -120,7 +120,7 @@ def register(subparsers) -> None:
     )
     what.add_argument(
         "--max-new-tokens",
-        type=number_arg("tokens", integer=True),
+        type=number_arg("output_tokens", integer=True),
         default=64,
         help="new tokens per request of that workload (default 64)",
     )

@@ -52,7 +52,7 @@ def model_args(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--max-new-tokens",
-        type=number_arg("tokens", integer=True),
+        type=number_arg("output_tokens", integer=True),
         default=64,
         help="new tokens per prompt (default 64)",
     )
