@@ -280,6 +280,20 @@ def test_the_tree_table_prices_a_chain_as_the_ranking_does(capsys, draft):
         assert t["chain_speedup"] == pytest.approx(row["speedup"], rel=1e-3)  # the draft's context grows
 
 
+def test_the_tree_table_compares_the_chain_at_gamma_when_it_is_given(capsys):
+    """With --gamma the plan prices that γ; the tree table beside it compared the best chain of γ <= 8
+    (chain γ=4 beside a plan at γ 3)."""
+    argv = "hardware --trees --alpha 0.7 --target llama-3.1-8b --draft llama-3.2-1b --device h100-sxm".split()
+    assert main([*argv, "--batch", "1,8", "--context", "1024", "--gamma", "3", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    rows = {r["batch_size"]: r for r in out["plan"]["rows"]}
+    assert {t["chain_gamma"] for t in out["trees"]} == {3} == {r["best_gamma"] for r in rows.values()}
+    for t in out["trees"]:
+        assert t["chain_speedup"] == pytest.approx(rows[t["batch_size"]]["speedup"], rel=1e-3)
+    assert main([*argv, "--batch", "1", "--context", "1024", "--gamma", "3"]) == 0
+    assert "n nodes / depth (chain at --gamma 3)" in capsys.readouterr().out
+
+
 def test_a_head_s_size_says_how_it_is_counted(capsys):
     """`hardware --list` counts a head's checkpoint (1.27B for EAGLE-3 on Llama-3.1-8B, its own embedding
     included); the plan prices the head as it runs (0.42B): its assumptions say which it prints."""

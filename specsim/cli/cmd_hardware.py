@@ -240,7 +240,7 @@ def cmd_hardware(args: argparse.Namespace) -> int:
             out["trees"] = [r.to_json() for r in got.trees]
         print(dumps_json(out))
         return 0
-    trees = None if got.trees is None else tree_plan_text(list(got.trees))
+    trees = None if got.trees is None else tree_plan_text(list(got.trees), req.gamma)
     print(plan_text(got.plan, got.target, got.draft, got.fit))
     if validation:
         print("\nvalidation of these speedups (published rows, `specsim validate`):")

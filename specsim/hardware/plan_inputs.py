@@ -261,9 +261,11 @@ def best_trees(
     n_max: int,
     gamma_max: int,
     draft_kind: str = "model",
+    chain_gamma: int | None = None,
 ) -> list:
     """The best tree per device × batch × context (--trees), per-rank acceptance from --alpha or the
-    profile's top-k traces; ``draft_kind`` as the plan's."""
+    profile's top-k traces; ``draft_kind`` as the plan's; beside it the chain at ``chain_gamma`` (--gamma)
+    or the best chain."""
     if tp > 1:
         raise SpecsimError("--trees: several GPUs per replica are not modelled for token trees (use --tp 1)")
     if alpha is None and profile is None:
@@ -286,4 +288,5 @@ def best_trees(
         n_max=n_max,
         gamma_max=gamma_max,
         draft_kind=draft_kind,
+        chain_gamma=chain_gamma,
     )

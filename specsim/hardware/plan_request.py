@@ -217,5 +217,6 @@ def answer(req: PlanRequest) -> PlanAnswer:
             n_max=req.tree_max_nodes,
             gamma_max=req.gamma_max,
             draft_kind=kind_named(req.draft_kind).name,
+            chain_gamma=req.gamma,
         )
     return PlanAnswer(target, draft, profile, plan, efficiency, fit, None if trees is None else tuple(trees))

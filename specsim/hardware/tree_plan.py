@@ -88,11 +88,13 @@ def plan_trees(
     max_depth: int = 10,
     gamma_max: int = 8,
     draft_kind: str = "model",
+    chain_gamma: int | None = None,
 ) -> list[TreePlanRow]:
     """The best tree and chain for every device × method × batch × context (module docstring).
 
     ``efficiency``: an Efficiency or Runtime for every device, or a dict device name -> one of them;
-    ``draft_kind``: how the draft drafts (:mod:`specsim.draft_kinds`: a head's per-forward floor, ...).
+    ``draft_kind``: how the draft drafts (:mod:`specsim.draft_kinds`: a head's per-forward floor, ...);
+    ``chain_gamma``: the chain beside the tree (--gamma); None: the best chain of γ ≤ ``gamma_max``.
     """
     if not devices or not methods:
         raise SpecsimError("tree plan: need at least one device and one method")
@@ -103,10 +105,12 @@ def plan_trees(
     ctx = np.asarray(sorted({int(x) for x in contexts}), dtype=float)[None, :, None]
     out = []
     for mt in methods:
-        trees = candidate_trees(mt.acceptance, n_max, max_depth, gamma_max)
+        trees = candidate_trees(mt.acceptance, n_max, max_depth, max(gamma_max, chain_gamma or 0))
         tau = np.array([expected_tokens(t, mt.acceptance) for t in trees])
         nodes, rows, offset, owner = _tree_arrays(trees)
-        chains = np.array([t.depth == t.n and t.n <= gamma_max for t in trees])
+        chains = np.array(
+            [t.depth == t.n and (t.n == chain_gamma if chain_gamma else t.n <= gamma_max) for t in trees]
+        )
         members = np.zeros((len(trees), rows.size))
         members[owner, np.arange(rows.size)] = 1.0
         for dev in devices:
@@ -152,9 +156,10 @@ def _rows(device: str, method: str, trees, tau, speedups, tp, chains, b, ctx) ->
 
 
 # --------------------------------------------------------------------------- text
-def tree_plan_text(rows: list[TreePlanRow]) -> str:
+def tree_plan_text(rows: list[TreePlanRow], chain_gamma: int | None = None) -> str:
     """Per method and context: for each device and batch, the best tree (n nodes / depth) and its speedup,
-    with the best chain's beside it."""
+    with the chain's beside it (the best chain, or the one at ``chain_gamma``)."""
+    chain = "best chain" if chain_gamma is None else f"chain at --gamma {chain_gamma}"
     lines = []
     batches = sorted({r.batch_size for r in rows})
     for method in dict.fromkeys(r.method for r in rows):
@@ -174,7 +179,7 @@ def tree_plan_text(rows: list[TreePlanRow]) -> str:
                         for b in batches
                     ]
                 )
-            lines.append(f"  method {method}, context {ctx}: best tree speedup, n nodes / depth (best chain)")
+            lines.append(f"  method {method}, context {ctx}: best tree speedup, n nodes / depth ({chain})")
             lines.append(format_table(["device"] + [f"B={b}" for b in batches], table, indent="    "))
     return "\n".join(lines)
 
