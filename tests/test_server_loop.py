@@ -274,9 +274,13 @@ def test_check_serve_runs_the_zoo_and_writes_its_rows(tmp_path, capsys, monkeypa
     for r in rows:
         for m in r.metrics.values():
             assert m["predicted"] > 0 and m["measured"] > 0
+            assert m["halfwidth"] is None  # one round bounds nothing (it was stored and printed as ±0.0%)
         # how close they are is a timing goal (bench/, the committed serving rows), not a unit test's: a busy
         # host slows the measured side alone
         assert np.isfinite(r.error("output_tokens_per_s"))
+    from specsim.check.serve_comparison import serve_table
+
+    assert "one round" in serve_table(rows) and "±" not in serve_table(rows)
 
 
 def test_server_loop_costs_round_trip_and_price_steps():

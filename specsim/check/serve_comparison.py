@@ -188,7 +188,7 @@ def serve_check_row(
         metrics[name] = {
             "predicted": float(pred[name]),
             "measured": float(np.mean(values)),
-            "halfwidth": hw if np.isfinite(hw) else 0.0,
+            "halfwidth": hw if np.isfinite(hw) else None,  # one round: no interval (it read ±0.0%)
         }
     return ServeCheckRow(
         method=method if gamma else "target",
@@ -236,9 +236,8 @@ def serve_table(rows: Sequence[ServeCheckRow]) -> str:
         cells = [r.scenario, side, f"{r.rate_per_s:g}"]
         for name in HEADLINE:
             m = r.metrics[name]
-            cells.append(
-                f"{m['predicted']:.4g} / {m['measured']:.4g} ({r.error(name):+.1%} ±{m['halfwidth']:.1%})"
-            )
+            hw = "one round" if m["halfwidth"] is None else f"±{m['halfwidth']:.1%}"
+            cells.append(f"{m['predicted']:.4g} / {m['measured']:.4g} ({r.error(name):+.1%} {hw})")
         body.append(cells)
     head = [
         "scenario",

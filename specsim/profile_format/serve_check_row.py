@@ -98,11 +98,12 @@ def _metrics(value: Any, where: str) -> dict:
             raise SpecsimError(f"{where}.{name}: expected an object, got {show(pair)}")
         check_keys(pair, {"predicted", "measured", "halfwidth"}, f"{where}.{name}")
         out[name] = {
-            k: field_num(
-                field_req(pair, k, f"{where}.{name}"), f"{where}.{name}.{k}", lo=0, lo_open=k != "halfwidth"
-            )
-            for k in ("predicted", "measured", "halfwidth")
-        }
+            k: field_num(field_req(pair, k, f"{where}.{name}"), f"{where}.{name}.{k}", lo=0, lo_open=True)
+            for k in ("predicted", "measured")
+        }  # halfwidth: null after one round (no spread to bound), else >= 0
+        out[name]["halfwidth"] = field_opt(
+            pair, "halfwidth", lambda v, w: field_num(v, w, lo=0), f"{where}.{name}"
+        )
     for stem in ("ttft", "tpot"):  # a percentile below a lower one: no distribution has it
         for k in ("predicted", "measured"):
             p50, p90 = out[f"{stem}_p50_ms"][k], out[f"{stem}_p90_ms"][k]
