@@ -62,7 +62,7 @@ def test_each_engine_gets_the_schedule_that_was_priced():
     assert trt["max_draft_len"] == 5 and trt["speculative_model"] == "org/d"
     for b in range(1, 65):
         assert _vllm_gamma(c.vllm, b) == _trtllm_gamma(trt["draft_len_schedule"], b) == BANDS.gamma_at(b)
-    at = max(1, round(rec.result.mean_concurrency))
+    at = max(1, round(rec.result.metrics.mean_decode_batch))  # the load's decode batch, as serve reads it
     assert c.single_gamma == BANDS.gamma_at(at)
     assert c.sglang[c.sglang.index("--speculative-num-steps") + 1] == str(c.single_gamma)
     assert c.llama_cpp[c.llama_cpp.index("--spec-draft-n-max") + 1] == str(c.single_gamma)
@@ -153,6 +153,24 @@ def test_a_study_resumes_from_the_command_line(capsys, tmp_path):
     assert main(argv + ["--trials", "6"]) == 0
     again = json.loads(capsys.readouterr().out)
     assert len(again["trials"]) == 6 and again["trials"][:4] == first["trials"]
+
+
+def test_the_report_reads_the_decode_batch_also_from_a_stored_study(capsys, tmp_path):
+    """Validation and the one-γ engines take the load's mean decode batch (requests per step that decodes, as
+    `specsim serve` reads it), not its mean concurrency; a result read back from the store keeps no decode
+    batch, so the report simulates the best again rather than reading batch 1."""
+    from specsim.tune.trial import Deployment
+
+    argv = [*BASE[:-1], "400", "--gamma", "0-5", "--storage", str(tmp_path / "s.db"), "--json"]  # 400 req/s
+    reports = []
+    for _ in range(2):  # the second run reads every trial back from the store
+        assert main(argv + ["--trials", "3"]) == 0
+        reports.append(json.loads(capsys.readouterr().out)["best"][0])
+    context = TuneContext("llava-1.5-7b", Workload(30, 512, 1, 16), 400.0)
+    run = run_trial(TrialConfig(context, Deployment.from_json(reports[0]["trial"]["deployment"])))
+    batch = round(run.metrics.mean_decode_batch)
+    assert batch > 1 and [r["validation"]["batch"] for r in reports] == [batch, batch]
+    assert reports[0]["engine_configs"] == reports[1]["engine_configs"]
 
 
 def _one_line(capsys) -> str:

@@ -4,8 +4,9 @@ The serving γ policy becomes a schedule over decode batches 1..``max_num_seqs``
 written by :mod:`specsim.engines.engine_config` under the drafting kind's engine names (the registry's
 ``engines``: vLLM method, SGLang algorithm, TensorRT-LLM decoding type; llama.cpp's flags for a draft model
 only): vLLM's ``num_speculative_tokens_per_batch_size`` and TensorRT-LLM's ``draft_len_schedule`` hold it;
-SGLang and llama.cpp take the schedule's γ at the load's mean concurrency (Little's law). Models by Hugging
-Face id: a shipped config's or preset's, or ``--model-id NAME=ID``; else its name, and a note says so.
+SGLang and llama.cpp take the schedule's γ at the load's mean decode batch (requests per step that
+decodes). Models by Hugging Face id: a shipped config's or preset's, or ``--model-id NAME=ID``; else its name,
+and a note says so.
 """
 
 from __future__ import annotations
@@ -93,14 +94,19 @@ def model_id(name: str, given: dict[str, str]) -> str | None:
 
 
 def engine_configs(
-    record: TrialRecord, target: str, *, max_num_batched_tokens: int, ids: dict[str, str] | None = None
+    record: TrialRecord,
+    target: str,
+    *,
+    max_num_batched_tokens: int,
+    ids: dict[str, str] | None = None,
+    batch: int | None = None,
 ) -> EngineConfigs:
-    """The settings of ``record``'s deployment for every engine (module docstring)."""
+    """The settings of ``record``'s deployment for every engine (module docstring); ``batch``: the load's
+    mean decode batch (default: the record's own)."""
     dep, ids = record.deployment, ids or {}
     kind = draft_kind(dep.draft.kind)
     schedule = policy_schedule(dep.policy, dep.max_num_seqs)
-    concurrency = record.result.mean_concurrency or 1.0
-    at = int(min(max(round(concurrency), 1), dep.max_num_seqs))
+    at = batch or int(min(max(round(record.result.metrics.mean_decode_batch), 1), dep.max_num_seqs))
     gamma = dep.policy.gamma_at(at)
     draft = _draft_name(kind, dep.draft.model, target)
     target_id, draft_id = model_id(target, ids), None if draft is None else model_id(draft, ids)
@@ -150,7 +156,7 @@ def engine_configs(
     elif len({g for _, _, g in schedule}) > 1:
         notes.append(
             f"SGLang and llama.cpp take one draft length: {gamma}, the schedule's at batch {at} (the load's "
-            "mean concurrency, requests/s x mean E2E)"
+            "mean decode batch: requests per step that decodes)"
         )
     notes.append(
         f"llama.cpp loads GGUF files: TARGET.gguf{' and DRAFT.gguf' if llama else ''} stand for yours; -c is "

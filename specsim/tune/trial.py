@@ -170,12 +170,6 @@ class TrialResult:
     kv_cache_tokens: int | None
     metrics: ServeMetrics | None
 
-    @property
-    def mean_concurrency(self) -> float | None:
-        """Requests in the server on average (Little's law: requests/s × mean E2E)."""
-        m = self.metrics
-        return None if m is None or m.e2e_ms.mean is None else m.requests_per_s * m.e2e_ms.mean / 1e3
-
     def to_json(self) -> dict:
         return {
             "schema_version": SCHEMA_VERSION,

@@ -2,8 +2,9 @@
 metrics, the same deployment served target-only, the validation of the planner where it lies, and the
 engine settings that paste; and the latency-throughput front of the feasible trials.
 
-Validation: :func:`specsim.validation.regime_error.regime_error` at the deployment's runtime, the load's mean
-concurrency (Little's law) and a decoding request's mean context. The front: feasible trials not beaten on
+Validation: :func:`specsim.validation.regime_error.regime_error` at the deployment's runtime, its mean
+decode batch (requests per step that decodes, as ``specsim serve`` reads it) and a decoding request's mean
+context. The front: feasible trials not beaten on
 both output tokens/s per GPU (higher) and p50 TPOT (lower).
 More: ARCHITECTURE.md, Notes by module.
 """
@@ -91,7 +92,8 @@ def device_best(
     devices,
     ids: dict[str, str] | None = None,
 ) -> list[DeviceBest]:
-    """For every device with a feasible trial, its best (module docstring); one more simulation each."""
+    """For every device with a feasible trial, its best (module docstring); one more simulation each (two
+    for a result read back as JSON)."""
     from specsim.validation.regime_error import regime_error
 
     out = []
@@ -101,7 +103,11 @@ def device_best(
             continue
         dep = rec.deployment
         baseline = run_trial(TrialConfig(context, dep.with_policy(GammaPolicy(0))))
-        batch = int(min(max(round(rec.result.mean_concurrency or 1.0), 1), dep.max_num_seqs))
+        # 0 for a result read back as JSON (a stored study, a worker's): the simulation gives it again
+        decode_batch = rec.result.metrics.mean_decode_batch
+        if not decode_batch:
+            decode_batch = run_trial(TrialConfig(context, dep)).metrics.mean_decode_batch
+        batch = int(min(max(round(decode_batch), 1), dep.max_num_seqs))
         ctx_tokens = mean_context_tokens(context, rec)
         runtime = dep.runtime or DEFAULT_RUNTIMES[load_device(device).kind]
         out.append(
@@ -113,7 +119,11 @@ def device_best(
                 batch,
                 ctx_tokens,
                 engine_configs(
-                    rec, context.target, max_num_batched_tokens=context.max_num_batched_tokens, ids=ids
+                    rec,
+                    context.target,
+                    max_num_batched_tokens=context.max_num_batched_tokens,
+                    ids=ids,
+                    batch=batch,
                 ),
             )
         )

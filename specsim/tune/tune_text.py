@@ -73,7 +73,7 @@ def best_text(best: DeviceBest, objective: Objective) -> str:
         speedup = base.metrics.tpot_ms.p50 / rec.result.metrics.tpot_ms.p50
         lines.append(f"  target-only there: {metrics_text(base)} (TPOT p50 speedup {speedup:.2f}x)")
     lines.append(
-        f"  validation (at batch {best.batch}, the mean concurrency; context {best.context_tokens:.0f} "
+        f"  validation (at batch {best.batch}, the mean decode batch; context {best.context_tokens:.0f} "
         f"tokens): {best.validation.text()}"
     )
     c = best.configs
