@@ -146,17 +146,31 @@ def max_fit_batch(ps: PublishedSet, row: Row, batches=GRID_BATCHES) -> int:
     return max((b for b in batches if fit is None or b <= fit), default=0)
 
 
+def _grid_model(ps: PublishedSet, row: Row, alpha: float, fitting_only: bool):
+    """(grid batches, the RowModel of ``row``'s setup at every grid batch × γ under i.i.d. α, or None where no
+    batch fits): its passes do not depend on the runtime, so one model prices it under several."""
+    fit = max_fit_batch(ps, row) if fitting_only else GRID_BATCHES[-1]
+    batches = [b for b in GRID_BATCHES if b <= fit]
+    if not batches:
+        return [], None
+    grid = [_priced(ps, row, b, g, float(tau_iid(alpha, g))) for b in batches for g in GRID_GAMMAS]
+    return batches, row_model(ps, grid)
+
+
+def _best(batches: list[int], model, rt: Runtime) -> np.ndarray:
+    """The best-γ speedup at each grid batch under ``rt``."""
+    if model is None:
+        return np.zeros(0)
+    return model.predict(rt).reshape(len(batches), len(GRID_GAMMAS)).max(axis=1)
+
+
 def best_speedups(
     ps: PublishedSet, row: Row, rt: Runtime, alpha: float, *, fitting_only: bool = True
 ) -> tuple[list[int], np.ndarray]:
     """(grid batches, best-γ predicted speedup at each) for ``row``'s setup under i.i.d. α; ``fitting_only``:
     only the batches whose weights and KV caches fit the catalog's GPUs."""
-    fit = max_fit_batch(ps, row) if fitting_only else GRID_BATCHES[-1]
-    batches = [b for b in GRID_BATCHES if b <= fit]
-    if not batches:
-        return [], np.zeros(0)
-    grid = [_priced(ps, row, b, g, float(tau_iid(alpha, g))) for b in batches for g in GRID_GAMMAS]
-    return batches, _speedups(ps, grid, rt).reshape(len(batches), len(GRID_GAMMAS)).max(axis=1)
+    batches, model = _grid_model(ps, row, alpha, fitting_only)
+    return batches, _best(batches, model, rt)
 
 
 def _calibrated_tau(ps: PublishedSet, ref: Row, rt: Runtime) -> float:
@@ -225,17 +239,19 @@ def crossover_grid(
     ref = rows[0]
     out = []
     for dev in devices:
+        models_at = {}  # per context: its passes, priced below under every runtime
+        for ctx in contexts:
+            row = replace(
+                ref,
+                device=dev,
+                target_context_tokens=float(ctx),
+                draft_context_tokens=ref.draft_context_tokens and min(ref.draft_context_tokens, ctx),
+            )
+            models_at[ctx] = _grid_model(ps, row, alpha, True)
         for rt in runtimes:
             for ctx in contexts:
-                row = replace(
-                    ref,
-                    device=dev,
-                    runtime=rt.name,
-                    target_context_tokens=float(ctx),
-                    draft_context_tokens=ref.draft_context_tokens and min(ref.draft_context_tokens, ctx),
-                )
-                batches, best = best_speedups(ps, row, rt, alpha)
-                pays, stops = paying_range(batches, best)
+                batches, model = models_at[ctx]
+                pays, stops = paying_range(batches, _best(batches, model, rt))
                 out.append(
                     {
                         "device": dev,
