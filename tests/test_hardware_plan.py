@@ -294,6 +294,17 @@ def test_the_tree_table_compares_the_chain_at_gamma_when_it_is_given(capsys):
     assert "n nodes / depth (chain at --gamma 3)" in capsys.readouterr().out
 
 
+@pytest.mark.parametrize("n_max", [1, 3])
+def test_the_best_tree_keeps_within_tree_max_nodes(capsys, n_max):
+    """The chains compared beside the trees (γ up to --gamma-max) were candidates for the best tree too: a
+    bound of 1 to 3 nodes printed a 5-node chain as the best tree."""
+    argv = "hardware --device h200 --batch 1,8 --context 1024 --alpha 0.7 --trees --json".split()
+    assert main([*argv, "--tree-max-nodes", str(n_max)]) == 0
+    trees = json.loads(capsys.readouterr().out)["trees"]
+    assert trees and all(t["nodes"] <= n_max for t in trees)
+    assert any(t["chain_gamma"] > n_max for t in trees)  # the chain beside it is not bound
+
+
 def test_a_head_s_size_says_how_it_is_counted(capsys):
     """`hardware --list` counts a head's checkpoint (1.27B for EAGLE-3 on Llama-3.1-8B, its own embedding
     included); the plan prices the head as it runs (0.42B): its assumptions say which it prints."""

@@ -125,15 +125,17 @@ def plan_trees(
             gpu = passes @ members.T + catch_up + cost.pass_ms(TARGET, nodes + 1, ctx, b, kind=TREE).ms
             block = gpu + cost.block_overhead_ms(nodes, b, gpu_ms=gpu)
             speedups = tau * step / block  # [B, L, T]: τ·T / block, as plan_rows.price_blocks
-            out += _rows(dev.name, mt.method, trees, tau, speedups, step, chains, b, ctx)
+            out += _rows(dev.name, mt.method, trees, tau, speedups, step, chains, b, ctx, nodes <= n_max)
     return out
 
 
-def _rows(device: str, method: str, trees, tau, speedups, tp, chains, b, ctx) -> list[TreePlanRow]:
+def _rows(device: str, method: str, trees, tau, speedups, tp, chains, b, ctx, within) -> list[TreePlanRow]:
+    """One row per batch × context: the best of the trees ``within`` the node bound (the chains beside them
+    may be longer), and the chain's."""
     rows = []
-    chain_idx = np.flatnonzero(chains)
+    chain_idx, tree_idx = np.flatnonzero(chains), np.flatnonzero(within)
     for i, j in np.ndindex(speedups.shape[:2]):
-        k = int(np.argmax(speedups[i, j]))
+        k = int(tree_idx[np.argmax(speedups[i, j, tree_idx])])
         c = int(chain_idx[np.argmax(speedups[i, j, chain_idx])])
         rows.append(
             TreePlanRow(
