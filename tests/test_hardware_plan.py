@@ -305,6 +305,20 @@ def test_the_best_tree_keeps_within_tree_max_nodes(capsys, n_max):
     assert any(t["chain_gamma"] > n_max for t in trees)  # the chain beside it is not bound
 
 
+def test_the_end_to_end_speedup_of_a_one_token_request_is_below_one(capsys):
+    """The prefill emits a request's first token: SD decodes the other N - 1 (it priced N/τ blocks, so a
+    1-token request gained 1.11x from a fraction of a block)."""
+    argv = "hardware --device h200 --batch 1,8 --alpha 0.7 --prompt-tokens 500 --json".split()
+    e2e = {}
+    for n in (1, 2, 4096):
+        assert main([*argv, "--output-tokens", str(n)]) == 0
+        e2e[n] = [
+            (r["e2e_speedup"], r["speedup"]) for r in json.loads(capsys.readouterr().out)["plan"]["rows"]
+        ]
+    assert all(x < 1.0 for x, _ in e2e[1])  # both prefills, no decoding: the draft's prefill is all SD adds
+    assert all(x < s for x, s in e2e[2]) and all(0.9 * s < x < s for x, s in e2e[4096])
+
+
 def test_a_head_s_size_says_how_it_is_counted(capsys):
     """`hardware --list` counts a head's checkpoint (1.27B for EAGLE-3 on Llama-3.1-8B, its own embedding
     included); the plan prices the head as it runs (0.42B): its assumptions say which it prints."""

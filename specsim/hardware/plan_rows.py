@@ -67,6 +67,7 @@ def request_prefills_ms(cost: RooflinePassCost, prompt_tokens: int, batches) -> 
 
 
 def end_to_end_speedup(step_ms, block_ms, tau, target_prefill_ms, draft_prefill_ms, output_tokens: int):
-    """A request's whole time target-only over SD: (prefill + N·T) / (prefill + draft prefill + N/τ·block)."""
-    n = float(output_tokens)
+    """A request's whole time target-only over SD: (prefill + n·T) / (prefill + draft prefill + n/τ·block),
+    n = N − 1 decoded tokens: the prefill emits the first of the N (a 1-token request gains nothing)."""
+    n = float(output_tokens) - 1.0
     return (target_prefill_ms + n * step_ms) / (target_prefill_ms + draft_prefill_ms + n / tau * block_ms)
