@@ -142,8 +142,10 @@ def test_jobs_without_rates_is_refused(capsys):
         (["serve", "--images", "1000"], "the KV cache h100-sxm's memory holds beside the weights (--tp, or"),
         (
             ["hardware", "--prompt-tokens", "0", "--output-tokens", "50"],
-            "--prompt-tokens: expected an integer",
+            "argument --prompt-tokens: expected an integer in 1..16777216 (prompt_tokens)",  # it said 0..
         ),
+        (["serve", "--prompt-tokens", "0"], "argument --prompt-tokens: expected an integer in 1..16777216"),
+        (["tune", "--prompt-tokens", "0"], "argument --prompt-tokens: expected an integer in 1..16777216"),
     ],
 )
 def test_an_error_names_the_option_it_is_about(capsys, argv, named):

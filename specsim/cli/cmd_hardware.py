@@ -134,7 +134,7 @@ def register(sub) -> None:
     p.add_argument("--context", action="append", default=None, help="context tokens (default 1024,4096,8192)")
     p.add_argument(
         "--prompt-tokens",
-        type=number_arg("tokens", integer=True),
+        type=number_arg("prompt_tokens", integer=True),
         default=None,
         help="a request's prompt tokens (with --output-tokens, instead of --context): the decode runs over "
         "the mean cached context, prompt + output/2, and each row adds the end-to-end speedup with both "
@@ -142,7 +142,7 @@ def register(sub) -> None:
     )
     p.add_argument(
         "--output-tokens",
-        type=number_arg("tokens", integer=True),
+        type=number_arg("output_tokens", integer=True),
         default=None,
         help="a request's output tokens (with --prompt-tokens)",
     )

@@ -82,7 +82,7 @@ def register(sub) -> None:
     )
     load.add_argument(
         "--prompt-tokens",
-        type=number_arg("tokens", integer=True),
+        type=number_arg("prompt_tokens", integer=True),
         default=LOAD_DEFAULTS["prompt_tokens"],
         help="text tokens per prompt",
     )
