@@ -181,6 +181,17 @@ def test_image_size_on_a_text_only_target_is_refused(capsys, command):
     )
 
 
+@pytest.mark.parametrize("command", ["hardware", "serve", "recommend", "tune"])
+def test_image_size_on_a_fixed_size_tower_is_refused(capsys, command):
+    """LLaVA-1.5 resizes every image to 336 px (576 tokens): --image-size changed nothing, without a word."""
+    argv = [command, "--pair", "llava-1.5-7b-68m", "--alpha", "0.7", "--image-size", "1920x1080"]
+    assert main([*argv, *(["--engine", "vllm"] if command == "recommend" else [])]) == 2
+    assert _one_line(capsys) == (
+        "specsim: error: --image-size: llava-1.5-7b's vision tower resizes every image to one size "
+        "(576 tokens per image), so a size changes nothing\n"
+    )
+
+
 def test_draft_image_tokens_without_images_is_refused(capsys):
     """It sizes the draft's image tokens: with --images 0 the run was as without it, without a word."""
     argv = ["serve", "--pair", "llava-1.5-7b-68m", "--alpha", "0.7", "--draft-image-tokens", "5"]

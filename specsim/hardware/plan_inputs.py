@@ -87,9 +87,17 @@ def resolve_models(**options) -> tuple[str | None, ModelSpec, ModelSpec | None]:
 
 
 def refuse_image_size_without_vision(target: ModelSpec, image_size) -> None:
-    """--image-size sizes a vision tower's image tokens; a text-only target has none to size."""
-    if image_size is not None and target.vision is None:
+    """--image-size sizes a vision tower's image tokens: a text-only target has none to size, and a tower that
+    resizes every image to one size (LLaVA-1.5, Gemma 3) has as many tokens whatever the size."""
+    if image_size is None:
+        return
+    if target.vision is None:
         raise SpecsimError(f"--image-size: sizes a vision tower's image tokens, and {target.name} has none")
+    if target.vision.image_size is None:  # the tower recorded no size: its count does not depend on one
+        raise SpecsimError(
+            f"--image-size: {target.name}'s vision tower resizes every image to one size "
+            f"({target.vision.image_tokens} tokens per image), so a size changes nothing"
+        )
 
 
 def _resolve_models(
