@@ -319,6 +319,24 @@ def test_the_end_to_end_speedup_of_a_one_token_request_is_below_one(capsys):
     assert all(x < s for x, s in e2e[2]) and all(0.9 * s < x < s for x, s in e2e[4096])
 
 
+@pytest.mark.parametrize(
+    "argv, said",
+    [
+        (["--list", "--device", "h200"], "--device: shapes a plan, and --list only lists"),
+        (["--list", "--plot", "x.png"], "--plot: shapes a plan, and --list only lists"),
+        (["--list-devices", "--gamma", "3"], "--gamma: shapes a plan, and --list-devices only lists"),
+        (["--list-devices", "--pair", "zoo"], "--pair: shapes a plan, and --list-devices only lists"),
+        (["--list", "--list-devices"], "--list, --list-devices: two listings; give one"),
+    ],
+)
+def test_a_listing_refuses_the_options_it_does_not_read(capsys, argv, said):
+    """The listings printed byte for byte what they print alone, and --plot wrote no PNG, without a word."""
+    assert main(["hardware", *argv]) == 2
+    assert capsys.readouterr().err == f"specsim: error: {said}\n"
+    assert main(["hardware", "--list-devices", "--device", "h200", "--price", "h200=3", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)[0]["name"] == "h200"
+
+
 def test_a_head_s_size_says_how_it_is_counted(capsys):
     """`hardware --list` counts a head's checkpoint (1.27B for EAGLE-3 on Llama-3.1-8B, its own embedding
     included); the plan prices the head as it runs (0.42B): its assumptions say which it prints."""

@@ -189,7 +189,8 @@ def register(sub) -> None:
     p.add_argument("--list-devices", action="store_true", help="list the catalog with sources and exit")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.add_argument("--plot", default=None, metavar="PNG", help="write speedup vs batch size per device")
-    p.set_defaults(func=cmd_hardware)
+    options = {a.dest: (a.option_strings, a.default) for a in p._actions if a.dest != "help"}
+    p.set_defaults(func=cmd_hardware, option_defaults=options)
 
 
 def _refuse_unused(args: argparse.Namespace) -> None:
@@ -204,11 +205,24 @@ def _refuse_unused(args: argparse.Namespace) -> None:
         raise SpecsimError(f"{given[0]}: places the model over --tp GPUs, and --tp is 1; add --tp N")
 
 
+# what a listing reads; every other option shapes a plan, and a listing would drop it without a word
+_LISTING_READS = {"list": {"list", "json"}, "list_devices": {"list_devices", "device", "price", "json"}}
+
+
+def _refuse_beside_listing(args: argparse.Namespace, listing: str) -> None:
+    """SpecsimError for an option given beside ``listing`` that it does not read."""
+    for dest, (flags, default) in args.option_defaults.items():
+        if flags and dest not in _LISTING_READS[listing] and getattr(args, dest) != default:
+            if dest in _LISTING_READS:
+                raise SpecsimError("--list, --list-devices: two listings; give one")
+            raise SpecsimError(f"{flags[-1]}: shapes a plan, and --{listing.replace('_', '-')} only lists")
+
+
 def cmd_hardware(args: argparse.Namespace) -> int:
-    if args.list:
-        return _list_all(args)
-    if args.list_devices:
-        return _list_devices(args)
+    for listing in ("list", "list_devices"):
+        if getattr(args, listing):
+            _refuse_beside_listing(args, listing)
+            return _list_all(args) if listing == "list" else _list_devices(args)
     if args.plot is not None:
         check_writable(args.plot, "--plot", suffix=".png")
     _refuse_unused(args)
