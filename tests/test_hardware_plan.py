@@ -337,6 +337,16 @@ def test_a_listing_refuses_the_options_it_does_not_read(capsys, argv, said):
     assert json.loads(capsys.readouterr().out)[0]["name"] == "h200"
 
 
+@pytest.mark.parametrize("place", ["--draft-one-gpu", "--draft-sharded"])
+@pytest.mark.parametrize("kind", ["ngram", "suffix"])
+def test_placing_a_draft_is_refused_for_a_kind_without_one(capsys, place, kind):
+    """A lookup drafts on the host: the placement changed no number, only an assumption line's wording."""
+    argv = "hardware --device h200 --batch 1 --context 1024 --alpha 0.7 --target llama-3.1-8b --tp 2".split()
+    assert main([*argv, "--draft-kind", kind, place]) == 2
+    said = f"--draft-sharded/--draft-one-gpu: places a draft model, and kind {kind} drafts with none"
+    assert capsys.readouterr().err == f"specsim: error: {said}\n"
+
+
 def test_a_head_s_size_says_how_it_is_counted(capsys):
     """`hardware --list` counts a head's checkpoint (1.27B for EAGLE-3 on Llama-3.1-8B, its own embedding
     included); the plan prices the head as it runs (0.42B): its assumptions say which it prints."""

@@ -9,6 +9,7 @@ import argparse
 
 from specsim.bounds import number_arg
 from specsim.cli.model_options import add_model_options, add_price_option
+from specsim.draft_kinds.registry import draft_kind
 from specsim.errors import SpecsimError
 from specsim.hardware.device import load_devices
 from specsim.hardware.parallel import SPLIT_MODES
@@ -203,6 +204,11 @@ def _refuse_unused(args: argparse.Namespace) -> None:
              args.draft_sharded)) if v is not None]  # fmt: skip
     if given and args.tp == 1:
         raise SpecsimError(f"{given[0]}: places the model over --tp GPUs, and --tp is 1; add --tp N")
+    if args.draft_sharded is not None and not draft_kind(args.draft_kind).has_model:
+        raise SpecsimError(
+            "--draft-sharded/--draft-one-gpu: places a draft model, and kind "
+            f"{args.draft_kind} drafts with none"
+        )
 
 
 # what a listing reads; every other option shapes a plan, and a listing would drop it without a word
