@@ -183,6 +183,7 @@ def test_a_textbook_row_prints_the_tau_and_drafts_its_speedup_divides(capsys, ga
     [
         ["predict", "--gamma", "5", "--context-tokens", "999999"],
         ["predict", "--gamma", "5", "--max-new-tokens", "3"],
+        ["predict", "--gamma", "5", "--new-tokens", "64"],  # it printed n/a columns and a note, exit 0
         ["sweep", "--gamma", "1-3", "--textbook", "--context-tokens", "99999"],
     ],
 )
@@ -329,3 +330,12 @@ def test_cpu_device_refuses_an_empty_name(tmp_path, capsys):
     out = tmp_path / "d.json"
     assert main(["calibrate", "cpu-device", "--name", " ", "--out", str(out)]) == 2
     assert "--name: expected a device name, got ' '" in capsys.readouterr().err and not out.exists()
+
+
+def test_predict_refuses_a_token_cap_beside_new_tokens_unless_a_comparison_reads_it(capsys):
+    """--new-tokens prices requests of its own length, so --max-new-tokens (40 or 1000) changed no byte."""
+    argv = ["predict", "--gamma", "3", "--profile", "zoo-h200", "--scenario", "zoo-1img", "--method", "M"]
+    assert main([*argv, "--new-tokens", "64", "--max-new-tokens", "1000"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("specsim: error: --max-new-tokens: caps the traced requests, and --new-tokens")
+    assert main([*argv, "--new-tokens", "64", "--max-new-tokens", "1000", "--tree", "2,1"]) == 0

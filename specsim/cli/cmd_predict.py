@@ -6,6 +6,7 @@ import argparse
 from itertools import groupby
 
 from specsim.bounds import number_arg
+from specsim.cli.predict_flags import refuse_unpriced_flags, refuse_unread_flags
 from specsim.errors import SpecsimError, warn
 from specsim.hardware.host import contended_note, other_host_note
 from specsim.jsonio import dumps_json
@@ -172,7 +173,7 @@ def _load(args) -> tuple[Profile, list[str] | None]:
     """(profile named by --profile, methods to show): with --alpha, the profile gains an i.i.d. what-if row,
     which joins --method's list when one was given."""
     profile = load_profile(args.profile)
-    _refuse_unpriced_flags(args, profile)
+    refuse_unpriced_flags(args, profile)
     if args.alpha is None:
         if not profile.acceptance:
             raise SpecsimError(
@@ -197,25 +198,6 @@ def _load(args) -> tuple[Profile, list[str] | None]:
     )
     methods = [*args.method, entry.method] if args.method else None
     return profile.with_acceptance([entry]), methods
-
-
-def _refuse_unpriced_flags(args, profile: Profile) -> None:
-    """A profile that publishes γ·c + v at one γ walks no requests: the flags that shape a walk would
-    change nothing, so they are refused, not ignored."""
-    ratio = profile.latency.published_ratio
-    if ratio is None:
-        return
-    for flag, value in (
-        ("--context-tokens", args.context_tokens),
-        ("--max-new-tokens", getattr(args, "max_new_tokens", None)),
-    ):
-        if value is not None:
-            shown = f"{value:g}" if isinstance(value, float) else value
-            raise SpecsimError(
-                f"{flag} {shown}: profile {profile.name!r} gives gamma*c+v only as published at "
-                f"gamma={ratio.gamma} (no latency grid to walk requests on); drop {flag}, or use a "
-                "calibrated profile (`specsim profiles`)"
-            )
 
 
 def _warn_other_host(profile: Profile) -> None:
@@ -253,6 +235,7 @@ def cmd_predict(args) -> int:
     )
     profile, methods = _load(args)
     drafts = _drafts(args)  # a bad --tree/--policy fails before any work
+    refuse_unread_flags(args, drafts)
     rows = predict(
         profile,
         gamma,

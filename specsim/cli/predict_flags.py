@@ -1,0 +1,37 @@
+"""Flags of ``specsim predict`` and ``sweep`` that a run would not read: refused, one line each, not
+ignored."""
+
+from __future__ import annotations
+
+from specsim.errors import SpecsimError
+from specsim.profile_format import Profile
+
+
+def refuse_unpriced_flags(args, profile: Profile) -> None:
+    """A profile that publishes γ·c + v at one γ walks no requests: the flags that shape a walk would
+    change nothing, so they are refused, not ignored."""
+    ratio = profile.latency.published_ratio
+    if ratio is None:
+        return
+    for flag, value in (
+        ("--context-tokens", args.context_tokens),
+        ("--max-new-tokens", getattr(args, "max_new_tokens", None)),
+        ("--new-tokens", getattr(args, "new_tokens", None)),
+    ):
+        if value is not None:
+            shown = f"{value:g}" if isinstance(value, float) else value
+            raise SpecsimError(
+                f"{flag} {shown}: profile {profile.name!r} gives gamma*c+v only as published at "
+                f"gamma={ratio.gamma} (no latency grid to walk requests on); drop {flag}, or use a "
+                "calibrated profile (`specsim profiles`)"
+            )
+
+
+def refuse_unread_flags(args, drafts: list) -> None:
+    """--max-new-tokens caps the traced requests a walk replays; --new-tokens prices requests of its own
+    length instead, so beside it the cap reaches only a --tree/--policy/--best-tree comparison."""
+    if args.new_tokens is not None and args.max_new_tokens is not None and not (drafts or args.best_tree):
+        raise SpecsimError(
+            "--max-new-tokens: caps the traced requests, and --new-tokens prices requests of its own length "
+            "instead; give one (the cap applies beside it to a --tree/--policy/--best-tree comparison)"
+        )
