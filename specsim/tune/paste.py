@@ -4,9 +4,8 @@ The serving γ policy becomes a schedule over decode batches 1..``max_num_seqs``
 written by :mod:`specsim.engines.engine_config` under the drafting kind's engine names (the registry's
 ``engines``: vLLM method, SGLang algorithm, TensorRT-LLM decoding type; llama.cpp's flags for a draft model
 only): vLLM's ``num_speculative_tokens_per_batch_size`` and TensorRT-LLM's ``draft_len_schedule`` hold it;
-SGLang and llama.cpp take the schedule's γ at the load's mean decode batch (requests per step that
-decodes). Models by Hugging Face id: a shipped config's or preset's, or ``--model-id NAME=ID``; else its name,
-and a note says so.
+SGLang and llama.cpp take its γ at the load's mean decode batch. Models by Hugging Face id: a shipped
+config's or preset's, or ``--model-id NAME=ID``; else its name, and a note says so.
 """
 
 from __future__ import annotations

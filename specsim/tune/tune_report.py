@@ -3,10 +3,8 @@ metrics, the same deployment served target-only, the validation of the planner w
 engine settings that paste; and the latency-throughput front of the feasible trials.
 
 Validation: :func:`specsim.validation.regime_error.regime_error` at the deployment's runtime, its mean
-decode batch (requests per step that decodes, as ``specsim serve`` reads it) and a decoding request's mean
-context. The front: feasible trials not beaten on
-both output tokens/s per GPU (higher) and p50 TPOT (lower).
-More: ARCHITECTURE.md, Notes by module.
+decode batch (as ``specsim serve`` reads it) and a decoding request's mean context. The front: feasible
+trials not beaten on both output tokens/s per GPU (higher) and p50 TPOT (lower). More: ARCHITECTURE.md.
 """
 
 from __future__ import annotations
