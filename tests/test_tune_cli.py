@@ -173,6 +173,24 @@ def test_the_report_reads_the_decode_batch_also_from_a_stored_study(capsys, tmp_
     assert reports[0]["engine_configs"] == reports[1]["engine_configs"]
 
 
+@pytest.mark.parametrize(
+    "address, said",
+    [
+        (
+            "foo:bar",
+            "--ray-address: expected auto or HOST:PORT (ray://HOST:PORT for Ray Client), got 'foo:bar'",
+        ),
+        ("", "--ray-address: expected auto or HOST:PORT"),
+        ("127.0.0.1:1", "--ray-address 127.0.0.1:1: nothing answers there"),  # it retried for minutes
+    ],
+)
+def test_a_ray_address_that_cannot_be_reached_is_one_line(capsys, address, said):
+    """Ray's own errors were tracebacks (a ValueError, a ConnectionError), or retries past any timeout."""
+    pytest.importorskip("ray")
+    assert main([*BASE, "--trials", "2", "--executor", "ray", "--ray-address", address]) == 2
+    assert _one_line(capsys).startswith(f"specsim: error: {said}")
+
+
 def _one_line(capsys) -> str:
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith("specsim: error: "), err

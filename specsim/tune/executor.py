@@ -11,6 +11,8 @@ returns the results in their order, so a study's trials are the same whatever ru
 from __future__ import annotations
 
 import os
+import re
+import socket
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -66,7 +68,11 @@ class RayExecutor:
                     runtime_env={"env_vars": {"PYTHONPATH": path}},
                 )
             else:
-                ray.init(address=self.address, log_to_driver=False)
+                try:
+                    ray.init(address=self.address, log_to_driver=False)
+                except (ConnectionError, ValueError, RuntimeError) as err:  # no cluster there, or refused
+                    first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+                    raise SpecsimError(f"--ray-address {self.address}: {first}") from None
             self._started = True
         self._ray = ray
         return self
@@ -107,6 +113,30 @@ def make_executor(kind: str, *, jobs: int = 1, ray_address: str | None = None):
             raise SpecsimError("--ray-address: applies with --executor ray")
         return LocalExecutor(jobs)
     if kind == "ray":
+        if ray_address is not None:
+            check_ray_address(ray_address)
         require_ray()
         return RayExecutor(ray_address, jobs)
     raise SpecsimError(f"--executor: expected one of {list(EXECUTORS)}, got {kind!r}")
+
+
+_HOST_PORT = re.compile(r"(?:ray://)?(?P<host>[A-Za-z0-9.\-]+|\[[0-9A-Fa-f:]+\]):(?P<port>\d{1,5})")
+
+
+def check_ray_address(address: str, timeout_s: float = 5.0) -> None:
+    """SpecsimError unless ``address`` is ``auto`` or a HOST:PORT (``ray://`` for Ray Client) that accepts a
+    connection within ``timeout_s``: Ray retries an unanswered address for minutes, and its errors are
+    tracebacks."""
+    if address == "auto":
+        return
+    m = _HOST_PORT.fullmatch(address)
+    if m is None or not 0 < int(m["port"]) < 65536:
+        raise SpecsimError(f"--ray-address: expected auto or HOST:PORT (ray://HOST:PORT for Ray Client), got "
+                           f"{address!r}")  # fmt: skip
+    try:
+        socket.create_connection((m["host"].strip("[]"), int(m["port"])), timeout=timeout_s).close()
+    except OSError as err:
+        raise SpecsimError(
+            f"--ray-address {address}: nothing answers there ({err.strerror or type(err).__name__}); "
+            "start the cluster (ray start --head) or give --ray-address auto on one of its nodes"
+        ) from None
