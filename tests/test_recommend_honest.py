@@ -291,6 +291,14 @@ def test_engine_method_is_one_of_the_engines_names_and_says_which_kind_it_runs(c
     assert rc == 0 and not any("--engine-method" in n for n in json.loads(out)["notes"])
 
 
+@pytest.mark.parametrize(("engine", "method"), [("vllm", "ngram"), ("sglang", "NGRAM")])
+def test_a_draft_model_for_a_lookup_method_is_refused(capsys, engine, method):
+    """The config carried a model its method never loads: {"method": "ngram", "model": "org/name"}."""
+    argv = ["recommend", "--engine", engine, "--alpha", "0.7", "--target", "llava-1.5-7b", "--draft-kind"]
+    err = _one_line_error(*_run(capsys, [*argv, "ngram", "--draft-model", "org/name"]))
+    assert err == f"specsim: error: --draft-model: {engine}'s {method} drafts with no model; drop it\n"
+
+
 def test_at_batch_is_for_the_engines_with_one_draft_length(capsys):
     """vLLM takes a draft length per batch size: --at-batch changed nothing there, without a word; SGLang and
     llama-server take their one draft length at it, within the batches evaluated."""

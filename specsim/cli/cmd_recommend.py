@@ -175,14 +175,17 @@ def _draft_model(
     """(draft model for the config, taken from the profile?): --draft-model, else a shipped head's hub id,
     else the profile's draft where its τ is this pair's, else the draft priced (``borrowed``: τ of another
     pair; no profile); a method that brings no draft model gets only an explicit --draft-model."""
+    without = VLLM_METHODS_WITHOUT_MODEL if args.engine == "vllm" else SGLANG_ALGORITHMS_WITHOUT_MODEL
+    lookup = args.engine != "llama.cpp" and (method in without or method.upper() in without)
     if args.draft_model:
+        if lookup:  # the config would carry a model its method never loads
+            raise SpecsimError(f"--draft-model: {args.engine}'s {method} drafts with no model; drop it")
         return args.draft_model, False
     head = draft_kind(lm.draft_kind).is_head and lm.draft is not None
     hub = hub_id(lm.draft.name) if head else None  # a shipped head: the id it is published under
     if hub:
         return hub, False
-    without = VLLM_METHODS_WITHOUT_MODEL if args.engine == "vllm" else SGLANG_ALGORITHMS_WITHOUT_MODEL
-    if method in without or method.upper() in without or args.engine == "llama.cpp":
+    if lookup or args.engine == "llama.cpp":
         return None, False  # llama-server reads a GGUF file: only --draft-model names one
     if borrowed or profile is None or acc.entry is None:
         priced = args.draft or (pair_models(args.pair)[1] if args.pair else None)
