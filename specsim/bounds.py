@@ -23,6 +23,7 @@ RANGES: dict[str, tuple[float, float]] = {
     "tokens": (0, 2**24),
     "output_tokens": (1, 2**24),  # a request decodes at least one token
     "prompt_tokens": (1, 2**24),  # a request has at least one prompt token
+    "step_tokens": (1, 2**24),  # a step's token budget holds at least one token
     "gamma": (1, MAX_GAMMA),
     "batch": (1, 4096),
     "images": (0, 1024),

@@ -144,8 +144,7 @@ def test_jobs_without_rates_is_refused(capsys):
             ["hardware", "--prompt-tokens", "0", "--output-tokens", "50"],
             "argument --prompt-tokens: expected an integer in 1..16777216 (prompt_tokens)",  # it said 0..
         ),
-        (["serve", "--prompt-tokens", "0"], "argument --prompt-tokens: expected an integer in 1..16777216"),
-        (["tune", "--prompt-tokens", "0"], "argument --prompt-tokens: expected an integer in 1..16777216"),
+
     ],
 )
 def test_an_error_names_the_option_it_is_about(capsys, argv, named):

@@ -191,6 +191,20 @@ def test_a_ray_address_that_cannot_be_reached_is_one_line(capsys, address, said)
     assert _one_line(capsys).startswith(f"specsim: error: {said}")
 
 
+@pytest.mark.parametrize(
+    "extra, said",
+    [
+        (["--prompt-tokens", "0", "--images", "0"], "requests: every request needs at least one prompt"),
+        (["--max-num-batched-tokens", "0"], "tune: argument --max-num-batched-tokens: expected an integer"),
+    ],
+)
+def test_a_load_no_deployment_can_serve_is_one_line_and_exit_2(capsys, extra, said):
+    """They exited 0: every trial infeasible, the reason printed as 'no deployment ... fits'."""
+    assert main([*BASE, "--trials", "2", "--gamma", "3", *extra]) == 2
+    assert _one_line(capsys).startswith(f"specsim: error: {said}")
+    assert main([*BASE, "--trials", "1", "--gamma", "3", "--prompt-tokens", "0", "--images", "1"]) == 0
+
+
 def _one_line(capsys) -> str:
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith("specsim: error: "), err

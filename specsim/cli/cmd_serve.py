@@ -95,7 +95,7 @@ def register(sub) -> None:
     )
     load.add_argument(
         "--prompt-tokens",
-        type=number_arg("prompt_tokens", integer=True),
+        type=number_arg("tokens", integer=True),
         default=LOAD_DEFAULTS["prompt_tokens"],
         help="text tokens per prompt (default 512)",
     )
@@ -171,7 +171,7 @@ def register(sub) -> None:
     )
     sched.add_argument(
         "--max-num-batched-tokens",
-        type=number_arg("tokens", integer=True),
+        type=number_arg("step_tokens", integer=True),
         default=DEFAULT_MAX_NUM_BATCHED_TOKENS,
         help=f"token budget per step (default {DEFAULT_MAX_NUM_BATCHED_TOKENS})",
     )

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import argparse
 
+import numpy as np
+
 from specsim.bounds import number_arg
 from specsim.cli.model_options import MODEL_HELP, add_image_size, image_size
 from specsim.cli.progress import ProgressBar
@@ -82,7 +84,7 @@ def register(sub) -> None:
     )
     load.add_argument(
         "--prompt-tokens",
-        type=number_arg("prompt_tokens", integer=True),
+        type=number_arg("tokens", integer=True),
         default=LOAD_DEFAULTS["prompt_tokens"],
         help="text tokens per prompt",
     )
@@ -106,7 +108,7 @@ def register(sub) -> None:
     )
     load.add_argument(
         "--max-num-batched-tokens",
-        type=number_arg("tokens", integer=True),
+        type=number_arg("step_tokens", integer=True),
         default=8192,
         help="token budget per step",
     )
@@ -233,6 +235,7 @@ def _inputs(args):
         workload = Workload(*shape, image_mix=mix if len(mix) > 1 else ())
         rate = args.rate if args.rate is not None else 4.0
     refuse_images_without_vision(workload, target_spec, "--trace" if args.trace else "--images")
+    workload.at_rate(rate, np.random.default_rng(0))  # a request no deployment serves: one line, here
     slo = parse_slo(args.slo) if args.slo is not None else None
     name = args.objective or ("goodput" if slo is not None else "tokens-per-gpu")
     prices = parse_prices(args.price)  # bounded as hardware's and serve's --price
