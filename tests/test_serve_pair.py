@@ -198,3 +198,13 @@ def test_draft_image_tokens_without_images_is_refused(capsys):
     err = _one_line(capsys)
     assert "--draft-image-tokens: sizes the draft prompt's images, and no request has one" in err
     assert main([*argv, "--images", "1", "--requests", "40", "--no-progress"]) == 0
+
+
+def test_an_image_only_prompt_is_served(capsys):
+    """--prompt-tokens 0 with an image is a request (the image's tokens are its prompt); 0 and no image is
+    refused, one line."""
+    argv = ["serve", "--pair", "llava-1.5-7b-68m", "--alpha", "0.7", "--requests", "20", "--no-progress"]
+    assert main([*argv, "--prompt-tokens", "0", "--images", "1"]) == 0
+    capsys.readouterr()
+    assert main([*argv, "--prompt-tokens", "0", "--images", "0"]) == 2
+    assert "requests: every request needs at least one prompt token or image" in _one_line(capsys)
