@@ -299,6 +299,24 @@ def test_a_draft_model_for_a_lookup_method_is_refused(capsys, engine, method):
     assert err == f"specsim: error: --draft-model: {engine}'s {method} drafts with no model; drop it\n"
 
 
+PLAN_ONLY = [["--batch", "1,8"], ["--context", "4000"], ["--device", "l4"], ["--runtime", "vllm"],
+             ["--at-batch", "4"], ["--pair", "zoo"]]  # fmt: skip
+
+
+@pytest.mark.parametrize("extra", PLAN_ONLY)
+def test_a_llama_cpp_profile_refuses_the_plan_options_and_keeps_gamma_max(capsys, tmp_path, extra):
+    """Priced from the profile's own passes, the answer read none of these (byte-identical), and recommended
+    γ 3 under --gamma-max 2; --out went unwritten."""
+    argv = ["recommend", "--engine", "llama.cpp", "--profile", "llama-cpp-qwen2.5-coder-0.5b-1.5b-cpu"]
+    err = _one_line_error(*_run(capsys, [*argv, *extra]))
+    assert err.startswith(f"specsim: error: {extra[0]}: shapes the roofline plan, and a llama.cpp profile")
+    out = tmp_path / "r.json"
+    rc, text, _ = _run(capsys, [*argv, "--gamma-max", "2", "--min-speedup", "0.5", "--out", str(out)])
+    got = json.loads(out.read_text())
+    assert rc == 0 and sorted(got["speedups"]) == ["1", "2"] and got["gamma"] in (1, 2)
+    assert f"--spec-draft-n-max {got['gamma']} " in text
+
+
 def test_at_batch_is_for_the_engines_with_one_draft_length(capsys):
     """vLLM takes a draft length per batch size: --at-batch changed nothing there, without a word; SGLang and
     llama-server take their one draft length at it, within the batches evaluated."""

@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 
 from specsim.bounds import number_arg
-from specsim.cli.model_options import add_model_options, add_price_option
+from specsim.cli.model_options import add_model_options, add_price_option, keep_option_defaults, refuse_unread
 from specsim.draft_kinds.registry import draft_kind
 from specsim.errors import SpecsimError
 from specsim.hardware.device import load_devices
@@ -190,8 +190,8 @@ def register(sub) -> None:
     p.add_argument("--list-devices", action="store_true", help="list the catalog with sources and exit")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.add_argument("--plot", default=None, metavar="PNG", help="write speedup vs batch size per device")
-    options = {a.dest: (a.option_strings, a.default) for a in p._actions if a.dest != "help"}
-    p.set_defaults(func=cmd_hardware, option_defaults=options)
+    p.set_defaults(func=cmd_hardware)
+    keep_option_defaults(p)
 
 
 def _refuse_unused(args: argparse.Namespace) -> None:
@@ -217,11 +217,11 @@ _LISTING_READS = {"list": {"list", "json"}, "list_devices": {"list_devices", "de
 
 def _refuse_beside_listing(args: argparse.Namespace, listing: str) -> None:
     """SpecsimError for an option given beside ``listing`` that it does not read."""
-    for dest, (flags, default) in args.option_defaults.items():
-        if flags and dest not in _LISTING_READS[listing] and getattr(args, dest) != default:
-            if dest in _LISTING_READS:
-                raise SpecsimError("--list, --list-devices: two listings; give one")
-            raise SpecsimError(f"{flags[-1]}: shapes a plan, and --{listing.replace('_', '-')} only lists")
+    if args.list and args.list_devices:
+        raise SpecsimError("--list, --list-devices: two listings; give one")
+    refuse_unread(
+        args, _LISTING_READS[listing], f"shapes a plan, and --{listing.replace('_', '-')} only lists"
+    )
 
 
 def cmd_hardware(args: argparse.Namespace) -> int:

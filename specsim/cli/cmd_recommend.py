@@ -4,11 +4,11 @@ planner."""
 from __future__ import annotations
 
 import json
-import os
 import shlex
 
 from specsim.bounds import RANGES, number_arg
-from specsim.cli.model_options import add_model_options, image_size
+from specsim.cli.model_options import add_model_options, image_size, keep_option_defaults
+from specsim.cli.recommend_outputs import llama_measured, write_config
 from specsim.draft_kinds.registry import draft_kind, engine_method
 from specsim.engines.engine_config import (
     CONFIG_HEADINGS,
@@ -22,7 +22,7 @@ from specsim.engines.engine_config import (
     vllm_speculative_config,
 )
 from specsim.engines.imported import NOT_REPORTED
-from specsim.engines.llama_cpp import is_llama_cpp_profile, llama_recommendation
+from specsim.engines.llama_cpp import is_llama_cpp_profile
 from specsim.engines.recommend import (
     DEFAULT_GAMMA_MAX,
     DEFAULT_SHOWN_BATCHES,
@@ -33,15 +33,15 @@ from specsim.engines.recommend import (
     fixed_gamma_speedups,
     recommend,
 )
-from specsim.errors import SpecsimError, warn
+from specsim.errors import SpecsimError
 from specsim.hardware.device import load_device
 from specsim.hardware.measured_pair import other_pair_note
 from specsim.hardware.plan_inputs import resolve_models
 from specsim.hardware.runtime import DEFAULT_RUNTIMES, load_runtime
-from specsim.jsonio import check_outputs, dumps_json, show, write_json_atomic, write_text_atomic
+from specsim.jsonio import check_outputs, dumps_json, show, write_json_atomic
 from specsim.predict.acceptance_source import ACCEPTANCE_FORMS, Acceptance, from_options
 from specsim.presets import pair_models
-from specsim.profile_format import MethodAcceptance, Profile
+from specsim.profile_format import Profile
 from specsim.profiles import load_profile
 from specsim.report import fmt, format_table, parse_int_list
 from specsim.serve.speculation import alpha_arg
@@ -128,6 +128,7 @@ def register(sub) -> None:
     )
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=cmd_recommend)
+    keep_option_defaults(p)
 
 
 def latency_model(args, kind) -> LatencyModel:
@@ -223,7 +224,7 @@ def cmd_recommend(args) -> int:
     method, method_note = engine_method(args.engine, args.engine_method, kind)
     profile, entry = _acceptance(args)
     if args.engine == "llama.cpp" and profile is not None and is_llama_cpp_profile(profile):
-        return _llama_measured(args, profile, entry.entry)
+        return llama_measured(args, profile, entry.entry)
     lm = latency_model(args, kind)
     borrowed = None if profile is None else other_pair_note(profile, lm.target, lm.draft)
     context = _one_int(args.context, "--context", 1, "tokens")  # as hardware's: a decode has a context
@@ -264,10 +265,10 @@ def cmd_recommend(args) -> int:
     if args.out:
         write_json_atomic(args.out, out)
     if args.config_out:
-        text = None  # SD off: nothing to write, and _write_config says so
+        text = None  # SD off: nothing to write, and write_config says so
         if snippet is not None:
             text = (json.dumps(snippet, indent=1) if args.engine == "vllm" else shlex.join(snippet)) + "\n"
-        _write_config(args.config_out, text)
+        write_config(args.config_out, text)
     if args.json:
         print(dumps_json(out))
         return 0
@@ -313,23 +314,6 @@ def _snippet(args, rec: Recommendation, entry, lm, method, draft_model):
 def _falls_short(rec: Recommendation) -> str:
     """Why SD is off: it does not pay, or does not reach the user's --min-speedup."""
     return "does not pay" if rec.min_speedup <= 1.0 else f"does not reach --min-speedup {rec.min_speedup:g}"
-
-
-def _llama_measured(args, profile: Profile, entry: MethodAcceptance) -> int:
-    """llama-server flags for the best γ of a llama.cpp profile, priced from its own passes."""
-    out = llama_recommendation(profile, entry, args.min_speedup, args.draft_model or "DRAFT.gguf")
-    if args.config_out:
-        _write_config(args.config_out, None if out["config"] is None else shlex.join(out["config"]) + "\n")
-    print(dumps_json(out) if args.json else out.pop("text"))
-    return 0
-
-
-def _write_config(path: str, text: str | None) -> None:
-    """--config-out's settings; None (SD off): a warning (a script would read an older file as this run's)."""
-    if text is not None:
-        return write_text_atomic(path, text)
-    older = " (the older file there is left as it was)" if os.path.exists(path) else ""
-    warn(f"--config-out {path}: not written, there are no speculative settings to write: SD off{older}")
 
 
 def _schedule_text(rec: Recommendation) -> str:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 
+from specsim.errors import SpecsimError
 from specsim.hardware.image_tokens import DEFAULT_IMAGE_SIZE, ImageSize, parse_image_size
 
 MODEL_HELP = (
@@ -97,3 +98,17 @@ def add_price_option(parser) -> None:
         help="on-demand price of one device-hour in USD, e.g. l4=0.8 (repeatable; default: the catalog's "
         "cited price, where it has one); gives $/Mtok",
     )
+
+
+def keep_option_defaults(parser: argparse.ArgumentParser) -> None:
+    """Keep ``parser``'s options and their defaults on the parsed arguments, for :func:`refuse_unread`."""
+    options = {a.dest: (a.option_strings, a.default) for a in parser._actions if a.dest != "help"}
+    parser.set_defaults(option_defaults=options)
+
+
+def refuse_unread(args: argparse.Namespace, reads: set[str], why: str) -> None:
+    """SpecsimError for the first option given (not at its default) outside ``reads``, the dests a mode reads:
+    ``why`` says why it would change nothing there."""
+    for dest, (flags, default) in args.option_defaults.items():
+        if flags and dest not in reads and getattr(args, dest) != default:
+            raise SpecsimError(f"{flags[-1]}: {why}")

@@ -31,12 +31,18 @@ def measured_speedups(profile: Profile, entry: MethodAcceptance, gammas, new_tok
 
 
 def llama_recommendation(
-    profile: Profile, entry: MethodAcceptance, min_speedup: float, draft_model: str
+    profile: Profile,
+    entry: MethodAcceptance,
+    min_speedup: float,
+    draft_model: str,
+    gamma_max: int | None = None,
 ) -> dict:
-    """The best γ of a llama.cpp profile (64 tokens per request, batch 1), its flags and a text table."""
+    """The best γ ≤ ``gamma_max`` (default: the profile's grid) of a llama.cpp profile (64 tokens per request,
+    batch 1), its flags and a text table."""
     from specsim.report import fmt, format_table
 
-    speedups = measured_speedups(profile, entry, range(1, profile.latency.forward_costs().max_gamma + 1), 64)
+    top = profile.latency.forward_costs().max_gamma
+    speedups = measured_speedups(profile, entry, range(1, min(top, gamma_max or top) + 1), 64)
     best = max(speedups, key=speedups.get)
     gamma = best if speedups[best] >= min_speedup else 0
     flags = llama_cpp_server_args(gamma, draft_model=draft_model)
