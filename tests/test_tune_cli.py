@@ -233,6 +233,7 @@ def _one_line(capsys) -> str:
         (["--price", "h200=2"], "--price: device 'h200' is not in --device"),
         (["--price", "h100-sxm"], "--price: expected DEVICE=USD_PER_HOUR"),
         (["--price", "h100-sxm=nan"], "--price h100-sxm: expected a value in 0..1e+06 (usd_per_hour)"),
+        (["--price", "h100-sxm=2"], "--price: prices the usd-per-mtok objective, and the objective is"),
         (["--slo", "tpot=fast"], "--slo: expected bounds in ms"),
         (["--ray-address", "auto"], "--ray-address: applies with --executor ray"),
         (["--trials", "0"], "argument --trials: expected an integer"),

@@ -246,6 +246,8 @@ def _inputs(args):
         devices=space.devices,
         prices=prices,
     )
+    if prices and name != "usd-per-mtok":  # no other objective or line of the report reads a price
+        raise SpecsimError(f"--price: prices the usd-per-mtok objective, and the objective is {name}")
     context = TuneContext(
         target,
         workload,
