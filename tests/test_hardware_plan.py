@@ -347,6 +347,20 @@ def test_placing_a_draft_is_refused_for_a_kind_without_one(capsys, place, kind):
     assert capsys.readouterr().err == f"specsim: error: {said}\n"
 
 
+def test_the_validation_lines_are_for_the_shipped_runtime_only(capsys, tmp_path):
+    """A runtime file named vllm with another bandwidth efficiency priced 1.45x as 1.08x, under the shipped
+    vllm's "validated ... median |error| 5.2%"."""
+    from specsim.hardware.runtime import RUNTIMES_DIR
+
+    mine = json.loads((RUNTIMES_DIR / "vllm.json").read_text())
+    mine["memory_efficiency_gemv"]["value"] = 0.5
+    (tmp_path / "rt.json").write_text(json.dumps(mine))
+    argv = "hardware --device h200 --batch 1 --context 1024 --json".split()
+    for runtime, lines in (("vllm", 1), (str(tmp_path / "rt.json"), 0)):
+        assert main([*argv, "--runtime", runtime]) == 0
+        assert len(json.loads(capsys.readouterr().out)["validation"]) == lines
+
+
 def test_a_head_s_size_says_how_it_is_counted(capsys):
     """`hardware --list` counts a head's checkpoint (1.27B for EAGLE-3 on Llama-3.1-8B, its own embedding
     included); the plan prices the head as it runs (0.42B): its assumptions say which it prints."""

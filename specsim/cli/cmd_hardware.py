@@ -16,7 +16,7 @@ from specsim.hardware.parallel import SPLIT_MODES
 from specsim.hardware.plan import DEFAULT_BATCHES, DEFAULT_CONTEXTS
 from specsim.hardware.plan_request import PlanRequest, answer
 from specsim.hardware.plan_text import plan_text
-from specsim.hardware.runtime import Runtime
+from specsim.hardware.runtime import Runtime, load_runtime, runtime_names
 from specsim.hardware.tree_plan import tree_plan_text
 from specsim.jsonio import check_writable, dumps_json
 from specsim.predict.acceptance_source import ACCEPTANCE_FORMS
@@ -276,10 +276,12 @@ def cmd_hardware(args: argparse.Namespace) -> int:
 
 def _validation(efficiency: dict, batches, contexts) -> list[tuple[int, object]]:
     """(context, :class:`specsim.validation.regime_error.RegimeError`) for each shipped runtime the plan
-    uses, batch band and context (none for efficiencies fitted on a profile: their hold-out says it)."""
+    uses, batch band and context: none for a runtime that is not the shipped file of its name (a user's file,
+    one fitted on a profile: its hold-out says it), whose rows were never scored."""
     from specsim.validation.regime_error import regime_errors
 
-    names = sorted({e.name for e in efficiency.values() if isinstance(e, Runtime)})
+    shipped = [e for e in efficiency.values() if isinstance(e, Runtime) and e.name in runtime_names()]
+    names = sorted({e.name for e in shipped if e == load_runtime(e.name)})
     return [(c, v) for n in names for c in contexts for v in regime_errors(n, batches, c)]
 
 
