@@ -327,3 +327,17 @@ def test_at_batch_is_for_the_engines_with_one_draft_length(capsys):
     assert "--at-batch: expected a batch size in 1..8, got 9" in err
     rc, out, _ = _run(capsys, [*argv, "--engine", "llama.cpp", "--at-batch", "4", "--json"])
     assert rc == 0 and any("chosen for batch 4" in n for n in json.loads(out)["notes"])
+
+
+def test_recommend_validates_only_the_shipped_runtime(capsys, tmp_path):
+    """A runtime file named vllm with other efficiencies carried the shipped vllm's published-row errors."""
+    from specsim.hardware.runtime import RUNTIMES_DIR
+
+    mine = json.loads((RUNTIMES_DIR / "vllm.json").read_text())
+    mine["memory_efficiency_gemv"]["value"] = 0.5
+    (tmp_path / "rt.json").write_text(json.dumps(mine))
+    argv = ["recommend", "--engine", "vllm", "--pair", "llava-1.5-7b-68m", "--alpha", "0.7", "--json"]
+    for runtime, some in (("vllm", True), (str(tmp_path / "rt.json"), False)):
+        rc, out, _ = _run(capsys, [*argv, "--runtime", runtime])
+        assert rc == 0 and bool(json.loads(out)["validation"]) is some
+

@@ -343,6 +343,12 @@ def _number(q: Any, where: str) -> tuple[Any, str]:
     return sourced(q, where, "the paper, repository, datasheet or fit command this number comes from")
 
 
+def is_shipped(rt) -> bool:
+    """Whether ``rt`` is the shipped runtime file of its name, unchanged: a user's file of that name, or one
+    fitted on a profile, is not, and the published rows never scored it."""
+    return isinstance(rt, Runtime) and rt.name in runtime_names() and rt == load_runtime(rt.name)
+
+
 def runtime_names() -> list[str]:
     """Names of the shipped runtimes (file stems)."""
     return shipped_names(RUNTIMES_DIR)
