@@ -341,3 +341,22 @@ def test_recommend_validates_only_the_shipped_runtime(capsys, tmp_path):
         rc, out, _ = _run(capsys, [*argv, "--runtime", runtime])
         assert rc == 0 and bool(json.loads(out)["validation"]) is some
 
+
+RECOMMEND = ["recommend", "--engine", "vllm", "--pair", "llava-1.5-7b-68m"]
+
+
+@pytest.mark.parametrize(
+    ("argv", "said"),
+    [
+        ([*RECOMMEND, "--alpha", "0.7", "--profile", "zoo-h200"],
+         "--alpha/--profile: give one acceptance source, not 2"),  # it named an --acceptance-profile
+        ([*RECOMMEND, "--acceptance", "0.7", "--method", "M"],
+         "--method: applies with --profile only"),  # recommend has no such option
+        (["hardware", "--device", "h200", "--acceptance", "profile:zoo-h200:T"],
+         "give profile:zoo-h200:METHOD/SCENARIO"),  # it said to pass --method and --scenario, refused there
+    ],
+)  # fmt: skip
+def test_an_acceptance_error_names_the_options_of_its_command(capsys, argv, said):
+    rc, out, err = _run(capsys, argv)
+    assert rc == 2 and said in _one_line_error(rc, out, err)
+

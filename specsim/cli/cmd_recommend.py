@@ -164,7 +164,7 @@ def latency_model(args, kind) -> LatencyModel:
 def _acceptance(args) -> tuple[Profile | None, Acceptance]:
     """(profile or None, the one acceptance) of --profile (--method/--scenario), --alpha or --acceptance."""
     found = from_options(alpha=args.alpha, spec=args.acceptance, profile=args.profile, method=args.method,
-                         scenario=args.scenario)  # fmt: skip
+                         scenario=args.scenario, profile_flag="--profile")  # fmt: skip
     if found is None:
         raise SpecsimError("--profile: needed (the acceptance entry), or --alpha A or --acceptance SPEC")
     return (None if args.profile is None else load_profile(args.profile)), found

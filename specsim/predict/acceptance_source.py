@@ -95,17 +95,19 @@ def from_options(
     method=None,
     scenario=None,
     load=load_profile,
+    profile_flag: str = "--acceptance-profile",
 ):
-    """The one acceptance given by --alpha, --tau (at --gamma), --acceptance SPEC or --acceptance-profile
-    (with --method/--scenario, read by ``load``); None when none is given. SpecsimError naming the options."""
+    """The one acceptance given by --alpha, --tau (at --gamma), --acceptance SPEC or the profile option
+    (``profile_flag``; with --method/--scenario, read by ``load``); None when none is given. SpecsimError
+    naming the options."""
     given = [f for f, v in (("--alpha", alpha), ("--tau", tau), ("--acceptance", spec)) if v is not None]
-    given += ["--acceptance-profile"] if profile is not None else []
+    given += [profile_flag] if profile is not None else []
     if len(given) > 1:
         raise SpecsimError(f"{'/'.join(given)}: give one acceptance source, not {len(given)}")
     if profile is None:
         for flag, value in (("--method", method), ("--scenario", scenario)):
             if value is not None:
-                raise SpecsimError(f"{flag}: applies with --acceptance-profile only")
+                raise SpecsimError(f"{flag}: applies with {profile_flag} only")
     if alpha is not None:
         return iid(alpha)
     if tau is not None:
@@ -313,7 +315,8 @@ def _profile_entry(text: str, kind: str) -> MethodAcceptance:
     method, _, scenario = selection.partition("/")
     if not name:
         raise SpecsimError(f"{kind}: expected PROFILE[:METHOD[/SCENARIO]]")
-    return load_profile(name).one_entry(method or None, scenario or None)
+    hint = f"give {kind}:{name}:METHOD/SCENARIO"
+    return load_profile(name).one_entry(method or None, scenario or None, hint=hint)
 
 
 def parse_acceptance(text: str, where: str = "--acceptance") -> Acceptance:

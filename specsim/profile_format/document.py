@@ -114,15 +114,17 @@ class Profile:
         order = {name: i for i, name in enumerate(dict.fromkeys(e.scenario for e in self.acceptance))}
         return sorted(entries, key=lambda e: (e.images_per_prompt, order[e.scenario]))
 
-    def one_entry(self, method: str | None, scenario: str | None) -> MethodAcceptance:
+    def one_entry(
+        self, method: str | None, scenario: str | None, hint: str = "pass --method and --scenario"
+    ) -> MethodAcceptance:
         """The one acceptance entry of ``method`` in ``scenario`` (either None: any); SpecsimError naming the
-        entries found when there are several."""
+        entries found when there are several, and ``hint``: how to pick one."""
         entries = self.select_entries([method] if method else None, scenario)
         if len(entries) != 1:
             shown = few(f"{e.method}/{e.scenario}" for e in entries)
             raise SpecsimError(
                 f"profile {self.name!r}: expected one acceptance entry, found {len(entries)} "
-                f"({shown}); pass --method and --scenario"
+                f"({shown}); {hint}"
             )
         return entries[0]
 
