@@ -208,3 +208,14 @@ def test_an_image_only_prompt_is_served(capsys):
     capsys.readouterr()
     assert main([*argv, "--prompt-tokens", "0", "--images", "0"]) == 2
     assert "requests: every request needs at least one prompt token or image" in _one_line(capsys)
+
+
+@pytest.mark.parametrize(("extra", "largest"), [([], 256), (["--max-num-seqs", "8"], 8)])
+def test_an_sd_off_batch_no_step_reaches_is_refused(capsys, extra, largest):
+    """Beyond --max-num-seqs no step decodes that many: it never turned SD off, and only the label changed."""
+    argv = ["serve", "--pair", "llava-1.5-7b-68m", "--alpha", "0.7", "--requests", "20", *extra]
+    assert main([*argv, "--sd-off-from-batch", str(largest + 1)]) == 2
+    said = f"--sd-off-from-batch: expected at most --max-num-seqs {largest} (no step decodes more), got"
+    assert said in _one_line(capsys)
+    assert main([*argv, "--sd-off-from-batch", str(largest), "--no-progress"]) == 0
+

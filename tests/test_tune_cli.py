@@ -226,6 +226,7 @@ def _one_line(capsys) -> str:
         (["--gamma-breaks", "32,8x"], "--gamma-breaks: expected integers"),
         (["--gamma", "0-2000"], "--gamma: expected values <= 1024"),
         (["--sd-off-from-batch", "never,0"], "--sd-off-from-batch: expected integers >= 1"),
+        (["--sd-off-from-batch", "300"], "--sd-off-from-batch: expected at most the largest --max-num-seqs"),
         (["--images", "1:0.5,1:2"], "--images: expected an image count"),
         (["--storage", "study.txt"], "--storage: expected sqlite:///PATH"),
         (["--tp", "3"], "--tp: tensor parallel degree 3: target"),

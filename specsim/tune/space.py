@@ -53,6 +53,12 @@ class SearchSpace:
             raise SpecsimError(
                 f"--gamma-breaks: expected increasing batch sizes in 1..{MAX_BATCH - 1}, got {list(breaks)}"
             )
+        late = [b for b in self.sd_off_from_batch if b is not None and b > max(self.max_num_seqs)]
+        if late:  # no step decodes more than max_num_seqs: it would never turn SD off
+            raise SpecsimError(
+                "--sd-off-from-batch: expected at most the largest --max-num-seqs "
+                f"{max(self.max_num_seqs)} (no step decodes more), got {late[0]}"
+            )
         if self.size > MAX_SPACE:
             raise SpecsimError(f"search space: {self.size} deployments, expected at most {MAX_SPACE}")
 
