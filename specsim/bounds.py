@@ -76,6 +76,14 @@ def clip(text, limit: int = 60) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
+def name_arg(text: str) -> str:
+    """An argparse ``type=``: a name or path, not blank (an empty one read as "not given" and ran the
+    default without a word)."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError(f"expected a name or path, got {text!r}")
+    return text
+
+
 def interval_arg(lo: float, hi: float, expected: str, *, lo_open: bool = False, hi_open: bool = False):
     """An argparse ``type=``: a finite number in [lo, hi] (an end excluded when open); the error says
     ``expected`` and echoes the bad text."""

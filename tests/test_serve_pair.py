@@ -160,8 +160,13 @@ def test_an_error_names_the_option_it_is_about(capsys, argv, named):
             ["recommend", "--engine", "vllm", "--pair", "llava-1.5-7b-68m", "--dtype", "nosuch"],
             "--dtype: expected",
         ),
-        (["hardware", "--device", ""], "--device: expected a catalog name or a device JSON file, got ''"),
-        (["serve", "--pair", "llava-1.5-7b-68m", "--device", ""], "--device: expected a catalog name"),
+        (["hardware", "--device", ""], "hardware: argument --device: expected a name or path, got ''"),
+        (["serve", "--pair", "llava-1.5-7b-68m", "--device", ""], "serve: argument --device: expected"),
+        (["serve", "--target", ""], "serve: argument --target: expected a name or path, got ''"),
+        (["serve", "--pair", ""], "serve: argument --pair: expected a name or path"),  # ran the default pair
+        (["tune", "--pair", "llava-1.5-7b-68m", "--target", ""], "tune: argument --target: expected a name"),
+        (["recommend", "--engine", "vllm", "--draft-model", ""], "recommend: argument --draft-model"),
+        (["serve", "--runtime", ""], "serve: argument --runtime: expected a name"),  # "'.' is a directory"
     ],
 )
 def test_a_bad_dtype_or_an_empty_device_is_named_by_its_flag(capsys, argv, named):

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import shlex
 
-from specsim.bounds import RANGES, number_arg
+from specsim.bounds import RANGES, name_arg, number_arg
 from specsim.cli.model_options import add_model_options, image_size, keep_option_defaults
 from specsim.cli.recommend_outputs import llama_measured, write_config
 from specsim.draft_kinds.registry import draft_kind, engine_method
@@ -107,6 +107,7 @@ def register(sub) -> None:
     )
     p.add_argument(
         "--draft-model",
+        type=name_arg,
         default=None,
         help="draft model for the engine config: a Hugging Face id org/name or a local path (default: the "
         "profile's draft name; --config-out refuses one that is not a model id)",

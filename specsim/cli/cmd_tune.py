@@ -11,7 +11,7 @@ import argparse
 
 import numpy as np
 
-from specsim.bounds import number_arg
+from specsim.bounds import name_arg, number_arg
 from specsim.cli.model_options import MODEL_HELP, add_image_size, image_size
 from specsim.cli.progress import ProgressBar
 from specsim.errors import SpecsimError
@@ -50,10 +50,11 @@ def register(sub) -> None:
     m = p.add_argument_group("models")
     m.add_argument(
         "--pair",
+        type=name_arg,
         default=None,
         help="preset pair (default llava-1.5-7b-68m): its target, and its draft with --alpha",
     )
-    m.add_argument("--target", default=None, help=f"target model: {MODEL_HELP}")
+    m.add_argument("--target", type=name_arg, default=None, help=f"target model: {MODEL_HELP}")
     m.add_argument(
         "--draft",
         action="append",
@@ -127,8 +128,8 @@ def register(sub) -> None:
         "--price", action="append", default=[], metavar="DEVICE=USD", help="price per GPU-hour of a device"
     )
     s = p.add_argument_group("search space (comma lists; integer ranges as 1-4)")
-    s.add_argument("--device", default="h100-sxm", help="devices (default h100-sxm)")
-    s.add_argument("--runtime", default=None, help="runtimes (default: each device's)")
+    s.add_argument("--device", type=name_arg, default="h100-sxm", help="devices (default h100-sxm)")
+    s.add_argument("--runtime", type=name_arg, default=None, help="runtimes (default: each device's)")
     s.add_argument("--tp", default="1", help="tensor-parallel degrees of the target (default 1)")
     s.add_argument("--gamma", default="0-5", help="gamma per band; 0 = no drafting (default 0-5)")
     s.add_argument(
@@ -226,7 +227,7 @@ def _inputs(args):
     )  # fmt: skip
     size = image_size(args)
     target_spec = check_space(space, target, None if size is None else (size.width_px, size.height_px))
-    mix = parse_image_mix(args.images or ("1" if target_spec.vision is not None else "0"))
+    mix = parse_image_mix(args.images if args.images is not None else ("1" if target_spec.vision else "0"))
     if args.trace is not None:
         refuse_with_trace(**{k: getattr(args, k) for k in LOAD_DEFAULTS} | {"images": args.images})
         workload, rate = Workload(trace=read_trace(args.trace)), None

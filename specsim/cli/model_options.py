@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 
+from specsim.bounds import name_arg
 from specsim.errors import SpecsimError
 from specsim.hardware.image_tokens import DEFAULT_IMAGE_SIZE, ImageSize, parse_image_size
 
@@ -47,17 +48,22 @@ def add_model_options(
     pairs = "llava-1.5-7b-68m or qwen2.5-coder-0.5b-1.5b"
     parser.add_argument(
         "--pair",
+        type=name_arg,
         default=None,
         help=f"preset pair: {pairs} (default: {pair_default})"
         if pair_default
         else f"preset pair: {pairs} (this or --target is needed)",
     )
-    parser.add_argument("--target", default=None, help=f"target: {MODEL_HELP}")
+    parser.add_argument("--target", type=name_arg, default=None, help=f"target: {MODEL_HELP}")
     parser.add_argument(
-        "--draft", default=None, help="draft model or head: same choices as --target (see --draft-kind)"
+        "--draft",
+        type=name_arg,
+        default=None,
+        help="draft model or head: same choices as --target (see --draft-kind)",
     )
     parser.add_argument(
         "--draft-kind",
+        type=name_arg,
         default=None,
         metavar="KIND",
         help="how the draft side drafts: model (a separate draft model, default), eagle, eagle3 (a head at "
@@ -69,6 +75,7 @@ def add_model_options(
         parser.add_argument(
             "--device",
             action="append",
+            type=name_arg,
             default=None,
             help="catalog name or device JSON (repeatable; default: the whole GPU catalog; 'cpu' measures "
             "this machine)",
@@ -76,11 +83,13 @@ def add_model_options(
     else:
         parser.add_argument(
             "--device",
+            type=name_arg,
             default="h100-sxm",
             help="catalog name or device JSON (default h100-sxm; `specsim hardware --list-devices`)",
         )
     parser.add_argument(
         "--runtime",
+        type=name_arg,
         default=None,
         metavar="NAME_OR_JSON",
         help="serving runtime: hf-eager, vllm, gpt-fast, llama.cpp, torch-cpu or a runtime JSON "
