@@ -224,6 +224,8 @@ def _one_line(capsys) -> str:
         (["--objective", "goodput"], "--objective goodput: needs --slo"),
         (["--device", "h200", "--objective", "usd-per-mtok"], "device 'h200' has no price"),
         (["--gamma-breaks", "32,8x"], "--gamma-breaks: expected integers"),
+        (["--gamma", "3", "--gamma-breaks", "8"], "--gamma-breaks: bands the gamma searched by batch, and"),
+        (["--gamma", "2-3", "--gamma-breaks", "256"], "--gamma-breaks: expected breaks below the largest"),
         (["--gamma", "0-2000"], "--gamma: expected values <= 1024"),
         (["--sd-off-from-batch", "never,0"], "--sd-off-from-batch: expected integers >= 1"),
         (["--sd-off-from-batch", "300"], "--sd-off-from-batch: expected at most the largest --max-num-seqs"),

@@ -53,6 +53,17 @@ class SearchSpace:
             raise SpecsimError(
                 f"--gamma-breaks: expected increasing batch sizes in 1..{MAX_BATCH - 1}, got {list(breaks)}"
             )
+        if (
+            breaks and len(set(self.gammas)) < 2
+        ):  # every band would search the one γ: the bands change nothing
+            raise SpecsimError(
+                f"--gamma-breaks: bands the gamma searched by batch, and --gamma gives one, {self.gammas[0]}"
+            )
+        if breaks and breaks[-1] >= max(self.max_num_seqs):  # no step decodes past it: the band above is dead
+            raise SpecsimError(
+                f"--gamma-breaks: expected breaks below the largest --max-num-seqs {max(self.max_num_seqs)} "
+                f"(no step decodes more), got {breaks[-1]}"
+            )
         late = [b for b in self.sd_off_from_batch if b is not None and b > max(self.max_num_seqs)]
         if late:  # no step decodes more than max_num_seqs: it would never turn SD off
             raise SpecsimError(
