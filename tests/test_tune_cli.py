@@ -205,6 +205,14 @@ def test_a_load_no_deployment_can_serve_is_one_line_and_exit_2(capsys, extra, sa
     assert main([*BASE, "--trials", "1", "--gamma", "3", "--prompt-tokens", "0", "--images", "1"]) == 0
 
 
+def test_with_sd_off_the_notes_name_only_what_the_lines_hold(capsys):
+    """SD off at every batch: it asked to replace the draft's name 'in the lines below', where none was, and
+    said 'TARGET.gguf stand'."""
+    assert main([*BASE, "--trials", "1", "--gamma", "0"]) == 0
+    out = capsys.readouterr().out
+    assert "replace 'llava-1.5-68m'" not in out and "TARGET.gguf stands for yours" in out
+
+
 def _one_line(capsys) -> str:
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith("specsim: error: "), err

@@ -109,10 +109,11 @@ def engine_configs(
     gamma = dep.policy.gamma_at(at)
     draft = _draft_name(kind, dep.draft.model, target)
     target_id, draft_id = model_id(target, ids), None if draft is None else model_id(draft, ids)
+    sd_on = max(g for _, _, g in schedule) > 0  # SD off: the lines below name the target alone
     notes = [
         f"{n} has no Hugging Face id here: replace {n!r} in the lines below, or give --model-id {n}=ORG/NAME"
         for n, i in ((target, target_id), (draft, draft_id))
-        if n is not None and i is None
+        if n is not None and i is None and (sd_on or n == target)
     ]
     target_id, draft_id = target_id or target, draft_id or draft
     kv, names, rows = record.result.kv_cache_tokens, kind.engines, list(schedule)
@@ -157,9 +158,10 @@ def engine_configs(
             f"SGLang and llama.cpp take one draft length: {gamma}, the schedule's at batch {at} (the load's "
             "mean decode batch: requests per step that decodes)"
         )
+    files = "TARGET.gguf and DRAFT.gguf stand" if llama else "TARGET.gguf stands"
     notes.append(
-        f"llama.cpp loads GGUF files: TARGET.gguf{' and DRAFT.gguf' if llama else ''} stand for yours; -c is "
-        "the KV cache the simulation assumed, shared by the -np slots"
+        f"llama.cpp loads GGUF files: {files} for yours; -c is the KV cache the simulation assumed, shared "
+        "by the -np slots"
     )
     if dep.draft.images != "M":
         notes.append(f"drafting kind {kind.name}, image axis {dep.draft.images}: priced as {IMAGE_AXIS['T']}")
