@@ -16,7 +16,7 @@ from specsim.hardware.parallel import SPLIT_MODES
 from specsim.hardware.plan import DEFAULT_BATCHES, DEFAULT_CONTEXTS
 from specsim.hardware.plan_request import PlanRequest, answer
 from specsim.hardware.plan_text import plan_text
-from specsim.hardware.runtime import is_shipped
+from specsim.hardware.runtime import Runtime
 from specsim.hardware.tree_plan import tree_plan_text
 from specsim.jsonio import check_writable, dumps_json
 from specsim.predict.acceptance_source import ACCEPTANCE_FORMS
@@ -280,8 +280,8 @@ def _validation(efficiency: dict, batches, contexts) -> list[tuple[int, object]]
     one fitted on a profile: its hold-out says it), whose rows were never scored."""
     from specsim.validation.regime_error import regime_errors
 
-    names = sorted({e.name for e in efficiency.values() if is_shipped(e)})
-    return [(c, v) for n in names for c in contexts for v in regime_errors(n, batches, c)]
+    runs = {e.name: e for e in efficiency.values() if isinstance(e, Runtime)}
+    return [(c, v) for n in sorted(runs) for c in contexts for v in regime_errors(runs[n], batches, c)]
 
 
 def _list_devices(args: argparse.Namespace) -> int:

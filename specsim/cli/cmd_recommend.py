@@ -37,7 +37,7 @@ from specsim.errors import SpecsimError
 from specsim.hardware.device import load_device
 from specsim.hardware.measured_pair import other_pair_note
 from specsim.hardware.plan_inputs import resolve_models
-from specsim.hardware.runtime import DEFAULT_RUNTIMES, is_shipped, load_runtime
+from specsim.hardware.runtime import DEFAULT_RUNTIMES, load_runtime
 from specsim.jsonio import check_outputs, dumps_json, show, write_json_atomic
 from specsim.predict.acceptance_source import ACCEPTANCE_FORMS, Acceptance, from_options
 from specsim.presets import pair_models
@@ -252,8 +252,7 @@ def cmd_recommend(args) -> int:
     extra = [n for n in (borrowed, method_note) if n]
     extra += extra_notes + _draft_id_note(draft_model, from_profile, snippet, bool(args.draft_model))
     extra += list(rec.notes)
-    shipped = is_shipped(lm.efficiency)  # a user's runtime file was never scored on the published rows
-    validation = regime_errors(lm.efficiency.name, rec.shown_batches, rec.context_tokens) if shipped else []
+    validation = regime_errors(lm.efficiency, rec.shown_batches, rec.context_tokens)
     out = rec.to_json() | {
         "validation": [v.to_json() for v in validation],
         "engine": ENGINE_NAMES[args.engine],

@@ -186,11 +186,16 @@ def _gpu_fit(runtime: str) -> str:
     return "each GPU priced by the runtime fitted on the other GPU's steps, `bench/hf_eager_fit.py`"
 
 
-def regime_errors(runtime: str, batches, context_tokens: float) -> list[RegimeError]:
-    """One :class:`RegimeError` per distinct band the ``batches`` fall in, in batch order."""
+def regime_errors(runtime, batches, context_tokens: float) -> list[RegimeError]:
+    """One :class:`RegimeError` per distinct band the ``batches`` fall in, in batch order, for ``runtime`` (a
+    Runtime: none unless it is the shipped file of its name, unchanged; a user's was never scored)."""
+    from specsim.hardware.runtime import is_shipped
+
+    if not is_shipped(runtime):
+        return []
     out: list[RegimeError] = []
     for b in sorted(batches):
-        e = regime_error(runtime, b, context_tokens)
+        e = regime_error(runtime.name, b, context_tokens)
         if not out or out[-1].batch_band != e.batch_band:
             out.append(e)
     return out
