@@ -359,4 +359,3 @@ RECOMMEND = ["recommend", "--engine", "vllm", "--pair", "llava-1.5-7b-68m"]
 def test_an_acceptance_error_names_the_options_of_its_command(capsys, argv, said):
     rc, out, err = _run(capsys, argv)
     assert rc == 2 and said in _one_line_error(rc, out, err)
-

@@ -144,7 +144,6 @@ def test_jobs_without_rates_is_refused(capsys):
             ["hardware", "--prompt-tokens", "0", "--output-tokens", "50"],
             "argument --prompt-tokens: expected an integer in 1..16777216 (prompt_tokens)",  # it said 0..
         ),
-
     ],
 )
 def test_an_error_names_the_option_it_is_about(capsys, argv, named):
@@ -223,4 +222,3 @@ def test_an_sd_off_batch_no_step_reaches_is_refused(capsys, extra, largest):
     said = f"--sd-off-from-batch: expected at most --max-num-seqs {largest} (no step decodes more), got"
     assert said in _one_line(capsys)
     assert main([*argv, "--sd-off-from-batch", str(largest), "--no-progress"]) == 0
-
