@@ -14,7 +14,7 @@ import numpy as np
 from specsim.bounds import name_arg, number_arg
 from specsim.cli.model_options import MODEL_HELP, add_image_size, image_size
 from specsim.cli.progress import ProgressBar
-from specsim.errors import SpecsimError
+from specsim.errors import SpecsimError, warn
 from specsim.hardware.prices import parse_prices
 from specsim.jsonio import check_outputs, dumps_json
 from specsim.presets import pair_models
@@ -285,7 +285,9 @@ def cmd_tune(args: argparse.Namespace) -> int:
         progress.close()
     points = front(outcome)
     bests = device_best(outcome, objective, context, space.devices, ids)
-    if args.plot is not None:
+    if args.plot is not None and not points:  # an empty plot says nothing, and an older file stays as it was
+        warn(f"--plot {args.plot}: not written, no feasible trial to plot")
+    elif args.plot is not None:
         from specsim.tune.tune_plots import plot_front
 
         plot_front(outcome, points, args.plot, f"specsim tune: {context.target}, {objective.describe()}")
