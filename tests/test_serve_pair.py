@@ -195,6 +195,15 @@ def test_image_size_on_a_fixed_size_tower_is_refused(capsys, command):
     )
 
 
+@pytest.mark.parametrize("kind", ["ngram", "suffix"])
+def test_draft_image_tokens_for_a_kind_without_a_draft_is_refused(capsys, kind):
+    """A lookup has no draft prompt: the run was byte-identical without the flag."""
+    argv = ["serve", "--target", "llava-1.5-7b", "--draft-kind", kind, "--alpha", "0.7", "--requests", "20"]
+    assert main([*argv, "--draft-image-tokens", "0"]) == 2
+    said = f"--draft-image-tokens: sizes the draft prompt's images, and kind {kind} drafts with no model"
+    assert _one_line(capsys) == f"specsim: error: {said}\n"
+
+
 def test_draft_image_tokens_without_images_is_refused(capsys):
     """It sizes the draft's image tokens: with --images 0 the run was as without it, without a word."""
     argv = ["serve", "--pair", "llava-1.5-7b-68m", "--alpha", "0.7", "--draft-image-tokens", "5"]

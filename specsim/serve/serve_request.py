@@ -252,6 +252,11 @@ def serve_setup(req: ServeRequest) -> tuple[ServeSetup, dict]:
         usd_per_hour = None
     if req.draft_image_tokens is not None and not workload.max_images():
         raise SpecsimError("--draft-image-tokens: sizes the draft prompt's images, and no request has one")
+    if req.draft_image_tokens is not None and not draft_kind(req.draft_kind).has_model:  # no draft prompt
+        raise SpecsimError(
+            "--draft-image-tokens: sizes the draft prompt's images, and kind "
+            f"{req.draft_kind} drafts with no model"
+        )
     if req.sd_off_from_batch is not None and req.sd_off_from_batch > max_seqs:  # it would never turn SD off
         raise SpecsimError(
             f"--sd-off-from-batch: expected at most --max-num-seqs {max_seqs} (no step decodes more), got "
