@@ -284,14 +284,18 @@ def check_local_spec(spec: str | None, option: str) -> None:
         )
 
 
+def _pair_random(entry: dict, random_weights: bool) -> bool:
+    """Whether a pair preset's models are built with random weights: architecture presets have no weights,
+    zoo pairs ship theirs."""
+    return random_weights or not entry["target"].startswith(ZOO_PREFIX)
+
+
 def target_builds_random(preset_or_target: str, draft: str | None, random_weights: bool) -> bool:
     """Whether :func:`load_pair` builds the target with random weights, read off the specs before loading."""
     if draft is not None:
         return builds_random(preset_or_target, random_weights)
     entry = pair(preset_or_target)
-    if "gguf" in entry:
-        return random_weights
-    return builds_random(entry["target"], not entry["target"].startswith(ZOO_PREFIX) or random_weights)
+    return random_weights if "gguf" in entry else _pair_random(entry, random_weights)
 
 
 def _is_config_json(spec: str) -> bool:
@@ -337,9 +341,8 @@ def load_pair(
                 t = load_model(str(target_path), device=device, dtype=dtype, threads=threads, **place)
                 d = load_model(str(draft_path), device=device, dtype=dtype, threads=threads)
             else:
-                # Architecture presets have no weights; zoo pairs ship theirs.
-                real = entry["target"].startswith(ZOO_PREFIX) and not random_weights
-                kw = {"device": device, "dtype": dtype, "threads": threads, "random_weights": not real}
+                rand = _pair_random(entry, random_weights)
+                kw = {"device": device, "dtype": dtype, "threads": threads, "random_weights": rand}
                 t = model_from_spec(entry["target"], seed=seed, **kw, **place)
                 d = model_from_spec(entry["draft"], seed=seed + 1, **kw)
         else:
