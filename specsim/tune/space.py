@@ -53,13 +53,12 @@ class SearchSpace:
             raise SpecsimError(
                 f"--gamma-breaks: expected increasing batch sizes in 1..{MAX_BATCH - 1}, got {list(breaks)}"
             )
-        if (
-            breaks and len(set(self.gammas)) < 2
-        ):  # every band would search the one γ: the bands change nothing
+        # one gamma in every band, or no step decoding past the last break: the bands would change nothing
+        if breaks and len(set(self.gammas)) < 2:
             raise SpecsimError(
                 f"--gamma-breaks: bands the gamma searched by batch, and --gamma gives one, {self.gammas[0]}"
             )
-        if breaks and breaks[-1] >= max(self.max_num_seqs):  # no step decodes past it: the band above is dead
+        if breaks and breaks[-1] >= max(self.max_num_seqs):
             raise SpecsimError(
                 f"--gamma-breaks: expected breaks below the largest --max-num-seqs {max(self.max_num_seqs)} "
                 f"(no step decodes more), got {breaks[-1]}"
