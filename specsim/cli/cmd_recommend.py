@@ -224,16 +224,13 @@ def cmd_recommend(args) -> int:
     kind = draft_kind(getattr(args, "draft_kind", None))
     method, method_note = engine_method(args.engine, args.engine_method, kind)
     profile, entry = _acceptance(args)
+    given_max = None if args.gamma_max is None else _one_int(args.gamma_max, "--gamma-max", 1, "gamma")
     if args.engine == "llama.cpp" and profile is not None and is_llama_cpp_profile(profile):
-        return llama_measured(args, profile, entry.entry)
+        return llama_measured(args, profile, entry.entry, given_max)
     lm = latency_model(args, kind)
     borrowed = None if profile is None else other_pair_note(profile, lm.target, lm.draft)
     context = _one_int(args.context, "--context", 1, "tokens")  # as hardware's: a decode has a context
-    gamma_max = (
-        default_gamma_max(entry)
-        if args.gamma_max is None
-        else _one_int(args.gamma_max, "--gamma-max", 1, "gamma")
-    )
+    gamma_max = default_gamma_max(entry) if given_max is None else given_max
     rec = recommend(
         entry,
         lm,

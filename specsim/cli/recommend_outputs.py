@@ -11,21 +11,17 @@ from specsim.engines.llama_cpp import llama_recommendation
 from specsim.errors import warn
 from specsim.jsonio import dumps_json, write_json_atomic, write_text_atomic
 from specsim.profile_format import MethodAcceptance, Profile
-from specsim.report import parse_int
 
 # what a llama.cpp profile's recommendation reads; the rest shapes the roofline plan it does not make
 _LLAMA_READS = {"engine", "profile", "acceptance", "method", "scenario", "gamma_max", "min_speedup",
                 "draft_model", "out", "config_out", "json"}  # fmt: skip
 
 
-def llama_measured(args, profile: Profile, entry: MethodAcceptance) -> int:
-    """llama-server flags for the best γ (up to --gamma-max) of a llama.cpp profile, priced from its own
-    passes."""
+def llama_measured(args, profile: Profile, entry: MethodAcceptance, gamma_max: int | None) -> int:
+    """llama-server flags for the best γ up to ``gamma_max`` (--gamma-max, parsed; None: the profile's grid)
+    of a llama.cpp profile, priced from its own passes."""
     why = "shapes the roofline plan, and a llama.cpp profile is priced from its own measured passes"
     refuse_unread(args, _LLAMA_READS, why)
-    gamma_max = (
-        None if args.gamma_max is None else parse_int(args.gamma_max, name="--gamma-max", unit="gamma")
-    )
     out = llama_recommendation(profile, entry, args.min_speedup, args.draft_model or "DRAFT.gguf", gamma_max)
     if args.out:
         write_json_atomic(args.out, {k: v for k, v in out.items() if k != "text"})
