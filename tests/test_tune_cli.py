@@ -16,7 +16,7 @@ from specsim.serve.compare import Workload
 from specsim.tune.paste import engine_configs, policy_schedule
 from specsim.tune.space import parse_draft_option
 from specsim.tune.study import TrialRecord
-from specsim.tune.trial import Deployment, TrialConfig, TuneContext, run_trial
+from specsim.tune.trial import Deployment, TrialConfig, TuneContext, decode_batch, run_trial
 
 BANDS = GammaPolicy(5, ((9, 32, 3), (33, 4096, 0)))
 BASE = [
@@ -33,11 +33,19 @@ BASE = [
 ]
 
 
+LLAVA = TuneContext("llava-1.5-7b", Workload(30, 128, 1, 16), 10.0)
+
+
 def _record(policy, max_num_seqs=64, draft="llava-1.5-68m@0.7"):
     dep = Deployment("h100-sxm", None, 1, parse_draft_option(draft), policy, max_num_seqs)
-    context = TuneContext("llava-1.5-7b", Workload(30, 128, 1, 16), 10.0)
-    result = run_trial(TrialConfig(context, dep))
+    result = run_trial(TrialConfig(LLAVA, dep))
     return TrialRecord(0, dep, result, 0.0, True)
+
+
+def _configs(rec, target, context=LLAVA, **kw):
+    """engine_configs at the load's mean decode batch, as the report takes it."""
+    batch = decode_batch(context, rec.deployment, rec.result)
+    return engine_configs(rec, target, max_num_batched_tokens=8192, batch=batch, **kw)
 
 
 def _trtllm_gamma(schedule: dict, batch: int) -> int:
@@ -57,7 +65,7 @@ def _vllm_gamma(config: dict, batch: int) -> int:
 def test_each_engine_gets_the_schedule_that_was_priced():
     rec = _record(BANDS)
     assert policy_schedule(BANDS, 64) == ((1, 8, 5), (9, 32, 3), (33, 64, 0))
-    c = engine_configs(rec, "llava-1.5-7b", max_num_batched_tokens=8192, ids={"llava-1.5-68m": "org/d"})
+    c = _configs(rec, "llava-1.5-7b", ids={"llava-1.5-68m": "org/d"})
     trt = c.tensorrt_llm
     assert trt["max_draft_len"] == 5 and trt["speculative_model"] == "org/d"
     for b in range(1, 65):
@@ -76,21 +84,19 @@ def test_each_engine_gets_the_schedule_that_was_priced():
 
 def test_what_an_engine_cannot_hold_is_a_note_and_sd_off_writes_no_config():
     rising = _record(GammaPolicy(2, ((9, 4096, 4),)), 16)
-    c = engine_configs(rising, "llava-1.5-7b", max_num_batched_tokens=8192)
+    c = _configs(rising, "llava-1.5-7b")
     assert c.tensorrt_llm is None and c.vllm["num_speculative_tokens_per_batch_size"] == [
         [1, 8, 2],
         [9, 16, 4],
     ]
     assert any("TensorRT-LLM gets no speculative settings" in n for n in c.notes)
     assert any("llava-1.5-68m has no Hugging Face id" in n for n in c.notes)  # the draft kept its name
-    off = engine_configs(_record(GammaPolicy(0), 8), "llava-1.5-7b", max_num_batched_tokens=8192)
+    off = _configs(_record(GammaPolicy(0), 8), "llava-1.5-7b")
     assert off.vllm is off.sglang is off.tensorrt_llm is off.llama_cpp is None
     assert "--speculative-config" not in dict(off.commands)["vLLM"] and any(
         "SD is off" in n for n in off.notes
     )
-    text_only = engine_configs(
-        _record(BANDS, 8, "llava-1.5-68m:T@0.6"), "llava-1.5-7b", max_num_batched_tokens=8192
-    )
+    text_only = _configs(_record(BANDS, 8, "llava-1.5-68m:T@0.6"), "llava-1.5-7b")
     assert any("image axis T" in n for n in text_only.notes)
 
 
@@ -104,7 +110,7 @@ def test_a_drafting_kinds_configs_name_the_registrys_engine_methods():
     ):
         dep = Deployment("h100-sxm", None, 1, parse_draft_option(spec), BANDS, 16)
         rec = TrialRecord(0, dep, run_trial(TrialConfig(context, dep)), 0.0, True)
-        c = engine_configs(rec, "llama-3.1-8b", max_num_batched_tokens=8192)
+        c = _configs(rec, "llama-3.1-8b", context)
         assert c.vllm["method"] == vllm and c.sglang[1] == sglang and c.tensorrt_llm["decoding_type"] == trt
         assert c.llama_cpp is None and any("llama.cpp has no method" in n for n in c.notes)
         assert f'"method": "{vllm}"' in dict(c.commands)["vLLM"]

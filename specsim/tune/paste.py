@@ -97,15 +97,14 @@ def engine_configs(
     target: str,
     *,
     max_num_batched_tokens: int,
+    batch: int,
     ids: dict[str, str] | None = None,
-    batch: int | None = None,
 ) -> EngineConfigs:
     """The settings of ``record``'s deployment for every engine (module docstring); ``batch``: the load's
-    mean decode batch (default: the record's own)."""
-    dep, ids = record.deployment, ids or {}
+    mean decode batch (:func:`specsim.tune.trial.decode_batch`), where the one-γ engines take theirs."""
+    dep, ids, at = record.deployment, ids or {}, batch
     kind = draft_kind(dep.draft.kind)
     schedule = policy_schedule(dep.policy, dep.max_num_seqs)
-    at = batch or int(min(max(round(record.result.metrics.mean_decode_batch), 1), dep.max_num_seqs))
     gamma = dep.policy.gamma_at(at)
     draft = _draft_name(kind, dep.draft.model, target)
     target_id, draft_id = model_id(target, ids), None if draft is None else model_id(draft, ids)

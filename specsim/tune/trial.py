@@ -209,6 +209,13 @@ def run_trial(config: TrialConfig) -> TrialResult:
     return TrialResult(True, "", dep.tp, kv, metrics)
 
 
+def decode_batch(context: TuneContext, dep: Deployment, result: TrialResult) -> int:
+    """The load's mean decode batch (requests per step that decodes, as ``specsim serve`` reads it) within
+    1..max_num_seqs; a result read back as JSON (a stored study, a worker's) keeps none: simulated again."""
+    mean = result.metrics.mean_decode_batch or run_trial(TrialConfig(context, dep)).metrics.mean_decode_batch
+    return int(min(max(round(mean), 1), dep.max_num_seqs))
+
+
 @lru_cache(maxsize=64)
 def step_cost(target, draft: DraftOption, device, runtime, tp, image_size) -> RooflineStepCost:
     """The step cost ``specsim serve --draft-kind KIND`` prices one deployment with (cached per process)."""

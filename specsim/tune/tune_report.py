@@ -19,7 +19,7 @@ from specsim.hardware.runtime import DEFAULT_RUNTIMES
 from specsim.tune.objective import Objective
 from specsim.tune.paste import EngineConfigs, engine_configs
 from specsim.tune.study import StudyOutcome, TrialRecord
-from specsim.tune.trial import TrialConfig, TrialResult, TuneContext, run_trial, step_cost
+from specsim.tune.trial import TrialConfig, TrialResult, TuneContext, decode_batch, run_trial, step_cost
 
 
 @dataclass(frozen=True)
@@ -101,11 +101,7 @@ def device_best(
             continue
         dep = rec.deployment
         baseline = run_trial(TrialConfig(context, dep.with_policy(GammaPolicy(0))))
-        # 0 for a result read back as JSON (a stored study, a worker's): the simulation gives it again
-        decode_batch = rec.result.metrics.mean_decode_batch
-        if not decode_batch:
-            decode_batch = run_trial(TrialConfig(context, dep)).metrics.mean_decode_batch
-        batch = int(min(max(round(decode_batch), 1), dep.max_num_seqs))
+        batch = decode_batch(context, dep, rec.result)
         ctx_tokens = mean_context_tokens(context, rec)
         runtime = dep.runtime or DEFAULT_RUNTIMES[load_device(device).kind]
         out.append(
