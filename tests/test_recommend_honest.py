@@ -79,6 +79,17 @@ def test_a_bare_profile_draft_name_is_no_model_id(tmp_path, capsys):
     assert "'qwen2.5-coder-0.5b-instruct' (the profile's draft name)" in err and not cfg.exists()
 
 
+def test_a_presets_draft_label_is_no_model_id(tmp_path, capsys):
+    """With no profile the draft priced is the preset's; its label ('llava-1.5-68m') is no Hub id, and no
+    shipped model publishes it, so --config-out refuses it rather than write a config no engine loads."""
+    cfg = tmp_path / "c.json"
+    argv = ["recommend", "--engine", "vllm", "--alpha", "0.7", "--pair", "llava-1.5-7b-68m", "--batch", "1,8"]
+    err = _one_line_error(*_run(capsys, argv + ["--config-out", str(cfg)]))
+    assert "'llava-1.5-68m' (the preset's draft name)" in err and "--draft-model" in err and not cfg.exists()
+    rc, out, _ = _run(capsys, argv)
+    assert rc == 0 and "note: the draft 'llava-1.5-68m' (the preset's draft name) is not a model id" in out
+
+
 def test_printing_without_config_out_names_the_label_in_a_note(capsys):
     rc, out, _ = _run(capsys, IBED)
     assert rc == 0

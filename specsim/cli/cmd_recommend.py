@@ -173,34 +173,39 @@ def _acceptance(args) -> tuple[Profile | None, Acceptance]:
 
 def _draft_model(
     args, profile, acc: Acceptance, method: str, borrowed: bool, lm: LatencyModel
-) -> tuple[str | None, bool]:
-    """(draft model for the config, taken from the profile?): --draft-model, else a shipped head's hub id,
-    else the profile's draft where its τ is this pair's, else the draft priced (``borrowed``: τ of another
-    pair; no profile); a method that brings no draft model gets only an explicit --draft-model."""
+) -> tuple[str | None, str]:
+    """(draft model for the config, where from: given, hub, profile or priced): --draft-model, else a shipped
+    model's hub id, else the profile's draft where its τ is this pair's, else the draft priced (``borrowed``:
+    τ of another pair; no profile); a method without a draft model gets only an explicit --draft-model."""
     without = VLLM_METHODS_WITHOUT_MODEL if args.engine == "vllm" else SGLANG_ALGORITHMS_WITHOUT_MODEL
     lookup = args.engine != "llama.cpp" and (method in without or method.upper() in without)
     if args.draft_model:
         if lookup:  # the config would carry a model its method never loads
             raise SpecsimError(f"--draft-model: {args.engine}'s {method} drafts with no model; drop it")
-        return args.draft_model, False
+        return args.draft_model, "given"
     head = draft_kind(lm.draft_kind).is_head and lm.draft is not None
     hub = hub_id(lm.draft.name) if head else None  # a shipped head: the id it is published under
     if hub:
-        return hub, False
+        return hub, "hub"
     if lookup or args.engine == "llama.cpp":
-        return None, False  # llama-server reads a GGUF file: only --draft-model names one
+        return None, "given"  # llama-server reads a GGUF file: only --draft-model names one
     if borrowed or profile is None or acc.entry is None:
         priced = args.draft or (pair_models(args.pair)[1] if args.pair else None)
-        return (hub_id(priced) or priced) if priced else None, False
+        hub = hub_id(priced) if priced else None
+        # A preset's or alias's label is no id an engine loads: only a typed name may be a bare Hub id.
+        return (hub, "hub") if hub else (priced, "priced" if priced != args.draft else "given")
     prov = acc.entry.provenance or profile.provenance
-    return (None, False) if prov.draft in (NOT_REPORTED, "") else (prov.draft, True)
+    return (None, "profile") if prov.draft in (NOT_REPORTED, "") else (prov.draft, "profile")
 
 
-def _draft_id_note(draft_model: str | None, from_profile: bool, snippet, given: bool = True) -> list[str]:
+DRAFT_SOURCES = {"profile": " (the profile's draft name)", "priced": " (the preset's draft name)"}
+
+
+def _draft_id_note(draft_model: str | None, source: str, snippet) -> list[str]:
     """Refusal is for --config-out; a printed config whose draft is not a model id gets this note."""
-    if snippet is None or not draft_model or is_model_id(draft_model, bare_ok=not from_profile):
+    if snippet is None or not draft_model or is_model_id(draft_model, bare_ok=source not in DRAFT_SOURCES):
         return []
-    where = "the profile's draft name" if from_profile else "given by --draft-model" if given else "priced"
+    where = DRAFT_SOURCES.get(source, " (given by --draft-model)")[2:-1]
     return [
         f"the draft {show(draft_model)} ({where}) is not a model id (Hugging Face org/name or a local path): "
         "give --draft-model ID before using this config; --config-out refuses it"
@@ -239,15 +244,13 @@ def cmd_recommend(args) -> int:
         gamma_max=gamma_max,
         min_speedup=args.min_speedup,
     )
-    draft_model, from_profile = _draft_model(args, profile, entry, method, borrowed is not None, lm)
+    draft_model, source = _draft_model(args, profile, entry, method, borrowed is not None, lm)
     snippet, extra_notes = _snippet(args, rec, entry, lm, method, draft_model)
     if args.config_out and snippet is not None and draft_model:
-        label = " (the profile's draft name)" if from_profile else ""
-        check_model_id(
-            draft_model, "--draft-model", label=label, bare_ok=not from_profile
-        )  # nothing written yet
+        label = DRAFT_SOURCES.get(source, "")
+        check_model_id(draft_model, "--draft-model", label=label, bare_ok=not label)  # nothing written yet
     extra = [n for n in (borrowed, method_note) if n]
-    extra += extra_notes + _draft_id_note(draft_model, from_profile, snippet, bool(args.draft_model))
+    extra += extra_notes + _draft_id_note(draft_model, source, snippet)
     extra += list(rec.notes)
     validation = regime_errors(lm.efficiency, rec.shown_batches, rec.context_tokens)
     out = rec.to_json() | {
