@@ -59,3 +59,16 @@ def test_a_serving_request_fills_the_serving_defaults(no_loading):
     request = check_request(args)
     assert request.mode == SERVE and request.batched is not None and request.sizes == ()
     assert (args.serve_requests, args.max_num_seqs) == (24, 8)
+
+
+def test_a_batch_larger_than_a_scenario_group_is_refused_before_loading(no_loading):
+    """--limit 6 leaves two prompts in each image-count group of the zoo set: a batch of 4 fills none, which
+    the run would find only after minutes of loading."""
+    from specsim.errors import SpecsimError
+
+    args = _args("--batch", "2,4", "--gamma", "2", "--method", "M", "--limit", "6")
+    with pytest.raises(
+        SpecsimError, match=r"^--batch 4: the zoo-1img prompts number 2, fewer than one batch"
+    ):
+        check_request(args)
+    assert check_request(_args("--batch", "2", "--gamma", "2", "--method", "M", "--limit", "6")).sizes == (2,)

@@ -10,6 +10,7 @@ config is at hand. Each mode's checks run in one fixed order, so a bad flag is a
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -230,10 +231,14 @@ def refuse_before_loading(args, request: CheckRequest, workload, *, traces: bool
     """SpecsimError for what the runs could not price, read off the flags, the ``workload`` and the profile
     (:func:`calibrate.measure.check_runs.entries_of` and the preflights repeat it after loading): an entry per
     method and scenario group, a greedy trace per prompt (``traces``), prompts that fit the target."""
+    from calibrate.measure.batch_check_runs import check_group_sizes
     from calibrate.measure.check_runs import entry_of, greedy_trace, preflight
     from specsim.draft_shapes.block_plans import refuse_short_budget
 
     name, prompts, codes = workload.name, workload.prompts, workload.methods
+    if request.sizes:  # each scenario group (images per prompt) fills one batch of the largest size
+        groups = sorted(Counter(len(p.images) for p in prompts).items())
+        check_group_sizes({f"{name}-{n}img" if n else name: k for n, k in groups}, max(request.sizes))
     if request.synthetic is not None:  # a schedule, not the profile's traces, decides the accepts
         return
     base, longest, entries, traced = args.scenario or name, 0, {}, []

@@ -68,15 +68,21 @@ class BatchRuns:
     seconds: float = 0.0
 
 
+def check_group_sizes(counts: dict[str, int], batch: int) -> None:
+    """SpecsimError when a scenario group (name: prompts) has fewer prompts than one batch of ``batch``."""
+    for scenario, n in counts.items():
+        if n < batch:
+            raise SpecsimError(
+                f"--batch {batch}: the {scenario} prompts number {n}, fewer than one batch (pass --prompts "
+                "with more, or a smaller --batch)"
+            )
+
+
 def batches_of(setup, batch: int) -> dict[tuple, list]:
     """Requests in batches of B per scenario group (prompt order), keyed (group, index)."""
     out = {}
+    check_group_sizes({setup.scenario(g, None): len(reqs) for g, reqs in setup.groups.items()}, batch)
     for group, reqs in setup.groups.items():
-        if len(reqs) < batch:
-            raise SpecsimError(
-                f"--batch {batch}: the {setup.scenario(group, None)} prompts number {len(reqs)}, fewer than "
-                "one batch (pass --prompts with more, or a smaller --batch)"
-            )
         for i in range(len(reqs) // batch):
             out[(group, i)] = reqs[i * batch : (i + 1) * batch]
     return out
