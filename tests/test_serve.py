@@ -345,6 +345,24 @@ def test_cli_bad_inputs_exit_2_with_one_line(capsys, argv, expected):
     assert expected in _one_line(capsys)
 
 
+def test_a_gamma_no_step_takes_is_refused(capsys):
+    """--gamma is γ where no --gamma-by-batch range applies: ranges that cover every decode batch (up to
+    --max-num-seqs, or to --sd-off-from-batch) leave it to no step, so a --gamma given there is refused; it
+    stays read where a batch falls outside the ranges, and with --tau (the γ that τ was measured at)."""
+    base = [*SERVE, "--rate", "4", "--max-num-seqs", "16", "--gamma", "5"]
+    assert main([*base, "--gamma-by-batch", "1-16:1"]) == 2
+    assert "--gamma: 5 sets no step: --gamma-by-batch" in _one_line(capsys)
+    assert main([*base, "--gamma-by-batch", "1-8:1", "--sd-off-from-batch", "9"]) == 2
+    assert "decode batch 1..16 (--max-num-seqs)" in _one_line(capsys)
+    assert main([*base, "--gamma-by-batch", "1-8:1"]) == 0
+    capsys.readouterr()
+    tau = ["serve", "--requests", "30", "--output-tokens", "32", "--tau", "3.2", "--rate", "4"]
+    assert main([*tau, "--max-num-seqs", "16", "--gamma", "5", "--gamma-by-batch", "1-16:2"]) == 0
+    policy = GammaPolicy(3, ((1, 8, 1),), off_from_batch=12)
+    assert policy.falls_back(11) and not policy.falls_back(8)
+    assert not GammaPolicy(3, ((1, 4, 2),)).falls_back(4)
+
+
 def test_cli_needs_alpha(capsys):
     assert main(["serve", "--rate", "2"]) == 2
     assert "--alpha: needed" in _one_line(capsys)

@@ -17,7 +17,14 @@ from specsim.predict.acceptance_source import ACCEPTANCE_FORMS
 from specsim.serve.arrivals import burstiness_arg, check_span, rate_arg, rates_arg
 from specsim.serve.compare import compare_at, max_rates, sweep_rates
 from specsim.serve.scheduler import DEFAULT_MAX_NUM_BATCHED_TOKENS, DEFAULT_MAX_NUM_SEQS
-from specsim.serve.serve_request import LOAD_DEFAULTS, ServeRequest, context_note, decode_phase, serve_setup
+from specsim.serve.serve_request import (
+    GAMMA_DEFAULT,
+    LOAD_DEFAULTS,
+    ServeRequest,
+    context_note,
+    decode_phase,
+    serve_setup,
+)
 from specsim.serve.serve_text import (
     comparison_text,
     decode_phase_text,
@@ -115,8 +122,8 @@ def register(sub) -> None:
     sd.add_argument(
         "--gamma",
         type=number_arg("gamma", integer=True),
-        default=3,
-        help="draft tokens per step (num_speculative_tokens, default 3)",
+        default=GAMMA_DEFAULT,
+        help=f"draft tokens per step (num_speculative_tokens, default {GAMMA_DEFAULT})",
     )
     sd.add_argument(
         "--gamma-by-batch",
@@ -242,6 +249,12 @@ def cmd_serve(args: argparse.Namespace) -> int:
         check_span(args.requests, rate, "--rate" if args.rates is None else "--rates")
     req = ServeRequest.from_options(vars(args))
     setup, about = serve_setup(req)  # --max-rate without --slo: max_rates says so
+    max_seqs = setup.scheduler.max_num_seqs
+    if args.gamma != GAMMA_DEFAULT and args.tau is None and not setup.policy.falls_back(max_seqs):
+        raise SpecsimError(
+            f"--gamma: {args.gamma} sets no step: --gamma-by-batch (with --sd-off-from-batch) covers every "
+            f"decode batch 1..{max_seqs} (--max-num-seqs)"
+        )
     sd_label = f"SD ({setup.policy.describe()})"
     if args.max_rate:
         search = max_rates(setup, 0.9 if args.slo_attainment is None else args.slo_attainment)

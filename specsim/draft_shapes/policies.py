@@ -74,6 +74,12 @@ class GammaPolicy:
                 return g
         return self.gamma
 
+    def falls_back(self, max_batch: int) -> bool:
+        """Whether some batch in 1..``max_batch`` takes the fixed ``gamma`` (in no range, SD not off)."""
+        spans = [(lo, hi) for lo, hi, _ in self.by_batch]
+        off = self.off_from_batch or max_batch + 1
+        return any(not any(lo <= b <= hi for lo, hi in spans) for b in range(1, min(off, max_batch + 1)))
+
     @property
     def max_gamma(self) -> int:
         """The largest γ any block can use (0: SD never runs, the draft is never loaded)."""

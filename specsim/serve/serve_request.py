@@ -33,6 +33,7 @@ from specsim.serve.speculation import serving_source
 from specsim.serve.vllm_bench import read_vllm_bench_result
 
 # the load options' defaults (serve and tune), which a trace replaces
+GAMMA_DEFAULT = 3  # vLLM's num_speculative_tokens in its docs' examples
 LOAD_DEFAULTS = {
     "burstiness": 1.0,
     "requests": 1000,
@@ -63,7 +64,7 @@ class ServeRequest:
     prompt_tokens: int = LOAD_DEFAULTS["prompt_tokens"]
     images: int | None = None
     output_tokens: int = LOAD_DEFAULTS["output_tokens"]
-    gamma: int = 3
+    gamma: int = GAMMA_DEFAULT
     gamma_by_batch: str | None = None
     sd_off_from_batch: int | None = None
     alpha: float | None = None
