@@ -146,14 +146,14 @@ def test_sglang_tokens_without_verify_steps_are_refused(tmp_path, capsys):
 
 def test_sglang_fewer_tokens_than_verify_steps_are_refused(tmp_path, capsys):
     out = tmp_path / "never.json"
-    bad = _responses(tmp_path, {"completion_tokens": 3, "spec_verify_ct": 5})
+    bad = _responses(tmp_path, {"completion_tokens": 5, "spec_verify_ct": 5})  # 5 steps need 1 + 5
     _fails(
         capsys,
         ["import", "sglang", str(bad), "--num-steps", "3"],
         out,
         "line 4",
         "'bad-req'",
-        "completion_tokens = 3",
+        "completion_tokens = 5",
         "spec_verify_ct = 5",
     )
 

@@ -166,7 +166,7 @@ def _impossible(rng: random.Random, k: int) -> tuple[object, object]:
     return rng.choice(
         [
             (rng.randint(2, 500), 0),  # tokens with no verify step (only the prefill's one is possible)
-            (rng.randint(0, steps - 1), steps),  # fewer tokens than verify steps
+            (rng.randint(0, steps), steps),  # fewer tokens than the prefill's one and one per step
             ((k + 1) * steps + 1 + rng.randint(1, 500), steps),  # more than k + 1 per step
             (rng.choice([-1, -(2**63), 1.5, "14", True, None, [], 1e30]), steps),
             (steps, rng.choice([-3, 2.0, "5", False, None, {}])),

@@ -130,7 +130,7 @@ def import_sglang(
         tau, requests, steps = sglang.tau_from_responses(path, num_steps)
         facts = (
             f"SGLang responses: {requests} requests, {steps} verify steps; accept length "
-            f"sum(completion_tokens)/sum(spec_verify_ct) = {tau:.4f}",
+            f"sum(completion_tokens - 1)/sum(spec_verify_ct) = {tau:.4f} (the prefill's token off)",
             flag,
         )
         return EngineImport(

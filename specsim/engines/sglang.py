@@ -1,9 +1,10 @@
 """SGLang speculative decoding -> τ at the server's draft length (the only γ SGLang's numbers speak for).
 
-Two sources, both bonus-included accept lengths (= specsim's τ): the gauge ``sglang:spec_accept_length`` on
-``/metrics`` (the latest logging interval only), and native ``/generate`` responses (JSON lines), taken as
-Σ completion_tokens / Σ spec_verify_ct. τ is known at K = ``--speculative-num-steps`` only (a chain); every
-other γ is an i.i.d. extrapolation, flagged as such downstream.
+Two sources, both bonus-included accept lengths per verify step (= specsim's τ): the gauge
+``sglang:spec_accept_length`` on ``/metrics`` (the latest logging interval only: the scheduler's accepted
+tokens plus one per request, over its verify steps), and native ``/generate`` responses (JSON lines), taken as
+Σ (completion_tokens − 1) / Σ spec_verify_ct, the prefill's first token taken off as the gauge leaves it out.
+τ is known at K = ``--speculative-num-steps`` only (a chain); every other γ is an i.i.d. extrapolation.
 More: ARCHITECTURE.md, Notes by module.
 """
 
@@ -79,17 +80,14 @@ def _response_counts(obj, where: str) -> tuple[int, int, str]:
 
 
 def _check_request(tokens: int, steps: int, num_steps: int, where: str) -> None:
-    """SpecsimError unless one request's numbers fit K = num_steps: steps <= tokens <= (K+1)·steps + 1.
-
-    Each verify step emits 1..K+1 tokens (accepted drafts and the target's own token) and the first
-    token comes from the prefill, with no verify step. A line outside would be folded into
-    Σ tokens / Σ steps as if it were a request decoded speculatively at K.
-    """
+    """SpecsimError unless one request's numbers fit K = num_steps: steps + 1 <= tokens <= (K+1)·steps + 1
+    (or no token and no step). Each verify step emits 1..K+1 tokens and the first token comes from the
+    prefill, with no verify step; a line outside would be folded into τ as if decoded at K."""
     most = (num_steps + 1) * steps + 1
-    if steps > tokens:
+    if tokens < (steps + 1 if steps else 0):
         raise SpecsimError(
             f"{where}: meta_info.completion_tokens = {tokens} with spec_verify_ct = {steps}: expected "
-            f"at least {steps} tokens (each verify step emits at least one)"
+            f"at least {steps + 1} tokens (the prefill's first, and at least one from each verify step)"
         )
     if tokens > most:
         raise SpecsimError(
@@ -120,7 +118,8 @@ def tau_from_responses(path: str | Path, num_steps: int) -> tuple[float, int, in
         )
     for n, label, request_tokens, request_steps in rows:
         _check_request(request_tokens, request_steps, num_steps, f"{where} line {n}{label}")
-    return _check_tau(sum(r[2] for r in rows) / steps, num_steps, where), len(rows), steps
+    decoded = sum(max(r[2] - 1, 0) for r in rows)  # each request's first token came from its prefill
+    return _check_tau(decoded / steps, num_steps, where), len(rows), steps
 
 
 def is_responses_file(path: str | Path) -> bool:
