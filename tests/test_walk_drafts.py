@@ -265,3 +265,14 @@ def test_a_best_tree_beaten_in_its_own_table_says_why(capsys):
     lines = capsys.readouterr().out.splitlines()
     note = next(x for x in lines if x.startswith("note: best tree (T, zoo-1img)"))
     assert "tree:chain:2" in note and "price higher" in note
+
+
+def test_a_comparison_with_trees_says_they_are_priced_on_the_tree_grids(tmp_path, capsys):
+    """tree:chain:3 and γ = 3 are one shape priced on two engines' grids (the tree engine's and the chain
+    engine's, measured apart): a comparison that lists both says so; one with policies only does not."""
+    path = save_profile(_profile()[0], tmp_path / "p.json")
+    note = "note: tree rows, tree:chain:G included, are priced on the profile's tree grids"
+    assert main(["predict", "--gamma", "3", "--profile", str(path), "--tree", "chain:3"]) == 0
+    assert note in capsys.readouterr().out
+    assert main(["predict", "--gamma", "3", "--profile", str(path), "--policy", "fixed:3"]) == 0
+    assert note not in capsys.readouterr().out

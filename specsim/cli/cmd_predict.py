@@ -161,6 +161,12 @@ def _print_comparison(rows: list, args) -> None:
         "cost model; block/Tp = ms per block in units of the target's ms per token; speedup = tau / block/Tp)"
     )
     print(comparison_table(rows))
+    trees = [p for r in rows for p in r.drafts if (p.draft or "").startswith("tree:")]
+    if any(r.best_chain for r in rows) and (trees or any(r.best_tree for r in rows)):
+        print(
+            "note: tree rows, tree:chain:G included, are priced on the profile's tree grids (its tree "
+            "engine's passes), chain rows on its chain grids; the two engines were measured apart"
+        )
     # The textbook has no trees or policies, and a tree needs its traces: these flags shape the table above.
     flags = (("--textbook", args.textbook), ("--new-tokens", getattr(args, "new_tokens", None)))
     shaped = [f for f, on in flags if on]
