@@ -34,3 +34,12 @@ def test_a_rate_sweep_names_the_decode_phase_at_each_rate(capsys):
     out = _json(capsys, [*argv, "--json"])["sweep"]
     assert [p["batch"] for p in out["decode_phase"]] == sorted(p["batch"] for p in out["decode_phase"])
     assert main(argv) == 0 and capsys.readouterr().out.count(" (served ") == 2
+
+
+def test_a_run_that_decodes_nothing_prints_no_decode_phase(capsys):
+    """One output token per request comes from each prefill: no step decodes, TPOT has no value, and no
+    decode-phase speedup is priced for it (a mean decode batch of 0 was rounded up to batch 1)."""
+    argv = ["serve", *PAIR, "--alpha", "0.7", "--rate", "4", "--requests", "10", "--output-tokens", "1"]
+    out = _json(capsys, [*argv, "--json"])["comparison"]
+    assert out["tpot_p50_speedup"] is None and "decode_phase" not in out
+    assert main(argv) == 0 and "decode phase" not in capsys.readouterr().out

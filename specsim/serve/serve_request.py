@@ -319,9 +319,10 @@ def context_note(setup: ServeSetup, metrics=()) -> str | None:
 def decode_phase(req: ServeRequest, sd_metrics) -> dict | None:
     """What ``specsim hardware`` prints for the same pair, device, runtime, TP, acceptance and γ, at the SD
     run's mean decode batch and the workload's mean context: the decode-phase speedup the served TPOT
-    speedup is to be read against (None: a cost profile or a γ that varies by batch)."""
+    speedup is to be read against (None: a cost profile, a γ that varies by batch, or no decode step)."""
     if (
-        req.cost_profile is not None
+        not sd_metrics.mean_decode_batch > 0  # every request ended at its prefill's token: nothing decoded
+        or req.cost_profile is not None
         or req.gamma_by_batch
         or req.sd_off_from_batch
         or req.trace
