@@ -769,3 +769,13 @@ def test_a_tau_of_gamma_plus_one_serves_every_draft_accepted(capsys):
     assert main(["serve", "--tau", "4", "--gamma", "3", "--requests", "20", "--json"]) == 0
     sd = json.loads(capsys.readouterr().out)["comparison"]["sd"]
     assert sd["mean_acceptance_length"] == pytest.approx(4.0) and sd["acceptance_rate"] == pytest.approx(1.0)
+
+
+def test_a_price_of_zero_is_printed_as_the_json_has_it(capsys):
+    """--price h100-sxm=0 gives $0 per Mtok in --json; the text table prints that row too (it took 0.0 for
+    no price and left the row out)."""
+    argv = [*SERVE, "--rate", "4", "--price", "h100-sxm=0"]
+    assert main([*argv, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["usd_per_million_output_tokens"]["sd"] == 0.0
+    assert main(argv) == 0
+    assert "$/Mtok (output)" in capsys.readouterr().out

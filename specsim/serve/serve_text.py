@@ -38,7 +38,11 @@ def comparison_text(c: Comparison, sd_label: str, usd: dict | None = None) -> st
         rows += _percentile_rows(name, getattr(on, key), getattr(off, key))
     rows += [
         ["output tokens/s", f"{on.output_tokens_per_s:.0f}", f"{off.output_tokens_per_s:.0f}"],
-        *([["$/Mtok (output)", _usd(usd["sd"]), _usd(usd["target_only"])]] if usd and usd["sd"] else []),
+        *(
+            [["$/Mtok (output)", _usd(usd["sd"]), _usd(usd["target_only"])]]
+            if usd and usd["sd"] is not None
+            else []
+        ),
         ["requests/s", _rate(on.requests_per_s), _rate(off.requests_per_s)],
         ["duration s", f"{on.duration_s:.1f}", f"{off.duration_s:.1f}"],
         ["steps", str(on.steps), str(off.steps)],
