@@ -356,6 +356,8 @@ def test_a_gamma_no_step_takes_is_refused(capsys):
     assert "decode batch 1..16 (--max-num-seqs)" in _one_line(capsys)
     assert main([*base, "--gamma-by-batch", "1-8:1"]) == 0
     capsys.readouterr()
+    assert main([*base, "--gamma-by-batch", "1-16:2,17-32:5"]) == 2  # no step decodes more than 16
+    assert "--gamma-by-batch: range 17-32:5 starts above --max-num-seqs 16" in _one_line(capsys)
     tau = ["serve", "--requests", "30", "--output-tokens", "32", "--tau", "3.2", "--rate", "4"]
     assert main([*tau, "--max-num-seqs", "16", "--gamma", "5", "--gamma-by-batch", "1-16:2"]) == 0
     policy = GammaPolicy(3, ((1, 8, 1),), off_from_batch=12)

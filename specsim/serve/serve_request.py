@@ -258,6 +258,12 @@ def serve_setup(req: ServeRequest) -> tuple[ServeSetup, dict]:
             "--draft-image-tokens: sizes the draft prompt's images, and kind "
             f"{req.draft_kind} drafts with no model"
         )
+    unused = [f"{lo}-{hi}:{g}" for lo, hi, g in policy.by_batch if lo > max_seqs]
+    if unused:  # a range no step reaches would set nothing
+        raise SpecsimError(
+            f"--gamma-by-batch: range {unused[0]} starts above --max-num-seqs {max_seqs} (no step decodes "
+            "more)"
+        )
     if req.sd_off_from_batch is not None and req.sd_off_from_batch > max_seqs:  # it would never turn SD off
         raise SpecsimError(
             f"--sd-off-from-batch: expected at most --max-num-seqs {max_seqs} (no step decodes more), got "
