@@ -781,3 +781,11 @@ def test_a_price_of_zero_is_printed_as_the_json_has_it(capsys):
     assert json.loads(capsys.readouterr().out)["usd_per_million_output_tokens"]["sd"] == 0.0
     assert main(argv) == 0
     assert "$/Mtok (output)" in capsys.readouterr().out
+
+
+def test_an_encoder_budget_with_no_image_to_encode_is_refused(capsys):
+    """--encoder-budget caps the image tokens encoded per step; with --images 0 it changes nothing (as
+    --draft-image-tokens there, it is refused)."""
+    assert main([*SERVE, "--rate", "4", "--images", "0", "--encoder-budget", "1000"]) == 2
+    assert "--encoder-budget: caps the image tokens encoded per step, and no request" in _one_line(capsys)
+    assert main([*SERVE, "--rate", "4", "--encoder-budget", "1000"]) == 0
