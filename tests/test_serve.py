@@ -789,3 +789,8 @@ def test_an_encoder_budget_with_no_image_to_encode_is_refused(capsys):
     assert main([*SERVE, "--rate", "4", "--images", "0", "--encoder-budget", "1000"]) == 2
     assert "--encoder-budget: caps the image tokens encoded per step, and no request" in _one_line(capsys)
     assert main([*SERVE, "--rate", "4", "--encoder-budget", "1000"]) == 0
+    capsys.readouterr()
+    qwen = ["--target", "qwen2.5-vl-7b", "--draft", "qwen2.5-vl-3b", "--image-size", "448x448"]
+    assert main([*SERVE, "--rate", "4", *qwen, "--images", "0"]) == 2
+    assert "--image-size: sizes the requests' images, and no request has one" in _one_line(capsys)
+    assert main([*SERVE, "--rate", "4", *qwen]) == 0

@@ -253,8 +253,12 @@ def serve_setup(req: ServeRequest) -> tuple[ServeSetup, dict]:
         usd_per_hour = None
     if req.draft_image_tokens is not None and not workload.max_images():
         raise SpecsimError("--draft-image-tokens: sizes the draft prompt's images, and no request has one")
-    if req.encoder_budget is not None and not workload.max_images():
-        raise SpecsimError("--encoder-budget: caps the image tokens encoded per step, and no request has one")
+    for flag, given, what in (
+        ("--encoder-budget", req.encoder_budget, "caps the image tokens encoded per step"),
+        ("--image-size", req.image_size, "sizes the requests' images"),
+    ):
+        if given is not None and not workload.max_images():
+            raise SpecsimError(f"{flag}: {what}, and no request has one")
     if req.draft_image_tokens is not None and not draft_kind(req.draft_kind).has_model:  # no draft prompt
         raise SpecsimError(
             "--draft-image-tokens: sizes the draft prompt's images, and kind "
