@@ -107,6 +107,22 @@ def test_validate_write_runtimes_needs_fit_all(tmp_path, capsys):
     assert list(out.iterdir()) == []
 
 
+def test_validate_runtime_files_must_replace_a_runtime_of_the_data(tmp_path, capsys):
+    """--runtime FILE replaces the shipped runtime of its name: a name no row uses would replace nothing (the
+    output was that of a run without it), and a second file of one name would leave the first unread."""
+    from specsim.hardware.runtime import RUNTIMES_DIR
+
+    vllm = json.loads((RUNTIMES_DIR / "vllm.json").read_text())
+    other = tmp_path / "foo.json"
+    other.write_text(json.dumps(vllm | {"name": "foo-rt"}))
+    assert main(["validate", "--no-sweeps", "--runtime", str(other)]) == 2
+    assert "runtime 'foo-rt' prices no row of --data (its rows' runtimes: " in _one_line(capsys)
+    copy = tmp_path / "vllm.json"
+    copy.write_text(json.dumps(vllm))
+    assert main(["validate", "--no-sweeps", "--runtime", str(copy), "--runtime", str(copy)]) == 2
+    assert "a second file for runtime 'vllm'" in _one_line(capsys)
+
+
 @pytest.mark.parametrize(
     "policy, expected",
     [

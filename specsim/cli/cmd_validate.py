@@ -97,6 +97,23 @@ def _sweeps(ps, runtimes) -> tuple[list, list]:
     return comparisons, grids
 
 
+def _overrides(paths: list[str], used: set[str]) -> dict:
+    """--runtime files by their runtime's name; SpecsimError for two of one name, or a name no row uses (the
+    file would replace nothing)."""
+    out = {}
+    for path in paths:
+        rt = load_runtime(path)
+        if rt.name in out:
+            raise SpecsimError(f"--runtime {path}: a second file for runtime {rt.name!r}")
+        if rt.name not in used:
+            raise SpecsimError(
+                f"--runtime {path}: runtime {rt.name!r} prices no row of --data (its rows' runtimes: "
+                f"{', '.join(sorted(used))})"
+            )
+        out[rt.name] = rt
+    return out
+
+
 def cmd_validate(args: argparse.Namespace) -> int:
     if args.sweep_plot is not None and args.no_sweeps:
         raise SpecsimError("--sweep-plot: draws the batch sweeps, which --no-sweeps leaves out")
@@ -118,8 +135,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
         )
     if args.sweep_plot and not published_sweeps(ps):
         raise SpecsimError(f"--sweep-plot: --data {args.data} has no batch sweep to draw")
-    overrides = {rt.name: rt for rt in (load_runtime(x) for x in args.runtime or [])}
-    runtimes = load_runtimes(ps, overrides)
+    runtimes = load_runtimes(ps, _overrides(args.runtime or [], {r.runtime for r in ps.rows}))
     check_runtime_kinds(ps, runtimes)
     if args.fit_all:
         fitted = fit_all(ps, runtimes, FIT_COMMAND)
