@@ -178,6 +178,16 @@ def test_expected_plan_spreads_tokens_in_blocks_of_tau():
         expected_plan(6.0, 4, 64)
 
 
+@pytest.mark.parametrize("tokens", [1, 2, 3])
+def test_fewer_tokens_than_tau_are_one_block_that_emits_them(tokens):
+    """A request of N < τ tokens still runs a block (drafts, and a verification that emits N): a fraction
+    1/τ of a τ-block emitted 4.1 tokens per block for a 1-token request and priced a quarter of its passes."""
+    plan = expected_plan(4.095, 4, tokens, full_rate=0.3)
+    assert plan.blocks == 1 and plan.tokens == tokens and plan.emitted.max() == tokens
+    assert plan.draft_tokens == 4 and np.allclose(plan.first_rows, 1.3)
+    assert expected_plan(4.095, 4, 5).blocks == pytest.approx(5 / 4.095)  # from τ tokens on: blocks of τ
+
+
 def test_constant_costs_reduce_the_walk_to_the_formula():
     """With costs that do not depend on context and no overhead, speedup = τ / (γ·c + v) exactly."""
     cm = _cost_model(f_target=lambda r, c: 10.0 + 2 * (r - 1), f_draft=lambda r, c, b: 1.0)

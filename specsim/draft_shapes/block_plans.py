@@ -105,10 +105,14 @@ def greedy_plan(match, gamma: int, max_new_tokens: int | None = None) -> BlockPl
 
 
 def expected_plan(tau: float, gamma: int, new_tokens: int, full_rate: float = 0.0) -> BlockPlan:
-    """N tokens in blocks of τ: block k starts at k·τ; the last block carries the fractional remainder.
-    ``full_rate`` = P(a block accepts all γ drafts), the expected share of 2-row first draft steps."""
+    """N tokens in blocks of τ: block k starts at k·τ; the last block carries the fractional remainder, and
+    N < τ tokens are one block that emits N (a request has a block at least). ``full_rate`` = P(a block
+    accepts all γ drafts), the expected share of 2-row first draft steps."""
     if not 1.0 <= tau <= gamma + 1 + 1e-9:
         raise SpecsimError(f"tau: expected 1 <= tau <= gamma+1 = {gamma + 1}, got {tau}")
+    if 0 < new_tokens < tau:  # a fraction of a τ-block would price a fraction of its passes
+        one = np.ones(1)
+        return BlockPlan(0 * one, gamma * one, new_tokens * one, (1.0 + float(full_rate)) * one, one)
     blocks = new_tokens / tau
     count = int(np.ceil(blocks - 1e-9))
     weight = np.ones(count)
