@@ -201,10 +201,19 @@ def test_the_comparison_says_which_flags_it_does_not_take(capsys):
     argv = ["predict", "--profile", "zoo-cpu", "--gamma", "3", "--tree", "4,2,1", "--scenario", "zoo-1img"]
     assert main([*argv, "--method", "M", "--textbook"]) == 0
     assert "note: --textbook applies to the table above, not to this comparison" in capsys.readouterr().out
-    assert main([*argv, "--method", "M", "--textbook", "--new-tokens", "64"]) == 0
-    assert "note: --textbook and --new-tokens apply to the table above, not to" in capsys.readouterr().out
+    assert main([*argv, "--method", "M", "--new-tokens", "64"]) == 0
+    assert "note: --new-tokens applies to the table above, not to" in capsys.readouterr().out
     assert main([*argv, "--method", "M"]) == 0
-    assert "apply to the table above" not in capsys.readouterr().out
+    assert "to the table above" not in capsys.readouterr().out
+
+
+def test_the_textbook_prices_no_request(capsys):
+    """--textbook replaces the measured latency (v = 1, i.i.d. alpha) for the decode block; --new-tokens'
+    request columns were still priced on the measured latency, beside a textbook row: refused."""
+    argv = ["predict", "--profile", "zoo-cpu", "--gamma", "3", "--method", "M", "--textbook"]
+    assert main([*argv, "--new-tokens", "64"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("specsim: error: --new-tokens: prices whole requests on the profile's measured")
 
 
 @pytest.mark.parametrize(

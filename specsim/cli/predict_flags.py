@@ -30,6 +30,11 @@ def refuse_unpriced_flags(args, profile: Profile) -> None:
 def refuse_unread_flags(args, drafts: list) -> None:
     """--max-new-tokens caps the traced requests a walk replays; --new-tokens prices requests of its own
     length instead, so beside it the cap reaches only a --tree/--policy/--best-tree comparison."""
+    if args.new_tokens is not None and args.textbook:  # the textbook prices a decode block, no request
+        raise SpecsimError(
+            "--new-tokens: prices whole requests on the profile's measured latency, which --textbook "
+            "replaces (v = 1, i.i.d. alpha, no prefill); give one"
+        )
     if args.new_tokens is not None and args.max_new_tokens is not None and not (drafts or args.best_tree):
         raise SpecsimError(
             "--max-new-tokens: caps the traced requests, and --new-tokens prices requests of its own length "
