@@ -397,6 +397,15 @@ def test_images_on_a_text_only_target_are_refused_and_its_default_is_none(capsys
     assert json.loads(capsys.readouterr().out)["context"]["workload"]["images"] == 0
 
 
+def test_a_token_budget_below_one_image_is_refused_before_the_study(capsys):
+    """One image's tokens per step is the target's, whatever the deployment: a smaller
+    --max-num-batched-tokens is one line before any trial (every trial was infeasible, and tune exited 0)."""
+    assert main([*BASE, "--trials", "2", "--max-num-batched-tokens", "10"]) == 2
+    assert "--max-num-batched-tokens: expected at least one image's 576 tokens per step" in _one_line(capsys)
+    qwen = ["tune", "--alpha", "0.7", "--pair", "qwen2.5-coder-0.5b-1.5b", "--trials", "2", "--no-progress"]
+    assert main([*qwen, "--max-num-batched-tokens", "10", "--requests", "30", "--json"]) == 0  # no image
+
+
 @pytest.mark.parametrize(
     ("extra", "named"),
     [

@@ -21,6 +21,7 @@ from specsim.presets import pair_models
 from specsim.serve.arrivals import burstiness_arg, parse_image_mix, rate_arg, read_trace
 from specsim.serve.compare import Workload
 from specsim.serve.metrics import parse_slo
+from specsim.serve.scheduler import SchedulerConfig
 from specsim.serve.serve_request import LOAD_DEFAULTS, refuse_images_without_vision, refuse_with_trace
 from specsim.serve.speculation import alpha_arg
 from specsim.tune.executor import EXECUTORS, make_executor
@@ -236,6 +237,11 @@ def _inputs(args):
         workload = Workload(*shape, image_mix=mix if len(mix) > 1 else ())
         rate = args.rate if args.rate is not None else 4.0
     refuse_images_without_vision(workload, target_spec, "--trace" if args.trace else "--images")
+    if workload.max_images():  # one image's tokens in a step: the target's, whatever the deployment
+        budget = SchedulerConfig(1, args.max_num_batched_tokens, None, True, None)
+        budget.check_workload(
+            image_tokens=target_spec.vision.image_tokens, max_gamma=0, longest_prompt=0, longest_sequence=0
+        )
     workload.at_rate(rate, np.random.default_rng(0))  # a request no deployment serves: one line, here
     slo = parse_slo(args.slo) if args.slo is not None else None
     name = args.objective or ("goodput" if slo is not None else "tokens-per-gpu")
