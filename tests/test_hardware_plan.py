@@ -310,13 +310,13 @@ def test_the_end_to_end_speedup_of_a_one_token_request_is_below_one(capsys):
     1-token request gained 1.11x from a fraction of a block)."""
     argv = "hardware --device h200 --batch 1,8 --alpha 0.7 --prompt-tokens 500 --json".split()
     e2e = {}
-    for n in (1, 2, 4096):
+    for n in (1, 2, 3500):  # 500 + 3500 within llava-1.5-7b's 4096 positions
         assert main([*argv, "--output-tokens", str(n)]) == 0
         e2e[n] = [
             (r["e2e_speedup"], r["speedup"]) for r in json.loads(capsys.readouterr().out)["plan"]["rows"]
         ]
     assert all(x < 1.0 for x, _ in e2e[1])  # both prefills, no decoding: the draft's prefill is all SD adds
-    assert all(x < s for x, s in e2e[2]) and all(0.9 * s < x < s for x, s in e2e[4096])
+    assert all(x < s for x, s in e2e[2]) and all(0.9 * s < x < s for x, s in e2e[3500])
 
 
 @pytest.mark.parametrize(

@@ -139,7 +139,7 @@ def test_jobs_without_rates_is_refused(capsys):
     [
         (["serve", "--output-tokens", "0"], "argument --output-tokens: expected an integer in 1..16777216"),
         (["tune", "--output-tokens", "0"], "argument --output-tokens: expected an integer in 1..16777216"),
-        (["serve", "--images", "1000"], "the KV cache h100-sxm's memory holds beside the weights (--tp, or"),
+        (["serve", "--images", "1000"], "--prompt-tokens/--images/--output-tokens: 576768 positions in the"),
         (
             ["hardware", "--prompt-tokens", "0", "--output-tokens", "50"],
             "argument --prompt-tokens: expected an integer in 1..16777216 (prompt_tokens)",  # it said 0..

@@ -76,6 +76,7 @@ class ModelSpec:
     window: int | None = None  # sliding-window attention: ``window_layers`` layers attend the last W
     window_layers: int = 0
     mla: MLASpec | None = None  # multi-head latent attention (kv_heads is then 1: one latent for all heads)
+    max_positions: int | None = None  # the config's max_position_embeddings (None: not stated)
 
     def __post_init__(self) -> None:
         if self.moe is not None and not 0 <= self.moe.layers <= self.layers:
@@ -284,6 +285,7 @@ def _text_spec(cfg: dict, name: str, where: str) -> dict[str, Any]:
         "intermediate": inter or defaults.get("intermediate_size") or 4 * hidden,
         "vocab": pos_int(_get(cfg, "vocab_size", defaults, where), f"{where}.vocab_size"),
         "gated_mlp": cfg.get("model_type") not in ("gpt2", "opt", "gpt_neox"),
+        "max_positions": given(cfg, where, "max_position_embeddings", "n_positions"),
         "tie_word_embeddings": bool(
             cfg.get("tie_word_embeddings", defaults.get("tie_word_embeddings", True))
         ),
@@ -327,3 +329,13 @@ def spec_from_config(
             dt = experts
     kv = None if kv_dtype is None else kv_dtype_bytes(kv_dtype)
     return ModelSpec(name=name, dtype_bytes=dtype_bytes(dt), kv_bytes=kv, vision=vision, **fields)
+
+
+def check_positions(spec: ModelSpec, positions: int, flag: str, what: str = "tokens in the KV cache") -> None:
+    """SpecsimError naming ``flag`` when ``positions`` exceed the model's window (its config's
+    max_position_embeddings; not checked where the config does not state one)."""
+    if spec.max_positions is not None and positions > spec.max_positions:
+        raise SpecsimError(
+            f"{flag}: {positions} {what}, beyond {spec.name}'s {spec.max_positions} positions "
+            "(max_position_embeddings)"
+        )

@@ -62,6 +62,13 @@ class Workload:
             return max(k for k, share in self.image_mix if share > 0)
         return self.images
 
+    def longest_positions(self, image_tokens: int) -> int:
+        """The most positions one request takes: its prompt, its images' ``image_tokens`` each, its output."""
+        if self.trace is not None:
+            t = self.trace
+            return int(np.max(t.prompt_tokens + t.images * image_tokens + t.output_tokens, initial=0))
+        return self.prompt_tokens + self.max_images() * image_tokens + self.output_tokens
+
     def to_json(self) -> dict:
         """The workload as JSON (a trace as its four columns)."""
         out = {k: getattr(self, k) for k in ("requests", "prompt_tokens", "images", "output_tokens")}

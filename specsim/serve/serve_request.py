@@ -19,6 +19,7 @@ from specsim.hardware.device import load_device
 from specsim.hardware.host import contended_note
 from specsim.hardware.image_tokens import parse_image_size
 from specsim.hardware.measured_pair import models_for_costs, other_pair_note
+from specsim.hardware.model import check_positions
 from specsim.hardware.plan import Parallel, plan_hardware
 from specsim.hardware.plan_inputs import device_runtimes, resolve_models, split_mode
 from specsim.hardware.prices import parse_prices, priced
@@ -33,6 +34,7 @@ from specsim.serve.speculation import serving_source
 from specsim.serve.vllm_bench import read_vllm_bench_result
 
 # the load options' defaults (serve and tune), which a trace replaces
+WHAT_LONGEST = "positions in the longest request (prompt, images, output)"
 GAMMA_DEFAULT = 3  # vLLM's num_speculative_tokens in its docs' examples
 LOAD_DEFAULTS = {
     "burstiness": 1.0,
@@ -241,6 +243,8 @@ def serve_setup(req: ServeRequest) -> tuple[ServeSetup, dict]:
         note = other_pair_note(load(req.acceptance_profile), target, draft)
         notes += [note] if note else []
     image_tokens = target.vision.image_tokens if target.vision else 0
+    flag = "--trace" if req.trace else "--prompt-tokens/--images/--output-tokens"
+    check_positions(target, workload.longest_positions(image_tokens), flag, WHAT_LONGEST)
     if cost_profile is not None and (note := contended_note(cost_profile)):
         notes.append(note)
     if cost_profile is None:

@@ -1,0 +1,67 @@
+"""A context or a request longer than the target's window (its config's max_position_embeddings) is no
+figure a run can have: `hardware`, `recommend`, `serve` and `tune` refuse it where given, and `hardware`
+leaves its default contexts beyond the window out, saying so."""
+
+import json
+
+import pytest
+
+from specsim.cli.main import main
+from specsim.hardware.model import spec_from_config
+from specsim.hardware.model_resolution import load_model_spec, shipped_models
+
+
+def _error(capsys) -> str:
+    err = capsys.readouterr().err
+    assert err.startswith("specsim: error: ") and err.count("\n") == 1 and "Traceback" not in err
+    return err
+
+
+@pytest.mark.filterwarnings("ignore::specsim.errors.SpecsimWarning")  # quantized checkpoints say so
+def test_the_window_is_read_from_the_config_and_every_shipped_model_states_one():
+    cfg = {"model_type": "llama", "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4}
+    cfg |= {"intermediate_size": 128, "vocab_size": 100}
+    assert spec_from_config(cfg).max_positions is None  # not stated: not checked
+    assert spec_from_config(cfg | {"max_position_embeddings": 2048}).max_positions == 2048
+    models = [
+        m.id for m in shipped_models() if "eagle" not in m.id.lower()
+    ]  # a head reads the target's positions
+    assert [m for m in models if load_model_spec(m).max_positions is None] == []
+    assert load_model_spec("llama-3.1-8b").max_positions == 131072
+
+
+def test_hardware_leaves_default_contexts_beyond_the_window_out_and_refuses_given_ones(capsys):
+    base = ["hardware", "--device", "h100-sxm", "--batch", "1", "--alpha", "0.7"]
+    assert main([*base, "--json"]) == 0  # llava-1.5-7b: 4096 positions; the defaults are 1024,4096,8192
+    plan = json.loads(capsys.readouterr().out)["plan"]
+    assert sorted({r["context_tokens"] for r in plan["rows"]}) == [1024, 4096]
+    note = "context 8192 left out: beyond llava-1.5-7b's 4096 positions"
+    assert any(note in a for a in plan["assumptions"])
+    assert main([*base, "--context", "1024,8192"]) == 2
+    assert "--context: 8192 tokens in the KV cache, beyond llava-1.5-7b's 4096 positions" in _error(capsys)
+    assert main([*base, "--prompt-tokens", "4000", "--output-tokens", "200"]) == 2
+    assert "--prompt-tokens/--output-tokens: 4200 positions per request" in _error(capsys)
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        [
+            "recommend",
+            "--engine",
+            "vllm",
+            "--pair",
+            "llava-1.5-7b-68m",
+            "--alpha",
+            "0.7",
+            "--context",
+            "4097",
+        ],
+        ["serve", "--alpha", "0.7", "--requests", "10", "--rate", "2", "--prompt-tokens", "3500"],
+        ["tune", "--alpha", "0.7", "--requests", "10", "--trials", "2", "--prompt-tokens", "3500"],
+    ],
+)
+def test_recommend_serve_and_tune_refuse_what_the_window_cannot_hold(capsys, argv):
+    # serve and tune: 3500 prompt + 576 image + 256 output tokens = 4332 positions
+    assert main([*argv, "--no-progress"] if argv[0] == "tune" else argv) == 2
+    assert "beyond llava-1.5-7b's 4096 positions (max_position_embeddings)" in _error(capsys)
