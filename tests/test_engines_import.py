@@ -311,3 +311,12 @@ def test_tau_from_histogram_at_is_the_per_block_truncation():
         tau_from_histogram_at(hist, 4)
     with pytest.raises(SpecsimError, match="at least one block"):
         tau_from_histogram_at([0, 0], 1)
+
+
+@pytest.mark.parametrize("flag", ["--window", "--draft", "--device", "--model", "--engine-version", "--out"])
+def test_a_blank_provenance_name_is_refused(tmp_path, capsys, flag):
+    """--window '' read as not given and wrote the files' times as the window, without a word."""
+    argv = ["import", "sglang", str(DATA / "sglang_metrics.prom"), "--num-steps", "3", "--scenario", "s"]
+    argv += ["--method", "M", *(["--out", str(tmp_path / "p.json")] if flag != "--out" else []), flag, " "]
+    assert main(argv) == 2 and f"argument {flag}: expected a name or path" in capsys.readouterr().err
+    assert not (tmp_path / "p.json").exists()

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from specsim.bounds import number_arg
+from specsim.bounds import name_arg, number_arg
 from specsim.engines.imported import EngineImport, add_to_profile, import_sglang, import_vllm
 from specsim.errors import SpecsimError, warn
 from specsim.jsonio import check_writable, dumps_json
@@ -71,13 +71,21 @@ def register(sub) -> None:
 
 def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument(
-        "--method", required=True, help="drafting method name for the entry (e.g. M, eagle, draft)"
+        "--method",
+        required=True,
+        type=name_arg,
+        help="drafting method name for the entry (e.g. M, eagle, draft)",
     )
-    p.add_argument("--scenario", required=True, help="scenario name for the entry (e.g. chat, chartqa)")
-    p.add_argument("--out", required=True, help="profile JSON to create, or to add the entry to")
+    p.add_argument(
+        "--scenario", required=True, type=name_arg, help="scenario name for the entry (e.g. chat, chartqa)"
+    )
+    p.add_argument(
+        "--out", required=True, type=name_arg, help="profile JSON to create, or to add the entry to"
+    )
     p.add_argument(
         "--model",
         default=None,
+        type=name_arg,
         help="model_name label to import when a scrape holds several (for a "
         "responses file: the model's name, for the provenance)",
     )
@@ -88,15 +96,22 @@ def _common(p: argparse.ArgumentParser) -> None:
         help="images per request of this traffic (default 0)",
     )
     p.add_argument(
-        "--engine-version", default="unknown", help="engine version, for the provenance (e.g. 0.11.0)"
+        "--engine-version",
+        default="unknown",
+        type=name_arg,
+        help="engine version, for the provenance (e.g. 0.11.0)",
     )
     p.add_argument(
-        "--draft", default=None, help="draft model name, for the provenance and `specsim recommend`"
+        "--draft",
+        default=None,
+        type=name_arg,
+        help="draft model name, for the provenance and `specsim recommend`",
     )
-    p.add_argument("--device", default=None, help="GPU the engine ran on, for the provenance")
+    p.add_argument("--device", default=None, type=name_arg, help="GPU the engine ran on, for the provenance")
     p.add_argument(
         "--window",
         default=None,
+        type=name_arg,
         help="time window text for the provenance (default: the files' modification times)",
     )
     p.add_argument(
