@@ -313,6 +313,18 @@ def test_tau_from_histogram_at_is_the_per_block_truncation():
         tau_from_histogram_at([0, 0], 1)
 
 
+def test_sglang_rows_say_that_tau_was_measured_at_k_only(tmp_path, capsys):
+    """SGLang gives τ at K alone: its k < K rows are i.i.d. too, and the footnote said "past K" and
+    "the counters' curve" (a vLLM histogram's words) under them."""
+    argv = ["--method", "M", "--scenario", "s", "--out", str(tmp_path / "p.json")]
+    assert main(["import", "sglang", str(DATA / "sglang_metrics.prom"), "--num-steps", "3", *argv]) == 0
+    out = capsys.readouterr().out
+    assert "* not measured: SGLang reports tau at its draft length K = 3 only" in out
+    assert "past the" not in out
+    assert main(["import", "vllm", str(SCRAPE_1), str(SCRAPE_2), *argv[:-1], str(tmp_path / "v.json")]) == 0
+    assert "* past the measured draft length K = " in capsys.readouterr().out
+
+
 @pytest.mark.parametrize("flag", ["--window", "--draft", "--device", "--model", "--engine-version", "--out"])
 def test_a_blank_provenance_name_is_refused(tmp_path, capsys, flag):
     """--window '' read as not given and wrote the files' times as the window, without a word."""

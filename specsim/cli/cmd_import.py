@@ -239,7 +239,12 @@ def _finish(imp: EngineImport, args) -> int:
     ]
     print()
     print(format_table(["k", "tau(k)", "a_k", "P(k-th accepted | k-1 accepted)"], table))
-    if any(r["extrapolated"] for r in rows):
+    if any(r["extrapolated"] for r in rows) and imp.accepted_histogram is None:  # SGLang: tau at K alone
+        print(
+            f"\n* not measured: SGLang reports tau at its draft length K = {imp.gamma} only; every other k "
+            f"drafts at the i.i.d. alpha of tau({imp.gamma})"
+        )
+    elif any(r["extrapolated"] for r in rows):
         print(
             f"\n* past the measured draft length K = {imp.gamma}: the counters' curve carried on, each later "
             f"draft accepted at the i.i.d. alpha of tau({imp.gamma}) (not measured)"
