@@ -406,6 +406,16 @@ def test_a_token_budget_below_one_image_is_refused_before_the_study(capsys):
     assert main([*qwen, "--max-num-batched-tokens", "10", "--requests", "30", "--json"]) == 0  # no image
 
 
+def test_a_model_id_for_no_model_of_the_study_or_no_id_is_refused(capsys):
+    """--model-id foo=bar/baz named no model and changed nothing; 'not an id' went into the engine lines."""
+    assert main([*BASE, "--trials", "2", "--model-id", "foo=bar/baz"]) == 2
+    assert "'foo' names no model of this study (expected one of llava-1.5-68m, llava-1.5-7b)" in _one_line(
+        capsys
+    )
+    assert main([*BASE, "--trials", "2", "--model-id", "llava-1.5-68m=not an id"]) == 2
+    assert "'not an id' is not a model id" in _one_line(capsys)
+
+
 @pytest.mark.parametrize(
     ("extra", "named"),
     [

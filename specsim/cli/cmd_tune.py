@@ -14,6 +14,8 @@ import numpy as np
 from specsim.bounds import name_arg, number_arg
 from specsim.cli.model_options import MODEL_HELP, add_image_size, image_size
 from specsim.cli.progress import ProgressBar
+from specsim.draft_kinds.registry import draft_kind
+from specsim.engines.engine_config import check_model_id
 from specsim.errors import SpecsimError, warn
 from specsim.hardware.model import check_positions
 from specsim.hardware.prices import parse_prices
@@ -32,6 +34,7 @@ from specsim.serve.serve_request import (
 from specsim.serve.speculation import alpha_arg
 from specsim.tune.executor import EXECUTORS, make_executor
 from specsim.tune.objective import OBJECTIVES, make_objective
+from specsim.tune.paste import draft_name
 from specsim.tune.space import check_space, parse_space
 from specsim.tune.study import SEARCHES, StudyPlan, require_optuna, run_study, storage_url
 from specsim.tune.trial import TuneContext
@@ -195,6 +198,20 @@ def _pairs(items: list[str], flag: str, value=str) -> dict:
     return out
 
 
+def _model_ids(items: list[str], target: str, space) -> dict[str, str]:
+    """--model-id NAME=ID pairs: each NAME the target or a draft of the space, each ID a model id."""
+    names = {target} | {draft_name(draft_kind(d.kind), d.model, target) for d in space.drafts} - {None}
+    ids = _pairs(items, "--model-id")
+    for name, value in ids.items():
+        if name not in names:
+            raise SpecsimError(
+                f"--model-id {name}={value}: {name!r} names no model of this study (expected one of "
+                f"{', '.join(sorted(names))})"
+            )
+        check_model_id(value, f"--model-id {name}", bare_ok=True)
+    return ids
+
+
 def _refuse_unused(args: argparse.Namespace) -> None:
     """Options that would change nothing in this combination: refused, not ignored."""
     if args.slo_attainment is not None and args.slo is None:
@@ -277,7 +294,7 @@ def _inputs(args):
     plan = StudyPlan(args.search, args.trials, args.batch, args.seed, args.storage, study)
     require_optuna()
     executor = make_executor(args.executor, jobs=args.jobs, ray_address=args.ray_address)
-    return context, space, objective, plan, executor, _pairs(args.model_id, "--model-id")
+    return context, space, objective, plan, executor, _model_ids(args.model_id, target, space)
 
 
 def cmd_tune(args: argparse.Namespace) -> int:

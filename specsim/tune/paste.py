@@ -106,7 +106,7 @@ def engine_configs(
     kind = draft_kind(dep.draft.kind)
     schedule = policy_schedule(dep.policy, dep.max_num_seqs)
     gamma = dep.policy.gamma_at(at)
-    draft = _draft_name(kind, dep.draft.model, target)
+    draft = draft_name(kind, dep.draft.model, target)
     target_id, draft_id = model_id(target, ids), None if draft is None else model_id(draft, ids)
     sd_on = max(g for _, _, g in schedule) > 0  # SD off: the lines below name the target alone
     notes = [
@@ -178,7 +178,7 @@ def engine_configs(
     )
 
 
-def _draft_name(kind: DraftKind, model: str | None, target: str) -> str | None:
+def draft_name(kind: DraftKind, model: str | None, target: str) -> str | None:
     """The draft model or head the kind runs (a head kind's preset head for the target, as ``serve`` picks
     it: :func:`specsim.hardware.draft_heads.draft_side`); None for a lookup kind or MTP on the target."""
     if model or not kind.is_head:
