@@ -416,6 +416,12 @@ def test_a_model_id_for_no_model_of_the_study_or_no_id_is_refused(capsys):
     assert "'not an id' is not a model id" in _one_line(capsys)
 
 
+def test_sd_off_from_a_batch_is_refused_where_sd_never_runs(capsys):
+    """--gamma 0 --sd-off-from-batch 4 was taken, and its label said 'off from batch 4' of an SD never on."""
+    assert main([*BASE, "--trials", "2", "--gamma", "0", "--sd-off-from-batch", "4"]) == 2
+    assert "--sd-off-from-batch: shapes when SD runs, and every --gamma is 0" in _one_line(capsys)
+
+
 @pytest.mark.parametrize(
     ("extra", "named"),
     [

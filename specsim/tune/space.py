@@ -222,6 +222,8 @@ def check_space(space: SearchSpace, target: str, image_size: tuple[int, int] | N
     """Refuse, before any simulation, what no deployment of ``space`` could mean: unknown models, devices
     or runtimes, a runtime for another kind of device, a TP degree a device or the target cannot take.
     (Whether weights and KV cache fit is a trial's answer, not an input error.) Returns the target's spec."""
+    if max(space.gammas) == 0 and any(b is not None for b in space.sd_off_from_batch):  # SD never on
+        raise SpecsimError("--sd-off-from-batch: shapes when SD runs, and every --gamma is 0 (SD never runs)")
     size = None if image_size is None else ImageSize(*image_size)
     target_spec = _named("--target", lambda: load_model_spec(target, image_size=size))
     refuse_image_size_without_vision(target_spec, size)  # before the drafts, which would name themselves
