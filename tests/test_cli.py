@@ -348,3 +348,15 @@ def test_predict_refuses_a_token_cap_beside_new_tokens_unless_a_comparison_reads
     err = capsys.readouterr().err
     assert err.startswith("specsim: error: --max-new-tokens: caps the traced requests, and --new-tokens")
     assert main([*argv, "--new-tokens", "64", "--max-new-tokens", "1000", "--tree", "2,1"]) == 0
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [["--tree", "4,2"], ["--policy", "fixed:3"], ["--best-tree"], ["--tree", "chain:2", "--best-tree"]],
+)
+def test_trees_and_policies_on_a_published_ratio_are_refused(capsys, extra):
+    """The default profile publishes gamma*c+v at one gamma: a tree or policy walks requests it cannot price,
+    and printed a row of n/a per method with exit 0."""
+    assert main(["predict", "--gamma", "4", *extra]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"specsim: error: {extra[0]}") and "gives gamma*c+v only as published" in err

@@ -144,11 +144,11 @@ def test_the_tok_s_note_is_for_profiles_without_ms(capsys):
     assert "tok/s needs absolute Tp (ms); this profile has none" in capsys.readouterr().out
 
 
-def test_a_best_chain_of_one_priced_gamma_is_not_called_best(capsys):
-    """IbED prices gamma 5 only: the chain row read 'best γ = 5' above a sweep that says it names no best."""
-    assert main(["sweep", "--tree", "4,2,1", "--scenario", "ChartQA"]) == 0
-    out = capsys.readouterr().out
-    assert "γ = 5" in out and "best γ" not in out and "no best gamma" in out
+def test_a_sweep_compares_no_tree_on_a_profile_that_prices_one_gamma(capsys):
+    """IbED prices gamma 5 only: a sweep's tree comparison printed n/a for the tree (and had read 'best γ = 5'
+    above a sweep that says it names no best); it is refused, as predict's is."""
+    assert main(["sweep", "--tree", "4,2,1", "--scenario", "ChartQA"]) == 2
+    assert "--tree 4,2,1: profile 'ibed-llava1.5-7b-68m' gives gamma*c+v only" in capsys.readouterr().err
 
 
 def test_a_one_context_profile_says_every_context_is_priced_at_it(capsys):

@@ -239,8 +239,8 @@ def cmd_predict(args) -> int:
         if args.max_new_tokens is None
         else parse_int(args.max_new_tokens, name="--max-new-tokens", unit="tokens")
     )
-    profile, methods = _load(args)
     drafts = _drafts(args)  # a bad --tree/--policy fails before any work
+    profile, methods = _load(args)
     refuse_unread_flags(args, drafts)
     rows = predict(
         profile,
@@ -346,8 +346,8 @@ def _print_notes(rows, notes: dict, e2e_missing=(), marked=None) -> None:
 def cmd_sweep(args) -> int:
     """Speedup per γ and the best γ per method and scenario."""
     gammas = parse_int_list(args.gamma, name="--gamma", unit="gamma")
-    profile, methods = _load(args)
     drafts = _drafts(args)  # a bad --tree/--policy fails before any work
+    profile, methods = _load(args)
     results = sweep(
         profile,
         gammas,

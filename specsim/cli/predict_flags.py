@@ -17,11 +17,14 @@ def refuse_unpriced_flags(args, profile: Profile) -> None:
         ("--context-tokens", args.context_tokens),
         ("--max-new-tokens", getattr(args, "max_new_tokens", None)),
         ("--new-tokens", getattr(args, "new_tokens", None)),
+        ("--tree", ",".join(getattr(args, "tree", None) or []) or None),  # trees and policies walk requests
+        ("--policy", ",".join(getattr(args, "policy", None) or []) or None),
+        ("--best-tree", getattr(args, "best_tree", False) or None),
     ):
         if value is not None:
-            shown = f"{value:g}" if isinstance(value, float) else value
+            shown = "" if value is True else f" {value:g}" if isinstance(value, float) else f" {value}"
             raise SpecsimError(
-                f"{flag} {shown}: profile {profile.name!r} gives gamma*c+v only as published at "
+                f"{flag}{shown}: profile {profile.name!r} gives gamma*c+v only as published at "
                 f"gamma={ratio.gamma} (no latency grid to walk requests on); drop {flag}, or use a "
                 "calibrated profile (`specsim profiles`)"
             )
