@@ -42,6 +42,9 @@ def test_max_rate_is_never_the_search_ceiling(capsys):
         (["--rates", "1,1e-300"], "--rates: expected requests per second in [1e-06, 1e+06]"),
         (["--rate", "1e-6", "--requests", "2000"], "--rate: 1e-06 req/s spreads 2000 requests over ~2e+09 s"),
         (["--slo-attainment", "0.5"], "--slo-attainment: applies with --max-rate only"),
+        # its parser said "a finite number in 1e-06..1e+06 (ratio)" of a share that must be in (0, 1]
+        (["--max-rate", "--slo", "tpot=5", "--slo-attainment", "0"], "--slo-attainment: expected a fraction"),
+        (["--max-rate", "--slo", "tpot=5", "--slo-attainment", "2"], "in (0, 1], got '2'"),
     ],
 )
 def test_serve_refuses_rates_it_cannot_time_and_flags_it_would_ignore(capsys, argv, expected):

@@ -15,7 +15,7 @@ from specsim.errors import SpecsimError
 from specsim.jsonio import check_writable, dumps_json
 from specsim.predict.acceptance_source import ACCEPTANCE_FORMS
 from specsim.serve.arrivals import burstiness_arg, check_span, rate_arg, rates_arg
-from specsim.serve.compare import compare_at, max_rates, sweep_rates
+from specsim.serve.compare import attainment_arg, compare_at, max_rates, sweep_rates
 from specsim.serve.scheduler import DEFAULT_MAX_NUM_BATCHED_TOKENS, DEFAULT_MAX_NUM_SEQS
 from specsim.serve.serve_request import (
     GAMMA_DEFAULT,
@@ -207,7 +207,7 @@ def register(sub) -> None:
     )
     out.add_argument(
         "--slo-attainment",
-        type=number_arg("ratio"),
+        type=attainment_arg,
         default=None,
         help="share of requests that must meet --slo for --max-rate (default 0.9)",
     )

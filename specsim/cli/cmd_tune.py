@@ -22,7 +22,7 @@ from specsim.hardware.prices import parse_prices
 from specsim.jsonio import check_outputs, dumps_json
 from specsim.presets import pair_models
 from specsim.serve.arrivals import burstiness_arg, parse_image_mix, rate_arg, read_trace
-from specsim.serve.compare import Workload
+from specsim.serve.compare import Workload, attainment_arg
 from specsim.serve.metrics import parse_slo
 from specsim.serve.scheduler import SchedulerConfig
 from specsim.serve.serve_request import (
@@ -132,7 +132,7 @@ def register(sub) -> None:
     )
     o.add_argument("--slo", default=None, help="bounds in ms, e.g. ttft=500,tpot=50 (keys ttft, tpot, e2e)")
     o.add_argument(
-        "--slo-attainment", type=number_arg("ratio"), default=None, help="share that must meet --slo (0.9)"
+        "--slo-attainment", type=attainment_arg, default=None, help="share that must meet --slo (0.9)"
     )
     o.add_argument(
         "--price", action="append", default=[], metavar="DEVICE=USD", help="price per GPU-hour of a device"

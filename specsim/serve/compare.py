@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from specsim.bounds import RANGES
+from specsim.bounds import RANGES, interval_arg
 from specsim.draft_shapes.policies import GammaPolicy
 from specsim.errors import SpecsimError
 from specsim.hardware.batch_limit import Run, paying_range, paying_runs
@@ -28,6 +28,8 @@ from specsim.serve.speculation import AcceptanceSource
 from specsim.serve.step_cost import StepCost
 
 TARGET_ONLY = GammaPolicy(0)
+# --slo-attainment (serve and tune): the share of requests that must meet the SLO
+attainment_arg = interval_arg(0.0, 1.0, "a fraction in (0, 1]", lo_open=True)
 
 
 @dataclass(frozen=True)
