@@ -228,3 +228,21 @@ def test_context_and_output_lengths_need_a_decode(capsys):
     assert main(argv) == 2 and "--context: expected one integer in 1.." in _one_line(capsys)
     argv = ["hardware", "--device", "h100-sxm", "--prompt-tokens", "100", "--output-tokens", "0"]
     assert main(argv) == 2 and "--output-tokens: expected an integer in 1..16777216" in _one_line(capsys)
+
+
+def test_validate_lists_only_the_sources_its_rows_come_from(tmp_path, capsys):
+    """A --data file with one source's rows printed every source it cites under 'sources:' (and in --json),
+    as if their rows had been checked."""
+    from importlib import resources
+
+    from specsim.validation.published_set import DATA_FILE
+
+    data = json.loads((resources.files("specsim") / DATA_FILE).read_text())
+    data["rows"] = [r for r in data["rows"] if r["source"] == "gpt-fast"]
+    path = tmp_path / "one.json"
+    path.write_text(json.dumps(data))
+    assert main(["validate", "--data", str(path), "--no-sweeps"]) == 0
+    cited = capsys.readouterr().out.split("\nsources:\n")[1].splitlines()
+    assert [c.split(":")[0].strip() for c in cited if c.startswith("  ")] == ["gpt-fast"]
+    assert main(["validate", "--data", str(path), "--no-sweeps", "--json"]) == 0
+    assert list(json.loads(capsys.readouterr().out)["sources"]) == ["gpt-fast"]

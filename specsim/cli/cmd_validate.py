@@ -114,6 +114,12 @@ def _overrides(paths: list[str], used: set[str]) -> dict:
     return out
 
 
+def _cited(ps) -> dict:
+    """The sources some row of the data comes from (a --data file may cite more than it holds rows of)."""
+    used = {r.source for r in ps.rows}
+    return {k: s for k, s in ps.sources.items() if k in used}
+
+
 def cmd_validate(args: argparse.Namespace) -> int:
     if args.sweep_plot is not None and args.no_sweeps:
         raise SpecsimError("--sweep-plot: draws the batch sweeps, which --no-sweeps leaves out")
@@ -169,7 +175,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
             "not_predictable": [{"id": r.id, "reason": r.tau_derivation or "no tau"} for r in skipped],
             "batch_sweeps": [c.to_json() | {"grid": g} for c, g in zip(comparisons, grids)],
             "load_rows": {"rows": [r.to_json() for r in loads], "summary": summarize_load_rows(loads)},
-            "sources": {k: s.cite() for k, s in ps.sources.items()},
+            "sources": {k: s.cite() for k, s in _cited(ps).items()},
         }
         print(dumps_json(out))
         return 0
@@ -295,7 +301,7 @@ def _text(results, overall, fitted_only, skipped, ps, fit_all_mode: bool) -> lis
     for r in skipped:
         lines.append(f"not predictable: {r.id} ({r.tau_derivation or 'no tau'})")
     lines.append("sources:")
-    lines += [f"  {k}: {s.cite()} [{s.where}]" for k, s in ps.sources.items()]
+    lines += [f"  {k}: {s.cite()} [{s.where}]" for k, s in _cited(ps).items()]
     return lines
 
 
