@@ -220,7 +220,9 @@ def test_an_image_only_prompt_is_served(capsys):
     assert main([*argv, "--prompt-tokens", "0", "--images", "1"]) == 0
     capsys.readouterr()
     assert main([*argv, "--prompt-tokens", "0", "--images", "0"]) == 2
-    assert "requests: every request needs at least one prompt token or image" in _one_line(capsys)
+    assert "--prompt-tokens/--images: every request needs at least one prompt token or image" in _one_line(
+        capsys
+    )
 
 
 @pytest.mark.parametrize(("extra", "largest"), [([], 256), (["--max-num-seqs", "8"], 8)])

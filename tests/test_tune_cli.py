@@ -200,7 +200,7 @@ def test_a_ray_address_that_cannot_be_reached_is_one_line(capsys, address, said)
 @pytest.mark.parametrize(
     "extra, said",
     [
-        (["--prompt-tokens", "0", "--images", "0"], "requests: every request needs at least one prompt"),
+        (["--prompt-tokens", "0", "--images", "0"], "--prompt-tokens/--images: every request needs"),
         (["--max-num-batched-tokens", "0"], "tune: argument --max-num-batched-tokens: expected an integer"),
     ],
 )

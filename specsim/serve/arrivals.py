@@ -65,6 +65,10 @@ def uniform_requests(arrival_s, prompt_tokens: int, images: int, output_tokens: 
     check_range(prompt_tokens, "tokens", "prompt tokens")
     check_range(images, "images", "images")
     check_range(output_tokens, "tokens", "output tokens")
+    if prompt_tokens + images < 1:  # the flags that shape every request (a trace names its rows)
+        raise SpecsimError(
+            "--prompt-tokens/--images: every request needs at least one prompt token or image, got 0"
+        )
     n = len(arrival)
     return Requests(
         arrival,
