@@ -332,3 +332,14 @@ def test_a_blank_provenance_name_is_refused(tmp_path, capsys, flag):
     argv += ["--method", "M", *(["--out", str(tmp_path / "p.json")] if flag != "--out" else []), flag, " "]
     assert main(argv) == 2 and f"argument {flag}: expected a name or path" in capsys.readouterr().err
     assert not (tmp_path / "p.json").exists()
+
+
+@pytest.mark.parametrize("text", ["", "\n  \n"])
+def test_an_empty_sglang_file_is_named_empty(tmp_path, capsys, text):
+    """A blank file was read as a metrics scrape and refused for a missing gauge."""
+    path = tmp_path / "responses.jsonl"
+    path.write_text(text)
+    argv = ["import", "sglang", str(path), "--num-steps", "3", "--method", "M", "--scenario", "s"]
+    assert main([*argv, "--out", str(tmp_path / "p.json")]) == 2
+    err = capsys.readouterr().err
+    assert f"SGLang file {str(path)!r}: empty (expected a /metrics scrape or /generate responses)" in err

@@ -123,5 +123,11 @@ def tau_from_responses(path: str | Path, num_steps: int) -> tuple[float, int, in
 
 
 def is_responses_file(path: str | Path) -> bool:
-    """True for a JSONL of responses (first non-blank character '{'), False for Prometheus text."""
-    return read_text(path, "SGLang file").lstrip().startswith("{")
+    """True for a JSONL of responses (first non-blank character '{'), False for Prometheus text;
+    SpecsimError for a blank file (neither)."""
+    text = read_text(path, "SGLang file").lstrip()
+    if not text:
+        raise SpecsimError(
+            f"SGLang file {str(path)!r}: empty (expected a /metrics scrape or /generate responses)"
+        )
+    return text.startswith("{")
