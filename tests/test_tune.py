@@ -146,8 +146,29 @@ def test_a_stored_study_resumes_and_refuses_other_settings(tmp_path, suffix):
     assert _trials(again)[:5] == _trials(first)  # stored trials come back as they were told
     _, done = _study(space, StudyPlan("tpe", 9, 2, storage=storage))
     assert done.simulations == 0 and len(done.records) == 9
-    with pytest.raises(SpecsimError, match="was made with another space"):
+    with pytest.raises(SpecsimError, match=r"^--device/--runtime/.*--max-num-seqs: study .* other settings"):
         _study(_space(max_num_seqs="8,16"), StudyPlan("tpe", 9, 2, storage=storage))
+
+
+def test_a_stored_study_names_the_option_its_settings_differ_in(tmp_path):
+    """Another --rate was refused as 'another context_sha256' under --study-name: the option is named now;
+    a study stored before the context's fields were kept names the load and SLO options as a whole."""
+    import optuna
+
+    from specsim.tune.study import STUDY_ATTR
+
+    space, storage = _space(max_num_seqs="8,16"), str(tmp_path / "study.db")
+    _study(space, StudyPlan("tpe", 2, 2, storage=storage))
+    with pytest.raises(SpecsimError, match=r"^--rate: study 'specsim-tune' in .* other settings of --rate;"):
+        _study(
+            space, StudyPlan("tpe", 2, 2, storage=storage), context=dataclasses.replace(SMALL, rate_per_s=8.0)
+        )
+    study = optuna.load_study(study_name="specsim-tune", storage="sqlite:///" + storage)
+    older = {k: v for k, v in study.user_attrs[STUDY_ATTR].items() if k != "context_fields_sha256"}
+    study.set_user_attr(STUDY_ATTR, older)
+    _study(space, StudyPlan("tpe", 2, 2, storage=storage))  # the same settings still resume it
+    with pytest.raises(SpecsimError, match=r"^the load and SLO options: study"):
+        _study(space, StudyPlan("tpe", 2, 2, storage=storage), context=dataclasses.replace(SMALL, seed=4))
 
 
 def test_a_resumed_study_draws_new_points(tmp_path):

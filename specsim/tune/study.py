@@ -149,15 +149,50 @@ def _reason(err: Exception) -> str:
     return str(orig if orig is not None else err).splitlines()[0][:120]
 
 
+# The options behind each part of a study's fingerprint, named when a stored study differs there.
+FINGERPRINT_FLAGS = {
+    "target": "--pair/--target",
+    "workload": "--requests/--prompt-tokens/--images/--output-tokens/--burstiness/--trace",
+    "rate_per_s": "--rate",
+    "slo": "--slo",
+    "max_num_batched_tokens": "--max-num-batched-tokens",
+    "seed": "--seed",
+    "image_size": "--image-size",
+    "space": "--device/--runtime/--tp/--draft/--gamma/--gamma-breaks/--sd-off-from-batch/--max-num-seqs",
+    "objective": "--objective/--slo-attainment/--price",
+    "search": "--search",
+}
+
+
+def _sha(value) -> str:
+    return hashlib.sha256(json.dumps(value, sort_keys=True).encode()).hexdigest()
+
+
 def fingerprint(context: TuneContext, space: SearchSpace, objective: Objective, search: str) -> dict:
-    """What a stored study must match to be resumed or joined (the context as a hash: a trace is long)."""
-    ctx = json.dumps(context.to_json(), sort_keys=True)
+    """What a stored study must match to be resumed or joined (the context as hashes, whole and by field:
+    a trace is long)."""
+    ctx = context.to_json()
     return {
-        "context_sha256": hashlib.sha256(ctx.encode()).hexdigest(),
+        "context_sha256": _sha(ctx),
+        "context_fields_sha256": {k: _sha(v) for k, v in ctx.items()},
         "space": space.to_json(),
         "objective": objective.to_json(),
         "search": search,
     }
+
+
+def _differs(stored: dict, mark: dict) -> list[str]:
+    """The options (:data:`FINGERPRINT_FLAGS`) whose part of ``mark`` a stored study's fingerprint differs
+    in; a study stored before the context's fields were kept names the context as a whole."""
+    mark = json.loads(json.dumps(mark))
+    fields, stored_fields = mark.pop("context_fields_sha256"), stored.get("context_fields_sha256")
+    out = [k for k in mark if stored.get(k) != mark[k] and k != "context_sha256"]
+    if stored.get("context_sha256") != mark["context_sha256"]:
+        if stored_fields is None:
+            out.insert(0, "context")
+        else:
+            out[:0] = [k for k in fields if stored_fields.get(k) != fields[k]]
+    return [FINGERPRINT_FLAGS.get(k, "the load and SLO options") for k in out]
 
 
 def _sampler(optuna, search: str, seed: int):
@@ -186,11 +221,10 @@ def _open(optuna, plan: StudyPlan, objective: Objective, search: str, mark: dict
     stored = study.user_attrs.get(STUDY_ATTR)
     if stored is None:
         study.set_user_attr(STUDY_ATTR, mark)
-    elif stored != json.loads(json.dumps(mark)):
-        differs = sorted(k for k in mark if stored.get(k) != json.loads(json.dumps(mark[k])))
+    elif differs := _differs(stored, mark):
         raise SpecsimError(
-            f"--study-name: study {plan.study_name!r} in {plan.storage} was made with another "
-            f"{', '.join(differs)}; give another --study-name or the same settings"
+            f"{differs[0]}: study {plan.study_name!r} in {plan.storage} was made with other settings of "
+            f"{', '.join(differs)}; give the same settings, or another --study-name"
         )
     return study
 
