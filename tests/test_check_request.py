@@ -72,3 +72,35 @@ def test_a_batch_larger_than_a_scenario_group_is_refused_before_loading(no_loadi
     ):
         check_request(args)
     assert check_request(_args("--batch", "2", "--gamma", "2", "--method", "M", "--limit", "6")).sizes == (2,)
+
+
+@pytest.mark.parametrize(
+    "extra, said",
+    [
+        (["--temperature", "0.7", "--halfwidth", "0.5"], "--halfwidth: greedy checks repeat in rounds"),
+        (["--temperature", "0.7", "--min-rounds", "3"], "--min-rounds: greedy checks repeat in rounds"),
+        (["--temperature", "0.7", "--max-rounds", "9"], "--max-rounds: greedy checks repeat in rounds"),
+        (["--seed", "7"], "--seed: seeds sampled runs, serving arrivals"),
+        (["--batch", "2", "--seed", "7"], "--seed: seeds sampled runs, serving arrivals"),
+    ],
+)
+def test_flags_a_mode_does_not_read_are_refused(no_loading, extra, said):
+    """A sampled check ran with its defaults (its --json said halfwidth_goal 0.015 of a 0.5 given), and a
+    greedy check drew nothing with --seed."""
+    from specsim.errors import SpecsimError
+
+    with pytest.raises(SpecsimError, match=f"^{said}"):
+        check_request(_args("--method", "M", "--gamma", "2", *extra))
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        ["--temperature", "1", "--seed", "7"],
+        ["--serve-rates", "1", "--seed", "7"],
+        ["--synthetic-acceptance", "tau:2@2", "--seed", "7"],
+        ["--batch", "2", "--remeasure-batched", "--seed", "7"],
+    ],
+)
+def test_a_seed_is_taken_where_something_is_drawn(no_loading, extra):
+    assert check_request(_args("--method", "M", "--gamma", "2", *extra)).gammas == [2]

@@ -20,6 +20,7 @@ from specsim.profiles import load_profile, resolve_profile_path
 
 GREEDY, SAMPLED, SERVE, BATCH = "greedy", "sampled", "serve", "batch"
 SERVE_DEFAULTS = {"serve_requests": 24, "max_num_seqs": 8}  # apply with --serve-rates only
+ROUND_DEFAULTS = {"halfwidth": 0.015, "min_rounds": 2, "max_rounds": 6}  # greedy, batch and serving rounds
 
 
 @dataclass(frozen=True)
@@ -142,6 +143,20 @@ def _check_args(args) -> list[int]:
     if args.synthetic_acceptance is not None and (args.tree or args.policy or args.temperature > 0):
         raise SpecsimError(
             "--synthetic-acceptance: runs fixed gamma, greedy (no --tree, --policy or --temperature)"
+        )
+    mode = check_mode(args)
+    if mode == SAMPLED:  # sampled runs repeat in --seeds, not in rounds
+        for dest, default in ROUND_DEFAULTS.items():
+            if getattr(args, dest) != default:
+                raise SpecsimError(
+                    f"--{dest.replace('_', '-')}: greedy checks repeat in rounds; with --temperature "
+                    "give --seeds"
+                )
+    reads_seed = mode in (SAMPLED, SERVE) or args.synthetic_acceptance is not None or args.remeasure_batched
+    if args.seed != 0 and not reads_seed:  # it seeds sampling, arrivals, a schedule or a re-measured grid
+        raise SpecsimError(
+            "--seed: seeds sampled runs, serving arrivals, a --synthetic-acceptance schedule or "
+            "--remeasure-batched; this greedy check draws nothing"
         )
     return gammas
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import sys
 
+from calibrate.cli.check_request import ROUND_DEFAULTS
 from calibrate.cli.check_serve import serve_args
 from calibrate.cli.llama_cpp_handlers import cmd_check_llama
 from calibrate.cli.llama_cpp_options import llama_cpp_args, refuse_llama_cpp_flags
@@ -70,7 +71,7 @@ def register(subparsers) -> None:
     rep.add_argument(
         "--halfwidth",
         type=number_arg("ratio"),
-        default=0.015,
+        default=ROUND_DEFAULTS["halfwidth"],
         help="stop repeating a row once its "
         "measured decode-phase speedup has a 95%% half-width within this fraction (default 0.015; "
         "--serve-rates: a rate and side once its p50 TPOT, p90 TTFT and output tokens/s have)",
@@ -78,13 +79,13 @@ def register(subparsers) -> None:
     rep.add_argument(
         "--min-rounds",
         type=number_arg("repeats", integer=True),
-        default=2,
+        default=ROUND_DEFAULTS["min_rounds"],
         help="at least this many rounds (default 2; one round gives no half-width)",
     )
     rep.add_argument(
         "--max-rounds",
         type=number_arg("repeats", integer=True),
-        default=6,
+        default=ROUND_DEFAULTS["max_rounds"],
         help="at most this many rounds (default 6)",
     )
     rep.add_argument(
