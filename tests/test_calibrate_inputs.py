@@ -327,3 +327,33 @@ def test_a_zero_request_flag_is_checked_not_read_as_missing(tmp_path, capsys):
     assert "--request-new-tokens: expected an integer >= 1, got 0" in capsys.readouterr().err
     assert main([*argv, "--request-new-tokens", "0"]) == 2  # and, as any --request-* flag, needs its sweep
     assert "--request-new-tokens: applies with --request-batches only" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "text, images, said",
+    [
+        ("<image> x", ["a.png", "a.png"], "1 <image> placeholders but 2 images"),
+        ("<image> <image> x", ["a.png"], "2 <image> placeholders but 1 images"),
+        ("x", ["a.png"], "0 <image> placeholders but 1 images"),
+        ("<image> x", ["bad.png"], "cannot read image"),
+    ],
+)
+@pytest.mark.parametrize("command", ["check", "acceptance"])
+def test_prompt_images_are_checked_before_models_load(
+    tmp_path, capsys, monkeypatch, text, images, said, command
+):
+    """Placeholders that do not match the images, or an image Pillow cannot read, were refused by
+    make_request and open_images only after both models had loaded."""
+    _image(tmp_path / "a.png")
+    (tmp_path / "bad.png").write_text("not an image")
+    (tmp_path / "p.jsonl").write_text(json.dumps({"id": "x", "prompt": text, "images": images}) + "\n")
+    monkeypatch.setattr(M, "load_pair", lambda *a, **k: pytest.fail("models loaded"))
+    prompts = ["--preset", "zoo", "--prompts", str(tmp_path / "p.jsonl"), "--method", "M"]
+    if command == "check":
+        argv = ["check", "--profile", "zoo-cpu", "--no-write", "--gamma", "2", *prompts]
+        argv += ["--synthetic-acceptance", "tau:2@2"]
+    else:
+        argv = ["calibrate", "acceptance", "--out", str(tmp_path / "acc.json"), *prompts]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("specsim: error: prompt 'x': ") and said in err and err.count("\n") == 1

@@ -134,42 +134,52 @@ def byte_ids(text: str, vocab: int):
 
 
 def open_images(prompt) -> list:
-    """The prompt's images as RGB (paths were checked at load: inside the folder, regular files).
+    """The prompt's images as RGB (paths were checked at load: inside the folder, regular files)."""
+    return [_read_image(prompt, path, lambda img: img.convert("RGB")) for path in prompt.images]
 
-    Pillow's decompression-bomb limit (Image.MAX_IMAGE_PIXELS) is an error here, not a warning.
-    """
+
+def _read_image(prompt, path: str, use):
+    """``use(image)`` of one of the prompt's images; SpecsimError naming the prompt and the path when Pillow
+    cannot read it. Pillow's decompression-bomb limit (Image.MAX_IMAGE_PIXELS) is an error, not a warning."""
     import warnings
 
     from PIL import Image
 
-    out = []
-    for path in prompt.images:
-        try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("error", Image.DecompressionBombWarning)
-                with Image.open(path) as img:
-                    out.append(img.convert("RGB"))
-        except (Image.DecompressionBombWarning, Image.DecompressionBombError) as err:
-            raise SpecsimError(
-                f"prompt {prompt.id!r}: image {path!r} is too large to decode safely ({err}); "
-                "a decompression bomb?"
-            ) from None
-        except (OSError, ValueError, SyntaxError) as err:
-            raise SpecsimError(
-                f"prompt {prompt.id!r}: cannot read image {path!r} ({err.__class__.__name__})"
-            ) from None
-    return out
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", Image.DecompressionBombWarning)
+            with Image.open(path) as img:
+                return use(img)
+    except (Image.DecompressionBombWarning, Image.DecompressionBombError) as err:
+        raise SpecsimError(
+            f"prompt {prompt.id!r}: image {path!r} is too large to decode safely ({err}); a decompression "
+            "bomb?"
+        ) from None
+    except (OSError, ValueError, SyntaxError) as err:
+        raise SpecsimError(
+            f"prompt {prompt.id!r}: cannot read image {path!r} ({err.__class__.__name__})"
+        ) from None
 
 
 def check_image_counts(prompts) -> None:
-    """SpecsimError when a prompt declares ``images_per_prompt`` other than the images it carries: its
-    requests, scenario group ('-<n>img') and captions follow the images, so the label would be wrong."""
+    """SpecsimError, before any model loads, when a prompt declares ``images_per_prompt`` other than the
+    images it carries (its scenario group and captions follow the images), has another number of
+    ``<image>`` placeholders than images, or has an image Pillow cannot identify."""
+    from calibrate.drafting.contexts import IMAGE_PLACEHOLDER
+
     for p in prompts:
         if p.images_per_prompt != len(p.images):
             raise SpecsimError(
                 f"prompt {p.id!r}: images_per_prompt: expected {len(p.images)} (the prompt's images), "
                 f"got {p.images_per_prompt}"
             )
+        if p.text.count(IMAGE_PLACEHOLDER) != len(p.images):  # as make_request would say after loading
+            raise SpecsimError(
+                f"prompt {p.id!r}: {p.text.count(IMAGE_PLACEHOLDER)} {IMAGE_PLACEHOLDER} placeholders but "
+                f"{len(p.images)} images"
+            )
+        for path in p.images:
+            _read_image(p, path, lambda img: img.verify())  # the header and structure, not the pixels
 
 
 def _finish(prompts: list[Prompt], name: str, limit: int | None) -> list[Prompt]:
