@@ -357,3 +357,12 @@ def test_prompt_images_are_checked_before_models_load(
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert err.startswith("specsim: error: prompt 'x': ") and said in err and err.count("\n") == 1
+
+
+def test_acceptance_refuses_new_tokens_past_the_targets_window_before_loading(tmp_path, capsys, monkeypatch):
+    """The zoo target has 1024 positions: 5000 new tokens were refused after both models loaded."""
+    monkeypatch.setattr(M, "load_pair", lambda *a, **k: pytest.fail("models loaded"))
+    argv = ["calibrate", "acceptance", "--preset", "zoo", "--out", str(tmp_path / "a.json"), "--method", "M"]
+    assert main([*argv, "--limit", "1", "--max-new-tokens", "5000"]) == 2
+    err = capsys.readouterr().err
+    assert "--max-new-tokens: 5000 new tokens after a prompt, but the target has at most 1024" in err
