@@ -99,6 +99,8 @@ def test_unusable_devices_are_one_line(tmp_path, cfg, capsys, monkeypatch, devic
             "--contexts/--verify-context/--gammas: the target 'tiny' has at most 64 positions",
         ),
         (["--verify-context", "60", "--gammas", "1-8"], "--contexts/--verify-context/--gammas: the target"),
+        # a context sized from the prompts names what sizes it (it named only flags not given)
+        (["--contexts", "62"], "needs 65 (without --contexts, they reach the longest prompt plus --max-new-"),
         (["--prefill-tokens", "65"], "--prefill-tokens: the target"),
         (["--gammas", "1-100000"], "argument --gammas: expected values <= 1024 (the cap on gamma)"),
         (["--batch-sizes", "1-10000000000"], "argument --batch-sizes: expected values <= 4096"),

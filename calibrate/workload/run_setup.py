@@ -349,6 +349,9 @@ def _with_captioner(args, models: dict) -> dict:
     return models
 
 
+SIZED_CONTEXTS = " (without --contexts, they reach the longest prompt plus --max-new-tokens)"
+
+
 def check_plan_positions(models: dict, plan) -> None:
     """SpecsimError when a planned forward reaches past a model's maximum positions (its config's
     ``max_position_embeddings``): every γ block runs at every context (context + γ + 1 positions), and
@@ -369,7 +372,8 @@ def check_plan_positions(models: dict, plan) -> None:
             continue
         for option, positions in longest.items():
             if positions > limit:
+                sized = SIZED_CONTEXTS if "gammas" in option else ""
                 raise SpecsimError(
                     f"{option}: the {role} {models[role].name!r} has at most {limit} positions "
-                    f"(max_position_embeddings), but this plan needs {positions}"
+                    f"(max_position_embeddings), but this plan needs {positions}{sized}"
                 )
