@@ -368,3 +368,32 @@ def test_acceptance_refuses_new_tokens_past_the_targets_window_before_loading(tm
     assert main([*argv, "--limit", "1", "--max-new-tokens", "5000"]) == 2
     err = capsys.readouterr().err
     assert "--max-new-tokens: 5000 new tokens after a prompt, but the target has at most 1024" in err
+
+
+@pytest.mark.parametrize(
+    "models, said",
+    [
+        (
+            ["--target", "zoo:target", "--target-config", "zoo-target", "--draft", "zoo:draft"],
+            "--target-config: give",
+        ),
+        (
+            ["--preset", "zoo", "--draft", "zoo:draft", "--draft-config", "zoo-draft"],
+            "--draft-config: give either",
+        ),
+        (
+            ["--target", "zoo:target", "--draft", "zoo:draft", "--random-weights"],
+            "--random-weights: builds a",
+        ),
+        (
+            ["--preset", "zoo", "--target-config", "zoo-target", "--random-weights"],
+            "--random-weights: builds a",
+        ),
+    ],
+)
+def test_latency_refuses_model_flags_it_would_not_read(tmp_path, capsys, monkeypatch, models, said):
+    """--target-config silently won over --target, and --random-weights beside per-side models was unread."""
+    monkeypatch.setattr(M, "model_from_spec", lambda *a, **k: pytest.fail("a model loaded"))
+    assert main(["calibrate", "latency", *models, "--out", str(tmp_path / "p.json"), "--quiet"]) == 2
+    assert said in _one_line(capsys)
+    assert not (tmp_path / "p.json").exists()

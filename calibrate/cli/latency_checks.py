@@ -76,6 +76,7 @@ def check_latency_args(args) -> None:
         raise SpecsimError(f"{flag}: applies with --request-batches only (it sizes the batched sweep)")
     check_device(args.device)
     canonical_dtype(args.dtype)
+    _refuse_model_flags(args)
     for name in ("warmup", "caption_tokens", "verify_context", "threads"):
         value = getattr(args, name)
         if value is not None and value < (0 if name == "warmup" else 1):
@@ -107,3 +108,20 @@ def check_latency_args(args) -> None:
         )
     if hi < lo:
         raise SpecsimError(f"--min-repeats/--max-repeats: expected min <= max, got {lo} and {hi}")
+
+
+def _refuse_model_flags(args) -> None:
+    """One spec per side, and --random-weights only where it is read: a weights spec and a config for one
+    side (the config won), or --random-weights beside per-side specs (they decide), went unread silently."""
+    for side in ("target", "draft"):
+        if getattr(args, side) and getattr(args, f"{side}_config"):
+            raise SpecsimError(
+                f"--{side}-config: give either --{side} (weights) or --{side}-config (architecture, random "
+                "weights), not both"
+            )
+    sides = args.target or args.draft or args.target_config or args.draft_config
+    if args.random_weights and (sides or not args.preset):
+        raise SpecsimError(
+            "--random-weights: builds a --preset pair's models from their configs; per-side models take "
+            "--target-config/--draft-config for that"
+        )
