@@ -282,3 +282,17 @@ def test_schema1_profile_prices_its_tables_at_one_context():
     # the tables read at the verify context 128: every full block costs 2·Tq + Tv(2) = 16 ms = 1.6 Tp
     assert pred.c == pytest.approx(0.1)
     assert pred.decode_speedup == pytest.approx(pred.tau / (2 * 0.1 + 1.4), rel=0.05)
+
+
+def test_timing_noise_past_100_percent_keeps_the_interval_above_zero():
+    """±117 % timing noise widened 1.09 to 0.000..2.36 (clipped at 0): a measured 0.25 read as inside, and a
+    sampled check that ran a second reported 100 % coverage. Noise multiplies a speedup."""
+    lo, hi = widen(1.089, (1.0, 1.2), 1.167)
+    assert 0.4 < lo < 0.6 and hi == pytest.approx(
+        1.089 * math.exp(math.hypot(math.log(1.2 / 1.089), math.log(2.167)))
+    )
+    assert not inside(0.253, (lo, hi))
+    small = widen(2.0, (1.9, 2.1), 0.01)  # small noises: as the linear sum in quadrature, to first order
+    assert small == pytest.approx(
+        (2.0 * (1 - math.hypot(0.05, 0.01)), 2.0 * (1 + math.hypot(0.05, 0.01))), rel=2e-3
+    )
