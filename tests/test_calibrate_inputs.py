@@ -389,6 +389,14 @@ def test_acceptance_refuses_new_tokens_past_the_targets_window_before_loading(tm
             ["--preset", "zoo", "--target-config", "zoo-target", "--random-weights"],
             "--random-weights: builds a",
         ),
+        (
+            ["--target", "zoo:target", "--draft", "zoo:draft", "--caption-tokens", "5"],
+            "--caption-tokens: sizes",
+        ),
+        (
+            ["--preset", "zoo", "--cache-dir", "/nowhere/x"],
+            "--cache-dir: caches the reference pair's downloads",
+        ),
     ],
 )
 def test_latency_refuses_model_flags_it_would_not_read(tmp_path, capsys, monkeypatch, models, said):

@@ -125,3 +125,13 @@ def _refuse_model_flags(args) -> None:
             "--random-weights: builds a --preset pair's models from their configs; per-side models take "
             "--target-config/--draft-config for that"
         )
+    from specsim.presets import pair
+
+    entry = pair(args.preset) if args.preset else {}
+    if args.cache_dir is not None and ("gguf" not in entry or args.random_weights or sides):
+        raise SpecsimError(
+            "--cache-dir: caches the reference pair's downloads (a --preset with GGUF files, whole); "
+            "nothing is downloaded here"
+        )
+    if args.caption_tokens is not None and not (args.captioner or entry.get("captioner")):
+        raise SpecsimError("--caption-tokens: sizes the captioner's timed caption; give --captioner")
