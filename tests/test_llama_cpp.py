@@ -611,6 +611,14 @@ def test_check_with_llama_cpp_refuses_what_only_this_project_s_engines_run(capsy
         ("acceptance", ["--sample-paths", "4"], "--sample-paths"),
         ("acceptance", ["--top-k", "4"], "--top-k"),
         ("acceptance", ["--temperature", "0.5"], "--temperature"),
+        # read by this project's engines only: llama.cpp's calibration resumes, prints text, seeds nothing
+        ("latency", ["--no-resume"], "--no-resume"),
+        ("latency", ["--json"], "--json"),
+        ("latency", ["--seed", "3"], "--seed"),
+        ("latency", ["--max-new-tokens", "5"], "--max-new-tokens"),
+        ("acceptance", ["--json"], "--json"),
+        ("acceptance", ["--restart"], "--restart"),
+        ("acceptance", ["--caption-prefix", "Pic: "], "--caption-prefix"),
     ],
 )
 def test_calibrate_with_llama_cpp_refuses_what_only_this_project_s_engines_run(
@@ -637,3 +645,15 @@ def test_calibrate_with_llama_cpp_refuses_what_only_this_project_s_engines_run(
         and err.count("\n") == 1
     )
     assert not (tmp_path / "p.json").exists()
+
+
+@pytest.mark.parametrize("extra", [["--max-num-seqs", "4"], ["--serve-requests", "8"], ["--seed", "3"]])
+def test_a_one_request_llama_cpp_check_refuses_serving_flags(tmp_path, capsys, extra):
+    """Without --serve-rates, llama.cpp's check runs one request at a time: these were read by nothing (this
+    project's engines refuse the first two there)."""
+    from specsim.cli.main import main
+
+    argv = ["check", "--runtime", "llama.cpp", "--profile", "llama-cpp-qwen2.5-coder-0.5b-1.5b-cpu-check"]
+    assert main([*argv, "--threads", "2", "--no-write", *extra]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"specsim: error: {extra[0]}: applies with --serve-rates") and err.count("\n") == 1

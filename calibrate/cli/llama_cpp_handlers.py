@@ -158,6 +158,11 @@ def cmd_check_llama(args) -> int:
         if args.remeasure:
             raise SpecsimError("--remeasure: applies one request at a time, not with --serve-rates")
         fill_serve_defaults(args)
+    else:  # one request at a time: nothing is served, and nothing drawn
+        served = {"--max-num-seqs": args.max_num_seqs, "--serve-requests": args.serve_requests}
+        given = [f for f, v in (served | {"--seed": args.seed or None}).items() if v is not None]
+        if given:
+            raise SpecsimError(f"{given[0]}: applies with --serve-rates (one request at a time reads none)")
     path = resolve_profile_path(args.profile)
     if not args.no_write:
         check_writable(path, "--profile")

@@ -97,7 +97,9 @@ _LATENCY_VALUES = (
     "caption_tokens warmup max_repeats rel_halfwidth max_seconds_per_point request_new_tokens "
     "request_target_tokens request_prompt_lengths request_rounds"
 )
-_LATENCY_SWITCHES = "random_weights no_vision no_unpadded_step no_server_loop no_workload"
+_LATENCY_SWITCHES = (
+    "random_weights no_vision no_unpadded_step no_server_loop no_workload no_resume quiet json"  # it resumes
+)
 
 # what this project's engines take and llama.cpp's runs do not: (dest, option, its default)
 _TRANSFORMERS_ONLY = {
@@ -111,6 +113,7 @@ _TRANSFORMERS_ONLY = {
         ("remeasure_batched", "--remeasure-batched", False),
         ("method", "--method", None),
         ("captioner", "--captioner", None),
+        ("caption_prefix", "--caption-prefix", None),
         ("device", "--device", "cpu"),
         ("dtype", "--dtype", "float32"),
         ("random_weights", "--random-weights", False),
@@ -118,6 +121,8 @@ _TRANSFORMERS_ONLY = {
     "latency": (
         *((d, _flag(d), None) for d in _LATENCY_VALUES.split()),
         *((d, _flag(d), False) for d in _LATENCY_SWITCHES.split()),
+        ("seed", "--seed", 0),
+        ("max_new_tokens", "--max-new-tokens", 64),
         ("device", "--device", "cpu"),
         ("dtype", "--dtype", "float32"),
     ),
@@ -128,6 +133,9 @@ _TRANSFORMERS_ONLY = {
         ("temperature", "--temperature", 1.0),
         ("reference_gamma", "--reference-gamma", 5),
         ("captioner", "--captioner", None),
+        ("caption_prefix", "--caption-prefix", None),
+        ("restart", "--restart", False),
+        ("json", "--json", False),
         ("device", "--device", "cpu"),
         ("dtype", "--dtype", "float32"),
         ("random_weights", "--random-weights", False),
