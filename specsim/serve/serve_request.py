@@ -33,9 +33,9 @@ from specsim.serve.scheduler import DEFAULT_MAX_NUM_SEQS, SchedulerConfig
 from specsim.serve.speculation import serving_source
 from specsim.serve.vllm_bench import read_vllm_bench_result
 
-# the load options' defaults (serve and tune), which a trace replaces
 WHAT_LONGEST = "positions in the longest request (prompt, images, output)"
-GAMMA_DEFAULT = 3  # vLLM's num_speculative_tokens in its docs' examples
+GAMMA_DEFAULT = 3  # draft tokens per step where no --gamma-by-batch range applies
+# the load options' defaults (serve and tune), which a trace replaces
 LOAD_DEFAULTS = {
     "burstiness": 1.0,
     "requests": 1000,
