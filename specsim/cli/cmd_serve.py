@@ -249,12 +249,6 @@ def cmd_serve(args: argparse.Namespace) -> int:
         check_span(args.requests, rate, "--rate" if args.rates is None else "--rates")
     req = ServeRequest.from_options(vars(args))
     setup, about = serve_setup(req)  # --max-rate without --slo: max_rates says so
-    max_seqs = setup.scheduler.max_num_seqs
-    if args.gamma != GAMMA_DEFAULT and args.tau is None and not setup.policy.falls_back(max_seqs):
-        raise SpecsimError(
-            f"--gamma: {args.gamma} sets no step: --gamma-by-batch (with --sd-off-from-batch) covers every "
-            f"decode batch 1..{max_seqs} (--max-num-seqs)"
-        )
     sd_label = f"SD ({setup.policy.describe()})"
     if args.max_rate:
         search = max_rates(setup, 0.9 if args.slo_attainment is None else args.slo_attainment)

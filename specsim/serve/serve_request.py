@@ -255,9 +255,8 @@ def serve_setup(req: ServeRequest) -> tuple[ServeSetup, dict]:
         kv = req.kv_cache_tokens if req.kv_cache_tokens is not None else 1 << 30
         device, runtime = f"measured profile {req.cost_profile}", "its batched engine"
         usd_per_hour = None
-    if req.draft_image_tokens is not None and not workload.max_images():
-        raise SpecsimError("--draft-image-tokens: sizes the draft prompt's images, and no request has one")
     for flag, given, what in (
+        ("--draft-image-tokens", req.draft_image_tokens, "sizes the draft prompt's images"),
         ("--encoder-budget", req.encoder_budget, "caps the image tokens encoded per step"),
         ("--image-size", req.image_size, "sizes the requests' images"),
     ):
@@ -278,6 +277,11 @@ def serve_setup(req: ServeRequest) -> tuple[ServeSetup, dict]:
         raise SpecsimError(
             f"--sd-off-from-batch: expected at most --max-num-seqs {max_seqs} (no step decodes more), got "
             f"{req.sd_off_from_batch}"
+        )
+    if req.gamma != GAMMA_DEFAULT and req.tau is None and not policy.falls_back(max_seqs):  # --tau reads it
+        raise SpecsimError(
+            f"--gamma: {req.gamma} sets no step: --gamma-by-batch (with --sd-off-from-batch) covers every "
+            f"decode batch 1..{max_seqs} (--max-num-seqs)"
         )
     kv_source = "--kv-cache-tokens" if req.kv_cache_tokens is not None else (
         f"the KV cache {device}'s memory holds beside the weights (--tp, or --kv-cache-tokens)"
