@@ -63,6 +63,10 @@ class SearchSpace:
                 f"--gamma-breaks: expected breaks below the largest --max-num-seqs {max(self.max_num_seqs)} "
                 f"(no step decodes more), got {breaks[-1]}"
             )
+        if max(self.gammas) == 0 and any(b is not None for b in self.sd_off_from_batch):  # SD never on
+            raise SpecsimError(
+                "--sd-off-from-batch: shapes when SD runs, and every --gamma is 0 (SD never runs)"
+            )
         late = [b for b in self.sd_off_from_batch if b is not None and b > max(self.max_num_seqs)]
         if late:  # no step decodes more than max_num_seqs: it would never turn SD off
             raise SpecsimError(
@@ -222,8 +226,6 @@ def check_space(space: SearchSpace, target: str, image_size: tuple[int, int] | N
     """Refuse, before any simulation, what no deployment of ``space`` could mean: unknown models, devices
     or runtimes, a runtime for another kind of device, a TP degree a device or the target cannot take.
     (Whether weights and KV cache fit is a trial's answer, not an input error.) Returns the target's spec."""
-    if max(space.gammas) == 0 and any(b is not None for b in space.sd_off_from_batch):  # SD never on
-        raise SpecsimError("--sd-off-from-batch: shapes when SD runs, and every --gamma is 0 (SD never runs)")
     size = None if image_size is None else ImageSize(*image_size)
     target_spec = _named("--target", lambda: load_model_spec(target, image_size=size))
     refuse_image_size_without_vision(target_spec, size)  # before the drafts, which would name themselves
