@@ -199,14 +199,15 @@ def _draft_model(
     return (None, "profile") if prov.draft in (NOT_REPORTED, "") else (prov.draft, "profile")
 
 
-DRAFT_SOURCES = {"profile": " (the profile's draft name)", "priced": " (the preset's draft name)"}
+# where a draft name that is only a label comes from (a typed name may be a bare Hub id)
+DRAFT_LABELS = {"profile": "the profile's draft name", "priced": "the preset's draft name"}
 
 
 def _draft_id_note(draft_model: str | None, source: str, snippet) -> list[str]:
     """Refusal is for --config-out; a printed config whose draft is not a model id gets this note."""
-    if snippet is None or not draft_model or is_model_id(draft_model, bare_ok=source not in DRAFT_SOURCES):
+    if snippet is None or not draft_model or is_model_id(draft_model, bare_ok=source not in DRAFT_LABELS):
         return []
-    where = DRAFT_SOURCES.get(source, " (given by --draft-model)")[2:-1]
+    where = DRAFT_LABELS.get(source, "given by --draft-model")
     return [
         f"the draft {show(draft_model)} ({where}) is not a model id (Hugging Face org/name or a local path): "
         "give --draft-model ID before using this config; --config-out refuses it"
@@ -249,7 +250,7 @@ def cmd_recommend(args) -> int:
     draft_model, source = _draft_model(args, profile, entry, method, borrowed is not None, lm)
     snippet, extra_notes = _snippet(args, rec, entry, lm, method, draft_model)
     if args.config_out and snippet is not None and draft_model:
-        label = DRAFT_SOURCES.get(source, "")
+        label = f" ({DRAFT_LABELS[source]})" if source in DRAFT_LABELS else ""
         check_model_id(draft_model, "--draft-model", label=label, bare_ok=not label)  # nothing written yet
     extra = [n for n in (borrowed, method_note) if n]
     extra += extra_notes + _draft_id_note(draft_model, source, snippet)
