@@ -167,12 +167,12 @@ def _print_comparison(rows: list, args) -> None:
             "note: tree rows, tree:chain:G included, are priced on the profile's tree grids (its tree "
             "engine's passes), chain rows on its chain grids; the two engines were measured apart"
         )
-    # The textbook has no trees or policies, and a tree needs its traces: these flags shape the table above.
+    # The textbook has no trees or policies, and a tree needs its traces: these flags shape the table above
+    # (one at most: refuse_unread_flags refuses --new-tokens beside --textbook).
     flags = (("--textbook", args.textbook), ("--new-tokens", getattr(args, "new_tokens", None)))
-    shaped = [f for f, on in flags if on]
+    shaped = next((f for f, on in flags if on), None)
     if shaped:
-        verb = "applies" if len(shaped) == 1 else "apply"
-        print(f"note: {' and '.join(shaped)} {verb} to the table above, not to this comparison")
+        print(f"note: {shaped} applies to the table above, not to this comparison")
 
 
 def _load(args) -> tuple[Profile, list[str] | None]:
