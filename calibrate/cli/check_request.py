@@ -248,19 +248,20 @@ def refuse_before_loading(args, request: CheckRequest, workload, *, traces: bool
     method and scenario group, a greedy trace per prompt (``traces``), prompts that fit the target."""
     from calibrate.measure.batch_check_runs import check_group_sizes
     from calibrate.measure.check_runs import entry_of, greedy_trace, preflight
+    from calibrate.workload.run_setup import scenario_name
     from specsim.draft_shapes.block_plans import refuse_short_budget
 
     name, prompts, codes = workload.name, workload.prompts, workload.methods
     if request.sizes:  # each scenario group (images per prompt) fills one batch of the largest size
         groups = sorted(Counter(len(p.images) for p in prompts).items())
-        check_group_sizes({f"{name}-{n}img" if n else name: k for n, k in groups}, max(request.sizes))
+        check_group_sizes({scenario_name(name, n): k for n, k in groups}, max(request.sizes))
     if request.synthetic is not None:  # a schedule, not the profile's traces, decides the accepts
         return
     base, longest, entries, traced = args.scenario or name, 0, {}, []
     for prompt in prompts:
         n = len(prompt.images)
         for m in codes:
-            entry = entry_of(request.profile, m, base if n == 0 else f"{base}-{n}img")
+            entry = entry_of(request.profile, m, scenario_name(base, n))
             entries[id(entry)] = entry
             found = [t for t in entry.traces if t.prompt_id == prompt.id and t.match is not None]
             if traces and not found:

@@ -20,6 +20,11 @@ from specsim.errors import SpecsimError
 from specsim.profile_format import Provenance
 
 
+def scenario_name(base: str, images_per_prompt: int) -> str:
+    """A scenario group's name: ``base`` plus '-<n>img' for a group of n-image prompts."""
+    return base if images_per_prompt == 0 else f"{base}-{images_per_prompt}img"
+
+
 @dataclass
 class Setup:
     """Loaded target and draft, prompts and their requests, EOS id, prompt-set name, methods, captioner."""
@@ -43,9 +48,8 @@ class Setup:
         return dict(sorted(out.items()))
 
     def scenario(self, images_per_prompt: int, name: str | None) -> str:
-        """Scenario name of a group: ``name`` (default: the prompt set's) plus '-<n>img' for image groups."""
-        base = name or self.name
-        return base if images_per_prompt == 0 else f"{base}-{images_per_prompt}img"
+        """Scenario name of a group: ``name`` (default: the prompt set's), as :func:`scenario_name`."""
+        return scenario_name(name or self.name, images_per_prompt)
 
     def drafter(self, method: str):
         from calibrate.drafting import Method
