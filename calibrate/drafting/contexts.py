@@ -33,16 +33,21 @@ class DraftContext:
     stages_ms: dict[str, float] = field(default_factory=dict)
 
 
+def check_placeholders(text: str, images: int, prompt_id: str | None) -> None:
+    """SpecsimError unless ``text`` holds one ``<image>`` placeholder per image (a processor expands each)."""
+    if text.count(IMAGE_PLACEHOLDER) != images:
+        raise SpecsimError(
+            f"prompt {prompt_id!r}: {text.count(IMAGE_PLACEHOLDER)} {IMAGE_PLACEHOLDER} placeholders but "
+            f"{images} images"
+        )
+
+
 def make_request(processor, text: str, images=(), *, prompt_id: str | None = None) -> Request:
     """A target :class:`Request` from a prompt with ``<image>`` placeholders and its images (PIL or arrays;
     a video is a list of frames). ``processor`` is an HF LLaVA-style processor (expands each placeholder
     to the model's image tokens); with no images a tokenizer works too."""
     images = list(images)
-    if text.count(IMAGE_PLACEHOLDER) != len(images):
-        raise SpecsimError(
-            f"prompt {prompt_id!r}: {text.count(IMAGE_PLACEHOLDER)} {IMAGE_PLACEHOLDER} "
-            f"placeholders but {len(images)} images"
-        )
+    check_placeholders(text, len(images), prompt_id)
     if not images:
         ids = processor(text=text, return_tensors="pt")["input_ids"]
         return Request(ids, text=text, prompt_id=prompt_id)

@@ -165,7 +165,7 @@ def check_image_counts(prompts) -> None:
     """SpecsimError, before any model loads, when a prompt declares ``images_per_prompt`` other than the
     images it carries (its scenario group and captions follow the images), has another number of
     ``<image>`` placeholders than images, or has an image Pillow cannot identify."""
-    from calibrate.drafting.contexts import IMAGE_PLACEHOLDER
+    from calibrate.drafting.contexts import check_placeholders
 
     for p in prompts:
         if p.images_per_prompt != len(p.images):
@@ -173,11 +173,7 @@ def check_image_counts(prompts) -> None:
                 f"prompt {p.id!r}: images_per_prompt: expected {len(p.images)} (the prompt's images), "
                 f"got {p.images_per_prompt}"
             )
-        if p.text.count(IMAGE_PLACEHOLDER) != len(p.images):  # as make_request would say after loading
-            raise SpecsimError(
-                f"prompt {p.id!r}: {p.text.count(IMAGE_PLACEHOLDER)} {IMAGE_PLACEHOLDER} placeholders but "
-                f"{len(p.images)} images"
-            )
+        check_placeholders(p.text, len(p.images), p.id)  # as make_request would, after loading
         for path in p.images:
             _read_image(p, path, lambda img: img.verify())  # the header and structure, not the pixels
 
