@@ -17,7 +17,6 @@ from specsim.cli.progress import ProgressBar
 from specsim.draft_kinds.registry import draft_kind
 from specsim.engines.engine_config import check_model_id
 from specsim.errors import SpecsimError, warn
-from specsim.hardware.model import check_positions
 from specsim.hardware.prices import parse_prices
 from specsim.jsonio import check_outputs, dumps_json
 from specsim.presets import pair_models
@@ -27,7 +26,7 @@ from specsim.serve.metrics import parse_slo
 from specsim.serve.scheduler import SchedulerConfig
 from specsim.serve.serve_request import (
     LOAD_DEFAULTS,
-    WHAT_LONGEST,
+    check_longest_request,
     refuse_images_without_vision,
     refuse_with_trace,
 )
@@ -260,11 +259,10 @@ def _inputs(args):
         workload = Workload(*shape, image_mix=mix if len(mix) > 1 else ())
         rate = args.rate if args.rate is not None else 4.0
     refuse_images_without_vision(workload, target_spec, "--trace" if args.trace else "--images")
-    image_tokens = target_spec.vision.image_tokens if target_spec.vision else 0
-    flag = "--trace" if args.trace else "--prompt-tokens/--images/--output-tokens"
-    check_positions(target_spec, workload.longest_positions(image_tokens), flag, WHAT_LONGEST)
+    check_longest_request(target_spec, workload)
     if workload.max_images():  # one image's tokens in a step: the target's, whatever the deployment
         budget = SchedulerConfig(1, args.max_num_batched_tokens, None, True, None)
+        image_tokens = target_spec.vision.image_tokens
         budget.check_workload(image_tokens=image_tokens, max_gamma=0, longest_prompt=0, longest_sequence=0)
     workload.at_rate(rate, np.random.default_rng(0))  # a request no deployment serves: one line, here
     slo = parse_slo(args.slo) if args.slo is not None else None

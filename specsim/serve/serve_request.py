@@ -33,7 +33,6 @@ from specsim.serve.scheduler import DEFAULT_MAX_NUM_SEQS, SchedulerConfig
 from specsim.serve.speculation import serving_source
 from specsim.serve.vllm_bench import read_vllm_bench_result
 
-WHAT_LONGEST = "positions in the longest request (prompt, images, output)"
 GAMMA_DEFAULT = 3  # draft tokens per step where no --gamma-by-batch range applies
 # the load options' defaults (serve and tune), which a trace replaces
 LOAD_DEFAULTS = {
@@ -157,6 +156,15 @@ def _images(req: ServeRequest, target) -> int:
     return req.images
 
 
+def check_longest_request(target, workload) -> None:
+    """SpecsimError, naming the load options or --trace, when the workload's longest request (prompt, images,
+    output) is beyond the target's window (:func:`specsim.hardware.model.check_positions`)."""
+    image_tokens = target.vision.image_tokens if target.vision else 0
+    flag = "--trace" if workload.trace is not None else "--prompt-tokens/--images/--output-tokens"
+    what = "positions in the longest request (prompt, images, output)"
+    check_positions(target, workload.longest_positions(image_tokens), flag, what)
+
+
 def refuse_images_without_vision(workload, target, flag: str) -> None:
     """A workload whose requests carry images, on a text-only target: refused naming ``flag`` (a text-only
     model prices no image tokens, so the images would vanish without a word)."""
@@ -243,8 +251,7 @@ def serve_setup(req: ServeRequest) -> tuple[ServeSetup, dict]:
         note = other_pair_note(load(req.acceptance_profile), target, draft)
         notes += [note] if note else []
     image_tokens = target.vision.image_tokens if target.vision else 0
-    flag = "--trace" if req.trace else "--prompt-tokens/--images/--output-tokens"
-    check_positions(target, workload.longest_positions(image_tokens), flag, WHAT_LONGEST)
+    check_longest_request(target, workload)
     if cost_profile is not None and (note := contended_note(cost_profile)):
         notes.append(note)
     if cost_profile is None:
