@@ -94,14 +94,11 @@ def test_unusable_devices_are_one_line(tmp_path, cfg, capsys, monkeypatch, devic
 @pytest.mark.parametrize(
     "extra, expected",
     [
-        (
-            ["--contexts", "8,100"],
-            "--contexts/--verify-context/--gammas: the target 'tiny' has at most 64 positions",
-        ),
-        (["--verify-context", "60", "--gammas", "1-8"], "--contexts/--verify-context/--gammas: the target"),
-        # a context sized from the prompts names what sizes it (it named only flags not given)
-        (["--contexts", "62"], "needs 65 (without --contexts, they reach the longest prompt plus --max-new-"),
-        (["--prefill-tokens", "65"], "--prefill-tokens: the target"),
+        # read off the config before the models load
+        (["--contexts", "8,100"], "--contexts: 100 tokens, past the target's 64 max positions"),
+        (["--verify-context", "60", "--gammas", "1-8"], "--gammas: a block of gamma 8 at a 60-token context"),
+        (["--contexts", "62"], "--gammas: a block of gamma 2 at a 62-token context needs 65 positions, past"),
+        (["--prefill-tokens", "65"], "--prefill-tokens: 65 tokens, past the target's 64"),
         (["--gammas", "1-100000"], "argument --gammas: expected values <= 1024 (the cap on gamma)"),
         (["--batch-sizes", "1-10000000000"], "argument --batch-sizes: expected values <= 4096"),
         (["--contexts", "nan"], "argument --contexts: expected integers >= 1"),
@@ -124,6 +121,28 @@ def test_latency_plan_bounds(tmp_path, cfg, capsys, monkeypatch, extra, expected
     assert main(argv) == 2
     assert expected in _one_line(capsys)
     assert not (tmp_path / "p.json").exists()
+
+
+def test_latency_refuses_a_plan_past_the_drafts_window_before_loading(tmp_path, cfg, capsys, monkeypatch):
+    """The draft's window was not read before loading: a 32-position draft under a 64-position target."""
+    monkeypatch.setattr(W, "latency_models", lambda *a, **k: pytest.fail("models loaded"))
+    draft = tmp_path / "draft.json"
+    draft.write_text(json.dumps(TINY | {"max_position_embeddings": 32}))
+    argv = ["calibrate", "latency", "--target-config", cfg, "--draft-config", str(draft), "--quiet"]
+    assert main([*argv, "--out", str(tmp_path / "p.json"), "--contexts", "30", "--gammas", "2"]) == 2
+    assert "--gammas: a block of gamma 2 at a 30-token context needs 33 positions, past the draft's 32" in (
+        _one_line(capsys)
+    )
+
+
+def test_loaded_plan_past_a_window_names_the_model():
+    """After loading, a plan sized from the workload (no flag to check before) is refused by the model."""
+    from types import SimpleNamespace
+
+    model = SimpleNamespace(name="tiny", text_config=SimpleNamespace(max_position_embeddings=64))
+    plan = L.LatencyPlan(contexts_tokens=(8, 62), verify_context_tokens=8, gammas=(1, 2), prefill_tokens=(8,))
+    with pytest.raises(Exception, match="the target 'tiny' has at most 64 positions .* needs 65 .without"):
+        W.check_plan_positions({"target": model, "draft": model}, plan)
 
 
 # --------------------------------------------------------------------------- partial files

@@ -192,7 +192,8 @@ def test_a_bad_policy_is_named_once(capsys):
 def test_latency_sizes_past_the_targets_positions_are_refused_before_loading(
     monkeypatch, tmp_path, capsys, flag
 ):
-    """Read off the zoo target's config (1024 positions): the models loaded, then the plan was refused."""
+    """Read off the zoo target's config (1024 positions): the models loaded, then the plan was refused. The
+    zoo's draft has 1024 too: the tie names the target."""
     import calibrate.workload.run_setup as setup
 
     monkeypatch.setattr(setup, "latency_models", lambda *a, **k: pytest.fail("models loaded"))

@@ -272,21 +272,32 @@ def refuse_before_loading(args, request: CheckRequest, workload, *, traces: bool
         refuse_short_budget(traced, args.max_new_tokens)  # follow the run's own length)
     if request.drafts:  # a tree or policy the grids cannot price on these entries' traces
         preflight(request.profile, list(entries.values()), list(request.drafts), args.max_new_tokens)
-    limit = target_positions(args, workload.preset)
-    if limit is not None and longest + args.max_new_tokens > limit:
+    known = pair_positions(args, workload.preset)
+    if known is not None and longest + args.max_new_tokens > known[1]:
         raise SpecsimError(
             f"--max-new-tokens: {longest} prompt tokens (the longest prompt's, in the profile's traces) "
-            f"+ {args.max_new_tokens} = {longest + args.max_new_tokens} positions, but the target has at "
-            f"most {limit} (max_position_embeddings)"
+            f"+ {args.max_new_tokens} = {longest + args.max_new_tokens} positions, but the {known[0]} has at "
+            f"most {known[1]} (max_position_embeddings)"
         )
 
 
-def target_positions(args, preset: dict) -> int | None:
-    """The target's max_position_embeddings when its config is at hand without loading weights (the zoo, a
-    config JSON, a local folder); None otherwise. ``preset``: the --preset pair's entry."""
+def pair_positions(args, preset: dict) -> tuple[str, int] | None:
+    """The fewer max_position_embeddings of the target's and the draft's configs that are at hand without
+    loading weights (the zoo, a config JSON, a local folder), with its role ("target" or "draft"); None when
+    neither is. ``preset``: the --preset pair's entry; a side given by its own flag wins over it."""
+    known = []
+    for role in ("target", "draft"):
+        spec = getattr(args, f"{role}_config", None) or getattr(args, role, None)
+        limit = _config_positions(spec or (preset.get(role) if args.preset else None))
+        if limit is not None:
+            known.append((limit, role))
+    return min(known, key=lambda k: (k[0], k[1] != "target"))[::-1] if known else None  # a tie names the target
+
+
+def _config_positions(spec: str | None) -> int | None:
+    """``spec``'s max_position_embeddings when it is the zoo's, a config JSON or a folder with one."""
     import json
 
-    spec = preset["target"] if args.preset else args.target
     if not spec:
         return None
     if spec.startswith("zoo:"):

@@ -119,7 +119,7 @@ def cmd_acceptance(args) -> int:
     args.seed = 0 if args.seed is None else args.seed
     check_writable(args.out, "--out")
     check_existing_profile(args.out, "--out")
-    from calibrate.cli.check_request import target_positions
+    from calibrate.cli.check_request import pair_positions
     from calibrate.measure.acceptance_run import partial_path, run_acceptance
     from calibrate.models.loading import quiet_loading
     from calibrate.workload.run_setup import check_model_flags, load_setup, read_workload
@@ -128,11 +128,11 @@ def cmd_acceptance(args) -> int:
     start_s = time.perf_counter()
     check_model_flags(args)
     workload = read_workload(args)
-    limit = target_positions(args, workload.preset)
-    if limit is not None and args.max_new_tokens >= limit:  # a prompt takes a position at least
+    known = pair_positions(args, workload.preset)
+    if known is not None and args.max_new_tokens >= known[1]:  # a prompt takes a position at least
         raise SpecsimError(
-            f"--max-new-tokens: {args.max_new_tokens} new tokens after a prompt, but the target has at most "
-            f"{limit} positions (max_position_embeddings)"
+            f"--max-new-tokens: {args.max_new_tokens} new tokens after a prompt, but the {known[0]} has at "
+            f"most {known[1]} positions (max_position_embeddings)"
         )
     with quiet_loading(not args.no_progress):  # the captioner too: every model loads quietly
         setup = load_setup(args, workload)

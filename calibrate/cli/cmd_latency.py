@@ -11,7 +11,12 @@ import sys
 import time
 from typing import TYPE_CHECKING
 
-from calibrate.cli.latency_checks import check_latency_args, refuse_other_pair, request_flag
+from calibrate.cli.latency_checks import (
+    check_latency_args,
+    refuse_other_pair,
+    refuse_past_positions,
+    request_flag,
+)
 from calibrate.cli.llama_cpp_handlers import cmd_latency_llama
 from calibrate.cli.llama_cpp_options import llama_cpp_args, refuse_llama_cpp_flags
 from specsim.bounds import number_arg
@@ -246,20 +251,6 @@ def register(subparsers) -> None:
     p.set_defaults(func=cmd_latency)
 
 
-def _refuse_past_positions(args) -> None:
-    """A size given past the target's max_position_embeddings, read off its config before the models load
-    (:func:`calibrate.workload.run_setup.check_plan_positions` checks the whole plan once they have)."""
-    from calibrate.cli.check_request import target_positions
-    from specsim.presets import pair
-
-    limit = target_positions(args, pair(args.preset) if args.preset else {})
-    verify = [args.verify_context] if args.verify_context else []
-    for flag, sizes in zip(("--contexts", "--verify-context", "--prefill-tokens"),
-                           (args.contexts, verify, args.prefill_tokens)):  # fmt: skip
-        if limit is not None and sizes and max(sizes) > limit:
-            raise SpecsimError(f"{flag}: {max(sizes)} tokens, past the target's {limit} max positions")
-
-
 def cmd_latency(args) -> int:
     """The command: check arguments and --out, load, plan, measure (resumable), write, print a summary."""
     if args.engine == "llama.cpp":
@@ -280,7 +271,7 @@ def cmd_latency(args) -> int:
     sweep_trees(args.tree_sizes or (), args.tree or ())  # a bad tree fails before the models load
     if args.prompts:
         load_prompts(args.prompts)  # so does a prompt set that is not there or does not parse
-    _refuse_past_positions(args)
+    refuse_past_positions(args)
     t_load = time.perf_counter()
     models = latency_models(args)
     load_s = time.perf_counter() - t_load

@@ -135,3 +135,28 @@ def _refuse_model_flags(args) -> None:
         )
     if args.caption_tokens is not None and not (args.captioner or entry.get("captioner")):
         raise SpecsimError("--caption-tokens: sizes the captioner's timed caption; give --captioner")
+
+
+def refuse_past_positions(args) -> None:
+    """A plan past the target's or draft's max_position_embeddings, read off their configs before the models
+    load: a given size, or a γ block at the largest given context (at a 1-token context when none is given);
+    :func:`calibrate.workload.run_setup.check_plan_positions` checks the whole plan once they have."""
+    from calibrate.cli.check_request import pair_positions
+    from calibrate.measure.latency_plan import LatencyPlan
+    from specsim.presets import pair
+
+    known = pair_positions(args, pair(args.preset) if args.preset else {})
+    if known is None:
+        return
+    role, limit = known
+    verify = [args.verify_context] if args.verify_context else []
+    for flag, sizes in zip(("--contexts", "--verify-context", "--prefill-tokens"),
+                           (args.contexts, verify, args.prefill_tokens)):  # fmt: skip
+        if sizes and max(sizes) > limit:
+            raise SpecsimError(f"{flag}: {max(sizes)} tokens, past the {role}'s {limit} max positions")
+    context, gamma = max((args.contexts or []) + verify or [1]), max(args.gammas or LatencyPlan.gammas)
+    if context + gamma + 1 > limit:
+        raise SpecsimError(
+            f"--gammas: a block of gamma {gamma} at a {context}-token context needs {context + gamma + 1} "
+            f"positions, past the {role}'s {limit} max positions"
+        )
