@@ -424,3 +424,20 @@ def test_latency_refuses_model_flags_it_would_not_read(tmp_path, capsys, monkeyp
     assert main(["calibrate", "latency", *models, "--out", str(tmp_path / "p.json"), "--quiet"]) == 2
     assert said in _one_line(capsys)
     assert not (tmp_path / "p.json").exists()
+
+
+@pytest.mark.parametrize("runtime", ["torch", "llama.cpp"])
+def test_threads_past_the_cpus_warn(monkeypatch, runtime):
+    """--threads 64 on 2 CPUs was taken silently: its timings are of threads taking turns."""
+    from types import SimpleNamespace
+
+    from calibrate.cli.llama_cpp_options import check_threads
+
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
+    with pytest.warns(
+        SpecsimWarning, match=r"^--threads 64: more threads than the 2 CPUs this process may use"
+    ):
+        M.set_threads(64) if runtime == "torch" else check_threads(SimpleNamespace(threads=64))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", SpecsimWarning)
+        M.set_threads(2) if runtime == "torch" else check_threads(SimpleNamespace(threads=2))

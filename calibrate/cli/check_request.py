@@ -291,7 +291,8 @@ def pair_positions(args, preset: dict) -> tuple[str, int] | None:
         limit = _config_positions(spec or (preset.get(role) if args.preset else None))
         if limit is not None:
             known.append((limit, role))
-    return min(known, key=lambda k: (k[0], k[1] != "target"))[::-1] if known else None  # a tie names the target
+    # a tie names the target
+    return min(known, key=lambda k: (k[0], k[1] != "target"))[::-1] if known else None
 
 
 def _config_positions(spec: str | None) -> int | None:

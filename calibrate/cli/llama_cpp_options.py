@@ -82,8 +82,11 @@ def checked_ngram(args):
 
 def check_threads(args) -> int:
     """--threads for llama.cpp: required (a fixed thread count is part of what is measured)."""
+    from calibrate.models.loaded_model import warn_oversubscribed
+
     if args.threads is None:
         raise SpecsimError("--threads: llama.cpp needs a fixed thread count (e.g. --threads 2)")
+    warn_oversubscribed(int(args.threads))
     return int(args.threads)
 
 

@@ -72,8 +72,25 @@ def set_threads(threads: int | None) -> int:
     if threads is not None:
         if int(threads) < 1:
             raise SpecsimError(f"--threads: expected an integer >= 1, got {threads}")
+        warn_oversubscribed(int(threads))
         torch.set_num_threads(int(threads))
     return torch.get_num_threads()
+
+
+def warn_oversubscribed(threads: int) -> None:
+    """A warning when ``threads`` exceeds the CPUs this process may run on: the threads then take turns on
+    them, and every timing is slower and noisier than the machine gives with as many threads as CPUs."""
+    import os
+
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # not on every platform
+        cpus = os.cpu_count()
+    if cpus and threads > cpus:
+        warn(
+            f"--threads {threads}: more threads than the {cpus} CPUs this process may use; they take turns, "
+            f"so the timings are slower and noisier than with --threads {cpus}"
+        )
 
 
 def check_device(device: str) -> str:
