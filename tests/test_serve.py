@@ -288,6 +288,47 @@ def test_roofline_step_cost_prices_passes_as_the_planner():
     assert cost.image_tokens_per_image == 576 and cost.kv_cache_tokens() > 10000
 
 
+def test_roofline_step_cost_prices_a_moe_target_at_its_batch():
+    """A MoE target's experts touched level off at E: serve extrapolated batch 1→2 linearly and priced a
+    Mixtral-8x7B decode step at B 64 at 275 ms where the planner gives 26 ms. Steps, decode blocks and a
+    pass carrying a prefill chunk (the experts read once, by all its rows) equal the planner's pricing."""
+    from specsim.hardware.device import load_device
+    from specsim.hardware.passes import pass_table, pass_terms
+    from specsim.hardware.plan_inputs import resolve_models
+    from specsim.hardware.roofline import forward_ms, sharded_weight_bytes
+    from specsim.hardware.runtime import load_runtime
+    from specsim.serve.roofline_cost import RooflineStepCost
+
+    _, t, d = resolve_models(pair=None, target="mixtral-8x7b", draft="llama-3.2-1b")
+    dev, rt = load_device("h200"), load_runtime("vllm")
+    cost = RooflineStepCost(t, d, dev, rt)
+    for batch in (1, 4, 16, 64):
+        ctx = np.linspace(500.0, 560.0, batch)
+        for rows in (1, 4):
+            want = forward_ms(t, dev, rt, batch, ctx.mean(), rows)
+            assert cost.target_step_ms(batch, rows, ctx) == pytest.approx(want, rel=1e-9), (batch, rows)
+        block = cost.decode_steps_ms(batch=batch, gamma=3, context_tokens=ctx[None, :])[0]
+        assert block == pytest.approx(
+            forward_ms(t, dev, rt, batch, ctx.mean(), 4)
+            + cost.draft_ms(batch, 3, ctx)
+            + cost.overhead_ms(batch, 3),
+            rel=1e-9,
+        )
+    ctx = np.full(16, 528.0)
+    parts = [pass_terms(t, dev, 16, 528.0, 1), pass_terms(t, dev, 1, 0.0, 300, logits=1)]
+    merged = {k: parts[0][k] + parts[1][k] for k in ("flops", "base_bytes", "attention_flops", "kv_bytes")}
+    merged = (
+        parts[0] | merged | {"rows": 316.0, "score_elems": parts[0]["score_elems"] + parts[1]["score_elems"]}
+    )
+    merged |= {"kv_elems": parts[0]["kv_elems"] + parts[1]["kv_elems"], "masked": 1.0}
+    merged["base_bytes"] += (
+        sharded_weight_bytes(t, 316) - sharded_weight_bytes(t, 16) - sharded_weight_bytes(t, 300)
+    )
+    merged["weights"] = float(pass_terms(t, dev, 1, 0.0, 316)["weights"])
+    want = float(pass_table([merged]).ms(rt)[0])
+    assert cost.target_step_ms(16, 1, ctx, [(300, 0)]) == pytest.approx(want, rel=1e-9)
+
+
 # --------------------------------------------------------------------------- CLI
 SERVE = ["serve", "--requests", "30", "--output-tokens", "32", "--alpha", "0.7"]
 

@@ -204,14 +204,29 @@ def sharded_bytes(m: ModelSpec, batch, context, new, logits=None, score_bytes: f
     """Bytes one GPU of a ``tp``-way shard moves in a pass: all over ``tp``, except the KV cache over
     :func:`~specsim.hardware.parallel.kv_shards` (replicated KV heads are read on every GPU that holds
     them)."""
-    whole = forward_bytes(m, batch, context, new, logits, score_bytes) / tp
-    if m.moe is not None and m.moe.expert_parallel and tp > 1:  # the busiest GPU's whole experts
-        moe, rows = m.moe, np.asarray(batch, dtype=float) * np.asarray(new, dtype=float)
-        busiest = moe.busiest_gpu_experts(rows, tp) - moe.touched_experts(rows) / tp  # beyond an even split
-        whole = whole + moe.routed_params(m.hidden, busiest) * (moe.expert_bytes or m.dtype_bytes)
+    rows = np.asarray(batch, dtype=float) * np.asarray(new, dtype=float)
+    whole = forward_bytes(m, batch, context, new, logits, score_bytes) / tp + busiest_expert_bytes(
+        m, rows, tp
+    )
     if kv_shards(m, tp) == tp:
         return whole
     return whole + sharded_kv_bytes(m, batch, context, new, tp) - kv_pass_bytes(m, batch, context, new) / tp
+
+
+def busiest_expert_bytes(m: ModelSpec, rows, tp: int = 1):
+    """Expert parallelism: the bytes of routed experts the busiest GPU reads in a pass of ``rows`` tokens
+    beyond an even ``tp``-way split of the touched ones (0 without EP)."""
+    if m.moe is None or not m.moe.expert_parallel or tp <= 1:
+        return 0.0
+    moe = m.moe
+    busiest = moe.busiest_gpu_experts(rows, tp) - moe.touched_experts(rows) / tp
+    return moe.routed_params(m.hidden, busiest) * (moe.expert_bytes or m.dtype_bytes)
+
+
+def sharded_weight_bytes(m: ModelSpec, rows, tp: int = 1):
+    """Weight bytes one GPU of a ``tp``-way shard streams in a pass of ``rows`` tokens: constant for a dense
+    model; a MoE model's touched experts grow with the rows (:mod:`specsim.hardware.moe`)."""
+    return streamed_weight_bytes(m, rows) / tp + busiest_expert_bytes(m, rows, tp)
 
 
 def sharded_kv_bytes(m: ModelSpec, batch, context, new, tp: int = 1):

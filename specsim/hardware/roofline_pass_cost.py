@@ -20,14 +20,21 @@ from specsim.hardware.device import Device
 from specsim.hardware.engine_terms import block_terms_ms, draft_pass_ms, step_terms_ms
 from specsim.hardware.model import ModelSpec
 from specsim.hardware.passes import PassTable, pass_table, pass_terms
-from specsim.hardware.roofline import compute_bound, forward_ms, roof_ms, vision_ms
+from specsim.hardware.roofline import (
+    compute_bound,
+    forward_ms,
+    roof_ms,
+    sharded_weight_bytes,
+    streamed_weights,
+    vision_ms,
+)
 
 _NAMES = tuple(f.name for f in fields(PassTable))
 # terms of passes merged into one add up (the weights, streamed once, are taken off again: _merged)
 _SUMMED = ("flops", "base_bytes", "attention_flops", "kv_bytes", "score_elems", "rows", "link_bytes")
 _SUMMED += ("kv_elems",)
 _ADDITIVE = np.array([n in _SUMMED for n in _NAMES])
-_BYTES = _NAMES.index("base_bytes")
+_BYTES, _ROWS, _WEIGHTS = _NAMES.index("base_bytes"), _NAMES.index("rows"), _NAMES.index("weights")
 _MASKED = _NAMES.index("masked")
 
 
@@ -139,7 +146,8 @@ class RooflinePassCost:
 
     def _affine(self, role: str, rows: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(per pass, per sequence, per Σ KV token) terms of passes of ``rows`` rows per sequence: a pass's
-        terms are affine in the batch and in Σ KV at fixed rows."""
+        terms are affine in the batch and in Σ KV at fixed rows, but for a MoE model's weights (see
+        :meth:`_at_batch`)."""
         key = ("affine", role, rows)
         if key not in self._cache:
             base = self._vector(role, rows, 0, 1)
@@ -168,8 +176,19 @@ class RooflinePassCost:
         for p in parts[1:]:
             out[_ADDITIVE] += p[_ADDITIVE]
             out[_MASKED] = max(out[_MASKED], p[_MASKED])
-        out[_BYTES] -= (len(parts) - 1) * float(self._affine(role, 1)[0][_BYTES])
+        m, tp = self._model(role)  # the weights once, as read by all the pass's rows together
+        weights = [float(sharded_weight_bytes(m, p[_ROWS], tp)) for p in parts]
+        out[_BYTES] += float(sharded_weight_bytes(m, out[_ROWS], tp)) - sum(weights)
+        out[_WEIGHTS] = float(streamed_weights(m, out[_ROWS])) / tp
         return out
+
+    def _at_batch(self, role: str, batch: int, rows: int) -> np.ndarray:
+        """The terms of a pass over ``batch`` sequences × ``rows`` rows at Σ KV 0 and 1 (a [2, term] array):
+        the affine line in the batch, but a MoE model's passes are priced at the batch itself (the experts
+        its rows touch level off at E, so a line through batch 1 and 2 overprices every larger batch)."""
+        c0, c1, c2 = self._affine(role, rows)
+        at_zero = c0 + batch * c1 if self._model(role)[0].moe is None else self._vector(role, rows, 0, batch)
+        return at_zero + np.array([0.0, 1.0])[:, None] * c2
 
     def line(self, role: str, batch: int, rows: int, chunks=()) -> tuple[float, ...]:
         """(compute, memory, attention compute, attention memory, rest, host) ms of one pass over ``batch``
@@ -178,8 +197,7 @@ class RooflinePassCost:
         key = ("line", role, batch, rows, tuple((int(c[0]), int(c[1])) for c in chunks) if chunks else ())
         if key not in self._cache:
             if batch:
-                c0, c1, c2 = self._affine(role, rows)
-                terms = c0 + batch * c1 + np.array([0.0, 1.0])[:, None] * c2
+                terms = self._at_batch(role, batch, rows)
                 if chunks:
                     terms = np.stack([self._merged(role, t, chunks) for t in terms])
             else:

@@ -1,8 +1,8 @@
 """Serving steps priced by the GPU planner's roofline and runtimes (a :class:`~.step_cost.StepCost`).
 
 Every pass comes from :class:`specsim.hardware.roofline_pass_cost.RooflinePassCost`, priced under the
-runtime as :func:`specsim.hardware.roofline.forward_ms` prices a pass. A pass's terms are affine in B and
-Σ context at fixed rows per sequence, so sequences of different KV lengths price as B at their mean context.
+runtime as :func:`specsim.hardware.roofline.forward_ms` prices a pass. Sequences of different KV lengths
+price as B at their mean context (a pass's terms are affine in Σ context at fixed B and rows per sequence).
 A step's target pass carries decode rows and prefill chunks in one forward (vLLM V1); draft: γ +
 ``extra_draft_forwards_per_block`` one-row passes at batch B, pass j over KV + j.
 More: ARCHITECTURE.md, Notes by module.
