@@ -174,11 +174,12 @@ class ModelSpec:
 
     @property
     def kv_element_bytes(self) -> float:
-        """Bytes per KV-cache element: ``kv_bytes`` if set, else the weights' (a quantised format caches
-        fp16)."""
+        """Bytes per KV-cache element: ``kv_bytes`` if set, else the weights' (float16 or wider), and 2 under
+        quantised weights: int8, fp8 and GGUF formats still cache fp16/bf16 (vLLM's ``kv_cache_dtype``
+        "auto" is the activations' dtype; llama.cpp's ``--cache-type-k`` defaults to f16)."""
         if self.kv_bytes is not None:
             return self.kv_bytes
-        return self.dtype_bytes if self.dtype_bytes >= 1 else 2
+        return self.dtype_bytes if self.dtype_bytes >= 2 else 2
 
     @property
     def weight_bytes(self) -> float:
