@@ -163,3 +163,14 @@ def test_a_one_context_profile_says_every_context_is_priced_at_it(capsys):
         assert "the grids hold one context (256 tokens), so every context is priced at it" in out
         assert "extrapolated (linear)" not in out
     assert rows[0] == rows[1]
+
+
+def test_textbook_keeps_an_alpha_what_if_exact_at_every_gamma(capsys):
+    """--textbook carried the --alpha what-if's τ 'iid from gamma=1' and marked γ ≥ 2 extrapolated, so no
+    best γ was named, though τ = (1 − α^(γ+1)) / (1 − α) is the what-if itself at every γ."""
+    import json
+
+    assert main(["sweep", "--profile", "zoo-h200", "--alpha", "0.99", "--textbook", "--json"]) == 0
+    row = next(r for r in json.loads(capsys.readouterr().out) if r["scenario"] == "what-if")
+    assert not any(row["extrapolated"]) and row["best_gamma"] == 5
+    assert row["tau"][4] == pytest.approx(tau_iid(0.99, 5))

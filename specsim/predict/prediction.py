@@ -19,7 +19,7 @@ from specsim.draft_shapes.block_plans import refuse_short_budget
 from specsim.draft_shapes.draft_plans import Draft, draft_gamma, draft_label
 from specsim.errors import SpecsimError
 from specsim.predict.pricing import Priced, draft_cost, price, request_specs
-from specsim.predict.tau_at_gamma import check_gamma, extrapolated, tau_with_source
+from specsim.predict.tau_at_gamma import alpha_what_if, check_gamma, extrapolated, tau_with_source
 from specsim.profile_format import BlockCost, MethodAcceptance, Profile
 
 NO_TIMINGS = "the profile gives gamma*c+v as a published ratio, without latency timings"
@@ -159,7 +159,7 @@ def textbook_tau(entry: MethodAcceptance, gamma: int) -> tuple[float, str]:
     """The textbook's τ at γ: carried from the reference τ (:func:`reference_tau`) with an i.i.d. α, even
     when traces exist (Leviathan et al. 2023)."""
     tau_ref, g_ref = reference_tau(entry, gamma)
-    if g_ref == gamma:
+    if g_ref == gamma or alpha_what_if(entry):  # an --alpha what-if is i.i.d. already: exact at every γ
         return tau_with_source(entry, gamma)
     return float(tau_iid(alpha_from_tau(tau_ref, g_ref), gamma)), f"iid from gamma={g_ref}"
 

@@ -43,6 +43,11 @@ def tau_at(entry: MethodAcceptance, gamma: int) -> tuple[float, bool]:
     return tau, extrapolated(source)
 
 
+def alpha_what_if(entry: MethodAcceptance) -> bool:
+    """An --alpha what-if entry: τ = 1 + α at γ = 1, i.i.d. by definition, so exact at every γ."""
+    return entry.scenario == WHAT_IF_SCENARIO and entry.gamma == 1 and entry.tau is not None
+
+
 def tau_with_source(entry: MethodAcceptance, gamma: int) -> tuple[float, str]:
     """(τ at γ, where it came from: 'replay', 'measured', 'histogram[ at gamma=K]' or 'iid from gamma=K')."""
     gamma = check_gamma(gamma)
@@ -56,7 +61,7 @@ def tau_with_source(entry: MethodAcceptance, gamma: int) -> tuple[float, str]:
         )  # numpy only; imported here to keep start-up light
 
         return float(replay_traces_tau(entry.traces, gamma)), "replay"
-    if entry.scenario == WHAT_IF_SCENARIO and entry.gamma == 1 and entry.tau is not None:
+    if alpha_what_if(entry):
         return float(tau_iid(entry.tau - 1.0, gamma)), "iid --alpha"  # an α what-if is i.i.d. at every γ
     if entry.tau is None and entry.accepted_histogram is not None and gamma <= entry.gamma:
         # The histogram at K is the record (e.g. imported engine counters): τ(γ ≤ K) = 1 + Σ_{i≤γ} a_i
