@@ -97,7 +97,7 @@ def _load(args):
         threads=args.threads,
         no_progress=True,
         captioner=None,
-        caption_prefix="Image: ",
+        caption_prefix=None,  # the acceptance default ("Image: "), read by caption drafting only
         method=[args.method] if args.method else None,
     )
     try:
