@@ -120,6 +120,26 @@ def test_predict_cli_on_an_imported_only_profile(tmp_path, capsys):
     assert row["tau"] == pytest.approx(1 + (3120 + 2380 + 1790) / 4200) and row["speedup"] is None
 
 
+@pytest.mark.parametrize("engine", ["vllm", "sglang"])
+def test_recommend_on_an_imported_profile_prints_a_placeholder_draft(tmp_path, capsys, engine):
+    """The command `specsim import` prints next exited 2 ('--draft-model: ... needs the draft model'): an
+    imported profile names no draft. The table and config print with a placeholder and a note; only
+    --config-out refuses it."""
+    out = tmp_path / "imported.json"
+    assert (
+        main(["import", "vllm", str(SCRAPE_2), "--method", "M", "--scenario", "chat", "--out", str(out)]) == 0
+    )
+    capsys.readouterr()
+    argv = ["recommend", "--engine", engine, "--profile", str(out), "--pair", "llava-1.5-7b-68m"]
+    argv += ["--device", "a100-80gb-sxm", "--json"]
+    assert main(argv) == 0
+    rec = json.loads(capsys.readouterr().out)
+    assert "DRAFT_MODEL" in json.dumps(rec["config"])
+    assert any("'DRAFT_MODEL' (a placeholder: the profile names no draft model)" in n for n in rec["notes"])
+    assert main([*argv, "--config-out", str(tmp_path / "c.json")]) == 2
+    assert "is not a model id" in capsys.readouterr().err and not (tmp_path / "c.json").exists()
+
+
 def test_import_adds_to_an_existing_profile_and_keeps_it(tmp_path, profile):
     from specsim.profiles import save_profile
 

@@ -196,11 +196,16 @@ def _draft_model(
         # A preset's or alias's label is no id an engine loads: only a typed name may be a bare Hub id.
         return (hub, "hub") if hub else (priced, "priced" if priced != args.draft else "given")
     prov = acc.entry.provenance or profile.provenance
-    return (None, "profile") if prov.draft in (NOT_REPORTED, "") else (prov.draft, "profile")
+    # an imported profile names no draft: the printed config holds a placeholder, and --config-out refuses it
+    return ("DRAFT_MODEL", "placeholder") if prov.draft in (NOT_REPORTED, "") else (prov.draft, "profile")
 
 
 # where a draft name that is only a label comes from (a typed name may be a bare Hub id)
-DRAFT_LABELS = {"profile": "the profile's draft name", "priced": "the preset's draft name"}
+DRAFT_LABELS = {
+    "profile": "the profile's draft name",
+    "priced": "the preset's draft name",
+    "placeholder": "a placeholder: the profile names no draft model",
+}
 
 
 def _draft_id_note(draft_model: str | None, source: str, snippet) -> list[str]:
