@@ -254,6 +254,22 @@ def test_prompt_images_stay_inside_the_prompt_folder(tmp_path):
     )
 
 
+def test_latency_reads_allow_outside_images(tmp_path, capsys, monkeypatch):
+    """The error told latency's users to pass --allow-outside-images, which latency did not take."""
+    _image(tmp_path / "outside.png")
+    (tmp_path / "set").mkdir()
+    (tmp_path / "set" / "p.jsonl").write_text(
+        json.dumps({"prompt": "<image> x", "images": ["../outside.png"]})
+    )
+    monkeypatch.setattr(W, "latency_models", lambda *a, **k: pytest.fail("past the prompts: models load"))
+    argv = ["calibrate", "latency", "--preset", "zoo", "--out", str(tmp_path / "l.json")]
+    argv += ["--prompts", str(tmp_path / "set" / "p.jsonl")]
+    assert main(argv) == 2
+    assert "(pass --allow-outside-images to allow it)" in _one_line(capsys)
+    with pytest.raises(pytest.fail.Exception, match="past the prompts"):
+        main([*argv, "--allow-outside-images"])
+
+
 def test_fifo_image_is_refused_without_opening(tmp_path):
     os.mkfifo(tmp_path / "pipe.png")
     (tmp_path / "p.jsonl").write_text(json.dumps({"prompt": "x", "images": ["pipe.png"]}) + "\n")

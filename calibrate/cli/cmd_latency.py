@@ -124,6 +124,12 @@ def register(subparsers) -> None:
         "default with --preset: the pair's prompt set (text pairs: the reference set)",
     )
     what.add_argument(
+        "--allow-outside-images",
+        action="store_true",
+        help="let the prompts' images lie outside the prompt file's folder (absolute paths, '..', "
+        "symlinks out)",
+    )
+    what.add_argument(
         "--max-new-tokens",
         type=number_arg("output_tokens", integer=True),
         default=64,
@@ -270,7 +276,7 @@ def cmd_latency(args) -> int:
         _existing_cost_model(args.out)
     sweep_trees(args.tree_sizes or (), args.tree or ())  # a bad tree fails before the models load
     if args.prompts:
-        load_prompts(args.prompts)  # so does a prompt set that is not there or does not parse
+        load_prompts(args.prompts, allow_outside_images=args.allow_outside_images)  # so does a bad prompt set
     refuse_past_positions(args)
     t_load = time.perf_counter()
     models = latency_models(args)

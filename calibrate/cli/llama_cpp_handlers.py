@@ -123,7 +123,7 @@ def _held_out(args) -> tuple:
     blocks take them; SpecsimError where the checked prompts (its first --limit) reach them."""
     from calibrate.llama_cpp.models import workload_prompts
 
-    name, every = workload_prompts(args.prompts, None)
+    name, every = workload_prompts(args.prompts, None, args.allow_outside_images)
     checked = every[: args.limit] if args.limit else every
     held = tuple(every[-HELD_OUT_PROMPTS:])
     if len(every) <= HELD_OUT_PROMPTS or {p.prompt_id for p in held} & {p.prompt_id for p in checked}:

@@ -36,18 +36,18 @@ def gguf_pair(preset: str | None, target: str | None, draft: str | None, cache_d
     return str(target), str(draft)
 
 
-def workload_prompts(prompts: str | None, limit: int | None) -> tuple[str, list[TracedPrompt]]:
+def workload_prompts(
+    prompts: str | None, limit: int | None, allow_outside_images: bool = False
+) -> tuple[str, list[TracedPrompt]]:
     """(prompt set name, its text prompts); image prompts are refused (llama.cpp runs text pairs here)."""
     from calibrate.workload.prompt_sets import load_prompts
 
     name = prompts or "reference"
-    loaded = load_prompts(name, limit)
+    loaded = load_prompts(name, limit, allow_outside_images=allow_outside_images)
     with_images = [p.id for p in loaded if p.images]
     if with_images:
         raise SpecsimError(f"--prompts {name}: prompt {with_images[0]!r} has images (llama.cpp runs text)")
     return Path(name).stem, [TracedPrompt(p.id, p.text) for p in loaded]
-
-
 
 
 def raise_priority(niceness: int) -> str:
@@ -77,7 +77,9 @@ def setup_from_args(args, *, prompts_limit=None):
     every check before a binary runs."""
     from calibrate.llama_cpp.binaries import find_llama_cpp
 
-    name, prompts = workload_prompts(args.prompts, prompts_limit)
+    name, prompts = workload_prompts(
+        args.prompts, prompts_limit, getattr(args, "allow_outside_images", False)
+    )
     llama = find_llama_cpp(args.llama_cpp)
     target, draft = gguf_pair(args.preset, args.target, args.draft, getattr(args, "cache_dir", None))
     return llama, target, draft, name, prompts, raise_priority(args.renice)

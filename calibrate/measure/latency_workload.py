@@ -19,7 +19,7 @@ def latency_workload(args, target) -> tuple[dict, list[int] | None, str]:
     )
     if name is None:
         return {}, None, ""
-    target_tokens, draft_tokens = prompt_lengths(name, target)
+    target_tokens, draft_tokens = prompt_lengths(name, target, allow_outside_images=args.allow_outside_images)
     gammas = args.gammas or L.LatencyPlan().gammas
     line = (
         f"workload {name}: prompts of {min(target_tokens)}..{max(target_tokens)} tokens (draft contexts from "

@@ -95,9 +95,7 @@ def _profile_method_scenario(text: str, *, need_scenario: bool):
 
 def _selected(profile, method, scenario) -> list:
     """The profile's acceptance entries of ``method`` and ``scenario`` (None: any)."""
-    entries = [
-        e for e in profile.acceptance if method in (None, e.method) and scenario in (None, e.scenario)
-    ]
+    entries = [e for e in profile.acceptance if method in (None, e.method) and scenario in (None, e.scenario)]
     if not entries:
         known = ", ".join(f"{e.method}/{e.scenario}" for e in profile.acceptance) or "none"
         want = f"{method or '*'}/{scenario or '*'}"

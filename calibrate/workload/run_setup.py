@@ -250,7 +250,9 @@ def provenance(setup: Setup, args) -> Provenance:
     )
 
 
-def prompt_lengths(prompt_set: str, target: LoadedModel) -> tuple[list[int], list[int]]:
+def prompt_lengths(
+    prompt_set: str, target: LoadedModel, *, allow_outside_images: bool = False
+) -> tuple[list[int], list[int]]:
     """(target prompt tokens, shortest draft prompt tokens) per prompt of ``prompt_set``.
 
     The target sees each image as its run of visual tokens; the shortest draft context drops the images
@@ -260,7 +262,7 @@ def prompt_lengths(prompt_set: str, target: LoadedModel) -> tuple[list[int], lis
     tok = target.tokenizer or getattr(target.processor, "tokenizer", None)
     per_image = image_token_count(target.model.config) if target.kind == "vlm" else 0
     targets, drafts = [], []
-    prompts = load_prompts(prompt_set)
+    prompts = load_prompts(prompt_set, allow_outside_images=allow_outside_images)
     check_image_counts(prompts)
     for p in prompts:
         text = p.text.replace(IMAGE_PLACEHOLDER, "\n")
