@@ -223,6 +223,21 @@ def test_acceptance_partial_with_non_object_key_is_reported(tmp_path):
         assert CA._read_partial(path, {"target": "t"}) == {}
 
 
+def test_acceptance_partial_of_another_run_is_refused_not_deleted(tmp_path):
+    """A valid partial of other models or settings was dropped silently and then overwritten (latency's is
+    refused); hours of traces now stay until --restart or a delete."""
+    path = tmp_path / "p.json.partial.json"
+    path.write_text(
+        json.dumps({"schema_version": 1, "key": {"target": "other-model", "dtype": "f"}, "traces": []})
+    )
+    with pytest.raises(
+        Exception,
+        match=r"were traced with \{'target': 'other-model'\} \(expected \{'target': 't'\}.*--restart",
+    ):
+        CA._read_partial(path, {"target": "t", "dtype": "f"})
+    assert path.exists()
+
+
 # --------------------------------------------------------------------------- prompts and images
 def _image(path, size=(4, 4)):
     from PIL import Image

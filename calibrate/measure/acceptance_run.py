@@ -11,6 +11,7 @@ import hashlib
 import json
 from pathlib import Path
 
+from calibrate.measure.latency_partial import show_value
 from calibrate.workload.run_setup import Setup, progress, provenance
 from specsim.errors import SpecsimError, warn
 from specsim.jsonio import read_json, write_json_atomic
@@ -160,10 +161,18 @@ def _read_partial(path: Path, key: dict) -> dict:
         return {}
     try:
         data = read_json(path, "partial traces")
-        return _partial_traces(data, key, f"partial traces {str(path)!r}")
+        traces = _partial_traces(data, key, f"partial traces {str(path)!r}")
     except SpecsimError as err:
         warn(f"{err}; ignoring it and tracing every prompt again")
         return {}
+    if data["key"] != key:  # valid, and another run's: hours of traces, not to be overwritten silently
+        other = {k: v for k, v in data["key"].items() if key.get(k) != v}
+        other |= {k: None for k in key if k not in data["key"]}
+        raise SpecsimError(
+            f"partial traces {str(path)!r} were traced with {show_value(other)} (expected "
+            f"{show_value({k: key.get(k) for k in other})}; delete the file or pass --restart)"
+        )
+    return traces
 
 
 def _partial_traces(data, key: dict, where: str) -> dict:
@@ -181,7 +190,7 @@ def _partial_traces(data, key: dict, where: str) -> dict:
     if not isinstance(data.get("key"), dict):
         raise SpecsimError(f"{where}.key: expected an object, got {str(data.get('key'))[:60]!r}")
     if data["key"] != key:
-        return {}  # another prompt set, model or setting: nothing to reuse
+        return {}  # another prompt set, model or setting: nothing to reuse (the caller refuses it)
     traces = data.get("traces")
     if not isinstance(traces, list):
         raise SpecsimError(f"{where}.traces: expected a list, got {str(traces)[:60]!r}")
