@@ -82,3 +82,16 @@ def test_the_architecture_map_names_only_files_that_exist():
         named = {n for n in named if not n.startswith(("$", "~", "/", "-")) and "<" not in n}
         missing = sorted(n for n in named if not _resolves(n))
         assert not missing, f"{doc} names what does not exist: {missing}"
+
+
+def test_sections_the_commands_send_users_to_exist():
+    """Help and errors cite README sections by heading ("README, 'heading'"); one cited 'Getting llama.cpp',
+    which the README never had."""
+    headings = {line.lstrip("#").strip() for line in (ROOT / "README.md").read_text().splitlines()
+                if line.startswith("#")}  # fmt: skip
+    cited = {}
+    for path in [*ROOT.glob("specsim/**/*.py"), *ROOT.glob("calibrate/**/*.py")]:
+        text = re.sub(r'"\s*\n\s*"', "", path.read_text())  # join implicitly concatenated strings
+        for name in re.findall(r"README, '([^']+)'", text) + re.findall(r"README: ([A-Z][^()]*?)\)", text):
+            cited[name.strip()] = path.relative_to(ROOT)
+    assert cited and not {n: str(p) for n, p in cited.items() if n not in headings}

@@ -24,8 +24,8 @@ def llama_cpp_args(p: argparse.ArgumentParser, flag: str) -> None:
         "--llama-cpp",
         metavar="DIR",
         default=None,
-        help="folder of a llama.cpp build's binaries (default: llama-server on PATH; README: Getting "
-        "llama.cpp)",
+        help="folder of a llama.cpp build's binaries (default: llama-server on PATH; README, 'llama.cpp: "
+        "calibrate and check an engine this project did not write', says how to build them)",
     )
     grp.add_argument(
         "--ngram",

@@ -83,7 +83,8 @@ def find_llama_cpp(path: str | None) -> LlamaCpp:
         if found is None:
             raise SpecsimError(
                 f"{where}: llama-server is not on PATH; give {where} DIR, the folder of a llama.cpp build's "
-                "binaries (README: Getting llama.cpp)"
+                "binaries (README, 'llama.cpp: calibrate and check an engine this project did not write', "
+                "says how to build them)"
             )
         bin_dir = Path(found).resolve().parent
     else:
