@@ -472,3 +472,14 @@ def test_threads_past_the_cpus_warn(monkeypatch, runtime):
     with warnings.catch_warnings():
         warnings.simplefilter("error", SpecsimWarning)
         M.set_threads(2) if runtime == "torch" else check_threads(SimpleNamespace(threads=2))
+
+
+def test_latency_batch_sizes_help_states_each_pair_kinds_default(capsys):
+    """The help said 'default 1,2,3,4'; a text pair's plan times the draft at batch 1 only."""
+    from types import SimpleNamespace
+
+    with pytest.raises(SystemExit):
+        main(["calibrate", "latency", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "default: 1,2,3,4 for a VLM pair" in text and "1 for a text pair" in text
+    assert L.default_plan(SimpleNamespace(kind="text")).batch_sizes == (1,)

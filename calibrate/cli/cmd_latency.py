@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from calibrate.cli.latency_checks import (
     check_latency_args,
+    existing_cost_model,
     refuse_other_pair,
     refuse_past_positions,
     request_flag,
@@ -111,7 +112,12 @@ def register(subparsers) -> None:
         help="context length for Tv(gamma) and the draft batch sweep",
     )
     what.add_argument("--gammas", type=int_list_arg("gamma"), help="gammas for Tv (default 1..8)")
-    what.add_argument("--batch-sizes", type=int_list_arg("batch"), help="draft batch sizes (default 1,2,3,4)")
+    what.add_argument(
+        "--batch-sizes",
+        type=int_list_arg("batch"),
+        help="draft batch sizes (default: 1,2,3,4 for a VLM pair, whose in-batch ensembles batch the "
+        "draft; 1 for a text pair)",
+    )
     what.add_argument(
         "--prefill-tokens",
         type=int_list_arg("tokens"),
@@ -273,7 +279,7 @@ def cmd_latency(args) -> int:
 
     check_latency_args(args)
     if args.batched_only:
-        _existing_cost_model(args.out)
+        existing_cost_model(args.out)
     sweep_trees(args.tree_sizes or (), args.tree or ())  # a bad tree fails before the models load
     if args.prompts:
         load_prompts(args.prompts, allow_outside_images=args.allow_outside_images)  # so does a bad prompt set
@@ -310,7 +316,7 @@ def cmd_latency(args) -> int:
         print(workload_line, file=sys.stderr)
     t0 = time.perf_counter()
     if args.batched_only:
-        path, timings = _existing_cost_model(args.out), {}
+        path, timings = existing_cost_model(args.out), {}
     else:
         path, timings = L.calibrate_latency(
             models, plan, args.out, resume=not args.no_resume, progress=not args.quiet
@@ -378,19 +384,6 @@ def _batched(args, models, plan, path, workload_tokens=None) -> tuple[float, flo
     model = replace(profile.latency.forward_costs(), batched=costs)
     save_profile(replace(profile, latency=replace(profile.latency, cost_model=model)), path)
     return seconds
-
-
-def _existing_cost_model(out: str):
-    """--out's path when it holds a profile with latency timings (what --batched-only adds to)."""
-    from pathlib import Path
-
-    from specsim.profiles import load_profile
-
-    try:
-        load_profile(out).latency.forward_costs()
-    except SpecsimError as err:
-        raise SpecsimError(f"--batched-only: --out {out}: {err} (run without --batched-only first)") from None
-    return Path(out)
 
 
 def _min(value: int | None, cap: int) -> int | None:

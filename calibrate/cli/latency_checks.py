@@ -160,3 +160,14 @@ def refuse_past_positions(args) -> None:
             f"--gammas: a block of gamma {gamma} at a {context}-token context needs {context + gamma + 1} "
             f"positions, past the {role}'s {limit} max positions"
         )
+
+
+def existing_cost_model(out: str):
+    """--out's path when it holds a profile with latency timings (what --batched-only adds to)."""
+    from specsim.profiles import load_profile
+
+    try:
+        load_profile(out).latency.forward_costs()
+    except SpecsimError as err:
+        raise SpecsimError(f"--batched-only: --out {out}: {err} (run without --batched-only first)") from None
+    return Path(out)
