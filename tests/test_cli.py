@@ -360,3 +360,15 @@ def test_trees_and_policies_on_a_published_ratio_are_refused(capsys, extra):
     assert main(["predict", "--gamma", "4", *extra]) == 2
     err = capsys.readouterr().err
     assert err.startswith(f"specsim: error: {extra[0]}") and "gives gamma*c+v only as published" in err
+
+
+@pytest.mark.parametrize("command", ["hardware", "recommend", "serve"])
+def test_help_names_every_shipped_pair_and_runtime(capsys, command):
+    """--pair named 2 of the 3 presets and --runtime 5 of the 9 shipped runtimes."""
+    from specsim.hardware.runtime import runtime_names
+    from specsim.presets import pairs
+
+    with pytest.raises(SystemExit):
+        main([command, "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert all(name in text for name in [*pairs(), *runtime_names()]) and "tensorrt-llm" in text

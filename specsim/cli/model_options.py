@@ -45,7 +45,10 @@ def add_model_options(
     """Add the pair, models, image size, device and runtime options to ``parser`` (or an argument group):
     ``--device`` repeatable with ``many_devices`` (default: the whole GPU catalog), else one, h100-sxm;
     ``runtime_default`` and ``pair_default`` (None: --pair or --target is needed) as the command has them."""
-    pairs = "llava-1.5-7b-68m or qwen2.5-coder-0.5b-1.5b"
+    from specsim.hardware.runtime import runtime_names
+    from specsim.presets import pairs as preset_pairs
+
+    pairs = ", ".join(sorted(preset_pairs()))
     parser.add_argument(
         "--pair",
         type=name_arg,
@@ -92,7 +95,7 @@ def add_model_options(
         type=name_arg,
         default=None,
         metavar="NAME_OR_JSON",
-        help="serving runtime: hf-eager, vllm, gpt-fast, llama.cpp, torch-cpu or a runtime JSON "
+        help=f"serving runtime: {', '.join(runtime_names())} or a runtime JSON "
         f"(default: {runtime_default}, torch-cpu on CPUs)",
     )
 
