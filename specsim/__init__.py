@@ -1,12 +1,11 @@
 """specsim: will speculative decoding (SD) make my multimodal LLM faster, how, and by how much?
 
 Symbols (one convention everywhere; ms throughout): γ ``gamma`` drafts per block; τ ``tau`` tokens per block,
-bonus included, 1 ≤ τ ≤ γ+1; α ``alpha`` i.i.d. acceptance, τ = (1 − α^(γ+1)) / (1 − α); ``a_i`` survival
-P(≥ i drafts accepted), τ = 1 + Σ_{i≤γ} a_i; β_t = Σ_x min(p_t(x), q_t(x)) (sampling); ``Tp``/``Tq`` one
+bonus included, 1 ≤ τ ≤ γ+1; α ``alpha`` i.i.d. acceptance, τ = (1 − α^(γ+1)) / (1 − α); ``Tp``/``Tq`` one
 target/draft forward over 1 new position; ``Tv(gamma)`` the target's over γ+1; ``c`` = Tq/Tp, ``v`` = Tv/Tp.
-speedup(γ) = τ / (γ·c + v) (Leviathan et al. 2023; IbED, Lee et al. 2024, Eq. 2). numpy and scipy only; a
-JSON profile (:mod:`specsim.profile_format`) sits between this and ``calibrate``. More: ARCHITECTURE.md.
-"""
+speedup(γ) = τ / (d·c + v + o), d draft forwards per block, o the per-block overhead over Tp (Leviathan et al.
+2023; IbED, Lee et al. 2024, Eq. 2: d = γ, o = 0). numpy and scipy at its core; a JSON profile sits between
+this and ``calibrate``. More (a_i, β_t): ARCHITECTURE.md."""
 
 from specsim.acceptance.theory import (
     alpha_from_tau,
