@@ -143,6 +143,8 @@ def test_loaded_plan_past_a_window_names_the_model():
     plan = L.LatencyPlan(contexts_tokens=(8, 62), verify_context_tokens=8, gammas=(1, 2), prefill_tokens=(8,))
     with pytest.raises(Exception, match="the target 'tiny' has at most 64 positions .* needs 65 .without"):
         W.check_plan_positions({"target": model, "draft": model}, plan)
+    with pytest.raises(Exception, match="needs 65$"):  # given contexts: no word about sizing them
+        W.check_plan_positions({"target": model, "draft": model}, plan, contexts_given=True)
 
 
 # --------------------------------------------------------------------------- partial files

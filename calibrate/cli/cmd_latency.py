@@ -311,7 +311,7 @@ def cmd_latency(args) -> int:
         seed=args.seed,
         trees=sweep_trees(args.tree_sizes or (), args.tree or ()),
     )
-    check_plan_positions(models, plan)
+    check_plan_positions(models, plan, contexts_given=args.contexts is not None)
     if workload_line:
         print(workload_line, file=sys.stderr)
     t0 = time.perf_counter()

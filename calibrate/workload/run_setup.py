@@ -358,10 +358,10 @@ def _with_captioner(args, models: dict) -> dict:
 SIZED_CONTEXTS = " (without --contexts, they reach the longest prompt plus --max-new-tokens)"
 
 
-def check_plan_positions(models: dict, plan) -> None:
+def check_plan_positions(models: dict, plan, contexts_given: bool = False) -> None:
     """SpecsimError when a planned forward reaches past a model's maximum positions (its config's
     ``max_position_embeddings``): every γ block runs at every context (context + γ + 1 positions), and
-    prefill over the prompt tokens."""
+    prefill over the prompt tokens. ``contexts_given``: the contexts came from --contexts."""
     from specsim.draft_shapes.trees import parse_tree
 
     longest = {
@@ -378,7 +378,7 @@ def check_plan_positions(models: dict, plan) -> None:
             continue
         for option, positions in longest.items():
             if positions > limit:
-                sized = SIZED_CONTEXTS if "gammas" in option else ""
+                sized = SIZED_CONTEXTS if "gammas" in option and not contexts_given else ""
                 raise SpecsimError(
                     f"{option}: the {role} {models[role].name!r} has at most {limit} positions "
                     f"(max_position_embeddings), but this plan needs {positions}{sized}"
