@@ -82,5 +82,8 @@ def test_batched_and_serving_checks_refuse_before_the_models_load(capsys, no_loa
 def test_the_latency_workload_line_comes_after_the_plan_is_accepted(tmp_path, capsys):
     """calibrate latency printed its "workload" line to stderr, then an error: two lines."""
     argv = ["calibrate", "latency", "--preset", "zoo", "--out", str(tmp_path / "p.json"), "--quiet"]
-    assert main([*argv, "--contexts", "900,1020", "--gammas", "8"]) == 2  # 1020 + 8 + 1 past 1024: the plan's
-    assert "--contexts/--verify-context/--gammas" in _one_line(capsys)
+    # contexts sized from the workload (its longest prompt + 1020 new tokens) and gamma 8 pass 1024 positions:
+    # refused by the plan once the models load, the only time the workload's prompts are tokenised
+    assert main([*argv, "--max-new-tokens", "1020", "--gammas", "8"]) == 2
+    line = _one_line(capsys)
+    assert "--contexts/--verify-context/--gammas" in line and "(without --contexts, they reach" in line
