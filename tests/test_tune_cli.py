@@ -426,6 +426,10 @@ def test_sd_off_from_a_batch_is_refused_where_sd_never_runs(capsys):
     ("extra", "named"),
     [
         (["--slo-attainment", "0.5"], "--slo-attainment: the share that must meet --slo; give --slo"),
+        (  # goodput counts the requests meeting the SLO; 0.99 was dropped and the JSON said null
+            ["--slo", "tpot=8", "--slo-attainment", "0.99"],
+            "--slo-attainment 0.99: applies to --objective tokens-per-gpu and usd-per-mtok",
+        ),
         (["--study-name", "foo"], "--study-name: names the study in --storage; give --storage"),
         (["--draft", "llava-1.5-68m@0.6", "--draft", "llava-1.5-68m@0.6"], "'llava-1.5-68m@0.6' given twice"),
         (["--gamma-breaks", ""], "--gamma-breaks: expected batch sizes B,..., got ''"),
@@ -435,3 +439,14 @@ def test_options_that_would_change_nothing_are_refused(capsys, extra, named):
     """Each ran the study as without it, without a word (serve refuses --slo-attainment without a search)."""
     assert main(BASE + extra) == 2
     assert named in _one_line(capsys)
+
+
+def test_goodput_where_no_request_meets_the_slo_recommends_nothing(capsys):
+    """Every trial was 'feasible' at goodput 0, and the best was SD off (trial 0), ready to paste."""
+    pytest.importorskip("optuna")
+    assert main([*BASE, "--trials", "3", "--gamma", "0-2", "--slo", "tpot=0.01"]) == 0
+    out = capsys.readouterr().out
+    assert "trials: 3 (0 feasible)" in out and "best on" not in out
+    assert (
+        "no feasible deployment on h100-sxm among its 3 trials (in none does a request meet the SLO)" in out
+    )

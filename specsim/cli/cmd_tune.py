@@ -131,7 +131,10 @@ def register(sub) -> None:
     )
     o.add_argument("--slo", default=None, help="bounds in ms, e.g. ttft=500,tpot=50 (keys ttft, tpot, e2e)")
     o.add_argument(
-        "--slo-attainment", type=attainment_arg, default=None, help="share that must meet --slo (0.9)"
+        "--slo-attainment",
+        type=attainment_arg,
+        default=None,
+        help="share that must meet --slo (0.9), for tokens-per-gpu and usd-per-mtok (goodput counts it)",
     )
     o.add_argument(
         "--price", action="append", default=[], metavar="DEVICE=USD", help="price per GPU-hour of a device"
@@ -271,7 +274,7 @@ def _inputs(args):
     objective = make_objective(
         name,
         has_slo=slo is not None,
-        slo_attainment=0.9 if args.slo_attainment is None else args.slo_attainment,
+        slo_attainment=args.slo_attainment,
         devices=space.devices,
         prices=prices,
     )
@@ -345,7 +348,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
     print(header_text(context, space, objective, outcome, where))
     print("\n" + front_text(points))
     for device in [d for d in space.devices if d not in {b.device for b in bests}]:
-        print("\n" + no_best_text(outcome, device))
+        print("\n" + no_best_text(outcome, device, goodput=objective.name == "goodput"))
     for best in bests:
         print("\n" + best_text(best, objective))
     return 0

@@ -1,6 +1,6 @@
 """What a tuning study optimises, read off each trial's serving summary.
 
-- ``goodput``: requests per second that meet every bound of the SLO (maximised; needs an SLO);
+- ``goodput``: requests/s meeting every bound of the SLO (maximised; needs an SLO; infeasible at 0);
 - ``tokens-per-gpu``: output tokens per second per GPU (the target's TP degree; maximised);
 - ``usd-per-mtok``: dollars per million output tokens = price per GPU-hour × GPUs / (3600 · tokens/s) · 1e6
   (minimised). With an SLO a deployment counts only where ``slo_attainment`` of the requests meet it
@@ -69,6 +69,8 @@ class Objective:
         if not result.fits or result.metrics is None:
             return 1.0
         met = result.metrics.slo_met_fraction
+        if self.name == "goodput":  # a goodput of 0 is no deployment to recommend
+            return 0.0 if met else 1.0
         if self.slo_attainment is None or met is None:
             return 0.0
         return max(0.0, self.slo_attainment - met)
@@ -86,14 +88,26 @@ class Objective:
 
 
 def make_objective(
-    name: str, *, has_slo: bool, slo_attainment: float, devices, prices: dict[str, float] | None = None
+    name: str,
+    *,
+    has_slo: bool,
+    slo_attainment: float | None,
+    devices,
+    prices: dict[str, float] | None = None,
 ) -> Objective:
-    """The objective ``name`` for a study over ``devices``; SpecsimError (one line) for what it lacks:
-    ``goodput`` without an SLO, a device with no price for ``usd-per-mtok``."""
+    """The objective ``name`` for a study over ``devices``; ``slo_attainment`` None: 0.9 where it applies.
+    SpecsimError (one line) for what it lacks or ignores: ``goodput`` without an SLO or with an attainment,
+    a device with no price for ``usd-per-mtok``."""
     if name not in OBJECTIVES:
         raise SpecsimError(f"--objective: expected one of {list(OBJECTIVES)}, got {name!r}")
     if name == "goodput" and not has_slo:
         raise SpecsimError("--objective goodput: needs --slo (the bounds a request must meet)")
+    if name == "goodput" and slo_attainment is not None:
+        raise SpecsimError(
+            f"--slo-attainment {slo_attainment:g}: applies to --objective tokens-per-gpu and usd-per-mtok; "
+            "goodput counts the requests that meet --slo"
+        )
+    slo_attainment = 0.9 if slo_attainment is None else slo_attainment
     if not 0 < slo_attainment <= 1:
         raise SpecsimError(f"--slo-attainment: expected a fraction in (0, 1], got {slo_attainment!r}")
     given = dict(prices or {})

@@ -85,15 +85,17 @@ def best_text(best: DeviceBest, objective: Objective) -> str:
     return "\n".join(lines)
 
 
-def no_best_text(outcome: StudyOutcome, device: str) -> str:
-    """Why ``device`` has no best: none of its trials fits (the first reason), or none meets the SLO."""
+def no_best_text(outcome: StudyOutcome, device: str, goodput: bool = False) -> str:
+    """Why ``device`` has no best: none of its trials fits (the first reason), or none meets the SLO (for
+    ``goodput``: in none does a request meet it)."""
     mine = [r for r in outcome.records if r.deployment.device == device]
     unfit = [r.result.reason for r in mine if not r.result.fits]
     if not mine:
         return f"no trial on {device}"
     if len(unfit) == len(mine):
         return f"no deployment on {device} fits: {unfit[0]}"
-    return f"no feasible deployment on {device} among its {len(mine)} trials (none meets the SLO attainment)"
+    short = "in none does a request meet the SLO" if goodput else "none meets the SLO attainment"
+    return f"no feasible deployment on {device} among its {len(mine)} trials ({short})"
 
 
 def front_text(points: list[FrontPoint]) -> str:
