@@ -194,6 +194,16 @@ def test_an_exhaustive_study_resumes_where_it_stopped(tmp_path):
     )
 
 
+def test_an_auto_study_resumes_with_more_trials_than_its_space(tmp_path):
+    """--search auto ran TPE for 3 trials and enumerates for 100: resuming was refused as another --search."""
+    space = _space(max_num_seqs="8,16")
+    storage = str(tmp_path / "auto.db")
+    _, part = _study(space, StudyPlan("auto", 3, 2, storage=storage))
+    _, rest = _study(space, StudyPlan("auto", 100, 2, storage=storage))
+    assert part.search == "tpe" and rest.search == "exhaustive"
+    assert {str(r.deployment) for r in rest.records} == {str(space.deployment(p)) for p in space.enumerate()}
+
+
 def test_an_slo_constraint_keeps_infeasible_trials_out_of_the_best():
     """Tokens/s per GPU under an SLO: a full batch serves more tokens but misses the TPOT bound."""
     space = _space(gammas="0,3", max_num_seqs="4,64")

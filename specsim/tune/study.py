@@ -247,7 +247,8 @@ def run_study(
     optuna = require_optuna()
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     search = plan.resolved(space)
-    study = _open(optuna, plan, objective, search, fingerprint(context, space, objective, search))
+    # the search as asked: --search auto turns exhaustive once --trials reaches the space, and resumes
+    study = _open(optuna, plan, objective, search, fingerprint(context, space, objective, plan.search))
     distributions = _distributions(optuna, space)
     known: dict[Deployment, TrialResult] = {}
     records = _stored(optuna, study, objective, known)
