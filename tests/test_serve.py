@@ -441,7 +441,12 @@ def test_cli_trace_runs(tmp_path, capsys):
     assert main(["serve", "--trace", str(path), "--alpha", "0.5", "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["comparison"]["rate_per_s"] is None and data["comparison"]["sd"]["requests"] == 10
-    for flag, value in (("--prompt-tokens", "64"), ("--output-tokens", "8"), ("--images", "2")):
+    for flag, value in (
+        ("--prompt-tokens", "64"),
+        ("--output-tokens", "8"),
+        ("--images", "2"),
+        ("--requests", "1000"),
+    ):
         # the trace gives each request's lengths and images: a load option beside it would be ignored
         assert main(["serve", "--trace", str(path), "--alpha", "0.5", flag, value]) == 2
         assert f"{flag}: does not apply with --trace" in capsys.readouterr().err
@@ -798,6 +803,7 @@ def test_what_a_cost_profile_or_the_default_pair_cannot_price_is_refused(capsys)
     for extra, flag in (
         (["--draft-kind", "ngram"], "--draft-kind"),
         (["--device", "l4"], "--device"),
+        (["--device", "h100-sxm"], "--device"),  # the default, given: it was taken without a word
         (["--image-size", "640x480"], "--image-size"),
     ):
         assert main([*base, *extra]) == 2

@@ -296,9 +296,20 @@ def test_alpha_needs_a_pair_and_a_trace_takes_no_shape(capsys, tmp_path):
     trace.write_text('{"arrival_s": 0.1, "prompt_tokens": 10, "images": 1, "output_tokens": 4}\n')
     assert main(["tune", "--alpha", "0.7", "--trace", str(trace), "--images", "2"]) == 2
     assert "--images: does not apply with --trace (the trace gives every request)" in _one_line(capsys)
-    for flag in ("--prompt-tokens", "--output-tokens"):  # were silently ignored beside a trace
-        assert main(["tune", "--alpha", "0.7", "--trace", str(trace), flag, "64"]) == 2
+    for flag, value in (("--prompt-tokens", "64"), ("--output-tokens", "64"), ("--requests", "1000")):
+        # were silently ignored beside a trace (the last is the default, given)
+        assert main(["tune", "--alpha", "0.7", "--trace", str(trace), flag, value]) == 2
         assert f"{flag}: does not apply with --trace" in _one_line(capsys)
+
+
+def test_a_vllm_bench_result_is_a_tune_workload(tmp_path, capsys):
+    """serve --trace read a vLLM bench result and tune --trace (help: 'as serve --trace') refused it."""
+    pytest.importorskip("optuna")
+    body = {"request_rate": 4.0, "burstiness": 1.0, "input_lens": [120, 300], "output_lens": [16, 8]}
+    (tmp_path / "result.json").write_text(json.dumps(body))
+    argv = ["tune", "--alpha", "0.7", "--no-progress", "--trials", "2", "--json"]
+    assert main([*argv, "--trace", str(tmp_path / "result.json")]) == 0
+    assert all(t["result"]["metrics"]["requests"] == 2 for t in json.loads(capsys.readouterr().out)["trials"])
 
 
 @pytest.mark.parametrize(

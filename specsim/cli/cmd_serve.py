@@ -53,7 +53,7 @@ def register(sub) -> None:
         "serve", help="simulate a server under load: SD on vs off (TTFT/TPOT/goodput)", description=_DESC
     )
     models = p.add_argument_group("models and hardware")
-    add_model_options(models)
+    add_model_options(models, device_given_only=True)
     add_price_option(models)
     models.add_argument(
         "--cost-profile",
@@ -91,19 +91,19 @@ def register(sub) -> None:
     load.add_argument(
         "--requests",
         type=number_arg("size", integer=True),
-        default=LOAD_DEFAULTS["requests"],
+        default=None,
         help="requests per simulation (default 1000)",
     )
     load.add_argument(
         "--burstiness",
         type=burstiness_arg,
-        default=LOAD_DEFAULTS["burstiness"],
+        default=None,
         help="Gamma shape of the inter-arrival gaps: 1 = Poisson (default), < 1 burstier",
     )
     load.add_argument(
         "--prompt-tokens",
         type=number_arg("tokens", integer=True),
-        default=LOAD_DEFAULTS["prompt_tokens"],
+        default=None,
         help="text tokens per prompt (default 512)",
     )
     load.add_argument(
@@ -115,7 +115,7 @@ def register(sub) -> None:
     load.add_argument(
         "--output-tokens",
         type=number_arg("output_tokens", integer=True),
-        default=LOAD_DEFAULTS["output_tokens"],
+        default=None,
         help="output tokens per request (default 256)",
     )
     sd = p.add_argument_group("speculative decoding")
@@ -246,7 +246,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if args.slo_attainment is not None and not args.max_rate:
         raise SpecsimError("--slo-attainment: applies with --max-rate only (the share its search must meet)")
     for rate in [args.rate] if args.rate is not None else args.rates or []:
-        check_span(args.requests, rate, "--rate" if args.rates is None else "--rates")
+        requests = LOAD_DEFAULTS["requests"] if args.requests is None else args.requests
+        check_span(requests, rate, "--rate" if args.rates is None else "--rates")
     req = ServeRequest.from_options(vars(args))
     setup, about = serve_setup(req)  # --max-rate without --slo: max_rates says so
     sd_label = f"SD ({setup.policy.describe()})"

@@ -20,7 +20,7 @@ from specsim.errors import SpecsimError, warn
 from specsim.hardware.prices import parse_prices
 from specsim.jsonio import check_outputs, dumps_json
 from specsim.presets import pair_models
-from specsim.serve.arrivals import burstiness_arg, parse_image_mix, rate_arg, read_trace
+from specsim.serve.arrivals import burstiness_arg, parse_image_mix, rate_arg
 from specsim.serve.compare import Workload, attainment_arg
 from specsim.serve.metrics import parse_slo
 from specsim.serve.scheduler import SchedulerConfig
@@ -29,6 +29,7 @@ from specsim.serve.serve_request import (
     check_longest_request,
     refuse_images_without_vision,
     refuse_with_trace,
+    trace_workload,
 )
 from specsim.serve.speculation import alpha_arg
 from specsim.tune.executor import EXECUTORS, make_executor
@@ -84,18 +85,21 @@ def register(sub) -> None:
     rate = load.add_mutually_exclusive_group()
     rate.add_argument("--rate", type=rate_arg, default=None, help="requests per second (default 4)")
     rate.add_argument(
-        "--trace", default=None, metavar="JSONL", help="requests from a JSONL trace (as serve --trace)"
+        "--trace",
+        default=None,
+        metavar="JSONL",
+        help="requests from a JSONL trace or a vLLM bench result JSON (as serve --trace)",
     )
     load.add_argument(
         "--requests",
         type=number_arg("size", integer=True),
-        default=LOAD_DEFAULTS["requests"],
+        default=None,
         help="requests (default 1000)",
     )
     load.add_argument(
         "--prompt-tokens",
         type=number_arg("tokens", integer=True),
-        default=LOAD_DEFAULTS["prompt_tokens"],
+        default=None,
         help="text tokens per prompt",
     )
     load.add_argument(
@@ -107,13 +111,13 @@ def register(sub) -> None:
     load.add_argument(
         "--output-tokens",
         type=number_arg("output_tokens", integer=True),
-        default=LOAD_DEFAULTS["output_tokens"],
+        default=None,
         help="output tokens",
     )
     load.add_argument(
         "--burstiness",
         type=burstiness_arg,
-        default=LOAD_DEFAULTS["burstiness"],
+        default=None,
         help="Gamma shape of the gaps (1 = Poisson)",
     )
     load.add_argument(
@@ -256,9 +260,16 @@ def _inputs(args):
     mix = parse_image_mix(args.images if args.images is not None else ("1" if target_spec.vision else "0"))
     if args.trace is not None:
         refuse_with_trace(**{k: getattr(args, k) for k in LOAD_DEFAULTS} | {"images": args.images})
-        workload, rate = Workload(trace=read_trace(args.trace)), None
+        workload, rate = trace_workload(args.trace, args.seed)[0], None
     else:
-        shape = (args.requests, args.prompt_tokens, mix[0][0], args.output_tokens, args.burstiness)
+        load = {k: LOAD_DEFAULTS[k] if getattr(args, k) is None else getattr(args, k) for k in LOAD_DEFAULTS}
+        shape = (
+            load["requests"],
+            load["prompt_tokens"],
+            mix[0][0],
+            load["output_tokens"],
+            load["burstiness"],
+        )
         workload = Workload(*shape, image_mix=mix if len(mix) > 1 else ())
         rate = args.rate if args.rate is not None else 4.0
     refuse_images_without_vision(workload, target_spec, "--trace" if args.trace else "--images")

@@ -41,10 +41,12 @@ def add_model_options(
     many_devices: bool = False,
     runtime_default: str = "vllm on GPUs",
     pair_default: str | None = "llava-1.5-7b-68m",
+    device_given_only: bool = False,
 ) -> None:
     """Add the pair, models, image size, device and runtime options to ``parser`` (or an argument group):
-    ``--device`` repeatable with ``many_devices`` (default: the whole GPU catalog), else one, h100-sxm;
-    ``runtime_default`` and ``pair_default`` (None: --pair or --target is needed) as the command has them."""
+    ``--device`` repeatable with ``many_devices`` (default: the whole GPU catalog), else one, h100-sxm
+    (None with ``device_given_only``: the command tells a given one apart); ``runtime_default`` and
+    ``pair_default`` (None: --pair or --target is needed) as the command has them."""
     from specsim.hardware.runtime import runtime_names
     from specsim.presets import pairs as preset_pairs
 
@@ -87,7 +89,7 @@ def add_model_options(
         parser.add_argument(
             "--device",
             type=name_arg,
-            default="h100-sxm",
+            default=None if device_given_only else "h100-sxm",
             help="catalog name or device JSON (default h100-sxm; `specsim hardware --list-devices`)",
         )
     parser.add_argument(

@@ -34,6 +34,7 @@ from specsim.serve.speculation import serving_source
 from specsim.serve.vllm_bench import read_vllm_bench_result
 
 GAMMA_DEFAULT = 3  # draft tokens per step where no --gamma-by-batch range applies
+DEVICE_DEFAULT = "h100-sxm"
 # the load options' defaults (serve and tune), which a trace replaces
 LOAD_DEFAULTS = {
     "burstiness": 1.0,
@@ -53,18 +54,18 @@ class ServeRequest:
     draft: str | None = None
     draft_kind: str | None = None
     image_size: str | None = None
-    device: str = "h100-sxm"
+    device: str | None = None
     price: list[str] | None = None
     runtime: str | None = None
     cost_profile: str | None = None
     tp: int = 1
     draft_image_tokens: int | None = None
     trace: str | None = None
-    requests: int = LOAD_DEFAULTS["requests"]
-    burstiness: float = LOAD_DEFAULTS["burstiness"]
-    prompt_tokens: int = LOAD_DEFAULTS["prompt_tokens"]
+    requests: int | None = None
+    burstiness: float | None = None
+    prompt_tokens: int | None = None
     images: int | None = None
-    output_tokens: int = LOAD_DEFAULTS["output_tokens"]
+    output_tokens: int | None = None
     gamma: int = GAMMA_DEFAULT
     gamma_by_batch: str | None = None
     sd_off_from_batch: int | None = None
@@ -87,6 +88,15 @@ class ServeRequest:
         """The request from a command's parsed options (others ignored)."""
         return cls(**{f.name: options[f.name] for f in fields(cls) if f.name in options})
 
+    @property
+    def device_name(self) -> str:
+        return DEVICE_DEFAULT if self.device is None else self.device
+
+    def load(self, name: str):
+        """A load option (:data:`LOAD_DEFAULTS`) as given, else its default."""
+        value = getattr(self, name)
+        return LOAD_DEFAULTS[name] if value is None else value
+
 
 def _policy(req: ServeRequest) -> GammaPolicy:
     by_batch = parse_batch_ranges(req.gamma_by_batch) if req.gamma_by_batch is not None else ()
@@ -94,10 +104,10 @@ def _policy(req: ServeRequest) -> GammaPolicy:
 
 
 def refuse_with_trace(**options) -> None:
-    """SpecsimError naming the first load option set off its default (:data:`LOAD_DEFAULTS`) beside a trace:
-    the trace gives every request's arrival, lengths and images, so the option would be silently ignored."""
+    """SpecsimError naming the first load option given (not None) beside a trace: the trace gives every
+    request's arrival, lengths and images, so the option would be silently ignored."""
     for name, value in options.items():
-        if value != LOAD_DEFAULTS[name]:
+        if value is not None:
             flag = "--" + name.replace("_", "-")
             raise SpecsimError(f"{flag}: does not apply with --trace (the trace gives every request)")
 
@@ -105,14 +115,19 @@ def refuse_with_trace(**options) -> None:
 def _workload(req: ServeRequest, images: int) -> tuple[Workload, dict | None]:
     """The workload, and a vLLM result's measured figures when --trace is one."""
     if req.trace is None:
-        shape = (req.requests, req.prompt_tokens, images, req.output_tokens, req.burstiness)
-        return Workload(*shape), None
-    given = {k: getattr(req, k) for k in LOAD_DEFAULTS}
-    refuse_with_trace(**given)
-    if str(req.trace).endswith(".json"):
-        result = read_vllm_bench_result(req.trace)
-        return Workload(trace=result.requests(np.random.default_rng([req.seed, 2]))), result.measured
-    return Workload(trace=read_trace(req.trace)), None
+        shape = (req.load("requests"), req.load("prompt_tokens"), images, req.load("output_tokens"))
+        return Workload(*shape, req.load("burstiness")), None
+    refuse_with_trace(**{k: getattr(req, k) for k in LOAD_DEFAULTS})
+    return trace_workload(req.trace, req.seed)
+
+
+def trace_workload(path: str, seed: int) -> tuple[Workload, dict | None]:
+    """The requests of a JSONL trace, or of a vLLM bench result (``*.json``, its lengths drawn with
+    ``seed``) with its measured figures."""
+    if str(path).endswith(".json"):
+        result = read_vllm_bench_result(path)
+        return Workload(trace=result.requests(np.random.default_rng([seed, 2]))), result.measured
+    return Workload(trace=read_trace(path)), None
 
 
 def _acceptance(req: ServeRequest, load):
@@ -187,7 +202,7 @@ def _profile_cost(req: ServeRequest, profile, image_tokens: int, entries):
         ("--draft-image-tokens", req.draft_image_tokens, "the drafting method's prompt comes from the "
          "acceptance entry's traces"),
         ("--price", req.price, "a --cost-profile run has no device"),
-        ("--device", None if req.device == ServeRequest.device else req.device, "its machine's costs"),
+        ("--device", req.device, "its machine's costs"),
         ("--image-size", req.image_size, "its image tokens are those it measured"),
         ("--draft-kind", req.draft_kind if draft_kind(req.draft_kind).name != "model" else None,
          "it prices the draft model it measured"),
@@ -207,7 +222,7 @@ def _profile_cost(req: ServeRequest, profile, image_tokens: int, entries):
 
 
 def _roofline_cost(req: ServeRequest, target, draft):
-    device = priced([load_device(req.device)], parse_prices(req.price))[0]
+    device = priced([load_device(req.device_name)], parse_prices(req.price))[0]
     runtime = device_runtimes(req.runtime, [device])[device.name]
     split = split_mode(None, req.tp, {device.name: runtime})
     per_image = req.draft_image_tokens
@@ -317,8 +332,8 @@ def serve_setup(req: ServeRequest) -> tuple[ServeSetup, dict]:
         "workload": "trace " + req.trace
         if req.trace
         else (
-            f"{req.requests} requests x ({req.prompt_tokens} text tokens + {images} images -> "
-            f"{req.output_tokens} output tokens), burstiness {req.burstiness:g}"
+            f"{req.load('requests')} requests x ({req.load('prompt_tokens')} text tokens + {images} images"
+            f" -> {req.load('output_tokens')} output tokens), burstiness {req.load('burstiness'):g}"
         ),
         "seed": req.seed,
         "usd_per_hour": usd_per_hour,
@@ -357,10 +372,11 @@ def decode_phase(req: ServeRequest, sd_metrics) -> dict | None:
     ):
         return None
     target, draft = _models(req, None)
-    device = load_device(req.device)
+    device = load_device(req.device_name)
     runtime = device_runtimes(req.runtime, [device])[device.name]
     per_image = target.vision.image_tokens if target.vision else 0
-    context = round(req.prompt_tokens + _images(req, target) * per_image + req.output_tokens / 2)
+    text, output = req.load("prompt_tokens"), req.load("output_tokens")
+    context = round(text + _images(req, target) * per_image + output / 2)
     batch = max(1, round(sd_metrics.mean_decode_batch))
     plan = plan_hardware(
         target,
