@@ -242,6 +242,7 @@ def _one_line(capsys) -> str:
         (["--draft", "llava-1.5-68m"], "--draft: expected [MODEL][:KIND][:M|T]@ACCEPTANCE"),
         (["--draft", "llava-1.5-68m@1.5"], "expected an i.i.d. alpha in [0, 1)"),
         (["--draft", "llava-1.5-68m:X@0.5"], "KIND: expected one of model, eagle, eagle3"),
+        (["--draft", ":foo@0.5"], "--draft ':foo@0.5': KIND: expected one of model"),  # was "unknown model"
         (["--draft", "llava-1.5-68m:ngram@0.5"], "drafting kind 'ngram' uses no model"),
         (["--draft", ":eagle@0.5"], "no eagle head ships for 'llava-1.5-7b'"),
         (["--draft", "llava-1.5-6m@0.5"], "unknown model 'llava-1.5-6m'"),
