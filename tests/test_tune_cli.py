@@ -462,3 +462,11 @@ def test_goodput_where_no_request_meets_the_slo_recommends_nothing(capsys):
     assert (
         "no feasible deployment on h100-sxm among its 3 trials (in none does a request meet the SLO)" in out
     )
+
+
+def test_an_mtp_deployment_says_the_target_must_ship_its_layers():
+    """--draft :mtp@0.8 on LLaVA-1.5 (no MTP layers) printed vLLM's method 'mtp' as ready to paste."""
+    rec = _record(GammaPolicy(3), draft=":mtp@0.8")
+    notes = _configs(rec, "llava-1.5-7b").notes
+    assert any("the engines need llava-hf/llava-1.5-7b-hf to ship them" in n for n in notes)
+    assert not any("MTP layers" in n for n in _configs(_record(GammaPolicy(3)), "llava-1.5-7b").notes)

@@ -162,6 +162,11 @@ def engine_configs(
         f"llama.cpp loads GGUF files: {files} for yours; -c is the KV cache the simulation assumed, shared "
         "by the -np slots"
     )
+    if kind.name == "mtp" and sd_on:  # priced from the target's shape; the engines run its checkpoint's
+        notes.append(
+            f"drafting kind mtp runs the MTP layers of the target's checkpoint: the engines need {target_id} "
+            "to ship them (as DeepSeek-V3's num_nextn_predict_layers); priced as one layer of its shape"
+        )
     if dep.draft.images != "M":
         notes.append(f"drafting kind {kind.name}, image axis {dep.draft.images}: priced as {IMAGE_AXIS['T']}")
     plain_llama = ["-np", str(dep.max_num_seqs)] + (["-c", str(kv)] if kv is not None else [])
