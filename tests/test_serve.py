@@ -841,3 +841,15 @@ def test_an_encoder_budget_with_no_image_to_encode_is_refused(capsys):
     assert main([*SERVE, "--rate", "4", *qwen, "--images", "0"]) == 2
     assert "--image-size: sizes the requests' images, and no request has one" in _one_line(capsys)
     assert main([*SERVE, "--rate", "4", *qwen]) == 0
+
+
+def test_acceptance_carried_past_its_gamma_is_marked(capsys):
+    """--tau at gamma 3 served at gamma 5 (or an imported histogram past its K) printed no word that tau there
+    is an i.i.d. extrapolation, as hardware and predict mark it."""
+    base = ["serve", "--tau", "2.5", "--gamma", "3", "--requests", "30", "--output-tokens", "16"]
+    assert main([*base, "--gamma-by-batch", "1-8:5"]) == 0
+    assert "note: acceptance at gamma 5 is an extrapolation (iid from gamma=3: tau 2.89 there)" in (
+        capsys.readouterr().out
+    )
+    assert main(base) == 0
+    assert "extrapolation" not in capsys.readouterr().out

@@ -24,6 +24,7 @@ from specsim.hardware.plan import Parallel, plan_hardware
 from specsim.hardware.plan_inputs import device_runtimes, resolve_models, split_mode
 from specsim.hardware.prices import parse_prices, priced
 from specsim.predict import acceptance_source
+from specsim.predict.tau_at_gamma import EXTRAPOLATED
 from specsim.profiles import load_profile
 from specsim.serve.arrivals import read_trace
 from specsim.serve.compare import ServeSetup, Workload
@@ -265,6 +266,11 @@ def serve_setup(req: ServeRequest) -> tuple[ServeSetup, dict]:
     if acceptance.entry is not None and req.acceptance_profile is not None:
         note = other_pair_note(load(req.acceptance_profile), target, draft)
         notes += [note] if note else []
+    tau, source = acceptance.tau_with_source(policy.max_gamma)
+    if source.startswith(EXTRAPOLATED):  # as hardware and predict mark it
+        notes.append(
+            f"acceptance at gamma {policy.max_gamma} is an extrapolation ({source}: tau {tau:.2f} there)"
+        )
     image_tokens = target.vision.image_tokens if target.vision else 0
     check_longest_request(target, workload)
     if cost_profile is not None and (note := contended_note(cost_profile)):
