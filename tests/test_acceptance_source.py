@@ -56,6 +56,17 @@ def test_bad_specs_name_the_option_and_the_value(spec):
         parse_acceptance(spec)
 
 
+def test_tau_of_every_draft_accepted_holds_at_its_gamma_only(capsys):
+    """tau:3@2 is an alpha of 1 (which no --alpha takes): hardware carried it to tau 9 at gamma 8, 5.6x."""
+    given = parse_acceptance("tau:3@2")
+    assert given.tau_with_source(2) == (3.0, "--tau")
+    with pytest.raises(SpecsimError, match="only, and gamma 5 was asked: price gamma 2 alone"):
+        given.tau_with_source(5)
+    argv = ["hardware", "--device", "h100-sxm", "--batch", "1", "--acceptance", "tau:3@2"]
+    assert main(argv) == 2 and "(every draft accepted) holds at that gamma only" in capsys.readouterr().err
+    assert main([*argv, "--gamma", "2"]) == 0
+
+
 @pytest.mark.parametrize("gamma", [2, 5, 8])
 def test_serving_draws_have_the_tau_every_command_prints(imported, gamma):
     """The mean accepted + 1 of 200 000 serving blocks is the spec's τ(γ), below K exactly (a histogram's

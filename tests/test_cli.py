@@ -124,7 +124,9 @@ def test_latency_only_profile_needs_alpha(capsys, tmp_path, profile):
     assert row["tau"] == pytest.approx(1 + 0.5 + 0.25 + 0.125 + 0.0625)
     assert row["speedup"] == pytest.approx(row["tau"] / (4 * 0.1 + 1.8))
     code, _, err = run(capsys, "sweep", "--profile", str(path), "--alpha", "1.5")
-    assert code == 2 and "--alpha: expected a probability in [0, 1], got '1.5'" in err
+    assert code == 2 and "--alpha: expected a probability in [0, 1), got '1.5'" in err
+    code, _, err = run(capsys, "predict", "--gamma", "4", "--profile", str(path), "--alpha", "1")
+    assert code == 2 and "--alpha: expected a probability in [0, 1), got '1'" in err  # as every --alpha
 
 
 def test_alpha_what_if_survives_a_scenario_filter(capsys):

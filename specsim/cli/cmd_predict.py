@@ -102,7 +102,7 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--alpha",
         default=None,
-        help="what-if: add an i.i.d. acceptance row with this alpha in [0, 1] (the only acceptance "
+        help="what-if: add an i.i.d. acceptance row with this alpha in [0, 1) (the only acceptance "
         "a latency-only profile can use)",
     )
     p.add_argument("--json", action="store_true", help="machine-readable output")
@@ -191,8 +191,8 @@ def _load(args) -> tuple[Profile, list[str] | None]:
         alpha = float(args.alpha)
     except ValueError:
         alpha = float("nan")
-    if not 0.0 <= alpha <= 1.0:
-        raise SpecsimError(f"--alpha: expected a probability in [0, 1], got {args.alpha!r}")
+    if not 0.0 <= alpha < 1.0:  # as every command's --alpha: 1 would accept every draft at any gamma
+        raise SpecsimError(f"--alpha: expected a probability in [0, 1), got {args.alpha!r}")
     # τ at γ=1 is 1+α; a what-if entry is i.i.d. at every γ by definition (tau_with_source: not extrapolated).
     entry = MethodAcceptance(
         method=f"iid(alpha={alpha:g})",

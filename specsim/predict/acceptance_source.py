@@ -256,6 +256,11 @@ class Acceptance:
             return float(tau_iid(self.alpha, gamma)), "iid --alpha"
         if gamma == self.gamma:
             return float(self.tau_given), "--tau"
+        if self.alpha >= 1.0:  # an alpha of 1 no --alpha takes: every draft accepted at any gamma
+            raise SpecsimError(
+                f"tau {self.tau_given:g} at gamma {self.gamma} (every draft accepted) holds at that gamma "
+                f"only, and gamma {gamma} was asked: price gamma {self.gamma} alone, or a tau below gamma+1"
+            )
         return float(tau_iid(self.alpha, gamma)), f"{EXTRAPOLATED} gamma={self.gamma}"
 
     def method_tau(self, gammas) -> MethodTau:
