@@ -211,6 +211,15 @@ def test_row_without_tau_must_say_why():
     assert parsed.observable is None
 
 
+def test_a_speedup_above_its_own_tau_is_refused():
+    """validate --data took a 50x speedup at tau 2.24 and scored it at -97.8 % in the statistics."""
+    sd = {"kind": "sd", "draft": "preset:llava-1.5-7b", "draft_weights_dtype": "float16", "gamma": 3}
+    sd |= {"tau": 2.5, "tau_definition": "bonus included"}
+    with pytest.raises(SpecsimError, match=r"rows\[0\].speedup: expected at most tau = 2.5 .*got 3"):
+        parse_published_set(_one_row_set(**sd, speedup=3.0), "mine.json")
+    assert parse_published_set(_one_row_set(**sd, speedup=2.4), "mine.json").rows[0].speedup == 2.4
+
+
 def test_reserved_sources_by_title_or_venue():
     eagle = Source(
         "eagle2",

@@ -296,6 +296,11 @@ def _check_row(row: Row, where: str) -> None:
             )
         if row.speedup is None and row.sd_ms_per_token is None:
             raise SpecsimError(f"{where}: expected speedup or sd_ms_per_token, got neither")
+        if row.load is None and None not in (row.tau, row.speedup) and row.speedup > row.tau + 1e-9:
+            raise SpecsimError(  # under load queueing may lift a TPOT ratio past tau; one block cannot
+                f"{where}.speedup: expected at most tau = {row.tau:g} (a block of tau tokens costs at "
+                f"least one target decode), got {row.speedup:g}"
+            )
         if row.tau is not None and not row.tau_definition:
             raise SpecsimError(f"{where}.tau_definition: missing (say whether the bonus token is counted)")
         if row.tau is None and not row.tau_derivation:
