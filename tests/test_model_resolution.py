@@ -107,6 +107,21 @@ def test_unknown_model_is_one_line_naming_the_closest(capsys):
     assert code == 2 and "--image-size: expected WIDTHxHEIGHT" in err and err.count("\n") == 1
 
 
+def test_a_missing_config_path_is_named_as_a_path(capsys, tmp_path):
+    """--model-config nonexist.json was 'unknown model ... (expected a preset, ...)' with closest names."""
+    for given, said in (
+        (
+            str(tmp_path / "nonexist.json"),
+            f"model config '{tmp_path / 'nonexist.json'}': no such file or folder",
+        ),
+        (str(tmp_path), f"model folder '{tmp_path}': expected a config.json in it"),
+    ):
+        code, _, err = run(
+            capsys, "hardware", "--model-config", given, "--draft", "llama-2-7b", "--alpha", "0.7"
+        )
+        assert code == 2 and said in err and err.count("\n") == 1
+
+
 def test_a_local_folder_reads_its_preprocessor_config(tmp_path):
     folder = tmp_path / "my-qwen"
     folder.mkdir()

@@ -117,6 +117,11 @@ def closest_names(name: str, n: int = 3) -> list[str]:
 
 
 def _unknown(name: str) -> SpecsimError:
+    text = str(name)
+    if Path(text).is_dir():
+        return SpecsimError(f"model folder {text!r}: expected a config.json in it")
+    if text.endswith(".json") or text.endswith("/"):  # meant as a path: say what is missing there
+        return SpecsimError(f"model config {text!r}: no such file or folder")
     near = closest_names(name)
     hint = f"closest: {', '.join(near)}; " if near else ""
     return SpecsimError(
