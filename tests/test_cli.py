@@ -374,3 +374,15 @@ def test_help_names_every_shipped_pair_and_runtime(capsys, command):
         main([command, "--help"])
     text = " ".join(capsys.readouterr().out.split())
     assert all(name in text for name in [*pairs(), *runtime_names()]) and "tensorrt-llm" in text
+
+
+def test_hardware_help_names_every_weight_dtype_and_the_split_roofline(capsys):
+    """--dtype's help listed 9 of the 11 formats (not float8, mxfp4), and the description said one max over
+    the whole pass where attention and the matmuls each take theirs, one after the other."""
+    from specsim.hardware.weight_formats import WEIGHT_DTYPES, dtype_bytes
+
+    with pytest.raises(SystemExit):
+        main(["hardware", "--help"])
+    text = " ".join(capsys.readouterr().out.replace("per- forward", "per-forward").split())
+    assert all(dtype_bytes(d) > 0 and d in text for d in WEIGHT_DTYPES) and "mxfp4" in text
+    assert "attention kernels and its matmuls each take max(" in text

@@ -18,6 +18,7 @@ from specsim.hardware.plan_request import PlanRequest, answer
 from specsim.hardware.plan_text import plan_text
 from specsim.hardware.runtime import Runtime
 from specsim.hardware.tree_plan import tree_plan_text
+from specsim.hardware.weight_formats import WEIGHT_DTYPES
 from specsim.jsonio import check_writable, dumps_json
 from specsim.predict.acceptance_source import ACCEPTANCE_FORMS
 from specsim.profiles import DEFAULT_PROFILE
@@ -25,8 +26,9 @@ from specsim.report import fmt, format_table, parse_int, parse_int_lists
 
 _DESC = (
     "Rank devices by predicted tokens/s and speculative-decoding speedup for a target/draft pair, using a "
-    "roofline latency model (time = max(FLOPs/(peak*eff_compute(rows)), bytes/(bandwidth*eff_memory(rows))) "
-    "+ the runtime's per-forward/per-layer overhead, + all-reduces under tensor parallel) and acceptance tau "
+    "roofline latency model (a pass's attention kernels and its matmuls each take max(FLOPs/(peak*"
+    "eff_compute(rows)), bytes/(bandwidth*eff_memory(rows))), one after the other, + the runtime's "
+    "per-forward/per-layer overhead, + all-reduces under tensor parallel) and acceptance tau "
     "(from a profile, or --tau/--alpha). speedup = tau/(gamma*c + v + o), c = Tq/Tp, v = Tv(gamma)/Tp, o = "
     "the engine's named block terms / Tp, best "
     "gamma per device unless --gamma; tokens/s are summed over the batch. Decode phase only. The local CPU "
@@ -50,8 +52,7 @@ def register(sub) -> None:
     p.add_argument(
         "--dtype",
         default=None,
-        help="weights dtype: bfloat16, float16, float32, int8, int4, int4-g32, "
-        "q8_0, q4_0, q4_k_m (default: bfloat16 or the config's)",
+        help=f"weights dtype: {', '.join(WEIGHT_DTYPES)} (default: bfloat16 or the config's)",
     )
     p.add_argument(
         "--kv-dtype",

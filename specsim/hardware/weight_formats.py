@@ -30,6 +30,7 @@ _DTYPE_BYTES = {
 }
 KV_DTYPES = ("float32", "float16", "bfloat16", "float8", "int8")
 _NAMES = sorted(set(_DTYPE_BYTES) | {a for a, c in DTYPE_ALIASES.items() if c in _DTYPE_BYTES})
+WEIGHT_DTYPES = tuple(_DTYPE_BYTES)  # the canonical names (the help's list; aliases are accepted too)
 
 
 def dtype_bytes(name: str | float, where: str = "dtype") -> float:
