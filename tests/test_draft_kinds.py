@@ -175,3 +175,29 @@ def test_every_hardware_row_reproduces_its_speedup_from_c_v_and_o(args, capsys):
         assert r["o"] == pytest.approx(sum(r["o_terms"].values()), rel=1e-12, abs=1e-15)
         rebuilt = r["tau"] / (r["best_gamma"] * r["c"] + r["v"] + r["o"])
         assert abs(rebuilt / r["speedup"] - 1.0) <= 1e-9, r
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--target", "Qwen/Qwen3-30B-A3B", "--draft", "Qwen/Qwen3-0.6B", "--device", "h100-sxm",
+         "--alpha", "0.7", "--batch", "1,8,32", "--context", "1024"],
+        ["--target", "llama-2-70b", "--draft", "llama-2-7b", "--dtype", "q4_k_m", "--alpha", "0.7",
+         "--runtime", "llama.cpp", "--tp", "3", "--device", "rtx-3090", "--batch", "1-24",
+         "--context", "4096"],
+    ],
+)  # fmt: skip
+def test_hardware_json_names_every_batch_below_1_as_the_text_does(args, capsys):
+    """The text said 'speedup<1 at B 1..8' where the JSON's speedup_below_1_from_batch was null (SD pays
+    again at 32): the JSON had no field for a losing run that is not the last."""
+    assert main(["hardware", *args]) == 0
+    cell = capsys.readouterr().out.split("speedup<1 at B")[1].splitlines()[2]
+    assert main(["hardware", *args, "--json"]) == 0
+    plan = json.loads(capsys.readouterr().out)["plan"]
+    by_device = [by_dev for by_dev in plan["stop_paying"].values()]
+    (limit,) = [x for by_dev in by_device for by_ctx in by_dev.values() for x in by_ctx.values()]
+    runs = limit["speedup_below_1_at_batches"]
+    assert runs and all(a <= b for a, b in runs)
+    for r in plan["rows"]:
+        assert (r["speedup"] < 1) == any(a <= r["batch_size"] <= b for a, b in runs), r["batch_size"]
+    assert f" {runs[0][0]}..{runs[0][1]}" in cell

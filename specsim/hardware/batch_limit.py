@@ -164,6 +164,8 @@ class StopPaying:
             "speedup_at_largest_fitting_batch": self.speedup_at_largest_fitting,
             "memory_caps_first": self.memory_caps_first,
             "crossover_batch": self.crossover_batch,
+            # the text's 'speedup<1 at B' cell: each losing run, its first and last batch
+            "speedup_below_1_at_batches": [[r.first, r.last] for r in self.runs if not r.pays],
         }
 
 
