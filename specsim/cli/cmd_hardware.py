@@ -190,7 +190,12 @@ def register(sub) -> None:
     )
     p.add_argument("--list-devices", action="store_true", help="list the catalog with sources and exit")
     p.add_argument("--json", action="store_true", help="machine-readable output")
-    p.add_argument("--plot", default=None, metavar="PNG", help="write speedup vs batch size per device")
+    p.add_argument(
+        "--plot",
+        default=None,
+        metavar="PNG",
+        help="write speedup vs batch size: a panel per context, a line per device and method",
+    )
     p.set_defaults(func=cmd_hardware)
     keep_option_defaults(p)
 

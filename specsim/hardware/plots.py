@@ -11,46 +11,37 @@ from specsim.hardware.plan import Plan
 from specsim.jsonio import write_bytes_atomic
 
 
-def plot_speedup_vs_batch(
-    plan: Plan, path: str | os.PathLike, *, method: str | None = None, context: int | None = None
-) -> Path:
-    """Best-γ SD speedup vs batch size, one line per device (hollow markers: does not fit in memory; a star:
-    the largest batch that fits, priced)."""
-    method = method or plan.methods[0]
-    context = plan.contexts[0] if context is None else context
-    fig = new_figure((7, 4.5))
-    ax = fig.subplots()
-    for dev in plan.devices:
-        rows = sorted(plan.select(device=dev, method=method, context=context), key=lambda r: r.batch_size)
-        xs, ys = [r.batch_size for r in rows], [r.speedup for r in rows]
-        (line,) = ax.plot(xs, ys, "-", label=dev)
-        for r in rows:
-            ax.plot(
-                r.batch_size,
-                r.speedup,
-                "o",
-                color=line.get_color(),
-                markerfacecolor=line.get_color() if r.fits_memory else "none",
-            )
-        limit = plan.crossover(dev, method, context)
-        if limit.speedup_at_largest_fitting is not None:
-            ax.plot(
-                limit.largest_fitting_batch,
-                limit.speedup_at_largest_fitting,
-                "*",
-                ms=11,
-                color=line.get_color(),
-            )
-    ax.axhline(1.0, color="k", lw=0.8, ls="--")
-    ax.set_xscale("log", base=2)
-    ax.set_xlabel("batch size (sequences)")
-    ax.set_ylabel("SD speedup (best γ, decode phase)")
-    ax.set_title(
-        f"method {method}, context {context} tokens (hollow = does not fit; star = largest that fits)"
-    )
-    ax.legend(fontsize=7, ncol=2)
+def plot_speedup_vs_batch(plan: Plan, path: str | os.PathLike) -> Path:
+    """SD speedup vs batch size: one panel per context, one line per device and method (dashes: later methods;
+    hollow markers: does not fit in memory; a star: the largest batch that fits, priced)."""
+    fixed = len(plan.gammas) == 1
+    fig = new_figure((7, 3.2 * len(plan.contexts) + 1.3))
+    axes = fig.subplots(len(plan.contexts), 1, squeeze=False)[:, 0]
+    for ax, context in zip(axes, plan.contexts):
+        for i, method in enumerate(plan.methods):
+            for dev in plan.devices:
+                _speedup_line(ax, plan, dev, method, context, ("-", "--", ":", "-.")[i % 4])
+        ax.axhline(1.0, color="k", lw=0.8, ls="--")
+        ax.set_xscale("log", base=2)
+        ax.set_ylabel(f"SD speedup ({f'γ {plan.gammas[0]}' if fixed else 'best γ'})")
+        ax.set_title(f"context {context} tokens (hollow: does not fit; star: largest that fits)", fontsize=9)
+        ax.legend(fontsize=7, ncol=2)
+    axes[-1].set_xlabel("batch size (sequences), decode phase")
     fig.tight_layout()
     return save_png(fig, path)
+
+
+def _speedup_line(ax, plan: Plan, dev: str, method: str, context: int, style: str) -> None:
+    rows = sorted(plan.select(device=dev, method=method, context=context), key=lambda r: r.batch_size)
+    label = dev if len(plan.methods) == 1 else f"{dev}, {method}"
+    (line,) = ax.plot([r.batch_size for r in rows], [r.speedup for r in rows], style, label=label)
+    for r in rows:
+        face = line.get_color() if r.fits_memory else "none"
+        ax.plot(r.batch_size, r.speedup, "o", color=line.get_color(), markerfacecolor=face)
+    limit = plan.crossover(dev, method, context)
+    if limit.speedup_at_largest_fitting is not None:
+        at = (limit.largest_fitting_batch, limit.speedup_at_largest_fitting)
+        ax.plot(*at, "*", ms=11, color=line.get_color())
 
 
 def plot_validation(
