@@ -201,3 +201,15 @@ def test_hardware_json_names_every_batch_below_1_as_the_text_does(args, capsys):
     for r in plan["rows"]:
         assert (r["speedup"] < 1) == any(a <= r["batch_size"] <= b for a, b in runs), r["batch_size"]
     assert f" {runs[0][0]}..{runs[0][1]}" in cell
+
+
+def test_a_head_of_another_kind_is_refused_and_a_larger_draft_is_named():
+    """An EAGLE-3 head was priced as a 1.27B draft model (1.72x) or as an EAGLE-1 head, and a 70B draft of an
+    8B target without a word."""
+    target = load_model_spec("llama-3.1-8b")
+    for kind in ("model", "eagle"):
+        with pytest.raises(SpecsimError, match="is an eagle3 head; give --draft-kind eagle3"):
+            draft_side(draft_kind(kind), target, "eagle3-llama3.1-instruct-8b")
+    assert draft_side(draft_kind("eagle3"), target, "eagle3-llama3.1-instruct-8b") is not None
+    with pytest.warns(UserWarning, match="llama-3.1-70b is larger than the target llama-3.1-8b"):
+        draft_side(draft_kind("model"), target, "llama-3.1-70b")

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from specsim.draft_kinds.registry import DraftKind
-from specsim.errors import SpecsimError
+from specsim.draft_kinds.registry import DraftKind, draft_kinds
+from specsim.errors import SpecsimError, warn
 from specsim.hardware.model import ModelSpec
 from specsim.hardware.model_resolution import find_shipped, load_model_spec, model_config
 
@@ -64,6 +64,22 @@ def draft_side(
             f"--draft: drafting kind {kind.name!r} needs --draft (a model id, folder or config"
             + (f"; no {kind.name} head ships for {target.name!r})" if kind.is_head else ")")
         )
+    refuse_another_kinds_head(kind, name)
     kw = {"dtype": dtype, "kv_dtype": kv_dtype, "image_size": image_size}
     spec = load_model_spec(name, **kw)
+    if not kind.is_head and spec.text_params > target.text_params:
+        warn(f"--draft: {spec.name} is larger than the target {target.name}; is the pair the wrong way round")
     return head_spec(kind, spec, target, model_config(name)) if kind.is_head else spec
+
+
+def refuse_another_kinds_head(kind: DraftKind, name: str) -> None:
+    """SpecsimError where ``name`` is a head another drafting kind ships (an EAGLE-3 head priced as a draft
+    model or as an EAGLE-1 head): its layers read what only its own kind feeds them."""
+    shipped = find_shipped(name)
+    names = {n.lower() for n in (name, *(shipped[1].names if shipped else ()))}
+    for other in draft_kinds().values():
+        heads = {h.lower() for h in other.preset.get("heads", {}).values()} if other.is_head else set()
+        if other.name != kind.name and names & heads:
+            raise SpecsimError(
+                f"--draft {name!r}: is an {other.name} head; give --draft-kind {other.name} to price it so"
+            )
