@@ -322,3 +322,17 @@ def test_engine_settings_name_the_draft_an_engine_can_load(capsys, tmp_path):
     assert main([*base, "--engine", "llama.cpp", "--draft-model", "d.gguf", "--json"]) == 0
     flags = json.loads(capsys.readouterr().out)["config"]
     assert flags[flags.index("-md") + 1] == "d.gguf"
+
+
+def test_llama_server_names_where_its_one_draft_length_loses_and_keeps_no_placeholder(tmp_path, capsys):
+    """llama-server takes one --spec-draft-n-max: SGLang's note named the batches where it loses and
+    llama.cpp's did not; --config-out saved '-md DRAFT.gguf' where vLLM's placeholder draft is refused."""
+    base = "recommend --engine llama.cpp --alpha 0.6 --target llama-3.1-8b --draft llama-3.2-1b".split()
+    base += ["--batch", "1,8,64,256", "--at-batch", "64"]
+    assert main([*base, "--draft-model", "d.gguf"]) == 0
+    out = capsys.readouterr().out
+    assert "note: with --spec-draft-n-max 2, SD is predicted below 1x at batch " in out
+    conf, saved = tmp_path / "flags.txt", tmp_path / "rec.json"
+    assert main([*base, "--config-out", str(conf), "--out", str(saved)]) == 2
+    assert "hold the placeholder DRAFT.gguf: give --draft-model PATH.gguf" in capsys.readouterr().err
+    assert not conf.exists() and not saved.exists()  # refused before anything is written

@@ -8,7 +8,12 @@ import shlex
 
 from specsim.bounds import RANGES, name_arg, number_arg
 from specsim.cli.model_options import add_model_options, image_size, keep_option_defaults
-from specsim.cli.recommend_outputs import llama_measured, write_config
+from specsim.cli.recommend_outputs import (
+    PLACEHOLDER_GGUF,
+    llama_measured,
+    refuse_placeholder_gguf,
+    write_config,
+)
 from specsim.draft_kinds.registry import draft_kind, engine_method
 from specsim.engines.engine_config import (
     CONFIG_HEADINGS,
@@ -257,6 +262,8 @@ def cmd_recommend(args) -> int:
     if args.config_out and snippet is not None and draft_model:
         label = f" ({DRAFT_LABELS[source]})" if source in DRAFT_LABELS else ""
         check_model_id(draft_model, "--draft-model", label=label, bare_ok=not label)  # nothing written yet
+    if args.engine == "llama.cpp":
+        refuse_placeholder_gguf(args.config_out, snippet)
     extra = [n for n in (borrowed, method_note) if n]
     extra += extra_notes + _draft_id_note(draft_model, source, snippet)
     extra += list(rec.notes)
@@ -305,18 +312,19 @@ def _snippet(args, rec: Recommendation, entry, lm, method, draft_model):
     at = 1 if args.at_batch is None else args.at_batch
     if not 1 <= at <= last:
         raise SpecsimError(f"--at-batch: expected a batch size in 1..{last}, got {at}")
-    gamma = rec.at(at).gamma
+    gamma, server = rec.at(at).gamma, ENGINE_NAMES[args.engine]
     if args.engine == "llama.cpp":
-        flags = llama_cpp_server_args(gamma, draft_model=draft_model or "DRAFT.gguf", parallel=at)
-        return flags, [f"llama-server has one draft length for all batch sizes: chosen for batch {at}"]
-    flags = sglang_server_args(rec, at_batch=at, algorithm=method, draft_model=draft_model)
+        flags = llama_cpp_server_args(gamma, draft_model=draft_model or PLACEHOLDER_GGUF, parallel=at)
+    else:
+        flags = sglang_server_args(rec, at_batch=at, algorithm=method, draft_model=draft_model)
     if flags is None:
-        return None, [f"SD {_falls_short(rec)} at batch {at}: launch SGLang without --speculative-* flags"]
+        return None, [f"SD {_falls_short(rec)} at batch {at}: launch {server} without its speculative flags"]
     speedups = fixed_gamma_speedups(entry, lm, gamma, max_batch=last, context_tokens=rec.context_tokens)
-    notes = [f"SGLang has one draft length for all batch sizes: chosen for batch {at}"]
+    notes = [f"{server} has one draft length for all batch sizes: chosen for batch {at}"]
     if not rec.at(at).fits_memory:
         notes.append(f"--at-batch {at} does not fit in memory at this context (fits NO)")
-    notes.append(fixed_gamma_note(speedups, gamma, rec.min_speedup))
+    flag = "--spec-draft-n-max" if args.engine == "llama.cpp" else "--speculative-num-steps"
+    notes.append(fixed_gamma_note(speedups, gamma, rec.min_speedup, flag))
     return flags, notes
 
 

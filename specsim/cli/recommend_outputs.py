@@ -8,10 +8,11 @@ import shlex
 
 from specsim.cli.model_options import refuse_unread
 from specsim.engines.llama_cpp import llama_recommendation
-from specsim.errors import warn
+from specsim.errors import SpecsimError, warn
 from specsim.jsonio import dumps_json, write_json_atomic, write_text_atomic
 from specsim.profile_format import MethodAcceptance, Profile
 
+PLACEHOLDER_GGUF = "DRAFT.gguf"  # the draft's file in printed llama-server flags where none was given
 # what a llama.cpp profile's recommendation reads; the rest shapes the roofline plan it does not make
 _LLAMA_READS = {"engine", "profile", "acceptance", "method", "scenario", "gamma_max", "min_speedup",
                 "draft_model", "out", "config_out", "json"}  # fmt: skip
@@ -22,13 +23,26 @@ def llama_measured(args, profile: Profile, entry: MethodAcceptance, gamma_max: i
     of a llama.cpp profile, priced from its own passes."""
     why = "shapes the roofline plan, and a llama.cpp profile is priced from its own measured passes"
     refuse_unread(args, _LLAMA_READS, why)
-    out = llama_recommendation(profile, entry, args.min_speedup, args.draft_model or "DRAFT.gguf", gamma_max)
+    out = llama_recommendation(
+        profile, entry, args.min_speedup, args.draft_model or PLACEHOLDER_GGUF, gamma_max
+    )
+    refuse_placeholder_gguf(args.config_out, out["config"])
     if args.out:
         write_json_atomic(args.out, {k: v for k, v in out.items() if k != "text"})
     if args.config_out:
         write_config(args.config_out, None if out["config"] is None else shlex.join(out["config"]) + "\n")
     print(dumps_json(out) if args.json else out.pop("text"))
     return 0
+
+
+def refuse_placeholder_gguf(config_out: str | None, flags) -> None:
+    """SpecsimError before anything is written where --config-out would save llama-server flags whose draft
+    is the placeholder DRAFT.gguf (as a vLLM config's placeholder draft is refused)."""
+    if config_out and flags and PLACEHOLDER_GGUF in flags:
+        raise SpecsimError(
+            f"--config-out: llama-server loads the draft from a GGUF file, and the flags hold the "
+            f"placeholder {PLACEHOLDER_GGUF}: give --draft-model PATH.gguf"
+        )
 
 
 def write_config(path: str, text: str | None) -> None:

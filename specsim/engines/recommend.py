@@ -354,11 +354,16 @@ def fixed_gamma_speedups(
     return [(r.batch_size, r.speedup) for r in sorted(plan.rows, key=lambda r: r.batch_size)]
 
 
-def fixed_gamma_note(speedups: list[tuple[int, float]], gamma: int, min_speedup: float = 1.0) -> str:
+def fixed_gamma_note(
+    speedups: list[tuple[int, float]],
+    gamma: int,
+    min_speedup: float = 1.0,
+    flag: str = "--speculative-num-steps",
+) -> str:
     """Where one fixed γ's ``speedups`` [(batch, speedup)] fall below ``min_speedup``, every such batch
-    named (:func:`specsim.hardware.batch_limit.paying_runs`)."""
+    named (:func:`specsim.hardware.batch_limit.paying_runs`); ``flag`` sets that γ in the engine."""
     runs = paying_runs([b for b, _ in speedups], [s for _, s in speedups], min_speedup)
-    head = f"with --speculative-num-steps {gamma}, SD is predicted"
+    head = f"with {flag} {gamma}, SD is predicted"
     if all(r.pays for r in runs):
         return f"{head} to pay at every batch size evaluated"
     return (
