@@ -320,7 +320,10 @@ def _snippet(args, rec: Recommendation, entry, lm, method, draft_model):
     if flags is None:
         return None, [f"SD {_falls_short(rec)} at batch {at}: launch {server} without its speculative flags"]
     speedups = fixed_gamma_speedups(entry, lm, gamma, max_batch=last, context_tokens=rec.context_tokens)
-    notes = [f"{server} has one draft length for all batch sizes: chosen for batch {at}"]
+    notes = [
+        f"{server} has one draft length for all batch sizes: {gamma}, chosen for batch {at} (the table's "
+        "draft length is each batch's best)"
+    ]
     if not rec.at(at).fits_memory:
         notes.append(f"--at-batch {at} does not fit in memory at this context (fits NO)")
     flag = "--spec-draft-n-max" if args.engine == "llama.cpp" else "--speculative-num-steps"
@@ -331,20 +334,6 @@ def _snippet(args, rec: Recommendation, entry, lm, method, draft_model):
 def _falls_short(rec: Recommendation) -> str:
     """Why SD is off: it does not pay, or does not reach the user's --min-speedup."""
     return "does not pay" if rec.min_speedup <= 1.0 else f"does not reach --min-speedup {rec.min_speedup:g}"
-
-
-def _schedule_text(rec: Recommendation) -> str:
-    """'1..104: 5; 105..256: 5, does NOT fit' from the schedule rows."""
-    return "; ".join(
-        (
-            f"{r['first_batch']}"
-            if r["first_batch"] == r["last_batch"]
-            else f"{r['first_batch']}..{r['last_batch']}"
-        )
-        + f": {r['gamma']}"
-        + ("" if r["fits"] else ", does NOT fit")
-        for r in rec.schedule_rows()
-    )
 
 
 def _text(args, rec: Recommendation, lm: LatencyModel, profile: Profile, snippet, notes, validation) -> str:
@@ -381,7 +370,7 @@ def _text(args, rec: Recommendation, lm: LatencyModel, profile: Profile, snippet
         ),
     ]
     lines.append("draft length 0 = SD off at that batch size (plain decoding, speedup 1)")
-    lines.append("schedule (batch sizes: draft length): " + _schedule_text(rec))
+    lines.append("schedule (batch sizes: draft length): " + rec.schedule_text())
     if any(rec.at(b).extrapolated for b in rec.shown_batches):
         lines.append("* tau at this gamma is an i.i.d. extrapolation from the measured gamma")
     lines += [f"validation: {v.text()}" for v in validation]

@@ -114,6 +114,19 @@ class Recommendation:
                 )
         return out
 
+    def schedule_text(self) -> str:
+        """'1..104: 5; 105..256: 5, does NOT fit' from :meth:`schedule_rows`."""
+        return "; ".join(
+            (
+                f"{r['first_batch']}"
+                if r["first_batch"] == r["last_batch"]
+                else f"{r['first_batch']}..{r['last_batch']}"
+            )
+            + f": {r['gamma']}"
+            + ("" if r["fits"] else ", does NOT fit")
+            for r in self.schedule_rows()
+        )
+
     def to_json(self) -> dict:
         return {
             "schema_version": 2,  # 2: schedule rows are objects with "fits"; "notes" added
