@@ -534,6 +534,16 @@ def test_model_config_without_model_type_is_an_error(tmp_path, capsys):
     assert "model_type: missing" in err and err.count("\n") == 1
 
 
+@pytest.mark.parametrize("model_type", ["whisper", "t5", "bert"])
+def test_a_model_config_of_an_encoder_is_an_error(tmp_path, capsys, model_type):
+    """A Llama-2 config relabelled 'whisper' was priced as a 6.74B dense decoder."""
+    cfg = tmp_path / "config.json"
+    cfg.write_text(json.dumps(LLAMA2_7B | {"model_type": model_type}))
+    assert main(["hardware", "--model-config", str(cfg), "--draft", "llama-2-7b", "--device", "l4"]) == 2
+    err = capsys.readouterr().err
+    assert f"model_type: '{model_type}' is an encoder or an encoder-decoder" in err and err.count("\n") == 1
+
+
 def test_hardware_cli_takes_the_published_sets_models_by_name(capsys):
     # the published set ships cited HF configs; they plan by name like presets, and match the hand-written
     # config

@@ -293,6 +293,14 @@ def _text_spec(cfg: dict, name: str, where: str) -> dict[str, Any]:
     }
 
 
+# HF model types with no causal decoder to speculate on (transformers' encoder and encoder-decoder configs)
+NOT_DECODERS = frozenset(
+    "bart mbart t5 mt5 umt5 pegasus marian whisper speech_to_text seamless_m4t encoder-decoder bert roberta "
+    "xlm-roberta deberta deberta-v2 distilbert electra albert modernbert vit clip clip_vision_model siglip "
+    "siglip_vision_model wav2vec2 hubert".split()
+)
+
+
 def spec_from_config(
     cfg: dict,
     name: str = "model",
@@ -311,6 +319,11 @@ def spec_from_config(
         raise SpecsimError(
             f"{name}.model_type: missing (expected the HF config's model_type, e.g. 'llama', "
             "'qwen2', 'llava'; specsim does not guess an architecture)"
+        )
+    if cfg["model_type"].lower() in NOT_DECODERS:
+        raise SpecsimError(
+            f"{name}.model_type: {cfg['model_type']!r} is an encoder or an encoder-decoder; specsim prices "
+            "decoder-only language models (and VLMs around one)"
         )
     key = next((k for k in ("text_config", "llm_config") if isinstance(cfg.get(k), dict)), None)
     text_cfg = cfg[key] if key else cfg
