@@ -17,10 +17,11 @@ from calibrate.run.timing import Timing  # noqa: E402
 from calibrate.workload import run_setup as W  # noqa: E402
 from calibrate.workload.prompt_sets import Prompt, load_prompts, open_images  # noqa: E402
 from specsim.cli.main import main  # noqa: E402
-from specsim.errors import SpecsimWarning  # noqa: E402
+from specsim.errors import SpecsimError, SpecsimWarning  # noqa: E402
 from tests.test_models import TINY_LLAMA  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("one_thread")
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TINY = {**TINY_LLAMA, "num_hidden_layers": 1, "max_position_embeddings": 64}
 
 
@@ -358,8 +359,36 @@ def test_a_config_transformers_refuses_is_one_line(tmp_path, capsys):
     assert main([*argv, "--out", str(tmp_path / "p.json"), "--quiet"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "Traceback" not in err
-    assert "cannot build a transformers config (The hidden size (-5) is not a multiple" in err
+    assert "--target-config" in err and "bad.hidden_size: expected an integer >= 1, got -5" in err
     assert not (tmp_path / "p.json").exists()
+    with pytest.raises(SpecsimError, match=r"cannot build a transformers config \(The hidden size \(-5\)"):
+        M.build_random_model({"model_type": "llama", "hidden_size": -5})  # transformers' refusal: one line
+
+
+@pytest.mark.parametrize(
+    ("side", "key", "value", "said"),
+    [
+        ("draft", "num_key_value_heads", 3, "num_key_value_heads: expected at most num_attention_heads (2)"),
+        ("target", "num_hidden_layers", -1, "num_hidden_layers: expected an integer >= 1, got -1"),
+        ("draft", "num_hidden_layers", 0, "num_hidden_layers: expected an integer >= 1, got 0"),
+    ],
+)
+def test_a_bad_random_config_is_named_before_any_model_builds(tmp_path, capsys, monkeypatch, side, key, value,
+                                                              said):  # fmt: skip
+    """KV heads 3 of 2 gave a tensor-shape traceback (exit 1) once the models were built, and left
+    OUT.partial; 0 layers named no key."""
+    monkeypatch.setattr(W, "latency_models", lambda *a, **k: pytest.fail("models loaded"))
+    with open(os.path.join(ROOT, "specsim", "presets", f"zoo-{side}.json"), encoding="utf-8") as fh:
+        preset = json.load(fh)
+    preset["text_config"][key] = value
+    path = tmp_path / f"bad-{side}.json"
+    path.write_text(json.dumps(preset))
+    sides = {"target": "zoo-target", "draft": "zoo-draft"} | {side: str(path)}
+    argv = ["calibrate", "latency", "--target-config", sides["target"], "--draft-config", sides["draft"]]
+    assert main([*argv, "--out", str(tmp_path / "p.json"), "--quiet"]) == 2
+    err = _one_line(capsys)
+    assert err.startswith(f"specsim: error: --{side}-config {path}: bad-{side}.text_config.{said}")
+    assert not list(tmp_path.glob("p.json*"))
 
 
 @pytest.mark.parametrize("command", [["latency", "--quiet"], ["acceptance", "--method", "M"]])

@@ -135,6 +135,25 @@ def _refuse_model_flags(args) -> None:
         )
     if args.caption_tokens is not None and not (args.captioner or entry.get("captioner")):
         raise SpecsimError("--caption-tokens: sizes the captioner's timed caption; give --captioner")
+    for side in ("target", "draft"):
+        check_random_config(getattr(args, f"{side}_config"), f"--{side}-config")
+
+
+def check_random_config(config: str | None, flag: str) -> None:
+    """A --target-config/--draft-config read by specsim's own config reader (the planner's) before any model
+    is built: a bad key is one line naming it, not a tensor-shape traceback once torch builds the model."""
+    from specsim.hardware.model import spec_from_config
+    from specsim.presets import preset_config
+
+    try:
+        cfg = preset_config(config) if config else None
+    except SpecsimError:
+        return  # not readable as a config here: the loader names what is wrong with it
+    if cfg is not None:
+        try:
+            spec_from_config(cfg, Path(str(config)).stem)
+        except SpecsimError as err:
+            raise SpecsimError(f"{flag} {config}: {err}") from None
 
 
 def refuse_past_positions(args) -> None:
