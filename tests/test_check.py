@@ -156,6 +156,18 @@ def test_table_and_summary():
         summary([])
 
 
+def test_runs_past_the_traces_are_refused_not_compared():
+    """A profile traced at 16 tokens checked at the default 64: the runs decoded 62 tokens, the replay
+    priced 16, and a -31 % tau error was written into the profile as the model's."""
+    prof = make_profile()
+    longer = [replace(p, max_new_tokens=p.max_new_tokens + 4) for p in SPECS]
+    base = {p.prompt_id: [_run(p.prompt_id, 100.0, tokens=p.max_new_tokens)] * 2 for p in longer}
+    sd = {p.prompt_id: [_run(p.prompt_id, 60.0, tokens=p.max_new_tokens)] * 2 for p in longer}
+    with pytest.raises(SpecsimError, match=r"16 new tokens, past the profile's greedy traces \(at most 12"):
+        check_row(prof, _entry(gamma=5, tau=2.4), 2, longer, measure(base, sd))
+    assert check_row(prof, _entry(gamma=5, tau=2.4), 2, SPECS, _measured(60.0, 2)).gamma == 2
+
+
 def test_rounds_note_projects_the_widest_half_width():
     """A half-width of 4 % after 8 rounds of 30 s: 2 % needs 8·(4/2)² = 32 rounds, 16 min."""
     prof = make_profile()

@@ -164,6 +164,13 @@ def check_row(
             f"check: method {entry.method!r} has no greedy trace for prompt {missing[0]!r} "
             "(run 'specsim calibrate acceptance' on the same prompts)"
         )
+    traced = max(len(traces[p.prompt_id].match) for p in prompts)
+    if measured.new_tokens > traced:  # the traces stop where a smaller cap cut them: nothing replays the rest
+        raise SpecsimError(
+            f"--max-new-tokens: the runs decoded up to {measured.new_tokens} new tokens, past the profile's "
+            f"greedy traces (at most {traced}, traced under a smaller cap); give --max-new-tokens {traced}, "
+            "or trace again with 'specsim calibrate acceptance --max-new-tokens N'"
+        )
     specs = [
         RequestSpec(p.prompt_tokens, p.draft_prompt_tokens, p.images, traces[p.prompt_id], p.max_new_tokens,
                     prompt_id=p.prompt_id)
