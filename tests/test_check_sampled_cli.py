@@ -125,8 +125,9 @@ def test_sampled_check_needs_beta_at_the_same_temperature(tiny, capsys):
             ["--max-minutes", "1e9"],
             "argument --max-minutes: expected a finite number in 0.001..100000 (minutes)",
         ),
-        (["--halfwidth", "nan"], "argument --halfwidth: expected a finite number"),
-        (["--halfwidth", "1.5"], "--halfwidth: expected a fraction in (0, 1)"),
+        (["--halfwidth", "nan"], "argument --halfwidth: expected a fraction in (0, 1), got 'nan'"),
+        (["--halfwidth", "1.5"], "argument --halfwidth: expected a fraction in (0, 1)"),
+        (["--halfwidth", "0"], "argument --halfwidth: expected a fraction in (0, 1), got '0'"),
         (["--gamma", "1-100000"], "--gamma: expected values <= 1024"),
     ],
 )

@@ -257,8 +257,10 @@ def test_recommend_flags_are_bounded(tmp_path, capsys, extra, message):
 @pytest.mark.parametrize(
     "extra, message",
     [
-        (["--rel-halfwidth", "1.5"], "--rel-halfwidth: expected a fraction in (0, 1)"),
-        (["--rel-halfwidth", "nan"], "argument --rel-halfwidth: expected a finite number"),
+        (["--rel-halfwidth", "1.5"], "argument --rel-halfwidth: expected a fraction in (0, 1)"),
+        (["--rel-halfwidth", "nan"], "argument --rel-halfwidth: expected a fraction in (0, 1), got 'nan'"),
+        # the parser said 'a finite number in 1e-06..1e+06 (ratio)' where the help says a fraction in (0, 1)
+        (["--rel-halfwidth", "0"], "argument --rel-halfwidth: expected a fraction in (0, 1), got '0'"),
         (
             ["--min-repeats", "10", "--max-repeats", "5"],
             "--min-repeats/--max-repeats: expected min <= max, got 10 and 5",

@@ -17,7 +17,7 @@ from calibrate.cli.check_serve import serve_args
 from calibrate.cli.llama_cpp_handlers import cmd_check_llama
 from calibrate.cli.llama_cpp_options import llama_cpp_args, refuse_llama_cpp_flags
 from calibrate.cli.shared_options import IntList, method_args, model_args
-from specsim.bounds import number_arg
+from specsim.bounds import interval_arg, number_arg
 from specsim.jsonio import dumps_json
 from specsim.profiles import save_profile
 
@@ -70,7 +70,7 @@ def register(subparsers) -> None:
     rep = chk.add_argument_group("repeats (rounds of every prompt x method x gamma, interleaved)")
     rep.add_argument(
         "--halfwidth",
-        type=number_arg("ratio"),
+        type=interval_arg(0.0, 1.0, "a fraction in (0, 1)", lo_open=True, hi_open=True),
         default=ROUND_DEFAULTS["halfwidth"],
         help="stop repeating a row once its "
         "measured decode-phase speedup has a 95%% half-width within this fraction (default 0.015; "

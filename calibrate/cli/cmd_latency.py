@@ -20,7 +20,7 @@ from calibrate.cli.latency_checks import (
 )
 from calibrate.cli.llama_cpp_handlers import cmd_latency_llama
 from calibrate.cli.llama_cpp_options import llama_cpp_args, refuse_llama_cpp_flags
-from specsim.bounds import number_arg
+from specsim.bounds import interval_arg, number_arg
 from specsim.errors import SpecsimError
 from specsim.jsonio import dumps_json
 from specsim.report import int_list_arg
@@ -250,7 +250,7 @@ def register(subparsers) -> None:
     )
     rep.add_argument(
         "--rel-halfwidth",
-        type=number_arg("ratio"),
+        type=interval_arg(0.0, 1.0, "a fraction in (0, 1)", lo_open=True, hi_open=True),
         help="target relative half-width, a fraction in (0, 1) (default 0.02)",
     )
     rep.add_argument(
