@@ -200,6 +200,9 @@ def test_parse_method_and_bad_inputs(zoo):
     for bad in ("", "X", "MP", "P0", "adaptive:", "MTx"):
         with pytest.raises(SpecsimError, match="method"):
             Method.parse(bad)
+    for bad in ("P5", "MTP99999", "pooled(2)"):  # refused once the models had loaded, naming no --method
+        with pytest.raises(SpecsimError, match=r"^--method .*: pooled\(n\) takes n a square number"):
+            Method.parse(bad)
     with pytest.raises(SpecsimError, match="weights"):
         _drafter(zoo, "MT", weights=(1, 2, 3))
     with pytest.raises(SpecsimError, match="captioner"):

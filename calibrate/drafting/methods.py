@@ -9,6 +9,7 @@ are what :mod:`specsim.predict.pricing` charges a method. More: ARCHITECTURE.md,
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -80,6 +81,12 @@ class Method:
                 f"--method: expected plain (text pairs) or codes like M, T, C, F, Z, P144, MT, MTCP or "
                 f"adaptive:MTC (or multimodal, text-only, caption, target-features, zero-rows, pooled(N)), "
                 f"got {code!r}"
+            )
+        pools = [s.pool_tokens for s in specs if s.kind == "P"]
+        pooled = [n for n in pools if math.isqrt(n) ** 2 != n]
+        if pooled:  # pooling averages a square patch grid to a square one: known before any model loads
+            raise SpecsimError(
+                f"--method {code!r}: pooled(n) takes n a square number (4, 16, 144, ...), got {pooled[0]}"
             )
         return cls(
             (ADAPTIVE_PREFIX if adaptive else "") + "".join(s.code for s in specs), tuple(specs), adaptive
