@@ -82,8 +82,35 @@ def test_batched_and_serving_checks_refuse_before_the_models_load(capsys, no_loa
 def test_the_latency_workload_line_comes_after_the_plan_is_accepted(tmp_path, capsys):
     """calibrate latency printed its "workload" line to stderr, then an error: two lines."""
     argv = ["calibrate", "latency", "--preset", "zoo", "--out", str(tmp_path / "p.json"), "--quiet"]
-    # contexts sized from the workload (its longest prompt + 1020 new tokens) and gamma 8 pass 1024 positions:
-    # refused by the plan once the models load, the only time the workload's prompts are tokenised
-    assert main([*argv, "--max-new-tokens", "1020", "--gammas", "8"]) == 2
+    # contexts sized from the workload (its longest prompt + 1000 new tokens) and gamma 8 pass 1024 positions:
+    # refused by the plan once the models load (only the 1-token-prompt bound is checked before them)
+    assert main([*argv, "--max-new-tokens", "1000", "--gammas", "8"]) == 2
     line = _one_line(capsys)
     assert "--contexts/--verify-context/--gammas" in line and "(without --contexts, they reach" in line
+
+
+def test_a_workload_past_the_window_names_max_new_tokens_before_loading(tmp_path, capsys, monkeypatch):
+    """--max-new-tokens 5000 loaded the models, then blamed --contexts/--verify-context/--gammas."""
+    import calibrate.workload.run_setup as run_setup
+
+    monkeypatch.setattr(run_setup, "latency_models", lambda *a, **k: pytest.fail("models loaded"))
+    argv = ["calibrate", "latency", "--preset", "zoo", "--out", str(tmp_path / "p.json"), "--quiet"]
+    assert main([*argv, "--max-new-tokens", "5000", "--gammas", "1,2"]) == 2
+    assert "--max-new-tokens: contexts sized from the workload reach at least 5001" in _one_line(capsys)
+
+
+def test_given_contexts_keep_the_verify_context_among_them(tmp_path, capsys, monkeypatch):
+    """--contexts 64 with --max-new-tokens 5000 took the workload's middle context (2589) as the verify
+    context, added it to the plan beside 64, and failed after loading on a 2592-position plan."""
+    from calibrate.measure import latency_plan as L
+
+    seen = {}
+
+    def stop(target, **overrides):
+        seen.update(overrides)
+        raise L.SpecsimError("stopped")
+
+    monkeypatch.setattr(L, "default_plan", stop)
+    argv = ["calibrate", "latency", "--preset", "zoo", "--out", str(tmp_path / "p.json"), "--quiet"]
+    assert main([*argv, "--contexts", "64,300,900", "--max-new-tokens", "5000", "--gammas", "1,2"]) == 2
+    assert seen["contexts_tokens"] == [64, 300, 900] and seen["verify_context_tokens"] == 300

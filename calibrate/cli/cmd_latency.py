@@ -109,7 +109,8 @@ def register(subparsers) -> None:
     what.add_argument(
         "--verify-context",
         type=number_arg("tokens", integer=True),
-        help="context length for Tv(gamma) and the draft batch sweep",
+        help="context length for Tv(gamma) and the draft batch sweep (default: the middle of --contexts, "
+        "else of the workload's)",
     )
     what.add_argument("--gammas", type=int_list_arg("gamma"), help="gammas for Tv (default 1..8)")
     what.add_argument(
@@ -289,9 +290,12 @@ def cmd_latency(args) -> int:
     load_s = time.perf_counter() - t_load
     refuse_other_pair(args.out, "--out", models["target"].name, models["draft"].name)
     sized, workload_tokens, workload_line = latency_workload(args, models["target"])
+    verify = args.verify_context
+    if verify is None and args.contexts:  # one of --contexts, not a workload-sized context added beside them
+        verify = min(args.contexts, key=lambda c: abs(c - (min(args.contexts) + max(args.contexts)) / 2))
     given = {
         "contexts_tokens": args.contexts,
-        "verify_context_tokens": args.verify_context,
+        "verify_context_tokens": verify,
         "gammas": args.gammas,
         "prefill_tokens": args.prefill_tokens,
     }

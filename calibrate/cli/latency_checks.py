@@ -174,6 +174,12 @@ def refuse_past_positions(args) -> None:
         if sizes and max(sizes) > limit:
             raise SpecsimError(f"{flag}: {max(sizes)} tokens, past the {role}'s {limit} max positions")
     context, gamma = max((args.contexts or []) + verify or [1]), max(args.gammas or LatencyPlan.gammas)
+    if not (args.contexts or args.no_workload) and 1 + args.max_new_tokens + gamma + 1 > limit:
+        raise SpecsimError(  # workload-sized contexts reach a prompt (>= 1 token) + --max-new-tokens
+            f"--max-new-tokens: contexts sized from the workload reach at least {1 + args.max_new_tokens} "
+            f"tokens (a prompt + {args.max_new_tokens} new tokens), and a block of gamma {gamma} there "
+            f"needs {args.max_new_tokens + gamma + 2} positions, past the {role}'s {limit} max positions"
+        )
     if context + gamma + 1 > limit:
         raise SpecsimError(
             f"--gammas: a block of gamma {gamma} at a {context}-token context needs {context + gamma + 1} "
