@@ -114,3 +114,13 @@ def test_given_contexts_keep_the_verify_context_among_them(tmp_path, capsys, mon
     argv = ["calibrate", "latency", "--preset", "zoo", "--out", str(tmp_path / "p.json"), "--quiet"]
     assert main([*argv, "--contexts", "64,300,900", "--max-new-tokens", "5000", "--gammas", "1,2"]) == 2
     assert seen["contexts_tokens"] == [64, 300, 900] and seen["verify_context_tokens"] == 300
+
+
+def test_max_new_tokens_beside_no_workload_is_refused(tmp_path, capsys, monkeypatch):
+    """--no-workload --max-new-tokens 10 (or 300, or 900) measured the same grid, without a word."""
+    import calibrate.workload.run_setup as run_setup
+
+    monkeypatch.setattr(run_setup, "latency_models", lambda *a, **k: pytest.fail("models loaded"))
+    argv = ["calibrate", "latency", "--preset", "zoo", "--out", str(tmp_path / "p.json"), "--quiet"]
+    assert main([*argv, "--contexts", "64", "--no-workload", "--max-new-tokens", "10"]) == 2
+    assert "--max-new-tokens: sizes the workload's contexts, which --no-workload drops" in _one_line(capsys)

@@ -12,6 +12,7 @@ import time
 from typing import TYPE_CHECKING
 
 from calibrate.cli.latency_checks import (
+    MAX_NEW_TOKENS_DEFAULT,
     check_latency_args,
     existing_cost_model,
     refuse_other_pair,
@@ -139,7 +140,7 @@ def register(subparsers) -> None:
     what.add_argument(
         "--max-new-tokens",
         type=number_arg("output_tokens", integer=True),
-        default=64,
+        default=MAX_NEW_TOKENS_DEFAULT,
         help="new tokens per request of that workload (default 64)",
     )
     what.add_argument(

@@ -60,6 +60,9 @@ def refuse_other_pair(path, flag: str, target: str, draft: str) -> None:
         )
 
 
+MAX_NEW_TOKENS_DEFAULT = 64  # calibrate latency's --max-new-tokens
+
+
 def check_latency_args(args) -> None:
     """Everything that can be checked before models load and measuring starts."""
     from calibrate.models.loading import canonical_dtype, check_device
@@ -68,6 +71,11 @@ def check_latency_args(args) -> None:
     check_existing_profile(args.out, "--out")
     if args.no_workload and (args.prompts or not args.preset):  # --prompts won, or there was nothing to drop
         raise SpecsimError("--no-workload: applies with --preset, without --prompts (drops the pair's set)")
+    if args.no_workload and not args.request_batches and args.max_new_tokens != MAX_NEW_TOKENS_DEFAULT:
+        raise SpecsimError(
+            "--max-new-tokens: sizes the workload's contexts, which --no-workload drops (and, with "
+            "--request-batches, the batched sweep's runs)"
+        )
     if args.batched_only and not args.request_batches:
         raise SpecsimError("--batched-only: needs --request-batches")
     given = [n for n in REQUEST_DEFAULTS if _given(getattr(args, n))]
