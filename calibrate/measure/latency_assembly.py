@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
+from calibrate.measure.noise_check import worst_pass
 from calibrate.measure.request_grid_sweep import (
     SENTINEL_END,
     SENTINEL_START,
@@ -226,12 +227,6 @@ def _extra_image_ms(timings: dict[str, Timing], role: str) -> float | None:
     return max((most - one) / (sizes[-1] - 1), 0.0)
 
 
-def worst_rel_halfwidth(timings: dict[str, Timing]) -> tuple[str, float]:
-    """(key, half-width / median) of the least precise point."""
-    key = max(timings, key=lambda k: timings[k].rel_halfwidth)
-    return key, timings[key].rel_halfwidth
-
-
 # --------------------------------------------------------------------------- provenance and output
 def device_name(device: str) -> str:
     """Human-readable device: the GPU name, or the CPU model name with its logical CPU count."""
@@ -345,8 +340,10 @@ def summary_lines(section, timings: dict, seconds: float, path) -> list[str]:
     ):
         if value is not None:
             lines.append(f"{label}: {value:.2f}")
-    key, rel = worst_rel_halfwidth(timings)
-    lines.append(f"worst 95% CI half-width: {100 * rel:.2f}% of the median ({key})")
+    worst = worst_pass(timings)  # the pass the noisy-calibration warning names
+    if worst is not None:
+        key, rel = worst
+        lines.append(f"worst 95% CI half-width of a timed pass: {100 * rel:.2f}% of the median ({key})")
     cm = section.cost_model
     if cm is not None:
         grids = ", ".join(

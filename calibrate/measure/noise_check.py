@@ -25,21 +25,33 @@ def host_load() -> str:
     return f"load average {one:.2f}, {five:.2f}, {fifteen:.2f} (1, 5, 15 min) on {cpus} CPUs"
 
 
+def timed_passes(timings: dict) -> dict:
+    """The timings of passes (derived overheads and the sampling unit left out)."""
+    return {k: t for k, t in timings.items() if not k.startswith(_NOT_PASSES)}
+
+
+def worst_pass(timings: dict) -> tuple[str, float] | None:
+    """(key, 95% half-width / median) of the least precise timed pass; None without one. The run's summary
+    line and :func:`noisy_note` both name it."""
+    passes = timed_passes(timings)
+    if not passes:
+        return None
+    key = max(passes, key=lambda k: passes[k].rel_halfwidth)
+    return key, passes[key].rel_halfwidth
+
+
 def noisy_note(timings: dict, max_rounds: int, target_rel_halfwidth: float) -> str | None:
-    """The warning for the least precise point when its half-width is over the threshold, else None."""
-    timings = {k: t for k, t in timings.items() if not k.startswith(_NOT_PASSES)}
-    if not timings:
+    """The warning for the least precise pass when its half-width is over the threshold, else None."""
+    worst = worst_pass(timings)
+    if worst is None or worst[1] <= NOISY_REL_HALFWIDTH:
         return None
-    key = max(timings, key=lambda k: timings[k].rel_halfwidth)
-    worst = timings[key]
-    if worst.rel_halfwidth <= NOISY_REL_HALFWIDTH:
-        return None
-    over = sum(t.rel_halfwidth > NOISY_REL_HALFWIDTH for t in timings.values())
+    passes = timed_passes(timings)
+    over = sum(t.rel_halfwidth > NOISY_REL_HALFWIDTH for t in passes.values())
     return (
-        f"noisy calibration: {over} of {len(timings)} timed passes have a 95% half-width over "
+        f"noisy calibration: {over} of {len(passes)} timed passes have a 95% half-width over "
         f"{NOISY_REL_HALFWIDTH:.0%} of their median (threshold; target {target_rel_halfwidth:.0%}), the "
-        f"worst {worst.rel_halfwidth:.0%} ({key}, {worst.n} rounds of at most {max_rounds}); host "
-        f"{host_load()}: re-measure on a quiet machine (or raise --max-repeats)"
+        f"worst {worst[1]:.0%} ({worst[0]}, {passes[worst[0]].n} samples; at most {max_rounds} repeats a "
+        f"point); host {host_load()}: re-measure on a quiet machine (or raise --max-repeats)"
     )
 
 
