@@ -257,7 +257,8 @@ def _finish(imp: EngineImport, args) -> int:
         return 0
     print(
         "speedup needs latency: `specsim recommend --engine vllm|sglang --profile "
-        f"{args.out} --pair ... --device ...` (hardware planner), or measure it with "
-        "`specsim calibrate latency`"
+        f"{args.out} --pair ... --device ...` (hardware planner), or a latency profile of the pair from "
+        f"`specsim calibrate latency --out lat.json` and `specsim serve --acceptance-profile {args.out} "
+        "--cost-profile lat.json`"
     )
     return 0
