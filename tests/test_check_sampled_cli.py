@@ -4,6 +4,7 @@ its argument errors, one line each, before any model loads."""
 
 import json
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
@@ -200,3 +201,20 @@ def test_a_missing_prompt_set_and_a_policy_past_the_grid_fail_before_models_load
     assert main(["check", "--preset", "zoo", "--profile", "zoo-cpu", "--method", "M", *policy]) == 2
     assert "reaches gamma 20 on M/" in capsys.readouterr().err
     assert not list(tmp_path.iterdir())
+
+
+def test_a_sampled_check_without_a_vision_cost_is_refused_before_loading(tmp_path, capsys, monkeypatch):
+    """A profile measured with --no-vision: a sampled check ran every seed, then failed pricing set-up."""
+    pytest.importorskip("torch")
+    import calibrate.workload.run_setup as CA
+
+    monkeypatch.setattr(CA, "load_setup", lambda *a, **k: pytest.fail("models loaded"))
+    root = Path(__file__).resolve().parents[1]
+    shipped = json.loads((root / "specsim" / "profiles" / "measured" / "zoo-cpu.json").read_text())
+    shipped["latency"]["vision_encoder_ms_per_image"] = None
+    prof = tmp_path / "p.json"
+    prof.write_text(json.dumps(shipped))
+    argv = ["check", "--preset", "zoo", "--profile", str(prof), "--limit", "1", "--method", "M"]
+    assert main([*argv, "--gamma", "2", "--temperature", "1", "--seeds", "2"]) == 2
+    err = capsys.readouterr().err
+    assert "--temperature: a sampled check prices each request's set-up; vision_encoder_ms_per_image" in err

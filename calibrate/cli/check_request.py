@@ -268,6 +268,8 @@ def refuse_before_loading(args, request: CheckRequest, workload, *, traces: bool
                 greedy_trace(entry, prompt.id)  # names the method, scenario and prompt
             longest = max([longest] + [t.prompt_tokens or 0 for t in found])
             traced += found
+            if request.mode == SAMPLED:  # its requests are priced with their set-up (vision, captions)
+                refuse_unpriced_setup(request.profile, entry, n)
     if request.mode in (GREEDY, BATCH):  # these replay each trace under the cap (serving and sampled runs
         refuse_short_budget(traced, args.max_new_tokens)  # follow the run's own length)
     if request.drafts:  # a tree or policy the grids cannot price on these entries' traces
@@ -279,6 +281,19 @@ def refuse_before_loading(args, request: CheckRequest, workload, *, traces: bool
             f"+ {args.max_new_tokens} = {longest + args.max_new_tokens} positions, but the {known[0]} has at "
             f"most {known[1]} (max_position_embeddings)"
         )
+
+
+def refuse_unpriced_setup(profile, entry, images: int) -> None:
+    """SpecsimError, before loading, where a sampled check could not price a request's set-up (a profile
+    measured with --no-vision has no vision encoder): it failed once every seed had run."""
+    from specsim.costs.grid_pass_cost import GridPassCost
+    from specsim.predict.pricing import setup_ms
+
+    try:
+        setup_ms(GridPassCost.request(profile.latency), profile, entry, images)
+    except SpecsimError as err:
+        why = f"{err} (calibrate latency without --no-vision measures it)"
+        raise SpecsimError(f"--temperature: a sampled check prices each request's set-up; {why}") from None
 
 
 def pair_positions(args, preset: dict) -> tuple[str, int] | None:
