@@ -514,3 +514,12 @@ def test_latency_batch_sizes_help_states_each_pair_kinds_default(capsys):
     text = " ".join(capsys.readouterr().out.split())
     assert "default: 1,2,3,4 for a VLM pair" in text and "1 for a text pair" in text
     assert L.default_plan(SimpleNamespace(kind="text")).batch_sizes == (1,)
+
+
+@pytest.mark.parametrize("command", ["acceptance", "check"])
+def test_an_empty_scenario_is_refused(tmp_path, capsys, command):
+    """--scenario '' was read as not given: the entries were named after the prompt set, without a word."""
+    out = ["calibrate", "acceptance", "--out", str(tmp_path / "a.json")]
+    argv = out if command == "acceptance" else ["check"]
+    assert main([*argv, "--preset", "zoo", "--scenario", ""]) == 2
+    assert "argument --scenario: expected a name or path, got ''" in _one_line(capsys)

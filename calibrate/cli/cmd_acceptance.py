@@ -15,7 +15,7 @@ from calibrate.cli.latency_checks import check_existing_profile, refuse_other_pa
 from calibrate.cli.llama_cpp_handlers import cmd_acceptance_llama
 from calibrate.cli.llama_cpp_options import llama_cpp_args, refuse_llama_cpp_flags
 from calibrate.cli.shared_options import method_args, model_args
-from specsim.bounds import number_arg
+from specsim.bounds import name_arg, number_arg
 from specsim.errors import SpecsimError
 from specsim.jsonio import check_writable, dumps_json
 
@@ -46,6 +46,7 @@ def register(subparsers) -> None:
     method_args(acc)
     acc.add_argument(
         "--scenario",
+        type=name_arg,
         default=None,
         help="scenario name (default: the prompt set's name; image "
         "prompts get '-<n>img' appended per images-per-prompt group)",

@@ -17,7 +17,7 @@ from calibrate.cli.check_serve import serve_args
 from calibrate.cli.llama_cpp_handlers import cmd_check_llama
 from calibrate.cli.llama_cpp_options import llama_cpp_args, refuse_llama_cpp_flags
 from calibrate.cli.shared_options import IntList, method_args, model_args
-from specsim.bounds import interval_arg, number_arg
+from specsim.bounds import interval_arg, name_arg, number_arg
 from specsim.jsonio import dumps_json
 from specsim.profiles import save_profile
 
@@ -46,6 +46,7 @@ def register(subparsers) -> None:
     method_args(chk)
     chk.add_argument(
         "--scenario",
+        type=name_arg,
         default=None,
         help="scenario name as in 'calibrate acceptance' (default: the prompt set's name)",
     )
