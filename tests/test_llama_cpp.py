@@ -53,6 +53,26 @@ def test_version_and_build_flags():
     assert flags.get("CMAKE_BUILD_TYPE") == "Release" and "GGML_CUDA" not in flags
     with pytest.raises(SpecsimError, match="version"):
         parse_version("llama-server: command not found")
+    # upstream's own spelling (common/arg.cpp: 'version: %d (%s)', 'built with %s for %s') was refused
+    upstream = parse_version("version: 4567 (abcdef1)\nbuilt with cc (GCC) 12.2.0 for x86_64-linux-gnu")
+    assert upstream == ("4567 (abcdef1)", "abcdef1", "cc (GCC) 12.2.0 for x86_64-linux-gnu")
+
+
+def test_a_binary_that_does_not_answer_its_version_is_one_line(tmp_path, monkeypatch):
+    """--version hanging past the 60 s timeout gave a TimeoutExpired traceback (exit 1)."""
+    import subprocess
+
+    from calibrate.llama_cpp import binaries
+
+    for name in binaries.BINARIES:
+        (tmp_path / name).write_text("#!/bin/sh\n")
+
+    def hangs(*a, **k):
+        raise subprocess.TimeoutExpired(a[0], 60)
+
+    monkeypatch.setattr(binaries.subprocess, "run", hangs)
+    with pytest.raises(SpecsimError, match="--version did not answer within 60 s"):
+        find_llama_cpp(str(tmp_path))
 
 
 def test_a_completion_and_its_stream():

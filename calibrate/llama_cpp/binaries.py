@@ -53,12 +53,17 @@ class LlamaCpp:
         return out
 
 
+_UPSTREAM_VERSION = r"version:\s*\S+\s+\(([0-9a-f]{6,40})\)"
+
+
 def parse_version(text: str) -> tuple[str, str, str]:
     """(version, commit, compiler) from a binary's ``--version`` output; SpecsimError when absent."""
     ver = re.search(r"version:\s*(.+)", text)
-    commit = re.search(r"commit\s+([0-9a-f]{6,40})", text)
+    # this project's build prints 'version: 0.5.0-dev (build 1, commit HASH)'; upstream 'version: 4567 (HASH)'
+    commit = re.search(r"commit\s+([0-9a-f]{6,40})", text) or re.search(_UPSTREAM_VERSION, text)
     if ver is None or commit is None:
-        raise SpecsimError(f"llama.cpp --version: expected 'version: ... commit HASH', got {text[:120]!r}")
+        expected = "'version: N (HASH)' or 'version: ... commit HASH'"
+        raise SpecsimError(f"llama.cpp --version: expected {expected}, got {text[:120]!r}")
     built = re.search(r"built with (.+)", text)
     return ver.group(1).strip(), commit.group(1), "" if built is None else built.group(1).strip()
 
@@ -102,6 +107,8 @@ def find_llama_cpp(path: str | None) -> LlamaCpp:
         )
     except OSError as err:
         raise SpecsimError(f"{where}: {bin_dir / BINARIES[0]} does not run: {err}") from None
+    except subprocess.TimeoutExpired:
+        raise SpecsimError(f"{where}: {bin_dir / BINARIES[0]} --version did not answer within 60 s") from None
     version, commit, compiler = parse_version(proc.stdout + proc.stderr)
     cache = bin_dir.parent / "CMakeCache.txt"
     cmake = parse_cmake_cache(cache.read_text(errors="replace")) if cache.is_file() else {}
