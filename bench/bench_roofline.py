@@ -9,7 +9,8 @@ import time
 
 import numpy as np
 
-from specsim.hardware import Efficiency, MethodTau, decode_ms, load_devices, plan_hardware, spec_from_config
+from specsim.hardware import Efficiency, decode_ms, load_devices, plan_hardware, spec_from_config
+from specsim.predict.acceptance_source import MethodTau
 from specsim.profile_format import MethodAcceptance
 
 LLAMA2_7B = {
