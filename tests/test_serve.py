@@ -853,3 +853,10 @@ def test_acceptance_carried_past_its_gamma_is_marked(capsys):
     )
     assert main(base) == 0
     assert "extrapolation" not in capsys.readouterr().out
+
+
+def test_sd_off_from_batch_1_is_refused(capsys):
+    """--gamma-by-batch 1-8:3 --sd-off-from-batch 1 served target-only under an 'SD' label, without a word."""
+    argv = ["serve", "--alpha", "0.7", "--gamma-by-batch", "1-8:3", "--sd-off-from-batch", "1"]
+    assert main([*argv, "--requests", "20"]) == 2
+    assert "--sd-off-from-batch: 1 turns SD off at every batch" in capsys.readouterr().err

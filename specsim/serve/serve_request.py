@@ -301,6 +301,8 @@ def serve_setup(req: ServeRequest) -> tuple[ServeSetup, dict]:
             f"--gamma-by-batch: range {unused[0]} starts above --max-num-seqs {max_seqs} (no step decodes "
             "more)"
         )
+    if req.sd_off_from_batch == 1:  # every decode batch is 1 or more: the draft options would set nothing
+        raise SpecsimError("--sd-off-from-batch: 1 turns SD off at every batch (none drafts); expected >= 2")
     if req.sd_off_from_batch is not None and req.sd_off_from_batch > max_seqs:  # it would never turn SD off
         raise SpecsimError(
             f"--sd-off-from-batch: expected at most --max-num-seqs {max_seqs} (no step decodes more), got "
