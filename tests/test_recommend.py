@@ -336,3 +336,21 @@ def test_llama_server_names_where_its_one_draft_length_loses_and_keeps_no_placeh
     assert main([*base, "--config-out", str(conf), "--out", str(saved)]) == 2
     assert "hold the placeholder DRAFT.gguf: give --draft-model PATH.gguf" in capsys.readouterr().err
     assert not conf.exists() and not saved.exists()  # refused before anything is written
+
+
+def test_a_llama_cpp_profile_names_gammas_it_cannot_price_and_wants_a_gguf_draft(tmp_path, capsys):
+    """--gamma-max 10 on a profile measured to gamma 6 stopped at 6 without a word; --config-out wrote
+    '-md Qwen/Qwen2.5-Coder-0.5B-Instruct-GGUF', a Hub id llama-server cannot load."""
+    base = ["recommend", "--engine", "llama.cpp", "--profile", "llama-cpp-qwen2.5-coder-0.5b-1.5b-cpu-check"]
+    base += ["--min-speedup", "0.5"]
+    assert main([*base, "--gamma-max", "10", "--draft-model", "d.gguf"]) == 0
+    assert "--gamma-max 10: the profile's passes stop at gamma 6, so gamma 7..10 is not priced" in (
+        capsys.readouterr().out
+    )
+    conf = tmp_path / "flags.sh"
+    hub = ["--draft-model", "Qwen/Qwen2.5-Coder-0.5B-Instruct-GGUF", "--config-out", str(conf)]
+    assert main([*base, *hub]) == 2
+    assert "--draft-model: llama-server loads a GGUF file (-md PATH.gguf)" in capsys.readouterr().err
+    assert not conf.exists()
+    assert main([*base, "--draft-model", "d.gguf", "--config-out", str(conf)]) == 0
+    assert "-md d.gguf" in conf.read_text()

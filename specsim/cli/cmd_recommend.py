@@ -10,8 +10,8 @@ from specsim.bounds import RANGES, name_arg, number_arg
 from specsim.cli.model_options import add_model_options, image_size, keep_option_defaults
 from specsim.cli.recommend_outputs import (
     PLACEHOLDER_GGUF,
+    check_gguf_draft,
     llama_measured,
-    refuse_placeholder_gguf,
     write_config,
 )
 from specsim.draft_kinds.registry import draft_kind, engine_method
@@ -263,7 +263,7 @@ def cmd_recommend(args) -> int:
         label = f" ({DRAFT_LABELS[source]})" if source in DRAFT_LABELS else ""
         check_model_id(draft_model, "--draft-model", label=label, bare_ok=not label)  # nothing written yet
     if args.engine == "llama.cpp":
-        refuse_placeholder_gguf(args.config_out, snippet)
+        check_gguf_draft(args.config_out, snippet)
     extra = [n for n in (borrowed, method_note) if n]
     extra += extra_notes + _draft_id_note(draft_model, source, snippet)
     extra += list(rec.notes)

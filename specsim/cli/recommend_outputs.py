@@ -26,7 +26,7 @@ def llama_measured(args, profile: Profile, entry: MethodAcceptance, gamma_max: i
     out = llama_recommendation(
         profile, entry, args.min_speedup, args.draft_model or PLACEHOLDER_GGUF, gamma_max
     )
-    refuse_placeholder_gguf(args.config_out, out["config"])
+    check_gguf_draft(args.config_out, out["config"])
     if args.out:
         write_json_atomic(args.out, {k: v for k, v in out.items() if k != "text"})
     if args.config_out:
@@ -35,14 +35,19 @@ def llama_measured(args, profile: Profile, entry: MethodAcceptance, gamma_max: i
     return 0
 
 
-def refuse_placeholder_gguf(config_out: str | None, flags) -> None:
+def check_gguf_draft(config_out: str | None, flags) -> None:
     """SpecsimError before anything is written where --config-out would save llama-server flags whose draft
-    is the placeholder DRAFT.gguf (as a vLLM config's placeholder draft is refused)."""
-    if config_out and flags and PLACEHOLDER_GGUF in flags:
+    (``-md``) is the placeholder DRAFT.gguf or no GGUF file (a Hub id): llama-server loads a local file."""
+    if not (config_out and flags and "-md" in flags):
+        return
+    draft = flags[flags.index("-md") + 1]
+    if draft == PLACEHOLDER_GGUF:
         raise SpecsimError(
             f"--config-out: llama-server loads the draft from a GGUF file, and the flags hold the "
             f"placeholder {PLACEHOLDER_GGUF}: give --draft-model PATH.gguf"
         )
+    if not draft.lower().endswith(".gguf"):
+        raise SpecsimError(f"--draft-model: llama-server loads a GGUF file (-md PATH.gguf), got {draft!r}")
 
 
 def write_config(path: str, text: str | None) -> None:

@@ -51,11 +51,16 @@ def llama_recommendation(
     verdict = f"best gamma {best} ({speedups[best]:.2f}x)" + (
         "" if gamma else ": below --min-speedup, SD off"
     )
+    beyond = "" if not gamma_max or gamma_max <= top else (
+        f"\nnote: --gamma-max {gamma_max}: the profile's passes stop at gamma {top}, so gamma "
+        f"{top + 1}..{gamma_max} is not priced"
+    )  # fmt: skip
     text = (
         f"llama.cpp ({version}) speculative settings for {entry.method}/{entry.scenario} of profile "
         f"{profile.name}, priced from its measured passes (64 tokens, one request at a time)\n{table}\n"
         f"{verdict}\n"
         + ("llama-server " + shlex.join(flags) if flags else "serve without -md: SD does not pay")
+        + beyond
     )
     return {"engine": "llama.cpp", "profile": profile.name, "speedups": speedups, "gamma": gamma,
             "config": flags, "text": text}  # fmt: skip
