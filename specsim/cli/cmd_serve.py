@@ -19,10 +19,10 @@ from specsim.serve.compare import attainment_arg, compare_at, max_rates, sweep_r
 from specsim.serve.scheduler import DEFAULT_MAX_NUM_BATCHED_TOKENS, DEFAULT_MAX_NUM_SEQS
 from specsim.serve.serve_request import (
     GAMMA_DEFAULT,
-    LOAD_DEFAULTS,
     ServeRequest,
     context_note,
     decode_phase,
+    load_value,
     serve_setup,
 )
 from specsim.serve.serve_text import (
@@ -245,8 +245,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         raise SpecsimError("--jobs: runs the rates of --rates in processes; give --rates")
     if args.slo_attainment is not None and not args.max_rate:
         raise SpecsimError("--slo-attainment: applies with --max-rate only (the share its search must meet)")
+    requests = load_value("requests", args.requests)
     for rate in [args.rate] if args.rate is not None else args.rates or []:
-        requests = LOAD_DEFAULTS["requests"] if args.requests is None else args.requests
         check_span(requests, rate, "--rate" if args.rates is None else "--rates")
     req = ServeRequest.from_options(vars(args))
     setup, about = serve_setup(req)  # --max-rate without --slo: max_rates says so

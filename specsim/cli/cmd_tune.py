@@ -27,6 +27,7 @@ from specsim.serve.scheduler import SchedulerConfig
 from specsim.serve.serve_request import (
     LOAD_DEFAULTS,
     check_longest_request,
+    load_value,
     refuse_images_without_vision,
     refuse_with_trace,
     trace_workload,
@@ -262,7 +263,7 @@ def _inputs(args):
         refuse_with_trace(**{k: getattr(args, k) for k in LOAD_DEFAULTS} | {"images": args.images})
         workload, rate = trace_workload(args.trace, args.seed)[0], None
     else:
-        load = {k: LOAD_DEFAULTS[k] if getattr(args, k) is None else getattr(args, k) for k in LOAD_DEFAULTS}
+        load = {k: load_value(k, getattr(args, k)) for k in LOAD_DEFAULTS}
         shape = (
             load["requests"],
             load["prompt_tokens"],

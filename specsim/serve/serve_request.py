@@ -94,9 +94,12 @@ class ServeRequest:
         return DEVICE_DEFAULT if self.device is None else self.device
 
     def load(self, name: str):
-        """A load option (:data:`LOAD_DEFAULTS`) as given, else its default."""
-        value = getattr(self, name)
-        return LOAD_DEFAULTS[name] if value is None else value
+        return load_value(name, getattr(self, name))  # as given, else its default
+
+
+def load_value(name: str, given):
+    """A load option as given, else its :data:`LOAD_DEFAULTS` value (None: not given; a trace refuses it)."""
+    return LOAD_DEFAULTS[name] if given is None else given
 
 
 def _policy(req: ServeRequest) -> GammaPolicy:
@@ -266,11 +269,9 @@ def serve_setup(req: ServeRequest) -> tuple[ServeSetup, dict]:
     if acceptance.entry is not None and req.acceptance_profile is not None:
         note = other_pair_note(load(req.acceptance_profile), target, draft)
         notes += [note] if note else []
-    tau, source = acceptance.tau_with_source(policy.max_gamma)
+    tau, source = acceptance.tau_with_source(g := policy.max_gamma)
     if source.startswith(EXTRAPOLATED):  # as hardware and predict mark it
-        notes.append(
-            f"acceptance at gamma {policy.max_gamma} is an extrapolation ({source}: tau {tau:.2f} there)"
-        )
+        notes.append(f"acceptance at gamma {g} is an extrapolation ({source}: tau {tau:.2f} there)")
     image_tokens = target.vision.image_tokens if target.vision else 0
     check_longest_request(target, workload)
     if cost_profile is not None and (note := contended_note(cost_profile)):
