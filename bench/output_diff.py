@@ -67,7 +67,7 @@ PLANS = (
     ("hw-cpu-fit", ["hardware", "--pair", "qwen2.5-coder-0.5b-1.5b", "--profile",
                     "qwen2.5-coder-0.5b-1.5b-cpu-check", "--fit-profile", "qwen2.5-coder-0.5b-1.5b-cpu",
                     "--fit-device", CPU_FILE, "--batch", "1"]),
-    ("hw-h200-ctx", ["hardware", "--device", "h200", "--device", "a100-80gb-sxm", "--context", "600,4096",
+    ("hw-h200-ctx", ["hardware", "--device", "h200", "--device", "a100-80gb-sxm", "--context", "600,4000",
                      "--gamma-max", "6"]),
     ("rec-vllm", ["recommend", "--engine", "vllm", "--profile", "ibed-llava1.5-7b-68m", "--method", "M",
                   "--scenario", "ChartQA", "--pair", "llava-1.5-7b-68m", "--device", "a100-80gb-sxm",

@@ -34,13 +34,40 @@ def test_hardware_leaves_default_contexts_beyond_the_window_out_and_refuses_give
     base = ["hardware", "--device", "h100-sxm", "--batch", "1", "--alpha", "0.7"]
     assert main([*base, "--json"]) == 0  # llava-1.5-7b: 4096 positions; the defaults are 1024,4096,8192
     plan = json.loads(capsys.readouterr().out)["plan"]
-    assert sorted({r["context_tokens"] for r in plan["rows"]}) == [1024, 4096]
-    note = "context 8192 left out: beyond llava-1.5-7b's 4096 positions"
+    # a context at the window holds no block: the verify pass writes gamma + 1 positions past it
+    assert sorted({r["context_tokens"] for r in plan["rows"]}) == [1024]
+    note = "context 4096,8192 left out: a γ 8 block there needs context + 9 positions, beyond llava-1.5-7b's"
     assert any(note in a for a in plan["assumptions"])
     assert main([*base, "--context", "1024,8192"]) == 2
-    assert "--context: 8192 tokens in the KV cache, beyond llava-1.5-7b's 4096 positions" in _error(capsys)
+    err = _error(capsys)
+    assert (
+        "--context: 8201 positions for a γ 8 block at context 8192 (context + γ + 1), beyond llava-1.5-7b's"
+        in err
+    )
+    assert "give a smaller --context or --gamma-max" in err
+    assert main([*base, "--context", "4087", "--json"]) == 0  # 4087 + 8 + 1 = 4096 positions: it fits
+    assert main([*base, "--context", "4088"]) == 2
+    assert "--context: 4097 positions for a γ 8 block at context 4088" in _error(capsys)
+    assert main([*base, "--context", "4088", "--gamma-max", "7", "--json"]) == 0
+    capsys.readouterr()
     assert main([*base, "--prompt-tokens", "4000", "--output-tokens", "200"]) == 2
     assert "--prompt-tokens/--output-tokens: 4200 positions per request" in _error(capsys)
+
+
+def test_where_no_default_context_holds_a_block_the_largest_that_does_stands_in(capsys):
+    argv = ["hardware", "--pair", "zoo", "--alpha", "0.7", "--device", "l4", "--batch", "1", "--json"]
+    assert main(argv) == 0  # the zoo's target has 1024 positions: 1024 + 8 + 1 is beyond them
+    plan = json.loads(capsys.readouterr().out)["plan"]
+    assert plan["contexts"] == [1015] and {r["context_tokens"] for r in plan["rows"]} == {1015}
+    assert any(a.endswith("beyond zoo:target's 1024; context 1015 instead") for a in plan["assumptions"])
+
+
+def test_recommend_refuses_a_context_where_its_largest_gamma_block_does_not_fit(capsys):
+    base = ["recommend", "--engine", "vllm", "--pair", "llava-1.5-7b-68m", "--alpha", "0.7"]
+    assert main([*base, "--context", "4090", "--gamma-max", "5"]) == 0  # 4090 + 5 + 1 = 4096
+    capsys.readouterr()
+    assert main([*base, "--context", "4090", "--gamma-max", "6"]) == 2
+    assert "--context: 4097 positions for a γ 6 block at context 4090" in _error(capsys)
 
 
 @pytest.mark.parametrize(

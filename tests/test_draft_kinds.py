@@ -184,7 +184,7 @@ def test_every_hardware_row_reproduces_its_speedup_from_c_v_and_o(args, capsys):
          "--alpha", "0.7", "--batch", "1,8,32", "--context", "1024"],
         ["--target", "llama-2-70b", "--draft", "llama-2-7b", "--dtype", "q4_k_m", "--alpha", "0.7",
          "--runtime", "llama.cpp", "--tp", "3", "--device", "rtx-3090", "--batch", "1-24",
-         "--context", "4096"],
+         "--context", "4000"],
     ],
 )  # fmt: skip
 def test_hardware_json_names_every_batch_below_1_as_the_text_does(args, capsys):

@@ -381,10 +381,10 @@ def test_the_speedup_plot_draws_every_context_and_method(tmp_path, monkeypatch):
     monkeypatch.setattr(plots, "save_png", lambda fig, path: drawn.setdefault("fig", fig))
     argv = ["hardware", "--pair", "llava-1.5-7b-68m", "--method", "all", "--scenario", "ChartQA"]
     argv += ["--gamma", "3", "--device", "h100-sxm", "--device", "l4", "--batch", "1,8"]
-    argv += ["--context", "1024,4096"]
+    argv += ["--context", "1024,4000"]
     assert main([*argv, "--plot", str(tmp_path / "s.png")]) == 0
     axes = drawn["fig"].axes
-    assert [a.get_title().split(" tokens")[0] for a in axes] == ["context 1024", "context 4096"]
+    assert [a.get_title().split(" tokens")[0] for a in axes] == ["context 1024", "context 4000"]
     labels = {t.get_text() for t in axes[1].get_legend().get_texts()}
     assert len(labels) > 2 and all(", " in x for x in labels)  # device × method
     assert axes[0].get_ylabel() == "SD speedup (γ 3)"

@@ -41,7 +41,7 @@ from specsim.engines.recommend import (
 from specsim.errors import SpecsimError
 from specsim.hardware.device import load_device
 from specsim.hardware.measured_pair import other_pair_note
-from specsim.hardware.model import check_positions
+from specsim.hardware.model import check_block_positions
 from specsim.hardware.plan_inputs import resolve_models
 from specsim.hardware.runtime import DEFAULT_RUNTIMES, load_runtime
 from specsim.jsonio import check_outputs, dumps_json, show, write_json_atomic
@@ -247,8 +247,8 @@ def cmd_recommend(args) -> int:
     lm = latency_model(args, kind)
     borrowed = None if profile is None else other_pair_note(profile, lm.target, lm.draft)
     context = _one_int(args.context, "--context", 1, "tokens")  # as hardware's: a decode has a context
-    check_positions(lm.target, context, "--context")
     gamma_max = default_gamma_max(entry) if given_max is None else given_max
+    check_block_positions(lm.target, context, gamma_max, "--context")
     rec = recommend(
         entry,
         lm,

@@ -353,3 +353,13 @@ def check_positions(spec: ModelSpec, positions: int, flag: str, what: str = "tok
             f"{flag}: {positions} {what}, beyond {spec.name}'s {spec.max_positions} positions "
             "(max_position_embeddings)"
         )
+
+
+def check_block_positions(spec: ModelSpec, context: int, gamma: int, flag: str) -> None:
+    """SpecsimError naming ``flag`` when a γ block at ``context`` cached tokens is beyond the window: the
+    verify pass writes γ + 1 positions, so context + γ + 1 must fit."""
+    what = f"positions for a γ {gamma} block at context {context} (context + γ + 1)"
+    try:
+        check_positions(spec, context + gamma + 1, flag, what)
+    except SpecsimError as e:
+        raise SpecsimError(f"{e}; give a smaller {flag} or --gamma-max") from None

@@ -15,7 +15,7 @@ from specsim.hardware.device import load_devices
 from specsim.hardware.efficiency_fit import FitResult, HoldoutResult
 from specsim.hardware.image_tokens import ImageSize, parse_image_size
 from specsim.hardware.measured_pair import other_pair_note
-from specsim.hardware.model import ModelSpec, check_positions
+from specsim.hardware.model import ModelSpec, check_block_positions, check_positions
 from specsim.hardware.plan import DEFAULT_CONTEXTS, Parallel, Plan, plan_hardware
 from specsim.hardware.plan_inputs import (
     best_trees,
@@ -125,19 +125,25 @@ class PlanAnswer:
     trees: tuple | None = None
 
 
-def in_window(target: ModelSpec, contexts: list[int], lengths) -> tuple[list[int], list[str]]:
-    """(contexts within the target's window, a note on those left out): the default contexts beyond it are
-    left out; a context given beyond it, or a request (``lengths``) longer than it, is refused."""
+def in_window(target: ModelSpec, contexts: list[int], lengths, gamma: int) -> tuple[list[int], list[str]]:
+    """(contexts within the target's window, a note on those left out). A context needs room for a block of
+    the largest γ priced: context + γ + 1 positions (the verify pass writes γ + 1). The default contexts
+    beyond it are left out (all of them: the largest that fits stands in); a context given beyond it, or a
+    request (``lengths``) longer, is refused."""
     if lengths is not None:
         check_positions(target, sum(lengths), "--prompt-tokens/--output-tokens", "positions per request")
         return contexts, []
     window = target.max_positions
-    beyond = [c for c in contexts if window is not None and c > window]
-    if beyond and (tuple(contexts) != DEFAULT_CONTEXTS or len(beyond) == len(contexts)):
-        check_positions(target, beyond[0], "--context")
-    kept = [c for c in contexts if c not in beyond]
-    shown = ",".join(map(str, beyond))
-    return kept, [f"context {shown} left out: beyond {target.name}'s {window} positions"] if beyond else []
+    beyond = [c for c in contexts if window is not None and c + gamma + 1 > window]
+    if not beyond:
+        return contexts, []
+    last = window - gamma - 1
+    if tuple(contexts) != DEFAULT_CONTEXTS or (len(beyond) == len(contexts) and last < 1):
+        check_block_positions(target, beyond[0], gamma, "--context")
+    kept = [c for c in contexts if c not in beyond] or [last]
+    why = f"a γ {gamma} block there needs context + {gamma + 1} positions, beyond {target.name}'s {window}"
+    instead = "" if kept[0] != last else f"; context {last} instead"
+    return kept, [f"context {','.join(map(str, beyond))} left out: {why}{instead}"]
 
 
 def answer(req: PlanRequest) -> PlanAnswer:
@@ -155,7 +161,6 @@ def answer(req: PlanRequest) -> PlanAnswer:
         draft_kind=req.draft_kind,
         expert_parallel_tp=req.tp if req.expert_parallel else None,
     )
-    contexts, left_out = in_window(target, contexts, lengths)
     measured_on = pair_profile(pair) if pair else None  # the pair's own profile
     profile, methods, notes = tau_methods(
         pair=pair,
@@ -172,6 +177,9 @@ def answer(req: PlanRequest) -> PlanAnswer:
         pair_profile=measured_on,
     )
     borrowed = None if profile is None else other_pair_note(profile, target, draft)
+    contexts, left_out = in_window(
+        target, contexts, lengths, max((g for m in methods for g in m.gammas), default=0)
+    )
     notes = notes + ([borrowed] if borrowed else []) + left_out
     devices = priced(load_devices(None if req.device is None else list(req.device)), parse_prices(req.price))
     rows = len(batches) * len(contexts) * len(devices) * len(methods)
