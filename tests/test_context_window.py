@@ -1,6 +1,7 @@
 """A context or a request longer than the target's window (its config's max_position_embeddings) is no
-figure a run can have: `hardware`, `recommend`, `serve` and `tune` refuse it where given, and `hardware`
-leaves its default contexts beyond the window out, saying so."""
+figure a run can have: `hardware`, `recommend`, `serve`, `tune`, `predict` and `sweep` refuse it where
+given, and `hardware` leaves its default contexts beyond the window out, saying so. A context holds a
+block: the verify pass writes γ + 1 positions after it."""
 
 import json
 
@@ -40,10 +41,7 @@ def test_hardware_leaves_default_contexts_beyond_the_window_out_and_refuses_give
     assert any(note in a for a in plan["assumptions"])
     assert main([*base, "--context", "1024,8192"]) == 2
     err = _error(capsys)
-    assert (
-        "--context: 8201 positions for a γ 8 block at context 8192 (context + γ + 1), beyond llava-1.5-7b's"
-        in err
-    )
+    assert "--context: 8201 positions for a γ 8 block at context 8192 (+ γ + 1), beyond llava-1.5-7b's" in err
     assert "give a smaller --context or --gamma-max" in err
     assert main([*base, "--context", "4087", "--json"]) == 0  # 4087 + 8 + 1 = 4096 positions: it fits
     assert main([*base, "--context", "4088"]) == 2
@@ -92,3 +90,25 @@ def test_recommend_serve_and_tune_refuse_what_the_window_cannot_hold(capsys, arg
     # serve and tune: 3500 prompt + 576 image + 256 output tokens = 4332 positions
     assert main([*argv, "--no-progress"] if argv[0] == "tune" else argv) == 2
     assert "beyond llava-1.5-7b's 4096 positions (max_position_embeddings)" in _error(capsys)
+
+
+@pytest.mark.parametrize(
+    "argv, want",
+    [
+        (["predict", "--gamma", "3", "--context-tokens", "100000"], "100004 positions for a γ 3 block"),
+        (["sweep", "--gamma", "1-4", "--context-tokens", "1020"], "1025 positions for a γ 4 block"),
+        (
+            ["predict", "--gamma", "3", "--context-tokens", "1000", "--new-tokens", "64"],
+            "1068 positions for a γ 3 block at context 1000 + 64 new tokens",
+        ),
+    ],
+)
+def test_predict_and_sweep_refuse_a_context_past_the_profiles_target_window(capsys, argv, want):
+    # zoo-cpu-batch measured the zoo's target, 1024 positions; linear extrapolation went on past them
+    assert main([*argv, "--profile", "zoo-cpu-batch", "--method", "M"]) == 2
+    err = _error(capsys)
+    assert want in err and "beyond zoo:target's 1024 positions" in err and err.rstrip().endswith("--gamma")
+
+
+def test_predict_prices_a_context_whose_block_fits(capsys):
+    assert main(["predict", "--gamma", "3", "--context-tokens", "1020", "--profile", "zoo-cpu-batch"]) == 0

@@ -6,7 +6,7 @@ import argparse
 from itertools import groupby
 
 from specsim.bounds import number_arg
-from specsim.cli.predict_flags import refuse_unpriced_flags, refuse_unread_flags
+from specsim.cli.predict_flags import refuse_past_window, refuse_unpriced_flags, refuse_unread_flags
 from specsim.errors import SpecsimError, warn
 from specsim.hardware.host import contended_note, other_host_note
 from specsim.jsonio import dumps_json
@@ -242,6 +242,7 @@ def cmd_predict(args) -> int:
     drafts = _drafts(args)  # a bad --tree/--policy fails before any work
     profile, methods = _load(args)
     refuse_unread_flags(args, drafts)
+    refuse_past_window(profile, args.context_tokens, gamma, new_tokens or max_new)
     rows = predict(
         profile,
         gamma,
@@ -348,6 +349,7 @@ def cmd_sweep(args) -> int:
     gammas = parse_int_list(args.gamma, name="--gamma", unit="gamma")
     drafts = _drafts(args)  # a bad --tree/--policy fails before any work
     profile, methods = _load(args)
+    refuse_past_window(profile, args.context_tokens, max(gammas))
     results = sweep(
         profile,
         gammas,

@@ -4,6 +4,8 @@ ignored."""
 from __future__ import annotations
 
 from specsim.errors import SpecsimError
+from specsim.hardware.measured_pair import MeasuredPair
+from specsim.hardware.model import check_block_positions
 from specsim.profile_format import Profile
 
 
@@ -42,4 +44,16 @@ def refuse_unread_flags(args, drafts: list) -> None:
         raise SpecsimError(
             "--max-new-tokens: caps the traced requests, and --new-tokens prices requests of its own length "
             "instead; give one (the cap applies beside it to a --tree/--policy/--best-tree comparison)"
+        )
+
+
+def refuse_past_window(profile: Profile, context_tokens, gamma: int, new_tokens: int | None = None) -> None:
+    """--context-tokens (plus --new-tokens or --max-new-tokens where given) must leave room for a γ block
+    in the profile's target's window, where its config states one (extrapolating past it prices a request
+    no run can have)."""
+    specs = None if context_tokens is None else MeasuredPair.of(profile).specs()
+    if specs is not None:
+        context, new = int(context_tokens), new_tokens or 0
+        check_block_positions(
+            specs[0], context, gamma, "--context-tokens", gamma_flag="--gamma", new_tokens=new
         )

@@ -355,11 +355,14 @@ def check_positions(spec: ModelSpec, positions: int, flag: str, what: str = "tok
         )
 
 
-def check_block_positions(spec: ModelSpec, context: int, gamma: int, flag: str) -> None:
-    """SpecsimError naming ``flag`` when a γ block at ``context`` cached tokens is beyond the window: the
-    verify pass writes γ + 1 positions, so context + γ + 1 must fit."""
-    what = f"positions for a γ {gamma} block at context {context} (context + γ + 1)"
+def check_block_positions(
+    spec: ModelSpec, context: int, gamma: int, flag: str, *, gamma_flag="--gamma-max", new_tokens: int = 0
+) -> None:
+    """SpecsimError naming ``flag`` when a γ block after ``context`` cached tokens (and ``new_tokens``
+    decoded) is beyond the window: the verify pass writes γ + 1 positions, so all of them must fit."""
+    at = f"context {context}" + (f" + {new_tokens} new tokens" if new_tokens else "")
+    what = f"positions for a γ {gamma} block at {at} (+ γ + 1)"
     try:
-        check_positions(spec, context + gamma + 1, flag, what)
+        check_positions(spec, context + new_tokens + gamma + 1, flag, what)
     except SpecsimError as e:
-        raise SpecsimError(f"{e}; give a smaller {flag} or --gamma-max") from None
+        raise SpecsimError(f"{e}; give a smaller {flag} or {gamma_flag}") from None
