@@ -165,7 +165,17 @@ def test_profiles_show_says_what_a_profile_holds(capsys):
     info = json.loads(out)
     assert info["gammas_measured"] == [5] and info["latency"].startswith("published ratio g*c+v = 1.3128")
     code, _, err = run(capsys, "profiles", "show")
-    assert code == 2 and "expected a profile name or path" in err
+    assert code == 2 and "profiles show: the following arguments are required: name" in err
+
+
+@pytest.mark.parametrize("where", [0, 1, 2])
+def test_profiles_show_takes_json_before_or_after_the_name(capsys, where):
+    """`profiles show --json NAME` was refused: two optional positionals took `show` and left NAME over."""
+    argv = ["profiles", "show", "zoo-cpu"]
+    argv.insert(where + 1 if where else 1, "--json")
+    code, out, err = run(capsys, *argv)
+    assert code == 0, err
+    assert json.loads(out)["name"] == "zoo-cpu"
 
 
 @pytest.mark.parametrize("gamma", ["2", "3"])

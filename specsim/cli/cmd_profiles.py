@@ -3,6 +3,7 @@ holds."""
 
 from __future__ import annotations
 
+import argparse
 import sys
 
 from specsim.check.check_tables import summary
@@ -21,10 +22,15 @@ def register(sub) -> None:
         "path) prints its provenance, methods x scenarios, the gammas measured, its latency kind and its "
         "check rows' errors.",
     )
-    pr.add_argument("action", nargs="?", choices=["show"], help="show one profile")
-    pr.add_argument("name", nargs="?", help="the profile to show (shipped name or path)")
     pr.add_argument("--json", action="store_true", help="machine-readable output")
-    pr.set_defaults(func=cmd_profiles)
+    pr.set_defaults(func=cmd_profiles, action=None)
+    # a subcommand, not two optional positionals: argparse took `show --json NAME` as `show` and an extra NAME
+    show = pr.add_subparsers(dest="action", metavar="{show}").add_parser("show", help="show one profile")
+    show.add_argument("name", help="the profile to show (shipped name or path)")
+    # SUPPRESS: the subcommand's --json, when not given, leaves the one given before `show` standing
+    show.add_argument(
+        "--json", action="store_true", default=argparse.SUPPRESS, help="machine-readable output"
+    )
 
 
 def latency_kind(profile: Profile) -> str:
@@ -65,16 +71,12 @@ def profile_summary(name: str, profile: Profile) -> dict:
 def cmd_profiles(args) -> int:
     """The shipped profiles, one line (or JSON object) each; or one profile's summary."""
     if args.action == "show":
-        if not args.name:
-            raise SpecsimError("profiles show: expected a profile name or path, got none")
         info = profile_summary(args.name, load_profile(args.name))
         if args.json:
             print(dumps_json(info))
             return 0
         _print_summary(info)
         return 0
-    if args.name:
-        raise SpecsimError(f"profiles: expected 'show NAME' or nothing, got {args.name!r}")
     return _list(args.json)
 
 
