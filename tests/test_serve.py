@@ -696,6 +696,24 @@ def test_a_vllm_bench_result_is_a_workload(tmp_path, capsys):
         assert expected in _one_line(capsys)
 
 
+@pytest.mark.parametrize(
+    "model_id, note",
+    [
+        ("llava-hf/llava-1.5-7b-hf", None),  # the target simulated: no note
+        ("", None),  # the file names none
+        ("Qwen/Qwen3-8B", "measured Qwen/Qwen3-8B, not llava-1.5-7b: its figures are not this run's"),
+        ("my-org/my-model", "measured my-org/my-model, which specsim cannot size to tell whether it is"),
+    ],
+)
+def test_a_vllm_bench_result_of_another_model_is_noted(tmp_path, capsys, model_id, note):
+    """The measured figures printed beside the simulation are its model's: another model's were shown
+    without a word."""
+    argv = ["serve", "--alpha", "0.7", "--json", "--trace", _vllm_result(tmp_path, model_id=model_id)]
+    assert main(argv) == 0
+    notes = [n for n in json.loads(capsys.readouterr().out).get("notes", []) if "vllm bench serve" in n]
+    assert notes == [] if note is None else len(notes) == 1 and note in notes[0]
+
+
 def test_a_sweep_on_two_processes_equals_one():
     """--jobs: the rates of a sweep are pure functions of (setup, rate), so processes change nothing."""
     from specsim.serve.compare import ServeSetup, Workload, sweep_rates

@@ -32,7 +32,7 @@ from specsim.serve.metrics import parse_slo
 from specsim.serve.roofline_cost import RooflineStepCost
 from specsim.serve.scheduler import DEFAULT_MAX_NUM_SEQS, SchedulerConfig
 from specsim.serve.speculation import serving_source
-from specsim.serve.vllm_bench import read_vllm_bench_result
+from specsim.serve.vllm_bench import VllmBenchResult, read_vllm_bench_result
 
 GAMMA_DEFAULT = 3  # draft tokens per step where no --gamma-by-batch range applies
 DEVICE_DEFAULT = "h100-sxm"
@@ -116,8 +116,8 @@ def refuse_with_trace(**options) -> None:
             raise SpecsimError(f"{flag}: does not apply with --trace (the trace gives every request)")
 
 
-def _workload(req: ServeRequest, images: int) -> tuple[Workload, dict | None]:
-    """The workload, and a vLLM result's measured figures when --trace is one."""
+def _workload(req: ServeRequest, images: int) -> tuple[Workload, VllmBenchResult | None]:
+    """The workload, and the vLLM result when --trace is one."""
     if req.trace is None:
         shape = (req.load("requests"), req.load("prompt_tokens"), images, req.load("output_tokens"))
         return Workload(*shape, req.load("burstiness")), None
@@ -125,12 +125,12 @@ def _workload(req: ServeRequest, images: int) -> tuple[Workload, dict | None]:
     return trace_workload(req.trace, req.seed)
 
 
-def trace_workload(path: str, seed: int) -> tuple[Workload, dict | None]:
+def trace_workload(path: str, seed: int) -> tuple[Workload, VllmBenchResult | None]:
     """The requests of a JSONL trace, or of a vLLM bench result (``*.json``, its lengths drawn with
-    ``seed``) with its measured figures."""
+    ``seed``) and the result."""
     if str(path).endswith(".json"):
         result = read_vllm_bench_result(path)
-        return Workload(trace=result.requests(np.random.default_rng([seed, 2]))), result.measured
+        return Workload(trace=result.requests(np.random.default_rng([seed, 2]))), result
     return Workload(trace=read_trace(path)), None
 
 
@@ -263,9 +263,9 @@ def serve_setup(req: ServeRequest) -> tuple[ServeSetup, dict]:
     cost_profile = None if req.cost_profile is None else load(req.cost_profile)
     target, draft = _models(req, cost_profile)
     images = _images(req, target)
-    workload, vllm_measured = _workload(req, images)
+    workload, bench = _workload(req, images)
     refuse_images_without_vision(workload, target, "--trace" if req.trace else "--images")
-    notes = []
+    notes = [note] if bench is not None and (note := bench.model_note(target)) else []
     if acceptance.entry is not None and req.acceptance_profile is not None:
         note = other_pair_note(load(req.acceptance_profile), target, draft)
         notes += [note] if note else []
@@ -346,7 +346,7 @@ def serve_setup(req: ServeRequest) -> tuple[ServeSetup, dict]:
         ),
         "seed": req.seed,
         "usd_per_hour": usd_per_hour,
-    } | ({"vllm_bench_measured": vllm_measured} if vllm_measured is not None else {})
+    } | ({"vllm_bench_measured": bench.measured} if bench is not None else {})
     return setup, about | ({"notes": notes} if notes else {})
 
 

@@ -15,6 +15,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from specsim.errors import SpecsimError
+from specsim.hardware.measured_pair import same_architecture
+from specsim.hardware.model import ModelSpec
+from specsim.hardware.model_resolution import load_model_spec
 from specsim.jsonio import field_int, field_num, parse_json, read_text
 from specsim.serve.arrivals import MAX_REQUESTS, Requests, arrivals, check_span
 
@@ -50,6 +53,19 @@ class VllmBenchResult:
             return Requests(np.zeros(n), self.input_lens, np.zeros(n, dtype=np.int64), self.output_lens)
         times = arrivals(n, self.request_rate, rng, self.burstiness)
         return Requests(times, self.input_lens, np.zeros(n, dtype=np.int64), self.output_lens)
+
+    def model_note(self, target: ModelSpec) -> str | None:
+        """A note when the file's ``model_id`` is not ``target``'s architecture, or cannot be sized: its
+        measured figures are then another model's (None: the same, or the file names none)."""
+        if not self.model_id:
+            return None
+        try:
+            if same_architecture(load_model_spec(self.model_id), target):
+                return None
+            why = f"not {target.name}"
+        except SpecsimError:
+            why = f"which specsim cannot size to tell whether it is {target.name}"
+        return f"the vllm bench serve result measured {self.model_id}, {why}: its figures are not this run's"
 
 
 def _int_list(d: dict, key: str, where: str) -> list[int]:
