@@ -7,13 +7,18 @@ Prints the median over repeats; no assertion (timings belong here, not in tests)
 
 from __future__ import annotations
 
-import argparse
+import sys
 import time
+from pathlib import Path
 
 import numpy as np
 
-from specsim.acceptance.replay import replay_traces_tau
-from specsim.acceptance.theory import optimal_gamma, speedup, tau_iid
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.script_main import ScriptParser, run_main  # noqa: E402
+from specsim.acceptance.replay import replay_traces_tau  # noqa: E402
+from specsim.acceptance.theory import optimal_gamma, speedup, tau_iid  # noqa: E402
+from specsim.bounds import number_arg  # noqa: E402
 
 
 def _median_s(fn, repeats: int) -> float:
@@ -27,9 +32,9 @@ def _median_s(fn, repeats: int) -> float:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--points", type=int, default=1_000_000)
-    ap.add_argument("--repeats", type=int, default=5)
+    ap = ScriptParser(description=__doc__)
+    ap.add_argument("--points", type=number_arg("size", integer=True), default=1_000_000)
+    ap.add_argument("--repeats", type=number_arg("repeats", integer=True), default=5)
     args = ap.parse_args()
     rng = np.random.default_rng(0)
     n = args.points
@@ -64,4 +69,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(run_main(main))

@@ -5,13 +5,18 @@ Run: python bench/bench_roofline.py
 
 from __future__ import annotations
 
+import sys
 import time
+from pathlib import Path
 
 import numpy as np
 
-from specsim.hardware import Efficiency, decode_ms, load_devices, plan_hardware, spec_from_config
-from specsim.predict.acceptance_source import MethodTau
-from specsim.profile_format import MethodAcceptance
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.script_main import ScriptParser, run_main  # noqa: E402
+from specsim.hardware import Efficiency, decode_ms, load_devices, plan_hardware, spec_from_config  # noqa: E402
+from specsim.predict.acceptance_source import MethodTau  # noqa: E402
+from specsim.profile_format import MethodAcceptance  # noqa: E402
 
 LLAMA2_7B = {
     "model_type": "llama",
@@ -32,6 +37,7 @@ DRAFT_68M = {
 
 
 def main() -> None:
+    ScriptParser(description=__doc__.splitlines()[0]).parse_args()  # no options: --help, or an error
     target, draft = spec_from_config(LLAMA2_7B, "7b"), spec_from_config(DRAFT_68M, "68m")
     devices = load_devices(include_cpu=False)
     batch = np.arange(1, 1025)[:, None]
@@ -54,4 +60,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(run_main(main))

@@ -12,19 +12,24 @@ tokens), and prints model loading, measuring, the host check and the worst half-
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.script_main import ScriptParser, run_main  # noqa: E402
+from specsim.bounds import number_arg  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
     from specsim.cli.main import main as specsim
 
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = ScriptParser(description=__doc__.splitlines()[0])
     ap.add_argument("--preset", default="qwen2.5-coder-0.5b-1.5b")
-    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--threads", type=number_arg("threads", integer=True), default=1)
     ap.add_argument("--gammas", default="1,2,3,4,6,8")
-    ap.add_argument("--max-new-tokens", type=int, default=64)
+    ap.add_argument("--max-new-tokens", type=number_arg("output_tokens", integer=True), default=64)
     ap.add_argument("--out", required=True)
     ap.add_argument("extra", nargs="*", help="more calibrate-latency arguments (after --)")
     args = ap.parse_args(argv)
@@ -56,4 +61,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_main(main))

@@ -15,22 +15,28 @@ Latency and acceptance are skipped when ``--out`` already has them (``--redo`` m
 
 from __future__ import annotations
 
-import argparse
 import sys
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.script_main import ScriptParser, run_main  # noqa: E402
+from specsim.bounds import number_arg  # noqa: E402
+
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = ScriptParser(description=__doc__.splitlines()[0])
     p.add_argument("--preset", default="qwen2.5-coder-0.5b-1.5b")
     p.add_argument("--out", required=True, help="profile to write (latency, acceptance and checks)")
     p.add_argument("--gamma", default="1,2,3,4,6,8")
     p.add_argument("--method", action="append", default=None)
-    p.add_argument("--max-new-tokens", type=int, default=64)
-    p.add_argument("--threads", type=int, default=1)
-    p.add_argument("--limit", type=int, default=None, help="use only the first N prompts")
-    p.add_argument("--max-rounds", type=int, default=6)
+    p.add_argument("--max-new-tokens", type=number_arg("output_tokens", integer=True), default=64)
+    p.add_argument("--threads", type=number_arg("threads", integer=True), default=1)
+    p.add_argument(
+        "--limit", type=number_arg("size", integer=True), default=None, help="use only the first N prompts"
+    )
+    p.add_argument("--max-rounds", type=number_arg("repeats", integer=True), default=6)
     p.add_argument("--redo", action="store_true", help="measure latency and acceptance again")
     p.add_argument("--latency-args", default="", help="extra arguments for calibrate latency")
     p.add_argument("--check-args", default="", help="extra arguments for check, e.g. '--max-minutes 40'")
@@ -110,4 +116,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_main(main))

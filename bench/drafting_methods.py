@@ -11,16 +11,21 @@ Run:
 
 from __future__ import annotations
 
-import argparse
+import sys
+from pathlib import Path
 
 import torch
 
-from calibrate.drafting import make_drafter, make_request
-from calibrate.run.engine import crop_cache
-from calibrate.run.timing import measure_interleaved
-from calibrate.zoo import task as zt
-from calibrate.zoo.tokenizer import train_tokenizer, wrap
-from calibrate.zoo.zoo_models import build_model, make_processor, zoo_config
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.script_main import ScriptParser, run_main  # noqa: E402
+from calibrate.drafting import make_drafter, make_request  # noqa: E402
+from calibrate.run.engine import crop_cache  # noqa: E402
+from calibrate.run.timing import measure_interleaved  # noqa: E402
+from calibrate.zoo import task as zt  # noqa: E402
+from calibrate.zoo.tokenizer import train_tokenizer, wrap  # noqa: E402
+from calibrate.zoo.zoo_models import build_model, make_processor, zoo_config  # noqa: E402
+from specsim.bounds import number_arg  # noqa: E402
 
 MEMBERS = ("M", "T", "P4", "P1")
 
@@ -37,8 +42,8 @@ def _restorer(d):
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--threads", type=int, default=1)
+    ap = ScriptParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--threads", type=number_arg("threads", integer=True), default=1)
     ap.add_argument("--size", default="tiny", choices=("tiny", "full"))
     ap.add_argument("--device", default="cpu")
     args = ap.parse_args()
@@ -95,4 +100,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(run_main(main))

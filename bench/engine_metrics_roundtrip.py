@@ -15,24 +15,35 @@ No timing is measured; the figures are counts.
 
 from __future__ import annotations
 
-import argparse
 import sys
 import tempfile
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.script_main import ScriptParser, run_main  # noqa: E402
+from specsim.bounds import number_arg  # noqa: E402
+
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = ScriptParser(description=__doc__.splitlines()[0])
     p.add_argument("--preset", default="qwen2.5-coder-0.5b-1.5b")
     p.add_argument("--prompts", default=None, help="prompt set (default: the preset's)")
     p.add_argument(
         "--method", default="plain", help="drafting method (plain for text pairs; M, T, ... for VLMs)"
     )
-    p.add_argument("--images", type=int, default=None, help="only prompts with this many images")
-    p.add_argument("--limit", type=int, default=None)
-    p.add_argument("--gamma", type=int, default=5, help="draft length K (default 5)")
-    p.add_argument("--max-new-tokens", type=int, default=64)
-    p.add_argument("--threads", type=int, default=2)
+    p.add_argument(
+        "--images",
+        type=number_arg("images", integer=True),
+        default=None,
+        help="only prompts with this many images",
+    )
+    p.add_argument("--limit", type=number_arg("size", integer=True), default=None)
+    p.add_argument(
+        "--gamma", type=number_arg("gamma", integer=True), default=5, help="draft length K (default 5)"
+    )
+    p.add_argument("--max-new-tokens", type=number_arg("output_tokens", integer=True), default=64)
+    p.add_argument("--threads", type=number_arg("threads", integer=True), default=2)
     p.add_argument("--out-dir", default=None, help="keep the scrapes and the imported profile here")
     return p.parse_args(argv)
 
@@ -124,4 +135,4 @@ def run(args) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(run(parse_args()))
+    sys.exit(run_main(lambda: run(parse_args())))

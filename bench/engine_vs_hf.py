@@ -18,13 +18,17 @@ The four prompts are coding tasks outside the ``reference`` prompt set (a new us
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import time
 from pathlib import Path
 
 import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.script_main import ScriptParser, run_main  # noqa: E402
+from specsim.bounds import number_arg  # noqa: E402
 
 PROMPTS = (
     "Write a Python function that merges two sorted lists into one sorted list.",
@@ -35,12 +39,12 @@ PROMPTS = (
 
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=" ".join(__doc__.split("\n\n")[0].split()))
+    p = ScriptParser(description=" ".join(__doc__.split("\n\n")[0].split()))
     p.add_argument("--preset", default="qwen2.5-coder-0.5b-1.5b")
     p.add_argument("--gamma", default="1,3,5")
-    p.add_argument("--repeats", type=int, default=3)
-    p.add_argument("--max-new-tokens", type=int, default=48)
-    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--repeats", type=number_arg("repeats", integer=True), default=3)
+    p.add_argument("--max-new-tokens", type=number_arg("output_tokens", integer=True), default=48)
+    p.add_argument("--threads", type=number_arg("threads", integer=True), default=1)
     p.add_argument("--device", default="cpu")
     p.add_argument("--dtype", default="float32")
     p.add_argument("--out-json", default=None)
@@ -89,6 +93,8 @@ def _hf(target, draft, ids, gamma, n):
 
 
 def main(argv=None) -> int:
+    args = parse_args(argv)  # bad input is refused before torch and the models load
+
     import torch
 
     from calibrate.models.loading import load_pair
@@ -96,7 +102,6 @@ def main(argv=None) -> int:
     from specsim.check.comparison import ratio_halfwidth
     from specsim.report import parse_int_list
 
-    args = parse_args(argv)
     torch.set_num_threads(args.threads)
     gammas = [0] + parse_int_list(args.gamma, name="--gamma")
     t0 = time.perf_counter()
@@ -145,4 +150,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_main(main))

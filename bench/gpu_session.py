@@ -17,14 +17,21 @@ check); llama8b (Llama-3.1-8B, Llama-3.2-1B, ``bench/configs/``: the same four s
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
+import traceback
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench.* (as a stage imports them), specsim
+from bench.script_main import ScriptParser, run_main  # noqa: E402
+from specsim.bounds import number_arg  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = ROOT / "bench" / "configs"
@@ -142,11 +149,9 @@ def _rounds(plan: Plan) -> list[str]:
 
 def _zoo_steps(plan: Plan, zoo: Path, work: Path) -> list:
     """The committed zoo pair: latency, acceptance (M, T), check at γ 1..5, engine vs HF."""
-    dev = ["--device", plan.device, "--dtype", plan.dtype]
-    sizes = ["--gammas", plan.zoo_gammas, "--batch-sizes", "1,2", *_repeats(plan)]
-    sizes += ["--max-new-tokens", str(plan.new_tokens)]
-    run = ["--preset", "zoo", *dev,
-           "--limit", str(plan.zoo_prompts), "--max-new-tokens", str(plan.new_tokens)]
+    dev, new = ["--device", plan.device, "--dtype", plan.dtype], ["--max-new-tokens", str(plan.new_tokens)]
+    sizes = ["--gammas", plan.zoo_gammas, "--batch-sizes", "1,2", *_repeats(plan), *new]
+    run = ["--preset", "zoo", *dev, "--limit", str(plan.zoo_prompts), *new]
     methods = ["--method", "M", "--method", "T", "--no-progress"]
     return [
         ("latency", lambda: _cli("calibrate", "latency", "--preset", "zoo", *dev, *sizes, "--caption-tokens",
@@ -224,9 +229,6 @@ def _write(path: Path, record: dict) -> dict:
 def run_stage(plan: Plan, work: Path, name: str) -> int:
     """Run one stage's steps in order, stopping at the first failure; each step's record goes to
     ``work/<name>.steps.json`` as it ends (the parent reads it even if this process is killed)."""
-    import gc
-    import traceback
-
     records = []
     for step, call in _stage_steps(plan, work, name):
         t0, ran = time.perf_counter(), len(COMMANDS)
@@ -362,29 +364,27 @@ def _save(out: Path, session: dict) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = ScriptParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", default=os.environ.get("OUT"), help="results folder (default $OUT)")
     p.add_argument("--work", default=None, help="scratch folder (default: a temporary one)")
     p.add_argument("--dry-run", action="store_true", help="the same stages on the CPU, tiny configs")
-    p.add_argument("--total-s", type=float, default=570.0, help="the whole session's seconds (default 570)")
+    seconds, rounds = number_arg("seconds"), number_arg("repeats", integer=True)
+    p.add_argument("--total-s", type=seconds, default=570.0, help="the whole session's seconds (default 570)")
     names = [name for name, _ in Plan().budgets_s]
     p.add_argument("--only", default=None, help=f"stages to run, in this order (some of {','.join(names)})")
-    p.add_argument("--rounds", type=int, default=None, help="check rounds (default: the plan's)")
+    p.add_argument("--rounds", type=rounds, default=None, help="check rounds (default: the plan's)")
     p.add_argument("--stage", default=None, help=argparse.SUPPRESS)  # a stage's own process
-    p.add_argument("--stage-budget-s", type=float, default=float("inf"), help=argparse.SUPPRESS)
+    p.add_argument("--stage-budget-s", type=seconds, default=float("inf"), help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     wanted, budgets = (args.only or ",".join(names)).split(","), dict(Plan().budgets_s)
     if unknown := [n for n in wanted if n not in budgets]:
         p.error(f"--only: unknown stage {', '.join(unknown)}; expected some of {', '.join(names)}")
-    import tempfile
-
     work = Path(args.work or tempfile.mkdtemp(prefix="gpu-session-"))
     work.mkdir(parents=True, exist_ok=True)
     plan = dry_plan(work) if args.dry_run else Plan()
     budgets = tuple((n, dict(plan.budgets_s)[n]) for n in wanted)
     plan = replace(plan, rounds=args.rounds or plan.rounds, budgets_s=budgets)
     if args.stage:
-        sys.path.insert(0, str(ROOT))
         DEADLINE[0] = time.perf_counter() + args.stage_budget_s
         return run_stage(plan, work, args.stage)
     if not args.out:
@@ -397,4 +397,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_main(main))

@@ -14,7 +14,6 @@ hardware`` prints). The batch where each falls below 1 closes every table.
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
@@ -22,16 +21,22 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench.script_main import ScriptParser, run_main  # noqa: E402
+from specsim.hardware.device import load_device  # noqa: E402
 from specsim.validation.gpu_steps import RUNTIME_OF_MODE, compare_steps, crossover_text, load_records  # noqa: E402
 from specsim.validation.step_fit import STEP_FIT, held_out_points  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = ScriptParser(description=__doc__.splitlines()[0])
     p.add_argument("files", nargs="*", help="JSON of bench/gpu_step_kernels.py (default: the shipped ones)")
     p.add_argument("--device", default=None, help="specsim hardware catalog name (default: from the GPU)")
     p.add_argument("--runtime", default=None, help="planner runtime for every mode (default: per mode)")
     args = p.parse_args(argv)
+    if missing := [f for f in args.files if not Path(f).is_file()]:
+        p.error(f"no such file: {', '.join(missing)}")
+    if args.device:
+        load_device(args.device)  # an unknown name is refused before any table is printed
     records = load_records(args.files or None)
     for prov in {r["provenance"]["gpu"]: r["provenance"] for r in records}.values():
         print(
@@ -80,4 +85,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(run_main(main))

@@ -37,6 +37,8 @@ import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench.script_main import ScriptParser, run_main  # noqa: E402
+from specsim.bounds import interval_arg, number_arg  # noqa: E402
 from specsim.jsonio.writing import write_json_atomic  # noqa: E402
 from specsim.report import int_list_arg  # noqa: E402
 
@@ -262,11 +264,8 @@ def hf_sweep(preset: str, name: str, args, device: torch.device, dtype, rows_lis
 
     text, dims = text_config(preset), TINY if args.tiny else preset_dims(preset)
     text.update({key: getattr(dims, field) for field, key in CONFIG_KEYS.items()})
-    keep = {
-        k: v
-        for k, v in text.items()
-        if k in LlamaConfig().to_dict() and k not in ("architectures", "model_type")
-    }
+    known = LlamaConfig().to_dict()
+    keep = {k: v for k, v in text.items() if k in known and k not in ("architectures", "model_type")}
     torch.manual_seed(args.seed)
     with torch.device(device):  # built where it runs: a 7B model's random init on the host is slow
         config = LlamaConfig(**keep, attn_implementation="sdpa")
@@ -338,7 +337,7 @@ def _modes(text: str) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = ScriptParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", required=True, help="JSON file to write")
     p.add_argument("--target", default="llava-1.5-7b", help="target preset (specsim/presets)")
     p.add_argument("--draft", default="llava-1.5-68m", help="draft preset")
@@ -346,11 +345,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--device", default="cuda")
     p.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16", "float32"])
     ints, tokens = int_list_arg("batch"), int_list_arg("tokens")
+    repeats, gib = number_arg("repeats", integer=True), interval_arg(0, 1e6, "GiB in (0, 1e6]", lo_open=True)
     p.add_argument("--contexts", type=tokens, default=[1024], help="cached tokens per request")
     p.add_argument("--batches", type=ints, default=[1, 2, 4, 8, 16, 32, 48, 64, 96])
     p.add_argument("--rows", type=ints, default=list(range(1, 10)), help="target rows per pass (γ+1)")
     p.add_argument("--draft-rows", type=ints, default=[1])
-    p.add_argument("--kv-budget-gib", type=float, default=56.0, help="largest KV cache to allocate (GiB)")
+    p.add_argument("--kv-budget-gib", type=gib, default=56.0, help="largest KV cache to allocate (GiB)")
     p.add_argument(
         "--modes",
         type=_modes,
@@ -359,10 +359,10 @@ def main(argv: list[str] | None = None) -> int:
         "forward with its DynamicCache), comma-separated; on a CPU graph falls back to eager",
     )
     p.add_argument("--hf-rows", type=ints, default=[1, 2, 4, 6, 9], help="target rows of the HF sweep")
-    p.add_argument("--budget-s", type=float, default=0.25, help="timed seconds per point")
-    p.add_argument("--min-repeats", type=int, default=10)
-    p.add_argument("--max-repeats", type=int, default=200)
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--budget-s", type=number_arg("seconds"), default=0.25, help="timed seconds per point")
+    p.add_argument("--min-repeats", type=repeats, default=10)
+    p.add_argument("--max-repeats", type=repeats, default=200)
+    p.add_argument("--seed", type=number_arg("seed", integer=True), default=0)
     args = p.parse_args(argv)
     device = torch.device(args.device)
     dtype = getattr(torch, args.dtype)
@@ -397,4 +397,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(run_main(main))

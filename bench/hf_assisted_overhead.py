@@ -19,9 +19,15 @@ runtime's ``overhead_ms_per_block`` default cites it (``specsim/hardware/runtime
 
 from __future__ import annotations
 
-import argparse
 import statistics
+import sys
 import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.script_main import ScriptParser, run_main  # noqa: E402
+from specsim.bounds import number_arg  # noqa: E402
 
 
 def _tiny(layers: int, seed: int):
@@ -60,15 +66,16 @@ class _Timed:
 
 
 def main(argv: list[str] | None = None) -> int:
+    ap = ScriptParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--gamma", type=number_arg("gamma", integer=True), default=5)
+    ap.add_argument("--new-tokens", type=number_arg("output_tokens", integer=True), default=128)
+    ap.add_argument("--repeats", type=number_arg("repeats", integer=True), default=5)
+    ap.add_argument("--threads", type=number_arg("threads", integer=True), default=1)
+    args = ap.parse_args(argv)  # bad input is refused before torch loads
+
     import torch
     import transformers
 
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--gamma", type=int, default=5)
-    ap.add_argument("--new-tokens", type=int, default=128)
-    ap.add_argument("--repeats", type=int, default=5)
-    ap.add_argument("--threads", type=int, default=1)
-    args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     target, draft = _tiny(2, 0), _tiny(1, 0)
     draft.generation_config.num_assistant_tokens = args.gamma
@@ -109,4 +116,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(run_main(main))

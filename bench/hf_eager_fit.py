@@ -17,7 +17,6 @@ fit on every GPU in the runtime file.
 
 from __future__ import annotations
 
-import argparse
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -26,6 +25,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench.script_main import ScriptParser, run_main  # noqa: E402
+from specsim.bounds import name_arg  # noqa: E402
 from specsim.hardware.runtime import RUNTIMES_DIR, load_runtime  # noqa: E402
 from specsim.jsonio import write_json_atomic  # noqa: E402
 from specsim.validation.gpu_steps import compare_steps, load_records, step_cost  # noqa: E402
@@ -108,10 +109,13 @@ def _has_mode(record) -> bool:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--before", help="runtime file to print the errors of before the refit (priced as is)")
+    p = ScriptParser(description=__doc__.splitlines()[0])
+    p.add_argument(
+        "--before", type=name_arg, help="runtime file to print the errors of before the refit (priced as is)"
+    )
     p.add_argument("--write", action="store_true", help="write the fit on every GPU into the runtime file")
     args = p.parse_args(argv)
+    before = load_runtime(args.before) if args.before else None  # a bad file is refused before the fits
     records = [r for r in load_records() if _has_mode(r)]
     gpus = sorted({r["provenance"]["gpu"] for r in records})
     rt, steps = load_runtime("hf-eager"), step_set(records, MODE)
@@ -119,8 +123,7 @@ def main(argv: list[str] | None = None) -> int:
     table = {"after: max(host, device)": columns(term_errors(records, fits))}
     summed = leave_one_gpu_out(replace(rt, host_overlap=0.0), steps, STARTS)
     table["after: host + device"] = columns(term_errors(records, summed))
-    if args.before:
-        before = load_runtime(args.before)
+    if before is not None:
         table = {"before": columns(term_errors(records, dict.fromkeys(gpus, before)))} | table
     print("|error| median (max); after: each GPU priced by the fit on the other GPU's steps")
     print(f"{'term':34s}" + "".join(f"{name:>26s}" for name in table))
@@ -135,4 +138,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(run_main(main))

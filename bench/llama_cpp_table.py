@@ -11,15 +11,20 @@ verification, the draft's catch-up pass, the work per block and per emitted toke
 
 from __future__ import annotations
 
-import argparse
+import sys
+from pathlib import Path
 
 import numpy as np
 
-from specsim.check.comparison import BLOCK_TERM, TARGET_TERM
-from specsim.costs.grid_pass_cost import GridPassCost
-from specsim.costs.pass_cost import CATCHUP, DRAFT, TARGET, draft_steps_ms
-from specsim.profiles import load_profile
-from specsim.report import format_table
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.script_main import ScriptParser, run_main  # noqa: E402
+from specsim.bounds import number_arg  # noqa: E402
+from specsim.check.comparison import BLOCK_TERM, TARGET_TERM  # noqa: E402
+from specsim.costs.grid_pass_cost import GridPassCost  # noqa: E402
+from specsim.costs.pass_cost import CATCHUP, DRAFT, TARGET, draft_steps_ms  # noqa: E402
+from specsim.profiles import load_profile  # noqa: E402
+from specsim.report import format_table  # noqa: E402
 
 
 def rows_table(profile, ctx: float) -> str:
@@ -111,9 +116,9 @@ def terms_table(profile, context: float, gammas) -> str:
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = ScriptParser(description=__doc__.splitlines()[0])
     p.add_argument("--profile", required=True)
-    p.add_argument("--context", type=float, default=80.0)
+    p.add_argument("--context", type=number_arg("tokens"), default=80.0)
     args = p.parse_args()
     profile = load_profile(args.profile)
     print(rows_table(profile, args.context))
@@ -122,4 +127,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(run_main(main))

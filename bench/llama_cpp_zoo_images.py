@@ -39,6 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import numpy as np  # noqa: E402
 
+from bench.script_main import ScriptParser, run_main  # noqa: E402
 from calibrate.llama_cpp.binaries import find_llama_cpp  # noqa: E402
 from calibrate.llama_cpp.check_runs import (  # noqa: E402
     CheckRuns,
@@ -51,6 +52,7 @@ from calibrate.llama_cpp.check_runs import (  # noqa: E402
 from calibrate.llama_cpp.server import LlamaServer, ServerConfig, parse_completion  # noqa: E402
 from calibrate.llama_cpp.traces import TracedPrompt  # noqa: E402
 from calibrate.zoo import weights_dir  # noqa: E402
+from specsim.bounds import interval_arg, number_arg  # noqa: E402
 from specsim.errors import SpecsimError  # noqa: E402
 from specsim.report import int_list_arg  # noqa: E402
 
@@ -241,32 +243,51 @@ def _agreed(a, b) -> int:
     return int(n)
 
 
+def _niceness(text: str) -> int:
+    """An argparse ``type=``: a nice value, -20..19 (< 0: ahead of the host's other work)."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = None
+    if value is None or not -20 <= value <= 19:
+        raise argparse.ArgumentTypeError(f"expected an integer in -20..19, got {text!r}")
+    return value
+
+
 def main(argv: list[str] | None = None) -> int:
     from specsim.profiles import load_profile
 
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = ScriptParser(description=__doc__.splitlines()[0])
     p.add_argument("--llama-cpp", required=True, help="folder of the llama-server binary")
     p.add_argument("--source", required=True, help="llama.cpp's source tree (its converters)")
     p.add_argument(
         "--out", default=None, help="folder for the GGUF files and logs (default: a temporary one)"
     )
-    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--threads", type=number_arg("threads", integer=True), default=2)
     p.add_argument(
         "--gamma", type=int_list_arg("gamma"), default="3",
         help="drafts per block (--spec-draft-n-max), e.g. 1,2,3 or 1-5 (default 3)",
     )  # fmt: skip
-    p.add_argument("--limit", type=int, default=None, help="the first N zoo prompts (default: all 36)")
+    p.add_argument(
+        "--limit",
+        type=number_arg("size", integer=True),
+        default=None,
+        help="the first N zoo prompts (default: all 36)",
+    )
     p.add_argument(
         "--profile", default=None, help="a llama.cpp latency profile of the converted pair: check wall-clock"
     )
     p.add_argument(
-        "--halfwidth", type=float, default=0.02,
+        "--halfwidth", default=0.02,
+        type=interval_arg(0, 1, "a fraction in (0, 1)", lo_open=True, hi_open=True),
         help="stop when each setting's speedup over all prompts is within this 95%% half-width",
     )  # fmt: skip
-    p.add_argument("--min-rounds", type=int, default=3)
-    p.add_argument("--max-rounds", type=int, default=30)
-    p.add_argument("--max-minutes", type=float, default=30.0)
-    p.add_argument("--renice", type=int, default=0, help="niceness of the servers (< 0: ahead of the host)")
+    p.add_argument("--min-rounds", type=number_arg("repeats", integer=True), default=3)
+    p.add_argument("--max-rounds", type=number_arg("repeats", integer=True), default=30)
+    p.add_argument("--max-minutes", type=number_arg("minutes"), default=30.0)
+    p.add_argument(
+        "--renice", type=_niceness, default=0, help="niceness of the servers (< 0: ahead of the host)"
+    )
     args = p.parse_args(argv)
     gammas = sorted(args.gamma)
     llama = find_llama_cpp(args.llama_cpp)
@@ -299,4 +320,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(run_main(main))

@@ -13,7 +13,6 @@ Reads the raw runs a finished ``specsim check --serve-rates … --runtime llama.
 
 from __future__ import annotations
 
-import argparse
 import sys
 from collections import defaultdict
 from pathlib import Path
@@ -22,6 +21,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench.script_main import ScriptParser, run_main  # noqa: E402
 from calibrate.llama_cpp.check_runs import label_gamma  # noqa: E402
 from specsim.errors import SpecsimError  # noqa: E402
 from specsim.jsonio import parse_json, read_text  # noqa: E402
@@ -118,7 +118,7 @@ def report(runs_by_key: dict, profile, new_tokens: int) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = ScriptParser(description=__doc__.splitlines()[0])
     p.add_argument("--runs", required=True, help="the serving check's raw runs (P.llama-serve.runs.json)")
     p.add_argument("--profile", required=True, help="the llama.cpp profile the check predicted from")
     args = p.parse_args(argv)
@@ -131,4 +131,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(run_main(main))

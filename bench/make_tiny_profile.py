@@ -21,8 +21,29 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench.script_main import ScriptParser, run_main  # noqa: E402
+from specsim.bounds import number_arg  # noqa: E402
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    p = ScriptParser(description=__doc__.splitlines()[0])
+    p.add_argument("--out", default=str(ROOT / "notebooks/data/tiny_pair_profile.json"))
+    p.add_argument("--new-tokens", type=number_arg("output_tokens", integer=True), default=48)
+    p.add_argument(
+        "--top-k",
+        type=number_arg("size", integer=True, zero_ok=True),
+        default=0,
+        help="top-k traces (draft ranks) for tree replay",
+    )
+    p.add_argument("--tree-sizes", default="", help="tree grid sizes, e.g. 1,2,4,8,16")
+    p.add_argument("--tree", action="append", default=[], help="tree to time and check (repeatable)")
+    p.add_argument("--policy", action="append", default=[], help="draft-length policy to check (repeatable)")
+    return p.parse_args(argv)
+
 
 def main(argv=None) -> int:
+    args = parse_args(argv)  # bad input is refused before torch and the models load
+
     import torch
 
     from calibrate.measure import latency_plan as L
@@ -40,14 +61,6 @@ def main(argv=None) -> int:
     from specsim.profiles import load_profile, save_profile
     from tests.tiny_pair import tiny_pair, tiny_prompts
 
-    p = argparse.ArgumentParser()
-    p.add_argument("--out", default=str(ROOT / "notebooks/data/tiny_pair_profile.json"))
-    p.add_argument("--new-tokens", type=int, default=48)
-    p.add_argument("--top-k", type=int, default=0, help="top-k traces (draft ranks) for tree replay")
-    p.add_argument("--tree-sizes", default="", help="tree grid sizes, e.g. 1,2,4,8,16")
-    p.add_argument("--tree", action="append", default=[], help="tree to time and check (repeatable)")
-    p.add_argument("--policy", action="append", default=[], help="draft-length policy to check (repeatable)")
-    args = p.parse_args(argv)
     torch.set_num_threads(1)
     target, draft = tiny_pair(seed=0, noise=0.05)
     wrap = {
@@ -111,4 +124,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_main(main))

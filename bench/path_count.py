@@ -13,16 +13,21 @@ from __future__ import annotations
 
 import os
 import sys
+from pathlib import Path
 
-import specsim
-from specsim.cli.main import main
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import specsim  # noqa: E402
+from bench.script_main import run_main  # noqa: E402
+from specsim.cli.main import main  # noqa: E402
 
 ROOT = os.path.dirname(specsim.__file__)
 SKIPPED = ("<module>", "<lambda>", "<genexpr>", "<listcomp>", "<dictcomp>", "<setcomp>")
 
 
-def run(argv: list[str]) -> list[str]:
-    """The distinct project functions ``specsim ARGV`` runs from its handler on, in first-call order."""
+def run(argv: list[str]) -> tuple[int, list[str]]:
+    """``specsim ARGV``'s exit status and the distinct project functions it runs from its handler on, in
+    first-call order."""
     seen: dict[str, None] = {}
     started, loading = [False], [0]
 
@@ -43,16 +48,24 @@ def run(argv: list[str]) -> list[str]:
         with open(os.devnull, "w") as sink:
             stdout, sys.stdout = sys.stdout, sink
             try:
-                main(argv)
+                status = main(argv)
             finally:
                 sys.stdout = stdout
     finally:
         sys.setprofile(None)
-    return list(seen)
+    return status, list(seen)
+
+
+def count(argv: list[str]) -> int:
+    """Print the functions ``specsim ARGV`` runs; its exit status (its error, if any, already printed)."""
+    status, functions = run(argv)
+    if status:
+        return status
+    print(f"specsim {' '.join(argv)}: {len(functions)} functions from the handler to the output")
+    for name in functions:
+        print(f"  {name}")
+    return 0
 
 
 if __name__ == "__main__":
-    functions = run(sys.argv[1:])
-    print(f"specsim {' '.join(sys.argv[1:])}: {len(functions)} functions from the handler to the output")
-    for name in functions:
-        print(f"  {name}")
+    sys.exit(run_main(count, sys.argv[1:]))

@@ -17,7 +17,6 @@ whatever the paths cost; ``--dtype bfloat16`` halves that.
 
 from __future__ import annotations
 
-import argparse
 import os
 import subprocess
 import sys
@@ -26,15 +25,20 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from bench.script_main import ScriptParser, run_main  # noqa: E402
+from specsim.bounds import number_arg  # noqa: E402
 
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = ScriptParser(description=__doc__.splitlines()[0])
     p.add_argument("--variant", action="append", choices=["zero", "old", "new"], default=None)
-    p.add_argument("--paths", type=int, default=8, help="--sample-paths (default 8)")
-    p.add_argument("--limit", type=int, default=1, help="first N prompts of the reference set (default 1)")
-    p.add_argument("--max-new-tokens", type=int, default=32)
-    p.add_argument("--threads", type=int, default=2)
+    paths, size = number_arg("size", integer=True, zero_ok=True), number_arg("size", integer=True)
+    p.add_argument("--paths", type=paths, default=8, help="--sample-paths (default 8)")
+    p.add_argument("--limit", type=size, default=1, help="first N prompts of the reference set (default 1)")
+    p.add_argument("--max-new-tokens", type=number_arg("output_tokens", integer=True), default=32)
+    p.add_argument("--threads", type=number_arg("threads", integer=True), default=2)
     p.add_argument("--dtype", default="float32")
     return p.parse_args(argv)
 
@@ -222,4 +226,4 @@ def _same_paths(old: Path, new: Path) -> bool | None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_main(main))

@@ -15,7 +15,6 @@ temperatures.
 
 from __future__ import annotations
 
-import argparse
 import sys
 import tempfile
 from pathlib import Path
@@ -23,21 +22,26 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench.script_main import ScriptParser, run_main  # noqa: E402
+from specsim.bounds import number_arg  # noqa: E402
+
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = ScriptParser(description=__doc__.splitlines()[0])
     p.add_argument(
         "--noise", default="0.05,0.2,0.5", help="draft weight noise of each pair (default 0.05,0.2,0.5)"
     )
     p.add_argument("--temperature", default="1.0,0.7", help="temperatures (default 1.0,0.7)")
     p.add_argument("--gamma", default="1,2,3,4,6")
-    p.add_argument("--prompts", type=int, default=8)
-    p.add_argument("--new-tokens", type=int, default=32)
-    p.add_argument("--seeds", type=int, default=6, help="runs per prompt (default 6)")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--prompts", type=number_arg("size", integer=True), default=8)
+    p.add_argument("--new-tokens", type=number_arg("output_tokens", integer=True), default=32)
+    p.add_argument(
+        "--seeds", type=number_arg("repeats", integer=True), default=6, help="runs per prompt (default 6)"
+    )
+    p.add_argument("--seed", type=number_arg("seed", integer=True), default=0)
     p.add_argument(
         "--sample-paths",
-        type=int,
+        type=number_arg("size", integer=True, zero_ok=True),
         default=8,
         help="sampled target paths per prompt (default 8; 0: beta on the greedy output only)",
     )
@@ -131,13 +135,14 @@ def _rows(wrap, reqs, prof, temperature: float, args, rng) -> list:
 
 
 def main(argv=None) -> int:
+    args = parse_args(argv)  # bad input is refused before torch and the models load
+
     import numpy as np
     import torch
 
     from specsim.check.check_tables import coverage, coverage_line, sampled_table
     from specsim.jsonio import write_json_atomic
 
-    args = parse_args(argv)
     torch.set_num_threads(1)
     rng = np.random.default_rng(args.seed)
     rows = []
@@ -155,4 +160,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_main(main))

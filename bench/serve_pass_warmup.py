@@ -13,12 +13,27 @@ between arrivals) shows as ratios above the steady state:
 
 from __future__ import annotations
 
-import argparse
+import sys
+from pathlib import Path
 
 import numpy as np
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.script_main import ScriptParser, run_main  # noqa: E402
+from specsim.bounds import number_arg  # noqa: E402
+
 
 def main(argv: list[str] | None = None) -> int:
+    ap = ScriptParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--profile", required=True)
+    ap.add_argument("--rate", type=number_arg("rate_per_s"), default=4.0, help="requests per second")
+    ap.add_argument("--requests", type=number_arg("size", integer=True), default=24)
+    ap.add_argument("--new-tokens", type=number_arg("output_tokens", integer=True), default=32)
+    ap.add_argument("--rounds", type=number_arg("repeats", integer=True), default=2)
+    ap.add_argument("--seed", type=number_arg("seed", integer=True), default=0)
+    args = ap.parse_args(argv)  # bad input is refused before torch and the models load
+
     from calibrate.measure.serve_check_runs import workload_order
     from calibrate.measure.server_loop_costs import loop_passes
     from calibrate.run.batch_engine import batch_target_decode
@@ -30,14 +45,6 @@ def main(argv: list[str] | None = None) -> int:
     from specsim.profiles import load_profile
     from specsim.serve.arrivals import poisson_arrivals
 
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--profile", required=True)
-    ap.add_argument("--rate", type=float, default=4.0, help="requests per second")
-    ap.add_argument("--requests", type=int, default=24)
-    ap.add_argument("--new-tokens", type=int, default=32)
-    ap.add_argument("--rounds", type=int, default=2)
-    ap.add_argument("--seed", type=int, default=0)
-    args = ap.parse_args(argv)
     check = ["check", "--preset", "zoo", "--threads", "1", "--profile", args.profile, "--method", "M"]
     flags = build_parser().parse_args([*check, "--max-new-tokens", str(args.new_tokens)])
     setup = load_setup(flags, read_workload(flags))
@@ -75,4 +82,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(run_main(main))

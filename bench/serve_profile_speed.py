@@ -18,15 +18,38 @@ import argparse
 import contextlib
 import io
 import json
+import math
 import sys
 import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.script_main import ScriptParser, run_main  # noqa: E402
+
+
+def _in(lo: float, hi: float, kind: type):
+    """An argparse ``type=``: a finite ``kind`` (int or float) in [lo, hi]. specsim.bounds' ranges written
+    out: checking them with it would import specsim before ``--root`` is on the path and the clock starts."""
+    expected = f"an integer in {lo}..{hi}" if kind is int else f"a finite number in {lo:g}..{hi:g}"
+
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            value = math.nan
+        if not (math.isfinite(value) and lo <= value <= hi):
+            raise argparse.ArgumentTypeError(f"expected {expected}, got {text!r}")
+        return value
+
+    return parse
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = ScriptParser(description=__doc__.splitlines()[0])
     ap.add_argument("--root", default=".", help="checkout whose specsim is imported (default: .)")
-    ap.add_argument("--requests", type=int, default=3000)
-    ap.add_argument("--rate", type=float, default=100.0)
+    ap.add_argument("--requests", type=_in(1, 2**24, int), default=3000)  # specsim.bounds' "size"
+    ap.add_argument("--rate", type=_in(1e-6, 1e6, float), default=100.0)  # its "rate_per_s"
     ap.add_argument("--out", default=None, help="write the comparison's JSON here")
     args = ap.parse_args()
     sys.path.insert(0, args.root)
@@ -51,4 +74,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(run_main(main))

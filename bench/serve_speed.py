@@ -12,16 +12,20 @@ Run: python bench/serve_speed.py [--requests 100000] [--rate R] [--target-only]
 from __future__ import annotations
 
 import os
+import sys
+from pathlib import Path
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import argparse  # noqa: E402
 import time  # noqa: E402
 
 import numpy as np  # noqa: E402
 
+from bench.script_main import ScriptParser, run_main  # noqa: E402
 from specsim.acceptance.theory import tau_iid  # noqa: E402
+from specsim.bounds import number_arg  # noqa: E402
 from specsim.draft_shapes.policies import GammaPolicy
 from specsim.hardware.device import load_device  # noqa: E402
 from specsim.hardware.plan_inputs import resolve_models  # noqa: E402
@@ -51,9 +55,11 @@ def capacity_per_s(cost: RooflineStepCost, scheduler: SchedulerConfig, gamma: in
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--requests", type=int, default=100_000)
-    ap.add_argument("--rate", type=float, default=None, help="requests/s (default: 90%% of capacity)")
+    ap = ScriptParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--requests", type=number_arg("size", integer=True), default=100_000)
+    ap.add_argument(
+        "--rate", type=number_arg("rate_per_s"), default=None, help="requests/s (default: 90%% of capacity)"
+    )
     ap.add_argument("--target-only", action="store_true", help="gamma = 0 instead of 3")
     args = ap.parse_args()
     _, target, draft = resolve_models(pair="llava-1.5-7b-68m", target=None, draft=None)
@@ -85,4 +91,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(run_main(main))

@@ -17,18 +17,23 @@ and prints median forward ms, median step ms (forward + picking the token) and t
 
 from __future__ import annotations
 
-import argparse
 import sys
 import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.script_main import ScriptParser, run_main  # noqa: E402
+from specsim.bounds import number_arg  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = ScriptParser(description=__doc__.splitlines()[0])
     ap.add_argument("--preset", default="zoo")
-    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--threads", type=number_arg("threads", integer=True), default=1)
     ap.add_argument("--contexts", default="13,120,230")
     ap.add_argument("--gammas", default="1,2,3,4")
-    ap.add_argument("--rounds", type=int, default=40)
+    ap.add_argument("--rounds", type=number_arg("repeats", integer=True), default=40)
     args = ap.parse_args(argv)
 
     import numpy as np
@@ -102,4 +107,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_main(main))

@@ -11,13 +11,17 @@ Run: python bench/trace_read_speed.py [--lines 1000000] [--root /work/main --roo
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.script_main import ScriptParser, run_main  # noqa: E402
+from specsim.bounds import number_arg  # noqa: E402
 
 _TIMED = """
 import sys, time
@@ -48,8 +52,8 @@ def write_traces(folder: Path, lines: int) -> tuple[Path, Path]:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--lines", type=int, default=1_000_000)
+    ap = ScriptParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--lines", type=number_arg("size", integer=True), default=1_000_000)
     ap.add_argument("--root", action="append", default=None, help="a checkout to time (repeatable)")
     args = ap.parse_args()
     roots = args.root or [str(Path(__file__).resolve().parents[1])]
@@ -66,4 +70,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_main(main))

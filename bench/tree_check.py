@@ -16,19 +16,24 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
-from calibrate.workload import run_setup as C
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.script_main import ScriptParser, run_main  # noqa: E402
+from calibrate.workload import run_setup as C  # noqa: E402
+from specsim.bounds import number_arg  # noqa: E402
 
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = ScriptParser(description=__doc__.splitlines()[0])
     p.add_argument("--preset", default="zoo")
     p.add_argument(
         "--method", default=None, help="drafting method (default: plain for text pairs, T for VLMs)"
     )
     p.add_argument("--prompts", default=None)
-    p.add_argument("--limit", type=int, default=2)
-    p.add_argument("--max-new-tokens", type=int, default=16)
+    p.add_argument("--limit", type=number_arg("size", integer=True), default=2)
+    p.add_argument("--max-new-tokens", type=number_arg("output_tokens", integer=True), default=16)
     p.add_argument("--gamma", default="3", help="chain gammas, comma-separated")
     p.add_argument(
         "--tree", action="append", default=None, help="tree spec, repeatable (default 4,2,1 and 2,2,2)"
@@ -39,7 +44,7 @@ def parse_args(argv=None):
         default=None,
         help="draft-length policy, repeatable (default heuristic:5 and confidence:0.4,gamma=6)",
     )
-    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--threads", type=number_arg("threads", integer=True), default=1)
     p.add_argument("--json", default=None, help="also write the rows here")
     return p.parse_args(argv)
 
@@ -179,9 +184,10 @@ def _rows(runs, totals, base_per_token) -> list[dict]:
 
 
 def main(argv=None) -> int:
+    args = parse_args(argv)  # bad input is refused before torch and the models load
+
     import torch
 
-    args = parse_args(argv)
     torch.set_num_threads(args.threads)
     runs = _runs(args)
     top_k = max([max(len(k) for k in spec.children()) for kind, _, spec in runs if kind == "tree"] + [1])
@@ -220,4 +226,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_main(main))

@@ -26,7 +26,6 @@ Prepare each profile first (a quiet window), e.g. for the reference pair and the
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import io
 import json
@@ -35,6 +34,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+
+from bench.script_main import ScriptParser, run_main  # noqa: E402
+from specsim.bounds import number_arg  # noqa: E402
 
 POLICIES = (
     "heuristic:2,max={m}",
@@ -48,7 +50,7 @@ ARCH = {"zoo": (ROOT / "calibrate/zoo/weights/target", ROOT / "calibrate/zoo/wei
 
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = ScriptParser(description=__doc__.splitlines()[0])
     p.add_argument(
         "--pair",
         action="append",
@@ -67,10 +69,12 @@ def parse_args(argv=None):
         "gamma; default: heuristic 2 and 4, confidence 0.3, 0.5, 0.7)",
     )
     p.add_argument("--measure", action="store_true", help="run `specsim check` on the chosen runs (heavy)")
-    p.add_argument("--limit", type=int, default=None, help="prompts per check (the first N)")
-    p.add_argument("--max-new-tokens", type=int, default=64)
-    p.add_argument("--max-rounds", type=int, default=4)
-    p.add_argument("--threads", type=int, default=1)
+    p.add_argument(
+        "--limit", type=number_arg("size", integer=True), default=None, help="prompts per check (the first N)"
+    )
+    p.add_argument("--max-new-tokens", type=number_arg("output_tokens", integer=True), default=64)
+    p.add_argument("--max-rounds", type=number_arg("repeats", integer=True), default=4)
+    p.add_argument("--threads", type=number_arg("threads", integer=True), default=1)
     p.add_argument(
         "--device", action="append", default=None, help=f"GPUs to plan for (default {', '.join(DEVICES)})"
     )
@@ -306,4 +310,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_main(main))

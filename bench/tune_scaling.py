@@ -13,13 +13,17 @@ Run: python bench/tune_scaling.py [--sims 2000] [--requests 1000]
 from __future__ import annotations
 
 import os
+import sys
+from pathlib import Path
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import argparse  # noqa: E402
 import time  # noqa: E402
 
+from bench.script_main import ScriptParser, run_main  # noqa: E402
+from specsim.bounds import number_arg  # noqa: E402
 from specsim.serve.compare import Workload  # noqa: E402
 from specsim.tune.executor import LocalExecutor, RayExecutor  # noqa: E402
 from specsim.tune.objective import make_objective  # noqa: E402
@@ -29,9 +33,10 @@ from specsim.tune.trial import TuneContext  # noqa: E402
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = ScriptParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sims", type=int, default=2000, help="simulations per executor (at most 4096)")
-    ap.add_argument("--requests", type=int, default=1000, help="requests per simulation")
+    requests = number_arg("size", integer=True)
+    ap.add_argument("--requests", type=requests, default=1000, help="requests per simulation")
     args = ap.parse_args()
     space = parse_space(
         devices="h100-sxm",
@@ -41,7 +46,7 @@ def main() -> None:
         max_num_seqs="256",
     )
     if not 1 <= args.sims <= space.size:
-        ap.error(f"--sims: expected 1..{space.size}")
+        ap.error(f"--sims: expected 1..{space.size}, got {args.sims}")
     context = TuneContext("llava-1.5-7b", Workload(args.requests, 512, 1, 256), 16.0)
     objective = make_objective("tokens-per-gpu", has_slo=False, slo_attainment=0.9, devices=space.devices)
     plan = StudyPlan("exhaustive", args.sims, 32)
@@ -70,4 +75,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(run_main(main))
