@@ -186,3 +186,24 @@ def test_hardware_refuses_profile_choices_beside_a_given_acceptance(capsys, extr
     assert main(["hardware", "--pair", "llava-1.5-7b-68m", "--batch", "1", *extra]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and named in err
+
+
+@pytest.mark.parametrize(
+    "argv, want",
+    [
+        (
+            ["hardware", "--device", "h100-sxm", "--batch", "1", "--method", "M", "--method", "T"],
+            "--scenario 5img: names 2 scenarios (PororoSV, VIST), and the plan takes one tau per method",
+        ),
+        (
+            ["recommend", "--engine", "vllm", "--profile", "ibed-llava1.5-7b-68m", "--method", "M"],
+            "found 2 (M/PororoSV, M/VIST); --scenario 5img names a group of scenarios: give one of them",
+        ),
+    ],
+)
+def test_a_scenario_group_is_refused_where_one_tau_per_method_is_read(capsys, argv, want):
+    """hardware printed each method twice, unlabelled, its batch table's columns shifted, and its JSON kept
+    one scenario; recommend asked for --method and --scenario, both given."""
+    assert main([*argv, "--scenario", "5img"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and want in err

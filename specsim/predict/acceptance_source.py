@@ -23,7 +23,7 @@ from specsim.acceptance.theory import (
 from specsim.bounds import MAX_GAMMA, clip
 from specsim.errors import SpecsimError, warn
 from specsim.predict.tau_at_gamma import EXTRAPOLATED, tau_with_source
-from specsim.profile_format import MethodAcceptance, Profile
+from specsim.profile_format import WHAT_IF_SCENARIO, MethodAcceptance, Profile
 from specsim.profiles import DEFAULT_PROFILE, load_profile, shipped_profiles
 
 DEFAULT_GAMMAS = tuple(range(1, 9))
@@ -58,6 +58,12 @@ def method_entries(profile: Profile, methods: list[str] | None, scenario: str | 
     (default: the first entry's)."""
     wanted = None if not methods or methods == ["all"] else methods
     entries = profile.select_entries(wanted, scenario)
+    named = list(dict.fromkeys(e.scenario for e in entries if e.scenario != WHAT_IF_SCENARIO))
+    if scenario is not None and len(named) > 1:  # a plan holds one tau per method: a group would repeat it
+        raise SpecsimError(
+            f"--scenario {scenario}: names {len(named)} scenarios ({', '.join(named)}), and the plan takes "
+            "one tau per method: give one of them"
+        )
     if scenario is None:
         entries = [e for e in entries if e.scenario == entries[0].scenario]
     return entries if methods else entries[:1]

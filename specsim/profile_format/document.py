@@ -122,6 +122,8 @@ class Profile:
         entries = self.select_entries([method] if method else None, scenario)
         if len(entries) != 1:
             shown = few(f"{e.method}/{e.scenario}" for e in entries)
+            if method and scenario:  # both given: the scenario is a group ('5img')
+                hint = f"--scenario {scenario} names a group of scenarios: give one of them"
             raise SpecsimError(
                 f"profile {self.name!r}: expected one acceptance entry, found {len(entries)} "
                 f"({shown}); {hint}"
