@@ -25,6 +25,7 @@ RANGES: dict[str, tuple[float, float]] = {
     "prompt_tokens": (1, 2**24),  # a request has at least one prompt token
     "step_tokens": (1, 2**24),  # a step's token budget holds at least one token
     "gamma": (1, MAX_GAMMA),
+    "tree_nodes": (1, 512),  # a token tree's draft nodes: the tree search's bound
     "batch": (1, 4096),
     "images": (0, 1024),
     "ratio": (1e-6, 1e6),

@@ -305,6 +305,16 @@ def test_the_best_tree_keeps_within_tree_max_nodes(capsys, n_max):
     assert any(t["chain_gamma"] > n_max for t in trees)  # the chain beside it is not bound
 
 
+def test_tree_max_nodes_is_bounded_where_the_search_is(capsys):
+    """--tree-max-nodes took 1..1024 and the search 1..512: 513 to 1024 failed as 'n_max: ... got 584'."""
+    argv = "hardware --device h100-sxm --batch 1 --context 1024 --alpha 0.7 --trees --tree-max-nodes".split()
+    assert main([*argv, "600"]) == 2
+    err = capsys.readouterr().err
+    assert "argument --tree-max-nodes: expected an integer in 1..512" in err and "n_max" not in err
+    assert main([*argv, "512", "--json"]) == 0
+    assert all(t["nodes"] <= 512 for t in json.loads(capsys.readouterr().out)["trees"])
+
+
 def test_the_end_to_end_speedup_of_a_one_token_request_is_below_one(capsys):
     """The prefill emits a request's first token: SD decodes the other N - 1 (it priced N/τ blocks, so a
     1-token request gained 1.11x from a fraction of a block)."""

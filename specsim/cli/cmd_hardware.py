@@ -179,7 +179,7 @@ def register(sub) -> None:
     )
     p.add_argument(
         "--tree-max-nodes",
-        type=number_arg("gamma", integer=True),
+        type=number_arg("tree_nodes", integer=True),
         default=None,
         help="largest tree searched with --trees (default 64)",
     )
@@ -273,8 +273,9 @@ def cmd_hardware(args: argparse.Namespace) -> int:
         print("\n".join(f"  context {c}: {v.text()}" for c, v in validation))
     if trees is not None:
         print(
-            "\ntoken trees (Sequoia-style search; tau from per-rank acceptance, the same at every depth; "
-            "speedup = tau*T / (draft passes + Tv(n) + the engine's block terms), T and the terms as above):"
+            "\ntoken trees (Sequoia-style search; tau from per-rank acceptance, the same at every depth, for "
+            "the chain beside each tree too, which can differ from the ranking's tau per gamma; speedup = "
+            "tau*T / (draft passes + Tv(n) + the engine's block terms), T and the terms as above):"
         )
         print(trees)
     return 0

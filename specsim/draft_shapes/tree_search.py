@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from specsim.acceptance.theory import as_acceptance
+from specsim.bounds import RANGES
 from specsim.draft_shapes.trees import TreeSpec, expected_tokens
 from specsim.errors import SpecsimError
 
@@ -102,8 +103,9 @@ def _build(choices: list[np.ndarray], n: int) -> TreeSpec:
 
 def _check_sizes(n_max, max_depth) -> int:
     """The depth bound (default n_max) after checking both."""
-    if isinstance(n_max, bool) or not isinstance(n_max, (int, np.integer)) or not 1 <= n_max <= 512:
-        raise SpecsimError(f"n_max: expected an integer in 1..512, got {n_max!r}")
+    lo, hi = RANGES["tree_nodes"]
+    if isinstance(n_max, bool) or not isinstance(n_max, (int, np.integer)) or not lo <= n_max <= hi:
+        raise SpecsimError(f"n_max: expected an integer in {lo}..{hi}, got {n_max!r}")
     depth = n_max if max_depth is None else max_depth
     if isinstance(depth, bool) or not isinstance(depth, (int, np.integer)) or depth < 1:
         raise SpecsimError(f"max_depth: expected an integer >= 1, got {max_depth!r}")
