@@ -178,6 +178,28 @@ def test_profiles_show_takes_json_before_or_after_the_name(capsys, where):
     assert json.loads(out)["name"] == "zoo-cpu"
 
 
+def test_the_textbook_prices_a_gamma_past_the_verify_grid(capsys):
+    """v = 1 reads no Tv: zoo-cpu verifies up to 5 rows (gamma 4), and --textbook at gamma 5 was n/a."""
+    argv = [
+        "predict",
+        "--profile",
+        "zoo-cpu",
+        "--scenario",
+        "zoo-1img",
+        "--method",
+        "M",
+        "--textbook",
+        "--json",
+    ]
+    rows = {}
+    for gamma in (4, 5):
+        assert main([*argv, "--gamma", str(gamma)]) == 0
+        rows[gamma] = json.loads(capsys.readouterr().out)[0]
+    row = rows[5]
+    assert row["speedup"] == pytest.approx(row["tau"] / (5 * row["c"] + 1.0), rel=1e-12)
+    assert row["c"] == rows[4]["c"] and "c walked at gamma 4" in row["note"]
+
+
 @pytest.mark.parametrize("gamma", ["2", "3"])
 def test_a_textbook_row_prints_the_tau_and_drafts_its_speedup_divides(capsys, gamma):
     """On a priced profile the textbook row's τ is i.i.d. from the reference γ and its block γ·c + 1: the

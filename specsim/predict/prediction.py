@@ -97,6 +97,7 @@ def predict_entry(
     else:
         tau0, source = None, "replay"
     base |= {"tau_source": source, "extrapolated": extrapolated(source)}
+    walked = _textbook_gamma(profile, draft) if textbook and chain else draft
     try:
         specs = request_specs(
             entry,
@@ -105,13 +106,13 @@ def predict_entry(
             max_new_tokens=max_new_tokens,
             default_context_tokens=profile.latency.verify_context_tokens,
         )
-        priced = price(profile, entry, draft, specs)
+        priced = price(profile, entry, walked, specs)
     except SpecsimError as err:
         return Prediction(**base, tau=tau0, c=None, v=None, gamma_c_plus_v=None, speedup=None, note=str(err))
     widths = draft_cost(profile, draft).measured_widths(TARGET, rows=2) or ()
     row = priced_prediction(base, priced, WALK_NOTE, widths)
     if textbook and chain:
-        row = _textbook(row, entry, draft)
+        row = _textbook(row, entry, draft, walked)
     if new_tokens is None:
         return row
     if priced.base_setup_ms is None:
@@ -170,9 +171,19 @@ def textbook_speedup(tau_reference: float, gamma_reference: int, gamma: int, c: 
     return float(speedup(tau, gamma, c, 1.0))
 
 
-def _textbook(row: Prediction, entry: MethodAcceptance, gamma: int) -> Prediction:
-    """The textbook row: the priced c, v = 1, no overhead, γ drafts per block, τ from :func:`textbook_tau`
-    (one τ: the textbook has no first pass to tell whole requests from the decode phase)."""
+def _textbook_gamma(profile: Profile, gamma: int) -> int:
+    """The γ whose walk prices the textbook's c: γ, or the largest the grid verifies when γ is past it (the
+    textbook reads no Tv, and c, one draft forward over one target step, barely moves with γ)."""
+    try:
+        return min(gamma, profile.latency.forward_costs().max_gamma)
+    except SpecsimError:  # no cost model: pricing says why
+        return gamma
+
+
+def _textbook(row: Prediction, entry: MethodAcceptance, gamma: int, walked: int) -> Prediction:
+    """The textbook row: the priced c (walked at γ ``walked``), v = 1, no overhead, γ drafts per block, τ from
+    :func:`textbook_tau` (one τ: the textbook has no first pass to tell whole requests from the decode
+    phase)."""
     tau, source = textbook_tau(entry, gamma)
     cost = gamma * row.c + 1.0
     sd_ms = row.target_ms_per_token * cost / tau
@@ -190,7 +201,8 @@ def _textbook(row: Prediction, entry: MethodAcceptance, gamma: int) -> Predictio
         sd_ms_per_token=sd_ms,
         tokens_per_s=1000.0 / sd_ms,
         textbook=True,
-        note="textbook: v=1, c priced by the cost model, iid alpha",
+        note="textbook: v=1, c priced by the cost model, iid alpha"
+        + ("" if walked == gamma else f" (c walked at gamma {walked}, the grid's largest)"),
     )
 
 
