@@ -104,3 +104,13 @@ def test_flags_a_mode_does_not_read_are_refused(no_loading, extra, said):
 )
 def test_a_seed_is_taken_where_something_is_drawn(no_loading, extra):
     assert check_request(_args("--method", "M", "--gamma", "2", *extra)).gammas == [2]
+
+
+def test_a_tree_or_policy_given_twice_is_one_run(no_loading):
+    """Twice, however spelt, the same tree or policy ran twice and the check failed after its rounds,
+    broadcasting the rows' halfwidths (2 against 4)."""
+    tree = "parents:0,0,0,0,1,1,2,2,3,3,4,4," + ",".join(map(str, range(5, 13)))  # 4,2,1 spelt out
+    argv = [*ZOO_CHECK[:2], "zoo-cpu", *ZOO_CHECK[3:], "--gamma", "2", "--method", "M"]
+    argv += ["--tree", "4,2,1", "--tree", tree, "--policy", "fixed:2", "--policy", "fixed:2"]
+    request = check_request(build_parser().parse_args(argv))
+    assert [type(d).__name__ for d in request.drafts] == ["TreeSpec", "GammaPolicy"]

@@ -14,8 +14,9 @@ from collections import Counter
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from specsim.draft_shapes.draft_plans import parse_drafts
 from specsim.errors import SpecsimError
-from specsim.jsonio import check_writable, show
+from specsim.jsonio import check_writable
 from specsim.profiles import load_profile, resolve_profile_path
 
 GREEDY, SAMPLED, SERVE, BATCH = "greedy", "sampled", "serve", "batch"
@@ -165,26 +166,9 @@ def _greedy(args, request: CheckRequest) -> CheckRequest:
     """--tree / --policy parsed, and the profile's grids for them."""
     from calibrate.measure.check_runs import preflight
 
-    drafts = tuple(_drafts(args))
+    drafts = tuple(parse_drafts(args.tree, args.policy))
     preflight(request.profile, [], list(drafts), args.max_new_tokens)  # the grids first, then the entries
     return replace(request, drafts=drafts)
-
-
-def _drafts(args) -> list:
-    """The token trees and draft-length policies of --tree / --policy."""
-    from specsim.draft_shapes.policies import parse_policy
-    from specsim.draft_shapes.trees import parse_tree
-
-    drafts = []
-    for option, parse, texts in (("--tree", parse_tree, args.tree), ("--policy", parse_policy, args.policy)):
-        for text in texts or []:
-            try:
-                drafts.append(parse(text))
-            except SpecsimError as err:  # named by its option once (a policy's error names it already)
-                said = str(err)
-                said = said if said.startswith(option) else f"{option} {show(text)}: {said}"
-                raise SpecsimError(said) from None
-    return drafts
 
 
 def _sampled(args, request: CheckRequest) -> None:

@@ -7,6 +7,7 @@ from itertools import groupby
 
 from specsim.bounds import number_arg
 from specsim.cli.predict_flags import refuse_past_window, refuse_unpriced_flags, refuse_unread_flags
+from specsim.draft_shapes.draft_plans import parse_drafts
 from specsim.errors import SpecsimError, warn
 from specsim.hardware.host import contended_note, other_host_note
 from specsim.jsonio import dumps_json
@@ -127,13 +128,6 @@ def _draft_args(p: argparse.ArgumentParser) -> None:
     )
 
 
-def _drafts(args) -> list:
-    from specsim.draft_shapes.policies import parse_policy
-    from specsim.draft_shapes.trees import parse_tree
-
-    return [parse_tree(t) for t in args.tree or []] + [parse_policy(p) for p in args.policy or []]
-
-
 def _comparison(args, profile: Profile, methods, gammas, drafts: list, max_new_tokens=None) -> list | None:
     """Chain vs tree vs policy rows when --tree, --policy or --best-tree asked for them; else None."""
     from specsim.predict.predict_drafts import compare
@@ -239,7 +233,7 @@ def cmd_predict(args) -> int:
         if args.max_new_tokens is None
         else parse_int(args.max_new_tokens, name="--max-new-tokens", unit="tokens")
     )
-    drafts = _drafts(args)  # a bad --tree/--policy fails before any work
+    drafts = parse_drafts(args.tree, args.policy)  # a bad --tree/--policy fails before any work
     profile, methods = _load(args)
     refuse_unread_flags(args, drafts)
     refuse_past_window(profile, args.context_tokens, gamma, new_tokens or max_new)
@@ -347,7 +341,7 @@ def _print_notes(rows, notes: dict, e2e_missing=(), marked=None) -> None:
 def cmd_sweep(args) -> int:
     """Speedup per γ and the best γ per method and scenario."""
     gammas = parse_int_list(args.gamma, name="--gamma", unit="gamma")
-    drafts = _drafts(args)  # a bad --tree/--policy fails before any work
+    drafts = parse_drafts(args.tree, args.policy)  # a bad --tree/--policy fails before any work
     profile, methods = _load(args)
     refuse_past_window(profile, args.context_tokens, max(gammas))
     results = sweep(

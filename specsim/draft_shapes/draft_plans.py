@@ -15,12 +15,29 @@ import numpy as np
 
 from specsim.draft_shapes.adaptive import adaptive_plan
 from specsim.draft_shapes.block_plans import BlockPlan, greedy_plan, plan_of_blocks, token_budget
-from specsim.draft_shapes.policies import GammaPolicy, as_policy, replay_policy_blocks
+from specsim.draft_shapes.policies import GammaPolicy, as_policy, parse_policy, replay_policy_blocks
 from specsim.draft_shapes.tree_replay import accepted_from_each_start, rank_arrays
-from specsim.draft_shapes.trees import TreeSpec
+from specsim.draft_shapes.trees import TreeSpec, parse_tree
 from specsim.errors import SpecsimError
+from specsim.jsonio import show
 
 Draft = int | TreeSpec | GammaPolicy  # a fixed γ, a token tree or a draft-length policy
+
+
+def parse_drafts(trees, policies) -> list:
+    """The token trees of --tree and the draft-length policies of --policy (texts), each once: a repeat,
+    however spelt, is one run (it was priced, or run, twice). Errors name the option."""
+    drafts = []
+    for option, parse, texts in (("--tree", parse_tree, trees), ("--policy", parse_policy, policies)):
+        for text in texts or []:
+            try:
+                drafts.append(parse(text))
+            except SpecsimError as err:  # named by its option once (a policy's error names it already)
+                said = str(err)
+                raise SpecsimError(
+                    said if said.startswith(option) else f"{option} {show(text)}: {said}"
+                ) from None
+    return list(dict.fromkeys(drafts))
 
 
 def draft_label(draft: Draft) -> str:
