@@ -193,3 +193,19 @@ def test_impossible_sglang_requests_are_refused_naming_the_line(seed, tmp_path, 
         argv += ["--out", str(out_dir / "p.json"), *rng.choice([[], ["--json"]])]
         # the good lines are possible at k >= 3 only: at k = 1 an earlier good line may be refused first
         check_run(capsys, argv, out_dir, expect=f"line {at + 1}" if k >= 3 else "line ")
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")
+def test_a_closed_stdout_loses_no_acceptance_profile(tmp_path, capsys, monkeypatch):
+    """calibrate acceptance printed its summary before writing --out: with stdout full (or a pipe closed
+    early) the traces stayed in the partial file and the profile was never written."""
+    pytest.importorskip("torch")
+    out = tmp_path / "acc.json"
+    argv = ["calibrate", "acceptance", "--preset", "zoo", "--threads", "1", "--method", "M", "--limit", "1"]
+    full = open("/dev/full", "w")  # noqa: SIM115
+    monkeypatch.setattr(sys, "stdout", full)
+    code = main([*argv, "--max-new-tokens", "4", "--no-progress", "--out", str(out)])
+    monkeypatch.undo()
+    full.buffer.raw.close()
+    assert code == 2 and "standard output" in _one_error_line(capsys.readouterr().err)
+    assert _complete(out) and [e["method"] for e in json.loads(out.read_text())["acceptance"]] == ["M"]

@@ -97,7 +97,7 @@ def run_acceptance(setup: Setup, args) -> list:
                 },
             )
     tasks = {p.id: p.task for p in setup.prompts}
-    entries = []
+    entries, lines = [], []
     for n, reqs in setup.groups.items():
         for m in setup.methods:
             traces = [done[_trace_key(m, r.prompt_id)] for r in reqs]
@@ -119,7 +119,7 @@ def run_acceptance(setup: Setup, args) -> list:
                 **Method.parse(m).costs(n),
             )
             entries.append(entry)
-            print(
+            lines.append(
                 f"{scenario}/{m}: {len(traces)} prompts, "
                 f"{sum(len(t.trace.match) for t in traces)} positions, "
                 f"match rate {_mean_match(traces):.3f}, tau(gamma={args.reference_gamma}) = {entry.tau:.3f}"
@@ -129,9 +129,9 @@ def run_acceptance(setup: Setup, args) -> list:
         if out.is_file()
         else Profile(provenance=provenance(setup, args), name=out.stem)
     )
-    save_profile(profile.with_acceptance(entries), out)
+    save_profile(profile.with_acceptance(entries), out)  # before printing: a closed stdout loses no traces
     partial.unlink(missing_ok=True)
-    print(f"-> {out}")
+    print("\n".join([*lines, f"-> {out}"]))
     return entries
 
 
