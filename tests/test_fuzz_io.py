@@ -8,6 +8,7 @@ Invariant: exit 0 with a complete output, or exit 2 with one ``specsim: error:``
 nothing (half-)written. Fixed seeds: a failure replays.
 """
 
+import io
 import json
 import os
 import random
@@ -195,17 +196,21 @@ def test_impossible_sglang_requests_are_refused_naming_the_line(seed, tmp_path, 
         check_run(capsys, argv, out_dir, expect=f"line {at + 1}" if k >= 3 else "line ")
 
 
-@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")
+class _ClosedPipe(io.StringIO):
+    """A stdout whose reader has gone: every write fails at once, as an unbuffered pipe's would."""
+
+    def write(self, text: str) -> int:
+        raise BrokenPipeError(32, "Broken pipe")
+
+
 def test_a_closed_stdout_loses_no_acceptance_profile(tmp_path, capsys, monkeypatch):
-    """calibrate acceptance printed its summary before writing --out: with stdout full (or a pipe closed
-    early) the traces stayed in the partial file and the profile was never written."""
+    """calibrate acceptance printed its summary before writing --out: with a pipe closed early ('| true')
+    the traces stayed in the partial file and the profile was never written, with exit status 0."""
     pytest.importorskip("torch")
     out = tmp_path / "acc.json"
     argv = ["calibrate", "acceptance", "--preset", "zoo", "--threads", "1", "--method", "M", "--limit", "1"]
-    full = open("/dev/full", "w")  # noqa: SIM115
-    monkeypatch.setattr(sys, "stdout", full)
+    monkeypatch.setattr(sys, "stdout", _ClosedPipe())
     code = main([*argv, "--max-new-tokens", "4", "--no-progress", "--out", str(out)])
     monkeypatch.undo()
-    full.buffer.raw.close()
-    assert code == 2 and "standard output" in _one_error_line(capsys.readouterr().err)
+    assert code == 0 and capsys.readouterr().err == ""  # a reader gone (`| head`) is no error, as elsewhere
     assert _complete(out) and [e["method"] for e in json.loads(out.read_text())["acceptance"]] == ["M"]
