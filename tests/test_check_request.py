@@ -10,6 +10,7 @@ pytest.importorskip("transformers")
 
 from calibrate.cli.check_request import BATCH, GREEDY, SAMPLED, SERVE, check_mode, check_request  # noqa: E402
 from specsim.cli.main import build_parser  # noqa: E402
+from specsim.errors import SpecsimError  # noqa: E402
 
 ZOO_CHECK = ["check", "--profile", "zoo-cpu-batch", "--preset", "zoo", "--no-write", "--no-progress"]
 
@@ -114,3 +115,11 @@ def test_a_tree_or_policy_given_twice_is_one_run(no_loading):
     argv += ["--tree", "4,2,1", "--tree", tree, "--policy", "fixed:2", "--policy", "fixed:2"]
     request = check_request(build_parser().parse_args(argv))
     assert [type(d).__name__ for d in request.drafts] == ["TreeSpec", "GammaPolicy"]
+
+
+@pytest.mark.parametrize("mode", [["--batch", "2"], ["--serve-rates", "1"]])
+def test_seeds_beside_a_temperature_a_greedy_mode_refuses_names_the_temperature(no_loading, mode):
+    """--seeds was refused as 'applies with --temperature > 0 only' where --temperature 1 was given."""
+    args = _args("--gamma", "1", "--method", "M", *mode, "--temperature", "1", "--seeds", "2")
+    with pytest.raises(SpecsimError, match=r"runs fixed gamma, greedy \(no --tree, --policy.*--temperature"):
+        check_request(args)

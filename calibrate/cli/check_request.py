@@ -58,7 +58,8 @@ def check_request(args) -> CheckRequest:
     from calibrate.workload.run_setup import check_model_flags, read_workload
 
     mode = check_mode(args)
-    if args.seeds is not None and mode != SAMPLED:  # greedy checks repeat in rounds, not seeds
+    # greedy checks repeat in rounds, not seeds (--temperature with --batch/--serve-rates: refused below)
+    if args.seeds is not None and mode != SAMPLED and not args.temperature > 0:
         raise SpecsimError("--seeds: applies with --temperature > 0 only (greedy checks: --min-rounds)")
     args.seeds = 4 if args.seeds is None else args.seeds
     if mode == SAMPLED and args.seeds < 2:
