@@ -298,6 +298,13 @@ def test_cli_with_configs(tmp_path, capsys):
         (["--verify-context", "0"], "--verify-context: expected an integer >= 1"),
         (["--batched-only"], "--batched-only: needs --request-batches"),
         (["--batched-only", "--request-batches", "1,2"], "does not exist (run without --batched-only first)"),
+        *(  # each shapes the batch-1 grid that --batched-only keeps: it ran, and the flag changed nothing
+            (
+                ["--batched-only", "--request-batches", "1", *flag.split()],
+                f"{flag.split()[0]}: shapes the batch-1",
+            )
+            for flag in ("--gammas 1,2", "--warmup 0", "--tree 2,1", "--no-vision")
+        ),
     ],
 )
 def test_cli_bad_inputs_exit_2_with_one_line(tmp_path, capsys, extra, message):

@@ -21,6 +21,13 @@ REQUEST_DEFAULTS = {
 }
 
 
+# calibrate latency's options that shape only the batch-1 grid (--contexts also sizes the batched sweep)
+BATCH_ONE_ONLY = (
+    "gammas tree_sizes tree batch_sizes prefill_tokens verify_context no_vision caption_tokens min_repeats "
+    "max_repeats rel_halfwidth max_seconds_per_point warmup"
+).split()
+
+
 def _given(value) -> bool:
     """A flag given on the command line: not its unset None or False (a 0 is given, and checked)."""
     return value is not None and value is not False
@@ -78,6 +85,12 @@ def check_latency_args(args) -> None:
         )
     if args.batched_only and not args.request_batches:
         raise SpecsimError("--batched-only: needs --request-batches")
+    kept = [n for n in BATCH_ONE_ONLY if _given(getattr(args, n))] if args.batched_only else []
+    if kept:  # the batch-1 grid stays as --out holds it: the flag would change nothing
+        raise SpecsimError(
+            f"--{kept[0].replace('_', '-')}: shapes the batch-1 grid, which --batched-only keeps as --out "
+            "holds it (it measures the batched grid alone)"
+        )
     given = [n for n in REQUEST_DEFAULTS if _given(getattr(args, n))]
     if given and not args.request_batches:
         flag = "--" + given[0].replace("_", "-")
