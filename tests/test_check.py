@@ -376,3 +376,17 @@ def test_block_spread_reads_every_block_after_the_first_and_each_draft_step():
     assert out["draft_first_step"]["p50"] == 22.0 and out["draft_later_step"]["max"] == 4.0
     assert out["verify"]["p50"] == 12.0 and out["overhead"]["max"] == pytest.approx(1.0)
     assert block_spread([Run([block([1.0], 1.0)])]) == {"blocks": 0}
+
+
+def test_the_batch_table_prints_the_rows_caveats_as_json_carries_them():
+    """A batched row priced past its grid's cache widths said so in --json's notes and not in the text."""
+    from specsim.check.check_tables import batch_table
+    from specsim.profile_format import CheckRow
+
+    kw = {"method": "M", "scenario": "zoo-1img", "tau_predicted": 2.0, "tau_measured": 2.0}
+    kw |= {"speedup_predicted": 1.5, "speedup_measured": 1.1}
+    note = "extrapolated: a cache width outside the batched grid"
+    rows = [CheckRow(gamma=1, batch=b, notes=note if b > 1 else "", **kw) for b in (1, 2, 4)]
+    text = batch_table(rows)
+    assert text.splitlines()[-1] == f"note: {note} (batch 2 zoo-1img/M gamma 1, batch 4 zoo-1img/M gamma 1)"
+    assert batch_table(rows[:1]).count("note:") == 0

@@ -9,6 +9,7 @@ import numpy as np
 from specsim.check.comparison import BLOCK_TERM, TARGET_TERM, TERMS, relative_error
 from specsim.check.sampled import CI
 from specsim.errors import SpecsimError
+from specsim.jsonio import few
 from specsim.profile_format import CheckRow
 from specsim.report import fmt, format_table
 
@@ -262,7 +263,12 @@ def batch_table(rows: list[CheckRow]) -> str:
         "95% hw",
         "err",
     ]
-    return format_table(heads, body, indent="")
+    table = format_table(heads, body, indent="")
+    by_note: dict[str, list[str]] = {}
+    for r in rows:  # the rows' caveats, as --json carries them in each row's notes
+        if r.notes:
+            by_note.setdefault(r.notes, []).append(f"batch {r.batch} {r.scenario}/{r.method} gamma {r.gamma}")
+    return "\n".join([table, *(f"note: {n} ({few(where)})" for n, where in by_note.items())])
 
 
 # --------------------------------------------------------------------------- sampled rows: coverage
