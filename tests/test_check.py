@@ -390,3 +390,26 @@ def test_the_batch_table_prints_the_rows_caveats_as_json_carries_them():
     text = batch_table(rows)
     assert text.splitlines()[-1] == f"note: {note} (batch 2 zoo-1img/M gamma 1, batch 4 zoo-1img/M gamma 1)"
     assert batch_table(rows[:1]).count("note:") == 0
+
+
+def test_max_minutes_stops_a_check_only_once_min_rounds_have_run(capsys):
+    """--min-rounds is 'at least this many rounds': --max-minutes stopped a check after one, whose rows then
+    had no half-width."""
+    pytest.importorskip("torch")
+    argv = [
+        "check",
+        "--profile",
+        "zoo-cpu",
+        "--preset",
+        "zoo",
+        "--method",
+        "M",
+        "--gamma",
+        "1",
+        "--limit",
+        "1",
+    ]
+    argv += ["--max-new-tokens", "32", "--max-minutes", "0.001", "--min-rounds", "2", "--max-rounds", "3"]
+    assert main([*argv, "--threads", "1", "--json", "--no-write", "--no-progress"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["rounds"] == 2 and all(r["speedup_halfwidth"] is not None for r in out["rows"])

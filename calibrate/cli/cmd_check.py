@@ -90,7 +90,10 @@ def register(subparsers) -> None:
         help="at most this many rounds (default 6)",
     )
     rep.add_argument(
-        "--max-minutes", type=number_arg("minutes"), default=None, help="stop starting rounds after this long"
+        "--max-minutes",
+        type=number_arg("minutes"),
+        default=None,
+        help="stop starting rounds after this long, once --min-rounds have run",
     )
     chk.add_argument(
         "--batch",

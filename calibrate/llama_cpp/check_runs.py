@@ -182,7 +182,11 @@ def run_llama_check(
         held = {p.prompt_id: servers[BASE].tokenize_chat(p.text) for p in held_out}
         per_prompt = new_tokens if isinstance(new_tokens, dict) else dict.fromkeys(ids, new_tokens)
         while not done():
-            if max_seconds is not None and time.perf_counter() - t0 > max_seconds:
+            if (
+                rounds_done() >= min_rounds
+                and max_seconds is not None
+                and time.perf_counter() - t0 > max_seconds
+            ):
                 break
             r = rounds_done()
             if held_ids:  # the round's held-out prompt, each run once (a resumed round skips those done)
@@ -204,7 +208,7 @@ def run_llama_check(
                     _save_partial(partial, key, runs, elapsed)
                     if progress is not None:
                         progress(r, p, s.label)
-                if max_seconds is not None and time.perf_counter() - t0 > max_seconds:
+                if r >= min_rounds and max_seconds is not None and time.perf_counter() - t0 > max_seconds:
                     break
     return CheckRuns(runs, rounds_done(), seconds + time.perf_counter() - t0, done())
 

@@ -90,8 +90,11 @@ def run_serve_check(
     def left() -> list[tuple[float, Setting]]:
         return [(r, s) for r in rates for s in settings if wanted(runs.get(_key(r, s.label), []))]
 
-    def out_of_time() -> bool:
-        return max_seconds is not None and time.perf_counter() - t0 > max_seconds
+    def out_of_time() -> bool:  # --min-rounds first, as the help says
+        past = max_seconds is not None and time.perf_counter() - t0 > max_seconds
+        return past and all(
+            len(runs.get(_key(r, s.label), [])) >= min_rounds for r in rates for s in settings
+        )
 
     with contextlib.ExitStack() as stack:
         servers = {}

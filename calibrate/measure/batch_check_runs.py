@@ -168,7 +168,9 @@ def run_batch_check(
                     for grp in {k[0] for k in keys}
                 )
             ]
-        if not active or (max_seconds is not None and time.perf_counter() - t0 > max_seconds):
+        if not active or (
+            rnd + 1 >= min_rounds and max_seconds is not None and time.perf_counter() - t0 > max_seconds
+        ):
             break
     runs.seconds = time.perf_counter() - t0
     return runs

@@ -165,7 +165,9 @@ def run_check(
                 for m, g in active
                 if any(runs.measured(m, g, ids).decode_halfwidth > halfwidth for ids in groups.values())
             ]
-        if not active or (max_seconds is not None and time.perf_counter() - t0 > max_seconds):
+        if not active or (
+            rnd + 1 >= min_rounds and max_seconds is not None and time.perf_counter() - t0 > max_seconds
+        ):
             break
     runs.seconds = time.perf_counter() - t0
     return runs

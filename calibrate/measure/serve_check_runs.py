@@ -141,7 +141,9 @@ def run_serve_check(
         out.rounds = rnd + 1
         if rnd + 1 >= min_rounds:
             active = {key for key in active if headline_halfwidth(out.runs[key]) > halfwidth}
-        if not active or (max_seconds is not None and time.perf_counter() - t0 > max_seconds):
+        if not active or (
+            rnd + 1 >= min_rounds and max_seconds is not None and time.perf_counter() - t0 > max_seconds
+        ):
             break
     out.seconds = time.perf_counter() - t0
     return out
