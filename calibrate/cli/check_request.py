@@ -239,7 +239,7 @@ def refuse_before_loading(args, request: CheckRequest, workload, *, traces: bool
     name, prompts, codes = workload.name, workload.prompts, workload.methods
     if request.sizes:  # each scenario group (images per prompt) fills one batch of the largest size
         groups = sorted(Counter(len(p.images) for p in prompts).items())
-        check_group_sizes({scenario_name(name, n): k for n, k in groups}, max(request.sizes))
+        check_group_sizes({scenario_name(name, n): k for n, k in groups}, max(request.sizes), args.limit)
     if request.synthetic is not None:  # a schedule, not the profile's traces, decides the accepts
         return
     base, longest, entries, traced = args.scenario or name, 0, {}, []

@@ -68,13 +68,15 @@ class BatchRuns:
     seconds: float = 0.0
 
 
-def check_group_sizes(counts: dict[str, int], batch: int) -> None:
-    """SpecsimError when a scenario group (name: prompts) has fewer prompts than one batch of ``batch``."""
+def check_group_sizes(counts: dict[str, int], batch: int, limit: int | None = None) -> None:
+    """SpecsimError when a scenario group (name: prompts) has fewer prompts than one batch of ``batch``
+    (``limit``: the --limit that cut the prompt set, named in the hint)."""
+    more = "--prompts with more" if limit is None else f"a larger --limit than {limit}, --prompts with more"
     for scenario, n in counts.items():
         if n < batch:
             raise SpecsimError(
-                f"--batch {batch}: the {scenario} prompts number {n}, fewer than one batch (pass --prompts "
-                "with more, or a smaller --batch)"
+                f"--batch {batch}: the {scenario} prompts number {n}, fewer than one batch (pass {more}, or "
+                "a smaller --batch)"
             )
 
 
