@@ -56,15 +56,24 @@ def test_bad_specs_name_the_option_and_the_value(spec):
         parse_acceptance(spec)
 
 
-def test_tau_of_every_draft_accepted_holds_at_its_gamma_only(capsys):
-    """tau:3@2 is an alpha of 1 (which no --alpha takes): hardware carried it to tau 9 at gamma 8, 5.6x."""
+def test_tau_of_every_draft_accepted_holds_up_to_its_gamma_only(capsys):
+    """tau:3@2 is an alpha of 1 (which no --alpha takes): hardware carried it to tau 9 at gamma 8, 5.6x. Below
+    its gamma it is exact (a block accepted whole accepted its first drafts), and recommend, which searches
+    1..K, was refused with a hint it has no option for ('price gamma 2 alone')."""
     given = parse_acceptance("tau:3@2")
-    assert given.tau_with_source(2) == (3.0, "--tau")
-    with pytest.raises(SpecsimError, match="only, and gamma 5 was asked: price gamma 2 alone"):
+    assert given.tau_with_source(2) == (3.0, "--tau") and given.tau_with_source(1) == (2.0, "--tau")
+    with pytest.raises(
+        SpecsimError, match="gamma 5 was asked: price gammas up to 2 \\(--gamma or --gamma-max"
+    ):
         given.tau_with_source(5)
     argv = ["hardware", "--device", "h100-sxm", "--batch", "1", "--acceptance", "tau:3@2"]
-    assert main(argv) == 2 and "(every draft accepted) holds at that gamma only" in capsys.readouterr().err
-    assert main([*argv, "--gamma", "2"]) == 0
+    assert (
+        main(argv) == 2 and "(every draft accepted) says nothing of longer blocks" in capsys.readouterr().err
+    )
+    assert main([*argv, "--gamma", "2"]) == 0 and main([*argv, "--gamma-max", "2"]) == 0
+    rec = ["recommend", "--engine", "vllm", "--pair", "llava-1.5-7b-68m", "--batch", "1", "--json"]
+    assert main([*rec, "--acceptance", "tau:6@5"]) == 0  # gamma 1..5 searched, K = 5
+    capsys.readouterr()
 
 
 @pytest.mark.parametrize("gamma", [2, 5, 8])

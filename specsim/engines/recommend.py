@@ -198,7 +198,11 @@ def default_gamma_max(entry: MethodAcceptance | Acceptance) -> int:
 
 
 def _iid_at(acc: Acceptance, gamma: int) -> bool:
-    return extrapolated(acc.tau_with_source(gamma)[1])
+    """Whether τ at ``gamma`` is no measurement: extrapolated, or past a τ = γ+1 that says nothing of it."""
+    try:
+        return extrapolated(acc.tau_with_source(gamma)[1])
+    except SpecsimError:
+        return True
 
 
 def recommend(

@@ -262,10 +262,13 @@ class Acceptance:
             return float(tau_iid(self.alpha, gamma)), "iid --alpha"
         if gamma == self.gamma:
             return float(self.tau_given), "--tau"
-        if self.alpha >= 1.0:  # an alpha of 1 no --alpha takes: every draft accepted at any gamma
+        if self.alpha >= 1.0 and gamma < self.gamma:  # every draft accepted at γ: so were its first ones
+            return gamma + 1.0, "--tau"
+        if self.alpha >= 1.0:  # nothing says a longer block would be accepted whole
             raise SpecsimError(
-                f"tau {self.tau_given:g} at gamma {self.gamma} (every draft accepted) holds at that gamma "
-                f"only, and gamma {gamma} was asked: price gamma {self.gamma} alone, or a tau below gamma+1"
+                f"tau {self.tau_given:g} at gamma {self.gamma} (every draft accepted) says nothing of longer "
+                f"blocks, and gamma {gamma} was asked: price gammas up to {self.gamma} (--gamma or "
+                "--gamma-max), or give a tau below gamma+1"
             )
         return float(tau_iid(self.alpha, gamma)), f"{EXTRAPOLATED} gamma={self.gamma}"
 
