@@ -244,7 +244,7 @@ def _one_line(capsys) -> str:
         (["--draft", "llava-1.5-68m:X@0.5"], "KIND: expected one of model, eagle, eagle3"),
         (["--draft", ":foo@0.5"], "--draft ':foo@0.5': KIND: expected one of model"),  # was "unknown model"
         (["--draft", "llava-1.5-68m:ngram@0.5"], "drafting kind 'ngram' uses no model"),
-        (["--draft", ":eagle@0.5"], "no eagle head ships for 'llava-1.5-7b'"),
+        (["--draft", ":eagle@0.5"], "ships for 'llava-1.5-7b'); write it before the kind: HEAD:eagle@0.5"),
         (["--draft", "llava-1.5-6m@0.5"], "unknown model 'llava-1.5-6m'"),
         (["--objective", "goodput"], "--objective goodput: needs --slo"),
         (["--device", "h200", "--objective", "usd-per-mtok"], "device 'h200' has no price"),

@@ -61,8 +61,9 @@ def draft_side(
     name = draft or (kind.head_for(shipped[1].id if shipped else target.name) if kind.is_head else None)
     if not name:
         raise SpecsimError(
-            f"--draft: drafting kind {kind.name!r} needs --draft (a model id, folder or config"
-            + (f"; no {kind.name} head ships for {target.name!r})" if kind.is_head else ")")
+            f"--draft: drafting kind {kind.name!r} needs a draft {'head' if kind.is_head else 'model'} "
+            "named: a model id, folder or config"
+            + (f" (no {kind.name} head ships for {target.name!r})" if kind.is_head else "")
         )
     refuse_another_kinds_head(kind, name)
     kw = {"dtype": dtype, "kv_dtype": kv_dtype, "image_size": image_size}

@@ -231,7 +231,12 @@ def check_space(space: SearchSpace, target: str, image_size: tuple[int, int] | N
     refuse_image_size_without_vision(target_spec, size)  # before the drafts, which would name themselves
     for d in space.drafts:  # resolved as serve --draft-kind resolves them (a head kind's preset head, ...)
         kw = {"target": target, "draft": d.model, "draft_kind": d.kind, "image_size": size}
-        _named(f"--draft {d.label!r}", lambda kw=kw: resolve_models(pair=None, **kw))
+        try:
+            resolve_models(pair=None, **kw)
+        except SpecsimError as err:  # named by the spec, whose MODEL part stands for hardware's --draft
+            said = str(err).removeprefix("--draft: ")
+            hint = f"; write it before the kind: HEAD:{d.kind}@{d.acceptance}" if d.model is None else ""
+            raise SpecsimError(f"--draft {d.label!r}: {said}{hint}") from None
     for name in space.devices:
         dev = _named("--device", lambda name=name: load_device(name))
         for rt_name in space.runtimes:
