@@ -878,3 +878,24 @@ def test_sd_off_from_batch_1_is_refused(capsys):
     argv = ["serve", "--alpha", "0.7", "--gamma-by-batch", "1-8:3", "--sd-off-from-batch", "1"]
     assert main([*argv, "--requests", "20"]) == 2
     assert "--sd-off-from-batch: 1 turns SD off at every batch" in capsys.readouterr().err
+
+
+def test_a_measured_profiles_kv_cache_is_unbounded_not_a_number(capsys):
+    """serve --cost-profile printed 'KV cache 1073741824 tokens' (and the JSON that number): a sentinel for
+    no cap, shown as a size."""
+    argv = [
+        "serve",
+        "--cost-profile",
+        "zoo-cpu-batch",
+        "--acceptance-profile",
+        "zoo-cpu-batch",
+        "--method",
+        "M",
+    ]
+    argv += ["--scenario", "zoo-1img", "--rate", "20", "--requests", "30", "--no-progress"]
+    assert main(argv) == 0
+    assert "KV cache unbounded (--kv-cache-tokens caps it)" in capsys.readouterr().out
+    assert main([*argv, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["scheduler"]["kv_cache_tokens"] is None
+    assert main([*argv, "--kv-cache-tokens", "5000"]) == 0
+    assert "KV cache 5000 tokens" in capsys.readouterr().out

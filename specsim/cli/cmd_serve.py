@@ -314,6 +314,7 @@ def _with_notes(about: dict, *notes) -> dict:
 
 def _header(about: dict) -> str:
     s = about["scheduler"]
+    kv = s["kv_cache_tokens"]  # None: a measured profile's, which no memory figure caps
     return (
         f"{about['target']} / {about['draft'] or 'no draft model'} ({about['draft_kind']} drafting) on "
         f"{about['tp']} x {about['device']} ({about['runtime']}), "
@@ -322,7 +323,7 @@ def _header(about: dict) -> str:
         f"scheduler: max_num_seqs {s['max_num_seqs']}, max_num_batched_tokens {s['max_num_batched_tokens']}, "
         f"encoder budget {s['encoder_budget_tokens']}, "
         f"chunked prefill {'on' if s['chunked_prefill'] else 'off'}, "
-        f"KV cache {s['kv_cache_tokens']} tokens\n"
+        f"KV cache {'unbounded (--kv-cache-tokens caps it)' if kv is None else f'{kv} tokens'}\n"
         f"SD: {about['sd_policy']}, acceptance {about['acceptance']}"
         + "".join(f"\nnote: {n}" for n in about.get("notes", []))
     )

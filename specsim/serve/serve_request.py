@@ -281,7 +281,7 @@ def serve_setup(req: ServeRequest) -> tuple[ServeSetup, dict]:
     else:
         entries = (acceptance.entry,) if acceptance.entry is not None else ()
         cost, max_seqs = _profile_cost(req, cost_profile, image_tokens, entries)
-        kv = req.kv_cache_tokens if req.kv_cache_tokens is not None else 1 << 30
+        kv = req.kv_cache_tokens  # None: unbounded (no memory figure caps a measured profile's)
         device, runtime = f"measured profile {req.cost_profile}", "its batched engine"
         usd_per_hour = None
     for flag, given, what in (
