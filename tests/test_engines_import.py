@@ -240,7 +240,13 @@ def test_malformed_inputs_give_one_line_and_write_nothing(tmp_path, capsys):
     _run_fails(capsys, ["import", "vllm", str(_bad(tmp_path, "gap.prom", gap))], out, "position 3 is missing")
     # K disagreeing between counters: accepted tokens vs the per-position sum, and draft tokens > K x drafts
     acc = s2.replace("} 9550.0", "} 9551.0")
-    _run_fails(capsys, ["import", "vllm", str(_bad(tmp_path, "acc.prom", acc))], out, "K disagrees", "9551")
+    _run_fails(
+        capsys,
+        ["import", "vllm", str(_bad(tmp_path, "acc.prom", acc))],
+        out,
+        "accepted tokens disagree",
+        "9551",
+    )
     toks = s2.replace("} 21000.0", "} 25200.0")
     _run_fails(capsys, ["import", "vllm", str(_bad(tmp_path, "tok.prom", toks))], out, "K disagrees", "25200")
     _run_fails(capsys, ["import", "vllm", str(SCRAPE_2), "--num-speculative-tokens", "4"], out, "5 positions")

@@ -114,8 +114,9 @@ class SpecCounters:
                 )
         if sum(pos) != self.accepted:
             raise SpecsimError(
-                f"{where}: K disagrees between counters: {ACCEPTED} = {self.accepted}, but the "
-                f"per-position counts of positions 0..{k - 1} sum to {sum(pos)}"
+                f"{where}: the accepted tokens disagree between counters: {ACCEPTED} = {self.accepted}, but "
+                f"the per-position counts of positions 0..{k - 1} sum to {sum(pos)} (counters scraped at "
+                f"different moments, or positions past K = {k} not reported)"
             )
         if self.draft_tokens > k * self.drafts:
             raise SpecsimError(
