@@ -216,3 +216,21 @@ def test_a_scenario_group_is_refused_where_one_tau_per_method_is_read(capsys, ar
     assert main([*argv, "--scenario", "5img"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and want in err
+
+
+@pytest.mark.parametrize(
+    "argv, flag",
+    [
+        (["hardware", "--device", "l4", "--fit-profile", "{p}"], "--fit-profile"),
+        (["serve", "--cost-profile", "{p}", "--alpha", "0.7"], "--cost-profile"),
+    ],
+)
+def test_a_profile_of_imported_acceptance_says_it_has_no_timings_first(imported, capsys, argv, flag):
+    """A profile holding imported counters alone asked for --pair, then --fit-device, then --fit-dtype, before
+    saying it has no latency points; predict asked for --context-tokens, which could not price either."""
+    assert main([a.replace("{p}", imported) for a in argv]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"specsim: error: {flag}: profile 'imported': latency: no timings to price")
+    assert main(["predict", "--profile", imported, "--gamma", "5"]) == 0
+    out = capsys.readouterr().out
+    assert "note: latency: no timings to price forwards with" in out and "--context-tokens" not in out

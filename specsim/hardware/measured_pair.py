@@ -54,6 +54,10 @@ def models_for_costs(profile: Profile, flag: str, named, **kw) -> tuple[str | No
     """(pair, target, draft) a cost profile prices: its own models. ``named``: the (pair, target, draft)
     resolved from --pair/--target/--draft, or None when none was given; SpecsimError naming ``flag`` when
     they are other models, or when the profile's own cannot be sized and none were named."""
+    try:
+        profile.latency.forward_costs()  # before the models: without timings nothing here prices a pass
+    except SpecsimError as err:
+        raise SpecsimError(f"{flag}: profile {profile.name!r}: {err}") from None
     measured = MeasuredPair.of(profile)
     own = measured.specs(**kw)
     if named is None:

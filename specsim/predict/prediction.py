@@ -99,6 +99,7 @@ def predict_entry(
     base |= {"tau_source": source, "extrapolated": extrapolated(source)}
     walked = _textbook_gamma(profile, draft) if textbook and chain else draft
     try:
+        profile.latency.forward_costs()  # none: say so before what a walk would need
         specs = request_specs(
             entry,
             context_tokens=context_tokens,
