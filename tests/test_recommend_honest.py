@@ -311,7 +311,8 @@ def test_a_draft_model_for_a_lookup_method_is_refused(capsys, engine, method):
 
 
 PLAN_ONLY = [["--batch", "1,8"], ["--context", "4000"], ["--device", "l4"], ["--runtime", "vllm"],
-             ["--at-batch", "4"], ["--pair", "zoo"]]  # fmt: skip
+             ["--at-batch", "4"], ["--pair", "zoo"],
+             ["--device", "h100-sxm"], ["--context", "1024"]]  # fmt: skip  (the last two: at their defaults)
 
 
 @pytest.mark.parametrize("extra", PLAN_ONLY)

@@ -39,7 +39,7 @@ from specsim.engines.recommend import (
     recommend,
 )
 from specsim.errors import SpecsimError
-from specsim.hardware.device import load_device
+from specsim.hardware.device import DEVICE_DEFAULT, load_device
 from specsim.hardware.measured_pair import other_pair_note
 from specsim.hardware.model import check_block_positions
 from specsim.hardware.plan_inputs import resolve_models
@@ -84,7 +84,10 @@ def register(sub) -> None:
     )
     p.add_argument("--method", default=None, help="method of the entry (default: the profile's only one)")
     p.add_argument("--scenario", default=None, help="scenario of the entry (default: the profile's only one)")
-    add_model_options(p, runtime_default="the --engine's own on GPUs", pair_default=None)
+    # --device and --context default to None: a llama.cpp profile refuses them given, at any value
+    add_model_options(
+        p, runtime_default="the --engine's own on GPUs", pair_default=None, device_given_only=True
+    )
     p.add_argument("--dtype", default=None, help="weights/KV dtype (default: bfloat16 or the config's)")
     p.add_argument(
         "--batch",
@@ -92,7 +95,7 @@ def register(sub) -> None:
         help="batch sizes shown, e.g. 1,8,64 or 1-16; every size up to the largest is evaluated "
         "(default 1,2,4,...,256)",
     )
-    p.add_argument("--context", default="1024", help="tokens in each sequence's KV cache (default 1024)")
+    p.add_argument("--context", default=None, help="tokens in each sequence's KV cache (default 1024)")
     p.add_argument(
         "--gamma-max",
         default=None,
@@ -153,7 +156,7 @@ def latency_model(args, kind) -> LatencyModel:
         image_size=image_size(args),
         draft_kind=kind.name,
     )
-    device = load_device(args.device)
+    device = load_device(DEVICE_DEFAULT if args.device is None else args.device)
     own = args.engine if device.kind == "gpu" else DEFAULT_RUNTIMES[device.kind]
     runtime = load_runtime(own if args.runtime is None else args.runtime)
     if runtime.kind != device.kind:
@@ -246,7 +249,8 @@ def cmd_recommend(args) -> int:
         return llama_measured(args, profile, entry.entry, given_max)
     lm = latency_model(args, kind)
     borrowed = None if profile is None else other_pair_note(profile, lm.target, lm.draft)
-    context = _one_int(args.context, "--context", 1, "tokens")  # as hardware's: a decode has a context
+    given = "1024" if args.context is None else args.context
+    context = _one_int(given, "--context", 1, "tokens")  # as hardware's: a decode has a context
     gamma_max = default_gamma_max(entry) if given_max is None else given_max
     check_block_positions(lm.target, context, gamma_max, "--context")
     rec = recommend(

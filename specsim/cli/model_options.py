@@ -10,6 +10,7 @@ import argparse
 
 from specsim.bounds import name_arg
 from specsim.errors import SpecsimError
+from specsim.hardware.device import DEVICE_DEFAULT
 from specsim.hardware.image_tokens import DEFAULT_IMAGE_SIZE, ImageSize, parse_image_size
 
 MODEL_HELP = (
@@ -89,8 +90,8 @@ def add_model_options(
         parser.add_argument(
             "--device",
             type=name_arg,
-            default=None if device_given_only else "h100-sxm",
-            help="catalog name or device JSON (default h100-sxm; `specsim hardware --list-devices`)",
+            default=None if device_given_only else DEVICE_DEFAULT,
+            help=f"catalog name or device JSON (default {DEVICE_DEFAULT}; `specsim hardware --list-devices`)",
         )
     parser.add_argument(
         "--runtime",

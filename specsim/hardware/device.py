@@ -31,6 +31,7 @@ from specsim.jsonio import (
 
 SCHEMA_VERSION = 1
 CATALOG_DIR = Path(__file__).parent / "catalog"
+DEVICE_DEFAULT = "h100-sxm"  # the device of the commands that price one (serve, recommend)
 _NUMBERS = ("memory_bandwidth_bytes_per_s", "peak_flops_per_s", "memory_bytes")
 _UNITS = {
     "memory_bandwidth_bytes_per_s": "bytes_per_s",

@@ -15,7 +15,7 @@ import numpy as np
 from specsim.draft_kinds.registry import draft_kind
 from specsim.draft_shapes.policies import GammaPolicy, parse_batch_ranges
 from specsim.errors import SpecsimError
-from specsim.hardware.device import load_device
+from specsim.hardware.device import DEVICE_DEFAULT, load_device
 from specsim.hardware.host import contended_note
 from specsim.hardware.image_tokens import parse_image_size
 from specsim.hardware.measured_pair import models_for_costs, other_pair_note
@@ -35,7 +35,6 @@ from specsim.serve.speculation import serving_source
 from specsim.serve.vllm_bench import VllmBenchResult, read_vllm_bench_result
 
 GAMMA_DEFAULT = 3  # draft tokens per step where no --gamma-by-batch range applies
-DEVICE_DEFAULT = "h100-sxm"
 # the load options' defaults (serve and tune), which a trace replaces
 LOAD_DEFAULTS = {
     "burstiness": 1.0,
