@@ -89,3 +89,13 @@ def test_cli_max_memory_needs_device_map(tmp_path, capsys):
     )
     err = capsys.readouterr().err
     assert rc == 2 and "--max-memory: needs --device-map" in err and err.count("\n") == 1
+
+
+def test_a_map_that_splits_nothing_names_the_one_device(tmp_path):
+    """--device-map auto on a CPU host recorded 'device map auto: ' with nothing after it (real weights: no
+    hf_device_map), or ' -> cpu' after an empty name (random weights: the map {'': 'cpu'})."""
+    built = M.build_random_model(TINY, seed=3, name="tiny", device_map="auto")
+    built.model.save_pretrained(tmp_path / "tiny")
+    real = M.load_model(str(tmp_path / "tiny"), device_map="auto")
+    for loaded in (built, real):
+        assert loaded.placement == "device map auto: the whole model -> cpu"

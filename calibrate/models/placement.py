@@ -144,6 +144,7 @@ def placement_summary(model: Any, device_map: str, max_memory: dict | None) -> s
     dmap = getattr(model, "hf_device_map", None) or {}
     groups: list[tuple[str, list[str]]] = []
     for module, dev in dmap.items():
+        module = module or "the whole model"  # accelerate's key for a map that splits nothing
         name = _device_name(dev)
         if groups and groups[-1][0] == name:
             groups[-1][1].append(module)
@@ -156,6 +157,9 @@ def placement_summary(model: Any, device_map: str, max_memory: dict | None) -> s
         + ", ".join(f"{_device_name(k)}={v / 2**30:.2f} GiB" for k, v in max_memory.items())
         + ")"
     )
+    if not groups:  # accelerate split nothing (one device holds it all): no map, so name that device
+        where = next((str(p.device) for p in model.parameters()), "no parameters")
+        return f"device map {device_map}{caps}: the whole model -> {where}"
     return f"device map {device_map}{caps}: " + "; ".join(
         f"{_compress(mods)} -> {dev}" for dev, mods in groups
     )
