@@ -124,3 +124,11 @@ def test_seeds_beside_a_temperature_a_greedy_mode_refuses_names_the_temperature(
     args = _args("--gamma", "1", "--method", "M", *mode, "--temperature", "1", "--seeds", "2")
     with pytest.raises(SpecsimError, match=r"runs fixed gamma, greedy \(no --tree, --policy.*--temperature"):
         check_request(args)
+
+
+def test_a_sampled_request_warns_nothing_before_loading(no_loading, recwarn):
+    """The entries are checked before loading, every one the flags select; the greedy-beta warning came
+    then and again after loading, and for scenarios the prompts did not use: it comes once, after."""
+    request = check_request(_args("--gamma", "1", "--method", "M", "--temperature", "1", "--limit", "2"))
+    assert request.mode == SAMPLED
+    assert [str(w.message) for w in recwarn if "greedy output only" in str(w.message)] == []

@@ -10,12 +10,13 @@ config is at hand. Each mode's checks run in one fixed order, so a bad flag is a
 
 from __future__ import annotations
 
+import warnings
 from collections import Counter
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 from specsim.draft_shapes.draft_plans import parse_drafts
-from specsim.errors import SpecsimError
+from specsim.errors import SpecsimError, SpecsimWarning
 from specsim.jsonio import check_writable
 from specsim.profiles import load_profile, resolve_profile_path
 
@@ -179,9 +180,11 @@ def _sampled(args, request: CheckRequest) -> None:
     if args.tree or args.policy:  # the sampled runs draft fixed-γ chains
         raise SpecsimError("--tree/--policy: greedy checks only (no --temperature)")
     methods = request.methods
-    for entry in request.profile.acceptance:  # a wrong temperature costs no loading
-        if (methods is None or entry.method in methods) and args.scenario in (None, entry.scenario):
-            check_sampling_entry(entry, args.temperature)
+    with warnings.catch_warnings():  # its warnings come after loading, for the entries the prompts use
+        warnings.simplefilter("ignore", SpecsimWarning)
+        for entry in request.profile.acceptance:  # a wrong temperature costs no loading
+            if (methods is None or entry.method in methods) and args.scenario in (None, entry.scenario):
+                check_sampling_entry(entry, args.temperature)
 
 
 def _serving(args, request: CheckRequest) -> CheckRequest:
