@@ -122,8 +122,9 @@ def _models(plan: Plan, pair: tuple[str, str], *, check: bool) -> list[str]:
 
 def _latency(plan: Plan, pair, out: Path, *extra: str) -> int:
     """``calibrate latency`` of a random-weight pair, sized to the reference prompts."""
-    sizes = ["--prompts", "reference", "--max-new-tokens", str(plan.new_tokens), "--batch-sizes", "1"]
-    sizes += ["--gammas", plan.latency_gammas, *_repeats(plan)]
+    sizes = ["--prompts", "reference", "--max-new-tokens", str(plan.new_tokens)]
+    if "--batched-only" not in extra:  # the batch-1 grid's options, which --batched-only refuses
+        sizes += ["--batch-sizes", "1", "--gammas", plan.latency_gammas, *_repeats(plan)]
     return _cli("calibrate", "latency", *_models(plan, pair, check=False), *sizes, "--quiet", "--no-resume",
                 "--out", str(out), *extra)  # fmt: skip
 
@@ -168,7 +169,7 @@ def _stage_steps(plan: Plan, work: Path, name: str) -> list[tuple[str, object]]:
     llava, llama = work / "llava7b.json", work / "llama8b.json"
     batched = ["--batched-only", "--request-batches", plan.grid_batches, "--request-prompt-lengths", "2"]
     batched += ["--request-gammas", "3", "--request-rounds", "1", "--request-new-tokens", "16"]
-    batched += ["--no-server-loop"]
+    batched.append("--no-server-loop")
     b1 = ["--gamma", plan.gammas, "--limit", str(plan.prompts)]
     steps = {
         "cuda_paths": [("checks", lambda: _write(work / "cuda_paths.json", _cuda_paths(plan, work)))],
@@ -358,9 +359,8 @@ def _collect(out: Path, work: Path, name: str) -> None:
 
 
 def _save(out: Path, session: dict) -> None:
-    tmp = out / "session.json.tmp"
-    tmp.write_text(json.dumps(session, indent=1, default=str))
-    tmp.replace(out / "session.json")
+    (tmp := out / "session.json.tmp").write_text(json.dumps(session, indent=1, default=str))
+    tmp.replace(out / "session.json")  # whole or not at all
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -197,3 +197,13 @@ def test_gc_paused_turns_the_collector_off_inside_and_restores_it():
         assert not gc.isenabled()
     finally:
         gc.enable()
+
+
+@pytest.mark.parametrize("max_seconds", [None, 1e-9])
+def test_a_point_stops_at_two_samples_at_the_least(max_seconds):
+    """--min-repeats 1 stopped every point at one sample, whose half-width reads 0.0 ms (met by any target),
+    and a time budget did the same: two samples give the first spread."""
+    clock = FakeClock()
+    t = measure(clock.workload([10.0, 12.0] * 10), clock=clock, warmup=0, min_repeats=1, max_repeats=5,
+                max_seconds=max_seconds)  # fmt: skip
+    assert t.n >= 2 and t.halfwidth_ms > 0

@@ -241,7 +241,7 @@ def measure_interleaved(
             with timed(device, clock) as t:
                 fn()
             samples[name].append(t.ms)
-        if rounds >= min_repeats:
+        if rounds >= max(min_repeats, min(2, max_repeats)):  # one sample has no spread: its half-width is 0
             results = {name: summarize(xs) for name, xs in samples.items()}
             if all(r.halfwidth_ms <= target_rel_halfwidth * r.median_ms for r in results.values()):
                 return results
