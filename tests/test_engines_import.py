@@ -369,3 +369,12 @@ def test_an_empty_sglang_file_is_named_empty(tmp_path, capsys, text):
     assert main([*argv, "--out", str(tmp_path / "p.json")]) == 2
     err = capsys.readouterr().err
     assert f"SGLang file {str(path)!r}: empty (expected a /metrics scrape or /generate responses)" in err
+
+
+@pytest.mark.parametrize("steps", ["1023", "1024"])
+def test_a_draft_length_at_the_cap_is_imported_with_its_default_table(tmp_path, capsys, steps):
+    """--num-steps takes 1..1024, and the τ table's default (K+2) went past the cap: 'gamma: expected at most
+    1024, got 1025', naming no option."""
+    argv = ["import", "sglang", str(DATA / "sglang_metrics.prom"), "--num-steps", steps, "--method", "E"]
+    assert main([*argv, "--scenario", "c", "--out", str(tmp_path / "s.json")]) == 0
+    assert "\n  1024 " in capsys.readouterr().out  # the table runs to the cap

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from specsim.bounds import name_arg, number_arg
+from specsim.bounds import MAX_GAMMA, name_arg, number_arg
 from specsim.engines.imported import EngineImport, add_to_profile, import_sglang, import_vllm
 from specsim.errors import SpecsimError, warn
 from specsim.jsonio import check_writable, dumps_json
@@ -199,7 +199,7 @@ def _finish(imp: EngineImport, args) -> int:
         draft=args.draft,
         device=args.device,
     )
-    rows = tau_rows(entry, args.show_k or imp.gamma + 2)
+    rows = tau_rows(entry, args.show_k or min(imp.gamma + 2, MAX_GAMMA))  # the default: K+2, at most the cap
     profile, created, replaced = add_to_profile(entry, args.out)
     done = "new profile" if created else f"{'replaced in' if replaced else 'added to'} profile {profile.name}"
     for line in _import_warnings(profile, entry, replaced):
