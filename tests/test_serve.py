@@ -899,3 +899,12 @@ def test_a_measured_profiles_kv_cache_is_unbounded_not_a_number(capsys):
     assert json.loads(capsys.readouterr().out)["scheduler"]["kv_cache_tokens"] is None
     assert main([*argv, "--kv-cache-tokens", "5000"]) == 0
     assert "KV cache 5000 tokens" in capsys.readouterr().out
+
+
+def test_a_schedule_over_every_batch_shows_no_fixed_gamma(capsys):
+    """The header printed 'SD: gamma=3, by batch 1-24:5,25-4096:3' where no step takes gamma 3."""
+    argv = ["serve", "--alpha", "0.7", "--max-num-seqs", "64", "--requests", "50", "--rate", "4"]
+    assert main([*argv, "--gamma-by-batch", "1-24:5,25-4096:3", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["sd_policy"] == "by batch 1-24:5,25-4096:3"
+    assert main([*argv, "--gamma-by-batch", "1-24:5", "--json"]) == 0  # batches 25..64 take gamma 3
+    assert json.loads(capsys.readouterr().out)["sd_policy"] == "gamma=3, by batch 1-24:5"

@@ -250,7 +250,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         check_span(requests, rate, "--rate" if args.rates is None else "--rates")
     req = ServeRequest.from_options(vars(args))
     setup, about = serve_setup(req)  # --max-rate without --slo: max_rates says so
-    sd_label = f"SD ({setup.policy.describe()})"
+    sd_label = f"SD ({setup.policy.describe(setup.scheduler.max_num_seqs)})"
     if args.max_rate:
         search = max_rates(setup, 0.9 if args.slo_attainment is None else args.slo_attainment)
         about = _with_notes(about, context_note(setup))

@@ -119,9 +119,11 @@ class GammaPolicy:
             text = f"{self.schedule}:{self.gamma}"
         return text + (f",max={self.gamma_max}" if self.gamma_max is not None else "")
 
-    def describe(self) -> str:
-        """The serving settings in words: γ, its ranges by batch, where SD turns off."""
-        parts = [f"gamma={self.gamma}"]
+    def describe(self, max_batch: int | None = None) -> str:
+        """The serving settings in words: γ, its ranges by batch, where SD turns off (the fixed γ left out
+        where the ranges cover every batch up to ``max_batch``: no step takes it)."""
+        shown = max_batch is None or not self.by_batch or self.falls_back(max_batch)
+        parts = [f"gamma={self.gamma}"] if shown else []
         if self.by_batch:
             parts.append("by batch " + ",".join(f"{lo}-{hi}:{g}" for lo, hi, g in self.by_batch))
         if self.off_from_batch is not None:

@@ -327,7 +327,7 @@ def serve_setup(req: ServeRequest) -> tuple[ServeSetup, dict]:
         "device": device,
         "runtime": runtime,
         "tp": req.tp,
-        "sd_policy": policy.describe(),
+        "sd_policy": policy.describe(max_seqs),
         "acceptance": acceptance.label,
         "scheduler": {
             "max_num_seqs": scheduler.max_num_seqs,

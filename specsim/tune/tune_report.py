@@ -78,8 +78,8 @@ def describe(record: TrialRecord) -> str:
     d = record.deployment
     runtime = f", runtime {d.runtime}" if d.runtime else ""
     return (
-        f"{d.device} tp {d.tp}{runtime}, draft {d.draft.label}, {d.policy.describe()}, max_num_seqs "
-        f"{d.max_num_seqs}"
+        f"{d.device} tp {d.tp}{runtime}, draft {d.draft.label}, {d.policy.describe(d.max_num_seqs)}, "
+        f"max_num_seqs {d.max_num_seqs}"
     )
 
 
