@@ -160,12 +160,26 @@ def alpha_from_tau(tau, gamma):
 def speedup(tau, gamma, c, v):
     """Decode-phase speedup = τ / (γ·c + v), with c = Tq/Tp and v = Tv(γ)/Tp (IbED Eq. 2)."""
     g = as_gammas(gamma)
-    c = np.asarray(c, dtype=float)
-    v = np.asarray(v, dtype=float)
+    t, c, v = (_finite(x, name) for x, name in ((tau, "tau"), (c, "c"), (v, "v")))
     if np.any(c < 0) or np.any(v <= 0):
-        raise SpecsimError(f"c and v: expected c >= 0 and v > 0, got c={c!r}, v={v!r}")
-    out = np.asarray(tau, dtype=float) / (g * c + v)
+        raise SpecsimError(f"c and v: expected c >= 0 and v > 0, got c={_clip(c)}, v={_clip(v)}")
+    if np.any(t < 1) or np.any(t > g + 1):  # a block emits 1..γ+1 tokens
+        raise SpecsimError(
+            f"tau: expected 1 <= tau <= gamma + 1, got tau={_clip(tau)} at gamma={_clip(gamma)}"
+        )
+    out = t / (g * c + v)
     return out if out.ndim else float(out)
+
+
+def _finite(x, name: str) -> np.ndarray:
+    """``x`` as a float array of finite values; SpecsimError naming ``name`` otherwise."""
+    try:
+        a = np.asarray(x, dtype=float)
+    except (TypeError, ValueError):
+        raise SpecsimError(f"{name}: expected finite numbers, got {_clip(x)}") from None
+    if not np.all(np.isfinite(a)):
+        raise SpecsimError(f"{name}: expected finite numbers, got {_clip(x)}")
+    return a
 
 
 def block_speedup(tau, target_ms_per_token, block_ms):
@@ -192,14 +206,17 @@ def optimal_gamma(alpha, c, v_of_gamma=None, gamma_max: int = 16):
     ``v_of_gamma``: array of v for γ = 1..gamma_max (shape (gamma_max,)), or None for v = 1.
     Returns (best_gamma, best_speedup), each broadcast over α and c.
     """
+    integer = isinstance(gamma_max, (int, np.integer)) and not isinstance(gamma_max, bool)
+    if not integer or not 1 <= gamma_max <= MAX_GAMMA:
+        raise SpecsimError(f"gamma_max: expected an integer in 1..{MAX_GAMMA}, got {_clip(gamma_max)}")
     gammas = np.arange(1, int(gamma_max) + 1)
-    v = np.ones(gammas.shape) if v_of_gamma is None else np.asarray(v_of_gamma, dtype=float)
+    v = np.ones(gammas.shape) if v_of_gamma is None else _finite(v_of_gamma, "v_of_gamma")
     if v.shape != gammas.shape:
         raise SpecsimError(
             f"v_of_gamma: expected {gamma_max} values (gamma = 1..{gamma_max}), got shape {v.shape}"
         )
     a = np.asarray(alpha, dtype=float)[..., None]
-    cc = np.asarray(c, dtype=float)[..., None]
+    cc = _finite(c, "c")[..., None]
     s = speedup(tau_iid(a, gammas), gammas, cc, v)
     best = np.argmax(s, axis=-1)
     best_s = np.take_along_axis(s, best[..., None], axis=-1)[..., 0]

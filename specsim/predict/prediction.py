@@ -14,9 +14,12 @@ from dataclasses import asdict, dataclass, replace
 import numpy as np
 
 from specsim.acceptance.theory import alpha_from_tau, speedup, tau_from_histogram, tau_iid
+from specsim.bounds import check_range
 from specsim.costs.pass_cost import TARGET
 from specsim.draft_shapes.block_plans import refuse_short_budget
 from specsim.draft_shapes.draft_plans import Draft, draft_gamma, draft_label
+from specsim.draft_shapes.policies import GammaPolicy
+from specsim.draft_shapes.trees import TreeSpec
 from specsim.errors import SpecsimError
 from specsim.predict.pricing import Priced, draft_cost, price, request_specs
 from specsim.predict.tau_at_gamma import alpha_what_if, check_gamma, extrapolated, tau_with_source
@@ -76,9 +79,9 @@ def predict_entry(
 ) -> Prediction:
     """Predict one method × scenario at a fixed γ, a token tree or a policy; with ``new_tokens``, also its
     end-to-end request latency. A row whose speedup is None carries the reason in ``note``."""
-    chain = isinstance(draft, (int, np.integer))
+    chain = not isinstance(draft, (TreeSpec, GammaPolicy))  # else a γ: 5.0 or "5" was taken for a tree
     if chain:
-        draft = check_gamma(int(draft))
+        draft = check_gamma(draft)
     ratio = profile.latency.published_ratio
     if ratio is not None:
         row = _ratio_prediction(entry, draft, ratio, textbook=textbook)
@@ -280,6 +283,15 @@ def predict(
     """Predictions for every selected method × scenario at γ, grouped by scenario (fewest images first);
     with ``new_tokens`` each row also carries its end-to-end request latency (or the reason it has none);
     SpecsimError when ``max_new_tokens`` is below a selected entry's traced request."""
+    for name, value, unit in (
+        ("context_tokens", context_tokens, "tokens"),
+        ("new_tokens", new_tokens, "output_tokens"),
+        ("max_new_tokens", max_new_tokens, "output_tokens"),
+    ):  # the library's entry: the CLI checks its flags, a caller's numbers are checked here
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float, np.number))):
+            raise SpecsimError(f"{name}: expected a number of tokens, got {value!r}")
+        if value is not None:
+            check_range(value, unit, name)
     entries = profile.select_entries(methods, scenario)
     refuse_short_budget([t for e in entries for t in e.traces], max_new_tokens)
     return [

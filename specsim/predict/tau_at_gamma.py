@@ -8,6 +8,8 @@ extrapolation through α(τ) from the measured γ, the last two always flagged a
 
 from __future__ import annotations
 
+import numpy as np
+
 from specsim.acceptance.theory import (
     alpha_from_tau,
     survival_from_histogram,
@@ -23,9 +25,9 @@ from specsim.profile_format import WHAT_IF_SCENARIO, MethodAcceptance
 
 def check_gamma(gamma) -> int:
     """``gamma`` as an int >= 1; SpecsimError naming it otherwise."""
-    if isinstance(gamma, bool) or not isinstance(gamma, int) or gamma < 1:
+    if isinstance(gamma, bool) or not isinstance(gamma, (int, np.integer)) or gamma < 1:
         raise SpecsimError(f"gamma: expected an integer >= 1, got {gamma!r}")
-    return gamma
+    return int(gamma)
 
 
 EXTRAPOLATED = "iid from"  # a source that carries a measured γ's α to another γ
