@@ -220,6 +220,22 @@ def test_a_speedup_above_its_own_tau_is_refused():
     assert parse_published_set(_one_row_set(**sd, speedup=2.4), "mine.json").rows[0].speedup == 2.4
 
 
+@pytest.mark.parametrize(
+    "over, said",
+    [
+        ({"speeedup": 1.2}, r"rows\[0\]: unknown field 'speeedup'"),  # a typo was dropped without a word
+        ({"device": "tpu-v9"}, r"rows\[0\].device: unknown device 'tpu-v9'"),  # named no row
+        ({"runtime": "fastllm"}, r"rows\[0\].runtime: unknown runtime 'fastllm'"),
+        ({"target": "preset:nope-7b"}, r"rows\[0\].target: unknown model 'nope-7b'"),
+    ],
+)
+def test_a_rows_unknown_key_or_name_is_refused_where_the_row_is_named(over, said):
+    decode = {"kind": "decode", "target_ms_per_token": 9.0}
+    with pytest.raises(SpecsimError, match=said):
+        parse_published_set(_one_row_set(**decode | over), "mine.json")
+    assert parse_published_set(_one_row_set(**decode, context_derivation="words"), "mine.json").rows
+
+
 def test_reserved_sources_by_title_or_venue():
     eagle = Source(
         "eagle2",

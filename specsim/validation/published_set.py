@@ -10,7 +10,8 @@ More: ARCHITECTURE.md, Notes by module.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+import functools
+from dataclasses import dataclass, field, fields, replace
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -18,9 +19,11 @@ from typing import Any
 from specsim.bounds import check_range
 from specsim.draft_kinds.registry import draft_kind
 from specsim.errors import SpecsimError
+from specsim.hardware.device import load_device
 from specsim.hardware.model import ModelSpec, spec_from_config
 from specsim.hardware.model_resolution import find_shipped, load_model_spec
 from specsim.hardware.parallel import timing_gpus
+from specsim.hardware.runtime import load_runtime
 from specsim.hardware.weight_formats import dtype_bytes, kv_dtype_bytes
 from specsim.jsonio import check_schema_version, read_json, show
 from specsim.validation.load_spec import ServedLoad, parse_load
@@ -159,9 +162,27 @@ def _field(
     return value
 
 
+_ROW_KEYS = ({f.name for f in fields(Row)} - {"speedup_ratio"}) | {"context_derivation", "gamma_schedule"}
+
+
+@functools.lru_cache(maxsize=256)
+def _unknown(key: str, name: str) -> str | None:
+    """Why a row's device, runtime or ``preset:NAME`` model is none the project knows (None: it is known)."""
+    load = {"device": load_device, "runtime": load_runtime}.get(key, load_model_spec)
+    if load is load_model_spec and not name.startswith("preset:"):
+        return None  # a shipped model or one of the file's: checked as the row is read
+    try:
+        load(name.removeprefix("preset:"))
+    except SpecsimError as err:
+        return str(err)
+    return None
+
+
 def _row(d: Any, where: str, sources: dict, models: dict) -> Row:
     if not isinstance(d, dict):
         raise SpecsimError(f"{where}: expected an object, got {type(d).__name__}")
+    if extra := sorted(set(d) - _ROW_KEYS):  # a typo is no field; context_derivation is words
+        raise SpecsimError(f"{where}: unknown field {extra[0]!r} (expected the shipped set's row keys)")
     num = (int, float)
     kind = _field(d, "kind", where, str)
     if kind not in ("sd", "decode", "pass"):
@@ -233,6 +254,9 @@ def _row(d: Any, where: str, sources: dict, models: dict) -> Row:
             f"{where}: an SpS (separate draft model) row of {sources[source].title!r} is reserved for an "
             "independent check and must stay out (only the EAGLE papers' head rows may be used)"
         )
+    for key in ("device", "runtime", "target", "draft"):  # here, where the row is named, not where priced
+        if why := _unknown(key, getattr(row, key) or ""):
+            raise SpecsimError(f"{where}.{key}: {why}")
     _check_row(row, where)
     return row
 
