@@ -908,3 +908,18 @@ def test_a_schedule_over_every_batch_shows_no_fixed_gamma(capsys):
     assert json.loads(capsys.readouterr().out)["sd_policy"] == "by batch 1-24:5,25-4096:3"
     assert main([*argv, "--gamma-by-batch", "1-24:5", "--json"]) == 0  # batches 25..64 take gamma 3
     assert json.loads(capsys.readouterr().out)["sd_policy"] == "gamma=3, by batch 1-24:5"
+
+
+def test_the_rate_plot_labels_the_swept_rates(tmp_path, monkeypatch):
+    """Log-axis minor labels collided on every panel ('2x10^0 3x10^0 4x10^0 6x10^0')."""
+    from specsim.serve import serve_plots
+
+    drawn = {}
+    monkeypatch.setattr(serve_plots, "save_png", lambda fig, path: drawn.setdefault("fig", fig))
+    assert (
+        main([*_with_requests(60), "--rates", "1,2,4,8", "--plot", str(tmp_path / "r.png"), "--no-progress"])
+        == 0
+    )
+    for ax in drawn["fig"].axes:
+        assert [t.get_text() for t in ax.get_xticklabels()] == ["1", "2", "4", "8"]
+        assert not [t.get_text() for t in ax.get_xticklabels(minor=True) if t.get_text()]

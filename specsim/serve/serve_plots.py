@@ -32,6 +32,8 @@ def draw_latency_vs_rate(axes, sweep: Sweep, sd_label: str, title: str = "") -> 
         if sweep.stops_paying_from_rate is not None:
             ax.axvline(sweep.stops_paying_from_rate, color="k", lw=0.8, ls=":", label="SD stops paying")
         ax.set_xscale("log")
+        ax.set_xticks(rates, [f"{r:g}" for r in rates])  # the swept rates, not log-minor labels that collide
+        ax.minorticks_off()
         ax.set_xlabel("request rate (req/s)")
         ax.set_ylabel(label)
     if title:
