@@ -398,3 +398,17 @@ def test_the_speedup_plot_draws_every_context_and_method(tmp_path, monkeypatch):
     labels = {t.get_text() for t in axes[1].get_legend().get_texts()}
     assert len(labels) > 2 and all(", " in x for x in labels)  # device × method
     assert axes[0].get_ylabel() == "SD speedup (γ 3)"
+
+
+def test_the_catalog_plot_gives_every_device_its_own_colour(capsys, tmp_path, monkeypatch):
+    """18 devices on matplotlib's 10-colour cycle: a100-40gb-sxm and l40s, a10g and rtx-3060 shared one."""
+    from specsim.hardware import plots
+
+    drawn = {}
+    monkeypatch.setattr(plots, "save_png", lambda fig, path: drawn.setdefault("fig", fig))
+    assert main(["hardware", "--alpha", "0.7", "--context", "1024", "--plot", str(tmp_path / "h.png")]) == 0
+    lines = [ln for ln in drawn["fig"].axes[0].get_lines() if not ln.get_label().startswith("_")]
+    from matplotlib.colors import to_rgba
+
+    colors = {to_rgba(ln.get_color()) for ln in lines}
+    assert len(lines) == 18 and len(colors) == 18

@@ -15,26 +15,29 @@ def plot_speedup_vs_batch(plan: Plan, path: str | os.PathLike) -> Path:
     """SD speedup vs batch size: one panel per context, one line per device and method (dashes: later methods;
     hollow markers: does not fit in memory; a star: the largest batch that fits, priced)."""
     fixed = len(plan.gammas) == 1
-    fig = new_figure((7, 3.2 * len(plan.contexts) + 1.3))
+    fig = new_figure((9.5, 3.2 * len(plan.contexts) + 1.3))
     axes = fig.subplots(len(plan.contexts), 1, squeeze=False)[:, 0]
+    colors = palette(len(plan.devices))
     for ax, context in zip(axes, plan.contexts):
         for i, method in enumerate(plan.methods):
-            for dev in plan.devices:
-                _speedup_line(ax, plan, dev, method, context, ("-", "--", ":", "-.")[i % 4])
+            for dev, color in zip(plan.devices, colors):
+                _speedup_line(ax, plan, dev, method, context, ("-", "--", ":", "-.")[i % 4], color)
         ax.axhline(1.0, color="k", lw=0.8, ls="--")
         ax.set_xscale("log", base=2)
         ax.set_ylabel(f"SD speedup ({f'γ {plan.gammas[0]}' if fixed else 'best γ'})")
         ax.set_title(f"context {context} tokens (hollow: does not fit; star: largest that fits)", fontsize=9)
-        ax.legend(fontsize=7, ncol=2)
+        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))  # beside the curves, not on them
     axes[-1].set_xlabel("batch size (sequences), decode phase")
     fig.tight_layout()
     return save_png(fig, path)
 
 
-def _speedup_line(ax, plan: Plan, dev: str, method: str, context: int, style: str) -> None:
+def _speedup_line(ax, plan: Plan, dev: str, method: str, context: int, style: str, color) -> None:
     rows = sorted(plan.select(device=dev, method=method, context=context), key=lambda r: r.batch_size)
     label = dev if len(plan.methods) == 1 else f"{dev}, {method}"
-    (line,) = ax.plot([r.batch_size for r in rows], [r.speedup for r in rows], style, label=label)
+    (line,) = ax.plot(
+        [r.batch_size for r in rows], [r.speedup for r in rows], style, label=label, color=color
+    )
     for r in rows:
         face = line.get_color() if r.fits_memory else "none"
         ax.plot(r.batch_size, r.speedup, "o", color=line.get_color(), markerfacecolor=face)
@@ -53,7 +56,7 @@ def plot_validation(
 
     kinds = sorted({r.observable for r in results})
     sources = sorted({r.source for r in results})
-    color = {src: f"C{i % 10}" for i, src in enumerate(sources)}
+    color = dict(zip(sources, palette(len(sources))))
     fig = new_figure((max(12.0, 4.0 * len(kinds)), 9.0))
     grid = fig.add_gridspec(2, len(kinds), height_ratios=(1.1, 1.0))
     ax = fig.add_subplot(grid[0, :])
@@ -80,7 +83,7 @@ def plot_validation(
     ax.set_xlim(-1, len(rows))
     ax.set_ylabel("signed error (%)")
     ax.set_title("specsim (filled) and the textbook formula (hollow) against each published row", fontsize=9)
-    ax.legend(fontsize=6, ncol=4, loc="lower left")
+    ax.legend(fontsize=6, loc="upper left", bbox_to_anchor=(1.005, 1.0))  # beside the rows, not on them
     plain = FuncFormatter(lambda v, _: f"{v:g}")
     for k, kind in enumerate(kinds):
         ax = fig.add_subplot(grid[1, k])
@@ -142,6 +145,13 @@ def plot_sweeps(comparisons, path: str | os.PathLike) -> Path:
         ax.legend(fontsize=7)
     fig.tight_layout()
     return save_png(fig, path)
+
+
+def palette(n: int) -> list:
+    """``n`` colours, distinct up to 20 (matplotlib's tab10, then tab20; past 20 they repeat)."""
+    from matplotlib import colormaps
+
+    return [f"C{i}" for i in range(n)] if n <= 10 else [colormaps["tab20"](i % 20) for i in range(n)]
 
 
 def new_figure(size):
