@@ -166,13 +166,10 @@ _ROW_KEYS = ({f.name for f in fields(Row)} - {"speedup_ratio"}) | {"context_deri
 
 
 @functools.lru_cache(maxsize=256)
-def _unknown(key: str, name: str) -> str | None:
-    """Why a row's device, runtime or ``preset:NAME`` model is none the project knows (None: it is known)."""
-    load = {"device": load_device, "runtime": load_runtime}.get(key, load_model_spec)
-    if load is load_model_spec and not name.startswith("preset:"):
-        return None  # a shipped model or one of the file's: checked as the row is read
+def _unknown(kind: str, name: str) -> str | None:
+    """Why a row's device, runtime or preset model is none the project knows (None: it is known)."""
     try:
-        load(name.removeprefix("preset:"))
+        {"device": load_device, "runtime": load_runtime, "model": load_model_spec}[kind](name)
     except SpecsimError as err:
         return str(err)
     return None
@@ -196,8 +193,9 @@ def _row(d: Any, where: str, sources: dict, models: dict) -> Row:
         )
     for key in ("target", "draft"):
         name = _field(d, key, where, str, optional=True)
-        known = name is None or name.startswith("preset:") or name in models or find_shipped(name)
-        if not known:
+        if name and name.startswith("preset:") and (why := _unknown("model", name.removeprefix("preset:"))):
+            raise SpecsimError(f"{where}.{key}: {why}")
+        if not (name is None or name.startswith("preset:") or name in models or find_shipped(name)):
             raise SpecsimError(
                 f"{where}.{key}: expected 'preset:NAME', a shipped model id or alias (`specsim hardware "
                 f"--list`) or one of the file's models {sorted(models)}, got {name!r}"
@@ -254,8 +252,8 @@ def _row(d: Any, where: str, sources: dict, models: dict) -> Row:
             f"{where}: an SpS (separate draft model) row of {sources[source].title!r} is reserved for an "
             "independent check and must stay out (only the EAGLE papers' head rows may be used)"
         )
-    for key in ("device", "runtime", "target", "draft"):  # here, where the row is named, not where priced
-        if why := _unknown(key, getattr(row, key) or ""):
+    for key in ("device", "runtime"):  # here, where the row is named, not where it is priced
+        if why := _unknown(key, getattr(row, key)):
             raise SpecsimError(f"{where}.{key}: {why}")
     _check_row(row, where)
     return row
