@@ -17,8 +17,8 @@ NAN, INF = float("nan"), float("inf")
 @pytest.mark.parametrize(
     "args, said",
     [
-        ((100, 5, 0.05, 1.3), "tau: expected 1 <= tau <= gamma + 1"),  # returned 64.5 on tau 100 at gamma 5
-        ((-3, 5, 0.05, 1.3), "tau: expected 1 <= tau <= gamma + 1"),
+        ((100, 5, 0.05, 1.3), "tau: expected 1 <= tau <= gamma+1"),  # returned 64.5 on tau 100 at gamma 5
+        ((-3, 5, 0.05, 1.3), "tau: expected 1 <= tau <= gamma+1"),
         ((NAN, 5, 0.05, 1.3), "tau: expected finite numbers"),
         ((3.6, 5, None, 1.3), "c: expected finite numbers"),
         ((3.6, 5, 0.05, INF), "v: expected finite numbers"),  # returned 0.0

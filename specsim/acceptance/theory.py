@@ -140,11 +140,7 @@ def alpha_from_tau(tau, gamma):
     Used to carry τ measured at one γ to another γ; that carry is an i.i.d. extrapolation and
     callers must say so.
     """
-    t = np.asarray(tau, dtype=float)
-    g = as_gammas(gamma)
-    t, g = np.broadcast_arrays(t, g)
-    if np.any(~np.isfinite(t)) or np.any(t < 1 - 1e-12) or np.any(t > g + 1 + 1e-9):
-        raise SpecsimError(f"tau: expected 1 <= tau <= gamma+1, got tau={tau!r} for gamma={gamma!r}")
+    t, g = _as_tau(tau, gamma)
     out = np.empty(t.shape, dtype=float)
     for idx in np.ndindex(t.shape):
         ti, gi = float(t[idx]), int(g[idx])
@@ -159,16 +155,22 @@ def alpha_from_tau(tau, gamma):
 
 def speedup(tau, gamma, c, v):
     """Decode-phase speedup = τ / (γ·c + v), with c = Tq/Tp and v = Tv(γ)/Tp (IbED Eq. 2)."""
-    g = as_gammas(gamma)
-    t, c, v = (_finite(x, name) for x, name in ((tau, "tau"), (c, "c"), (v, "v")))
+    t, g = _as_tau(tau, gamma)
+    c, v = _finite(c, "c"), _finite(v, "v")
     if np.any(c < 0) or np.any(v <= 0):
         raise SpecsimError(f"c and v: expected c >= 0 and v > 0, got c={_clip(c)}, v={_clip(v)}")
-    if np.any(t < 1) or np.any(t > g + 1):  # a block emits 1..γ+1 tokens
-        raise SpecsimError(
-            f"tau: expected 1 <= tau <= gamma + 1, got tau={_clip(tau)} at gamma={_clip(gamma)}"
-        )
     out = t / (g * c + v)
     return out if out.ndim else float(out)
+
+
+def _as_tau(tau, gamma) -> tuple[np.ndarray, np.ndarray]:
+    """(τ, γ) broadcast, τ within 1..γ+1: a block emits 1 to γ+1 tokens (1e-9 of slack for float sums)."""
+    t, g = np.broadcast_arrays(_finite(tau, "tau"), as_gammas(gamma))
+    if np.any(t < 1 - 1e-12) or np.any(t > g + 1 + 1e-9):
+        raise SpecsimError(
+            f"tau: expected 1 <= tau <= gamma+1, got tau={_clip(tau)} for gamma={_clip(gamma)}"
+        )
+    return t, g
 
 
 def _finite(x, name: str) -> np.ndarray:
