@@ -20,6 +20,7 @@ from calibrate.llama_cpp.binaries import LlamaCpp
 from calibrate.llama_cpp.block_terms import RunSample, remeasured_model
 from calibrate.llama_cpp.server import Completion, LlamaServer, ServerConfig, timed_completion
 from calibrate.llama_cpp.traces import TracedPrompt
+from calibrate.run.timing import out_of_time
 from specsim.check.comparison import ratio_halfwidth
 from specsim.check.engine_rows import EngineRun, engine_row
 from specsim.draft_shapes.ngram_lookup import NgramSimple, parse_ngram
@@ -182,11 +183,7 @@ def run_llama_check(
         held = {p.prompt_id: servers[BASE].tokenize_chat(p.text) for p in held_out}
         per_prompt = new_tokens if isinstance(new_tokens, dict) else dict.fromkeys(ids, new_tokens)
         while not done():
-            if (
-                rounds_done() >= min_rounds
-                and max_seconds is not None
-                and time.perf_counter() - t0 > max_seconds
-            ):
+            if out_of_time(t0, max_seconds, rounds_done(), min_rounds):
                 break
             r = rounds_done()
             if held_ids:  # the round's held-out prompt, each run once (a resumed round skips those done)
@@ -208,7 +205,7 @@ def run_llama_check(
                     _save_partial(partial, key, runs, elapsed)
                     if progress is not None:
                         progress(r, p, s.label)
-                if r >= min_rounds and max_seconds is not None and time.perf_counter() - t0 > max_seconds:
+                if out_of_time(t0, max_seconds, r, min_rounds):  # round r unfinished: r rounds done
                     break
     return CheckRuns(runs, rounds_done(), seconds + time.perf_counter() - t0, done())
 

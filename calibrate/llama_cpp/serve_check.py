@@ -19,6 +19,7 @@ import numpy as np
 from calibrate.llama_cpp.check_runs import BASE, Setting, label_gamma
 from calibrate.llama_cpp.serve_runs import run_load, workload_arrivals
 from calibrate.llama_cpp.server import LlamaServer, ServerConfig
+from calibrate.run.timing import out_of_time as past_budget
 from specsim.check.serve_comparison import ServedTimes, headline_halfwidth, predicted_run, serve_check_row
 from specsim.draft_shapes.block_plans import greedy_plan
 from specsim.errors import SpecsimError
@@ -90,11 +91,9 @@ def run_serve_check(
     def left() -> list[tuple[float, Setting]]:
         return [(r, s) for r in rates for s in settings if wanted(runs.get(_key(r, s.label), []))]
 
-    def out_of_time() -> bool:  # --min-rounds first, as the help says
-        past = max_seconds is not None and time.perf_counter() - t0 > max_seconds
-        return past and all(
-            len(runs.get(_key(r, s.label), [])) >= min_rounds for r in rates for s in settings
-        )
+    def out_of_time() -> bool:  # rounds done: the fewest runs of any (rate, side)
+        done = min((len(runs.get(_key(r, s.label), [])) for r in rates for s in settings), default=min_rounds)
+        return past_budget(t0, max_seconds, done, min_rounds)
 
     with contextlib.ExitStack() as stack:
         servers = {}

@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from calibrate.run.timing import out_of_time
 from specsim.errors import SpecsimError
 
 
@@ -170,9 +171,7 @@ def run_batch_check(
                     for grp in {k[0] for k in keys}
                 )
             ]
-        if not active or (
-            rnd + 1 >= min_rounds and max_seconds is not None and time.perf_counter() - t0 > max_seconds
-        ):
+        if not active or out_of_time(t0, max_seconds, rnd + 1, min_rounds):
             break
     runs.seconds = time.perf_counter() - t0
     return runs

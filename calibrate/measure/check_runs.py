@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from calibrate.run.timing import out_of_time
 from specsim.check.comparison import Measured, PromptSpec, RequestRun, check_row, measure
 from specsim.draft_shapes.trees import TreeSpec
 from specsim.errors import SpecsimError
@@ -165,9 +166,7 @@ def run_check(
                 for m, g in active
                 if any(runs.measured(m, g, ids).decode_halfwidth > halfwidth for ids in groups.values())
             ]
-        if not active or (
-            rnd + 1 >= min_rounds and max_seconds is not None and time.perf_counter() - t0 > max_seconds
-        ):
+        if not active or out_of_time(t0, max_seconds, rnd + 1, min_rounds):
             break
     runs.seconds = time.perf_counter() - t0
     return runs

@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from calibrate.run.timing import out_of_time
+
 
 @dataclass
 class ServeRuns:
@@ -141,9 +143,7 @@ def run_serve_check(
         out.rounds = rnd + 1
         if rnd + 1 >= min_rounds:
             active = {key for key in active if headline_halfwidth(out.runs[key]) > halfwidth}
-        if not active or (
-            rnd + 1 >= min_rounds and max_seconds is not None and time.perf_counter() - t0 > max_seconds
-        ):
+        if not active or out_of_time(t0, max_seconds, rnd + 1, min_rounds):
             break
     out.seconds = time.perf_counter() - t0
     return out

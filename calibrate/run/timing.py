@@ -201,6 +201,12 @@ def measure(
     )["fn"]
 
 
+def out_of_time(t0: float, max_seconds: float | None, rounds_done: int, min_rounds: int) -> bool:
+    """Whether a check stops starting rounds: ``max_seconds`` past ``t0`` (``time.perf_counter``), and only
+    once ``min_rounds`` have run (--max-minutes yields to --min-rounds, "at least this many rounds")."""
+    return rounds_done >= min_rounds and max_seconds is not None and time.perf_counter() - t0 > max_seconds
+
+
 def measure_interleaved(
     calls: dict[str, tuple[Callable[[], object], Callable[[], object] | None]],
     *,
