@@ -144,9 +144,14 @@ def test_replayed_traces_keep_their_tau():
          "2", "--no-vision"],
     ],
 )  # fmt: skip
-def test_another_pairs_profile_is_refused_before_anything_is_measured(tmp_path, capsys, argv):
+def test_another_pairs_profile_is_refused_before_anything_is_measured(monkeypatch, tmp_path, capsys, argv):
     """A profile is one pair's: the zoo's runs were priced against the Qwen pair's profile (verify +33217 %)
-    and written into it, replacing its own rows; now one line, the file untouched."""
+    and written into it, replacing its own rows; now one line, the file untouched, and before the models
+    load (it was after: minutes at 7B scale)."""
+    import calibrate.models.loading as loading
+
+    monkeypatch.setattr(loading, "load_pair", lambda *a, **k: pytest.fail("models loaded"))
+    monkeypatch.setattr(loading, "model_from_spec", lambda *a, **k: pytest.fail("models loaded"))
     other = tmp_path / "qwen.json"
     other.write_bytes(resolve_profile_path("qwen2.5-coder-0.5b-1.5b-cpu-check").read_bytes())
     before = other.read_bytes()

@@ -1,6 +1,7 @@
 """Model loading, architecture presets, the vocabulary check and the reference-pair fetcher (all offline)."""
 
 import hashlib
+import json
 import subprocess
 import sys
 import zipfile
@@ -205,6 +206,25 @@ def test_local_folder_load_and_pair_vocab_mismatch(tmp_path):
     assert (t.weights, t.kind, d.weights) == ("real", "causal", "real") and t.tokenizer is not None
     with pytest.raises(M.VocabMismatchError, match="id 7: target has token 'w6', draft has 'oops'"):
         M.load_pair(target, draft_bad)
+
+
+def test_names_read_before_loading_are_the_loaded_names(tmp_path):
+    """A profile of another pair is refused before the models load, by the names they will have: each kind
+    of spec (local folder, config JSON, zoo weights real and random, a pair preset) loads under that name."""
+    words = ["<unk>"] + [f"w{i}" for i in range(119)]
+    folder = _save_local(tmp_path, "target", TINY_LLAMA, words)
+    config = tmp_path / "tiny-draft.json"
+    config.write_text(json.dumps(TINY_LLAMA))
+    for target, draft, rand in [(folder, str(config), False), ("zoo:target", "zoo:draft", True)]:
+        t, d = M.load_pair(target, draft, threads=1, random_weights=rand, progress=False)
+        assert M.pair_labels(target, draft, rand) == (t.name, d.name)
+    assert M.pair_labels(folder, str(config), False) == (folder, "tiny-draft")
+    t, d = M.load_pair("zoo", threads=1, progress=False)
+    assert M.pair_labels("zoo", None, False) == (t.name, d.name) == ("zoo:target", "zoo:draft")
+    assert M.pair_labels("qwen2.5-coder-0.5b-1.5b", None, False) == (
+        "qwen2.5-coder-1.5b-instruct",
+        "qwen2.5-coder-0.5b-instruct",
+    )  # the GGUF files' stems, as the reference pair's loaded names (tests/test_check_synthetic.py)
 
 
 def test_random_pair_vocab_size_mismatch():

@@ -123,7 +123,7 @@ def cmd_acceptance(args) -> int:
     from calibrate.cli.check_request import pair_positions
     from calibrate.measure.acceptance_run import partial_path, run_acceptance
     from calibrate.models.loading import quiet_loading
-    from calibrate.workload.run_setup import check_model_flags, load_setup, read_workload
+    from calibrate.workload.run_setup import check_model_flags, load_setup, read_workload, setup_labels
 
     check_writable(partial_path(Path(args.out)), "--out's partial file")
     start_s = time.perf_counter()
@@ -135,9 +135,9 @@ def cmd_acceptance(args) -> int:
             f"--max-new-tokens: {args.max_new_tokens} new tokens after a prompt, but the {known[0]} has at "
             f"most {known[1]} positions (max_position_embeddings)"
         )
+    refuse_other_pair(args.out, "--out", *setup_labels(args))
     with quiet_loading(not args.no_progress):  # the captioner too: every model loads quietly
         setup = load_setup(args, workload)
-    refuse_other_pair(args.out, "--out", setup.target.name, setup.draft.name)
     load_s = time.perf_counter() - start_s
     if not args.json:
         run_acceptance(setup, args)

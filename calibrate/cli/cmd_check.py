@@ -155,14 +155,14 @@ def cmd_check(args) -> int:
     once, then run the mode: run in rounds, write the rows, print the tables."""
     from calibrate.cli.check_request import BATCH, SAMPLED, SERVE, check_request
     from calibrate.cli.latency_checks import refuse_other_pair
-    from calibrate.workload.run_setup import load_setup
+    from calibrate.workload.run_setup import load_setup, setup_labels
 
     if args.runtime == "llama.cpp":
         return cmd_check_llama(args)
     refuse_llama_cpp_flags(args, "--runtime")
     request = check_request(args)
+    refuse_other_pair(request.profile_path, "--profile", *setup_labels(args))
     setup = load_setup(args, request.workload, cache_captions=False)
-    refuse_other_pair(request.profile_path, "--profile", setup.target.name, setup.draft.name)
     if request.mode == SAMPLED:
         return cmd_check_sampled(args, request, setup)
     if request.mode == SERVE:

@@ -277,7 +277,7 @@ def cmd_latency(args) -> int:
     from calibrate.measure.latency_workload import latency_workload
     from calibrate.measure.tree_grid_sweep import sweep_trees
     from calibrate.workload.prompt_sets import load_prompts
-    from calibrate.workload.run_setup import check_plan_positions, latency_models
+    from calibrate.workload.run_setup import check_plan_positions, latency_labels, latency_models
 
     check_latency_args(args)
     if args.batched_only:
@@ -286,10 +286,10 @@ def cmd_latency(args) -> int:
     if args.prompts:
         load_prompts(args.prompts, allow_outside_images=args.allow_outside_images)  # so does a bad prompt set
     refuse_past_positions(args)
+    refuse_other_pair(args.out, "--out", *latency_labels(args))
     t_load = time.perf_counter()
     models = latency_models(args)
     load_s = time.perf_counter() - t_load
-    refuse_other_pair(args.out, "--out", models["target"].name, models["draft"].name)
     sized, workload_tokens, workload_line = latency_workload(args, models["target"])
     verify = args.verify_context
     if verify is None and args.contexts:  # one of --contexts, not a workload-sized context added beside them

@@ -243,6 +243,7 @@ def model_from_spec(
     build random-weight models; HF ids, folders and .gguf files load real weights. ``device_map`` and
     ``max_memory`` place it with accelerate (:mod:`calibrate.models.placement`). Without ``progress`` it
     loads quietly (:func:`quiet_loading`)."""
+    name = model_label(spec, random_weights)  # the one naming rule, also read before loading
     with quiet_loading(progress):
         place = {"device_map": device_map, "max_memory": max_memory}
         if spec.startswith(ZOO_PREFIX):
@@ -254,13 +255,13 @@ def model_from_spec(
                 import transformers
 
                 cfg = transformers.AutoConfig.from_pretrained(str(folder)).to_dict()
-                return build_random_model(cfg, device=device, dtype=dtype, seed=seed, name=spec, **place)
+                return build_random_model(cfg, device=device, dtype=dtype, seed=seed, name=name, **place)
             loaded = load_model(str(folder), device=device, dtype=dtype, threads=threads, **place)
-            return replace(loaded, name=spec)
+            return replace(loaded, name=name)
         if builds_random(spec, random_weights):
             set_threads(threads)
-            return build_random_model(spec, device=device, dtype=dtype, seed=seed, **place)
-        return load_model(spec, device=device, dtype=dtype, threads=threads, **place)
+            return build_random_model(spec, device=device, dtype=dtype, seed=seed, name=name, **place)
+        return replace(load_model(spec, device=device, dtype=dtype, threads=threads, **place), name=name)
 
 
 def builds_random(spec: str, random_weights: bool) -> bool:
@@ -269,6 +270,28 @@ def builds_random(spec: str, random_weights: bool) -> bool:
     if spec.startswith(ZOO_PREFIX):
         return random_weights
     return random_weights or spec in preset_names() or _is_config_json(spec)
+
+
+def model_label(spec: str, random_weights: bool) -> str:
+    """The name :func:`model_from_spec` gives the model of ``spec``, read off the spec before it loads (so a
+    profile of another pair is refused first): a zoo spec, preset name or HF id as given; a config JSON's or
+    .gguf file's stem."""
+    if spec.startswith(ZOO_PREFIX) or spec in preset_names():
+        return spec
+    if builds_random(spec, random_weights) or Path(spec).suffix == ".gguf":
+        return Path(spec).stem
+    return spec
+
+
+def pair_labels(preset_or_target: str, draft: str | None, random_weights: bool) -> tuple[str, str]:
+    """(target, draft) names that :func:`load_pair` gives, read off the specs before loading."""
+    if draft is not None:
+        return model_label(preset_or_target, random_weights), model_label(draft, random_weights)
+    entry = pair(preset_or_target)
+    if "gguf" in entry and not random_weights:  # fetched as the files pairs.json names
+        return Path(entry["gguf"]["target"]["filename"]).stem, Path(entry["gguf"]["draft"]["filename"]).stem
+    rand = _pair_random(entry, random_weights)
+    return model_label(entry["target"], rand), model_label(entry["draft"], rand)
 
 
 def check_local_spec(spec: str | None, option: str) -> None:

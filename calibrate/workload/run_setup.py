@@ -1,9 +1,8 @@
 """The workload of a calibration run: models, prompts and encoded requests, methods and captioner.
 
 :func:`read_workload`, :func:`check_model_flags` and :func:`load_setup` turn the shared model/prompt flags
-(:mod:`calibrate.cli.shared_options`) into a :class:`Setup` for ``specsim calibrate acceptance`` and ``specsim
-check``; :func:`prompt_lengths` gives a prompt set's token lengths (to size latency grids).
-"""
+(:mod:`calibrate.cli.shared_options`) into a :class:`Setup` for ``calibrate acceptance`` and ``check``;
+:func:`prompt_lengths` gives a prompt set's token lengths (to size latency grids)."""
 
 from __future__ import annotations
 
@@ -122,8 +121,6 @@ def read_workload(args, methods: list[str] | None = None) -> Workload:
 
 def check_model_flags(args) -> None:
     """SpecsimError for a flag loading would refuse: --max-new-tokens, the models, --device, --dtype."""
-    from calibrate.models.loading import canonical_dtype, check_device
-
     if args.max_new_tokens < 1:
         raise SpecsimError(f"--max-new-tokens: expected an integer >= 1, got {args.max_new_tokens}")
     if not args.preset and not (args.target and args.draft):
@@ -132,22 +129,26 @@ def check_model_flags(args) -> None:
         raise SpecsimError("models: give either --preset PAIR or --target and --draft, not both")
     for option in ("target", "draft", "captioner"):
         M.check_local_spec(getattr(args, option, None), f"--{option}")
-    check_device(args.device)
-    canonical_dtype(args.dtype)
+    M.check_device(args.device)
+    M.canonical_dtype(args.dtype)
+
+
+def setup_labels(args) -> tuple[str, str]:
+    """(target, draft) names :func:`load_setup` gives its models, read off the flags before they load."""
+    return M.pair_labels(args.preset or args.target, None if args.preset else args.draft, args.random_weights)
 
 
 def load_setup(args, workload: Workload, cache_captions: bool = True) -> Setup:
-    """Models, encoded requests and captioner for ``workload`` (:func:`read_workload`) once
-    :func:`check_model_flags` has passed; ``cache_captions``: one caption per image (for acceptance)."""
+    """Models, encoded requests and captioner for ``workload`` (:func:`read_workload`) after
+    :func:`check_model_flags`; ``cache_captions``: one caption per image (acceptance's)."""
     from calibrate.drafting import CachedCaptioner, Method, hf_captioner, make_request
-    from calibrate.models.loading import load_pair, model_from_spec
     from calibrate.run.engine import Request
 
     name, prompts, methods = workload.name, workload.prompts, workload.methods
     caption_spec = args.captioner or workload.preset.get("captioner")
     if any(Method.parse(m).needs_captioner for m in methods) and not caption_spec:  # before loading
         raise SpecsimError("--method C: caption drafting needs --captioner (an image-to-text VLM)")
-    target, draft = load_pair(
+    target, draft = M.load_pair(
         args.preset or args.target,
         None if args.preset else args.draft,
         device=args.device,
@@ -178,7 +179,7 @@ def load_setup(args, workload: Workload, cache_captions: bool = True) -> Setup:
     captioner = None
     if any(Method.parse(m).needs_captioner for m in methods):
         captioner = hf_captioner(
-            model_from_spec(
+            M.model_from_spec(
                 caption_spec,
                 device=args.device,
                 dtype=args.dtype,
@@ -274,36 +275,49 @@ def prompt_lengths(
 
 
 # --------------------------------------------------------------------------- latency
-def latency_models(args) -> dict:
-    """Target, draft and (when asked or the preset has one) captioner of ``specsim calibrate latency``'s
-    flags."""
-    from specsim.presets import pair
-
-    threads = args.threads
-    place = _placement(args)
+def latency_specs(args) -> tuple[str | None, str | None, str | None, bool, bool]:
+    """(pair loaded whole or None, target spec, draft spec, target random, draft random) of the flags."""
     target_spec = args.target_config or args.target
     draft_spec = args.draft_config or args.draft
     rand_t, rand_d = bool(args.target_config), bool(args.draft_config)
     if args.preset:
-        entry = pair(args.preset)
+        entry = M.pair(args.preset)
         if target_spec is None and draft_spec is None:
-            target, draft = M.load_pair(
-                args.preset,
-                device=args.device,
-                dtype=args.dtype,
-                threads=threads,
-                random_weights=args.random_weights,
-                cache_dir=args.cache_dir,
-                progress=not args.quiet,
-                seed=args.seed,
-                **place,
-            )
-            return _with_captioner(args, {"target": target, "draft": draft})
+            return args.preset, None, None, args.random_weights, args.random_weights
         target_spec = target_spec or entry["target"]
         draft_spec = draft_spec or entry["draft"]
     if target_spec is None or draft_spec is None:
         missing = "--target/--target-config" if target_spec is None else "--draft/--draft-config"
         raise SpecsimError(f"no model given for {missing} (expected it, or --preset PAIR)")
+    return None, target_spec, draft_spec, rand_t, rand_d
+
+
+def latency_labels(args) -> tuple[str, str]:
+    """(target, draft) names :func:`latency_models` will give, before anything loads."""
+    preset, target, draft, rand_t, rand_d = latency_specs(args)
+    if preset is not None:
+        return M.pair_labels(preset, None, rand_t)
+    return M.model_label(target, rand_t), M.model_label(draft, rand_d)
+
+
+def latency_models(args) -> dict:
+    """Target, draft and (when asked or the preset has one) captioner of calibrate latency's flags."""
+    threads = args.threads
+    place = _placement(args)
+    preset, target_spec, draft_spec, rand_t, rand_d = latency_specs(args)
+    if preset is not None:
+        target, draft = M.load_pair(
+            preset,
+            device=args.device,
+            dtype=args.dtype,
+            threads=threads,
+            random_weights=rand_t,
+            cache_dir=args.cache_dir,
+            progress=not args.quiet,
+            seed=args.seed,
+            **place,
+        )
+        return _with_captioner(args, {"target": target, "draft": draft})
     M.set_threads(threads)
     target = M.model_from_spec(
         target_spec,
