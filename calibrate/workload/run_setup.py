@@ -302,42 +302,17 @@ def latency_labels(args) -> tuple[str, str]:
 
 def latency_models(args) -> dict:
     """Target, draft and (when asked or the preset has one) captioner of calibrate latency's flags."""
-    threads = args.threads
     place = _placement(args)
     preset, target_spec, draft_spec, rand_t, rand_d = latency_specs(args)
+    kw = {"device": args.device, "dtype": args.dtype, "threads": args.threads, "progress": not args.quiet}
     if preset is not None:
         target, draft = M.load_pair(
-            preset,
-            device=args.device,
-            dtype=args.dtype,
-            threads=threads,
-            random_weights=rand_t,
-            cache_dir=args.cache_dir,
-            progress=not args.quiet,
-            seed=args.seed,
-            **place,
+            preset, random_weights=rand_t, cache_dir=args.cache_dir, seed=args.seed, **kw, **place
         )
         return _with_captioner(args, {"target": target, "draft": draft})
-    M.set_threads(threads)
-    target = M.model_from_spec(
-        target_spec,
-        device=args.device,
-        dtype=args.dtype,
-        threads=threads,
-        random_weights=rand_t,
-        seed=args.seed,
-        progress=not args.quiet,
-        **place,
-    )
-    draft = M.model_from_spec(
-        draft_spec,
-        device=args.device,
-        dtype=args.dtype,
-        threads=threads,
-        random_weights=rand_d,
-        seed=args.seed + 1,
-        progress=not args.quiet,
-    )
+    M.set_threads(args.threads)
+    target = M.model_from_spec(target_spec, random_weights=rand_t, seed=args.seed, **kw, **place)
+    draft = M.model_from_spec(draft_spec, random_weights=rand_d, seed=args.seed + 1, **kw)
     M.check_pair_vocab(target, draft)
     return _with_captioner(args, {"target": target, "draft": draft})
 
