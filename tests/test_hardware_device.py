@@ -61,6 +61,7 @@ def test_catalog_complete_and_valid():
         dev = load_device(name)
         assert dev.name == name and dev.kind == "gpu"
         optional = {"interconnect_gpus", "scale_out_bandwidth_bytes_per_s", "price_per_hour_usd"}
+        optional |= {"compute_capability"}  # NVIDIA's alone (tests/test_dtype_support.py)
         assert set(dev.sources) - optional == {
             "memory_bandwidth_bytes_per_s",
             "peak_flops_per_s",
@@ -80,6 +81,7 @@ def test_catalog_complete_and_valid():
                     "aws",
                     "specifications",
                     "reference architecture",
+                    "developer.nvidia.com/cuda-gpus",  # NVIDIA's compute capability table
                 )
             )
             for k, s in dev.sources.items()

@@ -46,6 +46,7 @@ _UNITS = {
 _LINK = "interconnect_bandwidth_bytes_per_s"
 _SCALE_OUT = "scale_out_bandwidth_bytes_per_s"
 _INT32 = "int32_ops_per_s"
+_CC = "compute_capability"  # NVIDIA's SM version ("8.0"): which formats its kernels run (dtype_support)
 _KEYS = {
     "schema_version",
     "name",
@@ -59,6 +60,7 @@ _KEYS = {
     "interconnect_gpus",
     _SCALE_OUT,
     _INT32,
+    _CC,
     *_NUMBERS,
 }
 _DTYPES = ("bf16", "fp16", "fp32", "fp8")
@@ -119,6 +121,7 @@ class Device:
     scale_out_bytes_per_s: float | None = None  # per direction per GPU beyond interconnect_gpus
     scale_out_link: str = ""
     int32_ops_per_s: float | None = None  # CUDA-core INT32 peak (None: the file does not say)
+    compute_capability: str | None = None  # NVIDIA's "major.minor" (None: not NVIDIA, or not stated)
     schema_version: int = SCHEMA_VERSION
 
     @property
@@ -164,6 +167,8 @@ class Device:
             }
         if self.int32_ops_per_s is not None:
             out[_INT32] = {"value": self.int32_ops_per_s, "source": self.sources.get(_INT32, "")}
+        if self.compute_capability is not None:
+            out[_CC] = {"value": self.compute_capability, "source": self.sources.get(_CC, "")}
         price, source = self.price_per_hour_usd, self.sources.get("price_per_hour_usd")
         cited = price is not None and source
         out["price_per_hour_usd"] = {"value": price, "source": source} if cited else price
@@ -206,6 +211,11 @@ class Device:
         int32 = None
         if d.get(_INT32) is not None:
             int32, sources[_INT32] = _quantity(d, _INT32, where)
+        cc = None
+        if d.get(_CC) is not None:
+            cc, sources[_CC] = sourced(d[_CC], f"{where}.{_CC}", "NVIDIA's compute capability table")
+            if not isinstance(cc, str) or not re.fullmatch(r"\d{1,2}\.\d", cc):
+                raise SpecsimError(f"{where}.{_CC}.value: expected a version such as '8.0', got {cc!r}")
         price = d.get("price_per_hour_usd")
         if isinstance(price, dict):  # the catalog's form: {"value": USD, "source": "a dated price list"}
             price, sources["price_per_hour_usd"] = _quantity(d, "price_per_hour_usd", where)
@@ -230,6 +240,7 @@ class Device:
             scale_out_bytes_per_s=scale_out,
             scale_out_link=scale_out_name,
             int32_ops_per_s=int32,
+            compute_capability=cc,
             **values,
         )
 

@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from specsim.dtypes import dtype_name
 from specsim.errors import SpecsimError
 from specsim.hardware.config_fields import given, pos_int
 from specsim.hardware.image_tokens import ImageSize
@@ -77,6 +78,7 @@ class ModelSpec:
     window_layers: int = 0
     mla: MLASpec | None = None  # multi-head latent attention (kv_heads is then 1: one latent for all heads)
     max_positions: int | None = None  # the config's max_position_embeddings (None: not stated)
+    dtype: str | None = None  # the weights' format by name ('bfloat16', 'float8'; None: given as bytes)
 
     def __post_init__(self) -> None:
         if self.moe is not None and not 0 <= self.moe.layers <= self.layers:
@@ -193,7 +195,8 @@ class ModelSpec:
         """A copy with weights (and, when given, the KV cache) in another dtype (name or bytes)."""
         kv = self.kv_bytes if kv_dtype is None else kv_dtype_bytes(kv_dtype)
         moe = None if self.moe is None else replace(self.moe, expert_bytes=None)  # --dtype sets every weight
-        return replace(self, dtype_bytes=dtype_bytes(dtype), kv_bytes=kv, moe=moe)
+        name = dtype_name(dtype) if isinstance(dtype, str) else None
+        return replace(self, dtype_bytes=dtype_bytes(dtype), kv_bytes=kv, moe=moe, dtype=name)
 
 
 def _get(cfg: dict, key: str, defaults: dict, where: str, *alt: str) -> Any:
@@ -342,7 +345,10 @@ def spec_from_config(
         elif experts is not None:  # no routed experts: the format is every weight's
             dt = experts
     kv = None if kv_dtype is None else kv_dtype_bytes(kv_dtype)
-    return ModelSpec(name=name, dtype_bytes=dtype_bytes(dt), kv_bytes=kv, vision=vision, **fields)
+    named = dtype_name(dt) if isinstance(dt, str) else None
+    return ModelSpec(
+        name=name, dtype_bytes=dtype_bytes(dt), kv_bytes=kv, vision=vision, dtype=named, **fields
+    )
 
 
 def check_positions(spec: ModelSpec, positions: int, flag: str, what: str = "tokens in the KV cache") -> None:

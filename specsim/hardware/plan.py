@@ -17,6 +17,7 @@ from specsim.costs.pass_cost import TARGET
 from specsim.errors import SpecsimError
 from specsim.hardware.batch_limit import StopPaying, fitting_crossover
 from specsim.hardware.device import Device
+from specsim.hardware.dtype_support import dtype_notes
 from specsim.hardware.model import ModelSpec
 from specsim.hardware.parallel import (
     check_split_mode,
@@ -245,6 +246,7 @@ def plan_hardware(
     par = parallel or Parallel()
     for dev in devices:
         check_tp(par.tp, dev)
+    formats = dtype_notes({"target": target, "draft": draft}, devices)  # float8 below 7.5 is refused here
     check_splittable(target, par.tp, par.split, "target")
     if not devices or not methods:
         raise SpecsimError("plan: need at least one device and one method")
@@ -291,7 +293,7 @@ def plan_hardware(
     assumptions = plan_assumptions(target, draft, methods, effs, par, draft_kind)
     return Plan(
         tuple(rows),
-        assumptions + scale_out_notes(devices, par) + tuple(notes) + v_notes,
+        assumptions + scale_out_notes(devices, par) + formats + tuple(notes) + v_notes,
         tuple(d.name for d in devices),
         tuple(m.method for m in methods),
         tuple(int(b) for b in batches_a),
