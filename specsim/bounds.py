@@ -21,6 +21,7 @@ MAX_PLAN_ROWS = 65536
 RANGES: dict[str, tuple[float, float]] = {
     "ms": (1e-6, 1e8),
     "tokens": (0, 2**24),
+    "kv_tokens": (1, 2**40),  # a serving KV cache's positions (a cluster's worth)
     "output_tokens": (1, 2**24),  # a request decodes at least one token
     "prompt_tokens": (1, 2**24),  # a request has at least one prompt token
     "step_tokens": (1, 2**24),  # a step's token budget holds at least one token

@@ -377,6 +377,9 @@ def _one_line(capsys) -> str:
         (["--encoder-budget", "100"], "--encoder-budget: expected at least one image's 576 tokens"),
         (["--max-num-batched-tokens", "100"], "--max-num-batched-tokens: expected at least one image's 576"),
         (["--kv-cache-tokens", "50"], "--kv-cache-tokens: expected room for the longest request"),
+        (["--kv-cache-tokens", "0"], "--kv-cache-tokens: expected an integer in 1..1099511627776"),
+        (["--kv-cache-tokens", "16777216"], "--kv-cache-tokens: 16777216 positions, more than the"),  # 8 TiB
+        (["--gamma-by-batch", "1-5000:3"], "with 1 <= lo <= hi <= 4096 and 0 <= gamma <= 1024, got 1-5000:3"),
         (["--gamma-by-batch", "1-8"], "--gamma-by-batch: expected ranges like 1-8:5,9-32:3"),
         (["--burstiness", "0"], "--burstiness: expected a Gamma shape"),
     ],

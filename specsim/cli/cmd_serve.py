@@ -191,7 +191,7 @@ def register(sub) -> None:
     sched.add_argument("--no-chunked-prefill", action="store_true", help="prefill whole prompts only")
     sched.add_argument(
         "--kv-cache-tokens",
-        type=number_arg("tokens", integer=True),
+        type=number_arg("kv_tokens", integer=True),
         default=None,
         help="KV positions that fit (default: device memory left by the weights, roofline)",
     )

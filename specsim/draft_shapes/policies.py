@@ -48,10 +48,10 @@ class GammaPolicy:
         if not 0.0 <= float(self.stop_below) < 1.0:
             raise SpecsimError(f"confidence: expected a probability in [0, 1), got {self.stop_below!r}")
         for lo, hi, g in self.by_batch:
-            if not (1 <= lo <= hi and 0 <= g <= MAX_GAMMA):
+            if not (1 <= lo <= hi <= MAX_BATCH and 0 <= g <= MAX_GAMMA):
                 raise SpecsimError(
-                    f"gamma by batch: expected lo-hi:gamma with 1 <= lo <= hi and 0 <= gamma <= {MAX_GAMMA}, "
-                    f"got {lo}-{hi}:{g}"
+                    f"gamma by batch: expected lo-hi:gamma with 1 <= lo <= hi <= {MAX_BATCH} and 0 <= gamma "
+                    f"<= {MAX_GAMMA}, got {lo}-{hi}:{g}"
                 )
         spans = sorted((lo, hi) for lo, hi, _ in self.by_batch)
         for (lo1, hi1), (lo2, _) in zip(spans, spans[1:]):

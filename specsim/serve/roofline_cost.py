@@ -76,10 +76,11 @@ class RooflineStepCost:
     def image_tokens_per_image(self) -> int:
         return self.target.vision.image_tokens if self.target.vision is not None else 0
 
-    def kv_cache_tokens(self) -> int:
+    def kv_cache_tokens(self, given: int | None = None) -> int:
         """KV positions that fit on the most loaded GPU beside its weights, at the planner's usable fraction:
         :func:`~specsim.hardware.parallel.per_gpu_resident_bytes` (KV over the GPUs, or over the KV heads
-        where ``tp`` exceeds them: replicated heads hold the same positions on every GPU)."""
+        where ``tp`` exceeds them: replicated heads hold the same positions on every GPU); ``given`` (a
+        user's --kv-cache-tokens) instead, when they fit."""
         d_tp, usable = self._cache["draft_gpus"], USABLE_MEMORY_FRACTION * self.device.memory_bytes
         at = lambda n: per_gpu_resident_bytes(  # noqa: E731
             self.target, self.draft, 1, n, self.tp, d_tp, split=self.split
@@ -93,7 +94,14 @@ class RooflineStepCost:
                 f"{' and '.join(m.name for m in models)} leave no room for a KV cache on {self.tp} x "
                 f"{self.device.name} (weights {weights / 1e9:.1f} GB)"
             )
-        return int((usable - base) // per_token)
+        fits = int((usable - base) // per_token)
+        if given is not None and given > fits:  # batches that cannot run would be priced
+            raise SpecsimError(
+                f"--kv-cache-tokens: {given} positions, more than the {fits} that {self.tp} x "
+                f"{self.device.name} can hold beside the weights (the roofline's usable memory); expected at "
+                f"most {fits}"
+            )
+        return fits if given is None else given
 
     def _draft_passes(self, batch: int, gamma: int, chunks) -> list[tuple[tuple[float, ...], float, float]]:
         """(line, Σ KV offset, weight) of a block's draft passes: γ one-row passes at ``batch``, pass j over

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from specsim.bounds import in_range, range_text
 from specsim.errors import SpecsimError
 
 DEFAULT_MAX_NUM_SEQS = 256
@@ -40,9 +41,10 @@ class SchedulerConfig:
         ):
             if value is None and flag in ("--encoder-budget", "--kv-cache-tokens"):
                 continue
-            hi = 2**40 if flag == "--kv-cache-tokens" else 2**24
-            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or not 1 <= value <= hi:
-                raise SpecsimError(f"{flag}: expected an integer in 1..{hi}, got {value!r}")
+            unit = "kv_tokens" if flag == "--kv-cache-tokens" else "step_tokens"
+            integer = isinstance(value, (int, np.integer)) and not isinstance(value, bool)
+            if not integer or not in_range(value, unit):
+                raise SpecsimError(f"{flag}: expected an integer in {range_text(unit)}, got {value!r}")
 
     @property
     def encoder_budget(self) -> int:

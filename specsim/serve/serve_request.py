@@ -240,7 +240,7 @@ def _roofline_cost(req: ServeRequest, target, draft):
         draft_image_tokens_per_image=per_image,
         draft_kind=kind,
     )
-    kv = req.kv_cache_tokens if req.kv_cache_tokens is not None else cost.kv_cache_tokens()
+    kv = cost.kv_cache_tokens(req.kv_cache_tokens)
     max_seqs = DEFAULT_MAX_NUM_SEQS if req.max_num_seqs is None else req.max_num_seqs
     price = device.price_per_hour_usd  # per GPU; the run rents --tp of them
     usd_per_hour = None if price is None else price * req.tp
