@@ -1,10 +1,11 @@
 """The serving check against ``llama-server``: runs at each rate, target-only and SD, in rounds; and their
 rows against ``specsim serve``'s simulation of the same requests priced from the llama.cpp profile.
 
-Servers: ``-np`` slots (``max_num_seqs``) sharing one unified KV cache, one per side; finished runs go to a
-partial file a rerun goes on from. The prediction (:func:`specsim.check.serve_comparison.predicted_run`)
-replays the runs' arrivals and prompts through llama-server's scheduler, every step priced by
-:class:`specsim.serve.llama_step_cost`. More: ARCHITECTURE.md, Notes by module.
+Servers: ``-np`` slots (``max_num_seqs``), each with ``-c / -np`` KV cells (the longest request's), one per
+side; finished runs go to a partial file a rerun goes on from. The prediction
+(:func:`specsim.check.serve_comparison.predicted_run`) replays the runs' arrivals and prompts through
+llama-server's scheduler, every step priced by :class:`specsim.serve.llama_step_cost`. More:
+ARCHITECTURE.md, Notes by module.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ N_BATCH = 2048  # llama-server's logical batch: the most prompt and decode rows 
 
 
 def serve_settings(target, draft, threads, gammas, slots: int, context_tokens: int) -> list[Setting]:
-    """Target-only and the draft model at each γ, ``slots`` slots sharing ``context_tokens`` KV cells."""
+    """Target-only and the draft model at each γ, ``slots`` slots splitting ``context_tokens`` KV cells."""
     base = ServerConfig(target, threads, context_tokens=context_tokens, parallel=slots)
     out = [Setting(BASE, base)]
     for g in gammas:

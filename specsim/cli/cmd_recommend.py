@@ -318,7 +318,10 @@ def _snippet(args, rec: Recommendation, entry, lm, method, draft_model):
         raise SpecsimError(f"--at-batch: expected a batch size in 1..{last}, got {at}")
     gamma, server = rec.at(at).gamma, ENGINE_NAMES[args.engine]
     if args.engine == "llama.cpp":
-        flags = llama_cpp_server_args(gamma, draft_model=draft_model or PLACEHOLDER_GGUF, parallel=at)
+        cells = at * (rec.context_tokens + gamma + 1)  # `at` slots at the priced context, a block beyond it
+        flags = llama_cpp_server_args(
+            gamma, draft_model=draft_model or PLACEHOLDER_GGUF, parallel=at, context_tokens=cells
+        )
     else:
         flags = sglang_server_args(rec, at_batch=at, algorithm=method, draft_model=draft_model)
     if flags is None:
@@ -328,6 +331,9 @@ def _snippet(args, rec: Recommendation, entry, lm, method, draft_model):
         f"{server} has one draft length for all batch sizes: {gamma}, chosen for batch {at} (the table's "
         "draft length is each batch's best)"
     ]
+    if args.engine == "llama.cpp":
+        per_slot = f"{rec.context_tokens} cached tokens and a gamma+1 block"
+        notes.append(f"-c: {at} slots of {per_slot}, one pool (-kvu; without it each slot gets -c / -np)")
     if not rec.at(at).fits_memory:
         notes.append(f"--at-batch {at} does not fit in memory at this context (fits NO)")
     flag = "--spec-draft-n-max" if args.engine == "llama.cpp" else "--speculative-num-steps"

@@ -166,10 +166,21 @@ def llama_cpp_server_args(
     None: γ = 0, SD off."""
     if gamma == 0 and ngram is None:
         return None
+    return [*_speculative_flags(gamma, draft_model, ngram), *llama_cpp_slot_flags(parallel, context_tokens)]
+
+
+def llama_cpp_slot_flags(parallel: int, context_tokens: int | None) -> list[str]:
+    """``-np`` slots and ``-c`` KV cells, shared as one pool (``-kvu``): with ``-np`` given, llama-server
+    splits ``-c`` into equal per-slot parts unless ``--kv-unified`` (only ``-np`` left on auto turns it on;
+    tools/server/server.cpp), and the pricing assumes one pool any request may fill."""
     ctx = ["-c", str(context_tokens)] if context_tokens is not None else []
+    return ["-np", str(parallel), *ctx, *(["-kvu"] if parallel > 1 else [])]
+
+
+def _speculative_flags(gamma: int, draft_model: str | None, ngram) -> list[str]:
     if ngram is not None:
-        return [*ngram.server_flags(), "-np", str(parallel), *ctx]
+        return list(ngram.server_flags())
     if not draft_model:
         raise SpecsimError("--draft-model: llama.cpp's draft-simple needs the draft GGUF (-md PATH)")
     return ["-md", draft_model, "--spec-type", "draft-simple", "--spec-draft-n-max", str(gamma),
-            "--spec-draft-n-min", "0", "--spec-draft-p-min", "0", "-np", str(parallel), *ctx]  # fmt: skip
+            "--spec-draft-n-min", "0", "--spec-draft-p-min", "0"]  # fmt: skip

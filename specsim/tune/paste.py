@@ -19,6 +19,7 @@ from specsim.draft_shapes.policies import GammaPolicy
 from specsim.engines.engine_config import (
     is_model_id,
     llama_cpp_server_args,
+    llama_cpp_slot_flags,
     sglang_args_for_gamma,
     trtllm_speculative_config,
     vllm_config_for_schedule,
@@ -160,7 +161,7 @@ def engine_configs(
     files = "TARGET.gguf and DRAFT.gguf stand" if llama else "TARGET.gguf stands"
     notes.append(
         f"llama.cpp loads GGUF files: {files} for yours; -c is the KV cache the simulation assumed, shared "
-        "by the -np slots"
+        "by the -np slots (-kvu: one pool, not -c / -np each)"
     )
     if kind.name == "mtp" and sd_on:  # priced from the target's shape; the engines run its checkpoint's
         notes.append(
@@ -169,7 +170,7 @@ def engine_configs(
         )
     if dep.draft.images != "M":
         notes.append(f"drafting kind {kind.name}, image axis {dep.draft.images}: priced as {IMAGE_AXIS['T']}")
-    plain_llama = ["-np", str(dep.max_num_seqs)] + (["-c", str(kv)] if kv is not None else [])
+    plain_llama = llama_cpp_slot_flags(dep.max_num_seqs, kv)
     commands = _commands(dep, target_id, max_num_batched_tokens, vllm, sglang, trt, llama, plain_llama)
     return EngineConfigs(
         schedule,
