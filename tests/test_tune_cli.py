@@ -266,6 +266,11 @@ def _one_line(capsys) -> str:
         (["--ray-address", "auto"], "--ray-address: applies with --executor ray"),
         (["--trials", "0"], "argument --trials: expected an integer"),
         (["--alpha", "nan"], "argument --alpha: expected 0 <= alpha < 1"),
+        # one device however spelt (hardware's rule): each was searched and reported apart
+        (["--device", "h100,h100-sxm"], "--device: device 'h100-sxm' given twice"),
+        (["--device", "l4,L4"], "--device: device 'l4' given twice"),
+        (["--model-id", "llava-1.5-68m=a/b", "--model-id", "llava-1.5-68m=c/d"], "68m' given twice"),
+        (["--storage", "s.db", "--study-name", ""], "argument --study-name: expected a name or path, got ''"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(capsys, extra, expected):
@@ -416,6 +421,17 @@ def test_a_token_budget_below_one_image_is_refused_before_the_study(capsys):
     assert "--max-num-batched-tokens: expected at least one image's 576 tokens per step" in _one_line(capsys)
     qwen = ["tune", "--alpha", "0.7", "--pair", "qwen2.5-coder-0.5b-1.5b", "--trials", "2", "--no-progress"]
     assert main([*qwen, "--max-num-batched-tokens", "10", "--requests", "30", "--json"]) == 0  # no image
+
+
+def test_a_price_and_a_device_are_read_by_one_name_however_spelt(capsys):
+    """--device H100-SXM with --price h100-sxm=2 was refused ('not in --device (H100-SXM)'), and
+    --price h100=2 beside --device h100-sxm too; serve took both."""
+    argv = [*BASE, "--objective", "usd-per-mtok", "--json"]
+    for device, price in (("H100-SXM", "h100-sxm=2"), ("h100-sxm", "h100=2"), ("h100", "H100-SXM=2")):
+        assert main([*argv, "--device", device, "--price", price]) == 0
+        assert json.loads(capsys.readouterr().out)["best"][0]["device"] == "h100-sxm"
+    assert main([*argv, "--price", "h100=2", "--price", "h100-sxm=3"]) == 2
+    assert "--price: device 'h100-sxm' given twice" in _one_line(capsys)
 
 
 def test_a_model_id_for_no_model_of_the_study_or_no_id_is_refused(capsys):

@@ -173,7 +173,8 @@ def register(sub) -> None:
     r.add_argument(
         "--storage", default=None, help="resumable study: sqlite:///PATH, PATH.db or a journal PATH.log"
     )
-    r.add_argument("--study-name", default=None, help="the study's name in --storage (default specsim-tune)")
+    named = "the study's name in --storage (default specsim-tune)"
+    r.add_argument("--study-name", type=name_arg, default=None, help=named)
     x = p.add_argument_group("executor")
     x.add_argument("--executor", choices=EXECUTORS, default="local", help="local processes or ray")
     x.add_argument(
@@ -196,6 +197,8 @@ def _pairs(items: list[str], flag: str, value=str) -> dict:
     out = {}
     for item in items:
         key, sep, text = item.partition("=")
+        if key.strip() and key.strip() in out:  # the last would win silently
+            raise SpecsimError(f"{flag}: {key.strip()!r} given twice (expected each NAME once)")
         try:
             out[key.strip()] = value(text.strip())
         except ValueError:

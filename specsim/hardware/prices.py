@@ -12,7 +12,10 @@ from specsim.errors import SpecsimError
 
 
 def parse_prices(texts) -> dict[str, float]:
-    """``["h100-sxm=3.5", ...]`` -> {"h100-sxm": 3.5}; SpecsimError naming ``--price`` and the bad part."""
+    """``["h100=3.5", ...]`` -> {"h100-sxm": 3.5}: catalog names as ``--device`` reads them (any case, an
+    alias); SpecsimError naming ``--price`` and the bad part, or a device priced twice however spelt."""
+    from specsim.hardware.device import resolve_device_name
+
     prices: dict[str, float] = {}
     for text in texts or ():
         name, sep, value = str(text).partition("=")
@@ -22,19 +25,17 @@ def parse_prices(texts) -> dict[str, float]:
             usd = None
         if usd is None:
             raise SpecsimError(f"--price: expected DEVICE=USD_PER_HOUR (e.g. l4=0.8), got {clip(text)!r}")
-        if name.strip() in prices:
-            raise SpecsimError(f"--price: device {name.strip()!r} given twice")
-        prices[name.strip()] = check_range(usd, "usd_per_hour", f"--price {name.strip()}")
+        key = resolve_device_name(name.strip()) or name.strip()
+        if key in prices:
+            raise SpecsimError(f"--price: device {key!r} given twice")
+        prices[key] = check_range(usd, "usd_per_hour", f"--price {name.strip()}")
     return prices
 
 
 def priced(devices: list, prices: dict[str, float]) -> list:
     """``devices`` with the prices given for them (a name not among them is refused: a typo would
     otherwise leave a device at its catalog price)."""
-    from specsim.hardware.device import resolve_device_name
-
     names = [d.name for d in devices]
-    prices = {resolve_device_name(n) or n: usd for n, usd in prices.items()}  # aliases as --device takes them
     unknown = [n for n in prices if n not in names]
     if unknown:
         raise SpecsimError(f"--price: device {unknown[0]!r} is not among the devices ({', '.join(names)})")

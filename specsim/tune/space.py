@@ -151,7 +151,7 @@ def parse_space(
 ) -> SearchSpace:
     """A :class:`SearchSpace` from the CLI's strings (module docstring); SpecsimError naming the flag."""
     return SearchSpace(
-        devices=_names(devices, "--device"),
+        devices=_device_names(devices),
         drafts=tuple(dict.fromkeys(parse_draft_option(d) for d in drafts)),
         gammas=tuple(parse_int_list(gammas, name="--gamma", zero_ok=True)),
         runtimes=(None,) if runtimes is None else _names(runtimes, "--runtime"),
@@ -169,6 +169,21 @@ def _names(text: str, flag: str) -> tuple[str, ...]:
     if not all(names):
         raise SpecsimError(f"{flag}: expected comma-separated names, got {clip(text)!r}")
     return names
+
+
+def _device_names(text: str) -> tuple[str, ...]:
+    """Catalog names as ``hardware --device`` reads them (any case, an alias: 'H100' is h100-sxm), a file
+    path as given; one device given twice, however spelt, is refused."""
+    from specsim.hardware.device import resolve_device_name
+
+    names = [p.strip() for p in str(text).split(",")]
+    if not all(names):
+        raise SpecsimError(f"--device: expected comma-separated names, got {clip(text)!r}")
+    canonical = [resolve_device_name(n) or n for n in names]
+    twice = next((n for i, n in enumerate(canonical) if n in canonical[:i]), None)
+    if twice is not None:
+        raise SpecsimError(f"--device: device {twice!r} given twice")
+    return tuple(canonical)
 
 
 def _off_list(text: str) -> tuple[int | None, ...]:
