@@ -213,3 +213,18 @@ def test_a_head_of_another_kind_is_refused_and_a_larger_draft_is_named():
     assert draft_side(draft_kind("eagle3"), target, "eagle3-llama3.1-instruct-8b") is not None
     with pytest.warns(UserWarning, match="llama-3.1-70b is larger than the target llama-3.1-8b"):
         draft_side(draft_kind("model"), target, "llama-3.1-70b")
+
+
+def test_a_draft_of_another_tokenizer_is_named_and_a_padded_one_is_not():
+    """A Qwen3 draft of a Llama-3 target (151936 against 128256 ids) was priced, and pasted as a vLLM config,
+    without a word: draft-model SD verifies the draft's tokens by id."""
+    import warnings
+
+    target = load_model_spec("llama-3.1-8b")
+    said = "qwen3-0.6b has 151936 token ids and the target llama-3.1-8b 128256"
+    with pytest.warns(UserWarning, match=said):
+        draft_side(draft_kind("model"), target, "qwen3-0.6b")
+    qwen_vl = load_model_spec("Qwen/Qwen2.5-VL-7B-Instruct")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # Qwen2.5-VL-3B's 151936 against -7B's 152064: one tokenizer, padded
+        draft_side(draft_kind("model"), qwen_vl, "Qwen/Qwen2.5-VL-3B-Instruct")

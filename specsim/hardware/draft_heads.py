@@ -46,6 +46,11 @@ def mtp_head(target: ModelSpec) -> ModelSpec:
     return replace(base, extra_weights=2 * target.hidden * target.hidden)
 
 
+# Vocabulary sizes of one tokenizer differ by the embedding's padding at most (Qwen2.5-VL-3B 151936 against
+# -7B 152064: 0.08 %); a larger gap is another tokenizer (Llama-3's 128256 against Qwen3's 151936).
+VOCAB_PADDING = 0.01
+
+
 def draft_side(
     kind: DraftKind, target: ModelSpec, draft: str | None, *, dtype=None, kv_dtype=None, image_size=None
 ) -> ModelSpec | None:
@@ -70,6 +75,11 @@ def draft_side(
     spec = load_model_spec(name, **kw)
     if not kind.is_head and spec.text_params > target.text_params:
         warn(f"--draft: {spec.name} is larger than the target {target.name}; is the pair the wrong way round")
+    if not kind.is_head and abs(spec.vocab - target.vocab) > VOCAB_PADDING * max(spec.vocab, target.vocab):
+        warn(
+            f"--draft: {spec.name} has {spec.vocab} token ids and the target {target.name} {target.vocab}: a "
+            "draft model must share the target's tokenizer (its tokens are verified by id); priced as given"
+        )
     return head_spec(kind, spec, target, model_config(name)) if kind.is_head else spec
 
 
