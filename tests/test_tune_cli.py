@@ -273,7 +273,8 @@ def _one_line(capsys) -> str:
         (["--storage", "s.db", "--study-name", ""], "argument --study-name: expected a name or path, got ''"),
     ],
 )
-def test_bad_input_is_one_line_and_exit_2(capsys, extra, expected):
+def test_bad_input_is_one_line_and_exit_2(capsys, monkeypatch, tmp_path, extra, expected):
+    monkeypatch.chdir(tmp_path)  # a --storage accepted by mistake is made here, not in the checkout
     assert main(BASE + extra) == 2
     assert expected in _one_line(capsys)
 
