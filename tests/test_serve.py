@@ -299,7 +299,8 @@ def test_roofline_step_cost_prices_a_moe_target_at_its_batch():
     from specsim.hardware.runtime import load_runtime
     from specsim.serve.roofline_cost import RooflineStepCost
 
-    _, t, d = resolve_models(pair=None, target="mixtral-8x7b", draft="llama-3.2-1b")
+    with pytest.warns(UserWarning, match="must share the target's tokenizer"):  # a cost pairing, no tokens
+        _, t, d = resolve_models(pair=None, target="mixtral-8x7b", draft="llama-3.2-1b")
     dev, rt = load_device("h200"), load_runtime("vllm")
     cost = RooflineStepCost(t, d, dev, rt)
     for batch in (1, 4, 16, 64):
@@ -396,6 +397,9 @@ def test_a_gamma_no_step_takes_is_refused(capsys):
     base = [*SERVE, "--rate", "4", "--max-num-seqs", "16", "--gamma", "5"]
     assert main([*base, "--gamma-by-batch", "1-16:1"]) == 2
     assert "--gamma: 5 sets no step: --gamma-by-batch" in _one_line(capsys)
+    given_default = [a if a != "5" else "3" for a in base]  # a 3 given was taken for the default, and ran
+    assert main([*given_default, "--gamma-by-batch", "1-16:1"]) == 2
+    assert "--gamma: 3 sets no step: --gamma-by-batch" in _one_line(capsys)
     assert main([*base, "--gamma-by-batch", "1-8:1", "--sd-off-from-batch", "9"]) == 2
     assert "decode batch 1..16 (--max-num-seqs)" in _one_line(capsys)
     assert main([*base, "--gamma-by-batch", "1-8:1"]) == 0

@@ -122,7 +122,7 @@ def register(sub) -> None:
     sd.add_argument(
         "--gamma",
         type=number_arg("gamma", integer=True),
-        default=GAMMA_DEFAULT,
+        default=None,  # told apart from a given 3: a --gamma no step reads is refused
         help=f"draft tokens per step (num_speculative_tokens, default {GAMMA_DEFAULT})",
     )
     sd.add_argument(

@@ -1,9 +1,7 @@
 """One serving simulation's set-up from a command's options as given: ``specsim serve`` hands them here in
-one :class:`ServeRequest` and prints what :func:`serve_setup` returns (a
-:class:`~specsim.serve.compare.ServeSetup` and what it was built from). Models: the pair named, or a cost
-profile's own (:func:`specsim.hardware.measured_pair.models_for_costs`); acceptance: the one source of
-:mod:`specsim.predict.acceptance_source`; image tokens: the target's. Errors name their option.
-"""
+one :class:`ServeRequest` and prints what :func:`serve_setup` returns (a ServeSetup and what it was built
+from). Models: the pair named, or a cost profile's own (``measured_pair.models_for_costs``); acceptance: the
+one source of :mod:`specsim.predict.acceptance_source`; image tokens: the target's. Errors name options."""
 
 from __future__ import annotations
 
@@ -67,6 +65,7 @@ class ServeRequest:
     images: int | None = None
     output_tokens: int | None = None
     gamma: int = GAMMA_DEFAULT
+    gamma_given: bool = False  # --gamma named (a 3 given is not the default: no step may leave it unread)
     gamma_by_batch: str | None = None
     sd_off_from_batch: int | None = None
     alpha: float | None = None
@@ -85,8 +84,10 @@ class ServeRequest:
 
     @classmethod
     def from_options(cls, options: dict) -> ServeRequest:
-        """The request from a command's parsed options (others ignored)."""
-        return cls(**{f.name: options[f.name] for f in fields(cls) if f.name in options})
+        """The request from a command's parsed options (others ignored; a --gamma of None: not given)."""
+        given = {f.name: options[f.name] for f in fields(cls) if f.name in options}
+        gamma = given.pop("gamma", None)
+        return cls(**given, **({} if gamma is None else {"gamma": gamma, "gamma_given": True}))
 
     @property
     def device_name(self) -> str:
@@ -308,7 +309,7 @@ def serve_setup(req: ServeRequest) -> tuple[ServeSetup, dict]:
             f"--sd-off-from-batch: expected at most --max-num-seqs {max_seqs} (no step decodes more), got "
             f"{req.sd_off_from_batch}"
         )
-    if req.gamma != GAMMA_DEFAULT and req.tau is None and not policy.falls_back(max_seqs):  # --tau reads it
+    if req.gamma_given and req.tau is None and not policy.falls_back(max_seqs):  # --tau reads it
         raise SpecsimError(
             f"--gamma: {req.gamma} sets no step: --gamma-by-batch (with --sd-off-from-batch) covers every "
             f"decode batch 1..{max_seqs} (--max-num-seqs)"
