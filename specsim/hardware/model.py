@@ -13,14 +13,13 @@ from typing import Any
 
 import numpy as np
 
-from specsim.dtypes import dtype_name
 from specsim.errors import SpecsimError
 from specsim.hardware.config_fields import given, pos_int
 from specsim.hardware.image_tokens import ImageSize
 from specsim.hardware.mla import MLASpec, mla_from_config
 from specsim.hardware.moe import MoESpec, moe_from_config
 from specsim.hardware.vision_towers import VisionSpec, vision_spec
-from specsim.hardware.weight_formats import config_dtype, dtype_bytes, kv_dtype_bytes
+from specsim.hardware.weight_formats import config_dtype, dtype_bytes, kv_dtype_bytes, weight_format
 
 # transformers' defaults for keys a config may omit (LlamaConfig, MistralConfig, Qwen2Config).
 _TEXT_DEFAULTS: dict[str, dict[str, Any]] = {
@@ -195,8 +194,8 @@ class ModelSpec:
         """A copy with weights (and, when given, the KV cache) in another dtype (name or bytes)."""
         kv = self.kv_bytes if kv_dtype is None else kv_dtype_bytes(kv_dtype)
         moe = None if self.moe is None else replace(self.moe, expert_bytes=None)  # --dtype sets every weight
-        name = dtype_name(dtype) if isinstance(dtype, str) else None
-        return replace(self, dtype_bytes=dtype_bytes(dtype), kv_bytes=kv, moe=moe, dtype=name)
+        size, name = weight_format(dtype)
+        return replace(self, dtype_bytes=size, kv_bytes=kv, moe=moe, dtype=name)
 
 
 def _get(cfg: dict, key: str, defaults: dict, where: str, *alt: str) -> Any:
@@ -345,10 +344,8 @@ def spec_from_config(
         elif experts is not None:  # no routed experts: the format is every weight's
             dt = experts
     kv = None if kv_dtype is None else kv_dtype_bytes(kv_dtype)
-    named = dtype_name(dt) if isinstance(dt, str) else None
-    return ModelSpec(
-        name=name, dtype_bytes=dtype_bytes(dt), kv_bytes=kv, vision=vision, dtype=named, **fields
-    )
+    size, named = weight_format(dt)
+    return ModelSpec(name=name, dtype_bytes=size, kv_bytes=kv, vision=vision, dtype=named, **fields)
 
 
 def check_positions(spec: ModelSpec, positions: int, flag: str, what: str = "tokens in the KV cache") -> None:

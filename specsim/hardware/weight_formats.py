@@ -36,16 +36,21 @@ WEIGHT_DTYPES = tuple(_DTYPE_BYTES)  # the canonical names (the help's list; ali
 def dtype_bytes(name: str | float, where: str = "dtype") -> float:
     """Bytes per element of a dtype name (``bfloat16`` → 2, ``q4_0`` → 0.5625); a number passes through.
     Errors name ``where`` (e.g. ``--dtype``)."""
+    return weight_format(name, where)[0]
+
+
+def weight_format(name: str | float, where: str = "dtype") -> tuple[float, str | None]:
+    """(bytes per element, canonical name; None for a number of bytes) of a dtype (:func:`dtype_bytes`)."""
     if isinstance(name, (int, float)) and not isinstance(name, bool):
         if not name > 0:
             raise SpecsimError(f"{where}: expected bytes per element > 0, got {name!r}")
-        return name
+        return name, None
     if not str(name).strip():
         raise SpecsimError(f"{where}: expected a dtype name (one of {_NAMES}), got {name!r}")
     key = dtype_name(name)
     if key not in _DTYPE_BYTES:
         raise SpecsimError(f"{where}: expected one of {_NAMES}, got {name!r}")
-    return _DTYPE_BYTES[key]
+    return _DTYPE_BYTES[key], key
 
 
 def kv_dtype_bytes(name: str, where: str = "kv dtype") -> float:
