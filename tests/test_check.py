@@ -286,7 +286,7 @@ def test_cli_errors(tiny_files, capsys):
                 "--prompts",
                 str(prompts),
                 "--out",
-                str(prof),
+                str(prof.with_name("new.json")),  # prof holds tiny/tiny's: refused first, before loading
             ]
         )
         == 2
