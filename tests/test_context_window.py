@@ -49,7 +49,20 @@ def test_hardware_leaves_default_contexts_beyond_the_window_out_and_refuses_give
     assert main([*base, "--context", "4088", "--gamma-max", "7", "--json"]) == 0
     capsys.readouterr()
     assert main([*base, "--prompt-tokens", "4000", "--output-tokens", "200"]) == 2
-    assert "--prompt-tokens/--output-tokens: 4200 positions per request" in _error(capsys)
+    assert "--prompt-tokens/--output-tokens: 4208 positions for a γ 8 block at context 4000 + 199" in _error(
+        capsys
+    )
+    # a request whose positions fit but whose last block does not: the verify pass writes γ + 1 past it
+    at_gamma = [*base[:-2], "--tau", "3", "--gamma", "4"]
+    argv = [*at_gamma, "--prompt-tokens", "4095", "--output-tokens", "1"]
+    assert main(argv) == 2
+    err = _error(capsys)
+    assert "4100 positions for a γ 4 block at context 4095 (+ γ + 1)" in err
+    assert err.rstrip().endswith("give a smaller --prompt-tokens/--output-tokens or --gamma")  # the γ given
+    assert main([*argv[:-3], "4091", "--output-tokens", "1", "--json"]) == 0  # 4091 + 4 + 1 = 4096: fits
+    capsys.readouterr()
+    assert main([*at_gamma, "--context", "4095"]) == 2
+    assert _error(capsys).rstrip().endswith("give a smaller --context or --gamma")
 
 
 def test_where_no_default_context_holds_a_block_the_largest_that_does_stands_in(capsys):

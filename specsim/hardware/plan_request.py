@@ -15,7 +15,7 @@ from specsim.hardware.device import load_devices
 from specsim.hardware.efficiency_fit import FitResult, HoldoutResult
 from specsim.hardware.image_tokens import ImageSize, parse_image_size
 from specsim.hardware.measured_pair import other_pair_note
-from specsim.hardware.model import ModelSpec, check_block_positions, check_positions
+from specsim.hardware.model import ModelSpec, check_block_positions
 from specsim.hardware.plan import DEFAULT_CONTEXTS, Parallel, Plan, plan_hardware
 from specsim.hardware.plan_inputs import (
     best_trees,
@@ -125,13 +125,17 @@ class PlanAnswer:
     trees: tuple | None = None
 
 
-def in_window(target: ModelSpec, contexts: list[int], lengths, gamma: int) -> tuple[list[int], list[str]]:
+def in_window(
+    target: ModelSpec, contexts: list[int], lengths, gamma: int, gamma_flag: str = "--gamma-max"
+) -> tuple[list[int], list[str]]:
     """(contexts within the target's window, a note on those left out). A context needs room for a block of
     the largest γ priced: context + γ + 1 positions (the verify pass writes γ + 1). The default contexts
     beyond it are left out (all of them: the largest that fits stands in); a context given beyond it, or a
-    request (``lengths``) longer, is refused."""
-    if lengths is not None:
-        check_positions(target, sum(lengths), "--prompt-tokens/--output-tokens", "positions per request")
+    request (``lengths``) whose last block is, is refused, naming ``gamma_flag`` beside it."""
+    if lengths is not None:  # the last block starts after the prompt and all but one output token
+        prompt, output = lengths
+        flag = "--prompt-tokens/--output-tokens"
+        check_block_positions(target, prompt, gamma, flag, gamma_flag=gamma_flag, new_tokens=output - 1)
         return contexts, []
     window = target.max_positions
     beyond = [c for c in contexts if window is not None and c + gamma + 1 > window]
@@ -139,7 +143,7 @@ def in_window(target: ModelSpec, contexts: list[int], lengths, gamma: int) -> tu
         return contexts, []
     last = window - gamma - 1
     if tuple(contexts) != DEFAULT_CONTEXTS or (len(beyond) == len(contexts) and last < 1):
-        check_block_positions(target, beyond[0], gamma, "--context")
+        check_block_positions(target, beyond[0], gamma, "--context", gamma_flag=gamma_flag)
     kept = [c for c in contexts if c not in beyond] or [last]
     why = f"a γ {gamma} block there needs context + {gamma + 1} positions, beyond {target.name}'s {window}"
     instead = "" if kept[0] != last else f"; context {last} instead"
@@ -178,7 +182,11 @@ def answer(req: PlanRequest) -> PlanAnswer:
     )
     borrowed = None if profile is None else other_pair_note(profile, target, draft)
     contexts, left_out = in_window(
-        target, contexts, lengths, max((g for m in methods for g in m.gammas), default=0)
+        target,
+        contexts,
+        lengths,
+        max((g for m in methods for g in m.gammas), default=0),
+        "--gamma" if req.gamma is not None else "--gamma-max",
     )
     notes = notes + ([borrowed] if borrowed else []) + left_out
     devices = priced(load_devices(None if req.device is None else list(req.device)), parse_prices(req.price))
