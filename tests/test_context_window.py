@@ -125,3 +125,23 @@ def test_predict_and_sweep_refuse_a_context_past_the_profiles_target_window(caps
 
 def test_predict_prices_a_context_whose_block_fits(capsys):
     assert main(["predict", "--gamma", "3", "--context-tokens", "1020", "--profile", "zoo-cpu-batch"]) == 0
+
+
+def test_hardware_holds_a_given_image_size_to_the_contexts(capsys):
+    """Qwen2.5-VL's image tokens follow the size (28-pixel patches merged 2x2): a context, or a prompt,
+    shorter than one image of the --image-size given contradicts it."""
+    base = ["hardware", "--target", "qwen2.5-vl-7b", "--draft", "qwen2.5-vl-3b", "--device", "h100-sxm"]
+    base += ["--tau", "3", "--gamma", "4", "--batch", "1"]
+    assert main([*base, "--image-size", "4000x4000", "--context", "1024"]) == 2
+    err = _error(capsys)
+    assert "--context: 1024, but one image fills 16384 of" in err and "expected at least 16384" in err
+    assert main([*base, "--image-size", "4000x4000", "--prompt-tokens", "1000", "--output-tokens", "9"]) == 2
+    assert _error(capsys).startswith("specsim: error: --prompt-tokens: 1000, but one image fills 16384")
+    assert main([*base, "--image-size", "4000x4000"]) == 2  # above every default context
+    assert "give a --context of at least 16384 or a smaller size" in _error(capsys)
+    assert main([*base, "--image-size", "2000x2000", "--json"]) == 0  # 5041 tokens: 1024 and 4096 left out
+    plan = json.loads(capsys.readouterr().out)["plan"]
+    assert {r["context_tokens"] for r in plan["rows"]} == {8192}
+    assert any(a.startswith("context 1024,4096 left out: one image fills 5041") for a in plan["assumptions"])
+    assert main([*base, "--context", "1024", "--json"]) == 0  # no size given: the context may be text
+    capsys.readouterr()

@@ -150,6 +150,33 @@ def in_window(
     return kept, [f"context {','.join(map(str, beyond))} left out: {why}{instead}"]
 
 
+def holding_an_image(
+    target: ModelSpec, contexts: list[int], lengths, image_size: ImageSize | None
+) -> tuple[list[int], list[str]]:
+    """(contexts that hold one image of the --image-size given, a note on those left out): a context or a
+    prompt shorter than one image's tokens contradicts the size. Given ones are refused, the defaults
+    below it left out (all of them: refused, naming --image-size)."""
+    if image_size is None or target.vision is None:
+        return contexts, []
+    per = target.vision.image_tokens
+    size = f"--image-size {image_size}"
+    one = f"one image fills {per} of {target.name}'s positions"
+    if lengths is not None and lengths[0] < per:
+        raise SpecsimError(f"--prompt-tokens: {lengths[0]}, but {one} at {size}; expected at least {per}")
+    short = [c for c in contexts if c < per]
+    if lengths is not None or not short:
+        return contexts, []
+    if tuple(contexts) != DEFAULT_CONTEXTS:
+        raise SpecsimError(f"--context: {short[0]}, but {one} at {size}; expected at least {per}")
+    kept = [c for c in contexts if c >= per]
+    if not kept:
+        raise SpecsimError(
+            f"{size}: {one}, more than every default context holds; give a --context of at least {per} "
+            "or a smaller size"
+        )
+    return kept, [f"context {','.join(map(str, short))} left out: {one} at {size}"]
+
+
 def answer(req: PlanRequest) -> PlanAnswer:
     """The plan ``req`` asks for (module docstring)."""
     batches, contexts, lengths = list(req.batches), list(req.contexts), req.lengths
@@ -188,7 +215,8 @@ def answer(req: PlanRequest) -> PlanAnswer:
         max((g for m in methods for g in m.gammas), default=0),
         "--gamma" if req.gamma is not None else "--gamma-max",
     )
-    notes = notes + ([borrowed] if borrowed else []) + left_out
+    contexts, no_image = holding_an_image(target, contexts, lengths, req.image_size)
+    notes = notes + ([borrowed] if borrowed else []) + left_out + no_image
     devices = priced(load_devices(None if req.device is None else list(req.device)), parse_prices(req.price))
     rows = len(batches) * len(contexts) * len(devices) * len(methods)
     if rows > MAX_PLAN_ROWS:
