@@ -305,6 +305,19 @@ def test_the_best_tree_keeps_within_tree_max_nodes(capsys, n_max):
     assert any(t["chain_gamma"] > n_max for t in trees)  # the chain beside it is not bound
 
 
+def test_the_best_tree_verifies_within_the_window(capsys):
+    """A tree's verify pass writes n + 1 positions after the context, as a chain's writes γ + 1: at context
+    4092 of LLaVA-1.5's 4096 a 64-node tree was picked (4157 positions)."""
+    argv = (
+        "hardware --device h100-sxm --batch 1,64 --context 1024,4092 --alpha 0.8 --gamma-max 3 --trees --json"
+    )
+    assert main(argv.split()) == 0
+    trees = json.loads(capsys.readouterr().out)["trees"]
+    assert {t["context_tokens"] for t in trees} == {1024, 4092}
+    assert all(t["context_tokens"] + t["nodes"] + 1 <= 4096 for t in trees)
+    assert max(t["nodes"] for t in trees if t["context_tokens"] == 1024) > 3  # room there: the search is free
+
+
 def test_tree_max_nodes_is_bounded_where_the_search_is(capsys):
     """--tree-max-nodes took 1..1024 and the search 1..512: 513 to 1024 failed as 'n_max: ... got 584'."""
     argv = "hardware --device h100-sxm --batch 1 --context 1024 --alpha 0.7 --trees --tree-max-nodes".split()

@@ -125,16 +125,29 @@ def plan_trees(
             gpu = passes @ members.T + catch_up + cost.pass_ms(TARGET, nodes + 1, ctx, b, kind=TREE).ms
             block = gpu + cost.block_overhead_ms(nodes, b, gpu_ms=gpu)
             speedups = tau * step / block  # [B, L, T]: τ·T / block, as plan_rows.price_blocks
-            out += _rows(dev.name, mt.method, trees, tau, speedups, step, chains, b, ctx, nodes <= n_max)
+            within = (nodes <= n_max) & _in_window(target, ctx[0], nodes)  # [L, T]
+            out += _rows(dev.name, mt.method, trees, tau, speedups, step, chains, b, ctx, within)
     return out
 
 
+def _in_window(target: ModelSpec, contexts, nodes) -> np.ndarray:
+    """Whether a tree of ``nodes`` verifies within the target's window after each context: its verify pass
+    writes n + 1 positions (a chain's γ + 1), as :func:`specsim.hardware.model.check_block_positions`."""
+    window = target.max_positions
+    return (
+        np.ones(np.broadcast(contexts, nodes).shape, bool)
+        if window is None
+        else contexts + nodes + 1 <= window
+    )
+
+
 def _rows(device: str, method: str, trees, tau, speedups, tp, chains, b, ctx, within) -> list[TreePlanRow]:
-    """One row per batch × context: the best of the trees ``within`` the node bound (the chains beside them
-    may be longer), and the chain's."""
+    """One row per batch × context: the best of the trees ``within`` the node bound and the window there
+    (``within``: [context, tree]; the chains beside them may be longer), and the chain's."""
     rows = []
-    chain_idx, tree_idx = np.flatnonzero(chains), np.flatnonzero(within)
+    chain_idx = np.flatnonzero(chains)
     for i, j in np.ndindex(speedups.shape[:2]):
+        tree_idx = np.flatnonzero(within[j])
         k = int(tree_idx[np.argmax(speedups[i, j, tree_idx])])
         c = int(chain_idx[np.argmax(speedups[i, j, chain_idx])])
         rows.append(
